@@ -1,0 +1,317 @@
+//===- DistOps.cpp - dist dialect operations ------------------------------===//
+//
+// Mesh verification, group resolution against the mesh (SymbolUserOpInterface),
+// collective shape checks and the adjoints of the region ops and collectives.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/dist/IR/DistOps.h"
+#include "dialects/dist/IR/RankGroups.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/StringSwitch.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+using namespace tessera;
+using namespace tessera::dist;
+
+#include "dialects/dist/IR/DistOpsDialect.cpp.inc"
+
+#define GET_TYPEDEF_CLASSES
+#include "dialects/dist/IR/DistOpsTypes.cpp.inc"
+
+void DistDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "dialects/dist/IR/DistOps.cpp.inc"
+      >();
+  addTypes<
+#define GET_TYPEDEF_LIST
+#include "dialects/dist/IR/DistOpsTypes.cpp.inc"
+      >();
+}
+
+MeshOp tessera::dist::lookupMesh(Operation *from) {
+  auto module = isa<ModuleOp>(from) ? cast<ModuleOp>(from)
+                                    : from->getParentOfType<ModuleOp>();
+  if (!module)
+    return nullptr;
+  return module.lookupSymbol<MeshOp>(kMeshName);
+}
+
+//===----------------------------------------------------------------------===//
+// MeshOp
+//===----------------------------------------------------------------------===//
+
+static MeshShape toShape(MeshOp mesh) {
+  MeshShape s;
+  s.tp = mesh.getTp();
+  s.cp = mesh.getCp();
+  s.ep = mesh.getEp();
+  s.etp = mesh.getEtp();
+  s.dp = mesh.getDp();
+  s.pp = mesh.getPp();
+  s.order = mesh.getOrder().str();
+  return s;
+}
+
+LogicalResult MeshOp::verify() {
+  std::string error = validateMesh(toShape(*this));
+  if (!error.empty())
+    return emitOpError() << error;
+  if (getVpp() < 1)
+    return emitOpError() << "vpp must be at least 1, got " << getVpp();
+  return success();
+}
+
+int64_t MeshOp::getWorldSize() { return getTp() * getCp() * getDp() * getPp(); }
+
+FailureOr<int64_t> MeshOp::getAxisSize(StringRef axis) {
+  int64_t size = llvm::StringSwitch<int64_t>(axis)
+                     .Case("tp", getTp())
+                     .Case("cp", getCp())
+                     .Case("ep", getEp())
+                     .Case("etp", getEtp())
+                     .Case("dp", getDp())
+                     .Case("pp", getPp())
+                     .Default(-1);
+  if (axis == "edp") {
+    int64_t denom = getEtp() * getEp();
+    int64_t dense = getTp() * getCp() * getDp();
+    if (denom == 0 || dense % denom != 0)
+      return failure();
+    return dense / denom;
+  }
+  if (size < 0)
+    return failure();
+  return size;
+}
+
+FailureOr<int64_t> MeshOp::getGroupSize(StringRef kind) {
+  SmallVector<StringRef> axes;
+  kind.split(axes, '-');
+  int64_t size = 1;
+  for (StringRef axis : axes) {
+    FailureOr<int64_t> s = getAxisSize(axis);
+    if (failed(s))
+      return failure();
+    size *= *s;
+  }
+  return size;
+}
+
+//===----------------------------------------------------------------------===//
+// Group resolution and shape checks
+//===----------------------------------------------------------------------===//
+
+/// Resolves `mesh` from `op` and returns the size of `group`, or fails with
+/// an error naming the missing mesh or the unknown group.
+static FailureOr<int64_t> resolveGroup(Operation *op, FlatSymbolRefAttr meshRef,
+                                       StringRef group,
+                                       SymbolTableCollection &symbolTable) {
+  auto mesh = symbolTable.lookupNearestSymbolFrom<MeshOp>(op, meshRef);
+  if (!mesh)
+    return op->emitOpError() << "refers to mesh " << meshRef
+                             << ", which is not a dist.mesh in scope";
+  FailureOr<int64_t> size = mesh.getGroupSize(group);
+  if (failed(size))
+    return op->emitOpError() << "names unknown rank group '" << group
+                             << "' (axes: tp, cp, ep, etp, dp, edp, pp joined "
+                                "by '-')";
+  return size;
+}
+
+/// Checks that `result` equals `input` with dim `dim` scaled by `num/den`.
+static LogicalResult checkScaledDim(Operation *op, RankedTensorType input,
+                                    RankedTensorType result, int64_t dim,
+                                    int64_t groupSize, bool gather) {
+  if (dim < 0 || dim >= input.getRank() || input.getRank() != result.getRank())
+    return op->emitOpError() << "dim " << dim << " out of range for " << input;
+  for (int64_t i = 0; i < input.getRank(); ++i) {
+    int64_t in = input.getDimSize(i), out = result.getDimSize(i);
+    if (ShapedType::isDynamic(in) || ShapedType::isDynamic(out))
+      continue;
+    if (i != dim) {
+      if (in != out)
+        return op->emitOpError() << "result shape " << result
+                                 << " differs from input " << input
+                                 << " outside dim " << dim;
+      continue;
+    }
+    if (gather ? out != in * groupSize : in != out * groupSize)
+      return op->emitOpError()
+             << "dim " << dim << " of size " << in << " becomes " << out
+             << ", expected " << (gather ? "times" : "divided by")
+             << " the group size " << groupSize;
+  }
+  return success();
+}
+
+#define DEFINE_MESH_LOOKUP(OpTy)                                               \
+  MeshOp OpTy::getMeshOp() {                                                   \
+    return SymbolTable::lookupNearestSymbolFrom<MeshOp>(*this, getMeshAttr()); \
+  }
+
+#define DEFINE_PLAIN_SYMBOL_USE(OpTy)                                          \
+  LogicalResult OpTy::verifySymbolUses(SymbolTableCollection &st) {            \
+    return resolveGroup(*this, getMeshAttr(), getGroup(), st);                 \
+  }
+
+#define DEFINE_SCALED_SYMBOL_USE(OpTy, DIM, GATHER)                            \
+  LogicalResult OpTy::verifySymbolUses(SymbolTableCollection &st) {            \
+    FailureOr<int64_t> size = resolveGroup(*this, getMeshAttr(), getGroup(), st); \
+    if (failed(size))                                                          \
+      return failure();                                                        \
+    auto in = cast<RankedTensorType>(getInput().getType());                    \
+    return checkScaledDim(*this, in, resultTensorType(*this), DIM, *size,      \
+                          GATHER);                                             \
+  }
+
+template <typename OpTy> static RankedTensorType resultTensorType(OpTy op) {
+  Type t = op.getResult().getType();
+  if (auto async = dyn_cast<AsyncType>(t))
+    t = async.getValueType();
+  return cast<RankedTensorType>(t);
+}
+
+DEFINE_MESH_LOOKUP(CopyToRegionOp)
+DEFINE_MESH_LOOKUP(ReduceFromRegionOp)
+DEFINE_MESH_LOOKUP(ScatterToRegionOp)
+DEFINE_MESH_LOOKUP(GatherFromRegionOp)
+DEFINE_MESH_LOOKUP(AllReduceOp)
+DEFINE_MESH_LOOKUP(AllGatherOp)
+DEFINE_MESH_LOOKUP(ReduceScatterOp)
+DEFINE_MESH_LOOKUP(AllReduceStartOp)
+DEFINE_MESH_LOOKUP(AllGatherStartOp)
+DEFINE_MESH_LOOKUP(ReduceScatterStartOp)
+
+DEFINE_PLAIN_SYMBOL_USE(CopyToRegionOp)
+DEFINE_PLAIN_SYMBOL_USE(ReduceFromRegionOp)
+DEFINE_PLAIN_SYMBOL_USE(AllReduceOp)
+DEFINE_PLAIN_SYMBOL_USE(AllReduceStartOp)
+DEFINE_SCALED_SYMBOL_USE(ScatterToRegionOp, getInput().getType().getRank() - 1,
+                         false)
+DEFINE_SCALED_SYMBOL_USE(GatherFromRegionOp,
+                         getInput().getType().getRank() - 1, true)
+DEFINE_SCALED_SYMBOL_USE(AllGatherOp, getDim(), true)
+DEFINE_SCALED_SYMBOL_USE(ReduceScatterOp, getDim(), false)
+DEFINE_SCALED_SYMBOL_USE(AllGatherStartOp, getDim(), true)
+DEFINE_SCALED_SYMBOL_USE(ReduceScatterStartOp, getDim(), false)
+
+static LogicalResult verifyReduction(Operation *op, StringRef reduction) {
+  if (reduction != "sum" && reduction != "max")
+    return op->emitOpError() << "reduction must be 'sum' or 'max', got '"
+                             << reduction << "'";
+  return success();
+}
+
+LogicalResult AllReduceOp::verify() {
+  return verifyReduction(*this, getReduction());
+}
+
+LogicalResult AllReduceStartOp::verify() {
+  if (getInput().getType() != getResult().getType().getValueType())
+    return emitOpError() << "result must be !dist.async of the input type";
+  return verifyReduction(*this, getReduction());
+}
+
+LogicalResult WaitOp::verify() {
+  if (getFuture().getType().getValueType() != getResult().getType())
+    return emitOpError() << "result type " << getResult().getType()
+                         << " differs from the awaited "
+                         << getFuture().getType().getValueType();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Adjoints (seed 004's f and g, and the collectives' transposes)
+//===----------------------------------------------------------------------===//
+
+LogicalResult CopyToRegionOp::buildAdjoint(OpBuilder &b,
+                                           ArrayRef<Value> resultAdj,
+                                           ArrayRef<bool> needed,
+                                           SmallVectorImpl<Value> &adj) {
+  adj.assign(1, Value());
+  if (needed[0])
+    adj[0] = AllReduceOp::create(b, getLoc(), resultAdj[0].getType(),
+                                 resultAdj[0], getMeshAttr(), getGroupAttr(),
+                                 b.getStringAttr("sum"));
+  return success();
+}
+
+LogicalResult ReduceFromRegionOp::buildAdjoint(OpBuilder &,
+                                               ArrayRef<Value> resultAdj,
+                                               ArrayRef<bool> needed,
+                                               SmallVectorImpl<Value> &adj) {
+  adj.assign(1, Value());
+  if (needed[0])
+    adj[0] = resultAdj[0];
+  return success();
+}
+
+LogicalResult ScatterToRegionOp::buildAdjoint(OpBuilder &b,
+                                              ArrayRef<Value> resultAdj,
+                                              ArrayRef<bool> needed,
+                                              SmallVectorImpl<Value> &adj) {
+  adj.assign(1, Value());
+  if (needed[0])
+    adj[0] = GatherFromRegionOp::create(b, getLoc(), getInput().getType(),
+                                        resultAdj[0], getMeshAttr(),
+                                        getGroupAttr());
+  return success();
+}
+
+LogicalResult GatherFromRegionOp::buildAdjoint(OpBuilder &b,
+                                               ArrayRef<Value> resultAdj,
+                                               ArrayRef<bool> needed,
+                                               SmallVectorImpl<Value> &adj) {
+  adj.assign(1, Value());
+  if (needed[0])
+    adj[0] = ScatterToRegionOp::create(b, getLoc(), getInput().getType(),
+                                       resultAdj[0], getMeshAttr(),
+                                       getGroupAttr());
+  return success();
+}
+
+LogicalResult AllReduceOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
+                                        ArrayRef<bool> needed,
+                                        SmallVectorImpl<Value> &adj) {
+  if (getReduction() != "sum")
+    return emitOpError() << "has no gradient for reduction '" << getReduction()
+                         << "'";
+  adj.assign(1, Value());
+  if (needed[0])
+    adj[0] = AllReduceOp::create(b, getLoc(), resultAdj[0].getType(),
+                                 resultAdj[0], getMeshAttr(), getGroupAttr(),
+                                 getReductionAttr());
+  return success();
+}
+
+LogicalResult AllGatherOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
+                                        ArrayRef<bool> needed,
+                                        SmallVectorImpl<Value> &adj) {
+  adj.assign(1, Value());
+  if (needed[0])
+    adj[0] = ReduceScatterOp::create(b, getLoc(), getInput().getType(),
+                                     resultAdj[0], getMeshAttr(),
+                                     getGroupAttr(), getDimAttr());
+  return success();
+}
+
+LogicalResult ReduceScatterOp::buildAdjoint(OpBuilder &b,
+                                            ArrayRef<Value> resultAdj,
+                                            ArrayRef<bool> needed,
+                                            SmallVectorImpl<Value> &adj) {
+  adj.assign(1, Value());
+  if (needed[0])
+    adj[0] = AllGatherOp::create(b, getLoc(), getInput().getType(),
+                                 resultAdj[0], getMeshAttr(), getGroupAttr(),
+                                 getDimAttr());
+  return success();
+}
+
+#define GET_OP_CLASSES
+#include "dialects/dist/IR/DistOps.cpp.inc"

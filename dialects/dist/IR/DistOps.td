@@ -1,0 +1,288 @@
+//===- DistOps.td - dist dialect: mesh, regions, collectives ---*- tablegen -*-===//
+//
+// The custom dialect of Tessera. It carries the device mesh (`dist.mesh`),
+// the tensor-parallel region ops with defined adjoints (seed 004's f and g),
+// and collectives over a rank group named by kind, in sync and async form.
+// Every rank group is derived from the mesh, never written by hand.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_DIALECTS_DIST_IR_DISTOPS_TD
+#define TESSERA_DIALECTS_DIST_IR_DISTOPS_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "tessera/Interfaces/TesseraInterfaces.td"
+
+def Dist_Dialect : Dialect {
+  let name = "dist";
+  let cppNamespace = "::tessera::dist";
+  let summary = "Sharding, collectives and parallel structure";
+  let useDefaultTypePrinterParser = 1;
+  let description = [{
+    Ops of this dialect name a mesh (`@mesh`) and a rank-group kind (`"tp"`,
+    `"dp"`, or a composite such as `"tp-dp"`); the group a rank takes part
+    in follows from the mesh's sizes and order string (seed 001).
+  }];
+}
+
+class Dist_Op<string mnemonic, list<Trait> traits = []>
+    : Op<Dist_Dialect, mnemonic, traits>;
+
+//===----------------------------------------------------------------------===//
+// Types
+//===----------------------------------------------------------------------===//
+
+def Dist_AsyncType : TypeDef<Dist_Dialect, "Async"> {
+  let mnemonic = "async";
+  let summary = "the pending result of an asynchronous collective";
+  let description = [{
+    Produced by a `*_start` collective and consumed by `dist.wait`, which
+    yields the tensor. Work between start and wait overlaps communication.
+  }];
+  let parameters = (ins "::mlir::Type":$valueType);
+  let assemblyFormat = "`<` $valueType `>`";
+}
+
+def Dist_RankedTensor : RankedTensorOf<[F32, I32, I64]>;
+
+//===----------------------------------------------------------------------===//
+// Mesh
+//===----------------------------------------------------------------------===//
+
+def Dist_MeshOp : Dist_Op<"mesh", [Symbol, HasParent<"::mlir::ModuleOp">]> {
+  let summary = "the device mesh: parallel sizes and rank order";
+  let description = [{
+    Sizes of the parallel axes and the order string that fixes how global
+    ranks map onto them (seed 001). Dense ranks follow tp-cp-dp-pp; the
+    order names the axes from fastest to slowest varying.
+
+    ```mlir
+    dist.mesh @mesh {tp = 2, dp = 2}
+    dist.mesh @mesh {tp = 4, pp = 2, dp = 2, order = "tp-cp-ep-dp-pp"}
+    ```
+
+    Constraints: every size is at least 1; `order` is a permutation of
+    `tp`, `cp`, `ep`, `dp` and `pp`.
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       DefaultValuedAttr<I64Attr, "1">:$tp,
+                       DefaultValuedAttr<I64Attr, "1">:$cp,
+                       DefaultValuedAttr<I64Attr, "1">:$ep,
+                       DefaultValuedAttr<I64Attr, "1">:$etp,
+                       DefaultValuedAttr<I64Attr, "1">:$dp,
+                       DefaultValuedAttr<I64Attr, "1">:$pp,
+                       DefaultValuedAttr<I64Attr, "1">:$vpp,
+                       DefaultValuedStrAttr<StrAttr, "tp-cp-ep-dp-pp">:$order);
+  let assemblyFormat = "$sym_name attr-dict";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Number of ranks of the dense layout, tp * cp * dp * pp.
+    int64_t getWorldSize();
+    /// Size of one named axis ("tp", "cp", "ep", "etp", "dp", "edp", "pp").
+    ::llvm::FailureOr<int64_t> getAxisSize(::llvm::StringRef axis);
+    /// Size of each group of a kind such as "tp" or "tp-dp": the product of
+    /// its axes. Fails on an unknown axis.
+    ::llvm::FailureOr<int64_t> getGroupSize(::llvm::StringRef kind);
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Tensor-parallel region ops (seed 004's f and g)
+//===----------------------------------------------------------------------===//
+
+class Dist_GroupOp<string mnemonic, list<Trait> traits = []>
+    : Dist_Op<mnemonic, !listconcat(traits,
+        [DeclareOpInterfaceMethods<SymbolUserOpInterface>])> {
+  code groupClassDecl = [{
+    /// The mesh op this op refers to; valid after verification.
+    ::tessera::dist::MeshOp getMeshOp();
+  }];
+  let extraClassDeclaration = groupClassDecl;
+}
+
+def Dist_CopyToRegionOp : Dist_GroupOp<"copy_to_region", [Pure,
+    SameOperandsAndResultType,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "enter a tensor-parallel region: identity forward, all-reduce backward";
+  let description = [{
+    Seed 004's `f` before a column-parallel linear: every rank of the group
+    already holds the whole input; the adjoint sums the input gradients of
+    the group.
+
+    ```mlir
+    %x1 = dist.copy_to_region %x on @mesh "tp" : tensor<8x256xf32>
+    ```
+  }];
+  let arguments = (ins Dist_RankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       StrAttr:$group);
+  let results = (outs Dist_RankedTensor:$result);
+  let assemblyFormat = "$input `on` $mesh $group attr-dict `:` type($input)";
+}
+
+def Dist_ReduceFromRegionOp : Dist_GroupOp<"reduce_from_region", [Pure,
+    SameOperandsAndResultType,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "leave a tensor-parallel region: all-reduce forward, identity backward";
+  let description = [{
+    Seed 004's `g` after a row-parallel linear: sums the partial results of
+    the group; the adjoint passes the gradient through unchanged.
+
+    ```mlir
+    %y = dist.reduce_from_region %yp on @mesh "tp" : tensor<8x256xf32>
+    ```
+  }];
+  let arguments = (ins Dist_RankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       StrAttr:$group);
+  let results = (outs Dist_RankedTensor:$result);
+  let assemblyFormat = "$input `on` $mesh $group attr-dict `:` type($input)";
+}
+
+def Dist_ScatterToRegionOp : Dist_GroupOp<"scatter_to_region", [Pure,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "keep this rank's slice of the last dimension; all-gather backward";
+  let description = [{
+    Seed 004's `f` before a row-parallel linear whose input is replicated.
+
+    ```mlir
+    %xs = dist.scatter_to_region %x on @mesh "tp" : tensor<8x1024xf32> -> tensor<8x512xf32>
+    ```
+
+    The result's last dimension is the input's divided by the group size.
+  }];
+  let arguments = (ins Dist_RankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       StrAttr:$group);
+  let results = (outs Dist_RankedTensor:$result);
+  let assemblyFormat = "$input `on` $mesh $group attr-dict `:` type($input) `->` qualified(type($result))";
+}
+
+def Dist_GatherFromRegionOp : Dist_GroupOp<"gather_from_region", [Pure,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "all-gather along the last dimension; slice backward";
+  let description = [{
+    Seed 004's `g` after a column-parallel linear with `gather_output`.
+
+    ```mlir
+    %y = dist.gather_from_region %ys on @mesh "tp" : tensor<8x512xf32> -> tensor<8x1024xf32>
+    ```
+
+    The result's last dimension is the input's times the group size.
+  }];
+  let arguments = (ins Dist_RankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       StrAttr:$group);
+  let results = (outs Dist_RankedTensor:$result);
+  let assemblyFormat = "$input `on` $mesh $group attr-dict `:` type($input) `->` qualified(type($result))";
+}
+
+//===----------------------------------------------------------------------===//
+// Collectives
+//===----------------------------------------------------------------------===//
+
+def Dist_AllReduceOp : Dist_GroupOp<"all_reduce", [Pure, SameOperandsAndResultType,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "all-reduce over a rank group";
+  let description = [{
+    ```mlir
+    %g = dist.all_reduce %g0 on @mesh "dp" : tensor<1024x256xf32>
+    %m = dist.all_reduce %x on @mesh "tp" {reduction = "max"} : tensor<8xf32>
+    ```
+
+    `reduction` is `sum` (default) or `max`.
+  }];
+  let arguments = (ins Dist_RankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       StrAttr:$group,
+                       DefaultValuedStrAttr<StrAttr, "sum">:$reduction);
+  let results = (outs Dist_RankedTensor:$result);
+  let assemblyFormat = "$input `on` $mesh $group attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Dist_AllGatherOp : Dist_GroupOp<"all_gather", [Pure,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "all-gather along a dimension over a rank group";
+  let description = [{
+    Concatenates the group's tensors along `dim` in group-rank order.
+
+    ```mlir
+    %y = dist.all_gather %x on @mesh "tp" dim 0 : tensor<4x256xf32> -> tensor<8x256xf32>
+    ```
+  }];
+  let arguments = (ins Dist_RankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       StrAttr:$group, I64Attr:$dim);
+  let results = (outs Dist_RankedTensor:$result);
+  let assemblyFormat = "$input `on` $mesh $group `dim` $dim attr-dict `:` type($input) `->` qualified(type($result))";
+}
+
+def Dist_ReduceScatterOp : Dist_GroupOp<"reduce_scatter", [Pure,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "sum over a rank group, keeping this rank's slice along a dimension";
+  let description = [{
+    ```mlir
+    %y = dist.reduce_scatter %x on @mesh "dp" dim 0 : tensor<8x256xf32> -> tensor<4x256xf32>
+    ```
+  }];
+  let arguments = (ins Dist_RankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       StrAttr:$group, I64Attr:$dim);
+  let results = (outs Dist_RankedTensor:$result);
+  let assemblyFormat = "$input `on` $mesh $group `dim` $dim attr-dict `:` type($input) `->` qualified(type($result))";
+}
+
+def Dist_AllReduceStartOp : Dist_GroupOp<"all_reduce_start"> {
+  let summary = "start an asynchronous all-reduce";
+  let description = [{
+    ```mlir
+    %f = dist.all_reduce_start %g on @mesh "dp" : tensor<1024xf32> -> !dist.async<tensor<1024xf32>>
+    %r = dist.wait %f : !dist.async<tensor<1024xf32>> -> tensor<1024xf32>
+    ```
+  }];
+  let arguments = (ins Dist_RankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       StrAttr:$group,
+                       DefaultValuedStrAttr<StrAttr, "sum">:$reduction);
+  let results = (outs Dist_AsyncType:$result);
+  let assemblyFormat = "$input `on` $mesh $group attr-dict `:` type($input) `->` qualified(type($result))";
+  let hasVerifier = 1;
+}
+
+def Dist_AllGatherStartOp : Dist_GroupOp<"all_gather_start"> {
+  let summary = "start an asynchronous all-gather";
+  let description = [{
+    ```mlir
+    %f = dist.all_gather_start %x on @mesh "dp" dim 0 : tensor<4xf32> -> !dist.async<tensor<8xf32>>
+    ```
+  }];
+  let arguments = (ins Dist_RankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       StrAttr:$group, I64Attr:$dim);
+  let results = (outs Dist_AsyncType:$result);
+  let assemblyFormat = "$input `on` $mesh $group `dim` $dim attr-dict `:` type($input) `->` qualified(type($result))";
+}
+
+def Dist_ReduceScatterStartOp : Dist_GroupOp<"reduce_scatter_start"> {
+  let summary = "start an asynchronous reduce-scatter";
+  let description = [{
+    ```mlir
+    %f = dist.reduce_scatter_start %x on @mesh "dp" dim 0 : tensor<8xf32> -> !dist.async<tensor<4xf32>>
+    ```
+  }];
+  let arguments = (ins Dist_RankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       StrAttr:$group, I64Attr:$dim);
+  let results = (outs Dist_AsyncType:$result);
+  let assemblyFormat = "$input `on` $mesh $group `dim` $dim attr-dict `:` type($input) `->` qualified(type($result))";
+}
+
+def Dist_WaitOp : Dist_Op<"wait"> {
+  let summary = "wait for an asynchronous collective and take its result";
+  let description = [{
+    ```mlir
+    %r = dist.wait %f : !dist.async<tensor<1024xf32>> -> tensor<1024xf32>
+    ```
+  }];
+  let arguments = (ins Dist_AsyncType:$future);
+  let results = (outs Dist_RankedTensor:$result);
+  let assemblyFormat = "$future attr-dict `:` qualified(type($future)) `->` qualified(type($result))";
+  let hasVerifier = 1;
+}
+
+#endif // TESSERA_DIALECTS_DIST_IR_DISTOPS_TD

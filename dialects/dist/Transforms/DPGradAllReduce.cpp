@@ -1,0 +1,70 @@
+//===- DPGradAllReduce.cpp - Data-parallel gradient averaging -------------===//
+
+#include "dialects/dist/Transforms/Passes.h"
+#include "tessera/Support/Model.h"
+
+#include "mlir/IR/Builders.h"
+
+namespace tessera::dist {
+#define GEN_PASS_DEF_DPGRADALLREDUCEPASS
+#include "dialects/dist/Transforms/Passes.h.inc"
+} // namespace tessera::dist
+
+using namespace mlir;
+using namespace tessera;
+using namespace tessera::dist;
+
+namespace {
+struct DPGradAllReducePass
+    : tessera::dist::impl::DPGradAllReducePassBase<DPGradAllReducePass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    func::FuncOp micro = getPhaseFunc(module, kMicrobatchPhase);
+    if (!micro) {
+      emitError(module.getLoc()) << "tessera-dp-grad-allreduce needs the "
+                                    "microbatch phase (run tessera-autodiff)";
+      return signalPassFailure();
+    }
+    if (getPhaseFunc(module, kStepPhase)) {
+      emitError(module.getLoc()) << "the module already has a step phase";
+      return signalPassFailure();
+    }
+    MeshOp mesh = lookupMesh(module);
+    int64_t dp = mesh ? mesh.getDp() : 1;
+
+    // The gradients the microbatch phase accumulates.
+    SmallVector<Type> types;
+    SmallVector<StringAttr> names;
+    for (unsigned i = 0, e = micro.getNumResults(); i < e; ++i)
+      if (auto of = micro.getResultAttrOfType<StringAttr>(i, kGradOfAttr)) {
+        types.push_back(micro.getResultTypes()[i]);
+        names.push_back(of);
+      }
+
+    OpBuilder b(module.getContext());
+    b.setInsertionPointAfter(micro);
+    auto step = func::FuncOp::create(b, micro.getLoc(), "step",
+                                     b.getFunctionType(types, types));
+    step->setAttr(kPhaseAttr, b.getStringAttr(kStepPhase));
+    Block *body = step.addEntryBlock();
+    b.setInsertionPointToStart(body);
+    SmallVector<Value> results;
+    for (auto [i, name] : llvm::enumerate(names)) {
+      auto binding = b.getStringAttr("grad:" + name.getValue());
+      step.setArgAttr(i, kBufferAttr, binding);
+      step.setResultAttr(i, kBufferAttr, binding);
+      Value g = body->getArgument(i);
+      if (dp > 1) {
+        // Megatron scales by 1/dp before the sum (gradient_scaling_factor).
+        g = nn::ScaleOp::create(b, step.getLoc(), g,
+                                b.getF32FloatAttr(1.0f / float(dp)));
+        g = AllReduceOp::create(b, step.getLoc(), g.getType(), g,
+                                FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
+                                b.getStringAttr("dp"), b.getStringAttr("sum"));
+      }
+      results.push_back(g);
+    }
+    func::ReturnOp::create(b, step.getLoc(), results);
+  }
+};
+} // namespace

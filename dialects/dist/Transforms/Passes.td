@@ -1,0 +1,71 @@
+//===- Passes.td - Parallelisation passes ---------------------*- tablegen -*-===//
+
+#ifndef TESSERA_DIALECTS_DIST_TRANSFORMS_PASSES_TD
+#define TESSERA_DIALECTS_DIST_TRANSFORMS_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def AttachMeshPass : Pass<"tessera-attach-mesh", "mlir::ModuleOp"> {
+  let summary = "attach the device mesh and check the model against it";
+  let description = [{
+    Adds `dist.mesh @mesh` with the given sizes and checks the configuration:
+    a valid order string and sizes, and every dimension that tp-partition
+    will split divisible by tp (an error names the op and the sizes).
+  }];
+  let dependentDialects = ["::tessera::dist::DistDialect"];
+  let options = [
+    Option<"tp", "tp", "int64_t", "1", "tensor-parallel size">,
+    Option<"dp", "dp", "int64_t", "1", "data-parallel size">,
+    Option<"order", "order", "std::string", "\"tp-cp-ep-dp-pp\"",
+           "rank order, fastest varying axis first">
+  ];
+}
+
+def SetBatchPass : Pass<"tessera-set-batch", "mlir::ModuleOp"> {
+  let summary = "fix the batch dimension and the microbatch count (Megatron semantics)";
+  let description = [{
+    `micro-batch-size` is per data-parallel rank, `global-batch-size` the
+    whole step over all dp ranks; a step runs global / (micro x dp)
+    microbatches. Sets the model inputs' batch dimension to the micro-batch
+    size, re-infers every result type and records `tessera.batch` on the
+    module. 0 means: take the micro batch from the model's static batch
+    dimension and the global batch as micro x dp.
+  }];
+  let options = [
+    Option<"microBatchSize", "micro-batch-size", "int64_t", "0",
+           "samples per microbatch per data-parallel rank">,
+    Option<"globalBatchSize", "global-batch-size", "int64_t", "0",
+           "samples per training step over all data-parallel ranks">
+  ];
+}
+
+def TPPartitionPass : Pass<"tessera-tp-partition", "mlir::ModuleOp"> {
+  let summary = "split linear pairs column/row-parallel over the tp axis";
+  let description = [{
+    Seed 004: a linear whose output reaches another linear through
+    elementwise ops becomes column-parallel (weight and bias split along
+    out-features, input entering the region through `dist.copy_to_region`)
+    and the second row-parallel (weight split along in-features, result
+    leaving through `dist.reduce_from_region`, bias added after the
+    reduction). Parameters get local shapes and a `dist.sharding`
+    attribute. Other linears stay replicated.
+  }];
+  let dependentDialects = ["::tessera::dist::DistDialect", "::tessera::nn::NNDialect"];
+  let statistics = [
+    Statistic<"numColumn", "column-parallel", "linears split column-parallel">,
+    Statistic<"numRow", "row-parallel", "linears split row-parallel">
+  ];
+}
+
+def DPGradAllReducePass : Pass<"tessera-dp-grad-allreduce", "mlir::ModuleOp"> {
+  let summary = "average gradients over the data-parallel group";
+  let description = [{
+    Creates the `step` function (`tessera.phase = "step"`) that takes the
+    accumulated gradients, scales them by 1/dp and all-reduces them over
+    the dp group, as Megatron's gradient_scaling_factor does.
+  }];
+  let dependentDialects = ["::tessera::dist::DistDialect", "::tessera::nn::NNDialect",
+                           "::mlir::func::FuncDialect"];
+}
+
+#endif // TESSERA_DIALECTS_DIST_TRANSFORMS_PASSES_TD

@@ -1,0 +1,188 @@
+//===- TPPartition.cpp - Column/row tensor-parallel split -----------------===//
+//
+// Seed 004's MLP pattern found and rewritten through TPSplitOpInterface: a
+// column-parallel op, the elementwise ops it feeds, and a row-parallel op
+// that closes the region. f (copy_to_region) enters it, g
+// (reduce_from_region) leaves it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/dist/Transforms/Passes.h"
+#include "tessera/Support/Model.h"
+
+#include "mlir/IR/Builders.h"
+
+namespace tessera::dist {
+#define GEN_PASS_DEF_TPPARTITIONPASS
+#include "dialects/dist/Transforms/Passes.h.inc"
+} // namespace tessera::dist
+
+using namespace mlir;
+using namespace tessera;
+using namespace tessera::dist;
+
+static bool supports(Operation *op, TPSplitKind kind) {
+  auto split = dyn_cast<TPSplitOpInterface>(op);
+  if (!split)
+    return false;
+  SmallVector<int64_t> dims;
+  bool partial = false;
+  return succeeded(split.getSplitDims(kind, dims, partial));
+}
+
+SmallVector<TPRegion> tessera::dist::findTPRegions(func::FuncOp func) {
+  SmallVector<TPRegion> regions;
+  DenseSet<Operation *> claimed;
+  func.walk([&](Operation *op) {
+    if (claimed.contains(op) || op->getNumResults() != 1 ||
+        !supports(op, TPSplitKind::Column))
+      return;
+    TPRegion region{op, {}, nullptr};
+    Value v = op->getResult(0);
+    int64_t dim = cast<RankedTensorType>(v.getType()).getRank() - 1;
+    // Follow single-use elementwise ops that keep the shard on `dim`.
+    while (v.hasOneUse()) {
+      OpOperand &use = *v.use_begin();
+      Operation *user = use.getOwner();
+      if (use.getOperandNumber() == 0 && !claimed.contains(user) &&
+          supports(user, TPSplitKind::Row)) {
+        region.row = user;
+        break;
+      }
+      auto split = dyn_cast<TPSplitOpInterface>(user);
+      if (!split || user->getNumOperands() != 1 || user->getNumResults() != 1)
+        break;
+      FailureOr<int64_t> next = split.propagateShardedDim(0, dim);
+      if (failed(next) || *next != dim)
+        break;
+      region.chain.push_back(user);
+      v = user->getResult(0);
+    }
+    if (!region.row)
+      return;
+    claimed.insert(region.column);
+    claimed.insert(region.row);
+    regions.push_back(region);
+  });
+  return regions;
+}
+
+namespace {
+struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    MeshOp mesh = lookupMesh(module);
+    if (!mesh) {
+      emitError(module.getLoc())
+          << "tessera-tp-partition needs a dist.mesh (run tessera-attach-mesh)";
+      return signalPassFailure();
+    }
+    func::FuncOp model = getModelFunc(module);
+    if (!model)
+      return signalPassFailure();
+    int64_t tp = mesh.getTp();
+    if (tp == 1)
+      return;
+
+    for (TPRegion &region : findTPRegions(model)) {
+      if (failed(splitOp(model, region.column, TPSplitKind::Column, tp, mesh)))
+        return signalPassFailure();
+      for (Operation *op : region.chain)
+        (void)reinferResultTypes(op);
+      if (failed(splitOp(model, region.row, TPSplitKind::Row, tp, mesh)))
+        return signalPassFailure();
+      ++numColumn;
+      ++numRow;
+    }
+    updateFunctionType(model);
+  }
+
+  /// Shards the parameters of `op` for `kind`, enters the region before a
+  /// column op and leaves it after a row op.
+  LogicalResult splitOp(func::FuncOp model, Operation *op, TPSplitKind kind,
+                        int64_t tp, MeshOp mesh) {
+    OpBuilder b(op);
+    auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
+    auto group = b.getStringAttr("tp");
+
+    // A row op's bias is added once, after the reduction.
+    Value rowBias;
+    if (kind == TPSplitKind::Row) {
+      if (auto linear = dyn_cast<nn::LinearOp>(op); linear && linear.getBias()) {
+        rowBias = linear.getBias();
+        auto replacement = nn::LinearOp::create(b, linear.getLoc(),
+                                                linear.getInput(),
+                                                linear.getWeight(), Value());
+        linear.getResult().replaceAllUsesWith(replacement.getResult());
+        linear.erase();
+        op = replacement;
+      }
+    }
+
+    SmallVector<int64_t> dims;
+    bool partial = false;
+    auto split = cast<TPSplitOpInterface>(op);
+    if (failed(split.getSplitDims(kind, dims, partial)))
+      return op->emitOpError() << "does not support this tensor-parallel split";
+
+    for (auto [index, dim] : llvm::enumerate(dims)) {
+      Value operand = op->getOperand(index);
+      if (dim < 0) {
+        // A replicated input entering a column region: seed 004's f.
+        if (kind == TPSplitKind::Column) {
+          b.setInsertionPoint(op);
+          auto copy = CopyToRegionOp::create(b, op->getLoc(), operand.getType(),
+                                             operand, meshRef, group);
+          op->setOperand(index, copy);
+        }
+        continue;
+      }
+      if (kind == TPSplitKind::Row && index == 0)
+        continue; // the activation, already sharded by the column op
+      auto arg = dyn_cast<BlockArgument>(operand);
+      if (!arg || !model.getArgAttr(arg.getArgNumber(), kParamAttr))
+        return op->emitOpError()
+               << "operand #" << index
+               << " must be a model parameter to be split over tp";
+      if (!arg.hasOneUse())
+        return op->emitOpError()
+               << "parameter "
+               << model.getArgAttr(arg.getArgNumber(), kParamAttr)
+               << " is used more than once and cannot be split here";
+      auto type = cast<RankedTensorType>(arg.getType());
+      if (type.getDimSize(dim) % tp != 0)
+        return op->emitOpError()
+               << "dimension " << dim << " of size " << type.getDimSize(dim)
+               << " is not divisible by tp = " << tp;
+      SmallVector<int64_t> shape(type.getShape());
+      shape[dim] /= tp;
+      arg.setType(RankedTensorType::get(shape, type.getElementType()));
+      model.setArgAttr(arg.getArgNumber(), kShardingAttr,
+                       b.getDictionaryAttr(
+                           {b.getNamedAttr("axis", group),
+                            b.getNamedAttr("dim", b.getI64IntegerAttr(dim))}));
+    }
+    if (failed(reinferResultTypes(op)))
+      return op->emitOpError() << "cannot infer its sharded result type";
+
+    if (partial || rowBias) {
+      b.setInsertionPointAfter(op);
+      Value result = op->getResult(0);
+      Value out = result;
+      Operation *firstUser = nullptr;
+      if (partial) {
+        out = ReduceFromRegionOp::create(b, op->getLoc(), result.getType(),
+                                         result, meshRef, group);
+        firstUser = out.getDefiningOp();
+      }
+      if (rowBias) {
+        out = nn::BiasAddOp::create(b, op->getLoc(), out, rowBias);
+        if (!firstUser)
+          firstUser = out.getDefiningOp();
+      }
+      result.replaceAllUsesExcept(out, firstUser);
+    }
+    return success();
+  }
+};
+} // namespace

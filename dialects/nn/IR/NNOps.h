@@ -1,0 +1,19 @@
+//===- NNOps.h - nn dialect ---------------------------------------*- C++ -*-===//
+
+#ifndef TESSERA_DIALECTS_NN_IR_NNOPS_H
+#define TESSERA_DIALECTS_NN_IR_NNOPS_H
+
+#include "mlir/Bytecode/BytecodeOpInterface.h"
+#include "mlir/IR/BuiltinTypes.h"
+#include "mlir/IR/Dialect.h"
+#include "mlir/IR/OpDefinition.h"
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
+#include "tessera/Interfaces/TesseraInterfaces.h"
+
+#include "dialects/nn/IR/NNOpsDialect.h.inc"
+
+#define GET_OP_CLASSES
+#include "dialects/nn/IR/NNOps.h.inc"
+
+#endif // TESSERA_DIALECTS_NN_IR_NNOPS_H

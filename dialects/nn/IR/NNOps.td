@@ -1,0 +1,318 @@
+//===- NNOps.td - nn dialect: tensor-level training ops --------*- tablegen -*-===//
+//
+// The input level of Tessera: a single-device model as one function over
+// ranked f32 tensors. Each op knows its backward (DifferentiableOpInterface)
+// and how it splits along the tensor-parallel axis (TPSplitOpInterface).
+// Gradient and optimizer ops appear after autodiff and the optimizer pass.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_DIALECTS_NN_IR_NNOPS_TD
+#define TESSERA_DIALECTS_NN_IR_NNOPS_TD
+
+include "mlir/IR/OpBase.td"
+include "mlir/IR/BuiltinAttributes.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "tessera/Interfaces/TesseraInterfaces.td"
+
+def NN_Dialect : Dialect {
+  let name = "nn";
+  let cppNamespace = "::tessera::nn";
+  let summary = "Tensor-level neural-network training ops";
+  let description = [{
+    The model a user writes: a function whose arguments are parameters
+    (`nn.param = "<name>"`, `nn.init = "normal:<std>" | "zeros" | "ones"`)
+    and inputs (`nn.input = "features" | "labels"`) and whose result is the
+    scalar loss. The batch dimension may be dynamic (`?`); the
+    tessera-set-batch pass fixes it to the micro-batch size.
+  }];
+}
+
+class NN_Op<string mnemonic, list<Trait> traits = []>
+    : Op<NN_Dialect, mnemonic, !listconcat(traits, [Pure])>;
+
+def NN_F32Tensor : RankedTensorOf<[F32]>;
+def NN_I32Tensor : RankedTensorOf<[I32]>;
+def NN_I64Tensor : RankedTensorOf<[I64]>;
+
+//===----------------------------------------------------------------------===//
+// Forward ops
+//===----------------------------------------------------------------------===//
+
+def NN_LinearOp : NN_Op<"linear", [InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>,
+    DeclareOpInterfaceMethods<Tessera_TPSplitOpInterface>]> {
+  let summary = "fully connected layer y = x W^T + b";
+  let description = [{
+    `input` is `[batch, in]`, `weight` is `[out, in]` (PyTorch and Megatron
+    layout) and the optional `bias` is `[out]`; the result is `[batch, out]`.
+    Under a column split the weight and bias are sharded along `out`; under a
+    row split the weight is sharded along `in`, the input along its last
+    dimension, and the result is a partial sum (the bias stays replicated and
+    tp-partition moves it after the reduction).
+
+    ```mlir
+    %y = nn.linear %x, %w, %b : (tensor<8x256xf32>, tensor<1024x256xf32>, tensor<1024xf32>) -> tensor<8x1024xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$weight,
+                       Optional<NN_F32Tensor>:$bias);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight (`,` $bias^)? attr-dict `:` functional-type(operands, results)
+  }];
+  let hasVerifier = 1;
+}
+
+def NN_MatmulOp : NN_Op<"matmul", [InferTypeOpAdaptor]> {
+  let summary = "2-D matrix product with optional transposes";
+  let description = [{
+    `result = op(lhs) @ op(rhs)` where `op` transposes when the matching
+    flag is set. Produced by autodiff for the backward of `nn.linear`.
+
+    ```mlir
+    %dw = nn.matmul %dy, %x {transpose_lhs} : (tensor<8x16xf32>, tensor<8x256xf32>) -> tensor<16x256xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$lhs, NN_F32Tensor:$rhs,
+                       UnitAttr:$transpose_lhs, UnitAttr:$transpose_rhs);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+}
+
+class NN_UnaryOp<string mnemonic, list<Trait> traits = []>
+    : NN_Op<mnemonic, !listconcat(traits, [SameOperandsAndResultType,
+        DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>,
+        DeclareOpInterfaceMethods<Tessera_TPSplitOpInterface,
+                                  ["propagateShardedDim"]>])> {
+  let arguments = (ins NN_F32Tensor:$input);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+}
+
+def NN_GeluOp : NN_UnaryOp<"gelu"> {
+  let summary = "GELU activation, exact erf form";
+  let description = [{
+    `x * Phi(x)` elementwise.
+
+    ```mlir
+    %h = nn.gelu %z : tensor<8x1024xf32>
+    ```
+  }];
+}
+
+def NN_ReluOp : NN_UnaryOp<"relu"> {
+  let summary = "ReLU activation";
+  let description = [{
+    `max(x, 0)` elementwise.
+
+    ```mlir
+    %h = nn.relu %z : tensor<8x1024xf32>
+    ```
+  }];
+}
+
+def NN_AddOp : NN_Op<"add", [SameOperandsAndResultType, Commutative,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>,
+    DeclareOpInterfaceMethods<Tessera_TPSplitOpInterface,
+                              ["propagateShardedDim"]>]> {
+  let summary = "elementwise sum (residual add, gradient accumulation)";
+  let description = [{
+    ```mlir
+    %s = nn.add %a, %b : tensor<8x256xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$lhs, NN_F32Tensor:$rhs);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($result)";
+}
+
+def NN_BiasAddOp : NN_Op<"bias_add", [InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "adds a [n] bias to every row of a [m, n] tensor";
+  let description = [{
+    Created by tp-partition when a row-parallel linear's bias moves after the
+    reduction, so that it is added once.
+
+    ```mlir
+    %y = nn.bias_add %x, %b : (tensor<8x256xf32>, tensor<256xf32>) -> tensor<8x256xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$bias);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$input `,` $bias attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def NN_SoftmaxCrossEntropyOp : NN_Op<"softmax_cross_entropy", [InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "per-sample softmax cross-entropy over class logits";
+  let description = [{
+    `loss[i] = logsumexp(logits[i, :]) - logits[i, labels[i]]` for `logits`
+    `[batch, classes]` and integer `labels` `[batch]`.
+
+    ```mlir
+    %l = nn.softmax_cross_entropy %logits, %labels : (tensor<8x16xf32>, tensor<8xi32>) -> tensor<8xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$logits, NN_I32Tensor:$labels);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$logits `,` $labels attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def NN_MeanOp : NN_Op<"mean", [InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "mean of all elements, a 0-d tensor";
+  let description = [{
+    ```mlir
+    %loss = nn.mean %l : (tensor<8xf32>) -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input);
+  let results = (outs 0DTensorOf<[F32]>:$result);
+  let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
+}
+
+//===----------------------------------------------------------------------===//
+// Backward ops (created by autodiff)
+//===----------------------------------------------------------------------===//
+
+class NN_ActivationGradOp<string mnemonic> : NN_Op<mnemonic,
+    [AllTypesMatch<["input", "result_grad", "result"]>]> {
+  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$result_grad);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$input `,` $result_grad attr-dict `:` type($result)";
+}
+
+def NN_GeluGradOp : NN_ActivationGradOp<"gelu_grad"> {
+  let summary = "backward of nn.gelu: dy * gelu'(x)";
+  let description = [{
+    ```mlir
+    %dz = nn.gelu_grad %z, %dh : tensor<8x1024xf32>
+    ```
+  }];
+}
+
+def NN_ReluGradOp : NN_ActivationGradOp<"relu_grad"> {
+  let summary = "backward of nn.relu: dy * (x > 0)";
+  let description = [{
+    ```mlir
+    %dz = nn.relu_grad %z, %dh : tensor<8x1024xf32>
+    ```
+  }];
+}
+
+def NN_ReduceRowsOp : NN_Op<"reduce_rows", [InferTypeOpAdaptor]> {
+  let summary = "sum over the leading dimension: [m, n] -> [n]";
+  let description = [{
+    The bias gradient of `nn.linear` and `nn.bias_add`.
+
+    ```mlir
+    %db = nn.reduce_rows %dy : (tensor<8x16xf32>) -> tensor<16xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_SoftmaxCrossEntropyGradOp : NN_Op<"softmax_cross_entropy_grad",
+    [InferTypeOpAdaptor]> {
+  let summary = "backward of nn.softmax_cross_entropy";
+  let description = [{
+    `dlogits[i, :] = dloss[i] * (softmax(logits[i, :]) - onehot(labels[i]))`.
+
+    ```mlir
+    %dz = nn.softmax_cross_entropy_grad %logits, %labels, %dl : (tensor<8x16xf32>, tensor<8xi32>, tensor<8xf32>) -> tensor<8x16xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$logits, NN_I32Tensor:$labels, NN_F32Tensor:$loss_grad);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$logits `,` $labels `,` $loss_grad attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_MeanGradOp : NN_Op<"mean_grad"> {
+  let summary = "backward of nn.mean: broadcast dy / numel";
+  let description = [{
+    ```mlir
+    %dl = nn.mean_grad %dloss : (tensor<f32>) -> tensor<8xf32>
+    ```
+  }];
+  let arguments = (ins 0DTensorOf<[F32]>:$result_grad);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$result_grad attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_FillOp : NN_Op<"fill"> {
+  let summary = "a tensor with every element set to `value`";
+  let description = [{
+    Seeds the backward sweep (`1 / num_microbatches`, as Megatron scales the
+    loss) and zero gradients.
+
+    ```mlir
+    %seed = nn.fill 2.500000e-01 : tensor<f32>
+    ```
+  }];
+  let arguments = (ins F32Attr:$value);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$value attr-dict `:` type($result)";
+}
+
+def NN_ScaleOp : NN_Op<"scale", [SameOperandsAndResultType]> {
+  let summary = "multiplies every element by a constant";
+  let description = [{
+    ```mlir
+    %g = nn.scale %g0 {factor = 5.000000e-01 : f32} : tensor<1024x256xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, F32Attr:$factor);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizer ops (created by the optimizer pass)
+//===----------------------------------------------------------------------===//
+
+def NN_SgdOp : NN_Op<"sgd", [AllTypesMatch<["param", "grad", "result"]>]> {
+  let summary = "SGD step: p - lr * (g + weight_decay * p)";
+  let description = [{
+    ```mlir
+    %p1 = nn.sgd %p, %g {lr = 1.0e-02 : f32, weight_decay = 0.0 : f32} : tensor<16x256xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$param, NN_F32Tensor:$grad, F32Attr:$lr,
+                       F32Attr:$weight_decay);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$param `,` $grad attr-dict `:` type($result)";
+}
+
+def NN_AdamOp : NN_Op<"adam", [AllTypesMatch<["param", "grad", "exp_avg",
+    "exp_avg_sq", "new_param", "new_exp_avg", "new_exp_avg_sq"]>]> {
+  let summary = "Adam step (decoupled weight decay, bias-corrected)";
+  let description = [{
+    With `t` the 1-based iteration: `m = b1 m + (1-b1) g`, `v = b2 v + (1-b2) g^2`,
+    `p -= lr * (m / (1-b1^t) / (sqrt(v / (1-b2^t)) + eps) + wd * p)`.
+    Optimizer state is fp32.
+
+    ```mlir
+    %p1, %m1, %v1 = nn.adam %p, %g, %m, %v, %t {lr = 1.0e-03 : f32, beta1 = 0.9 : f32,
+        beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = 0.0 : f32}
+        : tensor<16x256xf32>, tensor<i64>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$param, NN_F32Tensor:$grad, NN_F32Tensor:$exp_avg,
+                       NN_F32Tensor:$exp_avg_sq, 0DTensorOf<[I64]>:$iteration,
+                       F32Attr:$lr, F32Attr:$beta1, F32Attr:$beta2,
+                       F32Attr:$eps, F32Attr:$weight_decay);
+  let results = (outs NN_F32Tensor:$new_param, NN_F32Tensor:$new_exp_avg,
+                      NN_F32Tensor:$new_exp_avg_sq);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $iteration attr-dict
+    `:` type($param) `,` type($iteration)
+  }];
+}
+
+#endif // TESSERA_DIALECTS_NN_IR_NNOPS_TD

@@ -1,0 +1,135 @@
+//===- Optimizer.cpp - SGD / Adam update in the step phase ----------------===//
+
+#include "dialects/nn/Transforms/Passes.h"
+#include "tessera/Support/Model.h"
+
+#include "mlir/IR/Builders.h"
+
+namespace tessera::nn {
+#define GEN_PASS_DEF_OPTIMIZERPASS
+#include "dialects/nn/Transforms/Passes.h.inc"
+} // namespace tessera::nn
+
+using namespace mlir;
+using namespace tessera;
+using namespace tessera::nn;
+
+namespace {
+struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
+  using OptimizerPassBase::OptimizerPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (optimizer != "sgd" && optimizer != "adam") {
+      emitError(module.getLoc()) << "unknown optimizer '" << std::string(optimizer)
+                                 << "' (expected sgd or adam)";
+      return signalPassFailure();
+    }
+    func::FuncOp micro = getPhaseFunc(module, kMicrobatchPhase);
+    func::FuncOp step = getPhaseFunc(module, kStepPhase);
+    if (!micro || !step) {
+      emitError(module.getLoc()) << "tessera-optimizer needs the microbatch "
+                                    "and step phases (run tessera-autodiff and "
+                                    "tessera-dp-grad-allreduce)";
+      return signalPassFailure();
+    }
+
+    // Parameter types by name, from the microbatch phase.
+    llvm::StringMap<Type> paramTypes;
+    for (unsigned i = 0, e = micro.getNumArguments(); i < e; ++i)
+      if (auto name = micro.getArgAttrOfType<StringAttr>(i, kParamAttr))
+        paramTypes[name.getValue()] = micro.getArgumentTypes()[i];
+
+    Block &body = step.getBody().front();
+    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    OpBuilder b(ret);
+    Location loc = step.getLoc();
+    bool adam = optimizer == "adam";
+
+    SmallVector<Value> newResults;
+    SmallVector<std::string> newBindings;
+    SmallVector<std::pair<Value, std::string>> zeroGrads;
+    Value iteration;
+    if (adam)
+      iteration = body.addArgument(
+          RankedTensorType::get({}, b.getI64Type()), loc);
+
+    unsigned numGrads = ret.getNumOperands();
+    SmallVector<std::string> argBindings;
+    for (unsigned i = 0; i < numGrads; ++i) {
+      auto binding = step.getResultAttrOfType<StringAttr>(i, kBufferAttr);
+      if (!binding || !binding.getValue().starts_with("grad:")) {
+        step.emitOpError() << "result #" << i << " is not a gradient";
+        return signalPassFailure();
+      }
+      std::string name = binding.getValue().drop_front(5).str();
+      Value grad = ret.getOperand(i);
+      Type type = paramTypes.lookup(name);
+      if (!type) {
+        step.emitOpError() << "gradient of unknown parameter '" << name << "'";
+        return signalPassFailure();
+      }
+      Value param = body.addArgument(type, loc);
+      argBindings.push_back(name);
+      if (adam) {
+        Value m = body.addArgument(type, loc);
+        Value v = body.addArgument(type, loc);
+        argBindings.push_back("adam.exp_avg:" + name);
+        argBindings.push_back("adam.exp_avg_sq:" + name);
+        auto update = AdamOp::create(
+            b, loc, type, type, type, param, grad, m, v, iteration,
+            b.getF32FloatAttr(lr), b.getF32FloatAttr(beta1),
+            b.getF32FloatAttr(beta2), b.getF32FloatAttr(eps),
+            b.getF32FloatAttr(weightDecay));
+        newResults.append({update.getNewParam(), update.getNewExpAvg(),
+                           update.getNewExpAvgSq()});
+        newBindings.append({name, "adam.exp_avg:" + name,
+                            "adam.exp_avg_sq:" + name});
+      } else {
+        auto update = SgdOp::create(b, loc, param, grad, b.getF32FloatAttr(lr),
+                                    b.getF32FloatAttr(weightDecay));
+        newResults.push_back(update);
+        newBindings.push_back(name);
+      }
+      zeroGrads.push_back({grad, binding.getValue().str()});
+    }
+    if (adam)
+      argBindings.insert(argBindings.begin(), "iteration");
+    // Gradients start from zero in the next step.
+    for (auto &[grad, binding] : zeroGrads) {
+      newResults.push_back(
+          FillOp::create(b, loc, grad.getType(), b.getF32FloatAttr(0)));
+      newBindings.push_back(binding);
+    }
+    func::ReturnOp::create(b, ret.getLoc(), newResults);
+    ret.erase();
+
+    // Arguments: grads, then (iteration), then param [, m, v] per grad.
+    SmallVector<DictionaryAttr> argAttrs, resultAttrs;
+    for (unsigned i = 0; i < numGrads; ++i)
+      argAttrs.push_back(step.getArgAttrDict(i));
+    auto bind = [&](StringRef name) {
+      return b.getDictionaryAttr(
+          b.getNamedAttr(kBufferAttr, b.getStringAttr(name)));
+    };
+    for (const std::string &binding : argBindings)
+      argAttrs.push_back(bind(binding));
+    for (const std::string &binding : newBindings)
+      resultAttrs.push_back(bind(binding));
+    updateFunctionType(step);
+    step.setAllArgAttrs(argAttrs);
+    step.setAllResultAttrs(resultAttrs);
+
+    module->setAttr(
+        kOptimizerAttr,
+        b.getDictionaryAttr({
+            b.getNamedAttr("kind", b.getStringAttr(optimizer)),
+            b.getNamedAttr("lr", b.getF32FloatAttr(lr)),
+            b.getNamedAttr("beta1", b.getF32FloatAttr(beta1)),
+            b.getNamedAttr("beta2", b.getF32FloatAttr(beta2)),
+            b.getNamedAttr("eps", b.getF32FloatAttr(eps)),
+            b.getNamedAttr("weight_decay", b.getF32FloatAttr(weightDecay)),
+        }));
+  }
+};
+} // namespace

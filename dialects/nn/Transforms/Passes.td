@@ -1,0 +1,40 @@
+//===- Passes.td - nn-level training passes -------------------*- tablegen -*-===//
+
+#ifndef TESSERA_DIALECTS_NN_TRANSFORMS_PASSES_TD
+#define TESSERA_DIALECTS_NN_TRANSFORMS_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def AutodiffPass : Pass<"tessera-autodiff", "mlir::ModuleOp"> {
+  let summary = "turn the forward model into a microbatch training step";
+  let description = [{
+    Reverse-mode differentiation through DifferentiableOpInterface: the model
+    function becomes the `microbatch` phase returning the loss and one
+    gradient per parameter. The backward is seeded with 1/num_microbatches
+    (Megatron scales the loss the same way), so accumulated gradients are
+    the mean over the microbatches. Values that do not depend on a
+    parameter get no adjoint, so no collective is emitted for them.
+  }];
+  let dependentDialects = ["::tessera::nn::NNDialect", "::tessera::dist::DistDialect"];
+}
+
+def OptimizerPass : Pass<"tessera-optimizer", "mlir::ModuleOp"> {
+  let summary = "append the optimizer update to the step function";
+  let description = [{
+    For each gradient the step function produces, adds the parameter and
+    fp32 optimizer state as arguments, the update (`nn.sgd` or `nn.adam`)
+    and results that write the new parameter and state back; gradients are
+    zeroed for the next step.
+  }];
+  let dependentDialects = ["::tessera::nn::NNDialect"];
+  let options = [
+    Option<"optimizer", "optimizer", "std::string", "\"adam\"", "sgd or adam">,
+    Option<"lr", "lr", "double", "1.0e-3", "learning rate">,
+    Option<"beta1", "beta1", "double", "0.9", "Adam beta1">,
+    Option<"beta2", "beta2", "double", "0.999", "Adam beta2">,
+    Option<"eps", "eps", "double", "1.0e-8", "Adam epsilon">,
+    Option<"weightDecay", "weight-decay", "double", "0.0", "decoupled weight decay">
+  ];
+}
+
+#endif // TESSERA_DIALECTS_NN_TRANSFORMS_PASSES_TD

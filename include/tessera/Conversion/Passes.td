@@ -1,0 +1,37 @@
+//===- Passes.td - Lowering and serialisation -----------------*- tablegen -*-===//
+
+#ifndef TESSERA_CONVERSION_PASSES_TD
+#define TESSERA_CONVERSION_PASSES_TD
+
+include "mlir/Pass/PassBase.td"
+
+def LowerToRTPass : Pass<"tessera-lower-to-rt", "mlir::ModuleOp"> {
+  let summary = "bufferize into a per-rank arena and lower to rt kernels";
+  let description = [{
+    Persistent buffers (parameters, gradients, optimizer state, inputs, loss,
+    iteration) are laid out first, 64-byte aligned; every other tensor gets
+    a transient buffer from a static memory plan (liveness intervals,
+    largest first, lowest free offset), shared by the phases since they run
+    one after another. Gradients returned by the microbatch phase
+    accumulate into their buffers (GEMM with beta = 1 where possible).
+  }];
+  let dependentDialects = ["::tessera::rt::RTDialect", "::mlir::func::FuncDialect"];
+  let statistics = [
+    Statistic<"arenaBytes", "arena-bytes", "bytes of the per-rank arena">,
+    Statistic<"transientBytes", "transient-bytes", "bytes of the transient region">
+  ];
+}
+
+def SerializePass : Pass<"tessera-serialize", "mlir::ModuleOp"> {
+  let summary = "write the rt module as a .tsr artifact";
+  let description = [{
+    Translates rt buffers and kernels into the artifact schema
+    (runtime/schema/artifact.fbs), with the mesh, every rank group the
+    program uses, the batch and optimizer settings.
+  }];
+  let options = [
+    Option<"output", "output", "std::string", "\"\"", "artifact file to write">
+  ];
+}
+
+#endif // TESSERA_CONVERSION_PASSES_TD

@@ -1,0 +1,23 @@
+//===- TesseraInterfaces.h - Op interfaces shared by dialects ----*- C++ -*-===//
+
+#ifndef TESSERA_INTERFACES_TESSERAINTERFACES_H
+#define TESSERA_INTERFACES_TESSERAINTERFACES_H
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/OpDefinition.h"
+
+namespace tessera {
+
+/// The ways an op can be split along the tensor-parallel axis.
+enum class TPSplitKind {
+  /// Output features sharded: Y_i = X W_i (seed 004 "column" split).
+  Column,
+  /// Input features sharded: Y = sum_i X_i W_i (seed 004 "row" split).
+  Row,
+};
+
+} // namespace tessera
+
+#include "tessera/Interfaces/TesseraInterfaces.h.inc"
+
+#endif // TESSERA_INTERFACES_TESSERAINTERFACES_H

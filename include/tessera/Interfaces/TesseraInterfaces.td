@@ -1,0 +1,69 @@
+//===- TesseraInterfaces.td - Op interfaces shared by dialects -*- tablegen -*-===//
+//
+// Behaviour that many ops share across the nn and dist dialects: how an op
+// builds its backward (autodiff) and how it splits along a tensor-parallel
+// mesh axis (tp-partition). Passes query these interfaces instead of
+// switching over op kinds.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_INTERFACES_TESSERAINTERFACES_TD
+#define TESSERA_INTERFACES_TESSERAINTERFACES_TD
+
+include "mlir/IR/OpBase.td"
+
+def Tessera_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
+  let cppNamespace = "::tessera";
+  let description = [{
+    An op that knows its vector-Jacobian product. Given the adjoints of its
+    results (null where a result's adjoint is zero) it builds, at the
+    builder's insertion point, the adjoints of the operands for which
+    `needed[i]` is true and stores them in `operandAdjoints[i]` (null for
+    operands without a gradient, e.g. integer labels). Ops reached by the
+    reverse sweep after their results' adjoints are known.
+  }];
+  let methods = [
+    InterfaceMethod<"Builds the adjoints of the operands.",
+      "::llvm::LogicalResult", "buildAdjoint",
+      (ins "::mlir::OpBuilder &":$builder,
+           "::llvm::ArrayRef<::mlir::Value>":$resultAdjoints,
+           "::llvm::ArrayRef<bool>":$needed,
+           "::llvm::SmallVectorImpl<::mlir::Value> &":$operandAdjoints)>
+  ];
+}
+
+def Tessera_TPSplitOpInterface : OpInterface<"TPSplitOpInterface"> {
+  let cppNamespace = "::tessera";
+  let description = [{
+    How an op splits along the tensor-parallel axis (seed 004). An op may
+    support several split kinds (`TPSplitKind`): for each kind it declares
+    which dimension of each operand and of its result is sharded (-1:
+    replicated), and whether the result is a partial sum that needs a
+    reduce-from-region. Elementwise ops propagate a sharded dimension from
+    their operands to their result (`propagateShardedDim`).
+  }];
+  let methods = [
+    InterfaceMethod<[{
+        Fills `operandDims` with the sharded dim of each operand under split
+        kind `kind` and returns the result's sharded dim (-1: replicated);
+        sets `partialResult` when the result holds partial sums. Fails if the
+        op does not support the kind.
+      }],
+      "::llvm::FailureOr<int64_t>", "getSplitDims",
+      (ins "::tessera::TPSplitKind":$kind,
+           "::llvm::SmallVectorImpl<int64_t> &":$operandDims,
+           "bool &":$partialResult)>,
+    InterfaceMethod<[{
+        For an op applied to an operand sharded along `dim`, returns the
+        dimension of the result that is then sharded, or failure when the op
+        cannot run on the shard locally.
+      }],
+      "::llvm::FailureOr<int64_t>", "propagateShardedDim",
+      (ins "unsigned":$operandIndex, "int64_t":$dim),
+      /*methodBody=*/"", /*defaultImplementation=*/[{
+        return ::mlir::failure();
+      }]>
+  ];
+}
+
+#endif // TESSERA_INTERFACES_TESSERAINTERFACES_TD

@@ -1,0 +1,42 @@
+//===- Pipeline.h - The training compilation pipeline -------------*- C++ -*-===//
+
+#ifndef TESSERA_PIPELINE_PIPELINE_H
+#define TESSERA_PIPELINE_PIPELINE_H
+
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Pass/PassOptions.h"
+
+namespace tessera {
+
+/// Options of `tessera-train-pipeline` and of tessera-compile.
+struct TrainPipelineOptions
+    : public mlir::PassPipelineOptions<TrainPipelineOptions> {
+  Option<int64_t> tp{*this, "tp", llvm::cl::desc("tensor-parallel size"),
+                     llvm::cl::init(1)};
+  Option<int64_t> dp{*this, "dp", llvm::cl::desc("data-parallel size"),
+                     llvm::cl::init(1)};
+  Option<std::string> order{*this, "order", llvm::cl::desc("rank order"),
+                            llvm::cl::init("tp-cp-ep-dp-pp")};
+  Option<int64_t> microBatchSize{*this, "micro-batch-size",
+                                 llvm::cl::desc("samples per microbatch per dp rank"),
+                                 llvm::cl::init(0)};
+  Option<int64_t> globalBatchSize{*this, "global-batch-size",
+                                  llvm::cl::desc("samples per step over all dp ranks"),
+                                  llvm::cl::init(0)};
+  Option<std::string> optimizer{*this, "optimizer", llvm::cl::desc("sgd or adam"),
+                                llvm::cl::init("adam")};
+  Option<double> lr{*this, "lr", llvm::cl::desc("learning rate"),
+                    llvm::cl::init(1e-3)};
+  Option<double> weightDecay{*this, "weight-decay",
+                             llvm::cl::desc("decoupled weight decay"),
+                             llvm::cl::init(0.0)};
+};
+
+/// attach-mesh, set-batch, tp-partition, autodiff, dp-grad-allreduce,
+/// optimizer, lower-to-rt (serialisation is left to the caller).
+void buildTrainPipeline(mlir::OpPassManager &pm,
+                        const TrainPipelineOptions &options);
+
+} // namespace tessera
+
+#endif // TESSERA_PIPELINE_PIPELINE_H

@@ -1,0 +1,433 @@
+//===- Serialize.cpp - rt module to .tsr artifact -------------------------===//
+//
+// Translates rt buffers and kernels into the FlatBuffer schema of
+// runtime/schema/artifact.fbs and wraps it in the versioned, checksummed
+// container of tessera/rt/ArtifactFormat.h.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/dist/IR/RankGroups.h"
+#include "tessera/Conversion/Passes.h"
+#include "tessera/Support/Model.h"
+
+#include "tessera/artifact/artifact_generated.h"
+#include "tessera/rt/ArtifactFormat.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/StringSwitch.h"
+
+#include <set>
+
+namespace tessera {
+#define GEN_PASS_DEF_SERIALIZEPASS
+#include "tessera/Conversion/Passes.h.inc"
+} // namespace tessera
+
+using namespace mlir;
+using namespace tessera;
+namespace fa = tessera::artifact;
+
+static fa::DType dtypeOf(Type element) {
+  if (element.isInteger(32))
+    return fa::DType::I32;
+  if (element.isInteger(64))
+    return fa::DType::I64;
+  if (element.isBF16())
+    return fa::DType::BF16;
+  return fa::DType::F32;
+}
+
+static fa::BufferKind kindOf(StringRef kind) {
+  return llvm::StringSwitch<fa::BufferKind>(kind)
+      .Case("param", fa::BufferKind::Param)
+      .Case("grad", fa::BufferKind::Grad)
+      .Case("opt_state", fa::BufferKind::OptState)
+      .Case("input", fa::BufferKind::Input)
+      .Case("loss", fa::BufferKind::Loss)
+      .Default(fa::BufferKind::Iteration);
+}
+
+namespace {
+class Writer {
+public:
+  explicit Writer(ModuleOp module) : module(module) {}
+  LogicalResult write(llvm::raw_ostream &os);
+
+private:
+  flatbuffers::Offset<fa::TensorRef> tensorRef(Value memref);
+  FailureOr<flatbuffers::Offset<fa::Instr>> instr(Operation *op,
+                                                  DenseMap<Value, int> &events);
+
+  ModuleOp module;
+  flatbuffers::FlatBufferBuilder fbb{1 << 16};
+  llvm::StringMap<int64_t> bufferOffsets;
+  std::set<std::string> groupsUsed;
+};
+} // namespace
+
+flatbuffers::Offset<fa::TensorRef> Writer::tensorRef(Value memref) {
+  auto type = cast<MemRefType>(memref.getType());
+  int64_t offset = 0;
+  if (auto get = memref.getDefiningOp<rt::GetOp>())
+    offset = bufferOffsets.lookup(get.getBuffer());
+  else if (auto alloc = memref.getDefiningOp<rt::AllocOp>())
+    offset = alloc.getOffset();
+  auto shape = fbb.CreateVector(std::vector<int64_t>(type.getShape().begin(),
+                                                     type.getShape().end()));
+  return fa::CreateTensorRef(fbb, offset, shape, dtypeOf(type.getElementType()));
+}
+
+FailureOr<flatbuffers::Offset<fa::Instr>>
+Writer::instr(Operation *op, DenseMap<Value, int> &events) {
+  fa::Opcode opcode;
+  SmallVector<Value> operands;
+  bool transA = false, transB = false;
+  float alpha = 1, beta = 0;
+  std::vector<float> fattrs;
+  std::string group;
+  fa::ReduceOp reduce = fa::ReduceOp::Sum;
+  int event = -1;
+
+  auto kernel = [&](fa::Opcode code, auto k) {
+    opcode = code;
+    operands.append(k.getBuffers().begin(), k.getBuffers().end());
+    alpha = k.getAlpha().convertToFloat();
+    beta = k.getBeta().convertToFloat();
+    if (auto v = k.getValueAttr())
+      fattrs.push_back(v.getValueAsDouble());
+    return success();
+  };
+  auto collective = [&](StringRef g, StringRef reduction) {
+    group = g.str();
+    groupsUsed.insert(group);
+    reduce = reduction == "max" ? fa::ReduceOp::Max : fa::ReduceOp::Sum;
+  };
+
+  LogicalResult status =
+      llvm::TypeSwitch<Operation *, LogicalResult>(op)
+          .Case([&](rt::GemmOp o) {
+            opcode = fa::Opcode::Gemm;
+            operands = {o.getA(), o.getB(), o.getC()};
+            transA = o.getTransA();
+            transB = o.getTransB();
+            alpha = o.getAlpha().convertToFloat();
+            beta = o.getBeta().convertToFloat();
+            return success();
+          })
+          .Case([&](rt::BiasAddOp o) { return kernel(fa::Opcode::BiasAdd, o); })
+          .Case([&](rt::AddOp o) { return kernel(fa::Opcode::Add, o); })
+          .Case([&](rt::GeluOp o) { return kernel(fa::Opcode::Gelu, o); })
+          .Case([&](rt::GeluGradOp o) { return kernel(fa::Opcode::GeluGrad, o); })
+          .Case([&](rt::ReluOp o) { return kernel(fa::Opcode::Relu, o); })
+          .Case([&](rt::ReluGradOp o) { return kernel(fa::Opcode::ReluGrad, o); })
+          .Case([&](rt::ReduceRowsOp o) { return kernel(fa::Opcode::ReduceRows, o); })
+          .Case([&](rt::CrossEntropyOp o) {
+            return kernel(fa::Opcode::CrossEntropy, o);
+          })
+          .Case([&](rt::CrossEntropyGradOp o) {
+            return kernel(fa::Opcode::CrossEntropyGrad, o);
+          })
+          .Case([&](rt::MeanOp o) { return kernel(fa::Opcode::Mean, o); })
+          .Case([&](rt::MeanGradOp o) { return kernel(fa::Opcode::MeanGrad, o); })
+          .Case([&](rt::FillOp o) { return kernel(fa::Opcode::Fill, o); })
+          .Case([&](rt::ScaleOp o) { return kernel(fa::Opcode::Scale, o); })
+          .Case([&](rt::CopyOp o) { return kernel(fa::Opcode::Copy, o); })
+          .Case([&](rt::AxpyOp o) { return kernel(fa::Opcode::Axpy, o); })
+          .Case([&](rt::AdamOp o) {
+            opcode = fa::Opcode::Adam;
+            operands = {o.getParam(), o.getGrad(), o.getExpAvg(),
+                        o.getExpAvgSq(), o.getIteration()};
+            fattrs = {o.getLr().convertToFloat(), o.getBeta1().convertToFloat(),
+                      o.getBeta2().convertToFloat(), o.getEps().convertToFloat(),
+                      o.getWeightDecay().convertToFloat()};
+            return success();
+          })
+          .Case([&](rt::SgdOp o) {
+            opcode = fa::Opcode::Sgd;
+            operands = {o.getParam(), o.getGrad()};
+            fattrs = {o.getLr().convertToFloat(),
+                      o.getWeightDecay().convertToFloat()};
+            return success();
+          })
+          .Case([&](rt::AllReduceOp o) {
+            opcode = fa::Opcode::AllReduce;
+            operands = {o.getBuffer()};
+            collective(o.getGroup(), o.getReduction());
+            return success();
+          })
+          .Case([&](rt::AllReduceStartOp o) {
+            opcode = fa::Opcode::AllReduceStart;
+            operands = {o.getBuffer()};
+            collective(o.getGroup(), o.getReduction());
+            event = events.size();
+            events[o.getEvent()] = event;
+            return success();
+          })
+          .Case([&](rt::WaitOp o) {
+            opcode = fa::Opcode::Wait;
+            event = events.lookup(o.getEvent());
+            return success();
+          })
+          .Case([&](rt::AllGatherOp o) {
+            opcode = fa::Opcode::AllGather;
+            operands = {o.getInput(), o.getOutput()};
+            collective(o.getGroup(), "sum");
+            return success();
+          })
+          .Case([&](rt::ReduceScatterOp o) {
+            opcode = fa::Opcode::ReduceScatter;
+            operands = {o.getInput(), o.getOutput()};
+            collective(o.getGroup(), "sum");
+            return success();
+          })
+          .Default([&](Operation *o) {
+            return o->emitOpError() << "cannot be serialized";
+          });
+  if (failed(status))
+    return failure();
+
+  std::vector<flatbuffers::Offset<fa::TensorRef>> refs;
+  for (Value v : operands)
+    refs.push_back(tensorRef(v));
+  auto refsVec = fbb.CreateVector(refs);
+  auto fattrVec = fbb.CreateVector(fattrs);
+  auto groupStr = fbb.CreateString(group);
+  std::string locText;
+  llvm::raw_string_ostream locOs(locText);
+  locOs << op->getName() << " at " << op->getLoc();
+  auto locStr = fbb.CreateString(locText);
+  fa::InstrBuilder ib(fbb);
+  ib.add_op(opcode);
+  ib.add_operands(refsVec);
+  ib.add_trans_a(transA);
+  ib.add_trans_b(transB);
+  ib.add_alpha(alpha);
+  ib.add_beta(beta);
+  ib.add_fattrs(fattrVec);
+  ib.add_group(groupStr);
+  ib.add_reduce(reduce);
+  ib.add_event(event);
+  ib.add_loc(locStr);
+  return ib.Finish();
+}
+
+LogicalResult Writer::write(llvm::raw_ostream &os) {
+  dist::MeshOp mesh = dist::lookupMesh(module);
+  auto arena = module->getAttrOfType<IntegerAttr>("rt.arena_bytes");
+  if (!arena)
+    return emitError(module.getLoc())
+           << "tessera-serialize needs an rt module (run tessera-lower-to-rt)";
+
+  // Buffers.
+  std::vector<flatbuffers::Offset<fa::Buffer>> buffers;
+  std::vector<flatbuffers::Offset<fa::InputSpec>> inputs;
+  llvm::StringMap<int> index;
+  int lossBuffer = -1, iterationBuffer = -1;
+  SmallVector<rt::BufferOp> bufferOps(module.getOps<rt::BufferOp>());
+  for (auto [i, buf] : llvm::enumerate(bufferOps)) {
+    index[buf.getSymName()] = i;
+    bufferOffsets[buf.getSymName()] = buf.getOffset();
+  }
+  for (auto [i, buf] : llvm::enumerate(bufferOps)) {
+    auto type = cast<MemRefType>(buf.getType());
+    std::vector<int64_t> shape(type.getShape().begin(), type.getShape().end());
+    std::vector<int64_t> global = shape;
+    if (auto g = buf.getGlobalShape())
+      global.assign(g->begin(), g->end());
+    fa::InitKind init = fa::InitKind::Zeros;
+    float scale = 0;
+    if (auto spec = buf.getInit()) {
+      auto [kind, arg] = spec->split(':');
+      if (kind == "normal")
+        init = fa::InitKind::Normal;
+      else if (kind == "uniform")
+        init = fa::InitKind::Uniform;
+      else if (kind == "ones")
+        init = fa::InitKind::Ones;
+      else if (kind != "zeros")
+        return buf.emitOpError() << "unknown init spec '" << *spec
+                                 << "' (normal:<std>, uniform:<a>, zeros, ones)";
+      double d = 0;
+      if (!arg.empty()) {
+        if (arg.getAsDouble(d))
+          return buf.emitOpError() << "bad init scale in '" << *spec << "'";
+        scale = float(d);
+      }
+    }
+    auto name = fbb.CreateString(buf.getSymName().str());
+    auto shapeVec = fbb.CreateVector(shape);
+    auto globalVec = fbb.CreateVector(global);
+    auto axis = fbb.CreateString(buf.getShardAxis().value_or("").str());
+    int of = buf.getOfAttr() ? index.lookup(buf.getOfAttr().getValue()) : -1;
+    fa::BufferBuilder bb(fbb);
+    bb.add_name(name);
+    bb.add_kind(kindOf(buf.getKind()));
+    bb.add_dtype(dtypeOf(type.getElementType()));
+    bb.add_offset(buf.getOffset());
+    bb.add_shape(shapeVec);
+    bb.add_global_shape(globalVec);
+    bb.add_shard_dim(buf.getShardDim());
+    bb.add_shard_axis(axis);
+    bb.add_init(init);
+    bb.add_init_scale(scale);
+    bb.add_of(of);
+    buffers.push_back(bb.Finish());
+    if (buf.getKind() == "input") {
+      auto inName = fbb.CreateString(buf.getSymName().str());
+      inputs.push_back(fa::CreateInputSpec(
+          fbb, inName, i, buf.getNumClasses() ? *buf.getNumClasses() : 0));
+    }
+    if (buf.getKind() == "loss")
+      lossBuffer = i;
+    if (buf.getKind() == "iteration")
+      iterationBuffer = i;
+  }
+
+  // Functions.
+  std::vector<flatbuffers::Offset<fa::Function>> functions;
+  for (auto func : module.getOps<func::FuncOp>()) {
+    if (!func->hasAttr("rt.entry"))
+      continue;
+    DenseMap<Value, int> events;
+    std::vector<flatbuffers::Offset<fa::Instr>> instrs;
+    for (Operation &op : func.getBody().front()) {
+      if (isa<rt::GetOp, rt::AllocOp, func::ReturnOp>(op))
+        continue;
+      FailureOr<flatbuffers::Offset<fa::Instr>> in = instr(&op, events);
+      if (failed(in))
+        return failure();
+      instrs.push_back(*in);
+    }
+    auto name = fbb.CreateString(func.getSymName().str());
+    auto vec = fbb.CreateVector(instrs);
+    functions.push_back(fa::CreateFunction(fbb, name, vec));
+  }
+
+  auto buffersVec = fbb.CreateVector(buffers);
+  auto inputsVec = fbb.CreateVector(inputs);
+  auto functionsVec = fbb.CreateVector(functions);
+  int64_t persistent = 0;
+  if (auto p = module->getAttrOfType<IntegerAttr>("rt.persistent_bytes"))
+    persistent = p.getInt();
+  fa::ProgramBuilder pb(fbb);
+  pb.add_pp_rank(0);
+  pb.add_arena_bytes(arena.getInt());
+  pb.add_persistent_bytes(persistent);
+  pb.add_buffers(buffersVec);
+  pb.add_inputs(inputsVec);
+  pb.add_loss_buffer(lossBuffer);
+  pb.add_iteration_buffer(iterationBuffer);
+  pb.add_functions(functionsVec);
+  auto program = pb.Finish();
+
+  // Mesh and every group kind the runtime needs.
+  dist::MeshShape shape;
+  if (mesh) {
+    shape.tp = mesh.getTp();
+    shape.cp = mesh.getCp();
+    shape.ep = mesh.getEp();
+    shape.etp = mesh.getEtp();
+    shape.dp = mesh.getDp();
+    shape.pp = mesh.getPp();
+    shape.order = mesh.getOrder().str();
+  }
+  groupsUsed.insert({"tp", "dp", "pp"});
+  std::vector<flatbuffers::Offset<fa::RankGroup>> groups;
+  for (const std::string &kind : groupsUsed) {
+    std::string error;
+    auto instances = dist::rankGroups(shape, kind, error);
+    if (!error.empty())
+      return emitError(module.getLoc()) << error;
+    for (auto &ranks : instances) {
+      auto kindStr = fbb.CreateString(kind);
+      std::vector<int32_t> r(ranks.begin(), ranks.end());
+      groups.push_back(fa::CreateRankGroup(fbb, kindStr, fbb.CreateVector(r)));
+    }
+  }
+  dist::AxisLayout layout = dist::denseLayout(shape);
+  std::vector<flatbuffers::Offset<fa::MeshAxis>> axes;
+  for (auto [name, size] : llvm::zip(layout.names, layout.sizes))
+    axes.push_back(fa::CreateMeshAxis(fbb, fbb.CreateString(name), size));
+
+  int64_t micro = 1, global = 1, numMicro = 1;
+  if (auto batch = module->getAttrOfType<DictionaryAttr>(kBatchAttr)) {
+    micro = batch.getAs<IntegerAttr>("micro_batch_size").getInt();
+    global = batch.getAs<IntegerAttr>("global_batch_size").getInt();
+    numMicro = batch.getAs<IntegerAttr>("num_microbatches").getInt();
+  }
+  auto batchOff = fa::CreateBatch(fbb, micro, global, numMicro);
+  flatbuffers::Offset<fa::Optimizer> optOff;
+  if (auto opt = module->getAttrOfType<DictionaryAttr>(kOptimizerAttr)) {
+    auto f = [&](StringRef n) {
+      return float(opt.getAs<FloatAttr>(n).getValueAsDouble());
+    };
+    auto kind = fbb.CreateString(opt.getAs<StringAttr>("kind").getValue().str());
+    optOff = fa::CreateOptimizer(fbb, kind, f("lr"), f("beta1"), f("beta2"),
+                                 f("eps"), f("weight_decay"));
+  }
+  std::string flags;
+  if (auto a = module->getAttrOfType<StringAttr>("tessera.compile_flags"))
+    flags = a.getValue().str();
+  std::string model = "model";
+  if (auto a = module->getAttrOfType<StringAttr>("tessera.model"))
+    model = a.getValue().str();
+
+  auto groupsVec = fbb.CreateVector(groups);
+  auto axesVec = fbb.CreateVector(axes);
+  auto programs = fbb.CreateVector(std::vector{program});
+  auto producer = fbb.CreateString("tessera-compile 0.1");
+  auto modelStr = fbb.CreateString(model);
+  auto orderStr = fbb.CreateString(shape.order);
+  auto flagsStr = fbb.CreateString(flags);
+  fa::ArtifactBuilder ab(fbb);
+  ab.add_format_version(fa::kFormatVersion);
+  ab.add_producer(producer);
+  ab.add_model(modelStr);
+  ab.add_world_size(layout.worldSize());
+  ab.add_mesh(axesVec);
+  ab.add_order(orderStr);
+  ab.add_groups(groupsVec);
+  ab.add_batch(batchOff);
+  if (!optOff.IsNull())
+    ab.add_optimizer(optOff);
+  ab.add_compile_flags(flagsStr);
+  ab.add_programs(programs);
+  fbb.Finish(ab.Finish(), fa::ArtifactIdentifier());
+
+  const uint8_t *data = fbb.GetBufferPointer();
+  size_t size = fbb.GetSize();
+  os << fa::makeHeader(data, size);
+  os.write(reinterpret_cast<const char *>(data), size);
+  return success();
+}
+
+LogicalResult tessera::writeArtifact(ModuleOp module, llvm::raw_ostream &os) {
+  return Writer(module).write(os);
+}
+
+namespace {
+struct SerializePass : tessera::impl::SerializePassBase<SerializePass> {
+  using SerializePassBase::SerializePassBase;
+  void runOnOperation() override {
+    if (output.empty()) {
+      emitError(getOperation().getLoc())
+          << "tessera-serialize needs output=<file>";
+      return signalPassFailure();
+    }
+    std::string error;
+    auto file = mlir::openOutputFile(output, &error);
+    if (!file) {
+      emitError(getOperation().getLoc())
+          << "cannot open '" << output << "': " << error;
+      return signalPassFailure();
+    }
+    if (failed(writeArtifact(getOperation(), file->os())))
+      return signalPassFailure();
+    file->keep();
+  }
+};
+} // namespace

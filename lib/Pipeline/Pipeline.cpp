@@ -1,0 +1,43 @@
+//===- Pipeline.cpp - Registration and the training pipeline --------------===//
+
+#include "tessera/Pipeline/Pipeline.h"
+#include "dialects/dist/Transforms/Passes.h"
+#include "dialects/nn/Transforms/Passes.h"
+#include "tessera/Conversion/Passes.h"
+#include "tessera/InitAll.h"
+
+#include "mlir/Pass/PassRegistry.h"
+
+using namespace mlir;
+
+void tessera::registerAllDialects(DialectRegistry &registry) {
+  registry.insert<nn::NNDialect, dist::DistDialect, rt::RTDialect,
+                  func::FuncDialect>();
+}
+
+void tessera::buildTrainPipeline(OpPassManager &pm,
+                                 const TrainPipelineOptions &options) {
+  pm.addPass(dist::createAttachMeshPass(
+      {options.tp, options.dp, options.order}));
+  pm.addPass(dist::createSetBatchPass(
+      {options.microBatchSize, options.globalBatchSize}));
+  pm.addPass(dist::createTPPartitionPass());
+  pm.addPass(nn::createAutodiffPass());
+  pm.addPass(dist::createDPGradAllReducePass());
+  nn::OptimizerPassOptions opt;
+  opt.optimizer = options.optimizer;
+  opt.lr = options.lr;
+  opt.weightDecay = options.weightDecay;
+  pm.addPass(nn::createOptimizerPass(opt));
+  pm.addPass(createLowerToRTPass());
+}
+
+void tessera::registerAllPasses() {
+  dist::registerTesseraDistPasses();
+  nn::registerTesseraNNPasses();
+  registerTesseraConversionPasses();
+  PassPipelineRegistration<TrainPipelineOptions>(
+      "tessera-train-pipeline",
+      "the whole compilation from an nn model to an rt program",
+      buildTrainPipeline);
+}

@@ -1,0 +1,74 @@
+//===- Model.cpp - Conventions of a Tessera training module ---------------===//
+
+#include "tessera/Support/Model.h"
+
+#include "mlir/Interfaces/InferTypeOpInterface.h"
+
+using namespace mlir;
+
+func::FuncOp tessera::getModelFunc(ModuleOp module) {
+  if (func::FuncOp mb = getPhaseFunc(module, kMicrobatchPhase))
+    return mb;
+  func::FuncOp found;
+  for (auto func : module.getOps<func::FuncOp>()) {
+    if (func->hasAttr(kPhaseAttr) || func.isExternal())
+      continue;
+    if (found) {
+      emitError(func.getLoc())
+          << "more than one model function in the module ('"
+          << found.getSymName() << "' and '" << func.getSymName() << "')";
+      return nullptr;
+    }
+    found = func;
+  }
+  if (!found)
+    emitError(module.getLoc()) << "the module has no model function";
+  else if (!found.getBody().hasOneBlock())
+    return emitError(found.getLoc())
+               << "the model function must have a single block",
+           nullptr;
+  return found;
+}
+
+func::FuncOp tessera::getPhaseFunc(ModuleOp module, StringRef phase) {
+  for (auto func : module.getOps<func::FuncOp>())
+    if (auto p = func->getAttrOfType<StringAttr>(kPhaseAttr))
+      if (p.getValue() == phase)
+        return func;
+  return nullptr;
+}
+
+LogicalResult tessera::reinferResultTypes(Operation *op) {
+  if (auto infer = dyn_cast<InferTypeOpInterface>(op)) {
+    SmallVector<Type> types;
+    if (failed(infer.inferReturnTypes(
+            op->getContext(), op->getLoc(), op->getOperands(),
+            op->getAttrDictionary(), op->getPropertiesStorage(),
+            op->getRegions(), types)))
+      return failure();
+    for (auto [result, type] : llvm::zip(op->getResults(), types))
+      result.setType(type);
+    return success();
+  }
+  if (op->hasTrait<OpTrait::SameOperandsAndResultType>() &&
+      op->getNumOperands() > 0) {
+    for (Value result : op->getResults())
+      result.setType(op->getOperand(0).getType());
+    return success();
+  }
+  return failure();
+}
+
+void tessera::updateFunctionType(func::FuncOp func) {
+  auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
+  func.setType(FunctionType::get(func.getContext(),
+                                 func.getBody().front().getArgumentTypes(),
+                                 ret.getOperandTypes()));
+}
+
+int64_t tessera::getNumMicrobatches(ModuleOp module) {
+  if (auto batch = module->getAttrOfType<DictionaryAttr>(kBatchAttr))
+    if (auto m = batch.getAs<IntegerAttr>("num_microbatches"))
+      return m.getInt();
+  return 1;
+}

@@ -1,0 +1,91 @@
+//===- Artifact.h - .tsr artifact loading and validation --------*- C++ -*-===//
+//
+// Loads a compiled Tessera artifact (.tsr): the 24-byte container header of
+// ArtifactFormat.h around a FlatBuffer of schema/artifact.fbs. Loading checks,
+// in order: the file is readable, holds at least a header, magic, format
+// version, payload size (truncation), CRC-32, FlatBuffer verification and
+// finally semantic consistency (TensorRefs inside the arena, operand counts,
+// indices, mesh and rank groups, batch). Every error names the file.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_RT_ARTIFACT_H
+#define TESSERA_RT_ARTIFACT_H
+
+#include "tessera/artifact/artifact_generated.h"
+#include "tessera/rt/ArtifactFormat.h"
+#include "tessera/rt/Status.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tessera::rt {
+
+namespace fb = ::tessera::artifact;
+
+/// A verified artifact. Owns the payload bytes; `root()` points into them.
+class LoadedArtifact {
+public:
+  /// Reads and fully validates `path`.
+  static StatusOr<std::shared_ptr<const LoadedArtifact>>
+  loadFromFile(const std::string &path);
+
+  /// Validates an in-memory .tsr image (header + payload). `name` is used in
+  /// error messages in place of a file name.
+  static StatusOr<std::shared_ptr<const LoadedArtifact>>
+  loadFromMemory(std::string fileBytes, const std::string &name);
+
+  const fb::Artifact *root() const { return rootPtr; }
+  const std::string &name() const { return fileName; }
+
+  /// The program run by pipeline stage `ppRank`, or null.
+  const fb::Program *programForPpRank(int ppRank) const;
+
+private:
+  LoadedArtifact() = default;
+  std::string fileName;
+  std::string payload;
+  const fb::Artifact *rootPtr = nullptr;
+};
+
+/// Where a rank sits inside the rank group instance of some kind.
+struct GroupPosition {
+  const fb::RankGroup *group = nullptr; ///< null if the kind is absent
+  int instance = 0; ///< index of the instance among groups of this kind
+  int index = 0;    ///< position of the rank in `group->ranks()`
+  int size = 1;     ///< number of ranks in the instance
+};
+
+/// Finds the instance of `kind` that contains `rank`. If the artifact has no
+/// group of that kind, returns {nullptr, 0, 0, 1} (the rank alone).
+GroupPosition findGroupPosition(const fb::Artifact &artifact,
+                                std::string_view kind, int rank);
+
+/// All rank-group kinds named by collectives in any program, plus "dp" when
+/// the artifact has dp groups; sorted, unique. Every rank derives the same
+/// list, so communicators can be split collectively in this order.
+std::vector<std::string> collectiveGroupKinds(const fb::Artifact &artifact);
+
+/// Number of elements of `shape` (1 for a scalar).
+int64_t numElements(const flatbuffers::Vector<int64_t> *shape);
+/// Bytes per element of `dtype`.
+int64_t dtypeSize(fb::DType dtype);
+/// "[2, 3]" etc.
+std::string shapeToString(const flatbuffers::Vector<int64_t> *shape);
+
+/// Expected operand count of `op` (from the schema), or -1 if unknown.
+int expectedOperandCount(fb::Opcode op);
+
+/// Human-readable manifest of the artifact: header fields, mesh, groups,
+/// batch, optimizer, per-program buffers, inputs and functions.
+std::string summarizeArtifact(const LoadedArtifact &artifact);
+
+/// Writes header + `payload` to `path` (used by tests and the compiler).
+Status writeArtifactFile(const std::string &path, const uint8_t *payload,
+                         size_t size);
+
+} // namespace tessera::rt
+
+#endif // TESSERA_RT_ARTIFACT_H

@@ -1,0 +1,71 @@
+//===- Data.h - Synthetic classification data -------------------*- C++ -*-===//
+//
+// The model inputs are drawn from a deterministic Gaussian-mixture
+// classification task addressed by a global sample index g:
+//   label(g)      = min(C - 1, floor(uniform(seed, "data.labels", g) * C))
+//   centre[c][j]  = normal(seed, "data.centres", c * F + j)
+//   x(g)[j]       = 2/sqrt(F) * centre[label(g)][j]
+//                   + normal(seed, "data.noise", g * F + j)
+// For microbatch m (0-based) of iteration `it` (1-based) on the rank with
+// index r in its dp group of size D, sample i of the micro batch b is
+//   g = (it - 1) * G + m * b * D + r * b + i,   G = global batch size,
+// so every parallel configuration with the same G sees the same data.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_RT_DATA_H
+#define TESSERA_RT_DATA_H
+
+#include "tessera/rt/Artifact.h"
+
+#include <cstdint>
+#include <vector>
+
+namespace tessera::rt {
+
+/// Where a rank's micro batches come from.
+struct DataLayout {
+  uint64_t seed = 1234;
+  int64_t globalBatch = 1; ///< G
+  int64_t microBatch = 1;  ///< b
+  int dpIndex = 0;         ///< r
+  int dpSize = 1;          ///< D
+};
+
+/// Global index of sample `i` of microbatch `m` in iteration `it`.
+int64_t globalSampleIndex(const DataLayout &layout, int64_t iteration,
+                          int64_t microbatch, int64_t i);
+
+int32_t syntheticLabel(uint64_t seed, int64_t g, int64_t numClasses);
+
+/// Writes the F features of sample g (with label `label`) to `out`.
+void syntheticFeatures(uint64_t seed, int64_t g, int32_t label,
+                       int64_t numFeatures, float *out);
+
+/// Generates the host bytes of input `spec` of `program` for one microbatch.
+/// `fileName` is used in error messages.
+Status generateInput(const fb::Program &program, const fb::InputSpec &spec,
+                     const DataLayout &layout, int64_t iteration,
+                     int64_t microbatch, const std::string &fileName,
+                     std::vector<uint8_t> &out);
+
+/// Fills `out` with shard `shardIndex` of `shardCount` (split along
+/// `shardDim`, -1 for replicated) of the parameter `name` of `globalShape`:
+/// element with global row-major index g gets
+///   Normal:  scale * normal(seed, name, g)
+///   Uniform: scale * (2 * uniform(seed, name, g) - 1)
+///   Zeros / Ones.
+Status initParameterShard(fb::InitKind init, float scale, uint64_t seed,
+                          std::string_view name,
+                          const std::vector<int64_t> &globalShape, int shardDim,
+                          int shardIndex, int shardCount, float *out);
+
+/// Initialises param `buffer` of `artifact` as seen by world rank `rank`
+/// into host memory `out` (numElements(buffer.shape()) floats).
+Status initParameterBuffer(const fb::Artifact &artifact,
+                           const fb::Buffer &buffer, int rank, uint64_t seed,
+                           const std::string &fileName, float *out);
+
+} // namespace tessera::rt
+
+#endif // TESSERA_RT_DATA_H

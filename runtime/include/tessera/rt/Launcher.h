@@ -1,0 +1,54 @@
+//===- Launcher.h - tessera-run driver --------------------------*- C++ -*-===//
+//
+// The logic behind the `tessera-run` tool:
+//
+//   tessera-run -n N FILE.tsr --steps S [--seed S] [--metrics FILE]
+//               [--backend cpu] [--threads T] [--print-summary]
+//
+// Outside an MPI job it validates the artifact and re-executes itself under
+// `mpirun -n N`; inside the job every rank runs the executor and rank 0
+// reports Megatron-style progress lines and optional JSON-lines metrics.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_RT_LAUNCHER_H
+#define TESSERA_RT_LAUNCHER_H
+
+#include "tessera/rt/Status.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tessera::rt {
+
+/// Parsed command line of tessera-run.
+struct LaunchOptions {
+  int numRanks = 0; ///< -n; 0 means "the artifact's world size"
+  std::string artifactPath;
+  int64_t steps = -1;
+  uint64_t seed = 1234;
+  std::string metricsPath;
+  std::string backend = "cpu";
+  int threads = 0; ///< 0: $OPENBLAS_NUM_THREADS or max(1, cores / N)
+  bool printSummary = false;
+  bool profile = false; ///< --profile: per-opcode kernel time in the metrics
+  bool help = false;
+};
+
+/// Parses argv[1..argc). Errors are usage errors.
+StatusOr<LaunchOptions> parseLaunchOptions(int argc, char **argv);
+
+/// The usage text.
+std::string launchUsage(const char *argv0);
+
+/// True if the process runs under an MPI launcher (OMPI_COMM_WORLD_SIZE,
+/// PMI_SIZE or PMIX_RANK in the environment).
+bool insideMpiJob();
+
+/// Entry point of tessera-run; returns the process exit code.
+int runLauncher(int argc, char **argv);
+
+} // namespace tessera::rt
+
+#endif // TESSERA_RT_LAUNCHER_H

@@ -1,0 +1,589 @@
+//===- Artifact.cpp - .tsr artifact loading and validation ----------------===//
+//
+// Container checks, FlatBuffer verification and semantic validation of
+// compiled artifacts.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tessera/rt/Artifact.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace tessera::rt {
+
+//===----------------------------------------------------------------------===//
+// Small helpers
+//===----------------------------------------------------------------------===//
+
+int64_t numElements(const flatbuffers::Vector<int64_t> *shape) {
+  int64_t n = 1;
+  if (shape)
+    for (int64_t d : *shape)
+      n *= d;
+  return n;
+}
+
+int64_t dtypeSize(fb::DType dtype) {
+  switch (dtype) {
+  case fb::DType::F32:
+  case fb::DType::I32:
+    return 4;
+  case fb::DType::I64:
+    return 8;
+  case fb::DType::BF16:
+    return 2;
+  }
+  return 0;
+}
+
+std::string shapeToString(const flatbuffers::Vector<int64_t> *shape) {
+  std::string s = "[";
+  if (shape)
+    for (flatbuffers::uoffset_t i = 0; i < shape->size(); ++i)
+      s += (i ? ", " : "") + std::to_string(shape->Get(i));
+  return s + "]";
+}
+
+int expectedOperandCount(fb::Opcode op) {
+  using O = fb::Opcode;
+  switch (op) {
+  case O::Gemm:
+  case O::BiasAdd:
+  case O::Add:
+  case O::GeluGrad:
+  case O::ReluGrad:
+  case O::CrossEntropy:
+    return 3;
+  case O::Gelu:
+  case O::Relu:
+  case O::ReduceRows:
+  case O::Mean:
+  case O::MeanGrad:
+  case O::Scale:
+  case O::Copy:
+  case O::Axpy:
+  case O::AllGather:
+  case O::ReduceScatter:
+  case O::Sgd:
+    return 2;
+  case O::CrossEntropyGrad:
+    return 4;
+  case O::Fill:
+  case O::AllReduce:
+  case O::AllReduceStart:
+    return 1;
+  case O::Wait:
+    return 0;
+  case O::Adam:
+    return 5;
+  }
+  return -1;
+}
+
+static std::string str(const flatbuffers::String *s) {
+  return s ? s->str() : std::string();
+}
+
+GroupPosition findGroupPosition(const fb::Artifact &artifact,
+                                std::string_view kind, int rank) {
+  GroupPosition pos;
+  if (!artifact.groups())
+    return pos;
+  int instance = 0;
+  for (const fb::RankGroup *g : *artifact.groups()) {
+    if (!g->kind() || g->kind()->string_view() != kind)
+      continue;
+    if (g->ranks())
+      for (flatbuffers::uoffset_t i = 0; i < g->ranks()->size(); ++i)
+        if (g->ranks()->Get(i) == rank) {
+          pos.group = g;
+          pos.instance = instance;
+          pos.index = int(i);
+          pos.size = int(g->ranks()->size());
+          return pos;
+        }
+    ++instance;
+  }
+  return pos;
+}
+
+std::vector<std::string> collectiveGroupKinds(const fb::Artifact &artifact) {
+  std::set<std::string> kinds;
+  if (artifact.programs())
+    for (const fb::Program *p : *artifact.programs())
+      if (p->functions())
+        for (const fb::Function *f : *p->functions())
+          if (f->instrs())
+            for (const fb::Instr *in : *f->instrs())
+              if (in->group() && in->group()->size())
+                kinds.insert(in->group()->str());
+  if (artifact.groups())
+    for (const fb::RankGroup *g : *artifact.groups())
+      if (g->kind() && g->kind()->str() == "dp")
+        kinds.insert("dp");
+  return {kinds.begin(), kinds.end()};
+}
+
+const fb::Program *LoadedArtifact::programForPpRank(int ppRank) const {
+  if (!rootPtr->programs())
+    return nullptr;
+  for (const fb::Program *p : *rootPtr->programs())
+    if (p->pp_rank() == ppRank)
+      return p;
+  return nullptr;
+}
+
+//===----------------------------------------------------------------------===//
+// Semantic validation
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Accumulates the context for error messages.
+class Validator {
+public:
+  Validator(const std::string &file, const fb::Artifact &a)
+      : file(file), a(a) {}
+
+  Status run();
+
+private:
+  template <typename... Args> Status error(Args &&...args) {
+    return invalidArgument(file, ": ", std::forward<Args>(args)...);
+  }
+  Status checkMeshAndGroups();
+  Status checkBatch();
+  Status checkProgram(int pi, const fb::Program &p);
+  Status checkRef(const std::string &what, const fb::TensorRef *ref,
+                  int64_t arenaBytes);
+  Status checkInstr(const std::string &where, const fb::Instr &in,
+                    int64_t arenaBytes);
+
+  const std::string &file;
+  const fb::Artifact &a;
+  std::set<std::string> groupKinds;
+};
+
+Status Validator::run() {
+  // 0 means "unset"; the container header is authoritative.
+  if (a.format_version() != 0 && a.format_version() != artifact::kFormatVersion)
+    return error("payload format_version ", a.format_version(),
+                 " does not match the header's supported version ",
+                 artifact::kFormatVersion);
+  TESSERA_RETURN_IF_ERROR(checkMeshAndGroups());
+  TESSERA_RETURN_IF_ERROR(checkBatch());
+  if (!a.programs() || a.programs()->size() == 0)
+    return error("artifact has no programs");
+  std::set<int> ppRanks;
+  for (flatbuffers::uoffset_t i = 0; i < a.programs()->size(); ++i) {
+    const fb::Program *p = a.programs()->Get(i);
+    if (!ppRanks.insert(p->pp_rank()).second)
+      return error("two programs have pp_rank ", p->pp_rank());
+    TESSERA_RETURN_IF_ERROR(checkProgram(int(i), *p));
+  }
+  return Status();
+}
+
+Status Validator::checkMeshAndGroups() {
+  int world = a.world_size();
+  if (world <= 0)
+    return error("world_size must be positive, got ", world);
+  int64_t product = 1;
+  std::string meshText;
+  if (a.mesh())
+    for (const fb::MeshAxis *axis : *a.mesh()) {
+      if (axis->size() <= 0)
+        return error("mesh axis '", str(axis->name()),
+                     "' has non-positive size ", axis->size());
+      product *= axis->size();
+      meshText += (meshText.empty() ? "" : " x ") + str(axis->name()) + "=" +
+                  std::to_string(axis->size());
+    }
+  if (product != world)
+    return error("world_size ", world, " != product of mesh sizes ", product,
+                 " (", meshText.empty() ? "empty mesh" : meshText, ")");
+
+  // Each kind must partition [0, world) into equally sized instances.
+  std::map<std::string, std::vector<const fb::RankGroup *>> byKind;
+  if (a.groups())
+    for (const fb::RankGroup *g : *a.groups()) {
+      if (!g->kind() || g->kind()->size() == 0)
+        return error("rank group without a kind");
+      byKind[g->kind()->str()].push_back(g);
+    }
+  for (auto &[kind, groups] : byKind) {
+    groupKinds.insert(kind);
+    std::vector<int> seen(world, 0);
+    size_t size = 0;
+    for (const fb::RankGroup *g : groups) {
+      if (!g->ranks() || g->ranks()->size() == 0)
+        return error("empty rank group of kind '", kind, "'");
+      if (size == 0)
+        size = g->ranks()->size();
+      else if (size != g->ranks()->size())
+        return error("rank groups of kind '", kind, "' have different sizes (",
+                     size, " and ", g->ranks()->size(), ")");
+      for (int r : *g->ranks()) {
+        if (r < 0 || r >= world)
+          return error("rank ", r, " in a group of kind '", kind,
+                       "' is outside world_size ", world);
+        if (seen[r]++)
+          return error("rank ", r, " appears twice in groups of kind '", kind,
+                       "'");
+      }
+    }
+    for (int r = 0; r < world; ++r)
+      if (!seen[r])
+        return error("rank ", r, " is in no group of kind '", kind,
+                     "' (each group kind must partition the world)");
+  }
+  return Status();
+}
+
+Status Validator::checkBatch() {
+  const fb::Batch *b = a.batch();
+  if (!b)
+    return error("missing batch");
+  if (b->micro_batch_size() <= 0 || b->num_microbatches() <= 0 ||
+      b->global_batch_size() <= 0)
+    return error("batch sizes must be positive (micro ", b->micro_batch_size(),
+                 ", global ", b->global_batch_size(), ", microbatches ",
+                 b->num_microbatches(), ")");
+  int dp = findGroupPosition(a, "dp", 0).size;
+  if (b->micro_batch_size() * b->num_microbatches() * dp !=
+      b->global_batch_size())
+    return error("global_batch_size ", b->global_batch_size(),
+                 " != micro_batch_size ", b->micro_batch_size(),
+                 " * num_microbatches ", b->num_microbatches(), " * dp ", dp);
+  return Status();
+}
+
+Status Validator::checkRef(const std::string &what, const fb::TensorRef *ref,
+                           int64_t arenaBytes) {
+  if (!ref)
+    return error(what, " is missing");
+  if (ref->shape())
+    for (int64_t d : *ref->shape())
+      if (d < 0)
+        return error(what, " has negative dimension in shape ",
+                     shapeToString(ref->shape()));
+  int64_t es = dtypeSize(ref->dtype());
+  if (es == 0)
+    return error(what, " has unknown dtype ", int(ref->dtype()));
+  int64_t bytes = numElements(ref->shape()) * es;
+  if (ref->offset() < 0 || ref->offset() % es != 0 ||
+      ref->offset() + bytes > arenaBytes)
+    return error(what, " (offset ", ref->offset(), ", ", bytes,
+                 " bytes, shape ", shapeToString(ref->shape()),
+                 ") lies outside the arena of ", arenaBytes,
+                 " bytes or is misaligned");
+  return Status();
+}
+
+Status Validator::checkInstr(const std::string &where, const fb::Instr &in,
+                             int64_t arenaBytes) {
+  int expected = expectedOperandCount(in.op());
+  if (expected < 0)
+    return error(where, ": unknown opcode ", int(in.op()));
+  int got = in.operands() ? int(in.operands()->size()) : 0;
+  if (got != expected)
+    return error(where, ": ", fb::EnumNameOpcode(in.op()), " expects ",
+                 expected, " operands, got ", got);
+  for (int i = 0; i < got; ++i)
+    TESSERA_RETURN_IF_ERROR(checkRef(where + ": operand " + std::to_string(i),
+                                     in.operands()->Get(i), arenaBytes));
+  switch (in.op()) {
+  case fb::Opcode::AllReduce:
+  case fb::Opcode::AllGather:
+  case fb::Opcode::ReduceScatter:
+  case fb::Opcode::AllReduceStart: {
+    std::string g = str(in.group());
+    if (g.empty())
+      return error(where, ": collective without a group");
+    if (!groupKinds.count(g))
+      return error(where, ": collective over group kind '", g,
+                   "' but the artifact has no rank groups of that kind");
+    if (in.op() == fb::Opcode::AllReduceStart && in.event() < 0)
+      return error(where, ": AllReduceStart needs an event id >= 0");
+    break;
+  }
+  case fb::Opcode::Wait:
+    if (in.event() < 0)
+      return error(where, ": Wait needs an event id >= 0");
+    break;
+  case fb::Opcode::Fill:
+    if (!in.fattrs() || in.fattrs()->size() < 1)
+      return error(where, ": Fill needs fattrs = [value]");
+    break;
+  case fb::Opcode::Adam:
+    if (!in.fattrs() || in.fattrs()->size() != 5)
+      return error(where, ": Adam needs fattrs = [lr, beta1, beta2, eps, "
+                          "weight_decay]");
+    break;
+  case fb::Opcode::Sgd:
+    if (!in.fattrs() || in.fattrs()->size() != 2)
+      return error(where, ": Sgd needs fattrs = [lr, weight_decay]");
+    break;
+  default:
+    break;
+  }
+  return Status();
+}
+
+Status Validator::checkProgram(int pi, const fb::Program &p) {
+  std::string prog = "program " + std::to_string(pi);
+  int64_t arena = p.arena_bytes();
+  if (arena < 0)
+    return error(prog, ": negative arena_bytes ", arena);
+  if (p.persistent_bytes() < 0 || p.persistent_bytes() > arena)
+    return error(prog, ": persistent_bytes ", p.persistent_bytes(),
+                 " exceeds arena_bytes ", arena);
+  int numBuffers = p.buffers() ? int(p.buffers()->size()) : 0;
+  for (int bi = 0; bi < numBuffers; ++bi) {
+    const fb::Buffer *b = p.buffers()->Get(bi);
+    std::string what =
+        prog + ": buffer " + std::to_string(bi) + " '" + str(b->name()) + "'";
+    int64_t es = dtypeSize(b->dtype());
+    if (es == 0)
+      return error(what, " has unknown dtype");
+    if (b->shape())
+      for (int64_t d : *b->shape())
+        if (d < 0)
+          return error(what, " has a negative dimension");
+    int64_t bytes = numElements(b->shape()) * es;
+    if (b->offset() < 0 || b->offset() + bytes > arena)
+      return error(what, " (offset ", b->offset(), ", ", bytes,
+                   " bytes) lies outside the arena of ", arena, " bytes");
+    if ((b->kind() == fb::BufferKind::Grad ||
+         b->kind() == fb::BufferKind::OptState) &&
+        b->of() >= numBuffers)
+      return error(what, " refers to param buffer ", b->of(),
+                   " but there are only ", numBuffers, " buffers");
+    if (b->kind() == fb::BufferKind::Param && b->shard_dim() >= 0) {
+      int rank = b->shape() ? int(b->shape()->size()) : 0;
+      if (b->shard_dim() >= rank)
+        return error(what, " has shard_dim ", b->shard_dim(), " but rank ",
+                     rank);
+      if (!b->shard_axis() || !groupKinds.count(b->shard_axis()->str()))
+        return error(what, " is sharded over axis '", str(b->shard_axis()),
+                     "' which has no rank groups");
+    }
+    if (b->global_shape() && b->global_shape()->size() > 0 && b->shape() &&
+        b->global_shape()->size() != b->shape()->size())
+      return error(what, " has shape ", shapeToString(b->shape()),
+                   " but global_shape ", shapeToString(b->global_shape()));
+  }
+  auto checkIndex = [&](int idx, const char *field) -> Status {
+    if (idx < -1 || idx >= numBuffers)
+      return error(prog, ": ", field, " ", idx, " out of range (", numBuffers,
+                   " buffers)");
+    return Status();
+  };
+  TESSERA_RETURN_IF_ERROR(checkIndex(p.loss_buffer(), "loss_buffer"));
+  TESSERA_RETURN_IF_ERROR(checkIndex(p.iteration_buffer(), "iteration_buffer"));
+  if (p.loss_buffer() >= 0) {
+    const fb::Buffer *b = p.buffers()->Get(p.loss_buffer());
+    if (b->dtype() != fb::DType::F32 || numElements(b->shape()) != 1)
+      return error(prog, ": loss buffer must be a scalar f32");
+  }
+  if (p.iteration_buffer() >= 0) {
+    const fb::Buffer *b = p.buffers()->Get(p.iteration_buffer());
+    if (b->dtype() != fb::DType::I64 || numElements(b->shape()) != 1)
+      return error(prog, ": iteration buffer must be a scalar i64");
+  }
+  if (p.inputs())
+    for (const fb::InputSpec *in : *p.inputs()) {
+      if (in->buffer() < 0 || in->buffer() >= numBuffers)
+        return error(prog, ": input '", str(in->name()), "' buffer index ",
+                     in->buffer(), " out of range (", numBuffers, " buffers)");
+    }
+  std::set<std::string> names;
+  if (p.functions())
+    for (const fb::Function *f : *p.functions()) {
+      std::string fname = str(f->name());
+      if (!names.insert(fname).second)
+        return error(prog, ": duplicate function '", fname, "'");
+      if (!f->instrs())
+        continue;
+      for (flatbuffers::uoffset_t ii = 0; ii < f->instrs()->size(); ++ii) {
+        const fb::Instr *in = f->instrs()->Get(ii);
+        std::string where = prog + " function '" + fname + "' instruction " +
+                            std::to_string(ii);
+        if (in->loc() && in->loc()->size())
+          where += " (" + in->loc()->str() + ")";
+        TESSERA_RETURN_IF_ERROR(checkInstr(where, *in, arena));
+      }
+    }
+  return Status();
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Loading
+//===----------------------------------------------------------------------===//
+
+StatusOr<std::shared_ptr<const LoadedArtifact>>
+LoadedArtifact::loadFromFile(const std::string &path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    return notFound(path, ": cannot open artifact file for reading");
+  std::ostringstream os;
+  os << in.rdbuf();
+  if (in.bad())
+    return dataLoss(path, ": error reading artifact file");
+  return loadFromMemory(os.str(), path);
+}
+
+StatusOr<std::shared_ptr<const LoadedArtifact>>
+LoadedArtifact::loadFromMemory(std::string bytes, const std::string &name) {
+  using namespace ::tessera::artifact;
+  const auto *data = reinterpret_cast<const uint8_t *>(bytes.data());
+  if (bytes.size() < kHeaderSize)
+    return dataLoss(name, ": file is ", bytes.size(),
+                    " bytes, smaller than the ", kHeaderSize,
+                    "-byte .tsr header (truncated or not an artifact)");
+  if (std::memcmp(data, kMagic, 4) != 0)
+    return invalidArgument(name, ": bad magic (not a Tessera .tsr artifact)");
+  uint32_t version = loadLE32(data + 4);
+  if (version != kFormatVersion)
+    return failedPrecondition(name, ": unsupported format version ", version,
+                              " (this runtime supports version ",
+                              kFormatVersion, "); recompile the model");
+  uint64_t payloadSize = loadLE64(data + 8);
+  uint64_t expected = kHeaderSize + payloadSize;
+  if (payloadSize > bytes.size() || bytes.size() < expected)
+    return dataLoss(name, ": file is truncated: expected ", expected,
+                    " bytes, got ", bytes.size());
+  if (bytes.size() > expected)
+    return dataLoss(name, ": file has ", bytes.size() - expected,
+                    " unexpected trailing bytes (expected ", expected,
+                    " bytes, got ", bytes.size(), ")");
+  uint32_t crc = loadLE32(data + 16);
+  uint32_t actual = artifact::crc32(data + kHeaderSize, payloadSize);
+  if (crc != actual) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "0x%08x, computed 0x%08x", crc, actual);
+    return dataLoss(name, ": payload is corrupted (CRC-32 mismatch: header ",
+                    buf, ")");
+  }
+
+  std::shared_ptr<LoadedArtifact> result(new LoadedArtifact());
+  result->fileName = name;
+  // A fresh string keeps the payload heap-aligned for the verifier.
+  result->payload = bytes.substr(kHeaderSize);
+  const auto *buf = reinterpret_cast<const uint8_t *>(result->payload.data());
+  flatbuffers::Verifier verifier(buf, result->payload.size());
+  if (!verifier.VerifyBuffer<fb::Artifact>(nullptr))
+    return dataLoss(name, ": FlatBuffer verification failed (payload does not "
+                          "match schema artifact.fbs)");
+  result->rootPtr = flatbuffers::GetRoot<fb::Artifact>(buf);
+  TESSERA_RETURN_IF_ERROR(Validator(name, *result->rootPtr).run());
+  return std::shared_ptr<const LoadedArtifact>(std::move(result));
+}
+
+Status writeArtifactFile(const std::string &path, const uint8_t *payload,
+                         size_t size) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out)
+    return notFound(path, ": cannot open for writing");
+  std::string header = artifact::makeHeader(payload, size);
+  out.write(header.data(), std::streamsize(header.size()));
+  out.write(reinterpret_cast<const char *>(payload), std::streamsize(size));
+  if (!out)
+    return dataLoss(path, ": write failed");
+  return Status();
+}
+
+//===----------------------------------------------------------------------===//
+// Summary
+//===----------------------------------------------------------------------===//
+
+static const char *kindName(fb::BufferKind k) {
+  return fb::EnumNameBufferKind(k);
+}
+
+std::string summarizeArtifact(const LoadedArtifact &artifact) {
+  const fb::Artifact &a = *artifact.root();
+  std::ostringstream os;
+  os << "artifact: " << artifact.name() << "\n";
+  os << "  format version: " << a.format_version() << "\n";
+  os << "  producer: " << str(a.producer()) << "\n";
+  os << "  model: " << str(a.model()) << "\n";
+  os << "  compile flags: " << str(a.compile_flags()) << "\n";
+  os << "  world size: " << a.world_size() << "\n";
+  os << "  mesh:";
+  if (a.mesh())
+    for (const fb::MeshAxis *axis : *a.mesh())
+      os << " " << str(axis->name()) << "=" << axis->size();
+  os << " (order " << str(a.order()) << ")\n";
+  os << "  rank groups:\n";
+  std::map<std::string, std::vector<std::string>> groups;
+  if (a.groups())
+    for (const fb::RankGroup *g : *a.groups()) {
+      std::string s = "[";
+      if (g->ranks())
+        for (flatbuffers::uoffset_t i = 0; i < g->ranks()->size(); ++i)
+          s += (i ? "," : "") + std::to_string(g->ranks()->Get(i));
+      groups[str(g->kind())].push_back(s + "]");
+    }
+  for (auto &[kind, list] : groups) {
+    os << "    " << kind << ":";
+    for (auto &s : list)
+      os << " " << s;
+    os << "\n";
+  }
+  if (const fb::Batch *b = a.batch())
+    os << "  batch: micro " << b->micro_batch_size() << ", global "
+       << b->global_batch_size() << ", microbatches " << b->num_microbatches()
+       << "\n";
+  if (const fb::Optimizer *o = a.optimizer())
+    os << "  optimizer: " << str(o->kind()) << " lr=" << o->lr()
+       << " beta1=" << o->beta1() << " beta2=" << o->beta2()
+       << " eps=" << o->eps() << " weight_decay=" << o->weight_decay() << "\n";
+  if (a.programs())
+    for (const fb::Program *p : *a.programs()) {
+      os << "  program pp_rank " << p->pp_rank() << ": arena "
+         << p->arena_bytes() << " bytes (persistent " << p->persistent_bytes()
+         << ")\n";
+      os << "    buffers:\n";
+      if (p->buffers())
+        for (flatbuffers::uoffset_t i = 0; i < p->buffers()->size(); ++i) {
+          const fb::Buffer *b = p->buffers()->Get(i);
+          os << "      #" << i << " " << str(b->name()) << " "
+             << kindName(b->kind()) << " " << fb::EnumNameDType(b->dtype())
+             << shapeToString(b->shape()) << " @" << b->offset();
+          if (b->global_shape() && b->global_shape()->size())
+            os << " global" << shapeToString(b->global_shape());
+          if (b->shard_dim() >= 0)
+            os << " shard dim " << b->shard_dim() << " over "
+               << str(b->shard_axis());
+          if (b->kind() == fb::BufferKind::Param)
+            os << " init " << fb::EnumNameInitKind(b->init()) << "("
+               << b->init_scale() << ")";
+          if (b->of() >= 0)
+            os << " of #" << b->of();
+          os << "\n";
+        }
+      if (p->inputs())
+        for (const fb::InputSpec *in : *p->inputs())
+          os << "    input " << str(in->name()) << " -> #" << in->buffer()
+             << (in->num_classes() ? " classes " : "")
+             << (in->num_classes() ? std::to_string(in->num_classes()) : "")
+             << "\n";
+      os << "    loss buffer #" << p->loss_buffer() << ", iteration buffer #"
+         << p->iteration_buffer() << "\n";
+      if (p->functions())
+        for (const fb::Function *f : *p->functions())
+          os << "    function " << str(f->name()) << ": "
+             << (f->instrs() ? f->instrs()->size() : 0) << " instructions\n";
+    }
+  return os.str();
+}
+
+} // namespace tessera::rt

@@ -1,0 +1,95 @@
+//===- Backend.cpp - Backend registry -------------------------------------===//
+
+#include "tessera/rt/Backend.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <climits>
+
+namespace tessera::rt {
+
+Backend::~Backend() = default;
+
+BackendRegistry &BackendRegistry::global() {
+  static BackendRegistry *registry = [] {
+    auto *r = new BackendRegistry();
+    registerCpuBackend(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+void BackendRegistry::registerBackend(const std::string &name,
+                                      BackendFactory factory) {
+  std::lock_guard<std::mutex> lock(mutex);
+  factories[name] = std::move(factory);
+}
+
+bool BackendRegistry::contains(const std::string &name) const {
+  std::lock_guard<std::mutex> lock(mutex);
+  return factories.count(name) != 0;
+}
+
+std::vector<std::string> BackendRegistry::names() const {
+  std::lock_guard<std::mutex> lock(mutex);
+  std::vector<std::string> result;
+  for (auto &entry : factories)
+    result.push_back(entry.first);
+  return result;
+}
+
+Status BackendRegistry::loadPlugin(const std::string &path) {
+  void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  if (!handle)
+    return notFound("cannot load backend plugin ", path, ": ", dlerror());
+  auto fn = reinterpret_cast<TesseraRegisterBackendsFn>(
+      dlsym(handle, "tesseraRegisterBackends"));
+  if (!fn)
+    return notFound("backend plugin ", path,
+                    " does not export tesseraRegisterBackends");
+  fn(this);
+  return Status();
+}
+
+static std::string executableDir() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0)
+    return ".";
+  std::string path(buf, size_t(n));
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+StatusOr<std::unique_ptr<Backend>>
+BackendRegistry::create(const std::string &name,
+                        const BackendOptions &options) {
+  if (!contains(name)) {
+    std::string lib = "libTesseraBackend_" + name + ".so";
+    std::string dir = executableDir();
+    std::string errors;
+    for (const std::string &candidate :
+         {lib, dir + "/" + lib, dir + "/../lib/" + lib}) {
+      Status st = loadPlugin(candidate);
+      if (st.ok() && contains(name))
+        break;
+      errors += "\n  " + st.message();
+    }
+    if (!contains(name)) {
+      std::string known;
+      for (auto &n : names())
+        known += (known.empty() ? "" : ", ") + n;
+      return notFound("unknown backend '", name, "' (available: ", known,
+                      "); plugin search:", errors);
+    }
+  }
+  BackendFactory factory;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    factory = factories[name];
+  }
+  return factory(options);
+}
+
+} // namespace tessera::rt

@@ -1,0 +1,99 @@
+//===- Communicator.cpp - Counters and the self communicator --------------===//
+
+#include "tessera/rt/Communicator.h"
+
+#include <cstring>
+
+namespace tessera::rt {
+
+Communicator::~Communicator() = default;
+
+int64_t elementSize(ElementType type) {
+  switch (type) {
+  case ElementType::F32:
+  case ElementType::I32:
+    return 4;
+  case ElementType::I64:
+  case ElementType::F64:
+    return 8;
+  case ElementType::BF16:
+    return 2;
+  }
+  return 0;
+}
+
+CommCounters &CommCounters::operator+=(const CommCounters &o) {
+  allReduce += o.allReduce;
+  allGather += o.allGather;
+  reduceScatter += o.reduceScatter;
+  calls += o.calls;
+  return *this;
+}
+
+CommCounters CommCounters::operator-(const CommCounters &o) const {
+  CommCounters r;
+  r.allReduce = allReduce - o.allReduce;
+  r.allGather = allGather - o.allGather;
+  r.reduceScatter = reduceScatter - o.reduceScatter;
+  r.calls = calls - o.calls;
+  return r;
+}
+
+uint64_t ringAllReduceBytes(uint64_t bytes, int n) {
+  return n <= 1 ? 0 : 2 * uint64_t(n - 1) * bytes / uint64_t(n);
+}
+uint64_t ringAllGatherBytes(uint64_t fullBytes, int n) {
+  return n <= 1 ? 0 : uint64_t(n - 1) * fullBytes / uint64_t(n);
+}
+uint64_t ringReduceScatterBytes(uint64_t fullBytes, int n) {
+  return n <= 1 ? 0 : uint64_t(n - 1) * fullBytes / uint64_t(n);
+}
+
+namespace {
+
+/// Group of one: collectives are copies.
+class SelfCommunicator final : public Communicator {
+public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  Status allReduce(void *, int64_t, ElementType, ReduceKind) override {
+    ++stats.calls;
+    return Status();
+  }
+  Status allGather(const void *send, void *recv, int64_t count,
+                   ElementType type) override {
+    ++stats.calls;
+    if (send != recv)
+      std::memmove(recv, send, size_t(count * elementSize(type)));
+    return Status();
+  }
+  Status reduceScatter(const void *send, void *recv, int64_t count,
+                       ElementType type, ReduceKind) override {
+    ++stats.calls;
+    if (send != recv)
+      std::memmove(recv, send, size_t(count * elementSize(type)));
+    return Status();
+  }
+  StatusOr<CommRequest> allReduceStart(void *, int64_t, ElementType,
+                                       ReduceKind) override {
+    ++stats.calls;
+    return CommRequest{nextId++};
+  }
+  Status wait(CommRequest request) override {
+    if (request.id < 0 || request.id >= nextId)
+      return invalidArgument("wait on unknown request ", request.id);
+    return Status();
+  }
+  Status barrier() override { return Status(); }
+
+private:
+  int64_t nextId = 0;
+};
+
+} // namespace
+
+std::unique_ptr<Communicator> createSelfCommunicator() {
+  return std::make_unique<SelfCommunicator>();
+}
+
+} // namespace tessera::rt

@@ -1,0 +1,187 @@
+//===- Data.cpp - Synthetic classification data ---------------------------===//
+
+#include "tessera/rt/Data.h"
+#include "tessera/rt/Rng.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tessera::rt {
+
+int64_t globalSampleIndex(const DataLayout &l, int64_t iteration,
+                          int64_t microbatch, int64_t i) {
+  return (iteration - 1) * l.globalBatch +
+         microbatch * l.microBatch * l.dpSize + l.dpIndex * l.microBatch + i;
+}
+
+int32_t syntheticLabel(uint64_t seed, int64_t g, int64_t numClasses) {
+  double u = uniform(seed, "data.labels", uint64_t(g));
+  int64_t c = int64_t(std::floor(u * double(numClasses)));
+  return int32_t(std::min<int64_t>(numClasses - 1, c));
+}
+
+void syntheticFeatures(uint64_t seed, int64_t g, int32_t label,
+                       int64_t numFeatures, float *out) {
+  // Class centres at distance ~2 from the origin in unit-variance noise: a
+  // task that is learnable but not solved in a handful of steps.
+  PhiloxStream centres(seed, "data.centres");
+  PhiloxStream noise(seed, "data.noise");
+  double scale = 2.0 / std::sqrt(double(std::max<int64_t>(numFeatures, 1)));
+  for (int64_t j = 0; j < numFeatures; ++j)
+    out[j] = float(scale * centres.normal(uint64_t(label * numFeatures + j)) +
+                   noise.normal(uint64_t(g * numFeatures + j)));
+}
+
+static int64_t numClassesOf(const fb::Program &program,
+                            const fb::InputSpec &spec) {
+  if (spec.num_classes() > 0)
+    return spec.num_classes();
+  if (program.inputs())
+    for (const fb::InputSpec *other : *program.inputs())
+      if (other->num_classes() > 0)
+        return other->num_classes();
+  return 0;
+}
+
+Status generateInput(const fb::Program &program, const fb::InputSpec &spec,
+                     const DataLayout &layout, int64_t iteration,
+                     int64_t microbatch, const std::string &fileName,
+                     std::vector<uint8_t> &out) {
+  std::string name = spec.name() ? spec.name()->str() : "";
+  const fb::Buffer *buffer = program.buffers()->Get(spec.buffer());
+  const auto *shape = buffer->shape();
+  int64_t rank = shape ? int64_t(shape->size()) : 0;
+  auto error = [&](auto &&...args) {
+    return invalidArgument(fileName, ": input '", name, "' (buffer ",
+                           shapeToString(shape), "): ", args...);
+  };
+  int64_t numClasses = numClassesOf(program, spec);
+  if (numClasses <= 0)
+    return error("no num_classes given for the synthetic labels");
+  int64_t b = rank >= 1 ? shape->Get(0) : 0;
+  if (b != layout.microBatch)
+    return error("leading dimension ", b, " != micro batch size ",
+                 layout.microBatch);
+  out.assign(size_t(numElements(shape) * dtypeSize(buffer->dtype())), 0);
+  if (name == "labels") {
+    if (buffer->dtype() != fb::DType::I32 || rank != 1)
+      return error("labels must be an i32 [b] buffer");
+    auto *dst = reinterpret_cast<int32_t *>(out.data());
+    for (int64_t i = 0; i < b; ++i)
+      dst[i] = syntheticLabel(
+          layout.seed, globalSampleIndex(layout, iteration, microbatch, i),
+          numClasses);
+    return Status();
+  }
+  if (name == "features") {
+    if (buffer->dtype() != fb::DType::F32 || rank != 2)
+      return error("features must be an f32 [b, F] buffer");
+    int64_t f = shape->Get(1);
+    auto *dst = reinterpret_cast<float *>(out.data());
+    for (int64_t i = 0; i < b; ++i) {
+      int64_t g = globalSampleIndex(layout, iteration, microbatch, i);
+      syntheticFeatures(layout.seed, g,
+                        syntheticLabel(layout.seed, g, numClasses), f,
+                        dst + i * f);
+    }
+    return Status();
+  }
+  return error("unknown synthetic input (expected 'features' or 'labels')");
+}
+
+Status initParameterShard(fb::InitKind init, float scale, uint64_t seed,
+                          std::string_view name,
+                          const std::vector<int64_t> &globalShape, int shardDim,
+                          int shardIndex, int shardCount, float *out) {
+  int rank = int(globalShape.size());
+  if (shardDim >= rank)
+    return invalidArgument("shard dim ", shardDim, " out of range for rank ",
+                           rank);
+  if (shardCount <= 0 || shardIndex < 0 || shardIndex >= shardCount)
+    return invalidArgument("bad shard ", shardIndex, " of ", shardCount);
+  // View the tensor as [outer, shardDim, inner].
+  int64_t outer = 1, dim = 1, inner = 1;
+  for (int d = 0; d < rank; ++d) {
+    if (shardDim < 0 || d < shardDim)
+      outer *= globalShape[d];
+    else if (d == shardDim)
+      dim = globalShape[d];
+    else
+      inner *= globalShape[d];
+  }
+  if (shardDim < 0) {
+    shardCount = 1;
+    shardIndex = 0;
+  }
+  if (dim % shardCount != 0)
+    return invalidArgument("dimension ", dim, " is not divisible by ",
+                           shardCount, " shards");
+  int64_t local = dim / shardCount;
+  PhiloxStream stream(seed, name);
+  int64_t k = 0;
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t s = 0; s < local; ++s) {
+      int64_t base = (o * dim + shardIndex * local + s) * inner;
+      for (int64_t in = 0; in < inner; ++in, ++k) {
+        uint64_t g = uint64_t(base + in);
+        switch (init) {
+        case fb::InitKind::Zeros:
+          out[k] = 0.0f;
+          break;
+        case fb::InitKind::Ones:
+          out[k] = 1.0f;
+          break;
+        case fb::InitKind::Normal:
+          out[k] = float(double(scale) * stream.normal(g));
+          break;
+        case fb::InitKind::Uniform:
+          out[k] = float(double(scale) * (2.0 * stream.uniform(g) - 1.0));
+          break;
+        }
+      }
+    }
+  return Status();
+}
+
+Status initParameterBuffer(const fb::Artifact &artifact,
+                           const fb::Buffer &buffer, int rank, uint64_t seed,
+                           const std::string &fileName, float *out) {
+  std::string name = buffer.name() ? buffer.name()->str() : "";
+  auto error = [&](auto &&...args) {
+    return invalidArgument(fileName, ": parameter '", name, "': ", args...);
+  };
+  if (buffer.dtype() != fb::DType::F32)
+    return error("only f32 parameters can be initialised");
+  std::vector<int64_t> local, global;
+  if (buffer.shape())
+    local.assign(buffer.shape()->begin(), buffer.shape()->end());
+  if (buffer.global_shape() && buffer.global_shape()->size())
+    global.assign(buffer.global_shape()->begin(), buffer.global_shape()->end());
+  else
+    global = local;
+  if (global.size() != local.size())
+    return error("shape and global_shape have different ranks");
+  int shardDim = buffer.shard_dim();
+  int shardIndex = 0, shardCount = 1;
+  if (shardDim >= 0) {
+    std::string axis = buffer.shard_axis() ? buffer.shard_axis()->str() : "";
+    GroupPosition pos = findGroupPosition(artifact, axis, rank);
+    if (!pos.group)
+      return error("no rank group of shard axis '", axis, "' contains rank ",
+                   rank);
+    shardIndex = pos.index;
+    shardCount = pos.size;
+  }
+  for (size_t d = 0; d < local.size(); ++d) {
+    int64_t expect = int(d) == shardDim ? global[d] / shardCount : global[d];
+    if (local[d] != expect || (int(d) == shardDim && global[d] % shardCount))
+      return error("local shape ", shapeToString(buffer.shape()),
+                   " is not a 1/", shardCount, " shard along dim ", shardDim,
+                   " of global shape ", shapeToString(buffer.global_shape()));
+  }
+  Status st = initParameterShard(buffer.init(), buffer.init_scale(), seed, name,
+                                 global, shardDim, shardIndex, shardCount, out);
+  return st.ok() ? st : error(st.message());
+}
+
+} // namespace tessera::rt

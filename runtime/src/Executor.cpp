@@ -1,0 +1,648 @@
+//===- Executor.cpp - Program interpreter ---------------------------------===//
+//
+// XLA-thunk-style interpreter: each instruction is decoded once into a Thunk
+// (opcode, arena pointers, sizes, attributes, bound communicator) with all
+// shape and dtype checks done up front; execution is one switch per thunk.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tessera/rt/Executor.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+
+namespace tessera::rt {
+
+/// A decoded instruction.
+struct Thunk {
+  fb::Opcode op = fb::Opcode::Fill;
+  void *ptr[5] = {};
+  /// gemm: m, n, k; matrix ops: rows (m) x cols (n); elementwise: n.
+  int64_t m = 0, n = 0, k = 0;
+  int64_t bytes = 0;
+  bool transA = false, transB = false;
+  float alpha = 1.0f, beta = 0.0f;
+  float f[5] = {};
+  Communicator *comm = nullptr;
+  ElementType type = ElementType::F32;
+  ReduceKind reduce = ReduceKind::Sum;
+  int event = -1;
+  std::string where; ///< "function 'f' instruction i (Op at loc)"
+};
+
+namespace {
+
+using RefVec = flatbuffers::Vector<flatbuffers::Offset<fb::TensorRef>>;
+
+StatusOr<ElementType> elementTypeOf(fb::DType t) {
+  switch (t) {
+  case fb::DType::F32:
+    return ElementType::F32;
+  case fb::DType::I32:
+    return ElementType::I32;
+  case fb::DType::I64:
+    return ElementType::I64;
+  case fb::DType::BF16:
+    return ElementType::BF16;
+  }
+  return invalidArgument("unknown dtype");
+}
+
+/// Collapses a shape of rank >= 2 to [prod(leading), last].
+struct Matrix {
+  int64_t rows = 0, cols = 0;
+};
+
+/// Decodes the instructions of one function against an arena base (which
+/// may be null when only validating).
+class Decoder {
+public:
+  using CommLookup =
+      std::function<StatusOr<Communicator *>(const std::string &kind)>;
+
+  Decoder(const LoadedArtifact &artifact, const fb::Program &program,
+          uint8_t *base, int worldRank, CommLookup lookup)
+      : artifact(artifact), program(program), base(base), worldRank(worldRank),
+        lookup(std::move(lookup)) {}
+
+  Status decode(const fb::Function &fn, std::vector<Thunk> &out) {
+    std::string fname = fn.name() ? fn.name()->str() : "";
+    if (!fn.instrs())
+      return Status();
+    for (flatbuffers::uoffset_t i = 0; i < fn.instrs()->size(); ++i) {
+      const fb::Instr &in = *fn.instrs()->Get(i);
+      Thunk t;
+      t.where = "program " + std::to_string(program.pp_rank()) + " function '" +
+                fname + "' instruction " + std::to_string(i) + " (" +
+                fb::EnumNameOpcode(in.op());
+      if (in.loc() && in.loc()->size())
+        t.where += " at " + in.loc()->str();
+      t.where += ")";
+      Status st = decodeInstr(in, t);
+      if (!st.ok())
+        return invalidArgument(artifact.name(), ": ", t.where, ": ",
+                               st.message());
+      out.push_back(std::move(t));
+    }
+    return Status();
+  }
+
+private:
+  const fb::TensorRef &ref(const fb::Instr &in, int i) {
+    return *in.operands()->Get(flatbuffers::uoffset_t(i));
+  }
+  void *ptrOf(const fb::TensorRef &r) {
+    return static_cast<void *>(base + r.offset());
+  }
+  static int64_t numel(const fb::TensorRef &r) {
+    return numElements(r.shape());
+  }
+  static std::string desc(const fb::TensorRef &r) {
+    return std::string(fb::EnumNameDType(r.dtype())) + shapeToString(r.shape());
+  }
+  Status requireF32(const fb::Instr &in, std::initializer_list<int> idx) {
+    for (int i : idx)
+      if (ref(in, i).dtype() != fb::DType::F32)
+        return invalidArgument("operand ", i, " must be f32, got ",
+                               desc(ref(in, i)));
+    return Status();
+  }
+  Status requireSameNumel(const fb::Instr &in, std::initializer_list<int> idx) {
+    int first = *idx.begin();
+    for (int i : idx)
+      if (numel(ref(in, i)) != numel(ref(in, first)))
+        return invalidArgument("operands ", first, " ", desc(ref(in, first)),
+                               " and ", i, " ", desc(ref(in, i)),
+                               " must have the same number of elements");
+    return Status();
+  }
+  StatusOr<Matrix> matrix(const fb::Instr &in, int i) {
+    const fb::TensorRef &r = ref(in, i);
+    int rank = r.shape() ? int(r.shape()->size()) : 0;
+    if (rank < 2)
+      return invalidArgument("operand ", i, " ", desc(r),
+                             " must have rank >= 2");
+    Matrix mat;
+    mat.cols = r.shape()->Get(flatbuffers::uoffset_t(rank - 1));
+    mat.rows = mat.cols ? numel(r) / mat.cols : 0;
+    return mat;
+  }
+  StatusOr<Matrix> rowsCols(const fb::Instr &in, int i) {
+    const fb::TensorRef &r = ref(in, i);
+    int rank = r.shape() ? int(r.shape()->size()) : 0;
+    if (rank < 1)
+      return invalidArgument("operand ", i, " ", desc(r),
+                             " must have rank >= 1");
+    Matrix mat;
+    mat.cols = r.shape()->Get(flatbuffers::uoffset_t(rank - 1));
+    mat.rows = mat.cols ? numel(r) / mat.cols : 0;
+    return mat;
+  }
+
+  Status decodeInstr(const fb::Instr &in, Thunk &t);
+
+  const LoadedArtifact &artifact;
+  const fb::Program &program;
+  uint8_t *base;
+  int worldRank;
+  CommLookup lookup;
+};
+
+Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
+  using O = fb::Opcode;
+  t.op = in.op();
+  t.transA = in.trans_a();
+  t.transB = in.trans_b();
+  t.alpha = in.alpha();
+  t.beta = in.beta();
+  t.event = in.event();
+  t.reduce =
+      in.reduce() == fb::ReduceOp::Max ? ReduceKind::Max : ReduceKind::Sum;
+  if (in.fattrs())
+    for (flatbuffers::uoffset_t i = 0; i < in.fattrs()->size() && i < 5; ++i)
+      t.f[i] = in.fattrs()->Get(i);
+  int count = in.operands() ? int(in.operands()->size()) : 0;
+  if (count != expectedOperandCount(in.op()))
+    return invalidArgument("expected ", expectedOperandCount(in.op()),
+                           " operands, got ", count);
+  for (int i = 0; i < count; ++i)
+    t.ptr[i] = ptrOf(ref(in, i));
+  if (count)
+    t.n = numel(ref(in, 0));
+
+  switch (in.op()) {
+  case O::Gemm: {
+    TESSERA_RETURN_IF_ERROR(requireF32(in, {0, 1, 2}));
+    TESSERA_ASSIGN_OR_RETURN(Matrix a, matrix(in, 0));
+    TESSERA_ASSIGN_OR_RETURN(Matrix b, matrix(in, 1));
+    TESSERA_ASSIGN_OR_RETURN(Matrix c, matrix(in, 2));
+    int64_t m = t.transA ? a.cols : a.rows, ka = t.transA ? a.rows : a.cols;
+    int64_t kb = t.transB ? b.cols : b.rows, n = t.transB ? b.rows : b.cols;
+    if (ka != kb || c.rows != m || c.cols != n)
+      return invalidArgument("shape mismatch: op(A) is [", m, ", ", ka, "] (A ",
+                             desc(ref(in, 0)), t.transA ? " transposed" : "",
+                             "), op(B) is [", kb, ", ", n, "] (B ",
+                             desc(ref(in, 1)), t.transB ? " transposed" : "",
+                             "), C is ", desc(ref(in, 2)));
+    t.m = m;
+    t.n = n;
+    t.k = ka;
+    return Status();
+  }
+  case O::BiasAdd: {
+    TESSERA_RETURN_IF_ERROR(requireF32(in, {0, 1, 2}));
+    TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 2}));
+    TESSERA_ASSIGN_OR_RETURN(Matrix x, rowsCols(in, 0));
+    if (numel(ref(in, 1)) != x.cols)
+      return invalidArgument("bias ", desc(ref(in, 1)),
+                             " does not match the last dimension of ",
+                             desc(ref(in, 0)));
+    t.m = x.rows;
+    t.n = x.cols;
+    return Status();
+  }
+  case O::Add:
+  case O::GeluGrad:
+  case O::ReluGrad:
+    TESSERA_RETURN_IF_ERROR(requireF32(in, {0, 1, 2}));
+    return requireSameNumel(in, {0, 1, 2});
+  case O::Gelu:
+  case O::Relu:
+  case O::Scale:
+  case O::Axpy:
+  case O::Sgd:
+    TESSERA_RETURN_IF_ERROR(requireF32(in, {0, 1}));
+    return requireSameNumel(in, {0, 1});
+  case O::Copy:
+    if (ref(in, 0).dtype() != ref(in, 1).dtype())
+      return invalidArgument("Copy between different dtypes ", desc(ref(in, 0)),
+                             " and ", desc(ref(in, 1)));
+    TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 1}));
+    t.bytes = numel(ref(in, 0)) * dtypeSize(ref(in, 0).dtype());
+    return Status();
+  case O::ReduceRows: {
+    TESSERA_RETURN_IF_ERROR(requireF32(in, {0, 1}));
+    TESSERA_ASSIGN_OR_RETURN(Matrix x, rowsCols(in, 0));
+    if (numel(ref(in, 1)) != x.cols)
+      return invalidArgument("output ", desc(ref(in, 1)),
+                             " does not match the last dimension of ",
+                             desc(ref(in, 0)));
+    t.m = x.rows;
+    t.n = x.cols;
+    return Status();
+  }
+  case O::CrossEntropy:
+  case O::CrossEntropyGrad: {
+    bool grad = in.op() == O::CrossEntropyGrad;
+    TESSERA_RETURN_IF_ERROR(grad ? requireF32(in, {0, 2, 3})
+                                 : requireF32(in, {0, 2}));
+    if (ref(in, 1).dtype() != fb::DType::I32)
+      return invalidArgument("targets must be i32, got ", desc(ref(in, 1)));
+    TESSERA_ASSIGN_OR_RETURN(Matrix z, rowsCols(in, 0));
+    if (numel(ref(in, 1)) != z.rows || numel(ref(in, 2)) != z.rows)
+      return invalidArgument("targets ", desc(ref(in, 1)), " and ",
+                             grad ? "dL " : "L ", desc(ref(in, 2)),
+                             " must have one element per row of ",
+                             desc(ref(in, 0)));
+    if (grad)
+      TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 3}));
+    t.m = z.rows;
+    t.n = z.cols;
+    return Status();
+  }
+  case O::Mean:
+    TESSERA_RETURN_IF_ERROR(requireF32(in, {0, 1}));
+    if (numel(ref(in, 1)) != 1)
+      return invalidArgument("result must be a scalar, got ", desc(ref(in, 1)));
+    return Status();
+  case O::MeanGrad:
+    TESSERA_RETURN_IF_ERROR(requireF32(in, {0, 1}));
+    if (numel(ref(in, 0)) != 1)
+      return invalidArgument("dy must be a scalar, got ", desc(ref(in, 0)));
+    t.n = numel(ref(in, 1));
+    return Status();
+  case O::Fill:
+    return requireF32(in, {0});
+  case O::AllReduce:
+  case O::AllReduceStart:
+  case O::AllGather:
+  case O::ReduceScatter: {
+    std::string kind = in.group() ? in.group()->str() : "";
+    TESSERA_ASSIGN_OR_RETURN(t.type, elementTypeOf(ref(in, 0).dtype()));
+    GroupPosition pos = findGroupPosition(*artifact.root(), kind, worldRank);
+    if (in.op() == O::AllGather || in.op() == O::ReduceScatter) {
+      if (ref(in, 0).dtype() != ref(in, 1).dtype())
+        return invalidArgument("operands have different dtypes");
+      bool gather = in.op() == O::AllGather;
+      int64_t small = numel(ref(in, gather ? 0 : 1));
+      int64_t big = numel(ref(in, gather ? 1 : 0));
+      if (big != small * pos.size)
+        return invalidArgument(gather ? "output " : "input ",
+                               desc(ref(in, gather ? 1 : 0)), " must hold ",
+                               pos.size, " (size of group '", kind, "') times ",
+                               desc(ref(in, gather ? 0 : 1)));
+      t.n = small;
+    }
+    TESSERA_ASSIGN_OR_RETURN(t.comm, lookup(kind));
+    return Status();
+  }
+  case O::Wait:
+    return Status();
+  case O::Adam: {
+    TESSERA_RETURN_IF_ERROR(requireF32(in, {0, 1, 2, 3}));
+    TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 1, 2, 3}));
+    if (ref(in, 4).dtype() != fb::DType::I64 || numel(ref(in, 4)) != 1)
+      return invalidArgument("iteration operand must be a scalar i64, got ",
+                             desc(ref(in, 4)));
+    if (!in.fattrs() || in.fattrs()->size() != 5)
+      return invalidArgument("fattrs must be [lr, beta1, beta2, eps, wd]");
+    return Status();
+  }
+  }
+  return unimplemented("unknown opcode ", int(in.op()));
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Executor
+//===----------------------------------------------------------------------===//
+
+Executor::Executor() = default;
+
+Executor::~Executor() {
+  if (arena && be)
+    be->deallocate(arena);
+}
+
+static const fb::Program *selectProgram(const LoadedArtifact &artifact,
+                                        int worldRank) {
+  GroupPosition pp = findGroupPosition(*artifact.root(), "pp", worldRank);
+  const fb::Program *p = artifact.programForPpRank(pp.group ? pp.index : 0);
+  if (!p && artifact.root()->programs()->size() == 1)
+    p = artifact.root()->programs()->Get(0);
+  return p;
+}
+
+Status Executor::validate(const LoadedArtifact &artifact) {
+  for (const fb::Program *p : *artifact.root()->programs()) {
+    static Communicator *const kNone = nullptr;
+    Decoder decoder(
+        artifact, *p, nullptr, 0,
+        [](const std::string &) -> StatusOr<Communicator *> { return kNone; });
+    if (!p->functions())
+      continue;
+    for (const fb::Function *fn : *p->functions()) {
+      std::vector<Thunk> thunks;
+      TESSERA_RETURN_IF_ERROR(decoder.decode(*fn, thunks));
+    }
+  }
+  // Every rank must find a program.
+  for (int r = 0; r < artifact.root()->world_size(); ++r)
+    if (!selectProgram(artifact, r))
+      return invalidArgument(artifact.name(), ": no program for rank ", r,
+                             " (its pp index has no program)");
+  return Status();
+}
+
+StatusOr<std::unique_ptr<Executor>>
+Executor::create(std::shared_ptr<const LoadedArtifact> artifact,
+                 std::unique_ptr<Backend> backend, CommunicatorSet comms,
+                 int worldRank, const ExecutorOptions &options) {
+  if (!artifact || !backend)
+    return invalidArgument("Executor::create needs an artifact and a backend");
+  std::unique_ptr<Executor> ex(new Executor());
+  const fb::Artifact &a = *artifact->root();
+  if (worldRank < 0 || worldRank >= a.world_size())
+    return invalidArgument(artifact->name(), ": rank ", worldRank,
+                           " outside world_size ", a.world_size());
+  ex->prog = selectProgram(*artifact, worldRank);
+  if (!ex->prog)
+    return invalidArgument(artifact->name(), ": no program for rank ",
+                           worldRank);
+  ex->art = std::move(artifact);
+  ex->be = std::move(backend);
+  ex->comms = std::move(comms);
+  ex->rank = worldRank;
+  ex->options = options;
+
+  GroupPosition dp = findGroupPosition(a, "dp", worldRank);
+  ex->layout.seed = options.seed;
+  ex->layout.globalBatch = a.batch()->global_batch_size();
+  ex->layout.microBatch = a.batch()->micro_batch_size();
+  ex->layout.dpIndex = dp.index;
+  ex->layout.dpSize = dp.size;
+
+  TESSERA_ASSIGN_OR_RETURN(void *mem,
+                           ex->be->allocate(ex->prog->arena_bytes()));
+  ex->arena = static_cast<uint8_t *>(mem);
+  TESSERA_RETURN_IF_ERROR(ex->bindFunctions());
+  return ex;
+}
+
+Status Executor::bindFunctions() {
+  auto lookup = [this](const std::string &kind) -> StatusOr<Communicator *> {
+    auto it = comms.groups.find(kind);
+    if (it != comms.groups.end() && it->second)
+      return it->second.get();
+    GroupPosition pos = findGroupPosition(*art->root(), kind, rank);
+    if (pos.size != 1)
+      return failedPrecondition("no communicator for group kind '", kind, "' (",
+                                pos.size, " ranks)");
+    auto &self = selfComms[kind];
+    if (!self)
+      self = createSelfCommunicator();
+    return self.get();
+  };
+  Decoder decoder(*art, *prog, arena, rank, lookup);
+  if (prog->functions())
+    for (const fb::Function *fn : *prog->functions()) {
+      std::string name = fn->name() ? fn->name()->str() : "";
+      TESSERA_RETURN_IF_ERROR(decoder.decode(*fn, functions[name]));
+    }
+  if (!functions.count("microbatch"))
+    return invalidArgument(art->name(), ": program ", prog->pp_rank(),
+                           " has no 'microbatch' function");
+  return Status();
+}
+
+const fb::Buffer *Executor::findBuffer(const std::string &name) const {
+  if (prog->buffers())
+    for (const fb::Buffer *b : *prog->buffers())
+      if (b->name() && b->name()->str() == name)
+        return b;
+  return nullptr;
+}
+
+Status Executor::initializeParameters() {
+  std::vector<float> host;
+  for (const fb::Buffer *b : *prog->buffers()) {
+    if (b->kind() != fb::BufferKind::Param && b->init() == fb::InitKind::Zeros)
+      continue;
+    if (b->kind() != fb::BufferKind::Param && b->dtype() != fb::DType::F32)
+      continue;
+    host.assign(size_t(numElements(b->shape())), 0.0f);
+    TESSERA_RETURN_IF_ERROR(initParameterBuffer(
+        *art->root(), *b, rank, options.seed, art->name(), host.data()));
+    TESSERA_RETURN_IF_ERROR(be->copyToDevice(arena + b->offset(), host.data(),
+                                             int64_t(host.size() * 4)));
+  }
+  return Status();
+}
+
+Status Executor::fillInputs(int64_t iteration, int64_t microbatch) {
+  if (!prog->inputs())
+    return Status();
+  std::vector<uint8_t> host;
+  for (const fb::InputSpec *spec : *prog->inputs()) {
+    TESSERA_RETURN_IF_ERROR(generateInput(*prog, *spec, layout, iteration,
+                                          microbatch, art->name(), host));
+    const fb::Buffer *b = prog->buffers()->Get(spec->buffer());
+    TESSERA_RETURN_IF_ERROR(be->copyToDevice(arena + b->offset(), host.data(),
+                                             int64_t(host.size())));
+  }
+  return Status();
+}
+
+Status Executor::execute(const Thunk &t) {
+  using O = fb::Opcode;
+  auto F = [&](int i) { return static_cast<float *>(t.ptr[i]); };
+  auto I = [&](int i) { return static_cast<const int32_t *>(t.ptr[i]); };
+  switch (t.op) {
+  case O::Gemm:
+    return be->gemm(t.transA, t.transB, t.m, t.n, t.k, t.alpha, F(0), F(1),
+                    t.beta, F(2));
+  case O::BiasAdd:
+    return be->biasAdd(F(0), F(1), F(2), t.m, t.n);
+  case O::Add:
+    return be->add(F(0), F(1), F(2), t.n);
+  case O::Gelu:
+    return be->gelu(F(0), F(1), t.n);
+  case O::GeluGrad:
+    return be->geluGrad(F(0), F(1), F(2), t.n);
+  case O::Relu:
+    return be->relu(F(0), F(1), t.n);
+  case O::ReluGrad:
+    return be->reluGrad(F(0), F(1), F(2), t.n);
+  case O::ReduceRows:
+    return be->reduceRows(F(0), F(1), t.m, t.n, t.alpha, t.beta);
+  case O::CrossEntropy:
+    return be->crossEntropy(F(0), I(1), F(2), t.m, t.n);
+  case O::CrossEntropyGrad:
+    return be->crossEntropyGrad(F(0), I(1), F(2), F(3), t.m, t.n);
+  case O::Mean:
+    return be->mean(F(0), F(1), t.n);
+  case O::MeanGrad:
+    return be->meanGrad(F(0), F(1), t.n);
+  case O::Fill:
+    return be->fill(F(0), t.f[0], t.n);
+  case O::Scale:
+    return be->scale(F(0), F(1), t.alpha, t.n);
+  case O::Copy:
+    return be->copy(t.ptr[0], t.ptr[1], t.bytes);
+  case O::Axpy:
+    return be->axpy(t.alpha, F(0), F(1), t.n);
+  case O::AllReduce:
+    TESSERA_RETURN_IF_ERROR(be->synchronize());
+    return t.comm->allReduce(t.ptr[0], t.n, t.type, t.reduce);
+  case O::AllGather:
+    TESSERA_RETURN_IF_ERROR(be->synchronize());
+    return t.comm->allGather(t.ptr[0], t.ptr[1], t.n, t.type);
+  case O::ReduceScatter:
+    TESSERA_RETURN_IF_ERROR(be->synchronize());
+    return t.comm->reduceScatter(t.ptr[0], t.ptr[1], t.n, t.type, t.reduce);
+  case O::AllReduceStart: {
+    if (pending.count(t.event))
+      return failedPrecondition("event ", t.event, " is already in flight");
+    TESSERA_RETURN_IF_ERROR(be->synchronize());
+    TESSERA_ASSIGN_OR_RETURN(
+        CommRequest req,
+        t.comm->allReduceStart(t.ptr[0], t.n, t.type, t.reduce));
+    pending[t.event] = {t.comm, req};
+    return Status();
+  }
+  case O::Wait: {
+    auto it = pending.find(t.event);
+    if (it == pending.end())
+      return failedPrecondition("Wait on event ", t.event,
+                                " which was not started");
+    auto [comm, req] = it->second;
+    pending.erase(it);
+    return comm->wait(req);
+  }
+  case O::Adam: {
+    int64_t step = 0;
+    TESSERA_RETURN_IF_ERROR(be->copyToHost(&step, t.ptr[4], 8));
+    AdamParams hp{t.f[0], t.f[1], t.f[2], t.f[3], t.f[4]};
+    return be->adam(F(0), F(1), F(2), F(3), t.n, step, hp);
+  }
+  case O::Sgd:
+    return be->sgd(F(0), F(1), t.n, t.f[0], t.f[1]);
+  }
+  return unimplemented("unknown opcode ", int(t.op));
+}
+
+Status Executor::runFunction(const std::string &name) {
+  auto it = functions.find(name);
+  if (it == functions.end())
+    return notFound(art->name(), ": program ", prog->pp_rank(),
+                    " has no function '", name, "'");
+  for (const Thunk &t : it->second) {
+    Status st;
+    auto start = options.profile ? std::chrono::steady_clock::now()
+                                 : std::chrono::steady_clock::time_point();
+    try {
+      st = execute(t);
+    } catch (const std::exception &e) {
+      st = internalError("exception: ", e.what());
+    }
+    if (options.profile) {
+      // Kernels may run asynchronously on other backends: time to completion.
+      if (st.ok())
+        st = be->synchronize();
+      kernelTime[fb::EnumNameOpcode(t.op)] +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                        start)
+              .count();
+    }
+    if (!st.ok())
+      return Status(st.getCode(),
+                    art->name() + ": " + t.where + ": " + st.message());
+  }
+  if (!pending.empty()) {
+    int event = pending.begin()->first;
+    // Complete the stray requests so MPI state stays consistent.
+    for (auto &entry : pending)
+      entry.second.first->wait(entry.second.second).ignoreError();
+    pending.clear();
+    return failedPrecondition(art->name(), ": program ", prog->pp_rank(),
+                              " function '", name, "' ended with async event ",
+                              event, " never waited for");
+  }
+  return be->synchronize();
+}
+
+StatusOr<double> Executor::runIteration(int64_t iteration) {
+  const int64_t numMicro = art->root()->batch()->num_microbatches();
+  double lossSum = 0.0;
+  bool hasLoss = prog->loss_buffer() >= 0;
+  for (int64_t m = 0; m < numMicro; ++m) {
+    TESSERA_RETURN_IF_ERROR(fillInputs(iteration, m));
+    TESSERA_RETURN_IF_ERROR(runFunction("microbatch"));
+    if (hasLoss) {
+      const fb::Buffer *b = prog->buffers()->Get(prog->loss_buffer());
+      float loss = 0.0f;
+      TESSERA_RETURN_IF_ERROR(be->copyToHost(&loss, arena + b->offset(), 4));
+      lossSum += double(loss);
+    }
+  }
+  if (prog->iteration_buffer() >= 0) {
+    const fb::Buffer *b = prog->buffers()->Get(prog->iteration_buffer());
+    int64_t it = iteration;
+    TESSERA_RETURN_IF_ERROR(be->copyToDevice(arena + b->offset(), &it, 8));
+  }
+  if (functions.count("step"))
+    TESSERA_RETURN_IF_ERROR(runFunction("step"));
+  if (!hasLoss)
+    return std::numeric_limits<double>::quiet_NaN();
+  double loss = lossSum / double(numMicro);
+  if (comms.lossReduce && comms.lossReduce->size() > 1) {
+    TESSERA_RETURN_IF_ERROR(
+        comms.lossReduce->allReduce(&loss, 1, ElementType::F64, ReduceKind::Sum)
+            .withContext(art->name() + ": averaging the loss over dp"));
+    loss /= double(comms.lossReduce->size());
+  }
+  return loss;
+}
+
+StatusOr<std::vector<uint8_t>>
+Executor::readBuffer(const std::string &name) const {
+  const fb::Buffer *b = findBuffer(name);
+  if (!b)
+    return notFound(art->name(), ": no buffer named '", name, "'");
+  std::vector<uint8_t> out(
+      size_t(numElements(b->shape()) * dtypeSize(b->dtype())));
+  TESSERA_RETURN_IF_ERROR(
+      be->copyToHost(out.data(), arena + b->offset(), int64_t(out.size())));
+  return out;
+}
+
+StatusOr<std::vector<float>>
+Executor::readFloatBuffer(const std::string &name) const {
+  const fb::Buffer *b = findBuffer(name);
+  if (!b)
+    return notFound(art->name(), ": no buffer named '", name, "'");
+  if (b->dtype() != fb::DType::F32)
+    return invalidArgument(art->name(), ": buffer '", name, "' is not f32");
+  TESSERA_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readBuffer(name));
+  std::vector<float> out(bytes.size() / 4);
+  std::memcpy(out.data(), bytes.data(), bytes.size());
+  return out;
+}
+
+Status Executor::writeBuffer(const std::string &name, const void *data,
+                             int64_t bytes) {
+  const fb::Buffer *b = findBuffer(name);
+  if (!b)
+    return notFound(art->name(), ": no buffer named '", name, "'");
+  int64_t size = numElements(b->shape()) * dtypeSize(b->dtype());
+  if (bytes != size)
+    return invalidArgument(art->name(), ": buffer '", name, "' holds ", size,
+                           " bytes, got ", bytes);
+  return be->copyToDevice(arena + b->offset(), data, bytes);
+}
+
+std::map<std::string, CommCounters> Executor::commCounters() const {
+  std::map<std::string, CommCounters> result;
+  for (auto &[kind, comm] : comms.groups)
+    if (comm)
+      result[kind] += comm->counters();
+  for (auto &[kind, comm] : selfComms)
+    result[kind] += comm->counters();
+  return result;
+}
+
+} // namespace tessera::rt

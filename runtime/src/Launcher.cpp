@@ -1,0 +1,467 @@
+//===- Launcher.cpp - tessera-run driver ----------------------------------===//
+//
+// Command-line handling, pre-launch validation, re-execution under mpirun and
+// the per-rank training loop with Megatron-style reporting.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tessera/rt/Launcher.h"
+#include "tessera/rt/Artifact.h"
+#include "tessera/rt/Executor.h"
+#include "tessera/rt/MpiCommunicator.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <set>
+#include <thread>
+
+namespace tessera::rt {
+
+//===----------------------------------------------------------------------===//
+// Command line
+//===----------------------------------------------------------------------===//
+
+std::string launchUsage(const char *argv0) {
+  return std::string("usage: ") + argv0 +
+         " -n N FILE.tsr --steps S [--seed S] [--metrics FILE]\n"
+         "       [--backend cpu] [--threads T]\n"
+         "       " +
+         argv0 +
+         " FILE.tsr --print-summary\n"
+         "\n"
+         "  -n N             number of MPI ranks (must equal the artifact's "
+         "world size;\n"
+         "                   default: the artifact's world size)\n"
+         "  --steps S        training iterations to run\n"
+         "  --seed S         seed of weight init and synthetic data "
+         "(default 1234)\n"
+         "  --metrics FILE   write one JSON line per step\n"
+         "  --profile        time every instruction; adds per-opcode seconds\n"
+         "                   (kernel_time_s) to the metrics lines\n"
+         "  --backend NAME   compute backend (default cpu)\n"
+         "  --threads T      BLAS threads per rank (default: cores / N)\n"
+         "  --print-summary  print the artifact manifest and exit\n";
+}
+
+static StatusOr<int64_t> parseInt(const std::string &flag,
+                                  const std::string &text, int64_t min) {
+  char *end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || v < min)
+    return invalidArgument("invalid value '", text, "' for ", flag,
+                           " (expected an integer >= ", min, ")");
+  return int64_t(v);
+}
+
+StatusOr<LaunchOptions> parseLaunchOptions(int argc, char **argv) {
+  LaunchOptions o;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string value;
+    bool hasInline = false;
+    if (arg.rfind("--", 0) == 0) {
+      size_t eq = arg.find('=');
+      if (eq != std::string::npos) {
+        value = arg.substr(eq + 1);
+        arg = arg.substr(0, eq);
+        hasInline = true;
+      }
+    }
+    auto next = [&]() -> StatusOr<std::string> {
+      if (hasInline)
+        return value;
+      if (i + 1 >= argc)
+        return invalidArgument("missing value for ", arg);
+      return std::string(argv[++i]);
+    };
+    if (arg == "-h" || arg == "--help") {
+      o.help = true;
+    } else if (arg == "-n" || arg == "--np") {
+      TESSERA_ASSIGN_OR_RETURN(std::string v, next());
+      TESSERA_ASSIGN_OR_RETURN(int64_t n, parseInt("-n", v, 1));
+      if (n > INT_MAX)
+        return invalidArgument("-n is too large");
+      o.numRanks = int(n);
+    } else if (arg == "--steps") {
+      TESSERA_ASSIGN_OR_RETURN(std::string v, next());
+      TESSERA_ASSIGN_OR_RETURN(o.steps, parseInt(arg, v, 0));
+    } else if (arg == "--seed") {
+      TESSERA_ASSIGN_OR_RETURN(std::string v, next());
+      TESSERA_ASSIGN_OR_RETURN(int64_t s, parseInt(arg, v, 0));
+      o.seed = uint64_t(s);
+    } else if (arg == "--metrics") {
+      TESSERA_ASSIGN_OR_RETURN(o.metricsPath, next());
+      if (o.metricsPath.empty())
+        return invalidArgument("empty --metrics path");
+    } else if (arg == "--backend") {
+      TESSERA_ASSIGN_OR_RETURN(o.backend, next());
+    } else if (arg == "--threads") {
+      TESSERA_ASSIGN_OR_RETURN(std::string v, next());
+      TESSERA_ASSIGN_OR_RETURN(int64_t t, parseInt(arg, v, 1));
+      o.threads = int(std::min<int64_t>(t, 1024));
+    } else if (arg == "--profile") {
+      if (hasInline)
+        return invalidArgument("--profile takes no value");
+      o.profile = true;
+    } else if (arg == "--print-summary") {
+      if (hasInline)
+        return invalidArgument("--print-summary takes no value");
+      o.printSummary = true;
+    } else if (!arg.empty() && arg[0] == '-' && arg != "-") {
+      return invalidArgument("unknown option '", argv[i], "'");
+    } else {
+      if (!o.artifactPath.empty())
+        return invalidArgument("more than one artifact file given ('",
+                               o.artifactPath, "' and '", arg, "')");
+      o.artifactPath = arg;
+    }
+  }
+  if (o.help)
+    return o;
+  if (o.artifactPath.empty())
+    return invalidArgument("no artifact file given");
+  if (!o.printSummary && o.steps < 0)
+    return invalidArgument("--steps is required");
+  return o;
+}
+
+bool insideMpiJob() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
+         std::getenv("PMIX_RANK");
+}
+
+//===----------------------------------------------------------------------===//
+// Helpers
+//===----------------------------------------------------------------------===//
+
+static int errorExit(const std::string &message) {
+  std::fprintf(stderr, "tessera-run: error: %s\n", message.c_str());
+  return 1;
+}
+
+static std::string selfExecutable() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0)
+    return "";
+  return std::string(buf, size_t(n));
+}
+
+static int defaultThreads(int numRanks) {
+  unsigned cores = std::thread::hardware_concurrency();
+  return std::max(1, int(cores ? cores : 1) / std::max(1, numRanks));
+}
+
+static std::string meshString(const fb::Artifact &a) {
+  std::string s;
+  if (a.mesh())
+    for (const fb::MeshAxis *axis : *a.mesh())
+      s += (s.empty() ? "" : " x ") +
+           (axis->name() ? axis->name()->str() : std::string("?")) + "=" +
+           std::to_string(axis->size());
+  return s.empty() ? "(none)" : s;
+}
+
+static std::string timestamp() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+//===----------------------------------------------------------------------===//
+// Outside MPI: validate and re-execute under mpirun
+//===----------------------------------------------------------------------===//
+
+static int launchUnderMpirun(const LaunchOptions &o, int argc, char **argv) {
+  auto loaded = LoadedArtifact::loadFromFile(o.artifactPath);
+  if (!loaded.ok())
+    return errorExit(loaded.status().message());
+  const LoadedArtifact &artifact = **loaded;
+  Status st = Executor::validate(artifact);
+  if (!st.ok())
+    return errorExit(st.message());
+  int world = artifact.root()->world_size();
+  int n = o.numRanks ? o.numRanks : world;
+  if (n != world)
+    return errorExit("-n " + std::to_string(n) +
+                     " does not match the world "
+                     "size " +
+                     std::to_string(world) + " of " + o.artifactPath +
+                     " (mesh " + meshString(*artifact.root()) + ")");
+  {
+    auto backend = BackendRegistry::global().create(o.backend, {});
+    if (!backend.ok())
+      return errorExit(backend.status().message());
+  }
+  int threads = o.threads ? o.threads : defaultThreads(n);
+  if (o.threads || !std::getenv("OPENBLAS_NUM_THREADS"))
+    setenv("OPENBLAS_NUM_THREADS", std::to_string(threads).c_str(), 1);
+
+  std::string self = selfExecutable();
+  if (self.empty())
+    return errorExit("cannot determine the path of tessera-run");
+  std::vector<std::string> args = {"mpirun",          "-n",
+                                   std::to_string(n), "--oversubscribe",
+                                   "--bind-to",       "none"};
+  if (geteuid() == 0)
+    args.push_back("--allow-run-as-root");
+  args.insert(args.end(), {"-x", "OPENBLAS_NUM_THREADS", self});
+  for (int i = 1; i < argc; ++i)
+    args.push_back(argv[i]);
+  std::vector<char *> cargs;
+  for (std::string &a : args)
+    cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  execvp("mpirun", cargs.data());
+  return errorExit(std::string("cannot execute mpirun: ") +
+                   std::strerror(errno));
+}
+
+//===----------------------------------------------------------------------===//
+// Inside MPI: one rank
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+const char *const kCollectiveNames[] = {"all_reduce", "all_gather",
+                                        "reduce_scatter"};
+
+uint64_t counterOf(const CommCounters &c, int kind) {
+  return kind == 0 ? c.allReduce : kind == 1 ? c.allGather : c.reduceScatter;
+}
+
+std::string jsonString(const std::string &s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\')
+      out += '\\';
+    if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+      continue;
+    }
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string jsonNumber(double v) {
+  if (!std::isfinite(v))
+    return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.9g", v);
+  return buf;
+}
+
+Status runRank(const LaunchOptions &o, int rank, int size) {
+  TESSERA_ASSIGN_OR_RETURN(auto artifact,
+                           LoadedArtifact::loadFromFile(o.artifactPath));
+  const fb::Artifact &a = *artifact->root();
+  if (size != a.world_size())
+    return failedPrecondition("MPI world size ", size,
+                              " does not match the world size ", a.world_size(),
+                              " of ", artifact->name(), " (mesh ",
+                              meshString(a), "); run with -n ", a.world_size());
+  if (o.numRanks && o.numRanks != size)
+    return failedPrecondition("-n ", o.numRanks, " but the MPI job has ", size,
+                              " ranks");
+
+  TESSERA_ASSIGN_OR_RETURN(CommunicatorSet comms, createMpiCommunicators(a));
+  std::unique_ptr<Communicator> world = std::move(comms.world);
+
+  BackendOptions bo;
+  if (o.threads)
+    bo.numThreads = o.threads;
+  else if (const char *env = std::getenv("OPENBLAS_NUM_THREADS"))
+    bo.numThreads = std::max(1, std::atoi(env));
+  else
+    bo.numThreads = defaultThreads(size);
+  TESSERA_ASSIGN_OR_RETURN(auto backend,
+                           BackendRegistry::global().create(o.backend, bo));
+  ExecutorOptions eo;
+  eo.seed = o.seed;
+  eo.profile = o.profile;
+  TESSERA_ASSIGN_OR_RETURN(auto executor,
+                           Executor::create(artifact, std::move(backend),
+                                            std::move(comms), rank, eo));
+  TESSERA_RETURN_IF_ERROR(executor->initializeParameters());
+
+  const fb::Batch &batch = *a.batch();
+  const fb::Optimizer *opt = a.optimizer();
+  float lr = opt ? opt->lr() : 0.0f;
+  FILE *metrics = nullptr;
+  if (rank == 0) {
+    std::printf("tessera-run: %s | model %s | producer %s\n",
+                artifact->name().c_str(), a.model() ? a.model()->c_str() : "?",
+                a.producer() ? a.producer()->c_str() : "?");
+    std::printf("tessera-run: world size %d | mesh %s | programs %u | "
+                "backend %s | seed %llu | BLAS threads/rank %d\n",
+                a.world_size(), meshString(a).c_str(), a.programs()->size(),
+                o.backend.c_str(), (unsigned long long)o.seed, bo.numThreads);
+    std::printf("tessera-run: batch: micro %lld x %lld microbatches x dp %d "
+                "= global %lld\n",
+                (long long)batch.micro_batch_size(),
+                (long long)batch.num_microbatches(),
+                executor->dataLayout().dpSize,
+                (long long)batch.global_batch_size());
+    if (opt)
+      std::printf("tessera-run: optimizer %s lr=%g beta1=%g beta2=%g eps=%g "
+                  "weight_decay=%g\n",
+                  opt->kind() ? opt->kind()->c_str() : "?", opt->lr(),
+                  opt->beta1(), opt->beta2(), opt->eps(), opt->weight_decay());
+    std::fflush(stdout);
+    if (!o.metricsPath.empty()) {
+      metrics = std::fopen(o.metricsPath.c_str(), "w");
+      if (!metrics)
+        return notFound(o.metricsPath,
+                        ": cannot open metrics file: ", std::strerror(errno));
+    }
+  }
+  struct Closer {
+    FILE *&f;
+    ~Closer() {
+      if (f)
+        std::fclose(f);
+    }
+  } closer{metrics};
+
+  std::set<std::string> kinds;
+  for (auto &entry : executor->commCounters())
+    kinds.insert(entry.first);
+  std::map<std::string, CommCounters> before = executor->commCounters();
+  std::map<std::string, double> kernelsBefore = executor->kernelSeconds();
+  for (int64_t it = 1; it <= o.steps; ++it) {
+    auto t0 = std::chrono::steady_clock::now();
+    TESSERA_ASSIGN_OR_RETURN(double loss, executor->runIteration(it));
+    auto t1 = std::chrono::steady_clock::now();
+    double seconds = std::chrono::duration<double>(t1 - t0).count();
+    std::map<std::string, CommCounters> after = executor->commCounters();
+    if (rank == 0) {
+      double tokensPerSecond =
+          seconds > 0 ? double(batch.global_batch_size()) / seconds : 0.0;
+      std::printf(" [%s] iteration %8lld/%8lld | consumed samples: %12lld | "
+                  "elapsed time per iteration (ms): %.1f | learning rate: "
+                  "%.3E | global batch size: %5lld | loss: %.6E | tokens per "
+                  "second: %.1f |\n",
+                  timestamp().c_str(), (long long)it, (long long)o.steps,
+                  (long long)(it * batch.global_batch_size()), seconds * 1000.0,
+                  double(lr), (long long)batch.global_batch_size(), loss,
+                  tokensPerSecond);
+      std::fflush(stdout);
+      if (metrics) {
+        std::string line =
+            "{\"step\": " + std::to_string(it) +
+            ", \"loss\": " + jsonNumber(loss) +
+            ", \"tokens_per_s\": " + jsonNumber(tokensPerSecond) +
+            ", \"step_time_s\": " + jsonNumber(seconds) + ", \"comm_bytes\": {";
+        for (int c = 0; c < 3; ++c) {
+          line +=
+              std::string(c ? ", " : "") + "\"" + kCollectiveNames[c] + "\": {";
+          bool first = true;
+          for (const std::string &kind : kinds) {
+            uint64_t bytes = counterOf(after[kind] - before[kind], c);
+            line += std::string(first ? "" : ", ") + jsonString(kind) + ": " +
+                    std::to_string(bytes);
+            first = false;
+          }
+          line += "}";
+        }
+        line += "}";
+        if (o.profile) {
+          // Per-opcode seconds of this step on rank 0.
+          line += ", \"kernel_time_s\": {";
+          bool first = true;
+          for (auto &[name, secs] : executor->kernelSeconds()) {
+            line += std::string(first ? "" : ", ") + jsonString(name) + ": " +
+                    jsonNumber(secs - kernelsBefore[name]);
+            first = false;
+          }
+          line += "}";
+        }
+        line += "}\n";
+        if (std::fputs(line.c_str(), metrics) < 0 || std::fflush(metrics))
+          return dataLoss(o.metricsPath, ": write failed");
+      }
+    }
+    before = std::move(after);
+    kernelsBefore = executor->kernelSeconds();
+  }
+  if (world)
+    TESSERA_RETURN_IF_ERROR(world->barrier());
+  return Status();
+}
+
+} // namespace
+
+static int runInsideMpi(const LaunchOptions &o) {
+  int provided = 0;
+  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) !=
+      MPI_SUCCESS)
+    return errorExit("MPI_Init failed");
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  Status st;
+  try {
+    st = runRank(o, rank, size);
+  } catch (const std::exception &e) {
+    st = internalError("uncaught exception: ", e.what());
+  }
+  if (!st.ok()) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "tessera-run: error: rank %d: %s\n", rank,
+                 st.message().c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+  MPI_Finalize();
+  return 0;
+}
+
+int runLauncher(int argc, char **argv) {
+  const char *argv0 = argc > 0 ? argv[0] : "tessera-run";
+  auto parsed = parseLaunchOptions(argc, argv);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "tessera-run: error: %s\n%s",
+                 parsed.status().message().c_str(), launchUsage(argv0).c_str());
+    return 1;
+  }
+  const LaunchOptions &o = *parsed;
+  if (o.help) {
+    std::printf("%s", launchUsage(argv0).c_str());
+    return 0;
+  }
+  if (o.printSummary) {
+    auto loaded = LoadedArtifact::loadFromFile(o.artifactPath);
+    if (!loaded.ok())
+      return errorExit(loaded.status().message());
+    Status st = Executor::validate(**loaded);
+    std::printf("%s", summarizeArtifact(**loaded).c_str());
+    if (!st.ok())
+      return errorExit(st.message());
+    return 0;
+  }
+  if (!insideMpiJob())
+    return launchUnderMpirun(o, argc, argv);
+  return runInsideMpi(o);
+}
+
+} // namespace tessera::rt

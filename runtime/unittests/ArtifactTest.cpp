@@ -1,0 +1,194 @@
+//===- ArtifactTest.cpp - .tsr loader checks ------------------------------===//
+
+#include "TestArtifacts.h"
+
+#include "tessera/rt/Artifact.h"
+#include "tessera/rt/Executor.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <unistd.h>
+
+using namespace tessera::rt;
+using namespace tessera::rt::test;
+
+namespace {
+
+class ArtifactTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/tessera-artifact-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir = tmpl;
+  }
+  void TearDown() override {
+    std::string cmd = "rm -rf '" + dir + "'";
+    (void)std::system(cmd.c_str());
+  }
+  std::string write(const std::string &name, const std::string &bytes) {
+    std::string path = dir + "/" + name;
+    std::ofstream(path, std::ios::binary) << bytes;
+    return path;
+  }
+  /// Loads `bytes` from a file and expects an error containing `needle` and
+  /// the file name.
+  void expectError(const std::string &bytes, const std::string &needle) {
+    std::string path = write("bad.tsr", bytes);
+    auto loaded = LoadedArtifact::loadFromFile(path);
+    ASSERT_FALSE(loaded.ok()) << "expected error containing: " << needle;
+    const std::string &msg = loaded.status().message();
+    EXPECT_NE(msg.find(needle), std::string::npos) << msg;
+    EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  }
+  std::string dir;
+};
+
+} // namespace
+
+TEST_F(ArtifactTest, LoadsValidArtifact) {
+  std::string path =
+      write("ok.tsr", buildFile(buildPayload(softmaxRegression())));
+  auto loaded = LoadedArtifact::loadFromFile(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+  const auto &a = *(*loaded)->root();
+  EXPECT_EQ(a.world_size(), 1);
+  EXPECT_EQ(a.programs()->size(), 1u);
+  EXPECT_TRUE(Executor::validate(**loaded).ok());
+  std::string summary = summarizeArtifact(**loaded);
+  EXPECT_NE(summary.find("fc.weight"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("arena"), std::string::npos);
+  EXPECT_NE(summary.find("dp: [0]"), std::string::npos) << summary;
+}
+
+TEST_F(ArtifactTest, MissingFile) {
+  auto loaded = LoadedArtifact::loadFromFile(dir + "/nope.tsr");
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(loaded.status().message().find("nope.tsr: cannot open"),
+            std::string::npos);
+}
+
+TEST_F(ArtifactTest, TooSmallForHeader) {
+  expectError("TSRA", "smaller than the 24-byte .tsr header");
+}
+
+TEST_F(ArtifactTest, BadMagic) {
+  std::string file = buildFile(buildPayload(softmaxRegression()));
+  file[0] = 'X';
+  expectError(file, "bad magic");
+}
+
+TEST_F(ArtifactTest, WrongVersion) {
+  std::string file = buildFile(buildPayload(softmaxRegression()));
+  file[4] = 7;
+  expectError(file, "unsupported format version 7 (this runtime supports "
+                    "version 1)");
+}
+
+TEST_F(ArtifactTest, Truncated) {
+  std::string file = buildFile(buildPayload(softmaxRegression()));
+  size_t full = file.size();
+  file.resize(full - 10);
+  expectError(file, "truncated: expected " + std::to_string(full) +
+                        " bytes, got " + std::to_string(full - 10));
+}
+
+TEST_F(ArtifactTest, TrailingBytes) {
+  std::string file = buildFile(buildPayload(softmaxRegression()));
+  expectError(file + "xx", "trailing bytes");
+}
+
+TEST_F(ArtifactTest, BadCrc) {
+  std::string file = buildFile(buildPayload(softmaxRegression()));
+  file[file.size() / 2] ^= 0x5a;
+  expectError(file, "corrupted (CRC-32 mismatch");
+}
+
+TEST_F(ArtifactTest, FlatBufferVerifierRejectsGarbage) {
+  std::string payload(64, '\xff');
+  expectError(buildFile(payload), "FlatBuffer verification failed");
+}
+
+TEST_F(ArtifactTest, OutOfRangeTensorRef) {
+  ArtifactDesc desc = softmaxRegression();
+  auto &instr = desc.programs[0].function("microbatch")[0];
+  instr.operands[2].offset = desc.programs[0].arenaBytes - 8;
+  expectError(buildFile(buildPayload(desc)), "lies outside the arena of");
+}
+
+TEST_F(ArtifactTest, OutOfRangeBuffer) {
+  ArtifactDesc desc = softmaxRegression();
+  desc.programs[0].buffers[0].offset = desc.programs[0].arenaBytes;
+  expectError(buildFile(buildPayload(desc)), "'fc.weight' (offset");
+}
+
+TEST_F(ArtifactTest, WrongOperandCount) {
+  ArtifactDesc desc = softmaxRegression();
+  desc.programs[0].function("microbatch")[0].operands.pop_back();
+  expectError(buildFile(buildPayload(desc)), "Gemm expects 3 operands, got 2");
+}
+
+TEST_F(ArtifactTest, BufferIndexOutOfRange) {
+  ArtifactDesc desc = softmaxRegression();
+  desc.programs[0].lossBuffer = 99;
+  expectError(buildFile(buildPayload(desc)), "loss_buffer 99 out of range");
+  desc = softmaxRegression();
+  desc.programs[0].inputs[0].buffer = 42;
+  expectError(buildFile(buildPayload(desc)), "buffer index 42 out of range");
+}
+
+TEST_F(ArtifactTest, WorldSizeMustMatchMesh) {
+  ArtifactDesc desc = softmaxRegression();
+  desc.mesh = {{"tp", 2}, {"dp", 1}};
+  expectError(buildFile(buildPayload(desc)),
+              "world_size 1 != product of mesh sizes 2");
+}
+
+TEST_F(ArtifactTest, GroupsMustPartitionTheWorld) {
+  ArtifactDesc desc = softmaxRegression(8, 4, 16, 2, 2);
+  desc.groups = {{"tp", {0}}, {"tp", {0}}, {"dp", {0, 1}}};
+  expectError(buildFile(buildPayload(desc)),
+              "rank 0 appears twice in groups of kind 'tp'");
+  desc.groups = {{"tp", {0}}, {"tp", {1}}, {"dp", {0}}};
+  expectError(buildFile(buildPayload(desc)),
+              "rank 1 is in no group of kind 'dp'");
+}
+
+TEST_F(ArtifactTest, BatchMustBeConsistent) {
+  ArtifactDesc desc = softmaxRegression();
+  desc.globalBatch = 7;
+  expectError(buildFile(buildPayload(desc)), "global_batch_size 7 !=");
+}
+
+TEST_F(ArtifactTest, CollectiveGroupMustExist) {
+  ArtifactDesc desc = softmaxRegression(8, 4, 16, 2, 2);
+  for (auto &in : desc.programs[0].function("step"))
+    if (in.op == fb::Opcode::AllReduce)
+      in.group = "cp";
+  expectError(buildFile(buildPayload(desc)), "group kind 'cp'");
+}
+
+TEST_F(ArtifactTest, ExecutorValidateCatchesShapeMismatch) {
+  ArtifactDesc desc = softmaxRegression();
+  auto &gemm = desc.programs[0].function("microbatch")[0];
+  gemm.transB = true; // [16,8] @ [4,8]^T... k mismatch with [8,4]
+  std::string path = write("shape.tsr", buildFile(buildPayload(desc)));
+  auto loaded = LoadedArtifact::loadFromFile(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+  Status st = Executor::validate(**loaded);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("instruction 0 (Gemm at fc)"), std::string::npos)
+      << st.message();
+  EXPECT_NE(st.message().find(path), std::string::npos);
+}
+
+TEST_F(ArtifactTest, WriteArtifactFileRoundTrips) {
+  std::string payload = buildPayload(softmaxRegression());
+  std::string path = dir + "/written.tsr";
+  ASSERT_TRUE(
+      writeArtifactFile(path, reinterpret_cast<const uint8_t *>(payload.data()),
+                        payload.size())
+          .ok());
+  EXPECT_TRUE(LoadedArtifact::loadFromFile(path).ok());
+}

@@ -1,0 +1,251 @@
+//===- CpuBackendTest.cpp - cpu kernels vs naive references ---------------===//
+
+#include "tessera/rt/Backend.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+using namespace tessera::rt;
+
+namespace {
+
+class CpuBackendTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    auto b = BackendRegistry::global().create("cpu", {});
+    ASSERT_TRUE(b.ok()) << b.status().toString();
+    backend = std::move(*b);
+  }
+  std::vector<float> random(size_t n, float scale = 1.0f) {
+    std::normal_distribution<float> dist(0.0f, scale);
+    std::vector<float> v(n);
+    for (float &x : v)
+      x = dist(gen);
+    return v;
+  }
+  std::unique_ptr<Backend> backend;
+  std::mt19937 gen{42};
+};
+
+void expectNear(const std::vector<float> &a, const std::vector<float> &b,
+                float tol) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i)
+    ASSERT_NEAR(a[i], b[i], tol * (1.0f + std::fabs(b[i]))) << "at " << i;
+}
+
+} // namespace
+
+TEST_F(CpuBackendTest, RegistryKnowsCpu) {
+  EXPECT_TRUE(BackendRegistry::global().contains("cpu"));
+  EXPECT_STREQ(backend->name(), "cpu");
+  auto missing = BackendRegistry::global().create("no-such-backend", {});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(
+      missing.status().message().find("unknown backend 'no-such-backend'"),
+      std::string::npos);
+}
+
+TEST_F(CpuBackendTest, GemmAllTransposesAndBetas) {
+  const int64_t m = 7, n = 5, k = 9;
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (float beta : {0.0f, 1.0f}) {
+        auto a = random(size_t(m * k)), b = random(size_t(k * n));
+        auto c = random(size_t(m * n));
+        float alpha = 0.75f;
+        std::vector<float> ref = c;
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double s = 0;
+            for (int64_t p = 0; p < k; ++p) {
+              float av = ta ? a[size_t(p * m + i)] : a[size_t(i * k + p)];
+              float bv = tb ? b[size_t(j * k + p)] : b[size_t(p * n + j)];
+              s += double(av) * bv;
+            }
+            ref[size_t(i * n + j)] = float(
+                alpha * s + (beta == 0.0f ? 0.0 : beta * c[size_t(i * n + j)]));
+          }
+        ASSERT_TRUE(backend
+                        ->gemm(ta, tb, m, n, k, alpha, a.data(), b.data(), beta,
+                               c.data())
+                        .ok());
+        SCOPED_TRACE(testing::Message()
+                     << "ta=" << ta << " tb=" << tb << " beta=" << beta);
+        expectNear(c, ref, 1e-5f);
+      }
+}
+
+TEST_F(CpuBackendTest, BiasAddAndAdd) {
+  auto x = random(12), b = random(4), y = std::vector<float>(12);
+  ASSERT_TRUE(backend->biasAdd(x.data(), b.data(), y.data(), 3, 4).ok());
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 4; ++j)
+      EXPECT_FLOAT_EQ(y[size_t(i * 4 + j)],
+                      x[size_t(i * 4 + j)] + b[size_t(j)]);
+  auto c = std::vector<float>(12);
+  ASSERT_TRUE(backend->add(x.data(), y.data(), c.data(), 12).ok());
+  for (size_t i = 0; i < 12; ++i)
+    EXPECT_FLOAT_EQ(c[i], x[i] + y[i]);
+}
+
+TEST_F(CpuBackendTest, GeluAndGradVsFiniteDifferences) {
+  auto x = random(64, 2.0f);
+  std::vector<float> y(64), dy(64, 1.0f), dx(64);
+  ASSERT_TRUE(backend->gelu(x.data(), y.data(), 64).ok());
+  for (size_t i = 0; i < 64; ++i) {
+    double v = x[i];
+    EXPECT_NEAR(y[i], 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))), 1e-6);
+  }
+  auto g = random(64);
+  ASSERT_TRUE(backend->geluGrad(x.data(), g.data(), dx.data(), 64).ok());
+  for (size_t i = 0; i < 64; ++i) {
+    double h = 1e-3, v = x[i];
+    auto f = [](double t) {
+      return 0.5 * t * (1 + std::erf(t / std::sqrt(2.0)));
+    };
+    double fd = (f(v + h) - f(v - h)) / (2 * h);
+    EXPECT_NEAR(dx[i], g[i] * fd, 1e-4 * (1 + std::fabs(g[i] * fd)));
+  }
+}
+
+TEST_F(CpuBackendTest, ReluAndGrad) {
+  auto x = random(32), dy = random(32);
+  std::vector<float> y(32), dx(32);
+  ASSERT_TRUE(backend->relu(x.data(), y.data(), 32).ok());
+  ASSERT_TRUE(backend->reluGrad(x.data(), dy.data(), dx.data(), 32).ok());
+  for (size_t i = 0; i < 32; ++i) {
+    EXPECT_EQ(y[i], x[i] > 0 ? x[i] : 0.0f);
+    EXPECT_EQ(dx[i], x[i] > 0 ? dy[i] : 0.0f);
+  }
+}
+
+TEST_F(CpuBackendTest, ReduceRows) {
+  const int64_t rows = 13, cols = 6;
+  auto x = random(size_t(rows * cols));
+  for (float beta : {0.0f, 1.0f}) {
+    auto y = random(size_t(cols));
+    auto ref = y;
+    for (int64_t j = 0; j < cols; ++j) {
+      double s = 0;
+      for (int64_t i = 0; i < rows; ++i)
+        s += x[size_t(i * cols + j)];
+      ref[size_t(j)] = float(0.5 * s + beta * y[size_t(j)]);
+    }
+    ASSERT_TRUE(
+        backend->reduceRows(x.data(), y.data(), rows, cols, 0.5f, beta).ok());
+    expectNear(y, ref, 1e-5f);
+  }
+}
+
+TEST_F(CpuBackendTest, CrossEntropyAndGradVsFiniteDifferences) {
+  const int64_t rows = 5, cols = 7;
+  auto z = random(size_t(rows * cols), 3.0f);
+  z[0] = 80.0f; // large logit: max subtraction keeps it finite
+  std::vector<int32_t> t = {0, 3, 6, 1, 2};
+  std::vector<float> loss(static_cast<size_t>(rows));
+  ASSERT_TRUE(
+      backend->crossEntropy(z.data(), t.data(), loss.data(), rows, cols).ok());
+  auto naive = [&](const std::vector<float> &zz, int64_t i) {
+    double mx = -1e30;
+    for (int64_t j = 0; j < cols; ++j)
+      mx = std::max(mx, double(zz[size_t(i * cols + j)]));
+    double s = 0;
+    for (int64_t j = 0; j < cols; ++j)
+      s += std::exp(zz[size_t(i * cols + j)] - mx);
+    return std::log(s) + mx - zz[size_t(i * cols + t[size_t(i)])];
+  };
+  for (int64_t i = 0; i < rows; ++i) {
+    EXPECT_TRUE(std::isfinite(loss[size_t(i)]));
+    EXPECT_NEAR(loss[size_t(i)], naive(z, i), 1e-4);
+  }
+  auto dl = random(size_t(rows));
+  std::vector<float> dz(static_cast<size_t>(rows * cols));
+  ASSERT_TRUE(backend
+                  ->crossEntropyGrad(z.data(), t.data(), dl.data(), dz.data(),
+                                     rows, cols)
+                  .ok());
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) {
+      auto zp = z, zm = z;
+      double h = 1e-2;
+      zp[size_t(i * cols + j)] += float(h);
+      zm[size_t(i * cols + j)] -= float(h);
+      double fd = (naive(zp, i) - naive(zm, i)) / (2 * h) * dl[size_t(i)];
+      EXPECT_NEAR(dz[size_t(i * cols + j)], fd, 2e-3) << i << "," << j;
+    }
+  std::vector<int32_t> bad = {0, 3, 7, 1, 2};
+  Status st =
+      backend->crossEntropy(z.data(), bad.data(), loss.data(), rows, cols);
+  EXPECT_FALSE(st.ok());
+}
+
+TEST_F(CpuBackendTest, MeanAndMeanGrad) {
+  auto x = random(100);
+  float y = 0;
+  ASSERT_TRUE(backend->mean(x.data(), &y, 100).ok());
+  double s = 0;
+  for (float v : x)
+    s += v;
+  EXPECT_NEAR(y, s / 100, 1e-6);
+  float dy = 3.0f;
+  std::vector<float> dx(100);
+  ASSERT_TRUE(backend->meanGrad(&dy, dx.data(), 100).ok());
+  for (float v : dx)
+    EXPECT_FLOAT_EQ(v, 0.03f);
+}
+
+TEST_F(CpuBackendTest, FillScaleCopyAxpy) {
+  std::vector<float> y(10);
+  ASSERT_TRUE(backend->fill(y.data(), 2.5f, 10).ok());
+  for (float v : y)
+    EXPECT_EQ(v, 2.5f);
+  auto x = random(10);
+  ASSERT_TRUE(backend->scale(x.data(), y.data(), -2.0f, 10).ok());
+  for (size_t i = 0; i < 10; ++i)
+    EXPECT_EQ(y[i], -2.0f * x[i]);
+  std::vector<float> c(10);
+  ASSERT_TRUE(backend->copy(x.data(), c.data(), 40).ok());
+  EXPECT_EQ(c, x);
+  ASSERT_TRUE(backend->axpy(0.5f, x.data(), c.data(), 10).ok());
+  for (size_t i = 0; i < 10; ++i)
+    EXPECT_FLOAT_EQ(c[i], 1.5f * x[i]);
+}
+
+TEST_F(CpuBackendTest, AdamMatchesNaiveScalarImplementation) {
+  const int64_t n = 37;
+  auto p = random(size_t(n)), m = std::vector<float>(size_t(n), 0.0f);
+  auto v = m;
+  auto rp = p;
+  std::vector<double> rm(size_t(n), 0.0), rv(size_t(n), 0.0);
+  AdamParams hp{1e-2f, 0.9f, 0.99f, 1e-6f, 0.1f};
+  for (int64_t step = 1; step <= 5; ++step) {
+    auto g = random(size_t(n));
+    ASSERT_TRUE(
+        backend->adam(p.data(), g.data(), m.data(), v.data(), n, step, hp)
+            .ok());
+    for (size_t i = 0; i < size_t(n); ++i) {
+      rm[i] = hp.beta1 * rm[i] + (1 - hp.beta1) * g[i];
+      rv[i] = hp.beta2 * rv[i] + (1 - hp.beta2) * double(g[i]) * g[i];
+      double mhat = rm[i] / (1 - std::pow(double(hp.beta1), double(step)));
+      double vhat = rv[i] / (1 - std::pow(double(hp.beta2), double(step)));
+      rp[i] = float(rp[i] - hp.lr * (mhat / (std::sqrt(vhat) + hp.eps) +
+                                     hp.weightDecay * rp[i]));
+    }
+  }
+  expectNear(p, rp, 1e-5f);
+  EXPECT_FALSE(
+      backend->adam(p.data(), p.data(), m.data(), v.data(), n, 0, hp).ok());
+}
+
+TEST_F(CpuBackendTest, Sgd) {
+  auto p = random(20), g = random(20);
+  auto ref = p;
+  for (size_t i = 0; i < 20; ++i)
+    ref[i] = ref[i] - 0.1f * (g[i] + 0.01f * ref[i]);
+  ASSERT_TRUE(backend->sgd(p.data(), g.data(), 20, 0.1f, 0.01f).ok());
+  expectNear(p, ref, 1e-6f);
+}

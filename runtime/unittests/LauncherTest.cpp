@@ -1,0 +1,194 @@
+//===- LauncherTest.cpp - tessera-run command line and end to end ---------===//
+
+#include "TestArtifacts.h"
+
+#include "tessera/rt/Launcher.h"
+
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+using namespace tessera::rt;
+using namespace tessera::rt::test;
+
+#ifndef TESSERA_RUN_PATH
+#error "TESSERA_RUN_PATH must point at the tessera-run binary"
+#endif
+
+namespace {
+
+StatusOr<LaunchOptions> parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "tessera-run");
+  std::vector<char *> argv;
+  for (auto &a : args)
+    argv.push_back(a.data());
+  return parseLaunchOptions(int(argv.size()), argv.data());
+}
+
+struct RunResult {
+  int exitCode = -1;
+  std::string output;
+};
+
+RunResult runTool(const std::string &args) {
+  std::string cmd = std::string(TESSERA_RUN_PATH) + " " + args + " 2>&1";
+  RunResult result;
+  FILE *pipe = popen(cmd.c_str(), "r");
+  if (!pipe)
+    return result;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0)
+    result.output.append(buf, n);
+  int status = pclose(pipe);
+  result.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+class LauncherTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/tessera-launcher-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir = tmpl;
+  }
+  void TearDown() override {
+    (void)std::system(("rm -rf '" + dir + "'").c_str());
+  }
+  std::string write(const std::string &name, const ArtifactDesc &desc) {
+    std::string path = dir + "/" + name;
+    std::ofstream(path, std::ios::binary) << buildFile(buildPayload(desc));
+    return path;
+  }
+  std::vector<double> readLosses(const std::string &metrics) {
+    std::ifstream in(metrics);
+    std::vector<double> losses;
+    std::string line;
+    while (std::getline(in, line)) {
+      size_t pos = line.find("\"loss\": ");
+      EXPECT_NE(pos, std::string::npos) << line;
+      if (pos != std::string::npos)
+        losses.push_back(std::stod(line.substr(pos + 8)));
+    }
+    return losses;
+  }
+  std::string dir;
+};
+
+} // namespace
+
+TEST(LaunchOptionsTest, ParsesFlags) {
+  auto o = parse({"-n", "4", "m.tsr", "--steps", "20", "--seed=7", "--metrics",
+                  "out.jsonl", "--backend", "cpu", "--threads", "2"});
+  ASSERT_TRUE(o.ok()) << o.status().toString();
+  EXPECT_EQ(o->numRanks, 4);
+  EXPECT_EQ(o->artifactPath, "m.tsr");
+  EXPECT_EQ(o->steps, 20);
+  EXPECT_EQ(o->seed, 7u);
+  EXPECT_EQ(o->metricsPath, "out.jsonl");
+  EXPECT_EQ(o->threads, 2);
+  auto d = parse({"m.tsr", "--steps", "1"});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->seed, 1234u);
+  EXPECT_EQ(d->backend, "cpu");
+}
+
+TEST(LaunchOptionsTest, UsageErrors) {
+  EXPECT_FALSE(parse({"m.tsr", "--steps", "1", "--bogus"}).ok());
+  EXPECT_FALSE(parse({"--steps", "1"}).ok());
+  EXPECT_FALSE(parse({"m.tsr"}).ok());
+  EXPECT_FALSE(parse({"m.tsr", "--steps", "x"}).ok());
+  EXPECT_FALSE(parse({"-n", "0", "m.tsr", "--steps", "1"}).ok());
+  EXPECT_FALSE(parse({"a.tsr", "b.tsr", "--steps", "1"}).ok());
+  EXPECT_TRUE(parse({"m.tsr", "--print-summary"}).ok());
+}
+
+TEST_F(LauncherTest, UsageErrorExitsOne) {
+  RunResult r = runTool("--steps 1 --bogus x.tsr");
+  EXPECT_EQ(r.exitCode, 1) << r.output;
+  EXPECT_NE(r.output.find("tessera-run: error: unknown option '--bogus'"),
+            std::string::npos)
+      << r.output;
+  r = runTool(dir + "/missing.tsr --steps 1");
+  EXPECT_EQ(r.exitCode, 1);
+  EXPECT_NE(r.output.find("missing.tsr: cannot open"), std::string::npos)
+      << r.output;
+}
+
+TEST_F(LauncherTest, CorruptFileFailsFastWithoutMpi) {
+  std::string path = write("bad.tsr", softmaxRegression());
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(40);
+    f.put('\x13');
+  }
+  RunResult r = runTool("-n 1 " + path + " --steps 1");
+  EXPECT_EQ(r.exitCode, 1);
+  EXPECT_NE(r.output.find("tessera-run: error: " + path), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("corrupted"), std::string::npos) << r.output;
+}
+
+TEST_F(LauncherTest, WrongRankCountFailsFast) {
+  std::string path = write("dp2.tsr", softmaxRegression(8, 4, 8, 1, 2));
+  RunResult r = runTool("-n 3 " + path + " --steps 1");
+  EXPECT_EQ(r.exitCode, 1);
+  EXPECT_NE(r.output.find("-n 3 does not match the world size 2"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST_F(LauncherTest, PrintSummary) {
+  std::string path = write("s.tsr", softmaxRegression());
+  RunResult r = runTool(path + " --print-summary");
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_NE(r.output.find("fc.weight"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("world size: 1"), std::string::npos) << r.output;
+}
+
+TEST_F(LauncherTest, DataParallelRunMatchesSingleRank) {
+  std::string one = write("one.tsr", softmaxRegression(8, 4, 16, 2, 1));
+  std::string two = write("two.tsr", softmaxRegression(8, 4, 8, 2, 2));
+  RunResult a = runTool("-n 1 " + one + " --steps 4 --threads 1 --metrics " +
+                        dir + "/one.jsonl");
+  ASSERT_EQ(a.exitCode, 0) << a.output;
+  RunResult b =
+      runTool("-n 2 " + two + " --steps 4 --metrics " + dir + "/two.jsonl");
+  ASSERT_EQ(b.exitCode, 0) << b.output;
+  EXPECT_NE(b.output.find("iteration        4/       4 | consumed samples:"
+                          "          128 |"),
+            std::string::npos)
+      << b.output;
+  EXPECT_NE(b.output.find("world size 2"), std::string::npos) << b.output;
+  auto la = readLosses(dir + "/one.jsonl");
+  auto lb = readLosses(dir + "/two.jsonl");
+  ASSERT_EQ(la.size(), 4u);
+  ASSERT_EQ(lb.size(), 4u);
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_NEAR(la[i], lb[i], 1e-5 * la[i]);
+  std::ifstream in(dir + "/two.jsonl");
+  std::string first;
+  std::getline(in, first);
+  // gW: 32 floats, gb: 4 floats, all-reduced over dp=2 (ring: 1x bytes).
+  EXPECT_NE(first.find("\"all_reduce\": {\"dp\": 144"), std::string::npos)
+      << first;
+  EXPECT_NE(first.find("\"step\": 1"), std::string::npos);
+}
+
+TEST_F(LauncherTest, RuntimeErrorOnRankAbortsWithExitOne) {
+  ArtifactDesc desc = softmaxRegression(8, 4, 8, 1, 2);
+  InstrDesc wait = instr(fb::Opcode::Wait, {}, "dangling.wait");
+  wait.event = 9;
+  desc.programs[0].function("step").push_back(wait);
+  std::string path = write("err.tsr", desc);
+  RunResult r = runTool("-n 2 " + path + " --steps 2");
+  EXPECT_EQ(r.exitCode, 1) << r.output;
+  EXPECT_NE(r.output.find("tessera-run: error: rank "), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("dangling.wait"), std::string::npos) << r.output;
+}

@@ -1,0 +1,246 @@
+//===- MpiCommTest.cpp - MPI collectives (run under mpirun) ---------------===//
+//
+// Every rank runs the whole gtest suite; the exit code is the maximum over
+// ranks so that a failure on any rank fails the ctest test. Tests avoid
+// ASSERT_* before collectives so that a failing rank never leaves the others
+// hanging.
+//
+//===----------------------------------------------------------------------===//
+
+#include "TestArtifacts.h"
+
+#include "tessera/rt/Executor.h"
+#include "tessera/rt/MpiCommunicator.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+using namespace tessera::rt;
+using namespace tessera::rt::test;
+
+namespace {
+
+int worldRank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int worldSize() {
+  int s = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+std::unique_ptr<Communicator> worldComm() {
+  MPI_Comm dup;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  auto c = createMpiCommunicator(dup);
+  EXPECT_TRUE(c.ok());
+  return std::move(*c);
+}
+
+/// tp x dp mesh, tp fastest: tp groups are consecutive ranks.
+ArtifactDesc meshArtifact(int tp, int dp) {
+  ArtifactDesc a = softmaxRegression(8, 4, 4, 1, dp);
+  a.worldSize = tp * dp;
+  a.mesh = {{"tp", tp}, {"dp", dp}};
+  a.groups.clear();
+  for (int d = 0; d < dp; ++d) {
+    std::vector<int> g;
+    for (int t = 0; t < tp; ++t)
+      g.push_back(d * tp + t);
+    a.groups.push_back({"tp", g});
+  }
+  for (int t = 0; t < tp; ++t) {
+    std::vector<int> g;
+    for (int d = 0; d < dp; ++d)
+      g.push_back(d * tp + t);
+    a.groups.push_back({"dp", g});
+  }
+  // A tp all-reduce so that the tp kind is a collective group too.
+  ProgramDesc &p = a.programs[0];
+  InstrDesc ar = instr(fb::Opcode::AllReduce, {p.ref(3)}, "tp.ar");
+  ar.group = "tp";
+  p.function("step").insert(p.function("step").begin(), ar);
+  return a;
+}
+
+} // namespace
+
+TEST(MpiCommTest, AllReduceSumAndMax) {
+  auto comm = worldComm();
+  int n = comm->size(), r = comm->rank();
+  EXPECT_EQ(r, worldRank());
+  std::vector<float> f = {float(r), float(2 * r + 1), -float(r)};
+  EXPECT_TRUE(
+      comm->allReduce(f.data(), 3, ElementType::F32, ReduceKind::Sum).ok());
+  float s = float(n * (n - 1) / 2);
+  EXPECT_EQ(f[0], s);
+  EXPECT_EQ(f[1], 2 * s + n);
+  EXPECT_EQ(f[2], -s);
+  std::vector<int64_t> i = {r, -r};
+  EXPECT_TRUE(
+      comm->allReduce(i.data(), 2, ElementType::I64, ReduceKind::Max).ok());
+  EXPECT_EQ(i[0], n - 1);
+  EXPECT_EQ(i[1], 0);
+  std::vector<int32_t> j = {r + 10};
+  EXPECT_TRUE(
+      comm->allReduce(j.data(), 1, ElementType::I32, ReduceKind::Max).ok());
+  EXPECT_EQ(j[0], n + 9);
+}
+
+TEST(MpiCommTest, AsyncStartWait) {
+  auto comm = worldComm();
+  int n = comm->size(), r = comm->rank();
+  std::vector<float> a(1000, float(r + 1)), b(10, 1.0f);
+  auto ha =
+      comm->allReduceStart(a.data(), 1000, ElementType::F32, ReduceKind::Sum);
+  auto hb =
+      comm->allReduceStart(b.data(), 10, ElementType::F32, ReduceKind::Sum);
+  EXPECT_TRUE(ha.ok() && hb.ok());
+  EXPECT_TRUE(comm->wait(*hb).ok());
+  EXPECT_TRUE(comm->wait(*ha).ok());
+  EXPECT_EQ(a[999], float(n * (n + 1) / 2));
+  EXPECT_EQ(b[0], float(n));
+  EXPECT_FALSE(comm->wait(*ha).ok()); // already completed
+}
+
+TEST(MpiCommTest, AllGatherAndReduceScatter) {
+  auto comm = worldComm();
+  int n = comm->size(), r = comm->rank();
+  std::vector<float> send = {float(r), float(10 * r)};
+  std::vector<float> recv(size_t(2 * n));
+  EXPECT_TRUE(
+      comm->allGather(send.data(), recv.data(), 2, ElementType::F32).ok());
+  for (int k = 0; k < n; ++k) {
+    EXPECT_EQ(recv[size_t(2 * k)], float(k));
+    EXPECT_EQ(recv[size_t(2 * k + 1)], float(10 * k));
+  }
+  std::vector<float> full(size_t(3 * n));
+  for (size_t k = 0; k < full.size(); ++k)
+    full[k] = float(k + r);
+  std::vector<float> part(3);
+  EXPECT_TRUE(comm->reduceScatter(full.data(), part.data(), 3, ElementType::F32,
+                                  ReduceKind::Sum)
+                  .ok());
+  float rankSum = float(n * (n - 1) / 2);
+  for (int k = 0; k < 3; ++k)
+    EXPECT_EQ(part[size_t(k)], float(n * (3 * r + k)) + rankSum);
+}
+
+TEST(MpiCommTest, ByteCountersUseRingVolumes) {
+  auto comm = worldComm();
+  int n = comm->size();
+  std::vector<float> buf(size_t(100 * n));
+  std::vector<float> out(size_t(100 * n));
+  EXPECT_TRUE(
+      comm->allReduce(buf.data(), 100 * n, ElementType::F32, ReduceKind::Sum)
+          .ok());
+  EXPECT_TRUE(
+      comm->allGather(buf.data(), out.data(), 100, ElementType::F32).ok());
+  EXPECT_TRUE(comm->reduceScatter(buf.data(), out.data(), 100, ElementType::F32,
+                                  ReduceKind::Sum)
+                  .ok());
+  auto req =
+      comm->allReduceStart(buf.data(), 100, ElementType::F32, ReduceKind::Sum);
+  EXPECT_TRUE(req.ok() && comm->wait(*req).ok());
+  uint64_t full = uint64_t(400 * n);
+  EXPECT_EQ(comm->counters().allReduce,
+            2 * uint64_t(n - 1) * full / uint64_t(n) +
+                2 * uint64_t(n - 1) * 400 / uint64_t(n));
+  EXPECT_EQ(comm->counters().allGather, uint64_t(n - 1) * full / uint64_t(n));
+  EXPECT_EQ(comm->counters().reduceScatter,
+            uint64_t(n - 1) * full / uint64_t(n));
+  EXPECT_EQ(comm->counters().calls, 4u);
+  EXPECT_EQ(ringAllReduceBytes(1000, 1), 0u);
+  EXPECT_EQ(ringAllReduceBytes(1000, 4), 1500u);
+}
+
+TEST(MpiCommTest, SplitByArtifactGroups) {
+  int n = worldSize(), r = worldRank();
+  int tp = n >= 4 ? 2 : 1, dp = n / tp;
+  ArtifactDesc desc = meshArtifact(tp, dp);
+  auto loaded =
+      LoadedArtifact::loadFromMemory(buildFile(buildPayload(desc)), "mesh.tsr");
+  EXPECT_TRUE(loaded.ok()) << loaded.status().toString();
+  if (!loaded.ok())
+    return; // same on every rank
+  auto set = createMpiCommunicators(*(*loaded)->root());
+  EXPECT_TRUE(set.ok()) << set.status().toString();
+  if (!set.ok())
+    return;
+  auto &groups = set->groups;
+  EXPECT_EQ(groups.size(), 2u);
+  Communicator &tpc = *groups.at("tp");
+  Communicator &dpc = *groups.at("dp");
+  EXPECT_EQ(tpc.size(), tp);
+  EXPECT_EQ(dpc.size(), dp);
+  EXPECT_EQ(tpc.rank(), r % tp);
+  EXPECT_EQ(dpc.rank(), r / tp);
+  ASSERT_TRUE(set->lossReduce);
+  EXPECT_EQ(set->lossReduce->size(), dp);
+  // Sum of world ranks within each group.
+  int32_t v = r;
+  EXPECT_TRUE(tpc.allReduce(&v, 1, ElementType::I32, ReduceKind::Sum).ok());
+  int base = (r / tp) * tp;
+  EXPECT_EQ(v, tp * base + tp * (tp - 1) / 2); // e.g. tp [[0,1],[2,3]]
+  int32_t w = r;
+  EXPECT_TRUE(dpc.allReduce(&w, 1, ElementType::I32, ReduceKind::Sum).ok());
+  EXPECT_EQ(w, dp * (r % tp) + tp * dp * (dp - 1) / 2); // dp [[0,2],[1,3]]
+  EXPECT_EQ(tpc.counters().allReduce, ringAllReduceBytes(4, tp));
+}
+
+TEST(MpiCommTest, DataParallelTrainingMatchesSingleRank) {
+  // dp = world size vs. dp = 1 on the same global batch: identical data and
+  // averaged gradients, so the losses agree to rounding.
+  int n = worldSize();
+  ArtifactDesc dpDesc = softmaxRegression(8, 4, 4, 2, n, true, 0.05f);
+  ArtifactDesc oneDesc = softmaxRegression(8, 4, 4 * n, 2, 1, true, 0.05f);
+  auto dpLoaded =
+      LoadedArtifact::loadFromMemory(buildFile(buildPayload(dpDesc)), "dp.tsr");
+  auto oneLoaded = LoadedArtifact::loadFromMemory(
+      buildFile(buildPayload(oneDesc)), "one.tsr");
+  EXPECT_TRUE(dpLoaded.ok() && oneLoaded.ok());
+  if (!dpLoaded.ok() || !oneLoaded.ok())
+    return;
+  auto set = createMpiCommunicators(*(*dpLoaded)->root());
+  EXPECT_TRUE(set.ok());
+  if (!set.ok())
+    return;
+  auto ex = Executor::create(
+      *dpLoaded, std::move(*BackendRegistry::global().create("cpu", {})),
+      std::move(*set), worldRank());
+  auto ref = Executor::create(
+      *oneLoaded, std::move(*BackendRegistry::global().create("cpu", {})),
+      CommunicatorSet(), 0);
+  EXPECT_TRUE(ex.ok() && ref.ok());
+  if (!ex.ok() || !ref.ok())
+    return;
+  EXPECT_TRUE((*ex)->initializeParameters().ok());
+  EXPECT_TRUE((*ref)->initializeParameters().ok());
+  for (int it = 1; it <= 5; ++it) {
+    auto a = (*ex)->runIteration(it);
+    auto b = (*ref)->runIteration(it);
+    EXPECT_TRUE(a.ok() && b.ok());
+    if (a.ok() && b.ok())
+      EXPECT_NEAR(*a, *b, 1e-5 * *b) << "iteration " << it;
+  }
+  auto counters = (*ex)->commCounters();
+  // Per step: gW (8x4 f32) and gb (4 f32) all-reduced over dp.
+  EXPECT_EQ(counters["dp"].allReduce,
+            5 * (ringAllReduceBytes(128, n) + ringAllReduceBytes(16, n)));
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  ::testing::InitGoogleTest(&argc, argv);
+  int local = RUN_ALL_TESTS();
+  int global = 0;
+  MPI_Allreduce(&local, &global, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (worldRank() == 0)
+    std::printf("[mpi] %d ranks, worst exit code %d\n", worldSize(), global);
+  MPI_Finalize();
+  return global;
+}

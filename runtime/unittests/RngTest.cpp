@@ -1,0 +1,149 @@
+//===- RngTest.cpp - Philox RNG and sharded init --------------------------===//
+
+#include "tessera/rt/Rng.h"
+#include "tessera/rt/Data.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+using namespace tessera::rt;
+
+TEST(RngTest, PhiloxKnownAnswers) {
+  // Random123 known-answer vectors for philox4x32-10.
+  auto a = philox4x32_10({0, 0, 0, 0}, {0, 0});
+  EXPECT_EQ(a[0], 0x6627e8d5u);
+  EXPECT_EQ(a[1], 0xe169c58du);
+  EXPECT_EQ(a[2], 0xbc57ac4cu);
+  EXPECT_EQ(a[3], 0x9b00dbd8u);
+  auto b = philox4x32_10({0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu},
+                         {0xffffffffu, 0xffffffffu});
+  EXPECT_EQ(b[0], 0x408f276du);
+  EXPECT_EQ(b[1], 0x41c83b0eu);
+  EXPECT_EQ(b[2], 0xa20bc7c6u);
+  EXPECT_EQ(b[3], 0x6d5451fdu);
+  auto c = philox4x32_10({0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u},
+                         {0xa4093822u, 0x299f31d0u});
+  EXPECT_EQ(c[0], 0xd16cfe09u);
+  EXPECT_EQ(c[1], 0x94fdccebu);
+  EXPECT_EQ(c[2], 0x5001e420u);
+  EXPECT_EQ(c[3], 0x24126ea1u);
+}
+
+TEST(RngTest, Fnv1a) {
+  EXPECT_EQ(fnv1a64(""), 0xcbf29ce484222325ull);
+  EXPECT_EQ(fnv1a64("a"), 0xaf63dc4c8601ec8cull);
+}
+
+TEST(RngTest, Deterministic) {
+  for (uint64_t i : {0ull, 1ull, 12345ull, (1ull << 40) + 7}) {
+    EXPECT_EQ(uniform(7, "w", i), uniform(7, "w", i));
+    EXPECT_EQ(normal(7, "w", i), normal(7, "w", i));
+    EXPECT_EQ(PhiloxStream(7, "w").normal(i), normal(7, "w", i));
+  }
+  EXPECT_NE(uniform(7, "w", 3), uniform(8, "w", 3));
+  EXPECT_NE(uniform(7, "w", 3), uniform(7, "v", 3));
+  EXPECT_NE(uniform(7, "w", 3), uniform(7, "w", 4));
+}
+
+TEST(RngTest, DistributionSanity) {
+  const int n = 100000;
+  double sum = 0, sq = 0, usum = 0;
+  double umin = 1, umax = 0;
+  PhiloxStream s(1234, "sanity");
+  for (int i = 0; i < n; ++i) {
+    double z = s.normal(uint64_t(i));
+    sum += z;
+    sq += z * z;
+    double u = s.uniform(uint64_t(i));
+    ASSERT_GE(u, 0.0);
+    ASSERT_LT(u, 1.0);
+    usum += u;
+    umin = std::min(umin, u);
+    umax = std::max(umax, u);
+  }
+  double mean = sum / n, std = std::sqrt(sq / n - mean * mean);
+  EXPECT_NEAR(mean, 0.0, 0.02);
+  EXPECT_NEAR(std, 1.0, 0.02);
+  EXPECT_NEAR(usum / n, 0.5, 0.01);
+  EXPECT_LT(umin, 1e-3);
+  EXPECT_GT(umax, 1 - 1e-3);
+}
+
+TEST(RngTest, ShardInitEqualsSliceOfFullInit) {
+  std::vector<int64_t> shape = {6, 8, 3};
+  std::vector<float> full(6 * 8 * 3);
+  ASSERT_TRUE(initParameterShard(tessera::artifact::InitKind::Normal, 0.02f, 99,
+                                 "layer.weight", shape, -1, 0, 1, full.data())
+                  .ok());
+  // Element g of the full tensor is 0.02 * normal(seed, name, g).
+  for (size_t g = 0; g < full.size(); ++g)
+    ASSERT_EQ(full[g], float(double(0.02f) * normal(99, "layer.weight", g)));
+  for (int dim = 0; dim < 3; ++dim) {
+    int parts = dim == 2 ? 3 : 2;
+    std::vector<int64_t> local = shape;
+    local[size_t(dim)] /= parts;
+    for (int s = 0; s < parts; ++s) {
+      std::vector<float> shard(full.size() / size_t(parts));
+      ASSERT_TRUE(initParameterShard(tessera::artifact::InitKind::Normal, 0.02f,
+                                     99, "layer.weight", shape, dim, s, parts,
+                                     shard.data())
+                      .ok());
+      size_t k = 0;
+      for (int64_t i = 0; i < local[0]; ++i)
+        for (int64_t j = 0; j < local[1]; ++j)
+          for (int64_t l = 0; l < local[2]; ++l, ++k) {
+            int64_t gi[3] = {i, j, l};
+            gi[dim] += s * local[size_t(dim)];
+            size_t g = size_t((gi[0] * 8 + gi[1]) * 3 + gi[2]);
+            ASSERT_EQ(shard[k], full[g]) << "dim " << dim << " shard " << s;
+          }
+    }
+  }
+  std::vector<float> bad(10);
+  EXPECT_FALSE(initParameterShard(tessera::artifact::InitKind::Normal, 1.0f, 1,
+                                  "x", {5, 4}, 0, 0, 2, bad.data())
+                   .ok());
+}
+
+TEST(RngTest, UniformOnesZerosInit) {
+  std::vector<float> v(50);
+  ASSERT_TRUE(initParameterShard(tessera::artifact::InitKind::Uniform, 0.5f, 3,
+                                 "u", {50}, -1, 0, 1, v.data())
+                  .ok());
+  for (size_t i = 0; i < v.size(); ++i) {
+    EXPECT_EQ(v[i], float(double(0.5f) * (2 * uniform(3, "u", i) - 1)));
+    EXPECT_LE(std::fabs(v[i]), 0.5f);
+  }
+  ASSERT_TRUE(initParameterShard(tessera::artifact::InitKind::Ones, 0, 3, "o",
+                                 {50}, -1, 0, 1, v.data())
+                  .ok());
+  for (float x : v)
+    EXPECT_EQ(x, 1.0f);
+}
+
+TEST(DataTest, SameSamplesForEveryLayout) {
+  // dp = 2, micro 4, 2 microbatches == dp 1, micro 8, 1 microbatch covers
+  // the same global indices per iteration.
+  DataLayout a{1234, 16, 4, 0, 2};
+  DataLayout b{1234, 16, 8, 0, 1};
+  std::set<int64_t> sa, sb;
+  for (int r = 0; r < 2; ++r) {
+    a.dpIndex = r;
+    for (int m = 0; m < 2; ++m)
+      for (int i = 0; i < 4; ++i)
+        sa.insert(globalSampleIndex(a, 3, m, i));
+  }
+  for (int m = 0; m < 2; ++m)
+    for (int i = 0; i < 8; ++i)
+      sb.insert(globalSampleIndex(b, 3, m, i));
+  EXPECT_EQ(sa, sb);
+  EXPECT_EQ(*sa.begin(), 32);
+  EXPECT_EQ(*sa.rbegin(), 47);
+  for (int64_t g = 0; g < 100; ++g) {
+    int32_t l = syntheticLabel(1234, g, 10);
+    EXPECT_GE(l, 0);
+    EXPECT_LT(l, 10);
+  }
+}

@@ -1,0 +1,318 @@
+//===- TestArtifacts.h - Building artifacts in tests ------------*- C++ -*-===//
+//
+// A small description layer over the FlatBuffers builder so that tests can
+// write .tsr artifacts without the compiler.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_RT_UNITTESTS_TESTARTIFACTS_H
+#define TESSERA_RT_UNITTESTS_TESTARTIFACTS_H
+
+#include "tessera/artifact/artifact_generated.h"
+#include "tessera/rt/ArtifactFormat.h"
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tessera::rt::test {
+
+namespace fb = ::tessera::artifact;
+
+struct RefDesc {
+  int64_t offset = 0;
+  std::vector<int64_t> shape;
+  fb::DType dtype = fb::DType::F32;
+};
+
+struct BufferDesc {
+  std::string name;
+  fb::BufferKind kind = fb::BufferKind::Param;
+  fb::DType dtype = fb::DType::F32;
+  int64_t offset = 0;
+  std::vector<int64_t> shape, globalShape;
+  int shardDim = -1;
+  std::string shardAxis;
+  fb::InitKind init = fb::InitKind::Zeros;
+  float initScale = 0.0f;
+  int of = -1;
+};
+
+struct InstrDesc {
+  fb::Opcode op = fb::Opcode::Fill;
+  std::vector<RefDesc> operands;
+  bool transA = false, transB = false;
+  float alpha = 1.0f, beta = 0.0f;
+  std::vector<float> fattrs;
+  std::string group;
+  fb::ReduceOp reduce = fb::ReduceOp::Sum;
+  int event = -1;
+  std::string loc;
+};
+
+struct InputDesc {
+  std::string name;
+  int buffer = -1;
+  int64_t numClasses = 0;
+};
+
+struct ProgramDesc {
+  int ppRank = 0;
+  int64_t arenaBytes = 0;
+  std::vector<BufferDesc> buffers;
+  std::vector<InputDesc> inputs;
+  int lossBuffer = -1, iterationBuffer = -1;
+  std::vector<std::pair<std::string, std::vector<InstrDesc>>> functions;
+
+  /// Appends a buffer at the next 64-byte aligned offset; returns its index.
+  int add(const std::string &name, fb::BufferKind kind,
+          std::vector<int64_t> shape, fb::DType dtype = fb::DType::F32,
+          fb::InitKind init = fb::InitKind::Zeros, float scale = 0.0f,
+          int of = -1) {
+    BufferDesc b;
+    b.name = name;
+    b.kind = kind;
+    b.dtype = dtype;
+    b.shape = shape;
+    b.globalShape = shape;
+    b.init = init;
+    b.initScale = scale;
+    b.of = of;
+    int64_t elems = 1;
+    for (int64_t d : shape)
+      elems *= d;
+    int64_t es = dtype == fb::DType::I64 ? 8 : dtype == fb::DType::BF16 ? 2 : 4;
+    b.offset = (arenaBytes + 63) / 64 * 64;
+    arenaBytes = b.offset + elems * es;
+    buffers.push_back(b);
+    return int(buffers.size()) - 1;
+  }
+  /// Arena space that is not a named buffer (activations, temporaries).
+  RefDesc scratch(std::vector<int64_t> shape,
+                  fb::DType dtype = fb::DType::F32) {
+    int64_t elems = 1;
+    for (int64_t d : shape)
+      elems *= d;
+    int64_t es = dtype == fb::DType::I64 ? 8 : dtype == fb::DType::BF16 ? 2 : 4;
+    RefDesc r{(arenaBytes + 63) / 64 * 64, shape, dtype};
+    arenaBytes = r.offset + elems * es;
+    return r;
+  }
+  RefDesc ref(int buffer) const {
+    const BufferDesc &b = buffers[size_t(buffer)];
+    return RefDesc{b.offset, b.shape, b.dtype};
+  }
+  std::vector<InstrDesc> &function(const std::string &name) {
+    for (auto &f : functions)
+      if (f.first == name)
+        return f.second;
+    functions.push_back({name, {}});
+    return functions.back().second;
+  }
+};
+
+struct ArtifactDesc {
+  uint32_t formatVersion = artifact::kFormatVersion;
+  int worldSize = 1;
+  std::vector<std::pair<std::string, int>> mesh;
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  int64_t microBatch = 1, globalBatch = 1, numMicrobatches = 1;
+  std::string optimizer = "adam";
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, wd = 0.0f;
+  std::vector<ProgramDesc> programs;
+};
+
+/// Serialises `desc` into a FlatBuffer payload.
+inline std::string buildPayload(const ArtifactDesc &desc) {
+  flatbuffers::FlatBufferBuilder fbb;
+  auto makeRef = [&](const RefDesc &r) {
+    return fb::CreateTensorRefDirect(fbb, r.offset, &r.shape, r.dtype);
+  };
+  std::vector<flatbuffers::Offset<fb::Program>> programs;
+  for (const ProgramDesc &p : desc.programs) {
+    std::vector<flatbuffers::Offset<fb::Buffer>> buffers;
+    for (const BufferDesc &b : p.buffers)
+      buffers.push_back(fb::CreateBufferDirect(
+          fbb, b.name.c_str(), b.kind, b.dtype, b.offset, &b.shape,
+          &b.globalShape, b.shardDim,
+          b.shardAxis.empty() ? nullptr : b.shardAxis.c_str(), b.init,
+          b.initScale, b.of));
+    std::vector<flatbuffers::Offset<fb::InputSpec>> inputs;
+    for (const InputDesc &in : p.inputs)
+      inputs.push_back(fb::CreateInputSpecDirect(fbb, in.name.c_str(),
+                                                 in.buffer, in.numClasses));
+    std::vector<flatbuffers::Offset<fb::Function>> functions;
+    for (const auto &[name, instrs] : p.functions) {
+      std::vector<flatbuffers::Offset<fb::Instr>> list;
+      for (const InstrDesc &in : instrs) {
+        std::vector<flatbuffers::Offset<fb::TensorRef>> refs;
+        for (const RefDesc &r : in.operands)
+          refs.push_back(makeRef(r));
+        list.push_back(fb::CreateInstrDirect(
+            fbb, in.op, &refs, in.transA, in.transB, in.alpha, in.beta,
+            &in.fattrs, in.group.empty() ? nullptr : in.group.c_str(),
+            in.reduce, in.event, in.loc.c_str()));
+      }
+      functions.push_back(fb::CreateFunctionDirect(fbb, name.c_str(), &list));
+    }
+    programs.push_back(fb::CreateProgramDirect(
+        fbb, p.ppRank, p.arenaBytes, p.arenaBytes, &buffers, &inputs,
+        p.lossBuffer, p.iterationBuffer, &functions));
+  }
+  std::vector<flatbuffers::Offset<fb::MeshAxis>> mesh;
+  for (const auto &[name, size] : desc.mesh)
+    mesh.push_back(fb::CreateMeshAxisDirect(fbb, name.c_str(), size));
+  std::vector<flatbuffers::Offset<fb::RankGroup>> groups;
+  for (const auto &[kind, ranks] : desc.groups)
+    groups.push_back(fb::CreateRankGroupDirect(fbb, kind.c_str(), &ranks));
+  auto batch = fb::CreateBatch(fbb, desc.microBatch, desc.globalBatch,
+                               desc.numMicrobatches);
+  auto optimizer =
+      fb::CreateOptimizerDirect(fbb, desc.optimizer.c_str(), desc.lr,
+                                desc.beta1, desc.beta2, desc.eps, desc.wd);
+  std::string order;
+  for (const auto &axis : desc.mesh)
+    order += (order.empty() ? "" : "-") + axis.first;
+  auto root = fb::CreateArtifactDirect(
+      fbb, desc.formatVersion, "tessera-unittest", "test_model", desc.worldSize,
+      &mesh, order.c_str(), &groups, batch, optimizer, "unittest", &programs);
+  fb::FinishArtifactBuffer(fbb, root);
+  return std::string(reinterpret_cast<const char *>(fbb.GetBufferPointer()),
+                     fbb.GetSize());
+}
+
+/// Header + payload.
+inline std::string buildFile(const std::string &payload) {
+  const auto *data = reinterpret_cast<const uint8_t *>(payload.data());
+  return artifact::makeHeader(data, payload.size()) + payload;
+}
+
+inline InstrDesc instr(fb::Opcode op, std::vector<RefDesc> operands,
+                       const std::string &loc = "") {
+  InstrDesc in;
+  in.op = op;
+  in.operands = std::move(operands);
+  in.loc = loc;
+  return in;
+}
+
+/// One-layer softmax regression over F features and C classes, trained with
+/// Adam (or SGD), micro batch b, M microbatches, data parallel over `dp`
+/// ranks (world = dp). Gradients are averaged over dp in "step" with an
+/// async all-reduce for W and a synchronous one for the bias.
+inline ArtifactDesc softmaxRegression(int64_t features = 8, int64_t classes = 4,
+                                      int64_t b = 16, int64_t microbatches = 2,
+                                      int dp = 1, bool adam = true,
+                                      float lr = 0.05f) {
+  using K = fb::BufferKind;
+  using O = fb::Opcode;
+  ArtifactDesc a;
+  a.worldSize = dp;
+  a.mesh = {{"tp", 1}, {"dp", dp}};
+  std::vector<int> all;
+  for (int r = 0; r < dp; ++r) {
+    all.push_back(r);
+    a.groups.push_back({"tp", {r}});
+  }
+  a.groups.push_back({"dp", all});
+  a.microBatch = b;
+  a.numMicrobatches = microbatches;
+  a.globalBatch = b * microbatches * dp;
+  a.optimizer = adam ? "adam" : "sgd";
+  a.lr = lr;
+
+  ProgramDesc p;
+  int w = p.add("fc.weight", K::Param, {features, classes}, fb::DType::F32,
+                fb::InitKind::Normal, 0.1f);
+  int bias = p.add("fc.bias", K::Param, {classes});
+  int gw = p.add("grad:fc.weight", K::Grad, {features, classes}, fb::DType::F32,
+                 fb::InitKind::Zeros, 0.0f, w);
+  int gb = p.add("grad:fc.bias", K::Grad, {classes}, fb::DType::F32,
+                 fb::InitKind::Zeros, 0.0f, bias);
+  int mw = p.add("adam.m:fc.weight", K::OptState, {features, classes},
+                 fb::DType::F32, fb::InitKind::Zeros, 0.0f, w);
+  int vw = p.add("adam.v:fc.weight", K::OptState, {features, classes},
+                 fb::DType::F32, fb::InitKind::Zeros, 0.0f, w);
+  int mb = p.add("adam.m:fc.bias", K::OptState, {classes}, fb::DType::F32,
+                 fb::InitKind::Zeros, 0.0f, bias);
+  int vb = p.add("adam.v:fc.bias", K::OptState, {classes}, fb::DType::F32,
+                 fb::InitKind::Zeros, 0.0f, bias);
+  int it = p.add("iteration", K::Iteration, {}, fb::DType::I64);
+  int loss = p.add("loss", K::Loss, {});
+  int x = p.add("features", K::Input, {b, features});
+  int t = p.add("labels", K::Input, {b}, fb::DType::I32);
+  // Activations live in the arena but are not named buffers.
+  RefDesc z = p.scratch({b, classes});
+  RefDesc l = p.scratch({b});
+  RefDesc dloss = p.scratch({});
+  RefDesc dl = p.scratch({b});
+  RefDesc dz = p.scratch({b, classes});
+  p.inputs = {{"features", x, 0}, {"labels", t, classes}};
+  p.lossBuffer = loss;
+  p.iterationBuffer = it;
+
+  auto &mbf = p.function("microbatch");
+  mbf.push_back(instr(O::Gemm, {p.ref(x), p.ref(w), z}, "fc"));
+  mbf.push_back(instr(O::BiasAdd, {z, p.ref(bias), z}, "fc"));
+  mbf.push_back(instr(O::CrossEntropy, {z, p.ref(t), l}, "ce"));
+  mbf.push_back(instr(O::Mean, {l, p.ref(loss)}, "mean"));
+  InstrDesc fill = instr(O::Fill, {dloss}, "seed-grad");
+  fill.fattrs = {1.0f / float(microbatches)};
+  mbf.push_back(fill);
+  mbf.push_back(instr(O::MeanGrad, {dloss, dl}, "mean.grad"));
+  mbf.push_back(instr(O::CrossEntropyGrad, {z, p.ref(t), dl, dz}, "ce.grad"));
+  InstrDesc gwi = instr(O::Gemm, {p.ref(x), dz, p.ref(gw)}, "fc.dw");
+  gwi.transA = true;
+  gwi.beta = 1.0f;
+  mbf.push_back(gwi);
+  InstrDesc gbi = instr(O::ReduceRows, {dz, p.ref(gb)}, "fc.db");
+  gbi.beta = 1.0f;
+  mbf.push_back(gbi);
+
+  auto &step = p.function("step");
+  if (dp > 1) {
+    InstrDesc start = instr(O::AllReduceStart, {p.ref(gw)}, "dp.grad.w");
+    start.group = "dp";
+    start.event = 0;
+    step.push_back(start);
+    InstrDesc ar = instr(O::AllReduce, {p.ref(gb)}, "dp.grad.b");
+    ar.group = "dp";
+    step.push_back(ar);
+    InstrDesc wait = instr(O::Wait, {}, "dp.grad.w");
+    wait.event = 0;
+    step.push_back(wait);
+    for (int g : {gw, gb}) {
+      InstrDesc sc = instr(O::Scale, {p.ref(g), p.ref(g)}, "dp.average");
+      sc.alpha = 1.0f / float(dp);
+      step.push_back(sc);
+    }
+  }
+  if (adam) {
+    for (auto [pp, gg, m, v] :
+         {std::tuple{w, gw, mw, vw}, {bias, gb, mb, vb}}) {
+      InstrDesc ad =
+          instr(O::Adam, {p.ref(pp), p.ref(gg), p.ref(m), p.ref(v), p.ref(it)},
+                "adam");
+      ad.fattrs = {lr, 0.9f, 0.999f, 1e-8f, 0.0f};
+      step.push_back(ad);
+    }
+  } else {
+    for (auto [pp, gg] : {std::pair{w, gw}, {bias, gb}}) {
+      InstrDesc sg = instr(O::Sgd, {p.ref(pp), p.ref(gg)}, "sgd");
+      sg.fattrs = {lr, 0.0f};
+      step.push_back(sg);
+    }
+  }
+  for (int g : {gw, gb}) {
+    InstrDesc zero = instr(O::Fill, {p.ref(g)}, "zero-grad");
+    zero.fattrs = {0.0f};
+    step.push_back(zero);
+  }
+  a.programs.push_back(std::move(p));
+  return a;
+}
+
+} // namespace tessera::rt::test
+
+#endif // TESSERA_RT_UNITTESTS_TESTARTIFACTS_H

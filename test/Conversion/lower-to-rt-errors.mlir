@@ -1,0 +1,24 @@
+// RUN: tessera-opt %s -split-input-file --tessera-lower-to-rt -verify-diagnostics
+
+// expected-error @+1 {{tessera-lower-to-rt needs the microbatch and step phases}}
+module {
+  func.func @m(%x: tensor<4xf32>) -> tensor<4xf32> {
+    return %x : tensor<4xf32>
+  }
+}
+
+// -----
+
+module {
+  dist.mesh @mesh {tp = 2}
+  func.func @mb(%w: tensor<4x8xf32> {nn.param = "w"}) -> (tensor<f32> {tessera.buffer = "loss"}, tensor<4x8xf32> {tessera.grad_of = "w"}) attributes {tessera.phase = "microbatch"} {
+    // expected-error @+1 {{'dist.all_gather' op lower-to-rt supports dim 0 only}}
+    %g = dist.all_gather %w on @mesh "tp" dim 1 : tensor<4x8xf32> -> tensor<4x16xf32>
+    %s = dist.reduce_scatter %g on @mesh "tp" dim 1 : tensor<4x16xf32> -> tensor<4x8xf32>
+    %l = nn.mean %s : (tensor<4x8xf32>) -> tensor<f32>
+    return %l, %s : tensor<f32>, tensor<4x8xf32>
+  }
+  func.func @step(%g: tensor<4x8xf32> {tessera.buffer = "grad:w"}) -> (tensor<4x8xf32> {tessera.buffer = "grad:w"}) attributes {tessera.phase = "step"} {
+    return %g : tensor<4x8xf32>
+  }
+}

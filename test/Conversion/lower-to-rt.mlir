@@ -1,0 +1,57 @@
+// RUN: tessera-opt %s --tessera-train-pipeline="tp=2 dp=2 micro-batch-size=4 global-batch-size=16" | FileCheck %s
+
+// Persistent buffers first, 64-byte aligned, with their manifest entries.
+// CHECK: module attributes {rt.arena_bytes = [[ARENA:[0-9]+]] : i64, rt.persistent_bytes = [[PERSIST:[0-9]+]] : i64
+// CHECK: rt.buffer @fc1.weight : memref<8x8xf32> {global_shape = array<i64: 16, 8>, init = "normal:0.02", kind = "param", offset = 0 : i64, shard_axis = "tp", shard_dim = 0 : i64}
+// CHECK: rt.buffer @fc2.weight : memref<4x8xf32> {global_shape = array<i64: 4, 16>, init = "normal:0.02", kind = "param", offset = 256 : i64, shard_axis = "tp", shard_dim = 1 : i64}
+// CHECK: rt.buffer @fc2.bias : memref<4xf32> {global_shape = array<i64: 4>, init = "zeros", kind = "param", offset = 384 : i64}
+// CHECK: rt.buffer @"grad:fc1.weight" : memref<8x8xf32> {kind = "grad", of = @fc1.weight
+// CHECK: rt.buffer @iteration : memref<i64> {kind = "iteration"
+// CHECK: rt.buffer @"adam.exp_avg:fc1.weight" : memref<8x8xf32> {kind = "opt_state", of = @fc1.weight
+// CHECK: rt.buffer @features : memref<4x8xf32> {kind = "input"
+// CHECK: rt.buffer @labels : memref<4xi32> {kind = "input", num_classes = 4 : i64
+// CHECK: rt.buffer @loss : memref<f32> {kind = "loss"
+
+// CHECK-LABEL: func.func @microbatch() attributes {rt.entry}
+// CHECK-DAG: %[[X:.*]] = rt.get @features : memref<4x8xf32>
+// CHECK-DAG: %[[W1:.*]] = rt.get @fc1.weight : memref<8x8xf32>
+// CHECK-DAG: %[[GW1:.*]] = rt.get @"grad:fc1.weight" : memref<8x8xf32>
+// The data input enters the tp region without a copy.
+// CHECK: rt.gemm %[[X]], %[[W1]], %[[H:[^ ]*]] {trans_b}
+// CHECK: rt.gelu %[[H]]
+// CHECK: rt.all_reduce %{{.*}} {group = "tp"}
+// CHECK: rt.cross_entropy
+// CHECK: rt.mean %{{.*}}, %{{.*}} : memref<4xf32>, memref<f32>
+// CHECK: rt.fill %{{.*}} {value = 5.000000e-01 : f32}
+// Weight gradients accumulate over microbatches straight into their buffers.
+// CHECK: rt.gemm %{{.*}}, %[[X]], %[[GW1]] {beta = 1.000000e+00 : f32, trans_a}
+// CHECK-NOT: rt.axpy
+// CHECK: return
+
+// CHECK-LABEL: func.func @step() attributes {rt.entry}
+// CHECK-DAG: %[[G:.*]] = rt.get @"grad:fc1.weight"
+// CHECK-DAG: %[[P:.*]] = rt.get @fc1.weight
+// CHECK-DAG: %[[M:.*]] = rt.get @"adam.exp_avg:fc1.weight"
+// CHECK-DAG: %[[V:.*]] = rt.get @"adam.exp_avg_sq:fc1.weight"
+// CHECK-DAG: %[[T:.*]] = rt.get @iteration
+// Scaling, dp all-reduce and Adam run in place on the persistent buffers.
+// CHECK: rt.scale %[[G]], %[[G]] {alpha = 5.000000e-01 : f32}
+// CHECK-NEXT: rt.all_reduce %[[G]] {group = "dp"}
+// CHECK: rt.adam %[[P]], %[[G]], %[[M]], %[[V]], %[[T]]
+// CHECK: rt.fill %[[G]] {value = 0.000000e+00 : f32}
+// CHECK-NOT: rt.copy
+// CHECK: return
+module {
+  func.func @mlp(%x: tensor<?x8xf32> {nn.input = "features"},
+                 %t: tensor<?xi32> {nn.input = "labels"},
+                 %w1: tensor<16x8xf32> {nn.param = "fc1.weight"},
+                 %w2: tensor<4x16xf32> {nn.param = "fc2.weight"},
+                 %b2: tensor<4xf32> {nn.param = "fc2.bias", nn.init = "zeros"}) -> tensor<f32> {
+    %h = nn.linear %x, %w1 : (tensor<?x8xf32>, tensor<16x8xf32>) -> tensor<?x16xf32>
+    %a = nn.gelu %h : tensor<?x16xf32>
+    %z = nn.linear %a, %w2, %b2 : (tensor<?x16xf32>, tensor<4x16xf32>, tensor<4xf32>) -> tensor<?x4xf32>
+    %l = nn.softmax_cross_entropy %z, %t : (tensor<?x4xf32>, tensor<?xi32>) -> tensor<?xf32>
+    %m = nn.mean %l : (tensor<?xf32>) -> tensor<f32>
+    return %m : tensor<f32>
+  }
+}

@@ -1,0 +1,73 @@
+// RUN: tessera-opt %s -split-input-file -verify-diagnostics
+
+// expected-error @+1 {{order 'tp-cp-ep-dp-xx' names unknown axis 'xx'}}
+dist.mesh @mesh {tp = 2, order = "tp-cp-ep-dp-xx"}
+
+// -----
+
+// expected-error @+1 {{order 'tp-tp-ep-dp-pp' repeats axis 'tp'}}
+dist.mesh @mesh {order = "tp-tp-ep-dp-pp"}
+
+// -----
+
+// expected-error @+1 {{order 'tp-dp' must name each of tp, cp, ep, dp and pp exactly once}}
+dist.mesh @mesh {order = "tp-dp"}
+
+// -----
+
+// expected-error @+1 {{dp must be at least 1, got 0}}
+dist.mesh @mesh {dp = 0}
+
+// -----
+
+func.func @no_mesh(%x: tensor<8xf32>) {
+  // expected-error @+1 {{refers to mesh @mesh, which is not a dist.mesh in scope}}
+  %0 = dist.all_reduce %x on @mesh "dp" : tensor<8xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh {tp = 2}
+func.func @bad_group(%x: tensor<8xf32>) {
+  // expected-error @+1 {{names unknown rank group 'xp'}}
+  %0 = dist.all_reduce %x on @mesh "xp" : tensor<8xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh {tp = 2}
+func.func @bad_reduction(%x: tensor<8xf32>) {
+  // expected-error @+1 {{reduction must be 'sum' or 'max', got 'min'}}
+  %0 = dist.all_reduce %x on @mesh "tp" {reduction = "min"} : tensor<8xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh {tp = 2}
+func.func @bad_gather(%x: tensor<8x4xf32>) {
+  // expected-error @+1 {{dim 0 of size 8 becomes 8, expected times the group size 2}}
+  %0 = dist.all_gather %x on @mesh "tp" dim 0 : tensor<8x4xf32> -> tensor<8x4xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh {tp = 4}
+func.func @bad_scatter(%x: tensor<8x6xf32>) {
+  // expected-error @+1 {{dim 1 of size 6 becomes 2, expected divided by the group size 4}}
+  %0 = dist.scatter_to_region %x on @mesh "tp" : tensor<8x6xf32> -> tensor<8x2xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh {tp = 2}
+func.func @bad_wait(%x: tensor<8xf32>) {
+  %f = dist.all_reduce_start %x on @mesh "tp" : tensor<8xf32> -> !dist.async<tensor<8xf32>>
+  // expected-error @+1 {{result type 'tensor<4xf32>' differs from the awaited 'tensor<8xf32>'}}
+  %r = dist.wait %f : !dist.async<tensor<8xf32>> -> tensor<4xf32>
+  return
+}

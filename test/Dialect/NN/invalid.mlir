@@ -1,0 +1,49 @@
+// RUN: tessera-opt %s -split-input-file -verify-diagnostics
+
+func.func @linear_features(%x: tensor<8x128xf32>, %w: tensor<16x256xf32>) {
+  // expected-error @+1 {{input features (128) do not match the weight's in-features (256)}}
+  %y = nn.linear %x, %w : (tensor<8x128xf32>, tensor<16x256xf32>) -> tensor<8x16xf32>
+  return
+}
+
+// -----
+
+func.func @linear_bias(%x: tensor<8x256xf32>, %w: tensor<16x256xf32>, %b: tensor<8xf32>) {
+  // expected-error @+1 {{bias must be 1-d of size 16}}
+  %y = nn.linear %x, %w, %b : (tensor<8x256xf32>, tensor<16x256xf32>, tensor<8xf32>) -> tensor<8x16xf32>
+  return
+}
+
+// -----
+
+func.func @linear_result(%x: tensor<8x256xf32>, %w: tensor<16x256xf32>) {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{'nn.linear' op inferred type(s) 'tensor<8x16xf32>' are incompatible with return type(s) of operation 'tensor<8x32xf32>'}}
+  %y = nn.linear %x, %w : (tensor<8x256xf32>, tensor<16x256xf32>) -> tensor<8x32xf32>
+  return
+}
+
+// -----
+
+func.func @bias_add(%x: tensor<8x16xf32>, %b: tensor<32xf32>) {
+  // expected-error @+1 {{expects a [m, n] input and a [n] bias}}
+  %y = nn.bias_add %x, %b : (tensor<8x16xf32>, tensor<32xf32>) -> tensor<8x16xf32>
+  return
+}
+
+// -----
+
+func.func @labels(%z: tensor<8x16xf32>, %t: tensor<4xi32>) {
+  // expected-error @+1 {{labels must be 1-d with one label per row of the logits}}
+  %l = nn.softmax_cross_entropy %z, %t : (tensor<8x16xf32>, tensor<4xi32>) -> tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @matmul(%a: tensor<8x16xf32>, %b: tensor<8x256xf32>) {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{nn.matmul contraction sizes differ: 16 vs 8}}
+  %c = nn.matmul %a, %b : (tensor<8x16xf32>, tensor<8x256xf32>) -> tensor<8x256xf32>
+  return
+}

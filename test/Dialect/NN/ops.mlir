@@ -1,0 +1,49 @@
+// RUN: tessera-opt %s | tessera-opt | FileCheck %s
+
+// CHECK-LABEL: func.func @forward
+func.func @forward(%x: tensor<8x256xf32>, %w: tensor<16x256xf32>, %b: tensor<16xf32>,
+                   %t: tensor<8xi32>) -> tensor<f32> {
+  // CHECK: nn.linear %{{.*}}, %{{.*}}, %{{.*}} : (tensor<8x256xf32>, tensor<16x256xf32>, tensor<16xf32>) -> tensor<8x16xf32>
+  %y = nn.linear %x, %w, %b : (tensor<8x256xf32>, tensor<16x256xf32>, tensor<16xf32>) -> tensor<8x16xf32>
+  // CHECK: nn.linear %{{.*}}, %{{.*}} : (tensor<8x256xf32>, tensor<16x256xf32>) -> tensor<8x16xf32>
+  %y2 = nn.linear %x, %w : (tensor<8x256xf32>, tensor<16x256xf32>) -> tensor<8x16xf32>
+  // CHECK: nn.gelu
+  %g = nn.gelu %y : tensor<8x16xf32>
+  // CHECK: nn.relu
+  %r = nn.relu %y2 : tensor<8x16xf32>
+  // CHECK: nn.add
+  %s = nn.add %g, %r : tensor<8x16xf32>
+  // CHECK: nn.bias_add
+  %s2 = nn.bias_add %s, %b : (tensor<8x16xf32>, tensor<16xf32>) -> tensor<8x16xf32>
+  // CHECK: nn.softmax_cross_entropy
+  %l = nn.softmax_cross_entropy %s2, %t : (tensor<8x16xf32>, tensor<8xi32>) -> tensor<8xf32>
+  // CHECK: nn.mean
+  %m = nn.mean %l : (tensor<8xf32>) -> tensor<f32>
+  return %m : tensor<f32>
+}
+
+// CHECK-LABEL: func.func @backward
+func.func @backward(%dy: tensor<8x16xf32>, %x: tensor<8x256xf32>, %z: tensor<8x16xf32>,
+                    %t: tensor<8xi32>, %p: tensor<16x256xf32>, %it: tensor<i64>) {
+  // CHECK: nn.matmul %{{.*}}, %{{.*}} {transpose_lhs} : (tensor<8x16xf32>, tensor<8x256xf32>) -> tensor<16x256xf32>
+  %dw = nn.matmul %dy, %x {transpose_lhs} : (tensor<8x16xf32>, tensor<8x256xf32>) -> tensor<16x256xf32>
+  // CHECK: nn.reduce_rows
+  %db = nn.reduce_rows %dy : (tensor<8x16xf32>) -> tensor<16xf32>
+  // CHECK: nn.gelu_grad
+  %dz = nn.gelu_grad %z, %dy : tensor<8x16xf32>
+  // CHECK: nn.relu_grad
+  %dz2 = nn.relu_grad %z, %dy : tensor<8x16xf32>
+  // CHECK: nn.fill 2.500000e-01 : tensor<f32>
+  %seed = nn.fill 0.25 : tensor<f32>
+  // CHECK: nn.mean_grad
+  %dl = nn.mean_grad %seed : (tensor<f32>) -> tensor<8xf32>
+  // CHECK: nn.softmax_cross_entropy_grad
+  %dlogits = nn.softmax_cross_entropy_grad %z, %t, %dl : (tensor<8x16xf32>, tensor<8xi32>, tensor<8xf32>) -> tensor<8x16xf32>
+  // CHECK: nn.scale %{{.*}} {factor = 5.000000e-01 : f32}
+  %h = nn.scale %dw {factor = 0.5 : f32} : tensor<16x256xf32>
+  // CHECK: nn.sgd
+  %p1 = nn.sgd %p, %h {lr = 0.01 : f32, weight_decay = 0.0 : f32} : tensor<16x256xf32>
+  // CHECK: nn.adam
+  %p2, %m2, %v2 = nn.adam %p1, %h, %p, %p, %it {lr = 1.0e-3 : f32, beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-8 : f32, weight_decay = 0.0 : f32} : tensor<16x256xf32>, tensor<i64>
+  return
+}

@@ -1,0 +1,47 @@
+// RUN: tessera-opt %s -split-input-file -verify-diagnostics
+
+// expected-error @+1 {{unknown buffer kind 'weights'}}
+rt.buffer @w : memref<4x8xf32> {kind = "weights", offset = 0 : i64}
+
+// -----
+
+// expected-error @+1 {{of kind 'grad' must name its parameter with 'of'}}
+rt.buffer @g : memref<4x8xf32> {kind = "grad", offset = 0 : i64}
+
+// -----
+
+// expected-error @+1 {{needs a statically shaped memref type}}
+rt.buffer @w : memref<?x8xf32> {kind = "param", offset = 0 : i64}
+
+// -----
+
+rt.buffer @w : memref<4x8xf32> {kind = "param", offset = 0 : i64}
+func.func @f() {
+  // expected-error @+1 {{type 'memref<8x4xf32>' differs from buffer type 'memref<4x8xf32>'}}
+  %w = rt.get @w : memref<8x4xf32>
+  return
+}
+
+// -----
+
+func.func @f() {
+  // expected-error @+1 {{refers to unknown buffer @nope}}
+  %w = rt.get @nope : memref<8x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<2x8xf32>, %b: memref<4x8xf32>, %c: memref<2x5xf32>) {
+  // expected-error @+1 {{shapes do not form a product}}
+  rt.gemm %a, %b, %c {trans_b} : memref<2x8xf32>, memref<4x8xf32>, memref<2x5xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<2x8xf32>) {
+  // expected-error @+1 {{takes 2 buffers, got 1}}
+  rt.gelu %a : memref<2x8xf32>
+  return
+}

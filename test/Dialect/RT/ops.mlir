@@ -1,0 +1,32 @@
+// RUN: tessera-opt %s | tessera-opt | FileCheck %s
+
+// CHECK: rt.buffer @w : memref<4x8xf32> {init = "normal:0.02", kind = "param", offset = 0 : i64}
+rt.buffer @w : memref<4x8xf32> {kind = "param", offset = 0 : i64, init = "normal:0.02"}
+// CHECK: rt.buffer @"grad:w" : memref<4x8xf32> {kind = "grad", of = @w, offset = 128 : i64}
+rt.buffer @"grad:w" : memref<4x8xf32> {kind = "grad", of = @w, offset = 128 : i64}
+rt.buffer @t : memref<i64> {kind = "iteration", offset = 256 : i64}
+
+// CHECK-LABEL: func.func @f
+func.func @f() attributes {rt.entry} {
+  %w = rt.get @w : memref<4x8xf32>
+  %g = rt.get @"grad:w" : memref<4x8xf32>
+  %t = rt.get @t : memref<i64>
+  // CHECK: rt.alloc offset 512 : memref<2x8xf32>
+  %x = rt.alloc offset 512 : memref<2x8xf32>
+  %y = rt.alloc offset 576 : memref<2x4xf32>
+  // CHECK: rt.gemm %{{.*}}, %{{.*}}, %{{.*}} {trans_b} : memref<2x8xf32>, memref<4x8xf32>, memref<2x4xf32>
+  rt.gemm %x, %w, %y {trans_b} : memref<2x8xf32>, memref<4x8xf32>, memref<2x4xf32>
+  // CHECK: rt.gelu
+  rt.gelu %y, %y : memref<2x4xf32>, memref<2x4xf32>
+  // CHECK: rt.scale %{{.*}}, %{{.*}} {alpha = 5.000000e-01 : f32}
+  rt.scale %g, %g {alpha = 0.5 : f32} : memref<4x8xf32>, memref<4x8xf32>
+  // CHECK: %[[E:.*]] = rt.all_reduce_start %{{.*}} {group = "dp"}
+  %e = rt.all_reduce_start %g {group = "dp"} : memref<4x8xf32>
+  // CHECK: rt.wait %[[E]]
+  rt.wait %e
+  // CHECK: rt.adam
+  rt.adam %w, %g, %w, %w, %t {lr = 1.0e-3 : f32, beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-8 : f32, weight_decay = 0.0 : f32} : memref<4x8xf32>, memref<4x8xf32>, memref<4x8xf32>, memref<4x8xf32>, memref<i64>
+  // CHECK: rt.fill %{{.*}} {value = 0.000000e+00 : f32}
+  rt.fill %g {value = 0.0 : f32} : memref<4x8xf32>
+  return
+}

@@ -1,0 +1,32 @@
+# -*- Python -*-
+import os
+
+import lit.formats
+from lit.llvm import llvm_config
+from lit.llvm.subst import ToolSubst
+
+config.name = "Tessera"
+config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
+config.suffixes = [".mlir", ".test"]
+config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.tessera_obj_root, "test")
+
+llvm_config.use_default_substitutions()
+llvm_config.with_environment("PATH", config.tessera_tools_dir, append_path=True)
+llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
+# Ranks share two cores: one BLAS thread each keeps runs predictable.
+config.environment["OPENBLAS_NUM_THREADS"] = "1"
+for var in ["HOME", "TMPDIR"]:
+    if var in os.environ:
+        config.environment[var] = os.environ[var]
+
+config.substitutions.append(("%examples", os.path.join(config.tessera_src_root, "examples")))
+config.substitutions.append(("%python", "python3"))
+
+tools = ["tessera-opt", "tessera-compile", "tessera-run"]
+llvm_config.add_tool_substitutions(tools, [config.tessera_tools_dir])
+
+# GPU tests only where a GPU is present.
+if os.path.exists("/dev/nvidia0") and os.path.exists("/usr/local/cuda"):
+    config.available_features.add("cuda")

@@ -1,0 +1,131 @@
+//===- tessera-compile.cpp - Model to .tsr artifact -----------------------===//
+//
+// Parses flags, runs the training pipeline and writes the artifact
+// atomically (temporary file, then rename).
+//
+//===----------------------------------------------------------------------===//
+
+#include "tessera/Conversion/Passes.h"
+#include "tessera/InitAll.h"
+#include "tessera/Pipeline/Pipeline.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+using namespace mlir;
+namespace cl = llvm::cl;
+
+static cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.mlir>"),
+                                      cl::Required);
+static cl::opt<std::string> outputFile("o", cl::desc("output file"),
+                                       cl::value_desc("file"), cl::init("-"));
+static cl::opt<int64_t> tp("tp", cl::desc("tensor-parallel size"), cl::init(1));
+static cl::opt<int64_t> dp("dp", cl::desc("data-parallel size"), cl::init(1));
+static cl::opt<std::string> order("order", cl::desc("rank order"),
+                                  cl::init("tp-cp-ep-dp-pp"));
+static cl::opt<int64_t> microBatch("micro-batch-size",
+                                   cl::desc("samples per microbatch per dp rank"),
+                                   cl::init(0));
+static cl::opt<int64_t> globalBatch("global-batch-size",
+                                    cl::desc("samples per step over all dp ranks"),
+                                    cl::init(0));
+static cl::opt<std::string> optimizer("optimizer", cl::desc("sgd or adam"),
+                                      cl::init("adam"));
+static cl::opt<double> lr("lr", cl::desc("learning rate"), cl::init(1e-3));
+static cl::opt<double> weightDecay("weight-decay",
+                                   cl::desc("decoupled weight decay"),
+                                   cl::init(0.0));
+static cl::opt<std::string> emit("emit",
+                                 cl::desc("what to write: artifact (default) "
+                                          "or mlir (the rt-level module)"),
+                                 cl::init("artifact"));
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  std::string flags;
+  for (int i = 1; i < argc; ++i)
+    flags += std::string(i > 1 ? " " : "") + argv[i];
+  cl::ParseCommandLineOptions(argc, argv, "Tessera compiler\n");
+  if (emit != "artifact" && emit != "mlir") {
+    llvm::errs() << "tessera-compile: error: unknown --emit=" << emit
+                 << " (expected artifact or mlir)\n";
+    return 1;
+  }
+
+  DialectRegistry registry;
+  tessera::registerAllDialects(registry);
+  MLIRContext context(registry);
+  llvm::SourceMgr sourceMgr;
+  SourceMgrDiagnosticHandler handler(sourceMgr, &context);
+  std::string error;
+  auto file = openInputFile(inputFile, &error);
+  if (!file) {
+    llvm::errs() << "tessera-compile: error: " << error << "\n";
+    return 1;
+  }
+  sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+  if (!module)
+    return 1;
+  Builder b(&context);
+  (*module)->setAttr("tessera.compile_flags", b.getStringAttr(flags));
+  (*module)->setAttr("tessera.model",
+                     b.getStringAttr(llvm::sys::path::stem(inputFile)));
+
+  tessera::TrainPipelineOptions options;
+  options.tp = tp;
+  options.dp = dp;
+  options.order = order;
+  options.microBatchSize = microBatch;
+  options.globalBatchSize = globalBatch;
+  options.optimizer = optimizer;
+  options.lr = lr;
+  options.weightDecay = weightDecay;
+  PassManager pm(&context);
+  tessera::buildTrainPipeline(pm, options);
+  if (failed(pm.run(*module)))
+    return 1;
+
+  if (emit == "mlir") {
+    auto out = openOutputFile(outputFile, &error);
+    if (!out) {
+      llvm::errs() << "tessera-compile: error: " << error << "\n";
+      return 1;
+    }
+    module->print(out->os());
+    out->keep();
+    return 0;
+  }
+  if (outputFile == "-") {
+    llvm::errs() << "tessera-compile: error: give the artifact's path with -o\n";
+    return 1;
+  }
+  // Write next to the target, then rename: a reader never sees half a file.
+  std::string tmp = outputFile + ".tmp";
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(tmp, ec);
+    if (ec) {
+      llvm::errs() << "tessera-compile: error: cannot write '" << tmp
+                   << "': " << ec.message() << "\n";
+      return 1;
+    }
+    if (failed(tessera::writeArtifact(*module, os)))
+      return 1;
+  }
+  if (std::error_code ec = llvm::sys::fs::rename(tmp, outputFile)) {
+    llvm::errs() << "tessera-compile: error: cannot rename to '" << outputFile
+                 << "': " << ec.message() << "\n";
+    return 1;
+  }
+  return 0;
+}
