@@ -6,7 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "dialects/dist/IR/RankGroups.h"
+#include "tessera/Mesh/RankGroups.h"
 #include "tessera/Conversion/Passes.h"
 #include "tessera/Support/Model.h"
 
@@ -21,6 +21,7 @@
 #include "llvm/ADT/StringSwitch.h"
 
 #include <set>
+#include <sstream>
 
 namespace tessera {
 #define GEN_PASS_DEF_SERIALIZEPASS
@@ -216,7 +217,7 @@ Writer::instr(Operation *op, DenseMap<Value, int> &events) {
 }
 
 LogicalResult Writer::write(llvm::raw_ostream &os) {
-  dist::MeshOp mesh = dist::lookupMesh(module);
+  dist::MeshOp meshOp = dist::lookupMesh(module);
   auto arena = module->getAttrOfType<IntegerAttr>("rt.arena_bytes");
   if (!arena)
     return emitError(module.getLoc())
@@ -325,21 +326,14 @@ LogicalResult Writer::write(llvm::raw_ostream &os) {
   auto program = pb.Finish();
 
   // Mesh and every group kind the runtime needs.
-  dist::MeshShape shape;
-  if (mesh) {
-    shape.tp = mesh.getTp();
-    shape.cp = mesh.getCp();
-    shape.ep = mesh.getEp();
-    shape.etp = mesh.getEtp();
-    shape.dp = mesh.getDp();
-    shape.pp = mesh.getPp();
-    shape.order = mesh.getOrder().str();
-  }
+  mesh::MeshConfig config;
+  if (meshOp)
+    config = meshOp.getConfig();
   groupsUsed.insert({"tp", "dp", "pp"});
   std::vector<flatbuffers::Offset<fa::RankGroup>> groups;
   for (const std::string &kind : groupsUsed) {
     std::string error;
-    auto instances = dist::rankGroups(shape, kind, error);
+    auto instances = mesh::rankGroups(config, kind, error);
     if (!error.empty())
       return emitError(module.getLoc()) << error;
     for (auto &ranks : instances) {
@@ -348,10 +342,16 @@ LogicalResult Writer::write(llvm::raw_ostream &os) {
       groups.push_back(fa::CreateRankGroup(fbb, kindStr, fbb.CreateVector(r)));
     }
   }
-  dist::AxisLayout layout = dist::denseLayout(shape);
+  // The dense layout's axes, fastest first.
   std::vector<flatbuffers::Offset<fa::MeshAxis>> axes;
-  for (auto [name, size] : llvm::zip(layout.names, layout.sizes))
-    axes.push_back(fa::CreateMeshAxis(fbb, fbb.CreateString(name), size));
+  std::stringstream order(config.order);
+  for (std::string axis; std::getline(order, axis, '-');) {
+    if (axis == "ep")
+      continue;
+    int64_t size = axis == "tp" ? config.tp : axis == "cp" ? config.cp
+                 : axis == "dp" ? config.dp : config.pp;
+    axes.push_back(fa::CreateMeshAxis(fbb, fbb.CreateString(axis), size));
+  }
 
   int64_t micro = 1, global = 1, numMicro = 1;
   if (auto batch = module->getAttrOfType<DictionaryAttr>(kBatchAttr)) {
@@ -381,13 +381,13 @@ LogicalResult Writer::write(llvm::raw_ostream &os) {
   auto programs = fbb.CreateVector(std::vector{program});
   auto producer = fbb.CreateString("tessera-compile 0.1");
   auto modelStr = fbb.CreateString(model);
-  auto orderStr = fbb.CreateString(shape.order);
+  auto orderStr = fbb.CreateString(config.order);
   auto flagsStr = fbb.CreateString(flags);
   fa::ArtifactBuilder ab(fbb);
   ab.add_format_version(fa::kFormatVersion);
   ab.add_producer(producer);
   ab.add_model(modelStr);
-  ab.add_world_size(layout.worldSize());
+  ab.add_world_size(config.worldSize());
   ab.add_mesh(axesVec);
   ab.add_order(orderStr);
   ab.add_groups(groupsVec);

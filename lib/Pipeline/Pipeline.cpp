@@ -17,8 +17,11 @@ void tessera::registerAllDialects(DialectRegistry &registry) {
 
 void tessera::buildTrainPipeline(OpPassManager &pm,
                                  const TrainPipelineOptions &options) {
-  pm.addPass(dist::createAttachMeshPass(
-      {options.tp, options.dp, options.order}));
+  dist::AttachMeshPassOptions mesh;
+  mesh.tp = options.tp;
+  mesh.dp = options.dp;
+  mesh.order = options.order;
+  pm.addPass(dist::createAttachMeshPass(mesh));
   pm.addPass(dist::createSetBatchPass(
       {options.microBatchSize, options.globalBatchSize}));
   pm.addPass(dist::createTPPartitionPass());

@@ -8,6 +8,7 @@
 #include "tessera/Conversion/Passes.h"
 #include "tessera/InitAll.h"
 #include "tessera/Pipeline/Pipeline.h"
+#include "tessera/Pipeline/Reports.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -25,11 +26,24 @@ using namespace mlir;
 namespace cl = llvm::cl;
 
 static cl::opt<std::string> inputFile(cl::Positional, cl::desc("<model.mlir>"),
-                                      cl::Required);
+                                      cl::Optional);
 static cl::opt<std::string> outputFile("o", cl::desc("output file"),
                                        cl::value_desc("file"), cl::init("-"));
 static cl::opt<int64_t> tp("tp", cl::desc("tensor-parallel size"), cl::init(1));
-static cl::opt<int64_t> dp("dp", cl::desc("data-parallel size"), cl::init(1));
+static cl::opt<int64_t> dp("dp", cl::desc("data-parallel size (default: "
+                                          "world-size / (tp*cp*pp), else 1)"),
+                           cl::init(0));
+static cl::opt<int64_t> cp("cp", cl::desc("context-parallel size"), cl::init(1));
+static cl::opt<int64_t> ep("ep", cl::desc("expert-parallel size"), cl::init(1));
+static cl::opt<int64_t> etp("etp", cl::desc("expert tensor-parallel size"),
+                            cl::init(1));
+static cl::opt<int64_t> pp("pp", cl::desc("pipeline-parallel size"), cl::init(1));
+static cl::opt<int64_t> vpp("vpp", cl::desc("virtual pipeline chunks per pp rank"),
+                            cl::init(1));
+static cl::opt<int64_t> worldSize("world-size",
+                                  cl::desc("number of ranks; derives dp when "
+                                           "--dp is not given"),
+                                  cl::init(0));
 static cl::opt<std::string> order("order", cl::desc("rank order"),
                                   cl::init("tp-cp-ep-dp-pp"));
 static cl::opt<int64_t> microBatch("micro-batch-size",
@@ -44,10 +58,19 @@ static cl::opt<double> lr("lr", cl::desc("learning rate"), cl::init(1e-3));
 static cl::opt<double> weightDecay("weight-decay",
                                    cl::desc("decoupled weight decay"),
                                    cl::init(0.0));
-static cl::opt<std::string> emit("emit",
-                                 cl::desc("what to write: artifact (default) "
-                                          "or mlir (the rt-level module)"),
-                                 cl::init("artifact"));
+static cl::opt<std::string> emit(
+    "emit",
+    cl::desc("what to write: artifact (default), mlir (the rt-level module) "
+             "or rank-groups (every rank group of the mesh; needs no model)"),
+    cl::init("artifact"));
+static cl::opt<std::string> emitFormat("emit-format",
+                                       cl::desc("json (default) or text"),
+                                       cl::init("json"));
+
+static int fail(const llvm::Twine &message) {
+  llvm::errs() << "tessera-compile: error: " << message << "\n";
+  return 1;
+}
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
@@ -55,11 +78,47 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; ++i)
     flags += std::string(i > 1 ? " " : "") + argv[i];
   cl::ParseCommandLineOptions(argc, argv, "Tessera compiler\n");
-  if (emit != "artifact" && emit != "mlir") {
-    llvm::errs() << "tessera-compile: error: unknown --emit=" << emit
-                 << " (expected artifact or mlir)\n";
-    return 1;
+  if (emit != "artifact" && emit != "mlir" && emit != "rank-groups")
+    return fail("unknown --emit=" + emit +
+                " (expected artifact, mlir or rank-groups)");
+  if (emitFormat != "json" && emitFormat != "text")
+    return fail("unknown --emit-format=" + emitFormat +
+                " (expected json or text)");
+
+  // The mesh, checked once for every kind of output.
+  tessera::mesh::MeshConfig mesh;
+  mesh.tp = tp;
+  mesh.cp = cp;
+  mesh.ep = ep;
+  mesh.etp = etp;
+  mesh.dp = dp == 0 ? 1 : int64_t(dp);
+  mesh.pp = pp;
+  mesh.vpp = vpp;
+  mesh.order = order;
+  if (worldSize != 0) {
+    std::string error = tessera::mesh::applyWorldSize(mesh, worldSize, dp != 0);
+    if (!error.empty())
+      return fail(error);
   }
+  if (std::string error = tessera::mesh::validateMesh(mesh); !error.empty())
+    return fail("invalid mesh: " + error);
+
+  if (emit == "rank-groups") {
+    tessera::printRankGroups(mesh, emitFormat, llvm::outs());
+    return 0;
+  }
+  if (inputFile.empty())
+    return fail("no input model given (only --emit=rank-groups needs none)");
+  for (auto [flag, value] : {std::pair<const char *, int64_t>{"cp", mesh.cp},
+                             {"ep", mesh.ep},
+                             {"etp", mesh.etp},
+                             {"pp", mesh.pp},
+                             {"vpp", mesh.vpp}})
+    if (value != 1)
+      return fail(llvm::Twine("--") + flag + " " + llvm::Twine(value) +
+                  ": this version compiles models with tensor and data "
+                  "parallelism only (--tp, --dp); other axes are accepted by "
+                  "--emit=rank-groups");
 
   DialectRegistry registry;
   tessera::registerAllDialects(registry);
@@ -83,7 +142,7 @@ int main(int argc, char **argv) {
 
   tessera::TrainPipelineOptions options;
   options.tp = tp;
-  options.dp = dp;
+  options.dp = mesh.dp;
   options.order = order;
   options.microBatchSize = microBatch;
   options.globalBatchSize = globalBatch;

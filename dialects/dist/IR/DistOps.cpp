@@ -6,12 +6,11 @@
 //===----------------------------------------------------------------------===//
 
 #include "dialects/dist/IR/DistOps.h"
-#include "dialects/dist/IR/RankGroups.h"
+#include "tessera/Mesh/RankGroups.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "mlir/IR/OpImplementation.h"
-#include "llvm/ADT/StringSwitch.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
@@ -46,60 +45,32 @@ MeshOp tessera::dist::lookupMesh(Operation *from) {
 // MeshOp
 //===----------------------------------------------------------------------===//
 
-static MeshShape toShape(MeshOp mesh) {
-  MeshShape s;
-  s.tp = mesh.getTp();
-  s.cp = mesh.getCp();
-  s.ep = mesh.getEp();
-  s.etp = mesh.getEtp();
-  s.dp = mesh.getDp();
-  s.pp = mesh.getPp();
-  s.order = mesh.getOrder().str();
-  return s;
+mesh::MeshConfig MeshOp::getConfig() {
+  mesh::MeshConfig c;
+  c.tp = getTp();
+  c.cp = getCp();
+  c.ep = getEp();
+  c.etp = getEtp();
+  c.dp = getDp();
+  c.pp = getPp();
+  c.vpp = getVpp();
+  c.order = getOrder().str();
+  return c;
 }
 
 LogicalResult MeshOp::verify() {
-  std::string error = validateMesh(toShape(*this));
+  std::string error = mesh::validateMesh(getConfig());
   if (!error.empty())
     return emitOpError() << error;
-  if (getVpp() < 1)
-    return emitOpError() << "vpp must be at least 1, got " << getVpp();
   return success();
 }
 
-int64_t MeshOp::getWorldSize() { return getTp() * getCp() * getDp() * getPp(); }
+int64_t MeshOp::getWorldSize() { return getConfig().worldSize(); }
 
-FailureOr<int64_t> MeshOp::getAxisSize(StringRef axis) {
-  int64_t size = llvm::StringSwitch<int64_t>(axis)
-                     .Case("tp", getTp())
-                     .Case("cp", getCp())
-                     .Case("ep", getEp())
-                     .Case("etp", getEtp())
-                     .Case("dp", getDp())
-                     .Case("pp", getPp())
-                     .Default(-1);
-  if (axis == "edp") {
-    int64_t denom = getEtp() * getEp();
-    int64_t dense = getTp() * getCp() * getDp();
-    if (denom == 0 || dense % denom != 0)
-      return failure();
-    return dense / denom;
-  }
-  if (size < 0)
+FailureOr<int64_t> MeshOp::getGroupSize(StringRef kind, std::string &error) {
+  int64_t size = mesh::groupSize(getConfig(), kind.str(), error);
+  if (!error.empty())
     return failure();
-  return size;
-}
-
-FailureOr<int64_t> MeshOp::getGroupSize(StringRef kind) {
-  SmallVector<StringRef> axes;
-  kind.split(axes, '-');
-  int64_t size = 1;
-  for (StringRef axis : axes) {
-    FailureOr<int64_t> s = getAxisSize(axis);
-    if (failed(s))
-      return failure();
-    size *= *s;
-  }
   return size;
 }
 
@@ -116,11 +87,10 @@ static FailureOr<int64_t> resolveGroup(Operation *op, FlatSymbolRefAttr meshRef,
   if (!mesh)
     return op->emitOpError() << "refers to mesh " << meshRef
                              << ", which is not a dist.mesh in scope";
-  FailureOr<int64_t> size = mesh.getGroupSize(group);
+  std::string error;
+  FailureOr<int64_t> size = mesh.getGroupSize(group, error);
   if (failed(size))
-    return op->emitOpError() << "names unknown rank group '" << group
-                             << "' (axes: tp, cp, ep, etp, dp, edp, pp joined "
-                                "by '-')";
+    return op->emitOpError() << "names an invalid rank group: " << error;
   return size;
 }
 

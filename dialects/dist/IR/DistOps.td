@@ -57,8 +57,12 @@ def Dist_MeshOp : Dist_Op<"mesh", [Symbol, HasParent<"::mlir::ModuleOp">]> {
   let summary = "the device mesh: parallel sizes and rank order";
   let description = [{
     Sizes of the parallel axes and the order string that fixes how global
-    ranks map onto them (seed 001). Dense ranks follow tp-cp-dp-pp; the
-    order names the axes from fastest to slowest varying.
+    ranks map onto them (seed 001). Dense ranks follow the order without ep
+    (tp-cp-dp-pp by default), expert ranks follow it without cp, reading tp
+    as etp and dp as edp = tp*cp*dp / (etp*ep) (MoE folding: attention and
+    MLP use different groups over the same ranks). The order names the axes
+    from fastest to slowest varying; vpp is the number of virtual pipeline
+    chunks per pp rank.
 
     ```mlir
     dist.mesh @mesh {tp = 2, dp = 2}
@@ -66,7 +70,8 @@ def Dist_MeshOp : Dist_Op<"mesh", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     ```
 
     Constraints: every size is at least 1; `order` is a permutation of
-    `tp`, `cp`, `ep`, `dp` and `pp`.
+    `tp`, `cp`, `ep`, `dp` and `pp`; `ep * etp` divides `tp * cp * dp`; the
+    dense and expert layouts give the same pp groups.
   }];
   let arguments = (ins SymbolNameAttr:$sym_name,
                        DefaultValuedAttr<I64Attr, "1">:$tp,
@@ -80,13 +85,14 @@ def Dist_MeshOp : Dist_Op<"mesh", [Symbol, HasParent<"::mlir::ModuleOp">]> {
   let assemblyFormat = "$sym_name attr-dict";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
-    /// Number of ranks of the dense layout, tp * cp * dp * pp.
+    /// The sizes and order as the LLVM-free rank-group library sees them.
+    ::tessera::mesh::MeshConfig getConfig();
+    /// Number of ranks, tp * cp * dp * pp (= etp * ep * edp * pp).
     int64_t getWorldSize();
-    /// Size of one named axis ("tp", "cp", "ep", "etp", "dp", "edp", "pp").
-    ::llvm::FailureOr<int64_t> getAxisSize(::llvm::StringRef axis);
-    /// Size of each group of a kind such as "tp" or "tp-dp": the product of
-    /// its axes. Fails on an unknown axis.
-    ::llvm::FailureOr<int64_t> getGroupSize(::llvm::StringRef kind);
+    /// Size of each group of a kind such as "tp", "dp-cp", "etp-ep" or
+    /// "embedding"; fails with `error` set on an invalid kind.
+    ::llvm::FailureOr<int64_t> getGroupSize(::llvm::StringRef kind,
+                                            std::string &error);
   }];
 }
 

@@ -1,6 +1,6 @@
 //===- AttachMesh.cpp - Attach the mesh and check the config --------------===//
 
-#include "dialects/dist/IR/RankGroups.h"
+#include "tessera/Mesh/RankGroups.h"
 #include "dialects/dist/Transforms/Passes.h"
 #include "tessera/Support/Model.h"
 
@@ -26,11 +26,16 @@ struct AttachMeshPass : tessera::dist::impl::AttachMeshPassBase<AttachMeshPass> 
                                 "tessera-attach-mesh adds one";
       return signalPassFailure();
     }
-    MeshShape shape;
-    shape.tp = tp;
-    shape.dp = dp;
-    shape.order = order;
-    std::string error = validateMesh(shape);
+    tessera::mesh::MeshConfig config;
+    config.tp = tp;
+    config.cp = cp;
+    config.ep = ep;
+    config.etp = etp;
+    config.dp = dp;
+    config.pp = pp;
+    config.vpp = vpp;
+    config.order = order;
+    std::string error = tessera::mesh::validateMesh(config);
     if (!error.empty()) {
       emitError(module.getLoc()) << "invalid mesh: " << error;
       return signalPassFailure();
@@ -58,9 +63,20 @@ struct AttachMeshPass : tessera::dist::impl::AttachMeshPassBase<AttachMeshPass> 
     OpBuilder b(module.getBodyRegion());
     b.setInsertionPointToStart(module.getBody());
     auto mesh = MeshOp::create(b, module.getLoc(), kMeshName);
-    mesh.setTp(tp);
-    mesh.setDp(dp);
-    mesh.setOrder(order);
+    // Only sizes other than the defaults are written out.
+    auto set = [&](StringRef name, int64_t value) {
+      if (value != 1)
+        mesh->setAttr(name, b.getI64IntegerAttr(value));
+    };
+    set("tp", tp);
+    set("cp", cp);
+    set("ep", ep);
+    set("etp", etp);
+    set("dp", dp);
+    set("pp", pp);
+    set("vpp", vpp);
+    if (order != "tp-cp-ep-dp-pp")
+      mesh.setOrder(order);
   }
 };
 } // namespace

@@ -9,13 +9,19 @@ def AttachMeshPass : Pass<"tessera-attach-mesh", "mlir::ModuleOp"> {
   let summary = "attach the device mesh and check the model against it";
   let description = [{
     Adds `dist.mesh @mesh` with the given sizes and checks the configuration:
-    a valid order string and sizes, and every dimension that tp-partition
+    valid sizes and order string, an integral expert data-parallel size
+    (ep * etp divides tp * cp * dp), and every dimension that tp-partition
     will split divisible by tp (an error names the op and the sizes).
   }];
   let dependentDialects = ["::tessera::dist::DistDialect"];
   let options = [
     Option<"tp", "tp", "int64_t", "1", "tensor-parallel size">,
+    Option<"cp", "cp", "int64_t", "1", "context-parallel size">,
+    Option<"ep", "ep", "int64_t", "1", "expert-parallel size">,
+    Option<"etp", "etp", "int64_t", "1", "expert tensor-parallel size">,
     Option<"dp", "dp", "int64_t", "1", "data-parallel size">,
+    Option<"pp", "pp", "int64_t", "1", "pipeline-parallel size">,
+    Option<"vpp", "vpp", "int64_t", "1", "virtual pipeline chunks per pp rank">,
     Option<"order", "order", "std::string", "\"tp-cp-ep-dp-pp\"",
            "rank order, fastest varying axis first">
   ];

@@ -534,8 +534,10 @@ void LowerToRTPass::runOnOperation() {
       if (auto sh = micro.getArgAttrOfType<DictionaryAttr>(i, kShardingAttr)) {
         int64_t dim = sh.getAs<IntegerAttr>("dim").getInt();
         auto axis = sh.getAs<StringAttr>("axis");
+        std::string error;
         FailureOr<int64_t> size =
-            mesh ? mesh.getGroupSize(axis.getValue()) : FailureOr<int64_t>(1);
+            mesh ? mesh.getGroupSize(axis.getValue(), error)
+                 : FailureOr<int64_t>(1);
         global[dim] *= succeeded(size) ? *size : 1;
         attrs.push_back(b.getNamedAttr("shard_dim", b.getI64IntegerAttr(dim)));
         attrs.push_back(b.getNamedAttr("shard_axis", axis));

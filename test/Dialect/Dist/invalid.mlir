@@ -30,7 +30,7 @@ func.func @no_mesh(%x: tensor<8xf32>) {
 
 dist.mesh @mesh {tp = 2}
 func.func @bad_group(%x: tensor<8xf32>) {
-  // expected-error @+1 {{names unknown rank group 'xp'}}
+  // expected-error @+1 {{names an invalid rank group: unknown rank-group axis 'xp' in group kind 'xp'}}
   %0 = dist.all_reduce %x on @mesh "xp" : tensor<8xf32>
   return
 }
@@ -69,5 +69,39 @@ func.func @bad_wait(%x: tensor<8xf32>) {
   %f = dist.all_reduce_start %x on @mesh "tp" : tensor<8xf32> -> !dist.async<tensor<8xf32>>
   // expected-error @+1 {{result type 'tensor<4xf32>' differs from the awaited 'tensor<8xf32>'}}
   %r = dist.wait %f : !dist.async<tensor<8xf32>> -> tensor<4xf32>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{ep * etp = 4 * 1 = 4 does not divide tp * cp * dp = 2 * 1 * 3 = 6 (the expert data-parallel size edp would not be integral)}}
+dist.mesh @mesh {tp = 2, dp = 3, ep = 4}
+
+// -----
+
+// expected-error @+1 {{ep * etp = 2 * 2 = 4 does not divide tp * cp * dp = 2 * 1 * 1 = 2}}
+dist.mesh @mesh {tp = 2, ep = 2, etp = 2}
+
+// -----
+
+// expected-error @+1 {{order 'tp-pp-cp-ep-dp' gives different pp groups to the dense (tp-cp-dp-pp) and expert (etp-ep-edp-pp) layouts}}
+dist.mesh @mesh {tp = 2, pp = 2, ep = 2, order = "tp-pp-cp-ep-dp"}
+
+// -----
+
+// expected-error @+1 {{vpp must be at least 1, got 0}}
+dist.mesh @mesh {pp = 2, vpp = 0}
+
+// -----
+
+// expected-error @+1 {{etp must be at least 1, got 0}}
+dist.mesh @mesh {etp = 0}
+
+// -----
+
+dist.mesh @mesh {tp = 2, dp = 2, ep = 2}
+func.func @mixed(%x: tensor<8xf32>) {
+  // expected-error @+1 {{names an invalid rank group: group kind 'tp-ep' mixes dense axes (tp, cp, dp) with expert axes (etp, ep, edp)}}
+  %0 = dist.all_reduce %x on @mesh "tp-ep" : tensor<8xf32>
   return
 }

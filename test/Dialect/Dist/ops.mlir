@@ -43,3 +43,13 @@ func.func @async(%x: tensor<8x256xf32>) -> tensor<4x256xf32> {
   %t = dist.wait %h : !dist.async<tensor<8x256xf32>> -> tensor<8x256xf32>
   return %s : tensor<4x256xf32>
 }
+
+// The full mesh: every axis, any order, expert groups over the same ranks.
+// CHECK-LABEL: func.func @expert
+func.func @expert(%x: tensor<8x256xf32>) -> tensor<8x256xf32> {
+  // CHECK: dist.all_reduce %{{.*}} on @mesh "etp-ep" : tensor<8x256xf32>
+  %0 = dist.all_reduce %x on @mesh "etp-ep" : tensor<8x256xf32>
+  // CHECK: dist.all_reduce %{{.*}} on @mesh "embedding" : tensor<8x256xf32>
+  %1 = dist.all_reduce %0 on @mesh "embedding" : tensor<8x256xf32>
+  return %1 : tensor<8x256xf32>
+}

@@ -1,0 +1,25 @@
+//===- Reports.h - tessera-compile --emit explanations ------------*- C++ -*-===//
+//
+// The machine-readable (JSON) and human-readable (text) explanations that
+// tessera-compile prints with --emit=...: what the compiler derived from a
+// configuration, without running anything.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_PIPELINE_REPORTS_H
+#define TESSERA_PIPELINE_REPORTS_H
+
+#include "tessera/Mesh/RankGroups.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+namespace tessera {
+
+/// --emit=rank-groups: every standard group kind of `mesh` and each rank's
+/// index in it. `format` is "json" or "text". The mesh must be valid.
+void printRankGroups(const mesh::MeshConfig &mesh, llvm::StringRef format,
+                     llvm::raw_ostream &os);
+
+} // namespace tessera
+
+#endif // TESSERA_PIPELINE_REPORTS_H

@@ -1,0 +1,108 @@
+//===- Reports.cpp - tessera-compile --emit explanations ------------------===//
+
+#include "tessera/Pipeline/Reports.h"
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/ADT/StringSwitch.h"
+
+using namespace tessera;
+
+static const char *const kAxes[] = {"tp", "cp", "ep", "etp", "dp", "edp", "pp"};
+
+static int64_t sizeOf(const mesh::MeshConfig &m, llvm::StringRef axis) {
+  return llvm::StringSwitch<int64_t>(axis)
+      .Case("tp", m.tp)
+      .Case("cp", m.cp)
+      .Case("ep", m.ep)
+      .Case("etp", m.etp)
+      .Case("dp", m.dp)
+      .Case("edp", m.edp())
+      .Case("pp", m.pp)
+      .Default(1);
+}
+
+void tessera::printRankGroups(const mesh::MeshConfig &m, llvm::StringRef format,
+                              llvm::raw_ostream &os) {
+  const auto &kinds = mesh::standardGroupKinds();
+  std::vector<std::vector<std::vector<int64_t>>> groups;
+  for (const std::string &kind : kinds) {
+    std::string error;
+    groups.push_back(mesh::rankGroups(m, kind, error));
+  }
+  // index[k][r]: position of rank r in its group of kind k, or -1.
+  std::vector<std::vector<int64_t>> index(
+      kinds.size(), std::vector<int64_t>(m.worldSize(), -1));
+  for (size_t k = 0; k < kinds.size(); ++k)
+    for (auto &g : groups[k])
+      for (size_t i = 0; i < g.size(); ++i)
+        index[k][g[i]] = int64_t(i);
+
+  if (format == "text") {
+    os << llvm::formatv("world size {0}, order {1}\n", m.worldSize(), m.order);
+    os << "sizes:";
+    for (const char *axis : kAxes)
+      os << " " << axis << "=" << sizeOf(m, axis);
+    os << " vpp=" << m.vpp << "\n";
+    for (size_t k = 0; k < kinds.size(); ++k) {
+      os << llvm::formatv("\n{0} groups ({1}):\n", kinds[k], groups[k].size());
+      for (auto [i, g] : llvm::enumerate(groups[k])) {
+        os << llvm::formatv("  {0}_group[{1}] = [", kinds[k], i);
+        for (auto [j, r] : llvm::enumerate(g))
+          os << (j ? ", " : "") << r;
+        os << "]\n";
+      }
+    }
+    os << "\nrank";
+    for (const std::string &kind : kinds)
+      os << "  " << kind;
+    os << "\n";
+    for (int64_t r = 0; r < m.worldSize(); ++r) {
+      os << llvm::formatv("{0,4}", r);
+      for (size_t k = 0; k < kinds.size(); ++k) {
+        std::string cell = index[k][r] < 0 ? "-" : std::to_string(index[k][r]);
+        os << "  " << std::string(kinds[k].size() > cell.size()
+                                      ? kinds[k].size() - cell.size()
+                                      : 0,
+                                  ' ')
+           << cell;
+      }
+      os << "\n";
+    }
+    return;
+  }
+
+  llvm::json::OStream j(os, 2);
+  j.object([&] {
+    j.attribute("world_size", m.worldSize());
+    j.attribute("order", m.order);
+    j.attributeObject("sizes", [&] {
+      for (const char *axis : kAxes)
+        j.attribute(axis, sizeOf(m, axis));
+      j.attribute("vpp", m.vpp);
+    });
+    j.attributeObject("groups", [&] {
+      for (size_t k = 0; k < kinds.size(); ++k)
+        j.attributeArray(kinds[k], [&] {
+          for (auto &g : groups[k])
+            j.array([&] {
+              for (int64_t r : g)
+                j.value(r);
+            });
+        });
+    });
+    j.attributeArray("ranks", [&] {
+      for (int64_t r = 0; r < m.worldSize(); ++r)
+        j.object([&] {
+          j.attribute("rank", r);
+          for (size_t k = 0; k < kinds.size(); ++k) {
+            if (index[k][r] < 0)
+              j.attribute(kinds[k], nullptr);
+            else
+              j.attribute(kinds[k], index[k][r]);
+          }
+        });
+    });
+  });
+  os << "\n";
+}
