@@ -89,6 +89,26 @@ static std::string str(const flatbuffers::String *s) {
   return s ? s->str() : std::string();
 }
 
+bool mayLeaveRanksOut(std::string_view kind) {
+  return kind == "embedding" || kind == "position-embedding";
+}
+
+bool hasGroupKind(const fb::Artifact &artifact, std::string_view kind) {
+  if (artifact.groups())
+    for (const fb::RankGroup *g : *artifact.groups())
+      if (g->kind() && g->kind()->string_view() == kind)
+        return true;
+  return false;
+}
+
+std::string ranksToString(const flatbuffers::Vector<int32_t> *ranks) {
+  std::string s = "[";
+  if (ranks)
+    for (flatbuffers::uoffset_t i = 0; i < ranks->size(); ++i)
+      s += (i ? ", " : "") + std::to_string(ranks->Get(i));
+  return s + "]";
+}
+
 GroupPosition findGroupPosition(const fb::Artifact &artifact,
                                 std::string_view kind, int rank) {
   GroupPosition pos;
@@ -208,7 +228,9 @@ Status Validator::checkMeshAndGroups() {
     return error("world_size ", world, " != product of mesh sizes ", product,
                  " (", meshText.empty() ? "empty mesh" : meshText, ")");
 
-  // Each kind must partition [0, world) into equally sized instances.
+  // The instances of a kind are disjoint, equally sized subsets of
+  // [0, world). Every kind must also cover the world (partition it), except
+  // the embedding kinds, which hold only the first (and last) pipeline stage.
   std::map<std::string, std::vector<const fb::RankGroup *>> byKind;
   if (a.groups())
     for (const fb::RankGroup *g : *a.groups()) {
@@ -237,10 +259,13 @@ Status Validator::checkMeshAndGroups() {
                        "'");
       }
     }
+    if (mayLeaveRanksOut(kind))
+      continue;
     for (int r = 0; r < world; ++r)
       if (!seen[r])
         return error("rank ", r, " is in no group of kind '", kind,
-                     "' (each group kind must partition the world)");
+                     "' (every group kind except embedding and "
+                     "position-embedding must partition the world)");
   }
   return Status();
 }

@@ -56,8 +56,19 @@ struct Matrix {
   int64_t rows = 0, cols = 0;
 };
 
+/// Size of the first instance of `kind` (instances have equal sizes), or 1.
+int anyGroupSize(const fb::Artifact &artifact, std::string_view kind) {
+  if (artifact.groups())
+    for (const fb::RankGroup *g : *artifact.groups())
+      if (g->kind() && g->kind()->string_view() == kind && g->ranks())
+        return int(g->ranks()->size());
+  return 1;
+}
+
 /// Decodes the instructions of one function against an arena base (which
-/// may be null when only validating).
+/// may be null when only validating). `worldRank` < 0 decodes for no rank in
+/// particular: group sizes come from any instance and membership is not
+/// checked.
 class Decoder {
 public:
   using CommLookup =
@@ -273,6 +284,12 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
     std::string kind = in.group() ? in.group()->str() : "";
     TESSERA_ASSIGN_OR_RETURN(t.type, elementTypeOf(ref(in, 0).dtype()));
     GroupPosition pos = findGroupPosition(*artifact.root(), kind, worldRank);
+    if (!pos.group && worldRank >= 0 && hasGroupKind(*artifact.root(), kind))
+      return invalidArgument("rank ", worldRank,
+                             " is in no rank group of kind '", kind,
+                             "', but its program has a collective over it");
+    if (!pos.group && worldRank < 0)
+      pos.size = anyGroupSize(*artifact.root(), kind);
     if (in.op() == O::AllGather || in.op() == O::ReduceScatter) {
       if (ref(in, 0).dtype() != ref(in, 1).dtype())
         return invalidArgument("operands have different dtypes");
@@ -327,11 +344,46 @@ static const fb::Program *selectProgram(const LoadedArtifact &artifact,
   return p;
 }
 
+/// Checks that `worldRank` is in an instance of every group kind that a
+/// collective of `program` uses (embedding kinds leave ranks out). The error
+/// names the rank, the kind and the instruction with its loc.
+static Status checkCollectiveMembership(const LoadedArtifact &artifact,
+                                        const fb::Program &program,
+                                        int worldRank) {
+  if (!program.functions())
+    return Status();
+  for (const fb::Function *fn : *program.functions()) {
+    if (!fn->instrs())
+      continue;
+    for (flatbuffers::uoffset_t i = 0; i < fn->instrs()->size(); ++i) {
+      const fb::Instr &in = *fn->instrs()->Get(i);
+      if (!in.group() || !in.group()->size())
+        continue;
+      std::string kind = in.group()->str();
+      // The loader makes every other kind cover the world.
+      if (!mayLeaveRanksOut(kind) ||
+          findGroupPosition(*artifact.root(), kind, worldRank).group ||
+          !hasGroupKind(*artifact.root(), kind))
+        continue;
+      std::string where =
+          "program " + std::to_string(program.pp_rank()) + " function '" +
+          (fn->name() ? fn->name()->str() : "") + "' instruction " +
+          std::to_string(i) + " (" + fb::EnumNameOpcode(in.op());
+      if (in.loc() && in.loc()->size())
+        where += " at " + in.loc()->str();
+      return invalidArgument(artifact.name(), ": ", where, "): rank ",
+                             worldRank, " is in no rank group of kind '", kind,
+                             "', but its program has a collective over it");
+    }
+  }
+  return Status();
+}
+
 Status Executor::validate(const LoadedArtifact &artifact) {
   for (const fb::Program *p : *artifact.root()->programs()) {
     static Communicator *const kNone = nullptr;
     Decoder decoder(
-        artifact, *p, nullptr, 0,
+        artifact, *p, nullptr, -1,
         [](const std::string &) -> StatusOr<Communicator *> { return kNone; });
     if (!p->functions())
       continue;
@@ -340,11 +392,15 @@ Status Executor::validate(const LoadedArtifact &artifact) {
       TESSERA_RETURN_IF_ERROR(decoder.decode(*fn, thunks));
     }
   }
-  // Every rank must find a program.
-  for (int r = 0; r < artifact.root()->world_size(); ++r)
-    if (!selectProgram(artifact, r))
+  // Every rank must find a program, and be in a group of every kind its
+  // program's collectives use.
+  for (int r = 0; r < artifact.root()->world_size(); ++r) {
+    const fb::Program *p = selectProgram(artifact, r);
+    if (!p)
       return invalidArgument(artifact.name(), ": no program for rank ", r,
                              " (its pp index has no program)");
+    TESSERA_RETURN_IF_ERROR(checkCollectiveMembership(artifact, *p, r));
+  }
   return Status();
 }
 
@@ -388,6 +444,8 @@ Status Executor::bindFunctions() {
     auto it = comms.groups.find(kind);
     if (it != comms.groups.end() && it->second)
       return it->second.get();
+    // Kinds with a one-rank instance here may run without MPI. The decoder
+    // has already rejected kinds whose instances leave this rank out.
     GroupPosition pos = findGroupPosition(*art->root(), kind, rank);
     if (pos.size != 1)
       return failedPrecondition("no communicator for group kind '", kind, "' (",

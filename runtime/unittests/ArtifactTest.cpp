@@ -153,6 +153,81 @@ TEST_F(ArtifactTest, GroupsMustPartitionTheWorld) {
   desc.groups = {{"tp", {0}}, {"tp", {1}}, {"dp", {0}}};
   expectError(buildFile(buildPayload(desc)),
               "rank 1 is in no group of kind 'dp'");
+  desc.groups = {{"tp", {0}}, {"tp", {1}}, {"dp", {0, 1}}, {"ep", {1}}};
+  expectError(buildFile(buildPayload(desc)),
+              "rank 0 is in no group of kind 'ep'");
+  desc.groups = {{"tp", {0}}, {"tp", {1}}, {"dp", {0, 1}}, {"dp", {2, 3}}};
+  expectError(buildFile(buildPayload(desc)),
+              "rank 2 in a group of kind 'dp' is outside world_size 2");
+}
+
+TEST_F(ArtifactTest, EmbeddingGroupsMayLeaveRanksOut) {
+  // world 4 = dp 2 x pp 2 (pp slowest): embedding = first and last rank of
+  // each pp group, position-embedding = the first.
+  ArtifactDesc desc = softmaxRegression(8, 4, 16, 2, 2);
+  desc.worldSize = 4;
+  desc.mesh = {{"tp", 1}, {"dp", 2}, {"pp", 2}};
+  desc.groups = {{"tp", {0}},
+                 {"tp", {1}},
+                 {"tp", {2}},
+                 {"tp", {3}},
+                 {"dp", {0, 1}},
+                 {"dp", {2, 3}},
+                 {"pp", {0, 2}},
+                 {"pp", {1, 3}},
+                 {"embedding", {0, 2}},
+                 {"embedding", {1, 3}},
+                 {"position-embedding", {0}},
+                 {"position-embedding", {1}}};
+  std::string path = write("embedding.tsr", buildFile(buildPayload(desc)));
+  auto loaded = LoadedArtifact::loadFromFile(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+  GroupPosition pos =
+      findGroupPosition(*(*loaded)->root(), "position-embedding", 2);
+  EXPECT_EQ(pos.group, nullptr);
+  EXPECT_TRUE(hasGroupKind(*(*loaded)->root(), "position-embedding"));
+  EXPECT_TRUE(mayLeaveRanksOut("embedding"));
+  EXPECT_FALSE(mayLeaveRanksOut("dp"));
+
+  // They must still be disjoint, inside the world and equally sized.
+  ArtifactDesc twice = desc;
+  twice.groups.back() = {"position-embedding", {0}};
+  expectError(buildFile(buildPayload(twice)),
+              "rank 0 appears twice in groups of kind 'position-embedding'");
+  ArtifactDesc uneven = desc;
+  uneven.groups[9] = {"embedding", {1}};
+  expectError(buildFile(buildPayload(uneven)),
+              "rank groups of kind 'embedding' have different sizes (2 and 1)");
+  ArtifactDesc outside = desc;
+  outside.groups.back() = {"position-embedding", {4}};
+  expectError(buildFile(buildPayload(outside)),
+              "rank 4 in a group of kind 'position-embedding' is outside "
+              "world_size 4");
+}
+
+TEST_F(ArtifactTest, ExecutorValidateNamesRankOutsideEmbeddingGroup) {
+  // world 2 = pp 2: the embedding kind holds rank 0 only, yet the one program
+  // (run by both stages) has a collective over it.
+  ArtifactDesc desc = softmaxRegression(8, 4, 16, 2, 1);
+  desc.worldSize = 2;
+  desc.mesh = {{"tp", 1}, {"dp", 1}, {"pp", 2}};
+  desc.groups = {{"tp", {0}}, {"tp", {1}},    {"dp", {0}},
+                 {"dp", {1}}, {"pp", {0, 1}}, {"position-embedding", {0}}};
+  ProgramDesc second = desc.programs[0];
+  second.ppRank = 1;
+  InstrDesc ar = instr(fb::Opcode::AllReduce, {second.ref(1)}, "emb.sync");
+  ar.group = "position-embedding";
+  second.function("step").push_back(ar);
+  desc.programs.push_back(second);
+  std::string path = write("emb.tsr", buildFile(buildPayload(desc)));
+  auto loaded = LoadedArtifact::loadFromFile(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+  Status st = Executor::validate(**loaded);
+  ASSERT_FALSE(st.ok());
+  for (const char *needle :
+       {"rank 1 is in no rank group of kind 'position-embedding'",
+        "AllReduce at emb.sync", "program 1 function 'step'"})
+    EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
 }
 
 TEST_F(ArtifactTest, BatchMustBeConsistent) {

@@ -154,3 +154,36 @@ TEST(ExecutorTest, AsyncAllReduceOnSelfCommunicator) {
   EXPECT_EQ(counters["dp"].allReduce, 0u); // group of one sends nothing
   EXPECT_EQ(counters["dp"].calls, 1u);
 }
+
+TEST(ExecutorTest, CollectiveOutsideEmbeddingGroupFailsToDecode) {
+  // world 2 = dp 2; "embedding" holds rank 0 only. Rank 0 runs the embedding
+  // all-reduce on a self communicator; rank 1 fails naming rank, kind, loc.
+  ArtifactDesc desc = softmaxRegression(8, 4, 16, 1, 1);
+  desc.worldSize = 2;
+  desc.mesh = {{"tp", 1}, {"dp", 2}};
+  desc.groups = {{"tp", {0}}, {"tp", {1}}, {"dp", {0, 1}}, {"embedding", {0}}};
+  desc.globalBatch = 32;
+  ProgramDesc &p = desc.programs[0];
+  InstrDesc ar = instr(fb::Opcode::AllReduce, {p.ref(1)}, "emb.grad");
+  ar.group = "embedding";
+  p.function("microbatch").push_back(ar);
+  auto loaded =
+      LoadedArtifact::loadFromMemory(buildFile(buildPayload(desc)), "emb.tsr");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+  CommunicatorSet rank0;
+  rank0.groups["dp"] = createSelfCommunicator(); // stands in for MPI
+  auto ex0 = Executor::create(
+      *loaded, std::move(*BackendRegistry::global().create("cpu", {})),
+      std::move(rank0), 0);
+  EXPECT_TRUE(ex0.ok()) << ex0.status().toString();
+  CommunicatorSet rank1;
+  rank1.groups["dp"] = createSelfCommunicator();
+  auto ex1 = Executor::create(
+      *loaded, std::move(*BackendRegistry::global().create("cpu", {})),
+      std::move(rank1), 1);
+  ASSERT_FALSE(ex1.ok());
+  const std::string &msg = ex1.status().message();
+  for (const char *needle : {"rank 1 is in no rank group of kind 'embedding'",
+                             "AllReduce at emb.grad", "emb.tsr"})
+    EXPECT_NE(msg.find(needle), std::string::npos) << msg;
+}

@@ -2,9 +2,11 @@
 
 #include "tessera/rt/MpiCommunicator.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <unordered_map>
+#include <vector>
 
 namespace tessera::rt {
 
@@ -149,33 +151,91 @@ StatusOr<std::unique_ptr<Communicator>> createMpiCommunicator(MPI_Comm comm) {
   return std::unique_ptr<Communicator>(new MpiCommunicator(comm, rank, size));
 }
 
-static StatusOr<MPI_Comm> splitWorld(const fb::Artifact &artifact,
-                                     const std::string &kind) {
-  int worldRank = 0;
-  TESSERA_RETURN_IF_MPI_ERROR(MPI_Comm_rank(MPI_COMM_WORLD, &worldRank));
-  GroupPosition pos = findGroupPosition(artifact, kind, worldRank);
-  // Ranks not in any group of this kind form singleton groups.
+//===----------------------------------------------------------------------===//
+// Rank-group communicators
+//===----------------------------------------------------------------------===//
+
+/// Splits MPI_COMM_WORLD by the instances of `kind`: colour = index of the
+/// instance holding this rank, key = its position there. A rank that no
+/// instance holds passes MPI_UNDEFINED and gets MPI_COMM_NULL.
+static StatusOr<MPI_Comm> splitWorld(const GroupPosition &pos) {
   int color = pos.group ? pos.instance : MPI_UNDEFINED;
   MPI_Comm comm = MPI_COMM_NULL;
   TESSERA_RETURN_IF_MPI_ERROR(
       MPI_Comm_split(MPI_COMM_WORLD, color, pos.index, &comm));
-  if (comm == MPI_COMM_NULL)
-    TESSERA_RETURN_IF_MPI_ERROR(MPI_Comm_dup(MPI_COMM_SELF, &comm));
   return comm;
+}
+
+/// All-gathers the world rank of every member of `comm` (one int each) and
+/// compares the list, in order, with the artifact's instance `expected`. A
+/// mismatch means that the ranks disagree about the groups (e.g. they loaded
+/// different artifacts). Collective over `comm`.
+static Status checkMembers(MPI_Comm comm, const std::string &kind,
+                           const fb::RankGroup &expected, int worldRank) {
+  int size = 0;
+  TESSERA_RETURN_IF_MPI_ERROR(MPI_Comm_size(comm, &size));
+  std::vector<int32_t> members(size_t(size), -1);
+  int32_t me = worldRank;
+  TESSERA_RETURN_IF_MPI_ERROR(
+      MPI_Allgather(&me, 1, MPI_INT32_T, members.data(), 1, MPI_INT32_T, comm));
+  const flatbuffers::Vector<int32_t> *ranks = expected.ranks();
+  bool same = ranks && ranks->size() == members.size() &&
+              std::equal(members.begin(), members.end(), ranks->begin());
+  if (same)
+    return Status();
+  std::string got = "[";
+  for (size_t i = 0; i < members.size(); ++i)
+    got += (i ? ", " : "") + std::to_string(members[i]);
+  got += "]";
+  return failedPrecondition(
+      "rank-group membership check failed for kind '", kind, "' on rank ",
+      worldRank, ": the communicator holds world ranks ", got,
+      " but the artifact's instance is ", ranksToString(ranks),
+      " (do all ranks load the same artifact?)");
 }
 
 StatusOr<std::unique_ptr<Communicator>>
 createMpiGroupCommunicator(const fb::Artifact &artifact,
                            const std::string &kind) {
-  TESSERA_ASSIGN_OR_RETURN(MPI_Comm comm, splitWorld(artifact, kind));
   int worldRank = 0;
   TESSERA_RETURN_IF_MPI_ERROR(MPI_Comm_rank(MPI_COMM_WORLD, &worldRank));
   GroupPosition pos = findGroupPosition(artifact, kind, worldRank);
-  TESSERA_ASSIGN_OR_RETURN(auto result, createMpiCommunicator(comm));
-  if (result->size() != pos.size || result->rank() != pos.index)
-    return internalError("communicator for group kind '", kind, "' has rank ",
-                         result->rank(), " of ", result->size(), ", expected ",
-                         pos.index, " of ", pos.size);
+  TESSERA_ASSIGN_OR_RETURN(MPI_Comm comm, splitWorld(pos));
+  if (comm == MPI_COMM_NULL)
+    return std::unique_ptr<Communicator>();
+  Status members = checkMembers(comm, kind, *pos.group, worldRank);
+  if (!members.ok()) {
+    MPI_Comm_free(&comm);
+    return members;
+  }
+  return createMpiCommunicator(comm);
+}
+
+StatusOr<std::map<std::string, std::unique_ptr<Communicator>>>
+createMpiGroupCommunicators(const fb::Artifact &artifact,
+                            const std::vector<std::string> &kinds) {
+  std::map<std::string, std::unique_ptr<Communicator>> result;
+  // A failed membership check is reported after every kind is split, so
+  // that all ranks take part in the same sequence of collectives.
+  Status firstError;
+  for (const std::string &kind : kinds) {
+    if (result.count(kind))
+      return invalidArgument("group kind '", kind, "' is listed twice");
+    auto comm = createMpiGroupCommunicator(artifact, kind);
+    if (!comm.ok()) {
+      // MPI failures (Internal) abort at once; only checkMembers reports
+      // FailedPrecondition.
+      if (comm.status().getCode() != StatusCode::FailedPrecondition)
+        return comm.status();
+      if (firstError.ok())
+        firstError = comm.status();
+      continue;
+    }
+    if (*comm)
+      result[kind] = std::move(*comm);
+  }
+  if (!firstError.ok())
+    return firstError;
   return result;
 }
 
@@ -184,15 +244,19 @@ StatusOr<CommunicatorSet> createMpiCommunicators(const fb::Artifact &artifact) {
   MPI_Comm world = MPI_COMM_NULL;
   TESSERA_RETURN_IF_MPI_ERROR(MPI_Comm_dup(MPI_COMM_WORLD, &world));
   TESSERA_ASSIGN_OR_RETURN(set.world, createMpiCommunicator(world));
-  for (const std::string &kind : collectiveGroupKinds(artifact)) {
-    TESSERA_ASSIGN_OR_RETURN(set.groups[kind],
-                             createMpiGroupCommunicator(artifact, kind));
+  auto groups =
+      createMpiGroupCommunicators(artifact, collectiveGroupKinds(artifact));
+  if (groups.ok())
+    set.groups = std::move(*groups);
+  // Split dp even after a failed membership check (see above).
+  if (hasGroupKind(artifact, "dp")) {
+    auto loss = createMpiGroupCommunicator(artifact, "dp");
+    if (!groups.ok())
+      return groups.status();
+    TESSERA_ASSIGN_OR_RETURN(set.lossReduce, std::move(loss));
   }
-  GroupPosition dp = findGroupPosition(artifact, "dp", 0);
-  if (dp.group) {
-    TESSERA_ASSIGN_OR_RETURN(set.lossReduce,
-                             createMpiGroupCommunicator(artifact, "dp"));
-  }
+  if (!groups.ok())
+    return groups.status();
   return set;
 }
 

@@ -58,10 +58,22 @@ struct GroupPosition {
   int size = 1;     ///< number of ranks in the instance
 };
 
-/// Finds the instance of `kind` that contains `rank`. If the artifact has no
-/// group of that kind, returns {nullptr, 0, 0, 1} (the rank alone).
+/// Finds the instance of `kind` that contains `rank`. If no group of that
+/// kind holds the rank (the kind is absent, or an embedding kind leaves the
+/// rank out), returns {nullptr, 0, 0, 1}; use hasGroupKind to tell apart.
 GroupPosition findGroupPosition(const fb::Artifact &artifact,
                                 std::string_view kind, int rank);
+
+/// True for the kinds whose instances need not cover the world: "embedding"
+/// (first and last rank of each pp group) and "position-embedding" (first
+/// rank). Every other kind partitions [0, world_size).
+bool mayLeaveRanksOut(std::string_view kind);
+
+/// True if the artifact has at least one rank group of `kind`.
+bool hasGroupKind(const fb::Artifact &artifact, std::string_view kind);
+
+/// "[0, 2, 4]".
+std::string ranksToString(const flatbuffers::Vector<int32_t> *ranks);
 
 /// All rank-group kinds named by collectives in any program, plus "dp" when
 /// the artifact has dp groups; sorted, unique. Every rank derives the same

@@ -38,7 +38,10 @@ public:
   /// Creates the executor of world rank `worldRank`: picks the program whose
   /// pp_rank equals the rank's index in its "pp" group (else pp_rank 0),
   /// binds collectives to `comms` (group kinds missing from `comms` whose
-  /// instance for this rank has one member get a self communicator),
+  /// instance for this rank has one member get a self communicator; a
+  /// collective over a kind that no instance holding this rank has, e.g.
+  /// "embedding" on a middle pipeline stage, is an error naming the rank,
+  /// the kind and the instruction's loc),
   /// allocates the arena and decodes all functions. Does not initialise.
   static StatusOr<std::unique_ptr<Executor>>
   create(std::shared_ptr<const LoadedArtifact> artifact,
@@ -46,7 +49,9 @@ public:
          const ExecutorOptions &options = {});
 
   /// Decodes and shape-checks every function of every program without
-  /// running or allocating anything (used by tessera-run before launch).
+  /// running or allocating anything, and checks that every rank is in a
+  /// group of each kind its program's collectives use (used by tessera-run
+  /// before launch).
   static Status validate(const LoadedArtifact &artifact);
 
   ~Executor();

@@ -6,6 +6,11 @@
 #include "tessera/rt/Artifact.h"
 #include "tessera/rt/Communicator.h"
 
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
 #include <mpi.h>
 
 namespace tessera::rt {
@@ -30,16 +35,31 @@ namespace tessera::rt {
 /// MPI_COMM_WORLD/MPI_COMM_SELF). Sets MPI_ERRORS_RETURN on it.
 StatusOr<std::unique_ptr<Communicator>> createMpiCommunicator(MPI_Comm comm);
 
-/// Splits MPI_COMM_WORLD once per kind in collectiveGroupKinds(artifact)
-/// (color = index of the instance containing this rank, key = position in
-/// it). Collective: every rank of MPI_COMM_WORLD must call it. Also fills
-/// `lossReduce` (a duplicate of dp, if present) and `world`.
-StatusOr<CommunicatorSet> createMpiCommunicators(const fb::Artifact &artifact);
-
-/// Splits MPI_COMM_WORLD by the rank groups of `kind` in `artifact`.
+/// Creates this rank's communicator for rank-group `kind` of `artifact`:
+/// splits MPI_COMM_WORLD (colour = index of the instance holding the rank,
+/// key = its position there; MPI_UNDEFINED when no instance holds it), then
+/// all-gathers the members' world ranks over the new communicator and checks
+/// them, in order, against the artifact's instance (a mismatch is a
+/// FailedPrecondition naming the kind and both rank lists). Returns null when
+/// no instance of `kind` holds this rank (embedding kinds). Collective: every
+/// rank of MPI_COMM_WORLD must call it.
 StatusOr<std::unique_ptr<Communicator>>
 createMpiGroupCommunicator(const fb::Artifact &artifact,
                            const std::string &kind);
+
+/// Calls createMpiGroupCommunicator for each of `kinds`, in order (every rank
+/// must pass the same list). Kinds that leave this rank out get no entry. A
+/// failed membership check is returned only after all kinds are split, so
+/// that the ranks never disagree about the collectives they enter.
+StatusOr<std::map<std::string, std::unique_ptr<Communicator>>>
+createMpiGroupCommunicators(const fb::Artifact &artifact,
+                            const std::vector<std::string> &kinds);
+
+/// The communicators tessera-run uses: `groups` from
+/// createMpiGroupCommunicators(artifact, collectiveGroupKinds(artifact)),
+/// `lossReduce` (a second dp communicator, if the artifact has dp groups)
+/// and `world` (a duplicate of MPI_COMM_WORLD). Collective.
+StatusOr<CommunicatorSet> createMpiCommunicators(const fb::Artifact &artifact);
 
 } // namespace tessera::rt
 
