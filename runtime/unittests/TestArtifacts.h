@@ -151,7 +151,7 @@ inline std::string buildPayload(const ArtifactDesc &desc) {
           refs.push_back(makeRef(r));
         list.push_back(fb::CreateInstrDirect(
             fbb, in.op, &refs, in.transA, in.transB, in.alpha, in.beta,
-            &in.fattrs, in.group.empty() ? nullptr : in.group.c_str(),
+            &in.fattrs, nullptr, in.group.empty() ? nullptr : in.group.c_str(),
             in.reduce, in.event, in.loc.c_str()));
       }
       functions.push_back(fb::CreateFunctionDirect(fbb, name.c_str(), &list));
