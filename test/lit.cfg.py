@@ -24,7 +24,7 @@ for var in ["HOME", "TMPDIR"]:
 config.substitutions.append(("%examples", os.path.join(config.tessera_src_root, "examples")))
 config.substitutions.append(("%python", "python3"))
 
-tools = ["tessera-opt", "tessera-compile", "tessera-run"]
+tools = ["tessera-opt", "tessera-compile", "tessera-run", "tessera-gen", "tessera-preprocess"]
 llvm_config.add_tool_substitutions(tools, [config.tessera_tools_dir])
 
 # GPU tests only where a GPU is present.

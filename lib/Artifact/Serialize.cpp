@@ -93,6 +93,7 @@ Writer::instr(Operation *op, DenseMap<Value, int> &events) {
   fa::ReduceOp reduce = fa::ReduceOp::Sum;
   int event = -1;
 
+  std::vector<int64_t> iattrs;
   auto kernel = [&](fa::Opcode code, auto k) {
     opcode = code;
     operands.append(k.getBuffers().begin(), k.getBuffers().end());
@@ -100,6 +101,13 @@ Writer::instr(Operation *op, DenseMap<Value, int> &events) {
     beta = k.getBeta().convertToFloat();
     if (auto v = k.getValueAttr())
       fattrs.push_back(v.getValueAsDouble());
+    if (auto ia = k.getIattrsAttr())
+      iattrs.assign(ia.asArrayRef().begin(), ia.asArrayRef().end());
+    if (auto g = k.getGroupAttr()) {
+      // A vocabulary-sharded kernel: its offset comes from this group.
+      group = g.getValue().str();
+      groupsUsed.insert(group);
+    }
     return success();
   };
   auto collective = [&](StringRef g, StringRef reduction) {
@@ -138,6 +146,38 @@ Writer::instr(Operation *op, DenseMap<Value, int> &events) {
           .Case([&](rt::ScaleOp o) { return kernel(fa::Opcode::Scale, o); })
           .Case([&](rt::CopyOp o) { return kernel(fa::Opcode::Copy, o); })
           .Case([&](rt::AxpyOp o) { return kernel(fa::Opcode::Axpy, o); })
+          .Case([&](rt::LayerNormOp o) { return kernel(fa::Opcode::LayerNorm, o); })
+          .Case([&](rt::LayerNormGradOp o) {
+            return kernel(fa::Opcode::LayerNormGrad, o);
+          })
+          .Case([&](rt::EmbeddingOp o) { return kernel(fa::Opcode::Embedding, o); })
+          .Case([&](rt::EmbeddingGradOp o) {
+            return kernel(fa::Opcode::EmbeddingGrad, o);
+          })
+          .Case([&](rt::AddPositionEmbeddingOp o) {
+            return kernel(fa::Opcode::AddPositionEmbedding, o);
+          })
+          .Case([&](rt::PositionEmbeddingGradOp o) {
+            return kernel(fa::Opcode::PositionEmbeddingGrad, o);
+          })
+          .Case([&](rt::AttentionOp o) { return kernel(fa::Opcode::Attention, o); })
+          .Case([&](rt::AttentionGradOp o) {
+            return kernel(fa::Opcode::AttentionGrad, o);
+          })
+          .Case([&](rt::LogitsMaxOp o) { return kernel(fa::Opcode::LogitsMax, o); })
+          .Case([&](rt::CrossEntropyStatsOp o) {
+            return kernel(fa::Opcode::CrossEntropyStats, o);
+          })
+          .Case([&](rt::CrossEntropyFromStatsOp o) {
+            return kernel(fa::Opcode::CrossEntropyFromStats, o);
+          })
+          .Case([&](rt::CrossEntropyStatsGradOp o) {
+            return kernel(fa::Opcode::CrossEntropyStatsGrad, o);
+          })
+          .Case([&](rt::TokenMeanOp o) { return kernel(fa::Opcode::TokenMean, o); })
+          .Case([&](rt::TokenMeanGradOp o) {
+            return kernel(fa::Opcode::TokenMeanGrad, o);
+          })
           .Case([&](rt::AdamOp o) {
             opcode = fa::Opcode::Adam;
             operands = {o.getParam(), o.getGrad(), o.getExpAvg(),
@@ -196,6 +236,7 @@ Writer::instr(Operation *op, DenseMap<Value, int> &events) {
     refs.push_back(tensorRef(v));
   auto refsVec = fbb.CreateVector(refs);
   auto fattrVec = fbb.CreateVector(fattrs);
+  auto iattrVec = fbb.CreateVector(iattrs);
   auto groupStr = fbb.CreateString(group);
   std::string locText;
   llvm::raw_string_ostream locOs(locText);
@@ -209,6 +250,7 @@ Writer::instr(Operation *op, DenseMap<Value, int> &events) {
   ib.add_alpha(alpha);
   ib.add_beta(beta);
   ib.add_fattrs(fattrVec);
+  ib.add_iattrs(iattrVec);
   ib.add_group(groupStr);
   ib.add_reduce(reduce);
   ib.add_event(event);
@@ -280,7 +322,8 @@ LogicalResult Writer::write(llvm::raw_ostream &os) {
     if (buf.getKind() == "input") {
       auto inName = fbb.CreateString(buf.getSymName().str());
       inputs.push_back(fa::CreateInputSpec(
-          fbb, inName, i, buf.getNumClasses() ? *buf.getNumClasses() : 0));
+          fbb, inName, i, buf.getNumClasses() ? *buf.getNumClasses() : 0,
+          buf.getVocabSize() ? *buf.getVocabSize() : 0));
     }
     if (buf.getKind() == "loss")
       lossBuffer = i;

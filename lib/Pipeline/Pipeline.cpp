@@ -24,6 +24,9 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   pm.addPass(dist::createAttachMeshPass(mesh));
   pm.addPass(dist::createSetBatchPass(
       {options.microBatchSize, options.globalBatchSize}));
+  dist::PadVocabPassOptions pad;
+  pad.divisibleBy = options.makeVocabSizeDivisibleBy;
+  pm.addPass(dist::createPadVocabPass(pad));
   pm.addPass(dist::createTPPartitionPass());
   pm.addPass(nn::createAutodiffPass());
   pm.addPass(dist::createDPGradAllReducePass());

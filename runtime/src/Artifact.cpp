@@ -81,8 +81,62 @@ int expectedOperandCount(fb::Opcode op) {
     return 0;
   case O::Adam:
     return 5;
+  case O::LayerNorm:
+    return 4;
+  case O::LayerNormGrad:
+    return 6;
+  case O::Embedding:
+  case O::EmbeddingGrad:
+    return 3;
+  case O::AddPositionEmbedding:
+    return 3;
+  case O::PositionEmbeddingGrad:
+  case O::Attention:
+  case O::LogitsMax:
+    return 2;
+  case O::AttentionGrad:
+  case O::TokenMean:
+  case O::TokenMeanGrad:
+    return 3;
+  case O::CrossEntropyStats:
+  case O::CrossEntropyFromStats:
+    return 5;
+  case O::CrossEntropyStatsGrad:
+    return 6;
   }
   return -1;
+}
+
+int expectedIAttrCount(fb::Opcode op) {
+  using O = fb::Opcode;
+  if (expectedOperandCount(op) < 0)
+    return -1;
+  switch (op) {
+  case O::Embedding:
+  case O::CrossEntropyStats:
+  case O::CrossEntropyFromStats:
+  case O::CrossEntropyStatsGrad:
+  case O::TokenMean:
+  case O::TokenMeanGrad:
+    return 1;
+  case O::Attention:
+  case O::AttentionGrad:
+    return 2;
+  default:
+    return 0;
+  }
+}
+
+bool isCollective(fb::Opcode op) {
+  using O = fb::Opcode;
+  return op == O::AllReduce || op == O::AllGather || op == O::ReduceScatter ||
+         op == O::AllReduceStart;
+}
+
+bool isVocabSharded(fb::Opcode op) {
+  using O = fb::Opcode;
+  return op == O::Embedding || op == O::EmbeddingGrad ||
+         op == O::CrossEntropyStats || op == O::CrossEntropyStatsGrad;
 }
 
 static std::string str(const flatbuffers::String *s) {
@@ -140,7 +194,7 @@ std::vector<std::string> collectiveGroupKinds(const fb::Artifact &artifact) {
         for (const fb::Function *f : *p->functions())
           if (f->instrs())
             for (const fb::Instr *in : *f->instrs())
-              if (in->group() && in->group()->size())
+              if (isCollective(in->op()) && in->group() && in->group()->size())
                 kinds.insert(in->group()->str());
   if (artifact.groups())
     for (const fb::RankGroup *g : *artifact.groups())
@@ -322,6 +376,16 @@ Status Validator::checkInstr(const std::string &where, const fb::Instr &in,
   for (int i = 0; i < got; ++i)
     TESSERA_RETURN_IF_ERROR(checkRef(where + ": operand " + std::to_string(i),
                                      in.operands()->Get(i), arenaBytes));
+  int iattrs = in.iattrs() ? int(in.iattrs()->size()) : 0;
+  int expectedIAttrs = expectedIAttrCount(in.op());
+  if (iattrs != expectedIAttrs)
+    return error(where, ": ", fb::EnumNameOpcode(in.op()), " expects ",
+                 expectedIAttrs, " iattrs, got ", iattrs);
+  if (isVocabSharded(in.op()) && in.group() && in.group()->size() &&
+      !groupKinds.count(in.group()->str()))
+    return error(where, ": vocabulary-sharded ", fb::EnumNameOpcode(in.op()),
+                 " over group kind '", in.group()->str(),
+                 "' but the artifact has no rank groups of that kind");
   switch (in.op()) {
   case fb::Opcode::AllReduce:
   case fb::Opcode::AllGather:
@@ -353,6 +417,27 @@ Status Validator::checkInstr(const std::string &where, const fb::Instr &in,
   case fb::Opcode::Sgd:
     if (!in.fattrs() || in.fattrs()->size() != 2)
       return error(where, ": Sgd needs fattrs = [lr, weight_decay]");
+    break;
+  case fb::Opcode::LayerNorm:
+  case fb::Opcode::LayerNormGrad:
+    if (!in.fattrs() || in.fattrs()->size() != 1 || !(in.fattrs()->Get(0) >= 0))
+      return error(where, ": ", fb::EnumNameOpcode(in.op()),
+                   " needs fattrs = [eps] with eps >= 0");
+    break;
+  case fb::Opcode::Embedding:
+    if (in.iattrs()->Get(0) <= 0)
+      return error(where,
+                   ": Embedding needs iattrs = [vocab_size] with "
+                   "vocab_size > 0, got ",
+                   in.iattrs()->Get(0));
+    break;
+  case fb::Opcode::Attention:
+  case fb::Opcode::AttentionGrad:
+    if (in.iattrs()->Get(0) <= 0 ||
+        (in.iattrs()->Get(1) != 0 && in.iattrs()->Get(1) != 1))
+      return error(where, ": ", fb::EnumNameOpcode(in.op()),
+                   " needs iattrs = [num_heads > 0, causal 0/1], got [",
+                   in.iattrs()->Get(0), ", ", in.iattrs()->Get(1), "]");
     break;
   default:
     break;
@@ -426,6 +511,11 @@ Status Validator::checkProgram(int pi, const fb::Program &p) {
       if (in->buffer() < 0 || in->buffer() >= numBuffers)
         return error(prog, ": input '", str(in->name()), "' buffer index ",
                      in->buffer(), " out of range (", numBuffers, " buffers)");
+      if (in->num_classes() < 0 || in->vocab_size() < 0 ||
+          (in->num_classes() > 0 && in->vocab_size() > 0))
+        return error(prog, ": input '", str(in->name()), "' has num_classes ",
+                     in->num_classes(), " and vocab_size ", in->vocab_size(),
+                     " (at most one may be set, neither negative)");
     }
   std::set<std::string> names;
   if (p.functions())
@@ -600,6 +690,8 @@ std::string summarizeArtifact(const LoadedArtifact &artifact) {
           os << "    input " << str(in->name()) << " -> #" << in->buffer()
              << (in->num_classes() ? " classes " : "")
              << (in->num_classes() ? std::to_string(in->num_classes()) : "")
+             << (in->vocab_size() ? " vocab " : "")
+             << (in->vocab_size() ? std::to_string(in->vocab_size()) : "")
              << "\n";
       os << "    loss buffer #" << p->loss_buffer() << ", iteration buffer #"
          << p->iteration_buffer() << "\n";

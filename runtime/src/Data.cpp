@@ -1,6 +1,7 @@
 //===- Data.cpp - Synthetic classification data ---------------------------===//
 
 #include "tessera/rt/Data.h"
+#include "tessera/rt/IndexedDataset.h"
 #include "tessera/rt/Rng.h"
 
 #include <algorithm>
@@ -43,10 +44,110 @@ static int64_t numClassesOf(const fb::Program &program,
   return 0;
 }
 
+bool isTokenInput(const fb::InputSpec &spec) {
+  if (spec.vocab_size() <= 0 || !spec.name())
+    return false;
+  std::string_view name = spec.name()->string_view();
+  return name == "tokens" || name == "labels";
+}
+
+bool artifactNeedsTokenData(const fb::Artifact &artifact) {
+  if (artifact.programs())
+    for (const fb::Program *p : *artifact.programs())
+      if (p->inputs())
+        for (const fb::InputSpec *spec : *p->inputs())
+          if (isTokenInput(*spec))
+            return true;
+  return false;
+}
+
+/// Checks the buffer of token input `spec`: i32 [S, b], b = microBatch.
+/// Returns S.
+static StatusOr<int64_t> tokenSequenceLength(const fb::Program &program,
+                                             const fb::InputSpec &spec,
+                                             int64_t microBatch,
+                                             const std::string &fileName) {
+  const fb::Buffer *buffer = program.buffers()->Get(spec.buffer());
+  const auto *shape = buffer->shape();
+  auto error = [&](auto &&...args) {
+    return invalidArgument(fileName, ": input '", spec.name()->str(),
+                           "' (buffer ", shapeToString(shape), "): ", args...);
+  };
+  if (buffer->dtype() != fb::DType::I32 || !shape || shape->size() != 2 ||
+      shape->Get(0) < 1)
+    return error("token inputs must be i32 [S, b] buffers (sequence-major)");
+  if (shape->Get(1) != microBatch)
+    return error("second dimension ", shape->Get(1), " != micro batch size ",
+                 microBatch);
+  if (spec.vocab_size() > int64_t(INT32_MAX) + 1)
+    return error("vocab_size ", spec.vocab_size(), " does not fit i32 ids");
+  return shape->Get(0);
+}
+
+Status checkTokenInputs(const fb::Program &program, int64_t microBatch,
+                        const IndexedDataset &dataset,
+                        const std::string &fileName) {
+  if (!program.inputs())
+    return Status();
+  for (const fb::InputSpec *spec : *program.inputs()) {
+    if (!isTokenInput(*spec))
+      continue;
+    TESSERA_ASSIGN_OR_RETURN(
+        int64_t seqLength,
+        tokenSequenceLength(program, *spec, microBatch, fileName));
+    TESSERA_RETURN_IF_ERROR(dataset.checkVocabulary(spec->vocab_size()));
+    if (dataset.numTokens() <= seqLength)
+      return invalidArgument(
+          dataset.dataPath(), ": the dataset has ", dataset.numTokens(),
+          " tokens, but input '", spec->name()->str(), "' of ", fileName,
+          " needs samples of sequence length ", seqLength, " + 1 tokens");
+  }
+  return Status();
+}
+
+/// Fills token input `spec` for one microbatch: tokens[s][i] = sample[s],
+/// labels[s][i] = sample[s + 1] of sample g(i), element (s, i) at s*b + i.
+static Status generateTokenInput(const fb::Program &program,
+                                 const fb::InputSpec &spec,
+                                 const DataLayout &layout, int64_t iteration,
+                                 int64_t microbatch,
+                                 const std::string &fileName,
+                                 std::vector<uint8_t> &out) {
+  std::string name = spec.name()->str();
+  if (!layout.dataset)
+    return failedPrecondition(
+        fileName, ": input '", name, "' (vocab size ", spec.vocab_size(),
+        ") needs a token dataset, but none was given (tessera-run --data "
+        "PREFIX, made with tessera-preprocess)");
+  const IndexedDataset &ds = *layout.dataset;
+  TESSERA_ASSIGN_OR_RETURN(
+      int64_t seqLength,
+      tokenSequenceLength(program, spec, layout.microBatch, fileName));
+  int64_t b = layout.microBatch;
+  int64_t shift = name == "labels" ? 1 : 0;
+  out.assign(size_t(seqLength * b) * sizeof(int32_t), 0);
+  auto *dst = reinterpret_cast<int32_t *>(out.data());
+  std::vector<int64_t> sample(size_t(seqLength) + 1);
+  for (int64_t i = 0; i < b; ++i) {
+    int64_t g = globalSampleIndex(layout, iteration, microbatch, i);
+    TESSERA_RETURN_IF_ERROR(gptSample(ds, g, seqLength, sample.data()));
+    for (int64_t s = 0; s < seqLength; ++s) {
+      int64_t id = sample[size_t(s + shift)];
+      if (id >= spec.vocab_size())
+        return ds.checkVocabulary(spec.vocab_size());
+      dst[s * b + i] = int32_t(id);
+    }
+  }
+  return Status();
+}
+
 Status generateInput(const fb::Program &program, const fb::InputSpec &spec,
                      const DataLayout &layout, int64_t iteration,
                      int64_t microbatch, const std::string &fileName,
                      std::vector<uint8_t> &out) {
+  if (isTokenInput(spec))
+    return generateTokenInput(program, spec, layout, iteration, microbatch,
+                              fileName, out);
   std::string name = spec.name() ? spec.name()->str() : "";
   const fb::Buffer *buffer = program.buffers()->Get(spec.buffer());
   const auto *shape = buffer->shape();
@@ -55,6 +156,8 @@ Status generateInput(const fb::Program &program, const fb::InputSpec &spec,
     return invalidArgument(fileName, ": input '", name, "' (buffer ",
                            shapeToString(shape), "): ", args...);
   };
+  if (name == "tokens")
+    return error("token inputs need vocab_size > 0");
   int64_t numClasses = numClassesOf(program, spec);
   if (numClasses <= 0)
     return error("no num_classes given for the synthetic labels");

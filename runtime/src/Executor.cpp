@@ -19,9 +19,11 @@ namespace tessera::rt {
 /// A decoded instruction.
 struct Thunk {
   fb::Opcode op = fb::Opcode::Fill;
-  void *ptr[5] = {};
+  void *ptr[6] = {};
   /// gemm: m, n, k; matrix ops: rows (m) x cols (n); elementwise: n.
   int64_t m = 0, n = 0, k = 0;
+  /// Integer parameters of the transformer kernels (see decodeInstr).
+  int64_t i[4] = {};
   int64_t bytes = 0;
   bool transA = false, transB = false;
   float alpha = 1.0f, beta = 0.0f;
@@ -154,6 +156,12 @@ private:
   }
 
   Status decodeInstr(const fb::Instr &in, Thunk &t);
+  Status decodeTransformerInstr(const fb::Instr &in, Thunk &t);
+  /// Vocabulary offset (this rank's index in its instance of the Instr's
+  /// `group` kind times `localVocab`; 0 without a group) and the number of
+  /// shards.
+  Status vocabShard(const fb::Instr &in, int64_t localVocab, int64_t &offset,
+                    int64_t &shards);
 
   const LoadedArtifact &artifact;
   const fb::Program &program;
@@ -318,6 +326,251 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
       return invalidArgument("fattrs must be [lr, beta1, beta2, eps, wd]");
     return Status();
   }
+  case O::LayerNorm:
+  case O::LayerNormGrad:
+  case O::Embedding:
+  case O::EmbeddingGrad:
+  case O::AddPositionEmbedding:
+  case O::PositionEmbeddingGrad:
+  case O::Attention:
+  case O::AttentionGrad:
+  case O::LogitsMax:
+  case O::CrossEntropyStats:
+  case O::CrossEntropyFromStats:
+  case O::CrossEntropyStatsGrad:
+  case O::TokenMean:
+  case O::TokenMeanGrad:
+    return decodeTransformerInstr(in, t);
+  }
+  return unimplemented("unknown opcode ", int(in.op()));
+}
+
+Status Decoder::vocabShard(const fb::Instr &in, int64_t localVocab,
+                           int64_t &offset, int64_t &shards) {
+  offset = 0;
+  shards = 1;
+  std::string kind = in.group() ? in.group()->str() : "";
+  if (kind.empty())
+    return Status();
+  if (!hasGroupKind(*artifact.root(), kind))
+    return invalidArgument("vocabulary sharded over group kind '", kind,
+                           "' but the artifact has no rank groups of that "
+                           "kind");
+  GroupPosition pos = findGroupPosition(*artifact.root(), kind, worldRank);
+  if (!pos.group) {
+    if (worldRank >= 0)
+      return invalidArgument("rank ", worldRank,
+                             " is in no rank group of kind '", kind,
+                             "', which shards this kernel's vocabulary");
+    pos.size = anyGroupSize(*artifact.root(), kind);
+  }
+  offset = int64_t(pos.index) * localVocab;
+  shards = pos.size;
+  return Status();
+}
+
+/// Integer parameters in Thunk::i per opcode:
+///   Embedding / EmbeddingGrad: m rows, n dim, i = [localVocab, offset,
+///     vocab_size (Embedding)];
+///   (Add)PositionEmbedding(Grad): i = [S, B, H, rows of P];
+///   Attention(Grad): i = [S, B, heads, headDim], k = causal;
+///   LogitsMax / CrossEntropyStats(Grad): m rows, n cols, i = [offset,
+///     number of classes over all shards, ignore_index];
+///   CrossEntropyFromStats / TokenMean(Grad): m rows, i = [ignore_index].
+Status Decoder::decodeTransformerInstr(const fb::Instr &in, Thunk &t) {
+  using O = fb::Opcode;
+  auto iattr = [&](int i) {
+    return in.iattrs()->Get(flatbuffers::uoffset_t(i));
+  };
+  auto requireI32 = [&](int i, const char *what) -> Status {
+    if (ref(in, i).dtype() != fb::DType::I32)
+      return invalidArgument(what, " (operand ", i, ") must be i32, got ",
+                             desc(ref(in, i)));
+    return Status();
+  };
+  auto requireNumel = [&](int i, int64_t n, const char *what) -> Status {
+    if (numel(ref(in, i)) != n)
+      return invalidArgument(what, " (operand ", i, ") ", desc(ref(in, i)),
+                             " must have ", n, " elements");
+    return Status();
+  };
+  auto dim = [&](int i, int d) {
+    return ref(in, i).shape()->Get(flatbuffers::uoffset_t(d));
+  };
+  auto rankOf = [&](int i) {
+    return ref(in, i).shape() ? int(ref(in, i).shape()->size()) : 0;
+  };
+  int expectedIAttrs = expectedIAttrCount(in.op());
+  if (int(in.iattrs() ? in.iattrs()->size() : 0) != expectedIAttrs)
+    return invalidArgument("expected ", expectedIAttrs, " iattrs");
+
+  switch (in.op()) {
+  case O::LayerNorm:
+  case O::LayerNormGrad: {
+    bool grad = in.op() == O::LayerNormGrad;
+    TESSERA_RETURN_IF_ERROR(grad ? requireF32(in, {0, 1, 2, 3, 4, 5})
+                                 : requireF32(in, {0, 1, 2, 3}));
+    if (!in.fattrs() || in.fattrs()->size() != 1)
+      return invalidArgument("fattrs must be [eps]");
+    TESSERA_ASSIGN_OR_RETURN(Matrix x, rowsCols(in, 0));
+    if (grad) {
+      TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 2, 3}));
+      TESSERA_RETURN_IF_ERROR(requireNumel(1, x.cols, "gamma"));
+      TESSERA_RETURN_IF_ERROR(requireNumel(4, x.cols, "dgamma"));
+      TESSERA_RETURN_IF_ERROR(requireNumel(5, x.cols, "dbeta"));
+    } else {
+      TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 3}));
+      TESSERA_RETURN_IF_ERROR(requireNumel(1, x.cols, "gamma"));
+      TESSERA_RETURN_IF_ERROR(requireNumel(2, x.cols, "beta"));
+    }
+    t.m = x.rows;
+    t.n = x.cols;
+    return Status();
+  }
+  case O::Embedding:
+  case O::EmbeddingGrad: {
+    bool grad = in.op() == O::EmbeddingGrad;
+    int table = grad ? 2 : 1, rowsRef = grad ? 1 : 2;
+    TESSERA_RETURN_IF_ERROR(requireI32(0, "ids"));
+    TESSERA_RETURN_IF_ERROR(requireF32(in, {1, 2}));
+    TESSERA_ASSIGN_OR_RETURN(Matrix tm, matrix(in, table));
+    TESSERA_ASSIGN_OR_RETURN(Matrix y, rowsCols(in, rowsRef));
+    if (rankOf(table) != 2)
+      return invalidArgument("table ", desc(ref(in, table)),
+                             " must be [local vocab, hidden]");
+    if (numel(ref(in, 0)) != y.rows)
+      return invalidArgument("ids ", desc(ref(in, 0)),
+                             " must have one id per row of ",
+                             grad ? "dY " : "Y ", desc(ref(in, rowsRef)));
+    if (tm.cols != y.cols)
+      return invalidArgument("table ", desc(ref(in, table)), " and ",
+                             grad ? "dY " : "Y ", desc(ref(in, rowsRef)),
+                             " must have the same last dimension");
+    int64_t offset = 0, shards = 1;
+    TESSERA_RETURN_IF_ERROR(vocabShard(in, tm.rows, offset, shards));
+    t.m = y.rows;
+    t.n = y.cols;
+    t.i[0] = tm.rows;
+    t.i[1] = offset;
+    if (!grad) {
+      t.i[2] = iattr(0);
+      if (tm.rows * shards < t.i[2])
+        return invalidArgument("vocab_size ", t.i[2], " exceeds the ", tm.rows,
+                               " rows of table ", desc(ref(in, table)),
+                               " times ", shards, " vocabulary shard(s)");
+    }
+    return Status();
+  }
+  case O::AddPositionEmbedding:
+  case O::PositionEmbeddingGrad: {
+    bool grad = in.op() == O::PositionEmbeddingGrad;
+    const int pos = 1; // P (or dP)
+    TESSERA_RETURN_IF_ERROR(grad ? requireF32(in, {0, 1})
+                                 : requireF32(in, {0, 1, 2}));
+    if (rankOf(0) < 2)
+      return invalidArgument("operand 0 ", desc(ref(in, 0)),
+                             " must be [S, B, H] (rank >= 2)");
+    if (rankOf(pos) != 2)
+      return invalidArgument("position table ", desc(ref(in, pos)),
+                             " must be [positions, H]");
+    int64_t s = dim(0, 0), h = dim(0, rankOf(0) - 1);
+    int64_t b = s * h != 0 ? numel(ref(in, 0)) / (s * h) : 0;
+    if (dim(pos, 1) != h || dim(pos, 0) < s)
+      return invalidArgument("position table ", desc(ref(in, pos)),
+                             " must have hidden size ", h, " and at least ", s,
+                             " rows for ", desc(ref(in, 0)));
+    if (!grad)
+      TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 2}));
+    t.i[0] = s;
+    t.i[1] = b;
+    t.i[2] = h;
+    t.i[3] = dim(pos, 0);
+    return Status();
+  }
+  case O::Attention:
+  case O::AttentionGrad: {
+    bool grad = in.op() == O::AttentionGrad;
+    const int out = 1; // O (or dO)
+    TESSERA_RETURN_IF_ERROR(grad ? requireF32(in, {0, 1, 2})
+                                 : requireF32(in, {0, 1}));
+    if (rankOf(0) != 3 || rankOf(out) != 3)
+      return invalidArgument("QKV ", desc(ref(in, 0)), " and ",
+                             grad ? "dO " : "O ", desc(ref(in, out)),
+                             " must be [S, B, features]");
+    int64_t heads = iattr(0);
+    int64_t f = dim(out, 2);
+    if (dim(0, 0) != dim(out, 0) || dim(0, 1) != dim(out, 1) ||
+        dim(0, 2) != 3 * f)
+      return invalidArgument("QKV ", desc(ref(in, 0)), " must be [S, B, 3 * ",
+                             f, "] for ", grad ? "dO " : "O ",
+                             desc(ref(in, out)));
+    if (heads <= 0 || dim(0, 2) % (3 * heads) != 0)
+      return invalidArgument("the last dimension of QKV ", desc(ref(in, 0)),
+                             " is not divisible by 3 * num_heads (", heads,
+                             ")");
+    if (grad)
+      TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 2}));
+    t.i[0] = dim(0, 0);
+    t.i[1] = dim(0, 1);
+    t.i[2] = heads;
+    t.i[3] = f / heads;
+    t.k = iattr(1);
+    if (t.k != 0 && t.k != 1)
+      return invalidArgument("causal must be 0 or 1, got ", t.k);
+    return Status();
+  }
+  case O::LogitsMax: {
+    TESSERA_RETURN_IF_ERROR(requireF32(in, {0, 1}));
+    TESSERA_ASSIGN_OR_RETURN(Matrix z, rowsCols(in, 0));
+    TESSERA_RETURN_IF_ERROR(requireNumel(1, z.rows, "row max"));
+    t.m = z.rows;
+    t.n = z.cols;
+    return Status();
+  }
+  case O::CrossEntropyStats:
+  case O::CrossEntropyStatsGrad: {
+    bool grad = in.op() == O::CrossEntropyStatsGrad;
+    TESSERA_RETURN_IF_ERROR(grad ? requireF32(in, {0, 2, 3, 4, 5})
+                                 : requireF32(in, {0, 2, 3, 4}));
+    TESSERA_RETURN_IF_ERROR(requireI32(1, "labels"));
+    TESSERA_ASSIGN_OR_RETURN(Matrix z, rowsCols(in, 0));
+    TESSERA_RETURN_IF_ERROR(requireNumel(1, z.rows, "labels"));
+    TESSERA_RETURN_IF_ERROR(requireNumel(2, z.rows, "M"));
+    TESSERA_RETURN_IF_ERROR(requireNumel(3, z.rows, "se"));
+    TESSERA_RETURN_IF_ERROR(requireNumel(4, z.rows, grad ? "dL" : "pl"));
+    if (grad)
+      TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 5}));
+    int64_t offset = 0, shards = 1;
+    TESSERA_RETURN_IF_ERROR(vocabShard(in, z.cols, offset, shards));
+    t.m = z.rows;
+    t.n = z.cols;
+    t.i[0] = offset;
+    t.i[1] = z.cols * shards;
+    t.i[2] = iattr(0);
+    return Status();
+  }
+  case O::CrossEntropyFromStats: {
+    TESSERA_RETURN_IF_ERROR(requireF32(in, {0, 1, 2, 4}));
+    TESSERA_RETURN_IF_ERROR(requireI32(3, "labels"));
+    TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 1, 2, 3, 4}));
+    t.m = numel(ref(in, 0));
+    t.i[0] = iattr(0);
+    return Status();
+  }
+  case O::TokenMean:
+  case O::TokenMeanGrad: {
+    bool grad = in.op() == O::TokenMeanGrad;
+    TESSERA_RETURN_IF_ERROR(requireF32(in, {0, 2}));
+    TESSERA_RETURN_IF_ERROR(requireI32(1, "labels"));
+    int scalar = grad ? 0 : 2, perRow = grad ? 2 : 0;
+    TESSERA_RETURN_IF_ERROR(requireNumel(scalar, 1, grad ? "dy" : "y"));
+    TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {perRow, 1}));
+    t.m = numel(ref(in, 1));
+    t.i[0] = iattr(0);
+    return Status();
+  }
+  default:
+    break;
   }
   return unimplemented("unknown opcode ", int(in.op()));
 }
@@ -357,7 +610,8 @@ static Status checkCollectiveMembership(const LoadedArtifact &artifact,
       continue;
     for (flatbuffers::uoffset_t i = 0; i < fn->instrs()->size(); ++i) {
       const fb::Instr &in = *fn->instrs()->Get(i);
-      if (!in.group() || !in.group()->size())
+      if (!in.group() || !in.group()->size() ||
+          (!isCollective(in.op()) && !isVocabSharded(in.op())))
         continue;
       std::string kind = in.group()->str();
       // The loader makes every other kind cover the world.
@@ -371,9 +625,11 @@ static Status checkCollectiveMembership(const LoadedArtifact &artifact,
           std::to_string(i) + " (" + fb::EnumNameOpcode(in.op());
       if (in.loc() && in.loc()->size())
         where += " at " + in.loc()->str();
-      return invalidArgument(artifact.name(), ": ", where, "): rank ",
-                             worldRank, " is in no rank group of kind '", kind,
-                             "', but its program has a collective over it");
+      return invalidArgument(
+          artifact.name(), ": ", where, "): rank ", worldRank,
+          " is in no rank group of kind '", kind, "', but its program has ",
+          isCollective(in.op()) ? "a collective over it"
+                                : "a kernel whose vocabulary it shards");
     }
   }
   return Status();
@@ -431,6 +687,10 @@ Executor::create(std::shared_ptr<const LoadedArtifact> artifact,
   ex->layout.microBatch = a.batch()->micro_batch_size();
   ex->layout.dpIndex = dp.index;
   ex->layout.dpSize = dp.size;
+  ex->layout.dataset = options.dataset;
+  if (options.dataset)
+    TESSERA_RETURN_IF_ERROR(checkTokenInputs(
+        *ex->prog, ex->layout.microBatch, *options.dataset, ex->art->name()));
 
   TESSERA_ASSIGN_OR_RETURN(void *mem,
                            ex->be->allocate(ex->prog->arena_bytes()));
@@ -579,6 +839,40 @@ Status Executor::execute(const Thunk &t) {
   }
   case O::Sgd:
     return be->sgd(F(0), F(1), t.n, t.f[0], t.f[1]);
+  case O::LayerNorm:
+    return be->layerNorm(F(0), F(1), F(2), F(3), t.m, t.n, t.f[0]);
+  case O::LayerNormGrad:
+    return be->layerNormGrad(F(0), F(1), F(2), F(3), F(4), F(5), t.m, t.n,
+                             t.f[0], t.beta);
+  case O::Embedding:
+    return be->embedding(I(0), F(1), F(2), t.m, t.i[0], t.n, t.i[1], t.i[2]);
+  case O::EmbeddingGrad:
+    return be->embeddingGrad(I(0), F(1), F(2), t.m, t.i[0], t.n, t.i[1],
+                             t.beta);
+  case O::AddPositionEmbedding:
+    return be->addPositionEmbedding(F(0), F(1), F(2), t.i[0], t.i[1], t.i[2]);
+  case O::PositionEmbeddingGrad:
+    return be->positionEmbeddingGrad(F(0), F(1), t.i[0], t.i[1], t.i[2], t.i[3],
+                                     t.beta);
+  case O::Attention:
+    return be->attention(F(0), F(1), t.i[0], t.i[1], t.i[2], t.i[3], t.k != 0);
+  case O::AttentionGrad:
+    return be->attentionGrad(F(0), F(1), F(2), t.i[0], t.i[1], t.i[2], t.i[3],
+                             t.k != 0);
+  case O::LogitsMax:
+    return be->logitsMax(F(0), F(1), t.m, t.n);
+  case O::CrossEntropyStats:
+    return be->crossEntropyStats(F(0), I(1), F(2), F(3), F(4), t.m, t.n, t.i[0],
+                                 t.i[1], t.i[2]);
+  case O::CrossEntropyFromStats:
+    return be->crossEntropyFromStats(F(0), F(1), F(2), I(3), F(4), t.m, t.i[0]);
+  case O::CrossEntropyStatsGrad:
+    return be->crossEntropyStatsGrad(F(0), I(1), F(2), F(3), F(4), F(5), t.m,
+                                     t.n, t.i[0], t.i[1], t.i[2]);
+  case O::TokenMean:
+    return be->tokenMean(F(0), I(1), F(2), t.m, t.i[0]);
+  case O::TokenMeanGrad:
+    return be->tokenMeanGrad(F(0), I(1), F(2), t.m, t.i[0]);
   }
   return unimplemented("unknown opcode ", int(t.op));
 }

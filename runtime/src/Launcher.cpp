@@ -8,6 +8,7 @@
 #include "tessera/rt/Launcher.h"
 #include "tessera/rt/Artifact.h"
 #include "tessera/rt/Executor.h"
+#include "tessera/rt/IndexedDataset.h"
 #include "tessera/rt/MpiCommunicator.h"
 
 #include <unistd.h>
@@ -33,7 +34,7 @@ namespace tessera::rt {
 std::string launchUsage(const char *argv0) {
   return std::string("usage: ") + argv0 +
          " -n N FILE.tsr --steps S [--seed S] [--metrics FILE]\n"
-         "       [--backend cpu] [--threads T]\n"
+         "       [--backend cpu] [--threads T] [--data PREFIX]\n"
          "       " +
          argv0 +
          " FILE.tsr --print-summary\n"
@@ -44,6 +45,10 @@ std::string launchUsage(const char *argv0) {
          "  --steps S        training iterations to run\n"
          "  --seed S         seed of weight init and synthetic data "
          "(default 1234)\n"
+         "  --data PREFIX    Megatron indexed dataset (PREFIX.bin/.idx or\n"
+         "                   PREFIX_text_document.bin/.idx, e.g. from\n"
+         "                   tessera-preprocess) for models with token "
+         "inputs\n"
          "  --metrics FILE   write one JSON line per step\n"
          "  --profile        time every instruction; adds per-opcode seconds\n"
          "                   (kernel_time_s) to the metrics lines\n"
@@ -103,6 +108,10 @@ StatusOr<LaunchOptions> parseLaunchOptions(int argc, char **argv) {
       TESSERA_ASSIGN_OR_RETURN(o.metricsPath, next());
       if (o.metricsPath.empty())
         return invalidArgument("empty --metrics path");
+    } else if (arg == "--data") {
+      TESSERA_ASSIGN_OR_RETURN(o.dataPrefix, next());
+      if (o.dataPrefix.empty())
+        return invalidArgument("empty --data prefix");
     } else if (arg == "--backend") {
       TESSERA_ASSIGN_OR_RETURN(o.backend, next());
     } else if (arg == "--threads") {
@@ -181,6 +190,42 @@ static std::string timestamp() {
   return buf;
 }
 
+/// Opens the --data dataset (null if none was given) and checks it against
+/// every program's token inputs. A program with token inputs but no --data
+/// is a FailedPrecondition (a usage error).
+static StatusOr<std::shared_ptr<const IndexedDataset>>
+openDataset(const LaunchOptions &o, const LoadedArtifact &artifact) {
+  const fb::Artifact &a = *artifact.root();
+  if (o.dataPrefix.empty()) {
+    if (artifactNeedsTokenData(a))
+      return failedPrecondition(
+          artifact.name(), " has token inputs (a language model): "
+                           "--data PREFIX is required (make the dataset with "
+                           "tessera-preprocess)");
+    return std::shared_ptr<const IndexedDataset>();
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::string prefix,
+                           IndexedDataset::resolvePrefix(o.dataPrefix));
+  TESSERA_ASSIGN_OR_RETURN(auto dataset, IndexedDataset::open(prefix));
+  for (const fb::Program *p : *a.programs())
+    TESSERA_RETURN_IF_ERROR(checkTokenInputs(*p, a.batch()->micro_batch_size(),
+                                             *dataset, artifact.name()));
+  return dataset;
+}
+
+static Status checkDataOption(const LaunchOptions &o,
+                              const LoadedArtifact &artifact) {
+  auto dataset = openDataset(o, artifact);
+  if (!dataset.ok())
+    return dataset.status();
+  if (*dataset && !artifactNeedsTokenData(*artifact.root()))
+    std::fprintf(stderr,
+                 "tessera-run: warning: %s has no token inputs; --data %s is "
+                 "not used\n",
+                 artifact.name().c_str(), o.dataPrefix.c_str());
+  return Status();
+}
+
 //===----------------------------------------------------------------------===//
 // Outside MPI: validate and re-execute under mpirun
 //===----------------------------------------------------------------------===//
@@ -193,6 +238,16 @@ static int launchUnderMpirun(const LaunchOptions &o, int argc, char **argv) {
   Status st = Executor::validate(artifact);
   if (!st.ok())
     return errorExit(st.message());
+  st = checkDataOption(o, artifact);
+  if (!st.ok()) {
+    if (st.getCode() == StatusCode::FailedPrecondition) {
+      // A missing --data is a usage error.
+      std::fprintf(stderr, "tessera-run: error: %s\n%s", st.message().c_str(),
+                   launchUsage(argc > 0 ? argv[0] : "tessera-run").c_str());
+      return 1;
+    }
+    return errorExit(st.message());
+  }
   int world = artifact.root()->world_size();
   int n = o.numRanks ? o.numRanks : world;
   if (n != world)
@@ -297,6 +352,10 @@ Status runRank(const LaunchOptions &o, int rank, int size) {
   ExecutorOptions eo;
   eo.seed = o.seed;
   eo.profile = o.profile;
+  // Every rank maps the dataset (cheap) and reads its own samples.
+  TESSERA_ASSIGN_OR_RETURN(eo.dataset, openDataset(o, *artifact));
+  if (eo.dataset && !artifactNeedsTokenData(a))
+    eo.dataset.reset();
   TESSERA_ASSIGN_OR_RETURN(auto executor,
                            Executor::create(artifact, std::move(backend),
                                             std::move(comms), rank, eo));
@@ -320,6 +379,14 @@ Status runRank(const LaunchOptions &o, int rank, int size) {
                 (long long)batch.num_microbatches(),
                 executor->dataLayout().dpSize,
                 (long long)batch.global_batch_size());
+    if (eo.dataset)
+      std::printf("tessera-run: data %s: %lld documents, %lld sequences, "
+                  "%lld tokens (%s)\n",
+                  eo.dataset->prefix().c_str(),
+                  (long long)eo.dataset->numDocuments(),
+                  (long long)eo.dataset->numSequences(),
+                  (long long)eo.dataset->numTokens(),
+                  tokenDTypeName(eo.dataset->dtype()));
     if (opt)
       std::printf("tessera-run: optimizer %s lr=%g beta1=%g beta2=%g eps=%g "
                   "weight_decay=%g\n",
@@ -341,6 +408,18 @@ Status runRank(const LaunchOptions &o, int rank, int size) {
     }
   } closer{metrics};
 
+  // Tokens per sample: the sequence length for language-model inputs
+  // ([S, b] token buffers), else one per sample.
+  int64_t tokensPerSample = 1;
+  const fb::Program &program = executor->program();
+  if (program.inputs())
+    for (const fb::InputSpec *spec : *program.inputs())
+      if (isTokenInput(*spec)) {
+        const fb::Buffer *buf = program.buffers()->Get(spec->buffer());
+        if (buf->shape() && buf->shape()->size() == 2)
+          tokensPerSample = buf->shape()->Get(0);
+      }
+
   std::set<std::string> kinds;
   for (auto &entry : executor->commCounters())
     kinds.insert(entry.first);
@@ -354,7 +433,9 @@ Status runRank(const LaunchOptions &o, int rank, int size) {
     std::map<std::string, CommCounters> after = executor->commCounters();
     if (rank == 0) {
       double tokensPerSecond =
-          seconds > 0 ? double(batch.global_batch_size()) / seconds : 0.0;
+          seconds > 0 ? double(batch.global_batch_size() * tokensPerSample) /
+                            seconds
+                      : 0.0;
       std::printf(" [%s] iteration %8lld/%8lld | consumed samples: %12lld | "
                   "elapsed time per iteration (ms): %.1f | learning rate: "
                   "%.3E | global batch size: %5lld | loss: %.6E | tokens per "

@@ -93,20 +93,34 @@ TEST_F(CpuBackendTest, BiasAddAndAdd) {
 }
 
 TEST_F(CpuBackendTest, GeluAndGradVsFiniteDifferences) {
-  auto x = random(64, 2.0f);
-  std::vector<float> y(64), dy(64, 1.0f), dx(64);
-  ASSERT_TRUE(backend->gelu(x.data(), y.data(), 64).ok());
-  for (size_t i = 0; i < 64; ++i) {
-    double v = x[i];
-    EXPECT_NEAR(y[i], 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))), 1e-6);
+  // Random inputs plus a dense sweep over [-8, 8] (both erf branches, the
+  // |x| >= 4 saturation and the branch points at |x / sqrt 2| = 1 and 4).
+  auto x = random(256, 2.0f);
+  for (int i = -1600; i <= 1600; ++i)
+    x.push_back(float(i) * 0.005f);
+  for (float v : {0.0f, -0.0f, 1.41421356f, -1.41421356f, 5.65685425f,
+                  -5.65685425f, 30.0f, -30.0f})
+    x.push_back(v);
+  const int64_t n = int64_t(x.size());
+  std::vector<float> y(static_cast<size_t>(n)), dx(static_cast<size_t>(n));
+  ASSERT_TRUE(backend->gelu(x.data(), y.data(), n).ok());
+  auto f = [](double t) {
+    return 0.5 * t * (1 + std::erf(t / std::sqrt(2.0)));
+  };
+  auto fprime = [](double t) {
+    return 0.5 * (1 + std::erf(t / std::sqrt(2.0))) +
+           t * std::exp(-0.5 * t * t) / std::sqrt(2 * M_PI);
+  };
+  for (size_t i = 0; i < size_t(n); ++i) {
+    double v = x[i], ref = f(v);
+    EXPECT_NEAR(y[i], ref, 2e-6 * (1 + std::fabs(ref))) << "x = " << v;
   }
-  auto g = random(64);
-  ASSERT_TRUE(backend->geluGrad(x.data(), g.data(), dx.data(), 64).ok());
-  for (size_t i = 0; i < 64; ++i) {
-    double h = 1e-3, v = x[i];
-    auto f = [](double t) {
-      return 0.5 * t * (1 + std::erf(t / std::sqrt(2.0)));
-    };
+  auto g = random(size_t(n));
+  ASSERT_TRUE(backend->geluGrad(x.data(), g.data(), dx.data(), n).ok());
+  for (size_t i = 0; i < size_t(n); ++i) {
+    double v = x[i], ref = double(g[i]) * fprime(v);
+    EXPECT_NEAR(dx[i], ref, 2e-6 * (1 + std::fabs(ref))) << "x = " << v;
+    double h = 1e-3;
     double fd = (f(v + h) - f(v - h)) / (2 * h);
     EXPECT_NEAR(dx[i], g[i] * fd, 1e-4 * (1 + std::fabs(g[i] * fd)));
   }

@@ -45,6 +45,7 @@ struct InstrDesc {
   bool transA = false, transB = false;
   float alpha = 1.0f, beta = 0.0f;
   std::vector<float> fattrs;
+  std::vector<int64_t> iattrs;
   std::string group;
   fb::ReduceOp reduce = fb::ReduceOp::Sum;
   int event = -1;
@@ -55,6 +56,7 @@ struct InputDesc {
   std::string name;
   int buffer = -1;
   int64_t numClasses = 0;
+  int64_t vocabSize = 0;
 };
 
 struct ProgramDesc {
@@ -140,8 +142,8 @@ inline std::string buildPayload(const ArtifactDesc &desc) {
           b.initScale, b.of));
     std::vector<flatbuffers::Offset<fb::InputSpec>> inputs;
     for (const InputDesc &in : p.inputs)
-      inputs.push_back(fb::CreateInputSpecDirect(fbb, in.name.c_str(),
-                                                 in.buffer, in.numClasses));
+      inputs.push_back(fb::CreateInputSpecDirect(
+          fbb, in.name.c_str(), in.buffer, in.numClasses, in.vocabSize));
     std::vector<flatbuffers::Offset<fb::Function>> functions;
     for (const auto &[name, instrs] : p.functions) {
       std::vector<flatbuffers::Offset<fb::Instr>> list;
@@ -149,10 +151,11 @@ inline std::string buildPayload(const ArtifactDesc &desc) {
         std::vector<flatbuffers::Offset<fb::TensorRef>> refs;
         for (const RefDesc &r : in.operands)
           refs.push_back(makeRef(r));
-        list.push_back(fb::CreateInstrDirect(
-            fbb, in.op, &refs, in.transA, in.transB, in.alpha, in.beta,
-            &in.fattrs, nullptr, in.group.empty() ? nullptr : in.group.c_str(),
-            in.reduce, in.event, in.loc.c_str()));
+        list.push_back(
+            fb::CreateInstrDirect(fbb, in.op, &refs, in.transA, in.transB,
+                                  in.alpha, in.beta, &in.fattrs, &in.iattrs,
+                                  in.group.empty() ? nullptr : in.group.c_str(),
+                                  in.reduce, in.event, in.loc.c_str()));
       }
       functions.push_back(fb::CreateFunctionDirect(fbb, name.c_str(), &list));
     }

@@ -52,6 +52,10 @@ static cl::opt<int64_t> microBatch("micro-batch-size",
 static cl::opt<int64_t> globalBatch("global-batch-size",
                                     cl::desc("samples per step over all dp ranks"),
                                     cl::init(0));
+static cl::opt<int64_t> vocabDivisibleBy(
+    "make-vocab-size-divisible-by",
+    cl::desc("pad the vocabulary to a multiple of this times tp (default 128)"),
+    cl::init(128));
 static cl::opt<std::string> optimizer("optimizer", cl::desc("sgd or adam"),
                                       cl::init("adam"));
 static cl::opt<double> lr("lr", cl::desc("learning rate"), cl::init(1e-3));
@@ -146,6 +150,7 @@ int main(int argc, char **argv) {
   options.order = order;
   options.microBatchSize = microBatch;
   options.globalBatchSize = globalBatch;
+  options.makeVocabSizeDivisibleBy = vocabDivisibleBy;
   options.optimizer = optimizer;
   options.lr = lr;
   options.weightDecay = weightDecay;

@@ -56,6 +56,12 @@ struct AttachMeshPass : tessera::dist::impl::AttachMeshPassBase<AttachMeshPass> 
             << features << " output features are not divisible by " << int64_t(tp);
         ok = false;
       }
+      // Ops inside the region (attention: whole heads per rank).
+      int64_t dim = cast<RankedTensorType>(region.column->getResult(0).getType())
+                        .getRank() - 1;
+      for (Operation *op : region.chain)
+        if (failed(cast<TPSplitOpInterface>(op).checkShard(dim, tp)))
+          ok = false;
     }
     if (!ok)
       return signalPassFailure();

@@ -45,6 +45,24 @@ def SetBatchPass : Pass<"tessera-set-batch", "mlir::ModuleOp"> {
   ];
 }
 
+def PadVocabPass : Pass<"tessera-pad-vocab", "mlir::ModuleOp"> {
+  let summary = "pad the vocabulary to a multiple of divisible-by x tp (Megatron)";
+  let description = [{
+    Megatron pads the vocabulary so that it splits evenly over tensor-parallel
+    ranks into shards of a friendly size: the padded size is the vocabulary
+    rounded up to a multiple of `make-vocab-size-divisible-by` times tp.
+    The word-embedding tables and the LM-head weight (the linear producing
+    the cross-entropy logits in a model with an embedding) grow to the
+    padded size; ids never reach the padding rows, whose logits take part
+    in the softmax like any other (as in Megatron). Records
+    `tessera.vocab = {size, padded}` on the module.
+  }];
+  let options = [
+    Option<"divisibleBy", "make-vocab-size-divisible-by", "int64_t", "128",
+           "pad the vocabulary to a multiple of this times tp">
+  ];
+}
+
 def TPPartitionPass : Pass<"tessera-tp-partition", "mlir::ModuleOp"> {
   let summary = "split linear pairs column/row-parallel over the tp axis";
   let description = [{

@@ -26,19 +26,25 @@ struct SetBatchPass : tessera::dist::impl::SetBatchPassBase<SetBatchPass> {
     MeshOp mesh = lookupMesh(module);
     int64_t dp = mesh ? mesh.getDp() : 1;
 
-    // The model's batch: the leading dim of its inputs.
+    // The model's batch: dim `nn.batch_dim` (default 0) of its inputs.
     int64_t modelBatch = ShapedType::kDynamic;
     Block &body = model.getBody().front();
+    auto batchDim = [&](BlockArgument arg) -> int64_t {
+      if (auto d = model.getArgAttrOfType<IntegerAttr>(arg.getArgNumber(),
+                                                       kBatchDimAttr))
+        return d.getInt();
+      return 0;
+    };
     for (BlockArgument arg : body.getArguments()) {
       if (!model.getArgAttr(arg.getArgNumber(), kInputAttr))
         continue;
       auto type = dyn_cast<RankedTensorType>(arg.getType());
-      if (!type || type.getRank() < 1) {
+      if (!type || batchDim(arg) < 0 || batchDim(arg) >= type.getRank()) {
         emitError(arg.getLoc()) << "model input #" << arg.getArgNumber()
                                 << " must be a ranked tensor with a batch dim";
         return signalPassFailure();
       }
-      int64_t b = type.getDimSize(0);
+      int64_t b = type.getDimSize(batchDim(arg));
       if (!ShapedType::isDynamic(b)) {
         if (!ShapedType::isDynamic(modelBatch) && modelBatch != b) {
           emitError(arg.getLoc()) << "model inputs disagree on the batch size ("
@@ -86,7 +92,7 @@ struct SetBatchPass : tessera::dist::impl::SetBatchPassBase<SetBatchPass> {
         continue;
       auto type = cast<RankedTensorType>(arg.getType());
       SmallVector<int64_t> shape(type.getShape());
-      shape[0] = micro;
+      shape[batchDim(arg)] = micro;
       arg.setType(RankedTensorType::get(shape, type.getElementType()));
     }
     for (Operation &op : body.without_terminator()) {

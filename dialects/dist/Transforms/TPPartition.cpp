@@ -87,14 +87,134 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
     for (TPRegion &region : findTPRegions(model)) {
       if (failed(splitOp(model, region.column, TPSplitKind::Column, tp, mesh)))
         return signalPassFailure();
-      for (Operation *op : region.chain)
+      int64_t dim = cast<RankedTensorType>(region.column->getResult(0).getType())
+                        .getRank() - 1;
+      for (Operation *op : region.chain) {
+        if (failed(cast<TPSplitOpInterface>(op).adjustForShard(dim, tp)))
+          return signalPassFailure();
         (void)reinferResultTypes(op);
+      }
       if (failed(splitOp(model, region.row, TPSplitKind::Row, tp, mesh)))
         return signalPassFailure();
       ++numColumn;
       ++numRow;
     }
+    if (failed(partitionVocab(model, tp, mesh)))
+      return signalPassFailure();
     updateFunctionType(model);
+  }
+
+  /// Shards parameter `arg` along `dim` over tp (once, even if used twice).
+  LogicalResult shardParam(func::FuncOp model, BlockArgument arg, int64_t dim,
+                           int64_t tp, Operation *user) {
+    OpBuilder b(user);
+    if (auto sh = model.getArgAttrOfType<DictionaryAttr>(arg.getArgNumber(),
+                                                         kShardingAttr)) {
+      if (sh.getAs<IntegerAttr>("dim").getInt() != dim)
+        return user->emitOpError()
+               << "needs parameter "
+               << model.getArgAttr(arg.getArgNumber(), kParamAttr)
+               << " split along dim " << dim
+               << ", but another use split it along dim "
+               << sh.getAs<IntegerAttr>("dim").getInt();
+      return success();
+    }
+    auto type = cast<RankedTensorType>(arg.getType());
+    if (type.getDimSize(dim) % tp != 0)
+      return user->emitOpError()
+             << "dimension " << dim << " of size " << type.getDimSize(dim)
+             << " is not divisible by tp = " << tp;
+    SmallVector<int64_t> shape(type.getShape());
+    shape[dim] /= tp;
+    arg.setType(RankedTensorType::get(shape, type.getElementType()));
+    model.setArgAttr(arg.getArgNumber(), kShardingAttr,
+                     b.getDictionaryAttr(
+                         {b.getNamedAttr("axis", b.getStringAttr("tp")),
+                          b.getNamedAttr("dim", b.getI64IntegerAttr(dim))}));
+    return success();
+  }
+
+  /// Seed 004's vocabulary parallelism: the word embedding split along the
+  /// vocabulary (ids outside a rank's shard give zeros, then an all-reduce),
+  /// the LM head column-parallel over the vocabulary (tied or not), and the
+  /// cross-entropy computed on vocabulary shards with three all-reduces
+  /// (row max, sum of exponentials, target logit) and no gather of logits.
+  LogicalResult partitionVocab(func::FuncOp model, int64_t tp, MeshOp mesh) {
+    SmallVector<nn::EmbeddingOp> embeddings;
+    model.walk([&](nn::EmbeddingOp e) { embeddings.push_back(e); });
+    if (embeddings.empty())
+      return success();
+    auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
+    OpBuilder b(model.getContext());
+    auto group = b.getStringAttr("tp");
+    auto paramArg = [&](Value v) -> BlockArgument {
+      auto arg = dyn_cast<BlockArgument>(v);
+      if (arg && model.getArgAttr(arg.getArgNumber(), kParamAttr))
+        return arg;
+      return nullptr;
+    };
+
+    for (nn::EmbeddingOp e : embeddings) {
+      BlockArgument table = paramArg(e.getTable());
+      if (!table)
+        return e.emitOpError() << "table must be a model parameter to be split "
+                                  "over the vocabulary";
+      if (failed(shardParam(model, table, 0, tp, e)))
+        return failure();
+      e.setVocabShardGroupAttr(group);
+      (void)reinferResultTypes(e);
+      b.setInsertionPointAfter(e);
+      auto reduce = ReduceFromRegionOp::create(b, e.getLoc(), e.getType(),
+                                               e.getResult(), meshRef, group);
+      e.getResult().replaceAllUsesExcept(reduce, reduce);
+    }
+
+    SmallVector<nn::SoftmaxCrossEntropyOp> losses;
+    model.walk([&](nn::SoftmaxCrossEntropyOp ce) { losses.push_back(ce); });
+    for (nn::SoftmaxCrossEntropyOp ce : losses) {
+      auto head = ce.getLogits().getDefiningOp<nn::LinearOp>();
+      BlockArgument weight = head ? paramArg(head.getWeight()) : nullptr;
+      if (!weight)
+        return ce.emitOpError() << "logits must come from an nn.linear with a "
+                                   "parameter weight (the LM head) to be "
+                                   "split over the vocabulary";
+      if (!head.getResult().hasOneUse())
+        return head.emitOpError() << "LM head logits feed more than the loss";
+      // The LM head: column-parallel over the vocabulary.
+      b.setInsertionPoint(head);
+      Value x = head.getInput();
+      head.setOperand(0, CopyToRegionOp::create(b, head.getLoc(), x.getType(),
+                                                x, meshRef, group));
+      if (failed(shardParam(model, weight, 0, tp, head)))
+        return failure();
+      if (Value bias = head.getBias()) {
+        BlockArgument biasArg = paramArg(bias);
+        if (!biasArg || failed(shardParam(model, biasArg, 0, tp, head)))
+          return head.emitOpError() << "LM head bias must be a parameter";
+      }
+      (void)reinferResultTypes(head);
+
+      // The loss on vocabulary shards.
+      b.setInsertionPoint(ce);
+      Location loc = ce.getLoc();
+      Value z = ce.getLogits(), t = ce.getLabels();
+      auto ignore = b.getI64IntegerAttr(ce.getIgnoreIndex().value_or(-100));
+      Value m = nn::LogitsMaxOp::create(b, loc, z);
+      Value globalMax = AllReduceOp::create(b, loc, m.getType(), m, meshRef,
+                                            group, b.getStringAttr("max"));
+      auto stats = nn::CrossEntropyStatsOp::create(b, loc, z, t, globalMax,
+                                                   ignore, group);
+      Value sumExp = ReduceFromRegionOp::create(
+          b, loc, stats.getSumExp().getType(), stats.getSumExp(), meshRef, group);
+      Value predicted = ReduceFromRegionOp::create(
+          b, loc, stats.getPredicted().getType(), stats.getPredicted(), meshRef,
+          group);
+      Value loss = nn::CrossEntropyFromStatsOp::create(
+          b, loc, z, t, globalMax, sumExp, predicted, ignore, group);
+      ce.getResult().replaceAllUsesWith(loss);
+      ce.erase();
+    }
+    return success();
   }
 
   /// Shards the parameters of `op` for `kind`, enters the region before a
@@ -113,6 +233,7 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
         auto replacement = nn::LinearOp::create(b, linear.getLoc(),
                                                 linear.getInput(),
                                                 linear.getWeight(), Value());
+        replacement->setDiscardableAttrs(linear->getDiscardableAttrDictionary());
         linear.getResult().replaceAllUsesWith(replacement.getResult());
         linear.erase();
         op = replacement;
@@ -181,6 +302,12 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
           firstUser = out.getDefiningOp();
       }
       result.replaceAllUsesExcept(out, firstUser);
+      // New ops belong to the same transformer layer.
+      if (Attribute layer = op->getAttr("nn.layer"))
+        for (Operation *created = firstUser; created;
+             created = created == out.getDefiningOp() ? nullptr
+                                                      : created->getNextNode())
+          created->setAttr("nn.layer", layer);
     }
     return success();
   }

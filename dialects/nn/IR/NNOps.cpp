@@ -53,17 +53,20 @@ LogicalResult LinearOp::inferReturnTypes(MLIRContext *ctx,
                                          SmallVectorImpl<Type> &types) {
   auto x = cast<RankedTensorType>(adaptor.getInput().getType());
   auto w = cast<RankedTensorType>(adaptor.getWeight().getType());
-  if (x.getRank() != 2 || w.getRank() != 2)
-    return inferError(loc, "nn.linear expects a 2-d input and a 2-d weight");
-  types.push_back(f32Tensor(ctx, {x.getDimSize(0), w.getDimSize(0)}));
+  if (x.getRank() < 2 || w.getRank() != 2)
+    return inferError(loc, "nn.linear expects an input of rank >= 2 and a "
+                           "2-d weight");
+  SmallVector<int64_t> shape(x.getShape().drop_back());
+  shape.push_back(w.getDimSize(0));
+  types.push_back(f32Tensor(ctx, shape));
   return success();
 }
 
 LogicalResult LinearOp::verify() {
   auto x = getInput().getType();
   auto w = getWeight().getType();
-  if (!dimsCompatible(x.getDimSize(1), w.getDimSize(1)))
-    return emitOpError() << "input features (" << x.getDimSize(1)
+  if (!dimsCompatible(x.getDimSize(x.getRank() - 1), w.getDimSize(1)))
+    return emitOpError() << "input features (" << x.getDimSize(x.getRank() - 1)
                          << ") do not match the weight's in-features ("
                          << w.getDimSize(1) << ")";
   if (Value b = getBias()) {
@@ -100,11 +103,13 @@ FailureOr<int64_t> LinearOp::getSplitDims(TPSplitKind kind,
     if (getBias())
       dims.push_back(0);
     partial = false;
-    return 1;
+    return getInput().getType().getRank() - 1;
+  case TPSplitKind::Vocab:
+    return failure();
   case TPSplitKind::Row:
     // Y = sum_i X_i W_i^T: input split along features, weight along in.
     // A bias stays replicated and must be added after the reduction.
-    dims.append({1, 1});
+    dims.append({getInput().getType().getRank() - 1, 1});
     if (getBias())
       dims.push_back(-1);
     partial = true;
@@ -117,21 +122,40 @@ FailureOr<int64_t> LinearOp::getSplitDims(TPSplitKind kind,
 // MatmulOp
 //===----------------------------------------------------------------------===//
 
+/// Rows and columns of `t` viewed as a matrix: leading dims flattened.
+static std::pair<int64_t, int64_t> asMatrix(RankedTensorType t) {
+  int64_t rows = 1;
+  for (int64_t d : t.getShape().drop_back()) {
+    if (ShapedType::isDynamic(d))
+      return {ShapedType::kDynamic, t.getShape().back()};
+    rows *= d;
+  }
+  return {rows, t.getShape().back()};
+}
+
 LogicalResult MatmulOp::inferReturnTypes(MLIRContext *ctx,
                                          std::optional<Location> loc,
                                          Adaptor adaptor,
                                          SmallVectorImpl<Type> &types) {
   auto a = cast<RankedTensorType>(adaptor.getLhs().getType());
   auto b = cast<RankedTensorType>(adaptor.getRhs().getType());
-  if (a.getRank() != 2 || b.getRank() != 2)
-    return inferError(loc, "nn.matmul expects 2-d operands");
+  if (a.getRank() < 2 || b.getRank() < 2)
+    return inferError(loc, "nn.matmul expects operands of rank >= 2");
   bool ta = adaptor.getTransposeLhs(), tb = adaptor.getTransposeRhs();
-  int64_t m = a.getDimSize(ta ? 1 : 0), ka = a.getDimSize(ta ? 0 : 1);
-  int64_t kb = b.getDimSize(tb ? 1 : 0), n = b.getDimSize(tb ? 0 : 1);
+  auto [ar, ac] = asMatrix(a);
+  auto [br, bc] = asMatrix(b);
+  int64_t m = ta ? ac : ar, ka = ta ? ar : ac;
+  int64_t kb = tb ? bc : br, n = tb ? br : bc;
   if (!dimsCompatible(ka, kb))
     return inferError(loc, "nn.matmul contraction sizes differ: " +
                                Twine(ka) + " vs " + Twine(kb));
-  types.push_back(f32Tensor(ctx, {m, n}));
+  if (!ta) {
+    SmallVector<int64_t> shape(a.getShape().drop_back());
+    shape.push_back(n);
+    types.push_back(f32Tensor(ctx, shape));
+  } else {
+    types.push_back(f32Tensor(ctx, {m, n}));
+  }
   return success();
 }
 
@@ -207,9 +231,9 @@ LogicalResult BiasAddOp::inferReturnTypes(MLIRContext *,
 LogicalResult BiasAddOp::verify() {
   auto x = getInput().getType();
   auto bias = getBias().getType();
-  if (x.getRank() != 2 || bias.getRank() != 1 ||
-      !dimsCompatible(x.getDimSize(1), bias.getDimSize(0)))
-    return emitOpError() << "expects a [m, n] input and a [n] bias, got "
+  if (x.getRank() < 1 || bias.getRank() != 1 ||
+      !dimsCompatible(x.getDimSize(x.getRank() - 1), bias.getDimSize(0)))
+    return emitOpError() << "expects a [..., n] input and a [n] bias, got "
                          << x << " and " << bias;
   return success();
 }
@@ -233,18 +257,20 @@ LogicalResult SoftmaxCrossEntropyOp::inferReturnTypes(
     MLIRContext *ctx, std::optional<Location> loc, Adaptor adaptor,
     SmallVectorImpl<Type> &types) {
   auto logits = cast<RankedTensorType>(adaptor.getLogits().getType());
-  if (logits.getRank() != 2)
-    return inferError(loc, "nn.softmax_cross_entropy expects 2-d logits");
-  types.push_back(f32Tensor(ctx, {logits.getDimSize(0)}));
+  if (logits.getRank() < 2)
+    return inferError(loc, "nn.softmax_cross_entropy expects logits of rank >= 2");
+  types.push_back(f32Tensor(ctx, logits.getShape().drop_back()));
   return success();
 }
 
 LogicalResult SoftmaxCrossEntropyOp::verify() {
   auto logits = getLogits().getType();
   auto labels = getLabels().getType();
-  if (labels.getRank() != 1 ||
-      !dimsCompatible(labels.getDimSize(0), logits.getDimSize(0)))
-    return emitOpError() << "labels must be 1-d with one label per row of the "
+  bool match = labels.getRank() + 1 == logits.getRank();
+  for (int64_t i = 0; match && i < labels.getRank(); ++i)
+    match = dimsCompatible(labels.getDimSize(i), logits.getDimSize(i));
+  if (!match)
+    return emitOpError() << "labels must hold one label per row of the "
                             "logits, got "
                          << labels << " for " << logits;
   return success();
@@ -256,7 +282,8 @@ LogicalResult SoftmaxCrossEntropyOp::buildAdjoint(
   adj.assign(2, Value());
   if (needed[0])
     adj[0] = SoftmaxCrossEntropyGradOp::create(b, getLoc(), getLogits(),
-                                               getLabels(), resultAdj[0]);
+                                               getLabels(), resultAdj[0],
+                                               getIgnoreIndexAttr());
   return success();
 }
 
@@ -285,9 +312,9 @@ LogicalResult ReduceRowsOp::inferReturnTypes(MLIRContext *ctx,
                                              Adaptor adaptor,
                                              SmallVectorImpl<Type> &types) {
   auto x = cast<RankedTensorType>(adaptor.getInput().getType());
-  if (x.getRank() != 2)
-    return inferError(loc, "nn.reduce_rows expects a 2-d input");
-  types.push_back(f32Tensor(ctx, {x.getDimSize(1)}));
+  if (x.getRank() < 1)
+    return inferError(loc, "nn.reduce_rows expects a ranked input");
+  types.push_back(f32Tensor(ctx, {x.getDimSize(x.getRank() - 1)}));
   return success();
 }
 
@@ -295,6 +322,247 @@ LogicalResult SoftmaxCrossEntropyGradOp::inferReturnTypes(
     MLIRContext *, std::optional<Location>, Adaptor adaptor,
     SmallVectorImpl<Type> &types) {
   types.push_back(adaptor.getLogits().getType());
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// EmbeddingOp, AddPositionEmbeddingOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult EmbeddingOp::inferReturnTypes(MLIRContext *ctx,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  auto ids = cast<RankedTensorType>(adaptor.getIds().getType());
+  auto table = cast<RankedTensorType>(adaptor.getTable().getType());
+  if (table.getRank() != 2)
+    return inferError(loc, "nn.embedding expects a 2-d table");
+  SmallVector<int64_t> shape(ids.getShape());
+  shape.push_back(table.getDimSize(1));
+  types.push_back(f32Tensor(ctx, shape));
+  return success();
+}
+
+LogicalResult EmbeddingOp::verify() {
+  if (getVocabSize() < 1)
+    return emitOpError() << "vocab_size must be positive";
+  if (!getVocabShardGroup() && !ShapedType::isDynamic(getTable().getType().getDimSize(0)) &&
+      getTable().getType().getDimSize(0) < getVocabSize())
+    return emitOpError() << "table has " << getTable().getType().getDimSize(0)
+                         << " rows, fewer than vocab_size " << getVocabSize();
+  return success();
+}
+
+LogicalResult EmbeddingOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
+                                        ArrayRef<bool> needed,
+                                        SmallVectorImpl<Value> &adj) {
+  adj.assign(2, Value());
+  if (needed[1])
+    adj[1] = EmbeddingGradOp::create(b, getLoc(), getTable().getType(), getIds(),
+                                     resultAdj[0], getVocabShardGroupAttr());
+  return success();
+}
+
+FailureOr<int64_t> EmbeddingOp::getSplitDims(TPSplitKind kind,
+                                             SmallVectorImpl<int64_t> &dims,
+                                             bool &partial) {
+  if (kind != TPSplitKind::Vocab)
+    return failure();
+  // Ids replicated, table rows sharded; rows outside the shard are zero,
+  // so the result is a partial sum (seed 004).
+  dims.assign({-1, 0});
+  partial = true;
+  return -1;
+}
+
+LogicalResult AddPositionEmbeddingOp::verify() {
+  auto x = getInput().getType();
+  auto t = getTable().getType();
+  if (x.getRank() != 3 || t.getRank() != 2 ||
+      !dimsCompatible(x.getDimSize(2), t.getDimSize(1)))
+    return emitOpError() << "expects a [seq, batch, hidden] input and a "
+                            "[max_seq, hidden] table, got "
+                         << x << " and " << t;
+  if (!ShapedType::isDynamic(x.getDimSize(0)) &&
+      !ShapedType::isDynamic(t.getDimSize(0)) &&
+      x.getDimSize(0) > t.getDimSize(0))
+    return emitOpError() << "sequence length " << x.getDimSize(0)
+                         << " exceeds the " << t.getDimSize(0)
+                         << " position embeddings";
+  return success();
+}
+
+LogicalResult AddPositionEmbeddingOp::buildAdjoint(
+    OpBuilder &b, ArrayRef<Value> resultAdj, ArrayRef<bool> needed,
+    SmallVectorImpl<Value> &adj) {
+  adj.assign(2, Value());
+  if (needed[0])
+    adj[0] = resultAdj[0];
+  if (needed[1])
+    adj[1] = PositionEmbeddingGradOp::create(b, getLoc(), getTable().getType(),
+                                             resultAdj[0]);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// LayerNormOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult LayerNormOp::verify() {
+  auto x = getInput().getType();
+  int64_t h = x.getDimSize(x.getRank() - 1);
+  for (Value v : {getWeight(), getBias()}) {
+    auto t = cast<RankedTensorType>(v.getType());
+    if (t.getRank() != 1 || !dimsCompatible(t.getDimSize(0), h))
+      return emitOpError() << "weight and bias must be 1-d of the input's last "
+                              "dimension "
+                           << h << ", got " << t;
+  }
+  return success();
+}
+
+LogicalResult LayerNormOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
+                                        ArrayRef<bool> needed,
+                                        SmallVectorImpl<Value> &adj) {
+  auto grad = LayerNormGradOp::create(
+      b, getLoc(), getInput().getType(), getWeight().getType(),
+      getBias().getType(), getInput(), getWeight(), resultAdj[0], getEpsAttr());
+  adj.assign({needed[0] ? grad.getInputGrad() : Value(),
+              needed[1] ? grad.getWeightGrad() : Value(),
+              needed[2] ? grad.getBiasGrad() : Value()});
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// AttentionOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult AttentionOp::inferReturnTypes(MLIRContext *ctx,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  auto qkv = cast<RankedTensorType>(adaptor.getQkv().getType());
+  if (qkv.getRank() != 3)
+    return inferError(loc, "nn.attention expects [seq, batch, 3 * hidden]");
+  SmallVector<int64_t> shape(qkv.getShape());
+  if (!ShapedType::isDynamic(shape[2]))
+    shape[2] /= 3;
+  types.push_back(f32Tensor(ctx, shape));
+  return success();
+}
+
+LogicalResult AttentionOp::verify() {
+  int64_t features = getQkv().getType().getDimSize(2);
+  if (getNumHeads() < 1)
+    return emitOpError() << "num_heads must be positive";
+  if (!ShapedType::isDynamic(features) && features % (3 * getNumHeads()) != 0)
+    return emitOpError() << "qkv features " << features
+                         << " are not 3 x num_heads (" << getNumHeads()
+                         << ") x head_dim";
+  return success();
+}
+
+LogicalResult AttentionOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
+                                        ArrayRef<bool> needed,
+                                        SmallVectorImpl<Value> &adj) {
+  adj.assign(1, Value());
+  if (needed[0])
+    adj[0] = AttentionGradOp::create(b, getLoc(), getQkv().getType(), getQkv(),
+                                     resultAdj[0], getNumHeadsAttr(),
+                                     getCausalAttr());
+  return success();
+}
+
+FailureOr<int64_t> AttentionOp::getSplitDims(TPSplitKind,
+                                             SmallVectorImpl<int64_t> &,
+                                             bool &) {
+  return failure();
+}
+
+FailureOr<int64_t> AttentionOp::propagateShardedDim(unsigned, int64_t dim) {
+  // Whole heads per shard: only the feature dimension can be split.
+  if (dim != 2)
+    return failure();
+  return dim;
+}
+
+LogicalResult AttentionOp::checkShard(int64_t, int64_t parts) {
+  if (getNumHeads() % parts != 0)
+    return emitOpError() << "cannot split " << getNumHeads()
+                         << " attention heads over tp = " << parts;
+  return success();
+}
+
+LogicalResult AttentionOp::adjustForShard(int64_t dim, int64_t parts) {
+  if (failed(checkShard(dim, parts)))
+    return failure();
+  setNumHeads(getNumHeads() / parts);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// TokenMeanOp and the cross-entropy statistics
+//===----------------------------------------------------------------------===//
+
+LogicalResult TokenMeanOp::inferReturnTypes(MLIRContext *ctx,
+                                            std::optional<Location>, Adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  types.push_back(f32Tensor(ctx, {}));
+  return success();
+}
+
+LogicalResult TokenMeanOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
+                                        ArrayRef<bool> needed,
+                                        SmallVectorImpl<Value> &adj) {
+  adj.assign(2, Value());
+  if (needed[0])
+    adj[0] = TokenMeanGradOp::create(b, getLoc(), getInput().getType(),
+                                     resultAdj[0], getLabels(),
+                                     getIgnoreIndexAttr());
+  return success();
+}
+
+static LogicalResult inferRowsOf(Value logits, MLIRContext *ctx,
+                                 std::optional<Location> loc, unsigned count,
+                                 SmallVectorImpl<Type> &types) {
+  auto z = cast<RankedTensorType>(logits.getType());
+  if (z.getRank() < 2)
+    return inferError(loc, "expected logits of rank >= 2");
+  for (unsigned i = 0; i < count; ++i)
+    types.push_back(f32Tensor(ctx, z.getShape().drop_back()));
+  return success();
+}
+
+LogicalResult LogitsMaxOp::inferReturnTypes(MLIRContext *ctx,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  return inferRowsOf(adaptor.getLogits(), ctx, loc, 1, types);
+}
+
+LogicalResult CrossEntropyStatsOp::inferReturnTypes(
+    MLIRContext *ctx, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  return inferRowsOf(adaptor.getLogits(), ctx, loc, 2, types);
+}
+
+LogicalResult CrossEntropyFromStatsOp::inferReturnTypes(
+    MLIRContext *ctx, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  return inferRowsOf(adaptor.getLogits(), ctx, loc, 1, types);
+}
+
+LogicalResult CrossEntropyFromStatsOp::buildAdjoint(
+    OpBuilder &b, ArrayRef<Value> resultAdj, ArrayRef<bool> needed,
+    SmallVectorImpl<Value> &adj) {
+  // The whole derivative w.r.t. the local logits, through the statistics
+  // too: softmax minus one-hot. The statistics themselves get no adjoint.
+  adj.assign(getNumOperands(), Value());
+  if (needed[0])
+    adj[0] = CrossEntropyStatsGradOp::create(
+        b, getLoc(), getLogits().getType(), getLogits(), getLabels(), getMax(),
+        getSumExp(), resultAdj[0], getIgnoreIndexAttr(),
+        getVocabShardGroupAttr());
   return success();
 }
 

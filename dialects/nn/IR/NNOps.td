@@ -45,8 +45,9 @@ def NN_LinearOp : NN_Op<"linear", [InferTypeOpAdaptor,
     DeclareOpInterfaceMethods<Tessera_TPSplitOpInterface>]> {
   let summary = "fully connected layer y = x W^T + b";
   let description = [{
-    `input` is `[batch, in]`, `weight` is `[out, in]` (PyTorch and Megatron
-    layout) and the optional `bias` is `[out]`; the result is `[batch, out]`.
+    `input` is `[..., in]` (e.g. `[batch, in]` or Megatron's `[seq, batch,
+    in]`), `weight` is `[out, in]` (PyTorch and Megatron layout) and the
+    optional `bias` is `[out]`; the result is `[..., out]`.
     Under a column split the weight and bias are sharded along `out`; under a
     row split the weight is sharded along `in`, the input along its last
     dimension, and the result is a partial sum (the bias stays replicated and
@@ -68,8 +69,12 @@ def NN_LinearOp : NN_Op<"linear", [InferTypeOpAdaptor,
 def NN_MatmulOp : NN_Op<"matmul", [InferTypeOpAdaptor]> {
   let summary = "2-D matrix product with optional transposes";
   let description = [{
-    `result = op(lhs) @ op(rhs)` where `op` transposes when the matching
-    flag is set. Produced by autodiff for the backward of `nn.linear`.
+    `result = op(lhs) @ op(rhs)` where each operand is viewed as a matrix
+    by flattening all leading dimensions into rows (`[..., k]` -> `[M, k]`)
+    and `op` transposes when the matching flag is set. Without
+    `transpose_lhs` the result keeps lhs's leading dimensions
+    (`[..., n]`); with it the result is 2-d. Produced by autodiff for the
+    backward of `nn.linear`.
 
     ```mlir
     %dw = nn.matmul %dy, %x {transpose_lhs} : (tensor<8x16xf32>, tensor<8x256xf32>) -> tensor<16x256xf32>
@@ -130,7 +135,7 @@ def NN_AddOp : NN_Op<"add", [SameOperandsAndResultType, Commutative,
 
 def NN_BiasAddOp : NN_Op<"bias_add", [InferTypeOpAdaptor,
     DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
-  let summary = "adds a [n] bias to every row of a [m, n] tensor";
+  let summary = "adds a [n] bias to every row of a [..., n] tensor";
   let description = [{
     Created by tp-partition when a row-parallel linear's bias moves after the
     reduction, so that it is added once.
@@ -150,13 +155,15 @@ def NN_SoftmaxCrossEntropyOp : NN_Op<"softmax_cross_entropy", [InferTypeOpAdapto
   let summary = "per-sample softmax cross-entropy over class logits";
   let description = [{
     `loss[i] = logsumexp(logits[i, :]) - logits[i, labels[i]]` for `logits`
-    `[batch, classes]` and integer `labels` `[batch]`.
+    `[..., classes]` and integer `labels` `[...]`. With `ignore_index`, rows
+    whose label equals it have loss 0 (and no gradient).
 
     ```mlir
     %l = nn.softmax_cross_entropy %logits, %labels : (tensor<8x16xf32>, tensor<8xi32>) -> tensor<8xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$logits, NN_I32Tensor:$labels);
+  let arguments = (ins NN_F32Tensor:$logits, NN_I32Tensor:$labels,
+                       OptionalAttr<I64Attr>:$ignore_index);
   let results = (outs NN_F32Tensor:$result);
   let assemblyFormat = "$logits `,` $labels attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
@@ -205,7 +212,7 @@ def NN_ReluGradOp : NN_ActivationGradOp<"relu_grad"> {
 }
 
 def NN_ReduceRowsOp : NN_Op<"reduce_rows", [InferTypeOpAdaptor]> {
-  let summary = "sum over the leading dimension: [m, n] -> [n]";
+  let summary = "sum over all leading dimensions: [..., n] -> [n]";
   let description = [{
     The bias gradient of `nn.linear` and `nn.bias_add`.
 
@@ -228,7 +235,8 @@ def NN_SoftmaxCrossEntropyGradOp : NN_Op<"softmax_cross_entropy_grad",
     %dz = nn.softmax_cross_entropy_grad %logits, %labels, %dl : (tensor<8x16xf32>, tensor<8xi32>, tensor<8xf32>) -> tensor<8x16xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$logits, NN_I32Tensor:$labels, NN_F32Tensor:$loss_grad);
+  let arguments = (ins NN_F32Tensor:$logits, NN_I32Tensor:$labels, NN_F32Tensor:$loss_grad,
+                       OptionalAttr<I64Attr>:$ignore_index);
   let results = (outs NN_F32Tensor:$result);
   let assemblyFormat = "$logits `,` $labels `,` $loss_grad attr-dict `:` functional-type(operands, results)";
 }
@@ -313,6 +321,251 @@ def NN_AdamOp : NN_Op<"adam", [AllTypesMatch<["param", "grad", "exp_avg",
     $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $iteration attr-dict
     `:` type($param) `,` type($iteration)
   }];
+}
+
+//===----------------------------------------------------------------------===//
+// Transformer ops (activations are sequence-major [seq, batch, hidden])
+//===----------------------------------------------------------------------===//
+
+def NN_EmbeddingOp : NN_Op<"embedding", [InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>,
+    DeclareOpInterfaceMethods<Tessera_TPSplitOpInterface>]> {
+  let summary = "token embedding lookup";
+  let description = [{
+    `result[..., :] = table[ids[...], :]`. `vocab_size` is the real
+    vocabulary (ids at or above it are a data error at run time); the
+    table may have more rows (Megatron pads the vocabulary). With
+    `vocab_shard_group`, the table holds one shard of the vocabulary rows
+    along that rank group and ids outside the shard give zero rows (seed
+    004's vocab-parallel embedding); tp-partition sets it.
+
+    ```mlir
+    %h = nn.embedding %ids, %wte {vocab_size = 257 : i64} : (tensor<64x4xi32>, tensor<384x128xf32>) -> tensor<64x4x128xf32>
+    ```
+  }];
+  let arguments = (ins NN_I32Tensor:$ids, NN_F32Tensor:$table, I64Attr:$vocab_size,
+                       OptionalAttr<StrAttr>:$vocab_shard_group);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$ids `,` $table attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def NN_EmbeddingGradOp : NN_Op<"embedding_grad"> {
+  let summary = "backward of nn.embedding: scatter-add rows into the table";
+  let description = [{
+    ```mlir
+    %dwte = nn.embedding_grad %ids, %dh : (tensor<64x4xi32>, tensor<64x4x128xf32>) -> tensor<384x128xf32>
+    ```
+  }];
+  let arguments = (ins NN_I32Tensor:$ids, NN_F32Tensor:$result_grad,
+                       OptionalAttr<StrAttr>:$vocab_shard_group);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$ids `,` $result_grad attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_AddPositionEmbeddingOp : NN_Op<"add_position_embedding", [
+    AllTypesMatch<["input", "result"]>,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "adds learned position embeddings: x[s, b, :] + table[s, :]";
+  let description = [{
+    ```mlir
+    %h1 = nn.add_position_embedding %h, %wpe : tensor<64x4x128xf32>, tensor<64x128xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$table);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$input `,` $table attr-dict `:` type($input) `,` type($table)";
+  let hasVerifier = 1;
+}
+
+def NN_PositionEmbeddingGradOp : NN_Op<"position_embedding_grad"> {
+  let summary = "backward of nn.add_position_embedding for the table";
+  let description = [{
+    `result[s, :] = sum_b result_grad[s, b, :]`; rows past the sequence
+    length are zero.
+
+    ```mlir
+    %dwpe = nn.position_embedding_grad %dh : (tensor<64x4x128xf32>) -> tensor<64x128xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$result_grad);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$result_grad attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_LayerNormOp : NN_Op<"layer_norm", [AllTypesMatch<["input", "result"]>,
+    AllTypesMatch<["weight", "bias"]>,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "layer normalisation over the last dimension";
+  let description = [{
+    ```mlir
+    %y = nn.layer_norm %x, %g, %b {eps = 1.0e-05 : f32} : tensor<64x4x128xf32>, tensor<128xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$weight,
+                       NN_F32Tensor:$bias, DefaultValuedAttr<F32Attr, "1.0e-5f">:$eps);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$input `,` $weight `,` $bias attr-dict `:` type($input) `,` type($weight)";
+  let hasVerifier = 1;
+}
+
+def NN_LayerNormGradOp : NN_Op<"layer_norm_grad", [
+    AllTypesMatch<["input", "result_grad", "input_grad"]>,
+    AllTypesMatch<["weight", "weight_grad", "bias_grad"]>]> {
+  let summary = "backward of nn.layer_norm: input, weight and bias gradients";
+  let description = [{
+    ```mlir
+    %dx, %dg, %db = nn.layer_norm_grad %x, %g, %dy {eps = 1.0e-05 : f32} : tensor<64x4x128xf32>, tensor<128xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$weight,
+                       NN_F32Tensor:$result_grad, DefaultValuedAttr<F32Attr, "1.0e-5f">:$eps);
+  let results = (outs NN_F32Tensor:$input_grad, NN_F32Tensor:$weight_grad,
+                      NN_F32Tensor:$bias_grad);
+  let assemblyFormat = "$input `,` $weight `,` $result_grad attr-dict `:` type($input) `,` type($weight)";
+}
+
+def NN_AttentionOp : NN_Op<"attention", [InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>,
+    DeclareOpInterfaceMethods<Tessera_TPSplitOpInterface,
+                              ["propagateShardedDim", "checkShard", "adjustForShard"]>]> {
+  let summary = "causal multi-head self-attention from fused QKV";
+  let description = [{
+    `qkv` is `[seq, batch, heads * 3 * head_dim]`, head-major (Megatron's
+    linear_qkv layout: feature `h*3*D + {q,k,v}*D + d`), so splitting the
+    last dimension into tp contiguous blocks gives each rank whole heads.
+    The result is the context `[seq, batch, heads * head_dim]`:
+    `softmax(q k^T / sqrt(D) + causal mask) v` per head.
+
+    ```mlir
+    %ctx = nn.attention %qkv {num_heads = 4 : i64} : (tensor<64x4x384xf32>) -> tensor<64x4x128xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$qkv, I64Attr:$num_heads,
+                       DefaultValuedAttr<BoolAttr, "true">:$causal);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$qkv attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def NN_AttentionGradOp : NN_Op<"attention_grad", [AllTypesMatch<["qkv", "result"]>]> {
+  let summary = "backward of nn.attention (recomputes the probabilities)";
+  let description = [{
+    ```mlir
+    %dqkv = nn.attention_grad %qkv, %dctx {num_heads = 4 : i64} : tensor<64x4x384xf32>, tensor<64x4x128xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$qkv, NN_F32Tensor:$result_grad,
+                       I64Attr:$num_heads, DefaultValuedAttr<BoolAttr, "true">:$causal);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$qkv `,` $result_grad attr-dict `:` type($qkv) `,` type($result_grad)";
+}
+
+def NN_TokenMeanOp : NN_Op<"token_mean", [InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "mean of per-token losses over tokens whose label is not ignored";
+  let description = [{
+    Megatron's `sum(loss * loss_mask) / sum(loss_mask)`.
+
+    ```mlir
+    %loss = nn.token_mean %l, %labels {ignore_index = -100 : i64} : (tensor<64x4xf32>, tensor<64x4xi32>) -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_I32Tensor:$labels,
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index);
+  let results = (outs 0DTensorOf<[F32]>:$result);
+  let assemblyFormat = "$input `,` $labels attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_TokenMeanGradOp : NN_Op<"token_mean_grad"> {
+  let summary = "backward of nn.token_mean";
+  let description = [{
+    ```mlir
+    %dl = nn.token_mean_grad %dloss, %labels {ignore_index = -100 : i64} : (tensor<f32>, tensor<64x4xi32>) -> tensor<64x4xf32>
+    ```
+  }];
+  let arguments = (ins 0DTensorOf<[F32]>:$result_grad, NN_I32Tensor:$labels,
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$result_grad `,` $labels attr-dict `:` functional-type(operands, results)";
+}
+
+//===----------------------------------------------------------------------===//
+// Vocab-parallel cross-entropy (seed 004), created by tp-partition
+//===----------------------------------------------------------------------===//
+
+def NN_LogitsMaxOp : NN_Op<"logits_max", [InferTypeOpAdaptor, Tessera_NonDifferentiable]> {
+  let summary = "row maximum of the local logits (no gradient)";
+  let description = [{
+    Only stabilises the softmax, so autodiff treats it as a constant.
+
+    ```mlir
+    %m = nn.logits_max %z : (tensor<64x4x192xf32>) -> tensor<64x4xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$logits);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$logits attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_CrossEntropyStatsOp : NN_Op<"cross_entropy_stats", [InferTypeOpAdaptor]> {
+  let summary = "local sum of exponentials and predicted logit of a vocabulary shard";
+  let description = [{
+    With `max` the global row maximum: `sum_exp[r] = sum_j exp(logits[r, j]
+    - max[r])` over this shard and `predicted[r] = logits[r, label - offset]`
+    when the label falls into this shard (offset = index in
+    `vocab_shard_group` times the shard's vocabulary), else 0. Summed over
+    the group they give the full softmax denominator and the target logit.
+
+    ```mlir
+    %se, %pl = nn.cross_entropy_stats %z, %t, %m {vocab_shard_group = "tp"} : (tensor<64x4x192xf32>, tensor<64x4xi32>, tensor<64x4xf32>) -> (tensor<64x4xf32>, tensor<64x4xf32>)
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$logits, NN_I32Tensor:$labels, NN_F32Tensor:$max,
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
+                       OptionalAttr<StrAttr>:$vocab_shard_group);
+  let results = (outs NN_F32Tensor:$sum_exp, NN_F32Tensor:$predicted);
+  let assemblyFormat = "$logits `,` $labels `,` $max attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_CrossEntropyFromStatsOp : NN_Op<"cross_entropy_from_stats", [InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "per-token loss from the all-reduced statistics";
+  let description = [{
+    `loss = log(sum_exp) + max - predicted` (0 where the label is ignored).
+    `logits` is not read by the forward: it is the operand the gradient is
+    for. The adjoint is seed 004's softmax minus one-hot on the local
+    shard, `dlogits = dloss * (exp(logits - max) / sum_exp - onehot)`, and
+    accounts for every path from `logits` through the statistics, so
+    `sum_exp` and `predicted` receive no adjoint (no backward collective).
+
+    ```mlir
+    %l = nn.cross_entropy_from_stats %z, %t, %m, %se, %pl {vocab_shard_group = "tp"} : (tensor<64x4x192xf32>, tensor<64x4xi32>, tensor<64x4xf32>, tensor<64x4xf32>, tensor<64x4xf32>) -> tensor<64x4xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$logits, NN_I32Tensor:$labels, NN_F32Tensor:$max,
+                       NN_F32Tensor:$sum_exp, NN_F32Tensor:$predicted,
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
+                       OptionalAttr<StrAttr>:$vocab_shard_group);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$logits `,` $labels `,` $max `,` $sum_exp `,` $predicted attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_CrossEntropyStatsGradOp : NN_Op<"cross_entropy_stats_grad",
+    [AllTypesMatch<["logits", "result"]>,
+     AllTypesMatch<["max", "sum_exp", "loss_grad"]>]> {
+  let summary = "softmax minus one-hot on a vocabulary shard, times the loss gradient";
+  let description = [{
+    ```mlir
+    %dz = nn.cross_entropy_stats_grad %z, %t, %m, %se, %dl {vocab_shard_group = "tp"} : tensor<64x4x192xf32>, tensor<64x4xi32>, tensor<64x4xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$logits, NN_I32Tensor:$labels, NN_F32Tensor:$max,
+                       NN_F32Tensor:$sum_exp, NN_F32Tensor:$loss_grad,
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index,
+                       OptionalAttr<StrAttr>:$vocab_shard_group);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$logits `,` $labels `,` $max `,` $sum_exp `,` $loss_grad attr-dict `:` type($logits) `,` type($labels) `,` type($max)";
 }
 
 #endif // TESSERA_DIALECTS_NN_IR_NNOPS_TD

@@ -52,7 +52,8 @@ struct AutodiffPass : tessera::nn::impl::AutodiffPassBase<AutodiffPass> {
         params.push_back(arg);
       }
     for (Operation &op : body.without_terminator())
-      if (llvm::any_of(op.getOperands(),
+      if (!op.hasTrait<NonDifferentiable>() &&
+          llvm::any_of(op.getOperands(),
                        [&](Value v) { return active.contains(v); }))
         for (Value r : op.getResults())
           active.insert(r);
@@ -95,9 +96,12 @@ struct AutodiffPass : tessera::nn::impl::AutodiffPassBase<AutodiffPass> {
         op->emitOpError() << "has no gradient rule (DifferentiableOpInterface)";
         return signalPassFailure();
       }
-      if (llvm::any_of(resultAdj, [](Value v) { return !v; })) {
-        op->emitOpError() << "has results without adjoints; multi-result "
-                             "ops need every result's adjoint";
+      // Results nothing depends on have a null adjoint; each op's rule
+      // treats that as zero.
+      if (op->getNumResults() > 1 &&
+          llvm::any_of(resultAdj, [](Value v) { return !v; })) {
+        op->emitOpError() << "has results without adjoints; its gradient "
+                             "rule needs every result's adjoint";
         return signalPassFailure();
       }
       SmallVector<Value> operandAdj;

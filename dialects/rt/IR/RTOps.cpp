@@ -58,15 +58,24 @@ LogicalResult GetOp::verifySymbolUses(SymbolTableCollection &st) {
 // Kernels
 //===----------------------------------------------------------------------===//
 
+/// Rows and columns of a buffer viewed as a matrix (leading dims flattened).
+static std::pair<int64_t, int64_t> asMatrix(MemRefType t) {
+  int64_t rows = 1;
+  for (int64_t d : t.getShape().drop_back())
+    rows *= d;
+  return {rows, t.getShape().back()};
+}
+
 LogicalResult GemmOp::verify() {
   auto a = getA().getType(), b = getB().getType(), c = getC().getType();
-  if (a.getRank() != 2 || b.getRank() != 2 || c.getRank() != 2)
-    return emitOpError() << "expects 2-d buffers";
-  int64_t m = a.getDimSize(getTransA() ? 1 : 0);
-  int64_t k = a.getDimSize(getTransA() ? 0 : 1);
-  int64_t kb = b.getDimSize(getTransB() ? 1 : 0);
-  int64_t n = b.getDimSize(getTransB() ? 0 : 1);
-  if (k != kb || c.getDimSize(0) != m || c.getDimSize(1) != n)
+  if (a.getRank() < 2 || b.getRank() < 2 || c.getRank() < 2)
+    return emitOpError() << "expects buffers of rank >= 2";
+  auto [ar, ac] = asMatrix(a);
+  auto [br, bc] = asMatrix(b);
+  auto [cr, cc] = asMatrix(c);
+  int64_t m = getTransA() ? ac : ar, k = getTransA() ? ar : ac;
+  int64_t kb = getTransB() ? bc : br, n = getTransB() ? br : bc;
+  if (k != kb || cr != m || cc != n)
     return emitOpError() << "shapes do not form a product: " << a << " x " << b
                          << " -> " << c;
   return success();
@@ -95,6 +104,20 @@ DEFINE_KERNEL_VERIFIER(FillOp)
 DEFINE_KERNEL_VERIFIER(ScaleOp)
 DEFINE_KERNEL_VERIFIER(CopyOp)
 DEFINE_KERNEL_VERIFIER(AxpyOp)
+DEFINE_KERNEL_VERIFIER(LayerNormOp)
+DEFINE_KERNEL_VERIFIER(LayerNormGradOp)
+DEFINE_KERNEL_VERIFIER(EmbeddingOp)
+DEFINE_KERNEL_VERIFIER(EmbeddingGradOp)
+DEFINE_KERNEL_VERIFIER(AddPositionEmbeddingOp)
+DEFINE_KERNEL_VERIFIER(PositionEmbeddingGradOp)
+DEFINE_KERNEL_VERIFIER(AttentionOp)
+DEFINE_KERNEL_VERIFIER(AttentionGradOp)
+DEFINE_KERNEL_VERIFIER(LogitsMaxOp)
+DEFINE_KERNEL_VERIFIER(CrossEntropyStatsOp)
+DEFINE_KERNEL_VERIFIER(CrossEntropyFromStatsOp)
+DEFINE_KERNEL_VERIFIER(CrossEntropyStatsGradOp)
+DEFINE_KERNEL_VERIFIER(TokenMeanOp)
+DEFINE_KERNEL_VERIFIER(TokenMeanGradOp)
 
 #define GET_OP_CLASSES
 #include "dialects/rt/IR/RTOps.cpp.inc"

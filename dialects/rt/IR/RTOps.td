@@ -65,7 +65,8 @@ def RT_BufferOp : RT_Op<"buffer", [Symbol, HasParent<"::mlir::ModuleOp">]> {
                        OptionalAttr<StrAttr>:$shard_axis,
                        OptionalAttr<StrAttr>:$init,
                        OptionalAttr<FlatSymbolRefAttr>:$of,
-                       OptionalAttr<I64Attr>:$num_classes);
+                       OptionalAttr<I64Attr>:$num_classes,
+                       OptionalAttr<I64Attr>:$vocab_size);
   let assemblyFormat = "$sym_name `:` $type attr-dict";
   let hasVerifier = 1;
 }
@@ -127,7 +128,9 @@ class RT_KernelOp<string mnemonic, string sum, int n> : RT_Op<mnemonic> {
   let arguments = (ins Variadic<RT_AnyBuf>:$buffers,
                        DefaultValuedAttr<F32Attr, "1.0f">:$alpha,
                        DefaultValuedAttr<F32Attr, "0.0f">:$beta,
-                       OptionalAttr<F32Attr>:$value);
+                       OptionalAttr<F32Attr>:$value,
+                       OptionalAttr<DenseI64ArrayAttr>:$iattrs,
+                       OptionalAttr<StrAttr>:$group);
   let assemblyFormat = "$buffers attr-dict `:` type($buffers)";
   int numBuffers = n;
   let hasVerifier = 1;
@@ -149,6 +152,23 @@ def RT_FillOp : RT_KernelOp<"fill", "y = value", 1>;
 def RT_ScaleOp : RT_KernelOp<"scale", "y = alpha * x", 2>;
 def RT_CopyOp : RT_KernelOp<"copy", "y = x", 2>;
 def RT_AxpyOp : RT_KernelOp<"axpy", "y += alpha * x", 2>;
+
+// Transformer kernels: `value` is eps for layer norm; `iattrs` and `group`
+// as the artifact opcode documents (vocab shard group, ignore_index, heads).
+def RT_LayerNormOp : RT_KernelOp<"layer_norm", "layer norm over the last dim", 4>;
+def RT_LayerNormGradOp : RT_KernelOp<"layer_norm_grad", "layer norm backward", 6>;
+def RT_EmbeddingOp : RT_KernelOp<"embedding", "embedding lookup", 3>;
+def RT_EmbeddingGradOp : RT_KernelOp<"embedding_grad", "embedding scatter-add", 3>;
+def RT_AddPositionEmbeddingOp : RT_KernelOp<"add_position_embedding", "x + P[s]", 3>;
+def RT_PositionEmbeddingGradOp : RT_KernelOp<"position_embedding_grad", "sum over batch", 2>;
+def RT_AttentionOp : RT_KernelOp<"attention", "causal multi-head attention", 2>;
+def RT_AttentionGradOp : RT_KernelOp<"attention_grad", "attention backward", 3>;
+def RT_LogitsMaxOp : RT_KernelOp<"logits_max", "row max", 2>;
+def RT_CrossEntropyStatsOp : RT_KernelOp<"cross_entropy_stats", "sum-exp and target logit of a shard", 5>;
+def RT_CrossEntropyFromStatsOp : RT_KernelOp<"cross_entropy_from_stats", "loss from statistics", 5>;
+def RT_CrossEntropyStatsGradOp : RT_KernelOp<"cross_entropy_stats_grad", "softmax minus one-hot", 6>;
+def RT_TokenMeanOp : RT_KernelOp<"token_mean", "mean over non-ignored tokens", 3>;
+def RT_TokenMeanGradOp : RT_KernelOp<"token_mean_grad", "backward of token_mean", 3>;
 
 def RT_AdamOp : RT_Op<"adam"> {
   let summary = "in-place Adam step on a parameter and its fp32 state";

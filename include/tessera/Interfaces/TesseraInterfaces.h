@@ -14,7 +14,16 @@ enum class TPSplitKind {
   Column,
   /// Input features sharded: Y = sum_i X_i W_i (seed 004 "row" split).
   Row,
+  /// A table sharded along the vocabulary; indices replicated, the result a
+  /// partial sum (seed 004's vocab-parallel embedding).
+  Vocab,
 };
+
+/// Marks ops whose results carry no gradient (stop-gradient), e.g. the row
+/// max that only stabilises a softmax: autodiff treats them as constants.
+template <typename ConcreteType>
+class NonDifferentiable
+    : public mlir::OpTrait::TraitBase<ConcreteType, NonDifferentiable> {};
 
 } // namespace tessera
 

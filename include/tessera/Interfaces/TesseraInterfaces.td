@@ -12,6 +12,10 @@
 
 include "mlir/IR/OpBase.td"
 
+def Tessera_NonDifferentiable : NativeOpTrait<"NonDifferentiable"> {
+  let cppNamespace = "::tessera";
+}
+
 def Tessera_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
   let cppNamespace = "::tessera";
   let description = [{
@@ -62,6 +66,26 @@ def Tessera_TPSplitOpInterface : OpInterface<"TPSplitOpInterface"> {
       (ins "unsigned":$operandIndex, "int64_t":$dim),
       /*methodBody=*/"", /*defaultImplementation=*/[{
         return ::mlir::failure();
+      }]>,
+    InterfaceMethod<[{
+        Checks, without changing anything, that the op can run on one of
+        `parts` shards of dimension `dim`; emits an error on the op if not.
+      }],
+      "::llvm::LogicalResult", "checkShard",
+      (ins "int64_t":$dim, "int64_t":$parts),
+      /*methodBody=*/"", /*defaultImplementation=*/[{
+        return ::mlir::success();
+      }]>,
+    InterfaceMethod<[{
+        Called when the op is rewritten to run on one of `parts` shards of
+        dimension `dim` (of its operands for propagating ops): updates
+        attributes that count sharded things (attention heads) and fails,
+        with an error on the op, when they do not divide.
+      }],
+      "::llvm::LogicalResult", "adjustForShard",
+      (ins "int64_t":$dim, "int64_t":$parts),
+      /*methodBody=*/"", /*defaultImplementation=*/[{
+        return ::mlir::success();
       }]>
   ];
 }

@@ -23,6 +23,10 @@ struct TrainPipelineOptions
   Option<int64_t> globalBatchSize{*this, "global-batch-size",
                                   llvm::cl::desc("samples per step over all dp ranks"),
                                   llvm::cl::init(0)};
+  Option<int64_t> makeVocabSizeDivisibleBy{
+      *this, "make-vocab-size-divisible-by",
+      llvm::cl::desc("pad the vocabulary to a multiple of this times tp"),
+      llvm::cl::init(128)};
   Option<std::string> optimizer{*this, "optimizer", llvm::cl::desc("sgd or adam"),
                                 llvm::cl::init("adam")};
   Option<double> lr{*this, "lr", llvm::cl::desc("learning rate"),
@@ -32,7 +36,7 @@ struct TrainPipelineOptions
                              llvm::cl::init(0.0)};
 };
 
-/// attach-mesh, set-batch, tp-partition, autodiff, dp-grad-allreduce,
+/// attach-mesh, set-batch, pad-vocab, tp-partition, autodiff, dp-grad-allreduce,
 /// optimizer, lower-to-rt (serialisation is left to the caller).
 void buildTrainPipeline(mlir::OpPassManager &pm,
                         const TrainPipelineOptions &options);

@@ -17,7 +17,8 @@ namespace tessera {
 // Model function argument attributes.
 constexpr llvm::StringLiteral kParamAttr = "nn.param";   // parameter name
 constexpr llvm::StringLiteral kInitAttr = "nn.init";     // "normal:<std>", "zeros", "ones"
-constexpr llvm::StringLiteral kInputAttr = "nn.input";   // "features", "labels"
+constexpr llvm::StringLiteral kInputAttr = "nn.input";   // "features", "labels", "tokens"
+constexpr llvm::StringLiteral kBatchDimAttr = "nn.batch_dim"; // default 0
 constexpr llvm::StringLiteral kShardingAttr = "dist.sharding"; // {axis, dim}
 
 // Phase functions and their bindings.

@@ -64,6 +64,8 @@ struct Storage {
   SmallVector<Value> values; // values that share this storage
   int64_t start = INT64_MAX, end = -1;
   int64_t offset = -1;
+  /// Scratch for a multi-kernel expansion: live only during one op.
+  bool scratch = false;
 };
 
 class PhaseLowering {
@@ -102,6 +104,8 @@ private:
   DenseSet<Value> direct;
   /// Ops whose operand 0 must be copied first (in-place op on a live value).
   DenseSet<Operation *> copyFirst;
+  /// Scratch storages of ops that lower to several kernels.
+  DenseMap<Operation *, SmallVector<int>> scratchOf;
 };
 
 } // namespace
@@ -206,10 +210,17 @@ LogicalResult PhaseLowering::plan() {
     for (Value result : op->getResults()) {
       StringRef binding = resultBinding(result);
       bool accumulate = !isStep && binding.starts_with("grad:");
+      bool canAccumulate =
+          isa<nn::MatmulOp, nn::ReduceRowsOp, nn::EmbeddingGradOp,
+              nn::PositionEmbeddingGradOp>(op) ||
+          (isa<nn::LayerNormGradOp>(op) && result != op->getResult(0) &&
+           llvm::all_of(op->getResults().drop_front(), [&](Value r) {
+             return r.hasOneUse() &&
+                    resultBinding(r).starts_with("grad:");
+           }));
       bool canWriteDirect =
           !binding.empty() && result.hasOneUse() && !copyFirst.contains(op) &&
-          (accumulate ? isa<nn::MatmulOp, nn::ReduceRowsOp>(op)
-                      : !inPlace);
+          (accumulate ? canAccumulate : !inPlace);
       if (canWriteDirect && !accumulate) {
         // Overwrite: only once nothing later reads the buffer's old value.
         for (Storage &s : storages)
@@ -227,6 +238,24 @@ LogicalResult PhaseLowering::plan() {
       if (isa<dist::AsyncType>(result.getType()))
         continue;
       assign(result, newStorage(result.getType()));
+    }
+    // A cross-entropy with ignore_index runs as max, statistics and loss
+    // kernels: three row vectors of scratch.
+    bool statsPath = false;
+    if (auto ce = dyn_cast<nn::SoftmaxCrossEntropyOp>(op))
+      statsPath = ce.getIgnoreIndex().has_value();
+    if (auto ce = dyn_cast<nn::SoftmaxCrossEntropyGradOp>(op))
+      statsPath = ce.getIgnoreIndex().has_value();
+    if (statsPath) {
+      auto z = cast<RankedTensorType>(op->getOperand(0).getType());
+      auto rows = RankedTensorType::get(z.getShape().drop_back(),
+                                        z.getElementType());
+      for (int i = 0; i < 3; ++i) {
+        int id = newStorage(rows);
+        storages[id].scratch = true;
+        storages[id].start = storages[id].end = position[op];
+        scratchOf[op].push_back(id);
+      }
     }
   }
   return success();
@@ -249,7 +278,7 @@ int64_t PhaseLowering::planMemory(int64_t base) {
   }
   SmallVector<Storage *> order;
   for (Storage &s : storages)
-    if (s.persistent.empty() && !s.values.empty())
+    if (s.persistent.empty() && (!s.values.empty() || s.scratch))
       order.push_back(&s);
   llvm::stable_sort(order, [](Storage *a, Storage *b) {
     return byteSize(a->type) > byteSize(b->type);
@@ -309,6 +338,16 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
     }
     return it->second;
   };
+  auto scratchBuffer = [&](int id) -> Value {
+    auto [it, inserted] = memrefs.try_emplace(id, Value());
+    if (inserted) {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(block);
+      it->second = rt::AllocOp::create(b, loc, toMemRef(storages[id].type),
+                                       b.getI64IntegerAttr(storages[id].offset));
+    }
+    return it->second;
+  };
   auto f32 = [&](double v) { return b.getF32FloatAttr(v); };
   auto named = [&](StringRef n, Attribute a) { return b.getNamedAttr(n, a); };
   DenseMap<Value, Value> events;
@@ -330,6 +369,21 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
         bufs.push_back(bufferOf(v));
       OpTy::create(b, l, TypeRange{}, bufs, attrs);
     };
+    // Kernels over explicit buffers (scratch included).
+    auto kernelBufs = [&](auto tag, ValueRange bufs,
+                          ArrayRef<NamedAttribute> attrs = {}) {
+      using OpTy = decltype(tag);
+      OpTy::create(b, l, TypeRange{}, bufs, attrs);
+    };
+    auto iattrs = [&](ArrayRef<int64_t> v) {
+      return named("iattrs", b.getDenseI64ArrayAttr(v));
+    };
+    auto withGroup = [&](SmallVector<NamedAttribute> attrs, StringAttr group) {
+      if (group)
+        attrs.push_back(named("group", group));
+      return attrs;
+    };
+    auto beta = [&](Value r) { return named("beta", f32(acc(r) ? 1 : 0)); };
 
     LogicalResult status =
         llvm::TypeSwitch<Operation *, LogicalResult>(op)
@@ -380,12 +434,123 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
               return success();
             })
             .Case([&](nn::SoftmaxCrossEntropyOp o) {
+              if (auto ignore = o.getIgnoreIndex()) {
+                auto sc = scratchOf[op];
+                Value z = bufferOf(o.getLogits()), t = bufferOf(o.getLabels());
+                Value m = scratchBuffer(sc[0]), se = scratchBuffer(sc[1]),
+                      pl = scratchBuffer(sc[2]);
+                kernelBufs(rt::LogitsMaxOp(), {z, m});
+                kernelBufs(rt::CrossEntropyStatsOp(), {z, t, m, se, pl},
+                           {iattrs({*ignore})});
+                kernelBufs(rt::CrossEntropyFromStatsOp(),
+                           {se, pl, m, t, bufferOf(o.getResult())},
+                           {iattrs({*ignore})});
+                return success();
+              }
               kernel(rt::CrossEntropyOp(), {o.getLogits(), o.getLabels(), o.getResult()});
               return success();
             })
             .Case([&](nn::SoftmaxCrossEntropyGradOp o) {
+              if (auto ignore = o.getIgnoreIndex()) {
+                auto sc = scratchOf[op];
+                Value z = bufferOf(o.getLogits()), t = bufferOf(o.getLabels());
+                Value m = scratchBuffer(sc[0]), se = scratchBuffer(sc[1]),
+                      pl = scratchBuffer(sc[2]);
+                kernelBufs(rt::LogitsMaxOp(), {z, m});
+                kernelBufs(rt::CrossEntropyStatsOp(), {z, t, m, se, pl},
+                           {iattrs({*ignore})});
+                kernelBufs(rt::CrossEntropyStatsGradOp(),
+                           {z, t, m, se, bufferOf(o.getLossGrad()),
+                            bufferOf(o.getResult())},
+                           {iattrs({*ignore})});
+                return success();
+              }
               kernel(rt::CrossEntropyGradOp(),
                      {o.getLogits(), o.getLabels(), o.getLossGrad(), o.getResult()});
+              return success();
+            })
+            .Case([&](nn::EmbeddingOp o) {
+              kernel(rt::EmbeddingOp(), {o.getIds(), o.getTable(), o.getResult()},
+                     withGroup({iattrs({int64_t(o.getVocabSize())})},
+                               o.getVocabShardGroupAttr()));
+              return success();
+            })
+            .Case([&](nn::EmbeddingGradOp o) {
+              kernel(rt::EmbeddingGradOp(),
+                     {o.getIds(), o.getResultGrad(), o.getResult()},
+                     withGroup({beta(o.getResult())}, o.getVocabShardGroupAttr()));
+              return success();
+            })
+            .Case([&](nn::AddPositionEmbeddingOp o) {
+              kernel(rt::AddPositionEmbeddingOp(),
+                     {o.getInput(), o.getTable(), o.getResult()});
+              return success();
+            })
+            .Case([&](nn::PositionEmbeddingGradOp o) {
+              kernel(rt::PositionEmbeddingGradOp(),
+                     {o.getResultGrad(), o.getResult()}, {beta(o.getResult())});
+              return success();
+            })
+            .Case([&](nn::LayerNormOp o) {
+              kernel(rt::LayerNormOp(),
+                     {o.getInput(), o.getWeight(), o.getBias(), o.getResult()},
+                     {named("value", o.getEpsAttr())});
+              return success();
+            })
+            .Case([&](nn::LayerNormGradOp o) {
+              kernel(rt::LayerNormGradOp(),
+                     {o.getInput(), o.getWeight(), o.getResultGrad(),
+                      o.getInputGrad(), o.getWeightGrad(), o.getBiasGrad()},
+                     {named("value", o.getEpsAttr()), beta(o.getWeightGrad())});
+              return success();
+            })
+            .Case([&](nn::AttentionOp o) {
+              kernel(rt::AttentionOp(), {o.getQkv(), o.getResult()},
+                     {iattrs({int64_t(o.getNumHeads()), o.getCausal() ? 1 : 0})});
+              return success();
+            })
+            .Case([&](nn::AttentionGradOp o) {
+              kernel(rt::AttentionGradOp(),
+                     {o.getQkv(), o.getResultGrad(), o.getResult()},
+                     {iattrs({int64_t(o.getNumHeads()), o.getCausal() ? 1 : 0})});
+              return success();
+            })
+            .Case([&](nn::TokenMeanOp o) {
+              kernel(rt::TokenMeanOp(), {o.getInput(), o.getLabels(), o.getResult()},
+                     {iattrs({o.getIgnoreIndex()})});
+              return success();
+            })
+            .Case([&](nn::TokenMeanGradOp o) {
+              kernel(rt::TokenMeanGradOp(),
+                     {o.getResultGrad(), o.getLabels(), o.getResult()},
+                     {iattrs({o.getIgnoreIndex()})});
+              return success();
+            })
+            .Case([&](nn::LogitsMaxOp o) {
+              kernel(rt::LogitsMaxOp(), {o.getLogits(), o.getResult()});
+              return success();
+            })
+            .Case([&](nn::CrossEntropyStatsOp o) {
+              kernel(rt::CrossEntropyStatsOp(),
+                     {o.getLogits(), o.getLabels(), o.getMax(), o.getSumExp(),
+                      o.getPredicted()},
+                     withGroup({iattrs({o.getIgnoreIndex()})},
+                               o.getVocabShardGroupAttr()));
+              return success();
+            })
+            .Case([&](nn::CrossEntropyFromStatsOp o) {
+              kernel(rt::CrossEntropyFromStatsOp(),
+                     {o.getSumExp(), o.getPredicted(), o.getMax(), o.getLabels(),
+                      o.getResult()},
+                     {iattrs({o.getIgnoreIndex()})});
+              return success();
+            })
+            .Case([&](nn::CrossEntropyStatsGradOp o) {
+              kernel(rt::CrossEntropyStatsGradOp(),
+                     {o.getLogits(), o.getLabels(), o.getMax(), o.getSumExp(),
+                      o.getLossGrad(), o.getResult()},
+                     withGroup({iattrs({o.getIgnoreIndex()})},
+                               o.getVocabShardGroupAttr()));
               return success();
             })
             .Case([&](nn::MeanOp o) {
@@ -567,12 +732,21 @@ void LowerToRTPass::runOnOperation() {
   for (unsigned i = 0, e = micro.getNumArguments(); i < e; ++i)
     if (auto name = micro.getArgAttrOfType<StringAttr>(i, kInputAttr)) {
       SmallVector<NamedAttribute> attrs;
-      // Labels: the number of classes, from the loss op that reads them.
-      for (Operation *user : micro.getArgument(i).getUsers())
-        if (auto ce = dyn_cast<nn::SoftmaxCrossEntropyOp>(user))
-          attrs.push_back(b.getNamedAttr(
-              "num_classes",
-              b.getI64IntegerAttr(ce.getLogits().getType().getDimSize(1))));
+      // Token inputs and their labels: the model's vocabulary, from the
+      // embedding. Classification labels: the number of classes.
+      std::optional<int64_t> vocab;
+      micro.walk([&](nn::EmbeddingOp e) { vocab = e.getVocabSize(); });
+      if (vocab && (name.getValue() == "tokens" || name.getValue() == "labels")) {
+        attrs.push_back(b.getNamedAttr("vocab_size", b.getI64IntegerAttr(*vocab)));
+      } else {
+        for (Operation *user : micro.getArgument(i).getUsers())
+          if (auto ce = dyn_cast<nn::SoftmaxCrossEntropyOp>(user)) {
+            auto z = ce.getLogits().getType();
+            attrs.push_back(b.getNamedAttr(
+                "num_classes",
+                b.getI64IntegerAttr(z.getDimSize(z.getRank() - 1))));
+          }
+      }
       add(name.getValue(), "input", micro.getArgumentTypes()[i], attrs);
     }
   for (unsigned i = 0, e = micro.getNumResults(); i < e; ++i)

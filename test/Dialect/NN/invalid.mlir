@@ -26,7 +26,7 @@ func.func @linear_result(%x: tensor<8x256xf32>, %w: tensor<16x256xf32>) {
 // -----
 
 func.func @bias_add(%x: tensor<8x16xf32>, %b: tensor<32xf32>) {
-  // expected-error @+1 {{expects a [m, n] input and a [n] bias}}
+  // expected-error @+1 {{expects a [..., n] input and a [n] bias}}
   %y = nn.bias_add %x, %b : (tensor<8x16xf32>, tensor<32xf32>) -> tensor<8x16xf32>
   return
 }
@@ -34,7 +34,7 @@ func.func @bias_add(%x: tensor<8x16xf32>, %b: tensor<32xf32>) {
 // -----
 
 func.func @labels(%z: tensor<8x16xf32>, %t: tensor<4xi32>) {
-  // expected-error @+1 {{labels must be 1-d with one label per row of the logits}}
+  // expected-error @+1 {{labels must hold one label per row of the logits}}
   %l = nn.softmax_cross_entropy %z, %t : (tensor<8x16xf32>, tensor<4xi32>) -> tensor<8xf32>
   return
 }

@@ -75,7 +75,8 @@ bool hasGroupKind(const fb::Artifact &artifact, std::string_view kind);
 /// "[0, 2, 4]".
 std::string ranksToString(const flatbuffers::Vector<int32_t> *ranks);
 
-/// All rank-group kinds named by collectives in any program, plus "dp" when
+/// All rank-group kinds named by collectives (isCollective; not the groups
+/// of vocab-sharded kernels) in any program, plus "dp" when
 /// the artifact has dp groups; sorted, unique. Every rank derives the same
 /// list, so communicators can be split collectively in this order.
 std::vector<std::string> collectiveGroupKinds(const fb::Artifact &artifact);
@@ -89,6 +90,19 @@ std::string shapeToString(const flatbuffers::Vector<int64_t> *shape);
 
 /// Expected operand count of `op` (from the schema), or -1 if unknown.
 int expectedOperandCount(fb::Opcode op);
+
+/// Expected length of `iattrs` for `op` (from the schema; 0 for opcodes
+/// without integer attributes), or -1 if unknown.
+int expectedIAttrCount(fb::Opcode op);
+
+/// True for the communication opcodes (AllReduce, AllGather, ReduceScatter,
+/// AllReduceStart): only their `group` needs a communicator.
+bool isCollective(fb::Opcode op);
+
+/// True for the vocabulary-parallel kernels whose `group` gives their vocab
+/// offset (Embedding, EmbeddingGrad, CrossEntropyStats,
+/// CrossEntropyStatsGrad); they communicate nothing.
+bool isVocabSharded(fb::Opcode op);
 
 /// Human-readable manifest of the artifact: header fields, mesh, groups,
 /// batch, optimizer, per-program buffers, inputs and functions.

@@ -100,6 +100,92 @@ public:
   /// p -= lr * (g + weightDecay * p).
   virtual Status sgd(float *p, const float *g, int64_t n, float lr,
                      float weightDecay) = 0;
+
+  //===--------------------------------------------------------------------===//
+  // Transformer kernels. Activations are sequence-major [S, B, H]; "rows" is
+  // the product of all dims but the last. `beta` arguments follow the
+  // Instr's beta: 0 overwrites the output (without reading it), otherwise
+  // out = beta * out + result (gradient accumulation over microbatches).
+  //===--------------------------------------------------------------------===//
+
+  /// Y[r, :] = (X[r, :] - mean) * rstd * gamma + bias, mean and variance
+  /// (biased) over the `cols` of each row, rstd = 1 / sqrt(var + eps).
+  virtual Status layerNorm(const float *x, const float *gamma,
+                           const float *bias, float *y, int64_t rows,
+                           int64_t cols, float eps) = 0;
+  /// dX (overwritten) and dgamma/dbeta = beta * old + sums over rows; mean
+  /// and rstd are recomputed from X.
+  virtual Status layerNormGrad(const float *x, const float *gamma,
+                               const float *dy, float *dx, float *dgamma,
+                               float *dbias, int64_t rows, int64_t cols,
+                               float eps, float beta) = 0;
+  /// Vocabulary-parallel lookup in a shard T [localVocab, dim] holding ids
+  /// [vocabOffset, vocabOffset + localVocab): Y[r, :] = T[ids[r] - offset, :]
+  /// or 0 for ids of other shards. Ids outside [0, vocabSize) are an
+  /// OutOfRange error naming the id, its row and vocabSize.
+  virtual Status embedding(const int32_t *ids, const float *table, float *y,
+                           int64_t rows, int64_t localVocab, int64_t dim,
+                           int64_t vocabOffset, int64_t vocabSize) = 0;
+  /// dT = beta * dT + scatter-add of dY rows at ids[r] - vocabOffset (rows
+  /// whose id is outside the shard are skipped).
+  virtual Status embeddingGrad(const int32_t *ids, const float *dy,
+                               float *dtable, int64_t rows, int64_t localVocab,
+                               int64_t dim, int64_t vocabOffset,
+                               float beta) = 0;
+  /// Y[s, b, :] = X[s, b, :] + P[s, :] for X, Y [seq, batch, dim]; Y may
+  /// alias X. P has at least `seq` rows.
+  virtual Status addPositionEmbedding(const float *x, const float *pos,
+                                      float *y, int64_t seq, int64_t batch,
+                                      int64_t dim) = 0;
+  /// dP [posRows, dim]: dP[s, :] = beta * dP[s, :] + sum_b dY[s, b, :] for
+  /// s < seq, beta * dP[s, :] for seq <= s < posRows.
+  virtual Status positionEmbeddingGrad(const float *dy, float *dpos,
+                                       int64_t seq, int64_t batch, int64_t dim,
+                                       int64_t posRows, float beta) = 0;
+  /// Multi-head self-attention. QKV [seq, batch, heads * 3 * headDim] with
+  /// feature h*3*D + {0 q, 1 k, 2 v}*D + d; out [seq, batch, heads * headDim]
+  /// = softmax(q k^T / sqrt(D) (+ causal mask)) v per (batch, head).
+  virtual Status attention(const float *qkv, float *out, int64_t seq,
+                           int64_t batch, int64_t heads, int64_t headDim,
+                           bool causal) = 0;
+  /// dQKV (overwritten, layout of QKV) from QKV and dOut; recomputes the
+  /// probabilities.
+  virtual Status attentionGrad(const float *qkv, const float *dout, float *dqkv,
+                               int64_t seq, int64_t batch, int64_t heads,
+                               int64_t headDim, bool causal) = 0;
+  /// m[r] = max_j Z[r, j].
+  virtual Status logitsMax(const float *z, float *m, int64_t rows,
+                           int64_t cols) = 0;
+  /// Vocabulary-parallel cross-entropy statistics of a logits shard Z
+  /// [rows, cols] holding classes [vocabOffset, vocabOffset + cols), with M
+  /// the global row max: se[r] = sum_j exp(Z[r, j] - M[r]); pl[r] =
+  /// Z[r, t[r] - vocabOffset] if the label is in this shard and
+  /// t[r] != ignoreIndex, else 0. Labels outside [0, numClasses) other than
+  /// ignoreIndex are an OutOfRange error.
+  virtual Status crossEntropyStats(const float *z, const int32_t *t,
+                                   const float *m, float *se, float *pl,
+                                   int64_t rows, int64_t cols,
+                                   int64_t vocabOffset, int64_t numClasses,
+                                   int64_t ignoreIndex) = 0;
+  /// L[r] = log(se[r]) + M[r] - pl[r], 0 where t[r] == ignoreIndex.
+  virtual Status crossEntropyFromStats(const float *se, const float *pl,
+                                       const float *m, const int32_t *t,
+                                       float *loss, int64_t rows,
+                                       int64_t ignoreIndex) = 0;
+  /// dZ[r, j] = dL[r] * (exp(Z[r, j] - M[r]) / se[r] - [j == t[r] - offset]),
+  /// zero rows where t[r] == ignoreIndex. Labels as in crossEntropyStats.
+  virtual Status crossEntropyStatsGrad(const float *z, const int32_t *t,
+                                       const float *m, const float *se,
+                                       const float *dl, float *dz, int64_t rows,
+                                       int64_t cols, int64_t vocabOffset,
+                                       int64_t numClasses,
+                                       int64_t ignoreIndex) = 0;
+  /// y[0] = sum_r L[r] / count(t[r] != ignoreIndex), 0 if no row is valid.
+  virtual Status tokenMean(const float *loss, const int32_t *t, float *y,
+                           int64_t rows, int64_t ignoreIndex) = 0;
+  /// dL[r] = dy[0] / count(valid) where t[r] != ignoreIndex, else 0.
+  virtual Status tokenMeanGrad(const float *dy, const int32_t *t, float *dl,
+                               int64_t rows, int64_t ignoreIndex) = 0;
 };
 
 using BackendFactory =

@@ -11,6 +11,13 @@
 //   g = (it - 1) * G + m * b * D + r * b + i,   G = global batch size,
 // so every parallel configuration with the same G sees the same data.
 //
+// Language-model inputs ("tokens" and "labels" [S, b] i32 with vocab_size >
+// 0) come from a Megatron indexed dataset instead (DataLayout::dataset,
+// tessera-run --data): with the same g, sample g is the S + 1 consecutive
+// tokens of the dataset's token stream starting at (g * S) mod (T - S)
+// (IndexedDataset.h); tokens[s][i] = sample_i[s], labels[s][i] =
+// sample_i[s + 1], element (s, i) at s * b + i.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef TESSERA_RT_DATA_H
@@ -19,9 +26,12 @@
 #include "tessera/rt/Artifact.h"
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace tessera::rt {
+
+class IndexedDataset;
 
 /// Where a rank's micro batches come from.
 struct DataLayout {
@@ -30,7 +40,24 @@ struct DataLayout {
   int64_t microBatch = 1;  ///< b
   int dpIndex = 0;         ///< r
   int dpSize = 1;          ///< D
+  /// Token dataset of the language-model inputs (null: none given).
+  std::shared_ptr<const IndexedDataset> dataset;
 };
+
+/// True for an input filled from the token dataset: "tokens" or "labels"
+/// with vocab_size > 0.
+bool isTokenInput(const fb::InputSpec &spec);
+
+/// True if any program of `artifact` has a token input.
+bool artifactNeedsTokenData(const fb::Artifact &artifact);
+
+/// Checks the token inputs of `program` against `dataset`: i32 [S, b]
+/// buffers with b = the micro batch size, every token id below the input's
+/// vocab_size and more than S tokens in the dataset. `fileName` names the
+/// artifact in errors.
+Status checkTokenInputs(const fb::Program &program, int64_t microBatch,
+                        const IndexedDataset &dataset,
+                        const std::string &fileName);
 
 /// Global index of sample `i` of microbatch `m` in iteration `it`.
 int64_t globalSampleIndex(const DataLayout &layout, int64_t iteration,

@@ -28,6 +28,9 @@ struct ExecutorOptions {
   uint64_t seed = 1234;
   /// Time every instruction and accumulate seconds per opcode.
   bool profile = false;
+  /// Token dataset for the "tokens"/"labels" inputs with vocab_size > 0
+  /// (checked against the program in create; see Data.h).
+  std::shared_ptr<const IndexedDataset> dataset;
 };
 
 struct Thunk;
@@ -50,8 +53,8 @@ public:
 
   /// Decodes and shape-checks every function of every program without
   /// running or allocating anything, and checks that every rank is in a
-  /// group of each kind its program's collectives use (used by tessera-run
-  /// before launch).
+  /// group of each kind its program's collectives and vocabulary-sharded
+  /// kernels use (used by tessera-run before launch).
   static Status validate(const LoadedArtifact &artifact);
 
   ~Executor();

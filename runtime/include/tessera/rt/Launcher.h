@@ -4,6 +4,7 @@
 //
 //   tessera-run -n N FILE.tsr --steps S [--seed S] [--metrics FILE]
 //               [--backend cpu] [--threads T] [--print-summary]
+//               [--data PREFIX]
 //
 // Outside an MPI job it validates the artifact and re-executes itself under
 // `mpirun -n N`; inside the job every rank runs the executor and rank 0
@@ -33,6 +34,9 @@ struct LaunchOptions {
   int threads = 0; ///< 0: $OPENBLAS_NUM_THREADS or max(1, cores / N)
   bool printSummary = false;
   bool profile = false; ///< --profile: per-opcode kernel time in the metrics
+  /// --data: Megatron indexed dataset prefix (PREFIX or
+  /// PREFIX_text_document) for programs with token inputs.
+  std::string dataPrefix;
   bool help = false;
 };
 

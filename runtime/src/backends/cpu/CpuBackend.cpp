@@ -15,9 +15,149 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <vector>
 
 namespace tessera::rt {
 namespace {
+
+//===----------------------------------------------------------------------===//
+// Branch-free math that `#pragma omp simd` loops vectorise (std::exp and
+// std::erf are scalar library calls without -ffast-math).
+//===----------------------------------------------------------------------===//
+
+__attribute__((always_inline)) inline float bitsToFloat(int32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+__attribute__((always_inline)) inline int32_t floatToBits(float f) {
+  int32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return bits;
+}
+
+/// `c ? a : b` through bit masks. A plain conditional on a float lets GCC
+/// thread jumps and specialise the code after it per constant, which the
+/// vectoriser then rejects as control flow (FP ops may trap).
+__attribute__((always_inline)) inline float selectf(bool c, float a, float b) {
+  int32_t mask = -int32_t(c);
+  return bitsToFloat((floatToBits(a) & mask) | (floatToBits(b) & ~mask));
+}
+
+/// exp(x) in float, relative error < 1e-7 (Cephes expf polynomial after
+/// Cody-Waite reduction x = n ln2 + r); 0 below -87 (and for -inf),
+/// saturates above 88.
+__attribute__((always_inline)) inline float simdExp(float x) {
+  float xc = selectf(x < -87.0f, -87.0f, x);
+  xc = selectf(xc > 88.0f, 88.0f, xc);
+  // Round to nearest with the 1.5 * 2^23 trick (no libm call).
+  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = xc - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  float scale = bitsToFloat((int32_t(n) + 127) << 23);
+  return selectf(x < -87.0f, 0.0f, p * scale);
+}
+
+/// erf(x) in float with absolute error < 1e-7 (about 1.5 ulp near 1):
+/// erf(x) = x P(x^2) for |x| < 1 and 1 - exp(-x^2) Q(|x|) for 1 <= |x| < 4
+/// (erf rounds to +-1 beyond), P and Q Chebyshev interpolants of
+/// erf(x)/x and erfc(x) exp(x^2) of degree 7 and 10. Both branches are
+/// computed and selected so that the function vectorises.
+__attribute__((always_inline)) inline float simdErf(float x) {
+  float ax = std::fabs(x);
+  bool isSmall = ax < 1.0f;
+  // |x| < 1: t = 2 x^2 - 1 in [-1, 1].
+  float u = selectf(isSmall, ax * ax, 1.0f);
+  float t = 2.0f * u - 1.0f;
+  float p = -7.552378571878e-08f;
+  p = p * t + 1.231639597770e-06f;
+  p = p * t - 1.753691418080e-05f;
+  p = p * t + 2.175119906209e-04f;
+  p = p * t - 2.285485612212e-03f;
+  p = p * t + 1.985249772246e-02f;
+  p = p * t - 1.405360890211e-01f;
+  p = p * t + 9.654687386376e-01f;
+  float small = ax * p;
+  // 1 <= |x| < 4: s = (2 |x| - 5) / 3 in [-1, 1].
+  float xc = selectf(isSmall, 1.0f, selectf(ax > 4.0f, 4.0f, ax));
+  float s = (2.0f * xc - 5.0f) * (1.0f / 3.0f);
+  float q = 9.294974299017e-05f;
+  q = q * s - 2.451864515133e-04f;
+  q = q * s + 3.764772747247e-04f;
+  q = q * s - 9.162726026454e-04f;
+  q = q * s + 2.418384229153e-03f;
+  q = q * s - 5.611233636598e-03f;
+  q = q * s + 1.248669963631e-02f;
+  q = q * s - 2.699793741844e-02f;
+  q = q * s + 5.611062799449e-02f;
+  q = q * s - 1.115213905431e-01f;
+  q = q * s + 2.108063640611e-01f;
+  float large = 1.0f - simdExp(-xc * xc) * q;
+  float r = selectf(isSmall, small, selectf(ax >= 4.0f, 1.0f, large));
+  // erf is odd: give r the sign of x.
+  return bitsToFloat(floatToBits(r) | (floatToBits(x) & INT32_MIN));
+}
+
+/// max_j x[j] (-inf for n == 0; NaNs are skipped). 16 partial maxima so
+/// that the loop vectorises (a `reduction(max)` over std::max does not
+/// without -ffinite-math-only).
+inline float rowMax(const float *x, int64_t n) {
+  constexpr int kLanes = 16;
+  float lanes[kLanes];
+  for (int l = 0; l < kLanes; ++l)
+    lanes[l] = -INFINITY;
+  const int64_t full = n / kLanes * kLanes;
+  for (int64_t j = 0; j < full; j += kLanes) {
+#pragma omp simd
+    for (int l = 0; l < kLanes; ++l)
+      lanes[l] = selectf(x[j + l] > lanes[l], x[j + l], lanes[l]);
+  }
+  float mx = -INFINITY;
+  for (int64_t j = full; j < n; ++j)
+    mx = selectf(x[j] > mx, x[j], mx);
+  for (int l = 0; l < kLanes; ++l)
+    mx = selectf(lanes[l] > mx, lanes[l], mx);
+  return mx;
+}
+
+/// Rows of attention scores processed per block: causal attention skips
+/// the key blocks above the diagonal.
+constexpr int64_t kAttentionBlock = 64;
+
+/// C = alpha * op(A) op(B) + beta * C with explicit leading dimensions.
+inline void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                  float alpha, const float *a, int64_t lda, const float *b,
+                  int64_t ldb, float beta, float *c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
+              tb ? CblasTrans : CblasNoTrans, int(m), int(n), int(k), alpha, a,
+              int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+/// In-place softmax of `n` scores of one row (max-subtracted); entries from
+/// `valid` on are set to 0 (causal mask).
+inline void softmaxRow(float *row, int64_t valid, int64_t n) {
+  float mx = rowMax(row, valid);
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < valid; ++j) {
+    float e = simdExp(row[j] - mx);
+    row[j] = e;
+    sum += e;
+  }
+  float inv = 1.0f / sum;
+#pragma omp simd
+  for (int64_t j = 0; j < valid; ++j)
+    row[j] *= inv;
+  for (int64_t j = valid; j < n; ++j)
+    row[j] = 0.0f;
+}
 
 class CpuBackend final : public Backend {
 public:
@@ -88,8 +228,9 @@ public:
 
   Status gelu(const float *x, float *y, int64_t n) override {
     constexpr float kInvSqrt2 = 0.70710678118654752440f;
+#pragma omp simd
     for (int64_t i = 0; i < n; ++i)
-      y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kInvSqrt2));
+      y[i] = 0.5f * x[i] * (1.0f + simdErf(x[i] * kInvSqrt2));
     return Status();
   }
 
@@ -97,10 +238,11 @@ public:
                   int64_t n) override {
     constexpr float kInvSqrt2 = 0.70710678118654752440f;
     constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+#pragma omp simd
     for (int64_t i = 0; i < n; ++i) {
       float v = x[i];
-      float cdf = 0.5f * (1.0f + std::erf(v * kInvSqrt2));
-      float pdf = kInvSqrt2Pi * std::exp(-0.5f * v * v);
+      float cdf = 0.5f * (1.0f + simdErf(v * kInvSqrt2));
+      float pdf = kInvSqrt2Pi * simdExp(-0.5f * v * v);
       dx[i] = dy[i] * (cdf + v * pdf);
     }
     return Status();
@@ -117,7 +259,7 @@ public:
                   int64_t n) override {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i)
-      dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+      dx[i] = selectf(x[i] > 0.0f, dy[i], 0.0f);
     return Status();
   }
 
@@ -153,14 +295,11 @@ public:
         return outOfRange("label ", t[i], " of row ", i, " is outside [0, ",
                           cols, ")");
       const float *zr = z + i * cols;
-      float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-      for (int64_t j = 0; j < cols; ++j)
-        mx = std::max(mx, zr[j]);
+      float mx = rowMax(zr, cols);
       float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
       for (int64_t j = 0; j < cols; ++j)
-        sum += std::exp(zr[j] - mx);
+        sum += simdExp(zr[j] - mx);
       loss[i] = std::log(sum) + mx - zr[t[i]];
     }
     return Status();
@@ -174,13 +313,11 @@ public:
                           cols, ")");
       const float *zr = z + i * cols;
       float *dr = dz + i * cols;
-      float mx = -INFINITY;
-#pragma omp simd reduction(max : mx)
-      for (int64_t j = 0; j < cols; ++j)
-        mx = std::max(mx, zr[j]);
+      float mx = rowMax(zr, cols);
       float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
       for (int64_t j = 0; j < cols; ++j) {
-        float e = std::exp(zr[j] - mx);
+        float e = simdExp(zr[j] - mx);
         dr[j] = e;
         sum += e;
       }
@@ -264,6 +401,349 @@ public:
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i)
       p[i] -= lr * (g[i] + weightDecay * p[i]);
+    return Status();
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Transformer kernels
+  //===--------------------------------------------------------------------===//
+
+  /// Row mean and 1 / sqrt(var + eps) (two passes, biased variance).
+  static void rowStats(const float *xr, int64_t cols, float eps, float &mean,
+                       float &rstd) {
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < cols; ++j)
+      sum += xr[j];
+    mean = sum / float(cols);
+    float sq = 0.0f;
+#pragma omp simd reduction(+ : sq)
+    for (int64_t j = 0; j < cols; ++j) {
+      float d = xr[j] - mean;
+      sq += d * d;
+    }
+    rstd = 1.0f / std::sqrt(sq / float(cols) + eps);
+  }
+
+  /// out = beta * out with beta == 0 writing zeros (no NaN propagation).
+  static void scaleOrZero(float *out, int64_t n, float beta) {
+    if (beta == 0.0f) {
+      std::memset(out, 0, size_t(n) * 4);
+    } else if (beta != 1.0f) {
+#pragma omp simd
+      for (int64_t i = 0; i < n; ++i)
+        out[i] *= beta;
+    }
+  }
+
+  Status layerNorm(const float *x, const float *gamma, const float *bias,
+                   float *y, int64_t rows, int64_t cols, float eps) override {
+    if (cols == 0)
+      return Status();
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *xr = x + r * cols;
+      float *yr = y + r * cols;
+      float mean, rstd;
+      rowStats(xr, cols, eps, mean, rstd);
+#pragma omp simd
+      for (int64_t j = 0; j < cols; ++j)
+        yr[j] = (xr[j] - mean) * rstd * gamma[j] + bias[j];
+    }
+    return Status();
+  }
+
+  Status layerNormGrad(const float *x, const float *gamma, const float *dy,
+                       float *dx, float *dgamma, float *dbias, int64_t rows,
+                       int64_t cols, float eps, float beta) override {
+    scaleOrZero(dgamma, cols, beta);
+    scaleOrZero(dbias, cols, beta);
+    if (cols == 0)
+      return Status();
+    const float invN = 1.0f / float(cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *xr = x + r * cols;
+      const float *dyr = dy + r * cols;
+      float *dxr = dx + r * cols;
+      float mean, rstd;
+      rowStats(xr, cols, eps, mean, rstd);
+      float sg = 0.0f, sgx = 0.0f;
+#pragma omp simd reduction(+ : sg, sgx)
+      for (int64_t j = 0; j < cols; ++j) {
+        float xhat = (xr[j] - mean) * rstd;
+        float g = dyr[j] * gamma[j];
+        sg += g;
+        sgx += g * xhat;
+        dgamma[j] += dyr[j] * xhat;
+        dbias[j] += dyr[j];
+      }
+      float mg = sg * invN, mgx = sgx * invN;
+#pragma omp simd
+      for (int64_t j = 0; j < cols; ++j) {
+        float xhat = (xr[j] - mean) * rstd;
+        dxr[j] = rstd * (dyr[j] * gamma[j] - mg - xhat * mgx);
+      }
+    }
+    return Status();
+  }
+
+  Status embedding(const int32_t *ids, const float *table, float *y,
+                   int64_t rows, int64_t localVocab, int64_t dim,
+                   int64_t vocabOffset, int64_t vocabSize) override {
+    for (int64_t r = 0; r < rows; ++r)
+      if (ids[r] < 0 || ids[r] >= vocabSize)
+        return outOfRange("vocabulary id ", ids[r], " at row ", r,
+                          " is out of range for vocabulary size ", vocabSize);
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t local = int64_t(ids[r]) - vocabOffset;
+      float *yr = y + r * dim;
+      if (local >= 0 && local < localVocab)
+        std::memcpy(yr, table + local * dim, size_t(dim) * 4);
+      else
+        std::memset(yr, 0, size_t(dim) * 4);
+    }
+    return Status();
+  }
+
+  Status embeddingGrad(const int32_t *ids, const float *dy, float *dtable,
+                       int64_t rows, int64_t localVocab, int64_t dim,
+                       int64_t vocabOffset, float beta) override {
+    scaleOrZero(dtable, localVocab * dim, beta);
+    for (int64_t r = 0; r < rows; ++r) {
+      int64_t local = int64_t(ids[r]) - vocabOffset;
+      if (local < 0 || local >= localVocab)
+        continue;
+      const float *dyr = dy + r * dim;
+      float *dt = dtable + local * dim;
+#pragma omp simd
+      for (int64_t j = 0; j < dim; ++j)
+        dt[j] += dyr[j];
+    }
+    return Status();
+  }
+
+  Status addPositionEmbedding(const float *x, const float *pos, float *y,
+                              int64_t seq, int64_t batch,
+                              int64_t dim) override {
+    for (int64_t s = 0; s < seq; ++s) {
+      const float *pr = pos + s * dim;
+      for (int64_t b = 0; b < batch; ++b) {
+        const float *xr = x + (s * batch + b) * dim;
+        float *yr = y + (s * batch + b) * dim;
+#pragma omp simd
+        for (int64_t j = 0; j < dim; ++j)
+          yr[j] = xr[j] + pr[j];
+      }
+    }
+    return Status();
+  }
+
+  Status positionEmbeddingGrad(const float *dy, float *dpos, int64_t seq,
+                               int64_t batch, int64_t dim, int64_t posRows,
+                               float beta) override {
+    scaleOrZero(dpos, posRows * dim, beta);
+    for (int64_t s = 0; s < std::min(seq, posRows); ++s) {
+      float *dp = dpos + s * dim;
+      for (int64_t b = 0; b < batch; ++b) {
+        const float *dyr = dy + (s * batch + b) * dim;
+#pragma omp simd
+        for (int64_t j = 0; j < dim; ++j)
+          dp[j] += dyr[j];
+      }
+    }
+    return Status();
+  }
+
+  static Status checkAttentionDims(int64_t seq, int64_t batch, int64_t heads,
+                                   int64_t headDim) {
+    if (seq * batch * 3 * heads * headDim > INT_MAX ||
+        seq * kAttentionBlock > INT_MAX)
+      return unimplemented("attention dimensions exceed 32-bit BLAS ints");
+    return Status();
+  }
+
+  /// Probabilities of query rows [i0, i0 + rows) against keys [0, kEnd)
+  /// into p [rows, kEnd].
+  static void attentionProbs(const float *q, const float *k, int64_t ld,
+                             int64_t i0, int64_t rows, int64_t kEnd,
+                             int64_t headDim, float scale, bool causal,
+                             float *p) {
+    sgemm(false, true, rows, kEnd, headDim, scale, q + i0 * ld, ld, k, ld, 0.0f,
+          p, kEnd);
+    for (int64_t i = 0; i < rows; ++i)
+      softmaxRow(p + i * kEnd, causal ? i0 + i + 1 : kEnd, kEnd);
+  }
+
+  Status attention(const float *qkv, float *out, int64_t seq, int64_t batch,
+                   int64_t heads, int64_t headDim, bool causal) override {
+    TESSERA_RETURN_IF_ERROR(checkAttentionDims(seq, batch, heads, headDim));
+    if (seq == 0 || batch == 0 || heads == 0 || headDim == 0)
+      return Status();
+    const int64_t ld = batch * 3 * heads * headDim;
+    const int64_t ldo = batch * heads * headDim;
+    const float scale = float(1.0 / std::sqrt(double(headDim)));
+    const int64_t block = std::min(seq, kAttentionBlock);
+    std::vector<float> probs(size_t(block * seq));
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t h = 0; h < heads; ++h) {
+        const float *q = qkv + (b * heads + h) * 3 * headDim;
+        const float *k = q + headDim, *v = q + 2 * headDim;
+        float *o = out + (b * heads + h) * headDim;
+        for (int64_t i0 = 0; i0 < seq; i0 += block) {
+          int64_t rows = std::min(block, seq - i0);
+          int64_t kEnd = causal ? i0 + rows : seq;
+          attentionProbs(q, k, ld, i0, rows, kEnd, headDim, scale, causal,
+                         probs.data());
+          sgemm(false, false, rows, headDim, kEnd, 1.0f, probs.data(), kEnd, v,
+                ld, 0.0f, o + i0 * ldo, ldo);
+        }
+      }
+    return Status();
+  }
+
+  Status attentionGrad(const float *qkv, const float *dout, float *dqkv,
+                       int64_t seq, int64_t batch, int64_t heads,
+                       int64_t headDim, bool causal) override {
+    TESSERA_RETURN_IF_ERROR(checkAttentionDims(seq, batch, heads, headDim));
+    const int64_t ld = batch * 3 * heads * headDim;
+    const int64_t ldo = batch * heads * headDim;
+    std::memset(dqkv, 0, size_t(seq * ld) * 4);
+    if (seq == 0 || batch == 0 || heads == 0 || headDim == 0)
+      return Status();
+    const float scale = float(1.0 / std::sqrt(double(headDim)));
+    const int64_t block = std::min(seq, kAttentionBlock);
+    std::vector<float> probs(size_t(block * seq)), dprobs(size_t(block * seq));
+    float *p = probs.data(), *dp = dprobs.data();
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t off = (b * heads + h) * 3 * headDim;
+        const float *q = qkv + off, *k = q + headDim, *v = q + 2 * headDim;
+        float *dq = dqkv + off, *dk = dq + headDim, *dv = dq + 2 * headDim;
+        const float *dO = dout + (b * heads + h) * headDim;
+        for (int64_t i0 = 0; i0 < seq; i0 += block) {
+          int64_t rows = std::min(block, seq - i0);
+          int64_t kEnd = causal ? i0 + rows : seq;
+          const float *dOb = dO + i0 * ldo;
+          attentionProbs(q, k, ld, i0, rows, kEnd, headDim, scale, causal, p);
+          // dV[0:kEnd] += P^T dO
+          sgemm(true, false, kEnd, headDim, rows, 1.0f, p, kEnd, dOb, ldo, 1.0f,
+                dv, ld);
+          // dP = dO V^T
+          sgemm(false, true, rows, kEnd, headDim, 1.0f, dOb, ldo, v, ld, 0.0f,
+                dp, kEnd);
+          // dS = P * (dP - rowsum(dP * P)), in place in dp.
+          for (int64_t i = 0; i < rows; ++i) {
+            const float *pr = p + i * kEnd;
+            float *dr = dp + i * kEnd;
+            float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+            for (int64_t j = 0; j < kEnd; ++j)
+              dot += pr[j] * dr[j];
+#pragma omp simd
+            for (int64_t j = 0; j < kEnd; ++j)
+              dr[j] = pr[j] * (dr[j] - dot);
+          }
+          // dQ = dS K / sqrt(D); dK[0:kEnd] += dS^T Q / sqrt(D)
+          sgemm(false, false, rows, headDim, kEnd, scale, dp, kEnd, k, ld, 0.0f,
+                dq + i0 * ld, ld);
+          sgemm(true, false, kEnd, headDim, rows, scale, dp, kEnd, q + i0 * ld,
+                ld, 1.0f, dk, ld);
+        }
+      }
+    return Status();
+  }
+
+  Status logitsMax(const float *z, float *m, int64_t rows,
+                   int64_t cols) override {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *zr = z + r * cols;
+      float mx = rowMax(zr, cols);
+      m[r] = mx;
+    }
+    return Status();
+  }
+
+  static Status checkLabel(int32_t label, int64_t row, int64_t numClasses,
+                           int64_t ignoreIndex) {
+    if (label != ignoreIndex && (label < 0 || label >= numClasses))
+      return outOfRange("label ", label, " at row ", row,
+                        " is out of range for ", numClasses,
+                        " classes (ignore_index ", ignoreIndex, ")");
+    return Status();
+  }
+
+  Status crossEntropyStats(const float *z, const int32_t *t, const float *m,
+                           float *se, float *pl, int64_t rows, int64_t cols,
+                           int64_t vocabOffset, int64_t numClasses,
+                           int64_t ignoreIndex) override {
+    for (int64_t r = 0; r < rows; ++r) {
+      TESSERA_RETURN_IF_ERROR(checkLabel(t[r], r, numClasses, ignoreIndex));
+      const float *zr = z + r * cols;
+      const float mr = m[r];
+      float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = 0; j < cols; ++j)
+        sum += simdExp(zr[j] - mr);
+      se[r] = sum;
+      int64_t local = int64_t(t[r]) - vocabOffset;
+      pl[r] =
+          t[r] != ignoreIndex && local >= 0 && local < cols ? zr[local] : 0.0f;
+    }
+    return Status();
+  }
+
+  Status crossEntropyFromStats(const float *se, const float *pl, const float *m,
+                               const int32_t *t, float *loss, int64_t rows,
+                               int64_t ignoreIndex) override {
+    for (int64_t r = 0; r < rows; ++r)
+      loss[r] = t[r] == ignoreIndex ? 0.0f : std::log(se[r]) + m[r] - pl[r];
+    return Status();
+  }
+
+  Status crossEntropyStatsGrad(const float *z, const int32_t *t, const float *m,
+                               const float *se, const float *dl, float *dz,
+                               int64_t rows, int64_t cols, int64_t vocabOffset,
+                               int64_t numClasses,
+                               int64_t ignoreIndex) override {
+    for (int64_t r = 0; r < rows; ++r) {
+      TESSERA_RETURN_IF_ERROR(checkLabel(t[r], r, numClasses, ignoreIndex));
+      float *dr = dz + r * cols;
+      if (t[r] == ignoreIndex) {
+        std::memset(dr, 0, size_t(cols) * 4);
+        continue;
+      }
+      const float *zr = z + r * cols;
+      const float mr = m[r], s = dl[r] / se[r];
+#pragma omp simd
+      for (int64_t j = 0; j < cols; ++j)
+        dr[j] = simdExp(zr[j] - mr) * s;
+      int64_t local = int64_t(t[r]) - vocabOffset;
+      if (local >= 0 && local < cols)
+        dr[local] -= dl[r];
+    }
+    return Status();
+  }
+
+  Status tokenMean(const float *loss, const int32_t *t, float *y, int64_t rows,
+                   int64_t ignoreIndex) override {
+    double sum = 0.0;
+    int64_t count = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      if (t[r] != ignoreIndex) {
+        sum += double(loss[r]);
+        ++count;
+      }
+    y[0] = count ? float(sum / double(count)) : 0.0f;
+    return Status();
+  }
+
+  Status tokenMeanGrad(const float *dy, const int32_t *t, float *dl,
+                       int64_t rows, int64_t ignoreIndex) override {
+    int64_t count = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      count += t[r] != ignoreIndex;
+    const float v = count ? dy[0] / float(count) : 0.0f;
+    for (int64_t r = 0; r < rows; ++r)
+      dl[r] = t[r] != ignoreIndex ? v : 0.0f;
     return Status();
   }
 };

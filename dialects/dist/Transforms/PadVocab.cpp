@@ -1,0 +1,97 @@
+//===- PadVocab.cpp - Megatron vocabulary padding -------------------------===//
+
+#include "dialects/dist/Transforms/Passes.h"
+#include "tessera/Support/Model.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/SetVector.h"
+
+namespace tessera::dist {
+#define GEN_PASS_DEF_PADVOCABPASS
+#include "dialects/dist/Transforms/Passes.h.inc"
+} // namespace tessera::dist
+
+using namespace mlir;
+using namespace tessera;
+using namespace tessera::dist;
+
+namespace {
+struct PadVocabPass : tessera::dist::impl::PadVocabPassBase<PadVocabPass> {
+  using PadVocabPassBase::PadVocabPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    func::FuncOp model = getModelFunc(module);
+    if (!model)
+      return signalPassFailure();
+    if (divisibleBy < 1) {
+      emitError(module.getLoc())
+          << "make-vocab-size-divisible-by must be positive, got "
+          << int64_t(divisibleBy);
+      return signalPassFailure();
+    }
+    SmallVector<nn::EmbeddingOp> embeddings;
+    model.walk([&](nn::EmbeddingOp e) { embeddings.push_back(e); });
+    if (embeddings.empty())
+      return;
+    MeshOp mesh = lookupMesh(module);
+    int64_t tp = mesh ? mesh.getTp() : 1;
+    int64_t vocab = embeddings.front().getVocabSize();
+    int64_t multiple = divisibleBy * tp;
+    int64_t padded = (vocab + multiple - 1) / multiple * multiple;
+
+    // The vocabulary-indexed parameters: embedding tables and LM heads.
+    SetVector<BlockArgument> params;
+    auto addParam = [&](Operation *user, Value v) -> LogicalResult {
+      auto arg = dyn_cast<BlockArgument>(v);
+      if (!arg || !model.getArgAttr(arg.getArgNumber(), kParamAttr))
+        return user->emitOpError()
+               << "vocabulary-indexed operand must be a model parameter";
+      auto type = cast<RankedTensorType>(arg.getType());
+      if (type.getDimSize(0) != vocab && type.getDimSize(0) != padded)
+        return user->emitOpError()
+               << "has " << type.getDimSize(0) << " vocabulary rows, expected "
+               << vocab;
+      params.insert(arg);
+      return success();
+    };
+    for (nn::EmbeddingOp e : embeddings) {
+      if (e.getVocabSize() != vocab) {
+        e.emitOpError() << "vocab_size " << e.getVocabSize()
+                        << " differs from another embedding's " << vocab;
+        return signalPassFailure();
+      }
+      if (failed(addParam(e, e.getTable())))
+        return signalPassFailure();
+    }
+    WalkResult walk = model.walk([&](nn::SoftmaxCrossEntropyOp ce) {
+      if (auto head = ce.getLogits().getDefiningOp<nn::LinearOp>()) {
+        if (failed(addParam(head, head.getWeight())) ||
+            (head.getBias() && failed(addParam(head, head.getBias()))))
+          return WalkResult::interrupt();
+      }
+      return WalkResult::advance();
+    });
+    if (walk.wasInterrupted())
+      return signalPassFailure();
+
+    for (BlockArgument arg : params) {
+      auto type = cast<RankedTensorType>(arg.getType());
+      SmallVector<int64_t> shape(type.getShape());
+      shape[0] = padded;
+      arg.setType(RankedTensorType::get(shape, type.getElementType()));
+    }
+    for (Operation &op : model.getBody().front().without_terminator())
+      if (failed(reinferResultTypes(&op))) {
+        op.emitOpError() << "cannot re-infer its types after vocabulary padding";
+        return signalPassFailure();
+      }
+    updateFunctionType(model);
+    Builder b(module.getContext());
+    module->setAttr("tessera.vocab",
+                    b.getDictionaryAttr(
+                        {b.getNamedAttr("size", b.getI64IntegerAttr(vocab)),
+                         b.getNamedAttr("padded", b.getI64IntegerAttr(padded))}));
+  }
+};
+} // namespace

@@ -1,0 +1,43 @@
+//===- GPT.h - GPT model generator --------------------------------*- C++ -*-===//
+//
+// Builds a Megatron-style GPT (pre-LayerNorm decoder) in the nn dialect with
+// Megatron's parameter names; `tessera-gen gpt` prints it.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_FRONTEND_GPT_H
+#define TESSERA_FRONTEND_GPT_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <string>
+
+namespace tessera {
+
+struct GPTConfig {
+  int64_t layers = 2;
+  int64_t hidden = 128;
+  int64_t heads = 4;
+  int64_t vocab = 257;
+  int64_t seq = 64;
+  int64_t ffn = 0;             ///< 0: 4 * hidden
+  int64_t maxPositions = 0;    ///< 0: seq
+  bool tieEmbeddings = false;  ///< share the word embedding with the LM head
+  double initStd = 0.02;
+  double layerNormEps = 1e-5;
+  int64_t ignoreIndex = -100;
+};
+
+/// Checks the configuration; returns an error message or an empty string.
+std::string validateGPTConfig(const GPTConfig &config);
+
+/// The model: `@gpt(tokens [seq, ?] i32, labels [seq, ?] i32, params...)`
+/// returning the mean token loss. Every op of decoder layer i carries
+/// `nn.layer = i` so the pipeline split can find the layers.
+mlir::OwningOpRef<mlir::ModuleOp> buildGPT(mlir::MLIRContext *context,
+                                           const GPTConfig &config);
+
+} // namespace tessera
+
+#endif // TESSERA_FRONTEND_GPT_H

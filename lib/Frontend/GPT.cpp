@@ -1,0 +1,168 @@
+//===- GPT.cpp - GPT model generator --------------------------------------===//
+
+#include "tessera/Frontend/GPT.h"
+#include "dialects/nn/IR/NNOps.h"
+#include "tessera/Support/Model.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+
+#include <cmath>
+
+using namespace mlir;
+using namespace tessera;
+
+std::string tessera::validateGPTConfig(const GPTConfig &c) {
+  auto positive = [](const char *name, int64_t v) -> std::string {
+    return v < 1 ? std::string("--") + name + " must be positive, got " +
+                       std::to_string(v)
+                 : "";
+  };
+  for (auto [name, v] : {std::pair<const char *, int64_t>{"layers", c.layers},
+                         {"hidden", c.hidden},
+                         {"heads", c.heads},
+                         {"vocab", c.vocab},
+                         {"seq", c.seq}})
+    if (std::string e = positive(name, v); !e.empty())
+      return e;
+  if (c.hidden % c.heads != 0)
+    return "--hidden " + std::to_string(c.hidden) +
+           " is not divisible by --heads " + std::to_string(c.heads);
+  if (c.maxPositions != 0 && c.maxPositions < c.seq)
+    return "--max-position-embeddings " + std::to_string(c.maxPositions) +
+           " is smaller than --seq " + std::to_string(c.seq);
+  if (c.ffn < 0)
+    return "--ffn must be positive";
+  return "";
+}
+
+namespace {
+/// Adds function arguments with their attributes while the body is built.
+class GPTBuilder {
+public:
+  GPTBuilder(MLIRContext *ctx, const GPTConfig &c) : ctx(ctx), c(c), b(ctx) {}
+
+  OwningOpRef<ModuleOp> build();
+
+private:
+  Value param(StringRef name, ArrayRef<int64_t> shape, StringRef init) {
+    Value v = block->addArgument(
+        RankedTensorType::get(shape, b.getF32Type()), b.getUnknownLoc());
+    argAttrs.push_back(b.getDictionaryAttr(
+        {b.getNamedAttr(kParamAttr, b.getStringAttr(name)),
+         b.getNamedAttr(kInitAttr, b.getStringAttr(init))}));
+    return v;
+  }
+  Value input(StringRef name) {
+    Value v = block->addArgument(
+        RankedTensorType::get({c.seq, ShapedType::kDynamic}, b.getI32Type()),
+        b.getUnknownLoc());
+    argAttrs.push_back(b.getDictionaryAttr(
+        {b.getNamedAttr(kInputAttr, b.getStringAttr(name)),
+         b.getNamedAttr(kBatchDimAttr, b.getI64IntegerAttr(1))}));
+    return v;
+  }
+  std::string normal(double std) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "normal:%g", std);
+    return buf;
+  }
+  Location loc(const Twine &name) {
+    return NameLoc::get(b.getStringAttr(name));
+  }
+  Value layer(int64_t i, Value h);
+
+  MLIRContext *ctx;
+  const GPTConfig &c;
+  OpBuilder b;
+  Block *block = nullptr;
+  SmallVector<DictionaryAttr> argAttrs;
+};
+} // namespace
+
+Value GPTBuilder::layer(int64_t i, Value h) {
+  std::string p = "decoder.layers." + std::to_string(i) + ".";
+  int64_t H = c.hidden, F = c.ffn ? c.ffn : 4 * c.hidden;
+  // Megatron scales the init of the residual-branch outputs by 1/sqrt(2L).
+  std::string outInit = normal(c.initStd / std::sqrt(2.0 * double(c.layers)));
+  auto eps = b.getF32FloatAttr(c.layerNormEps);
+  auto mark = [&](Value v) {
+    v.getDefiningOp()->setAttr("nn.layer", b.getI64IntegerAttr(i));
+    return v;
+  };
+
+  Value g1 = param(p + "input_layernorm.weight", {H}, "ones");
+  Value b1 = param(p + "input_layernorm.bias", {H}, "zeros");
+  Value x = mark(nn::LayerNormOp::create(b, loc(p + "input_layernorm"), h, g1, b1, eps));
+  Value wqkv = param(p + "self_attention.linear_qkv.weight", {3 * H, H},
+                     normal(c.initStd));
+  Value bqkv = param(p + "self_attention.linear_qkv.bias", {3 * H}, "zeros");
+  Value qkv = mark(nn::LinearOp::create(b, loc(p + "self_attention.linear_qkv"),
+                                        x, wqkv, bqkv));
+  Value ctxv = mark(nn::AttentionOp::create(
+      b, loc(p + "self_attention.core_attention"), qkv,
+      b.getI64IntegerAttr(c.heads), b.getBoolAttr(true)));
+  Value wproj = param(p + "self_attention.linear_proj.weight", {H, H}, outInit);
+  Value bproj = param(p + "self_attention.linear_proj.bias", {H}, "zeros");
+  Value attn = mark(nn::LinearOp::create(b, loc(p + "self_attention.linear_proj"),
+                                         ctxv, wproj, bproj));
+  h = mark(nn::AddOp::create(b, loc(p + "self_attention.residual"), h, attn));
+
+  Value g2 = param(p + "pre_mlp_layernorm.weight", {H}, "ones");
+  Value b2 = param(p + "pre_mlp_layernorm.bias", {H}, "zeros");
+  x = mark(nn::LayerNormOp::create(b, loc(p + "pre_mlp_layernorm"), h, g2, b2, eps));
+  Value w1 = param(p + "mlp.linear_fc1.weight", {F, H}, normal(c.initStd));
+  Value bb1 = param(p + "mlp.linear_fc1.bias", {F}, "zeros");
+  Value u = mark(nn::LinearOp::create(b, loc(p + "mlp.linear_fc1"), x, w1, bb1));
+  u = mark(nn::GeluOp::create(b, loc(p + "mlp.activation"), u));
+  Value w2 = param(p + "mlp.linear_fc2.weight", {H, F}, outInit);
+  Value bb2 = param(p + "mlp.linear_fc2.bias", {H}, "zeros");
+  Value m = mark(nn::LinearOp::create(b, loc(p + "mlp.linear_fc2"), u, w2, bb2));
+  return mark(nn::AddOp::create(b, loc(p + "mlp.residual"), h, m));
+}
+
+OwningOpRef<ModuleOp> GPTBuilder::build() {
+  OwningOpRef<ModuleOp> module = ModuleOp::create(b.getUnknownLoc());
+  b.setInsertionPointToEnd(module->getBody());
+  auto func = func::FuncOp::create(b, loc("gpt"), "gpt",
+                                   b.getFunctionType({}, {}));
+  block = func.addEntryBlock();
+  b.setInsertionPointToStart(block);
+
+  int64_t H = c.hidden;
+  Value tokens = input("tokens");
+  Value labels = input("labels");
+  Value wte = param("embedding.word_embeddings.weight", {c.vocab, H},
+                    normal(c.initStd));
+  Value wpe = param("embedding.position_embeddings.weight",
+                    {c.maxPositions ? c.maxPositions : c.seq, H},
+                    normal(c.initStd));
+  Value h = nn::EmbeddingOp::create(b, loc("embedding.word_embeddings"), tokens,
+                                    wte, b.getI64IntegerAttr(c.vocab),
+                                    StringAttr());
+  h = nn::AddPositionEmbeddingOp::create(
+      b, loc("embedding.position_embeddings"), h, wpe);
+  for (int64_t i = 0; i < c.layers; ++i)
+    h = layer(i, h);
+  Value gf = param("decoder.final_layernorm.weight", {H}, "ones");
+  Value bf = param("decoder.final_layernorm.bias", {H}, "zeros");
+  h = nn::LayerNormOp::create(b, loc("decoder.final_layernorm"), h, gf, bf,
+                              b.getF32FloatAttr(c.layerNormEps));
+  Value out = c.tieEmbeddings ? wte
+                              : param("output_layer.weight", {c.vocab, H},
+                                      normal(c.initStd));
+  Value logits = nn::LinearOp::create(b, loc("output_layer"), h, out, Value());
+  Value losses = nn::SoftmaxCrossEntropyOp::create(
+      b, loc("loss"), logits, labels, b.getI64IntegerAttr(c.ignoreIndex));
+  Value loss = nn::TokenMeanOp::create(b, loc("loss.mean"), losses, labels,
+                                       b.getI64IntegerAttr(c.ignoreIndex));
+  func::ReturnOp::create(b, loc("gpt"), loss);
+  func.setType(b.getFunctionType(block->getArgumentTypes(), {loss.getType()}));
+  func.setAllArgAttrs(argAttrs);
+  return module;
+}
+
+OwningOpRef<ModuleOp> tessera::buildGPT(MLIRContext *context,
+                                        const GPTConfig &config) {
+  return GPTBuilder(context, config).build();
+}

@@ -1,0 +1,1079 @@
+//===- TransformerKernelsTest.cpp - transformer kernels of the cpu backend ===//
+//
+// Every transformer kernel against a naive double-precision reference, every
+// gradient against central finite differences of the (double) forward, the
+// vocabulary-parallel paths against the unsharded kernels, and the opcodes
+// through the loader and executor (shape errors, vocab offsets, a one-layer
+// transformer that trains).
+//
+//===----------------------------------------------------------------------===//
+
+#include "TestArtifacts.h"
+
+#include "tessera/rt/Backend.h"
+#include "tessera/rt/Executor.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <random>
+#include <tuple>
+#include <vector>
+
+using namespace tessera::rt;
+using namespace tessera::rt::test;
+
+namespace {
+
+using Vec = std::vector<float>;
+using DVec = std::vector<double>;
+
+class TransformerKernelsTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    auto b = BackendRegistry::global().create("cpu", {});
+    ASSERT_TRUE(b.ok()) << b.status().toString();
+    backend = std::move(*b);
+  }
+  Vec random(size_t n, float scale = 1.0f) {
+    std::normal_distribution<float> dist(0.0f, scale);
+    Vec v(n);
+    for (float &x : v)
+      x = dist(gen);
+    return v;
+  }
+  std::unique_ptr<Backend> backend;
+  std::mt19937 gen{7};
+};
+
+DVec toDouble(const Vec &v) { return DVec(v.begin(), v.end()); }
+
+void expectClose(const Vec &got, const DVec &ref, double tol,
+                 const std::string &what) {
+  ASSERT_EQ(got.size(), ref.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_NEAR(got[i], ref[i], tol * (1.0 + std::fabs(ref[i])))
+        << what << " at " << i;
+}
+
+/// Central differences of scalar `f` with respect to every element of `x`
+/// (or the elements listed in `which`), in double.
+DVec finiteDifferences(const std::function<double(const DVec &)> &f, DVec x,
+                       const std::vector<size_t> &which, double h = 1e-5) {
+  DVec g(x.size(), 0.0);
+  for (size_t i : which) {
+    double old = x[i];
+    x[i] = old + h;
+    double fp = f(x);
+    x[i] = old - h;
+    double fm = f(x);
+    x[i] = old;
+    g[i] = (fp - fm) / (2 * h);
+  }
+  return g;
+}
+std::vector<size_t> allIndices(size_t n) {
+  std::vector<size_t> v(n);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = i;
+  return v;
+}
+double dot(const DVec &a, const Vec &w) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    s += a[i] * double(w[i]);
+  return s;
+}
+
+//===----------------------------------------------------------------------===//
+// Double-precision references
+//===----------------------------------------------------------------------===//
+
+DVec refLayerNorm(const DVec &x, const DVec &g, const DVec &b, int64_t rows,
+                  int64_t cols, double eps) {
+  DVec y(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    double mean = 0, var = 0;
+    for (int64_t j = 0; j < cols; ++j)
+      mean += x[size_t(r * cols + j)];
+    mean /= double(cols);
+    for (int64_t j = 0; j < cols; ++j) {
+      double d = x[size_t(r * cols + j)] - mean;
+      var += d * d;
+    }
+    var /= double(cols);
+    for (int64_t j = 0; j < cols; ++j)
+      y[size_t(r * cols + j)] = (x[size_t(r * cols + j)] - mean) /
+                                    std::sqrt(var + eps) * g[size_t(j)] +
+                                b[size_t(j)];
+  }
+  return y;
+}
+
+/// QKV [S, B, A*3*D] -> O [S, B, A*D].
+DVec refAttention(const DVec &qkv, int64_t S, int64_t B, int64_t A, int64_t D,
+                  bool causal) {
+  DVec o(size_t(S * B * A * D), 0.0);
+  double scale = 1.0 / std::sqrt(double(D));
+  auto at = [&](int64_t s, int64_t b, int64_t h, int64_t which, int64_t d) {
+    return qkv[size_t(((s * B + b) * A + h) * 3 * D + which * D + d)];
+  };
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < A; ++h)
+      for (int64_t i = 0; i < S; ++i) {
+        int64_t n = causal ? i + 1 : S;
+        DVec sc(static_cast<size_t>(n));
+        double mx = -1e300;
+        for (int64_t j = 0; j < n; ++j) {
+          double s = 0;
+          for (int64_t d = 0; d < D; ++d)
+            s += at(i, b, h, 0, d) * at(j, b, h, 1, d);
+          sc[size_t(j)] = s * scale;
+          mx = std::max(mx, sc[size_t(j)]);
+        }
+        double sum = 0;
+        for (double &v : sc)
+          sum += (v = std::exp(v - mx));
+        for (int64_t d = 0; d < D; ++d) {
+          double acc = 0;
+          for (int64_t j = 0; j < n; ++j)
+            acc += sc[size_t(j)] / sum * at(j, b, h, 2, d);
+          o[size_t(((i * B + b) * A + h) * D + d)] = acc;
+        }
+      }
+  return o;
+}
+
+/// Mean cross-entropy over the rows whose label is not `ignore` (0 if none).
+double refTokenMeanCE(const DVec &z, const std::vector<int32_t> &t,
+                      int64_t rows, int64_t cols, int64_t ignore) {
+  double sum = 0;
+  int64_t count = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (t[size_t(r)] == ignore)
+      continue;
+    double mx = -1e300;
+    for (int64_t j = 0; j < cols; ++j)
+      mx = std::max(mx, z[size_t(r * cols + j)]);
+    double s = 0;
+    for (int64_t j = 0; j < cols; ++j)
+      s += std::exp(z[size_t(r * cols + j)] - mx);
+    sum += std::log(s) + mx - z[size_t(r * cols + t[size_t(r)])];
+    ++count;
+  }
+  return count ? sum / double(count) : 0.0;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// LayerNorm
+//===----------------------------------------------------------------------===//
+
+TEST_F(TransformerKernelsTest, LayerNormMatchesReference) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1},
+                            {1, 5},
+                            {6, 7},
+                            {12, 33},
+                            {3, 100}}) {
+    auto x = random(size_t(rows * cols), 2.0f);
+    for (float &v : x)
+      v += 3.0f; // non-zero mean
+    auto g = random(static_cast<size_t>(cols)),
+         b = random(static_cast<size_t>(cols));
+    Vec y(x.size());
+    ASSERT_TRUE(backend
+                    ->layerNorm(x.data(), g.data(), b.data(), y.data(), rows,
+                                cols, 1e-5f)
+                    .ok());
+    expectClose(
+        y,
+        refLayerNorm(toDouble(x), toDouble(g), toDouble(b), rows, cols, 1e-5),
+        2e-5,
+        "layer norm " + std::to_string(rows) + "x" + std::to_string(cols));
+  }
+}
+
+TEST_F(TransformerKernelsTest, LayerNormGradVsFiniteDifferences) {
+  for (auto [rows, cols] :
+       {std::pair<int64_t, int64_t>{1, 4}, {5, 7}, {4, 33}}) {
+    const double eps = 1e-3;
+    auto x = random(size_t(rows * cols)), g = random(static_cast<size_t>(cols)),
+         b = random(static_cast<size_t>(cols)), w = random(size_t(rows * cols));
+    // loss = sum(Y * W), so dY = W.
+    auto loss = [&](const DVec &xx, const DVec &gg, const DVec &bb) {
+      return dot(refLayerNorm(xx, gg, bb, rows, cols, eps), w);
+    };
+    DVec xd = toDouble(x), gd = toDouble(g), bd = toDouble(b);
+    DVec fdx = finiteDifferences([&](const DVec &v) { return loss(v, gd, bd); },
+                                 xd, allIndices(x.size()));
+    DVec fdg = finiteDifferences([&](const DVec &v) { return loss(xd, v, bd); },
+                                 gd, allIndices(g.size()));
+    DVec fdb = finiteDifferences([&](const DVec &v) { return loss(xd, gd, v); },
+                                 bd, allIndices(b.size()));
+    Vec dx(x.size());
+    // beta = 1 accumulates onto the old dgamma / dbeta.
+    Vec dg0 = random(static_cast<size_t>(cols)),
+        db0 = random(static_cast<size_t>(cols));
+    for (float beta : {0.0f, 1.0f}) {
+      Vec dg = dg0, db = db0;
+      ASSERT_TRUE(backend
+                      ->layerNormGrad(x.data(), g.data(), w.data(), dx.data(),
+                                      dg.data(), db.data(), rows, cols,
+                                      float(eps), beta)
+                      .ok());
+      DVec refg = fdg, refb = fdb;
+      for (size_t j = 0; j < size_t(cols); ++j) {
+        refg[j] += beta * dg0[j];
+        refb[j] += beta * db0[j];
+      }
+      std::string shape = std::to_string(rows) + "x" + std::to_string(cols) +
+                          " beta " + std::to_string(beta);
+      expectClose(dx, fdx, 1e-4, "dX " + shape);
+      expectClose(dg, refg, 1e-4, "dgamma " + shape);
+      expectClose(db, refb, 1e-4, "dbeta " + shape);
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Embeddings
+//===----------------------------------------------------------------------===//
+
+TEST_F(TransformerKernelsTest, EmbeddingShardsSumToUnshardedLookup) {
+  const int64_t V = 10, H = 7, rows = 12;
+  auto table = random(size_t(V * H));
+  std::vector<int32_t> ids(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r)
+    ids[size_t(r)] = int32_t((r * 7 + 3) % V);
+  Vec y(size_t(rows * H));
+  ASSERT_TRUE(
+      backend->embedding(ids.data(), table.data(), y.data(), rows, V, H, 0, V)
+          .ok());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < H; ++j)
+      ASSERT_EQ(y[size_t(r * H + j)], table[size_t(ids[size_t(r)] * H + j)]);
+  // Two shards of Vl = 5 rows: each looks up its own ids and zeros the
+  // others; the sum (the tp all-reduce) is the full lookup.
+  const int64_t Vl = V / 2;
+  Vec sum(y.size(), 0.0f);
+  for (int shard = 0; shard < 2; ++shard) {
+    Vec part(y.size(), 123.0f); // overwritten, never read
+    ASSERT_TRUE(backend
+                    ->embedding(ids.data(), table.data() + shard * Vl * H,
+                                part.data(), rows, Vl, H, shard * Vl, V)
+                    .ok());
+    for (int64_t r = 0; r < rows; ++r) {
+      bool mine = ids[size_t(r)] / Vl == shard;
+      for (int64_t j = 0; j < H; ++j) {
+        if (!mine)
+          ASSERT_EQ(part[size_t(r * H + j)], 0.0f);
+        sum[size_t(r * H + j)] += part[size_t(r * H + j)];
+      }
+    }
+  }
+  EXPECT_EQ(sum, y);
+}
+
+TEST_F(TransformerKernelsTest, EmbeddingRejectsOutOfRangeIds) {
+  const int64_t V = 257, H = 3, rows = 20;
+  Vec table(size_t(V * H)), y(size_t(rows * H));
+  std::vector<int32_t> ids(size_t(rows), 5);
+  ids[17] = 300;
+  Status st =
+      backend->embedding(ids.data(), table.data(), y.data(), rows, V, H, 0, V);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.getCode(), StatusCode::OutOfRange);
+  EXPECT_NE(st.message().find("vocabulary id 300 at row 17 is out of range "
+                              "for vocabulary size 257"),
+            std::string::npos)
+      << st.message();
+  ids[17] = -1;
+  st = backend->embedding(ids.data(), table.data(), y.data(), rows, V, H, 0, V);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("vocabulary id -1 at row 17"), std::string::npos)
+      << st.message();
+  // An id of another shard is not an error, an id >= vocab_size is, even
+  // when it would fall into this shard's (padded) rows.
+  ids[17] = 256;
+  EXPECT_TRUE(
+      backend->embedding(ids.data(), table.data(), y.data(), rows, 128, H, 0, V)
+          .ok());
+  ids[17] = 257;
+  EXPECT_FALSE(
+      backend->embedding(ids.data(), table.data(), y.data(), rows, 260, H, 0, V)
+          .ok());
+}
+
+TEST_F(TransformerKernelsTest, EmbeddingGradScatterAddsAndAccumulates) {
+  const int64_t V = 9, H = 5, rows = 14;
+  std::vector<int32_t> ids(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r)
+    ids[size_t(r)] = int32_t((r * r + 1) % V); // repeated ids
+  auto dy = random(size_t(rows * H));
+  auto old = random(size_t(V * H));
+  for (float beta : {0.0f, 1.0f}) {
+    DVec ref(old.size());
+    for (size_t i = 0; i < ref.size(); ++i)
+      ref[i] = beta * old[i];
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < H; ++j)
+        ref[size_t(ids[size_t(r)] * H + j)] += dy[size_t(r * H + j)];
+    Vec dt = old;
+    ASSERT_TRUE(backend
+                    ->embeddingGrad(ids.data(), dy.data(), dt.data(), rows, V,
+                                    H, 0, beta)
+                    .ok());
+    expectClose(dt, ref, 1e-6, "unsharded beta " + std::to_string(beta));
+    // Shards [0, 4) and [4, 8) + padding row 8 (a shard of 5 rows holding
+    // ids 4..8): concatenated they equal the unsharded gradient.
+    const int64_t Vl = 5;
+    Vec padded(size_t(2 * Vl * H), 0.0f);
+    std::copy(old.begin(), old.end(), padded.begin());
+    Vec shards = padded;
+    for (int shard = 0; shard < 2; ++shard)
+      ASSERT_TRUE(backend
+                      ->embeddingGrad(ids.data(), dy.data(),
+                                      shards.data() + shard * Vl * H, rows, Vl,
+                                      H, shard * Vl, beta)
+                      .ok());
+    shards.resize(size_t(V * H));
+    expectClose(shards, ref, 1e-6, "sharded beta " + std::to_string(beta));
+  }
+}
+
+TEST_F(TransformerKernelsTest, PositionEmbeddingAndGrad) {
+  for (auto [S, B, H, P] :
+       {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 1, 3, 1},
+        {1, 3, 5, 4},
+        {6, 2, 7, 9}}) {
+    auto x = random(size_t(S * B * H)), pos = random(size_t(P * H));
+    Vec y(x.size());
+    ASSERT_TRUE(
+        backend->addPositionEmbedding(x.data(), pos.data(), y.data(), S, B, H)
+            .ok());
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t j = 0; j < H; ++j)
+          ASSERT_EQ(y[size_t((s * B + b) * H + j)],
+                    x[size_t((s * B + b) * H + j)] + pos[size_t(s * H + j)]);
+    // In place (Y aliases X).
+    Vec inplace = x;
+    ASSERT_TRUE(backend
+                    ->addPositionEmbedding(inplace.data(), pos.data(),
+                                           inplace.data(), S, B, H)
+                    .ok());
+    EXPECT_EQ(inplace, y);
+    auto dy = random(x.size());
+    auto old = random(pos.size());
+    for (float beta : {0.0f, 1.0f}) {
+      DVec ref(pos.size());
+      for (size_t i = 0; i < ref.size(); ++i)
+        ref[i] = beta * old[i]; // rows s >= S keep beta * dP
+      for (int64_t s = 0; s < S; ++s)
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t j = 0; j < H; ++j)
+            ref[size_t(s * H + j)] += dy[size_t((s * B + b) * H + j)];
+      Vec dp = old;
+      ASSERT_TRUE(
+          backend->positionEmbeddingGrad(dy.data(), dp.data(), S, B, H, P, beta)
+              .ok());
+      expectClose(dp, ref, 1e-6, "dP beta " + std::to_string(beta));
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Attention
+//===----------------------------------------------------------------------===//
+
+namespace {
+struct AttnShape {
+  int64_t S, B, A, D;
+};
+const AttnShape kAttnShapes[] = {{1, 1, 1, 4},  {1, 3, 2, 3},  {5, 2, 3, 7},
+                                 {9, 3, 1, 16}, {70, 2, 2, 5}, {130, 1, 1, 3}};
+} // namespace
+
+TEST_F(TransformerKernelsTest, AttentionMatchesReference) {
+  for (const AttnShape &sh : kAttnShapes)
+    for (bool causal : {true, false}) {
+      auto qkv = random(size_t(sh.S * sh.B * sh.A * 3 * sh.D), 1.5f);
+      Vec o(size_t(sh.S * sh.B * sh.A * sh.D), 99.0f);
+      ASSERT_TRUE(
+          backend
+              ->attention(qkv.data(), o.data(), sh.S, sh.B, sh.A, sh.D, causal)
+              .ok());
+      expectClose(
+          o, refAttention(toDouble(qkv), sh.S, sh.B, sh.A, sh.D, causal), 2e-5,
+          "S=" + std::to_string(sh.S) + " B=" + std::to_string(sh.B) +
+              " A=" + std::to_string(sh.A) + " D=" + std::to_string(sh.D) +
+              " causal=" + std::to_string(causal));
+    }
+}
+
+TEST_F(TransformerKernelsTest, AttentionCausalMaskIgnoresTheFuture) {
+  const int64_t S = 6, B = 2, A = 2, D = 3;
+  auto qkv = random(size_t(S * B * A * 3 * D));
+  Vec o(size_t(S * B * A * D)), o2 = o;
+  ASSERT_TRUE(backend->attention(qkv.data(), o.data(), S, B, A, D, true).ok());
+  auto changed = qkv;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t f = 0; f < A * 3 * D; ++f)
+      changed[size_t(((S - 1) * B + b) * A * 3 * D + f)] += 5.0f;
+  ASSERT_TRUE(
+      backend->attention(changed.data(), o2.data(), S, B, A, D, true).ok());
+  for (size_t i = 0; i < size_t((S - 1) * B * A * D); ++i)
+    ASSERT_EQ(o[i], o2[i]) << "position " << i / size_t(B * A * D);
+}
+
+TEST_F(TransformerKernelsTest, AttentionGradVsFiniteDifferences) {
+  for (const AttnShape &sh : kAttnShapes)
+    for (bool causal : {true, false}) {
+      size_t n = size_t(sh.S * sh.B * sh.A * 3 * sh.D);
+      auto qkv = random(n);
+      auto w = random(size_t(sh.S * sh.B * sh.A * sh.D));
+      Vec dqkv(n, 77.0f);
+      ASSERT_TRUE(backend
+                      ->attentionGrad(qkv.data(), w.data(), dqkv.data(), sh.S,
+                                      sh.B, sh.A, sh.D, causal)
+                      .ok());
+      // Checks all elements of the small shapes, 150 of the large ones.
+      std::vector<size_t> which = allIndices(n);
+      if (n > 400) {
+        std::shuffle(which.begin(), which.end(), gen);
+        which.resize(150);
+      }
+      DVec fd = finiteDifferences(
+          [&](const DVec &v) {
+            return dot(refAttention(v, sh.S, sh.B, sh.A, sh.D, causal), w);
+          },
+          toDouble(qkv), which);
+      std::string what =
+          "S=" + std::to_string(sh.S) + " B=" + std::to_string(sh.B) +
+          " A=" + std::to_string(sh.A) + " D=" + std::to_string(sh.D) +
+          " causal=" + std::to_string(causal);
+      for (size_t i : which)
+        ASSERT_NEAR(dqkv[i], fd[i], 2e-4 * (1 + std::fabs(fd[i])))
+            << what << " element " << i;
+    }
+}
+
+//===----------------------------------------------------------------------===//
+// Vocabulary-parallel cross-entropy and token mean
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// Runs LogitsMax, CrossEntropyStats, CrossEntropyFromStats and TokenMean
+/// (and the backward) on `shards` column blocks of Z, combining the per-shard
+/// m (max), se and pl (sum) as the tp all-reduces would. Returns the loss;
+/// dz gets the concatenated gradient of the loss.
+float shardedCE(Backend &be, const Vec &z, const std::vector<int32_t> &t,
+                int64_t rows, int64_t cols, int shards, int64_t ignore, Vec &dz,
+                Status &status) {
+  const int64_t Vl = cols / shards;
+  std::vector<Vec> zs(static_cast<size_t>(shards));
+  for (int s = 0; s < shards; ++s) {
+    zs[size_t(s)].resize(size_t(rows * Vl));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < Vl; ++j)
+        zs[size_t(s)][size_t(r * Vl + j)] = z[size_t(r * cols + s * Vl + j)];
+  }
+  Vec m(size_t(rows), -INFINITY), se(size_t(rows), 0.0f),
+      pl(size_t(rows), 0.0f), l(static_cast<size_t>(rows)),
+      part(static_cast<size_t>(rows)), se1(static_cast<size_t>(rows)),
+      pl1(static_cast<size_t>(rows));
+  auto check = [&](Status st) {
+    if (status.ok() && !st.ok())
+      status = st;
+  };
+  for (int s = 0; s < shards; ++s) {
+    check(be.logitsMax(zs[size_t(s)].data(), part.data(), rows, Vl));
+    for (int64_t r = 0; r < rows; ++r)
+      m[size_t(r)] = std::max(m[size_t(r)], part[size_t(r)]);
+  }
+  for (int s = 0; s < shards; ++s) {
+    check(be.crossEntropyStats(zs[size_t(s)].data(), t.data(), m.data(),
+                               se1.data(), pl1.data(), rows, Vl, s * Vl, cols,
+                               ignore));
+    for (int64_t r = 0; r < rows; ++r) {
+      se[size_t(r)] += se1[size_t(r)];
+      pl[size_t(r)] += pl1[size_t(r)];
+    }
+  }
+  check(be.crossEntropyFromStats(se.data(), pl.data(), m.data(), t.data(),
+                                 l.data(), rows, ignore));
+  float loss = 0.0f, dloss = 1.0f;
+  check(be.tokenMean(l.data(), t.data(), &loss, rows, ignore));
+  Vec dl(static_cast<size_t>(rows));
+  check(be.tokenMeanGrad(&dloss, t.data(), dl.data(), rows, ignore));
+  dz.assign(size_t(rows * cols), 0.0f);
+  Vec dzs(size_t(rows * Vl));
+  for (int s = 0; s < shards; ++s) {
+    check(be.crossEntropyStatsGrad(zs[size_t(s)].data(), t.data(), m.data(),
+                                   se.data(), dl.data(), dzs.data(), rows, Vl,
+                                   s * Vl, cols, ignore));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < Vl; ++j)
+        dz[size_t(r * cols + s * Vl + j)] = dzs[size_t(r * Vl + j)];
+  }
+  return loss;
+}
+} // namespace
+
+TEST_F(TransformerKernelsTest, CrossEntropyStatsMatchReferenceAndShard) {
+  const int64_t rows = 7, cols = 12, ignore = -100;
+  auto z = random(size_t(rows * cols), 3.0f);
+  z[5] = 60.0f; // large logit: the global max keeps exp finite
+  std::vector<int32_t> t = {3, 0, 11, -100, 6, 5, 7};
+  DVec zd = toDouble(z);
+  double ref = refTokenMeanCE(zd, t, rows, cols, ignore);
+  DVec fd = finiteDifferences(
+      [&](const DVec &v) { return refTokenMeanCE(v, t, rows, cols, ignore); },
+      zd, allIndices(z.size()), 1e-4);
+  Vec dz1, dz2, dz3;
+  Status st;
+  float l1 = shardedCE(*backend, z, t, rows, cols, 1, ignore, dz1, st);
+  float l2 = shardedCE(*backend, z, t, rows, cols, 2, ignore, dz2, st);
+  float l3 = shardedCE(*backend, z, t, rows, cols, 3, ignore, dz3, st);
+  ASSERT_TRUE(st.ok()) << st.toString();
+  EXPECT_NEAR(l1, ref, 1e-5 * (1 + ref));
+  EXPECT_NEAR(l2, l1, 1e-5 * (1 + ref));
+  EXPECT_NEAR(l3, l1, 1e-5 * (1 + ref));
+  expectClose(dz1, fd, 1e-4, "dZ unsharded");
+  expectClose(dz2, toDouble(dz1), 1e-6, "dZ two shards");
+  expectClose(dz3, toDouble(dz1), 1e-6, "dZ three shards");
+  // The ignored row has no loss and no gradient.
+  for (int64_t j = 0; j < cols; ++j)
+    EXPECT_EQ(dz2[size_t(3 * cols + j)], 0.0f);
+  // Same as the old single-kernel CrossEntropy when nothing is ignored.
+  std::vector<int32_t> all = {3, 0, 11, 1, 6, 5, 7};
+  Vec lossOld(static_cast<size_t>(rows));
+  ASSERT_TRUE(
+      backend->crossEntropy(z.data(), all.data(), lossOld.data(), rows, cols)
+          .ok());
+  double meanOld = 0;
+  for (float v : lossOld)
+    meanOld += v / double(rows);
+  Vec dzAll;
+  float lAll = shardedCE(*backend, z, all, rows, cols, 2, ignore, dzAll, st);
+  ASSERT_TRUE(st.ok());
+  EXPECT_NEAR(lAll, meanOld, 1e-5 * (1 + meanOld));
+}
+
+TEST_F(TransformerKernelsTest, CrossEntropyStatsHandleIgnoreIndexAndLabels) {
+  const int64_t rows = 3, cols = 4;
+  auto z = random(size_t(rows * cols));
+  Vec m(static_cast<size_t>(rows)), se(static_cast<size_t>(rows)),
+      pl(size_t(rows), 5.0f), l(static_cast<size_t>(rows));
+  ASSERT_TRUE(backend->logitsMax(z.data(), m.data(), rows, cols).ok());
+  for (int64_t r = 0; r < rows; ++r)
+    EXPECT_EQ(m[size_t(r)], *std::max_element(z.begin() + r * cols,
+                                              z.begin() + (r + 1) * cols));
+  // A non-default ignore_index, labels of another shard (pl = 0).
+  std::vector<int32_t> t = {7, 1, 6};
+  ASSERT_TRUE(backend
+                  ->crossEntropyStats(z.data(), t.data(), m.data(), se.data(),
+                                      pl.data(), rows, cols, 4, 8, 1)
+                  .ok());
+  EXPECT_EQ(pl[0], z[size_t(0 * cols + 3)]);
+  EXPECT_EQ(pl[1], 0.0f); // ignored
+  EXPECT_EQ(pl[2], z[size_t(2 * cols + 2)]);
+  ASSERT_TRUE(backend
+                  ->crossEntropyFromStats(se.data(), pl.data(), m.data(),
+                                          t.data(), l.data(), rows, 1)
+                  .ok());
+  EXPECT_EQ(l[1], 0.0f);
+  // Labels outside [0, classes) that are not ignore_index are errors.
+  std::vector<int32_t> bad = {7, 8, 6};
+  Status st =
+      backend->crossEntropyStats(z.data(), bad.data(), m.data(), se.data(),
+                                 pl.data(), rows, cols, 4, 8, -100);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("label 8 at row 1"), std::string::npos)
+      << st.message();
+  // Token mean over no valid row is 0 with a zero gradient.
+  std::vector<int32_t> none = {-100, -100, -100};
+  float y = 3.0f, dy = 1.0f;
+  ASSERT_TRUE(backend->tokenMean(l.data(), none.data(), &y, rows, -100).ok());
+  EXPECT_EQ(y, 0.0f);
+  Vec dl(size_t(rows), 9.0f);
+  ASSERT_TRUE(
+      backend->tokenMeanGrad(&dy, none.data(), dl.data(), rows, -100).ok());
+  for (float v : dl)
+    EXPECT_EQ(v, 0.0f);
+  std::vector<int32_t> some = {-100, 2, 3};
+  Vec lv = {100.0f, 1.0f, 2.0f};
+  ASSERT_TRUE(backend->tokenMean(lv.data(), some.data(), &y, rows, -100).ok());
+  EXPECT_FLOAT_EQ(y, 1.5f);
+  dy = 3.0f;
+  ASSERT_TRUE(
+      backend->tokenMeanGrad(&dy, some.data(), dl.data(), rows, -100).ok());
+  EXPECT_EQ(dl, (Vec{0.0f, 1.5f, 1.5f}));
+}
+
+//===----------------------------------------------------------------------===//
+// Through the loader and the executor
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+using K = fb::BufferKind;
+using O = fb::Opcode;
+
+InstrDesc op(O code, std::vector<RefDesc> operands, const std::string &loc,
+             std::vector<int64_t> iattrs = {}, std::vector<float> fattrs = {},
+             float beta = 0.0f) {
+  InstrDesc in = instr(code, std::move(operands), loc);
+  in.iattrs = std::move(iattrs);
+  in.fattrs = std::move(fattrs);
+  in.beta = beta;
+  return in;
+}
+
+ArtifactDesc singleRank() {
+  ArtifactDesc a;
+  a.mesh = {{"tp", 1}, {"dp", 1}};
+  a.groups = {{"tp", {0}}, {"dp", {0}}};
+  return a;
+}
+
+StatusOr<std::shared_ptr<const LoadedArtifact>>
+load(const ArtifactDesc &desc, const std::string &name = "mem.tsr") {
+  return LoadedArtifact::loadFromMemory(buildFile(buildPayload(desc)), name);
+}
+
+std::unique_ptr<Executor> makeExecutor(const ArtifactDesc &desc, int rank = 0,
+                                       uint64_t seed = 1234) {
+  auto loaded = load(desc);
+  EXPECT_TRUE(loaded.ok()) << loaded.status().toString();
+  if (!loaded.ok())
+    return nullptr;
+  EXPECT_TRUE(Executor::validate(**loaded).ok());
+  auto backend = BackendRegistry::global().create("cpu", {});
+  ExecutorOptions options;
+  options.seed = seed;
+  auto ex = Executor::create(*loaded, std::move(*backend), CommunicatorSet(),
+                             rank, options);
+  EXPECT_TRUE(ex.ok()) << ex.status().toString();
+  if (!ex.ok())
+    return nullptr;
+  Status st = (*ex)->initializeParameters();
+  EXPECT_TRUE(st.ok()) << st.toString();
+  return std::move(*ex);
+}
+
+/// A program of one Embedding: ids [S, B] -> Y [S, B, H] from T [Vl, H].
+ArtifactDesc embeddingProgram(int64_t S, int64_t B, int64_t Vl, int64_t H,
+                              int64_t vocab, const std::string &group = "") {
+  ArtifactDesc a = singleRank();
+  ProgramDesc p;
+  int t = p.add("wte", K::Param, {Vl, H}, fb::DType::F32, fb::InitKind::Normal,
+                1.0f);
+  int ids = p.add("tokens", K::Input, {S, B}, fb::DType::I32);
+  int y = p.add("y", K::Input, {S, B, H});
+  InstrDesc e =
+      op(O::Embedding, {p.ref(ids), p.ref(t), p.ref(y)}, "gpt.wte", {vocab});
+  e.group = group;
+  p.function("microbatch").push_back(e);
+  a.programs.push_back(p);
+  return a;
+}
+
+} // namespace
+
+TEST(TransformerExecutorTest, OutOfRangeTokenIdFailsWithLocAndRow) {
+  auto ex = embeddingProgram(10, 2, 257, 4, 257);
+  auto e = makeExecutor(ex);
+  ASSERT_TRUE(e);
+  std::vector<int32_t> ids(20, 1);
+  ids[17] = 300;
+  ASSERT_TRUE(e->writeBuffer("tokens", ids.data(), 80).ok());
+  Status st = e->runFunction("microbatch");
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.getCode(), StatusCode::OutOfRange);
+  for (const char *needle :
+       {"vocabulary id 300 at row 17 is out of range for vocabulary size 257",
+        "Embedding at gpt.wte", "function 'microbatch'", "mem.tsr"})
+    EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
+  ids[17] = 256;
+  ASSERT_TRUE(e->writeBuffer("tokens", ids.data(), 80).ok());
+  EXPECT_TRUE(e->runFunction("microbatch").ok());
+}
+
+TEST(TransformerExecutorTest, VocabOffsetComesFromTheRankInItsGroup) {
+  // world 2 = tp 2; the "tp" group is not a collective here, so no
+  // communicator is needed; rank 1 holds ids [4, 8).
+  const int64_t S = 3, B = 2, Vl = 4, H = 2;
+  ArtifactDesc a = embeddingProgram(S, B, Vl, H, 7, "tp");
+  a.worldSize = 2;
+  a.mesh = {{"tp", 2}};
+  a.groups = {{"tp", {0, 1}}};
+  auto loaded = load(a);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+  EXPECT_TRUE(Executor::validate(**loaded).ok());
+  EXPECT_TRUE(collectiveGroupKinds(*(*loaded)->root()).empty());
+  std::vector<int32_t> ids = {0, 3, 4, 6, 5, 1};
+  for (int rank : {0, 1}) {
+    auto ex = Executor::create(
+        *loaded, std::move(*BackendRegistry::global().create("cpu", {})),
+        CommunicatorSet(), rank);
+    ASSERT_TRUE(ex.ok()) << ex.status().toString();
+    Vec table(size_t(Vl * H));
+    for (size_t i = 0; i < table.size(); ++i)
+      table[i] = float(100 * rank + int(i));
+    ASSERT_TRUE((*ex)->writeBuffer("wte", table.data(), 4 * Vl * H).ok());
+    ASSERT_TRUE((*ex)->writeBuffer("tokens", ids.data(), 4 * S * B).ok());
+    ASSERT_TRUE((*ex)->runFunction("microbatch").ok());
+    Vec y = *(*ex)->readFloatBuffer("y");
+    for (size_t r = 0; r < ids.size(); ++r) {
+      int64_t local = ids[r] - rank * Vl;
+      for (int64_t j = 0; j < H; ++j)
+        EXPECT_EQ(y[r * size_t(H) + size_t(j)],
+                  local >= 0 && local < Vl ? table[size_t(local * H + j)]
+                                           : 0.0f)
+            << "rank " << rank << " row " << r;
+    }
+  }
+  // vocab_size 9 > 2 shards x 4 rows.
+  ArtifactDesc big = a;
+  big.programs[0].function("microbatch")[0].iattrs = {9};
+  auto bigLoaded = load(big);
+  ASSERT_TRUE(bigLoaded.ok());
+  Status st = Executor::validate(**bigLoaded);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("vocab_size 9 exceeds"), std::string::npos)
+      << st.message();
+}
+
+TEST(TransformerExecutorTest, LoaderAndDecoderRejectBadInstructions) {
+  struct Case {
+    std::function<void(ProgramDesc &, std::vector<InstrDesc> &)> build;
+    const char *needle;
+    bool atLoad; // rejected by the loader (else by Executor::validate)
+  };
+  auto f32 = [](ProgramDesc &p, std::vector<int64_t> shape) {
+    return p.scratch(std::move(shape));
+  };
+  auto i32 = [](ProgramDesc &p, std::vector<int64_t> shape) {
+    return p.scratch(std::move(shape), fb::DType::I32);
+  };
+  std::vector<Case> cases = {
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         f.push_back(op(O::Attention, {f32(p, {4, 2, 36}), f32(p, {4, 2, 12})},
+                        "attn.bad-heads", {5, 1}));
+       },
+       "not divisible by 3 * num_heads (5)", false},
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         f.push_back(op(O::Attention, {f32(p, {4, 2, 36}), f32(p, {4, 2, 10})},
+                        "attn.bad-out", {2, 1}));
+       },
+       "must be [S, B, 3 * 10]", false},
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         f.push_back(op(O::Attention, {f32(p, {4, 2, 36}), f32(p, {4, 2, 12})},
+                        "attn.iattrs", {2}));
+       },
+       "Attention expects 2 iattrs, got 1", true},
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         f.push_back(op(
+             O::LayerNorm,
+             {f32(p, {3, 2, 8}), f32(p, {7}), f32(p, {8}), f32(p, {3, 2, 8})},
+             "ln.gamma", {}, {1e-5f}));
+       },
+       "gamma (operand 1) F32[7] must have 8 elements", false},
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         f.push_back(
+             op(O::LayerNorm,
+                {f32(p, {3, 8}), f32(p, {8}), f32(p, {8}), f32(p, {3, 8})},
+                "ln.eps"));
+       },
+       "LayerNorm needs fattrs = [eps]", true},
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         f.push_back(op(O::Embedding,
+                        {i32(p, {3, 2}), f32(p, {10, 4}), f32(p, {3, 3, 4})},
+                        "emb.rows", {10}));
+       },
+       "must have one id per row", false},
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         f.push_back(op(O::Embedding,
+                        {f32(p, {3, 2}), f32(p, {10, 4}), f32(p, {3, 2, 4})},
+                        "emb.dtype", {10}));
+       },
+       "ids (operand 0) must be i32", false},
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         f.push_back(op(O::Embedding,
+                        {i32(p, {3, 2}), f32(p, {10, 5}), f32(p, {3, 2, 4})},
+                        "emb.hidden", {10}));
+       },
+       "must have the same last dimension", false},
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         InstrDesc e = op(O::Embedding,
+                          {i32(p, {3, 2}), f32(p, {10, 4}), f32(p, {3, 2, 4})},
+                          "emb.group", {10});
+         e.group = "vocab";
+         f.push_back(e);
+       },
+       "group kind 'vocab' but the artifact has no rank groups", true},
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         f.push_back(op(O::CrossEntropyStats,
+                        {f32(p, {6, 10}), i32(p, {6}), f32(p, {6}), f32(p, {5}),
+                         f32(p, {6})},
+                        "ce.stats", {-100}));
+       },
+       "se (operand 3) F32[5] must have 6 elements", false},
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         f.push_back(op(O::AddPositionEmbedding,
+                        {f32(p, {6, 2, 4}), f32(p, {5, 4}), f32(p, {6, 2, 4})},
+                        "wpe.rows"));
+       },
+       "at least 6 rows", false},
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         f.push_back(op(O::TokenMean, {f32(p, {6}), i32(p, {6}), f32(p, {2})},
+                        "token.mean", {-100}));
+       },
+       "y (operand 2) F32[2] must have 1 elements", false},
+  };
+  for (const Case &c : cases) {
+    ArtifactDesc a = singleRank();
+    ProgramDesc p;
+    std::vector<InstrDesc> fn;
+    c.build(p, fn);
+    p.function("microbatch") = fn;
+    a.programs.push_back(p);
+    std::string loc = fn[0].loc;
+    auto loaded = load(a);
+    Status st = loaded.ok() ? Executor::validate(**loaded) : loaded.status();
+    ASSERT_FALSE(st.ok()) << loc;
+    EXPECT_EQ(!loaded.ok(), c.atLoad) << loc << ": " << st.message();
+    EXPECT_NE(st.message().find(c.needle), std::string::npos)
+        << loc << ": " << st.message();
+    EXPECT_NE(st.message().find(loc), std::string::npos) << st.message();
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// A one-layer transformer language model
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+constexpr int64_t kS = 6, kB = 2, kH = 8, kA = 2, kV = 11, kP = 8;
+constexpr int64_t kIgnore = -100;
+
+/// Embedding + learned positions, pre-LN attention block with residual,
+/// final LayerNorm and an LM head tied to the embedding, vocab-parallel
+/// cross-entropy (over a one-rank "tp" group) averaged over tokens, trained
+/// with Adam.
+ArtifactDesc tinyTransformer(float lr) {
+  ArtifactDesc a = singleRank();
+  a.lr = lr;
+  ProgramDesc p;
+  const auto N = fb::InitKind::Normal;
+  const auto F = fb::DType::F32;
+  struct Param {
+    std::string name;
+    std::vector<int64_t> shape;
+    fb::InitKind init;
+    float scale;
+  };
+  std::vector<Param> params = {{"wte", {kV, kH}, N, 0.2f},
+                               {"wpe", {kP, kH}, N, 0.1f},
+                               {"ln1.g", {kH}, fb::InitKind::Ones, 0},
+                               {"ln1.b", {kH}, fb::InitKind::Zeros, 0},
+                               {"qkv.w", {kH, 3 * kH}, N, 0.3f},
+                               {"proj.w", {kH, kH}, N, 0.3f},
+                               {"ln2.g", {kH}, fb::InitKind::Ones, 0},
+                               {"ln2.b", {kH}, fb::InitKind::Zeros, 0}};
+  std::map<std::string, int> P, G;
+  std::vector<std::tuple<int, int, int, int>> adam;
+  for (const Param &q : params)
+    P[q.name] = p.add(q.name, K::Param, q.shape, F, q.init, q.scale);
+  for (const Param &q : params)
+    G[q.name] = p.add("grad:" + q.name, K::Grad, q.shape, F,
+                      fb::InitKind::Zeros, 0.0f, P[q.name]);
+  for (const Param &q : params) {
+    int m = p.add("adam.m:" + q.name, K::OptState, q.shape, F,
+                  fb::InitKind::Zeros, 0.0f, P[q.name]);
+    int v = p.add("adam.v:" + q.name, K::OptState, q.shape, F,
+                  fb::InitKind::Zeros, 0.0f, P[q.name]);
+    adam.push_back({P[q.name], G[q.name], m, v});
+  }
+  int it = p.add("iteration", K::Iteration, {}, fb::DType::I64);
+  int loss = p.add("loss", K::Loss, {});
+  int tokens = p.add("tokens", K::Input, {kS, kB}, fb::DType::I32);
+  int labels = p.add("labels", K::Input, {kS, kB}, fb::DType::I32);
+  p.lossBuffer = loss;
+  p.iterationBuffer = it;
+  // No InputSpecs: the test writes the token buffers itself.
+  auto r = [&](const std::string &name) { return p.ref(P[name]); };
+  auto g = [&](const std::string &name) { return p.ref(G[name]); };
+  RefDesc ids = p.ref(tokens), tgt = p.ref(labels);
+  RefDesc e = p.scratch({kS, kB, kH}), x0 = p.scratch({kS, kB, kH}),
+          h1 = p.scratch({kS, kB, kH}), qkv = p.scratch({kS, kB, 3 * kH}),
+          ctx = p.scratch({kS, kB, kH}), att = p.scratch({kS, kB, kH}),
+          x1 = p.scratch({kS, kB, kH}), h2 = p.scratch({kS, kB, kH}),
+          z = p.scratch({kS, kB, kV}), m = p.scratch({kS, kB}),
+          se = p.scratch({kS, kB}), pl = p.scratch({kS, kB}),
+          l = p.scratch({kS, kB}), dloss = p.scratch({}),
+          dl = p.scratch({kS, kB}), dz = p.scratch({kS, kB, kV}),
+          dh2 = p.scratch({kS, kB, kH}), dx1 = p.scratch({kS, kB, kH}),
+          dctx = p.scratch({kS, kB, kH}), dqkv = p.scratch({kS, kB, 3 * kH}),
+          dh1 = p.scratch({kS, kB, kH}), dx0ln = p.scratch({kS, kB, kH}),
+          dx0 = p.scratch({kS, kB, kH});
+  const std::vector<float> eps = {1e-5f};
+  auto &f = p.function("microbatch");
+  auto gemm = [&](RefDesc A, RefDesc B, RefDesc C, bool ta, bool tb, float beta,
+                  const std::string &loc) {
+    InstrDesc in = op(O::Gemm, {A, B, C}, loc);
+    in.transA = ta;
+    in.transB = tb;
+    in.beta = beta;
+    return in;
+  };
+  InstrDesc emb = op(O::Embedding, {ids, r("wte"), e}, "wte", {kV});
+  emb.group = "tp";
+  f.push_back(emb);
+  f.push_back(op(O::AddPositionEmbedding, {e, r("wpe"), x0}, "wpe"));
+  f.push_back(
+      op(O::LayerNorm, {x0, r("ln1.g"), r("ln1.b"), h1}, "ln1", {}, eps));
+  f.push_back(gemm(h1, r("qkv.w"), qkv, false, false, 0.0f, "qkv"));
+  f.push_back(op(O::Attention, {qkv, ctx}, "attn", {kA, 1}));
+  f.push_back(gemm(ctx, r("proj.w"), att, false, false, 0.0f, "proj"));
+  f.push_back(op(O::Add, {x0, att, x1}, "residual"));
+  f.push_back(
+      op(O::LayerNorm, {x1, r("ln2.g"), r("ln2.b"), h2}, "ln2", {}, eps));
+  f.push_back(gemm(h2, r("wte"), z, false, true, 0.0f, "lm_head"));
+  f.push_back(op(O::LogitsMax, {z, m}, "ce.max"));
+  // (an AllReduce Max / Sum over tp would follow each of these with tp > 1)
+  InstrDesc stats =
+      op(O::CrossEntropyStats, {z, tgt, m, se, pl}, "ce.stats", {kIgnore});
+  stats.group = "tp";
+  f.push_back(stats);
+  f.push_back(
+      op(O::CrossEntropyFromStats, {se, pl, m, tgt, l}, "ce.loss", {kIgnore}));
+  f.push_back(op(O::TokenMean, {l, tgt, p.ref(loss)}, "ce.mean", {kIgnore}));
+  // Backward.
+  f.push_back(op(O::Fill, {dloss}, "seed", {}, {1.0f}));
+  f.push_back(
+      op(O::TokenMeanGrad, {dloss, tgt, dl}, "ce.mean.grad", {kIgnore}));
+  InstrDesc statsGrad = op(O::CrossEntropyStatsGrad, {z, tgt, m, se, dl, dz},
+                           "ce.grad", {kIgnore});
+  statsGrad.group = "tp";
+  f.push_back(statsGrad);
+  f.push_back(gemm(dz, r("wte"), dh2, false, false, 0.0f, "lm_head.dx"));
+  f.push_back(gemm(dz, h2, g("wte"), true, false, 1.0f, "lm_head.dw"));
+  f.push_back(op(O::LayerNormGrad,
+                 {x1, r("ln2.g"), dh2, dx1, g("ln2.g"), g("ln2.b")}, "ln2.grad",
+                 {}, eps, 1.0f));
+  f.push_back(gemm(dx1, r("proj.w"), dctx, false, true, 0.0f, "proj.dx"));
+  f.push_back(gemm(ctx, dx1, g("proj.w"), true, false, 1.0f, "proj.dw"));
+  f.push_back(op(O::AttentionGrad, {qkv, dctx, dqkv}, "attn.grad", {kA, 1}));
+  f.push_back(gemm(dqkv, r("qkv.w"), dh1, false, true, 0.0f, "qkv.dx"));
+  f.push_back(gemm(h1, dqkv, g("qkv.w"), true, false, 1.0f, "qkv.dw"));
+  f.push_back(op(O::LayerNormGrad,
+                 {x0, r("ln1.g"), dh1, dx0ln, g("ln1.g"), g("ln1.b")},
+                 "ln1.grad", {}, eps, 1.0f));
+  f.push_back(op(O::Add, {dx1, dx0ln, dx0}, "residual.grad"));
+  f.push_back(
+      op(O::PositionEmbeddingGrad, {dx0, g("wpe")}, "wpe.grad", {}, {}, 1.0f));
+  InstrDesc embGrad =
+      op(O::EmbeddingGrad, {ids, dx0, g("wte")}, "wte.grad", {}, {}, 1.0f);
+  embGrad.group = "tp";
+  f.push_back(embGrad);
+
+  auto &step = p.function("step");
+  for (auto [pp, gg, mm, vv] : adam)
+    step.push_back(op(O::Adam,
+                      {p.ref(pp), p.ref(gg), p.ref(mm), p.ref(vv), p.ref(it)},
+                      "adam", {}, {lr, 0.9f, 0.999f, 1e-8f, 0.0f}));
+  for (auto [pp, gg, mm, vv] : adam)
+    step.push_back(op(O::Fill, {p.ref(gg)}, "zero-grad", {}, {0.0f}));
+  a.programs.push_back(std::move(p));
+  return a;
+}
+
+void writeTokens(Executor &ex) {
+  // A fixed sequence per batch column; labels are the next tokens, with one
+  // ignored position.
+  std::vector<int32_t> tokens(size_t(kS * kB)), labels(tokens.size());
+  for (int64_t s = 0; s < kS; ++s)
+    for (int64_t b = 0; b < kB; ++b) {
+      auto tok = [&](int64_t i) { return int32_t((3 * i + 5 * b + 1) % kV); };
+      tokens[size_t(s * kB + b)] = tok(s);
+      labels[size_t(s * kB + b)] = tok(s + 1);
+    }
+  labels[size_t(2 * kB + 1)] = int32_t(kIgnore);
+  ASSERT_TRUE(
+      ex.writeBuffer("tokens", tokens.data(), int64_t(tokens.size() * 4)).ok());
+  ASSERT_TRUE(
+      ex.writeBuffer("labels", labels.data(), int64_t(labels.size() * 4)).ok());
+}
+
+} // namespace
+
+TEST(TransformerExecutorTest, TinyTransformerLossDecreases) {
+  auto ex = makeExecutor(tinyTransformer(0.02f));
+  ASSERT_TRUE(ex);
+  writeTokens(*ex);
+  std::vector<double> losses;
+  for (int it = 1; it <= 20; ++it) {
+    auto loss = ex->runIteration(it);
+    ASSERT_TRUE(loss.ok()) << loss.status().toString();
+    ASSERT_TRUE(std::isfinite(*loss));
+    losses.push_back(*loss);
+  }
+  // Starts near log(V) and learns the fixed sequences.
+  EXPECT_NEAR(losses[0], std::log(double(kV)), 1.0);
+  std::string curve;
+  for (double l : losses)
+    curve += " " + std::to_string(l);
+  EXPECT_LT(losses[19], 0.5 * losses[0]) << curve;
+  for (int i = 1; i < 20; ++i)
+    EXPECT_LT(losses[size_t(i)], losses[0]) << "iteration " << i + 1;
+}
+
+TEST(TransformerExecutorTest, TinyTransformerGradientsMatchFiniteDifferences) {
+  auto ex = makeExecutor(tinyTransformer(0.0f));
+  ASSERT_TRUE(ex);
+  writeTokens(*ex);
+  ASSERT_TRUE(ex->runFunction("microbatch").ok());
+  const std::vector<std::string> names = {"wte",   "wpe",    "ln1.g", "ln1.b",
+                                          "qkv.w", "proj.w", "ln2.g", "ln2.b"};
+  // Read every gradient before the finite differences run the microbatch
+  // again (which accumulates into the grads).
+  std::map<std::string, Vec> grads;
+  for (const std::string &name : names)
+    grads[name] = *ex->readFloatBuffer("grad:" + name);
+  std::mt19937 gen(3);
+  for (const std::string &name : names) {
+    const Vec &grad = grads[name];
+    auto w = *ex->readFloatBuffer(name);
+    auto lossAt = [&](const Vec &weights) {
+      EXPECT_TRUE(
+          ex->writeBuffer(name, weights.data(), int64_t(weights.size() * 4))
+              .ok());
+      EXPECT_TRUE(ex->runFunction("microbatch").ok());
+      return double((*ex->readFloatBuffer("loss"))[0]);
+    };
+    for (int trial = 0; trial < 8; ++trial) {
+      size_t i = size_t(gen()) % w.size();
+      if (name == "wpe")
+        i %= size_t(kS * kH); // rows >= S get no gradient
+      auto wp = w, wm = w;
+      wp[i] += 1e-2f;
+      wm[i] -= 1e-2f;
+      double fd = (lossAt(wp) - lossAt(wm)) / 2e-2;
+      EXPECT_NEAR(grad[i], fd, 3e-3 + 2e-2 * std::fabs(fd))
+          << name << " element " << i;
+    }
+    lossAt(w);
+    // Rows of the position table past S have zero gradient.
+    if (name == "wpe")
+      for (size_t i = size_t(kS * kH); i < grad.size(); ++i)
+        EXPECT_EQ(grad[i], 0.0f);
+  }
+}

@@ -1,0 +1,31 @@
+// RUN: tessera-opt %s -split-input-file -verify-diagnostics
+
+func.func @heads(%qkv: tensor<16x2x96xf32>) {
+  // expected-error @+1 {{qkv features 96 are not 3 x num_heads (5) x head_dim}}
+  %c = nn.attention %qkv {num_heads = 5 : i64} : (tensor<16x2x96xf32>) -> tensor<16x2x32xf32>
+  return
+}
+
+// -----
+
+func.func @ln(%x: tensor<16x2x64xf32>, %g: tensor<32xf32>) {
+  // expected-error @+1 {{weight and bias must be 1-d of the input's last dimension 64}}
+  %y = nn.layer_norm %x, %g, %g : tensor<16x2x64xf32>, tensor<32xf32>
+  return
+}
+
+// -----
+
+func.func @positions(%x: tensor<16x2x64xf32>, %p: tensor<8x64xf32>) {
+  // expected-error @+1 {{sequence length 16 exceeds the 8 position embeddings}}
+  %y = nn.add_position_embedding %x, %p : tensor<16x2x64xf32>, tensor<8x64xf32>
+  return
+}
+
+// -----
+
+func.func @vocab(%ids: tensor<16x2xi32>, %t: tensor<100x64xf32>) {
+  // expected-error @+1 {{table has 100 rows, fewer than vocab_size 257}}
+  %h = nn.embedding %ids, %t {vocab_size = 257 : i64} : (tensor<16x2xi32>, tensor<100x64xf32>) -> tensor<16x2x64xf32>
+  return
+}

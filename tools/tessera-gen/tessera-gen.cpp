@@ -1,0 +1,74 @@
+//===- tessera-gen.cpp - Model generators ---------------------------------===//
+//
+// tessera-gen gpt --layers L --hidden H --heads A --vocab V --seq S
+//     [--ffn F] [--max-position-embeddings P] [--tie-embeddings] -o model.mlir
+//
+//===----------------------------------------------------------------------===//
+
+#include "tessera/Frontend/GPT.h"
+#include "tessera/InitAll.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+namespace cl = llvm::cl;
+
+static cl::opt<std::string> model(cl::Positional, cl::desc("<model: gpt>"),
+                                  cl::Required);
+static cl::opt<std::string> output("o", cl::desc("output file"), cl::init("-"));
+static cl::opt<int64_t> layers("layers", cl::desc("transformer layers"), cl::init(2));
+static cl::opt<int64_t> hidden("hidden", cl::desc("hidden size"), cl::init(128));
+static cl::opt<int64_t> heads("heads", cl::desc("attention heads"), cl::init(4));
+static cl::opt<int64_t> vocab("vocab", cl::desc("vocabulary size"), cl::init(257));
+static cl::opt<int64_t> seq("seq", cl::desc("sequence length"), cl::init(64));
+static cl::opt<int64_t> ffn("ffn", cl::desc("MLP hidden size (default 4 x hidden)"),
+                            cl::init(0));
+static cl::opt<int64_t> maxPositions("max-position-embeddings",
+                                     cl::desc("position embeddings (default seq)"),
+                                     cl::init(0));
+static cl::opt<bool> tie("tie-embeddings",
+                         cl::desc("share the word embedding with the LM head"),
+                         cl::init(false));
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  cl::ParseCommandLineOptions(argc, argv, "Tessera model generator\n");
+  if (model != "gpt") {
+    llvm::errs() << "tessera-gen: error: unknown model '" << model
+                 << "' (available: gpt)\n";
+    return 1;
+  }
+  tessera::GPTConfig config;
+  config.layers = layers;
+  config.hidden = hidden;
+  config.heads = heads;
+  config.vocab = vocab;
+  config.seq = seq;
+  config.ffn = ffn;
+  config.maxPositions = maxPositions;
+  config.tieEmbeddings = tie;
+  if (std::string error = tessera::validateGPTConfig(config); !error.empty()) {
+    llvm::errs() << "tessera-gen: error: " << error << "\n";
+    return 1;
+  }
+  mlir::DialectRegistry registry;
+  tessera::registerAllDialects(registry);
+  mlir::MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  auto module = tessera::buildGPT(&context, config);
+  if (failed(mlir::verify(*module)))
+    return 1;
+  std::string error;
+  auto out = mlir::openOutputFile(output, &error);
+  if (!out) {
+    llvm::errs() << "tessera-gen: error: " << error << "\n";
+    return 1;
+  }
+  module->print(out->os());
+  out->keep();
+  return 0;
+}
