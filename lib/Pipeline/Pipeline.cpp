@@ -27,7 +27,9 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   dist::PadVocabPassOptions pad;
   pad.divisibleBy = options.makeVocabSizeDivisibleBy;
   pm.addPass(dist::createPadVocabPass(pad));
-  pm.addPass(dist::createTPPartitionPass());
+  dist::TPPartitionPassOptions tpOptions;
+  tpOptions.sequenceParallel = options.sequenceParallel;
+  pm.addPass(dist::createTPPartitionPass(tpOptions));
   pm.addPass(nn::createAutodiffPass());
   pm.addPass(dist::createDPGradAllReducePass());
   nn::OptimizerPassOptions opt;

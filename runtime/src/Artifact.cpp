@@ -133,10 +133,11 @@ bool isCollective(fb::Opcode op) {
          op == O::AllReduceStart;
 }
 
-bool isVocabSharded(fb::Opcode op) {
+bool isShardedKernel(fb::Opcode op) {
   using O = fb::Opcode;
   return op == O::Embedding || op == O::EmbeddingGrad ||
-         op == O::CrossEntropyStats || op == O::CrossEntropyStatsGrad;
+         op == O::CrossEntropyStats || op == O::CrossEntropyStatsGrad ||
+         op == O::Copy;
 }
 
 static std::string str(const flatbuffers::String *s) {
@@ -381,7 +382,7 @@ Status Validator::checkInstr(const std::string &where, const fb::Instr &in,
   if (iattrs != expectedIAttrs)
     return error(where, ": ", fb::EnumNameOpcode(in.op()), " expects ",
                  expectedIAttrs, " iattrs, got ", iattrs);
-  if (isVocabSharded(in.op()) && in.group() && in.group()->size() &&
+  if (isShardedKernel(in.op()) && in.group() && in.group()->size() &&
       !groupKinds.count(in.group()->str()))
     return error(where, ": vocabulary-sharded ", fb::EnumNameOpcode(in.op()),
                  " over group kind '", in.group()->str(),

@@ -235,13 +235,24 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
   case O::Sgd:
     TESSERA_RETURN_IF_ERROR(requireF32(in, {0, 1}));
     return requireSameNumel(in, {0, 1});
-  case O::Copy:
+  case O::Copy: {
     if (ref(in, 0).dtype() != ref(in, 1).dtype())
       return invalidArgument("Copy between different dtypes ", desc(ref(in, 0)),
                              " and ", desc(ref(in, 1)));
-    TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 1}));
-    t.bytes = numel(ref(in, 0)) * dtypeSize(ref(in, 0).dtype());
-    return Status();
+    int64_t size = dtypeSize(ref(in, 1).dtype());
+    t.bytes = numel(ref(in, 1)) * size;
+    if (in.group() && in.group()->size()) {
+      // This rank's block of X: Y holds 1/|group| of X (sequence shards).
+      int64_t offset = 0, shards = 1;
+      TESSERA_RETURN_IF_ERROR(vocabShard(in, numel(ref(in, 1)), offset, shards));
+      if (numel(ref(in, 0)) != numel(ref(in, 1)) * shards)
+        return invalidArgument("Copy of a shard: ", desc(ref(in, 0)), " must be ",
+                               shards, " times ", desc(ref(in, 1)));
+      t.ptr[0] = static_cast<uint8_t *>(t.ptr[0]) + offset * size;
+      return Status();
+    }
+    return requireSameNumel(in, {0, 1});
+  }
   case O::ReduceRows: {
     TESSERA_RETURN_IF_ERROR(requireF32(in, {0, 1}));
     TESSERA_ASSIGN_OR_RETURN(Matrix x, rowsCols(in, 0));
@@ -611,7 +622,7 @@ static Status checkCollectiveMembership(const LoadedArtifact &artifact,
     for (flatbuffers::uoffset_t i = 0; i < fn->instrs()->size(); ++i) {
       const fb::Instr &in = *fn->instrs()->Get(i);
       if (!in.group() || !in.group()->size() ||
-          (!isCollective(in.op()) && !isVocabSharded(in.op())))
+          (!isCollective(in.op()) && !isShardedKernel(in.op())))
         continue;
       std::string kind = in.group()->str();
       // The loader makes every other kind cover the world.

@@ -56,6 +56,11 @@ static cl::opt<int64_t> vocabDivisibleBy(
     "make-vocab-size-divisible-by",
     cl::desc("pad the vocabulary to a multiple of this times tp (default 128)"),
     cl::init(128));
+static cl::opt<bool> sequenceParallel(
+    "sequence-parallel",
+    cl::desc("Megatron sequence parallelism: layer norms and residuals on "
+             "sequence shards, all-gather/reduce-scatter around each region"),
+    cl::init(false));
 static cl::opt<std::string> optimizer("optimizer", cl::desc("sgd or adam"),
                                       cl::init("adam"));
 static cl::opt<double> lr("lr", cl::desc("learning rate"), cl::init(1e-3));
@@ -151,6 +156,7 @@ int main(int argc, char **argv) {
   options.microBatchSize = microBatch;
   options.globalBatchSize = globalBatch;
   options.makeVocabSizeDivisibleBy = vocabDivisibleBy;
+  options.sequenceParallel = sequenceParallel;
   options.optimizer = optimizer;
   options.lr = lr;
   options.weightDecay = weightDecay;

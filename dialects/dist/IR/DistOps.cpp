@@ -162,10 +162,12 @@ DEFINE_PLAIN_SYMBOL_USE(CopyToRegionOp)
 DEFINE_PLAIN_SYMBOL_USE(ReduceFromRegionOp)
 DEFINE_PLAIN_SYMBOL_USE(AllReduceOp)
 DEFINE_PLAIN_SYMBOL_USE(AllReduceStartOp)
-DEFINE_SCALED_SYMBOL_USE(ScatterToRegionOp, getInput().getType().getRank() - 1,
+DEFINE_SCALED_SYMBOL_USE(ScatterToRegionOp,
+                         getDim().value_or(getInput().getType().getRank() - 1),
                          false)
 DEFINE_SCALED_SYMBOL_USE(GatherFromRegionOp,
-                         getInput().getType().getRank() - 1, true)
+                         getDim().value_or(getInput().getType().getRank() - 1),
+                         true)
 DEFINE_SCALED_SYMBOL_USE(AllGatherOp, getDim(), true)
 DEFINE_SCALED_SYMBOL_USE(ReduceScatterOp, getDim(), false)
 DEFINE_SCALED_SYMBOL_USE(AllGatherStartOp, getDim(), true)
@@ -230,7 +232,7 @@ LogicalResult ScatterToRegionOp::buildAdjoint(OpBuilder &b,
   if (needed[0])
     adj[0] = GatherFromRegionOp::create(b, getLoc(), getInput().getType(),
                                         resultAdj[0], getMeshAttr(),
-                                        getGroupAttr());
+                                        getGroupAttr(), getDimAttr());
   return success();
 }
 
@@ -242,7 +244,7 @@ LogicalResult GatherFromRegionOp::buildAdjoint(OpBuilder &b,
   if (needed[0])
     adj[0] = ScatterToRegionOp::create(b, getLoc(), getInput().getType(),
                                        resultAdj[0], getMeshAttr(),
-                                       getGroupAttr());
+                                       getGroupAttr(), getDimAttr());
   return success();
 }
 

@@ -149,7 +149,7 @@ def Dist_ReduceFromRegionOp : Dist_GroupOp<"reduce_from_region", [Pure,
 
 def Dist_ScatterToRegionOp : Dist_GroupOp<"scatter_to_region", [Pure,
     DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
-  let summary = "keep this rank's slice of the last dimension; all-gather backward";
+  let summary = "keep this rank's slice of a dimension; all-gather backward";
   let description = [{
     Seed 004's `f` before a row-parallel linear whose input is replicated.
 
@@ -157,17 +157,19 @@ def Dist_ScatterToRegionOp : Dist_GroupOp<"scatter_to_region", [Pure,
     %xs = dist.scatter_to_region %x on @mesh "tp" : tensor<8x1024xf32> -> tensor<8x512xf32>
     ```
 
-    The result's last dimension is the input's divided by the group size.
+    The result's split dimension (`dim`, default the last; dim 0 for a
+    sequence shard under sequence parallelism) is the input's divided by
+    the group size.
   }];
   let arguments = (ins Dist_RankedTensor:$input, FlatSymbolRefAttr:$mesh,
-                       StrAttr:$group);
+                       StrAttr:$group, OptionalAttr<I64Attr>:$dim);
   let results = (outs Dist_RankedTensor:$result);
   let assemblyFormat = "$input `on` $mesh $group attr-dict `:` type($input) `->` qualified(type($result))";
 }
 
 def Dist_GatherFromRegionOp : Dist_GroupOp<"gather_from_region", [Pure,
     DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
-  let summary = "all-gather along the last dimension; slice backward";
+  let summary = "all-gather along a dimension; slice backward";
   let description = [{
     Seed 004's `g` after a column-parallel linear with `gather_output`.
 
@@ -175,10 +177,11 @@ def Dist_GatherFromRegionOp : Dist_GroupOp<"gather_from_region", [Pure,
     %y = dist.gather_from_region %ys on @mesh "tp" : tensor<8x512xf32> -> tensor<8x1024xf32>
     ```
 
-    The result's last dimension is the input's times the group size.
+    The result's gathered dimension (`dim`, default the last) is the
+    input's times the group size.
   }];
   let arguments = (ins Dist_RankedTensor:$input, FlatSymbolRefAttr:$mesh,
-                       StrAttr:$group);
+                       StrAttr:$group, OptionalAttr<I64Attr>:$dim);
   let results = (outs Dist_RankedTensor:$result);
   let assemblyFormat = "$input `on` $mesh $group attr-dict `:` type($input) `->` qualified(type($result))";
 }

@@ -72,9 +72,22 @@ def TPPartitionPass : Pass<"tessera-tp-partition", "mlir::ModuleOp"> {
     and the second row-parallel (weight split along in-features, result
     leaving through `dist.reduce_from_region`, bias added after the
     reduction). Parameters get local shapes and a `dist.sharding`
-    attribute. Other linears stay replicated.
+    attribute. Other linears stay replicated. In a model with an embedding
+    the vocabulary is split as well (embedding, LM head, cross-entropy).
+    With `sequence-parallel`, the activations between regions live on
+    sequence shards: an all-gather along the sequence replaces each
+    region's entry and a reduce-scatter its exit, the embeddings are
+    scattered onto sequence shards, and the parameters of the layer norms
+    and biases that run on shards enter through `dist.copy_to_region`, so
+    their gradients are all-reduced.
   }];
   let dependentDialects = ["::tessera::dist::DistDialect", "::tessera::nn::NNDialect"];
+  let options = [
+    Option<"sequenceParallel", "sequence-parallel", "bool", "false",
+           "Megatron sequence parallelism: activations outside the tensor-"
+           "parallel regions (layer norms, residuals) on sequence shards; "
+           "all-gather before and reduce-scatter after each region">
+  ];
   let statistics = [
     Statistic<"numColumn", "column-parallel", "linears split column-parallel">,
     Statistic<"numRow", "row-parallel", "linears split row-parallel">

@@ -69,6 +69,8 @@ SmallVector<TPRegion> tessera::dist::findTPRegions(func::FuncOp func) {
 
 namespace {
 struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPass> {
+  using TPPartitionPassBase::TPPartitionPassBase;
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
     MeshOp mesh = lookupMesh(module);
@@ -83,6 +85,20 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
     int64_t tp = mesh.getTp();
     if (tp == 1)
       return;
+    if (sequenceParallel) {
+      // Check the configuration before rewriting anything.
+      WalkResult walk = model.walk([&](nn::AddPositionEmbeddingOp p) {
+        int64_t seq = p.getType().getDimSize(0);
+        if (!ShapedType::isDynamic(seq) && seq % tp == 0)
+          return WalkResult::advance();
+        p.emitOpError() << "sequence length " << seq
+                        << " is not divisible by tp = " << tp
+                        << " (sequence parallelism)";
+        return WalkResult::interrupt();
+      });
+      if (walk.wasInterrupted())
+        return signalPassFailure();
+    }
 
     for (TPRegion &region : findTPRegions(model)) {
       if (failed(splitOp(model, region.column, TPSplitKind::Column, tp, mesh)))
@@ -101,7 +117,107 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
     }
     if (failed(partitionVocab(model, tp, mesh)))
       return signalPassFailure();
+    if (sequenceParallel && failed(applySequenceParallel(model, tp, mesh)))
+      return signalPassFailure();
     updateFunctionType(model);
+  }
+
+  /// Megatron's sequence parallelism on top of the tensor-parallel regions:
+  /// f (copy_to_region) becomes an all-gather along the sequence and g
+  /// (reduce_from_region) a reduce-scatter, so the same bytes move while
+  /// layer norms and residuals work on 1/tp of the sequence.
+  LogicalResult applySequenceParallel(func::FuncOp model, int64_t tp,
+                                      MeshOp mesh) {
+    auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
+    OpBuilder b(model.getContext());
+    auto group = b.getStringAttr("tp");
+    auto dim0 = b.getI64IntegerAttr(0);
+    auto shardType = [&](Type t) {
+      auto r = cast<RankedTensorType>(t);
+      SmallVector<int64_t> shape(r.getShape());
+      shape[0] /= tp;
+      return RankedTensorType::get(shape, r.getElementType());
+    };
+
+    // The embeddings enter the layers on sequence shards (Megatron computes
+    // them in full, then scatters).
+    SmallVector<nn::AddPositionEmbeddingOp> positions;
+    model.walk([&](nn::AddPositionEmbeddingOp p) { positions.push_back(p); });
+    if (positions.empty())
+      return model.emitOpError()
+             << "sequence parallelism needs a transformer with embeddings";
+    for (nn::AddPositionEmbeddingOp p : positions) {
+      int64_t seq = p.getType().getDimSize(0);
+      if (ShapedType::isDynamic(seq) || seq % tp != 0)
+        return p.emitOpError() << "sequence length " << seq
+                               << " is not divisible by tp = " << tp
+                               << " (sequence parallelism)";
+      b.setInsertionPointAfter(p);
+      auto scatter = ScatterToRegionOp::create(b, p.getLoc(),
+                                               shardType(p.getType()), p,
+                                               meshRef, group, dim0);
+      p.getResult().replaceAllUsesExcept(scatter, scatter);
+    }
+
+    // Region entries and exits.
+    SmallVector<Operation *> entries, exits;
+    model.walk([&](Operation *op) {
+      if (isa<CopyToRegionOp>(op))
+        entries.push_back(op);
+      else if (isa<ReduceFromRegionOp>(op) &&
+               !isa_and_nonnull<nn::EmbeddingOp>(
+                   op->getOperand(0).getDefiningOp()) &&
+               !isa_and_nonnull<nn::CrossEntropyStatsOp>(
+                   op->getOperand(0).getDefiningOp()))
+        exits.push_back(op);
+    });
+    for (Operation *op : entries) {
+      b.setInsertionPoint(op);
+      auto gather = AllGatherOp::create(b, op->getLoc(), op->getResultTypes()[0],
+                                        op->getOperand(0), meshRef, group, dim0);
+      op->replaceAllUsesWith(gather);
+      op->erase();
+    }
+    for (Operation *op : exits) {
+      b.setInsertionPoint(op);
+      auto scatter = ReduceScatterOp::create(
+          b, op->getLoc(), shardType(op->getResultTypes()[0]), op->getOperand(0),
+          meshRef, group, dim0);
+      if (Attribute layer = op->getAttr("nn.layer"))
+        scatter->setAttr("nn.layer", layer);
+      op->replaceAllUsesWith(scatter);
+      op->erase();
+    }
+
+    // Shapes on shards downstream.
+    for (Operation &op : model.getBody().front().without_terminator())
+      if (!isa<AllGatherOp, ReduceScatterOp, ScatterToRegionOp>(op) &&
+          failed(reinferResultTypes(&op)))
+        return op.emitOpError() << "cannot re-infer its types on sequence shards";
+
+    // Parameters used on shards get partial gradients: all-reduce them.
+    auto onShard = [&](Value v) {
+      auto t = cast<RankedTensorType>(v.getType());
+      return llvm::any_of(positions, [&](nn::AddPositionEmbeddingOp p) {
+        return t.getDimSize(0) * tp == p.getType().getDimSize(0);
+      });
+    };
+    SmallVector<OpOperand *> shardedParamUses;
+    model.walk([&](Operation *op) {
+      if (!isa<nn::LayerNormOp, nn::BiasAddOp>(op) || !onShard(op->getOperand(0)))
+        return;
+      for (OpOperand &use : op->getOpOperands().drop_front())
+        if (auto arg = dyn_cast<BlockArgument>(use.get()))
+          if (model.getArgAttr(arg.getArgNumber(), kParamAttr))
+            shardedParamUses.push_back(&use);
+    });
+    for (OpOperand *use : shardedParamUses) {
+      b.setInsertionPoint(use->getOwner());
+      Value p = use->get();
+      use->set(CopyToRegionOp::create(b, use->getOwner()->getLoc(), p.getType(),
+                                      p, meshRef, group));
+    }
+    return success();
   }
 
   /// Shards parameter `arg` along `dim` over tp (once, even if used twice).
@@ -159,6 +275,11 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
       if (!table)
         return e.emitOpError() << "table must be a model parameter to be split "
                                   "over the vocabulary";
+      int64_t rows = cast<RankedTensorType>(table.getType()).getDimSize(0);
+      if (rows % tp != 0)
+        return e.emitOpError() << "vocabulary of " << rows
+                               << " rows is not divisible by tp = " << tp
+                               << " (run tessera-pad-vocab first)";
       if (failed(shardParam(model, table, 0, tp, e)))
         return failure();
       e.setVocabShardGroupAttr(group);

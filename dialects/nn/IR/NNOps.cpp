@@ -375,6 +375,21 @@ FailureOr<int64_t> EmbeddingOp::getSplitDims(TPSplitKind kind,
   return -1;
 }
 
+LogicalResult AddPositionEmbeddingOp::inferReturnTypes(
+    MLIRContext *, std::optional<Location>, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  types.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+LogicalResult LayerNormOp::inferReturnTypes(MLIRContext *,
+                                            std::optional<Location>,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  types.push_back(adaptor.getInput().getType());
+  return success();
+}
+
 LogicalResult AddPositionEmbeddingOp::verify() {
   auto x = getInput().getType();
   auto t = getTable().getType();

@@ -364,7 +364,7 @@ def NN_EmbeddingGradOp : NN_Op<"embedding_grad"> {
 }
 
 def NN_AddPositionEmbeddingOp : NN_Op<"add_position_embedding", [
-    AllTypesMatch<["input", "result"]>,
+    InferTypeOpAdaptor,
     DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
   let summary = "adds learned position embeddings: x[s, b, :] + table[s, :]";
   let description = [{
@@ -393,7 +393,7 @@ def NN_PositionEmbeddingGradOp : NN_Op<"position_embedding_grad"> {
   let assemblyFormat = "$result_grad attr-dict `:` functional-type(operands, results)";
 }
 
-def NN_LayerNormOp : NN_Op<"layer_norm", [AllTypesMatch<["input", "result"]>,
+def NN_LayerNormOp : NN_Op<"layer_norm", [InferTypeOpAdaptor,
     AllTypesMatch<["weight", "bias"]>,
     DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
   let summary = "layer normalisation over the last dimension";

@@ -27,6 +27,10 @@ struct TrainPipelineOptions
       *this, "make-vocab-size-divisible-by",
       llvm::cl::desc("pad the vocabulary to a multiple of this times tp"),
       llvm::cl::init(128)};
+  Option<bool> sequenceParallel{
+      *this, "sequence-parallel",
+      llvm::cl::desc("Megatron sequence parallelism (with tp > 1)"),
+      llvm::cl::init(false)};
   Option<std::string> optimizer{*this, "optimizer", llvm::cl::desc("sgd or adam"),
                                 llvm::cl::init("adam")};
   Option<double> lr{*this, "lr", llvm::cl::desc("learning rate"),

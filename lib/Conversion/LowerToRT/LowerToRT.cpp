@@ -610,6 +610,21 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
               rt::WaitOp::create(b, l, e);
               return success();
             })
+            .Case([&](dist::ScatterToRegionOp o) -> LogicalResult {
+              // Keep this rank's block: a copy from a group-indexed offset.
+              if (o.getDim().value_or(o.getInput().getType().getRank() - 1) != 0)
+                return o.emitOpError() << "lower-to-rt supports dim 0 only";
+              kernel(rt::CopyOp(), {o.getInput(), o.getResult()},
+                     {named("group", o.getGroupAttr())});
+              return success();
+            })
+            .Case([&](dist::GatherFromRegionOp o) -> LogicalResult {
+              if (o.getDim().value_or(o.getInput().getType().getRank() - 1) != 0)
+                return o.emitOpError() << "lower-to-rt supports dim 0 only";
+              rt::AllGatherOp::create(b, l, bufferOf(o.getInput()),
+                                      bufferOf(o.getResult()), o.getGroupAttr());
+              return success();
+            })
             .Case([&](dist::AllGatherOp o) -> LogicalResult {
               if (o.getDim() != 0)
                 return o.emitOpError() << "lower-to-rt supports dim 0 only";

@@ -102,7 +102,7 @@ bool isCollective(fb::Opcode op);
 /// True for the vocabulary-parallel kernels whose `group` gives their vocab
 /// offset (Embedding, EmbeddingGrad, CrossEntropyStats,
 /// CrossEntropyStatsGrad); they communicate nothing.
-bool isVocabSharded(fb::Opcode op);
+bool isShardedKernel(fb::Opcode op);
 
 /// Human-readable manifest of the artifact: header fields, mesh, groups,
 /// batch, optimizer, per-program buffers, inputs and functions.

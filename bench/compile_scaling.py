@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""Compile time and peak memory of tessera-compile for GPT-3 shapes.
+
+For each GPT-3 size (Brown et al. 2020, table 2.1; seq 2048, vocab 50257,
+tied embeddings) at --tp 8, micro batch 1: the wall time and peak resident
+memory of tessera-gen and, separately, of tessera-compile, plus the
+per-rank arena the compiler planned. Then tessera-compile at the 175B width
+(hidden 12288, 96 heads) with a growing number of layers: a linear fit of
+time against layers, the log-log growth exponent between successive points,
+and the per-pass times of the same pipeline from `tessera-opt
+--tessera-train-pipeline=... --mlir-timing`, each pass with its own growth
+exponent, so a superlinear pass is named.
+
+The compiler only works on shapes, so every size compiles in well under a
+second; what this measures is how the passes scale with the op count.
+
+Prints one JSON object. A benchmark, not a test: nothing is asserted.
+
+usage: bench/compile_scaling.py [--build build] [--repeats 3]
+           [--layers 12,24,48,96,192,384,768] [--tp 8] [--untied]
+"""
+import argparse
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+# name, layers, hidden, heads (paper), heads used. Heads must be a multiple
+# of tp (8) and divide hidden: 125M's 12 heads become 16 (head dim 48);
+# 1.3B's 24 heads do not divide 2048 (the paper's d_head 128 gives 16), we
+# use 32 (head dim 64); 13B's hidden 5140 is the paper's typo for 5120.
+GPT3 = [
+    ("125M", 12, 768, 12, 16),
+    ("350M", 24, 1024, 16, 16),
+    ("760M", 24, 1536, 16, 16),
+    ("1.3B", 24, 2048, 24, 32),
+    ("2.7B", 32, 2560, 32, 32),
+    ("6.7B", 32, 4096, 32, 32),
+    ("13B", 40, 5120, 40, 40),
+    ("175B", 96, 12288, 96, 96),
+]
+SEQ = 2048
+VOCAB = 50257
+
+TIMING_LINE = re.compile(r"^\s*([0-9.]+)\s+\(\s*[0-9.]+%\)\s+(\S.*?)\s*$")
+
+
+def measure(cmd):
+    """Runs cmd; returns (wall seconds, peak RSS in MiB) of that process."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        sys.stderr.write(err.decode(errors="replace"))
+        raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}")
+    return wall, usage.ru_maxrss / 1024.0  # ru_maxrss is KiB on Linux
+
+
+def repeated(cmd, repeats):
+    runs = [measure(cmd) for _ in range(repeats)]
+    return (statistics.median(r[0] for r in runs), max(r[1] for r in runs))
+
+
+def gen_cmd(bindir, out, layers, hidden, heads, tied):
+    cmd = [os.path.join(bindir, "tessera-gen"), "gpt", "--layers", str(layers),
+           "--hidden", str(hidden), "--heads", str(heads), "--vocab", str(VOCAB),
+           "--seq", str(SEQ), "-o", out]
+    return cmd + (["--tie-embeddings"] if tied else [])
+
+
+def compile_cmd(bindir, model, out, tp):
+    return [os.path.join(bindir, "tessera-compile"), model, "--tp", str(tp),
+            "--micro-batch-size", "1", "--global-batch-size", "1", "-o", out]
+
+
+def arena(bindir, artifact):
+    """The per-rank arena and its persistent part from --print-summary."""
+    text = subprocess.run([os.path.join(bindir, "tessera-run"), "--print-summary",
+                           artifact], check=True, capture_output=True,
+                          text=True).stdout
+    m = re.search(r"arena (\d+) bytes \(persistent (\d+)\)", text)
+    return (int(m.group(1)), int(m.group(2))) if m else (None, None)
+
+
+def params(layers, hidden, tied, padded_vocab):
+    per_layer = 12 * hidden * hidden + 13 * hidden
+    emb = padded_vocab * hidden + SEQ * hidden
+    head = 0 if tied else padded_vocab * hidden
+    return layers * per_layer + emb + 2 * hidden + head
+
+
+def pass_times(bindir, model, tp, repeats):
+    """Median per-pass wall seconds from tessera-opt --mlir-timing."""
+    opt = os.path.join(bindir, "tessera-opt")
+    cmd = [opt, model,
+           f"--tessera-train-pipeline=tp={tp} micro-batch-size=1 global-batch-size=1",
+           "--mlir-timing", "-o", os.devnull]
+    samples = []
+    for _ in range(repeats):
+        err = subprocess.run(cmd, check=True, capture_output=True, text=True).stderr
+        times = {}
+        for line in err.splitlines():
+            m = TIMING_LINE.match(line)
+            if m and m.group(2) != "Total":
+                times[m.group(2)] = float(m.group(1))
+        samples.append(times)
+    return {k: statistics.median(s.get(k, 0.0) for s in samples) for k in samples[0]}
+
+
+def linear_fit(xs, ys):
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    slope = sxy / sxx
+    icpt = my - slope * mx
+    ss_tot = sum((y - my) ** 2 for y in ys)
+    ss_res = sum((y - icpt - slope * x) ** 2 for x, y in zip(xs, ys))
+    return slope, icpt, 1 - ss_res / ss_tot if ss_tot else 1.0
+
+
+def exponent(x0, y0, x1, y1):
+    """Growth exponent k of y ~ x^k between two points (1 = linear)."""
+    if y0 <= 0 or y1 <= 0:
+        return None
+    return round(math.log(y1 / y0) / math.log(x1 / x0), 2)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(os.path.dirname(__file__), "..", "build"))
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="runs per measurement; the median time is reported")
+    ap.add_argument("--layers", default="12,24,48,96,192,384,768",
+                    help="layer counts of the 175B-width sweep")
+    ap.add_argument("--tp", type=int, default=8)
+    ap.add_argument("--untied", action="store_true",
+                    help="separate LM head (GPT-3 ties it to the embedding)")
+    args = ap.parse_args()
+    bindir = os.path.join(args.build, "bin")
+    tied = not args.untied
+    sweep_layers = [int(x) for x in args.layers.split(",")]
+    padded_vocab = -(-VOCAB // (128 * args.tp)) * 128 * args.tp
+
+    models = []
+    sweep = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, layers, hidden, paper_heads, heads in GPT3:
+            model = os.path.join(tmp, f"gpt3-{name}.mlir")
+            art = os.path.join(tmp, f"gpt3-{name}.tsr")
+            gen_t, gen_m = repeated(gen_cmd(bindir, model, layers, hidden, heads, tied),
+                                    args.repeats)
+            comp_t, comp_m = repeated(compile_cmd(bindir, model, art, args.tp),
+                                      args.repeats)
+            arena_b, persistent_b = arena(bindir, art)
+            models.append({
+                "model": name, "layers": layers, "hidden": hidden,
+                "heads": heads, "paper_heads": paper_heads,
+                "params": params(layers, hidden, tied, padded_vocab),
+                "gen_time_s": round(gen_t, 4), "gen_peak_rss_mib": round(gen_m, 1),
+                "compile_time_s": round(comp_t, 4),
+                "compile_peak_rss_mib": round(comp_m, 1),
+                "mlir_bytes": os.path.getsize(model),
+                "artifact_bytes": os.path.getsize(art),
+                "rank_arena_gib": round(arena_b / 2**30, 2) if arena_b else None,
+                "rank_persistent_gib": round(persistent_b / 2**30, 2) if persistent_b else None,
+            })
+
+        have_opt = os.path.exists(os.path.join(bindir, "tessera-opt"))
+        for layers in sweep_layers:
+            model = os.path.join(tmp, f"gpt-175b-width-{layers}.mlir")
+            art = os.path.join(tmp, f"gpt-175b-width-{layers}.tsr")
+            subprocess.run(gen_cmd(bindir, model, layers, 12288, 96, tied), check=True)
+            comp_t, comp_m = repeated(compile_cmd(bindir, model, art, args.tp),
+                                      args.repeats)
+            entry = {"layers": layers, "compile_time_s": round(comp_t, 4),
+                     "compile_peak_rss_mib": round(comp_m, 1)}
+            if have_opt:
+                entry["pass_time_s"] = {k: round(v, 4) for k, v in
+                                        pass_times(bindir, model, args.tp,
+                                                   args.repeats).items()}
+            sweep.append(entry)
+
+    # Linear fit over the brief's range (<= 96 layers, GPT-3 175B's depth)
+    # and over the whole sweep; a linear compiler fits both with one slope.
+    def fit(points, key):
+        xs = [p["layers"] for p in points]
+        slope, icpt, r2 = linear_fit(xs, [p[key] for p in points])
+        return {"slope_per_layer": round(slope, 6), "intercept": round(icpt, 4),
+                "r2": round(r2, 4), "layers": xs}
+
+    small = [p for p in sweep if p["layers"] <= 96]
+    growth = []
+    for a, b in zip(sweep, sweep[1:]):
+        g = {"layers": [a["layers"], b["layers"]],
+             "time_exponent": exponent(a["layers"], a["compile_time_s"],
+                                       b["layers"], b["compile_time_s"]),
+             "rss_exponent": exponent(a["layers"], a["compile_peak_rss_mib"],
+                                      b["layers"], b["compile_peak_rss_mib"])}
+        if "pass_time_s" in a:
+            g["pass_time_exponent"] = {
+                k: exponent(a["layers"], a["pass_time_s"][k], b["layers"],
+                            b["pass_time_s"].get(k, 0.0))
+                for k in a["pass_time_s"] if k not in ("Rest",)}
+        growth.append(g)
+
+    # Passes whose time grows faster than linearly over the sweep's upper
+    # half (where fixed costs no longer hide the growth).
+    superlinear = []
+    if len(sweep) >= 2 and "pass_time_s" in sweep[0]:
+        hi = sweep[-1]
+        mid = sweep[len(sweep) // 2]
+        total = sum(hi["pass_time_s"].values())
+        for k, v in sorted(hi["pass_time_s"].items(), key=lambda kv: -kv[1]):
+            e = exponent(mid["layers"], mid["pass_time_s"].get(k, 0.0),
+                         hi["layers"], v)
+            if e is not None and e > 1.3 and v > 0.05 * total:
+                superlinear.append({"pass": k, "exponent": e,
+                                    "layers": [mid["layers"], hi["layers"]],
+                                    "time_s": [mid["pass_time_s"][k], v],
+                                    "share_at_max_layers": round(v / total, 3)})
+
+    result = {
+        "benchmark": "compile_scaling",
+        "tp": args.tp, "micro_batch": 1, "seq": SEQ, "vocab": VOCAB,
+        "padded_vocab": padded_vocab, "tied_embeddings": tied,
+        "repeats": args.repeats,
+        "gpt3": models,
+        "layer_sweep": {
+            "hidden": 12288, "heads": 96, "points": sweep,
+            "linear_fit_time_le96": fit(small, "compile_time_s") if len(small) >= 2 else None,
+            "linear_fit_time_all": fit(sweep, "compile_time_s") if len(sweep) >= 2 else None,
+            "growth": growth,
+            "superlinear_passes": superlinear,
+        },
+    }
+    json.dump(result, sys.stdout, indent=2)
+    print()
+
+
+if __name__ == "__main__":
+    main()
