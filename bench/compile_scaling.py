@@ -16,7 +16,7 @@ second; what this measures is how the passes scale with the op count.
 
 Prints one JSON object. A benchmark, not a test: nothing is asserted.
 
-usage: bench/compile_scaling.py [--build build] [--repeats 3]
+usage: bench/compile_scaling.py [--build build] [--repeats 5]
            [--layers 12,24,48,96,192,384,768] [--tp 8] [--untied]
 """
 import argparse
@@ -115,6 +115,33 @@ def pass_times(bindir, model, tp, repeats):
     return {k: statistics.median(s.get(k, 0.0) for s in samples) for k in samples[0]}
 
 
+PASSES = [
+    ("AttachMeshPass", "--tessera-attach-mesh=tp={tp}"),
+    ("SetBatchPass", "--tessera-set-batch=micro-batch-size=1 global-batch-size=1"),
+    ("PadVocabPass", "--tessera-pad-vocab"),
+    ("TPPartitionPass", "--tessera-tp-partition"),
+    ("AutodiffPass", "--tessera-autodiff"),
+    ("DPGradAllReducePass", "--tessera-dp-grad-allreduce"),
+    ("OptimizerPass", "--tessera-optimizer"),
+    ("LowerToRTPass", "--tessera-lower-to-rt"),
+]
+
+
+def rss_by_pass(bindir, model, tp):
+    """Peak RSS of tessera-opt running the pipeline's first k passes, for
+    every k: the increase at pass k is (an upper bound of) what that pass
+    keeps, since MLIR never frees uniqued attributes and types."""
+    opt = os.path.join(bindir, "tessera-opt")
+    out, prev = {}, measure([opt, model, "-o", os.devnull])[1]
+    out["Parser"] = round(prev, 1)
+    for k in range(1, len(PASSES) + 1):
+        flags = [f.format(tp=tp) for _, f in PASSES[:k]]
+        rss = measure([opt, model] + flags + ["-o", os.devnull])[1]
+        out[PASSES[k - 1][0]] = round(rss - prev, 1)
+        prev = rss
+    return out
+
+
 def linear_fit(xs, ys):
     n = len(xs)
     mx, my = sum(xs) / n, sum(ys) / n
@@ -137,7 +164,7 @@ def exponent(x0, y0, x1, y1):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(os.path.dirname(__file__), "..", "build"))
-    ap.add_argument("--repeats", type=int, default=3,
+    ap.add_argument("--repeats", type=int, default=5,
                     help="runs per measurement; the median time is reported")
     ap.add_argument("--layers", default="12,24,48,96,192,384,768",
                     help="layer counts of the 175B-width sweep")
@@ -228,6 +255,22 @@ def main():
                                     "time_s": [mid["pass_time_s"][k], v],
                                     "share_at_max_layers": round(v / total, 3)})
 
+    # Where the memory goes: peak RSS added by each pass at the middle and
+    # the largest layer count of the sweep, and its growth exponent.
+    memory = None
+    if have_opt and len(sweep) >= 2:
+        with tempfile.TemporaryDirectory() as tmp:
+            mem = {}
+            for layers in (sweep[len(sweep) // 2]["layers"], sweep[-1]["layers"]):
+                model = os.path.join(tmp, f"gpt-175b-width-{layers}.mlir")
+                subprocess.run(gen_cmd(bindir, model, layers, 12288, 96, tied), check=True)
+                mem[layers] = rss_by_pass(bindir, model, args.tp)
+        (l0, m0), (l1, m1) = sorted(mem.items())
+        memory = {"layers": [l0, l1], "added_rss_mib": {
+            k: {"mib": [m0[k], m1[k]],
+                "exponent": exponent(l0, m0[k], l1, m1[k]) if m0[k] > 1 and m1[k] > 1 else None}
+            for k in m0}}
+
     result = {
         "benchmark": "compile_scaling",
         "tp": args.tp, "micro_batch": 1, "seq": SEQ, "vocab": VOCAB,
@@ -240,6 +283,7 @@ def main():
             "linear_fit_time_all": fit(sweep, "compile_time_s") if len(sweep) >= 2 else None,
             "growth": growth,
             "superlinear_passes": superlinear,
+            "rss_by_pass": memory,
         },
     }
     json.dump(result, sys.stdout, indent=2)

@@ -439,6 +439,8 @@ LogicalResult Writer::write(llvm::raw_ostream &os) {
     ab.add_optimizer(optOff);
   ab.add_compile_flags(flagsStr);
   ab.add_programs(programs);
+  if (auto flops = module->getAttrOfType<IntegerAttr>("rt.flops_per_step"))
+    ab.add_flops_per_step(double(flops.getInt()));
   fbb.Finish(ab.Finish(), fa::ArtifactIdentifier());
 
   const uint8_t *data = fbb.GetBufferPointer();

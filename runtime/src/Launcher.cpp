@@ -436,12 +436,15 @@ Status runRank(const LaunchOptions &o, int rank, int size) {
           seconds > 0 ? double(batch.global_batch_size() * tokensPerSample) /
                             seconds
                       : 0.0;
+      double tflops = seconds > 0 ? a.flops_per_step() / seconds / 1e12 : 0.0;
       std::printf(" [%s] iteration %8lld/%8lld | consumed samples: %12lld | "
-                  "elapsed time per iteration (ms): %.1f | learning rate: "
+                  "elapsed time per iteration (ms): %.1f | throughput per "
+                  "rank (TFLOP/s): %.3f | learning rate: "
                   "%.3E | global batch size: %5lld | loss: %.6E | tokens per "
                   "second: %.1f |\n",
                   timestamp().c_str(), (long long)it, (long long)o.steps,
                   (long long)(it * batch.global_batch_size()), seconds * 1000.0,
+                  tflops,
                   double(lr), (long long)batch.global_batch_size(), loss,
                   tokensPerSecond);
       std::fflush(stdout);
@@ -450,7 +453,9 @@ Status runRank(const LaunchOptions &o, int rank, int size) {
             "{\"step\": " + std::to_string(it) +
             ", \"loss\": " + jsonNumber(loss) +
             ", \"tokens_per_s\": " + jsonNumber(tokensPerSecond) +
-            ", \"step_time_s\": " + jsonNumber(seconds) + ", \"comm_bytes\": {";
+            ", \"step_time_s\": " + jsonNumber(seconds) +
+            ", \"tflops_per_rank\": " + jsonNumber(tflops) +
+            ", \"comm_bytes\": {";
         for (int c = 0; c < 3; ++c) {
           line +=
               std::string(c ? ", " : "") + "\"" + kCollectiveNames[c] + "\": {";

@@ -1,7 +1,7 @@
 // RUN: tessera-opt %s --tessera-train-pipeline="tp=2 dp=2 micro-batch-size=4 global-batch-size=16" | FileCheck %s
 
 // Persistent buffers first, 64-byte aligned, with their manifest entries.
-// CHECK: module attributes {rt.arena_bytes = [[ARENA:[0-9]+]] : i64, rt.persistent_bytes = [[PERSIST:[0-9]+]] : i64
+// CHECK: module attributes {rt.arena_bytes = [[ARENA:[0-9]+]] : i64, rt.flops_per_step = {{[0-9]+}} : i64, rt.persistent_bytes = [[PERSIST:[0-9]+]] : i64
 // CHECK: rt.buffer @fc1.weight : memref<8x8xf32> {global_shape = array<i64: 16, 8>, init = "normal:0.02", kind = "param", offset = 0 : i64, shard_axis = "tp", shard_dim = 0 : i64}
 // CHECK: rt.buffer @fc2.weight : memref<4x8xf32> {global_shape = array<i64: 4, 16>, init = "normal:0.02", kind = "param", offset = 256 : i64, shard_axis = "tp", shard_dim = 1 : i64}
 // CHECK: rt.buffer @fc2.bias : memref<4xf32> {global_shape = array<i64: 4>, init = "zeros", kind = "param", offset = 384 : i64}

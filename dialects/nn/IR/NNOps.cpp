@@ -581,5 +581,49 @@ LogicalResult CrossEntropyFromStatsOp::buildAdjoint(
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// Costs (CostOpInterface) of the ops whose FLOPs are not one per element
+//===----------------------------------------------------------------------===//
+
+static int64_t numel(Type t) {
+  auto s = cast<ShapedType>(t);
+  return s.hasStaticShape() ? s.getNumElements() : 0;
+}
+
+int64_t LinearOp::getFlops() {
+  auto w = getWeight().getType();
+  int64_t rows = numel(getType()) / std::max<int64_t>(w.getDimSize(0), 1);
+  return 2 * rows * w.getDimSize(0) * w.getDimSize(1) +
+         (getBias() ? numel(getType()) : 0);
+}
+
+int64_t MatmulOp::getFlops() {
+  auto a = getLhs().getType();
+  int64_t k = getTransposeLhs() ? numel(a) / a.getShape().back()
+                                : a.getShape().back();
+  return 2 * numel(getType()) * k;
+}
+
+/// Per (batch, head): QK^T and PV are 2 S^2 D each, the softmax ~5 S^2.
+static int64_t attentionFlops(RankedTensorType qkv, int64_t heads,
+                              int64_t matmuls) {
+  int64_t s = qkv.getDimSize(0), b = qkv.getDimSize(1);
+  int64_t d = qkv.getDimSize(2) / (3 * heads);
+  return b * heads * (matmuls * 2 * s * s * d + 5 * s * s);
+}
+
+int64_t AttentionOp::getFlops() {
+  return attentionFlops(getQkv().getType(), getNumHeads(), 2);
+}
+
+int64_t AttentionGradOp::getFlops() {
+  // Recomputed QK^T, then dV, dP, dQ and dK.
+  return attentionFlops(getQkv().getType(), getNumHeads(), 5);
+}
+
+int64_t LayerNormOp::getFlops() { return 8 * numel(getType()); }
+int64_t LayerNormGradOp::getFlops() { return 14 * numel(getInput().getType()); }
+int64_t AdamOp::getFlops() { return 14 * numel(getParam().getType()); }
+
 #define GET_OP_CLASSES
 #include "dialects/nn/IR/NNOps.cpp.inc"

@@ -29,8 +29,13 @@ def NN_Dialect : Dialect {
   }];
 }
 
-class NN_Op<string mnemonic, list<Trait> traits = []>
-    : Op<NN_Dialect, mnemonic, !listconcat(traits, [Pure])>;
+/// Every nn op has a cost; ops whose FLOPs are not one per result element
+/// pass their own `cost` trait (DeclareOpInterfaceMethods<..., ["getFlops"]>).
+class NN_Op<string mnemonic, list<Trait> traits = [],
+            list<Trait> cost = [Tessera_CostOpInterface]>
+    : Op<NN_Dialect, mnemonic, !listconcat(traits, [Pure], cost)>;
+
+defvar NN_CustomFlops = [DeclareOpInterfaceMethods<Tessera_CostOpInterface, ["getFlops"]>];
 
 def NN_F32Tensor : RankedTensorOf<[F32]>;
 def NN_I32Tensor : RankedTensorOf<[I32]>;
@@ -42,7 +47,7 @@ def NN_I64Tensor : RankedTensorOf<[I64]>;
 
 def NN_LinearOp : NN_Op<"linear", [InferTypeOpAdaptor,
     DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>,
-    DeclareOpInterfaceMethods<Tessera_TPSplitOpInterface>]> {
+    DeclareOpInterfaceMethods<Tessera_TPSplitOpInterface>], NN_CustomFlops> {
   let summary = "fully connected layer y = x W^T + b";
   let description = [{
     `input` is `[..., in]` (e.g. `[batch, in]` or Megatron's `[seq, batch,
@@ -66,7 +71,7 @@ def NN_LinearOp : NN_Op<"linear", [InferTypeOpAdaptor,
   let hasVerifier = 1;
 }
 
-def NN_MatmulOp : NN_Op<"matmul", [InferTypeOpAdaptor]> {
+def NN_MatmulOp : NN_Op<"matmul", [InferTypeOpAdaptor], NN_CustomFlops> {
   let summary = "2-D matrix product with optional transposes";
   let description = [{
     `result = op(lhs) @ op(rhs)` where each operand is viewed as a matrix
@@ -298,7 +303,7 @@ def NN_SgdOp : NN_Op<"sgd", [AllTypesMatch<["param", "grad", "result"]>]> {
 }
 
 def NN_AdamOp : NN_Op<"adam", [AllTypesMatch<["param", "grad", "exp_avg",
-    "exp_avg_sq", "new_param", "new_exp_avg", "new_exp_avg_sq"]>]> {
+    "exp_avg_sq", "new_param", "new_exp_avg", "new_exp_avg_sq"]>], NN_CustomFlops> {
   let summary = "Adam step (decoupled weight decay, bias-corrected)";
   let description = [{
     With `t` the 1-based iteration: `m = b1 m + (1-b1) g`, `v = b2 v + (1-b2) g^2`,
@@ -395,7 +400,7 @@ def NN_PositionEmbeddingGradOp : NN_Op<"position_embedding_grad"> {
 
 def NN_LayerNormOp : NN_Op<"layer_norm", [InferTypeOpAdaptor,
     AllTypesMatch<["weight", "bias"]>,
-    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>], NN_CustomFlops> {
   let summary = "layer normalisation over the last dimension";
   let description = [{
     ```mlir
@@ -411,7 +416,7 @@ def NN_LayerNormOp : NN_Op<"layer_norm", [InferTypeOpAdaptor,
 
 def NN_LayerNormGradOp : NN_Op<"layer_norm_grad", [
     AllTypesMatch<["input", "result_grad", "input_grad"]>,
-    AllTypesMatch<["weight", "weight_grad", "bias_grad"]>]> {
+    AllTypesMatch<["weight", "weight_grad", "bias_grad"]>], NN_CustomFlops> {
   let summary = "backward of nn.layer_norm: input, weight and bias gradients";
   let description = [{
     ```mlir
@@ -428,7 +433,7 @@ def NN_LayerNormGradOp : NN_Op<"layer_norm_grad", [
 def NN_AttentionOp : NN_Op<"attention", [InferTypeOpAdaptor,
     DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>,
     DeclareOpInterfaceMethods<Tessera_TPSplitOpInterface,
-                              ["propagateShardedDim", "checkShard", "adjustForShard"]>]> {
+                              ["propagateShardedDim", "checkShard", "adjustForShard"]>], NN_CustomFlops> {
   let summary = "causal multi-head self-attention from fused QKV";
   let description = [{
     `qkv` is `[seq, batch, heads * 3 * head_dim]`, head-major (Megatron's
@@ -448,7 +453,7 @@ def NN_AttentionOp : NN_Op<"attention", [InferTypeOpAdaptor,
   let hasVerifier = 1;
 }
 
-def NN_AttentionGradOp : NN_Op<"attention_grad", [AllTypesMatch<["qkv", "result"]>]> {
+def NN_AttentionGradOp : NN_Op<"attention_grad", [AllTypesMatch<["qkv", "result"]>], NN_CustomFlops> {
   let summary = "backward of nn.attention (recomputes the probabilities)";
   let description = [{
     ```mlir

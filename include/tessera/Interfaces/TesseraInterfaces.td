@@ -90,4 +90,43 @@ def Tessera_TPSplitOpInterface : OpInterface<"TPSplitOpInterface"> {
   ];
 }
 
+def Tessera_CostOpInterface : OpInterface<"CostOpInterface"> {
+  let cppNamespace = "::tessera";
+  let description = [{
+    The cost of an op on its (local, static) shapes: floating-point
+    operations and bytes moved (operands read plus results written). The
+    compiler sums it into the per-rank FLOPs of a training step, which the
+    runtime turns into TFLOP/s. Elementwise ops count one FLOP per result
+    element unless they say otherwise.
+  }];
+  let methods = [
+    InterfaceMethod<"Floating-point operations of one execution.",
+      "int64_t", "getFlops", (ins), /*methodBody=*/"",
+      /*defaultImplementation=*/[{
+        int64_t flops = 0;
+        for (::mlir::Type t : $_op->getResultTypes())
+          if (auto s = ::llvm::dyn_cast<::mlir::ShapedType>(t))
+            if (s.hasStaticShape())
+              flops += s.getNumElements();
+        return flops;
+      }]>,
+    InterfaceMethod<"Bytes read from operands plus bytes written to results.",
+      "int64_t", "getBytes", (ins), /*methodBody=*/"",
+      /*defaultImplementation=*/[{
+        int64_t bytes = 0;
+        auto add = [&](::mlir::Type t) {
+          if (auto s = ::llvm::dyn_cast<::mlir::ShapedType>(t))
+            if (s.hasStaticShape())
+              bytes += s.getNumElements() *
+                       (s.getElementType().getIntOrFloatBitWidth() / 8);
+        };
+        for (::mlir::Type t : $_op->getOperandTypes())
+          add(t);
+        for (::mlir::Type t : $_op->getResultTypes())
+          add(t);
+        return bytes;
+      }]>
+  ];
+}
+
 #endif // TESSERA_INTERFACES_TESSERAINTERFACES_TD

@@ -775,6 +775,15 @@ void LowerToRTPass::runOnOperation() {
   }
   int64_t persistentBytes = offset;
 
+  // The model FLOPs of one step on this rank, from each op's cost.
+  auto phaseFlops = [](func::FuncOp f) {
+    int64_t flops = 0;
+    f.walk([&](CostOpInterface op) { flops += op.getFlops(); });
+    return flops;
+  };
+  int64_t flopsPerStep =
+      phaseFlops(micro) * getNumMicrobatches(module) + phaseFlops(step);
+
   // 2-3. Storage decisions and memory plans for both phases.
   PhaseLowering microLowering(micro, /*isStep=*/false, byName);
   PhaseLowering stepLowering(step, /*isStep=*/true, byName);
@@ -815,6 +824,7 @@ void LowerToRTPass::runOnOperation() {
   module->setAttr("rt.arena_bytes",
                   builder.getI64IntegerAttr(persistentBytes + transient));
   module->setAttr("rt.persistent_bytes", builder.getI64IntegerAttr(persistentBytes));
+  module->setAttr("rt.flops_per_step", builder.getI64IntegerAttr(flopsPerStep));
   arenaBytes = persistentBytes + transient;
   transientBytes = transient;
 }

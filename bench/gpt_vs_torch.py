@@ -1,0 +1,344 @@
+#!/usr/bin/env python3
+"""GPT training throughput of one Tessera rank against PyTorch, same model.
+
+For each size, Tessera (tessera-gen gpt -> tessera-compile -> tessera-run
+-n 1) and PyTorch train the identical model on the same tokens with the same
+number of threads, one after the other in this run:
+
+  pre-LayerNorm GPT, learned position embeddings; per layer LN -> QKV linear
+  (bias, head-major fused [seq, batch, heads, 3, head_dim] layout) -> causal
+  softmax(q k^T / sqrt(d)) v -> proj linear (bias) -> residual, LN -> fc1
+  (4h, bias) -> exact-erf GELU -> fc2 (bias) -> residual; final LN; untied LM
+  head without bias over the vocabulary padded to 384 (257 -> multiple of
+  128, the embedding padded alike); mean token cross-entropy; Adam (lr 1e-3,
+  betas 0.9/0.999, eps 1e-8, no weight decay); fp32; activations
+  [seq, batch, hidden]; Megatron's init.
+
+Tokens: tessera-preprocess turns examples/data/northanger_abbey_vol1.txt
+into a Megatron indexed dataset; tessera-run reads it with --data and the
+PyTorch side reads the same .bin/.idx with numpy and forms the same samples
+(sample g = the seq + 1 stream tokens from (g * seq) mod (T - seq)).
+
+Threads: T BLAS threads for tessera-run (--threads T) and, for PyTorch,
+torch.set_num_threads(T) with OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = T.
+Debian's torch runs its OpenMP pool next to a pthreads OpenBLAS; with T > 1
+libgomp's default spin-waiting fights the BLAS threads for the cores, so for
+T > 1 PyTorch is also run with OMP_WAIT_POLICY=passive and both numbers are
+reported (torch_tokens_per_s is the default environment).
+
+Timing: W warm-up steps, then the median step time over S timed steps, for
+both; tokens/s = micro batch x seq / median step time. A separate Tessera
+run with --profile gives the per-opcode share of the step (profiling
+synchronises after every kernel, so its step is a little slower), and one
+PyTorch run under torch.autograd.profiler gives PyTorch's per-op self time
+for comparison (as shares of the summed op self time: the profiler's
+own overhead inflates the profiled step).
+
+Prints one JSON object. A benchmark, not a test: nothing is asserted.
+
+usage: bench/gpt_vs_torch.py [--build build] [--threads 1,2] [--steps 6]
+           [--warmup 2] [--sizes 256:4:2,512:8:2,1024:16:2] [--seq 128]
+           [--micro-batch 8] [--python /usr/bin/python3]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+VOCAB = 257
+PADDED_VOCAB = 384  # Megatron's padding: 257 -> a multiple of 128
+REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+
+
+# ---------------------------------------------------------------- PyTorch --
+
+def read_tokens(prefix):
+    """The token stream of a Megatron indexed dataset (document order)."""
+    import numpy as np
+    dtypes = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64,
+              6: np.float64, 7: np.float32, 8: np.uint16}
+    with open(prefix + ".idx", "rb") as f:
+        head = f.read(34)
+        assert head[:9] == b"MMIDIDX\x00\x00", "not a Megatron .idx"
+        dtype = dtypes[head[17]]
+        n = int.from_bytes(head[18:26], "little")
+        sizes = np.frombuffer(f.read(4 * n), dtype=np.int32)
+        pointers = np.frombuffer(f.read(8 * n), dtype=np.int64)
+    data = np.fromfile(prefix + ".bin", dtype=dtype)
+    item = np.dtype(dtype).itemsize
+    parts = [data[p // item:p // item + s] for p, s in zip(pointers, sizes)]
+    return np.concatenate(parts).astype(np.int64)
+
+
+def torch_worker(cfg):
+    """Trains the model with PyTorch; prints step times as JSON."""
+    import math
+    import time
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    torch.set_num_threads(cfg["threads"])
+    torch.manual_seed(1234)
+    L, H, A = cfg["layers"], cfg["hidden"], cfg["heads"]
+    S, B, V = cfg["seq"], cfg["batch"], PADDED_VOCAB
+    D = H // A
+    std = 0.02
+    out_std = std / math.sqrt(2.0 * L)
+
+    def linear(i, o, bias=True, init_std=std):
+        m = nn.Linear(i, o, bias=bias)
+        nn.init.normal_(m.weight, 0.0, init_std)
+        if bias:
+            nn.init.zeros_(m.bias)
+        return m
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1 = nn.LayerNorm(H, eps=1e-5)
+            self.qkv = linear(H, 3 * H)
+            self.proj = linear(H, H, init_std=out_std)
+            self.ln2 = nn.LayerNorm(H, eps=1e-5)
+            self.fc1 = linear(H, 4 * H)
+            self.fc2 = linear(4 * H, H, init_std=out_std)
+            self.register_buffer(
+                "mask", torch.triu(torch.ones(S, S, dtype=torch.bool), 1))
+
+        def forward(self, h):
+            # [S, B, A, 3, D] -> q, k, v as [B*A, S, D]
+            qkv = self.qkv(self.ln1(h)).view(S, B, A, 3, D).permute(3, 1, 2, 0, 4)
+            q = qkv[0].reshape(B * A, S, D)
+            k = qkv[1].reshape(B * A, S, D)
+            v = qkv[2].reshape(B * A, S, D)
+            scores = torch.bmm(q, k.transpose(1, 2)) * (1.0 / math.sqrt(D))
+            p = torch.softmax(scores.masked_fill(self.mask, float("-inf")), dim=-1)
+            ctx = torch.bmm(p, v).view(B, A, S, D).permute(2, 0, 1, 3).reshape(S, B, H)
+            h = h + self.proj(ctx)
+            return h + self.fc2(F.gelu(self.fc1(self.ln2(h))))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte = nn.Parameter(torch.empty(V, H).normal_(0.0, std))
+            self.wpe = nn.Parameter(torch.empty(S, H).normal_(0.0, std))
+            self.layers = nn.ModuleList([Layer() for _ in range(L)])
+            self.ln_f = nn.LayerNorm(H, eps=1e-5)
+            self.head = linear(H, V, bias=False)
+
+        def forward(self, tokens, labels):
+            h = F.embedding(tokens, self.wte) + self.wpe[:, None, :]
+            for layer in self.layers:
+                h = layer(h)
+            logits = self.head(self.ln_f(h))
+            return F.cross_entropy(logits.view(-1, V), labels.reshape(-1),
+                                   ignore_index=-100)
+
+    model = GPT()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999),
+                           eps=1e-8, weight_decay=0.0)
+    stream = read_tokens(cfg["data"])
+    span = len(stream) - S
+
+    def batch(step):  # step counts from 0
+        starts = [((step * B + b) * S) % span for b in range(B)]
+        sample = np.stack([stream[s:s + S + 1] for s in starts], axis=1)  # [S+1, B]
+        t = torch.from_numpy(sample)
+        return t[:-1].contiguous(), t[1:].contiguous()
+
+    def step(i):
+        tokens, labels = batch(i)
+        opt.zero_grad(set_to_none=True)
+        loss = model(tokens, labels)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    times, losses = [], []
+    total = cfg["warmup"] + cfg["steps"]
+    for i in range(total):
+        t0 = time.perf_counter()
+        losses.append(step(i))
+        times.append(time.perf_counter() - t0)
+    result = {"step_time_s": times, "loss": losses}
+    if cfg.get("profile"):
+        from torch.autograd import profiler
+        t0 = time.perf_counter()
+        with profiler.profile() as prof:
+            for i in range(total, total + cfg["profile"]):
+                step(i)
+        result["profile_step_s"] = (time.perf_counter() - t0) / cfg["profile"]
+        self_us = {}
+        for e in prof.key_averages():
+            self_us[e.key] = self_us.get(e.key, 0.0) + e.self_cpu_time_total
+        result["op_self_s"] = {k: v / 1e6 / cfg["profile"] for k, v in self_us.items()}
+    json.dump(result, sys.stdout)
+
+
+# ---------------------------------------------------------------- driver --
+
+def torch_python(requested):
+    candidates = [requested] if requested else ["/usr/bin/python3", sys.executable]
+    for py in candidates:
+        if py and os.path.exists(py) and subprocess.run(
+                [py, "-c", "import torch, numpy"], capture_output=True).returncode == 0:
+            return py
+    raise SystemExit("no python with torch and numpy (tried %s); use --python"
+                     % ", ".join(c for c in candidates if c))
+
+
+def run_torch(python, cfg, passive=False):
+    env = dict(os.environ)
+    t = str(cfg["threads"])
+    env.update(OMP_NUM_THREADS=t, OPENBLAS_NUM_THREADS=t, MKL_NUM_THREADS=t)
+    env.pop("OMP_WAIT_POLICY", None)
+    if passive:
+        env["OMP_WAIT_POLICY"] = "passive"
+    out = subprocess.run([python, os.path.abspath(__file__), "--torch-worker",
+                          json.dumps(cfg)], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def run_tessera(bindir, art, data, steps, threads, metrics, profile=False):
+    cmd = [os.path.join(bindir, "tessera-run"), "-n", "1", art, "--data", data,
+           "--steps", str(steps), "--threads", str(threads), "--metrics", metrics]
+    if profile:
+        cmd.append("--profile")
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    return [json.loads(line) for line in open(metrics)]
+
+
+def shares(seconds, step, top=None):
+    """Per-op share of the step, largest first; the rest of the step is
+    'unaccounted' (executor overhead, data loading, Python for PyTorch)."""
+    items = sorted(seconds.items(), key=lambda kv: -kv[1])
+    out = {k: round(v / step, 4) for k, v in (items[:top] if top else items) if v > 0}
+    if top and len(items) > top:
+        out["(other ops)"] = round(sum(v for _, v in items[top:]) / step, 4)
+    out["(unaccounted)"] = round(1 - sum(v for _, v in items) / step, 4)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(REPO, "build"))
+    ap.add_argument("--threads", default="1,2", help="thread counts, comma-separated")
+    ap.add_argument("--steps", type=int, default=6, help="timed steps")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--sizes", default="256:4:2,512:8:2,1024:16:2",
+                    help="hidden:heads:layers, comma-separated")
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--micro-batch", type=int, default=8)
+    ap.add_argument("--python", default=None,
+                    help="Python with torch (default /usr/bin/python3, then this one)")
+    ap.add_argument("--text", default=os.path.join(REPO, "examples", "data",
+                                                   "northanger_abbey_vol1.txt"))
+    ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--torch-worker", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.torch_worker:
+        torch_worker(json.loads(args.torch_worker))
+        return
+
+    bindir = os.path.join(args.build, "bin")
+    python = torch_python(args.python)
+    threads = [int(t) for t in args.threads.split(",")]
+    sizes = [tuple(int(x) for x in s.split(":")) for s in args.sizes.split(",")]
+    S, B = args.seq, args.micro_batch
+    tokens_per_step = S * B
+    total = args.warmup + args.steps
+    torch_version = subprocess.run(
+        [python, "-c", "import torch; print(torch.__version__)"],
+        capture_output=True, text=True).stdout.strip()
+
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        prefix = os.path.join(tmp, "austen")
+        subprocess.run([os.path.join(bindir, "tessera-preprocess"), "--input", args.text,
+                        "--output-prefix", prefix, "--append-eod"],
+                       check=True, stdout=subprocess.DEVNULL)
+        data = prefix + "_text_document"
+        for hidden, heads, layers in sizes:
+            model = os.path.join(tmp, f"gpt{hidden}.mlir")
+            art = os.path.join(tmp, f"gpt{hidden}.tsr")
+            subprocess.run([os.path.join(bindir, "tessera-gen"), "gpt",
+                            "--layers", str(layers), "--hidden", str(hidden),
+                            "--heads", str(heads), "--vocab", str(VOCAB),
+                            "--seq", str(S), "-o", model], check=True)
+            subprocess.run([os.path.join(bindir, "tessera-compile"), model,
+                            "--micro-batch-size", str(B), "--global-batch-size", str(B),
+                            "--optimizer", "adam", "--lr", "1e-3", "-o", art],
+                           check=True)
+            params = (layers * (12 * hidden * hidden + 13 * hidden)
+                      + 2 * PADDED_VOCAB * hidden + S * hidden + 2 * hidden)
+            entry = {"hidden": hidden, "heads": heads, "layers": layers, "seq": S,
+                     "micro_batch": B, "padded_vocab": PADDED_VOCAB, "params": params,
+                     "threads": {}}
+            cfg = {"layers": layers, "hidden": hidden, "heads": heads, "seq": S,
+                   "batch": B, "data": data, "warmup": args.warmup,
+                   "steps": args.steps}
+            for t in threads:
+                lines = run_tessera(bindir, art, data, total, t,
+                                    os.path.join(tmp, f"m{hidden}-{t}.jsonl"))
+                ts_step = statistics.median(l["step_time_s"] for l in lines[args.warmup:])
+                tr = run_torch(python, dict(cfg, threads=t))
+                tr_step = statistics.median(tr["step_time_s"][args.warmup:])
+                row = {
+                    "tessera_tokens_per_s": round(tokens_per_step / ts_step, 1),
+                    "torch_tokens_per_s": round(tokens_per_step / tr_step, 1),
+                    "ratio": round(tr_step / ts_step, 3),
+                    "tessera_step_s": round(ts_step, 4),
+                    "torch_step_s": round(tr_step, 4),
+                    "tessera_loss_first_last": [round(lines[0]["loss"], 4),
+                                                round(lines[-1]["loss"], 4)],
+                    "torch_loss_first_last": [round(tr["loss"][0], 4),
+                                              round(tr["loss"][-1], 4)],
+                }
+                if t > 1:
+                    trp = run_torch(python, dict(cfg, threads=t), passive=True)
+                    trp_step = statistics.median(trp["step_time_s"][args.warmup:])
+                    row["torch_passive_tokens_per_s"] = round(tokens_per_step / trp_step, 1)
+                    row["ratio_vs_torch_passive"] = round(trp_step / ts_step, 3)
+                entry["threads"][str(t)] = row
+
+            if not args.no_profile:
+                t = max(threads)
+                lines = run_tessera(bindir, art, data, total, t,
+                                    os.path.join(tmp, f"p{hidden}.jsonl"), profile=True)
+                timed = lines[args.warmup:]
+                step = statistics.median(l["step_time_s"] for l in timed)
+                ops = {k: statistics.median(l["kernel_time_s"].get(k, 0.0) for l in timed)
+                       for k in timed[0]["kernel_time_s"]}
+                entry["tessera_profile"] = {"threads": t, "step_s": round(step, 4),
+                                            "opcode_share": shares(ops, step)}
+                tr = run_torch(python, dict(cfg, threads=t, steps=0, profile=3),
+                               passive=t > 1)
+                tr_step = tr["profile_step_s"]
+                # The autograd profiler's own overhead is large next to small
+                # ops, so PyTorch's shares are of the summed op self time.
+                self_total = sum(tr["op_self_s"].values())
+                op_share = shares(tr["op_self_s"], self_total, top=12)
+                op_share.pop("(unaccounted)", None)
+                entry["torch_profile"] = {
+                    "threads": t, "omp_wait_policy": "passive" if t > 1 else "default",
+                    "profiled_step_s": round(tr_step, 4),
+                    "op_self_time_s": round(self_total, 4),
+                    "op_share_of_self_time": op_share}
+            results.append(entry)
+            print(f"gpt_vs_torch: hidden {hidden} done", file=sys.stderr)
+
+    json.dump({"benchmark": "gpt_vs_torch", "ranks": 1, "torch": torch_version,
+               "torch_python": python, "warmup_steps": args.warmup,
+               "timed_steps": args.steps, "statistic": "median step time",
+               "ratio": "tessera tokens/s / torch tokens/s (> 1: Tessera faster)",
+               "results": results}, sys.stdout, indent=2)
+    print()
+
+
+if __name__ == "__main__":
+    main()
