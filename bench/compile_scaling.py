@@ -9,7 +9,9 @@ per-rank arena the compiler planned. Then tessera-compile at the 175B width
 time against layers, the log-log growth exponent between successive points,
 and the per-pass times of the same pipeline from `tessera-opt
 --tessera-train-pipeline=... --mlir-timing`, each pass with its own growth
-exponent, so a superlinear pass is named.
+exponent, so a superlinear pass is named; and, at the middle and the
+largest layer count, the peak memory each pass adds (tessera-opt running
+the pipeline's first k passes, for every k) with its growth exponent.
 
 The compiler only works on shapes, so every size compiles in well under a
 second; what this measures is how the passes scale with the op count.
@@ -133,7 +135,7 @@ def rss_by_pass(bindir, model, tp):
     keeps, since MLIR never frees uniqued attributes and types."""
     opt = os.path.join(bindir, "tessera-opt")
     out, prev = {}, measure([opt, model, "-o", os.devnull])[1]
-    out["Parser"] = round(prev, 1)
+    out["(startup + parse: total RSS)"] = round(prev, 1)
     for k in range(1, len(PASSES) + 1):
         flags = [f.format(tp=tp) for _, f in PASSES[:k]]
         rss = measure([opt, model] + flags + ["-o", os.devnull])[1]

@@ -175,6 +175,7 @@ Writer::instr(Operation *op, DenseMap<Value, int> &events) {
             return kernel(fa::Opcode::CrossEntropyStatsGrad, o);
           })
           .Case([&](rt::TokenMeanOp o) { return kernel(fa::Opcode::TokenMean, o); })
+          .Case([&](rt::DropoutOp o) { return kernel(fa::Opcode::Dropout, o); })
           .Case([&](rt::TokenMeanGradOp o) {
             return kernel(fa::Opcode::TokenMeanGrad, o);
           })

@@ -33,6 +33,8 @@ std::string tessera::validateGPTConfig(const GPTConfig &c) {
            " is smaller than --seq " + std::to_string(c.seq);
   if (c.ffn < 0)
     return "--ffn must be positive";
+  if (c.dropout < 0 || c.dropout >= 1)
+    return "--dropout must be in [0, 1)";
   return "";
 }
 
@@ -71,6 +73,15 @@ private:
     return NameLoc::get(b.getStringAttr(name));
   }
   Value layer(int64_t i, Value h);
+  /// Megatron's hidden dropout (none at rate 0); each site its own stream.
+  Value dropout(Value v, const Twine &name) {
+    if (c.dropout == 0)
+      return v;
+    return nn::DropoutOp::create(b, loc(name), v, b.getF32FloatAttr(c.dropout),
+                                 b.getI64IntegerAttr(nextStream++),
+                                 StringAttr());
+  }
+  int64_t nextStream = 0;
 
   MLIRContext *ctx;
   const GPTConfig &c;
@@ -106,6 +117,9 @@ Value GPTBuilder::layer(int64_t i, Value h) {
   Value bproj = param(p + "self_attention.linear_proj.bias", {H}, "zeros");
   Value attn = mark(nn::LinearOp::create(b, loc(p + "self_attention.linear_proj"),
                                          ctxv, wproj, bproj));
+  attn = dropout(attn, p + "self_attention.dropout");
+  if (attn.getDefiningOp<nn::DropoutOp>())
+    mark(attn);
   h = mark(nn::AddOp::create(b, loc(p + "self_attention.residual"), h, attn));
 
   Value g2 = param(p + "pre_mlp_layernorm.weight", {H}, "ones");
@@ -118,6 +132,9 @@ Value GPTBuilder::layer(int64_t i, Value h) {
   Value w2 = param(p + "mlp.linear_fc2.weight", {H, F}, outInit);
   Value bb2 = param(p + "mlp.linear_fc2.bias", {H}, "zeros");
   Value m = mark(nn::LinearOp::create(b, loc(p + "mlp.linear_fc2"), u, w2, bb2));
+  m = dropout(m, p + "mlp.dropout");
+  if (m.getDefiningOp<nn::DropoutOp>())
+    mark(m);
   return mark(nn::AddOp::create(b, loc(p + "mlp.residual"), h, m));
 }
 
@@ -142,6 +159,7 @@ OwningOpRef<ModuleOp> GPTBuilder::build() {
                                     StringAttr());
   h = nn::AddPositionEmbeddingOp::create(
       b, loc("embedding.position_embeddings"), h, wpe);
+  h = dropout(h, "embedding.dropout");
   for (int64_t i = 0; i < c.layers; ++i)
     h = layer(i, h);
   Value gf = param("decoder.final_layernorm.weight", {H}, "ones");

@@ -103,6 +103,8 @@ int expectedOperandCount(fb::Opcode op) {
     return 5;
   case O::CrossEntropyStatsGrad:
     return 6;
+  case O::Dropout:
+    return 2;
   }
   return -1;
 }
@@ -118,6 +120,7 @@ int expectedIAttrCount(fb::Opcode op) {
   case O::CrossEntropyStatsGrad:
   case O::TokenMean:
   case O::TokenMeanGrad:
+  case O::Dropout:
     return 1;
   case O::Attention:
   case O::AttentionGrad:
@@ -137,7 +140,7 @@ bool isShardedKernel(fb::Opcode op) {
   using O = fb::Opcode;
   return op == O::Embedding || op == O::EmbeddingGrad ||
          op == O::CrossEntropyStats || op == O::CrossEntropyStatsGrad ||
-         op == O::Copy;
+         op == O::Copy || op == O::Dropout;
 }
 
 static std::string str(const flatbuffers::String *s) {

@@ -351,6 +351,7 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
   case O::CrossEntropyStatsGrad:
   case O::TokenMean:
   case O::TokenMeanGrad:
+  case O::Dropout:
     return decodeTransformerInstr(in, t);
   }
   return unimplemented("unknown opcode ", int(in.op()));
@@ -566,6 +567,25 @@ Status Decoder::decodeTransformerInstr(const fb::Instr &in, Thunk &t) {
     TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 1, 2, 3, 4}));
     t.m = numel(ref(in, 0));
     t.i[0] = iattr(0);
+    return Status();
+  }
+  case O::Dropout: {
+    TESSERA_RETURN_IF_ERROR(requireF32(in, {0, 1}));
+    TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 1}));
+    if (rankOf(0) != 3)
+      return invalidArgument("Dropout expects [seq, batch, hidden], got ",
+                             desc(ref(in, 0)));
+    if (!in.fattrs() || in.fattrs()->size() != 1 || in.fattrs()->Get(0) < 0 ||
+        in.fattrs()->Get(0) >= 1)
+      return invalidArgument("Dropout needs fattrs = [rate] with rate in [0, 1)");
+    t.m = dim(0, 0);
+    t.n = dim(0, 1);
+    t.k = dim(0, 2);
+    int64_t offset = 0, shards = 1;
+    TESSERA_RETURN_IF_ERROR(vocabShard(in, t.m, offset, shards));
+    t.i[0] = offset;
+    t.i[1] = t.m * shards;
+    t.i[2] = iattr(0);
     return Status();
   }
   case O::TokenMean:
@@ -884,6 +904,15 @@ Status Executor::execute(const Thunk &t) {
     return be->tokenMean(F(0), I(1), F(2), t.m, t.i[0]);
   case O::TokenMeanGrad:
     return be->tokenMeanGrad(F(0), I(1), F(2), t.m, t.i[0]);
+  case O::Dropout: {
+    // Masks are keyed by the global sample of each batch column.
+    std::vector<int64_t> samples(size_t(t.n));
+    for (int64_t b = 0; b < t.n; ++b)
+      samples[size_t(b)] =
+          globalSampleIndex(layout, currentIteration, currentMicrobatch, b);
+    return be->dropout(F(0), F(1), t.m, t.n, t.k, t.i[0], t.i[1],
+                       samples.data(), options.seed, t.i[2], t.f[0]);
+  }
   }
   return unimplemented("unknown opcode ", int(t.op));
 }
@@ -934,6 +963,8 @@ StatusOr<double> Executor::runIteration(int64_t iteration) {
   bool hasLoss = prog->loss_buffer() >= 0;
   for (int64_t m = 0; m < numMicro; ++m) {
     TESSERA_RETURN_IF_ERROR(fillInputs(iteration, m));
+    currentIteration = iteration;
+    currentMicrobatch = m;
     TESSERA_RETURN_IF_ERROR(runFunction("microbatch"));
     if (hasLoss) {
       const fb::Buffer *b = prog->buffers()->Get(prog->loss_buffer());

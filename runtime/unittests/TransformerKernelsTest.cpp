@@ -1077,3 +1077,68 @@ TEST(TransformerExecutorTest, TinyTransformerGradientsMatchFiniteDifferences) {
         EXPECT_EQ(grad[i], 0.0f);
   }
 }
+
+//===----------------------------------------------------------------------===//
+// Dropout
+//===----------------------------------------------------------------------===//
+
+TEST_F(TransformerKernelsTest, DropoutRateScaleAndDeterminism) {
+  const int64_t S = 32, B = 4, H = 96;
+  const float rate = 0.25f;
+  std::vector<float> x(S * B * H, 1.0f), y(x.size()), y2(x.size());
+  std::vector<int64_t> samples = {10, 11, 12, 13};
+  ASSERT_TRUE(backend->dropout(x.data(), y.data(), S, B, H, 0, S,
+                               samples.data(), 7, 3, rate).ok());
+  ASSERT_TRUE(backend->dropout(x.data(), y2.data(), S, B, H, 0, S,
+                               samples.data(), 7, 3, rate).ok());
+  EXPECT_EQ(y, y2) << "masks must depend on position and seed only";
+  int64_t dropped = 0;
+  for (float v : y) {
+    if (v == 0.0f)
+      ++dropped;
+    else
+      EXPECT_FLOAT_EQ(v, 1.0f / (1.0f - rate));
+  }
+  double fraction = double(dropped) / double(y.size());
+  EXPECT_NEAR(fraction, rate, 0.02);
+  // Another stream or seed gives another mask.
+  ASSERT_TRUE(backend->dropout(x.data(), y2.data(), S, B, H, 0, S,
+                               samples.data(), 7, 4, rate).ok());
+  EXPECT_NE(y, y2);
+  EXPECT_FALSE(backend->dropout(x.data(), y2.data(), S, B, H, 0, S,
+                                samples.data(), 7, 3, 1.0f).ok());
+}
+
+TEST_F(TransformerKernelsTest, DropoutShardsMatchTheFullSequence) {
+  // Two sequence shards with their offsets drop exactly what the full
+  // sequence drops (sequence parallelism), and the batch split over data
+  // parallel ranks too (masks follow the global sample index).
+  const int64_t S = 16, B = 4, H = 8;
+  std::vector<float> x(S * B * H);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = float(i % 13) - 6.0f;
+  std::vector<int64_t> samples = {100, 101, 102, 103};
+  std::vector<float> full(x.size());
+  ASSERT_TRUE(backend->dropout(x.data(), full.data(), S, B, H, 0, S,
+                               samples.data(), 1, 0, 0.5f).ok());
+  for (int shard = 0; shard < 2; ++shard) {
+    std::vector<float> part(x.size() / 2);
+    const float *xs = x.data() + shard * (S / 2) * B * H;
+    ASSERT_TRUE(backend->dropout(xs, part.data(), S / 2, B, H, shard * (S / 2),
+                                 S, samples.data(), 1, 0, 0.5f).ok());
+    for (size_t i = 0; i < part.size(); ++i)
+      EXPECT_EQ(part[i], full[shard * part.size() + i]);
+  }
+  // Batch columns 2..3 alone (a dp rank holding samples 102, 103).
+  std::vector<float> xb(S * 2 * H), yb(S * 2 * H);
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        xb[(s * 2 + b) * H + h] = x[(s * B + b + 2) * H + h];
+  ASSERT_TRUE(backend->dropout(xb.data(), yb.data(), S, 2, H, 0, S,
+                               samples.data() + 2, 1, 0, 0.5f).ok());
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        EXPECT_EQ(yb[(s * 2 + b) * H + h], full[(s * B + b + 2) * H + h]);
+}

@@ -36,3 +36,9 @@
 
 // RUN: not tessera-opt %t.mlir --tessera-attach-mesh="tp=2" --tessera-tp-partition 2>&1 | FileCheck %s --check-prefix=PAD
 // PAD: error: 'nn.embedding' op vocabulary of 257 rows is not divisible by tp = 2 (run tessera-pad-vocab first)
+
+// Dropout on sequence shards offsets its masks by the shard's position.
+// RUN: tessera-gen gpt --layers 1 --hidden 32 --heads 4 --vocab 257 --seq 8 --dropout 0.1 -o %t.drop.mlir
+// RUN: tessera-opt %t.drop.mlir --tessera-attach-mesh="tp=2" --tessera-set-batch="micro-batch-size=2" --tessera-pad-vocab --tessera-tp-partition="sequence-parallel=1" | FileCheck %s --check-prefix=DROP
+// DROP: nn.dropout %{{.*}} {rate = 1.000000e-01 : f32, sequence_shard_group = "tp", stream = 0 : i64} : tensor<4x2x32xf32>
+// DROP: nn.dropout %{{.*}} {nn.layer = 0 : i64, rate = 1.000000e-01 : f32, sequence_shard_group = "tp", stream = 1 : i64} : tensor<4x2x32xf32>

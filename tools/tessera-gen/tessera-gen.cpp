@@ -1,7 +1,8 @@
 //===- tessera-gen.cpp - Model generators ---------------------------------===//
 //
 // tessera-gen gpt --layers L --hidden H --heads A --vocab V --seq S
-//     [--ffn F] [--max-position-embeddings P] [--tie-embeddings] -o model.mlir
+//     [--ffn F] [--max-position-embeddings P] [--tie-embeddings] [--dropout P]
+//     -o model.mlir
 //
 //===----------------------------------------------------------------------===//
 
@@ -30,6 +31,10 @@ static cl::opt<int64_t> ffn("ffn", cl::desc("MLP hidden size (default 4 x hidden
 static cl::opt<int64_t> maxPositions("max-position-embeddings",
                                      cl::desc("position embeddings (default seq)"),
                                      cl::init(0));
+static cl::opt<double> dropoutRate("dropout",
+                                   cl::desc("embedding and hidden dropout rate "
+                                            "(default 0: no dropout ops)"),
+                                   cl::init(0.0));
 static cl::opt<bool> tie("tie-embeddings",
                          cl::desc("share the word embedding with the LM head"),
                          cl::init(false));
@@ -51,6 +56,7 @@ int main(int argc, char **argv) {
   config.ffn = ffn;
   config.maxPositions = maxPositions;
   config.tieEmbeddings = tie;
+  config.dropout = dropoutRate;
   if (std::string error = tessera::validateGPTConfig(config); !error.empty()) {
     llvm::errs() << "tessera-gen: error: " << error << "\n";
     return 1;

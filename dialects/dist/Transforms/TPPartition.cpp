@@ -202,6 +202,12 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
         return t.getDimSize(0) * tp == p.getType().getDimSize(0);
       });
     };
+    // Dropout on shards offsets its mask by the shard's sequence position.
+    model.walk([&](nn::DropoutOp d) {
+      if (onShard(d.getInput()))
+        d.setSequenceShardGroupAttr(group);
+    });
+
     SmallVector<OpOperand *> shardedParamUses;
     model.walk([&](Operation *op) {
       if (!isa<nn::LayerNormOp, nn::BiasAddOp>(op) || !onShard(op->getOperand(0)))

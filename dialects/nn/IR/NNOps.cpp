@@ -516,6 +516,30 @@ LogicalResult AttentionOp::adjustForShard(int64_t dim, int64_t parts) {
 }
 
 //===----------------------------------------------------------------------===//
+// DropoutOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult DropoutOp::verify() {
+  float rate = getRate().convertToFloat();
+  if (rate < 0.0f || rate >= 1.0f)
+    return emitOpError() << "rate must be in [0, 1), got " << rate;
+  if (getInput().getType().getRank() != 3)
+    return emitOpError() << "expects [seq, batch, hidden] activations";
+  return success();
+}
+
+LogicalResult DropoutOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
+                                      ArrayRef<bool> needed,
+                                      SmallVectorImpl<Value> &adj) {
+  // The same mask scales the gradient.
+  adj.assign(1, Value());
+  if (needed[0])
+    adj[0] = DropoutOp::create(b, getLoc(), resultAdj[0], getRateAttr(),
+                               getStreamAttr(), getSequenceShardGroupAttr());
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // TokenMeanOp and the cross-entropy statistics
 //===----------------------------------------------------------------------===//
 

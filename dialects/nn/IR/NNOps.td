@@ -466,6 +466,28 @@ def NN_AttentionGradOp : NN_Op<"attention_grad", [AllTypesMatch<["qkv", "result"
   let assemblyFormat = "$qkv `,` $result_grad attr-dict `:` type($qkv) `,` type($result_grad)";
 }
 
+def NN_DropoutOp : NN_Op<"dropout", [SameOperandsAndResultType,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "dropout with masks keyed by global position";
+  let description = [{
+    `y = x * keep / (1 - rate)` on `[seq, batch, hidden]` activations, where
+    `keep` comes from the counter-based RNG keyed by (seed, `stream`, global
+    sample, global sequence position, hidden index), so every parallel
+    configuration drops the same elements. Its backward is the same op on
+    the gradient. Under sequence parallelism `sequence_shard_group` gives
+    the shard's sequence offset.
+
+    ```mlir
+    %y = nn.dropout %x {rate = 1.000000e-01 : f32, stream = 1 : i64} : tensor<64x4x128xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, F32Attr:$rate, I64Attr:$stream,
+                       OptionalAttr<StrAttr>:$sequence_shard_group);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
 def NN_TokenMeanOp : NN_Op<"token_mean", [InferTypeOpAdaptor,
     DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
   let summary = "mean of per-token losses over tokens whose label is not ignored";

@@ -118,6 +118,7 @@ DEFINE_KERNEL_VERIFIER(CrossEntropyFromStatsOp)
 DEFINE_KERNEL_VERIFIER(CrossEntropyStatsGradOp)
 DEFINE_KERNEL_VERIFIER(TokenMeanOp)
 DEFINE_KERNEL_VERIFIER(TokenMeanGradOp)
+DEFINE_KERNEL_VERIFIER(DropoutOp)
 
 #define GET_OP_CLASSES
 #include "dialects/rt/IR/RTOps.cpp.inc"

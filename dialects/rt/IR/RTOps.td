@@ -169,6 +169,7 @@ def RT_CrossEntropyFromStatsOp : RT_KernelOp<"cross_entropy_from_stats", "loss f
 def RT_CrossEntropyStatsGradOp : RT_KernelOp<"cross_entropy_stats_grad", "softmax minus one-hot", 6>;
 def RT_TokenMeanOp : RT_KernelOp<"token_mean", "mean over non-ignored tokens", 3>;
 def RT_TokenMeanGradOp : RT_KernelOp<"token_mean_grad", "backward of token_mean", 3>;
+def RT_DropoutOp : RT_KernelOp<"dropout", "dropout keyed by global position (value = rate)", 2>;
 
 def RT_AdamOp : RT_Op<"adam"> {
   let summary = "in-place Adam step on a parameter and its fp32 state";

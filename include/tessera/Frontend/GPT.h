@@ -26,6 +26,7 @@ struct GPTConfig {
   bool tieEmbeddings = false;  ///< share the word embedding with the LM head
   double initStd = 0.02;
   double layerNormEps = 1e-5;
+  double dropout = 0.0;        ///< embedding and hidden dropout (Megatron's)
   int64_t ignoreIndex = -100;
 };
 

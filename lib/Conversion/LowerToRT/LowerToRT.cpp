@@ -526,6 +526,13 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
                      {iattrs({o.getIgnoreIndex()})});
               return success();
             })
+            .Case([&](nn::DropoutOp o) {
+              kernel(rt::DropoutOp(), {o.getInput(), o.getResult()},
+                     withGroup({named("value", o.getRateAttr()),
+                                iattrs({int64_t(o.getStream())})},
+                               o.getSequenceShardGroupAttr()));
+              return success();
+            })
             .Case([&](nn::LogitsMaxOp o) {
               kernel(rt::LogitsMaxOp(), {o.getLogits(), o.getResult()});
               return success();

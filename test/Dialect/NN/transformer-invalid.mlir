@@ -29,3 +29,11 @@ func.func @vocab(%ids: tensor<16x2xi32>, %t: tensor<100x64xf32>) {
   %h = nn.embedding %ids, %t {vocab_size = 257 : i64} : (tensor<16x2xi32>, tensor<100x64xf32>) -> tensor<16x2x64xf32>
   return
 }
+
+// -----
+
+func.func @dropout(%x: tensor<16x2x64xf32>) {
+  // expected-error @+1 {{rate must be in [0, 1), got 1}}
+  %y = nn.dropout %x {rate = 1.0 : f32, stream = 0 : i64} : tensor<16x2x64xf32>
+  return
+}

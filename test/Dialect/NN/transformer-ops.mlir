@@ -7,8 +7,10 @@ func.func @layer(%ids: tensor<16x2xi32>, %wte: tensor<384x64xf32>, %wpe: tensor<
   %h = nn.embedding %ids, %wte {vocab_size = 257 : i64} : (tensor<16x2xi32>, tensor<384x64xf32>) -> tensor<16x2x64xf32>
   // CHECK: nn.add_position_embedding %{{.*}}, %{{.*}} : tensor<16x2x64xf32>, tensor<16x64xf32>
   %h1 = nn.add_position_embedding %h, %wpe : tensor<16x2x64xf32>, tensor<16x64xf32>
+  // CHECK: nn.dropout %{{.*}} {rate = 1.000000e-01 : f32, stream = 3 : i64} : tensor<16x2x64xf32>
+  %h2 = nn.dropout %h1 {rate = 0.1 : f32, stream = 3 : i64} : tensor<16x2x64xf32>
   // CHECK: nn.layer_norm %{{.*}}, %{{.*}}, %{{.*}} : tensor<16x2x64xf32>, tensor<64xf32>
-  %x = nn.layer_norm %h1, %g, %b : tensor<16x2x64xf32>, tensor<64xf32>
+  %x = nn.layer_norm %h2, %g, %b : tensor<16x2x64xf32>, tensor<64xf32>
   // CHECK: nn.linear {{.*}} -> tensor<16x2x192xf32>
   %qkv = nn.linear %x, %wqkv : (tensor<16x2x64xf32>, tensor<192x64xf32>) -> tensor<16x2x192xf32>
   // CHECK: nn.attention %{{.*}} {num_heads = 4 : i64} : (tensor<16x2x192xf32>) -> tensor<16x2x64xf32>

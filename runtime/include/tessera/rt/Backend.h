@@ -184,6 +184,13 @@ public:
   virtual Status tokenMean(const float *loss, const int32_t *t, float *y,
                            int64_t rows, int64_t ignoreIndex) = 0;
   /// dL[r] = dy[0] / count(valid) where t[r] != ignoreIndex, else 0.
+  /// Dropout on [seq, batch, hidden] with masks keyed by global position
+  /// (see the Dropout opcode): `samples[b]` is the global sample index of
+  /// batch column b, `seqOffset` the first global position of this shard.
+  virtual Status dropout(const float *x, float *y, int64_t seq, int64_t batch,
+                         int64_t hidden, int64_t seqOffset, int64_t seqTotal,
+                         const int64_t *samples, uint64_t seed, int64_t stream,
+                         float rate) = 0;
   virtual Status tokenMeanGrad(const float *dy, const int32_t *t, float *dl,
                                int64_t rows, int64_t ignoreIndex) = 0;
 };

@@ -110,6 +110,8 @@ private:
   std::map<std::string, std::vector<Thunk>> functions;
   std::map<int, std::pair<Communicator *, CommRequest>> pending;
   std::map<std::string, double> kernelTime;
+  /// The microbatch being run, for kernels keyed by global sample (dropout).
+  int64_t currentIteration = 1, currentMicrobatch = 0;
 };
 
 } // namespace tessera::rt

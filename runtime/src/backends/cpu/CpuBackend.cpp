@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "tessera/rt/Backend.h"
+#include "tessera/rt/Rng.h"
 
 #include <cblas.h>
 
@@ -733,6 +734,33 @@ public:
         ++count;
       }
     y[0] = count ? float(sum / double(count)) : 0.0f;
+    return Status();
+  }
+
+  Status dropout(const float *x, float *y, int64_t seq, int64_t batch,
+                 int64_t hidden, int64_t seqOffset, int64_t seqTotal,
+                 const int64_t *samples, uint64_t seed, int64_t stream,
+                 float rate) override {
+    if (rate < 0.0f || rate >= 1.0f)
+      return invalidArgument("dropout rate must be in [0, 1), got ", rate);
+    PhiloxStream rng(seed, "dropout." + std::to_string(stream));
+    const float scale = 1.0f / (1.0f - rate);
+    const double threshold = double(rate);
+    for (int64_t s = 0; s < seq; ++s)
+      for (int64_t b = 0; b < batch; ++b) {
+        const float *xr = x + (s * batch + b) * hidden;
+        float *yr = y + (s * batch + b) * hidden;
+        uint64_t base = (uint64_t(samples[b]) * uint64_t(seqTotal) +
+                         uint64_t(s + seqOffset)) *
+                        uint64_t(hidden);
+        for (int64_t h = 0; h < hidden; ++h) {
+          // One Philox block gives four 32-bit uniforms.
+          uint64_t counter = base + uint64_t(h);
+          auto block = rng.block(counter >> 2);
+          double u = double(block[counter & 3]) * (1.0 / 4294967296.0);
+          yr[h] = u >= threshold ? xr[h] * scale : 0.0f;
+        }
+      }
     return Status();
   }
 
