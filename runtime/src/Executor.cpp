@@ -365,7 +365,7 @@ Status Decoder::vocabShard(const fb::Instr &in, int64_t localVocab,
   if (kind.empty())
     return Status();
   if (!hasGroupKind(*artifact.root(), kind))
-    return invalidArgument("vocabulary sharded over group kind '", kind,
+    return invalidArgument("sharded over group kind '", kind,
                            "' but the artifact has no rank groups of that "
                            "kind");
   GroupPosition pos = findGroupPosition(*artifact.root(), kind, worldRank);
@@ -373,7 +373,7 @@ Status Decoder::vocabShard(const fb::Instr &in, int64_t localVocab,
     if (worldRank >= 0)
       return invalidArgument("rank ", worldRank,
                              " is in no rank group of kind '", kind,
-                             "', which shards this kernel's vocabulary");
+                             "', which shards this kernel's operand");
     pos.size = anyGroupSize(*artifact.root(), kind);
   }
   offset = int64_t(pos.index) * localVocab;
