@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "tessera/rt/CommandLine.h"
 #include "tessera/rt/Launcher.h"
 #include "tessera/rt/Artifact.h"
 #include "tessera/rt/Executor.h"
@@ -70,25 +71,11 @@ static StatusOr<int64_t> parseInt(const std::string &flag,
 
 StatusOr<LaunchOptions> parseLaunchOptions(int argc, char **argv) {
   LaunchOptions o;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::string value;
-    bool hasInline = false;
-    if (arg.rfind("--", 0) == 0) {
-      size_t eq = arg.find('=');
-      if (eq != std::string::npos) {
-        value = arg.substr(eq + 1);
-        arg = arg.substr(0, eq);
-        hasInline = true;
-      }
-    }
-    auto next = [&]() -> StatusOr<std::string> {
-      if (hasInline)
-        return value;
-      if (i + 1 >= argc)
-        return invalidArgument("missing value for ", arg);
-      return std::string(argv[++i]);
-    };
+  ArgReader args(argc, argv);
+  while (args.next()) {
+    const std::string &arg = args.arg();
+    auto next = [&] { return args.value(); };
+    bool hasInline = args.hasInlineValue();
     if (arg == "-h" || arg == "--help") {
       o.help = true;
     } else if (arg == "-n" || arg == "--np") {
@@ -127,7 +114,7 @@ StatusOr<LaunchOptions> parseLaunchOptions(int argc, char **argv) {
         return invalidArgument("--print-summary takes no value");
       o.printSummary = true;
     } else if (!arg.empty() && arg[0] == '-' && arg != "-") {
-      return invalidArgument("unknown option '", argv[i], "'");
+      return invalidArgument("unknown option '", args.raw(), "'");
     } else {
       if (!o.artifactPath.empty())
         return invalidArgument("more than one artifact file given ('",

@@ -397,18 +397,8 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
                << "parameter "
                << model.getArgAttr(arg.getArgNumber(), kParamAttr)
                << " is used more than once and cannot be split here";
-      auto type = cast<RankedTensorType>(arg.getType());
-      if (type.getDimSize(dim) % tp != 0)
-        return op->emitOpError()
-               << "dimension " << dim << " of size " << type.getDimSize(dim)
-               << " is not divisible by tp = " << tp;
-      SmallVector<int64_t> shape(type.getShape());
-      shape[dim] /= tp;
-      arg.setType(RankedTensorType::get(shape, type.getElementType()));
-      model.setArgAttr(arg.getArgNumber(), kShardingAttr,
-                       b.getDictionaryAttr(
-                           {b.getNamedAttr("axis", group),
-                            b.getNamedAttr("dim", b.getI64IntegerAttr(dim))}));
+      if (failed(shardParam(model, arg, dim, tp, op)))
+        return failure();
     }
     if (failed(reinferResultTypes(op)))
       return op->emitOpError() << "cannot infer its sharded result type";

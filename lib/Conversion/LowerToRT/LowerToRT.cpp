@@ -384,6 +384,18 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
       return attrs;
     };
     auto beta = [&](Value r) { return named("beta", f32(acc(r) ? 1 : 0)); };
+    // A fused cross-entropy with ignore_index (operands 0 and 1: logits and
+    // labels) runs as row max and statistics into its scratch first.
+    auto statsPrologue = [&](int64_t ignore) {
+      auto sc = scratchOf[op];
+      Value z = bufferOf(op->getOperand(0)), t = bufferOf(op->getOperand(1));
+      Value m = scratchBuffer(sc[0]), se = scratchBuffer(sc[1]),
+            pl = scratchBuffer(sc[2]);
+      kernelBufs(rt::LogitsMaxOp(), {z, m});
+      kernelBufs(rt::CrossEntropyStatsOp(), {z, t, m, se, pl},
+                 {iattrs({ignore})});
+      return std::make_tuple(z, t, m, se, pl);
+    };
 
     LogicalResult status =
         llvm::TypeSwitch<Operation *, LogicalResult>(op)
@@ -435,13 +447,7 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
             })
             .Case([&](nn::SoftmaxCrossEntropyOp o) {
               if (auto ignore = o.getIgnoreIndex()) {
-                auto sc = scratchOf[op];
-                Value z = bufferOf(o.getLogits()), t = bufferOf(o.getLabels());
-                Value m = scratchBuffer(sc[0]), se = scratchBuffer(sc[1]),
-                      pl = scratchBuffer(sc[2]);
-                kernelBufs(rt::LogitsMaxOp(), {z, m});
-                kernelBufs(rt::CrossEntropyStatsOp(), {z, t, m, se, pl},
-                           {iattrs({*ignore})});
+                auto [z, t, m, se, pl] = statsPrologue(*ignore);
                 kernelBufs(rt::CrossEntropyFromStatsOp(),
                            {se, pl, m, t, bufferOf(o.getResult())},
                            {iattrs({*ignore})});
@@ -452,13 +458,7 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
             })
             .Case([&](nn::SoftmaxCrossEntropyGradOp o) {
               if (auto ignore = o.getIgnoreIndex()) {
-                auto sc = scratchOf[op];
-                Value z = bufferOf(o.getLogits()), t = bufferOf(o.getLabels());
-                Value m = scratchBuffer(sc[0]), se = scratchBuffer(sc[1]),
-                      pl = scratchBuffer(sc[2]);
-                kernelBufs(rt::LogitsMaxOp(), {z, m});
-                kernelBufs(rt::CrossEntropyStatsOp(), {z, t, m, se, pl},
-                           {iattrs({*ignore})});
+                auto [z, t, m, se, pl] = statsPrologue(*ignore);
                 kernelBufs(rt::CrossEntropyStatsGradOp(),
                            {z, t, m, se, bufferOf(o.getLossGrad()),
                             bufferOf(o.getResult())},

@@ -4,6 +4,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "tessera/rt/CommandLine.h"
 #include "tessera/rt/Preprocess.h"
 
 #include <cerrno>
@@ -43,25 +44,11 @@ std::string preprocessUsage(const char *argv0) {
 
 StatusOr<PreprocessOptions> parsePreprocessOptions(int argc, char **argv) {
   PreprocessOptions o;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    std::string value;
-    bool hasInline = false;
-    if (arg.rfind("--", 0) == 0) {
-      size_t eq = arg.find('=');
-      if (eq != std::string::npos) {
-        value = arg.substr(eq + 1);
-        arg = arg.substr(0, eq);
-        hasInline = true;
-      }
-    }
-    auto next = [&]() -> StatusOr<std::string> {
-      if (hasInline)
-        return value;
-      if (i + 1 >= argc)
-        return invalidArgument("missing value for ", arg);
-      return std::string(argv[++i]);
-    };
+  ArgReader args(argc, argv);
+  while (args.next()) {
+    const std::string &arg = args.arg();
+    auto next = [&] { return args.value(); };
+    bool hasInline = args.hasInlineValue();
     if (arg == "-h" || arg == "--help") {
       o.help = true;
     } else if (arg == "--input") {
@@ -93,7 +80,7 @@ StatusOr<PreprocessOptions> parsePreprocessOptions(int argc, char **argv) {
         return invalidArgument("unknown --documents mode '", mode,
                                "' (expected lines, paragraphs or file)");
     } else if (!arg.empty() && arg[0] == '-') {
-      return invalidArgument("unknown option '", argv[i], "'");
+      return invalidArgument("unknown option '", args.raw(), "'");
     } else {
       return invalidArgument("unexpected argument '", arg,
                              "' (use --input FILE)");
