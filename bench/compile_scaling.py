@@ -158,7 +158,7 @@ def linear_fit(xs, ys):
 
 def exponent(x0, y0, x1, y1):
     """Growth exponent k of y ~ x^k between two points (1 = linear)."""
-    if y0 <= 0 or y1 <= 0:
+    if y0 <= 0 or y1 <= 0 or x0 == x1:
         return None
     return round(math.log(y1 / y0) / math.log(x1 / x0), 2)
 
@@ -246,7 +246,7 @@ def main():
     superlinear = []
     if len(sweep) >= 2 and "pass_time_s" in sweep[0]:
         hi = sweep[-1]
-        mid = sweep[len(sweep) // 2]
+        mid = sweep[(len(sweep) - 1) // 2]
         total = sum(hi["pass_time_s"].values())
         for k, v in sorted(hi["pass_time_s"].items(), key=lambda kv: -kv[1]):
             e = exponent(mid["layers"], mid["pass_time_s"].get(k, 0.0),
@@ -263,7 +263,7 @@ def main():
     if have_opt and len(sweep) >= 2:
         with tempfile.TemporaryDirectory() as tmp:
             mem = {}
-            for layers in (sweep[len(sweep) // 2]["layers"], sweep[-1]["layers"]):
+            for layers in (sweep[(len(sweep) - 1) // 2]["layers"], sweep[-1]["layers"]):
                 model = os.path.join(tmp, f"gpt-175b-width-{layers}.mlir")
                 subprocess.run(gen_cmd(bindir, model, layers, 12288, 96, tied), check=True)
                 mem[layers] = rss_by_pass(bindir, model, args.tp)

@@ -16,8 +16,9 @@ number of threads, one after the other in this run:
 
 Tokens: tessera-preprocess turns examples/data/northanger_abbey_vol1.txt
 into a Megatron indexed dataset; tessera-run reads it with --data and the
-PyTorch side reads the same .bin/.idx with numpy and forms the same samples
-(sample g = the seq + 1 stream tokens from (g * seq) mod (T - seq)).
+PyTorch side reads the same .bin/.idx with numpy and samples the token
+stream by the runtime's rule (sample g = the seq + 1 tokens from
+(g * seq) mod (T - seq)); the tokens do not change the speed.
 
 Threads: T BLAS threads for tessera-run (--threads T) and, for PyTorch,
 torch.set_num_threads(T) with OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = T.
@@ -30,18 +31,17 @@ Timing: W warm-up steps, then the median step time over S timed steps, for
 both; tokens/s = micro batch x seq / median step time. Each configuration
 runs R rounds, Tessera and PyTorch alternating, and the best round's median
 counts (the machine may be shared; the 1-minute load average before and
-after is reported). A separate Tessera
-run with --profile gives the per-opcode share of the step (profiling
-synchronises after every kernel, so its step is a little slower), and one
-PyTorch run under torch.autograd.profiler gives PyTorch's per-op self time
-for comparison (as shares of the summed op self time: the profiler's
-own overhead inflates the profiled step).
+after is reported). A separate Tessera run with --profile gives the
+per-opcode share of the mean step (profiling synchronises after every
+kernel), and one PyTorch run under torch.autograd.profiler gives PyTorch's
+per-op self time for comparison, as shares of the summed op self time (the
+profiler's own overhead inflates the profiled step).
 
 Prints one JSON object. A benchmark, not a test: nothing is asserted.
 
 usage: bench/gpt_vs_torch.py [--build build] [--threads 1,2] [--steps 5]
-           [--warmup 2] [--rounds 2] [--sizes 256:4:2,512:8:2,1024:16:2] [--seq 128]
-           [--micro-batch 8] [--python /usr/bin/python3]
+           [--warmup 2] [--rounds 2] [--sizes 256:4:2,512:8:2,1024:16:2]
+           [--seq 128] [--micro-batch 8] [--python /usr/bin/python3]
 """
 import argparse
 import json
@@ -86,7 +86,7 @@ def torch_worker(cfg):
     import torch.nn.functional as F
 
     torch.set_num_threads(cfg["threads"])
-    torch.manual_seed(1234)
+    torch.manual_seed(cfg.get("seed", 1234))
     L, H, A = cfg["layers"], cfg["hidden"], cfg["heads"]
     S, B, V = cfg["seq"], cfg["batch"], PADDED_VOCAB
     D = H // A
@@ -326,8 +326,9 @@ def main():
                 lines = run_tessera(bindir, art, data, total, t,
                                     os.path.join(tmp, f"p{hidden}.jsonl"), profile=True)
                 timed = lines[args.warmup:]
-                step = statistics.median(l["step_time_s"] for l in timed)
-                ops = {k: statistics.median(l["kernel_time_s"].get(k, 0.0) for l in timed)
+                # Means (not medians) so that the shares add up to the step.
+                step = statistics.mean(l["step_time_s"] for l in timed)
+                ops = {k: statistics.mean(l["kernel_time_s"].get(k, 0.0) for l in timed)
                        for k in timed[0]["kernel_time_s"]}
                 entry["tessera_profile"] = {"threads": t, "step_s": round(step, 4),
                                             "opcode_share": shares(ops, step)}
