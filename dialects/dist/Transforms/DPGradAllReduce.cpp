@@ -49,10 +49,12 @@ struct DPGradAllReducePass
     Block *body = step.addEntryBlock();
     b.setInsertionPointToStart(body);
     SmallVector<Value> results;
+    // Bindings set in one go: per-argument updates rebuild the whole
+    // attribute array each time (quadratic in the number of parameters).
+    SmallVector<DictionaryAttr> bindings;
     for (auto [i, name] : llvm::enumerate(names)) {
-      auto binding = b.getStringAttr("grad:" + name.getValue());
-      step.setArgAttr(i, kBufferAttr, binding);
-      step.setResultAttr(i, kBufferAttr, binding);
+      bindings.push_back(b.getDictionaryAttr(b.getNamedAttr(
+          kBufferAttr, b.getStringAttr("grad:" + name.getValue()))));
       Value g = body->getArgument(i);
       if (dp > 1) {
         // Megatron scales by 1/dp before the sum (gradient_scaling_factor).
@@ -65,6 +67,8 @@ struct DPGradAllReducePass
       results.push_back(g);
     }
     func::ReturnOp::create(b, step.getLoc(), results);
+    step.setAllArgAttrs(bindings);
+    step.setAllResultAttrs(bindings);
   }
 };
 } // namespace

@@ -119,6 +119,7 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
       return signalPassFailure();
     if (sequenceParallel && failed(applySequenceParallel(model, tp, mesh)))
       return signalPassFailure();
+    applyShardings(model);
     updateFunctionType(model);
   }
 
@@ -230,8 +231,7 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
   LogicalResult shardParam(func::FuncOp model, BlockArgument arg, int64_t dim,
                            int64_t tp, Operation *user) {
     OpBuilder b(user);
-    if (auto sh = model.getArgAttrOfType<DictionaryAttr>(arg.getArgNumber(),
-                                                         kShardingAttr)) {
+    if (DictionaryAttr sh = shardings.lookup(arg.getArgNumber())) {
       if (sh.getAs<IntegerAttr>("dim").getInt() != dim)
         return user->emitOpError()
                << "needs parameter "
@@ -249,11 +249,26 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
     SmallVector<int64_t> shape(type.getShape());
     shape[dim] /= tp;
     arg.setType(RankedTensorType::get(shape, type.getElementType()));
-    model.setArgAttr(arg.getArgNumber(), kShardingAttr,
-                     b.getDictionaryAttr(
-                         {b.getNamedAttr("axis", b.getStringAttr("tp")),
-                          b.getNamedAttr("dim", b.getI64IntegerAttr(dim))}));
+    shardings[arg.getArgNumber()] = b.getDictionaryAttr(
+        {b.getNamedAttr("axis", b.getStringAttr("tp")),
+         b.getNamedAttr("dim", b.getI64IntegerAttr(dim))});
     return success();
+  }
+
+  /// The `dist.sharding` of each split parameter, written to the function
+  /// once at the end (one update per argument would rebuild the attribute
+  /// array every time: quadratic in the number of parameters).
+  DenseMap<unsigned, DictionaryAttr> shardings;
+
+  void applyShardings(func::FuncOp model) {
+    SmallVector<DictionaryAttr> attrs;
+    for (unsigned i = 0, e = model.getNumArguments(); i < e; ++i) {
+      NamedAttrList list(model.getArgAttrDict(i));
+      if (DictionaryAttr sh = shardings.lookup(i))
+        list.set(kShardingAttr, sh);
+      attrs.push_back(list.getDictionary(model.getContext()));
+    }
+    model.setAllArgAttrs(attrs);
   }
 
   /// Seed 004's vocabulary parallelism: the word embedding split along the

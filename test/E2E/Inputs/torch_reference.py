@@ -1,0 +1,338 @@
+#!/usr/bin/env python3
+"""PyTorch reference training of a tessera-gen GPT, from Tessera's own init.
+
+Usage: torch_reference.py --model X.mlir --data PREFIX --steps N
+           --micro-batch-size B [--global-batch-size G] [--seed 1234]
+           [--padded-vocab V] [--lr 1e-3] [--threads T] [--float64]
+
+Trains the model of X.mlir (as emitted by tessera-gen gpt) in PyTorch on the
+same initial weights and the same tokens as `tessera-run -n 1 X.tsr --data
+PREFIX` and prints one JSON line per step, {"step": i, "loss": l}, the format
+of tessera-run --metrics (compare the two with compare_losses.py).
+
+ * Weights: the parameters are the function arguments of the .mlir with an
+   nn.param name and an nn.init spec ("normal:<std>", "uniform:<a>",
+   "zeros", "ones"). Element g (row-major index into the GLOBAL tensor) is
+   initialised exactly as runtime/src/Data.cpp initParameterShard does, with
+   the Philox4x32-10 stream of runtime/include/tessera/rt/Rng.h keyed by
+   FNV-1a-64 of the parameter name: float(double(float(std)) * normal(g)).
+   The vocabulary-indexed parameters (embedding tables, LM head) are padded
+   to --padded-vocab rows (default: the vocabulary rounded up to a multiple
+   of 128, as tessera-compile's pad-vocab does); the padded rows continue the
+   global index and are trained like the others.
+ * Data: sample g = (it - 1) * G + m * B + i (microbatch m of iteration it,
+   1-based) is the S + 1 tokens of the dataset's token stream starting at
+   (g * S) mod (T - S); tokens [S, B] sequence-major, labels shifted by one
+   (runtime/include/tessera/rt/Data.h, IndexedDataset.cpp).
+ * Model: the nn ops of the function body are interpreted one by one in
+   float32 (embedding, add_position_embedding, layer_norm, linear, attention,
+   gelu, relu, add, softmax_cross_entropy, token_mean), so tied embeddings
+   (--tie-embeddings) and any number of layers work as emitted. The loss of
+   an iteration is the mean over its microbatches; gradients are summed with
+   weight 1/num_microbatches.
+ * Optimizer: Adam (torch.optim.Adam; lr 1e-3, betas 0.9/0.999, eps 1e-8,
+   no weight decay by default, bias-corrected), like tessera-compile's
+   default.
+"""
+import argparse
+import json
+import math
+import re
+import sys
+
+import numpy as np
+
+# ------------------------------------------------------------------ RNG --
+
+_M0, _M1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
+_W0, _W1 = 0x9E3779B9, 0xBB67AE85
+_MASK32 = np.uint64(0xFFFFFFFF)
+
+
+def fnv1a64(name):
+    h = 0xCBF29CE484222325
+    for c in name.encode():
+        h ^= c
+        h = (h * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def philox4x32_10(index, seed, key):
+    """Philox4x32-10 of counters {lo(index), hi(index), lo(seed), hi(seed)}
+    (index a uint64 array) with key {lo(key), hi(key)}; four uint64 arrays
+    holding 32-bit words."""
+    index = index.astype(np.uint64)
+    c0 = index & _MASK32
+    c1 = index >> np.uint64(32)
+    c2 = np.full_like(index, seed & 0xFFFFFFFF)
+    c3 = np.full_like(index, (seed >> 32) & 0xFFFFFFFF)
+    k0, k1 = key & 0xFFFFFFFF, (key >> 32) & 0xFFFFFFFF
+    for _ in range(10):
+        p0 = _M0 * c0  # < 2^64: no overflow
+        p1 = _M1 * c2
+        hi0, lo0 = p0 >> np.uint64(32), p0 & _MASK32
+        hi1, lo1 = p1 >> np.uint64(32), p1 & _MASK32
+        c0, c1, c2, c3 = (hi1 ^ c1 ^ np.uint64(k0), lo1,
+                          hi0 ^ c3 ^ np.uint64(k1), lo0)
+        k0 = (k0 + _W0) & 0xFFFFFFFF
+        k1 = (k1 + _W1) & 0xFFFFFFFF
+    return c0, c1, c2, c3
+
+
+def _to_unit(lo, hi):
+    bits = (hi << np.uint64(32)) | lo
+    return (bits >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
+
+
+def philox_uniform(seed, name, index):
+    x0, x1, _, _ = philox4x32_10(index, seed, fnv1a64(name))
+    return _to_unit(x0, x1)
+
+
+def philox_normal(seed, name, index):
+    """Box-Muller as Rng.h: sqrt(-2 ln(1 - u1)) * cos(2 pi u2), in double
+    with the C library's log and cos (math module) for bit-exactness."""
+    x0, x1, x2, x3 = philox4x32_10(index, seed, fnv1a64(name))
+    u1 = _to_unit(x0, x1)
+    u2 = _to_unit(x2, x3)
+    two_pi = 6.283185307179586476925286766559
+    log, cos, sqrt = math.log, math.cos, math.sqrt
+    return np.array([sqrt(-2.0 * log(1.0 - a)) * cos(two_pi * b)
+                     for a, b in zip(u1.tolist(), u2.tolist())],
+                    dtype=np.float64)
+
+
+def init_param(spec, name, shape, seed):
+    """initParameterShard of one whole (unsharded) tensor."""
+    n = int(np.prod(shape)) if shape else 1
+    kind, _, arg = spec.partition(":")
+    if kind == "zeros":
+        return np.zeros(shape, np.float32)
+    if kind == "ones":
+        return np.ones(shape, np.float32)
+    scale = float(np.float32(float(arg)))  # Buffer.init_scale is a float
+    idx = np.arange(n, dtype=np.uint64)
+    if kind == "normal":
+        vals = scale * philox_normal(seed, name, idx)
+    elif kind == "uniform":
+        vals = scale * (2.0 * philox_uniform(seed, name, idx) - 1.0)
+    else:
+        raise SystemExit(f"unknown init spec '{spec}' of parameter {name}")
+    return vals.astype(np.float32).reshape(shape)
+
+
+# ----------------------------------------------------------------- .mlir --
+
+_ARG = re.compile(r"%(arg\d+)\s*:\s*tensor<([^>]*)>\s*(\{[^}]*\})?")
+_ATTR_STR = r'{}\s*=\s*"([^"]*)"'
+_OP = re.compile(r"^\s*%(\w+)\s*=\s*nn\.(\w+)\s+([^{:]*?)\s*(\{[^}]*\})?\s*:\s*(.*)$")
+
+
+def parse_shape(text):
+    dims = text.split("x")[:-1]  # the last entry is the element type
+    return [None if d == "?" else int(d) for d in dims]
+
+
+def parse_model(path):
+    text = open(path).read()
+    m = re.search(r"func\.func\s+@(\w+)\((.*?)\)\s*->", text, re.S)
+    if not m:
+        raise SystemExit(f"{path}: no func.func")
+    args = {}
+    for a in _ARG.finditer(m.group(2)):
+        attrs = a.group(3) or ""
+        entry = {"shape": parse_shape(a.group(2))}
+        for key in ("nn.param", "nn.init", "nn.input"):
+            s = re.search(_ATTR_STR.format(re.escape(key)), attrs)
+            if s:
+                entry[key] = s.group(1)
+        args[a.group(1)] = entry
+    body = text[m.end():]
+    ops = []
+    for line in body.splitlines():
+        o = _OP.match(line)
+        if o:
+            attrs = o.group(4) or ""
+            ints = dict(re.findall(r"([\w.]+)\s*=\s*(-?\d+)\s*:\s*i64", attrs))
+            floats = dict(re.findall(r"([\w.]+)\s*=\s*(-?[\d.eE+-]+)\s*:\s*f(?:32|64)", attrs))
+            ops.append({"result": o.group(1), "op": o.group(2),
+                        "operands": re.findall(r"%(\w+)", o.group(3)),
+                        "ints": {k: int(v) for k, v in ints.items()},
+                        "floats": {k: float(v) for k, v in floats.items()}})
+        r = re.match(r"^\s*return\s+%(\w+)", line)
+        if r:
+            return args, ops, r.group(1)
+    raise SystemExit(f"{path}: no return")
+
+
+# ------------------------------------------------------------------ data --
+
+def read_tokens(prefix):
+    """The token stream of a Megatron indexed dataset (sequence order)."""
+    dtypes = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64,
+              6: np.float64, 7: np.float32, 8: np.uint16}
+    for p in (prefix, prefix + "_text_document"):
+        try:
+            f = open(p + ".idx", "rb")
+        except FileNotFoundError:
+            continue
+        with f:
+            head = f.read(34)
+            assert head[:9] == b"MMIDIDX\x00\x00", "not a Megatron .idx"
+            dtype = dtypes[head[17]]
+            n = int.from_bytes(head[18:26], "little")
+            sizes = np.frombuffer(f.read(4 * n), dtype=np.int32)
+            pointers = np.frombuffer(f.read(8 * n), dtype=np.int64)
+        data = np.fromfile(p + ".bin", dtype=dtype)
+        item = np.dtype(dtype).itemsize
+        return np.concatenate([data[q // item:q // item + s]
+                               for q, s in zip(pointers, sizes)]).astype(np.int64)
+    raise SystemExit(f"no indexed dataset at {prefix}(.idx|_text_document.idx)")
+
+
+def sample_batch(stream, seq, gs):
+    span = len(stream) - seq
+    sample = np.stack([stream[(g * seq) % span:(g * seq) % span + seq + 1]
+                       for g in gs], axis=1)  # [S + 1, B]
+    return sample[:-1], sample[1:]
+
+
+# ----------------------------------------------------------------- model --
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--steps", type=int, required=True)
+    ap.add_argument("--micro-batch-size", type=int, required=True)
+    ap.add_argument("--global-batch-size", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--padded-vocab", type=int, default=None,
+                    help="rows of the vocabulary-indexed parameters "
+                         "(default: vocab rounded up to a multiple of 128)")
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--beta1", type=float, default=0.9)
+    ap.add_argument("--beta2", type=float, default=0.999)
+    ap.add_argument("--eps", type=float, default=1e-8)
+    ap.add_argument("--weight-decay", type=float, default=0.0)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--float64", action="store_true",
+                    help="compute in float64 (a check of float32 rounding)")
+    args = ap.parse_args()
+
+    import torch
+    import torch.nn.functional as F
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dtype = torch.float64 if args.float64 else torch.float32
+
+    params_spec, ops, ret = parse_model(args.model)
+    unknown = sorted({o["op"] for o in ops} - {
+        "embedding", "add_position_embedding", "layer_norm", "linear",
+        "attention", "gelu", "relu", "add", "softmax_cross_entropy",
+        "token_mean"})
+    if unknown:
+        raise SystemExit(f"unsupported nn ops: {', '.join(unknown)}")
+
+    # Vocabulary-indexed parameters: embedding tables and the LM head (the
+    # linear whose result feeds softmax_cross_entropy).
+    vocab = None
+    vocab_params = set()
+    producer = {o["result"]: o for o in ops}
+    for o in ops:
+        if o["op"] == "embedding":
+            vocab = o["ints"]["vocab_size"]
+            vocab_params.add(o["operands"][1])
+        if o["op"] == "softmax_cross_entropy":
+            head = producer.get(o["operands"][0])
+            if head and head["op"] == "linear":
+                vocab_params.update(head["operands"][1:])
+    padded = args.padded_vocab or (
+        (vocab + 127) // 128 * 128 if vocab else None)
+
+    weights = {}
+    for arg, spec in params_spec.items():
+        if "nn.param" not in spec:
+            continue
+        shape = list(spec["shape"])
+        if arg in vocab_params:
+            if shape[0] not in (vocab, padded):
+                raise SystemExit(f"{spec['nn.param']}: {shape[0]} rows, "
+                                 f"expected vocab {vocab}")
+            shape[0] = padded
+        w = init_param(spec.get("nn.init", "zeros"), spec["nn.param"], shape,
+                       args.seed)
+        weights[arg] = torch.tensor(w, dtype=dtype, requires_grad=True)
+    inputs = {spec["nn.input"]: arg for arg, spec in params_spec.items()
+              if "nn.input" in spec}
+    seq = params_spec[inputs["tokens"]]["shape"][0]
+
+    def forward(tokens, labels):
+        env = dict(weights)
+        env[inputs["tokens"]] = tokens
+        env[inputs["labels"]] = labels
+        for o in ops:
+            x = [env[v] for v in o["operands"]]
+            op = o["op"]
+            if op == "embedding":
+                y = F.embedding(x[0], x[1])
+            elif op == "add_position_embedding":
+                y = x[0] + x[1][:x[0].shape[0], None, :]
+            elif op == "layer_norm":
+                y = F.layer_norm(x[0], x[0].shape[-1:], x[1], x[2], eps=1e-5)
+            elif op == "linear":
+                y = F.linear(x[0], x[1], x[2] if len(x) > 2 else None)
+            elif op == "attention":
+                a = o["ints"]["num_heads"]
+                s, b, f = x[0].shape
+                d = f // (3 * a)
+                qkv = x[0].view(s, b, a, 3, d).permute(3, 1, 2, 0, 4)  # [3,B,A,S,D]
+                q, k, v = qkv[0], qkv[1], qkv[2]
+                scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(d))
+                if o["ints"].get("causal", 1):
+                    mask = torch.triu(torch.ones(s, s, dtype=torch.bool), 1)
+                    scores = scores.masked_fill(mask, float("-inf"))
+                ctx = torch.matmul(torch.softmax(scores, dim=-1), v)  # [B,A,S,D]
+                y = ctx.permute(2, 0, 1, 3).reshape(s, b, a * d)
+            elif op == "gelu":
+                y = F.gelu(x[0])
+            elif op == "relu":
+                y = F.relu(x[0])
+            elif op == "add":
+                y = x[0] + x[1]
+            elif op == "softmax_cross_entropy":
+                z = x[0]
+                y = F.cross_entropy(
+                    z.reshape(-1, z.shape[-1]), x[1].reshape(-1),
+                    ignore_index=o["ints"].get("ignore_index", -100),
+                    reduction="none").view(x[1].shape)
+            elif op == "token_mean":
+                valid = x[1] != -100
+                y = (x[0] * valid).sum() / valid.sum().clamp(min=1)
+            env[o["result"]] = y
+        return env[ret]
+
+    opt = torch.optim.Adam(weights.values(), lr=args.lr,
+                           betas=(args.beta1, args.beta2), eps=args.eps,
+                           weight_decay=args.weight_decay)
+    stream = read_tokens(args.data)
+    b = args.micro_batch_size
+    gb = args.global_batch_size or b
+    if gb % b:
+        raise SystemExit("global batch size must be a multiple of the micro batch")
+    nmb = gb // b
+    for it in range(1, args.steps + 1):
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for m in range(nmb):
+            gs = [(it - 1) * gb + m * b + i for i in range(b)]
+            tok, lab = sample_batch(stream, seq, gs)
+            loss = forward(torch.from_numpy(tok), torch.from_numpy(lab))
+            (loss / nmb).backward()
+            total += loss.item()
+        opt.step()
+        print(json.dumps({"step": it, "loss": total / nmb}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
