@@ -251,6 +251,9 @@ static int launchUnderMpirun(const LaunchOptions &o, int argc, char **argv) {
   int threads = o.threads ? o.threads : defaultThreads(n);
   if (o.threads || !std::getenv("OPENBLAS_NUM_THREADS"))
     setenv("OPENBLAS_NUM_THREADS", std::to_string(threads).c_str(), 1);
+  // Idle OpenMP workers must not spin on the cores the BLAS threads use.
+  if (!std::getenv("OMP_WAIT_POLICY"))
+    setenv("OMP_WAIT_POLICY", "passive", 1);
 
   std::string self = selfExecutable();
   if (self.empty())
@@ -260,7 +263,8 @@ static int launchUnderMpirun(const LaunchOptions &o, int argc, char **argv) {
                                    "--bind-to",       "none"};
   if (geteuid() == 0)
     args.push_back("--allow-run-as-root");
-  args.insert(args.end(), {"-x", "OPENBLAS_NUM_THREADS", self});
+  args.insert(args.end(),
+              {"-x", "OPENBLAS_NUM_THREADS", "-x", "OMP_WAIT_POLICY", self});
   for (int i = 1; i < argc; ++i)
     args.push_back(argv[i]);
   std::vector<char *> cargs;

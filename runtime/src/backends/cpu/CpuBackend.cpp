@@ -160,12 +160,24 @@ inline void softmaxRow(float *row, int64_t valid, int64_t n) {
     row[j] = 0.0f;
 }
 
+/// Elementwise loops shorter than this run on one thread: below it the
+/// fork/join costs more than it saves.
+constexpr int64_t kParallelMin = 1 << 15;
+
 class CpuBackend final : public Backend {
 public:
   explicit CpuBackend(const BackendOptions &options) {
-    if (options.numThreads > 0)
+    if (options.numThreads > 0) {
       openblas_set_num_threads(options.numThreads);
+      threads = options.numThreads;
+    }
   }
+
+private:
+  /// Threads for the elementwise kernels (the same as the BLAS threads).
+  int threads = 1;
+
+public:
 
   const char *name() const override { return "cpu"; }
 
@@ -229,7 +241,7 @@ public:
 
   Status gelu(const float *x, float *y, int64_t n) override {
     constexpr float kInvSqrt2 = 0.70710678118654752440f;
-#pragma omp simd
+#pragma omp parallel for simd num_threads(threads) if (n >= kParallelMin)
     for (int64_t i = 0; i < n; ++i)
       y[i] = 0.5f * x[i] * (1.0f + simdErf(x[i] * kInvSqrt2));
     return Status();
@@ -239,7 +251,7 @@ public:
                   int64_t n) override {
     constexpr float kInvSqrt2 = 0.70710678118654752440f;
     constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
-#pragma omp simd
+#pragma omp parallel for simd num_threads(threads) if (n >= kParallelMin)
     for (int64_t i = 0; i < n; ++i) {
       float v = x[i];
       float cdf = 0.5f * (1.0f + simdErf(v * kInvSqrt2));
@@ -383,7 +395,7 @@ public:
     const float c1 = float(1.0 / (1.0 - std::pow(double(b1), double(step))));
     const float c2 = float(1.0 / (1.0 - std::pow(double(b2), double(step))));
     const float lr = hp.lr, eps = hp.eps, wd = hp.weightDecay;
-#pragma omp simd
+#pragma omp parallel for simd num_threads(threads) if (n >= kParallelMin)
     for (int64_t i = 0; i < n; ++i) {
       float gi = g[i];
       float mi = b1 * m[i] + (1.0f - b1) * gi;
@@ -441,6 +453,7 @@ public:
                    float *y, int64_t rows, int64_t cols, float eps) override {
     if (cols == 0)
       return Status();
+#pragma omp parallel for num_threads(threads) if (rows * cols >= kParallelMin)
     for (int64_t r = 0; r < rows; ++r) {
       const float *xr = x + r * cols;
       float *yr = y + r * cols;
