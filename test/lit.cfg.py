@@ -27,6 +27,18 @@ config.substitutions.append(("%python", "python3"))
 tools = ["tessera-opt", "tessera-compile", "tessera-run", "tessera-gen", "tessera-preprocess"]
 llvm_config.add_tool_substitutions(tools, [config.tessera_tools_dir])
 
+# Numerical checks against PyTorch where Debian's python3-torch is installed
+# (not installed by scripts/install-deps.sh: ~190 MB of packages).
+import subprocess
+torch_python = "/usr/bin/python3"
+try:
+    if subprocess.run([torch_python, "-c", "import torch"], capture_output=True,
+                      timeout=120).returncode == 0:
+        config.available_features.add("torch")
+except (OSError, subprocess.TimeoutExpired):
+    pass
+config.substitutions.append(("%torch_python", torch_python))
+
 # GPU tests only where a GPU is present.
 if os.path.exists("/dev/nvidia0") and os.path.exists("/usr/local/cuda"):
     config.available_features.add("cuda")
