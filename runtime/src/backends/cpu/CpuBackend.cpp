@@ -8,6 +8,8 @@
 #include "tessera/rt/Backend.h"
 #include "tessera/rt/Rng.h"
 
+#include <omp.h>
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -164,6 +166,46 @@ inline void softmaxRow(float *row, int64_t valid, int64_t n) {
 /// fork/join costs more than it saves.
 constexpr int64_t kParallelMin = 1 << 15;
 
+// GELU and its gradient are the costliest elementwise kernels (an erf per
+// element): they get AVX2/FMA clones, picked at load time on CPUs that have
+// them (the build itself targets the baseline x86-64).
+#define TESSERA_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
+
+TESSERA_SIMD_CLONES void geluSpan(const float *x, float *y, int64_t n) {
+  constexpr float kInvSqrt2 = 0.70710678118654752440f;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = 0.5f * x[i] * (1.0f + simdErf(x[i] * kInvSqrt2));
+}
+
+TESSERA_SIMD_CLONES void geluGradSpan(const float *x, const float *dy,
+                                      float *dx, int64_t n) {
+  constexpr float kInvSqrt2 = 0.70710678118654752440f;
+  constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    float v = x[i];
+    float cdf = 0.5f * (1.0f + simdErf(v * kInvSqrt2));
+    float pdf = kInvSqrt2Pi * simdExp(-0.5f * v * v);
+    dx[i] = dy[i] * (cdf + v * pdf);
+  }
+}
+
+/// Runs `body(begin, end)` over [0, n) in one contiguous span per thread.
+template <typename Body>
+void parallelSpans(int threads, int64_t n, Body body) {
+  if (threads <= 1 || n < kParallelMin) {
+    body(int64_t(0), n);
+    return;
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    int64_t begin = n * t / nt, end = n * (t + 1) / nt;
+    body(begin, end);
+  }
+}
+
 class CpuBackend final : public Backend {
 public:
   explicit CpuBackend(const BackendOptions &options) {
@@ -240,24 +282,17 @@ public:
   }
 
   Status gelu(const float *x, float *y, int64_t n) override {
-    constexpr float kInvSqrt2 = 0.70710678118654752440f;
-#pragma omp parallel for simd num_threads(threads) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i)
-      y[i] = 0.5f * x[i] * (1.0f + simdErf(x[i] * kInvSqrt2));
+    parallelSpans(threads, n, [&](int64_t begin, int64_t end) {
+      geluSpan(x + begin, y + begin, end - begin);
+    });
     return Status();
   }
 
   Status geluGrad(const float *x, const float *dy, float *dx,
                   int64_t n) override {
-    constexpr float kInvSqrt2 = 0.70710678118654752440f;
-    constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
-#pragma omp parallel for simd num_threads(threads) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) {
-      float v = x[i];
-      float cdf = 0.5f * (1.0f + simdErf(v * kInvSqrt2));
-      float pdf = kInvSqrt2Pi * simdExp(-0.5f * v * v);
-      dx[i] = dy[i] * (cdf + v * pdf);
-    }
+    parallelSpans(threads, n, [&](int64_t begin, int64_t end) {
+      geluGradSpan(x + begin, dy + begin, dx + begin, end - begin);
+    });
     return Status();
   }
 
