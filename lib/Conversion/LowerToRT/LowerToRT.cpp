@@ -22,6 +22,9 @@
 #include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <map>
+#include <queue>
+
 namespace tessera {
 #define GEN_PASS_DEF_LOWERTORTPASS
 #include "tessera/Conversion/Passes.h.inc"
@@ -280,28 +283,66 @@ int64_t PhaseLowering::planMemory(int64_t base) {
   for (Storage &s : storages)
     if (s.persistent.empty() && (!s.values.empty() || s.scratch))
       order.push_back(&s);
+  // Linear scan in program order with a first-fit free list, O(n log n):
+  // transformers allocate saved activations in the forward and free them in
+  // reverse in the backward, which first fit packs like a stack.
   llvm::stable_sort(order, [](Storage *a, Storage *b) {
+    if (a->start != b->start)
+      return a->start < b->start;
     return byteSize(a->type) > byteSize(b->type);
   });
-  SmallVector<Storage *> placed;
-  int64_t peak = 0;
-  for (Storage *s : order) {
-    int64_t size = alignUp(byteSize(s->type));
-    SmallVector<std::pair<int64_t, int64_t>> busy;
-    for (Storage *p : placed)
-      if (p->start <= s->end && s->start <= p->end)
-        busy.push_back({p->offset, p->offset + alignUp(byteSize(p->type))});
-    llvm::sort(busy);
-    int64_t offset = 0;
-    for (auto [lo, hi] : busy) {
-      if (offset + size <= lo)
-        break;
-      offset = std::max(offset, hi);
+  std::map<int64_t, int64_t> freeList; // offset -> size, coalesced
+  auto release = [&](int64_t offset, int64_t size) {
+    auto next = freeList.lower_bound(offset);
+    if (next != freeList.end() && offset + size == next->first) {
+      size += next->second;
+      next = freeList.erase(next);
     }
-    s->offset = offset;
-    peak = std::max(peak, offset + size);
-    placed.push_back(s);
+    if (next != freeList.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == offset) {
+        prev->second += size;
+        return;
+      }
+    }
+    freeList[offset] = size;
+  };
+  using Live = std::pair<int64_t, Storage *>; // (end, storage)
+  std::priority_queue<Live, std::vector<Live>, std::greater<Live>> live;
+  int64_t top = 0;
+  for (Storage *s : order) {
+    while (!live.empty() && live.top().first < s->start) {
+      Storage *dead = live.top().second;
+      live.pop();
+      release(dead->offset, alignUp(byteSize(dead->type)));
+    }
+    int64_t size = alignUp(byteSize(s->type));
+    auto fit = llvm::find_if(freeList, [&](const std::pair<const int64_t, int64_t> &f) {
+      return f.second >= size;
+    });
+    if (fit != freeList.end()) {
+      s->offset = fit->first;
+      int64_t rest = fit->second - size;
+      int64_t restOffset = fit->first + size;
+      freeList.erase(fit);
+      if (rest > 0)
+        freeList[restOffset] = rest;
+    } else if (!freeList.empty() &&
+               std::prev(freeList.end())->first +
+                       std::prev(freeList.end())->second ==
+                   top) {
+      // Grow the free block at the top instead of leaving it as a hole.
+      auto last = std::prev(freeList.end());
+      s->offset = last->first;
+      top = s->offset + size;
+      freeList.erase(last);
+    } else {
+      s->offset = top;
+      top += size;
+    }
+    live.push({s->end, s});
   }
+  int64_t peak = top;
   for (Storage *s : order)
     s->offset += base;
   return peak;
