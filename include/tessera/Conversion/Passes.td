@@ -10,8 +10,8 @@ def LowerToRTPass : Pass<"tessera-lower-to-rt", "mlir::ModuleOp"> {
   let description = [{
     Persistent buffers (parameters, gradients, optimizer state, inputs, loss,
     iteration) are laid out first, 64-byte aligned; every other tensor gets
-    a transient buffer from a static memory plan (liveness intervals,
-    largest first, lowest free offset), shared by the phases since they run
+    a transient buffer from a static memory plan (liveness intervals, linear
+    scan in program order, first-fit free list), shared by the phases since they run
     one after another. Gradients returned by the microbatch phase
     accumulate into their buffers (GEMM with beta = 1 where possible).
   }];

@@ -9,8 +9,8 @@
 //      in-place kernels (all-reduce, scale, optimizer steps) reuse their
 //      operand's storage when no later op reads it, and everything else gets
 //      a transient buffer;
-//   3. a static memory plan for the transients: liveness intervals, largest
-//      first, lowest offset that overlaps no live buffer;
+//   3. a static memory plan for the transients: liveness intervals, then a
+//      linear scan in program order with a coalescing first-fit free list;
 //   4. one rt op per tensor op.
 //
 //===----------------------------------------------------------------------===//
