@@ -106,3 +106,70 @@ void tessera::printRankGroups(const mesh::MeshConfig &m, llvm::StringRef format,
   });
   os << "\n";
 }
+
+void tessera::printSchedule(const schedule::PipelineConfig &c,
+                            llvm::StringRef format, llvm::raw_ostream &os) {
+  auto layers = schedule::placeLayers(c);
+  auto ranks = schedule::buildSchedule(c);
+  if (format == "text") {
+    os << llvm::formatv("{0} schedule: pp {1}, vpp {2}, {3} micro-batches, "
+                        "{4} layers\n",
+                        schedule::kindName(c.kind), c.pp, c.vpp,
+                        c.microbatches, c.layers);
+    for (int64_t r = 0; r < c.pp; ++r) {
+      os << llvm::formatv("rank {0} layers:", r);
+      for (int64_t chunk = 0; chunk < c.vpp; ++chunk) {
+        os << " [";
+        bool first = true;
+        for (auto &l : layers)
+          if (l.ppRank == r && l.chunk == chunk) {
+            os << (first ? "" : ", ") << l.layer;
+            first = false;
+          }
+        os << "]";
+      }
+      os << "\n";
+    }
+    for (auto &rs : ranks) {
+      os << llvm::formatv("rank {0} (warmup {1}):", rs.ppRank, rs.warmup);
+      for (auto &st : rs.order) {
+        os << " " << (st.forward ? "F" : "B") << st.microbatch;
+        if (c.vpp > 1)
+          os << "." << st.chunk;
+      }
+      os << "\n";
+    }
+    return;
+  }
+  llvm::json::OStream j(os, 2);
+  j.object([&] {
+    j.attribute("pp", c.pp);
+    j.attribute("vpp", c.vpp);
+    j.attribute("micro_batches", c.microbatches);
+    j.attribute("schedule", schedule::kindName(c.kind));
+    j.attributeArray("layers", [&] {
+      for (auto &l : layers)
+        j.object([&] {
+          j.attribute("layer", l.layer);
+          j.attribute("pp_rank", l.ppRank);
+          j.attribute("chunk", l.chunk);
+        });
+    });
+    j.attributeArray("ranks", [&] {
+      for (auto &rs : ranks)
+        j.object([&] {
+          j.attribute("pp_rank", rs.ppRank);
+          j.attribute("warmup", rs.warmup);
+          j.attributeArray("order", [&] {
+            for (auto &st : rs.order)
+              j.object([&] {
+                j.attribute("op", st.forward ? "F" : "B");
+                j.attribute("microbatch", st.microbatch);
+                j.attribute("chunk", st.chunk);
+              });
+          });
+        });
+    });
+  });
+  os << "\n";
+}

@@ -9,6 +9,9 @@
 #include "tessera/InitAll.h"
 #include "tessera/Pipeline/Pipeline.h"
 #include "tessera/Pipeline/Reports.h"
+#include "tessera/Schedule/PipelineSchedule.h"
+
+#include <set>
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -70,8 +73,24 @@ static cl::opt<double> weightDecay("weight-decay",
 static cl::opt<std::string> emit(
     "emit",
     cl::desc("what to write: artifact (default), mlir (the rt-level module) "
-             "or rank-groups (every rank group of the mesh; needs no model)"),
+             "rank-groups (every rank group of the mesh; needs no model) or schedule "
+             "(layer placement and per-rank pipeline order)"),
     cl::init("artifact"));
+static cl::opt<std::string> scheduleKind(
+    "schedule", cl::desc("pipeline schedule: none, 1f1b (default) or interleaved"),
+    cl::init("1f1b"));
+static cl::opt<int64_t> microBatches(
+    "micro-batches",
+    cl::desc("micro-batches per step (default: global / (micro x dp))"),
+    cl::init(0));
+static cl::opt<int64_t> numLayers(
+    "num-layers",
+    cl::desc("transformer layers, for --emit=schedule without a model"),
+    cl::init(0));
+static cl::opt<std::string> ppLayers(
+    "pp-layers",
+    cl::desc("uneven pipeline split: layers per pipeline rank, e.g. 3,5,5,3"),
+    cl::init(""));
 static cl::opt<std::string> emitFormat("emit-format",
                                        cl::desc("json (default) or text"),
                                        cl::init("json"));
@@ -81,15 +100,74 @@ static int fail(const llvm::Twine &message) {
   return 1;
 }
 
+/// --emit=schedule: layers from --num-layers or the model's `nn.layer`
+/// marks, micro-batches from --micro-batches or the batch sizes.
+static int emitSchedule(const tessera::mesh::MeshConfig &mesh) {
+  namespace sched = tessera::schedule;
+  sched::PipelineConfig config;
+  config.pp = mesh.pp;
+  config.vpp = mesh.vpp;
+  if (!sched::parseKind(scheduleKind, config.kind))
+    return fail("unknown --schedule=" + scheduleKind +
+                " (expected none, 1f1b or interleaved)");
+  config.microbatches = microBatches;
+  if (config.microbatches == 0) {
+    int64_t micro = microBatch, global = globalBatch;
+    if (micro > 0 && global > 0 && global % (micro * mesh.dp) == 0)
+      config.microbatches = global / (micro * mesh.dp);
+    else if (micro > 0 || global > 0)
+      return fail("give --micro-batches, or a --global-batch-size divisible by "
+                  "--micro-batch-size x dp");
+    else
+      config.microbatches = 1;
+  }
+  config.layers = numLayers;
+  if (!inputFile.empty()) {
+    mlir::DialectRegistry registry;
+    tessera::registerAllDialects(registry);
+    mlir::MLIRContext context(registry);
+    auto module = mlir::parseSourceFile<mlir::ModuleOp>(inputFile.getValue(),
+                                                        &context);
+    if (!module)
+      return 1;
+    std::set<int64_t> marks;
+    module->walk([&](mlir::Operation *op) {
+      if (auto layer = op->getAttrOfType<mlir::IntegerAttr>("nn.layer"))
+        marks.insert(layer.getInt());
+    });
+    if (marks.empty())
+      return fail("the model marks no transformer layers (nn.layer)");
+    config.layers = int64_t(marks.size());
+  }
+  if (config.layers == 0)
+    return fail("--emit=schedule needs a model or --num-layers");
+  if (!ppLayers.empty()) {
+    llvm::SmallVector<llvm::StringRef> parts;
+    llvm::StringRef(ppLayers).split(parts, ',');
+    for (llvm::StringRef part : parts) {
+      int64_t n = 0;
+      if (part.trim().getAsInteger(10, n))
+        return fail("--pp-layers must be a comma-separated list of integers, "
+                    "got '" + ppLayers + "'");
+      config.stageLayers.push_back(n);
+    }
+  }
+  if (std::string error = tessera::schedule::validate(config); !error.empty())
+    return fail(error);
+  tessera::printSchedule(config, emitFormat, llvm::outs());
+  return 0;
+}
+
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   std::string flags;
   for (int i = 1; i < argc; ++i)
     flags += std::string(i > 1 ? " " : "") + argv[i];
   cl::ParseCommandLineOptions(argc, argv, "Tessera compiler\n");
-  if (emit != "artifact" && emit != "mlir" && emit != "rank-groups")
+  if (emit != "artifact" && emit != "mlir" && emit != "rank-groups" &&
+      emit != "schedule")
     return fail("unknown --emit=" + emit +
-                " (expected artifact, mlir or rank-groups)");
+                " (expected artifact, mlir, rank-groups or schedule)");
   if (emitFormat != "json" && emitFormat != "text")
     return fail("unknown --emit-format=" + emitFormat +
                 " (expected json or text)");
@@ -116,6 +194,8 @@ int main(int argc, char **argv) {
     tessera::printRankGroups(mesh, emitFormat, llvm::outs());
     return 0;
   }
+  if (emit == "schedule")
+    return emitSchedule(mesh);
   if (inputFile.empty())
     return fail("no input model given (only --emit=rank-groups needs none)");
   for (auto [flag, value] : {std::pair<const char *, int64_t>{"cp", mesh.cp},

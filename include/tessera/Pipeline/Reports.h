@@ -10,6 +10,7 @@
 #define TESSERA_PIPELINE_REPORTS_H
 
 #include "tessera/Mesh/RankGroups.h"
+#include "tessera/Schedule/PipelineSchedule.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -19,6 +20,11 @@ namespace tessera {
 /// index in it. `format` is "json" or "text". The mesh must be valid.
 void printRankGroups(const mesh::MeshConfig &mesh, llvm::StringRef format,
                      llvm::raw_ostream &os);
+
+/// --emit=schedule: every layer's pipeline rank and chunk and every rank's
+/// order of forwards and backwards. The configuration must be valid.
+void printSchedule(const schedule::PipelineConfig &config,
+                   llvm::StringRef format, llvm::raw_ostream &os);
 
 } // namespace tessera
 

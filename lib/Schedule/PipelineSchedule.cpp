@@ -1,0 +1,138 @@
+//===- PipelineSchedule.cpp - Megatron pipeline schedules -----------------===//
+
+#include "tessera/Schedule/PipelineSchedule.h"
+
+#include <algorithm>
+#include <numeric>
+
+using namespace tessera::schedule;
+
+bool tessera::schedule::parseKind(const std::string &text, Kind &kind) {
+  if (text == "none")
+    kind = Kind::None;
+  else if (text == "1f1b")
+    kind = Kind::OneFOneB;
+  else if (text == "interleaved")
+    kind = Kind::Interleaved;
+  else
+    return false;
+  return true;
+}
+
+const char *tessera::schedule::kindName(Kind kind) {
+  switch (kind) {
+  case Kind::None:
+    return "none";
+  case Kind::OneFOneB:
+    return "1f1b";
+  case Kind::Interleaved:
+    return "interleaved";
+  }
+  return "?";
+}
+
+std::string tessera::schedule::validate(const PipelineConfig &c) {
+  auto s = [](int64_t v) { return std::to_string(v); };
+  if (c.pp < 1 || c.vpp < 1 || c.microbatches < 1 || c.layers < 1)
+    return "pp, vpp, micro-batches and layers must be positive (pp " + s(c.pp) +
+           ", vpp " + s(c.vpp) + ", micro-batches " + s(c.microbatches) +
+           ", layers " + s(c.layers) + ")";
+  if (c.kind != Kind::Interleaved && c.vpp != 1)
+    return "vpp " + s(c.vpp) + " needs the interleaved schedule";
+  if (c.kind == Kind::Interleaved) {
+    if (c.microbatches % c.pp != 0)
+      return "the interleaved schedule needs the number of micro-batches (" +
+             s(c.microbatches) + ") to be a multiple of pp (" + s(c.pp) + ")";
+    if (!c.stageLayers.empty())
+      return "an uneven layer split (pp-layers) cannot be combined with "
+             "virtual pipeline stages";
+  }
+  if (!c.stageLayers.empty()) {
+    if (int64_t(c.stageLayers.size()) != c.pp)
+      return "pp-layers lists " + s(int64_t(c.stageLayers.size())) +
+             " stages, but pp is " + s(c.pp);
+    if (std::any_of(c.stageLayers.begin(), c.stageLayers.end(),
+                    [](int64_t n) { return n < 1; }))
+      return "every stage in pp-layers needs at least one layer";
+    int64_t total =
+        std::accumulate(c.stageLayers.begin(), c.stageLayers.end(), int64_t(0));
+    if (total != c.layers)
+      return "pp-layers adds up to " + s(total) + " layers, the model has " +
+             s(c.layers);
+    return "";
+  }
+  if (c.layers % (c.pp * c.vpp) != 0)
+    return s(c.layers) + " layers do not split evenly over pp x vpp = " +
+           s(c.pp) + " x " + s(c.vpp) + " (give pp-layers for an uneven split)";
+  return "";
+}
+
+std::vector<LayerPlacement>
+tessera::schedule::placeLayers(const PipelineConfig &c) {
+  std::vector<LayerPlacement> out;
+  if (!c.stageLayers.empty()) {
+    int64_t layer = 0;
+    for (int64_t r = 0; r < c.pp; ++r)
+      for (int64_t i = 0; i < c.stageLayers[size_t(r)]; ++i)
+        out.push_back({layer++, r, 0});
+    return out;
+  }
+  int64_t perChunk = c.layers / (c.pp * c.vpp);
+  out.resize(size_t(c.layers));
+  for (int64_t r = 0; r < c.pp; ++r)
+    for (int64_t chunk = 0; chunk < c.vpp; ++chunk) {
+      int64_t offset = chunk * (c.layers / c.vpp) + r * perChunk;
+      for (int64_t i = 0; i < perChunk; ++i)
+        out[size_t(offset + i)] = {offset + i, r, chunk};
+    }
+  return out;
+}
+
+std::vector<RankSchedule>
+tessera::schedule::buildSchedule(const PipelineConfig &c) {
+  std::vector<RankSchedule> ranks;
+  const int64_t m = c.microbatches, pp = c.pp, v = c.vpp;
+  for (int64_t r = 0; r < pp; ++r) {
+    RankSchedule rs{r, 0, {}};
+    if (c.kind == Kind::None) {
+      for (int64_t i = 0; i < m; ++i) {
+        rs.order.push_back({true, i, 0});
+        rs.order.push_back({false, i, 0});
+      }
+    } else if (c.kind == Kind::OneFOneB) {
+      int64_t warmup = std::min(pp - r - 1, m);
+      rs.warmup = warmup;
+      for (int64_t i = 0; i < warmup; ++i)
+        rs.order.push_back({true, i, 0});
+      for (int64_t i = 0; i < m - warmup; ++i) {
+        rs.order.push_back({true, warmup + i, 0});
+        rs.order.push_back({false, i, 0});
+      }
+      for (int64_t i = m - warmup; i < m; ++i)
+        rs.order.push_back({false, i, 0});
+    } else {
+      // Virtual microbatch k: chunk and microbatch per Megatron's helpers.
+      auto step = [&](int64_t k, bool forward) {
+        int64_t inGroup = k % (pp * v);
+        int64_t chunk = inGroup / pp;
+        if (!forward)
+          chunk = v - chunk - 1;
+        int64_t microbatch = (k / (pp * v)) * pp + k % pp;
+        return Step{forward, microbatch, chunk};
+      };
+      int64_t total = m * v;
+      int64_t warmup = std::min((pp - r - 1) * 2 + (v - 1) * pp, total);
+      rs.warmup = warmup;
+      for (int64_t k = 0; k < warmup; ++k)
+        rs.order.push_back(step(k, true));
+      for (int64_t k = 0; k < total - warmup; ++k) {
+        rs.order.push_back(step(warmup + k, true));
+        rs.order.push_back(step(k, false));
+      }
+      for (int64_t k = total - warmup; k < total; ++k)
+        rs.order.push_back(step(k, false));
+    }
+    ranks.push_back(rs);
+  }
+  return ranks;
+}

@@ -1,0 +1,99 @@
+//===- PipelineScheduleTest.cpp - Megatron pipeline schedules -------------===//
+
+#include "tessera/Schedule/PipelineSchedule.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+using namespace tessera::schedule;
+
+TEST(PipelineSchedule, SeedLayerOffsets) {
+  // Seed 003: 8 layers, pp 2, vpp 2 -> rank 0 holds [0, 1] and [4, 5].
+  PipelineConfig c;
+  c.pp = 2;
+  c.vpp = 2;
+  c.layers = 8;
+  c.microbatches = 4;
+  c.kind = Kind::Interleaved;
+  ASSERT_EQ(validate(c), "");
+  std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> held;
+  for (const LayerPlacement &l : placeLayers(c))
+    held[{l.ppRank, l.chunk}].push_back(l.layer);
+  EXPECT_EQ(held[std::make_pair(int64_t(0), int64_t(0))], (std::vector<int64_t>{0, 1}));
+  EXPECT_EQ(held[std::make_pair(int64_t(0), int64_t(1))], (std::vector<int64_t>{4, 5}));
+  EXPECT_EQ(held[std::make_pair(int64_t(1), int64_t(0))], (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(held[std::make_pair(int64_t(1), int64_t(1))], (std::vector<int64_t>{6, 7}));
+}
+
+// Every schedule runs each (microbatch, chunk) forward and backward exactly
+// once per rank, each backward after its forward, with the seed's warmup.
+TEST(PipelineSchedule, EveryStepOnceBackwardAfterForward) {
+  for (Kind kind : {Kind::None, Kind::OneFOneB, Kind::Interleaved})
+    for (int64_t pp : {1, 2, 3, 4, 8})
+      for (int64_t vpp : {1, 2, 3})
+        for (int64_t m : {1, 2, 4, 6, 8, 12, 16}) {
+          PipelineConfig c;
+          c.pp = pp;
+          c.vpp = vpp;
+          c.microbatches = m;
+          c.layers = pp * vpp * 2;
+          c.kind = kind;
+          if (!validate(c).empty())
+            continue;
+          for (const RankSchedule &rs : buildSchedule(c)) {
+            std::map<std::pair<int64_t, int64_t>, int> forwards, backwards;
+            for (const Step &s : rs.order) {
+              auto key = std::make_pair(s.microbatch, s.chunk);
+              ASSERT_GE(s.microbatch, 0);
+              ASSERT_LT(s.microbatch, m);
+              ASSERT_LT(s.chunk, vpp);
+              if (s.forward) {
+                EXPECT_EQ(forwards[key]++, 0);
+              } else {
+                EXPECT_EQ(forwards[key], 1) << "backward before forward";
+                EXPECT_EQ(backwards[key]++, 0);
+              }
+            }
+            EXPECT_EQ(int64_t(forwards.size()), m * vpp);
+            EXPECT_EQ(int64_t(backwards.size()), m * vpp);
+            int64_t expected =
+                kind == Kind::None ? 0
+                : kind == Kind::OneFOneB
+                    ? std::min(pp - rs.ppRank - 1, m)
+                    : std::min((pp - rs.ppRank - 1) * 2 + (vpp - 1) * pp,
+                               m * vpp);
+            EXPECT_EQ(rs.warmup, expected);
+            // 1F1B bounds the in-flight microbatches by pp on rank 0.
+            if (kind == Kind::OneFOneB) {
+              int64_t inFlight = 0, peak = 0;
+              for (const Step &s : rs.order) {
+                inFlight += s.forward ? 1 : -1;
+                peak = std::max(peak, inFlight);
+              }
+              EXPECT_LE(peak, pp - rs.ppRank);
+            }
+          }
+        }
+}
+
+TEST(PipelineSchedule, Errors) {
+  PipelineConfig c;
+  c.pp = 4;
+  c.vpp = 2;
+  c.layers = 16;
+  c.microbatches = 6;
+  c.kind = Kind::Interleaved;
+  EXPECT_NE(validate(c).find("multiple of pp (4)"), std::string::npos);
+  c.microbatches = 8;
+  c.stageLayers = {4, 4, 4, 4};
+  EXPECT_NE(validate(c).find("cannot be combined"), std::string::npos);
+  c = PipelineConfig();
+  c.pp = 2;
+  c.layers = 5;
+  EXPECT_NE(validate(c).find("do not split evenly"), std::string::npos);
+  c.stageLayers = {2, 3};
+  EXPECT_EQ(validate(c), "");
+  c.stageLayers = {0, 5};
+  EXPECT_NE(validate(c).find("at least one layer"), std::string::npos);
+}
