@@ -12,6 +12,8 @@
 #include "tessera/rt/Executor.h"
 #include "tessera/rt/MpiCommunicator.h"
 
+#include "MpiTestMain.h"
+
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -21,16 +23,8 @@ using namespace tessera::rt::test;
 
 namespace {
 
-int worldRank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int worldSize() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
+int worldRank() { return tessera::rt::test::mpiWorldRank(); }
+int worldSize() { return tessera::rt::test::mpiWorldSize(); }
 
 std::unique_ptr<Communicator> worldComm() {
   MPI_Comm dup;
@@ -232,15 +226,3 @@ TEST(MpiCommTest, DataParallelTrainingMatchesSingleRank) {
             5 * (ringAllReduceBytes(128, n) + ringAllReduceBytes(16, n)));
 }
 
-int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  ::testing::InitGoogleTest(&argc, argv);
-  int local = RUN_ALL_TESTS();
-  int global = 0;
-  MPI_Allreduce(&local, &global, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (worldRank() == 0)
-    std::printf("[mpi] %d ranks, worst exit code %d\n", worldSize(), global);
-  MPI_Finalize();
-  return global;
-}

@@ -19,6 +19,8 @@
 #include "tessera/Mesh/RankGroups.h"
 #include "tessera/rt/MpiCommunicator.h"
 
+#include "MpiTestMain.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,16 +32,8 @@ namespace mesh = tessera::mesh;
 
 namespace {
 
-int worldRank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-int worldSize() {
-  int s = 0;
-  MPI_Comm_size(MPI_COMM_WORLD, &s);
-  return s;
-}
+int worldRank() { return tessera::rt::test::mpiWorldRank(); }
+int worldSize() { return tessera::rt::test::mpiWorldSize(); }
 
 mesh::MeshConfig testMesh() {
   mesh::MeshConfig m;
@@ -233,15 +227,3 @@ TEST(RankGroupsMpiTest, MembershipCheckCatchesDisagreeingRanks) {
   }
 }
 
-int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  ::testing::InitGoogleTest(&argc, argv);
-  int local = RUN_ALL_TESTS();
-  int global = 0;
-  MPI_Allreduce(&local, &global, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (worldRank() == 0)
-    std::printf("[mpi] %d ranks, worst exit code %d\n", worldSize(), global);
-  MPI_Finalize();
-  return global;
-}
