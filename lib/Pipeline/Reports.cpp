@@ -111,6 +111,49 @@ void tessera::printSchedule(const schedule::PipelineConfig &c,
                             llvm::StringRef format, llvm::raw_ostream &os) {
   auto layers = schedule::placeLayers(c);
   auto ranks = schedule::buildSchedule(c);
+  // Megatron's cost model: a chunk takes 1/vpp of a stage, a backward twice
+  // a forward.
+  schedule::Simulation sim = schedule::simulate(
+      c, ranks, 1.0 / double(c.vpp), 2.0 / double(c.vpp));
+  if (format == "trace") {
+    // Chrome/Perfetto trace events, one track per pipeline rank; 1 ms is
+    // one forward of a whole stage.
+    llvm::json::OStream j(os, 1);
+    j.object([&] {
+      j.attributeArray("traceEvents", [&] {
+        for (int64_t r = 0; r < c.pp; ++r)
+          j.object([&] {
+            j.attribute("name", "thread_name");
+            j.attribute("ph", "M");
+            j.attribute("pid", 0);
+            j.attribute("tid", r);
+            j.attributeObject("args", [&] {
+              j.attribute("name", "pipeline rank " + std::to_string(r));
+            });
+          });
+        for (const schedule::TimedStep &t : sim.steps)
+          j.object([&] {
+            std::string name = std::string(t.step.forward ? "F" : "B") +
+                               std::to_string(t.step.microbatch);
+            if (c.vpp > 1)
+              name += "." + std::to_string(t.step.chunk);
+            j.attribute("name", name);
+            j.attribute("cat", t.step.forward ? "forward" : "backward");
+            j.attribute("ph", "X");
+            j.attribute("pid", 0);
+            j.attribute("tid", t.ppRank);
+            j.attribute("ts", t.start * 1000.0);
+            j.attribute("dur", (t.end - t.start) * 1000.0);
+          });
+      });
+      j.attributeObject("otherData", [&] {
+        j.attribute("schedule", schedule::kindName(c.kind));
+        j.attribute("bubble_fraction", sim.bubbleFraction);
+      });
+    });
+    os << "\n";
+    return;
+  }
   if (format == "text") {
     os << llvm::formatv("{0} schedule: pp {1}, vpp {2}, {3} micro-batches, "
                         "{4} layers\n",
@@ -139,6 +182,9 @@ void tessera::printSchedule(const schedule::PipelineConfig &c,
       }
       os << "\n";
     }
+    os << llvm::formatv("bubble fraction {0:F4} (simulated, backward = 2 x "
+                        "forward)\n",
+                        sim.bubbleFraction);
     return;
   }
   llvm::json::OStream j(os, 2);
@@ -147,6 +193,7 @@ void tessera::printSchedule(const schedule::PipelineConfig &c,
     j.attribute("vpp", c.vpp);
     j.attribute("micro_batches", c.microbatches);
     j.attribute("schedule", schedule::kindName(c.kind));
+    j.attribute("bubble_fraction", sim.bubbleFraction);
     j.attributeArray("layers", [&] {
       for (auto &l : layers)
         j.object([&] {

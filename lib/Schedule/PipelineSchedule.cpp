@@ -3,7 +3,10 @@
 #include "tessera/Schedule/PipelineSchedule.h"
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 #include <numeric>
+#include <optional>
 
 using namespace tessera::schedule;
 
@@ -135,4 +138,87 @@ tessera::schedule::buildSchedule(const PipelineConfig &c) {
     ranks.push_back(rs);
   }
   return ranks;
+}
+
+Simulation tessera::schedule::simulate(const PipelineConfig &c,
+                                       const std::vector<RankSchedule> &ranks,
+                                       double forwardCost, double backwardCost) {
+  Simulation sim;
+  const int64_t pp = int64_t(ranks.size()), v = c.vpp;
+  // Finish time of (forward?, rank, microbatch, chunk).
+  std::map<std::tuple<bool, int64_t, int64_t, int64_t>, double> done;
+  std::vector<size_t> next(size_t(pp), 0);
+  std::vector<double> freeAt(size_t(pp), 0.0);
+  double busy = 0;
+  auto dependency = [&](int64_t r, const Step &s)
+      -> std::optional<std::tuple<bool, int64_t, int64_t, int64_t>> {
+    if (s.forward) {
+      if (r > 0)
+        return std::make_tuple(true, r - 1, s.microbatch, s.chunk);
+      if (s.chunk > 0)
+        return std::make_tuple(true, pp - 1, s.microbatch, s.chunk - 1);
+      return std::nullopt;
+    }
+    if (r < pp - 1)
+      return std::make_tuple(false, r + 1, s.microbatch, s.chunk);
+    if (s.chunk < v - 1)
+      return std::make_tuple(false, int64_t(0), s.microbatch, s.chunk + 1);
+    return std::make_tuple(true, r, s.microbatch, s.chunk);
+  };
+  size_t total = 0;
+  for (auto &rs : ranks)
+    total += rs.order.size();
+  while (sim.steps.size() < total) {
+    // Among the ranks whose next step is ready, run the earliest start.
+    int64_t best = -1;
+    double bestStart = 0;
+    for (int64_t r = 0; r < pp; ++r) {
+      if (next[size_t(r)] >= ranks[size_t(r)].order.size())
+        continue;
+      const Step &s = ranks[size_t(r)].order[next[size_t(r)]];
+      double start = freeAt[size_t(r)];
+      if (auto dep = dependency(r, s)) {
+        auto it = done.find(*dep);
+        if (it == done.end())
+          continue;
+        start = std::max(start, it->second);
+      }
+      if (!s.forward) {
+        auto own = done.find(std::make_tuple(true, r, s.microbatch, s.chunk));
+        if (own == done.end())
+          continue;
+        start = std::max(start, own->second);
+      }
+      if (best < 0 || start < bestStart) {
+        best = r;
+        bestStart = start;
+      }
+    }
+    if (best < 0) {
+      // Nothing can run: every rank with work left waits forever.
+      sim.deadlock = "deadlock:";
+      for (int64_t r = 0; r < pp; ++r)
+        if (next[size_t(r)] < ranks[size_t(r)].order.size()) {
+          const Step &s = ranks[size_t(r)].order[next[size_t(r)]];
+          sim.deadlock += std::string(sim.deadlock.size() > 9 ? ";" : "") +
+                          " pipeline rank " + std::to_string(r) + " waits at " +
+                          (s.forward ? "forward" : "backward") +
+                          " of microbatch " + std::to_string(s.microbatch) +
+                          ", chunk " + std::to_string(s.chunk) + " (step " +
+                          std::to_string(next[size_t(r)]) + " of its order)";
+        }
+      return sim;
+    }
+    const Step &s = ranks[size_t(best)].order[next[size_t(best)]++];
+    double cost = s.forward ? forwardCost : backwardCost;
+    double end = bestStart + cost;
+    busy += cost;
+    freeAt[size_t(best)] = end;
+    done[std::make_tuple(s.forward, best, s.microbatch, s.chunk)] = end;
+    sim.steps.push_back({best, s, bestStart, end});
+    sim.makespan = std::max(sim.makespan, end);
+  }
+  double idle = sim.makespan * double(pp) - busy;
+  sim.bubbleFraction = busy > 0 ? idle / busy : 0;
+  return sim;
 }

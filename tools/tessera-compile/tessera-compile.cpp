@@ -91,8 +91,10 @@ static cl::opt<std::string> ppLayers(
     "pp-layers",
     cl::desc("uneven pipeline split: layers per pipeline rank, e.g. 3,5,5,3"),
     cl::init(""));
-static cl::opt<std::string> emitFormat("emit-format",
-                                       cl::desc("json (default) or text"),
+static cl::opt<std::string> emitFormat(
+    "emit-format",
+    cl::desc("json (default), text, or trace (a Chrome/Perfetto trace of "
+             "the planned schedule)"),
                                        cl::init("json"));
 
 static int fail(const llvm::Twine &message) {
@@ -168,9 +170,11 @@ int main(int argc, char **argv) {
       emit != "schedule")
     return fail("unknown --emit=" + emit +
                 " (expected artifact, mlir, rank-groups or schedule)");
-  if (emitFormat != "json" && emitFormat != "text")
+  if (emitFormat != "json" && emitFormat != "text" && emitFormat != "trace")
     return fail("unknown --emit-format=" + emitFormat +
-                " (expected json or text)");
+                " (expected json, text or trace)");
+  if (emitFormat == "trace" && emit != "schedule")
+    return fail("--emit-format=trace draws --emit=schedule only");
 
   // The mesh, checked once for every kind of output.
   tessera::mesh::MeshConfig mesh;

@@ -97,3 +97,45 @@ TEST(PipelineSchedule, Errors) {
   c.stageLayers = {0, 5};
   EXPECT_NE(validate(c).find("at least one layer"), std::string::npos);
 }
+
+// Simulated with Megatron's cost model (a chunk costs 1/v of a stage, a
+// backward twice a forward), the bubble is (p - 1) / m for 1F1B and
+// (p - 1) / (v m) for the interleaved schedule (seed 003).
+TEST(PipelineSchedule, SimulatedBubbleMatchesTheFormulas) {
+  for (int64_t pp : {2, 4, 8})
+    for (int64_t m : {8, 16, 32}) {
+      PipelineConfig c;
+      c.pp = pp;
+      c.microbatches = m;
+      c.layers = pp * 4;
+      c.kind = Kind::OneFOneB;
+      Simulation sim = simulate(c, buildSchedule(c));
+      ASSERT_EQ(sim.deadlock, "");
+      EXPECT_NEAR(sim.bubbleFraction, double(pp - 1) / double(m), 1e-9)
+          << "1f1b pp " << pp << " m " << m;
+      for (int64_t v : {2, 4}) {
+        c.vpp = v;
+        c.kind = Kind::Interleaved;
+        sim = simulate(c, buildSchedule(c), 1.0 / double(v), 2.0 / double(v));
+        ASSERT_EQ(sim.deadlock, "");
+        EXPECT_NEAR(sim.bubbleFraction, double(pp - 1) / double(v * m), 1e-9)
+            << "interleaved pp " << pp << " vpp " << v << " m " << m;
+        c.vpp = 1;
+      }
+    }
+}
+
+TEST(PipelineSchedule, SimulationFindsADeadlock) {
+  PipelineConfig c;
+  c.pp = 2;
+  c.microbatches = 4;
+  c.layers = 4;
+  auto ranks = buildSchedule(c);
+  // The last stage runs a backward before the forward it needs.
+  std::swap(ranks[1].order[0], ranks[1].order[1]);
+  Simulation sim = simulate(c, ranks);
+  EXPECT_EQ(sim.deadlock,
+            "deadlock: pipeline rank 0 waits at backward of microbatch 0, "
+            "chunk 0 (step 2 of its order); pipeline rank 1 waits at backward "
+            "of microbatch 0, chunk 0 (step 0 of its order)");
+}

@@ -65,6 +65,34 @@ std::vector<LayerPlacement> placeLayers(const PipelineConfig &config);
 /// Every pipeline rank's order of forwards and backwards.
 std::vector<RankSchedule> buildSchedule(const PipelineConfig &config);
 
+/// One executed step of a simulation, in time units.
+struct TimedStep {
+  int64_t ppRank;
+  Step step;
+  double start, end;
+};
+
+/// The result of running the per-rank orders against their dependencies.
+struct Simulation {
+  std::vector<TimedStep> steps; ///< in execution order
+  double makespan = 0;
+  /// Idle time over busy time summed over ranks: Megatron's bubble
+  /// fraction, (p - 1) / m for 1F1B and (p - 1) / (v m) interleaved.
+  double bubbleFraction = 0;
+  /// Non-empty when the orders deadlock: names a stuck rank and step.
+  std::string deadlock;
+};
+
+/// Runs `ranks` (e.g. from buildSchedule) symbolically: a forward of
+/// (microbatch, chunk) waits for the same forward on the previous stage
+/// (chunk - 1 on the last rank when it wraps around), a backward for the
+/// same backward on the next stage (chunk + 1 on the first rank; the own
+/// forward on the last stage of the last chunk). A forward costs
+/// `forwardCost`, a backward `backwardCost` time units.
+Simulation simulate(const PipelineConfig &config,
+                    const std::vector<RankSchedule> &ranks,
+                    double forwardCost = 1.0, double backwardCost = 2.0);
+
 } // namespace tessera::schedule
 
 #endif // TESSERA_SCHEDULE_PIPELINESCHEDULE_H
