@@ -1,10 +1,14 @@
 //===- Reports.cpp - tessera-compile --emit explanations ------------------===//
 
 #include "tessera/Pipeline/Reports.h"
+#include "dialects/dist/IR/DistOps.h"
+#include "dialects/rt/IR/RTOps.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/ADT/StringSwitch.h"
+
+#include <map>
 
 using namespace tessera;
 
@@ -219,4 +223,66 @@ void tessera::printSchedule(const schedule::PipelineConfig &c,
     });
   });
   os << "\n";
+}
+
+mlir::LogicalResult tessera::printMemory(mlir::ModuleOp module,
+                                         llvm::StringRef format,
+                                         llvm::raw_ostream &os) {
+  auto arena = module->getAttrOfType<mlir::IntegerAttr>("rt.arena_bytes");
+  auto persistent =
+      module->getAttrOfType<mlir::IntegerAttr>("rt.persistent_bytes");
+  if (!arena || !persistent)
+    return mlir::emitError(module.getLoc())
+           << "--emit=memory needs the rt-level module";
+  // Bytes by kind; persistent buffers are 64-byte aligned, the padding is
+  // what the alignment adds.
+  std::map<std::string, int64_t> bytes;
+  int64_t used = 0;
+  for (auto buf : module.getOps<rt::BufferOp>()) {
+    auto type = mlir::cast<mlir::MemRefType>(buf.getType());
+    int64_t n = type.getNumElements() *
+                (type.getElementType().getIntOrFloatBitWidth() / 8);
+    std::string kind = buf.getKind().str();
+    if (kind == "iteration" || kind == "loss")
+      kind = "other";
+    bytes[kind] += n;
+    used += n;
+  }
+  int64_t activations = arena.getInt() - persistent.getInt();
+  int64_t padding = persistent.getInt() - used;
+  int64_t world = 1;
+  if (auto mesh = dist::lookupMesh(module))
+    world = mesh.getWorldSize();
+  const std::pair<const char *, int64_t> rows[] = {
+      {"params", bytes["param"]},
+      {"grads", bytes["grad"]},
+      {"main_params", 0},
+      {"optimizer_state", bytes["opt_state"]},
+      {"inputs", bytes["input"]},
+      {"other", bytes["other"]},
+      {"padding", padding},
+      {"peak_activations", activations},
+      {"total", arena.getInt()}};
+  if (format == "text") {
+    os << llvm::formatv("per-rank memory plan ({0} ranks, the same program "
+                        "on each):\n",
+                        world);
+    for (auto [name, n] : rows)
+      os << llvm::formatv("  {0,-17} {1,14} bytes  {2,10:F2} MiB\n", name, n,
+                          double(n) / (1024.0 * 1024.0));
+    return mlir::success();
+  }
+  llvm::json::OStream j(os, 2);
+  j.object([&] {
+    j.attributeArray("ranks", [&] {
+      for (int64_t r = 0; r < world; ++r)
+        j.object([&] {
+          j.attribute("rank", r);
+          for (auto [name, n] : rows)
+            j.attribute(name, n);
+        });
+    });
+  });
+  os << "\n";
+  return mlir::success();
 }

@@ -73,8 +73,9 @@ static cl::opt<double> weightDecay("weight-decay",
 static cl::opt<std::string> emit(
     "emit",
     cl::desc("what to write: artifact (default), mlir (the rt-level module) "
-             "rank-groups (every rank group of the mesh; needs no model) or schedule "
-             "(layer placement and per-rank pipeline order)"),
+             "rank-groups (every rank group of the mesh; needs no model), schedule "
+             "(layer placement and per-rank pipeline order) or memory (the "
+             "per-rank static memory plan by kind)"),
     cl::init("artifact"));
 static cl::opt<std::string> scheduleKind(
     "schedule", cl::desc("pipeline schedule: none, 1f1b (default) or interleaved"),
@@ -167,9 +168,9 @@ int main(int argc, char **argv) {
     flags += std::string(i > 1 ? " " : "") + argv[i];
   cl::ParseCommandLineOptions(argc, argv, "Tessera compiler\n");
   if (emit != "artifact" && emit != "mlir" && emit != "rank-groups" &&
-      emit != "schedule")
+      emit != "schedule" && emit != "memory")
     return fail("unknown --emit=" + emit +
-                " (expected artifact, mlir, rank-groups or schedule)");
+                " (expected artifact, mlir, rank-groups, schedule or memory)");
   if (emitFormat != "json" && emitFormat != "text" && emitFormat != "trace")
     return fail("unknown --emit-format=" + emitFormat +
                 " (expected json, text or trace)");
@@ -249,6 +250,9 @@ int main(int argc, char **argv) {
   if (failed(pm.run(*module)))
     return 1;
 
+  if (emit == "memory")
+    return failed(tessera::printMemory(*module, emitFormat, llvm::outs())) ? 1
+                                                                          : 0;
   if (emit == "mlir") {
     auto out = openOutputFile(outputFile, &error);
     if (!out) {

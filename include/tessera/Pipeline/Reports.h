@@ -12,6 +12,7 @@
 #include "tessera/Mesh/RankGroups.h"
 #include "tessera/Schedule/PipelineSchedule.h"
 
+#include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace tessera {
@@ -20,6 +21,12 @@ namespace tessera {
 /// index in it. `format` is "json" or "text". The mesh must be valid.
 void printRankGroups(const mesh::MeshConfig &mesh, llvm::StringRef format,
                      llvm::raw_ostream &os);
+
+/// --emit=memory: per rank, the bytes of the static memory plan of an
+/// rt-level module by kind (parameters, gradients, optimizer state, inputs,
+/// peak activations). Fails on a module that is not lowered to rt.
+mlir::LogicalResult printMemory(mlir::ModuleOp module, llvm::StringRef format,
+                                llvm::raw_ostream &os);
 
 /// --emit=schedule: every layer's pipeline rank and chunk and every rank's
 /// order of forwards and backwards. The configuration must be valid.
