@@ -410,8 +410,19 @@ LogicalResult Writer::write(llvm::raw_ostream &os) {
       return float(opt.getAs<FloatAttr>(n).getValueAsDouble());
     };
     auto kind = fbb.CreateString(opt.getAs<StringAttr>("kind").getValue().str());
+    auto i = [&](StringRef n) -> int64_t {
+      auto a = opt.getAs<IntegerAttr>(n);
+      return a ? a.getInt() : 0;
+    };
+    auto style = opt.getAs<StringAttr>("lr_decay_style");
+    auto styleStr = fbb.CreateString(style ? style.getValue().str() : "constant");
+    float minLr = opt.getAs<FloatAttr>("min_lr")
+                      ? f("min_lr")
+                      : 0.0f;
     optOff = fa::CreateOptimizer(fbb, kind, f("lr"), f("beta1"), f("beta2"),
-                                 f("eps"), f("weight_decay"));
+                                 f("eps"), f("weight_decay"),
+                                 i("lr_warmup_iters"), i("lr_decay_iters"),
+                                 styleStr, minLr);
   }
   std::string flags;
   if (auto a = module->getAttrOfType<StringAttr>("tessera.compile_flags"))

@@ -36,6 +36,10 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   opt.optimizer = options.optimizer;
   opt.lr = options.lr;
   opt.weightDecay = options.weightDecay;
+  opt.lrWarmupIters = options.lrWarmupIters;
+  opt.lrDecayIters = options.lrDecayIters;
+  opt.lrDecayStyle = options.lrDecayStyle;
+  opt.minLr = options.minLr;
   pm.addPass(nn::createOptimizerPass(opt));
   pm.addPass(createLowerToRTPass());
 }

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "tessera/rt/Executor.h"
+#include "tessera/rt/LrSchedule.h"
 
 #include <chrono>
 #include <cmath>
@@ -865,11 +866,11 @@ Status Executor::execute(const Thunk &t) {
   case O::Adam: {
     int64_t step = 0;
     TESSERA_RETURN_IF_ERROR(be->copyToHost(&step, t.ptr[4], 8));
-    AdamParams hp{t.f[0], t.f[1], t.f[2], t.f[3], t.f[4]};
+    AdamParams hp{float(t.f[0] * lrFactor), t.f[1], t.f[2], t.f[3], t.f[4]};
     return be->adam(F(0), F(1), F(2), F(3), t.n, step, hp);
   }
   case O::Sgd:
-    return be->sgd(F(0), F(1), t.n, t.f[0], t.f[1]);
+    return be->sgd(F(0), F(1), t.n, float(t.f[0] * lrFactor), t.f[1]);
   case O::LayerNorm:
     return be->layerNorm(F(0), F(1), F(2), F(3), t.m, t.n, t.f[0]);
   case O::LayerNormGrad:
@@ -957,8 +958,25 @@ Status Executor::runFunction(const std::string &name) {
   return be->synchronize();
 }
 
+double Executor::learningRate(int64_t iteration) const {
+  const fb::Optimizer *opt = art->root()->optimizer();
+  if (!opt)
+    return 0.0;
+  LrSchedule schedule;
+  schedule.maxLr = opt->lr();
+  schedule.minLr = opt->min_lr();
+  schedule.warmupIters = opt->lr_warmup_iters();
+  schedule.decayIters = opt->lr_decay_iters();
+  if (opt->lr_decay_style() && opt->lr_decay_style()->size())
+    schedule.style = opt->lr_decay_style()->str();
+  return schedule.at(iteration);
+}
+
 StatusOr<double> Executor::runIteration(int64_t iteration) {
   const int64_t numMicro = art->root()->batch()->num_microbatches();
+  // The optimizer steps carry the peak rate; the schedule scales it.
+  if (const fb::Optimizer *opt = art->root()->optimizer())
+    lrFactor = opt->lr() > 0 ? learningRate(iteration) / double(opt->lr()) : 1.0;
   double lossSum = 0.0;
   bool hasLoss = prog->loss_buffer() >= 0;
   for (int64_t m = 0; m < numMicro; ++m) {

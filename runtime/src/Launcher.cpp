@@ -354,7 +354,6 @@ Status runRank(const LaunchOptions &o, int rank, int size) {
 
   const fb::Batch &batch = *a.batch();
   const fb::Optimizer *opt = a.optimizer();
-  float lr = opt ? opt->lr() : 0.0f;
   FILE *metrics = nullptr;
   if (rank == 0) {
     std::printf("tessera-run: %s | model %s | producer %s\n",
@@ -383,6 +382,14 @@ Status runRank(const LaunchOptions &o, int rank, int size) {
                   "weight_decay=%g\n",
                   opt->kind() ? opt->kind()->c_str() : "?", opt->lr(),
                   opt->beta1(), opt->beta2(), opt->eps(), opt->weight_decay());
+    if (opt && (opt->lr_warmup_iters() > 0 ||
+                (opt->lr_decay_style() && opt->lr_decay_style()->str() != "constant")))
+      std::printf("tessera-run: lr schedule: warmup %lld iterations, %s decay "
+                  "to %g at iteration %lld\n",
+                  (long long)opt->lr_warmup_iters(),
+                  opt->lr_decay_style() ? opt->lr_decay_style()->c_str()
+                                        : "constant",
+                  opt->min_lr(), (long long)opt->lr_decay_iters());
     std::fflush(stdout);
     if (!o.metricsPath.empty()) {
       metrics = std::fopen(o.metricsPath.c_str(), "w");
@@ -436,7 +443,7 @@ Status runRank(const LaunchOptions &o, int rank, int size) {
                   timestamp().c_str(), (long long)it, (long long)o.steps,
                   (long long)(it * batch.global_batch_size()), seconds * 1000.0,
                   tflops,
-                  double(lr), (long long)batch.global_batch_size(), loss,
+                  executor->learningRate(it), (long long)batch.global_batch_size(), loss,
                   tokensPerSecond);
       std::fflush(stdout);
       if (metrics) {
@@ -444,6 +451,7 @@ Status runRank(const LaunchOptions &o, int rank, int size) {
             "{\"step\": " + std::to_string(it) +
             ", \"loss\": " + jsonNumber(loss) +
             ", \"tokens_per_s\": " + jsonNumber(tokensPerSecond) +
+            ", \"lr\": " + jsonNumber(executor->learningRate(it)) +
             ", \"step_time_s\": " + jsonNumber(seconds) +
             ", \"tflops_per_rank\": " + jsonNumber(tflops) +
             ", \"comm_bytes\": {";

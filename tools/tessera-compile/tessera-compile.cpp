@@ -70,6 +70,20 @@ static cl::opt<double> lr("lr", cl::desc("learning rate"), cl::init(1e-3));
 static cl::opt<double> weightDecay("weight-decay",
                                    cl::desc("decoupled weight decay"),
                                    cl::init(0.0));
+static cl::opt<int64_t> lrWarmupIters("lr-warmup-iters",
+                                      cl::desc("linear learning-rate warmup "
+                                               "iterations"),
+                                      cl::init(0));
+static cl::opt<int64_t> lrDecayIters("lr-decay-iters",
+                                     cl::desc("iteration at which the decay "
+                                              "reaches --min-lr"),
+                                     cl::init(0));
+static cl::opt<std::string> lrDecayStyle("lr-decay-style",
+                                         cl::desc("constant (default), linear "
+                                                  "or cosine"),
+                                         cl::init("constant"));
+static cl::opt<double> minLr("min-lr", cl::desc("learning rate after the decay"),
+                             cl::init(0.0));
 static cl::opt<std::string> emit(
     "emit",
     cl::desc("what to write: artifact (default), mlir (the rt-level module) "
@@ -245,6 +259,10 @@ int main(int argc, char **argv) {
   options.optimizer = optimizer;
   options.lr = lr;
   options.weightDecay = weightDecay;
+  options.lrWarmupIters = lrWarmupIters;
+  options.lrDecayIters = lrDecayIters;
+  options.lrDecayStyle = lrDecayStyle;
+  options.minLr = minLr;
   PassManager pm(&context);
   tessera::buildTrainPipeline(pm, options);
   if (failed(pm.run(*module)))

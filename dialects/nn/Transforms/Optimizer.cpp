@@ -25,6 +25,23 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
                                  << "' (expected sgd or adam)";
       return signalPassFailure();
     }
+    if (lrDecayStyle != "constant" && lrDecayStyle != "linear" &&
+        lrDecayStyle != "cosine") {
+      emitError(module.getLoc()) << "unknown lr-decay-style '"
+                                 << std::string(lrDecayStyle)
+                                 << "' (expected constant, linear or cosine)";
+      return signalPassFailure();
+    }
+    if (lrWarmupIters < 0 || minLr < 0 || minLr > lr ||
+        (lrDecayStyle != "constant" && lrDecayIters <= lrWarmupIters)) {
+      emitError(module.getLoc())
+          << "invalid learning-rate schedule: warmup " << int64_t(lrWarmupIters)
+          << ", decay to iteration " << int64_t(lrDecayIters) << ", lr "
+          << double(lr) << ", min-lr " << double(minLr)
+          << " (a decay needs lr-decay-iters > lr-warmup-iters and 0 <= "
+             "min-lr <= lr)";
+      return signalPassFailure();
+    }
     func::FuncOp micro = getPhaseFunc(module, kMicrobatchPhase);
     func::FuncOp step = getPhaseFunc(module, kStepPhase);
     if (!micro || !step) {
@@ -129,6 +146,10 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
             b.getNamedAttr("beta2", b.getF32FloatAttr(beta2)),
             b.getNamedAttr("eps", b.getF32FloatAttr(eps)),
             b.getNamedAttr("weight_decay", b.getF32FloatAttr(weightDecay)),
+            b.getNamedAttr("lr_warmup_iters", b.getI64IntegerAttr(lrWarmupIters)),
+            b.getNamedAttr("lr_decay_iters", b.getI64IntegerAttr(lrDecayIters)),
+            b.getNamedAttr("lr_decay_style", b.getStringAttr(lrDecayStyle)),
+            b.getNamedAttr("min_lr", b.getF32FloatAttr(minLr)),
         }));
   }
 };

@@ -24,7 +24,10 @@ def OptimizerPass : Pass<"tessera-optimizer", "mlir::ModuleOp"> {
     For each gradient the step function produces, adds the parameter and
     fp32 optimizer state as arguments, the update (`nn.sgd` or `nn.adam`)
     and results that write the new parameter and state back; gradients are
-    zeroed for the next step.
+    zeroed for the next step. The steps carry the peak learning rate; the
+    schedule (warmup, constant/linear/cosine decay to min-lr, Megatron's)
+    is recorded in `tessera.optimizer` and applied by the runtime per
+    iteration.
   }];
   let dependentDialects = ["::tessera::nn::NNDialect"];
   let options = [
@@ -33,7 +36,14 @@ def OptimizerPass : Pass<"tessera-optimizer", "mlir::ModuleOp"> {
     Option<"beta1", "beta1", "double", "0.9", "Adam beta1">,
     Option<"beta2", "beta2", "double", "0.999", "Adam beta2">,
     Option<"eps", "eps", "double", "1.0e-8", "Adam epsilon">,
-    Option<"weightDecay", "weight-decay", "double", "0.0", "decoupled weight decay">
+    Option<"weightDecay", "weight-decay", "double", "0.0", "decoupled weight decay">,
+    Option<"lrWarmupIters", "lr-warmup-iters", "int64_t", "0",
+           "iterations of linear learning-rate warmup">,
+    Option<"lrDecayIters", "lr-decay-iters", "int64_t", "0",
+           "iteration at which the decay reaches min-lr">,
+    Option<"lrDecayStyle", "lr-decay-style", "std::string", "\"constant\"",
+           "constant, linear or cosine">,
+    Option<"minLr", "min-lr", "double", "0.0", "learning rate after the decay">
   ];
 }
 

@@ -38,6 +38,17 @@ struct TrainPipelineOptions
   Option<double> weightDecay{*this, "weight-decay",
                              llvm::cl::desc("decoupled weight decay"),
                              llvm::cl::init(0.0)};
+  Option<int64_t> lrWarmupIters{*this, "lr-warmup-iters",
+                                llvm::cl::desc("linear warmup iterations"),
+                                llvm::cl::init(0)};
+  Option<int64_t> lrDecayIters{*this, "lr-decay-iters",
+                               llvm::cl::desc("iteration the decay ends"),
+                               llvm::cl::init(0)};
+  Option<std::string> lrDecayStyle{*this, "lr-decay-style",
+                                   llvm::cl::desc("constant, linear or cosine"),
+                                   llvm::cl::init("constant")};
+  Option<double> minLr{*this, "min-lr", llvm::cl::desc("final learning rate"),
+                       llvm::cl::init(0.0)};
 };
 
 /// attach-mesh, set-batch, pad-vocab, tp-partition, autodiff, dp-grad-allreduce,

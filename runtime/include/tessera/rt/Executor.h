@@ -66,6 +66,10 @@ public:
   /// microbatches and the dp group (NaN if the program has no loss buffer).
   StatusOr<double> runIteration(int64_t iteration);
 
+  /// The learning rate of `iteration` (1-based) under the artifact's
+  /// schedule (Megatron's warmup and decay); 0 without an optimizer.
+  double learningRate(int64_t iteration) const;
+
   /// Fills the program's inputs for microbatch `m` of `iteration`.
   Status fillInputs(int64_t iteration, int64_t microbatch);
   /// Runs function `name` ("microbatch" or "step").
@@ -112,6 +116,8 @@ private:
   std::map<std::string, double> kernelTime;
   /// The microbatch being run, for kernels keyed by global sample (dropout).
   int64_t currentIteration = 1, currentMicrobatch = 0;
+  /// Scale of the compiled learning rate for the current iteration.
+  double lrFactor = 1.0;
 };
 
 } // namespace tessera::rt
