@@ -923,27 +923,42 @@ Status Executor::runFunction(const std::string &name) {
   if (it == functions.end())
     return notFound(art->name(), ": program ", prog->pp_rank(),
                     " has no function '", name, "'");
+  const bool timed = options.profile || options.trace;
+  auto phaseStart = std::chrono::steady_clock::now();
   for (const Thunk &t : it->second) {
     Status st;
-    auto start = options.profile ? std::chrono::steady_clock::now()
-                                 : std::chrono::steady_clock::time_point();
+    auto start = timed ? std::chrono::steady_clock::now()
+                       : std::chrono::steady_clock::time_point();
     try {
       st = execute(t);
     } catch (const std::exception &e) {
       st = internalError("exception: ", e.what());
     }
-    if (options.profile) {
+    if (timed) {
       // Kernels may run asynchronously on other backends: time to completion.
       if (st.ok())
         st = be->synchronize();
-      kernelTime[fb::EnumNameOpcode(t.op)] +=
-          std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                        start)
-              .count();
+      auto end = std::chrono::steady_clock::now();
+      if (options.profile)
+        kernelTime[fb::EnumNameOpcode(t.op)] +=
+            std::chrono::duration<double>(end - start).count();
+      if (options.trace)
+        trace.push_back({fb::EnumNameOpcode(t.op),
+                         t.comm ? "communication" : "compute",
+                         sinceEpochUs(start),
+                         sinceEpochUs(end) - sinceEpochUs(start)});
     }
     if (!st.ok())
       return Status(st.getCode(),
                     art->name() + ": " + t.where + ": " + st.message());
+  }
+  if (options.trace) {
+    std::string phase = name == "microbatch"
+                            ? "microbatch " + std::to_string(currentMicrobatch)
+                            : name;
+    double begin = sinceEpochUs(phaseStart);
+    trace.push_back({phase, "phase", begin,
+                     sinceEpochUs(std::chrono::steady_clock::now()) - begin});
   }
   if (!pending.empty()) {
     int event = pending.begin()->first;

@@ -51,6 +51,8 @@ std::string launchUsage(const char *argv0) {
          "                   tessera-preprocess) for models with token "
          "inputs\n"
          "  --metrics FILE   write one JSON line per step\n"
+         "  --trace FILE     write a Chrome/Perfetto trace of every rank's\n"
+         "                   instructions (phases, compute, communication)\n"
          "  --profile        time every instruction; adds per-opcode seconds\n"
          "                   (kernel_time_s) to the metrics lines\n"
          "  --backend NAME   compute backend (default cpu)\n"
@@ -105,6 +107,10 @@ StatusOr<LaunchOptions> parseLaunchOptions(int argc, char **argv) {
       TESSERA_ASSIGN_OR_RETURN(std::string v, next());
       TESSERA_ASSIGN_OR_RETURN(int64_t t, parseInt(arg, v, 1));
       o.threads = int(std::min<int64_t>(t, 1024));
+    } else if (arg == "--trace") {
+      TESSERA_ASSIGN_OR_RETURN(o.tracePath, next());
+      if (o.tracePath.empty())
+        return invalidArgument("empty --trace path");
     } else if (arg == "--profile") {
       if (hasInline)
         return invalidArgument("--profile takes no value");
@@ -315,6 +321,72 @@ std::string jsonNumber(double v) {
   return buf;
 }
 
+/// Gathers every rank's timeline to rank 0, which writes one Chrome/Perfetto
+/// trace (a process per rank, a thread per track) atomically.
+Status writeTrace(const std::string &path, const Executor &executor,
+                         int rank) {
+  static const char *tracks[] = {"phase", "compute", "communication"};
+  std::string mine;
+  for (const TraceEvent &e : executor.traceEvents()) {
+    int tid = 0;
+    for (int i = 0; i < 3; ++i)
+      if (e.track == tracks[i])
+        tid = i;
+    mine += "{\"name\": " + jsonString(e.name) + ", \"cat\": " +
+            jsonString(e.track) + ", \"ph\": \"X\", \"pid\": " +
+            std::to_string(rank) + ", \"tid\": " + std::to_string(tid) +
+            ", \"ts\": " + jsonNumber(e.startUs) +
+            ", \"dur\": " + jsonNumber(e.durationUs) + "},\n";
+  }
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int length = int(mine.size());
+  std::vector<int> lengths(static_cast<size_t>(size));
+  std::vector<int> offsets(static_cast<size_t>(size));
+  TESSERA_RETURN_IF_MPI_ERROR(MPI_Gather(&length, 1, MPI_INT, lengths.data(),
+                                         1, MPI_INT, 0, MPI_COMM_WORLD));
+  std::string all;
+  if (rank == 0) {
+    int total = 0;
+    for (int r = 0; r < size; ++r) {
+      offsets[size_t(r)] = total;
+      total += lengths[size_t(r)];
+    }
+    all.resize(size_t(total));
+  }
+  TESSERA_RETURN_IF_MPI_ERROR(MPI_Gatherv(mine.data(), length, MPI_CHAR,
+                                          all.data(), lengths.data(),
+                                          offsets.data(), MPI_CHAR, 0,
+                                          MPI_COMM_WORLD));
+  if (rank != 0)
+    return Status();
+  std::string json = "{\"traceEvents\": [\n";
+  for (int r = 0; r < size; ++r) {
+    json += "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " +
+            std::to_string(r) + ", \"args\": {\"name\": \"rank " +
+            std::to_string(r) + "\"}},\n";
+    for (int t = 0; t < 3; ++t)
+      json += "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " +
+              std::to_string(r) + ", \"tid\": " + std::to_string(t) +
+              ", \"args\": {\"name\": \"" + tracks[t] + "\"}},\n";
+  }
+  json += all;
+  json.resize(json.size() - 2); // the last ",\n"
+  json += "\n]}\n";
+  std::string tmp = path + ".tmp";
+  FILE *f = std::fopen(tmp.c_str(), "w");
+  if (!f)
+    return notFound(path, ": cannot write the trace: ", std::strerror(errno));
+  bool ok = std::fwrite(json.data(), 1, json.size(), f) == json.size();
+  ok = (std::fflush(f) == 0) && ok;
+  ok = (fsync(fileno(f)) == 0) && ok;
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0)
+    return dataLoss(path, ": writing the trace failed");
+  return Status();
+}
+
+
 Status runRank(const LaunchOptions &o, int rank, int size) {
   TESSERA_ASSIGN_OR_RETURN(auto artifact,
                            LoadedArtifact::loadFromFile(o.artifactPath));
@@ -343,6 +415,7 @@ Status runRank(const LaunchOptions &o, int rank, int size) {
   ExecutorOptions eo;
   eo.seed = o.seed;
   eo.profile = o.profile;
+  eo.trace = !o.tracePath.empty();
   // Every rank maps the dataset (cheap) and reads its own samples.
   TESSERA_ASSIGN_OR_RETURN(eo.dataset, openDataset(o, *artifact));
   if (eo.dataset && !artifactNeedsTokenData(a))
@@ -423,6 +496,12 @@ Status runRank(const LaunchOptions &o, int rank, int size) {
     kinds.insert(entry.first);
   std::map<std::string, CommCounters> before = executor->commCounters();
   std::map<std::string, double> kernelsBefore = executor->kernelSeconds();
+  if (!o.tracePath.empty()) {
+    // Line the ranks' clocks up: start every timeline after one barrier.
+    if (world)
+      TESSERA_RETURN_IF_ERROR(world->barrier());
+    executor->startTrace();
+  }
   for (int64_t it = 1; it <= o.steps; ++it) {
     auto t0 = std::chrono::steady_clock::now();
     TESSERA_ASSIGN_OR_RETURN(double loss, executor->runIteration(it));
@@ -487,6 +566,8 @@ Status runRank(const LaunchOptions &o, int rank, int size) {
     before = std::move(after);
     kernelsBefore = executor->kernelSeconds();
   }
+  if (!o.tracePath.empty())
+    TESSERA_RETURN_IF_ERROR(writeTrace(o.tracePath, *executor, rank));
   if (world)
     TESSERA_RETURN_IF_ERROR(world->barrier());
   return Status();

@@ -17,6 +17,7 @@
 #include "tessera/rt/Communicator.h"
 #include "tessera/rt/Data.h"
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <string>
@@ -31,6 +32,16 @@ struct ExecutorOptions {
   /// Token dataset for the "tokens"/"labels" inputs with vocab_size > 0
   /// (checked against the program in create; see Data.h).
   std::shared_ptr<const IndexedDataset> dataset;
+  /// Record a timeline of every instruction (for tessera-run --trace).
+  bool trace = false;
+};
+
+/// One slice of the execution timeline, in microseconds since the epoch
+/// set by Executor::startTrace.
+struct TraceEvent {
+  std::string name;  ///< opcode, or "microbatch 3" / "step" for phases
+  std::string track; ///< "phase", "compute" or "communication"
+  double startUs, durationUs;
 };
 
 struct Thunk;
@@ -81,6 +92,12 @@ public:
   StatusOr<std::vector<float>> readFloatBuffer(const std::string &name) const;
   Status writeBuffer(const std::string &name, const void *data, int64_t bytes);
 
+  /// Starts the timeline clock (call on every rank right after a barrier,
+  /// so the ranks' timelines line up).
+  void startTrace() { traceEpoch = std::chrono::steady_clock::now(); }
+  /// The recorded timeline; empty unless ExecutorOptions::trace.
+  const std::vector<TraceEvent> &traceEvents() const { return trace; }
+
   /// Seconds spent per opcode name ("Gemm", "AllReduce", ...) so far; empty
   /// unless ExecutorOptions::profile.
   const std::map<std::string, double> &kernelSeconds() const {
@@ -118,6 +135,12 @@ private:
   int64_t currentIteration = 1, currentMicrobatch = 0;
   /// Scale of the compiled learning rate for the current iteration.
   double lrFactor = 1.0;
+  std::chrono::steady_clock::time_point traceEpoch =
+      std::chrono::steady_clock::now();
+  std::vector<TraceEvent> trace;
+  double sinceEpochUs(std::chrono::steady_clock::time_point t) const {
+    return std::chrono::duration<double, std::micro>(t - traceEpoch).count();
+  }
 };
 
 } // namespace tessera::rt

@@ -30,6 +30,7 @@ struct LaunchOptions {
   int64_t steps = -1;
   uint64_t seed = 1234;
   std::string metricsPath;
+  std::string tracePath; ///< --trace: Chrome/Perfetto timeline of all ranks
   std::string backend = "cpu";
   int threads = 0; ///< 0: $OPENBLAS_NUM_THREADS or max(1, cores / N)
   bool printSummary = false;
