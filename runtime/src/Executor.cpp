@@ -918,6 +918,20 @@ Status Executor::execute(const Thunk &t) {
   return unimplemented("unknown opcode ", int(t.op));
 }
 
+std::string Executor::stalledInstruction(double seconds) const {
+  const Thunk *t = inFlight.load();
+  if (!t)
+    return "";
+  int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    std::chrono::steady_clock::now().time_since_epoch())
+                    .count();
+  double stuck = double(now - inFlightSinceNs.load()) * 1e-9;
+  if (stuck < seconds || inFlight.load() != t)
+    return "";
+  return art->name() + ": " + t->where + " made no progress for " +
+         std::to_string(int64_t(stuck)) + " s";
+}
+
 Status Executor::runFunction(const std::string &name) {
   auto it = functions.find(name);
   if (it == functions.end())
@@ -929,11 +943,16 @@ Status Executor::runFunction(const std::string &name) {
     Status st;
     auto start = timed ? std::chrono::steady_clock::now()
                        : std::chrono::steady_clock::time_point();
+    inFlightSinceNs.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::steady_clock::now().time_since_epoch())
+                              .count());
+    inFlight.store(&t);
     try {
       st = execute(t);
     } catch (const std::exception &e) {
       st = internalError("exception: ", e.what());
     }
+    inFlight.store(nullptr);
     if (timed) {
       // Kernels may run asynchronously on other backends: time to completion.
       if (st.ok())

@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -51,6 +53,8 @@ std::string launchUsage(const char *argv0) {
          "                   tessera-preprocess) for models with token "
          "inputs\n"
          "  --metrics FILE   write one JSON line per step\n"
+         "  --timeout S      seconds one instruction may take before every rank\n"
+         "                   stops with an error naming it (default 300, 0: off)\n"
          "  --trace FILE     write a Chrome/Perfetto trace of every rank's\n"
          "                   instructions (phases, compute, communication)\n"
          "  --profile        time every instruction; adds per-opcode seconds\n"
@@ -107,6 +111,13 @@ StatusOr<LaunchOptions> parseLaunchOptions(int argc, char **argv) {
       TESSERA_ASSIGN_OR_RETURN(std::string v, next());
       TESSERA_ASSIGN_OR_RETURN(int64_t t, parseInt(arg, v, 1));
       o.threads = int(std::min<int64_t>(t, 1024));
+    } else if (arg == "--timeout") {
+      TESSERA_ASSIGN_OR_RETURN(std::string v, next());
+      char *end = nullptr;
+      o.timeout = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || o.timeout < 0)
+        return invalidArgument("--timeout needs a number of seconds >= 0, got '",
+                               v, "'");
     } else if (arg == "--trace") {
       TESSERA_ASSIGN_OR_RETURN(o.tracePath, next());
       if (o.tracePath.empty())
@@ -502,6 +513,40 @@ Status runRank(const LaunchOptions &o, int rank, int size) {
       TESSERA_RETURN_IF_ERROR(world->barrier());
     executor->startTrace();
   }
+  // The watchdog: a collective whose peer died or stalled would block
+  // forever; after --timeout seconds in one instruction the rank reports it
+  // and exits, and mpirun then ends every other rank.
+  std::atomic<bool> finished{false};
+  std::thread watchdog;
+  if (o.timeout > 0)
+    watchdog = std::thread([&, rank] {
+      while (!finished.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        std::string stuck = executor->stalledInstruction(o.timeout);
+        if (!stuck.empty()) {
+          std::fflush(stdout);
+          std::fprintf(stderr,
+                       "tessera-run: error: rank %d: %s (timeout %g s): a peer "
+                       "rank may have died or stalled\n",
+                       rank, stuck.c_str(), o.timeout);
+          std::fflush(stderr);
+          std::_Exit(1);
+        }
+      }
+    });
+  struct StopWatchdog {
+    std::atomic<bool> &finished;
+    std::thread &thread;
+    ~StopWatchdog() {
+      finished.store(true);
+      if (thread.joinable())
+        thread.join();
+    }
+  } stopWatchdog{finished, watchdog};
+  // Fault injection for tests: this rank stalls before its first step.
+  if (const char *stall = std::getenv("TESSERA_DEBUG_STALL_RANK"))
+    if (std::atoi(stall) == rank)
+      std::this_thread::sleep_for(std::chrono::hours(1));
   for (int64_t it = 1; it <= o.steps; ++it) {
     auto t0 = std::chrono::steady_clock::now();
     TESSERA_ASSIGN_OR_RETURN(double loss, executor->runIteration(it));

@@ -17,6 +17,7 @@
 #include "tessera/rt/Communicator.h"
 #include "tessera/rt/Data.h"
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -92,6 +93,11 @@ public:
   StatusOr<std::vector<float>> readFloatBuffer(const std::string &name) const;
   Status writeBuffer(const std::string &name, const void *data, int64_t bytes);
 
+  /// For a watchdog thread: when an instruction has been running for more
+  /// than `seconds`, describes it (function, instruction, opcode, loc);
+  /// otherwise returns an empty string. Safe to call from another thread.
+  std::string stalledInstruction(double seconds) const;
+
   /// Starts the timeline clock (call on every rank right after a barrier,
   /// so the ranks' timelines line up).
   void startTrace() { traceEpoch = std::chrono::steady_clock::now(); }
@@ -138,6 +144,10 @@ private:
   std::chrono::steady_clock::time_point traceEpoch =
       std::chrono::steady_clock::now();
   std::vector<TraceEvent> trace;
+  /// The instruction being executed (null between instructions) and when it
+  /// started, for stalledInstruction().
+  std::atomic<const Thunk *> inFlight{nullptr};
+  std::atomic<int64_t> inFlightSinceNs{0};
   double sinceEpochUs(std::chrono::steady_clock::time_point t) const {
     return std::chrono::duration<double, std::micro>(t - traceEpoch).count();
   }
