@@ -32,13 +32,30 @@ struct DPGradAllReducePass
     MeshOp mesh = lookupMesh(module);
     int64_t dp = mesh ? mesh.getDp() : 1;
 
-    // The gradients the microbatch phase accumulates.
+    // The gradients the microbatch phase accumulates. A gradient that ends
+    // in a sum all-reduce (a parameter entering a tensor-parallel region
+    // through copy_to_region, e.g. layer norms under sequence parallelism)
+    // is accumulated unreduced and reduced once per step: the sum of the
+    // reductions is the reduction of the sum, and it moves 1/M the bytes
+    // (Megatron all-reduces these gradients once, after the last
+    // microbatch).
     SmallVector<Type> types;
     SmallVector<StringAttr> names;
+    SmallVector<StringAttr> deferredGroups;
+    auto ret = cast<func::ReturnOp>(micro.getBody().front().getTerminator());
     for (unsigned i = 0, e = micro.getNumResults(); i < e; ++i)
       if (auto of = micro.getResultAttrOfType<StringAttr>(i, kGradOfAttr)) {
         types.push_back(micro.getResultTypes()[i]);
         names.push_back(of);
+        StringAttr group;
+        auto reduce = ret.getOperand(i).getDefiningOp<AllReduceOp>();
+        if (reduce && reduce.getReduction() == "sum" &&
+            reduce.getResult().hasOneUse()) {
+          group = reduce.getGroupAttr();
+          ret.setOperand(i, reduce.getInput());
+          reduce.erase();
+        }
+        deferredGroups.push_back(group);
       }
 
     OpBuilder b(module.getContext());
@@ -56,6 +73,10 @@ struct DPGradAllReducePass
       bindings.push_back(b.getDictionaryAttr(b.getNamedAttr(
           kBufferAttr, b.getStringAttr("grad:" + name.getValue()))));
       Value g = body->getArgument(i);
+      if (StringAttr group = deferredGroups[i])
+        g = AllReduceOp::create(b, step.getLoc(), g.getType(), g,
+                                FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
+                                group, b.getStringAttr("sum"));
       if (dp > 1) {
         // Megatron scales by 1/dp before the sum (gradient_scaling_factor).
         g = nn::ScaleOp::create(b, step.getLoc(), g,

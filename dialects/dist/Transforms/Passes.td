@@ -99,7 +99,10 @@ def DPGradAllReducePass : Pass<"tessera-dp-grad-allreduce", "mlir::ModuleOp"> {
   let description = [{
     Creates the `step` function (`tessera.phase = "step"`) that takes the
     accumulated gradients, scales them by 1/dp and all-reduces them over
-    the dp group, as Megatron's gradient_scaling_factor does.
+    the dp group, as Megatron's gradient_scaling_factor does. Gradients the
+    microbatch phase ends with a sum all-reduce (parameters entering a
+    tensor-parallel region, e.g. layer norms under sequence parallelism)
+    are accumulated unreduced and reduced once in the step instead.
   }];
   let dependentDialects = ["::tessera::dist::DistDialect", "::tessera::nn::NNDialect",
                            "::mlir::func::FuncDialect"];

@@ -13,9 +13,10 @@ all-reduce sends 2 (n-1)/n of its buffer and an all-gather or reduce-scatter
     all-gather forward + reduce-scatter backward, the same bytes);
   - the vocab-parallel cross-entropy: three all-reduces of b*s*4 bytes;
   - sequence parallel only: the all-gather that undoes the embeddings'
-    scatter in the backward, and the all-reduce of the gradients of the
-    layer norms (2 per layer + final, 2h each) and row-parallel biases
-    (2 per layer, h each), which only see their sequence shard.
+    scatter in the backward, and, once per step after accumulation, the
+    all-reduce of the gradients of the layer norms (2 per layer + final, 2h
+    each) and row-parallel biases (2 per layer, h each), which only see
+    their sequence shard.
 
 usage: check_tp_bytes.py METRICS.jsonl --layers L --micro-batch b --seq s
                          --hidden h --tp n --microbatches M [--sequence-parallel]
@@ -38,11 +39,13 @@ rows = a.micro_batch * a.seq * 4
 if a.sequence_parallel:
     gather_scatter = L * 4 * act * ring + act * ring + act * half
     params = ((2 * L + 1) * 2 * h + 2 * L * h) * 4
-    all_reduce = act * ring + 3 * rows * ring + params * ring
+    all_reduce = act * ring + 3 * rows * ring
+    per_step = params * ring  # accumulated, then reduced once per step
 else:
     gather_scatter = 0
     all_reduce = L * 4 * act * ring + 2 * act * ring + 3 * rows * ring
-expected = {"all_reduce": a.microbatches * all_reduce,
+    per_step = 0
+expected = {"all_reduce": a.microbatches * all_reduce + per_step,
             "gather_scatter": a.microbatches * gather_scatter}
 ok = True
 for line in open(a.metrics):
