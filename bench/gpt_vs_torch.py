@@ -59,21 +59,12 @@ REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 # ---------------------------------------------------------------- PyTorch --
 
 def read_tokens(prefix):
-    """The token stream of a Megatron indexed dataset (document order)."""
-    import numpy as np
-    dtypes = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64,
-              6: np.float64, 7: np.float32, 8: np.uint16}
-    with open(prefix + ".idx", "rb") as f:
-        head = f.read(34)
-        assert head[:9] == b"MMIDIDX\x00\x00", "not a Megatron .idx"
-        dtype = dtypes[head[17]]
-        n = int.from_bytes(head[18:26], "little")
-        sizes = np.frombuffer(f.read(4 * n), dtype=np.int32)
-        pointers = np.frombuffer(f.read(8 * n), dtype=np.int64)
-    data = np.fromfile(prefix + ".bin", dtype=dtype)
-    item = np.dtype(dtype).itemsize
-    parts = [data[p // item:p // item + s] for p, s in zip(pointers, sizes)]
-    return np.concatenate(parts).astype(np.int64)
+    """The token stream of a Megatron indexed dataset: the reader of the
+    PyTorch reference the lit tests use (test/E2E/Inputs/torch_reference.py)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                    "..", "test", "E2E", "Inputs"))
+    from torch_reference import read_tokens as reference_reader
+    return reference_reader(prefix)
 
 
 def torch_worker(cfg):
