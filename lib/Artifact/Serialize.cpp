@@ -49,6 +49,7 @@ static fa::BufferKind kindOf(StringRef kind) {
       .Case("opt_state", fa::BufferKind::OptState)
       .Case("input", fa::BufferKind::Input)
       .Case("loss", fa::BufferKind::Loss)
+      .Case("activation", fa::BufferKind::Activation)
       .Default(fa::BufferKind::Iteration);
 }
 
@@ -60,6 +61,8 @@ public:
 
 private:
   flatbuffers::Offset<fa::TensorRef> tensorRef(Value memref);
+  FailureOr<flatbuffers::Offset<fa::Program>> writeProgram(ModuleOp program,
+                                                           int64_t ppRank);
   FailureOr<flatbuffers::Offset<fa::Instr>> instr(Operation *op,
                                                   DenseMap<Value, int> &events);
 
@@ -176,6 +179,8 @@ Writer::instr(Operation *op, DenseMap<Value, int> &events) {
           })
           .Case([&](rt::TokenMeanOp o) { return kernel(fa::Opcode::TokenMean, o); })
           .Case([&](rt::DropoutOp o) { return kernel(fa::Opcode::Dropout, o); })
+          .Case([&](rt::SendOp o) { return kernel(fa::Opcode::Send, o); })
+          .Case([&](rt::RecvOp o) { return kernel(fa::Opcode::Recv, o); })
           .Case([&](rt::TokenMeanGradOp o) {
             return kernel(fa::Opcode::TokenMeanGrad, o);
           })
@@ -259,12 +264,13 @@ Writer::instr(Operation *op, DenseMap<Value, int> &events) {
   return ib.Finish();
 }
 
-LogicalResult Writer::write(llvm::raw_ostream &os) {
-  dist::MeshOp meshOp = dist::lookupMesh(module);
+FailureOr<flatbuffers::Offset<fa::Program>>
+Writer::writeProgram(ModuleOp module, int64_t ppRank) {
   auto arena = module->getAttrOfType<IntegerAttr>("rt.arena_bytes");
   if (!arena)
     return emitError(module.getLoc())
            << "tessera-serialize needs an rt module (run tessera-lower-to-rt)";
+  bufferOffsets.clear();
 
   // Buffers.
   std::vector<flatbuffers::Offset<fa::Buffer>> buffers;
@@ -334,9 +340,11 @@ LogicalResult Writer::write(llvm::raw_ostream &os) {
 
   // Functions.
   std::vector<flatbuffers::Offset<fa::Function>> functions;
+  llvm::StringMap<int> functionIndex;
   for (auto func : module.getOps<func::FuncOp>()) {
     if (!func->hasAttr("rt.entry"))
       continue;
+    functionIndex[func.getSymName()] = functions.size();
     DenseMap<Value, int> events;
     std::vector<flatbuffers::Offset<fa::Instr>> instrs;
     for (Operation &op : func.getBody().front()) {
@@ -349,8 +357,46 @@ LogicalResult Writer::write(llvm::raw_ostream &os) {
     }
     auto name = fbb.CreateString(func.getSymName().str());
     auto vec = fbb.CreateVector(instrs);
-    functions.push_back(fa::CreateFunction(fbb, name, vec));
+    auto i64 = [&](StringRef n) -> int64_t {
+      auto a = func->getAttrOfType<IntegerAttr>(n);
+      return a ? a.getInt() : 0;
+    };
+    int chunk = func->hasAttr("rt.chunk") ? int(i64("rt.chunk")) : -1;
+    functions.push_back(fa::CreateFunction(fbb, name, vec, i64("rt.slot_base"),
+                                           i64("rt.slot_bytes"),
+                                           int(i64("rt.num_slots")), chunk));
   }
+
+  // The pipeline schedule.
+  std::vector<fa::ScheduleStep> steps;
+  std::string scheduleKind;
+  int numChunks = 1;
+  for (auto sched : module.getOps<dist::ScheduleOp>()) {
+    scheduleKind = sched.getKind().str();
+    for (auto run : sched.getBody().front().getOps<dist::RunOp>()) {
+      if (!functionIndex.count(run.getCallee()))
+        return run.emitOpError() << "runs '" << run.getCallee()
+                                 << "', which is not an rt entry function";
+      // A whole phase runs as its receive, compute and send parts.
+      SmallVector<std::string> parts;
+      StringRef part = run.getPart() ? *run.getPart() : "";
+      if (part.empty() || part == "recv")
+        parts.push_back(("recv:" + run.getCallee()).str());
+      if (part.empty() || part == "compute")
+        parts.push_back(run.getCallee().str());
+      if (part.empty() || part == "send")
+        parts.push_back(("send:" + run.getCallee()).str());
+      for (const std::string &name : parts)
+        if (auto it = functionIndex.find(name); it != functionIndex.end())
+          steps.emplace_back(it->second, int(run.getMicrobatch()),
+                             int(run.getSlot()));
+    }
+  }
+  for (auto func : module.getOps<func::FuncOp>())
+    if (auto c = func->getAttrOfType<IntegerAttr>("rt.chunk"))
+      numChunks = std::max<int>(numChunks, c.getInt() + 1);
+  auto scheduleVec = fbb.CreateVectorOfStructs(steps);
+  auto kindStr = fbb.CreateString(scheduleKind);
 
   auto buffersVec = fbb.CreateVector(buffers);
   auto inputsVec = fbb.CreateVector(inputs);
@@ -359,7 +405,7 @@ LogicalResult Writer::write(llvm::raw_ostream &os) {
   if (auto p = module->getAttrOfType<IntegerAttr>("rt.persistent_bytes"))
     persistent = p.getInt();
   fa::ProgramBuilder pb(fbb);
-  pb.add_pp_rank(0);
+  pb.add_pp_rank(int(ppRank));
   pb.add_arena_bytes(arena.getInt());
   pb.add_persistent_bytes(persistent);
   pb.add_buffers(buffersVec);
@@ -367,7 +413,24 @@ LogicalResult Writer::write(llvm::raw_ostream &os) {
   pb.add_loss_buffer(lossBuffer);
   pb.add_iteration_buffer(iterationBuffer);
   pb.add_functions(functionsVec);
-  auto program = pb.Finish();
+  pb.add_schedule(scheduleVec);
+  pb.add_schedule_kind(kindStr);
+  pb.add_num_chunks(numChunks);
+  return pb.Finish();
+}
+
+LogicalResult Writer::write(llvm::raw_ostream &os) {
+  dist::MeshOp meshOp = dist::lookupMesh(module);
+  std::vector<flatbuffers::Offset<fa::Program>> programList;
+  for (ModuleOp program : getPrograms(module)) {
+    int64_t ppRank = 0;
+    if (auto r = program->getAttrOfType<IntegerAttr>(kPpRankAttr))
+      ppRank = r.getInt();
+    FailureOr<flatbuffers::Offset<fa::Program>> p = writeProgram(program, ppRank);
+    if (failed(p))
+      return failure();
+    programList.push_back(*p);
+  }
 
   // Mesh and every group kind the runtime needs.
   mesh::MeshConfig config;
@@ -433,7 +496,7 @@ LogicalResult Writer::write(llvm::raw_ostream &os) {
 
   auto groupsVec = fbb.CreateVector(groups);
   auto axesVec = fbb.CreateVector(axes);
-  auto programs = fbb.CreateVector(std::vector{program});
+  auto programs = fbb.CreateVector(programList);
   auto producer = fbb.CreateString("tessera-compile 0.1");
   auto modelStr = fbb.CreateString(model);
   auto orderStr = fbb.CreateString(config.order);

@@ -20,6 +20,8 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   dist::AttachMeshPassOptions mesh;
   mesh.tp = options.tp;
   mesh.dp = options.dp;
+  mesh.pp = options.pp;
+  mesh.vpp = options.vpp;
   mesh.order = options.order;
   pm.addPass(dist::createAttachMeshPass(mesh));
   pm.addPass(dist::createSetBatchPass(
@@ -30,6 +32,9 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   dist::TPPartitionPassOptions tpOptions;
   tpOptions.sequenceParallel = options.sequenceParallel;
   pm.addPass(dist::createTPPartitionPass(tpOptions));
+  dist::PPSplitPassOptions split;
+  split.stageLayers.assign(options.ppLayers.begin(), options.ppLayers.end());
+  pm.addPass(dist::createPPSplitPass(split));
   pm.addPass(nn::createAutodiffPass());
   pm.addPass(dist::createDPGradAllReducePass());
   nn::OptimizerPassOptions opt;
@@ -41,6 +46,8 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   opt.lrDecayStyle = options.lrDecayStyle;
   opt.minLr = options.minLr;
   pm.addPass(nn::createOptimizerPass(opt));
+  pm.addPass(dist::createPPSchedulePass({options.schedule}));
+  pm.addPass(dist::createVerifySchedulePass());
   pm.addPass(createLowerToRTPass());
 }
 

@@ -66,7 +66,26 @@ void tessera::updateFunctionType(func::FuncOp func) {
                                  ret.getOperandTypes()));
 }
 
+SmallVector<ModuleOp> tessera::getPrograms(ModuleOp module) {
+  SmallVector<ModuleOp> programs;
+  for (auto nested : module.getOps<ModuleOp>())
+    if (nested->hasAttr(kPpRankAttr))
+      programs.push_back(nested);
+  if (programs.empty())
+    programs.push_back(module);
+  return programs;
+}
+
+ModuleOp tessera::getRootModule(Operation *op) {
+  ModuleOp root = isa<ModuleOp>(op) ? cast<ModuleOp>(op)
+                                    : op->getParentOfType<ModuleOp>();
+  while (root && root->getParentOfType<ModuleOp>())
+    root = root->getParentOfType<ModuleOp>();
+  return root;
+}
+
 int64_t tessera::getNumMicrobatches(ModuleOp module) {
+  module = getRootModule(module);
   if (auto batch = module->getAttrOfType<DictionaryAttr>(kBatchAttr))
     if (auto m = batch.getAs<IntegerAttr>("num_microbatches"))
       return m.getInt();

@@ -76,6 +76,8 @@ int expectedOperandCount(fb::Opcode op) {
   case O::Fill:
   case O::AllReduce:
   case O::AllReduceStart:
+  case O::Send:
+  case O::Recv:
     return 1;
   case O::Wait:
     return 0;
@@ -124,6 +126,8 @@ int expectedIAttrCount(fb::Opcode op) {
     return 1;
   case O::Attention:
   case O::AttentionGrad:
+  case O::Send:
+  case O::Recv:
     return 2;
   default:
     return 0;
@@ -134,6 +138,18 @@ bool isCollective(fb::Opcode op) {
   using O = fb::Opcode;
   return op == O::AllReduce || op == O::AllGather || op == O::ReduceScatter ||
          op == O::AllReduceStart;
+}
+
+bool isPointToPoint(fb::Opcode op) {
+  return op == fb::Opcode::Send || op == fb::Opcode::Recv;
+}
+
+bool isForwardFunction(std::string_view name) {
+  return name.substr(0, 7) == "forward";
+}
+
+bool isBackwardFunction(std::string_view name) {
+  return name.substr(0, 8) == "backward";
 }
 
 bool isShardedKernel(fb::Opcode op) {
@@ -197,9 +213,13 @@ std::vector<std::string> collectiveGroupKinds(const fb::Artifact &artifact) {
       if (p->functions())
         for (const fb::Function *f : *p->functions())
           if (f->instrs())
-            for (const fb::Instr *in : *f->instrs())
-              if (isCollective(in->op()) && in->group() && in->group()->size())
+            for (const fb::Instr *in : *f->instrs()) {
+              if (isPointToPoint(in->op()))
+                kinds.insert("pp");
+              else if (isCollective(in->op()) && in->group() &&
+                       in->group()->size())
                 kinds.insert(in->group()->str());
+            }
   if (artifact.groups())
     for (const fb::RankGroup *g : *artifact.groups())
       if (g->kind() && g->kind()->str() == "dp")
@@ -241,6 +261,8 @@ private:
                   int64_t arenaBytes);
   Status checkInstr(const std::string &where, const fb::Instr &in,
                     int64_t arenaBytes);
+  Status checkSlots(const std::string &prog, const fb::Program &p);
+  Status checkSchedule(const std::string &prog, const fb::Program &p);
 
   const std::string &file;
   const fb::Artifact &a;
@@ -435,6 +457,24 @@ Status Validator::checkInstr(const std::string &where, const fb::Instr &in,
                    "vocab_size > 0, got ",
                    in.iattrs()->Get(0));
     break;
+  case fb::Opcode::Send:
+  case fb::Opcode::Recv: {
+    const char *name = fb::EnumNameOpcode(in.op());
+    std::string g = str(in.group());
+    if (!g.empty() && g != "pp")
+      return error(where, ": ", name,
+                   " runs over the pipeline group 'pp', not '", g, "'");
+    int64_t peer = in.iattrs()->Get(0), tag = in.iattrs()->Get(1);
+    if (peer != 1 && peer != -1)
+      return error(where, ": ", name,
+                   " needs iattrs = [peer, tag] with peer +1 (next pp rank) "
+                   "or -1 (previous), got peer ",
+                   peer);
+    // 32767 is the smallest MPI_TAG_UB MPI allows.
+    if (tag < 0 || tag > 32767)
+      return error(where, ": ", name, " tag ", tag, " outside [0, 32767]");
+    break;
+  }
   case fb::Opcode::Attention:
   case fb::Opcode::AttentionGrad:
     if (in.iattrs()->Get(0) <= 0 ||
@@ -538,6 +578,153 @@ Status Validator::checkProgram(int pi, const fb::Program &p) {
         TESSERA_RETURN_IF_ERROR(checkInstr(where, *in, arena));
       }
     }
+  TESSERA_RETURN_IF_ERROR(checkSlots(prog, p));
+  return checkSchedule(prog, p);
+}
+
+Status Validator::checkSlots(const std::string &prog, const fb::Program &p) {
+  int64_t arena = p.arena_bytes();
+  if (p.num_chunks() < 1)
+    return error(prog, ": num_chunks must be at least 1, got ", p.num_chunks());
+  if (!p.functions())
+    return Status();
+  for (const fb::Function *f : *p.functions()) {
+    std::string what = prog + " function '" + str(f->name()) + "'";
+    if (f->chunk() < -1 || f->chunk() >= p.num_chunks())
+      return error(what, ": chunk ", f->chunk(), " out of range (num_chunks ",
+                   p.num_chunks(), ")");
+    if (f->num_slots() < 0)
+      return error(what, ": negative num_slots ", f->num_slots());
+    if (f->num_slots() == 0)
+      continue;
+    int64_t base = f->slot_base(), bytes = f->slot_bytes(), n = f->num_slots();
+    if (base < 0 || bytes <= 0)
+      return error(what,
+                   ": slot region needs slot_base >= 0 and slot_bytes > 0, "
+                   "got slot_base ",
+                   base, " and slot_bytes ", bytes);
+    // slot_base + num_slots * slot_bytes <= arena_bytes, without overflow.
+    if (base > arena || bytes > (arena - base) / n)
+      return error(what, ": ", n, " slots of ", bytes, " bytes at slot_base ",
+                   base, " exceed the arena of ", arena, " bytes");
+    // An input is filled at its slot's copy only if it lies in the region.
+    if (p.inputs())
+      for (const fb::InputSpec *in : *p.inputs()) {
+        const fb::Buffer *b = p.buffers()->Get(in->buffer());
+        int64_t begin = b->offset(),
+                end = begin + numElements(b->shape()) * dtypeSize(b->dtype());
+        bool inside = begin >= base && end <= base + bytes;
+        bool outside = end <= base || begin >= base + bytes;
+        if (!inside && !outside)
+          return error(what, ": input '", str(in->name()), "' (bytes ", begin,
+                       " to ", end, ") straddles the slot region [", base, ", ",
+                       base + bytes, ")");
+      }
+  }
+  return Status();
+}
+
+Status Validator::checkSchedule(const std::string &prog, const fb::Program &p) {
+  if (!p.schedule() || p.schedule()->size() == 0)
+    return Status();
+  const int64_t numMicro = a.batch()->num_microbatches();
+  const int numFunctions = p.functions() ? int(p.functions()->size()) : 0;
+  // For each forward/backward function: the step that runs each microbatch.
+  std::map<int, std::vector<int>> stepOf;
+  for (int fi = 0; fi < numFunctions; ++fi) {
+    std::string_view name = p.functions()->Get(fi)->name()
+                                ? p.functions()->Get(fi)->name()->string_view()
+                                : std::string_view();
+    if (isForwardFunction(name) || isBackwardFunction(name))
+      stepOf[fi].assign(size_t(numMicro), -1);
+  }
+  const auto &schedule = *p.schedule();
+  for (flatbuffers::uoffset_t si = 0; si < schedule.size(); ++si) {
+    const fb::ScheduleStep *step = schedule.Get(si);
+    std::string where = prog + ": schedule step " + std::to_string(si);
+    int fi = step->function();
+    if (fi < 0 || fi >= numFunctions)
+      return error(where, ": function index ", fi, " out of range (",
+                   numFunctions, " functions)");
+    const fb::Function *f = p.functions()->Get(fi);
+    std::string fname = str(f->name());
+    where += " ('" + fname + "' microbatch " +
+             std::to_string(step->microbatch()) + ")";
+    if (fname == "step" || fname == "microbatch")
+      return error(where, ": '", fname,
+                   "' cannot be a schedule step (the schedule replaces the "
+                   "microbatch loop; 'step' runs after it)");
+    int slots = std::max(1, f->num_slots());
+    if (step->slot() < 0 || step->slot() >= slots)
+      return error(where, ": slot ", step->slot(),
+                   " out of range (the function has ", f->num_slots(),
+                   " slots)");
+    if (step->microbatch() < 0 || step->microbatch() >= numMicro)
+      return error(where, ": microbatch out of range (num_microbatches ",
+                   numMicro, ")");
+    auto it = stepOf.find(fi);
+    if (it == stepOf.end())
+      continue;
+    int &seen = it->second[size_t(step->microbatch())];
+    if (seen >= 0)
+      return error(where, ": runs '", fname, "' for microbatch ",
+                   step->microbatch(), " a second time (first at step ", seen,
+                   ")");
+    seen = int(si);
+  }
+  for (auto &[fi, steps] : stepOf)
+    for (size_t m = 0; m < steps.size(); ++m)
+      if (steps[m] < 0)
+        return error(prog, ": the schedule never runs '",
+                     str(p.functions()->Get(fi)->name()), "' for microbatch ",
+                     m, " (every forward and backward function runs each ",
+                     "of the ", numMicro, " microbatches once)");
+
+  // A chunk's backward ("backward<suffix>") reads what its forward
+  // ("forward<suffix>") saved in the slot: it must come later, on the same
+  // slot, and no other microbatch's forward may reuse the slot in between.
+  for (auto &[fwd, fwdSteps] : stepOf) {
+    std::string fname = str(p.functions()->Get(fwd)->name());
+    if (!isForwardFunction(fname))
+      continue;
+    std::string bname = "backward" + fname.substr(7);
+    int bwd = -1;
+    for (auto &[fi, unused] : stepOf)
+      if (str(p.functions()->Get(fi)->name()) == bname)
+        bwd = fi;
+    if (bwd < 0)
+      continue;
+    const std::vector<int> &bwdSteps = stepOf[bwd];
+    for (size_t m = 0; m < fwdSteps.size(); ++m) {
+      int fs = fwdSteps[m], bs = bwdSteps[m];
+      if (bs < fs)
+        return error(prog, ": schedule step ", bs, " runs '", bname,
+                     "' for microbatch ", m, " before its forward (step ", fs,
+                     ")");
+      if (schedule.Get(fs)->slot() != schedule.Get(bs)->slot())
+        return error(prog, ": schedule step ", bs, " runs '", bname,
+                     "' for microbatch ", m, " on slot ",
+                     schedule.Get(bs)->slot(), " but its forward (step ", fs,
+                     ") ran on slot ", schedule.Get(fs)->slot());
+    }
+    // Slot occupancy: slot -> microbatch whose backward has not run yet.
+    std::map<int, int> holder;
+    for (flatbuffers::uoffset_t si = 0; si < schedule.size(); ++si) {
+      const fb::ScheduleStep *step = schedule.Get(si);
+      if (step->function() == fwd) {
+        auto held = holder.find(step->slot());
+        if (held != holder.end())
+          return error(prog, ": schedule step ", si, " runs '", fname,
+                       "' for microbatch ", step->microbatch(), " on slot ",
+                       step->slot(), ", which still holds microbatch ",
+                       held->second, " (its backward runs at step ",
+                       bwdSteps[size_t(held->second)], ")");
+        holder[step->slot()] = step->microbatch();
+      } else if (step->function() == bwd) {
+        holder.erase(step->slot());
+      }
+    }
+  }
   return Status();
 }
 
@@ -700,9 +887,38 @@ std::string summarizeArtifact(const LoadedArtifact &artifact) {
       os << "    loss buffer #" << p->loss_buffer() << ", iteration buffer #"
          << p->iteration_buffer() << "\n";
       if (p->functions())
-        for (const fb::Function *f : *p->functions())
+        for (const fb::Function *f : *p->functions()) {
           os << "    function " << str(f->name()) << ": "
-             << (f->instrs() ? f->instrs()->size() : 0) << " instructions\n";
+             << (f->instrs() ? f->instrs()->size() : 0) << " instructions";
+          if (f->chunk() >= 0)
+            os << ", chunk " << f->chunk();
+          if (f->num_slots() > 0)
+            os << ", " << f->num_slots()
+               << (f->num_slots() == 1 ? " slot of " : " slots of ")
+               << f->slot_bytes() << " bytes @" << f->slot_base();
+          os << "\n";
+        }
+      if (p->schedule() && p->schedule()->size()) {
+        os << "    schedule " << str(p->schedule_kind()) << " ("
+           << p->num_chunks()
+           << (p->num_chunks() == 1 ? " chunk, " : " chunks, ")
+           << p->schedule()->size() << " steps):";
+        const flatbuffers::uoffset_t shown = 32;
+        for (flatbuffers::uoffset_t si = 0;
+             si < p->schedule()->size() && si < shown; ++si) {
+          const fb::ScheduleStep *step = p->schedule()->Get(si);
+          int fi = step->function();
+          std::string name =
+              p->functions() && fi >= 0 && fi < int(p->functions()->size())
+                  ? str(p->functions()->Get(fi)->name())
+                  : "#" + std::to_string(fi);
+          os << " " << name << "/mb" << step->microbatch() << "/s"
+             << step->slot();
+        }
+        if (p->schedule()->size() > shown)
+          os << " ... (" << p->schedule()->size() - shown << " more)";
+        os << "\n";
+      }
     }
   return os.str();
 }

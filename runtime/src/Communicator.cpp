@@ -26,6 +26,7 @@ CommCounters &CommCounters::operator+=(const CommCounters &o) {
   allReduce += o.allReduce;
   allGather += o.allGather;
   reduceScatter += o.reduceScatter;
+  p2p += o.p2p;
   calls += o.calls;
   return *this;
 }
@@ -35,6 +36,7 @@ CommCounters CommCounters::operator-(const CommCounters &o) const {
   r.allReduce = allReduce - o.allReduce;
   r.allGather = allGather - o.allGather;
   r.reduceScatter = reduceScatter - o.reduceScatter;
+  r.p2p = p2p - o.p2p;
   r.calls = calls - o.calls;
   return r;
 }
@@ -84,9 +86,30 @@ public:
       return invalidArgument("wait on unknown request ", request.id);
     return Status();
   }
+  StatusOr<CommRequest> isend(const void *, int64_t, ElementType, int peer,
+                              int tag) override {
+    return noPeer("send to", peer, tag);
+  }
+  StatusOr<CommRequest> irecv(void *, int64_t, ElementType, int peer,
+                              int tag) override {
+    return noPeer("receive from", peer, tag);
+  }
+  Status waitAll(const std::vector<CommRequest> &requests) override {
+    if (!requests.empty())
+      return failedPrecondition("waitAll on a group of one rank, which has no "
+                                "point-to-point requests");
+    return Status();
+  }
   Status barrier() override { return Status(); }
 
 private:
+  static Status noPeer(const char *what, int peer, int tag) {
+    return failedPrecondition(
+        "point-to-point ", what, " peer ", peer, " (tag ", tag,
+        ") on a group of one rank: a pipeline needs a group of more than one "
+        "rank");
+  }
+
   int64_t nextId = 0;
 };
 

@@ -9,6 +9,8 @@
 #include "tessera/rt/Executor.h"
 #include "tessera/rt/LrSchedule.h"
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -34,6 +36,22 @@ struct Thunk {
   ReduceKind reduce = ReduceKind::Sum;
   int event = -1;
   std::string where; ///< "function 'f' instruction i (Op at loc)"
+  /// Send/Recv: "send to pp rank 2 tag 5, [4, 2, 8] f32 at loc" (watchdog)
+  /// and "send→pp2" (trace). Peer index, tag and own index are i[0..2].
+  std::string p2pDetail, p2pLabel;
+};
+
+/// A function decoded once per microbatch slot (once without slots).
+struct Executor::DecodedFunction {
+  std::string name;
+  int chunk = -1;
+  bool forward = false;
+  /// Slot region (numSlots = 0: none).
+  int64_t slotBase = 0, slotBytes = 0;
+  int numSlots = 0;
+  /// Not a backward, and some instruction has the loss buffer as an operand.
+  bool writesLoss = false;
+  std::vector<std::vector<Thunk>> slots;
 };
 
 namespace {
@@ -82,8 +100,13 @@ public:
       : artifact(artifact), program(program), base(base), worldRank(worldRank),
         lookup(std::move(lookup)) {}
 
-  Status decode(const fb::Function &fn, std::vector<Thunk> &out) {
+  /// Decodes `fn` for microbatch slot `slot` (0 <= slot < num_slots, or 0
+  /// when the function has no slots).
+  Status decode(const fb::Function &fn, std::vector<Thunk> &out, int slot = 0) {
     std::string fname = fn.name() ? fn.name()->str() : "";
+    slotBase = fn.num_slots() > 0 ? fn.slot_base() : 0;
+    slotBytes = fn.num_slots() > 0 ? fn.slot_bytes() : 0;
+    slotIndex = slot;
     if (!fn.instrs())
       return Status();
     for (flatbuffers::uoffset_t i = 0; i < fn.instrs()->size(); ++i) {
@@ -95,7 +118,9 @@ public:
       if (in.loc() && in.loc()->size())
         t.where += " at " + in.loc()->str();
       t.where += ")";
-      Status st = decodeInstr(in, t);
+      Status st = checkRelocation(in);
+      if (st.ok())
+        st = decodeInstr(in, t);
       if (!st.ok())
         return invalidArgument(artifact.name(), ": ", t.where, ": ",
                                st.message());
@@ -108,8 +133,40 @@ private:
   const fb::TensorRef &ref(const fb::Instr &in, int i) {
     return *in.operands()->Get(flatbuffers::uoffset_t(i));
   }
+  bool inSlotRegion(const fb::TensorRef &r) const {
+    return slotBytes > 0 && r.offset() >= slotBase &&
+           r.offset() < slotBase + slotBytes;
+  }
+  /// Arena address of `r` on the slot being decoded.
   void *ptrOf(const fb::TensorRef &r) {
-    return static_cast<void *>(base + r.offset());
+    int64_t offset = r.offset();
+    if (inSlotRegion(r))
+      offset += int64_t(slotIndex) * slotBytes;
+    return static_cast<void *>(base + offset);
+  }
+  /// Operands in the slot region must lie inside it, and their slot's copy
+  /// inside the arena.
+  Status checkRelocation(const fb::Instr &in) {
+    if (slotBytes <= 0 || !in.operands())
+      return Status();
+    for (flatbuffers::uoffset_t i = 0; i < in.operands()->size(); ++i) {
+      const fb::TensorRef &r = *in.operands()->Get(i);
+      if (!inSlotRegion(r))
+        continue;
+      int64_t bytes = numel(r) * dtypeSize(r.dtype());
+      if (r.offset() + bytes > slotBase + slotBytes)
+        return invalidArgument("operand ", i, " ", desc(r), " (offset ",
+                               r.offset(), ", ", bytes,
+                               " bytes) straddles the end of the slot region [",
+                               slotBase, ", ", slotBase + slotBytes, ")");
+      int64_t moved = r.offset() + int64_t(slotIndex) * slotBytes;
+      if (moved + bytes > program.arena_bytes())
+        return invalidArgument("operand ", i, " ", desc(r), " on slot ",
+                               slotIndex, " (offset ", moved, ", ", bytes,
+                               " bytes) lies outside the arena of ",
+                               program.arena_bytes(), " bytes");
+    }
+    return Status();
   }
   static int64_t numel(const fb::TensorRef &r) {
     return numElements(r.shape());
@@ -169,6 +226,9 @@ private:
   uint8_t *base;
   int worldRank;
   CommLookup lookup;
+  /// The slot region of the function being decoded and the slot.
+  int64_t slotBase = 0, slotBytes = 0;
+  int slotIndex = 0;
 };
 
 Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
@@ -324,6 +384,43 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
       t.n = small;
     }
     TESSERA_ASSIGN_OR_RETURN(t.comm, lookup(kind));
+    return Status();
+  }
+  case O::Send:
+  case O::Recv: {
+    TESSERA_ASSIGN_OR_RETURN(t.type, elementTypeOf(ref(in, 0).dtype()));
+    if (!in.iattrs() || in.iattrs()->size() != 2)
+      return invalidArgument("iattrs must be [peer, tag]");
+    int64_t peer = in.iattrs()->Get(0), tag = in.iattrs()->Get(1);
+    if (peer != 1 && peer != -1)
+      return invalidArgument("peer must be +1 or -1, got ", peer);
+    GroupPosition pos = findGroupPosition(*artifact.root(), "pp", worldRank);
+    if (!pos.group && worldRank < 0)
+      pos.size = anyGroupSize(*artifact.root(), "pp");
+    if ((!pos.group && worldRank >= 0) || pos.size < 2)
+      return invalidArgument(
+          "pipeline point-to-point needs a 'pp' rank group of more than one "
+          "rank",
+          worldRank >= 0 ? " holding rank " + std::to_string(worldRank) : "",
+          pos.group || worldRank < 0
+              ? " (it has " + std::to_string(pos.size) + ")"
+              : "");
+    bool send = in.op() == O::Send;
+    int64_t other = (pos.index + peer + pos.size) % pos.size;
+    t.i[0] = other;
+    t.i[1] = tag;
+    t.i[2] = pos.index;
+    std::string dtype = fb::EnumNameDType(ref(in, 0).dtype());
+    for (char &c : dtype)
+      c = char(std::tolower(static_cast<unsigned char>(c)));
+    t.p2pDetail = std::string(send ? "send to" : "recv from") + " pp rank " +
+                  std::to_string(other) + " tag " + std::to_string(tag) + ", " +
+                  shapeToString(ref(in, 0).shape()) + " " + dtype;
+    if (in.loc() && in.loc()->size())
+      t.p2pDetail += " at " + in.loc()->str();
+    t.p2pLabel = std::string(send ? "send\u2192pp" : "recv\u2190pp") +
+                 std::to_string(other);
+    TESSERA_ASSIGN_OR_RETURN(t.comm, lookup("pp"));
     return Status();
   }
   case O::Wait:
@@ -667,6 +764,40 @@ static Status checkCollectiveMembership(const LoadedArtifact &artifact,
   return Status();
 }
 
+/// A program with pipeline Send/Recv needs `worldRank` in a "pp" group of
+/// more than one rank. The error names the rank and the instruction.
+static Status checkPipelineMembership(const LoadedArtifact &artifact,
+                                      const fb::Program &program,
+                                      int worldRank) {
+  if (!program.functions())
+    return Status();
+  GroupPosition pos = findGroupPosition(*artifact.root(), "pp", worldRank);
+  if (pos.group && pos.size > 1)
+    return Status();
+  for (const fb::Function *fn : *program.functions()) {
+    if (!fn->instrs())
+      continue;
+    for (flatbuffers::uoffset_t i = 0; i < fn->instrs()->size(); ++i) {
+      const fb::Instr &in = *fn->instrs()->Get(i);
+      if (!isPointToPoint(in.op()))
+        continue;
+      std::string where =
+          "program " + std::to_string(program.pp_rank()) + " function '" +
+          (fn->name() ? fn->name()->str() : "") + "' instruction " +
+          std::to_string(i) + " (" + fb::EnumNameOpcode(in.op());
+      if (in.loc() && in.loc()->size())
+        where += " at " + in.loc()->str();
+      return invalidArgument(
+          artifact.name(), ": ", where, "): rank ", worldRank,
+          pos.group ? " is the only rank of its 'pp' group"
+                    : " is in no rank group of kind 'pp'",
+          ", but its program sends to or receives from another pipeline "
+          "stage");
+    }
+  }
+  return Status();
+}
+
 Status Executor::validate(const LoadedArtifact &artifact) {
   for (const fb::Program *p : *artifact.root()->programs()) {
     static Communicator *const kNone = nullptr;
@@ -675,19 +806,22 @@ Status Executor::validate(const LoadedArtifact &artifact) {
         [](const std::string &) -> StatusOr<Communicator *> { return kNone; });
     if (!p->functions())
       continue;
-    for (const fb::Function *fn : *p->functions()) {
-      std::vector<Thunk> thunks;
-      TESSERA_RETURN_IF_ERROR(decoder.decode(*fn, thunks));
-    }
+    for (const fb::Function *fn : *p->functions())
+      for (int slot = 0; slot < std::max(1, fn->num_slots()); ++slot) {
+        std::vector<Thunk> thunks;
+        TESSERA_RETURN_IF_ERROR(decoder.decode(*fn, thunks, slot));
+      }
   }
   // Every rank must find a program, and be in a group of every kind its
-  // program's collectives use.
+  // program's collectives use; a program with Send/Recv needs a pp group of
+  // more than one rank holding the rank.
   for (int r = 0; r < artifact.root()->world_size(); ++r) {
     const fb::Program *p = selectProgram(artifact, r);
     if (!p)
       return invalidArgument(artifact.name(), ": no program for rank ", r,
                              " (its pp index has no program)");
     TESSERA_RETURN_IF_ERROR(checkCollectiveMembership(artifact, *p, r));
+    TESSERA_RETURN_IF_ERROR(checkPipelineMembership(artifact, *p, r));
   }
   return Status();
 }
@@ -714,6 +848,9 @@ Executor::create(std::shared_ptr<const LoadedArtifact> artifact,
   ex->options = options;
 
   GroupPosition dp = findGroupPosition(a, "dp", worldRank);
+  GroupPosition pp = findGroupPosition(a, "pp", worldRank);
+  ex->ppIndex = pp.group ? pp.index : 0;
+  ex->ppSize = pp.group ? pp.size : 1;
   ex->layout.seed = options.seed;
   ex->layout.globalBatch = a.batch()->global_batch_size();
   ex->layout.microBatch = a.batch()->micro_batch_size();
@@ -748,14 +885,52 @@ Status Executor::bindFunctions() {
     return self.get();
   };
   Decoder decoder(*art, *prog, arena, rank, lookup);
+  int64_t lossOffset = prog->loss_buffer() >= 0
+                           ? prog->buffers()->Get(prog->loss_buffer())->offset()
+                           : -1;
   if (prog->functions())
     for (const fb::Function *fn : *prog->functions()) {
-      std::string name = fn->name() ? fn->name()->str() : "";
-      TESSERA_RETURN_IF_ERROR(decoder.decode(*fn, functions[name]));
+      DecodedFunction f;
+      f.name = fn->name() ? fn->name()->str() : "";
+      f.chunk = fn->chunk();
+      f.forward = isForwardFunction(f.name);
+      f.numSlots = fn->num_slots();
+      f.slotBase = f.numSlots > 0 ? fn->slot_base() : 0;
+      f.slotBytes = f.numSlots > 0 ? fn->slot_bytes() : 0;
+      f.slots.resize(size_t(std::max(1, f.numSlots)));
+      for (int slot = 0; slot < int(f.slots.size()); ++slot)
+        TESSERA_RETURN_IF_ERROR(
+            decoder.decode(*fn, f.slots[size_t(slot)], slot));
+      // A backward that reads (or recomputes) the loss does not add to it.
+      if (lossOffset >= 0 && fn->instrs() && !isBackwardFunction(f.name))
+        for (const fb::Instr *in : *fn->instrs())
+          if (in->operands())
+            for (const fb::TensorRef *r : *in->operands())
+              f.writesLoss |= r->offset() == lossOffset;
+      functionIndex[f.name] = functions.size();
+      functions.push_back(std::move(f));
     }
-  if (!functions.count("microbatch"))
+  for (const fb::Program *p : *art->root()->programs())
+    artifactHasLoss |= p->loss_buffer() >= 0;
+  // Inputs in no forward's slot region are filled in place by every forward.
+  if (prog->inputs())
+    for (const fb::InputSpec *spec : *prog->inputs()) {
+      int64_t offset = prog->buffers()->Get(spec->buffer())->offset();
+      bool slotted = false;
+      for (const DecodedFunction &f : functions)
+        slotted |= f.forward && f.numSlots > 0 && offset >= f.slotBase &&
+                   offset < f.slotBase + f.slotBytes;
+      if (!slotted)
+        unslottedInputs.push_back(spec);
+    }
+  bool scheduled = prog->schedule() && prog->schedule()->size();
+  if (scheduled)
+    for (const fb::ScheduleStep *step : *prog->schedule())
+      stageHasLoss |= functions[size_t(step->function())].writesLoss;
+  if (!scheduled && !functionIndex.count("microbatch"))
     return invalidArgument(art->name(), ": program ", prog->pp_rank(),
-                           " has no 'microbatch' function");
+                           " has no 'microbatch' function (and no "
+                           "schedule)");
   return Status();
 }
 
@@ -783,18 +958,33 @@ Status Executor::initializeParameters() {
   return Status();
 }
 
-Status Executor::fillInputs(int64_t iteration, int64_t microbatch) {
+Status Executor::fillInputs(int64_t iteration, int64_t microbatch,
+                            int64_t displacement, int64_t regionBegin,
+                            int64_t regionEnd) {
   if (!prog->inputs())
     return Status();
-  std::vector<uint8_t> host;
   for (const fb::InputSpec *spec : *prog->inputs()) {
-    TESSERA_RETURN_IF_ERROR(generateInput(*prog, *spec, layout, iteration,
-                                          microbatch, art->name(), host));
-    const fb::Buffer *b = prog->buffers()->Get(spec->buffer());
-    TESSERA_RETURN_IF_ERROR(be->copyToDevice(arena + b->offset(), host.data(),
-                                             int64_t(host.size())));
+    int64_t offset = prog->buffers()->Get(spec->buffer())->offset();
+    if (offset >= regionBegin && offset < regionEnd)
+      TESSERA_RETURN_IF_ERROR(
+          fillInput(*spec, iteration, microbatch, displacement));
   }
   return Status();
+}
+
+Status Executor::fillInput(const fb::InputSpec &spec, int64_t iteration,
+                           int64_t microbatch, int64_t displacement) {
+  TESSERA_RETURN_IF_ERROR(generateInput(*prog, spec, layout, iteration,
+                                        microbatch, art->name(), hostInput));
+  const fb::Buffer *b = prog->buffers()->Get(spec.buffer());
+  int64_t offset = b->offset() + displacement;
+  int64_t bytes = int64_t(hostInput.size());
+  if (offset < 0 || offset + bytes > prog->arena_bytes())
+    return outOfRange(art->name(), ": input '",
+                      spec.name() ? spec.name()->str() : "", "' moved by ",
+                      displacement, " bytes lies outside the arena of ",
+                      prog->arena_bytes(), " bytes");
+  return be->copyToDevice(arena + offset, hostInput.data(), bytes);
 }
 
 Status Executor::execute(const Thunk &t) {
@@ -852,6 +1042,27 @@ Status Executor::execute(const Thunk &t) {
         CommRequest req,
         t.comm->allReduceStart(t.ptr[0], t.n, t.type, t.reduce));
     pending[t.event] = {t.comm, req};
+    return Status();
+  }
+  case O::Send:
+  case O::Recv: {
+    // Posted now, completed with the rest of the batch (completeP2pBatch).
+    TESSERA_RETURN_IF_ERROR(be->synchronize());
+    if (p2pBatch.empty()) {
+      p2pBatchOpener =
+          "function '" + (currentFunction ? currentFunction->name : "?") + "'";
+      if (currentFunction && currentFunction->name != "step")
+        p2pBatchOpener += " microbatch " + std::to_string(currentMicrobatch);
+      if (currentFunction && currentFunction->numSlots > 0)
+        p2pBatchOpener += " slot " + std::to_string(currentSlot);
+    }
+    StatusOr<CommRequest> req =
+        t.op == O::Send
+            ? t.comm->isend(t.ptr[0], t.n, t.type, int(t.i[0]), int(t.i[1]))
+            : t.comm->irecv(t.ptr[0], t.n, t.type, int(t.i[0]), int(t.i[1]));
+    if (!req.ok())
+      return req.status();
+    p2pBatch.push_back({t.comm, *req, &t});
     return Status();
   }
   case O::Wait: {
@@ -918,34 +1129,129 @@ Status Executor::execute(const Thunk &t) {
   return unimplemented("unknown opcode ", int(t.op));
 }
 
+static int64_t steadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 std::string Executor::stalledInstruction(double seconds) const {
+  {
+    std::lock_guard<std::mutex> lock(waitMutex);
+    if (!waitDescription.empty()) {
+      double stuck = double(steadyNowNs() - waitSinceNs) * 1e-9;
+      if (stuck < seconds)
+        return "";
+      return art->name() + ": " + waitDescription + " made no progress for " +
+             std::to_string(int64_t(stuck)) + " s";
+    }
+  }
   const Thunk *t = inFlight.load();
   if (!t)
     return "";
-  int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                    std::chrono::steady_clock::now().time_since_epoch())
-                    .count();
-  double stuck = double(now - inFlightSinceNs.load()) * 1e-9;
+  double stuck = double(steadyNowNs() - inFlightSinceNs.load()) * 1e-9;
   if (stuck < seconds || inFlight.load() != t)
     return "";
   return art->name() + ": " + t->where + " made no progress for " +
          std::to_string(int64_t(stuck)) + " s";
 }
 
-Status Executor::runFunction(const std::string &name) {
-  auto it = functions.find(name);
-  if (it == functions.end())
+Status Executor::completeP2pBatch() {
+  if (p2pBatch.empty())
+    return Status();
+  std::vector<P2pOp> batch;
+  batch.swap(p2pBatch);
+  std::string what =
+      "pipeline stage " + std::to_string(ppIndex) + " (pp rank " +
+      std::to_string(ppIndex) + " of " + std::to_string(ppSize) +
+      "): waiting for the p2p batch opened by " + p2pBatchOpener + ": ";
+  for (size_t i = 0; i < batch.size(); ++i)
+    what += (i ? "; " : "") + batch[i].thunk->p2pDetail;
+  {
+    std::lock_guard<std::mutex> lock(waitMutex);
+    waitDescription = what;
+    waitSinceNs = steadyNowNs();
+  }
+  auto start = std::chrono::steady_clock::now();
+  // Every request of one communicator is waited together (all Send/Recv run
+  // over "pp", so this is one MPI_Waitall).
+  Status st;
+  std::vector<Communicator *> order;
+  std::map<Communicator *, std::vector<CommRequest>> byComm;
+  for (const P2pOp &op : batch) {
+    if (!byComm.count(op.comm))
+      order.push_back(op.comm);
+    byComm[op.comm].push_back(op.request);
+  }
+  for (Communicator *comm : order) {
+    Status s = comm->waitAll(byComm[comm]);
+    if (st.ok())
+      st = s;
+  }
+  {
+    std::lock_guard<std::mutex> lock(waitMutex);
+    waitDescription.clear();
+  }
+  auto end = std::chrono::steady_clock::now();
+  if (options.profile)
+    kernelTime["P2pWait"] += std::chrono::duration<double>(end - start).count();
+  if (options.trace)
+    trace.push_back({"p2p wait", "p2p", sinceEpochUs(start),
+                     sinceEpochUs(end) - sinceEpochUs(start)});
+  if (!st.ok())
+    return Status(st.getCode(),
+                  art->name() + ": " + what + ": " + st.message());
+  return Status();
+}
+
+std::string Executor::phaseName(const DecodedFunction &fn,
+                                int64_t microbatch) const {
+  std::string mb = "mb" + std::to_string(microbatch);
+  if (fn.name == "microbatch")
+    return "microbatch " + std::to_string(microbatch);
+  bool forward = fn.forward, backward = isBackwardFunction(fn.name);
+  if (!forward && !backward)
+    return fn.name;
+  int chunk = fn.chunk;
+  size_t c = fn.name.rfind("_c");
+  if (chunk < 0 && c != std::string::npos && c + 2 < fn.name.size() &&
+      std::all_of(fn.name.begin() + long(c) + 2, fn.name.end(),
+                  [](char ch) { return std::isdigit((unsigned char)ch); }))
+    chunk = std::atoi(fn.name.c_str() + c + 2);
+  return std::string(forward ? "F " : "B ") +
+         (chunk >= 0 ? "c" + std::to_string(chunk) + " " : "") + mb;
+}
+
+Status Executor::runFunction(const std::string &name, int slot) {
+  auto it = functionIndex.find(name);
+  if (it == functionIndex.end())
     return notFound(art->name(), ": program ", prog->pp_rank(),
                     " has no function '", name, "'");
+  const DecodedFunction &fn = functions[it->second];
+  if (slot < 0 || slot >= int(fn.slots.size()))
+    return outOfRange(art->name(), ": program ", prog->pp_rank(), " function '",
+                      name, "' has no slot ", slot, " (", fn.numSlots,
+                      " slots)");
+  return runThunks(fn, slot, phaseName(fn, currentMicrobatch), "",
+                   /*drainP2p=*/false);
+}
+
+Status Executor::runThunks(const DecodedFunction &fn, int slot,
+                           const std::string &phase, const std::string &context,
+                           bool drainP2p) {
   const bool timed = options.profile || options.trace;
+  currentFunction = &fn;
+  currentSlot = slot;
   auto phaseStart = std::chrono::steady_clock::now();
-  for (const Thunk &t : it->second) {
+  for (const Thunk &t : fn.slots[size_t(slot)]) {
+    const bool p2p = isPointToPoint(t.op);
+    // Anything but another Send/Recv needs the open batch completed first.
+    if (!p2p)
+      TESSERA_RETURN_IF_ERROR(completeP2pBatch());
     Status st;
     auto start = timed ? std::chrono::steady_clock::now()
                        : std::chrono::steady_clock::time_point();
-    inFlightSinceNs.store(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                              std::chrono::steady_clock::now().time_since_epoch())
-                              .count());
+    inFlightSinceNs.store(steadyNowNs());
     inFlight.store(&t);
     try {
       st = execute(t);
@@ -962,19 +1268,20 @@ Status Executor::runFunction(const std::string &name) {
         kernelTime[fb::EnumNameOpcode(t.op)] +=
             std::chrono::duration<double>(end - start).count();
       if (options.trace)
-        trace.push_back({fb::EnumNameOpcode(t.op),
-                         t.comm ? "communication" : "compute",
+        trace.push_back({p2p ? t.p2pLabel : fb::EnumNameOpcode(t.op),
+                         p2p      ? "p2p"
+                         : t.comm ? "communication"
+                                  : "compute",
                          sinceEpochUs(start),
                          sinceEpochUs(end) - sinceEpochUs(start)});
     }
     if (!st.ok())
-      return Status(st.getCode(),
-                    art->name() + ": " + t.where + ": " + st.message());
+      return Status(st.getCode(), art->name() + ": " + t.where + context +
+                                      ": " + st.message());
   }
+  if (drainP2p)
+    TESSERA_RETURN_IF_ERROR(completeP2pBatch());
   if (options.trace) {
-    std::string phase = name == "microbatch"
-                            ? "microbatch " + std::to_string(currentMicrobatch)
-                            : name;
     double begin = sinceEpochUs(phaseStart);
     trace.push_back({phase, "phase", begin,
                      sinceEpochUs(std::chrono::steady_clock::now()) - begin});
@@ -985,9 +1292,9 @@ Status Executor::runFunction(const std::string &name) {
     for (auto &entry : pending)
       entry.second.first->wait(entry.second.second).ignoreError();
     pending.clear();
-    return failedPrecondition(art->name(), ": program ", prog->pp_rank(),
-                              " function '", name, "' ended with async event ",
-                              event, " never waited for");
+    return failedPrecondition(
+        art->name(), ": program ", prog->pp_rank(), " function '", fn.name,
+        "' ended with async event ", event, " never waited for");
   }
   return be->synchronize();
 }
@@ -1007,10 +1314,12 @@ double Executor::learningRate(int64_t iteration) const {
 }
 
 StatusOr<double> Executor::runIteration(int64_t iteration) {
-  const int64_t numMicro = art->root()->batch()->num_microbatches();
   // The optimizer steps carry the peak rate; the schedule scales it.
   if (const fb::Optimizer *opt = art->root()->optimizer())
     lrFactor = opt->lr() > 0 ? learningRate(iteration) / double(opt->lr()) : 1.0;
+  if (prog->schedule() && prog->schedule()->size())
+    return runSchedule(iteration);
+  const int64_t numMicro = art->root()->batch()->num_microbatches();
   double lossSum = 0.0;
   bool hasLoss = prog->loss_buffer() >= 0;
   for (int64_t m = 0; m < numMicro; ++m) {
@@ -1025,16 +1334,98 @@ StatusOr<double> Executor::runIteration(int64_t iteration) {
       lossSum += double(loss);
     }
   }
+  TESSERA_RETURN_IF_ERROR(completeP2pBatch());
   if (prog->iteration_buffer() >= 0) {
     const fb::Buffer *b = prog->buffers()->Get(prog->iteration_buffer());
     int64_t it = iteration;
     TESSERA_RETURN_IF_ERROR(be->copyToDevice(arena + b->offset(), &it, 8));
   }
-  if (functions.count("step"))
+  if (functionIndex.count("step"))
     TESSERA_RETURN_IF_ERROR(runFunction("step"));
+  TESSERA_RETURN_IF_ERROR(completeP2pBatch());
   if (!hasLoss)
     return std::numeric_limits<double>::quiet_NaN();
   double loss = lossSum / double(numMicro);
+  if (comms.lossReduce && comms.lossReduce->size() > 1) {
+    TESSERA_RETURN_IF_ERROR(
+        comms.lossReduce->allReduce(&loss, 1, ElementType::F64, ReduceKind::Sum)
+            .withContext(art->name() + ": averaging the loss over dp"));
+    loss /= double(comms.lossReduce->size());
+  }
+  return loss;
+}
+
+StatusOr<double> Executor::runSchedule(int64_t iteration) {
+  const int64_t numMicro = art->root()->batch()->num_microbatches();
+  const auto &schedule = *prog->schedule();
+  double lossSum = 0.0;
+  int64_t lossOffset = prog->loss_buffer() >= 0
+                           ? prog->buffers()->Get(prog->loss_buffer())->offset()
+                           : -1;
+  currentIteration = iteration;
+  for (flatbuffers::uoffset_t si = 0; si < schedule.size(); ++si) {
+    const fb::ScheduleStep &step = *schedule.Get(si);
+    const DecodedFunction &fn = functions[size_t(step.function())];
+    const int slot = step.slot();
+    const int64_t displacement = int64_t(slot) * fn.slotBytes;
+    currentMicrobatch = step.microbatch();
+    std::string context = " in schedule step " + std::to_string(si) +
+                          " (microbatch " + std::to_string(step.microbatch()) +
+                          ", slot " + std::to_string(slot) + ")";
+    if (fn.forward) {
+      // A forward fills the inputs in its slot region at the slot's copy,
+      // and those in no forward's slot region in place.
+      Status st;
+      if (fn.numSlots > 0)
+        st = fillInputs(iteration, step.microbatch(), displacement, fn.slotBase,
+                        fn.slotBase + fn.slotBytes);
+      for (const fb::InputSpec *spec : unslottedInputs)
+        if (st.ok())
+          st = fillInput(*spec, iteration, step.microbatch(), 0);
+      TESSERA_RETURN_IF_ERROR(st.withContext("function '" + fn.name + "'" +
+                                             context + ": filling the inputs"));
+    }
+    // The end of the schedule completes the open batch (inside the last
+    // step's phase on the timeline).
+    bool last = si + 1 == schedule.size();
+    TESSERA_RETURN_IF_ERROR(runThunks(fn, slot,
+                                      phaseName(fn, step.microbatch()), context,
+                                      /*drainP2p=*/last));
+    if (fn.writesLoss) {
+      int64_t offset = lossOffset;
+      if (fn.slotBytes > 0 && offset >= fn.slotBase &&
+          offset < fn.slotBase + fn.slotBytes)
+        offset += displacement;
+      float loss = 0.0f;
+      TESSERA_RETURN_IF_ERROR(be->copyToHost(&loss, arena + offset, 4));
+      lossSum += double(loss);
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(completeP2pBatch());
+  if (prog->iteration_buffer() >= 0) {
+    const fb::Buffer *b = prog->buffers()->Get(prog->iteration_buffer());
+    int64_t it = iteration;
+    TESSERA_RETURN_IF_ERROR(be->copyToDevice(arena + b->offset(), &it, 8));
+  }
+  if (functionIndex.count("step"))
+    TESSERA_RETURN_IF_ERROR(runFunction("step"));
+  TESSERA_RETURN_IF_ERROR(completeP2pBatch());
+  if (!artifactHasLoss)
+    return std::numeric_limits<double>::quiet_NaN();
+  // The stage that computes the loss reports the microbatch mean, the others
+  // 0; the sum over the stages is the pipeline's loss.
+  double loss = stageHasLoss ? lossSum / double(numMicro) : 0.0;
+  if (ppSize > 1) {
+    if (!comms.lossReducePp)
+      return failedPrecondition(
+          art->name(), ": a pipeline of ", ppSize,
+          " stages needs a loss channel over its pp group "
+          "(CommunicatorSet::lossReducePp)");
+    TESSERA_RETURN_IF_ERROR(
+        comms.lossReducePp
+            ->allReduce(&loss, 1, ElementType::F64, ReduceKind::Sum)
+            .withContext(art->name() + ": summing the loss over pp"));
+  }
   if (comms.lossReduce && comms.lossReduce->size() > 1) {
     TESSERA_RETURN_IF_ERROR(
         comms.lossReduce->allReduce(&loss, 1, ElementType::F64, ReduceKind::Sum)

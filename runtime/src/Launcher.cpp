@@ -56,7 +56,8 @@ std::string launchUsage(const char *argv0) {
          "  --timeout S      seconds one instruction may take before every rank\n"
          "                   stops with an error naming it (default 300, 0: off)\n"
          "  --trace FILE     write a Chrome/Perfetto trace of every rank's\n"
-         "                   instructions (phases, compute, communication)\n"
+         "                   instructions (phases, compute, communication,\n"
+         "                   pipeline p2p)\n"
          "  --profile        time every instruction; adds per-opcode seconds\n"
          "                   (kernel_time_s) to the metrics lines\n"
          "  --backend NAME   compute backend (default cpu)\n"
@@ -301,11 +302,22 @@ static int launchUnderMpirun(const LaunchOptions &o, int argc, char **argv) {
 
 namespace {
 
+/// The per-kind byte counters in the metrics' comm_bytes.
 const char *const kCollectiveNames[] = {"all_reduce", "all_gather",
-                                        "reduce_scatter"};
+                                        "reduce_scatter", "p2p"};
+constexpr int kNumCollectiveNames = 4;
 
 uint64_t counterOf(const CommCounters &c, int kind) {
-  return kind == 0 ? c.allReduce : kind == 1 ? c.allGather : c.reduceScatter;
+  switch (kind) {
+  case 0:
+    return c.allReduce;
+  case 1:
+    return c.allGather;
+  case 2:
+    return c.reduceScatter;
+  default:
+    return c.p2p;
+  }
 }
 
 std::string jsonString(const std::string &s) {
@@ -336,11 +348,12 @@ std::string jsonNumber(double v) {
 /// trace (a process per rank, a thread per track) atomically.
 Status writeTrace(const std::string &path, const Executor &executor,
                          int rank) {
-  static const char *tracks[] = {"phase", "compute", "communication"};
+  static const char *tracks[] = {"phase", "compute", "communication", "p2p"};
+  constexpr int numTracks = 4;
   std::string mine;
   for (const TraceEvent &e : executor.traceEvents()) {
     int tid = 0;
-    for (int i = 0; i < 3; ++i)
+    for (int i = 0; i < numTracks; ++i)
       if (e.track == tracks[i])
         tid = i;
     mine += "{\"name\": " + jsonString(e.name) + ", \"cat\": " +
@@ -376,7 +389,7 @@ Status writeTrace(const std::string &path, const Executor &executor,
     json += "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " +
             std::to_string(r) + ", \"args\": {\"name\": \"rank " +
             std::to_string(r) + "\"}},\n";
-    for (int t = 0; t < 3; ++t)
+    for (int t = 0; t < numTracks; ++t)
       json += "{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": " +
               std::to_string(r) + ", \"tid\": " + std::to_string(t) +
               ", \"args\": {\"name\": \"" + tracks[t] + "\"}},\n";
@@ -579,7 +592,7 @@ Status runRank(const LaunchOptions &o, int rank, int size) {
             ", \"step_time_s\": " + jsonNumber(seconds) +
             ", \"tflops_per_rank\": " + jsonNumber(tflops) +
             ", \"comm_bytes\": {";
-        for (int c = 0; c < 3; ++c) {
+        for (int c = 0; c < kNumCollectiveNames; ++c) {
           line +=
               std::string(c ? ", " : "") + "\"" + kCollectiveNames[c] + "\": {";
           bool first = true;

@@ -83,7 +83,7 @@ TEST_F(ArtifactTest, WrongVersion) {
   std::string file = buildFile(buildPayload(softmaxRegression()));
   file[4] = 7;
   expectError(file, "unsupported format version 7 (this runtime supports "
-                    "version 2)");
+                    "version 3)");
 }
 
 TEST_F(ArtifactTest, Truncated) {
@@ -266,4 +266,129 @@ TEST_F(ArtifactTest, WriteArtifactFileRoundTrips) {
                         payload.size())
           .ok());
   EXPECT_TRUE(LoadedArtifact::loadFromFile(path).ok());
+}
+
+//===----------------------------------------------------------------------===//
+// Pipelines: schedules, slots, Send/Recv
+//===----------------------------------------------------------------------===//
+
+TEST_F(ArtifactTest, PipelineArtifactsLoadAndValidate) {
+  for (const ArtifactDesc &desc : {slottedSchedule(), twoStagePipeline(4)}) {
+    std::string path = write("pp.tsr", buildFile(buildPayload(desc)));
+    auto loaded = LoadedArtifact::loadFromFile(path);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+    Status st = Executor::validate(**loaded);
+    EXPECT_TRUE(st.ok()) << st.toString();
+    std::string summary = summarizeArtifact(**loaded);
+    EXPECT_NE(summary.find("schedule 1f1b"), std::string::npos) << summary;
+    EXPECT_NE(summary.find("2 slots of"), std::string::npos) << summary;
+  }
+  // Send/Recv make "pp" a communicator kind.
+  ArtifactDesc desc = twoStagePipeline();
+  auto loaded =
+      LoadedArtifact::loadFromMemory(buildFile(buildPayload(desc)), "pp.tsr");
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ(collectiveGroupKinds(*(*loaded)->root()),
+            (std::vector<std::string>{"dp", "pp"}));
+}
+
+TEST_F(ArtifactTest, BadScheduleSteps) {
+  auto withStep = [](int index, ScheduleStepDesc step) {
+    ArtifactDesc desc = slottedSchedule();
+    desc.programs[0].schedule[size_t(index)] = step;
+    return buildFile(buildPayload(desc));
+  };
+  ScheduleStepDesc badFunction{"", 0, 0, 7};
+  expectError(withStep(0, badFunction),
+              "program 0: schedule step 0: function index 7 out of range "
+              "(3 functions)");
+  expectError(withStep(1, {"forward_c0", 1, 2}),
+              "schedule step 1 ('forward_c0' microbatch 1): slot 2 out of "
+              "range (the function has 2 slots)");
+  expectError(withStep(1, {"forward_c0", 5, 1}),
+              "schedule step 1 ('forward_c0' microbatch 5): microbatch out of "
+              "range (num_microbatches 2)");
+  expectError(withStep(1, {"forward_c0", 0, 1}),
+              "runs 'forward_c0' for microbatch 0 a second time (first at "
+              "step 0)");
+  expectError(withStep(0, {"step", 0, 0}), "'step' cannot be a schedule step");
+  // Backward of microbatch 0 before its forward.
+  {
+    ArtifactDesc desc = slottedSchedule();
+    std::swap(desc.programs[0].schedule[0], desc.programs[0].schedule[2]);
+    expectError(buildFile(buildPayload(desc)),
+                "schedule step 0 runs 'backward_c0' for microbatch 0 before "
+                "its forward (step 2)");
+  }
+  // A microbatch never run.
+  {
+    ArtifactDesc desc = slottedSchedule();
+    desc.programs[0].schedule.pop_back();
+    expectError(buildFile(buildPayload(desc)),
+                "the schedule never runs 'backward_c0' for microbatch 1");
+  }
+  // Backward on another slot than its forward.
+  expectError(withStep(3, {"backward_c0", 1, 0}),
+              "runs 'backward_c0' for microbatch 1 on slot 0 but its forward "
+              "(step 1) ran on slot 1");
+  // Two microbatches in flight on one slot.
+  {
+    ArtifactDesc desc = slottedSchedule(2, 2);
+    auto &s = desc.programs[0].schedule;
+    s[1].slot = 0;
+    s[3].slot = 0;
+    expectError(buildFile(buildPayload(desc)),
+                "schedule step 1 runs 'forward_c0' for microbatch 1 on slot 0, "
+                "which still holds microbatch 0 (its backward runs at step "
+                "2)");
+  }
+}
+
+TEST_F(ArtifactTest, SlotRegionMustFitTheArena) {
+  ArtifactDesc desc = slottedSchedule(2);
+  FunctionAttrs &attrs = desc.programs[0].functionAttrs["forward_c0"];
+  attrs.numSlots = 3;
+  expectError(buildFile(buildPayload(desc)),
+              "function 'forward_c0': 3 slots of " +
+                  std::to_string(attrs.slotBytes) + " bytes at slot_base " +
+                  std::to_string(attrs.slotBase) + " exceed the arena of");
+  desc = slottedSchedule(2);
+  desc.programs[0].functionAttrs["backward_c0"].slotBytes = 0;
+  expectError(buildFile(buildPayload(desc)),
+              "function 'backward_c0': slot region needs slot_base >= 0 and "
+              "slot_bytes > 0");
+  desc = slottedSchedule(2);
+  desc.programs[0].functionAttrs["forward_c0"].chunk = 1;
+  expectError(buildFile(buildPayload(desc)),
+              "function 'forward_c0': chunk 1 out of range (num_chunks 1)");
+  desc = slottedSchedule(2);
+  desc.programs[0].functionAttrs["forward_c0"].slotBase += 16;
+  desc.programs[0].arenaBytes += 64;
+  expectError(buildFile(buildPayload(desc)), "input 'features' (bytes");
+}
+
+TEST_F(ArtifactTest, BadSendRecv) {
+  auto edit = [](auto &&change) {
+    ArtifactDesc desc = twoStagePipeline();
+    // Stage 0's forward: [Copy, Send].
+    change(desc.programs[0].function("forward_c0")[1]);
+    return buildFile(buildPayload(desc));
+  };
+  expectError(edit([](InstrDesc &in) {
+                in.iattrs = {2, 0};
+              }),
+              "program 0 function 'forward_c0' instruction 1 (send.act): Send "
+              "needs iattrs = [peer, tag] with peer +1 (next pp rank) or -1 "
+              "(previous), got peer 2");
+  expectError(edit([](InstrDesc &in) { in.iattrs = {1}; }),
+              "Send expects 2 iattrs, got 1");
+  expectError(
+      edit([](InstrDesc &in) { in.operands.push_back(in.operands[0]); }),
+      "Send expects 1 operands, got 2");
+  expectError(edit([](InstrDesc &in) { in.group = "tp"; }),
+              "Send runs over the pipeline group 'pp', not 'tp'");
+  expectError(edit([](InstrDesc &in) {
+                in.iattrs = {-1, -4};
+              }),
+              "Send tag -4 outside [0, 32767]");
 }

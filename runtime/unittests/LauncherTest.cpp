@@ -192,3 +192,53 @@ TEST_F(LauncherTest, RuntimeErrorOnRankAbortsWithExitOne) {
       << r.output;
   EXPECT_NE(r.output.find("dangling.wait"), std::string::npos) << r.output;
 }
+
+TEST_F(LauncherTest, PipelineRunReportsLossP2pBytesAndTrace) {
+  // 2 stages, 2 microbatches of [2, 4] f32: each stage sends 2 x 32 bytes
+  // per step; both ranks report stage 1's loss.
+  std::string path = write("pp2.tsr", twoStagePipeline(2, 2, 4));
+  std::string metrics = dir + "/pp2.jsonl", trace = dir + "/pp2.json";
+  RunResult r = runTool("-n 2 " + path + " --steps 2 --timeout 60 --metrics " +
+                        metrics + " --trace " + trace);
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  auto losses = readLosses(metrics);
+  ASSERT_EQ(losses.size(), 2u);
+  for (double l : losses)
+    EXPECT_TRUE(std::isfinite(l) && l != 0.0) << l;
+  std::ifstream in(metrics);
+  std::string first;
+  std::getline(in, first);
+  EXPECT_NE(first.find("\"p2p\": {\"dp\": 0, \"pp\": 64}"), std::string::npos)
+      << first;
+  std::ifstream tin(trace);
+  std::stringstream json;
+  json << tin.rdbuf();
+  for (const char *needle :
+       {"\"name\": \"p2p\"", "\"F c0 mb1\"", "\"B c0 mb0\"",
+        "\"send\u2192pp1\"", "\"recv\u2190pp0\"", "\"p2p wait\""})
+    EXPECT_NE(json.str().find(needle), std::string::npos) << needle;
+}
+
+TEST_F(LauncherTest, PipelineStallIsNamedByTheWatchdog) {
+  // Stage 1 stalls before its first step; stage 0 waits for its gradient.
+  std::string path = write("stall.tsr", twoStagePipeline(2, 2, 4));
+  RunResult r;
+  std::string cmd = "env TESSERA_DEBUG_STALL_RANK=1 " +
+                    std::string(TESSERA_RUN_PATH) + " -n 2 " + path +
+                    " --steps 2 --timeout 2 2>&1";
+  FILE *pipe = popen(cmd.c_str(), "r");
+  ASSERT_TRUE(pipe);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0)
+    r.output.append(buf, n);
+  int status = pclose(pipe);
+  EXPECT_FALSE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << r.output;
+  for (const char *needle :
+       {"tessera-run: error: rank 0: ",
+        "stall.tsr: pipeline stage 0 (pp rank 0 of 2): waiting for the p2p "
+        "batch opened by function 'forward_c0' microbatch ",
+        " pp rank 1 tag ", "made no progress for ",
+        "a peer rank may have died or stalled"})
+    EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
+}

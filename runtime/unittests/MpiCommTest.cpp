@@ -226,3 +226,37 @@ TEST(MpiCommTest, DataParallelTrainingMatchesSingleRank) {
             5 * (ringAllReduceBytes(128, n) + ringAllReduceBytes(16, n)));
 }
 
+TEST(MpiCommTest, PointToPointRingInOneBatch) {
+  // Every rank sends to the next and receives from the previous, both
+  // posted before one waitAll: with messages too large for eager sends,
+  // waiting for the send alone would deadlock the ring.
+  auto comm = worldComm();
+  int n = comm->size(), r = comm->rank();
+  const int64_t count = 1 << 18; // 1 MiB
+  std::vector<float> send(size_t(count), float(r + 1));
+  std::vector<float> recv(size_t(count), -1.0f);
+  std::vector<int32_t> small = {r, 2 * r}, smallIn(2, -1);
+  int next = (r + 1) % n, prev = (r + n - 1) % n;
+  std::vector<CommRequest> batch;
+  for (auto req :
+       {comm->isend(send.data(), count, ElementType::F32, next, 5),
+        comm->isend(small.data(), 2, ElementType::I32, next, 6),
+        comm->irecv(smallIn.data(), 2, ElementType::I32, prev, 6),
+        comm->irecv(recv.data(), count, ElementType::F32, prev, 5)}) {
+    EXPECT_TRUE(req.ok()) << req.status().toString();
+    if (req.ok())
+      batch.push_back(*req);
+  }
+  EXPECT_TRUE(comm->waitAll(batch).ok());
+  EXPECT_EQ(recv[0], float(prev + 1));
+  EXPECT_EQ(recv[size_t(count - 1)], float(prev + 1));
+  EXPECT_EQ(smallIn, (std::vector<int32_t>{prev, 2 * prev}));
+  EXPECT_EQ(comm->counters().p2p, uint64_t(count * 4 + 8));
+  EXPECT_EQ(comm->counters().total(), comm->counters().p2p);
+  EXPECT_EQ(comm->counters().calls, 4u);
+  // Requests are consumed; bad peers and tags are errors.
+  EXPECT_FALSE(comm->waitAll(batch).ok());
+  EXPECT_FALSE(comm->isend(send.data(), 1, ElementType::F32, n, 0).ok());
+  EXPECT_FALSE(comm->irecv(recv.data(), 1, ElementType::F32, -1, 0).ok());
+  EXPECT_FALSE(comm->isend(send.data(), 1, ElementType::F32, next, -3).ok());
+}

@@ -11,7 +11,9 @@
 #include "tessera/artifact/artifact_generated.h"
 #include "tessera/rt/ArtifactFormat.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -59,6 +61,20 @@ struct InputDesc {
   int64_t vocabSize = 0;
 };
 
+/// Pipeline attributes of a function (see Function in artifact.fbs).
+struct FunctionAttrs {
+  int64_t slotBase = 0, slotBytes = 0;
+  int numSlots = 0;
+  int chunk = -1;
+};
+
+struct ScheduleStepDesc {
+  std::string function; ///< resolved to its index by buildPayload
+  int microbatch = 0;
+  int slot = 0;
+  int functionIndex = -1; ///< >= 0: used instead of `function` (bad indices)
+};
+
 struct ProgramDesc {
   int ppRank = 0;
   int64_t arenaBytes = 0;
@@ -66,6 +82,18 @@ struct ProgramDesc {
   std::vector<InputDesc> inputs;
   int lossBuffer = -1, iterationBuffer = -1;
   std::vector<std::pair<std::string, std::vector<InstrDesc>>> functions;
+  /// Slots and chunk per function name (absent: none).
+  std::map<std::string, FunctionAttrs> functionAttrs;
+  std::vector<ScheduleStepDesc> schedule;
+  std::string scheduleKind;
+  int numChunks = 1;
+
+  int functionIndex(const std::string &name) const {
+    for (size_t i = 0; i < functions.size(); ++i)
+      if (functions[i].first == name)
+        return int(i);
+    return -1;
+  }
 
   /// Appends a buffer at the next 64-byte aligned offset; returns its index.
   int add(const std::string &name, fb::BufferKind kind,
@@ -157,11 +185,25 @@ inline std::string buildPayload(const ArtifactDesc &desc) {
                                   in.group.empty() ? nullptr : in.group.c_str(),
                                   in.reduce, in.event, in.loc.c_str()));
       }
-      functions.push_back(fb::CreateFunctionDirect(fbb, name.c_str(), &list));
+      FunctionAttrs attrs;
+      auto it = p.functionAttrs.find(name);
+      if (it != p.functionAttrs.end())
+        attrs = it->second;
+      functions.push_back(fb::CreateFunctionDirect(
+          fbb, name.c_str(), &list, attrs.slotBase, attrs.slotBytes,
+          attrs.numSlots, attrs.chunk));
     }
+    std::vector<fb::ScheduleStep> schedule;
+    for (const ScheduleStepDesc &step : p.schedule)
+      schedule.emplace_back(step.functionIndex >= 0
+                                ? step.functionIndex
+                                : p.functionIndex(step.function),
+                            step.microbatch, step.slot);
     programs.push_back(fb::CreateProgramDirect(
         fbb, p.ppRank, p.arenaBytes, p.arenaBytes, &buffers, &inputs,
-        p.lossBuffer, p.iterationBuffer, &functions));
+        p.lossBuffer, p.iterationBuffer, &functions, &schedule,
+        p.scheduleKind.empty() ? nullptr : p.scheduleKind.c_str(),
+        p.numChunks));
   }
   std::vector<flatbuffers::Offset<fb::MeshAxis>> mesh;
   for (const auto &[name, size] : desc.mesh)
@@ -313,6 +355,184 @@ inline ArtifactDesc softmaxRegression(int64_t features = 8, int64_t classes = 4,
     step.push_back(zero);
   }
   a.programs.push_back(std::move(p));
+  return a;
+}
+
+/// 1F1B order of pipeline stage `stage` of `stages` over `microbatches`
+/// (warmup stages - stage - 1 forwards, then one forward one backward, then
+/// the remaining backwards) for one chunk; microbatch m uses slot
+/// m % numSlots.
+inline std::vector<ScheduleStepDesc> oneFOneB(int stage, int stages,
+                                              int microbatches, int numSlots) {
+  std::vector<ScheduleStepDesc> steps;
+  int warmup = std::min(stages - stage - 1, microbatches);
+  int f = 0, b = 0;
+  auto fwd = [&] {
+    steps.push_back({"forward_c0", f, f % numSlots});
+    ++f;
+  };
+  auto bwd = [&] {
+    steps.push_back({"backward_c0", b, b % numSlots});
+    ++b;
+  };
+  for (int i = 0; i < warmup; ++i)
+    fwd();
+  while (f < microbatches) {
+    fwd();
+    bwd();
+  }
+  while (b < microbatches)
+    bwd();
+  return steps;
+}
+
+/// A one-stage "pipeline" of `features` F and micro batch b over M
+/// microbatches whose functions use `numSlots` microbatch slots. The slot
+/// region holds the "features" input [b, F] and act [F]:
+///   forward_c0:  act = column sums of features; loss = mean(act)
+///   backward_c0: acc += act
+///   step:        acc.out = acc; acc = 0
+/// so after an iteration acc.out = sum over microbatches of the column sums,
+/// which needs each backward to see its own forward's slot. The schedule is
+/// 1F1B-like with all forwards first (F0 F1 .. B0 B1 ..) when numSlots >=
+/// M, else F0 B0 F1 B1 ...
+inline ArtifactDesc slottedSchedule(int numSlots = 2, int64_t microbatches = 2,
+                                    int64_t b = 2, int64_t features = 4) {
+  using K = fb::BufferKind;
+  using O = fb::Opcode;
+  ArtifactDesc a;
+  a.mesh = {{"tp", 1}, {"dp", 1}, {"pp", 1}};
+  a.groups = {{"tp", {0}}, {"dp", {0}}, {"pp", {0}}};
+  a.microBatch = b;
+  a.numMicrobatches = microbatches;
+  a.globalBatch = b * microbatches;
+  ProgramDesc p;
+  int acc = p.add("acc", K::Param, {features});
+  int out = p.add("acc.out", K::OptState, {features}, fb::DType::F32,
+                  fb::InitKind::Zeros, 0.0f, acc);
+  int loss = p.add("loss", K::Loss, {});
+  int it = p.add("iteration", K::Iteration, {}, fb::DType::I64);
+  int64_t slotBase = (p.arenaBytes + 63) / 64 * 64;
+  int x = p.add("features", K::Input, {b, features});
+  RefDesc act = p.scratch({features});
+  int64_t slotBytes = (p.arenaBytes - slotBase + 63) / 64 * 64;
+  p.arenaBytes = slotBase + std::max(1, numSlots) * slotBytes;
+  p.inputs = {{"features", x, 4}};
+  p.lossBuffer = loss;
+  p.iterationBuffer = it;
+
+  auto &fwd = p.function("forward_c0");
+  fwd.push_back(instr(O::ReduceRows, {p.ref(x), act}, "colsum"));
+  fwd.push_back(instr(O::Mean, {act, p.ref(loss)}, "loss"));
+  p.function("backward_c0").push_back(instr(O::Axpy, {act, p.ref(acc)}, "acc"));
+  auto &step = p.function("step");
+  step.push_back(instr(O::Copy, {p.ref(acc), p.ref(out)}, "acc.out"));
+  InstrDesc zero = instr(O::Fill, {p.ref(acc)}, "acc.zero");
+  zero.fattrs = {0.0f};
+  step.push_back(zero);
+  for (const char *name : {"forward_c0", "backward_c0"})
+    p.functionAttrs[name] = {slotBase, slotBytes, numSlots, 0};
+  if (numSlots >= microbatches) {
+    for (int m = 0; m < microbatches; ++m)
+      p.schedule.push_back({"forward_c0", m, m});
+    for (int m = 0; m < microbatches; ++m)
+      p.schedule.push_back({"backward_c0", m, m});
+  } else {
+    for (int m = 0; m < microbatches; ++m) {
+      p.schedule.push_back({"forward_c0", m, 0});
+      p.schedule.push_back({"backward_c0", m, 0});
+    }
+  }
+  p.scheduleKind = "1f1b";
+  a.programs.push_back(std::move(p));
+  return a;
+}
+
+/// Two pipeline stages (world 2 = pp 2) exchanging activations and
+/// gradients [b, F] f32 under 1F1B over M microbatches:
+///   stage 0 forward_c0:  act = features; Send act (+1, tag 0)
+///           backward_c0: Recv grad (+1, tag 1); acc += grad
+///           step:        acc.out = acc; acc = 0        (no loss buffer)
+///   stage 1 forward_c0:  Recv act (-1, tag 0); loss = mean(act)
+///           backward_c0: grad = 2 * act; Send grad (-1, tag 1)
+/// so that acc.out on stage 0 = 2 * the sum of the microbatches' features
+/// and the loss (stage 1's) = the mean over microbatches of mean(features).
+/// Stage 0 keeps two microbatches in flight (two slots), stage 1 one.
+inline ArtifactDesc twoStagePipeline(int64_t microbatches = 2, int64_t b = 2,
+                                     int64_t features = 4) {
+  using K = fb::BufferKind;
+  using O = fb::Opcode;
+  ArtifactDesc a;
+  a.worldSize = 2;
+  a.mesh = {{"tp", 1}, {"dp", 1}, {"pp", 2}};
+  a.groups = {
+      {"tp", {0}}, {"tp", {1}}, {"dp", {0}}, {"dp", {1}}, {"pp", {0, 1}}};
+  a.microBatch = b;
+  a.numMicrobatches = microbatches;
+  a.globalBatch = b * microbatches;
+  auto p2p = [](O op, RefDesc ref, int64_t peer, int64_t tag,
+                const std::string &loc) {
+    InstrDesc in = instr(op, {std::move(ref)}, loc);
+    in.iattrs = {peer, tag};
+    in.group = "pp";
+    return in;
+  };
+  {
+    ProgramDesc p;
+    p.ppRank = 0;
+    int acc = p.add("acc", K::Param, {b, features});
+    int out = p.add("acc.out", K::OptState, {b, features}, fb::DType::F32,
+                    fb::InitKind::Zeros, 0.0f, acc);
+    int64_t slotBase = (p.arenaBytes + 63) / 64 * 64;
+    int x = p.add("features", K::Input, {b, features});
+    RefDesc act = p.scratch({b, features});
+    RefDesc grad = p.scratch({b, features});
+    int64_t slotBytes = (p.arenaBytes - slotBase + 63) / 64 * 64;
+    p.arenaBytes = slotBase + 2 * slotBytes;
+    p.inputs = {{"features", x, 4}};
+    auto &fwd = p.function("forward_c0");
+    fwd.push_back(instr(O::Copy, {p.ref(x), act}, "stage0.act"));
+    fwd.push_back(p2p(O::Send, act, +1, 0, "send.act"));
+    auto &bwd = p.function("backward_c0");
+    bwd.push_back(p2p(O::Recv, grad, +1, 1, "recv.grad"));
+    bwd.push_back(instr(O::Axpy, {grad, p.ref(acc)}, "acc"));
+    auto &step = p.function("step");
+    step.push_back(instr(O::Copy, {p.ref(acc), p.ref(out)}, "acc.out"));
+    InstrDesc zero = instr(O::Fill, {p.ref(acc)}, "acc.zero");
+    zero.fattrs = {0.0f};
+    step.push_back(zero);
+    for (const char *name : {"forward_c0", "backward_c0"})
+      p.functionAttrs[name] = {slotBase, slotBytes, 2, 0};
+    p.schedule = oneFOneB(0, 2, int(microbatches), 2);
+    p.scheduleKind = "1f1b";
+    a.programs.push_back(std::move(p));
+  }
+  {
+    ProgramDesc p;
+    p.ppRank = 1;
+    int loss = p.add("loss", K::Loss, {});
+    int it = p.add("iteration", K::Iteration, {}, fb::DType::I64);
+    int64_t slotBase = (p.arenaBytes + 63) / 64 * 64;
+    RefDesc act = p.scratch({b, features});
+    RefDesc grad = p.scratch({b, features});
+    int64_t slotBytes = (p.arenaBytes - slotBase + 63) / 64 * 64;
+    p.arenaBytes = slotBase + slotBytes;
+    p.lossBuffer = loss;
+    p.iterationBuffer = it;
+    auto &fwd = p.function("forward_c0");
+    fwd.push_back(p2p(O::Recv, act, -1, 0, "recv.act"));
+    fwd.push_back(instr(O::Mean, {act, p.ref(loss)}, "loss"));
+    auto &bwd = p.function("backward_c0");
+    InstrDesc scale = instr(O::Scale, {act, grad}, "grad");
+    scale.alpha = 2.0f;
+    bwd.push_back(scale);
+    bwd.push_back(p2p(O::Send, grad, -1, 1, "send.grad"));
+    for (const char *name : {"forward_c0", "backward_c0"})
+      p.functionAttrs[name] = {slotBase, slotBytes, 1, 0};
+    p.schedule = oneFOneB(1, 2, int(microbatches), 1);
+    p.scheduleKind = "1f1b";
+    a.programs.push_back(std::move(p));
+  }
   return a;
 }
 

@@ -1,6 +1,6 @@
 // RUN: tessera-opt %s -split-input-file --tessera-lower-to-rt -verify-diagnostics
 
-// expected-error @+1 {{tessera-lower-to-rt needs the microbatch and step phases}}
+// expected-error @+1 {{tessera-lower-to-rt needs the microbatch (or forward and backward) and step phases}}
 module {
   func.func @m(%x: tensor<4xf32>) -> tensor<4xf32> {
     return %x : tensor<4xf32>

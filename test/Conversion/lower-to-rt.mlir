@@ -12,7 +12,7 @@
 // CHECK: rt.buffer @labels : memref<4xi32> {kind = "input", num_classes = 4 : i64
 // CHECK: rt.buffer @loss : memref<f32> {kind = "loss"
 
-// CHECK-LABEL: func.func @microbatch() attributes {rt.entry}
+// CHECK-LABEL: func.func @microbatch() attributes {rt.entry, tessera.phase = "microbatch"}
 // CHECK-DAG: %[[X:.*]] = rt.get @features : memref<4x8xf32>
 // CHECK-DAG: %[[W1:.*]] = rt.get @fc1.weight : memref<8x8xf32>
 // CHECK-DAG: %[[GW1:.*]] = rt.get @"grad:fc1.weight" : memref<8x8xf32>
@@ -28,7 +28,7 @@
 // CHECK-NOT: rt.axpy
 // CHECK: return
 
-// CHECK-LABEL: func.func @step() attributes {rt.entry}
+// CHECK-LABEL: func.func @step() attributes {rt.entry, tessera.phase = "step"}
 // CHECK-DAG: %[[G:.*]] = rt.get @"grad:fc1.weight"
 // CHECK-DAG: %[[P:.*]] = rt.get @fc1.weight
 // CHECK-DAG: %[[M:.*]] = rt.get @"adam.exp_avg:fc1.weight"

@@ -92,8 +92,10 @@ static cl::opt<std::string> emit(
              "per-rank static memory plan by kind)"),
     cl::init("artifact"));
 static cl::opt<std::string> scheduleKind(
-    "schedule", cl::desc("pipeline schedule: none, 1f1b (default) or interleaved"),
-    cl::init("1f1b"));
+    "schedule",
+    cl::desc("pipeline schedule: none, 1f1b or interleaved (default: "
+             "interleaved with --vpp > 1, else 1f1b)"),
+    cl::init("auto"));
 static cl::opt<int64_t> microBatches(
     "micro-batches",
     cl::desc("micro-batches per step (default: global / (micro x dp))"),
@@ -117,6 +119,30 @@ static int fail(const llvm::Twine &message) {
   return 1;
 }
 
+/// --pp-layers as a list; false (after an error) when it does not parse.
+static bool parsePpLayers(std::vector<int64_t> &out) {
+  if (ppLayers.empty())
+    return true;
+  llvm::SmallVector<llvm::StringRef> parts;
+  llvm::StringRef(ppLayers).split(parts, ',');
+  for (llvm::StringRef part : parts) {
+    int64_t n = 0;
+    if (part.trim().getAsInteger(10, n)) {
+      fail("--pp-layers must be a comma-separated list of integers, got '" +
+           ppLayers + "'");
+      return false;
+    }
+    out.push_back(n);
+  }
+  return true;
+}
+
+static std::string scheduleName(int64_t vpp) {
+  if (scheduleKind == "auto")
+    return vpp > 1 ? "interleaved" : "1f1b";
+  return scheduleKind;
+}
+
 /// --emit=schedule: layers from --num-layers or the model's `nn.layer`
 /// marks, micro-batches from --micro-batches or the batch sizes.
 static int emitSchedule(const tessera::mesh::MeshConfig &mesh) {
@@ -124,7 +150,7 @@ static int emitSchedule(const tessera::mesh::MeshConfig &mesh) {
   sched::PipelineConfig config;
   config.pp = mesh.pp;
   config.vpp = mesh.vpp;
-  if (!sched::parseKind(scheduleKind, config.kind))
+  if (!sched::parseKind(scheduleName(mesh.vpp), config.kind))
     return fail("unknown --schedule=" + scheduleKind +
                 " (expected none, 1f1b or interleaved)");
   config.microbatches = microBatches;
@@ -158,17 +184,8 @@ static int emitSchedule(const tessera::mesh::MeshConfig &mesh) {
   }
   if (config.layers == 0)
     return fail("--emit=schedule needs a model or --num-layers");
-  if (!ppLayers.empty()) {
-    llvm::SmallVector<llvm::StringRef> parts;
-    llvm::StringRef(ppLayers).split(parts, ',');
-    for (llvm::StringRef part : parts) {
-      int64_t n = 0;
-      if (part.trim().getAsInteger(10, n))
-        return fail("--pp-layers must be a comma-separated list of integers, "
-                    "got '" + ppLayers + "'");
-      config.stageLayers.push_back(n);
-    }
-  }
+  if (!parsePpLayers(config.stageLayers))
+    return 1;
   if (std::string error = tessera::schedule::validate(config); !error.empty())
     return fail(error);
   tessera::printSchedule(config, emitFormat, llvm::outs());
@@ -219,14 +236,29 @@ int main(int argc, char **argv) {
     return fail("no input model given (only --emit=rank-groups needs none)");
   for (auto [flag, value] : {std::pair<const char *, int64_t>{"cp", mesh.cp},
                              {"ep", mesh.ep},
-                             {"etp", mesh.etp},
-                             {"pp", mesh.pp},
-                             {"vpp", mesh.vpp}})
+                             {"etp", mesh.etp}})
     if (value != 1)
       return fail(llvm::Twine("--") + flag + " " + llvm::Twine(value) +
-                  ": this version compiles models with tensor and data "
-                  "parallelism only (--tp, --dp); other axes are accepted by "
-                  "--emit=rank-groups");
+                  ": this version compiles models with tensor, pipeline and "
+                  "data parallelism (--tp, --pp, --vpp, --dp); other axes are "
+                  "accepted by --emit=rank-groups");
+  std::vector<int64_t> stageLayers;
+  if (!parsePpLayers(stageLayers))
+    return 1;
+  // --micro-batches M stands for a global batch of M x micro x dp.
+  int64_t global = globalBatch;
+  if (microBatches != 0) {
+    if (microBatch <= 0)
+      return fail("--micro-batches needs --micro-batch-size");
+    int64_t derived = microBatches * microBatch * mesh.dp;
+    if (global != 0 && global != derived)
+      return fail("--micro-batches " + llvm::Twine(int64_t(microBatches)) +
+                  " disagrees with --global-batch-size " + llvm::Twine(global) +
+                  " (micro-batch-size " + llvm::Twine(int64_t(microBatch)) +
+                  " x dp " + llvm::Twine(mesh.dp) + " x micro-batches = " +
+                  llvm::Twine(derived) + ")");
+    global = derived;
+  }
 
   DialectRegistry registry;
   tessera::registerAllDialects(registry);
@@ -253,7 +285,12 @@ int main(int argc, char **argv) {
   options.dp = mesh.dp;
   options.order = order;
   options.microBatchSize = microBatch;
-  options.globalBatchSize = globalBatch;
+  options.globalBatchSize = global;
+  options.pp = mesh.pp;
+  options.vpp = mesh.vpp;
+  for (int64_t n : stageLayers)
+    options.ppLayers.push_back(n);
+  options.schedule = scheduleName(mesh.vpp);
   options.makeVocabSizeDivisibleBy = vocabDivisibleBy;
   options.sequenceParallel = sequenceParallel;
   options.optimizer = optimizer;

@@ -9,6 +9,7 @@
 #include "tessera/Mesh/RankGroups.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/Interfaces/FunctionInterfaces.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -34,11 +35,13 @@ void DistDialect::initialize() {
 }
 
 MeshOp tessera::dist::lookupMesh(Operation *from) {
+  // The mesh sits in the top-level module; pipeline-rank modules nest in it.
   auto module = isa<ModuleOp>(from) ? cast<ModuleOp>(from)
                                     : from->getParentOfType<ModuleOp>();
-  if (!module)
-    return nullptr;
-  return module.lookupSymbol<MeshOp>(kMeshName);
+  for (; module; module = module->getParentOfType<ModuleOp>())
+    if (auto mesh = module.lookupSymbol<MeshOp>(kMeshName))
+      return mesh;
+  return nullptr;
 }
 
 //===----------------------------------------------------------------------===//
@@ -80,10 +83,24 @@ FailureOr<int64_t> MeshOp::getGroupSize(StringRef kind, std::string &error) {
 
 /// Resolves `mesh` from `op` and returns the size of `group`, or fails with
 /// an error naming the missing mesh or the unknown group.
+/// The mesh `meshRef` names, searched from `op` outwards through the
+/// enclosing symbol tables (pipeline-rank modules nest in the module that
+/// holds the mesh).
+static MeshOp findMesh(Operation *op, FlatSymbolRefAttr meshRef) {
+  for (Operation *table = SymbolTable::getNearestSymbolTable(op); table;
+       table = table->getParentOp()
+                   ? SymbolTable::getNearestSymbolTable(table->getParentOp())
+                   : nullptr)
+    if (auto mesh = dyn_cast_or_null<MeshOp>(
+            SymbolTable::lookupSymbolIn(table, meshRef)))
+      return mesh;
+  return nullptr;
+}
+
 static FailureOr<int64_t> resolveGroup(Operation *op, FlatSymbolRefAttr meshRef,
                                        StringRef group,
                                        SymbolTableCollection &symbolTable) {
-  auto mesh = symbolTable.lookupNearestSymbolFrom<MeshOp>(op, meshRef);
+  MeshOp mesh = findMesh(op, meshRef);
   if (!mesh)
     return op->emitOpError() << "refers to mesh " << meshRef
                              << ", which is not a dist.mesh in scope";
@@ -122,7 +139,7 @@ static LogicalResult checkScaledDim(Operation *op, RankedTensorType input,
 
 #define DEFINE_MESH_LOOKUP(OpTy)                                               \
   MeshOp OpTy::getMeshOp() {                                                   \
-    return SymbolTable::lookupNearestSymbolFrom<MeshOp>(*this, getMeshAttr()); \
+    return findMesh(*this, getMeshAttr());                                    \
   }
 
 #define DEFINE_PLAIN_SYMBOL_USE(OpTy)                                          \
@@ -282,6 +299,45 @@ LogicalResult ReduceScatterOp::buildAdjoint(OpBuilder &b,
     adj[0] = AllGatherOp::create(b, getLoc(), getInput().getType(),
                                  resultAdj[0], getMeshAttr(), getGroupAttr(),
                                  getDimAttr());
+  return success();
+}
+
+
+//===----------------------------------------------------------------------===//
+// Pipeline ops
+//===----------------------------------------------------------------------===//
+
+static LogicalResult verifyPeer(Operation *op, StringRef peer, int64_t tag) {
+  if (peer != "next" && peer != "prev")
+    return op->emitOpError() << "peer must be \"next\" or \"prev\", got \""
+                             << peer << "\"";
+  if (tag < 0 || tag >= (1 << 20))
+    return op->emitOpError() << "tag " << tag << " is outside [0, 2^20)";
+  return success();
+}
+
+LogicalResult SendOp::verify() { return verifyPeer(*this, getPeer(), getTag()); }
+LogicalResult RecvOp::verify() { return verifyPeer(*this, getPeer(), getTag()); }
+
+LogicalResult RunOp::verify() {
+  if (auto part = getPart(); part && *part != "recv" && *part != "compute" &&
+                             *part != "send")
+    return emitOpError() << "part must be \"recv\", \"compute\" or \"send\", got \""
+                         << *part << "\"";
+  return success();
+}
+
+LogicalResult RunOp::verifySymbolUses(SymbolTableCollection &st) {
+  Operation *func = st.lookupNearestSymbolFrom(*this, getCalleeAttr());
+  if (!func || !isa<FunctionOpInterface>(func))
+    return emitOpError() << "runs '" << getCallee()
+                         << "', which is not a function of this pipeline rank";
+  auto phase = func->getAttrOfType<StringAttr>("tessera.phase");
+  if (!phase || (phase.getValue() != "forward" && phase.getValue() != "backward"))
+    return emitOpError() << "runs '" << getCallee()
+                         << "', which is not a forward or backward phase";
+  if (getMicrobatch() < 0 || getSlot() < 0)
+    return emitOpError() << "needs a non-negative microbatch and slot";
   return success();
 }
 

@@ -294,4 +294,88 @@ def Dist_WaitOp : Dist_Op<"wait"> {
   let hasVerifier = 1;
 }
 
+
+//===----------------------------------------------------------------------===//
+// Pipeline parallelism
+//===----------------------------------------------------------------------===//
+
+def Dist_SendOp : Dist_Op<"send"> {
+  let summary = "send a tensor to the next or previous pipeline rank";
+  let description = [{
+    Point-to-point over the `pp` group: `peer` is `"next"` or `"prev"`,
+    wrapping around the group (with virtual stages the last rank's chunk c
+    feeds the first rank's chunk c + 1). `tag` names the channel; the
+    matching `dist.recv` on the peer has the same tag, shape and element
+    type. tessera-pp-split creates the forward pair, tessera-autodiff the
+    backward pair (tag + 1). Sends and receives that follow each other are
+    posted and completed together (Megatron's batched `_communicate`).
+
+    ```mlir
+    dist.send %h to "next" {tag = 0 : i64} : tensor<64x4x128xf32>
+    ```
+  }];
+  let arguments = (ins Dist_RankedTensor:$input, StrAttr:$peer, I64Attr:$tag);
+  let assemblyFormat = "$input `to` $peer attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
+def Dist_RecvOp : Dist_Op<"recv"> {
+  let summary = "receive a tensor from the previous or next pipeline rank";
+  let description = [{
+    ```mlir
+    %h = dist.recv from "prev" {tag = 0 : i64} : tensor<64x4x128xf32>
+    ```
+  }];
+  let arguments = (ins StrAttr:$peer, I64Attr:$tag);
+  let results = (outs Dist_RankedTensor:$result);
+  let assemblyFormat = "`from` $peer attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Dist_ScheduleOp : Dist_Op<"schedule", [HasParent<"::mlir::ModuleOp">,
+    SingleBlock, NoTerminator]> {
+  let summary = "a pipeline rank's order of forward and backward steps";
+  let description = [{
+    One per pipeline-rank module (from tessera-pp-schedule): `dist.run` ops
+    in execution order for one training iteration. `kind` is the schedule
+    (`none`, `1f1b`, `interleaved`), `warmup` the number of forward steps
+    before the first backward.
+
+    ```mlir
+    dist.schedule {kind = "1f1b", warmup = 1 : i64} {
+      dist.run @forward_c0 microbatch 0 slot 0
+      dist.run @forward_c0 microbatch 1 slot 1
+      dist.run @backward_c0 microbatch 0 slot 0
+      dist.run @backward_c0 microbatch 1 slot 1
+    }
+    ```
+  }];
+  let arguments = (ins StrAttr:$kind, I64Attr:$warmup);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "attr-dict-with-keyword $body";
+}
+
+def Dist_RunOp : Dist_Op<"run", [HasParent<"ScheduleOp">,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "run a chunk's forward or backward for one microbatch";
+  let description = [{
+    `slot` picks the copy of the chunk's saved activations and inputs that
+    this microbatch uses while it is in flight; a backward uses the slot
+    of its forward. A phase is its leading receives, its computation and
+    its trailing sends; `part` (`"recv"`, `"compute"` or `"send"`) runs one
+    of them, so that a schedule can batch communication the way Megatron's
+    interleaved schedule does (the sends of a forward and a backward and
+    the receives of the next two in one batch). Without `part` the whole
+    phase runs.
+
+    ```mlir
+    dist.run @forward_c1 microbatch 2 slot 0 part "compute"
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$callee, I64Attr:$microbatch,
+                       I64Attr:$slot, OptionalAttr<StrAttr>:$part);
+  let assemblyFormat = "$callee `microbatch` $microbatch `slot` $slot (`part` $part^)? attr-dict";
+  let hasVerifier = 1;
+}
+
 #endif // TESSERA_DIALECTS_DIST_IR_DISTOPS_TD

@@ -108,4 +108,70 @@ def DPGradAllReducePass : Pass<"tessera-dp-grad-allreduce", "mlir::ModuleOp"> {
                            "::mlir::func::FuncDialect"];
 }
 
+
+def PPSplitPass : Pass<"tessera-pp-split", "mlir::ModuleOp"> {
+  let summary = "split the model into pipeline stages (seed 003's placement)";
+  let description = [{
+    With the mesh's pp > 1, the model function becomes one function per
+    (pipeline rank, chunk), `@chunk<c>` in a nested module `@pp<r>` per
+    pipeline rank (`dist.pp_rank`), marked `dist.stage = {stage, chunk,
+    layers}` with virtual stage = chunk * pp + rank. Layers (the ops'
+    `nn.layer` marks) follow Megatron's offsets: contiguous blocks, or with
+    vpp chunks, chunk c of rank r from c * L/vpp + r * L/(pp vpp); `pp-layers`
+    gives an uneven split (layers per rank). Unmarked ops before the first
+    layer (embedding) go to the first stage, after the last layer (final
+    norm, LM head, loss) to the last. A value a later stage uses is sent to
+    the next stage (`dist.send` / `dist.recv` with a tag per hop) and passed
+    on through the stages between. A parameter used on the first and last
+    pipeline rank (the tied embedding) is marked `dist.tied = "embedding"`.
+    With pp = 1 the pass changes nothing.
+  }];
+  let dependentDialects = ["::tessera::dist::DistDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    ListOption<"stageLayers", "pp-layers", "int64_t",
+               "layers per pipeline rank for an uneven split (e.g. 3,5,5,3)">
+  ];
+}
+
+
+def PPSchedulePass : Pass<"tessera-pp-schedule", "mlir::ModuleOp"> {
+  let summary = "order every pipeline rank's forwards and backwards (seed 003)";
+  let description = [{
+    Adds a `dist.schedule` to each pipeline-rank module: `dist.run` of the
+    chunks' forward and backward phases per microbatch, in the order of
+    `schedule`: `none` (F0 B0 F1 B1 ...), `1f1b` (warmup pp - rank - 1,
+    capped at M, then one forward one backward, then cooldown) or
+    `interleaved` (Megatron's warmup (pp - rank - 1) * 2 + (vpp - 1) * pp and
+    chunk ids; M must be a multiple of pp); `auto` picks interleaved when
+    vpp > 1, else 1f1b. M comes from tessera-set-batch. Each forward takes a
+    free slot of its chunk (its copy of inputs and saved activations), its
+    backward frees it. Gradient sync and the optimizer (the step phase) run
+    once after the schedule. Without pipeline ranks the pass does nothing.
+  }];
+  let dependentDialects = ["::tessera::dist::DistDialect"];
+  let options = [
+    Option<"schedule", "schedule", "std::string", "\"auto\"",
+           "none, 1f1b, interleaved or auto">
+  ];
+}
+
+def VerifySchedulePass : Pass<"tessera-verify-schedule", "mlir::ModuleOp"> {
+  let summary = "prove that the pipeline schedule cannot hang";
+  let description = [{
+    Runs every pipeline rank's instruction stream symbolically (the phases
+    in `dist.schedule` order, then the step): consecutive sends and receives
+    form one batch, posted together and complete once every op of it has met
+    its peer's matching op (rendezvous, the strictest semantics, so a
+    schedule that passes cannot hang under any MPI or NCCL buffering).
+    A send meets the receive on the peer pipeline rank with the same tag;
+    shapes and element types must agree; collectives over groups that span
+    pipeline ranks (embedding, pp, ...) must come in the same order on all
+    members. A mismatch or a deadlock is an error at the op that would hang,
+    with a note at the schedule step that runs it. It also checks the
+    schedule itself: each chunk runs forward then backward once per
+    microbatch, and a microbatch in flight keeps its slot.
+  }];
+  let dependentDialects = ["::tessera::dist::DistDialect"];
+}
+
 #endif // TESSERA_DIALECTS_DIST_TRANSFORMS_PASSES_TD

@@ -1,16 +1,29 @@
 //===- Autodiff.cpp - Reverse-mode differentiation ------------------------===//
 //
-// The model function becomes the microbatch phase: forward, then a reverse
-// sweep that asks each op for its adjoints (DifferentiableOpInterface), then
-// a return of the loss and one gradient per parameter. Only values that
-// depend on a parameter are differentiated.
+// Without pipeline stages, the model function becomes the microbatch phase:
+// forward, then a reverse sweep that asks each op for its adjoints
+// (DifferentiableOpInterface), then a return of the loss and one gradient
+// per parameter. Only values that depend on a parameter (or arrive from an
+// earlier pipeline stage) are differentiated.
+//
+// Each pipeline chunk (`dist.stage`, from tessera-pp-split) becomes two
+// phases, because the schedule runs a microbatch's backward long after its
+// forward: `forward_c<k>` returns the loss (last stage) and the values the
+// backward needs (`tessera.stash`), and `backward_c<k>` takes them and
+// returns the gradients. A value sent to the next stage gets its adjoint
+// from that stage (dist.recv from "next", tag + 1); the adjoint of a value
+// received from the previous stage is sent back to it (dist.send to "prev",
+// tag + 1), zeros if nothing here depends on it, so both sides agree.
 //
 //===----------------------------------------------------------------------===//
 
+#include "dialects/dist/IR/DistOps.h"
 #include "dialects/nn/Transforms/Passes.h"
 #include "tessera/Support/Model.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/MapVector.h"
 
 namespace tessera::nn {
 #define GEN_PASS_DEF_AUTODIFFPASS
@@ -22,115 +35,303 @@ using namespace tessera;
 using namespace tessera::nn;
 
 namespace {
+
+/// Appends the reverse sweep of `func`'s body before its terminator and
+/// returns the gradients of `params` in `grads` (zeros for unused ones).
+/// `loss`, if set, is seeded with 1/M; values sent to the next stage are
+/// seeded from it; adjoints of values received from the previous stage are
+/// sent back.
+LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
+                                ArrayRef<BlockArgument> params,
+                                int64_t numMicrobatches,
+                                SmallVectorImpl<Value> &grads) {
+  Block &body = func.getBody().front();
+  Operation *ret = body.getTerminator();
+
+  // Forward: which values depend on a parameter or on an earlier stage.
+  DenseSet<Value> active(params.begin(), params.end());
+  for (Operation &op : body.without_terminator()) {
+    if (isa<dist::RecvOp>(op)) {
+      active.insert(op.getResult(0));
+      continue;
+    }
+    if (!op.hasTrait<NonDifferentiable>() &&
+        llvm::any_of(op.getOperands(),
+                     [&](Value v) { return active.contains(v); }))
+      for (Value r : op.getResults())
+        active.insert(r);
+  }
+
+  OpBuilder b(ret);
+  DenseMap<Value, Value> adjoint;
+  auto accumulate = [&](Value v, Value adj) {
+    auto [it, inserted] = adjoint.try_emplace(v, adj);
+    if (!inserted)
+      it->second = AddOp::create(b, adj.getLoc(), it->second, adj);
+  };
+  SmallVector<Operation *> forward;
+  for (Operation &op : body.without_terminator())
+    forward.push_back(&op);
+
+  // Gradients from the next stage first: the backward starts by receiving.
+  for (Operation *op : llvm::reverse(forward))
+    if (auto send = dyn_cast<dist::SendOp>(op)) {
+      Value v = send.getInput();
+      Value g = dist::RecvOp::create(b, send.getLoc(), v.getType(),
+                                     b.getStringAttr("next"),
+                                     b.getI64IntegerAttr(send.getTag() + 1));
+      if (active.contains(v))
+        accumulate(v, g);
+    }
+  if (loss)
+    accumulate(loss, FillOp::create(b, loss.getLoc(), loss.getType(),
+                                    b.getF32FloatAttr(1.0f / float(numMicrobatches))));
+
+  for (Operation *op : llvm::reverse(forward)) {
+    if (isa<dist::SendOp, dist::RecvOp>(op))
+      continue;
+    SmallVector<Value> resultAdj;
+    bool any = false;
+    for (Value r : op->getResults()) {
+      Value a = adjoint.lookup(r);
+      any |= bool(a);
+      resultAdj.push_back(a);
+    }
+    if (!any)
+      continue;
+    SmallVector<bool> needed;
+    bool anyNeeded = false;
+    for (Value operand : op->getOperands()) {
+      needed.push_back(active.contains(operand));
+      anyNeeded |= needed.back();
+    }
+    if (!anyNeeded)
+      continue;
+    auto diff = dyn_cast<DifferentiableOpInterface>(op);
+    if (!diff)
+      return op->emitOpError() << "has no gradient rule (DifferentiableOpInterface)";
+    // Results nothing depends on have a null adjoint; each op's rule
+    // treats that as zero.
+    if (op->getNumResults() > 1 &&
+        llvm::any_of(resultAdj, [](Value v) { return !v; }))
+      return op->emitOpError() << "has results without adjoints; its gradient "
+                                  "rule needs every result's adjoint";
+    SmallVector<Value> operandAdj;
+    if (failed(diff.buildAdjoint(b, resultAdj, needed, operandAdj)))
+      return failure();
+    for (auto [operand, adj] : llvm::zip(op->getOperands(), operandAdj))
+      if (adj && active.contains(operand))
+        accumulate(operand, adj);
+  }
+
+  for (BlockArgument p : params) {
+    Value g = adjoint.lookup(p);
+    if (!g) // unused parameter: zero gradient
+      g = FillOp::create(b, p.getLoc(), p.getType(), b.getF32FloatAttr(0));
+    grads.push_back(g);
+  }
+  // Gradients of received values go back to the previous stage last.
+  for (Operation *op : forward)
+    if (auto recv = dyn_cast<dist::RecvOp>(op)) {
+      Value g = adjoint.lookup(recv.getResult());
+      if (!g)
+        g = FillOp::create(b, recv.getLoc(), recv.getType(), b.getF32FloatAttr(0));
+      dist::SendOp::create(b, recv.getLoc(), g, b.getStringAttr("prev"),
+                           b.getI64IntegerAttr(recv.getTag() + 1));
+    }
+  return success();
+}
+
+DictionaryAttr binding(Builder &b, StringRef attr, Attribute value) {
+  return b.getDictionaryAttr(b.getNamedAttr(attr, value));
+}
+
 struct AutodiffPass : tessera::nn::impl::AutodiffPassBase<AutodiffPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (getPhaseFunc(module, kMicrobatchPhase)) {
-      emitError(module.getLoc()) << "the module is already differentiated";
-      return signalPassFailure();
+    SmallVector<ModuleOp> programs = getPrograms(module);
+    if (programs.front() == module) {
+      if (failed(differentiateModel(module)))
+        signalPassFailure();
+      return;
     }
-    func::FuncOp model = getModelFunc(module);
-    if (!model)
-      return signalPassFailure();
-    Block &body = model.getBody().front();
-    auto ret = cast<func::ReturnOp>(body.getTerminator());
+    for (ModuleOp program : programs) {
+      SmallVector<func::FuncOp> chunks;
+      for (auto f : program.getOps<func::FuncOp>()) {
+        if (f->hasAttr(kPhaseAttr)) {
+          emitError(f.getLoc()) << "the module is already differentiated";
+          return signalPassFailure();
+        }
+        if (f->hasAttr(kStageAttr))
+          chunks.push_back(f);
+      }
+      if (chunks.empty()) {
+        emitError(program.getLoc()) << "pipeline rank module has no stage "
+                                       "functions (dist.stage)";
+        return signalPassFailure();
+      }
+      for (func::FuncOp chunk : chunks)
+        if (failed(differentiateChunk(chunk)))
+          return signalPassFailure();
+    }
+  }
+
+  static LogicalResult checkLoss(func::FuncOp f, Value &loss) {
+    auto ret = cast<func::ReturnOp>(f.getBody().front().getTerminator());
+    if (ret.getNumOperands() == 0)
+      return success();
     if (ret.getNumOperands() != 1 ||
         !isa<RankedTensorType>(ret.getOperand(0).getType()) ||
-        cast<RankedTensorType>(ret.getOperand(0).getType()).getRank() != 0) {
-      model.emitOpError() << "must return exactly one 0-d loss tensor to be "
-                             "differentiated";
-      return signalPassFailure();
-    }
-    Value loss = ret.getOperand(0);
+        cast<RankedTensorType>(ret.getOperand(0).getType()).getRank() != 0)
+      return f.emitOpError() << "must return exactly one 0-d loss tensor to be "
+                                "differentiated";
+    loss = ret.getOperand(0);
+    return success();
+  }
 
-    // Forward: which values depend on a parameter.
-    DenseSet<Value> active;
+  LogicalResult differentiateModel(ModuleOp module) {
+    if (getPhaseFunc(module, kMicrobatchPhase))
+      return emitError(module.getLoc()) << "the module is already differentiated";
+    func::FuncOp model = getModelFunc(module);
+    if (!model)
+      return failure();
+    Value loss;
+    if (failed(checkLoss(model, loss)))
+      return failure();
+    if (!loss)
+      return model.emitOpError() << "must return exactly one 0-d loss tensor "
+                                    "to be differentiated";
+    Block &body = model.getBody().front();
     SmallVector<BlockArgument> params;
     for (BlockArgument arg : body.getArguments())
-      if (model.getArgAttr(arg.getArgNumber(), kParamAttr)) {
-        active.insert(arg);
+      if (model.getArgAttr(arg.getArgNumber(), kParamAttr))
         params.push_back(arg);
-      }
-    for (Operation &op : body.without_terminator())
-      if (!op.hasTrait<NonDifferentiable>() &&
-          llvm::any_of(op.getOperands(),
-                       [&](Value v) { return active.contains(v); }))
-        for (Value r : op.getResults())
-          active.insert(r);
-
-    // Reverse sweep.
-    OpBuilder b(ret);
-    DenseMap<Value, Value> adjoint;
-    auto accumulate = [&](Value v, Value adj) {
-      auto [it, inserted] = adjoint.try_emplace(v, adj);
-      if (!inserted)
-        it->second = AddOp::create(b, adj.getLoc(), it->second, adj);
-    };
-    float seed = 1.0f / float(getNumMicrobatches(module));
-    accumulate(loss, FillOp::create(b, loss.getLoc(), loss.getType(),
-                                    b.getF32FloatAttr(seed)));
-
-    SmallVector<Operation *> forward;
-    for (Operation &op : body.without_terminator())
-      forward.push_back(&op);
-    for (Operation *op : llvm::reverse(forward)) {
-      SmallVector<Value> resultAdj;
-      bool any = false;
-      for (Value r : op->getResults()) {
-        Value a = adjoint.lookup(r);
-        any |= bool(a);
-        resultAdj.push_back(a);
-      }
-      if (!any)
-        continue;
-      SmallVector<bool> needed;
-      bool anyNeeded = false;
-      for (Value operand : op->getOperands()) {
-        needed.push_back(active.contains(operand));
-        anyNeeded |= needed.back();
-      }
-      if (!anyNeeded)
-        continue;
-      auto diff = dyn_cast<DifferentiableOpInterface>(op);
-      if (!diff) {
-        op->emitOpError() << "has no gradient rule (DifferentiableOpInterface)";
-        return signalPassFailure();
-      }
-      // Results nothing depends on have a null adjoint; each op's rule
-      // treats that as zero.
-      if (op->getNumResults() > 1 &&
-          llvm::any_of(resultAdj, [](Value v) { return !v; })) {
-        op->emitOpError() << "has results without adjoints; its gradient "
-                             "rule needs every result's adjoint";
-        return signalPassFailure();
-      }
-      SmallVector<Value> operandAdj;
-      if (failed(diff.buildAdjoint(b, resultAdj, needed, operandAdj)))
-        return signalPassFailure();
-      for (auto [operand, adj] : llvm::zip(op->getOperands(), operandAdj))
-        if (adj && active.contains(operand))
-          accumulate(operand, adj);
-    }
+    SmallVector<Value> grads;
+    if (failed(buildReverseSweep(model, loss, params,
+                                 getNumMicrobatches(module), grads)))
+      return failure();
 
     // Return the loss and one gradient per parameter.
+    auto ret = body.getTerminator();
+    OpBuilder b(ret);
     SmallVector<Value> results{loss};
-    for (BlockArgument p : params) {
-      Value g = adjoint.lookup(p);
-      if (!g) // unused parameter: zero gradient
-        g = FillOp::create(b, p.getLoc(), p.getType(), b.getF32FloatAttr(0));
-      results.push_back(g);
-    }
-    func::ReturnOp::create(b, ret.getLoc(), results);
-    ret.erase();
+    results.append(grads);
+    func::ReturnOp::create(b, ret->getLoc(), results);
+    ret->erase();
     updateFunctionType(model);
-
-    SmallVector<DictionaryAttr> resultAttrs{b.getDictionaryAttr(
-        b.getNamedAttr(kBufferAttr, b.getStringAttr("loss")))};
+    SmallVector<DictionaryAttr> resultAttrs{
+        binding(b, kBufferAttr, b.getStringAttr("loss"))};
     for (BlockArgument p : params)
-      resultAttrs.push_back(b.getDictionaryAttr(b.getNamedAttr(
-          kGradOfAttr, model.getArgAttr(p.getArgNumber(), kParamAttr))));
+      resultAttrs.push_back(binding(
+          b, kGradOfAttr, model.getArgAttr(p.getArgNumber(), kParamAttr)));
     model.setAllResultAttrs(resultAttrs);
     model->setAttr(kPhaseAttr, b.getStringAttr(kMicrobatchPhase));
+    return success();
+  }
+
+  /// Differentiates a chunk in place, then splits it into its forward and
+  /// backward phases at the first op the sweep created.
+  LogicalResult differentiateChunk(func::FuncOp chunk) {
+    auto stageInfo = chunk->getAttrOfType<DictionaryAttr>(kStageAttr);
+    int64_t c = stageInfo.getAs<IntegerAttr>("chunk").getInt();
+    Value loss;
+    if (failed(checkLoss(chunk, loss)))
+      return failure();
+    Block &body = chunk.getBody().front();
+    SmallVector<BlockArgument> params;
+    for (BlockArgument arg : body.getArguments())
+      if (chunk.getArgAttr(arg.getArgNumber(), kParamAttr))
+        params.push_back(arg);
+    Operation *lastForward = body.getTerminator()->getPrevNode();
+    SmallVector<Value> grads;
+    if (failed(buildReverseSweep(chunk, loss, params,
+                                 getNumMicrobatches(getRootModule(chunk)),
+                                 grads)))
+      return failure();
+    Operation *ret = body.getTerminator();
+    SmallVector<Operation *> backwardOps;
+    for (Operation *op = lastForward ? lastForward->getNextNode() : &body.front();
+         op != ret; op = op->getNextNode())
+      backwardOps.push_back(op);
+    DenseSet<Operation *> isBackward(backwardOps.begin(), backwardOps.end());
+
+    // Forward values and arguments the backward reads.
+    llvm::SetVector<Value> stash;
+    llvm::SetVector<BlockArgument> backwardArgs;
+    for (Operation *op : backwardOps)
+      for (Value v : op->getOperands()) {
+        if (auto arg = dyn_cast<BlockArgument>(v))
+          backwardArgs.insert(arg);
+        else if (!isBackward.contains(v.getDefiningOp()))
+          stash.insert(v);
+      }
+
+    OpBuilder b(chunk);
+    b.setInsertionPointAfter(chunk);
+    MLIRContext *ctx = chunk.getContext();
+    // The backward phase.
+    SmallVector<Type> bwdArgTypes;
+    SmallVector<DictionaryAttr> bwdArgAttrs;
+    for (BlockArgument arg : backwardArgs) {
+      bwdArgTypes.push_back(arg.getType());
+      bwdArgAttrs.push_back(chunk.getArgAttrDict(arg.getArgNumber()));
+    }
+    for (auto [i, v] : llvm::enumerate(stash)) {
+      bwdArgTypes.push_back(v.getType());
+      bwdArgAttrs.push_back(binding(b, kStashAttr, b.getI64IntegerAttr(i)));
+    }
+    SmallVector<Type> gradTypes;
+    SmallVector<DictionaryAttr> gradAttrs;
+    for (auto [p, g] : llvm::zip(params, grads)) {
+      gradTypes.push_back(g.getType());
+      gradAttrs.push_back(
+          binding(b, kGradOfAttr, chunk.getArgAttr(p.getArgNumber(), kParamAttr)));
+    }
+    auto bwd = func::FuncOp::create(b, chunk.getLoc(),
+                                    ("backward_c" + Twine(c)).str(),
+                                    FunctionType::get(ctx, bwdArgTypes, gradTypes));
+    bwd.setAllArgAttrs(bwdArgAttrs);
+    bwd.setAllResultAttrs(gradAttrs);
+    bwd->setAttr(kPhaseAttr, b.getStringAttr(kBackwardPhase));
+    bwd->setAttr(kChunkAttr, b.getI64IntegerAttr(c));
+    bwd->setAttr(kStageAttr, stageInfo);
+    Block *bwdBody = bwd.addEntryBlock();
+    IRMapping map;
+    unsigned n = 0;
+    for (BlockArgument arg : backwardArgs)
+      map.map(arg, bwdBody->getArgument(n++));
+    for (Value v : stash)
+      map.map(v, bwdBody->getArgument(n++));
+    b.setInsertionPointToStart(bwdBody);
+    for (Operation *op : backwardOps)
+      b.clone(*op, map);
+    SmallVector<Value> gradResults;
+    for (Value g : grads)
+      gradResults.push_back(map.lookupOrDefault(g));
+    func::ReturnOp::create(b, chunk.getLoc(), gradResults);
+
+    // The forward phase: the chunk itself without the sweep.
+    for (Operation *op : llvm::reverse(backwardOps))
+      op->erase();
+    b.setInsertionPoint(ret);
+    SmallVector<Value> fwdResults;
+    SmallVector<DictionaryAttr> fwdAttrs;
+    if (loss) {
+      fwdResults.push_back(loss);
+      fwdAttrs.push_back(binding(b, kBufferAttr, b.getStringAttr("loss")));
+    }
+    for (auto [i, v] : llvm::enumerate(stash)) {
+      fwdResults.push_back(v);
+      fwdAttrs.push_back(binding(b, kStashAttr, b.getI64IntegerAttr(i)));
+    }
+    func::ReturnOp::create(b, ret->getLoc(), fwdResults);
+    ret->erase();
+    updateFunctionType(chunk);
+    chunk.setAllResultAttrs(fwdAttrs);
+    chunk.setSymName(("forward_c" + Twine(c)).str());
+    chunk->setAttr(kPhaseAttr, b.getStringAttr(kForwardPhase));
+    chunk->setAttr(kChunkAttr, b.getI64IntegerAttr(c));
+    return success();
   }
 };
 } // namespace

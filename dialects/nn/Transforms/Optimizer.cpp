@@ -19,18 +19,27 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
   using OptimizerPassBase::OptimizerPassBase;
 
   void runOnOperation() override {
-    ModuleOp module = getOperation();
+    ModuleOp root = getOperation();
+    if (failed(checkOptions(root)))
+      return signalPassFailure();
+    for (ModuleOp program : getPrograms(root))
+      if (failed(runOnProgram(program)))
+        return signalPassFailure();
+    setOptimizerAttr(root);
+  }
+
+  LogicalResult checkOptions(ModuleOp module) {
     if (optimizer != "sgd" && optimizer != "adam") {
       emitError(module.getLoc()) << "unknown optimizer '" << std::string(optimizer)
                                  << "' (expected sgd or adam)";
-      return signalPassFailure();
+      return failure();
     }
     if (lrDecayStyle != "constant" && lrDecayStyle != "linear" &&
         lrDecayStyle != "cosine") {
       emitError(module.getLoc()) << "unknown lr-decay-style '"
                                  << std::string(lrDecayStyle)
                                  << "' (expected constant, linear or cosine)";
-      return signalPassFailure();
+      return failure();
     }
     if (lrWarmupIters < 0 || minLr < 0 || minLr > lr ||
         (lrDecayStyle != "constant" && lrDecayIters <= lrWarmupIters)) {
@@ -40,22 +49,24 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
           << double(lr) << ", min-lr " << double(minLr)
           << " (a decay needs lr-decay-iters > lr-warmup-iters and 0 <= "
              "min-lr <= lr)";
-      return signalPassFailure();
+      return failure();
     }
-    func::FuncOp micro = getPhaseFunc(module, kMicrobatchPhase);
-    func::FuncOp step = getPhaseFunc(module, kStepPhase);
-    if (!micro || !step) {
-      emitError(module.getLoc()) << "tessera-optimizer needs the microbatch "
-                                    "and step phases (run tessera-autodiff and "
-                                    "tessera-dp-grad-allreduce)";
-      return signalPassFailure();
-    }
+    return success();
+  }
 
-    // Parameter types by name, from the microbatch phase.
+  LogicalResult runOnProgram(ModuleOp module) {
+    func::FuncOp step = getPhaseFunc(module, kStepPhase);
+    if (!step)
+      return emitError(module.getLoc())
+             << "tessera-optimizer needs the microbatch (or forward) and step "
+                "phases (run tessera-autodiff and tessera-dp-grad-allreduce)";
+
+    // Parameter types by name, from the phases that take parameters.
     llvm::StringMap<Type> paramTypes;
-    for (unsigned i = 0, e = micro.getNumArguments(); i < e; ++i)
-      if (auto name = micro.getArgAttrOfType<StringAttr>(i, kParamAttr))
-        paramTypes[name.getValue()] = micro.getArgumentTypes()[i];
+    for (auto f : module.getOps<func::FuncOp>())
+      for (unsigned i = 0, e = f.getNumArguments(); i < e; ++i)
+        if (auto name = f.getArgAttrOfType<StringAttr>(i, kParamAttr))
+          paramTypes[name.getValue()] = f.getArgumentTypes()[i];
 
     Block &body = step.getBody().front();
     auto ret = cast<func::ReturnOp>(body.getTerminator());
@@ -77,14 +88,14 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
       auto binding = step.getResultAttrOfType<StringAttr>(i, kBufferAttr);
       if (!binding || !binding.getValue().starts_with("grad:")) {
         step.emitOpError() << "result #" << i << " is not a gradient";
-        return signalPassFailure();
+        return failure();
       }
       std::string name = binding.getValue().drop_front(5).str();
       Value grad = ret.getOperand(i);
       Type type = paramTypes.lookup(name);
       if (!type) {
         step.emitOpError() << "gradient of unknown parameter '" << name << "'";
-        return signalPassFailure();
+        return failure();
       }
       Value param = body.addArgument(type, loc);
       argBindings.push_back(name);
@@ -137,6 +148,11 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
     step.setAllArgAttrs(argAttrs);
     step.setAllResultAttrs(resultAttrs);
 
+    return success();
+  }
+
+  void setOptimizerAttr(ModuleOp module) {
+    Builder b(module.getContext());
     module->setAttr(
         kOptimizerAttr,
         b.getDictionaryAttr({

@@ -32,7 +32,7 @@ void RTDialect::initialize() {
 
 LogicalResult BufferOp::verify() {
   static const char *kinds[] = {"param", "grad",  "opt_state",
-                                "input", "loss", "iteration"};
+                                "input", "loss", "iteration", "activation"};
   if (llvm::find(kinds, getKind()) == std::end(kinds))
     return emitOpError() << "unknown buffer kind '" << getKind() << "'";
   auto type = dyn_cast<MemRefType>(getType());
@@ -119,6 +119,8 @@ DEFINE_KERNEL_VERIFIER(CrossEntropyStatsGradOp)
 DEFINE_KERNEL_VERIFIER(TokenMeanOp)
 DEFINE_KERNEL_VERIFIER(TokenMeanGradOp)
 DEFINE_KERNEL_VERIFIER(DropoutOp)
+DEFINE_KERNEL_VERIFIER(SendOp)
+DEFINE_KERNEL_VERIFIER(RecvOp)
 
 #define GET_OP_CLASSES
 #include "dialects/rt/IR/RTOps.cpp.inc"

@@ -48,7 +48,8 @@ def RT_BufferOp : RT_Op<"buffer", [Symbol, HasParent<"::mlir::ModuleOp">]> {
   let summary = "a persistent arena buffer and its manifest entry";
   let description = [{
     `kind` is one of `param`, `grad`, `opt_state`, `input`, `loss`,
-    `iteration`. Parameters carry their global shape, the dimension split
+    `iteration`, `activation` (pipelines: saved activations and p2p
+    staging). Parameters carry their global shape, the dimension split
     over `shard_axis` (or -1) and their init spec (`normal:<std>`, `zeros`,
     `ones`). Gradients and optimizer state name their parameter in `of`.
 
@@ -170,6 +171,10 @@ def RT_CrossEntropyStatsGradOp : RT_KernelOp<"cross_entropy_stats_grad", "softma
 def RT_TokenMeanOp : RT_KernelOp<"token_mean", "mean over non-ignored tokens", 3>;
 def RT_TokenMeanGradOp : RT_KernelOp<"token_mean_grad", "backward of token_mean", 3>;
 def RT_DropoutOp : RT_KernelOp<"dropout", "dropout keyed by global position (value = rate)", 2>;
+// Pipeline p2p over group "pp", iattrs = [peer (+1 next, -1 prev), tag]; they
+// join the open batch, completed before the next other instruction.
+def RT_SendOp : RT_KernelOp<"send", "isend to a pipeline neighbour", 1>;
+def RT_RecvOp : RT_KernelOp<"recv", "irecv from a pipeline neighbour", 1>;
 
 def RT_AdamOp : RT_Op<"adam"> {
   let summary = "in-place Adam step on a parameter and its fp32 state";

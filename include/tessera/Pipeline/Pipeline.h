@@ -15,6 +15,16 @@ struct TrainPipelineOptions
                      llvm::cl::init(1)};
   Option<int64_t> dp{*this, "dp", llvm::cl::desc("data-parallel size"),
                      llvm::cl::init(1)};
+  Option<int64_t> pp{*this, "pp", llvm::cl::desc("pipeline-parallel size"),
+                     llvm::cl::init(1)};
+  Option<int64_t> vpp{*this, "vpp",
+                      llvm::cl::desc("virtual pipeline stages (model chunks) per rank"),
+                      llvm::cl::init(1)};
+  ListOption<int64_t> ppLayers{*this, "pp-layers",
+                               llvm::cl::desc("layers per pipeline rank (uneven split)")};
+  Option<std::string> schedule{*this, "schedule",
+                               llvm::cl::desc("none, 1f1b, interleaved or auto"),
+                               llvm::cl::init("auto")};
   Option<std::string> order{*this, "order", llvm::cl::desc("rank order"),
                             llvm::cl::init("tp-cp-ep-dp-pp")};
   Option<int64_t> microBatchSize{*this, "micro-batch-size",
@@ -51,8 +61,9 @@ struct TrainPipelineOptions
                        llvm::cl::init(0.0)};
 };
 
-/// attach-mesh, set-batch, pad-vocab, tp-partition, autodiff, dp-grad-allreduce,
-/// optimizer, lower-to-rt (serialisation is left to the caller).
+/// attach-mesh, set-batch, pad-vocab, tp-partition, pp-split, autodiff,
+/// dp-grad-allreduce, optimizer, pp-schedule, verify-schedule, lower-to-rt
+/// (serialisation is left to the caller).
 void buildTrainPipeline(mlir::OpPassManager &pm,
                         const TrainPipelineOptions &options);
 

@@ -30,6 +30,28 @@ constexpr llvm::StringLiteral kOptimizerAttr = "tessera.optimizer";
 constexpr llvm::StringLiteral kMicrobatchPhase = "microbatch";
 constexpr llvm::StringLiteral kStepPhase = "step";
 
+// Pipelines (tessera-pp-split and later). The top-level module holds one
+// nested module per pipeline rank (`dist.pp_rank`, symbol @pp<r>); each is
+// a program like a pp = 1 module, with one model function per chunk
+// (`dist.stage`), which autodiff turns into the forward and backward
+// phases of the chunk (`dist.chunk`). A forward returns the activations
+// its backward needs (`tessera.stash` = index, same on both sides).
+constexpr llvm::StringLiteral kPpRankAttr = "dist.pp_rank";
+constexpr llvm::StringLiteral kStageAttr = "dist.stage";
+constexpr llvm::StringLiteral kChunkAttr = "dist.chunk";
+constexpr llvm::StringLiteral kStashAttr = "tessera.stash";
+constexpr llvm::StringLiteral kTiedAttr = "dist.tied"; // group kind of a param held by several pp ranks
+constexpr llvm::StringLiteral kForwardPhase = "forward";
+constexpr llvm::StringLiteral kBackwardPhase = "backward";
+
+/// The programs of a module: its pipeline-rank modules when it has them,
+/// else the module itself.
+llvm::SmallVector<mlir::ModuleOp> getPrograms(mlir::ModuleOp module);
+
+/// The outermost module containing `op` (where the mesh and the batch and
+/// optimizer settings live).
+mlir::ModuleOp getRootModule(mlir::Operation *op);
+
 /// The model function: the one func.func without a phase, or the
 /// microbatch phase once autodiff ran. Emits an error and returns null when
 /// there is none or more than one.
@@ -45,7 +67,8 @@ mlir::LogicalResult reinferResultTypes(mlir::Operation *op);
 /// Makes the function type match its block arguments and returned values.
 void updateFunctionType(mlir::func::FuncOp func);
 
-/// Number of microbatches recorded by tessera-set-batch (1 if absent).
+/// Number of microbatches recorded by tessera-set-batch (1 if absent);
+/// `module` may be a pipeline-rank module.
 int64_t getNumMicrobatches(mlir::ModuleOp module);
 
 } // namespace tessera

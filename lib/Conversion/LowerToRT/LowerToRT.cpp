@@ -19,9 +19,12 @@
 #include "tessera/Support/Model.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
 #include "llvm/ADT/MapVector.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <functional>
 #include <map>
 #include <queue>
 
@@ -71,11 +74,32 @@ struct Storage {
   bool scratch = false;
 };
 
+/// Creates a persistent buffer for pipeline p2p staging (kind activation).
+using MakeBuffer = std::function<void(StringRef name, Type type)>;
+
+/// The buffer a phase argument or result is bound to ("" if none).
+static std::string bindingOf(DictionaryAttr attrs, int64_t chunk) {
+  if (!attrs)
+    return "";
+  for (StringRef key : {kParamAttr, kInputAttr, kBufferAttr})
+    if (auto a = attrs.getAs<StringAttr>(key))
+      return a.getValue().str();
+  if (auto g = attrs.getAs<StringAttr>(kGradOfAttr))
+    return ("grad:" + g.getValue()).str();
+  if (auto i = attrs.getAs<IntegerAttr>(kStashAttr))
+    return ("stash:c" + Twine(chunk) + ":" + Twine(i.getInt())).str();
+  return "";
+}
+
 class PhaseLowering {
 public:
   PhaseLowering(func::FuncOp func, bool isStep,
-                llvm::StringMap<Persistent *> &persistent)
-      : func(func), isStep(isStep), persistent(persistent) {}
+                llvm::StringMap<Persistent *> &persistent, MakeBuffer makeBuffer)
+      : func(func), isStep(isStep), persistent(persistent),
+        makeBuffer(std::move(makeBuffer)) {
+    if (auto c = func->getAttrOfType<IntegerAttr>(kChunkAttr))
+      chunk = c.getInt();
+  }
 
   LogicalResult plan();
   int64_t planMemory(int64_t base);
@@ -95,9 +119,22 @@ private:
   /// The value bound to a persistent buffer that `v` is returned into.
   StringRef resultBinding(Value v);
 
+  /// A p2p staging buffer of this phase.
+  int newP2PStorage(Type type, StringRef what) {
+    std::string name = ("p2p." + what + ":" + func.getSymName() + ":" +
+                        Twine(numP2P++)).str();
+    makeBuffer(name, type);
+    return newStorage(type, name);
+  }
+
   func::FuncOp func;
   bool isStep;
   llvm::StringMap<Persistent *> &persistent;
+  MakeBuffer makeBuffer;
+  int64_t chunk = -1;
+  int numP2P = 0;
+  /// Sends whose operand is first copied into a send buffer (storage id).
+  DenseMap<Operation *, int> sendCopy;
   SmallVector<Operation *> ops;
   DenseMap<Operation *, int64_t> position;
   DenseMap<Value, int> storageOf;
@@ -117,11 +154,11 @@ StringRef PhaseLowering::resultBinding(Value v) {
   auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
   for (OpOperand &use : v.getUses())
     if (use.getOwner() == ret) {
-      unsigned i = use.getOperandNumber();
-      if (auto b = func.getResultAttrOfType<StringAttr>(i, kBufferAttr))
-        return b.getValue();
-      if (auto g = func.getResultAttrOfType<StringAttr>(i, kGradOfAttr))
-        return persistent.find(("grad:" + g.getValue()).str())->first();
+      std::string name =
+          bindingOf(func.getResultAttrDict(use.getOperandNumber()), chunk);
+      auto it = persistent.find(name);
+      if (!name.empty() && it != persistent.end())
+        return it->first();
     }
   return "";
 }
@@ -153,14 +190,8 @@ LogicalResult PhaseLowering::plan() {
 
   // Arguments live in their persistent buffers.
   for (BlockArgument arg : body.getArguments()) {
-    std::string name;
     unsigned i = arg.getArgNumber();
-    if (auto p = func.getArgAttrOfType<StringAttr>(i, kParamAttr))
-      name = p.getValue().str();
-    else if (auto in = func.getArgAttrOfType<StringAttr>(i, kInputAttr))
-      name = in.getValue().str();
-    else if (auto bnd = func.getArgAttrOfType<StringAttr>(i, kBufferAttr))
-      name = bnd.getValue().str();
+    std::string name = bindingOf(func.getArgAttrDict(i), chunk);
     if (name.empty() || !persistent.count(name))
       return emitError(arg.getLoc())
              << "argument #" << i << " of '" << func.getSymName()
@@ -169,6 +200,27 @@ LogicalResult PhaseLowering::plan() {
   }
 
   for (Operation *op : ops) {
+    // Pipeline p2p: a received value goes straight to the slot of saved
+    // activations when the backward needs it, else to a staging buffer of
+    // its own; a send reads a staging buffer or a saved activation (never a
+    // transient, which the next function may reuse while the send is in
+    // flight; nor a receive buffer, which the next receive may overwrite).
+    if (auto recv = dyn_cast<dist::RecvOp>(op)) {
+      StringRef binding = resultBinding(recv.getResult());
+      if (binding.starts_with("stash:")) {
+        direct.insert(recv.getResult());
+        assign(recv.getResult(), newStorage(recv.getType(), binding));
+      } else {
+        assign(recv.getResult(), newP2PStorage(recv.getType(), "recv"));
+      }
+      continue;
+    }
+    if (auto send = dyn_cast<dist::SendOp>(op)) {
+      StringRef where = storages[storageOf.lookup(send.getInput())].persistent;
+      if (!where.starts_with("stash:") && !where.starts_with("p2p.send:"))
+        sendCopy[op] = newP2PStorage(send.getInput().getType(), "send");
+      continue;
+    }
     // In-place kernels reuse operand 0's storage.
     bool aliasOnly = isa<dist::CopyToRegionOp>(op);
     bool inPlace = isa<dist::ReduceFromRegionOp, dist::AllReduceOp,
@@ -233,6 +285,9 @@ LogicalResult PhaseLowering::plan() {
                 if (user != op && !user->isBeforeInBlock(op))
                   canWriteDirect = false;
       }
+      // A saved activation is written once, into its slot.
+      if (binding.starts_with("stash:") && !copyFirst.contains(op))
+        canWriteDirect = true;
       if (canWriteDirect) {
         direct.insert(result);
         assign(result, newStorage(result.getType(), binding));
@@ -240,6 +295,12 @@ LogicalResult PhaseLowering::plan() {
       }
       if (isa<dist::AsyncType>(result.getType()))
         continue;
+      if (binding.empty() && !inPlace && llvm::any_of(result.getUsers(), [](Operation *u) {
+            return isa<dist::SendOp>(u);
+          })) {
+        assign(result, newP2PStorage(result.getType(), "send"));
+        continue;
+      }
       assign(result, newStorage(result.getType()));
     }
     // A cross-entropy with ignore_index runs as max, statistics and loss
@@ -260,6 +321,23 @@ LogicalResult PhaseLowering::plan() {
         scratchOf[op].push_back(id);
       }
     }
+  }
+  // Saved activations that alias a transient (an in-place or aliasing op's
+  // result): the transient becomes the slot buffer, so no copy is needed.
+  auto ret = func.getBody().front().getTerminator();
+  llvm::StringSet<> taken;
+  for (Storage &st : storages)
+    if (!st.persistent.empty())
+      taken.insert(st.persistent);
+  for (Value v : ret->getOperands()) {
+    StringRef binding = resultBinding(v);
+    if (!binding.starts_with("stash:") || taken.contains(binding))
+      continue;
+    Storage &st = storages[storageOf.lookup(v)];
+    if (!st.persistent.empty() || st.scratch)
+      continue;
+    st.persistent = binding.str();
+    taken.insert(binding);
   }
   return success();
 }
@@ -356,8 +434,7 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
   // One memref per storage, created up front.
   DenseMap<int, Value> memrefs;
   llvm::StringMap<Value> gets;
-  auto bufferOf = [&](Value v) -> Value {
-    int id = storageOf.lookup(v);
+  auto storageBuffer = [&](int id) -> Value {
     Storage &st = storages[id];
     if (!st.persistent.empty() && gets.count(st.persistent))
       return gets[st.persistent];
@@ -379,6 +456,9 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
     }
     return it->second;
   };
+  auto bufferOf = [&](Value v) -> Value {
+    return storageBuffer(storageOf.lookup(v));
+  };
   auto scratchBuffer = [&](int id) -> Value {
     auto [it, inserted] = memrefs.try_emplace(id, Value());
     if (inserted) {
@@ -392,6 +472,12 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
   auto f32 = [&](double v) { return b.getF32FloatAttr(v); };
   auto named = [&](StringRef n, Attribute a) { return b.getNamedAttr(n, a); };
   DenseMap<Value, Value> events;
+  struct DeferredSend {
+    Location loc;
+    Value buffer;
+    SmallVector<NamedAttribute> attrs;
+  };
+  SmallVector<DeferredSend> deferredSends;
 
   for (Operation *op : ops) {
     Location l = op->getLoc();
@@ -633,6 +719,28 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
               return success();
             })
             .Case([&](dist::CopyToRegionOp) { return success(); })
+            .Case([&](dist::SendOp o) {
+              Value buf = bufferOf(o.getInput());
+              if (auto it = sendCopy.find(op); it != sendCopy.end()) {
+                Value staging = storageBuffer(it->second);
+                rt::CopyOp::create(b, l, TypeRange{}, ValueRange{buf, staging},
+                                   ArrayRef<NamedAttribute>{});
+                buf = staging;
+              }
+              // Sends go last (the phase's send part): their buffers are
+              // not written again in this phase.
+              deferredSends.push_back(
+                  {l, buf,
+                   {iattrs({o.getPeer() == "next" ? 1 : -1, o.getTag()}),
+                    named("group", b.getStringAttr("pp"))}});
+              return success();
+            })
+            .Case([&](dist::RecvOp o) {
+              kernel(rt::RecvOp(), {o.getResult()},
+                     {iattrs({o.getPeer() == "next" ? 1 : -1, o.getTag()}),
+                      named("group", b.getStringAttr("pp"))});
+              return success();
+            })
             .Case([&](dist::ReduceFromRegionOp o) {
               rt::AllReduceOp::create(b, l, bufferOf(o.getResult()), o.getGroupAttr(),
                                       b.getStringAttr("sum"));
@@ -718,31 +826,141 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
       rt::CopyOp::create(b, loc, TypeRange{}, ValueRange{bufferOf(v), dst},
                          ArrayRef<NamedAttribute>{});
   }
+  for (DeferredSend &send : deferredSends)
+    rt::SendOp::create(b, send.loc, TypeRange{}, ValueRange{send.buffer},
+                       send.attrs);
   func::ReturnOp::create(b, loc);
+  return success();
+}
+
+/// Moves a phase's leading receives into `recv:<name>` and its trailing
+/// sends into `send:<name>`, so a schedule can run them on their own
+/// (`dist.run ... part`).
+static LogicalResult splitP2PParts(func::FuncOp entry) {
+  Block &body = entry.getBody().front();
+  SmallVector<Operation *> recvs, sends;
+  bool computed = false;
+  for (Operation &op : body) {
+    if (isa<rt::GetOp, rt::AllocOp, func::ReturnOp>(op))
+      continue;
+    if (isa<rt::RecvOp>(op)) {
+      if (computed)
+        return op.emitOpError() << "receives after computation in '"
+                                << entry.getSymName()
+                                << "'; a phase must receive first and send last";
+      recvs.push_back(&op);
+    } else if (isa<rt::SendOp>(op)) {
+      sends.push_back(&op);
+    } else {
+      if (!sends.empty())
+        return sends.front()->emitOpError()
+               << "sends before computation ends in '" << entry.getSymName() << "'";
+      computed = true;
+    }
+  }
+  OpBuilder b(entry.getContext());
+  b.setInsertionPointAfter(entry);
+  for (auto [prefix, moved] : {std::pair<StringRef, SmallVector<Operation *> &>{"recv:", recvs},
+                               {"send:", sends}}) {
+    if (moved.empty())
+      continue;
+    auto part = func::FuncOp::create(b, entry.getLoc(),
+                                     (prefix + entry.getSymName()).str(),
+                                     entry.getFunctionType());
+    part->setAttrs(entry->getAttrs());
+    part.setSymName((prefix + entry.getSymName()).str());
+    part->setAttr("rt.part", b.getStringAttr(prefix.drop_back()));
+    Block *block = part.addEntryBlock();
+    OpBuilder pb = OpBuilder::atBlockBegin(block);
+    IRMapping map;
+    for (Operation *op : moved) {
+      for (Value v : op->getOperands())
+        if (!map.contains(v))
+          map.map(v, pb.clone(*v.getDefiningOp())->getResult(0));
+      pb.clone(*op, map);
+      op->erase();
+    }
+    func::ReturnOp::create(pb, entry.getLoc());
+    b.setInsertionPointAfter(part);
+  }
   return success();
 }
 
 namespace {
 struct LowerToRTPass : tessera::impl::LowerToRTPassBase<LowerToRTPass> {
   void runOnOperation() override;
+  LogicalResult lowerProgram(ModuleOp program);
 };
 } // namespace
 
 void LowerToRTPass::runOnOperation() {
-  ModuleOp module = getOperation();
-  func::FuncOp micro = getPhaseFunc(module, kMicrobatchPhase);
-  func::FuncOp step = getPhaseFunc(module, kStepPhase);
-  if (!micro || !step) {
-    emitError(module.getLoc()) << "tessera-lower-to-rt needs the microbatch "
-                                  "and step phases";
-    return signalPassFailure();
+  ModuleOp root = getOperation();
+  SmallVector<ModuleOp> programs = getPrograms(root);
+  int64_t flops = 0;
+  arenaBytes = 0;
+  transientBytes = 0;
+  for (ModuleOp program : programs) {
+    if (failed(lowerProgram(program)))
+      return signalPassFailure();
+    flops += program->getAttrOfType<IntegerAttr>("rt.flops_per_step").getInt();
   }
+  // Megatron reports model FLOPs per GPU: the pipeline ranks' average.
+  root->setAttr("rt.flops_per_step",
+                IntegerAttr::get(IntegerType::get(root.getContext(), 64),
+                                 flops / int64_t(programs.size())));
+}
+
+LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
+  // The phases: the microbatch phase, or per pipeline chunk a forward and
+  // a backward phase (in chunk order); then the step.
+  SmallVector<func::FuncOp> phases;
+  func::FuncOp step = getPhaseFunc(module, kStepPhase);
+  if (func::FuncOp micro = getPhaseFunc(module, kMicrobatchPhase))
+    phases.push_back(micro);
+  for (StringRef phase : {kForwardPhase, kBackwardPhase})
+    for (auto f : module.getOps<func::FuncOp>())
+      if (auto p = f->getAttrOfType<StringAttr>(kPhaseAttr); p && p.getValue() == phase)
+        phases.push_back(f);
+  llvm::stable_sort(phases, [](func::FuncOp a, func::FuncOp b) {
+    auto chunk = [](func::FuncOp f) {
+      auto c = f->getAttrOfType<IntegerAttr>(kChunkAttr);
+      return c ? c.getInt() : -1;
+    };
+    return chunk(a) < chunk(b);
+  });
+  if (phases.empty() || !step)
+    return emitError(module.getLoc())
+           << "tessera-lower-to-rt needs the microbatch (or forward and "
+              "backward) and step phases";
+  bool pipeline = !getPhaseFunc(module, kMicrobatchPhase);
+
+  // Slots per chunk, from the schedule: how many microbatches are in flight.
+  std::map<int64_t, int64_t> numSlots;
+  if (pipeline) {
+    auto schedules = module.getOps<dist::ScheduleOp>();
+    if (schedules.empty())
+      return emitError(module.getLoc())
+             << "tessera-lower-to-rt needs the pipeline schedule (run "
+                "tessera-pp-schedule)";
+    for (auto run : (*schedules.begin()).getBody().front().getOps<dist::RunOp>()) {
+      auto f = module.lookupSymbol<func::FuncOp>(run.getCallee());
+      int64_t c = f->getAttrOfType<IntegerAttr>(kChunkAttr).getInt();
+      numSlots[c] = std::max<int64_t>(numSlots[c], int64_t(run.getSlot()) + 1);
+    }
+  }
+  auto chunkOf = [](func::FuncOp f) -> int64_t {
+    auto c = f->getAttrOfType<IntegerAttr>(kChunkAttr);
+    return c ? c.getInt() : -1;
+  };
+
   dist::MeshOp mesh = dist::lookupMesh(module);
   Builder b(module.getContext());
 
-  // 1. Persistent buffers.
+  // 1. Persistent buffers; those of a chunk (`chunk` >= 0) live in its slot
+  //    region: its inputs and saved activations, one copy per slot.
   std::vector<std::unique_ptr<Persistent>> buffers;
   llvm::StringMap<Persistent *> byName;
+  std::map<Persistent *, int64_t> slotChunk;
   auto add = [&](StringRef name, StringRef kind, Type tensorType,
                  SmallVector<NamedAttribute> attrs = {}) -> Persistent * {
     if (Persistent *p = byName.lookup(name))
@@ -753,6 +971,7 @@ void LowerToRTPass::runOnOperation() {
     return buffers.back().get();
   };
 
+  for (func::FuncOp micro : phases)
   for (unsigned i = 0, e = micro.getNumArguments(); i < e; ++i) {
     Type type = micro.getArgumentTypes()[i];
     if (auto name = micro.getArgAttrOfType<StringAttr>(i, kParamAttr)) {
@@ -778,10 +997,11 @@ void LowerToRTPass::runOnOperation() {
       add(name.getValue(), "param", type, attrs);
     }
   }
-  for (unsigned i = 0, e = micro.getNumResults(); i < e; ++i)
-    if (auto of = micro.getResultAttrOfType<StringAttr>(i, kGradOfAttr))
-      add(("grad:" + of.getValue()).str(), "grad", micro.getResultTypes()[i],
-          {b.getNamedAttr("of", FlatSymbolRefAttr::get(of))});
+  for (func::FuncOp micro : phases)
+    for (unsigned i = 0, e = micro.getNumResults(); i < e; ++i)
+      if (auto of = micro.getResultAttrOfType<StringAttr>(i, kGradOfAttr))
+        add(("grad:" + of.getValue()).str(), "grad", micro.getResultTypes()[i],
+            {b.getNamedAttr("of", FlatSymbolRefAttr::get(of))});
   for (unsigned i = 0, e = step.getNumArguments(); i < e; ++i)
     if (auto bnd = step.getArgAttrOfType<StringAttr>(i, kBufferAttr)) {
       StringRef name = bnd.getValue();
@@ -792,13 +1012,19 @@ void LowerToRTPass::runOnOperation() {
             {b.getNamedAttr("of", FlatSymbolRefAttr::get(
                                       b.getStringAttr(name.split(':').second)))});
     }
+  // The vocabulary of token inputs, from the embedding (any chunk).
+  std::optional<int64_t> vocab;
+  for (func::FuncOp f : phases)
+    f.walk([&](nn::EmbeddingOp e) { vocab = e.getVocabSize(); });
+  if (auto v = getRootModule(module)->getAttrOfType<DictionaryAttr>("tessera.vocab"))
+    if (auto size = v.getAs<IntegerAttr>("size"))
+      vocab = size.getInt();
+  for (func::FuncOp micro : phases)
   for (unsigned i = 0, e = micro.getNumArguments(); i < e; ++i)
     if (auto name = micro.getArgAttrOfType<StringAttr>(i, kInputAttr)) {
       SmallVector<NamedAttribute> attrs;
       // Token inputs and their labels: the model's vocabulary, from the
       // embedding. Classification labels: the number of classes.
-      std::optional<int64_t> vocab;
-      micro.walk([&](nn::EmbeddingOp e) { vocab = e.getVocabSize(); });
       if (vocab && (name.getValue() == "tokens" || name.getValue() == "labels")) {
         attrs.push_back(b.getNamedAttr("vocab_size", b.getI64IntegerAttr(*vocab)));
       } else {
@@ -810,17 +1036,70 @@ void LowerToRTPass::runOnOperation() {
                 b.getI64IntegerAttr(z.getDimSize(z.getRank() - 1))));
           }
       }
-      add(name.getValue(), "input", micro.getArgumentTypes()[i], attrs);
+      Persistent *p = add(name.getValue(), "input", micro.getArgumentTypes()[i], attrs);
+      if (p->attrs.empty())
+        p->attrs = attrs;
+      if (pipeline) {
+        auto it = slotChunk.find(p);
+        if (it != slotChunk.end() && it->second != chunkOf(micro))
+          return micro.emitOpError()
+                 << "reads input '" << name.getValue()
+                 << "', which another chunk of this pipeline rank reads too";
+        slotChunk[p] = chunkOf(micro);
+      }
     }
-  for (unsigned i = 0, e = micro.getNumResults(); i < e; ++i)
-    if (auto bnd = micro.getResultAttrOfType<StringAttr>(i, kBufferAttr))
-      add(bnd.getValue(), "loss", micro.getResultTypes()[i]);
+  for (func::FuncOp micro : phases)
+    for (unsigned i = 0, e = micro.getNumResults(); i < e; ++i)
+      if (auto bnd = micro.getResultAttrOfType<StringAttr>(i, kBufferAttr))
+        add(bnd.getValue(), "loss", micro.getResultTypes()[i]);
+  for (func::FuncOp f : phases)
+    if (f->getAttrOfType<StringAttr>(kPhaseAttr).getValue() == kForwardPhase)
+      for (unsigned i = 0, e = f.getNumResults(); i < e; ++i)
+        if (f.getResultAttr(i, kStashAttr)) {
+          std::string name = bindingOf(f.getResultAttrDict(i), chunkOf(f));
+          slotChunk[add(name, "activation", f.getResultTypes()[i])] = chunkOf(f);
+        }
 
+  // 2. Storage decisions (p2p staging buffers are created on the way).
+  MakeBuffer makeBuffer = [&](StringRef name, Type type) {
+    add(name, "activation", type);
+  };
+  std::vector<std::unique_ptr<PhaseLowering>> lowerings;
+  for (func::FuncOp f : phases)
+    lowerings.push_back(
+        std::make_unique<PhaseLowering>(f, /*isStep=*/false, byName, makeBuffer));
+  lowerings.push_back(
+      std::make_unique<PhaseLowering>(step, /*isStep=*/true, byName, makeBuffer));
+  for (auto &l : lowerings)
+    if (failed(l->plan()))
+      return failure();
+
+  // Layout: shared persistent buffers, then each chunk's slot region.
   int64_t offset = 0;
-  for (auto &p : buffers) {
-    p->offset = offset;
-    offset = alignUp(offset + byteSize(p->type));
+  for (auto &p : buffers)
+    if (!slotChunk.count(p.get())) {
+      p->offset = offset;
+      offset = alignUp(offset + byteSize(p->type));
+    }
+  struct SlotRegion {
+    int64_t base = 0, bytes = 0, slots = 0;
+  };
+  std::map<int64_t, SlotRegion> regions;
+  for (auto &[c, slots] : numSlots) {
+    SlotRegion &r = regions[c];
+    r.base = offset;
+    r.slots = slots;
+    for (auto &p : buffers)
+      if (auto it = slotChunk.find(p.get()); it != slotChunk.end() && it->second == c) {
+        p->offset = r.base + r.bytes;
+        r.bytes = alignUp(r.bytes + byteSize(p->type));
+      }
+    offset += r.bytes * r.slots;
   }
+  for (auto &[p, c] : slotChunk)
+    if (!regions.count(c))
+      return emitError(module.getLoc())
+             << "chunk " << c << " has buffers but no step in the schedule";
   int64_t persistentBytes = offset;
 
   // The model FLOPs of one step on this rank, from each op's cost.
@@ -829,50 +1108,63 @@ void LowerToRTPass::runOnOperation() {
     f.walk([&](CostOpInterface op) { flops += op.getFlops(); });
     return flops;
   };
-  int64_t flopsPerStep =
-      phaseFlops(micro) * getNumMicrobatches(module) + phaseFlops(step);
+  int64_t flopsPerStep = phaseFlops(step);
+  for (func::FuncOp f : phases)
+    flopsPerStep += phaseFlops(f) * getNumMicrobatches(module);
 
-  // 2-3. Storage decisions and memory plans for both phases.
-  PhaseLowering microLowering(micro, /*isStep=*/false, byName);
-  PhaseLowering stepLowering(step, /*isStep=*/true, byName);
-  if (failed(microLowering.plan()) || failed(stepLowering.plan()))
-    return signalPassFailure();
-  int64_t transient = std::max(microLowering.planMemory(persistentBytes),
-                               stepLowering.planMemory(persistentBytes));
+  // 3. Memory plans: all phases share the transient region (they never run
+  //    at once).
+  int64_t transient = 0;
+  for (auto &l : lowerings)
+    transient = std::max(transient, l->planMemory(persistentBytes));
 
   // 4. Emit.
   OpBuilder builder(module.getContext());
-  builder.setInsertionPoint(micro);
+  builder.setInsertionPoint(phases.front());
   for (auto &p : buffers) {
     SmallVector<NamedAttribute> attrs{
         builder.getNamedAttr("sym_name", builder.getStringAttr(p->name)),
         builder.getNamedAttr("type", TypeAttr::get(p->type)),
         builder.getNamedAttr("kind", builder.getStringAttr(p->kind)),
         builder.getNamedAttr("offset", builder.getI64IntegerAttr(p->offset))};
-    auto op = rt::BufferOp::create(builder, micro.getLoc(), TypeRange{},
+    auto op = rt::BufferOp::create(builder, phases.front().getLoc(), TypeRange{},
                                    ValueRange{}, attrs);
     for (NamedAttribute attr : p->attrs)
       op->setAttr(attr.getName(), attr.getValue());
   }
-  auto makeEntry = [&](StringRef name) {
-    auto f = func::FuncOp::create(builder, micro.getLoc(), name,
-                                  builder.getFunctionType({}, {}));
-    f->setAttr("rt.entry", builder.getUnitAttr());
-    return f;
-  };
   builder.setInsertionPointAfter(step);
-  func::FuncOp microEntry = makeEntry("microbatch");
-  func::FuncOp stepEntry = makeEntry("step");
-  if (failed(microLowering.emit(builder, microEntry)) ||
-      failed(stepLowering.emit(builder, stepEntry)))
-    return signalPassFailure();
-  micro.erase();
-  step.erase();
+  SmallVector<func::FuncOp> sources(phases);
+  sources.push_back(step);
+  for (auto [source, lowering] : llvm::zip(sources, lowerings)) {
+    // The runtime runs "microbatch" and "step" by name; pipeline phases keep
+    // theirs (forward_c<k>, backward_c<k>).
+    std::string name = source.getSymName().str();
+    if (StringRef phase = source->getAttrOfType<StringAttr>(kPhaseAttr).getValue();
+        phase == kMicrobatchPhase || phase == kStepPhase)
+      name = phase.str();
+    auto entry = func::FuncOp::create(builder, source.getLoc(), name,
+                                      builder.getFunctionType({}, {}));
+    entry->setAttr("rt.entry", builder.getUnitAttr());
+    entry->setAttr(kPhaseAttr, source->getAttr(kPhaseAttr));
+    if (int64_t c = chunkOf(source); c >= 0) {
+      entry->setAttr("rt.chunk", builder.getI64IntegerAttr(c));
+      SlotRegion r = regions[c];
+      entry->setAttr("rt.slot_base", builder.getI64IntegerAttr(r.base));
+      entry->setAttr("rt.slot_bytes", builder.getI64IntegerAttr(r.bytes));
+      entry->setAttr("rt.num_slots", builder.getI64IntegerAttr(r.slots));
+    }
+    if (failed(lowering->emit(builder, entry)) || failed(splitP2PParts(entry)))
+      return failure();
+    builder.setInsertionPointToEnd(module.getBody());
+  }
+  for (func::FuncOp f : sources)
+    f.erase();
 
   module->setAttr("rt.arena_bytes",
                   builder.getI64IntegerAttr(persistentBytes + transient));
   module->setAttr("rt.persistent_bytes", builder.getI64IntegerAttr(persistentBytes));
   module->setAttr("rt.flops_per_step", builder.getI64IntegerAttr(flopsPerStep));
-  arenaBytes = persistentBytes + transient;
-  transientBytes = transient;
+  arenaBytes = std::max<uint64_t>(arenaBytes.getValue(), persistentBytes + transient);
+  transientBytes = std::max<uint64_t>(transientBytes.getValue(), transient);
+  return success();
 }

@@ -51,8 +51,8 @@ Status checkCount(int64_t count) {
 
 class MpiCommunicator final : public Communicator {
 public:
-  MpiCommunicator(MPI_Comm comm, int rank, int size)
-      : comm(comm), myRank(rank), mySize(size) {}
+  MpiCommunicator(MPI_Comm comm, int rank, int size, int tagUpperBound)
+      : comm(comm), myRank(rank), mySize(size), tagUb(tagUpperBound) {}
   ~MpiCommunicator() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -129,14 +129,87 @@ public:
     return Status();
   }
 
+  StatusOr<CommRequest> isend(const void *buffer, int64_t count,
+                              ElementType type, int peer, int tag) override {
+    TESSERA_RETURN_IF_ERROR(checkPointToPoint(count, peer, tag));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type, false));
+    MPI_Request request;
+    TESSERA_RETURN_IF_MPI_ERROR(
+        MPI_Isend(buffer, int(count), dt, peer, tag, comm, &request));
+    stats.p2p += uint64_t(count * elementSize(type));
+    ++stats.calls;
+    return track(request);
+  }
+
+  StatusOr<CommRequest> irecv(void *buffer, int64_t count, ElementType type,
+                              int peer, int tag) override {
+    TESSERA_RETURN_IF_ERROR(checkPointToPoint(count, peer, tag));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type, false));
+    MPI_Request request;
+    TESSERA_RETURN_IF_MPI_ERROR(
+        MPI_Irecv(buffer, int(count), dt, peer, tag, comm, &request));
+    ++stats.calls;
+    return track(request);
+  }
+
+  Status waitAll(const std::vector<CommRequest> &requests) override {
+    std::vector<MPI_Request> list;
+    list.reserve(requests.size());
+    bool anyUnknown = false;
+    int64_t unknown = -1;
+    for (const CommRequest &r : requests) {
+      auto it = pending.find(r.id);
+      if (it == pending.end()) {
+        anyUnknown = true;
+        unknown = r.id;
+        continue;
+      }
+      list.push_back(it->second);
+      pending.erase(it);
+    }
+    // Wait for the known requests even if one is unknown, so that none is
+    // left in flight.
+    if (!list.empty()) {
+      std::vector<MPI_Status> statuses(list.size());
+      int rc = MPI_Waitall(int(list.size()), list.data(), statuses.data());
+      if (rc == MPI_ERR_IN_STATUS)
+        for (const MPI_Status &st : statuses)
+          if (st.MPI_ERROR != MPI_SUCCESS && st.MPI_ERROR != MPI_ERR_PENDING)
+            return mpiStatus(st.MPI_ERROR, "MPI_Waitall");
+      if (rc != MPI_SUCCESS)
+        return mpiStatus(rc, "MPI_Waitall");
+    }
+    if (anyUnknown)
+      return invalidArgument("waitAll on unknown or completed request ",
+                             unknown);
+    return Status();
+  }
+
   Status barrier() override {
     TESSERA_RETURN_IF_MPI_ERROR(MPI_Barrier(comm));
     return Status();
   }
 
 private:
+  Status checkPointToPoint(int64_t count, int peer, int tag) const {
+    TESSERA_RETURN_IF_ERROR(checkCount(count));
+    if (peer < 0 || peer >= mySize)
+      return invalidArgument("point-to-point peer ", peer,
+                             " outside the group of ", mySize, " ranks");
+    if (tag < 0 || tag > tagUb)
+      return invalidArgument("point-to-point tag ", tag, " outside [0, ", tagUb,
+                             "] (MPI_TAG_UB)");
+    return Status();
+  }
+  CommRequest track(MPI_Request request) {
+    int64_t id = nextId++;
+    pending.emplace(id, request);
+    return CommRequest{id};
+  }
+
   MPI_Comm comm;
   int myRank, mySize;
+  int tagUb;
   int64_t nextId = 0;
   std::unordered_map<int64_t, MPI_Request> pending;
 };
@@ -148,7 +221,15 @@ StatusOr<std::unique_ptr<Communicator>> createMpiCommunicator(MPI_Comm comm) {
   int rank = 0, size = 0;
   TESSERA_RETURN_IF_MPI_ERROR(MPI_Comm_rank(comm, &rank));
   TESSERA_RETURN_IF_MPI_ERROR(MPI_Comm_size(comm, &size));
-  return std::unique_ptr<Communicator>(new MpiCommunicator(comm, rank, size));
+  // MPI guarantees MPI_TAG_UB >= 32767.
+  int tagUb = 32767, found = 0;
+  void *attr = nullptr;
+  TESSERA_RETURN_IF_MPI_ERROR(
+      MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &attr, &found));
+  if (found && attr)
+    tagUb = *static_cast<int *>(attr);
+  return std::unique_ptr<Communicator>(
+      new MpiCommunicator(comm, rank, size, tagUb));
 }
 
 //===----------------------------------------------------------------------===//
@@ -239,6 +320,16 @@ createMpiGroupCommunicators(const fb::Artifact &artifact,
   return result;
 }
 
+/// True if the artifact's "pp" groups have more than one rank.
+static bool hasPipelineStages(const fb::Artifact &artifact) {
+  if (artifact.groups())
+    for (const fb::RankGroup *g : *artifact.groups())
+      if (g->kind() && g->kind()->string_view() == "pp" && g->ranks() &&
+          g->ranks()->size() > 1)
+        return true;
+  return false;
+}
+
 StatusOr<CommunicatorSet> createMpiCommunicators(const fb::Artifact &artifact) {
   CommunicatorSet set;
   MPI_Comm world = MPI_COMM_NULL;
@@ -254,6 +345,13 @@ StatusOr<CommunicatorSet> createMpiCommunicators(const fb::Artifact &artifact) {
     if (!groups.ok())
       return groups.status();
     TESSERA_ASSIGN_OR_RETURN(set.lossReduce, std::move(loss));
+  }
+  // Pipelines: a separate channel to sum the loss over the stages.
+  if (hasPipelineStages(artifact)) {
+    auto loss = createMpiGroupCommunicator(artifact, "pp");
+    if (!groups.ok())
+      return groups.status();
+    TESSERA_ASSIGN_OR_RETURN(set.lossReducePp, std::move(loss));
   }
   if (!groups.ok())
     return groups.status();

@@ -77,8 +77,10 @@ std::string ranksToString(const flatbuffers::Vector<int32_t> *ranks);
 
 /// All rank-group kinds named by collectives (isCollective; not the groups
 /// of vocab-sharded kernels) in any program, plus "dp" when
-/// the artifact has dp groups; sorted, unique. Every rank derives the same
-/// list, so communicators can be split collectively in this order.
+/// the artifact has dp groups and "pp" when a program has pipeline
+/// point-to-point instructions (Send, Recv); sorted, unique. Every rank
+/// derives the same list, so communicators can be split collectively in this
+/// order.
 std::vector<std::string> collectiveGroupKinds(const fb::Artifact &artifact);
 
 /// Number of elements of `shape` (1 for a scalar).
@@ -98,6 +100,15 @@ int expectedIAttrCount(fb::Opcode op);
 /// True for the communication opcodes (AllReduce, AllGather, ReduceScatter,
 /// AllReduceStart): only their `group` needs a communicator.
 bool isCollective(fb::Opcode op);
+
+/// True for the pipeline point-to-point opcodes (Send, Recv): they run over
+/// the "pp" group and join the rank's open p2p batch instead of blocking.
+bool isPointToPoint(fb::Opcode op);
+
+/// True if `name` is a pipeline forward ("forward...") or backward
+/// ("backward...") function.
+bool isForwardFunction(std::string_view name);
+bool isBackwardFunction(std::string_view name);
 
 /// True for the vocabulary-parallel kernels whose `group` gives their vocab
 /// offset (Embedding, EmbeddingGrad, CrossEntropyStats,

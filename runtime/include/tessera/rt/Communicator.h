@@ -9,6 +9,7 @@
 //   all-reduce      2 (n - 1) / n * B
 //   all-gather      (n - 1) / n * B   (B = gathered output)
 //   reduce-scatter  (n - 1) / n * B   (B = unreduced input)
+// and, for point-to-point (pipeline) traffic, the bytes of every isend.
 //
 //===----------------------------------------------------------------------===//
 
@@ -21,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace tessera::rt {
 
@@ -36,11 +38,14 @@ struct CommCounters {
   uint64_t allReduce = 0;
   uint64_t allGather = 0;
   uint64_t reduceScatter = 0;
+  /// Point-to-point bytes sent (isend), e.g. pipeline activations.
+  uint64_t p2p = 0;
+  /// Collectives started plus point-to-point operations posted.
   uint64_t calls = 0;
 
   CommCounters &operator+=(const CommCounters &o);
   CommCounters operator-(const CommCounters &o) const;
-  uint64_t total() const { return allReduce + allGather + reduceScatter; }
+  uint64_t total() const { return allReduce + allGather + reduceScatter + p2p; }
 };
 
 /// Ring volumes (see file comment).
@@ -48,7 +53,8 @@ uint64_t ringAllReduceBytes(uint64_t bytes, int n);
 uint64_t ringAllGatherBytes(uint64_t fullBytes, int n);
 uint64_t ringReduceScatterBytes(uint64_t fullBytes, int n);
 
-/// Handle of an in-flight asynchronous collective.
+/// Handle of an in-flight asynchronous collective or point-to-point
+/// operation.
 struct CommRequest {
   int64_t id = -1;
 };
@@ -77,6 +83,22 @@ public:
                                                ElementType type,
                                                ReduceKind op) = 0;
   virtual Status wait(CommRequest request) = 0;
+
+  /// Point-to-point (pipeline stages). `peer` is a rank index within this
+  /// group (0 <= peer < size()) and `tag` a non-negative message tag; a send
+  /// matches the receive of the same tag posted by its peer. Neither blocks:
+  /// complete them with waitAll() (or wait()) and do not touch the buffer
+  /// before. isend counts count * elementSize(type) bytes in counters().p2p.
+  /// The self communicator has no peer and returns FailedPrecondition.
+  virtual StatusOr<CommRequest> isend(const void *buffer, int64_t count,
+                                      ElementType type, int peer, int tag) = 0;
+  virtual StatusOr<CommRequest> irecv(void *buffer, int64_t count,
+                                      ElementType type, int peer, int tag) = 0;
+  /// Completes all of `requests` together (MPI_Waitall), so a batch that
+  /// both sends to and receives from a peer that does the same cannot
+  /// deadlock. Every request is consumed, even when an error is returned.
+  virtual Status waitAll(const std::vector<CommRequest> &requests) = 0;
+
   /// Blocks until every rank of the group arrives.
   virtual Status barrier() = 0;
 
@@ -96,6 +118,10 @@ struct CommunicatorSet {
   /// A separate channel over the dp group used only to average the reported
   /// loss, so that reporting traffic is not counted. May be null.
   std::unique_ptr<Communicator> lossReduce;
+  /// The same over the pp group: pipeline stages sum their share of the
+  /// reported loss (only the stage that computes it has one). May be null
+  /// (then a pipeline with more than one stage cannot report its loss).
+  std::unique_ptr<Communicator> lossReducePp;
   /// The whole world (for barriers). May be null.
   std::unique_ptr<Communicator> world;
 };

@@ -7,6 +7,19 @@
 // "microbatch" and read the loss; then set the iteration buffer and run
 // "step".
 //
+// Pipelines (a program with a `schedule`): the schedule's steps replace the
+// microbatch loop. A function with microbatch slots is decoded once per slot
+// (operands in its slot region moved by slot * slot_bytes); each step runs
+// its function on its slot, a forward after filling the inputs in its slot
+// region for its microbatch (and, in place, the inputs in no forward's slot
+// region), and one that writes the loss buffer (a function other than a
+// backward with the loss buffer as an operand) adds the loss to the
+// iteration's sum. Send/Recv post non-blocking point-to-point operations
+// over the "pp" group that join the rank's open p2p batch; the batch is
+// completed (all requests waited together) right before the next
+// instruction that is not a Send/Recv, before "step" and at the end of the
+// schedule.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef TESSERA_RT_EXECUTOR_H
@@ -19,8 +32,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -40,8 +55,11 @@ struct ExecutorOptions {
 /// One slice of the execution timeline, in microseconds since the epoch
 /// set by Executor::startTrace.
 struct TraceEvent {
-  std::string name;  ///< opcode, or "microbatch 3" / "step" for phases
-  std::string track; ///< "phase", "compute" or "communication"
+  /// Opcode; "microbatch 3", "step", or for schedule steps "F c0 mb3" /
+  /// "B c1 mb0" for phases; "send→pp1", "recv←pp0" and "p2p wait" for
+  /// pipeline point-to-point.
+  std::string name;
+  std::string track; ///< "phase", "compute", "communication" or "p2p"
   double startUs, durationUs;
 };
 
@@ -76,16 +94,29 @@ public:
 
   /// One training iteration (1-based). Returns the loss averaged over the
   /// microbatches and the dp group (NaN if the program has no loss buffer).
+  /// With a schedule, the stage whose functions write the loss reports the
+  /// microbatch mean and the others 0; the sum over the pp group (through
+  /// CommunicatorSet::lossReducePp) is then averaged over dp, so every rank
+  /// returns the same loss (NaN if no program has a loss buffer).
   StatusOr<double> runIteration(int64_t iteration);
 
   /// The learning rate of `iteration` (1-based) under the artifact's
   /// schedule (Megatron's warmup and decay); 0 without an optimizer.
   double learningRate(int64_t iteration) const;
 
-  /// Fills the program's inputs for microbatch `m` of `iteration`.
-  Status fillInputs(int64_t iteration, int64_t microbatch);
-  /// Runs function `name` ("microbatch" or "step").
-  Status runFunction(const std::string &name);
+  /// Fills the program's inputs for microbatch `m` of `iteration`: those
+  /// whose buffer offset lies in [regionBegin, regionEnd) (by default all),
+  /// each written `displacement` bytes past its buffer's offset (a slot's
+  /// copy: slot * slot_bytes).
+  Status fillInputs(int64_t iteration, int64_t microbatch,
+                    int64_t displacement = 0, int64_t regionBegin = 0,
+                    int64_t regionEnd = INT64_MAX);
+  /// Runs function `name` ("microbatch", "step", "forward_c0", ...) on
+  /// microbatch slot `slot`. A p2p batch it leaves open stays open (see
+  /// completeP2pBatch).
+  Status runFunction(const std::string &name, int slot = 0);
+  /// Waits for every Send/Recv of the open p2p batch (no-op if none).
+  Status completeP2pBatch();
 
   /// Host copy of buffer `name` (raw bytes).
   StatusOr<std::vector<uint8_t>> readBuffer(const std::string &name) const;
@@ -94,8 +125,11 @@ public:
   Status writeBuffer(const std::string &name, const void *data, int64_t bytes);
 
   /// For a watchdog thread: when an instruction has been running for more
-  /// than `seconds`, describes it (function, instruction, opcode, loc);
-  /// otherwise returns an empty string. Safe to call from another thread.
+  /// than `seconds`, describes it (function, instruction, opcode, loc), or
+  /// when a p2p batch has been waited for that long, describes the batch
+  /// (pipeline stage, the function and microbatch that opened it, and each
+  /// pending send and receive with peer, tag, shape and dtype); otherwise
+  /// returns an empty string. Safe to call from another thread.
   std::string stalledInstruction(double seconds) const;
 
   /// Starts the timeline clock (call on every rank right after a barrier,
@@ -119,11 +153,36 @@ public:
   int worldRank() const { return rank; }
   Backend &backend() { return *be; }
 
+  /// This rank's pipeline stage (index in its "pp" group) and the number of
+  /// stages (1 without pp groups).
+  int pipelineStage() const { return ppIndex; }
+  int pipelineStages() const { return ppSize; }
+
 private:
+  struct DecodedFunction;
+  /// A Send or Recv in flight.
+  struct P2pOp {
+    Communicator *comm;
+    CommRequest request;
+    const Thunk *thunk;
+  };
+
   Executor();
   Status bindFunctions();
   const fb::Buffer *findBuffer(const std::string &name) const;
   Status execute(const Thunk &thunk);
+  /// Runs the thunks of `fn` on `slot`, recording phase `phase` when
+  /// tracing; `context` is appended to an instruction's location in errors.
+  /// With `drainP2p`, completes the open p2p batch before returning.
+  Status runThunks(const DecodedFunction &fn, int slot,
+                   const std::string &phase, const std::string &context,
+                   bool drainP2p);
+  StatusOr<double> runSchedule(int64_t iteration);
+  /// Fills one input for `microbatch`, `displacement` bytes past its offset.
+  Status fillInput(const fb::InputSpec &spec, int64_t iteration,
+                   int64_t microbatch, int64_t displacement);
+  /// The phase name of `fn` on microbatch `microbatch` (trace).
+  std::string phaseName(const DecodedFunction &fn, int64_t microbatch) const;
 
   std::shared_ptr<const LoadedArtifact> art;
   const fb::Program *prog = nullptr;
@@ -134,8 +193,27 @@ private:
   ExecutorOptions options;
   DataLayout layout;
   uint8_t *arena = nullptr;
-  std::map<std::string, std::vector<Thunk>> functions;
+  /// Decoded functions, in the program's order (schedule steps index them).
+  std::vector<DecodedFunction> functions;
+  std::map<std::string, size_t> functionIndex;
   std::map<int, std::pair<Communicator *, CommRequest>> pending;
+  /// Pipeline stage of this rank and number of stages.
+  int ppIndex = 0, ppSize = 1;
+  /// Some schedule step's function writes the loss buffer (this stage
+  /// computes the loss); some program of the artifact has a loss buffer.
+  bool stageHasLoss = false, artifactHasLoss = false;
+  /// Schedules: the inputs in no forward's slot region (filled in place by
+  /// every forward).
+  std::vector<const fb::InputSpec *> unslottedInputs;
+  /// Host staging of one input.
+  std::vector<uint8_t> hostInput;
+  /// The open p2p batch and what opened it ("function 'forward_c0'
+  /// microbatch 3").
+  std::vector<P2pOp> p2pBatch;
+  std::string p2pBatchOpener;
+  /// The function being run and its slot, for p2pBatchOpener.
+  const DecodedFunction *currentFunction = nullptr;
+  int currentSlot = 0;
   std::map<std::string, double> kernelTime;
   /// The microbatch being run, for kernels keyed by global sample (dropout).
   int64_t currentIteration = 1, currentMicrobatch = 0;
@@ -148,6 +226,10 @@ private:
   /// started, for stalledInstruction().
   std::atomic<const Thunk *> inFlight{nullptr};
   std::atomic<int64_t> inFlightSinceNs{0};
+  /// The p2p batch being waited for (empty when none) and since when.
+  mutable std::mutex waitMutex;
+  std::string waitDescription;
+  int64_t waitSinceNs = 0;
   double sinceEpochUs(std::chrono::steady_clock::time_point t) const {
     return std::chrono::duration<double, std::micro>(t - traceEpoch).count();
   }

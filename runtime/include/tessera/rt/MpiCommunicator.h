@@ -57,8 +57,9 @@ createMpiGroupCommunicators(const fb::Artifact &artifact,
 
 /// The communicators tessera-run uses: `groups` from
 /// createMpiGroupCommunicators(artifact, collectiveGroupKinds(artifact)),
-/// `lossReduce` (a second dp communicator, if the artifact has dp groups)
-/// and `world` (a duplicate of MPI_COMM_WORLD). Collective.
+/// `lossReduce` (a second dp communicator, if the artifact has dp groups),
+/// `lossReducePp` (a second pp communicator, if its pp groups have more than
+/// one rank) and `world` (a duplicate of MPI_COMM_WORLD). Collective.
 StatusOr<CommunicatorSet> createMpiCommunicators(const fb::Artifact &artifact);
 
 } // namespace tessera::rt

@@ -1,0 +1,178 @@
+//===- PPSchedule.cpp - Order each pipeline rank's forwards and backwards -===//
+//
+// Seed 003's schedules (lib/Schedule) as IR: one `dist.schedule` per
+// pipeline-rank module, listing `dist.run @forward_c<k>` / `@backward_c<k>`
+// per microbatch in execution order. Each forward takes the lowest free slot
+// of its chunk (a copy of the chunk's inputs and saved activations) and its
+// backward frees it, so the number of slots is the most microbatches a chunk
+// has in flight: pp - rank for 1F1B on rank `rank`, at most pp on the first.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/dist/Transforms/Passes.h"
+#include "tessera/Schedule/PipelineSchedule.h"
+#include "tessera/Support/Model.h"
+
+#include "mlir/IR/Builders.h"
+
+#include <map>
+#include <set>
+
+namespace tessera::dist {
+#define GEN_PASS_DEF_PPSCHEDULEPASS
+#include "dialects/dist/Transforms/Passes.h.inc"
+} // namespace tessera::dist
+
+using namespace mlir;
+using namespace tessera;
+using namespace tessera::dist;
+
+namespace {
+struct PPSchedulePass : tessera::dist::impl::PPSchedulePassBase<PPSchedulePass> {
+  using PPSchedulePassBase::PPSchedulePassBase;
+  void runOnOperation() override;
+};
+} // namespace
+
+void PPSchedulePass::runOnOperation() {
+  ModuleOp module = getOperation();
+  SmallVector<ModuleOp> programs = getPrograms(module);
+  if (programs.front() == module)
+    return; // no pipeline: the microbatch loop needs no schedule
+  MeshOp mesh = lookupMesh(module);
+  schedule::PipelineConfig config;
+  config.pp = mesh.getPp();
+  config.vpp = mesh.getVpp();
+  config.microbatches = getNumMicrobatches(module);
+  config.layers = config.pp * config.vpp;
+  std::string kindName = schedule;
+  if (kindName == "auto")
+    kindName = config.vpp > 1 ? "interleaved" : "1f1b";
+  if (!schedule::parseKind(kindName, config.kind)) {
+    emitError(module.getLoc()) << "unknown schedule '" << kindName
+                               << "' (expected none, 1f1b or interleaved)";
+    return signalPassFailure();
+  }
+  if (config.kind == schedule::Kind::Interleaved && config.vpp == 1) {
+    emitError(module.getLoc()) << "the interleaved schedule needs virtual "
+                                  "pipeline stages (vpp > 1)";
+    return signalPassFailure();
+  }
+  if (std::string error = schedule::validate(config); !error.empty()) {
+    emitError(module.getLoc()) << "cannot schedule the pipeline: " << error;
+    return signalPassFailure();
+  }
+  std::vector<schedule::RankSchedule> ranks = schedule::buildSchedule(config);
+
+  OpBuilder b(module.getContext());
+  for (ModuleOp program : programs) {
+    int64_t r = program->getAttrOfType<IntegerAttr>(kPpRankAttr).getInt();
+    if (!program.getOps<ScheduleOp>().empty()) {
+      emitError(program.getLoc()) << "pipeline rank " << r
+                                  << " already has a schedule";
+      return signalPassFailure();
+    }
+    std::map<std::pair<int64_t, bool>, func::FuncOp> phase; // (chunk, forward)
+    for (auto f : program.getOps<func::FuncOp>()) {
+      auto p = f->getAttrOfType<StringAttr>(kPhaseAttr);
+      auto c = f->getAttrOfType<IntegerAttr>(kChunkAttr);
+      if (p && c)
+        phase[{c.getInt(), p.getValue() == kForwardPhase}] = f;
+    }
+    for (int64_t c = 0; c < config.vpp; ++c)
+      for (bool fwd : {true, false})
+        if (!phase.count({c, fwd})) {
+          emitError(program.getLoc())
+              << "pipeline rank " << r << " has no " << (fwd ? "forward" : "backward")
+              << " phase for chunk " << c << " (run tessera-pp-split and "
+              << "tessera-autodiff)";
+          return signalPassFailure();
+        }
+    b.setInsertionPointToEnd(program.getBody());
+    const schedule::RankSchedule &rs = ranks[size_t(r)];
+    auto sched = ScheduleOp::create(b, program.getLoc(), b.getStringAttr(kindName),
+                                    b.getI64IntegerAttr(rs.warmup));
+    Block *body = new Block();
+    sched.getBody().push_back(body);
+    b.setInsertionPointToStart(body);
+    int64_t stepIndex = 0;
+    std::map<int64_t, std::set<int64_t>> freeSlots;   // chunk -> free slots
+    std::map<int64_t, int64_t> numSlots;              // chunk -> slots made
+    std::map<std::pair<int64_t, int64_t>, int64_t> slotOf; // (chunk, mb)
+    // A forward takes a slot at its first part, a backward frees it after
+    // its last.
+    auto emitRun = [&](const schedule::Step &s, StringRef part) {
+      std::pair<int64_t, int64_t> key{s.chunk, s.microbatch};
+      func::FuncOp callee = phase[{s.chunk, s.forward}];
+      // A part without ops (no receive on the first stage, no send on the
+      // last) is left out.
+      if ((part == "recv" && callee.getOps<RecvOp>().empty()) ||
+          (part == "send" && callee.getOps<SendOp>().empty()))
+        return;
+      bool first = part.empty() || part == "recv" ||
+                   (part == "compute" && callee.getOps<RecvOp>().empty());
+      bool last = part.empty() || part == "send" ||
+                  (part == "compute" && callee.getOps<SendOp>().empty());
+      if (s.forward && first) {
+        auto &free = freeSlots[s.chunk];
+        if (free.empty())
+          free.insert(numSlots[s.chunk]++);
+        slotOf[key] = *free.begin();
+        free.erase(free.begin());
+      }
+      int64_t slot = slotOf[key];
+      RunOp::create(b, NameLoc::get(b.getStringAttr(
+                           "pp" + Twine(r) + " schedule step " +
+                           Twine(stepIndex++))),
+                    FlatSymbolRefAttr::get(callee.getSymNameAttr()),
+                    b.getI64IntegerAttr(s.microbatch), b.getI64IntegerAttr(slot),
+                    part.empty() ? StringAttr() : b.getStringAttr(part));
+      if (!s.forward && last)
+        freeSlots[s.chunk].insert(slot);
+    };
+    if (config.kind != schedule::Kind::Interleaved) {
+      // Each phase whole: its sends and the next phase's receives form one
+      // batch, as in Megatron's send_forward_recv_backward and
+      // send_backward_recv_forward.
+      for (const schedule::Step &s : rs.order)
+        emitRun(s, "");
+      continue;
+    }
+    // Megatron's interleaved schedule: after the warmup forwards, each
+    // forward-backward pair is followed by one batch with both sends and
+    // the receives of the next forward and backward.
+    std::vector<schedule::Step> fwd, bwd;
+    for (const schedule::Step &s : rs.order)
+      (s.forward ? fwd : bwd).push_back(s);
+    const int64_t total = fwd.size();
+    const int64_t warmup = std::min<int64_t>(rs.warmup, total);
+    const int64_t remaining = total - warmup;
+    emitRun(fwd[0], "recv");
+    for (int64_t k = 0; k < warmup; ++k) {
+      emitRun(fwd[k], "compute");
+      emitRun(fwd[k], "send");
+      if (k + 1 < total)
+        emitRun(fwd[k + 1], "recv");
+      if (k == warmup - 1 && remaining > 0)
+        emitRun(bwd[0], "recv");
+    }
+    for (int64_t k = 0; k < remaining; ++k) {
+      emitRun(fwd[k + warmup], "compute");
+      emitRun(bwd[k], "compute");
+      emitRun(fwd[k + warmup], "send");
+      emitRun(bwd[k], "send");
+      if (k + warmup + 1 < total)
+        emitRun(fwd[k + warmup + 1], "recv");
+      if (k + 1 < total)
+        emitRun(bwd[k + 1], "recv");
+    }
+    if (remaining == 0)
+      emitRun(bwd[0], "recv");
+    for (int64_t k = remaining; k < total; ++k) {
+      emitRun(bwd[k], "compute");
+      emitRun(bwd[k], "send");
+      if (k + 1 < total)
+        emitRun(bwd[k + 1], "recv");
+    }
+  }
+}

@@ -1,0 +1,400 @@
+//===- VerifySchedule.cpp - Prove a pipeline schedule cannot hang ---------===//
+//
+// Symbolic execution of every pipeline rank's instruction stream: the
+// phases in `dist.schedule` order, then the step phase. Runs of consecutive
+// dist.send / dist.recv form one batch (the runtime posts them together and
+// completes them before the next other instruction). Under rendezvous
+// semantics a batch completes only when each of its ops has met the
+// matching op of a batch the peer has posted, the strictest model: a
+// schedule that completes here completes under any buffering. Collectives
+// over groups that span pipeline ranks are rendezvous of those ranks and
+// must agree in kind and type. Every failure names the op that would hang
+// and the schedule step that runs it.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/dist/Transforms/Passes.h"
+#include "tessera/Mesh/RankGroups.h"
+#include "tessera/Support/Model.h"
+
+#include "mlir/IR/Builders.h"
+
+#include <map>
+#include <set>
+#include <tuple>
+
+namespace tessera::dist {
+#define GEN_PASS_DEF_VERIFYSCHEDULEPASS
+#include "dialects/dist/Transforms/Passes.h.inc"
+} // namespace tessera::dist
+
+using namespace mlir;
+using namespace tessera;
+using namespace tessera::dist;
+
+namespace {
+
+/// One instruction of a rank's stream that synchronises with other ranks.
+struct Event {
+  enum Kind { Send, Recv, Collective, Local } kind;
+  Operation *op;
+  RunOp run;          ///< schedule step that runs it (null for the step phase)
+  int64_t peer = -1;  ///< pipeline rank of the peer (p2p)
+  int64_t tag = -1;
+  Type type;
+  std::string group;  ///< collectives: the group kind
+  std::vector<int64_t> members; ///< collectives: pipeline ranks of the group
+  bool matched = false;
+};
+
+struct VerifySchedulePass
+    : tessera::dist::impl::VerifySchedulePassBase<VerifySchedulePass> {
+  void runOnOperation() override;
+  LogicalResult checkSlots(ModuleOp program, ScheduleOp sched, int64_t M);
+};
+
+void noteStep(InFlightDiagnostic &diag, Event e) {
+  if (e.run)
+    diag.attachNote(e.run.getLoc())
+        << "run by this schedule step (" << e.run.getCallee() << ", microbatch "
+        << e.run.getMicrobatch() << ")";
+  else
+    diag.attachNote(e.op->getLoc()) << "in the step phase";
+}
+
+std::string describe(const Event &e) {
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  if (e.kind == Event::Send || e.kind == Event::Recv)
+    os << (e.kind == Event::Send ? "send to" : "receive from")
+       << " pipeline rank " << e.peer << " (tag " << e.tag << ", " << e.type
+       << ")";
+  else
+    os << e.op->getName() << " over \"" << e.group << "\"";
+  return s;
+}
+
+} // namespace
+
+LogicalResult VerifySchedulePass::checkSlots(ModuleOp program, ScheduleOp sched,
+                                             int64_t M) {
+  // A forward holds its slot from its first part to its backward's last.
+  struct PhaseState {
+    unsigned parts = 0; // bit per part done: recv 1, compute 2, send 4
+    unsigned ran = 0;   // parts run explicitly
+    int64_t slot = -1;
+  };
+  std::map<std::tuple<int64_t, int64_t, bool>, PhaseState> phases;
+  std::map<int64_t, std::map<int64_t, int64_t>> busy; // chunk -> slot -> mb
+  std::set<int64_t> chunks;
+  for (RunOp run : sched.getBody().front().getOps<RunOp>()) {
+    auto f = program.lookupSymbol<func::FuncOp>(run.getCallee());
+    auto c = f ? f->getAttrOfType<IntegerAttr>(kChunkAttr) : IntegerAttr();
+    if (!c)
+      return run.emitOpError() << "runs a function that is no chunk phase";
+    int64_t chunk = c.getInt(), m = run.getMicrobatch(), slot = run.getSlot();
+    chunks.insert(chunk);
+    if (m >= M)
+      return run.emitOpError() << "runs microbatch " << m << ", but there are "
+                               << M << " microbatches";
+    bool forward = f->getAttrOfType<StringAttr>(kPhaseAttr).getValue() == kForwardPhase;
+    unsigned bits = 7;
+    if (auto part = run.getPart())
+      bits = *part == "recv" ? 1 : *part == "compute" ? 2 : 4;
+    PhaseState &st = phases[{chunk, m, forward}];
+    // Parts without ops count as done.
+    if (f.getOps<RecvOp>().empty())
+      st.parts |= 1;
+    if (f.getOps<SendOp>().empty())
+      st.parts |= 4;
+    if (st.ran & bits)
+      return run.emitOpError() << "runs the " << (forward ? "forward" : "backward")
+                               << " of chunk " << chunk << " microbatch " << m
+                               << " twice";
+    PhaseState &fwd = phases[{chunk, m, true}];
+    if (forward && st.slot < 0) {
+      auto [it, fresh] = busy[chunk].try_emplace(slot, m);
+      if (!fresh)
+        return run.emitOpError() << "puts microbatch " << m << " in slot " << slot
+                                 << " of chunk " << chunk << ", which microbatch "
+                                 << it->second << " still uses";
+      st.slot = slot;
+    }
+    if (!forward && fwd.parts != 7)
+      return run.emitOpError() << "runs the backward of chunk " << chunk
+                               << " microbatch " << m
+                               << " before its forward completed";
+    if (slot != fwd.slot)
+      return run.emitOpError() << "runs microbatch " << m << " of chunk " << chunk
+                               << " on slot " << slot << ", but its forward used slot "
+                               << fwd.slot;
+    st.ran |= bits;
+    st.parts |= bits;
+    if (!forward && st.parts == 7)
+      busy[chunk].erase(slot);
+  }
+  for (int64_t chunk : chunks)
+    for (int64_t m = 0; m < M; ++m)
+      if (phases[{chunk, m, false}].parts != 7)
+        return sched.emitOpError() << "never completes chunk " << chunk
+                                   << " microbatch " << m;
+  return success();
+}
+
+/// Leading receives, computation, trailing sends: the parts a schedule can
+/// run separately. Returns the op that breaks the shape, if any.
+static Operation *checkPhaseShape(func::FuncOp f) {
+  int state = 0; // 0 receives, 1 computation, 2 sends
+  for (Operation &op : f.getBody().front().without_terminator()) {
+    int kind = isa<RecvOp>(op) ? 0 : isa<SendOp>(op) ? 2 : 1;
+    if (kind < state)
+      return &op;
+    state = std::max(state, kind);
+  }
+  return nullptr;
+}
+
+void VerifySchedulePass::runOnOperation() {
+  ModuleOp module = getOperation();
+  SmallVector<ModuleOp> programs = getPrograms(module);
+  if (programs.front() == module)
+    return;
+  MeshOp mesh = lookupMesh(module);
+  mesh::MeshConfig config = mesh.getConfig();
+  const int64_t pp = mesh.getPp();
+  const int64_t M = getNumMicrobatches(module);
+
+  // Pipeline rank of every world rank, and the pipeline ranks a collective
+  // over `kind` spans (from any world rank of pipeline rank `r`).
+  std::string error;
+  auto ppGroups = mesh::rankGroups(config, "pp", error);
+  std::map<int64_t, int64_t> ppIndex;
+  for (auto &g : ppGroups)
+    for (auto [i, w] : llvm::enumerate(g))
+      ppIndex[w] = i;
+  auto spanOf = [&](StringRef kind, int64_t r) -> std::vector<int64_t> {
+    std::string err;
+    int64_t world = ppGroups.front()[size_t(r)];
+    for (auto &g : mesh::rankGroups(config, kind.str(), err))
+      if (llvm::is_contained(g, world)) {
+        std::set<int64_t> ranks;
+        for (int w : g)
+          ranks.insert(ppIndex[w]);
+        return {ranks.begin(), ranks.end()};
+      }
+    return {r};
+  };
+
+  // Each rank's stream.
+  std::vector<std::vector<Event>> streams(pp);
+  std::vector<ModuleOp> programOf(pp);
+  for (ModuleOp program : programs) {
+    int64_t r = program->getAttrOfType<IntegerAttr>(kPpRankAttr).getInt();
+    programOf[r] = program;
+    auto scheds = program.getOps<ScheduleOp>();
+    if (scheds.empty()) {
+      emitError(program.getLoc()) << "pipeline rank " << r
+                                  << " has no schedule (run tessera-pp-schedule)";
+      return signalPassFailure();
+    }
+    ScheduleOp sched = *scheds.begin();
+    if (failed(checkSlots(program, sched, M)))
+      return signalPassFailure();
+    for (auto f : program.getOps<func::FuncOp>())
+      if (f->hasAttr(kChunkAttr))
+        if (Operation *bad = checkPhaseShape(f)) {
+          bad->emitOpError() << "comes " << (isa<RecvOp>(bad) ? "after" : "before")
+                             << " computation in phase '" << f.getSymName()
+                             << "'; a phase must receive first and send last";
+          return signalPassFailure();
+        }
+    auto append = [&](func::FuncOp f, RunOp run) {
+      StringRef part = run && run.getPart() ? *run.getPart() : "";
+      f.walk([&](Operation *op) {
+        if (!part.empty()) {
+          StringRef mine = isa<RecvOp>(op) ? "recv" : isa<SendOp>(op) ? "send"
+                                                                      : "compute";
+          if (mine != part)
+            return;
+        }
+        Event e{Event::Local, op, run};
+        if (auto s = dyn_cast<SendOp>(op)) {
+          e.kind = Event::Send;
+          e.peer = (r + (s.getPeer() == "next" ? 1 : pp - 1)) % pp;
+          e.tag = s.getTag();
+          e.type = s.getInput().getType();
+        } else if (auto rv = dyn_cast<RecvOp>(op)) {
+          e.kind = Event::Recv;
+          e.peer = (r + (rv.getPeer() == "next" ? 1 : pp - 1)) % pp;
+          e.tag = rv.getTag();
+          e.type = rv.getType();
+        } else if (auto group = op->getAttrOfType<StringAttr>("group");
+                   group && op->getName().getDialectNamespace() == "dist") {
+          std::vector<int64_t> span = spanOf(group.getValue(), r);
+          if (span.size() > 1) {
+            e.kind = Event::Collective;
+            e.group = group.getValue().str();
+            e.members = span;
+            e.type = op->getNumOperands() ? op->getOperand(0).getType() : Type();
+          }
+        } else if (isa<func::ReturnOp, func::FuncOp>(op)) {
+          return;
+        }
+        streams[r].push_back(e);
+      });
+    };
+    for (RunOp run : sched.getBody().front().getOps<RunOp>())
+      append(program.lookupSymbol<func::FuncOp>(run.getCallee()), run);
+    // The step phase follows the schedule (the runtime completes the open
+    // batch first).
+    if (func::FuncOp step = getPhaseFunc(program, kStepPhase)) {
+      streams[r].push_back(Event{Event::Local, step, nullptr});
+      append(step, nullptr);
+    }
+  }
+  for (int64_t r = 0; r < pp; ++r)
+    if (!programOf[r]) {
+      emitError(module.getLoc()) << "pipeline rank " << r << " has no program";
+      return signalPassFailure();
+    }
+
+  // Run. pc[r]: first event not completed; batchEnd[r]: end of the posted
+  // p2p batch starting at pc[r].
+  std::vector<size_t> pc(pp, 0), batchEnd(pp, 0);
+  auto isP2P = [](const Event &e) {
+    return e.kind == Event::Send || e.kind == Event::Recv;
+  };
+  auto post = [&](int64_t r) {
+    size_t end = pc[r];
+    while (end < streams[r].size() && isP2P(streams[r][end]))
+      ++end;
+    batchEnd[r] = end;
+  };
+  for (int64_t r = 0; r < pp; ++r)
+    post(r);
+  bool progress = true;
+  auto finished = [&] {
+    for (int64_t r = 0; r < pp; ++r)
+      if (pc[r] < streams[r].size())
+        return false;
+    return true;
+  };
+  while (progress && !finished()) {
+    progress = false;
+    for (int64_t r = 0; r < pp; ++r) {
+      auto &s = streams[r];
+      if (pc[r] >= s.size())
+        continue;
+      Event &e = s[pc[r]];
+      if (e.kind == Event::Local) {
+        ++pc[r];
+        post(r);
+        progress = true;
+        continue;
+      }
+      if (isP2P(e)) {
+        // Match this batch's ops against the peers' posted batches, in
+        // order on each channel.
+        for (size_t i = pc[r]; i < batchEnd[r]; ++i) {
+          Event &mine = s[i];
+          if (mine.matched)
+            continue;
+          int64_t q = mine.peer;
+          for (size_t j = pc[q]; j < batchEnd[q]; ++j) {
+            Event &theirs = streams[q][j];
+            if (theirs.matched || theirs.peer != r || theirs.tag != mine.tag ||
+                theirs.kind == mine.kind || (q == r && &theirs == &mine))
+              continue;
+            if (theirs.type != mine.type) {
+              Event &send = mine.kind == Event::Send ? mine : theirs;
+              Event &recv = mine.kind == Event::Send ? theirs : mine;
+              InFlightDiagnostic diag =
+                  send.op->emitOpError()
+                  << "sends " << send.type << " on tag " << send.tag
+                  << ", but the matching receive on pipeline rank " << send.peer
+                  << " expects " << recv.type;
+              diag.attachNote(recv.op->getLoc()) << "the receive";
+              noteStep(diag, send);
+              return signalPassFailure();
+            }
+            mine.matched = theirs.matched = true;
+            progress = true;
+            break;
+          }
+        }
+        bool complete = true;
+        for (size_t i = pc[r]; i < batchEnd[r]; ++i)
+          complete &= s[i].matched;
+        if (complete) {
+          pc[r] = batchEnd[r];
+          post(r);
+          progress = true;
+        }
+        continue;
+      }
+      // A collective: every member must be at one over the same group.
+      bool all = true;
+      for (int64_t q : e.members) {
+        if (pc[q] >= streams[q].size()) {
+          all = false;
+          break;
+        }
+        Event &other = streams[q][pc[q]];
+        if (other.kind != Event::Collective || other.group != e.group) {
+          all = false;
+          break;
+        }
+        if (other.op->getName() != e.op->getName() || other.type != e.type) {
+          InFlightDiagnostic diag =
+              e.op->emitOpError()
+              << "is the next collective over \"" << e.group
+              << "\" on pipeline rank " << r << ", but pipeline rank " << q
+              << " runs " << describe(other) << " with " << other.type
+              << " there; the group's members must agree on the order";
+          diag.attachNote(other.op->getLoc()) << "the other collective";
+          noteStep(diag, e);
+          return signalPassFailure();
+        }
+      }
+      if (all) {
+        for (int64_t q : e.members) {
+          ++pc[q];
+          post(q);
+        }
+        progress = true;
+      }
+    }
+  }
+  if (finished())
+    return;
+
+  // Deadlock: report every stuck rank's first waiting op.
+  SmallVector<std::pair<int64_t, Event>> stuck;
+  for (int64_t r = 0; r < pp; ++r) {
+    if (pc[r] >= streams[r].size())
+      continue;
+    Event *waiting = &streams[r][pc[r]];
+    for (size_t i = pc[r]; i < batchEnd[r]; ++i)
+      if (!streams[r][i].matched) {
+        waiting = &streams[r][i];
+        break;
+      }
+    stuck.push_back({r, *waiting});
+  }
+  auto &[r0, e0] = stuck.front();
+  InFlightDiagnostic diag = e0.op->emitOpError()
+                            << "would hang: pipeline rank " << r0 << " waits to "
+                            << describe(e0)
+                            << ", which no rank ever matches (the schedule "
+                               "deadlocks)";
+  noteStep(diag, e0);
+  for (auto &[r, e] : llvm::drop_begin(stuck)) {
+    RunOp run = e.run;
+    diag.attachNote(e.op->getLoc())
+        << "pipeline rank " << r << " waits here to " << describe(e)
+        << (run ? (" (" + run.getCallee().str() + ", microbatch " +
+                   std::to_string(run.getMicrobatch()) + ")")
+                : std::string(" (step phase)"));
+  }
+  signalPassFailure();
+}
