@@ -3,6 +3,9 @@
 #include "tessera/Pipeline/Reports.h"
 #include "dialects/dist/IR/DistOps.h"
 #include "dialects/rt/IR/RTOps.h"
+#include "tessera/Support/Model.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -225,17 +228,32 @@ void tessera::printSchedule(const schedule::PipelineConfig &c,
   os << "\n";
 }
 
-mlir::LogicalResult tessera::printMemory(mlir::ModuleOp module,
-                                         llvm::StringRef format,
-                                         llvm::raw_ostream &os) {
+namespace {
+/// One pipeline rank's memory plan by kind.
+struct MemoryRows {
+  int64_t ppRank = 0;
+  std::vector<std::pair<std::string, int64_t>> rows;
+  std::map<int64_t, int64_t> slots; // chunk -> microbatches in flight
+};
+} // namespace
+
+static mlir::FailureOr<MemoryRows> memoryRows(mlir::ModuleOp module) {
   auto arena = module->getAttrOfType<mlir::IntegerAttr>("rt.arena_bytes");
   auto persistent =
       module->getAttrOfType<mlir::IntegerAttr>("rt.persistent_bytes");
   if (!arena || !persistent)
     return mlir::emitError(module.getLoc())
            << "--emit=memory needs the rt-level module";
-  // Bytes by kind; persistent buffers are 64-byte aligned, the padding is
-  // what the alignment adds.
+  MemoryRows out;
+  if (auto r = module->getAttrOfType<mlir::IntegerAttr>(kPpRankAttr))
+    out.ppRank = r.getInt();
+  for (auto f : module.getOps<mlir::func::FuncOp>())
+    if (auto c = f->getAttrOfType<mlir::IntegerAttr>("rt.chunk"))
+      if (auto n = f->getAttrOfType<mlir::IntegerAttr>("rt.num_slots"))
+        out.slots[c.getInt()] = n.getInt();
+  // Bytes by kind; a chunk's inputs and saved activations exist once per
+  // slot (microbatch in flight). Persistent buffers are 64-byte aligned; the
+  // padding is what the alignment adds.
   std::map<std::string, int64_t> bytes;
   int64_t used = 0;
   for (auto buf : module.getOps<rt::BufferOp>()) {
@@ -243,33 +261,91 @@ mlir::LogicalResult tessera::printMemory(mlir::ModuleOp module,
     int64_t n = type.getNumElements() *
                 (type.getElementType().getIntOrFloatBitWidth() / 8);
     std::string kind = buf.getKind().str();
+    llvm::StringRef name = buf.getSymName();
+    int64_t copies = 1;
+    if (kind == "activation" && name.starts_with("stash:c")) {
+      kind = "saved_activations";
+      int64_t chunk = 0;
+      name.drop_front(7).split(':').first.getAsInteger(10, chunk);
+      copies = std::max<int64_t>(1, out.slots[chunk]);
+    } else if (kind == "activation") {
+      kind = "p2p_buffers";
+    } else if (kind == "input" && !out.slots.empty()) {
+      // Inputs live in the slot region of the chunk that reads them.
+      for (auto &[chunk, slots] : out.slots)
+        copies = std::max(copies, slots);
+      for (auto f : module.getOps<mlir::func::FuncOp>()) {
+        auto base = f->getAttrOfType<mlir::IntegerAttr>("rt.slot_base");
+        auto size = f->getAttrOfType<mlir::IntegerAttr>("rt.slot_bytes");
+        auto slots = f->getAttrOfType<mlir::IntegerAttr>("rt.num_slots");
+        if (base && size && slots && int64_t(buf.getOffset()) >= base.getInt() &&
+            int64_t(buf.getOffset()) < base.getInt() + size.getInt())
+          copies = slots.getInt();
+      }
+    }
     if (kind == "iteration" || kind == "loss")
       kind = "other";
-    bytes[kind] += n;
-    used += n;
+    bytes[kind] += n * copies;
+    used += n * copies;
   }
   int64_t activations = arena.getInt() - persistent.getInt();
   int64_t padding = persistent.getInt() - used;
-  int64_t world = 1;
+  out.rows = {{"params", bytes["param"]},
+              {"grads", bytes["grad"]},
+              {"main_params", 0},
+              {"optimizer_state", bytes["opt_state"]},
+              {"inputs", bytes["input"]},
+              {"saved_activations", bytes["saved_activations"]},
+              {"p2p_buffers", bytes["p2p_buffers"]},
+              {"other", bytes["other"]},
+              {"padding", padding},
+              {"peak_activations", activations},
+              {"total", arena.getInt()}};
+  return out;
+}
+
+mlir::LogicalResult tessera::printMemory(mlir::ModuleOp module,
+                                         llvm::StringRef format,
+                                         llvm::raw_ostream &os) {
+  std::vector<MemoryRows> programs;
+  for (mlir::ModuleOp program : getPrograms(module)) {
+    auto rows = memoryRows(program);
+    if (mlir::failed(rows))
+      return mlir::failure();
+    programs.push_back(*rows);
+  }
+  mesh::MeshConfig config;
   if (auto mesh = dist::lookupMesh(module))
-    world = mesh.getWorldSize();
-  const std::pair<const char *, int64_t> rows[] = {
-      {"params", bytes["param"]},
-      {"grads", bytes["grad"]},
-      {"main_params", 0},
-      {"optimizer_state", bytes["opt_state"]},
-      {"inputs", bytes["input"]},
-      {"other", bytes["other"]},
-      {"padding", padding},
-      {"peak_activations", activations},
-      {"total", arena.getInt()}};
+    config = mesh.getConfig();
+  int64_t world = config.worldSize();
+  // The pipeline rank of every world rank.
+  std::vector<int64_t> ppOf(world, 0);
+  std::string error;
+  for (auto &group : mesh::rankGroups(config, "pp", error))
+    for (size_t i = 0; i < group.size(); ++i)
+      ppOf[group[i]] = int64_t(i);
+  auto find = [&](int64_t pp) -> const MemoryRows & {
+    for (const MemoryRows &m : programs)
+      if (m.ppRank == pp)
+        return m;
+    return programs.front();
+  };
   if (format == "text") {
-    os << llvm::formatv("per-rank memory plan ({0} ranks, the same program "
-                        "on each):\n",
-                        world);
-    for (auto [name, n] : rows)
-      os << llvm::formatv("  {0,-17} {1,14} bytes  {2,10:F2} MiB\n", name, n,
-                          double(n) / (1024.0 * 1024.0));
+    for (const MemoryRows &m : programs) {
+      int64_t ranks = llvm::count(ppOf, m.ppRank);
+      if (programs.size() == 1)
+        os << llvm::formatv("per-rank memory plan ({0} ranks, the same program "
+                            "on each):\n",
+                            world);
+      else
+        os << llvm::formatv("pipeline rank {0} ({1} ranks):\n", m.ppRank, ranks);
+      for (auto &[name, n] : m.rows)
+        os << llvm::formatv("  {0,-17} {1,14} bytes  {2,10:F2} MiB\n", name, n,
+                            double(n) / (1024.0 * 1024.0));
+      for (auto &[chunk, slots] : m.slots)
+        os << llvm::formatv("  chunk {0}: {1} microbatches in flight\n", chunk,
+                            slots);
+    }
     return mlir::success();
   }
   llvm::json::OStream j(os, 2);
@@ -277,9 +353,16 @@ mlir::LogicalResult tessera::printMemory(mlir::ModuleOp module,
     j.attributeArray("ranks", [&] {
       for (int64_t r = 0; r < world; ++r)
         j.object([&] {
+          const MemoryRows &m = find(ppOf[r]);
           j.attribute("rank", r);
-          for (auto [name, n] : rows)
+          j.attribute("pp_rank", m.ppRank);
+          for (auto &[name, n] : m.rows)
             j.attribute(name, n);
+          if (!m.slots.empty())
+            j.attributeArray("in_flight", [&] {
+              for (auto &[chunk, slots] : m.slots)
+                j.value(slots);
+            });
         });
     });
   });

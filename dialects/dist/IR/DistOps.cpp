@@ -336,8 +336,6 @@ LogicalResult RunOp::verifySymbolUses(SymbolTableCollection &st) {
   if (!phase || (phase.getValue() != "forward" && phase.getValue() != "backward"))
     return emitOpError() << "runs '" << getCallee()
                          << "', which is not a forward or backward phase";
-  if (getMicrobatch() < 0 || getSlot() < 0)
-    return emitOpError() << "needs a non-negative microbatch and slot";
   return success();
 }
 

@@ -170,12 +170,6 @@ void PPSplitPass::runOnOperation() {
   for (Operation *op : ops)
     for (Value v : op->getResults())
       if (lastUse.count(v)) {
-        if (!isa<FloatType>(cast<RankedTensorType>(v.getType()).getElementType())) {
-          op->emitOpError() << "produces a non-float value used by a later "
-                               "pipeline stage; only activations may cross "
-                               "stages (read inputs where they are used)";
-          return signalPassFailure();
-        }
         for (int64_t s = stage[op]; s < lastUse[v]; ++s)
           hops.push_back({v, s, 2 * int64_t(hops.size())});
       }

@@ -317,6 +317,23 @@ void VerifySchedulePass::runOnOperation() {
               noteStep(diag, send);
               return signalPassFailure();
             }
+            // The k-th message on a channel must be the one the receiver
+            // expects: the same microbatch.
+            if (mine.run && theirs.run &&
+                mine.run.getMicrobatch() != theirs.run.getMicrobatch()) {
+              Event &send = mine.kind == Event::Send ? mine : theirs;
+              Event &recv = mine.kind == Event::Send ? theirs : mine;
+              RunOp recvRun = recv.run, sendRun = send.run;
+              InFlightDiagnostic diag =
+                  recv.op->emitOpError()
+                  << "receives on tag " << recv.tag << " for microbatch "
+                  << recvRun.getMicrobatch() << ", but pipeline rank "
+                  << recv.peer << " sends microbatch " << sendRun.getMicrobatch()
+                  << " there first (the schedules disagree on the order)";
+              diag.attachNote(send.op->getLoc()) << "the send";
+              noteStep(diag, recv);
+              return signalPassFailure();
+            }
             mine.matched = theirs.matched = true;
             progress = true;
             break;
