@@ -119,6 +119,21 @@ static int fail(const llvm::Twine &message) {
   return 1;
 }
 
+/// Writes a report (--emit=schedule, rank-groups, memory, buckets) to -o,
+/// or stdout when -o is "-" or absent. Returns the exit code.
+static int writeReport(llvm::function_ref<bool(llvm::raw_ostream &)> print) {
+  if (outputFile == "-")
+    return print(llvm::outs()) ? 0 : 1;
+  std::string error;
+  auto out = mlir::openOutputFile(outputFile, &error);
+  if (!out)
+    return fail(error);
+  if (!print(out->os()))
+    return 1;
+  out->keep();
+  return 0;
+}
+
 /// --pp-layers as a list; false (after an error) when it does not parse.
 static bool parsePpLayers(std::vector<int64_t> &out) {
   if (ppLayers.empty())
@@ -188,8 +203,10 @@ static int emitSchedule(const tessera::mesh::MeshConfig &mesh) {
     return 1;
   if (std::string error = tessera::schedule::validate(config); !error.empty())
     return fail(error);
-  tessera::printSchedule(config, emitFormat, llvm::outs());
-  return 0;
+  return writeReport([&](llvm::raw_ostream &os) {
+    tessera::printSchedule(config, emitFormat, os);
+    return true;
+  });
 }
 
 int main(int argc, char **argv) {
@@ -227,8 +244,10 @@ int main(int argc, char **argv) {
     return fail("invalid mesh: " + error);
 
   if (emit == "rank-groups") {
-    tessera::printRankGroups(mesh, emitFormat, llvm::outs());
-    return 0;
+    return writeReport([&](llvm::raw_ostream &os) {
+      tessera::printRankGroups(mesh, emitFormat, os);
+      return true;
+    });
   }
   if (emit == "schedule")
     return emitSchedule(mesh);
@@ -263,6 +282,9 @@ int main(int argc, char **argv) {
   DialectRegistry registry;
   tessera::registerAllDialects(registry);
   MLIRContext context(registry);
+  // Errors name the op and its location; printing the op itself would dump
+  // whole model functions.
+  context.printOpOnDiagnostic(false);
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler handler(sourceMgr, &context);
   std::string error;
@@ -306,8 +328,9 @@ int main(int argc, char **argv) {
     return 1;
 
   if (emit == "memory")
-    return failed(tessera::printMemory(*module, emitFormat, llvm::outs())) ? 1
-                                                                          : 0;
+    return writeReport([&](llvm::raw_ostream &os) {
+      return succeeded(tessera::printMemory(*module, emitFormat, os));
+    });
   if (emit == "mlir") {
     auto out = openOutputFile(outputFile, &error);
     if (!out) {

@@ -14,6 +14,8 @@
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <map>
+
 using namespace mlir;
 using namespace tessera;
 using namespace tessera::dist;
@@ -337,6 +339,155 @@ LogicalResult RunOp::verifySymbolUses(SymbolTableCollection &st) {
     return emitOpError() << "runs '" << getCallee()
                          << "', which is not a forward or backward phase";
   return success();
+}
+
+
+//===----------------------------------------------------------------------===//
+// Gradient buffers
+//===----------------------------------------------------------------------===//
+
+buckets::Buffer GradBufferOp::getLayout() {
+  buckets::Buffer b;
+  b.paramDtype = getParamDtype().str();
+  b.gradDtype = getGradDtype().str();
+  b.numel = getNumel();
+  b.numelUnpadded = getNumelUnpadded();
+  for (Attribute a : getParams()) {
+    auto d = dyn_cast<DictionaryAttr>(a);
+    if (!d)
+      continue;
+    buckets::ParamRange p;
+    if (auto n = d.getAs<StringAttr>("name"))
+      p.name = n.getValue().str();
+    auto i64 = [&](StringRef key) {
+      auto v = d.getAs<IntegerAttr>(key);
+      return v ? v.getInt() : int64_t(-1);
+    };
+    p.start = i64("start");
+    p.end = i64("end");
+    p.bucket = i64("bucket");
+    b.params.push_back(p);
+  }
+  for (Attribute a : getBuckets())
+    if (auto arr = dyn_cast<DenseI64ArrayAttr>(a); arr && arr.size() == 3) {
+      buckets::Bucket k;
+      k.start = arr[0];
+      k.end = arr[1];
+      k.numelUnpadded = arr[2];
+      b.buckets.push_back(k);
+    }
+  for (const buckets::ParamRange &p : b.params)
+    if (p.bucket >= 0 && p.bucket < int64_t(b.buckets.size()))
+      b.buckets[size_t(p.bucket)].params.push_back(p.name);
+  for (buckets::Bucket &k : b.buckets) {
+    std::map<std::string, int64_t> start;
+    for (const buckets::ParamRange &p : b.params)
+      start[p.name] = p.start;
+    llvm::sort(k.params, [&](const std::string &x, const std::string &y) {
+      return start[x] < start[y];
+    });
+  }
+  return b;
+}
+
+SmallVector<StringRef> GradBufferOp::getBucketParams(int64_t bucket) {
+  SmallVector<std::pair<int64_t, StringRef>> found;
+  for (Attribute a : getParams()) {
+    auto d = cast<DictionaryAttr>(a);
+    if (d.getAs<IntegerAttr>("bucket").getInt() == bucket)
+      found.push_back({d.getAs<IntegerAttr>("start").getInt(),
+                       d.getAs<StringAttr>("name").getValue()});
+  }
+  llvm::sort(found);
+  SmallVector<StringRef> names;
+  for (auto &[start, name] : found)
+    names.push_back(name);
+  return names;
+}
+
+LogicalResult GradBufferOp::verify() {
+  for (Attribute a : getParams()) {
+    auto d = dyn_cast<DictionaryAttr>(a);
+    if (!d || !d.getAs<StringAttr>("name") || !d.getAs<IntegerAttr>("start") ||
+        !d.getAs<IntegerAttr>("end") || !d.getAs<IntegerAttr>("bucket"))
+      return emitOpError() << "params must be {name, start, end, bucket} "
+                              "dictionaries";
+  }
+  for (Attribute a : getBuckets()) {
+    auto arr = dyn_cast<DenseI64ArrayAttr>(a);
+    if (!arr || arr.size() != 3)
+      return emitOpError() << "buckets must be [start, end, numel_unpadded] arrays";
+  }
+  if (getDp() < 1)
+    return emitOpError() << "dp must be at least 1";
+  buckets::LayoutOptions o;
+  o.dp = getDp();
+  o.distributedOptimizer = getDistributed();
+  o.padForHighNcclBusbw = getPadForHighBusbw();
+  std::string error = buckets::validate(getLayout(), o);
+  if (!error.empty())
+    return emitOpError() << "has an invalid layout: " << error;
+  return success();
+}
+
+/// The grad buffer a pack/unpack names, and the parameter sizes of its
+/// bucket (buffer order) and the bucket's size.
+static LogicalResult resolveBucket(Operation *op, FlatSymbolRefAttr ref,
+                                   int64_t bucket, SymbolTableCollection &st,
+                                   SmallVectorImpl<int64_t> &sizes,
+                                   int64_t &bucketNumel) {
+  auto buf = st.lookupNearestSymbolFrom<GradBufferOp>(op, ref);
+  if (!buf)
+    return op->emitOpError() << "refers to " << ref
+                             << ", which is not a dist.grad_buffer in scope";
+  buckets::Buffer layout = buf.getLayout();
+  if (bucket < 0 || bucket >= int64_t(layout.buckets.size()))
+    return op->emitOpError() << "names bucket " << bucket << " of " << ref
+                             << ", which has " << layout.buckets.size();
+  const buckets::Bucket &k = layout.buckets[size_t(bucket)];
+  bucketNumel = k.end - k.start;
+  std::map<std::string, int64_t> numel;
+  for (const buckets::ParamRange &p : layout.params)
+    numel[p.name] = p.end - p.start;
+  for (const std::string &name : k.params)
+    sizes.push_back(numel[name]);
+  return success();
+}
+
+static LogicalResult checkBucketTensors(Operation *op, TypeRange parts,
+                                        Type flat, ArrayRef<int64_t> sizes,
+                                        int64_t bucketNumel) {
+  if (parts.size() != sizes.size())
+    return op->emitOpError() << "has " << parts.size()
+                             << " parameter tensors, but the bucket holds "
+                             << sizes.size();
+  for (auto [i, t, n] : llvm::enumerate(parts, sizes))
+    if (cast<RankedTensorType>(t).getNumElements() != n)
+      return op->emitOpError() << "parameter tensor #" << i << " has "
+                               << cast<RankedTensorType>(t).getNumElements()
+                               << " elements, the bucket's slot " << n;
+  auto f = cast<RankedTensorType>(flat);
+  if (f.getRank() != 1 || f.getDimSize(0) != bucketNumel)
+    return op->emitOpError() << "flat tensor " << flat << " must be 1-d with the "
+                             << "bucket's " << bucketNumel << " elements";
+  return success();
+}
+
+LogicalResult PackOp::verifySymbolUses(SymbolTableCollection &st) {
+  SmallVector<int64_t> sizes;
+  int64_t numel = 0;
+  if (failed(resolveBucket(*this, getBufferAttr(), getBucket(), st, sizes, numel)))
+    return failure();
+  return checkBucketTensors(*this, getInputs().getTypes(), getType(), sizes, numel);
+}
+
+LogicalResult UnpackOp::verifySymbolUses(SymbolTableCollection &st) {
+  SmallVector<int64_t> sizes;
+  int64_t numel = 0;
+  if (failed(resolveBucket(*this, getBufferAttr(), getBucket(), st, sizes, numel)))
+    return failure();
+  return checkBucketTensors(*this, getResultTypes(), getInput().getType(), sizes,
+                            numel);
 }
 
 #define GET_OP_CLASSES

@@ -12,6 +12,7 @@
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "tessera/Interfaces/TesseraInterfaces.h"
+#include "tessera/Buckets/GradBuckets.h"
 #include "tessera/Mesh/RankGroups.h"
 
 #include "dialects/dist/IR/DistOpsDialect.h.inc"

@@ -378,4 +378,85 @@ def Dist_RunOp : Dist_Op<"run", [HasParent<"ScheduleOp">,
   let hasVerifier = 1;
 }
 
+
+//===----------------------------------------------------------------------===//
+// Data parallelism: gradient buffers and buckets
+//===----------------------------------------------------------------------===//
+
+def Dist_GradBufferOp : Dist_Op<"grad_buffer", [Symbol,
+    HasParent<"::mlir::ModuleOp">]> {
+  let summary = "the layout of a param-and-grad buffer (seed 000)";
+  let description = [{
+    Megatron's `_ParamAndGradBuffer` for the parameters of one (param dtype,
+    grad dtype) on one pipeline rank: where each parameter's gradient (and,
+    with the distributed optimizer, the parameter itself) lives in one flat
+    buffer of `numel` elements, and how the buffer is cut into buckets, each
+    reduced by one collective. `params` lists `{name, start, end, bucket}`
+    in the model's order; `buckets` lists `[start, end, numel_unpadded]`.
+    The verifier checks the layout's invariants: buckets contiguous and
+    covering the buffer, parameters inside their bucket and disjoint, and
+    with `distributed` (the distributed optimizer) 64-element parameter
+    starts and bucket sizes divisible by `dp` (ends padded to lcm(dp, 128),
+    or lcm(dp, 128, 2^16) with `pad_for_high_busbw`); without it, no
+    padding.
+
+    ```mlir
+    dist.grad_buffer @gbuf0 {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
+        distributed = true, numel = 256 : i64, numel_unpadded = 138 : i64,
+        params = [{name = "a", start = 128 : i64, end = 138 : i64, bucket = 0 : i64},
+                  {name = "b", start = 0 : i64, end = 100 : i64, bucket = 0 : i64} ],
+        buckets = [array<i64: 0, 256, 138>]}
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, StrAttr:$param_dtype,
+                       StrAttr:$grad_dtype, I64Attr:$dp, BoolAttr:$distributed,
+                       DefaultValuedAttr<BoolAttr, "false">:$pad_for_high_busbw,
+                       I64Attr:$numel, I64Attr:$numel_unpadded,
+                       ArrayAttr:$params, ArrayAttr:$buckets);
+  let assemblyFormat = "$sym_name attr-dict";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// The layout as the LLVM-free library sees it.
+    ::tessera::buckets::Buffer getLayout();
+    /// Names of the parameters in bucket `bucket`, in buffer order.
+    ::llvm::SmallVector<::llvm::StringRef> getBucketParams(int64_t bucket);
+  }];
+}
+
+def Dist_PackOp : Dist_Op<"pack", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "a bucket of a grad buffer as one flat tensor";
+  let description = [{
+    The flat view of bucket `bucket` of `buffer`: each operand (the bucket's
+    parameters' gradients or values, in buffer order) at its offset, padding
+    zero. After lower-to-rt places the operands inside the bucket, packing
+    costs nothing: the collectives run on the buffer's memory.
+
+    ```mlir
+    %flat = dist.pack @gbuf0 bucket 0 (%gb, %ga) : tensor<100xf32>, tensor<10xf32> -> tensor<256xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$buffer, I64Attr:$bucket,
+                       Variadic<Dist_RankedTensor>:$inputs);
+  let results = (outs Dist_RankedTensor:$result);
+  let assemblyFormat = "$buffer `bucket` $bucket `(` $inputs `)` attr-dict `:` type($inputs) `->` type($result)";
+}
+
+def Dist_UnpackOp : Dist_Op<"unpack", [Pure,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "the parameters' parts of a flat bucket";
+  let description = [{
+    The inverse of `dist.pack`: the tensors of the bucket's parameters (in
+    buffer order) read from their offsets.
+
+    ```mlir
+    %gb, %ga = dist.unpack @gbuf0 bucket 0 %flat : tensor<256xf32> -> tensor<100xf32>, tensor<10xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$buffer, I64Attr:$bucket,
+                       Dist_RankedTensor:$input);
+  let results = (outs Variadic<Dist_RankedTensor>:$results);
+  let assemblyFormat = "$buffer `bucket` $bucket $input attr-dict `:` type($input) `->` type($results)";
+}
+
 #endif // TESSERA_DIALECTS_DIST_IR_DISTOPS_TD
