@@ -50,6 +50,7 @@ static fa::BufferKind kindOf(StringRef kind) {
       .Case("input", fa::BufferKind::Input)
       .Case("loss", fa::BufferKind::Loss)
       .Case("activation", fa::BufferKind::Activation)
+      .Case("view", fa::BufferKind::View)
       .Default(fa::BufferKind::Iteration);
 }
 

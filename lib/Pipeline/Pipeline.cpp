@@ -36,7 +36,12 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   split.stageLayers.assign(options.ppLayers.begin(), options.ppLayers.end());
   pm.addPass(dist::createPPSplitPass(split));
   pm.addPass(nn::createAutodiffPass());
-  pm.addPass(dist::createDPGradAllReducePass());
+  dist::DPGradAllReducePassOptions grads;
+  grads.bucketSize = options.bucketSize;
+  grads.distributedOptimizer = options.distributedOptimizer;
+  grads.padBucketsForHighNcclBusbw = options.padBucketsForHighNcclBusbw;
+  grads.singleBucketGroup = options.singleBucketGroup;
+  pm.addPass(dist::createDPGradAllReducePass(grads));
   nn::OptimizerPassOptions opt;
   opt.optimizer = options.optimizer;
   opt.lr = options.lr;

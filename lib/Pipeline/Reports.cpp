@@ -228,6 +228,114 @@ void tessera::printSchedule(const schedule::PipelineConfig &c,
   os << "\n";
 }
 
+mlir::LogicalResult tessera::printBuckets(mlir::ModuleOp module,
+                                          llvm::StringRef format,
+                                          llvm::raw_ostream &os) {
+  int64_t dp = 1;
+  if (auto mesh = dist::lookupMesh(module))
+    dp = mesh.getDp();
+  struct Entry {
+    int64_t ppRank;
+    dist::GradBufferOp op;
+    buckets::Buffer layout;
+  };
+  std::vector<Entry> entries;
+  for (mlir::ModuleOp program : getPrograms(module)) {
+    int64_t ppRank = 0;
+    if (auto r = program->getAttrOfType<mlir::IntegerAttr>(kPpRankAttr))
+      ppRank = r.getInt();
+    for (auto gb : program.getOps<dist::GradBufferOp>())
+      entries.push_back({ppRank, gb, gb.getLayout()});
+  }
+  if (entries.empty())
+    return mlir::emitError(module.getLoc())
+           << "--emit=buckets found no grad buffers (run tessera-dp-grad-allreduce)";
+  if (format == "text") {
+    for (Entry &e : entries) {
+      os << llvm::formatv("pipeline rank {0}, buffer {1} ({2} params, {3} grads): "
+                          "{4} elements, {5} unpadded, {6} buckets{7}\n",
+                          e.ppRank, e.op.getSymName(), e.layout.paramDtype,
+                          e.layout.gradDtype, e.layout.numel,
+                          e.layout.numelUnpadded, e.layout.buckets.size(),
+                          e.op.getDistributed() ? ", distributed optimizer" : "");
+      for (auto [k, b] : llvm::enumerate(e.layout.buckets))
+        os << llvm::formatv("  bucket {0}: [{1}, {2}) {3} unpadded, {4} params\n",
+                            k, b.start, b.end, b.numelUnpadded, b.params.size());
+    }
+    return mlir::success();
+  }
+  auto range = [](llvm::json::OStream &j, llvm::StringRef key, buckets::Range r) {
+    j.attributeArray(key, [&] {
+      j.value(r.start);
+      j.value(r.end);
+    });
+  };
+  llvm::json::OStream j(os, 2);
+  j.object([&] {
+    j.attribute("dp", dp);
+    j.attribute("single_bucket_group",
+                module->hasAttr("dist.single_bucket_group") ||
+                    llvm::any_of(getPrograms(module), [](mlir::ModuleOp p) {
+                      return p->hasAttr("dist.single_bucket_group");
+                    }));
+    j.attributeArray("buffers", [&] {
+      for (Entry &e : entries)
+        j.object([&] {
+          j.attribute("pp_rank", e.ppRank);
+          j.attribute("name", e.op.getSymName());
+          j.attribute("param_dtype", e.layout.paramDtype);
+          j.attribute("grad_dtype", e.layout.gradDtype);
+          j.attribute("distributed_optimizer", e.op.getDistributed());
+          j.attribute("numel", e.layout.numel);
+          j.attribute("numel_unpadded", e.layout.numelUnpadded);
+          j.attributeArray("params", [&] {
+            for (const buckets::ParamRange &p : e.layout.params)
+              j.object([&] {
+                j.attribute("name", p.name);
+                j.attribute("start", p.start);
+                j.attribute("end", p.end);
+                j.attribute("bucket", p.bucket);
+              });
+          });
+          j.attributeArray("buckets", [&] {
+            for (const buckets::Bucket &b : e.layout.buckets)
+              j.object([&] {
+                j.attribute("start", b.start);
+                j.attribute("end", b.end);
+                j.attribute("numel_unpadded", b.numelUnpadded);
+                j.attributeArray("params", [&] {
+                  for (const std::string &p : b.params)
+                    j.value(p);
+                });
+              });
+          });
+          if (!e.op.getDistributed())
+            return;
+          j.attributeArray("shards", [&] {
+            for (const buckets::Shard &s : buckets::shardRanges(e.layout, dp))
+              j.object([&] {
+                j.attribute("dp_rank", s.dpRank);
+                j.attribute("bucket", s.bucket);
+                range(j, "gbuf_world", s.gbufWorld);
+                j.attributeArray("params", [&] {
+                  for (const buckets::ShardParam &p : s.params)
+                    j.object([&] {
+                      j.attribute("name", p.name);
+                      range(j, "gbuf_world", p.gbufWorld);
+                      range(j, "gbuf_world_in_bucket", p.gbufWorldInBucket);
+                      range(j, "gbuf_local", p.gbufLocal);
+                      range(j, "param", p.param);
+                    });
+                });
+              });
+          });
+        });
+    });
+  });
+  os << "\n";
+  return mlir::success();
+}
+
 namespace {
 /// One pipeline rank's memory plan by kind.
 struct MemoryRows {
@@ -263,6 +371,8 @@ static mlir::FailureOr<MemoryRows> memoryRows(mlir::ModuleOp module) {
     std::string kind = buf.getKind().str();
     llvm::StringRef name = buf.getSymName();
     int64_t copies = 1;
+    if (kind == "view") // a bucket of a grad buffer: owns no memory
+      continue;
     if (kind == "activation" && name.starts_with("stash:c")) {
       kind = "saved_activations";
       int64_t chunk = 0;
@@ -289,7 +399,13 @@ static mlir::FailureOr<MemoryRows> memoryRows(mlir::ModuleOp module) {
     used += n * copies;
   }
   int64_t activations = arena.getInt() - persistent.getInt();
-  int64_t padding = persistent.getInt() - used;
+  // Grad buffers' padding (bucket ends, 64-element starts): once for the
+  // gradients, once more for the parameters with the distributed optimizer.
+  int64_t bufferPadding = 0;
+  for (auto gb : module.getOps<dist::GradBufferOp>())
+    bufferPadding += (gb.getNumel() - gb.getNumelUnpadded()) * 4 *
+                     (gb.getDistributed() ? 2 : 1);
+  int64_t padding = persistent.getInt() - used - bufferPadding;
   out.rows = {{"params", bytes["param"]},
               {"grads", bytes["grad"]},
               {"main_params", 0},
@@ -298,6 +414,7 @@ static mlir::FailureOr<MemoryRows> memoryRows(mlir::ModuleOp module) {
               {"saved_activations", bytes["saved_activations"]},
               {"p2p_buffers", bytes["p2p_buffers"]},
               {"other", bytes["other"]},
+              {"buffer_padding", bufferPadding},
               {"padding", padding},
               {"peak_activations", activations},
               {"total", arena.getInt()}};

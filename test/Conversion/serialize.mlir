@@ -9,7 +9,12 @@
 // CHECK: tp: [0,1]
 // CHECK: batch: micro 4, global 4, microbatches 1
 // CHECK: optimizer: adam lr=0.001
-// CHECK: fc1.weight Param F32[8, 8] @0 global[16, 8] shard dim 0 over tp init Normal(0.02)
+// The gradients first, in their grad buffer (reverse order), with a view
+// of the bucket on top.
+// CHECK: fc1.weight Param F32[8, 8] @384 global[16, 8] shard dim 0 over tp init Normal(0.02)
+// CHECK: grad:fc1.weight Grad F32[8, 8] @128
+// CHECK: grad:fc2.weight Grad F32[4, 8] @0
+// CHECK: gbuf:gbuf:0 View F32[96] @0
 
 // NOOUT: tessera-serialize needs output=<file>
 // NORT: tessera-serialize needs an rt module (run tessera-lower-to-rt)

@@ -12,7 +12,8 @@
 // CHECK-LABEL: func.func @step
 // CHECK-SAME: (%[[G:.*]]: tensor<4xf32> {tessera.buffer = "grad:b"})
 // CHECK-NEXT: %[[R:.*]] = dist.all_reduce %[[G]] on @mesh "tp" : tensor<4xf32>
-// CHECK-NEXT: %[[S:.*]] = nn.scale %[[R]] {factor = 5.000000e-01 : f32}
+// CHECK-NEXT: %[[P:.*]] = dist.pack @gbuf bucket 0 "grad"(%[[R]])
+// CHECK-NEXT: %[[S:.*]] = nn.scale %[[P]] {factor = 5.000000e-01 : f32}
 // CHECK-NEXT: dist.all_reduce %[[S]] on @mesh "dp"
 module {
   dist.mesh @mesh {tp = 2, dp = 2}

@@ -1,17 +1,29 @@
 // RUN: tessera-opt %s --tessera-pp-split --tessera-autodiff --tessera-dp-grad-allreduce | FileCheck %s
+// RUN: tessera-opt %s --tessera-pp-split --tessera-autodiff --tessera-dp-grad-allreduce="distributed-optimizer=true bucket-size=10" | FileCheck %s --check-prefix=DIST
+
+// With the distributed optimizer the shared embedding gets a bucket of its
+// own (Megatron's _does_param_require_new_bucket); on the first stage a
+// bucket closes at bucket-size elements, later stages keep one bucket
+// otherwise.
+// DIST-LABEL: module @pp0
+// DIST: dist.grad_buffer @gbuf_c0 {buckets = [array<i64: 0, 128, 64>, array<i64: 128, 256, 64>]
+// DIST-SAME: params = [{bucket = 1 : i64, end = 192 : i64, name = "tied.w", start = 128 : i64}, {bucket = 0 : i64, end = 64 : i64, name = "l1.w", start = 0 : i64}]
+// DIST-LABEL: module @pp1
+// DIST: dist.grad_buffer @gbuf_c0 {buckets = [array<i64: 0, 128, 64>, array<i64: 128, 256, 64>]
+// DIST-SAME: params = [{bucket = 1 : i64, end = 192 : i64, name = "tied.w", start = 128 : i64}, {bucket = 0 : i64, end = 64 : i64, name = "l2.w", start = 0 : i64}]
 
 // Per pipeline rank, the step takes the gradients of that rank's
-// parameters. The table used on the first and the last pipeline rank (tied
-// embedding and LM head) is summed over the embedding group first, as
-// Megatron does after the backward; then every gradient is averaged over dp.
+// parameters, in a grad buffer per model chunk. The table used on the
+// first and the last pipeline rank (tied embedding and LM head) is summed
+// over the embedding group first, as Megatron does after the backward;
+// then every bucket is averaged over dp.
 
 // CHECK-LABEL: module @pp0
 // CHECK: func.func @step(%[[T:[^:]*]]: tensor<8x8xf32> {tessera.buffer = "grad:tied.w"}, %[[W:[^:]*]]: tensor<8x8xf32> {tessera.buffer = "grad:l1.w"})
 // CHECK-NEXT: %[[E:.*]] = dist.all_reduce %[[T]] on @mesh "embedding" : tensor<8x8xf32>
-// CHECK-NEXT: %[[S:.*]] = nn.scale %[[E]] {factor = 5.000000e-01 : f32}
+// CHECK-NEXT: %[[P:.*]] = dist.pack @gbuf_c0 bucket 0 "grad"(%[[W]], %[[E]])
+// CHECK-NEXT: %[[S:.*]] = nn.scale %[[P]] {factor = 5.000000e-01 : f32}
 // CHECK-NEXT: dist.all_reduce %[[S]] on @mesh "dp"
-// CHECK-NEXT: %[[S1:.*]] = nn.scale %[[W]]
-// CHECK-NEXT: dist.all_reduce %[[S1]] on @mesh "dp"
 // CHECK-LABEL: module @pp1
 // CHECK: func.func @step(%[[T1:[^:]*]]: tensor<8x8xf32> {tessera.buffer = "grad:tied.w"}, %{{.*}}: tensor<8x8xf32> {tessera.buffer = "grad:l2.w"})
 // CHECK: dist.all_reduce %[[T1]] on @mesh "embedding"

@@ -64,6 +64,25 @@ static cl::opt<bool> sequenceParallel(
     cl::desc("Megatron sequence parallelism: layer norms and residuals on "
              "sequence shards, all-gather/reduce-scatter around each region"),
     cl::init(false));
+static cl::opt<int64_t> bucketSize(
+    "bucket-size",
+    cl::desc("gradient bucket size in elements (default Megatron's "
+             "max(40000000, 1000000 x dp))"),
+    cl::init(0));
+static cl::opt<bool> distributedOptimizer(
+    "use-distributed-optimizer",
+    cl::desc("ZeRO-1 distributed optimizer: reduce-scatter each bucket, each "
+             "dp rank updates its shard, all-gather the parameters"),
+    cl::init(false));
+static cl::alias distributedOptimizerAlias("dist-optimizer",
+                                           cl::desc("alias for --use-distributed-optimizer"),
+                                           cl::aliasopt(distributedOptimizer));
+static cl::opt<bool> padBuckets(
+    "pad-buckets-for-high-nccl-busbw",
+    cl::desc("pad buckets to lcm(dp, 128, 2^16) elements"), cl::init(false));
+static cl::opt<bool> singleBucketGroup(
+    "single-bucket-group", cl::desc("reduce all buckets as one group"),
+    cl::init(false));
 static cl::opt<std::string> optimizer("optimizer", cl::desc("sgd or adam"),
                                       cl::init("adam"));
 static cl::opt<double> lr("lr", cl::desc("learning rate"), cl::init(1e-3));
@@ -88,8 +107,9 @@ static cl::opt<std::string> emit(
     "emit",
     cl::desc("what to write: artifact (default), mlir (the rt-level module) "
              "rank-groups (every rank group of the mesh; needs no model), schedule "
-             "(layer placement and per-rank pipeline order) or memory (the "
-             "per-rank static memory plan by kind)"),
+             "(layer placement and per-rank pipeline order), memory (the "
+             "per-rank static memory plan by kind) or buckets (gradient "
+             "buffers, buckets and distributed-optimizer shard ranges)"),
     cl::init("artifact"));
 static cl::opt<std::string> scheduleKind(
     "schedule",
@@ -216,9 +236,10 @@ int main(int argc, char **argv) {
     flags += std::string(i > 1 ? " " : "") + argv[i];
   cl::ParseCommandLineOptions(argc, argv, "Tessera compiler\n");
   if (emit != "artifact" && emit != "mlir" && emit != "rank-groups" &&
-      emit != "schedule" && emit != "memory")
+      emit != "schedule" && emit != "memory" && emit != "buckets")
     return fail("unknown --emit=" + emit +
-                " (expected artifact, mlir, rank-groups, schedule or memory)");
+                " (expected artifact, mlir, rank-groups, schedule, memory or "
+                "buckets)");
   if (emitFormat != "json" && emitFormat != "text" && emitFormat != "trace")
     return fail("unknown --emit-format=" + emitFormat +
                 " (expected json, text or trace)");
@@ -316,6 +337,10 @@ int main(int argc, char **argv) {
   options.makeVocabSizeDivisibleBy = vocabDivisibleBy;
   options.sequenceParallel = sequenceParallel;
   options.optimizer = optimizer;
+  options.bucketSize = bucketSize;
+  options.distributedOptimizer = distributedOptimizer;
+  options.padBucketsForHighNcclBusbw = padBuckets;
+  options.singleBucketGroup = singleBucketGroup;
   options.lr = lr;
   options.weightDecay = weightDecay;
   options.lrWarmupIters = lrWarmupIters;
@@ -327,6 +352,10 @@ int main(int argc, char **argv) {
   if (failed(pm.run(*module)))
     return 1;
 
+  if (emit == "buckets")
+    return writeReport([&](llvm::raw_ostream &os) {
+      return succeeded(tessera::printBuckets(*module, emitFormat, os));
+    });
   if (emit == "memory")
     return writeReport([&](llvm::raw_ostream &os) {
       return succeeded(tessera::printMemory(*module, emitFormat, os));

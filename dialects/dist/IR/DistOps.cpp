@@ -473,6 +473,15 @@ static LogicalResult checkBucketTensors(Operation *op, TypeRange parts,
   return success();
 }
 
+static LogicalResult verifyData(Operation *op, StringRef data) {
+  if (data != "grad" && data != "param")
+    return op->emitOpError() << "data must be \"grad\" or \"param\", got \""
+                             << data << "\"";
+  return success();
+}
+LogicalResult PackOp::verify() { return verifyData(*this, getData()); }
+LogicalResult UnpackOp::verify() { return verifyData(*this, getData()); }
+
 LogicalResult PackOp::verifySymbolUses(SymbolTableCollection &st) {
   SmallVector<int64_t> sizes;
   int64_t numel = 0;

@@ -428,18 +428,21 @@ def Dist_PackOp : Dist_Op<"pack", [Pure,
   let summary = "a bucket of a grad buffer as one flat tensor";
   let description = [{
     The flat view of bucket `bucket` of `buffer`: each operand (the bucket's
-    parameters' gradients or values, in buffer order) at its offset, padding
-    zero. After lower-to-rt places the operands inside the bucket, packing
-    costs nothing: the collectives run on the buffer's memory.
+    parameters' gradients, `data = "grad"`, or values, `data = "param"`, in
+    buffer order) at its offset, padding zero. lower-to-rt places the
+    gradients (and with the distributed optimizer the parameters) inside
+    their buffer, so packing costs nothing: the collectives run on the
+    buffer's memory.
 
     ```mlir
-    %flat = dist.pack @gbuf0 bucket 0 (%gb, %ga) : tensor<100xf32>, tensor<10xf32> -> tensor<256xf32>
+    %flat = dist.pack @gbuf0 bucket 0 "grad" (%gb, %ga) : tensor<100xf32>, tensor<10xf32> -> tensor<256xf32>
     ```
   }];
   let arguments = (ins FlatSymbolRefAttr:$buffer, I64Attr:$bucket,
-                       Variadic<Dist_RankedTensor>:$inputs);
+                       StrAttr:$data, Variadic<Dist_RankedTensor>:$inputs);
   let results = (outs Dist_RankedTensor:$result);
-  let assemblyFormat = "$buffer `bucket` $bucket `(` $inputs `)` attr-dict `:` type($inputs) `->` type($result)";
+  let assemblyFormat = "$buffer `bucket` $bucket $data `(` $inputs `)` attr-dict `:` type($inputs) `->` type($result)";
+  let hasVerifier = 1;
 }
 
 def Dist_UnpackOp : Dist_Op<"unpack", [Pure,
@@ -450,13 +453,14 @@ def Dist_UnpackOp : Dist_Op<"unpack", [Pure,
     buffer order) read from their offsets.
 
     ```mlir
-    %gb, %ga = dist.unpack @gbuf0 bucket 0 %flat : tensor<256xf32> -> tensor<100xf32>, tensor<10xf32>
+    %gb, %ga = dist.unpack @gbuf0 bucket 0 "grad" %flat : tensor<256xf32> -> tensor<100xf32>, tensor<10xf32>
     ```
   }];
   let arguments = (ins FlatSymbolRefAttr:$buffer, I64Attr:$bucket,
-                       Dist_RankedTensor:$input);
+                       StrAttr:$data, Dist_RankedTensor:$input);
   let results = (outs Variadic<Dist_RankedTensor>:$results);
-  let assemblyFormat = "$buffer `bucket` $bucket $input attr-dict `:` type($input) `->` type($results)";
+  let assemblyFormat = "$buffer `bucket` $bucket $data $input attr-dict `:` type($input) `->` type($results)";
+  let hasVerifier = 1;
 }
 
 #endif // TESSERA_DIALECTS_DIST_IR_DISTOPS_TD

@@ -6,6 +6,8 @@
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringSet.h"
 
+#include <map>
+
 namespace tessera::dist {
 #define GEN_PASS_DEF_DPGRADALLREDUCEPASS
 #include "dialects/dist/Transforms/Passes.h.inc"
@@ -18,6 +20,7 @@ using namespace tessera::dist;
 namespace {
 struct DPGradAllReducePass
     : tessera::dist::impl::DPGradAllReducePassBase<DPGradAllReducePass> {
+  using DPGradAllReducePassBase::DPGradAllReducePassBase;
   void runOnOperation() override {
     for (ModuleOp program : getPrograms(getOperation()))
       if (failed(runOnProgram(program)))
@@ -85,10 +88,99 @@ struct DPGradAllReducePass
       }
     }
 
+    // Chunk of every gradient (its producer's chunk; -1 without pipelines).
+    llvm::StringMap<int64_t> chunkOf;
+    for (func::FuncOp f : producers) {
+      int64_t c = -1;
+      if (auto a = f->getAttrOfType<IntegerAttr>(kChunkAttr))
+        c = a.getInt();
+      for (unsigned i = 0, e = f.getNumResults(); i < e; ++i)
+        if (auto of = f.getResultAttrOfType<StringAttr>(i, kGradOfAttr))
+          chunkOf.try_emplace(of.getValue(), c);
+    }
+
+    // Param-and-grad buffers (seed 000): per model chunk (Megatron gives
+    // each virtual-pipeline chunk its own DDP buffers), then per dtype.
     OpBuilder b(module.getContext());
     b.setInsertionPointAfter(producers.back());
+    int64_t ppRank = 0;
+    if (auto r = module->getAttrOfType<IntegerAttr>(kPpRankAttr))
+      ppRank = r.getInt();
+    buckets::LayoutOptions layoutOptions;
+    layoutOptions.dp = dp;
+    layoutOptions.bucketSize = bucketSize;
+    layoutOptions.distributedOptimizer = distributedOptimizer;
+    layoutOptions.padForHighNcclBusbw = padBucketsForHighNcclBusbw;
+    layoutOptions.firstPipelineStage = ppRank == 0;
+    std::map<int64_t, std::vector<buckets::ParamInfo>> chunkParams;
+    llvm::StringMap<Type> typeOf;
+    for (auto [name, type] : llvm::zip(names, types)) {
+      typeOf[name.getValue()] = type;
+      auto t = cast<RankedTensorType>(type);
+      buckets::ParamInfo info;
+      info.name = name.getValue().str();
+      info.numel = t.getNumElements();
+      info.paramDtype = info.gradDtype = t.getElementType().isF32() ? "f32" : "bf16";
+      info.sharedEmbedding = tiedGroup.count(name.getValue()) > 0;
+      chunkParams[chunkOf.lookup(name.getValue())].push_back(info);
+    }
+    struct Placed {
+      GradBufferOp op;
+      buckets::Buffer layout;
+    };
+    SmallVector<Placed> placed;
+    for (auto &[chunk, params] : chunkParams) {
+      std::vector<buckets::Buffer> bufs = buckets::layoutBuffers(params, layoutOptions);
+      for (auto [i, layout] : llvm::enumerate(bufs)) {
+        std::string sym = "gbuf";
+        if (chunk >= 0)
+          sym += "_c" + std::to_string(chunk);
+        if (bufs.size() > 1)
+          sym += "_" + std::to_string(i);
+        SmallVector<Attribute> paramAttrs, bucketAttrs;
+        for (const buckets::ParamRange &p : layout.params)
+          paramAttrs.push_back(b.getDictionaryAttr(
+              {b.getNamedAttr("name", b.getStringAttr(p.name)),
+               b.getNamedAttr("start", b.getI64IntegerAttr(p.start)),
+               b.getNamedAttr("end", b.getI64IntegerAttr(p.end)),
+               b.getNamedAttr("bucket", b.getI64IntegerAttr(p.bucket))}));
+        for (const buckets::Bucket &k : layout.buckets)
+          bucketAttrs.push_back(
+              b.getDenseI64ArrayAttr({k.start, k.end, k.numelUnpadded}));
+        auto op = GradBufferOp::create(
+            b, module.getLoc(), b.getStringAttr(sym),
+            b.getStringAttr(layout.paramDtype), b.getStringAttr(layout.gradDtype),
+            b.getI64IntegerAttr(dp), b.getBoolAttr(distributedOptimizer),
+            b.getBoolAttr(padBucketsForHighNcclBusbw),
+            b.getI64IntegerAttr(layout.numel),
+            b.getI64IntegerAttr(layout.numelUnpadded), b.getArrayAttr(paramAttrs),
+            b.getArrayAttr(bucketAttrs));
+        placed.push_back({op, layout});
+      }
+    }
+    if (singleBucketGroup)
+      module->setAttr("dist.single_bucket_group", b.getUnitAttr());
+
+    // Without the distributed optimizer the step returns every averaged
+    // gradient; with it, each bucket's reduce-scattered shard, for the
+    // optimizer to update this rank's part of the parameters.
+    SmallVector<Type> resultTypes;
+    SmallVector<DictionaryAttr> resultAttrs;
+    if (!distributedOptimizer)
+      resultTypes = types;
+    for (Placed &p : placed)
+      for (auto [k, bucket] : llvm::enumerate(p.layout.buckets))
+        if (distributedOptimizer) {
+          resultTypes.push_back(RankedTensorType::get(
+              {(bucket.end - bucket.start) / dp}, b.getF32Type()));
+          resultAttrs.push_back(b.getDictionaryAttr(b.getNamedAttr(
+              kGradShardAttr,
+              b.getDictionaryAttr(
+                  {b.getNamedAttr("buffer", FlatSymbolRefAttr::get(p.op.getSymNameAttr())),
+                   b.getNamedAttr("bucket", b.getI64IntegerAttr(k))}))));
+        }
     auto step = func::FuncOp::create(b, producers.back().getLoc(), "step",
-                                     b.getFunctionType(types, types));
+                                     b.getFunctionType(types, resultTypes));
     step->setAttr(kPhaseAttr, b.getStringAttr(kStepPhase));
     Block *body = step.addEntryBlock();
     b.setInsertionPointToStart(body);
@@ -97,6 +189,7 @@ struct DPGradAllReducePass
     // attribute array each time (quadratic in the number of parameters).
     SmallVector<DictionaryAttr> bindings;
     auto meshRef = [&] { return FlatSymbolRefAttr::get(mesh.getSymNameAttr()); };
+    llvm::StringMap<Value> grad;
     for (auto [i, name] : llvm::enumerate(names)) {
       bindings.push_back(b.getDictionaryAttr(b.getNamedAttr(
           kBufferAttr, b.getStringAttr("grad:" + name.getValue()))));
@@ -109,18 +202,55 @@ struct DPGradAllReducePass
       if (StringAttr group = tiedGroup.lookup(name.getValue()))
         g = AllReduceOp::create(b, step.getLoc(), g.getType(), g, meshRef(),
                                 group, b.getStringAttr("sum"));
-      if (dp > 1) {
-        // Megatron scales by 1/dp before the sum (gradient_scaling_factor).
-        g = nn::ScaleOp::create(b, step.getLoc(), g,
-                                b.getF32FloatAttr(1.0f / float(dp)));
-        g = AllReduceOp::create(b, step.getLoc(), g.getType(), g, meshRef(),
-                                b.getStringAttr("dp"), b.getStringAttr("sum"));
-      }
-      results.push_back(g);
+      grad[name.getValue()] = g;
     }
+    // Bucket by bucket (in bucket-group order: one bucket each, or all of
+    // them together): Megatron scales by 1/dp (gradient_scaling_factor)
+    // and all-reduces, or reduce-scatters with the distributed optimizer.
+    SmallVector<Value> shards;
+    if (dp > 1 || distributedOptimizer) {
+      for (Placed &p : placed)
+        for (auto [k, bucket] : llvm::enumerate(p.layout.buckets)) {
+          auto ref = FlatSymbolRefAttr::get(p.op.getSymNameAttr());
+          SmallVector<Value> parts;
+          SmallVector<Type> partTypes;
+          for (const std::string &name : bucket.params) {
+            parts.push_back(grad[name]);
+            partTypes.push_back(parts.back().getType());
+          }
+          auto flatType = RankedTensorType::get({bucket.end - bucket.start},
+                                                b.getF32Type());
+          Value flat = PackOp::create(b, step.getLoc(), flatType, ref,
+                                      b.getI64IntegerAttr(k),
+                                      b.getStringAttr("grad"), parts);
+          if (dp > 1)
+            flat = nn::ScaleOp::create(b, step.getLoc(), flat,
+                                       b.getF32FloatAttr(1.0f / float(dp)));
+          if (distributedOptimizer) {
+            auto shardType = RankedTensorType::get(
+                {(bucket.end - bucket.start) / dp}, b.getF32Type());
+            shards.push_back(ReduceScatterOp::create(
+                b, step.getLoc(), shardType, flat, meshRef(),
+                b.getStringAttr("dp"), b.getI64IntegerAttr(0)));
+            continue;
+          }
+          flat = AllReduceOp::create(b, step.getLoc(), flatType, flat, meshRef(),
+                                     b.getStringAttr("dp"), b.getStringAttr("sum"));
+          auto unpack = UnpackOp::create(b, step.getLoc(), partTypes, ref,
+                                         b.getI64IntegerAttr(k),
+                                         b.getStringAttr("grad"), flat);
+          for (auto [name, v] : llvm::zip(bucket.params, unpack.getResults()))
+            grad[name] = v;
+        }
+    }
+    if (distributedOptimizer)
+      results = shards;
+    else
+      for (StringAttr name : names)
+        results.push_back(grad[name.getValue()]);
     func::ReturnOp::create(b, step.getLoc(), results);
     step.setAllArgAttrs(bindings);
-    step.setAllResultAttrs(bindings);
+    step.setAllResultAttrs(distributedOptimizer ? resultAttrs : bindings);
     return success();
   }
 };

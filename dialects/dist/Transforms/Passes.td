@@ -95,15 +95,33 @@ def TPPartitionPass : Pass<"tessera-tp-partition", "mlir::ModuleOp"> {
 }
 
 def DPGradAllReducePass : Pass<"tessera-dp-grad-allreduce", "mlir::ModuleOp"> {
-  let summary = "average gradients over the data-parallel group";
+  let summary = "average gradients over the data-parallel group, bucket by bucket";
   let description = [{
-    Creates the `step` function (`tessera.phase = "step"`) that takes the
-    accumulated gradients, scales them by 1/dp and all-reduces them over
-    the dp group, as Megatron's gradient_scaling_factor does. Gradients the
-    microbatch phase ends with a sum all-reduce (parameters entering a
-    tensor-parallel region, e.g. layer norms under sequence parallelism)
-    are accumulated unreduced and reduced once in the step instead.
+    Lays out Megatron's param-and-grad buffers (seed 000; `dist.grad_buffer`
+    per model chunk and dtype: reverse order, buckets of `bucket-size`
+    elements, with the distributed optimizer 64-element starts and
+    lcm(dp, 128) bucket padding, the shared embedding in a bucket of its
+    own, one bucket on later pipeline stages) and creates the `step`
+    function (`tessera.phase = "step"`) that takes the accumulated
+    gradients. Per bucket, the gradients are packed into the flat bucket,
+    scaled by 1/dp (Megatron's gradient_scaling_factor) and all-reduced over
+    the dp group, or, with `distributed-optimizer`, reduce-scattered: the
+    step then returns each bucket's shard (`tessera.grad_shard`) for the
+    optimizer. Gradients the microbatch phase ends with a sum all-reduce
+    (parameters entering a tensor-parallel region, e.g. layer norms under
+    sequence parallelism) are accumulated unreduced and reduced once in the
+    step instead; tied parameters are first all-reduced over their group.
   }];
+  let options = [
+    Option<"bucketSize", "bucket-size", "int64_t", "0",
+           "elements per bucket (0: Megatron's max(40000000, 1000000 x dp))">,
+    Option<"distributedOptimizer", "distributed-optimizer", "bool", "false",
+           "ZeRO-1: reduce-scatter each bucket, each dp rank updates its shard">,
+    Option<"padBucketsForHighNcclBusbw", "pad-buckets-for-high-nccl-busbw",
+           "bool", "false", "pad buckets to lcm(dp, 128, 2^16) elements">,
+    Option<"singleBucketGroup", "single-bucket-group", "bool", "false",
+           "one bucket group holding every bucket">
+  ];
   let dependentDialects = ["::tessera::dist::DistDialect", "::tessera::nn::NNDialect",
                            "::mlir::func::FuncDialect"];
 }

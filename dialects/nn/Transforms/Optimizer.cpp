@@ -2,6 +2,7 @@
 
 #include "dialects/nn/Transforms/Passes.h"
 #include "tessera/Support/Model.h"
+#include "dialects/dist/IR/DistOps.h"
 
 #include "mlir/IR/Builders.h"
 
@@ -77,64 +78,126 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
     SmallVector<Value> newResults;
     SmallVector<std::string> newBindings;
     SmallVector<std::pair<Value, std::string>> zeroGrads;
+    SmallVector<Type> zeroGradTypes;
     Value iteration;
     if (adam)
       iteration = body.addArgument(
           RankedTensorType::get({}, b.getI64Type()), loc);
 
-    unsigned numGrads = ret.getNumOperands();
+    unsigned numArgs = step.getNumArguments();
+    unsigned numResults = ret.getNumOperands();
     SmallVector<std::string> argBindings;
-    for (unsigned i = 0; i < numGrads; ++i) {
-      auto binding = step.getResultAttrOfType<StringAttr>(i, kBufferAttr);
-      if (!binding || !binding.getValue().starts_with("grad:")) {
-        step.emitOpError() << "result #" << i << " is not a gradient";
-        return failure();
-      }
-      std::string name = binding.getValue().drop_front(5).str();
+    // One update of `param` by `grad`; the optimizer state is bound under
+    // `stateKey` and returned after the new parameters.
+    SmallVector<Value> stateResults;
+    SmallVector<std::string> stateBindings;
+    auto flushState = [&] {
+      newResults.append(stateResults.begin(), stateResults.end());
+      newBindings.append(stateBindings.begin(), stateBindings.end());
+      stateResults.clear();
+      stateBindings.clear();
+    };
+    auto update = [&](Value param, Value grad, StringRef stateKey) -> Value {
+      Type type = param.getType();
+      if (!adam)
+        return SgdOp::create(b, loc, param, grad, b.getF32FloatAttr(lr),
+                             b.getF32FloatAttr(weightDecay));
+      Value m = body.addArgument(type, loc);
+      Value v = body.addArgument(type, loc);
+      argBindings.push_back(("adam.exp_avg:" + stateKey).str());
+      argBindings.push_back(("adam.exp_avg_sq:" + stateKey).str());
+      auto op = AdamOp::create(b, loc, type, type, type, param, grad, m, v,
+                               iteration, b.getF32FloatAttr(lr),
+                               b.getF32FloatAttr(beta1), b.getF32FloatAttr(beta2),
+                               b.getF32FloatAttr(eps),
+                               b.getF32FloatAttr(weightDecay));
+      stateResults.append({op.getNewExpAvg(), op.getNewExpAvgSq()});
+      stateBindings.append({("adam.exp_avg:" + stateKey).str(),
+                            ("adam.exp_avg_sq:" + stateKey).str()});
+      return op.getNewParam();
+    };
+    auto mesh = dist::lookupMesh(module);
+    for (unsigned i = 0; i < numResults; ++i) {
       Value grad = ret.getOperand(i);
-      Type type = paramTypes.lookup(name);
-      if (!type) {
-        step.emitOpError() << "gradient of unknown parameter '" << name << "'";
-        return failure();
+      // The distributed optimizer (ZeRO-1): this rank updates its shard of
+      // the bucket (a fp32 param is its own main param), then the updated
+      // shards are all-gathered into the bucket's parameters.
+      if (auto shard = step.getResultAttrOfType<DictionaryAttr>(i, kGradShardAttr)) {
+        auto ref = shard.getAs<FlatSymbolRefAttr>("buffer");
+        int64_t k = shard.getAs<IntegerAttr>("bucket").getInt();
+        auto gb = SymbolTable::lookupNearestSymbolFrom<dist::GradBufferOp>(step, ref);
+        if (!gb || !mesh)
+          return step.emitOpError() << "result #" << i
+                                    << " is a shard of an unknown grad buffer";
+        SmallVector<Value> params;
+        SmallVector<Type> partTypes;
+        for (StringRef name : gb.getBucketParams(k)) {
+          Type type = paramTypes.lookup(name);
+          if (!type)
+            return step.emitOpError() << "gradient of unknown parameter '"
+                                      << name << "'";
+          params.push_back(body.addArgument(type, loc));
+          partTypes.push_back(type);
+          argBindings.push_back(name.str());
+          zeroGrads.push_back({Value(), ("grad:" + name).str()});
+          zeroGradTypes.push_back(type);
+        }
+        auto shardType = cast<RankedTensorType>(grad.getType());
+        int64_t dp = mesh.getDp();
+        auto flatType = RankedTensorType::get({shardType.getDimSize(0) * dp},
+                                              shardType.getElementType());
+        auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
+        Value flat = dist::PackOp::create(b, loc, flatType, ref,
+                                          b.getI64IntegerAttr(k),
+                                          b.getStringAttr("param"), params);
+        Value mine = dist::ScatterToRegionOp::create(
+            b, loc, shardType, flat, meshRef, b.getStringAttr("dp"),
+            b.getI64IntegerAttr(0));
+        std::string key = ("pbuf:" + ref.getValue() + ":" + Twine(k)).str();
+        Value updated = update(mine, grad, key);
+        Value gathered = dist::AllGatherOp::create(
+            b, loc, flatType, updated, meshRef, b.getStringAttr("dp"),
+            b.getI64IntegerAttr(0));
+        auto unpack = dist::UnpackOp::create(b, loc, partTypes, ref,
+                                             b.getI64IntegerAttr(k),
+                                             b.getStringAttr("param"), gathered);
+        for (auto [name, v] : llvm::zip(gb.getBucketParams(k), unpack.getResults())) {
+          newResults.push_back(v);
+          newBindings.push_back(name.str());
+        }
+        flushState();
+        continue;
       }
+      auto binding = step.getResultAttrOfType<StringAttr>(i, kBufferAttr);
+      if (!binding || !binding.getValue().starts_with("grad:"))
+        return step.emitOpError() << "result #" << i << " is not a gradient";
+      std::string name = binding.getValue().drop_front(5).str();
+      Type type = paramTypes.lookup(name);
+      if (!type)
+        return step.emitOpError() << "gradient of unknown parameter '" << name
+                                  << "'";
       Value param = body.addArgument(type, loc);
       argBindings.push_back(name);
-      if (adam) {
-        Value m = body.addArgument(type, loc);
-        Value v = body.addArgument(type, loc);
-        argBindings.push_back("adam.exp_avg:" + name);
-        argBindings.push_back("adam.exp_avg_sq:" + name);
-        auto update = AdamOp::create(
-            b, loc, type, type, type, param, grad, m, v, iteration,
-            b.getF32FloatAttr(lr), b.getF32FloatAttr(beta1),
-            b.getF32FloatAttr(beta2), b.getF32FloatAttr(eps),
-            b.getF32FloatAttr(weightDecay));
-        newResults.append({update.getNewParam(), update.getNewExpAvg(),
-                           update.getNewExpAvgSq()});
-        newBindings.append({name, "adam.exp_avg:" + name,
-                            "adam.exp_avg_sq:" + name});
-      } else {
-        auto update = SgdOp::create(b, loc, param, grad, b.getF32FloatAttr(lr),
-                                    b.getF32FloatAttr(weightDecay));
-        newResults.push_back(update);
-        newBindings.push_back(name);
-      }
+      newResults.push_back(update(param, grad, name));
+      newBindings.push_back(name);
+      flushState();
       zeroGrads.push_back({grad, binding.getValue().str()});
+      zeroGradTypes.push_back(grad.getType());
     }
     if (adam)
       argBindings.insert(argBindings.begin(), "iteration");
     // Gradients start from zero in the next step.
-    for (auto &[grad, binding] : zeroGrads) {
-      newResults.push_back(
-          FillOp::create(b, loc, grad.getType(), b.getF32FloatAttr(0)));
-      newBindings.push_back(binding);
+    for (auto [zero, type] : llvm::zip(zeroGrads, zeroGradTypes)) {
+      newResults.push_back(FillOp::create(b, loc, type, b.getF32FloatAttr(0)));
+      newBindings.push_back(zero.second);
     }
     func::ReturnOp::create(b, ret.getLoc(), newResults);
     ret.erase();
 
-    // Arguments: grads, then (iteration), then param [, m, v] per grad.
+    // Arguments: grads, then (iteration), then param [, m, v] per grad, or
+    // per bucket shard the bucket's params [, m, v].
     SmallVector<DictionaryAttr> argAttrs, resultAttrs;
-    for (unsigned i = 0; i < numGrads; ++i)
+    for (unsigned i = 0; i < numArgs; ++i)
       argAttrs.push_back(step.getArgAttrDict(i));
     auto bind = [&](StringRef name) {
       return b.getDictionaryAttr(

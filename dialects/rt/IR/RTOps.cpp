@@ -32,7 +32,7 @@ void RTDialect::initialize() {
 
 LogicalResult BufferOp::verify() {
   static const char *kinds[] = {"param", "grad",  "opt_state",
-                                "input", "loss", "iteration", "activation"};
+                                "input", "loss", "iteration", "activation", "view"};
   if (llvm::find(kinds, getKind()) == std::end(kinds))
     return emitOpError() << "unknown buffer kind '" << getKind() << "'";
   auto type = dyn_cast<MemRefType>(getType());

@@ -41,6 +41,19 @@ struct TrainPipelineOptions
       *this, "sequence-parallel",
       llvm::cl::desc("Megatron sequence parallelism (with tp > 1)"),
       llvm::cl::init(false)};
+  Option<int64_t> bucketSize{*this, "bucket-size",
+                             llvm::cl::desc("gradient bucket size in elements (0: Megatron's default)"),
+                             llvm::cl::init(0)};
+  Option<bool> distributedOptimizer{
+      *this, "distributed-optimizer",
+      llvm::cl::desc("ZeRO-1: shard optimizer state and updates over dp"),
+      llvm::cl::init(false)};
+  Option<bool> padBucketsForHighNcclBusbw{
+      *this, "pad-buckets-for-high-nccl-busbw",
+      llvm::cl::desc("pad buckets to lcm(dp, 128, 2^16)"), llvm::cl::init(false)};
+  Option<bool> singleBucketGroup{*this, "single-bucket-group",
+                                 llvm::cl::desc("one bucket group for all buckets"),
+                                 llvm::cl::init(false)};
   Option<std::string> optimizer{*this, "optimizer", llvm::cl::desc("sgd or adam"),
                                 llvm::cl::init("adam")};
   Option<double> lr{*this, "lr", llvm::cl::desc("learning rate"),

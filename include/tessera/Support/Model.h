@@ -41,6 +41,9 @@ constexpr llvm::StringLiteral kStageAttr = "dist.stage";
 constexpr llvm::StringLiteral kChunkAttr = "dist.chunk";
 constexpr llvm::StringLiteral kStashAttr = "tessera.stash";
 constexpr llvm::StringLiteral kTiedAttr = "dist.tied"; // group kind of a param held by several pp ranks
+/// A step result holding a bucket's reduce-scattered gradient shard
+/// (distributed optimizer): {buffer = @gbuf, bucket = k}.
+constexpr llvm::StringLiteral kGradShardAttr = "tessera.grad_shard";
 constexpr llvm::StringLiteral kForwardPhase = "forward";
 constexpr llvm::StringLiteral kBackwardPhase = "backward";
 

@@ -91,6 +91,21 @@ static std::string bindingOf(DictionaryAttr attrs, int64_t chunk) {
   return "";
 }
 
+/// The persistent buffer that holds the flat bucket `bucket` of a grad
+/// buffer (a view of the gradients, or with the distributed optimizer of
+/// the parameters), and the buffers of its parameters in buffer order.
+static std::string bucketView(StringRef data, StringRef buffer, int64_t bucket) {
+  return ((data == "grad" ? "gbuf:" : "pbuf:") + buffer + ":" + Twine(bucket)).str();
+}
+static SmallVector<std::string> bucketParts(Operation *op, FlatSymbolRefAttr ref,
+                                            int64_t bucket, StringRef data) {
+  SmallVector<std::string> names;
+  auto buf = SymbolTable::lookupNearestSymbolFrom<dist::GradBufferOp>(op, ref);
+  for (StringRef name : buf.getBucketParams(bucket))
+    names.push_back(data == "grad" ? ("grad:" + name).str() : name.str());
+  return names;
+}
+
 class PhaseLowering {
 public:
   PhaseLowering(func::FuncOp func, bool isStep,
@@ -135,6 +150,9 @@ private:
   int numP2P = 0;
   /// Sends whose operand is first copied into a send buffer (storage id).
   DenseMap<Operation *, int> sendCopy;
+  /// Copies into place before a pack (operand index, storage id) or an
+  /// unpack (-1, storage id of the bucket view).
+  DenseMap<Operation *, SmallVector<std::pair<int, int>>> placeCopies;
   SmallVector<Operation *> ops;
   DenseMap<Operation *, int64_t> position;
   DenseMap<Value, int> storageOf;
@@ -221,6 +239,35 @@ LogicalResult PhaseLowering::plan() {
         sendCopy[op] = newP2PStorage(send.getInput().getType(), "send");
       continue;
     }
+    // Buckets: a pack is the bucket's view of its parameters' buffers, an
+    // unpack hands out those buffers; whatever is not already in place is
+    // copied there.
+    if (auto pack = dyn_cast<dist::PackOp>(op)) {
+      std::string view = bucketView(pack.getData(), pack.getBuffer(), pack.getBucket());
+      SmallVector<std::string> parts =
+          bucketParts(op, pack.getBufferAttr(), pack.getBucket(), pack.getData());
+      for (auto [i, operand] : llvm::enumerate(pack.getInputs()))
+        if (storages[storageOf.lookup(operand)].persistent != parts[i])
+          placeCopies[op].push_back(
+              {int(i), newStorage(operand.getType(), parts[i])});
+      direct.insert(pack.getResult());
+      assign(pack.getResult(), newStorage(pack.getType(), view));
+      continue;
+    }
+    if (auto unpack = dyn_cast<dist::UnpackOp>(op)) {
+      std::string view =
+          bucketView(unpack.getData(), unpack.getBuffer(), unpack.getBucket());
+      SmallVector<std::string> parts = bucketParts(
+          op, unpack.getBufferAttr(), unpack.getBucket(), unpack.getData());
+      if (storages[storageOf.lookup(unpack.getInput())].persistent != view)
+        placeCopies[op].push_back(
+            {-1, newStorage(unpack.getInput().getType(), view)});
+      for (auto [i, result] : llvm::enumerate(unpack.getResults())) {
+        direct.insert(result);
+        assign(result, newStorage(result.getType(), parts[i]));
+      }
+      continue;
+    }
     // In-place kernels reuse operand 0's storage.
     bool aliasOnly = isa<dist::CopyToRegionOp>(op);
     bool inPlace = isa<dist::ReduceFromRegionOp, dist::AllReduceOp,
@@ -295,6 +342,14 @@ LogicalResult PhaseLowering::plan() {
       }
       if (isa<dist::AsyncType>(result.getType()))
         continue;
+      if (binding.empty() && !inPlace && result.hasOneUse())
+        if (auto unpack = dyn_cast<dist::UnpackOp>(*result.getUsers().begin())) {
+          direct.insert(result);
+          assign(result, newStorage(result.getType(),
+                                    bucketView(unpack.getData(), unpack.getBuffer(),
+                                               unpack.getBucket())));
+          continue;
+        }
       if (binding.empty() && !inPlace && llvm::any_of(result.getUsers(), [](Operation *u) {
             return isa<dist::SendOp>(u);
           })) {
@@ -719,6 +774,17 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
               return success();
             })
             .Case([&](dist::CopyToRegionOp) { return success(); })
+            .Case([&](dist::PackOp o) {
+              for (auto [index, id] : placeCopies.lookup(op))
+                kernelBufs(rt::CopyOp(),
+                           {bufferOf(o.getInputs()[index]), storageBuffer(id)});
+              return success();
+            })
+            .Case([&](dist::UnpackOp o) {
+              for (auto [index, id] : placeCopies.lookup(op))
+                kernelBufs(rt::CopyOp(), {bufferOf(o.getInput()), storageBuffer(id)});
+              return success();
+            })
             .Case([&](dist::SendOp o) {
               Value buf = bufferOf(o.getInput());
               if (auto it = sendCopy.find(op); it != sendCopy.end()) {
@@ -1074,10 +1140,45 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
     if (failed(l->plan()))
       return failure();
 
-  // Layout: shared persistent buffers, then each chunk's slot region.
+  // Layout: the grad buffers (seed 000), then the other shared persistent
+  // buffers, then each chunk's slot region. A grad buffer is one flat
+  // region per (chunk, dtype) holding its parameters' gradients at their
+  // layout offsets (with the distributed optimizer a second one holds the
+  // parameters), with a view buffer per bucket on top for the collectives.
   int64_t offset = 0;
+  std::map<Persistent *, int64_t> fixed;
+  for (auto gb : module.getOps<dist::GradBufferOp>()) {
+    buckets::Buffer layout = gb.getLayout();
+    for (StringRef data : {"grad", "param"}) {
+      if (data == "param" && !gb.getDistributed())
+        continue;
+      int64_t base = offset;
+      for (const buckets::ParamRange &p : layout.params) {
+        std::string name = data == "grad" ? "grad:" + p.name : p.name;
+        Persistent *q = byName.lookup(name);
+        if (!q)
+          return gb.emitOpError() << "lays out '" << p.name
+                                  << "', which no phase of this program has";
+        if (byteSize(RankedTensorType::get(q->type.getShape(),
+                                           q->type.getElementType())) !=
+            (p.end - p.start) * 4)
+          return gb.emitOpError() << "gives '" << p.name << "' " << p.end - p.start
+                                  << " elements, its buffer has a different size";
+        fixed[q] = base + p.start * 4;
+      }
+      for (auto [k, bucket] : llvm::enumerate(layout.buckets)) {
+        Persistent *view = add(bucketView(data, gb.getSymName(), k), "view",
+                               RankedTensorType::get({bucket.end - bucket.start},
+                                                     b.getF32Type()));
+        fixed[view] = base + bucket.start * 4;
+      }
+      offset = alignUp(base + layout.numel * 4);
+    }
+  }
+  for (auto &[p, at] : fixed)
+    p->offset = at;
   for (auto &p : buffers)
-    if (!slotChunk.count(p.get())) {
+    if (!slotChunk.count(p.get()) && !fixed.count(p.get())) {
       p->offset = offset;
       offset = alignUp(offset + byteSize(p->type));
     }
