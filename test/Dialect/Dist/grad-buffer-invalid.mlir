@@ -1,0 +1,145 @@
+// RUN: tessera-opt %s -split-input-file -verify-diagnostics
+
+// The layout invariants of seed 000 are the dialect's, not the runtime's.
+
+// expected-error @+1 {{has an invalid layout: parameter 'a' starts at 70, not at a multiple of 64 elements}}
+dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
+    distributed = true, numel = 128 : i64, numel_unpadded = 80 : i64,
+    params = [{name = "a", start = 70 : i64, end = 80 : i64, bucket = 0 : i64} ],
+    buckets = [array<i64: 0, 128, 80>]}
+
+// -----
+
+// expected-error @+1 {{has an invalid layout: bucket 0 holds 127 elements, not divisible by dp 2}}
+dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
+    distributed = true, numel = 127 : i64, numel_unpadded = 10 : i64,
+    params = [{name = "a", start = 0 : i64, end = 10 : i64, bucket = 0 : i64} ],
+    buckets = [array<i64: 0, 127, 10>]}
+
+// -----
+
+// expected-error @+1 {{has an invalid layout: bucket 0 ends at 64, not padded to a multiple of 128}}
+dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
+    distributed = true, numel = 192 : i64, numel_unpadded = 20 : i64,
+    params = [{name = "a", start = 0 : i64, end = 10 : i64, bucket = 0 : i64},
+              {name = "b", start = 64 : i64, end = 74 : i64, bucket = 1 : i64} ],
+    buckets = [array<i64: 0, 64, 10>, array<i64: 64, 192, 10>]}
+
+// -----
+
+// expected-error @+1 {{has an invalid layout: parameter 'a' [100, 140) is split across buckets or outside bucket 0 [0, 128)}}
+dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
+    distributed = false, numel = 256 : i64, numel_unpadded = 256 : i64,
+    params = [{name = "a", start = 100 : i64, end = 140 : i64, bucket = 0 : i64} ],
+    buckets = [array<i64: 0, 128, 128>, array<i64: 128, 256, 128>]}
+
+// -----
+
+// expected-error @+1 {{has an invalid layout: parameters 'a' and 'b' overlap}}
+dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 1 : i64,
+    distributed = false, numel = 20 : i64, numel_unpadded = 20 : i64,
+    params = [{name = "a", start = 0 : i64, end = 12 : i64, bucket = 0 : i64},
+              {name = "b", start = 10 : i64, end = 20 : i64, bucket = 0 : i64} ],
+    buckets = [array<i64: 0, 20, 20>]}
+
+// -----
+
+// expected-error @+1 {{has an invalid layout: the buffer is padded (32 elements, 20 used) without the distributed optimizer}}
+dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 1 : i64,
+    distributed = false, numel = 32 : i64, numel_unpadded = 20 : i64,
+    params = [{name = "a", start = 0 : i64, end = 20 : i64, bucket = 0 : i64} ],
+    buckets = [array<i64: 0, 32, 20>]}
+
+// -----
+
+// expected-error @+1 {{has an invalid layout: bucket 1 starts at 30, not at 20 where the previous one ends}}
+dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 1 : i64,
+    distributed = false, numel = 40 : i64, numel_unpadded = 30 : i64,
+    params = [{name = "a", start = 0 : i64, end = 20 : i64, bucket = 0 : i64},
+              {name = "b", start = 30 : i64, end = 40 : i64, bucket = 1 : i64} ],
+    buckets = [array<i64: 0, 20, 20>, array<i64: 30, 40, 10>]}
+
+// -----
+
+// expected-error @+1 {{params must be {name, start, end, bucket} dictionaries}}
+dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 1 : i64,
+    distributed = false, numel = 20 : i64, numel_unpadded = 20 : i64,
+    params = [{name = "a", start = 0 : i64} ], buckets = [array<i64: 0, 20, 20>]}
+
+// -----
+
+dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 1 : i64,
+    distributed = false, numel = 20 : i64, numel_unpadded = 20 : i64,
+    params = [{name = "a", start = 0 : i64, end = 20 : i64, bucket = 0 : i64} ],
+    buckets = [array<i64: 0, 20, 20>]}
+func.func @pack(%a: tensor<10xf32>, %b: tensor<20xf32>) {
+  // expected-error @+1 {{has 2 parameter tensors, but the bucket holds 1}}
+  %f = dist.pack @g bucket 0 "grad" (%a, %b) : tensor<10xf32>, tensor<20xf32> -> tensor<20xf32>
+  return
+}
+
+// -----
+
+dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 1 : i64,
+    distributed = false, numel = 20 : i64, numel_unpadded = 20 : i64,
+    params = [{name = "a", start = 0 : i64, end = 20 : i64, bucket = 0 : i64} ],
+    buckets = [array<i64: 0, 20, 20>]}
+func.func @size(%a: tensor<4x4xf32>) {
+  // expected-error @+1 {{parameter tensor #0 has 16 elements, the bucket's slot 20}}
+  %f = dist.pack @g bucket 0 "grad" (%a) : tensor<4x4xf32> -> tensor<20xf32>
+  return
+}
+
+// -----
+
+dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 1 : i64,
+    distributed = false, numel = 20 : i64, numel_unpadded = 20 : i64,
+    params = [{name = "a", start = 0 : i64, end = 20 : i64, bucket = 0 : i64} ],
+    buckets = [array<i64: 0, 20, 20>]}
+func.func @flat(%f: tensor<16xf32>) {
+  // expected-error @+1 {{flat tensor 'tensor<16xf32>' must be 1-d with the bucket's 20 elements}}
+  %a = dist.unpack @g bucket 0 "grad" %f : tensor<16xf32> -> tensor<20xf32>
+  return
+}
+
+// -----
+
+dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 1 : i64,
+    distributed = false, numel = 20 : i64, numel_unpadded = 20 : i64,
+    params = [{name = "a", start = 0 : i64, end = 20 : i64, bucket = 0 : i64} ],
+    buckets = [array<i64: 0, 20, 20>]}
+func.func @bucket(%a: tensor<20xf32>) {
+  // expected-error @+1 {{names bucket 3 of @g, which has 1}}
+  %f = dist.pack @g bucket 3 "grad" (%a) : tensor<20xf32> -> tensor<20xf32>
+  return
+}
+
+// -----
+
+func.func @nobuffer(%a: tensor<20xf32>) {
+  // expected-error @+1 {{refers to @nothing, which is not a dist.grad_buffer in scope}}
+  %f = dist.pack @nothing bucket 0 "grad" (%a) : tensor<20xf32> -> tensor<20xf32>
+  return
+}
+
+// -----
+
+func.func @data(%a: tensor<20xf32>) {
+  // expected-error @+1 {{data must be "grad" or "param", got "state"}}
+  %f = dist.pack @g bucket 0 "state" (%a) : tensor<20xf32> -> tensor<20xf32>
+  return
+}
+
+// -----
+
+// expected-error @+1 {{buckets must be [start, end, numel_unpadded] arrays}}
+dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 1 : i64,
+    distributed = false, numel = 20 : i64, numel_unpadded = 20 : i64,
+    params = [], buckets = [array<i64: 0, 20>]}
+
+// -----
+
+// expected-error @+1 {{dp must be at least 1}}
+dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 0 : i64,
+    distributed = false, numel = 0 : i64, numel_unpadded = 0 : i64,
+    params = [], buckets = []}

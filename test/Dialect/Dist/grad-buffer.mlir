@@ -1,0 +1,19 @@
+// RUN: tessera-opt %s | tessera-opt | FileCheck %s
+
+// CHECK: dist.grad_buffer @gbuf {buckets = [array<i64: 0, 128, 74>, array<i64: 128, 256, 100>]
+dist.grad_buffer @gbuf {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
+    distributed = true, numel = 256 : i64, numel_unpadded = 174 : i64,
+    params = [{name = "a", start = 64 : i64, end = 74 : i64, bucket = 0 : i64},
+              {name = "b", start = 0 : i64, end = 10 : i64, bucket = 0 : i64},
+              {name = "c", start = 128 : i64, end = 228 : i64, bucket = 1 : i64} ],
+    buckets = [array<i64: 0, 128, 74>, array<i64: 128, 256, 100>]}
+
+// CHECK-LABEL: func.func @roundtrip
+func.func @roundtrip(%a: tensor<10xf32>, %b: tensor<2x5xf32>) -> (tensor<10xf32>, tensor<2x5xf32>) {
+  // Buffer order: b (start 0) before a (start 64).
+  // CHECK: %[[F:.*]] = dist.pack @gbuf bucket 0 "grad"(%{{.*}}, %{{.*}}) : tensor<2x5xf32>, tensor<10xf32> -> tensor<128xf32>
+  %f = dist.pack @gbuf bucket 0 "grad" (%b, %a) : tensor<2x5xf32>, tensor<10xf32> -> tensor<128xf32>
+  // CHECK: dist.unpack @gbuf bucket 0 "grad" %[[F]] : tensor<128xf32> -> tensor<2x5xf32>, tensor<10xf32>
+  %ub, %ua = dist.unpack @gbuf bucket 0 "grad" %f : tensor<128xf32> -> tensor<2x5xf32>, tensor<10xf32>
+  return %ua, %ub : tensor<10xf32>, tensor<2x5xf32>
+}
