@@ -1207,7 +1207,7 @@ Status Executor::completeP2pBatch() {
 std::string Executor::phaseName(const DecodedFunction &fn,
                                 int64_t microbatch) const {
   std::string mb = "mb" + std::to_string(microbatch);
-  if (fn.name == "microbatch")
+  if (fn.name == "microbatch" || fn.name == "microbatch:last")
     return "microbatch " + std::to_string(microbatch);
   bool forward = fn.forward, backward = isBackwardFunction(fn.name);
   if (!forward && !backward)
@@ -1326,7 +1326,10 @@ StatusOr<double> Executor::runIteration(int64_t iteration) {
     TESSERA_RETURN_IF_ERROR(fillInputs(iteration, m));
     currentIteration = iteration;
     currentMicrobatch = m;
-    TESSERA_RETURN_IF_ERROR(runFunction("microbatch"));
+    // The last microbatch may have a variant that starts the gradient
+    // buckets' reductions during its backward (overlap).
+    const bool last = m + 1 == numMicro && functionIndex.count("microbatch:last");
+    TESSERA_RETURN_IF_ERROR(runFunction(last ? "microbatch:last" : "microbatch"));
     if (hasLoss) {
       const fb::Buffer *b = prog->buffers()->Get(prog->loss_buffer());
       float loss = 0.0f;
