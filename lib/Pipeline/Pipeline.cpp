@@ -41,6 +41,7 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   grads.distributedOptimizer = options.distributedOptimizer;
   grads.padBucketsForHighNcclBusbw = options.padBucketsForHighNcclBusbw;
   grads.singleBucketGroup = options.singleBucketGroup;
+  grads.overlapGradReduce = options.overlapGradReduce;
   pm.addPass(dist::createDPGradAllReducePass(grads));
   nn::OptimizerPassOptions opt;
   opt.optimizer = options.optimizer;

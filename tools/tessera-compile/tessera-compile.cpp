@@ -80,6 +80,11 @@ static cl::alias distributedOptimizerAlias("dist-optimizer",
 static cl::opt<bool> padBuckets(
     "pad-buckets-for-high-nccl-busbw",
     cl::desc("pad buckets to lcm(dp, 128, 2^16) elements"), cl::init(false));
+static cl::opt<bool> overlapGradReduce(
+    "overlap-grad-reduce",
+    cl::desc("start each gradient bucket's all-reduce in the last "
+             "microbatch's backward as soon as its gradients are complete"),
+    cl::init(false));
 static cl::opt<bool> singleBucketGroup(
     "single-bucket-group", cl::desc("reduce all buckets as one group"),
     cl::init(false));
@@ -341,6 +346,7 @@ int main(int argc, char **argv) {
   options.distributedOptimizer = distributedOptimizer;
   options.padBucketsForHighNcclBusbw = padBuckets;
   options.singleBucketGroup = singleBucketGroup;
+  options.overlapGradReduce = overlapGradReduce;
   options.lr = lr;
   options.weightDecay = weightDecay;
   options.lrWarmupIters = lrWarmupIters;

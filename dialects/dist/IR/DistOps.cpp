@@ -482,6 +482,22 @@ static LogicalResult verifyData(Operation *op, StringRef data) {
 LogicalResult PackOp::verify() { return verifyData(*this, getData()); }
 LogicalResult UnpackOp::verify() { return verifyData(*this, getData()); }
 
+LogicalResult BucketReduceStartOp::verifySymbolUses(SymbolTableCollection &st) {
+  SmallVector<int64_t> sizes;
+  int64_t numel = 0;
+  if (failed(resolveBucket(*this, getBufferAttr(), getBucket(), st, sizes, numel)))
+    return failure();
+  if (failed(resolveGroup(*this, getMeshAttr(), getGroup(), st)))
+    return failure();
+  return success();
+}
+
+LogicalResult BucketReduceWaitOp::verifySymbolUses(SymbolTableCollection &st) {
+  SmallVector<int64_t> sizes;
+  int64_t numel = 0;
+  return resolveBucket(*this, getBufferAttr(), getBucket(), st, sizes, numel);
+}
+
 LogicalResult PackOp::verifySymbolUses(SymbolTableCollection &st) {
   SmallVector<int64_t> sizes;
   int64_t numel = 0;

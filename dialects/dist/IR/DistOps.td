@@ -463,4 +463,33 @@ def Dist_UnpackOp : Dist_Op<"unpack", [Pure,
   let hasVerifier = 1;
 }
 
+
+def Dist_BucketReduceStartOp : Dist_Op<"bucket_reduce_start", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "start a bucket's gradient reduction during the backward";
+  let description = [{
+    Megatron's overlap_grad_reduce: in the last microbatch's backward, once
+    the gradients given as operands (the bucket's last ones to be produced)
+    have been accumulated into the grad buffer, scale bucket `bucket` of
+    `buffer` by `scale` and start summing it over `group`; the rest of the
+    backward runs while it is in flight. `dist.bucket_reduce_wait` completes
+    it.
+
+    ```mlir
+    dist.bucket_reduce_start @gbuf bucket 1 over @mesh "dp" scale 5.000000e-01 (%g1, %g2) : tensor<16xf32>, tensor<4x4xf32>
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$buffer, I64Attr:$bucket,
+                       FlatSymbolRefAttr:$mesh, StrAttr:$group, F32Attr:$scale,
+                       Variadic<Dist_RankedTensor>:$grads);
+  let assemblyFormat = "$buffer `bucket` $bucket `over` $mesh $group `scale` $scale `(` $grads `)` attr-dict `:` type($grads)";
+}
+
+def Dist_BucketReduceWaitOp : Dist_Op<"bucket_reduce_wait", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "wait for a bucket reduction started by bucket_reduce_start";
+  let arguments = (ins FlatSymbolRefAttr:$buffer, I64Attr:$bucket);
+  let assemblyFormat = "$buffer `bucket` $bucket attr-dict";
+}
+
 #endif // TESSERA_DIALECTS_DIST_IR_DISTOPS_TD

@@ -7,6 +7,7 @@
 #include "llvm/ADT/StringSet.h"
 
 #include <map>
+#include <set>
 
 namespace tessera::dist {
 #define GEN_PASS_DEF_DPGRADALLREDUCEPASS
@@ -161,6 +162,60 @@ struct DPGradAllReducePass
     if (singleBucketGroup)
       module->setAttr("dist.single_bucket_group", b.getUnitAttr());
 
+    // Megatron's overlap_grad_reduce: a variant of the microbatch phase for
+    // the last microbatch starts each bucket's reduction right after the
+    // bucket's last gradient is produced and waits for all at its end, so
+    // the reductions overlap the rest of the backward.
+    std::set<std::pair<Operation *, int64_t>> overlapped;
+    if (overlapGradReduce && dp > 1) {
+      if (distributedOptimizer)
+        return emitError(getRootModule(module).getLoc())
+               << "overlap-grad-reduce with the distributed optimizer is not "
+                  "supported yet (its reduce-scatter runs in the step)";
+      if (producers.size() != 1 ||
+          producers.front()->getAttrOfType<StringAttr>(kPhaseAttr).getValue() !=
+              kMicrobatchPhase)
+        return emitError(getRootModule(module).getLoc())
+               << "overlap-grad-reduce is supported without pipeline "
+                  "parallelism only (pp = 1) for now";
+      func::FuncOp micro = producers.front();
+      OpBuilder ob(micro);
+      ob.setInsertionPointAfter(micro);
+      auto last = cast<func::FuncOp>(ob.clone(*micro));
+      last.setSymName((micro.getSymName() + "_last").str());
+      last->setAttr(kLastMicrobatchAttr, ob.getUnitAttr());
+      auto ret = cast<func::ReturnOp>(last.getBody().front().getTerminator());
+      llvm::StringMap<Value> produced;
+      for (unsigned i = 0, e = last.getNumResults(); i < e; ++i)
+        if (auto of = last.getResultAttrOfType<StringAttr>(i, kGradOfAttr))
+          produced[of.getValue()] = ret.getOperand(i);
+      auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
+      for (Placed &p : placed)
+        for (auto [k, bucket] : llvm::enumerate(p.layout.buckets)) {
+          SmallVector<Value> grads;
+          Operation *after = nullptr;
+          for (const std::string &name : bucket.params) {
+            Value g = produced.lookup(name);
+            grads.push_back(g);
+            if (Operation *def = g.getDefiningOp())
+              if (!after || after->isBeforeInBlock(def))
+                after = def;
+          }
+          if (after)
+            ob.setInsertionPointAfter(after);
+          else
+            ob.setInsertionPointToStart(&last.getBody().front());
+          auto ref = FlatSymbolRefAttr::get(p.op.getSymNameAttr());
+          BucketReduceStartOp::create(ob, last.getLoc(), ref,
+                                      ob.getI64IntegerAttr(k), meshRef,
+                                      ob.getStringAttr("dp"),
+                                      ob.getF32FloatAttr(1.0f / float(dp)), grads);
+          ob.setInsertionPoint(ret);
+          BucketReduceWaitOp::create(ob, last.getLoc(), ref, ob.getI64IntegerAttr(k));
+          overlapped.insert({p.op.getOperation(), int64_t(k)});
+        }
+    }
+
     // Without the distributed optimizer the step returns every averaged
     // gradient; with it, each bucket's reduce-scattered shard, for the
     // optimizer to update this rank's part of the parameters.
@@ -211,6 +266,9 @@ struct DPGradAllReducePass
     if (dp > 1 || distributedOptimizer) {
       for (Placed &p : placed)
         for (auto [k, bucket] : llvm::enumerate(p.layout.buckets)) {
+          // Reduced during the last microbatch's backward already.
+          if (overlapped.count({p.op.getOperation(), int64_t(k)}))
+            continue;
           auto ref = FlatSymbolRefAttr::get(p.op.getSymNameAttr());
           SmallVector<Value> parts;
           SmallVector<Type> partTypes;

@@ -51,6 +51,10 @@ struct TrainPipelineOptions
   Option<bool> padBucketsForHighNcclBusbw{
       *this, "pad-buckets-for-high-nccl-busbw",
       llvm::cl::desc("pad buckets to lcm(dp, 128, 2^16)"), llvm::cl::init(false)};
+  Option<bool> overlapGradReduce{
+      *this, "overlap-grad-reduce",
+      llvm::cl::desc("start bucket reductions during the last backward"),
+      llvm::cl::init(false)};
   Option<bool> singleBucketGroup{*this, "single-bucket-group",
                                  llvm::cl::desc("one bucket group for all buckets"),
                                  llvm::cl::init(false)};

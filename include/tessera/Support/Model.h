@@ -44,6 +44,8 @@ constexpr llvm::StringLiteral kTiedAttr = "dist.tied"; // group kind of a param 
 /// A step result holding a bucket's reduce-scattered gradient shard
 /// (distributed optimizer): {buffer = @gbuf, bucket = k}.
 constexpr llvm::StringLiteral kGradShardAttr = "tessera.grad_shard";
+/// The variant of the microbatch phase run for the last microbatch.
+constexpr llvm::StringLiteral kLastMicrobatchAttr = "tessera.last_microbatch";
 constexpr llvm::StringLiteral kForwardPhase = "forward";
 constexpr llvm::StringLiteral kBackwardPhase = "backward";
 

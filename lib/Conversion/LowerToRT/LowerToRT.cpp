@@ -153,6 +153,8 @@ private:
   /// Copies into place before a pack (operand index, storage id) or an
   /// unpack (-1, storage id of the bucket view).
   DenseMap<Operation *, SmallVector<std::pair<int, int>>> placeCopies;
+  /// The bucket view of a bucket_reduce_start (storage id).
+  DenseMap<Operation *, int> bucketStorage;
   SmallVector<Operation *> ops;
   DenseMap<Operation *, int64_t> position;
   DenseMap<Value, int> storageOf;
@@ -254,6 +256,20 @@ LogicalResult PhaseLowering::plan() {
       assign(pack.getResult(), newStorage(pack.getType(), view));
       continue;
     }
+    if (auto start = dyn_cast<dist::BucketReduceStartOp>(op)) {
+      int64_t numel = 0;
+      auto buf = SymbolTable::lookupNearestSymbolFrom<dist::GradBufferOp>(
+          op, start.getBufferAttr());
+      buckets::Buffer layout = buf.getLayout();
+      const buckets::Bucket &k = layout.buckets[size_t(start.getBucket())];
+      numel = k.end - k.start;
+      bucketStorage[op] = newStorage(
+          RankedTensorType::get({numel}, Float32Type::get(op->getContext())),
+          bucketView("grad", start.getBuffer(), start.getBucket()));
+      continue;
+    }
+    if (isa<dist::BucketReduceWaitOp>(op))
+      continue;
     if (auto unpack = dyn_cast<dist::UnpackOp>(op)) {
       std::string view =
           bucketView(unpack.getData(), unpack.getBuffer(), unpack.getBucket());
@@ -317,11 +333,18 @@ LogicalResult PhaseLowering::plan() {
               nn::PositionEmbeddingGradOp>(op) ||
           (isa<nn::LayerNormGradOp>(op) && result != op->getResult(0) &&
            llvm::all_of(op->getResults().drop_front(), [&](Value r) {
-             return r.hasOneUse() &&
+             return llvm::count_if(r.getUsers(), [](Operation *u) {
+                      return !isa<dist::BucketReduceStartOp>(u);
+                    }) == 1 &&
                     resultBinding(r).starts_with("grad:");
            }));
+      // A bucket_reduce_start only orders itself after the gradient; it
+      // reads the buffer, not the value.
+      bool singleUse = llvm::count_if(result.getUsers(), [](Operation *u) {
+                         return !isa<dist::BucketReduceStartOp>(u);
+                       }) == 1;
       bool canWriteDirect =
-          !binding.empty() && result.hasOneUse() && !copyFirst.contains(op) &&
+          !binding.empty() && singleUse && !copyFirst.contains(op) &&
           (accumulate ? canAccumulate : !inPlace);
       if (canWriteDirect && !accumulate) {
         // Overwrite: only once nothing later reads the buffer's old value.
@@ -527,6 +550,8 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
   auto f32 = [&](double v) { return b.getF32FloatAttr(v); };
   auto named = [&](StringRef n, Attribute a) { return b.getNamedAttr(n, a); };
   DenseMap<Value, Value> events;
+  std::map<std::pair<StringRef, uint64_t>, Value> bucketEvents;
+  DenseSet<Value> flushed;
   struct DeferredSend {
     Location loc;
     Value buffer;
@@ -774,6 +799,44 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
               return success();
             })
             .Case([&](dist::CopyToRegionOp) { return success(); })
+            .Case([&](dist::BucketReduceStartOp o) {
+              // This microbatch's contributions must be in the buffer first.
+              for (Value g : o.getGrads()) {
+                StringRef binding = resultBinding(g);
+                if (binding.empty() || direct.contains(g) ||
+                    storages[storageOf.lookup(g)].persistent == binding ||
+                    !flushed.insert(g).second)
+                  continue;
+                Value dst = gets.lookup(binding);
+                if (!dst) {
+                  OpBuilder::InsertionGuard guard(b);
+                  b.setInsertionPointToStart(block);
+                  dst = rt::GetOp::create(
+                      b, loc, persistent.lookup(binding)->type,
+                      FlatSymbolRefAttr::get(b.getContext(), binding));
+                  gets[binding] = dst;
+                }
+                rt::AxpyOp::create(b, l, TypeRange{}, ValueRange{bufferOf(g), dst},
+                                   ArrayRef<NamedAttribute>{});
+              }
+              Value view = storageBuffer(bucketStorage.lookup(op));
+              kernelBufs(rt::ScaleOp(), {view, view},
+                         {named("alpha", o.getScaleAttr())});
+              bucketEvents[{o.getBuffer(), o.getBucket()}] =
+                  rt::AllReduceStartOp::create(b, l, rt::EventType::get(b.getContext()),
+                                               view, o.getGroupAttr(),
+                                               b.getStringAttr("sum"));
+              return success();
+            })
+            .Case([&](dist::BucketReduceWaitOp o) -> LogicalResult {
+              auto it = bucketEvents.find({o.getBuffer(), o.getBucket()});
+              Value e = it == bucketEvents.end() ? Value() : it->second;
+              if (!e)
+                return o.emitOpError() << "waits for a bucket reduction that "
+                                          "was not started";
+              rt::WaitOp::create(b, l, e);
+              return success();
+            })
             .Case([&](dist::PackOp o) {
               for (auto [index, id] : placeCopies.lookup(op))
                 kernelBufs(rt::CopyOp(),
@@ -873,7 +936,7 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
   for (OpOperand &operand : ret->getOpOperands()) {
     Value v = operand.get();
     StringRef binding = resultBinding(v);
-    if (binding.empty() || direct.contains(v) ||
+    if (binding.empty() || direct.contains(v) || flushed.contains(v) ||
         storages[storageOf.lookup(v)].persistent == binding)
       continue;
     Persistent *p = persistent.lookup(binding);
@@ -981,8 +1044,10 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
   // a backward phase (in chunk order); then the step.
   SmallVector<func::FuncOp> phases;
   func::FuncOp step = getPhaseFunc(module, kStepPhase);
-  if (func::FuncOp micro = getPhaseFunc(module, kMicrobatchPhase))
-    phases.push_back(micro);
+  for (auto f : module.getOps<func::FuncOp>())
+    if (auto p = f->getAttrOfType<StringAttr>(kPhaseAttr);
+        p && p.getValue() == kMicrobatchPhase)
+      phases.push_back(f);
   for (StringRef phase : {kForwardPhase, kBackwardPhase})
     for (auto f : module.getOps<func::FuncOp>())
       if (auto p = f->getAttrOfType<StringAttr>(kPhaseAttr); p && p.getValue() == phase)
@@ -1211,7 +1276,8 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
   };
   int64_t flopsPerStep = phaseFlops(step);
   for (func::FuncOp f : phases)
-    flopsPerStep += phaseFlops(f) * getNumMicrobatches(module);
+    if (!f->hasAttr(kLastMicrobatchAttr)) // a variant of another phase
+      flopsPerStep += phaseFlops(f) * getNumMicrobatches(module);
 
   // 3. Memory plans: all phases share the transient region (they never run
   //    at once).
@@ -1243,6 +1309,9 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
     if (StringRef phase = source->getAttrOfType<StringAttr>(kPhaseAttr).getValue();
         phase == kMicrobatchPhase || phase == kStepPhase)
       name = phase.str();
+    // The last microbatch's variant (overlapped gradient reductions).
+    if (source->hasAttr(kLastMicrobatchAttr))
+      name += ":last";
     auto entry = func::FuncOp::create(builder, source.getLoc(), name,
                                       builder.getFunctionType({}, {}));
     entry->setAttr("rt.entry", builder.getUnitAttr());

@@ -1,0 +1,38 @@
+// RUN: tessera-opt %s --tessera-train-pipeline="dp=4 micro-batch-size=4 global-batch-size=32 bucket-size=2 overlap-grad-reduce=true" | FileCheck %s
+
+// The last microbatch's variant accumulates the weight gradient in place
+// (GEMM, beta = 1), then scales its bucket and starts the all-reduce while
+// the bias gradient is still being computed; both are waited for at the
+// end. The step only runs the optimizer.
+
+// CHECK-LABEL: func.func @microbatch()
+// CHECK-NOT: rt.all_reduce_start
+// CHECK: return
+// CHECK-LABEL: func.func @"microbatch:last"()
+// CHECK-DAG: %[[GW:.*]] = rt.get @"grad:head.weight" : memref<3x8xf32>
+// CHECK-DAG: %[[B1:.*]] = rt.get @"gbuf:gbuf:1" : memref<24xf32>
+// CHECK-DAG: %[[B0:.*]] = rt.get @"gbuf:gbuf:0" : memref<3xf32>
+// CHECK: rt.gemm %{{.*}}, %{{.*}}, %[[GW]] {beta = 1.000000e+00 : f32, trans_a}
+// CHECK-NEXT: rt.scale %[[B1]], %[[B1]] {alpha = 2.500000e-01 : f32}
+// CHECK-NEXT: %[[E1:.*]] = rt.all_reduce_start %[[B1]] {group = "dp"}
+// CHECK-NEXT: rt.reduce_rows
+// CHECK-NEXT: rt.scale %[[B0]], %[[B0]] {alpha = 2.500000e-01 : f32}
+// CHECK-NEXT: %[[E0:.*]] = rt.all_reduce_start %[[B0]] {group = "dp"}
+// CHECK-NEXT: rt.wait %[[E0]]
+// CHECK-NEXT: rt.wait %[[E1]]
+// CHECK-NOT: rt.axpy
+// CHECK: return
+// CHECK-LABEL: func.func @step()
+// CHECK-NOT: rt.all_reduce
+// CHECK: rt.adam
+module {
+  func.func @head(%x: tensor<?x8xf32> {nn.input = "features"},
+                  %t: tensor<?xi32> {nn.input = "labels"},
+                  %w: tensor<3x8xf32> {nn.param = "head.weight"},
+                  %b: tensor<3xf32> {nn.param = "head.bias"}) -> tensor<f32> {
+    %z = nn.linear %x, %w, %b : (tensor<?x8xf32>, tensor<3x8xf32>, tensor<3xf32>) -> tensor<?x3xf32>
+    %l = nn.softmax_cross_entropy %z, %t : (tensor<?x3xf32>, tensor<?xi32>) -> tensor<?xf32>
+    %m = nn.mean %l : (tensor<?xf32>) -> tensor<f32>
+    return %m : tensor<f32>
+  }
+}

@@ -1,0 +1,58 @@
+// RUN: tessera-opt %s --split-input-file --verify-diagnostics --tessera-autodiff --tessera-dp-grad-allreduce="overlap-grad-reduce=true bucket-size=2" | FileCheck %s
+
+// Megatron's overlap_grad_reduce: the last microbatch runs a variant of the
+// microbatch phase that starts each bucket's reduction right after the
+// bucket's last gradient is produced (the weight's bucket 1 before the
+// bias gradient, bucket 0, is even computed) and waits for both at its
+// end; the step does not reduce them again.
+
+// CHECK-LABEL: func.func @head(
+// CHECK-NOT: dist.bucket_reduce_start
+// CHECK: return
+// CHECK-LABEL: func.func @head_last(
+// CHECK-SAME: tessera.last_microbatch, tessera.phase = "microbatch"
+// CHECK: %[[DW:.*]] = nn.matmul
+// CHECK-NEXT: dist.bucket_reduce_start @gbuf bucket 1 over @mesh "dp" scale 2.500000e-01(%[[DW]]) : tensor<3x8xf32>
+// CHECK-NEXT: %[[DB:.*]] = nn.reduce_rows
+// CHECK-NEXT: dist.bucket_reduce_start @gbuf bucket 0 over @mesh "dp" scale 2.500000e-01(%[[DB]]) : tensor<3xf32>
+// CHECK: dist.bucket_reduce_wait @gbuf bucket 0
+// CHECK-NEXT: dist.bucket_reduce_wait @gbuf bucket 1
+// CHECK-NEXT: return
+// CHECK-LABEL: func.func @step(
+// CHECK-NOT: dist.all_reduce
+// CHECK: return %arg0, %arg1
+module {
+  dist.mesh @mesh {dp = 4}
+  func.func @head(%x: tensor<4x8xf32> {nn.input = "features"},
+                  %t: tensor<4xi32> {nn.input = "labels"},
+                  %w: tensor<3x8xf32> {nn.param = "head.weight"},
+                  %b: tensor<3xf32> {nn.param = "head.bias"}) -> tensor<f32> {
+    %z = nn.linear %x, %w, %b : (tensor<4x8xf32>, tensor<3x8xf32>, tensor<3xf32>) -> tensor<4x3xf32>
+    %l = nn.softmax_cross_entropy %z, %t : (tensor<4x3xf32>, tensor<4xi32>) -> tensor<4xf32>
+    %m = nn.mean %l : (tensor<4xf32>) -> tensor<f32>
+    return %m : tensor<f32>
+  }
+}
+
+// -----
+
+// expected-error @+1 {{overlap-grad-reduce is supported without pipeline parallelism only (pp = 1) for now}}
+module {
+  dist.mesh @mesh {dp = 2, pp = 2}
+  module @pp0 attributes {dist.pp_rank = 0 : i64} {
+    func.func @chunk0(%x: tensor<4x8xf32> {nn.input = "features"},
+                      %w: tensor<8x8xf32> {nn.param = "w"}) attributes {dist.stage = {chunk = 0 : i64, layers = array<i64: 0>, stage = 0 : i64}} {
+      %h = nn.linear %x, %w : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+      dist.send %h to "next" {tag = 0 : i64} : tensor<4x8xf32>
+      return
+    }
+  }
+  module @pp1 attributes {dist.pp_rank = 1 : i64} {
+    func.func @chunk0(%w: tensor<8x8xf32> {nn.param = "v"}) -> tensor<f32> attributes {dist.stage = {chunk = 0 : i64, layers = array<i64: 1>, stage = 1 : i64}} {
+      %r = dist.recv from "prev" {tag = 0 : i64} : tensor<4x8xf32>
+      %h = nn.linear %r, %w : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+      %m = nn.mean %h : (tensor<4x8xf32>) -> tensor<f32>
+      return %m : tensor<f32>
+    }
+  }
+}
