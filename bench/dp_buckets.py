@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Data-parallel gradient traffic and overlap on the GPT (CPU ranks).
+
+For dp = 2 and 4, with plain bucketed all-reduce, with the distributed
+optimizer (ZeRO-1: reduce-scatter + all-gather) and with the reductions
+overlapped with the last backward (--overlap-grad-reduce), prints one JSON
+object with, per configuration:
+  - the counted dp bytes per step (rank 0) next to the theoretical minimum
+    2 (d - 1) / d x gradient bytes (padding excluded) and their ratio;
+  - the step time (median) and the time rank 0 spends in dp collectives
+    (--profile: AllReduce, ReduceScatter, AllGather, and for overlap the
+    Wait that completes the started reductions);
+  - for overlap, the hidden fraction 1 - exposed / sync: `sync` is the
+    collective time of the same buckets reduced in the step, `exposed` the
+    time the overlapped run still waits for them.
+A benchmark, not a test: nothing is asserted. On this machine the ranks
+share 2 cores and Open MPI's non-blocking collectives progress only inside
+MPI calls (no progress thread), so little of the reduction can hide behind
+compute; on GPUs with NCCL streams the same IR overlaps for real.
+
+usage: bench/dp_buckets.py [--build build] [--steps 6] [--hidden 256]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+DP_OPS = ("AllReduce", "ReduceScatter", "AllGather", "AllReduceStart", "Wait")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(os.path.dirname(__file__), "..", "build"))
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--bucket-size", type=int, default=500000)
+    args = ap.parse_args()
+    bindir = os.path.join(args.build, "bin")
+    root = os.path.join(os.path.dirname(__file__), "..")
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "austen")
+        subprocess.run([os.path.join(bindir, "tessera-preprocess"), "--input",
+                        os.path.join(root, "examples", "data", "northanger_abbey_vol1.txt"),
+                        "--output-prefix", data, "--append-eod"],
+                       check=True, stdout=subprocess.DEVNULL)
+        model = os.path.join(tmp, "gpt.mlir")
+        subprocess.run([os.path.join(bindir, "tessera-gen"), "gpt", "--layers", str(args.layers),
+                        "--hidden", str(args.hidden), "--heads", "4", "--vocab", "257",
+                        "--seq", str(args.seq), "-o", model], check=True)
+        for dp in (2, 4):
+            for mode in ("allreduce", "distributed", "overlap"):
+                name = f"dp{dp}-{mode}"
+                flags = ["--dp", str(dp), "--micro-batch-size", "2",
+                         "--global-batch-size", str(8 * dp), "--bucket-size", str(args.bucket_size)]
+                if mode == "distributed":
+                    flags.append("--use-distributed-optimizer")
+                if mode == "overlap":
+                    flags.append("--overlap-grad-reduce")
+                art = os.path.join(tmp, name + ".tsr")
+                subprocess.run([os.path.join(bindir, "tessera-compile"), model, *flags, "-o", art],
+                               check=True)
+                buckets = json.loads(subprocess.run(
+                    [os.path.join(bindir, "tessera-compile"), model, *flags, "--emit=buckets"],
+                    check=True, capture_output=True, text=True).stdout)
+                metrics = os.path.join(tmp, name + ".jsonl")
+                subprocess.run([os.path.join(bindir, "tessera-run"), "-n", str(dp), art,
+                                "--data", data, "--steps", str(args.steps + 1), "--profile",
+                                "--metrics", metrics], check=True, stdout=subprocess.DEVNULL)
+                lines = [json.loads(l) for l in open(metrics)][1:]
+                cb = lines[-1]["comm_bytes"]
+                counted = sum(cb.get(k, {}).get("dp", 0)
+                              for k in ("all_reduce", "reduce_scatter", "all_gather"))
+                grad_bytes = sum(b["numel_unpadded"] for b in buckets["buffers"]) * 4
+                minimum = 2 * (dp - 1) * grad_bytes / dp
+                comm = statistics.median(
+                    sum(l["kernel_time_s"].get(op, 0.0) for op in DP_OPS) for l in lines)
+                results.append({
+                    "config": name, "dp": dp, "buckets": sum(len(b["buckets"]) for b in buckets["buffers"]),
+                    "grad_bytes": grad_bytes, "dp_bytes_per_step": counted,
+                    "theoretical_min_bytes": minimum,
+                    "bytes_over_min": counted / minimum if minimum else None,
+                    "step_time_s": statistics.median(l["step_time_s"] for l in lines),
+                    "dp_comm_time_s": comm,
+                })
+        by = {r["config"]: r for r in results}
+        for dp in (2, 4):
+            sync, ov = by[f"dp{dp}-allreduce"], by[f"dp{dp}-overlap"]
+            ov["hidden_fraction"] = (1 - ov["dp_comm_time_s"] / sync["dp_comm_time_s"]
+                                     if sync["dp_comm_time_s"] else None)
+    json.dump({"benchmark": "dp_buckets", "hidden": args.hidden, "layers": args.layers,
+               "seq": args.seq, "bucket_size": args.bucket_size, "results": results},
+              sys.stdout, indent=2)
+    print()
+
+
+if __name__ == "__main__":
+    main()
