@@ -313,8 +313,9 @@ static LogicalResult verifyPeer(Operation *op, StringRef peer, int64_t tag) {
   if (peer != "next" && peer != "prev")
     return op->emitOpError() << "peer must be \"next\" or \"prev\", got \""
                              << peer << "\"";
-  if (tag < 0 || tag >= (1 << 20))
-    return op->emitOpError() << "tag " << tag << " is outside [0, 2^20)";
+  // 32767 is the largest tag every MPI implementation must accept.
+  if (tag < 0 || tag > 32767)
+    return op->emitOpError() << "tag " << tag << " is outside [0, 32767]";
   return success();
 }
 

@@ -9,8 +9,8 @@ func.func @peer(%x: tensor<4xf32>) {
 // -----
 
 func.func @tag() {
-  // expected-error @+1 {{tag 1048576 is outside [0, 2^20)}}
-  %r = dist.recv from "prev" {tag = 1048576 : i64} : tensor<4xf32>
+  // expected-error @+1 {{tag 32768 is outside [0, 32767]}}
+  %r = dist.recv from "prev" {tag = 32768 : i64} : tensor<4xf32>
   return
 }
 
