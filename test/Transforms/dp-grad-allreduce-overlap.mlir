@@ -1,4 +1,13 @@
 // RUN: tessera-opt %s --split-input-file --verify-diagnostics --tessera-autodiff --tessera-dp-grad-allreduce="overlap-grad-reduce=true bucket-size=2" | FileCheck %s
+// RUN: tessera-opt %s --split-input-file --verify-diagnostics --tessera-autodiff --tessera-dp-grad-allreduce="overlap-grad-reduce=true bucket-size=2 single-bucket-group=true" | FileCheck %s --check-prefix=GROUP
+
+// With one bucket group, the group's reductions start together once every
+// bucket is complete (after the bias gradient).
+// GROUP-LABEL: func.func @head_last(
+// GROUP: %[[DW:.*]] = nn.matmul
+// GROUP-NEXT: %[[DB:.*]] = nn.reduce_rows
+// GROUP-NEXT: dist.bucket_reduce_start @gbuf bucket 0
+// GROUP-NEXT: dist.bucket_reduce_start @gbuf bucket 1
 
 // Megatron's overlap_grad_reduce: the last microbatch runs a variant of the
 // microbatch phase that starts each bucket's reduction right after the

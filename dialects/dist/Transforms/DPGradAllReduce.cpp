@@ -190,26 +190,40 @@ struct DPGradAllReducePass
         if (auto of = last.getResultAttrOfType<StringAttr>(i, kGradOfAttr))
           produced[of.getValue()] = ret.getOperand(i);
       auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
+      // A bucket group's reductions start together, once all of its
+      // buckets are complete: with one group, after the last gradient.
+      auto lastProducer = [&](ArrayRef<std::string> params) {
+        Operation *after = nullptr;
+        for (const std::string &name : params)
+          if (Operation *def = produced.lookup(name).getDefiningOp())
+            if (!after || after->isBeforeInBlock(def))
+              after = def;
+        return after;
+      };
+      Operation *groupEnd = nullptr;
+      if (singleBucketGroup)
+        for (Placed &p : placed)
+          for (const buckets::Bucket &bucket : p.layout.buckets)
+            if (Operation *op = lastProducer(bucket.params))
+              if (!groupEnd || groupEnd->isBeforeInBlock(op))
+                groupEnd = op;
       for (Placed &p : placed)
         for (auto [k, bucket] : llvm::enumerate(p.layout.buckets)) {
           SmallVector<Value> grads;
-          Operation *after = nullptr;
-          for (const std::string &name : bucket.params) {
-            Value g = produced.lookup(name);
-            grads.push_back(g);
-            if (Operation *def = g.getDefiningOp())
-              if (!after || after->isBeforeInBlock(def))
-                after = def;
-          }
+          for (const std::string &name : bucket.params)
+            grads.push_back(produced.lookup(name));
+          Operation *after = singleBucketGroup ? groupEnd : lastProducer(bucket.params);
           if (after)
             ob.setInsertionPointAfter(after);
           else
             ob.setInsertionPointToStart(&last.getBody().front());
           auto ref = FlatSymbolRefAttr::get(p.op.getSymNameAttr());
-          BucketReduceStartOp::create(ob, last.getLoc(), ref,
-                                      ob.getI64IntegerAttr(k), meshRef,
-                                      ob.getStringAttr("dp"),
-                                      ob.getF32FloatAttr(1.0f / float(dp)), grads);
+          auto start = BucketReduceStartOp::create(
+              ob, last.getLoc(), ref, ob.getI64IntegerAttr(k), meshRef,
+              ob.getStringAttr("dp"), ob.getF32FloatAttr(1.0f / float(dp)), grads);
+          // The group's next start goes after this one (bucket order).
+          if (singleBucketGroup)
+            groupEnd = start;
           ob.setInsertionPoint(ret);
           BucketReduceWaitOp::create(ob, last.getLoc(), ref, ob.getI64IntegerAttr(k));
           overlapped.insert({p.op.getOperation(), int64_t(k)});

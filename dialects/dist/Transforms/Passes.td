@@ -120,7 +120,8 @@ def DPGradAllReducePass : Pass<"tessera-dp-grad-allreduce", "mlir::ModuleOp"> {
     Option<"padBucketsForHighNcclBusbw", "pad-buckets-for-high-nccl-busbw",
            "bool", "false", "pad buckets to lcm(dp, 128, 2^16) elements">,
     Option<"singleBucketGroup", "single-bucket-group", "bool", "false",
-           "one bucket group holding every bucket">,
+           "one bucket group holding every bucket (with overlap-grad-reduce "
+           "their reductions start together, once all are complete)">,
     Option<"overlapGradReduce", "overlap-grad-reduce", "bool", "false",
            "start each bucket's all-reduce in the last microbatch's backward "
            "as soon as its gradients are complete (pp = 1, without the "
