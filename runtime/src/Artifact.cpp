@@ -236,6 +236,14 @@ const fb::Program *LoadedArtifact::programForPpRank(int ppRank) const {
   return nullptr;
 }
 
+const fb::Program *LoadedArtifact::programForWorldRank(int worldRank) const {
+  GroupPosition pp = findGroupPosition(*rootPtr, "pp", worldRank);
+  const fb::Program *p = programForPpRank(pp.group ? pp.index : 0);
+  if (!p && rootPtr->programs() && rootPtr->programs()->size() == 1)
+    p = rootPtr->programs()->Get(0);
+  return p;
+}
+
 //===----------------------------------------------------------------------===//
 // Semantic validation
 //===----------------------------------------------------------------------===//

@@ -719,11 +719,7 @@ Executor::~Executor() {
 
 static const fb::Program *selectProgram(const LoadedArtifact &artifact,
                                         int worldRank) {
-  GroupPosition pp = findGroupPosition(*artifact.root(), "pp", worldRank);
-  const fb::Program *p = artifact.programForPpRank(pp.group ? pp.index : 0);
-  if (!p && artifact.root()->programs()->size() == 1)
-    p = artifact.root()->programs()->Get(0);
-  return p;
+  return artifact.programForWorldRank(worldRank);
 }
 
 /// Checks that `worldRank` is in an instance of every group kind that a

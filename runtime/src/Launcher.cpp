@@ -5,18 +5,19 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "tessera/rt/CommandLine.h"
 #include "tessera/rt/Launcher.h"
 #include "tessera/rt/Artifact.h"
+#include "tessera/rt/Checkpoint.h"
+#include "tessera/rt/CommandLine.h"
 #include "tessera/rt/Executor.h"
 #include "tessera/rt/IndexedDataset.h"
 #include "tessera/rt/MpiCommunicator.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <thread>
 #include <cerrno>
 #include <chrono>
 #include <climits>
@@ -38,6 +39,8 @@ std::string launchUsage(const char *argv0) {
   return std::string("usage: ") + argv0 +
          " -n N FILE.tsr --steps S [--seed S] [--metrics FILE]\n"
          "       [--backend cpu] [--threads T] [--data PREFIX]\n"
+         "       [--save DIR [--save-interval K]] [--load DIR "
+         "[--no-load-optim]]\n"
          "       " +
          argv0 +
          " FILE.tsr --print-summary\n"
@@ -45,7 +48,11 @@ std::string launchUsage(const char *argv0) {
          "  -n N             number of MPI ranks (must equal the artifact's "
          "world size;\n"
          "                   default: the artifact's world size)\n"
-         "  --steps S        training iterations to run\n"
+         "  --steps S        train up to iteration S: the total iteration "
+         "count, so a\n"
+         "                   run resumed with --load at iteration K trains "
+         "K+1..S\n"
+         "                   (Megatron's --train-iters)\n"
          "  --seed S         seed of weight init and synthetic data "
          "(default 1234)\n"
          "  --data PREFIX    Megatron indexed dataset (PREFIX.bin/.idx or\n"
@@ -53,8 +60,36 @@ std::string launchUsage(const char *argv0) {
          "                   tessera-preprocess) for models with token "
          "inputs\n"
          "  --metrics FILE   write one JSON line per step\n"
-         "  --timeout S      seconds one instruction may take before every rank\n"
-         "                   stops with an error naming it (default 300, 0: off)\n"
+         "  --save DIR       write checkpoints to DIR every --save-interval\n"
+         "                   iterations and after the last one: one shard per "
+         "rank in\n"
+         "                   DIR/iter_NNNNNNN/rank_RRRRR.bin, then "
+         "manifest.json,"
+         "\n"
+         "                   then DIR/latest; atomic (a crash leaves the "
+         "previous"
+         "\n"
+         "                   checkpoint loadable)\n"
+         "  --save-interval K  save every K iterations (default: only at the "
+         "end)\n"
+         "  --load DIR       resume from the checkpoint DIR/latest names (or "
+         "the"
+         "\n"
+         "                   iter_NNNNNNN directory DIR): parameters, "
+         "optimizer "
+         "state\n"
+         "                   and iteration; resharded when tp/pp/dp differ. "
+         "With"
+         "\n"
+         "                   --save DIR, the same DIR without a checkpoint yet "
+         "starts\n"
+         "                   from scratch\n"
+         "  --no-load-optim  with --load: restore parameters and iteration "
+         "only\n"
+         "  --timeout S      seconds one instruction may take before every "
+         "rank\n"
+         "                   stops with an error naming it (default 300, 0: "
+         "off)\n"
          "  --trace FILE     write a Chrome/Perfetto trace of every rank's\n"
          "                   instructions (phases, compute, communication,\n"
          "                   pipeline p2p)\n"
@@ -106,6 +141,21 @@ StatusOr<LaunchOptions> parseLaunchOptions(int argc, char **argv) {
       TESSERA_ASSIGN_OR_RETURN(o.dataPrefix, next());
       if (o.dataPrefix.empty())
         return invalidArgument("empty --data prefix");
+    } else if (arg == "--save") {
+      TESSERA_ASSIGN_OR_RETURN(o.saveDir, next());
+      if (o.saveDir.empty())
+        return invalidArgument("empty --save directory");
+    } else if (arg == "--save-interval") {
+      TESSERA_ASSIGN_OR_RETURN(std::string v, next());
+      TESSERA_ASSIGN_OR_RETURN(o.saveInterval, parseInt(arg, v, 1));
+    } else if (arg == "--load") {
+      TESSERA_ASSIGN_OR_RETURN(o.loadDir, next());
+      if (o.loadDir.empty())
+        return invalidArgument("empty --load directory");
+    } else if (arg == "--no-load-optim") {
+      if (hasInline)
+        return invalidArgument("--no-load-optim takes no value");
+      o.noLoadOptim = true;
     } else if (arg == "--backend") {
       TESSERA_ASSIGN_OR_RETURN(o.backend, next());
     } else if (arg == "--threads") {
@@ -146,6 +196,10 @@ StatusOr<LaunchOptions> parseLaunchOptions(int argc, char **argv) {
     return invalidArgument("no artifact file given");
   if (!o.printSummary && o.steps < 0)
     return invalidArgument("--steps is required");
+  if (o.saveInterval > 0 && o.saveDir.empty())
+    return invalidArgument("--save-interval needs --save DIR");
+  if (o.noLoadOptim && o.loadDir.empty())
+    return invalidArgument("--no-load-optim needs --load DIR");
   return o;
 }
 
@@ -231,6 +285,42 @@ static Status checkDataOption(const LaunchOptions &o,
   return Status();
 }
 
+static std::string withoutTrailingSlashes(std::string path) {
+  while (path.size() > 1 && path.back() == '/')
+    path.pop_back();
+  return path;
+}
+
+/// True if --load and --save name the same directory (the auto-resume
+/// pattern: a first run finds no checkpoint there and starts from scratch).
+static bool sameDirectory(const std::string &a, const std::string &b) {
+  if (a.empty() || b.empty())
+    return false;
+  struct stat sa, sb;
+  if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0)
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  return withoutTrailingSlashes(a) == withoutTrailingSlashes(b);
+}
+
+static CheckpointLoadOptions loadOptionsOf(const LaunchOptions &o,
+                                           const IndexedDataset *dataset) {
+  CheckpointLoadOptions lo;
+  lo.seed = o.seed;
+  lo.loadOptimizer = !o.noLoadOptim;
+  if (dataset) {
+    lo.datasetPrefix = dataset->prefix();
+    lo.datasetTokens = dataset->numTokens();
+  }
+  return lo;
+}
+
+/// --load DIR with no checkpoint in it: fine (start from scratch) only when
+/// DIR is also the --save directory.
+static bool startsFromScratch(const LaunchOptions &o, const Status &st) {
+  return st.getCode() == StatusCode::NotFound &&
+         sameDirectory(o.loadDir, o.saveDir);
+}
+
 //===----------------------------------------------------------------------===//
 // Outside MPI: validate and re-execute under mpirun
 //===----------------------------------------------------------------------===//
@@ -252,6 +342,19 @@ static int launchUnderMpirun(const LaunchOptions &o, int argc, char **argv) {
       return 1;
     }
     return errorExit(st.message());
+  }
+  if (!o.saveDir.empty()) {
+    st = makeDirectories(o.saveDir);
+    if (!st.ok())
+      return errorExit("--save: " + st.message());
+  }
+  if (!o.loadDir.empty()) {
+    auto dataset = openDataset(o, artifact);
+    st = checkCheckpointForLaunch(
+        artifact, o.loadDir,
+        loadOptionsOf(o, dataset.ok() ? dataset->get() : nullptr));
+    if (!st.ok() && !startsFromScratch(o, st))
+      return errorExit(st.message());
   }
   int world = artifact.root()->world_size();
   int n = o.numRanks ? o.numRanks : world;
@@ -448,6 +551,36 @@ Status runRank(const LaunchOptions &o, int rank, int size) {
                            Executor::create(artifact, std::move(backend),
                                             std::move(comms), rank, eo));
   TESSERA_RETURN_IF_ERROR(executor->initializeParameters());
+  // --load: the checkpoint's parameters, optimizer state and iteration.
+  int64_t startIteration = 0;
+  std::string loadMessage;
+  if (!o.loadDir.empty()) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto loaded = loadCheckpoint(
+        *executor, o.loadDir, loadOptionsOf(o, eo.dataset.get()), world.get());
+    if (loaded.ok()) {
+      startIteration = loaded->iteration;
+      double secs =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+              .count();
+      char buf[64];
+      std::snprintf(buf, sizeof(buf), "%.2f", secs);
+      loadMessage =
+          "tessera-run: loaded checkpoint " + loaded->dir + " at iteration " +
+          std::to_string(loaded->iteration) + " (saved at " +
+          loaded->savedConfig +
+          (loaded->resharded ? "; resharded to " + loaded->targetConfig
+                             : std::string()) +
+          (o.noLoadOptim ? "; parameters only" : "") + ") in " + buf + " s\n";
+      for (const std::string &note : loaded->notes)
+        loadMessage += "tessera-run: note: " + note + "\n";
+    } else if (startsFromScratch(o, loaded.status())) {
+      loadMessage = "tessera-run: no checkpoint in " + o.loadDir +
+                    " yet; starting from iteration 1\n";
+    } else {
+      return loaded.status();
+    }
+  }
 
   const fb::Batch &batch = *a.batch();
   const fb::Optimizer *opt = a.optimizer();
@@ -487,6 +620,11 @@ Status runRank(const LaunchOptions &o, int rank, int size) {
                   opt->lr_decay_style() ? opt->lr_decay_style()->c_str()
                                         : "constant",
                   opt->min_lr(), (long long)opt->lr_decay_iters());
+    std::printf("%s", loadMessage.c_str());
+    if (startIteration >= o.steps)
+      std::printf("tessera-run: the checkpoint's iteration %lld reaches "
+                  "--steps %lld: nothing to train\n",
+                  (long long)startIteration, (long long)o.steps);
     std::fflush(stdout);
     if (!o.metricsPath.empty()) {
       metrics = std::fopen(o.metricsPath.c_str(), "w");
@@ -560,7 +698,12 @@ Status runRank(const LaunchOptions &o, int rank, int size) {
   if (const char *stall = std::getenv("TESSERA_DEBUG_STALL_RANK"))
     if (std::atoi(stall) == rank)
       std::this_thread::sleep_for(std::chrono::hours(1));
-  for (int64_t it = 1; it <= o.steps; ++it) {
+  int64_t exitAfterStep = -1, exitInSave = -1;
+  if (const char *env = std::getenv("TESSERA_DEBUG_EXIT_AFTER_STEP"))
+    exitAfterStep = std::atoll(env);
+  if (const char *env = std::getenv("TESSERA_DEBUG_EXIT_IN_SAVE"))
+    exitInSave = std::atoll(env);
+  for (int64_t it = startIteration + 1; it <= o.steps; ++it) {
     auto t0 = std::chrono::steady_clock::now();
     TESSERA_ASSIGN_OR_RETURN(double loss, executor->runIteration(it));
     auto t1 = std::chrono::steady_clock::now();
@@ -623,6 +766,41 @@ Status runRank(const LaunchOptions &o, int rank, int size) {
     }
     before = std::move(after);
     kernelsBefore = executor->kernelSeconds();
+    if (!o.saveDir.empty() &&
+        ((o.saveInterval > 0 && it % o.saveInterval == 0) || it == o.steps)) {
+      auto s0 = std::chrono::steady_clock::now();
+      CheckpointSaveOptions so;
+      so.dir = o.saveDir;
+      so.info.iteration = it;
+      so.info.seed = o.seed;
+      if (eo.dataset) {
+        so.info.datasetPrefix = eo.dataset->prefix();
+        so.info.datasetTokens = eo.dataset->numTokens();
+      }
+      so.debugExitAfterShard = exitInSave;
+      TESSERA_ASSIGN_OR_RETURN(CheckpointSaveResult saved,
+                               saveCheckpoint(*executor, so, world.get()));
+      if (rank == 0) {
+        double secs =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - s0)
+                .count();
+        std::printf("tessera-run: saved checkpoint iteration %lld to %s (%d "
+                    "shards, %.2f MB) in %.2f s\n",
+                    (long long)it, saved.dir.c_str(), a.world_size(),
+                    double(saved.bytes) / 1e6, secs);
+        std::fflush(stdout);
+      }
+    }
+    if (it == exitAfterStep) {
+      // Test hook: the whole job dies right after this iteration.
+      if (world)
+        TESSERA_RETURN_IF_ERROR(world->barrier());
+      std::fflush(stdout);
+      std::fflush(stderr);
+      if (metrics)
+        std::fflush(metrics);
+      ::_exit(9);
+    }
   }
   if (!o.tracePath.empty())
     TESSERA_RETURN_IF_ERROR(writeTrace(o.tracePath, *executor, rank));

@@ -98,6 +98,28 @@ TEST(LaunchOptionsTest, ParsesFlags) {
   EXPECT_EQ(d->backend, "cpu");
 }
 
+TEST(LaunchOptionsTest, CheckpointFlags) {
+  auto o = parse({"m.tsr", "--steps", "10", "--save", "ck", "--save-interval",
+                  "5", "--load=old", "--no-load-optim"});
+  ASSERT_TRUE(o.ok()) << o.status().toString();
+  EXPECT_EQ(o->saveDir, "ck");
+  EXPECT_EQ(o->saveInterval, 5);
+  EXPECT_EQ(o->loadDir, "old");
+  EXPECT_TRUE(o->noLoadOptim);
+  auto d = parse({"m.tsr", "--steps", "1"});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->saveInterval, 0);
+  EXPECT_FALSE(d->noLoadOptim);
+  EXPECT_FALSE(parse({"m.tsr", "--steps", "1", "--save-interval", "2"}).ok());
+  EXPECT_FALSE(
+      parse({"m.tsr", "--steps", "1", "--save", "d", "--save-interval", "0"})
+          .ok());
+  EXPECT_FALSE(parse({"m.tsr", "--steps", "1", "--no-load-optim"}).ok());
+  EXPECT_FALSE(parse({"m.tsr", "--steps", "1", "--save", ""}).ok());
+  EXPECT_NE(launchUsage("tessera-run").find("total iteration count"),
+            std::string::npos);
+}
+
 TEST(LaunchOptionsTest, UsageErrors) {
   EXPECT_FALSE(parse({"m.tsr", "--steps", "1", "--bogus"}).ok());
   EXPECT_FALSE(parse({"--steps", "1"}).ok());

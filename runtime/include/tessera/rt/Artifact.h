@@ -42,6 +42,9 @@ public:
 
   /// The program run by pipeline stage `ppRank`, or null.
   const fb::Program *programForPpRank(int ppRank) const;
+  /// The program world rank `worldRank` runs: the one of its index in its
+  /// "pp" group (pp rank 0 without one; the only program if there is one).
+  const fb::Program *programForWorldRank(int worldRank) const;
 
 private:
   LoadedArtifact() = default;

@@ -4,11 +4,24 @@
 //
 //   tessera-run -n N FILE.tsr --steps S [--seed S] [--metrics FILE]
 //               [--backend cpu] [--threads T] [--print-summary]
-//               [--data PREFIX]
+//               [--data PREFIX] [--save DIR [--save-interval K]]
+//               [--load DIR [--no-load-optim]]
 //
-// Outside an MPI job it validates the artifact and re-executes itself under
-// `mpirun -n N`; inside the job every rank runs the executor and rank 0
-// reports Megatron-style progress lines and optional JSON-lines metrics.
+// Outside an MPI job it validates the artifact (and a --load checkpoint
+// against it) and re-executes itself under `mpirun -n N`; inside the job
+// every rank runs the executor and rank 0 reports Megatron-style progress
+// lines and optional JSON-lines metrics. Checkpoints: see Checkpoint.h;
+// --steps is the total iteration count, so a run resumed at iteration K
+// trains K+1..S.
+//
+// Fault-injection hooks for tests (environment):
+//   TESSERA_DEBUG_STALL_RANK=R      rank R sleeps before its first step
+//   TESSERA_DEBUG_EXIT_AFTER_STEP=N every rank _exit(9)s right after
+//                                   iteration N (and its checkpoint, if
+//                                   one is due), after a barrier
+//   TESSERA_DEBUG_EXIT_IN_SAVE=N    every rank _exit(9)s while saving
+//                                   iteration N, after writing its shard
+//                                   and before the manifest and `latest`
 //
 //===----------------------------------------------------------------------===//
 
@@ -41,6 +54,14 @@ struct LaunchOptions {
   /// --data: Megatron indexed dataset prefix (PREFIX or
   /// PREFIX_text_document) for programs with token inputs.
   std::string dataPrefix;
+  /// --save DIR: checkpoint directory; --save-interval K: save every K
+  /// iterations (0: only after the last iteration).
+  std::string saveDir;
+  int64_t saveInterval = 0;
+  /// --load DIR: resume from DIR/latest (or the iter_ directory DIR).
+  std::string loadDir;
+  /// --no-load-optim: restore parameters and iteration only.
+  bool noLoadOptim = false;
   bool help = false;
 };
 

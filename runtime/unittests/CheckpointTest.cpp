@@ -1,0 +1,638 @@
+//===- CheckpointTest.cpp - Shard files, manifests, planning, save/load ---===//
+
+#include "TestArtifacts.h"
+
+#include "tessera/rt/Checkpoint.h"
+#include "tessera/rt/Executor.h"
+
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <numeric>
+
+using namespace tessera::rt;
+using namespace tessera::rt::test;
+
+namespace {
+
+class TempDir {
+public:
+  TempDir() {
+    char tmpl[] = "/tmp/tessera-checkpoint-test-XXXXXX";
+    path = mkdtemp(tmpl) ? tmpl : "";
+  }
+  ~TempDir() {
+    if (!path.empty())
+      (void)std::system(("rm -rf '" + path + "'").c_str());
+  }
+  std::string path;
+};
+
+std::vector<std::string> listDir(const std::string &dir) {
+  std::vector<std::string> names;
+  if (DIR *d = opendir(dir.c_str())) {
+    while (dirent *e = readdir(d))
+      if (std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, ".."))
+        names.push_back(e->d_name);
+    closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+void writeBytes(const std::string &path, const std::string &bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+ShardFile sampleShard() {
+  ShardFile s;
+  s.rank = 1;
+  s.worldSize = 4;
+  s.iteration = 10;
+  s.consumedSamples = 80;
+  s.seed = 1234;
+  ShardTensor w;
+  w.name = "fc.weight";
+  w.kind = fb::BufferKind::Param;
+  w.dtype = fb::DType::F32;
+  w.shape = {3, 5};
+  w.data.resize(15 * 4);
+  for (size_t i = 0; i < w.data.size(); ++i)
+    w.data[i] = uint8_t(i * 7 + 1);
+  ShardTensor m = w;
+  m.name = "adam.exp_avg:fc.weight";
+  m.kind = fb::BufferKind::OptState;
+  m.data.assign(m.data.size(), 0x5a);
+  ShardTensor it;
+  it.name = "iteration";
+  it.kind = fb::BufferKind::Iteration;
+  it.dtype = fb::DType::I64;
+  it.data.assign(8, 0);
+  it.data[0] = 10;
+  ShardTensor empty;
+  empty.name = "empty";
+  empty.shape = {0, 4};
+  s.tensors = {w, m, it, empty};
+  return s;
+}
+
+void expectError(const Status &st, const std::string &needle) {
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
+}
+
+/// A model of one parameter "w" (global [rows, 3]) split by rows over tp,
+/// plus a replicated bias "b" [3], Adam state for both and the iteration;
+/// world = tp * dp (tp innermost). Functions are empty: only the layout
+/// matters to the planner.
+ArtifactDesc shardedModel(int tp, int dp, int64_t rows = 4,
+                          const std::string &optimizer = "adam",
+                          int64_t globalBatch = 8, bool extraParam = false) {
+  using K = fb::BufferKind;
+  ArtifactDesc a;
+  a.worldSize = tp * dp;
+  a.mesh = {{"tp", tp}, {"dp", dp}, {"pp", 1}};
+  for (int d = 0; d < dp; ++d) {
+    std::vector<int> g;
+    for (int t = 0; t < tp; ++t)
+      g.push_back(d * tp + t);
+    a.groups.push_back({"tp", g});
+  }
+  for (int t = 0; t < tp; ++t) {
+    std::vector<int> g;
+    for (int d = 0; d < dp; ++d)
+      g.push_back(d * tp + t);
+    a.groups.push_back({"dp", g});
+  }
+  for (int r = 0; r < tp * dp; ++r)
+    a.groups.push_back({"pp", {r}});
+  a.microBatch = globalBatch / dp;
+  a.numMicrobatches = 1;
+  a.globalBatch = globalBatch;
+  a.optimizer = optimizer;
+  ProgramDesc p;
+  int w = p.add("w", K::Param, {rows / tp, 3}, fb::DType::F32,
+                fb::InitKind::Normal, 1.0f);
+  p.buffers[size_t(w)].globalShape = {rows, 3};
+  p.buffers[size_t(w)].shardDim = 0;
+  p.buffers[size_t(w)].shardAxis = "tp";
+  int b = p.add("b", K::Param, {3}, fb::DType::F32, fb::InitKind::Normal, 1.0f);
+  if (extraParam)
+    p.add("extra", K::Param, {2});
+  p.add("grad:w", K::Grad, {rows / tp, 3}, fb::DType::F32, fb::InitKind::Zeros,
+        0.0f, w);
+  if (optimizer == "adam")
+    for (const char *state : {"adam.exp_avg:", "adam.exp_avg_sq:"}) {
+      p.add(std::string(state) + "w", K::OptState, {rows / tp, 3},
+            fb::DType::F32, fb::InitKind::Zeros, 0.0f, w);
+      p.add(std::string(state) + "b", K::OptState, {3}, fb::DType::F32,
+            fb::InitKind::Zeros, 0.0f, b);
+    }
+  p.iterationBuffer = p.add("iteration", K::Iteration, {}, fb::DType::I64);
+  p.function("microbatch");
+  p.function("step");
+  a.programs.push_back(std::move(p));
+  return a;
+}
+
+std::shared_ptr<const LoadedArtifact> load(const ArtifactDesc &desc,
+                                           const std::string &name = "m.tsr") {
+  auto loaded =
+      LoadedArtifact::loadFromMemory(buildFile(buildPayload(desc)), name);
+  EXPECT_TRUE(loaded.ok()) << loaded.status().toString();
+  return loaded.ok() ? *loaded : nullptr;
+}
+
+CheckpointManifest manifestOf(const LoadedArtifact &artifact,
+                              int64_t iteration = 5, uint64_t seed = 1234) {
+  CheckpointRunInfo info;
+  info.iteration = iteration;
+  info.seed = seed;
+  auto m = describeCheckpoint(artifact, info);
+  EXPECT_TRUE(m.ok()) << m.status().toString();
+  CheckpointManifest out = *m;
+  for (int r = 0; r < out.worldSize; ++r)
+    out.files.push_back({r, shardFileName(r), 100, 0});
+  return out;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Shard file format
+//===----------------------------------------------------------------------===//
+
+TEST(ShardFormatTest, RoundTrip) {
+  ShardFile s = sampleShard();
+  std::string bytes = encodeShard(s);
+  ASSERT_GE(bytes.size(), ckpt::kShardHeaderSize);
+  EXPECT_EQ(std::memcmp(bytes.data(), "TSCK", 4), 0);
+  auto d = decodeShard(bytes, "r.bin");
+  ASSERT_TRUE(d.ok()) << d.status().toString();
+  EXPECT_EQ(d->rank, 1);
+  EXPECT_EQ(d->worldSize, 4);
+  EXPECT_EQ(d->iteration, 10);
+  EXPECT_EQ(d->consumedSamples, 80);
+  EXPECT_EQ(d->seed, 1234u);
+  ASSERT_EQ(d->tensors.size(), s.tensors.size());
+  for (size_t i = 0; i < s.tensors.size(); ++i) {
+    EXPECT_EQ(d->tensors[i].name, s.tensors[i].name);
+    EXPECT_EQ(d->tensors[i].kind, s.tensors[i].kind);
+    EXPECT_EQ(d->tensors[i].dtype, s.tensors[i].dtype);
+    EXPECT_EQ(d->tensors[i].shape, s.tensors[i].shape);
+    EXPECT_EQ(d->tensors[i].data, s.tensors[i].data);
+  }
+  ASSERT_TRUE(d->find("iteration"));
+  EXPECT_EQ(d->find("missing"), nullptr);
+  // Deterministic: the same contents give the same bytes.
+  EXPECT_EQ(encodeShard(s), bytes);
+}
+
+TEST(ShardFormatTest, Truncated) {
+  std::string bytes = encodeShard(sampleShard());
+  expectError(decodeShard(bytes.substr(0, 10), "r.bin").status(),
+              "r.bin: file is truncated: expected at least a 32-byte "
+              "checkpoint shard header, got 10 bytes");
+  expectError(decodeShard(bytes.substr(0, 100), "r.bin").status(),
+              "r.bin: file is truncated: expected " +
+                  std::to_string(bytes.size()) + " bytes, got 100");
+  expectError(decodeShard(bytes + "xy", "r.bin").status(),
+              "r.bin: 2 unexpected bytes after the payload");
+}
+
+TEST(ShardFormatTest, CorruptPayloadFailsCrc) {
+  std::string bytes = encodeShard(sampleShard());
+  bytes[bytes.size() - 3] ^= 0x10;
+  expectError(decodeShard(bytes, "r.bin").status(),
+              "r.bin: payload is corrupted (CRC-32 mismatch: header says 0x");
+}
+
+TEST(ShardFormatTest, WrongMagicAndVersion) {
+  std::string bytes = encodeShard(sampleShard());
+  std::string magic = bytes;
+  magic[0] = 'X';
+  expectError(decodeShard(magic, "r.bin").status(),
+              "r.bin: not a Tessera checkpoint shard (bad magic");
+  std::string version = bytes;
+  version[4] = 9;
+  expectError(decodeShard(version, "r.bin").status(),
+              "r.bin: unsupported checkpoint shard format version 9 (this "
+              "runtime supports version 1)");
+  std::string rank = bytes;
+  rank[20] = 7; // rank 7 of world 4
+  expectError(decodeShard(rank, "r.bin").status(),
+              "r.bin: corrupt header: rank 7 of world size 4");
+}
+
+TEST(ShardFormatTest, MalformedIndexWithValidCrc) {
+  ShardFile s = sampleShard();
+  std::string bytes = encodeShard(s);
+  // The first tensor's data size lies (index entry: after the 32-byte
+  // payload prologue, name length, name, 4 bytes, 2 dims, offset, size).
+  size_t sizeField =
+      ckpt::kShardHeaderSize + 32 + 4 + s.tensors[0].name.size() + 4 + 16 + 8;
+  bytes[sizeField] = char(bytes[sizeField] + 4);
+  const auto *payload =
+      reinterpret_cast<const uint8_t *>(bytes.data()) + ckpt::kShardHeaderSize;
+  ::tessera::artifact::storeLE32(
+      reinterpret_cast<uint8_t *>(bytes.data()) + 16,
+      ::tessera::artifact::crc32(payload,
+                                 bytes.size() - ckpt::kShardHeaderSize));
+  expectError(decodeShard(bytes, "r.bin").status(),
+              "r.bin: malformed tensor index: tensor 'fc.weight' of shape [3, "
+              "5] F32 has 64 bytes of data");
+}
+
+TEST(ShardFormatTest, FilesAndHeaders) {
+  TempDir dir;
+  std::string path = dir.path + "/" + shardFileName(3);
+  EXPECT_EQ(shardFileName(3), "rank_00003.bin");
+  EXPECT_EQ(iterationDirName(10), "iter_0000010");
+  std::string bytes = encodeShard(sampleShard());
+  ASSERT_TRUE(writeFileAtomic(path, bytes).ok());
+  auto h = readShardHeader(path);
+  ASSERT_TRUE(h.ok()) << h.status().toString();
+  EXPECT_EQ(h->rank, 1);
+  EXPECT_EQ(h->worldSize, 4);
+  EXPECT_EQ(h->payloadSize + ckpt::kShardHeaderSize, bytes.size());
+  auto f = readShardFile(path);
+  ASSERT_TRUE(f.ok()) << f.status().toString();
+  EXPECT_EQ(f->tensors.size(), 4u);
+  writeBytes(path, bytes.substr(0, 200));
+  expectError(readShardHeader(path).status(), path + ": file is truncated");
+  expectError(readShardFile(path).status(), path + ": file is truncated");
+  expectError(readShardFile(dir.path + "/none.bin").status(),
+              dir.path + "/none.bin: cannot open");
+}
+
+//===----------------------------------------------------------------------===//
+// Atomic writes
+//===----------------------------------------------------------------------===//
+
+TEST(AtomicWriteTest, WritesReplacesAndLeavesNoTemporaries) {
+  TempDir dir;
+  std::string path = dir.path + "/latest";
+  ASSERT_TRUE(writeFileAtomic(path, std::string("5\n")).ok());
+  auto text = readWholeFile(path);
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(*text, "5\n");
+  ASSERT_TRUE(writeFileAtomic(path, std::string("10\n")).ok());
+  EXPECT_EQ(*readWholeFile(path), "10\n");
+  EXPECT_EQ(listDir(dir.path), std::vector<std::string>{"latest"});
+  // Large contents.
+  std::string big(3 << 20, 'x');
+  ASSERT_TRUE(writeFileAtomic(dir.path + "/big", big).ok());
+  EXPECT_EQ(readWholeFile(dir.path + "/big")->size(), big.size());
+}
+
+TEST(AtomicWriteTest, FailureLeavesTheOldFile) {
+  TempDir dir;
+  Status st = writeFileAtomic(dir.path + "/missing/file", std::string("x"));
+  expectError(st, dir.path + "/missing/file: cannot create");
+  // A directory in the way of the rename: the old contents stay and the
+  // temporary file is removed.
+  std::string blocked = dir.path + "/blocked";
+  ASSERT_EQ(mkdir(blocked.c_str(), 0755), 0);
+  ASSERT_EQ(mkdir((blocked + "/child").c_str(), 0755), 0);
+  st = writeFileAtomic(blocked, std::string("data"));
+  expectError(st, blocked + ": rename of ");
+  EXPECT_EQ(listDir(dir.path), std::vector<std::string>{"blocked"});
+}
+
+TEST(AtomicWriteTest, MakeDirectories) {
+  TempDir dir;
+  std::string nested = dir.path + "/a/b/iter_0000001";
+  ASSERT_TRUE(makeDirectories(nested).ok());
+  ASSERT_TRUE(makeDirectories(nested).ok());
+  struct stat st;
+  ASSERT_EQ(stat(nested.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  ASSERT_TRUE(writeFileAtomic(dir.path + "/file", std::string("x")).ok());
+  expectError(makeDirectories(dir.path + "/file/sub"), "/file");
+  EXPECT_TRUE(syncDirectory(dir.path).ok());
+}
+
+//===----------------------------------------------------------------------===//
+// Boxes
+//===----------------------------------------------------------------------===//
+
+TEST(TensorBoxTest, ReassemblesAcrossLayouts) {
+  // A global [6, 4, 3] tensor saved as 2 shards along dim 1, rebuilt as 3
+  // shards along dim 0.
+  std::vector<int64_t> global = {6, 4, 3};
+  std::vector<float> whole(72);
+  std::iota(whole.begin(), whole.end(), 0.0f);
+  auto slice = [&](const TensorBox &box) {
+    std::vector<float> out;
+    for (int64_t i = box.lo[0]; i < box.hi[0]; ++i)
+      for (int64_t j = box.lo[1]; j < box.hi[1]; ++j)
+        for (int64_t k = box.lo[2]; k < box.hi[2]; ++k)
+          out.push_back(whole[size_t((i * 4 + j) * 3 + k)]);
+    return out;
+  };
+  std::vector<TensorBox> saved = {shardBox(global, 1, 0, 2),
+                                  shardBox(global, 1, 1, 2)};
+  EXPECT_EQ(saved[1].lo, (std::vector<int64_t>{0, 2, 0}));
+  EXPECT_EQ(saved[1].hi, (std::vector<int64_t>{6, 4, 3}));
+  for (int t = 0; t < 3; ++t) {
+    TensorBox target = shardBox(global, 0, t, 3);
+    std::vector<float> out(size_t(target.volume()), -1.0f);
+    for (const TensorBox &src : saved) {
+      std::vector<float> data = slice(src);
+      TensorBox region;
+      region.lo = {std::max(src.lo[0], target.lo[0]), src.lo[1], src.lo[2]};
+      region.hi = {std::min(src.hi[0], target.hi[0]), src.hi[1], src.hi[2]};
+      copyTensorBox(reinterpret_cast<const uint8_t *>(data.data()), src,
+                    reinterpret_cast<uint8_t *>(out.data()), target, region, 4);
+    }
+    EXPECT_EQ(out, slice(target)) << "target shard " << t;
+  }
+  // Scalars and identical boxes.
+  TensorBox scalar = shardBox({}, -1, 0, 1);
+  int64_t a = 42, b = 0;
+  copyTensorBox(reinterpret_cast<const uint8_t *>(&a), scalar,
+                reinterpret_cast<uint8_t *>(&b), scalar, scalar, 8);
+  EXPECT_EQ(b, 42);
+}
+
+//===----------------------------------------------------------------------===//
+// Manifest
+//===----------------------------------------------------------------------===//
+
+TEST(ManifestTest, DescribesShardsAndRoundTrips) {
+  auto art = load(shardedModel(2, 2));
+  ASSERT_TRUE(art);
+  CheckpointManifest m = manifestOf(*art, 7, 99);
+  EXPECT_EQ(m.tp, 2);
+  EXPECT_EQ(m.dp, 2);
+  EXPECT_EQ(m.pp, 1);
+  EXPECT_EQ(m.worldSize, 4);
+  EXPECT_EQ(m.consumedSamples, 56);
+  EXPECT_EQ(m.configString(), "tp=2 pp=1 dp=2, world 4");
+  const ManifestTensor *w = nullptr, *mw = nullptr, *it = nullptr;
+  for (const ManifestTensor &t : m.tensors) {
+    EXPECT_NE(t.kind, fb::BufferKind::Grad) << t.name;
+    if (t.name == "w")
+      w = &t;
+    if (t.name == "adam.exp_avg:w")
+      mw = &t;
+    if (t.name == "iteration")
+      it = &t;
+  }
+  ASSERT_TRUE(w && mw && it);
+  EXPECT_EQ(w->globalShape, (std::vector<int64_t>{4, 3}));
+  EXPECT_EQ(w->shape, (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(w->shardDim, 0);
+  EXPECT_EQ(w->shardAxis, "tp");
+  EXPECT_EQ(w->numShards, 2);
+  std::vector<std::pair<int, int>> holders = {{0, 0}, {1, 1}, {2, 0}, {3, 1}};
+  EXPECT_EQ(w->holders, holders);
+  // Optimizer state follows its parameter's layout.
+  EXPECT_EQ(mw->globalShape, w->globalShape);
+  EXPECT_EQ(mw->holders, holders);
+  EXPECT_EQ(mw->param, "w");
+  EXPECT_EQ(it->numShards, 1);
+
+  std::string json = manifestToJson(m);
+  auto parsed = parseManifest(json, "manifest.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().toString();
+  EXPECT_EQ(parsed->iteration, 7);
+  EXPECT_EQ(parsed->seed, 99u);
+  EXPECT_EQ(parsed->mesh, m.mesh);
+  EXPECT_EQ(parsed->groups, m.groups);
+  ASSERT_EQ(parsed->tensors.size(), m.tensors.size());
+  for (size_t i = 0; i < m.tensors.size(); ++i) {
+    EXPECT_EQ(parsed->tensors[i].name, m.tensors[i].name);
+    EXPECT_EQ(parsed->tensors[i].globalShape, m.tensors[i].globalShape);
+    EXPECT_EQ(parsed->tensors[i].holders, m.tensors[i].holders);
+  }
+  EXPECT_EQ(manifestToJson(*parsed), json);
+}
+
+TEST(ManifestTest, ParseErrors) {
+  expectError(parseManifest("{not json", "m.json").status(),
+              "m.json: invalid manifest: ");
+  expectError(parseManifest("{\"format\": \"other\"}", "m.json").status(),
+              "m.json: invalid manifest: not a Tessera checkpoint manifest");
+  auto art = load(shardedModel(1, 1));
+  std::string json = manifestToJson(manifestOf(*art));
+  std::string v2 = json;
+  v2.replace(v2.find("\"format_version\": 1"), 19, "\"format_version\": 2");
+  expectError(
+      parseManifest(v2, "m.json").status(),
+      "m.json: invalid manifest: unsupported manifest format version 2");
+  std::string noBuffers = json;
+  noBuffers.replace(noBuffers.find("\"buffers\""), 9, "\"buffer5\"");
+  expectError(parseManifest(noBuffers, "m.json").status(),
+              "m.json: invalid manifest: ");
+}
+
+//===----------------------------------------------------------------------===//
+// Planning
+//===----------------------------------------------------------------------===//
+
+TEST(PlanTest, SameLayoutReadsOwnShard) {
+  auto art = load(shardedModel(2, 2));
+  CheckpointManifest m = manifestOf(*art);
+  CheckpointLoadOptions o;
+  for (int r = 0; r < 4; ++r) {
+    auto plan = planCheckpointLoad(m, *art, r, o, "ckpt");
+    ASSERT_TRUE(plan.ok()) << plan.status().toString();
+    EXPECT_FALSE(plan->resharded);
+    EXPECT_EQ(plan->sourceRanks, std::vector<int>{r});
+    // w, b, iteration and four Adam states.
+    EXPECT_EQ(plan->buffers.size(), 7u);
+  }
+  o.loadOptimizer = false;
+  auto plan = planCheckpointLoad(m, *art, 0, o, "ckpt");
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->buffers.size(), 3u);
+}
+
+TEST(PlanTest, ReshardsAcrossTensorParallelSizes) {
+  auto tp2 = load(shardedModel(2, 1));
+  CheckpointManifest m = manifestOf(*tp2);
+  CheckpointLoadOptions o;
+  // tp 2 -> 1: both shards of w from ranks 0 and 1.
+  auto one = load(shardedModel(1, 1));
+  auto plan = planCheckpointLoad(m, *one, 0, o, "ckpt");
+  ASSERT_TRUE(plan.ok()) << plan.status().toString();
+  EXPECT_TRUE(plan->resharded);
+  EXPECT_EQ(plan->sourceRanks, (std::vector<int>{0, 1}));
+  for (const BufferRestore &br : plan->buffers)
+    if (br.name == "w") {
+      ASSERT_EQ(br.pieces.size(), 2u);
+      EXPECT_EQ(br.pieces[1].sourceRank, 1);
+      EXPECT_EQ(br.pieces[1].region.lo, (std::vector<int64_t>{2, 0}));
+    }
+  // tp 2 -> 4 (x dp 2): rank 7 (tp index 3) needs rows [3, 4) from rank 1.
+  auto tp4 = load(shardedModel(4, 2));
+  plan = planCheckpointLoad(m, *tp4, 7, o, "ckpt");
+  ASSERT_TRUE(plan.ok()) << plan.status().toString();
+  EXPECT_EQ(plan->sourceRanks, std::vector<int>{1});
+  for (const BufferRestore &br : plan->buffers)
+    if (br.name == "adam.exp_avg_sq:w") {
+      ASSERT_EQ(br.pieces.size(), 1u);
+      EXPECT_EQ(br.box.lo, (std::vector<int64_t>{3, 0}));
+      EXPECT_EQ(br.pieces[0].sourceBox.lo, (std::vector<int64_t>{2, 0}));
+    }
+}
+
+TEST(PlanTest, Refusals) {
+  auto tp2 = load(shardedModel(2, 1), "tp2.tsr");
+  CheckpointManifest m = manifestOf(*tp2);
+  CheckpointLoadOptions o;
+  auto refuse = [&](const ArtifactDesc &desc, const std::string &needle,
+                    CheckpointLoadOptions options) {
+    auto art = load(desc, "other.tsr");
+    ASSERT_TRUE(art);
+    expectError(planCheckpointLoad(m, *art, 0, options, "ckpt").status(),
+                needle);
+  };
+  refuse(shardedModel(2, 1, 8),
+         "parameter 'w' has global shape [4, 3] in "
+         "checkpoint ckpt but [8, 3] in other.tsr",
+         o);
+  refuse(shardedModel(2, 1, 4, "adam", 8, true),
+         "checkpoint ckpt has no parameter 'extra' of other.tsr", o);
+  refuse(shardedModel(2, 1, 4, "sgd"),
+         "checkpoint ckpt was saved with optimizer 'adam', but other.tsr uses "
+         "'sgd'",
+         o);
+  refuse(shardedModel(2, 1, 4, "adam", 16),
+         "checkpoint ckpt was saved with global batch size 8, other.tsr has 16",
+         o);
+  // Parameters only: a different optimizer is fine.
+  CheckpointLoadOptions paramsOnly;
+  paramsOnly.loadOptimizer = false;
+  auto sgd = load(shardedModel(1, 1, 4, "sgd"));
+  EXPECT_TRUE(planCheckpointLoad(m, *sgd, 0, paramsOnly, "ckpt").ok());
+  // The extra checkpoint parameter is refused the other way round too.
+  auto extra = load(shardedModel(2, 1, 4, "adam", 8, true));
+  CheckpointManifest mx = manifestOf(*extra);
+  expectError(planCheckpointLoad(mx, *tp2, 0, o, "ckpt").status(),
+              "checkpoint ckpt holds parameter 'extra', which tp2.tsr does not "
+              "have");
+}
+
+TEST(PlanTest, SeedMattersForSyntheticData) {
+  auto art = load(softmaxRegression());
+  CheckpointManifest m = manifestOf(*art, 3, 1234);
+  CheckpointLoadOptions o;
+  o.seed = 5;
+  expectError(planCheckpointLoad(m, *art, 0, o, "ckpt").status(),
+              "--seed 5 differs from the seed 1234 of checkpoint ckpt, and the "
+              "seed matters after loading: the synthetic input 'features' is "
+              "drawn from it; resume with --seed 1234");
+  // Without seed-dependent inputs or dropout, a different seed is harmless.
+  auto plain = load(shardedModel(1, 1));
+  CheckpointManifest mp = manifestOf(*plain, 3, 1234);
+  auto plan = planCheckpointLoad(mp, *plain, 0, o, "ckpt");
+  ASSERT_TRUE(plan.ok()) << plan.status().toString();
+  ASSERT_EQ(plan->notes.size(), 1u);
+  EXPECT_NE(plan->notes[0].find("harmless"), std::string::npos);
+}
+
+//===----------------------------------------------------------------------===//
+// Save and load on one rank
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+std::unique_ptr<Executor> makeExecutor(std::shared_ptr<const LoadedArtifact> a,
+                                       uint64_t seed) {
+  auto backend = BackendRegistry::global().create("cpu", {});
+  EXPECT_TRUE(backend.ok());
+  ExecutorOptions options;
+  options.seed = seed;
+  auto ex =
+      Executor::create(a, std::move(*backend), CommunicatorSet(), 0, options);
+  EXPECT_TRUE(ex.ok()) << ex.status().toString();
+  if (!ex.ok())
+    return nullptr;
+  EXPECT_TRUE((*ex)->initializeParameters().ok());
+  return std::move(*ex);
+}
+
+} // namespace
+
+TEST(SaveLoadTest, ResumedRunIsBitIdentical) {
+  TempDir dir;
+  auto art = load(softmaxRegression(8, 4, 16, 2));
+  auto reference = makeExecutor(art, 1234);
+  std::vector<double> expected;
+  for (int it = 1; it <= 6; ++it)
+    expected.push_back(*reference->runIteration(it));
+
+  auto first = makeExecutor(art, 1234);
+  for (int it = 1; it <= 3; ++it)
+    ASSERT_TRUE(first->runIteration(it).ok());
+  CheckpointSaveOptions so;
+  so.dir = dir.path + "/ckpt";
+  so.info.iteration = 3;
+  so.info.seed = 1234;
+  auto saved = saveCheckpoint(*first, so, nullptr);
+  ASSERT_TRUE(saved.ok()) << saved.status().toString();
+  EXPECT_EQ(saved->dir, so.dir + "/iter_0000003");
+  EXPECT_EQ(listDir(saved->dir),
+            (std::vector<std::string>{"manifest.json", "rank_00000.bin"}));
+  EXPECT_EQ(*readWholeFile(so.dir + "/latest"), "3\n");
+
+  // A fresh executor with another init seed would differ; loading wins.
+  auto resumed = makeExecutor(art, 1234);
+  CheckpointLoadOptions lo;
+  auto loaded = loadCheckpoint(*resumed, so.dir, lo, nullptr);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+  EXPECT_EQ(loaded->iteration, 3);
+  EXPECT_FALSE(loaded->resharded);
+  for (const char *name : {"fc.weight", "fc.bias", "adam.m:fc.weight",
+                           "adam.v:fc.bias", "iteration"})
+    EXPECT_EQ(*resumed->readBuffer(name), *first->readBuffer(name)) << name;
+  for (int it = 4; it <= 6; ++it) {
+    auto loss = resumed->runIteration(it);
+    ASSERT_TRUE(loss.ok());
+    EXPECT_EQ(*loss, expected[size_t(it - 1)]) << "iteration " << it;
+  }
+
+  // Loading the iter_ directory itself works; a broken one is refused.
+  auto again = makeExecutor(art, 1234);
+  EXPECT_TRUE(loadCheckpoint(*again, saved->dir, lo, nullptr).ok());
+  std::string shard = saved->dir + "/rank_00000.bin";
+  std::string bytes = *readWholeFile(shard);
+  bytes[bytes.size() / 2] ^= 1;
+  writeBytes(shard, bytes);
+  expectError(loadCheckpoint(*again, so.dir, lo, nullptr).status(),
+              shard + ": payload is corrupted (CRC-32 mismatch");
+  ASSERT_EQ(unlink((saved->dir + "/manifest.json").c_str()), 0);
+  expectError(loadCheckpoint(*again, so.dir, lo, nullptr).status(),
+              saved->dir + "/manifest.json: missing");
+}
+
+TEST(LocateTest, LatestAndIterDirectories) {
+  TempDir dir;
+  expectError(locateCheckpoint(dir.path + "/none").status(),
+              "/none: no checkpoint directory");
+  auto empty = locateCheckpoint(dir.path);
+  EXPECT_EQ(empty.status().getCode(), StatusCode::NotFound);
+  ASSERT_TRUE(writeFileAtomic(dir.path + "/latest", std::string("12\n")).ok());
+  expectError(locateCheckpoint(dir.path).status(),
+              "/latest names iteration 12, but " + dir.path +
+                  "/iter_0000012 does not exist");
+  ASSERT_TRUE(makeDirectories(dir.path + "/iter_0000012").ok());
+  auto loc = locateCheckpoint(dir.path);
+  ASSERT_TRUE(loc.ok());
+  EXPECT_EQ(loc->iteration, 12);
+  EXPECT_EQ(loc->dir, dir.path + "/iter_0000012");
+  expectError(readManifest(*loc).status(),
+              "/iter_0000012/manifest.json: missing");
+  expectError(locateCheckpoint(dir.path + "/iter_0000012").status(),
+              "/iter_0000012/manifest.json: missing");
+  ASSERT_TRUE(writeFileAtomic(dir.path + "/latest", std::string("x")).ok());
+  expectError(locateCheckpoint(dir.path).status(),
+              "/latest: expected an iteration number, got 'x'");
+}
