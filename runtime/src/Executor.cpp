@@ -1274,6 +1274,12 @@ Status Executor::runThunks(const DecodedFunction &fn, int slot,
     if (!st.ok())
       return Status(st.getCode(), art->name() + ": " + t.where + context +
                                       ": " + st.message());
+    // Started collectives advance between kernels (overlap with compute).
+    if (!pending.empty() && !t.comm && !p2p)
+      for (auto &[event, request] : pending)
+        TESSERA_RETURN_IF_ERROR(request.first->progress(request.second).withContext(
+            art->name() + ": " + t.where + context + ": progressing event " +
+            std::to_string(event)));
   }
   if (drainP2p)
     TESSERA_RETURN_IF_ERROR(completeP2pBatch());
@@ -1309,6 +1315,19 @@ double Executor::learningRate(int64_t iteration) const {
   return schedule.at(iteration);
 }
 
+Status Executor::runStep(int64_t iteration) {
+  // Gradient sync and the optimizer run once, after every microbatch.
+  TESSERA_RETURN_IF_ERROR(completeP2pBatch());
+  if (prog->iteration_buffer() >= 0) {
+    const fb::Buffer *b = prog->buffers()->Get(prog->iteration_buffer());
+    int64_t it = iteration;
+    TESSERA_RETURN_IF_ERROR(be->copyToDevice(arena + b->offset(), &it, 8));
+  }
+  if (functionIndex.count("step"))
+    TESSERA_RETURN_IF_ERROR(runFunction("step"));
+  return completeP2pBatch();
+}
+
 StatusOr<double> Executor::runIteration(int64_t iteration) {
   // The optimizer steps carry the peak rate; the schedule scales it.
   if (const fb::Optimizer *opt = art->root()->optimizer())
@@ -1333,15 +1352,7 @@ StatusOr<double> Executor::runIteration(int64_t iteration) {
       lossSum += double(loss);
     }
   }
-  TESSERA_RETURN_IF_ERROR(completeP2pBatch());
-  if (prog->iteration_buffer() >= 0) {
-    const fb::Buffer *b = prog->buffers()->Get(prog->iteration_buffer());
-    int64_t it = iteration;
-    TESSERA_RETURN_IF_ERROR(be->copyToDevice(arena + b->offset(), &it, 8));
-  }
-  if (functionIndex.count("step"))
-    TESSERA_RETURN_IF_ERROR(runFunction("step"));
-  TESSERA_RETURN_IF_ERROR(completeP2pBatch());
+  TESSERA_RETURN_IF_ERROR(runStep(iteration));
   if (!hasLoss)
     return std::numeric_limits<double>::quiet_NaN();
   double loss = lossSum / double(numMicro);
@@ -1400,15 +1411,7 @@ StatusOr<double> Executor::runSchedule(int64_t iteration) {
       lossSum += double(loss);
     }
   }
-  TESSERA_RETURN_IF_ERROR(completeP2pBatch());
-  if (prog->iteration_buffer() >= 0) {
-    const fb::Buffer *b = prog->buffers()->Get(prog->iteration_buffer());
-    int64_t it = iteration;
-    TESSERA_RETURN_IF_ERROR(be->copyToDevice(arena + b->offset(), &it, 8));
-  }
-  if (functionIndex.count("step"))
-    TESSERA_RETURN_IF_ERROR(runFunction("step"));
-  TESSERA_RETURN_IF_ERROR(completeP2pBatch());
+  TESSERA_RETURN_IF_ERROR(runStep(iteration));
   if (!artifactHasLoss)
     return std::numeric_limits<double>::quiet_NaN();
   // The stage that computes the loss reports the microbatch mean, the others

@@ -83,6 +83,11 @@ public:
                                                ElementType type,
                                                ReduceKind op) = 0;
   virtual Status wait(CommRequest request) = 0;
+  /// Drives an in-flight request without blocking (MPI's non-blocking
+  /// collectives advance only inside MPI calls, so the executor calls this
+  /// between kernels to let a started reduction overlap computation). The
+  /// request stays valid for wait(). Default: nothing to drive.
+  virtual Status progress(CommRequest request) { return Status(); }
 
   /// Point-to-point (pipeline stages). `peer` is a rank index within this
   /// group (0 <= peer < size()) and `tag` a non-negative message tag; a send

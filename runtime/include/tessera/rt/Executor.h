@@ -177,6 +177,8 @@ private:
   Status runThunks(const DecodedFunction &fn, int slot,
                    const std::string &phase, const std::string &context,
                    bool drainP2p);
+  /// Sets the iteration buffer and runs "step" (open p2p batches completed).
+  Status runStep(int64_t iteration);
   StatusOr<double> runSchedule(int64_t iteration);
   /// Fills one input for `microbatch`, `displacement` bytes past its offset.
   Status fillInput(const fb::InputSpec &spec, int64_t iteration,
