@@ -215,6 +215,14 @@ Writer::instr(Operation *op, DenseMap<Value, int> &events) {
             events[o.getEvent()] = event;
             return success();
           })
+          .Case([&](rt::ReduceScatterStartOp o) {
+            opcode = fa::Opcode::ReduceScatterStart;
+            operands = {o.getInput(), o.getOutput()};
+            collective(o.getGroup(), "sum");
+            event = events.size();
+            events[o.getEvent()] = event;
+            return success();
+          })
           .Case([&](rt::WaitOp o) {
             opcode = fa::Opcode::Wait;
             event = events.lookup(o.getEvent());

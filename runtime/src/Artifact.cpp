@@ -69,6 +69,7 @@ int expectedOperandCount(fb::Opcode op) {
   case O::Axpy:
   case O::AllGather:
   case O::ReduceScatter:
+  case O::ReduceScatterStart:
   case O::Sgd:
     return 2;
   case O::CrossEntropyGrad:
@@ -137,7 +138,7 @@ int expectedIAttrCount(fb::Opcode op) {
 bool isCollective(fb::Opcode op) {
   using O = fb::Opcode;
   return op == O::AllReduce || op == O::AllGather || op == O::ReduceScatter ||
-         op == O::AllReduceStart;
+         op == O::AllReduceStart || op == O::ReduceScatterStart;
 }
 
 bool isPointToPoint(fb::Opcode op) {
@@ -424,6 +425,7 @@ Status Validator::checkInstr(const std::string &where, const fb::Instr &in,
   case fb::Opcode::AllReduce:
   case fb::Opcode::AllGather:
   case fb::Opcode::ReduceScatter:
+  case fb::Opcode::ReduceScatterStart:
   case fb::Opcode::AllReduceStart: {
     std::string g = str(in.group());
     if (g.empty())
@@ -431,8 +433,11 @@ Status Validator::checkInstr(const std::string &where, const fb::Instr &in,
     if (!groupKinds.count(g))
       return error(where, ": collective over group kind '", g,
                    "' but the artifact has no rank groups of that kind");
-    if (in.op() == fb::Opcode::AllReduceStart && in.event() < 0)
-      return error(where, ": AllReduceStart needs an event id >= 0");
+    if ((in.op() == fb::Opcode::AllReduceStart ||
+         in.op() == fb::Opcode::ReduceScatterStart) &&
+        in.event() < 0)
+      return error(where, ": ", fb::EnumNameOpcode(in.op()),
+                   " needs an event id >= 0");
     break;
   }
   case fb::Opcode::Wait:

@@ -81,6 +81,12 @@ public:
     ++stats.calls;
     return CommRequest{nextId++};
   }
+  StatusOr<CommRequest> reduceScatterStart(const void *send, void *recv,
+                                           int64_t count, ElementType type,
+                                           ReduceKind op) override {
+    TESSERA_RETURN_IF_ERROR(reduceScatter(send, recv, count, type, op));
+    return CommRequest{nextId++};
+  }
   Status wait(CommRequest request) override {
     if (request.id < 0 || request.id >= nextId)
       return invalidArgument("wait on unknown request ", request.id);

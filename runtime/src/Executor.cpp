@@ -360,7 +360,8 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
   case O::AllReduce:
   case O::AllReduceStart:
   case O::AllGather:
-  case O::ReduceScatter: {
+  case O::ReduceScatter:
+  case O::ReduceScatterStart: {
     std::string kind = in.group() ? in.group()->str() : "";
     TESSERA_ASSIGN_OR_RETURN(t.type, elementTypeOf(ref(in, 0).dtype()));
     GroupPosition pos = findGroupPosition(*artifact.root(), kind, worldRank);
@@ -370,7 +371,8 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
                              "', but its program has a collective over it");
     if (!pos.group && worldRank < 0)
       pos.size = anyGroupSize(*artifact.root(), kind);
-    if (in.op() == O::AllGather || in.op() == O::ReduceScatter) {
+    if (in.op() == O::AllGather || in.op() == O::ReduceScatter ||
+        in.op() == O::ReduceScatterStart) {
       if (ref(in, 0).dtype() != ref(in, 1).dtype())
         return invalidArgument("operands have different dtypes");
       bool gather = in.op() == O::AllGather;
@@ -1037,6 +1039,16 @@ Status Executor::execute(const Thunk &t) {
     TESSERA_ASSIGN_OR_RETURN(
         CommRequest req,
         t.comm->allReduceStart(t.ptr[0], t.n, t.type, t.reduce));
+    pending[t.event] = {t.comm, req};
+    return Status();
+  }
+  case O::ReduceScatterStart: {
+    if (pending.count(t.event))
+      return failedPrecondition("event ", t.event, " is already in flight");
+    TESSERA_RETURN_IF_ERROR(be->synchronize());
+    TESSERA_ASSIGN_OR_RETURN(
+        CommRequest req,
+        t.comm->reduceScatterStart(t.ptr[0], t.ptr[1], t.n, t.type, t.reduce));
     pending[t.event] = {t.comm, req};
     return Status();
   }

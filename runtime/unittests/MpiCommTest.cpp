@@ -123,6 +123,28 @@ TEST(MpiCommTest, AllGatherAndReduceScatter) {
     EXPECT_EQ(part[size_t(k)], float(n * (3 * r + k)) + rankSum);
 }
 
+// The distributed optimizer's overlapped reduce-scatter: started, driven by
+// progress() while "computing", completed by wait(); the same block as the
+// blocking reduce-scatter.
+TEST(MpiCommTest, ReduceScatterStartProgressWait) {
+  auto comm = worldComm();
+  int n = comm->size(), r = comm->rank();
+  std::vector<float> full(size_t(1000 * n));
+  for (size_t k = 0; k < full.size(); ++k)
+    full[k] = float(k % 97 + r);
+  std::vector<float> part(1000), expect(1000);
+  EXPECT_TRUE(comm->reduceScatter(full.data(), expect.data(), 1000,
+                                  ElementType::F32, ReduceKind::Sum)
+                  .ok());
+  auto h = comm->reduceScatterStart(full.data(), part.data(), 1000,
+                                    ElementType::F32, ReduceKind::Sum);
+  ASSERT_TRUE(h.ok());
+  for (int i = 0; i < 10; ++i)
+    EXPECT_TRUE(comm->progress(*h).ok());
+  EXPECT_TRUE(comm->wait(*h).ok());
+  EXPECT_EQ(part, expect);
+}
+
 TEST(MpiCommTest, ByteCountersUseRingVolumes) {
   auto comm = worldComm();
   int n = comm->size();

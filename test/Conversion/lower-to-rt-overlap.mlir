@@ -1,4 +1,20 @@
 // RUN: tessera-opt %s --tessera-train-pipeline="dp=4 micro-batch-size=4 global-batch-size=32 bucket-size=2 overlap-grad-reduce=true" | FileCheck %s
+// RUN: tessera-opt %s --tessera-train-pipeline="dp=4 micro-batch-size=4 global-batch-size=32 overlap-grad-reduce=true distributed-optimizer=true" | FileCheck %s --check-prefix=DIST
+
+// ZeRO-1: the bucket is reduce-scattered into its shard buffer during the
+// last backward; the step's Adam reads the shard from there.
+// DIST: rt.buffer @"gshard:gbuf:0" : memref<32xf32> {kind = "activation"
+// DIST-LABEL: func.func @"microbatch:last"()
+// DIST-DAG: %[[B:.*]] = rt.get @"gbuf:gbuf:0" : memref<128xf32>
+// DIST-DAG: %[[S:.*]] = rt.get @"gshard:gbuf:0" : memref<32xf32>
+// DIST: rt.scale %[[B]], %[[B]] {alpha = 2.500000e-01 : f32}
+// DIST-NEXT: %[[E:.*]] = rt.reduce_scatter_start %[[B]], %[[S]] {group = "dp"}
+// DIST: rt.wait %[[E]]
+// DIST-LABEL: func.func @step()
+// DIST-DAG: %[[S2:.*]] = rt.get @"gshard:gbuf:0"
+// DIST-NOT: rt.reduce_scatter
+// DIST: rt.adam %{{.*}}, %[[S2]]
+// DIST: rt.all_gather
 
 // The last microbatch's variant accumulates the weight gradient in place
 // (GEMM, beta = 1), then scales its bucket and starts the all-reduce while

@@ -1,5 +1,17 @@
 // RUN: tessera-opt %s --split-input-file --verify-diagnostics --tessera-autodiff --tessera-dp-grad-allreduce="overlap-grad-reduce=true bucket-size=2" | FileCheck %s
 // RUN: tessera-opt %s --split-input-file --verify-diagnostics --tessera-autodiff --tessera-dp-grad-allreduce="overlap-grad-reduce=true bucket-size=2 single-bucket-group=true" | FileCheck %s --check-prefix=GROUP
+// RUN: tessera-opt %s --split-input-file --verify-diagnostics --tessera-autodiff --tessera-dp-grad-allreduce="overlap-grad-reduce=true distributed-optimizer=true" | FileCheck %s --check-prefix=DIST
+
+// With the distributed optimizer the overlapped reduction is a
+// reduce-scatter into the bucket's shard buffer, which the step takes and
+// hands to the optimizer.
+// DIST-LABEL: func.func @head_last(
+// DIST: dist.bucket_reduce_start @gbuf bucket 0 over @mesh "dp" scale 2.500000e-01(%{{.*}}, %{{.*}}) {kind = "reduce_scatter"}
+// DIST: dist.bucket_reduce_wait @gbuf bucket 0
+// DIST-LABEL: func.func @step(
+// DIST-SAME: %[[S:[^:]*]]: tensor<32xf32> {tessera.buffer = "gshard:gbuf:0"})
+// DIST-SAME: -> (tensor<32xf32> {tessera.grad_shard = {bucket = 0 : i64, buffer = @gbuf}})
+// DIST-NEXT: return %[[S]]
 
 // With one bucket group, the group's reductions start together once every
 // bucket is complete (after the bias gradient).

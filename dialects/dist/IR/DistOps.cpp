@@ -493,6 +493,13 @@ LogicalResult BucketReduceStartOp::verifySymbolUses(SymbolTableCollection &st) {
   return success();
 }
 
+LogicalResult BucketReduceStartOp::verify() {
+  if (getKind() != "all_reduce" && getKind() != "reduce_scatter")
+    return emitOpError() << "kind must be \"all_reduce\" or \"reduce_scatter\", got \""
+                         << getKind() << "\"";
+  return success();
+}
+
 LogicalResult BucketReduceWaitOp::verifySymbolUses(SymbolTableCollection &st) {
   SmallVector<int64_t> sizes;
   int64_t numel = 0;

@@ -473,7 +473,9 @@ def Dist_BucketReduceStartOp : Dist_Op<"bucket_reduce_start", [
     have been accumulated into the grad buffer, scale bucket `bucket` of
     `buffer` by `scale` and start summing it over `group`; the rest of the
     backward runs while it is in flight. `dist.bucket_reduce_wait` completes
-    it.
+    it. `kind = "reduce_scatter"` (the distributed optimizer) leaves this
+    rank's shard of the sum in the bucket's shard buffer
+    (`gshard:<buffer>:<bucket>`) for the step.
 
     ```mlir
     dist.bucket_reduce_start @gbuf bucket 1 over @mesh "dp" scale 5.000000e-01 (%g1, %g2) : tensor<16xf32>, tensor<4x4xf32>
@@ -481,8 +483,10 @@ def Dist_BucketReduceStartOp : Dist_Op<"bucket_reduce_start", [
   }];
   let arguments = (ins FlatSymbolRefAttr:$buffer, I64Attr:$bucket,
                        FlatSymbolRefAttr:$mesh, StrAttr:$group, F32Attr:$scale,
+                       DefaultValuedStrAttr<StrAttr, "all_reduce">:$kind,
                        Variadic<Dist_RankedTensor>:$grads);
   let assemblyFormat = "$buffer `bucket` $bucket `over` $mesh $group `scale` $scale `(` $grads `)` attr-dict `:` type($grads)";
+  let hasVerifier = 1;
 }
 
 def Dist_BucketReduceWaitOp : Dist_Op<"bucket_reduce_wait", [

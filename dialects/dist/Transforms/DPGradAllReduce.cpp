@@ -168,10 +168,6 @@ struct DPGradAllReducePass
     // the reductions overlap the rest of the backward.
     std::set<std::pair<Operation *, int64_t>> overlapped;
     if (overlapGradReduce && dp > 1) {
-      if (distributedOptimizer)
-        return emitError(getRootModule(module).getLoc())
-               << "overlap-grad-reduce with the distributed optimizer is not "
-                  "supported yet (its reduce-scatter runs in the step)";
       if (producers.size() != 1 ||
           producers.front()->getAttrOfType<StringAttr>(kPhaseAttr).getValue() !=
               kMicrobatchPhase)
@@ -220,7 +216,9 @@ struct DPGradAllReducePass
           auto ref = FlatSymbolRefAttr::get(p.op.getSymNameAttr());
           auto start = BucketReduceStartOp::create(
               ob, last.getLoc(), ref, ob.getI64IntegerAttr(k), meshRef,
-              ob.getStringAttr("dp"), ob.getF32FloatAttr(1.0f / float(dp)), grads);
+              ob.getStringAttr("dp"), ob.getF32FloatAttr(1.0f / float(dp)),
+              ob.getStringAttr(distributedOptimizer ? "reduce_scatter" : "all_reduce"),
+              grads);
           // The group's next start goes after this one (bucket order).
           if (singleBucketGroup)
             groupEnd = start;
@@ -280,9 +278,22 @@ struct DPGradAllReducePass
     if (dp > 1 || distributedOptimizer) {
       for (Placed &p : placed)
         for (auto [k, bucket] : llvm::enumerate(p.layout.buckets)) {
-          // Reduced during the last microbatch's backward already.
-          if (overlapped.count({p.op.getOperation(), int64_t(k)}))
+          // Reduced during the last microbatch's backward already; with the
+          // distributed optimizer its shard waits in the bucket's shard
+          // buffer.
+          if (overlapped.count({p.op.getOperation(), int64_t(k)})) {
+            if (distributedOptimizer) {
+              shards.push_back(body->addArgument(
+                  RankedTensorType::get({(bucket.end - bucket.start) / dp},
+                                        b.getF32Type()),
+                  step.getLoc()));
+              bindings.push_back(b.getDictionaryAttr(b.getNamedAttr(
+                  kBufferAttr, b.getStringAttr(("gshard:" + p.op.getSymName() +
+                                                ":" + Twine(k))
+                                                   .str()))));
+            }
             continue;
+          }
           auto ref = FlatSymbolRefAttr::get(p.op.getSymNameAttr());
           SmallVector<Value> parts;
           SmallVector<Type> partTypes;
@@ -321,6 +332,7 @@ struct DPGradAllReducePass
       for (StringAttr name : names)
         results.push_back(grad[name.getValue()]);
     func::ReturnOp::create(b, step.getLoc(), results);
+    updateFunctionType(step);
     step.setAllArgAttrs(bindings);
     step.setAllResultAttrs(distributedOptimizer ? resultAttrs : bindings);
     return success();

@@ -123,9 +123,9 @@ def DPGradAllReducePass : Pass<"tessera-dp-grad-allreduce", "mlir::ModuleOp"> {
            "one bucket group holding every bucket (with overlap-grad-reduce "
            "their reductions start together, once all are complete)">,
     Option<"overlapGradReduce", "overlap-grad-reduce", "bool", "false",
-           "start each bucket's all-reduce in the last microbatch's backward "
-           "as soon as its gradients are complete (pp = 1, without the "
-           "distributed optimizer)">
+           "start each bucket's all-reduce (reduce-scatter with the "
+           "distributed optimizer) in the last microbatch's backward as soon "
+           "as its gradients are complete (pp = 1)">
   ];
   let dependentDialects = ["::tessera::dist::DistDialect", "::tessera::nn::NNDialect",
                            "::mlir::func::FuncDialect"];

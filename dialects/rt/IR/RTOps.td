@@ -237,6 +237,19 @@ def RT_AllReduceStartOp : RT_Op<"all_reduce_start"> {
   let assemblyFormat = "$buffer attr-dict `:` type($buffer)";
 }
 
+def RT_ReduceScatterStartOp : RT_Op<"reduce_scatter_start"> {
+  let summary = "start a reduce-scatter (this rank's block of the sum); complete with rt.wait";
+  let description = [{
+    ```mlir
+    %e = rt.reduce_scatter_start %bucket, %shard {group = "dp"} : memref<1024xf32>, memref<512xf32>
+    rt.wait %e
+    ```
+  }];
+  let arguments = (ins RT_F32Buf:$input, RT_F32Buf:$output, StrAttr:$group);
+  let results = (outs RT_EventType:$event);
+  let assemblyFormat = "$input `,` $output attr-dict `:` type($input) `,` type($output)";
+}
+
 def RT_WaitOp : RT_Op<"wait"> {
   let summary = "wait for an asynchronous collective";
   let description = [{

@@ -153,8 +153,9 @@ private:
   /// Copies into place before a pack (operand index, storage id) or an
   /// unpack (-1, storage id of the bucket view).
   DenseMap<Operation *, SmallVector<std::pair<int, int>>> placeCopies;
-  /// The bucket view of a bucket_reduce_start (storage id).
-  DenseMap<Operation *, int> bucketStorage;
+  /// The bucket view of a bucket_reduce_start (storage id), and for a
+  /// reduce-scatter its shard buffer.
+  DenseMap<Operation *, int> bucketStorage, shardStorage;
   SmallVector<Operation *> ops;
   DenseMap<Operation *, int64_t> position;
   DenseMap<Value, int> storageOf;
@@ -266,6 +267,18 @@ LogicalResult PhaseLowering::plan() {
       bucketStorage[op] = newStorage(
           RankedTensorType::get({numel}, Float32Type::get(op->getContext())),
           bucketView("grad", start.getBuffer(), start.getBucket()));
+      if (start.getKind() == "reduce_scatter") {
+        std::string shard = ("gshard:" + start.getBuffer() + ":" +
+                             Twine(start.getBucket()))
+                                .str();
+        if (!persistent.count(shard))
+          return start.emitOpError()
+                 << "reduce-scatters into '" << shard
+                 << "', which the step does not take";
+        MemRefType t = persistent.lookup(shard)->type;
+        shardStorage[op] = newStorage(
+            RankedTensorType::get(t.getShape(), t.getElementType()), shard);
+      }
       continue;
     }
     if (isa<dist::BucketReduceWaitOp>(op))
@@ -822,10 +835,16 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
               Value view = storageBuffer(bucketStorage.lookup(op));
               kernelBufs(rt::ScaleOp(), {view, view},
                          {named("alpha", o.getScaleAttr())});
-              bucketEvents[{o.getBuffer(), o.getBucket()}] =
-                  rt::AllReduceStartOp::create(b, l, rt::EventType::get(b.getContext()),
-                                               view, o.getGroupAttr(),
-                                               b.getStringAttr("sum"));
+              if (o.getKind() == "reduce_scatter")
+                bucketEvents[{o.getBuffer(), o.getBucket()}] =
+                    rt::ReduceScatterStartOp::create(
+                        b, l, rt::EventType::get(b.getContext()), view,
+                        storageBuffer(shardStorage.lookup(op)), o.getGroupAttr());
+              else
+                bucketEvents[{o.getBuffer(), o.getBucket()}] =
+                    rt::AllReduceStartOp::create(b, l, rt::EventType::get(b.getContext()),
+                                                 view, o.getGroupAttr(),
+                                                 b.getStringAttr("sum"));
               return success();
             })
             .Case([&](dist::BucketReduceWaitOp o) -> LogicalResult {
@@ -1138,6 +1157,8 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
       StringRef name = bnd.getValue();
       if (name == "iteration")
         add(name, "iteration", step.getArgumentTypes()[i]);
+      else if (name.starts_with("gshard:")) // reduce-scattered during the backward
+        add(name, "activation", step.getArgumentTypes()[i]);
       else if (name.contains(':') && !name.starts_with("grad:"))
         add(name, "opt_state", step.getArgumentTypes()[i],
             {b.getNamedAttr("of", FlatSymbolRefAttr::get(

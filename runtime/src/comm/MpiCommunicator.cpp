@@ -103,6 +103,22 @@ public:
     return Status();
   }
 
+  StatusOr<CommRequest> reduceScatterStart(const void *send, void *recv,
+                                           int64_t recvCount, ElementType type,
+                                           ReduceKind op) override {
+    TESSERA_RETURN_IF_ERROR(checkCount(recvCount));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type, true));
+    MPI_Request request;
+    TESSERA_RETURN_IF_MPI_ERROR(MPI_Ireduce_scatter_block(
+        send, recv, int(recvCount), dt, mpiOp(op), comm, &request));
+    stats.reduceScatter +=
+        ringReduceScatterBytes(recvCount * elementSize(type) * mySize, mySize);
+    ++stats.calls;
+    int64_t id = nextId++;
+    pending.emplace(id, request);
+    return CommRequest{id};
+  }
+
   StatusOr<CommRequest> allReduceStart(void *buffer, int64_t count,
                                        ElementType type,
                                        ReduceKind op) override {

@@ -143,3 +143,28 @@ dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 1 : i64,
 dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 0 : i64,
     distributed = false, numel = 0 : i64, numel_unpadded = 0 : i64,
     params = [], buckets = []}
+
+// -----
+
+dist.mesh @mesh {dp = 2}
+dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
+    distributed = false, numel = 20 : i64, numel_unpadded = 20 : i64,
+    params = [{name = "a", start = 0 : i64, end = 20 : i64, bucket = 0 : i64} ],
+    buckets = [array<i64: 0, 20, 20>]}
+func.func @kind(%a: tensor<20xf32>) {
+  // expected-error @+1 {{kind must be "all_reduce" or "reduce_scatter", got "broadcast"}}
+  dist.bucket_reduce_start @g bucket 0 over @mesh "dp" scale 5.000000e-01 (%a) {kind = "broadcast"} : tensor<20xf32>
+  return
+}
+
+// -----
+
+dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
+    distributed = false, numel = 20 : i64, numel_unpadded = 20 : i64,
+    params = [{name = "a", start = 0 : i64, end = 20 : i64, bucket = 0 : i64} ],
+    buckets = [array<i64: 0, 20, 20>]}
+func.func @wait() {
+  // expected-error @+1 {{names bucket 2 of @g, which has 1}}
+  dist.bucket_reduce_wait @g bucket 2
+  return
+}

@@ -83,6 +83,12 @@ public:
                                                ElementType type,
                                                ReduceKind op) = 0;
   virtual Status wait(CommRequest request) = 0;
+  /// Starts reduceScatter; complete it with wait(). Neither buffer may be
+  /// touched until then.
+  virtual StatusOr<CommRequest> reduceScatterStart(const void *send, void *recv,
+                                                   int64_t recvCount,
+                                                   ElementType type,
+                                                   ReduceKind op) = 0;
   /// Drives an in-flight request without blocking (MPI's non-blocking
   /// collectives advance only inside MPI calls, so the executor calls this
   /// between kernels to let a started reduction overlap computation). The
