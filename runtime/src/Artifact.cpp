@@ -643,15 +643,33 @@ Status Validator::checkSchedule(const std::string &prog, const fb::Program &p) {
   const int64_t numMicro = a.batch()->num_microbatches();
   const int numFunctions = p.functions() ? int(p.functions()->size()) : 0;
   // For each forward/backward function: the step that runs each microbatch.
+  // A variant for the last microbatch ("<name>:last", e.g. a backward that
+  // starts the gradient buckets' reductions) counts as its function.
+  auto logicalName = [](std::string_view name) {
+    std::string n(name);
+    if (n.size() > 5 && n.compare(n.size() - 5, 5, ":last") == 0)
+      n.resize(n.size() - 5);
+    return n;
+  };
+  std::map<int, int> logicalOf; // function index -> representative index
+  std::map<std::string, int> representative;
   std::map<int, std::vector<int>> stepOf;
   for (int fi = 0; fi < numFunctions; ++fi) {
     std::string_view name = p.functions()->Get(fi)->name()
                                 ? p.functions()->Get(fi)->name()->string_view()
                                 : std::string_view();
-    if (isForwardFunction(name) || isBackwardFunction(name))
+    if (!isForwardFunction(name) && !isBackwardFunction(name))
+      continue;
+    auto [it, fresh] = representative.try_emplace(logicalName(name), fi);
+    logicalOf[fi] = it->second;
+    if (fresh)
       stepOf[fi].assign(size_t(numMicro), -1);
   }
   const auto &schedule = *p.schedule();
+  auto logicalFunction = [&](int fi) {
+    auto it = logicalOf.find(fi);
+    return it == logicalOf.end() ? fi : it->second;
+  };
   for (flatbuffers::uoffset_t si = 0; si < schedule.size(); ++si) {
     const fb::ScheduleStep *step = schedule.Get(si);
     std::string where = prog + ": schedule step " + std::to_string(si);
@@ -675,12 +693,12 @@ Status Validator::checkSchedule(const std::string &prog, const fb::Program &p) {
     if (step->microbatch() < 0 || step->microbatch() >= numMicro)
       return error(where, ": microbatch out of range (num_microbatches ",
                    numMicro, ")");
-    auto it = stepOf.find(fi);
+    auto it = stepOf.find(logicalFunction(fi));
     if (it == stepOf.end())
       continue;
     int &seen = it->second[size_t(step->microbatch())];
     if (seen >= 0)
-      return error(where, ": runs '", fname, "' for microbatch ",
+      return error(where, ": runs '", logicalName(fname), "' for microbatch ",
                    step->microbatch(), " a second time (first at step ", seen,
                    ")");
     seen = int(si);
@@ -697,13 +715,13 @@ Status Validator::checkSchedule(const std::string &prog, const fb::Program &p) {
   // ("forward<suffix>") saved in the slot: it must come later, on the same
   // slot, and no other microbatch's forward may reuse the slot in between.
   for (auto &[fwd, fwdSteps] : stepOf) {
-    std::string fname = str(p.functions()->Get(fwd)->name());
+    std::string fname = logicalName(str(p.functions()->Get(fwd)->name()));
     if (!isForwardFunction(fname))
       continue;
     std::string bname = "backward" + fname.substr(7);
     int bwd = -1;
     for (auto &[fi, unused] : stepOf)
-      if (str(p.functions()->Get(fi)->name()) == bname)
+      if (logicalName(str(p.functions()->Get(fi)->name())) == bname)
         bwd = fi;
     if (bwd < 0)
       continue;
@@ -724,7 +742,7 @@ Status Validator::checkSchedule(const std::string &prog, const fb::Program &p) {
     std::map<int, int> holder;
     for (flatbuffers::uoffset_t si = 0; si < schedule.size(); ++si) {
       const fb::ScheduleStep *step = schedule.Get(si);
-      if (step->function() == fwd) {
+      if (logicalFunction(step->function()) == fwd) {
         auto held = holder.find(step->slot());
         if (held != holder.end())
           return error(prog, ": schedule step ", si, " runs '", fname,
@@ -733,7 +751,7 @@ Status Validator::checkSchedule(const std::string &prog, const fb::Program &p) {
                        held->second, " (its backward runs at step ",
                        bwdSteps[size_t(held->second)], ")");
         holder[step->slot()] = step->microbatch();
-      } else if (step->function() == bwd) {
+      } else if (logicalFunction(step->function()) == bwd) {
         holder.erase(step->slot());
       }
     }

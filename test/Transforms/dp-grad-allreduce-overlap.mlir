@@ -1,11 +1,17 @@
 // RUN: tessera-opt %s --split-input-file --verify-diagnostics --tessera-autodiff --tessera-dp-grad-allreduce="overlap-grad-reduce=true bucket-size=2" | FileCheck %s
 // RUN: tessera-opt %s --split-input-file --verify-diagnostics --tessera-autodiff --tessera-dp-grad-allreduce="overlap-grad-reduce=true bucket-size=2 single-bucket-group=true" | FileCheck %s --check-prefix=GROUP
 // RUN: tessera-opt %s --split-input-file --verify-diagnostics --tessera-autodiff --tessera-dp-grad-allreduce="overlap-grad-reduce=true distributed-optimizer=true" | FileCheck %s --check-prefix=DIST
+// RUN: tessera-opt %s --split-input-file --verify-diagnostics --tessera-autodiff --tessera-dp-grad-allreduce="overlap-grad-reduce=true" --tessera-pp-schedule --tessera-verify-schedule | FileCheck %s --check-prefix=SCHED
+
+// The schedule runs the backward variant for the last microbatch only.
+// SCHED-LABEL: module @pp0
+// SCHED: dist.run @backward_c0 microbatch 0 slot
+// SCHED: dist.run @"backward_c0:last" microbatch 1 slot
 
 // With the distributed optimizer the overlapped reduction is a
 // reduce-scatter into the bucket's shard buffer, which the step takes and
 // hands to the optimizer.
-// DIST-LABEL: func.func @head_last(
+// DIST-LABEL: func.func @"head:last"(
 // DIST: dist.bucket_reduce_start @gbuf bucket 0 over @mesh "dp" scale 2.500000e-01(%{{.*}}, %{{.*}}) {kind = "reduce_scatter"}
 // DIST: dist.bucket_reduce_wait @gbuf bucket 0
 // DIST-LABEL: func.func @step(
@@ -15,7 +21,7 @@
 
 // With one bucket group, the group's reductions start together once every
 // bucket is complete (after the bias gradient).
-// GROUP-LABEL: func.func @head_last(
+// GROUP-LABEL: func.func @"head:last"(
 // GROUP: %[[DW:.*]] = nn.matmul
 // GROUP-NEXT: %[[DB:.*]] = nn.reduce_rows
 // GROUP-NEXT: dist.bucket_reduce_start @gbuf bucket 0
@@ -30,7 +36,7 @@
 // CHECK-LABEL: func.func @head(
 // CHECK-NOT: dist.bucket_reduce_start
 // CHECK: return
-// CHECK-LABEL: func.func @head_last(
+// CHECK-LABEL: func.func @"head:last"(
 // CHECK-SAME: tessera.last_microbatch, tessera.phase = "microbatch"
 // CHECK: %[[DW:.*]] = nn.matmul
 // CHECK-NEXT: dist.bucket_reduce_start @gbuf bucket 1 over @mesh "dp" scale 2.500000e-01(%[[DW]]) : tensor<3x8xf32>
@@ -57,8 +63,22 @@ module {
 
 // -----
 
-// expected-error @+1 {{overlap-grad-reduce is supported without pipeline parallelism only (pp = 1) for now}}
-module {
+// Pipelines: each chunk's backward gets a variant for the last microbatch,
+// whose waits come before the phase's trailing send (a phase sends last);
+// the schedule runs it for microbatch M - 1.
+// CHECK-LABEL: module @pp0
+// CHECK: func.func @"backward_c0:last"(
+// CHECK-SAME: tessera.last_microbatch
+// CHECK: dist.bucket_reduce_start @gbuf_c0 bucket 0
+// CHECK: dist.bucket_reduce_wait @gbuf_c0 bucket 0
+// CHECK-NEXT: return
+// CHECK-LABEL: module @pp1
+// CHECK: func.func @"backward_c0:last"(
+// CHECK: dist.bucket_reduce_start @gbuf_c0 bucket 0
+// CHECK: dist.bucket_reduce_wait @gbuf_c0 bucket 0
+// CHECK-NEXT: dist.send %{{.*}} to "prev"
+// CHECK-NEXT: return
+module attributes {tessera.batch = {global_batch_size = 16 : i64, micro_batch_size = 4 : i64, num_microbatches = 2 : i64}} {
   dist.mesh @mesh {dp = 2, pp = 2}
   module @pp0 attributes {dist.pp_rank = 0 : i64} {
     func.func @chunk0(%x: tensor<4x8xf32> {nn.input = "features"},

@@ -168,64 +168,95 @@ struct DPGradAllReducePass
     // the reductions overlap the rest of the backward.
     std::set<std::pair<Operation *, int64_t>> overlapped;
     if (overlapGradReduce && dp > 1) {
-      if (producers.size() != 1 ||
-          producers.front()->getAttrOfType<StringAttr>(kPhaseAttr).getValue() !=
-              kMicrobatchPhase)
-        return emitError(getRootModule(module).getLoc())
-               << "overlap-grad-reduce is supported without pipeline "
-                  "parallelism only (pp = 1) for now";
-      func::FuncOp micro = producers.front();
-      OpBuilder ob(micro);
-      ob.setInsertionPointAfter(micro);
-      auto last = cast<func::FuncOp>(ob.clone(*micro));
-      last.setSymName((micro.getSymName() + "_last").str());
-      last->setAttr(kLastMicrobatchAttr, ob.getUnitAttr());
-      auto ret = cast<func::ReturnOp>(last.getBody().front().getTerminator());
-      llvm::StringMap<Value> produced;
-      for (unsigned i = 0, e = last.getNumResults(); i < e; ++i)
-        if (auto of = last.getResultAttrOfType<StringAttr>(i, kGradOfAttr))
-          produced[of.getValue()] = ret.getOperand(i);
-      auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
-      // A bucket group's reductions start together, once all of its
-      // buckets are complete: with one group, after the last gradient.
-      auto lastProducer = [&](ArrayRef<std::string> params) {
-        Operation *after = nullptr;
-        for (const std::string &name : params)
-          if (Operation *def = produced.lookup(name).getDefiningOp())
-            if (!after || after->isBeforeInBlock(def))
-              after = def;
-        return after;
-      };
-      Operation *groupEnd = nullptr;
-      if (singleBucketGroup)
+      // One variant per gradient-producing phase: the microbatch phase, or
+      // each chunk's backward (the schedule runs it for the last
+      // microbatch), reducing the buckets of that phase's chunk.
+      for (func::FuncOp producer : producers) {
+        int64_t chunk = -1;
+        if (auto c = producer->getAttrOfType<IntegerAttr>(kChunkAttr))
+          chunk = c.getInt();
+        OpBuilder ob(producer);
+        ob.setInsertionPointAfter(producer);
+        auto last = cast<func::FuncOp>(ob.clone(*producer));
+        last.setSymName((producer.getSymName() + ":last").str());
+        last->setAttr(kLastMicrobatchAttr, ob.getUnitAttr());
+        auto ret = cast<func::ReturnOp>(last.getBody().front().getTerminator());
+        llvm::StringMap<Value> produced;
+        for (unsigned i = 0, e = last.getNumResults(); i < e; ++i)
+          if (auto of = last.getResultAttrOfType<StringAttr>(i, kGradOfAttr))
+            produced[of.getValue()] = ret.getOperand(i);
+        // Waits go before the phase's trailing sends (a phase sends last).
+        Operation *waitPoint = ret;
+        while (waitPoint->getPrevNode() && isa<SendOp>(waitPoint->getPrevNode()))
+          waitPoint = waitPoint->getPrevNode();
+        auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
+        // A bucket group's reductions start together, once all of its
+        // buckets are complete: with one group, after the last gradient.
+        auto lastProducer = [&](ArrayRef<std::string> params) {
+          Operation *after = nullptr;
+          for (const std::string &name : params)
+            if (Operation *def = produced.lookup(name).getDefiningOp())
+              if (!after || after->isBeforeInBlock(def))
+                after = def;
+          return after;
+        };
+        // The distributed optimizer reads the reduce-scattered shard, so a
+        // bucket whose gradient the step still all-reduces over another
+        // group (the tied embedding) is reduced in the step instead.
+        auto overlappable = [&](const buckets::Bucket &bucket) {
+          if (!distributedOptimizer)
+            return true;
+          return llvm::none_of(bucket.params, [&](const std::string &name) {
+            return tiedGroup.count(name) > 0;
+          });
+        };
+        SmallVector<Placed *> mine;
         for (Placed &p : placed)
-          for (const buckets::Bucket &bucket : p.layout.buckets)
-            if (Operation *op = lastProducer(bucket.params))
-              if (!groupEnd || groupEnd->isBeforeInBlock(op))
-                groupEnd = op;
-      for (Placed &p : placed)
-        for (auto [k, bucket] : llvm::enumerate(p.layout.buckets)) {
-          SmallVector<Value> grads;
-          for (const std::string &name : bucket.params)
-            grads.push_back(produced.lookup(name));
-          Operation *after = singleBucketGroup ? groupEnd : lastProducer(bucket.params);
-          if (after)
-            ob.setInsertionPointAfter(after);
-          else
-            ob.setInsertionPointToStart(&last.getBody().front());
-          auto ref = FlatSymbolRefAttr::get(p.op.getSymNameAttr());
-          auto start = BucketReduceStartOp::create(
-              ob, last.getLoc(), ref, ob.getI64IntegerAttr(k), meshRef,
-              ob.getStringAttr("dp"), ob.getF32FloatAttr(1.0f / float(dp)),
-              ob.getStringAttr(distributedOptimizer ? "reduce_scatter" : "all_reduce"),
-              grads);
-          // The group's next start goes after this one (bucket order).
-          if (singleBucketGroup)
-            groupEnd = start;
-          ob.setInsertionPoint(ret);
-          BucketReduceWaitOp::create(ob, last.getLoc(), ref, ob.getI64IntegerAttr(k));
-          overlapped.insert({p.op.getOperation(), int64_t(k)});
-        }
+          if (chunkParams.count(chunk) &&
+              llvm::any_of(p.layout.params, [&](const buckets::ParamRange &r) {
+                return produced.count(r.name) > 0;
+              }))
+            mine.push_back(&p);
+        Operation *groupEnd = nullptr;
+        if (singleBucketGroup)
+          for (Placed *p : mine)
+            for (const buckets::Bucket &bucket : p->layout.buckets)
+              if (overlappable(bucket))
+                if (Operation *op = lastProducer(bucket.params))
+                  if (!groupEnd || groupEnd->isBeforeInBlock(op))
+                    groupEnd = op;
+        for (Placed *p : mine)
+          for (auto [k, bucket] : llvm::enumerate(p->layout.buckets)) {
+            if (!overlappable(bucket))
+              continue;
+            SmallVector<Value> grads;
+            for (const std::string &name : bucket.params)
+              grads.push_back(produced.lookup(name));
+            Operation *after =
+                singleBucketGroup ? groupEnd : lastProducer(bucket.params);
+            if (after)
+              ob.setInsertionPointAfter(after);
+            else
+              ob.setInsertionPointToStart(&last.getBody().front());
+            // Not after the leading receives' ops: a phase receives first.
+            while (isa<RecvOp>(*ob.getInsertionPoint()))
+              ob.setInsertionPointAfter(&*ob.getInsertionPoint());
+            auto ref = FlatSymbolRefAttr::get(p->op.getSymNameAttr());
+            auto start = BucketReduceStartOp::create(
+                ob, last.getLoc(), ref, ob.getI64IntegerAttr(k), meshRef,
+                ob.getStringAttr("dp"), ob.getF32FloatAttr(1.0f / float(dp)),
+                ob.getStringAttr(distributedOptimizer ? "reduce_scatter"
+                                                      : "all_reduce"),
+                grads);
+            // The group's next start goes after this one (bucket order).
+            if (singleBucketGroup)
+              groupEnd = start;
+            ob.setInsertionPoint(waitPoint);
+            BucketReduceWaitOp::create(ob, last.getLoc(), ref,
+                                       ob.getI64IntegerAttr(k));
+            overlapped.insert({p->op.getOperation(), int64_t(k)});
+          }
+      }
     }
 
     // Without the distributed optimizer the step returns every averaged

@@ -73,10 +73,17 @@ void PPSchedulePass::runOnOperation() {
       return signalPassFailure();
     }
     std::map<std::pair<int64_t, bool>, func::FuncOp> phase; // (chunk, forward)
+    // Backward variants for the last microbatch (overlapped gradient
+    // reductions, from tessera-dp-grad-allreduce).
+    std::map<int64_t, func::FuncOp> lastBackward;
     for (auto f : program.getOps<func::FuncOp>()) {
       auto p = f->getAttrOfType<StringAttr>(kPhaseAttr);
       auto c = f->getAttrOfType<IntegerAttr>(kChunkAttr);
-      if (p && c)
+      if (!p || !c)
+        continue;
+      if (f->hasAttr(kLastMicrobatchAttr))
+        lastBackward[c.getInt()] = f;
+      else
         phase[{c.getInt(), p.getValue() == kForwardPhase}] = f;
     }
     for (int64_t c = 0; c < config.vpp; ++c)
@@ -121,6 +128,9 @@ void PPSchedulePass::runOnOperation() {
         free.erase(free.begin());
       }
       int64_t slot = slotOf[key];
+      if (!s.forward && s.microbatch == config.microbatches - 1 &&
+          lastBackward.count(s.chunk))
+        callee = lastBackward[s.chunk];
       RunOp::create(b, NameLoc::get(b.getStringAttr(
                            "pp" + Twine(r) + " schedule step " +
                            Twine(stepIndex++))),

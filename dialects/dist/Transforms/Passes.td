@@ -125,7 +125,7 @@ def DPGradAllReducePass : Pass<"tessera-dp-grad-allreduce", "mlir::ModuleOp"> {
     Option<"overlapGradReduce", "overlap-grad-reduce", "bool", "false",
            "start each bucket's all-reduce (reduce-scatter with the "
            "distributed optimizer) in the last microbatch's backward as soon "
-           "as its gradients are complete (pp = 1)">
+           "as its gradients are complete">
   ];
   let dependentDialects = ["::tessera::dist::DistDialect", "::tessera::nn::NNDialect",
                            "::mlir::func::FuncDialect"];

@@ -1330,8 +1330,9 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
     if (StringRef phase = source->getAttrOfType<StringAttr>(kPhaseAttr).getValue();
         phase == kMicrobatchPhase || phase == kStepPhase)
       name = phase.str();
-    // The last microbatch's variant (overlapped gradient reductions).
-    if (source->hasAttr(kLastMicrobatchAttr))
+    // The last microbatch's variant (overlapped gradient reductions); a
+    // backward variant is already named "<phase>:last".
+    if (source->hasAttr(kLastMicrobatchAttr) && name == kMicrobatchPhase)
       name += ":last";
     auto entry = func::FuncOp::create(builder, source.getLoc(), name,
                                       builder.getFunctionType({}, {}));
