@@ -724,6 +724,20 @@ static const fb::Program *selectProgram(const LoadedArtifact &artifact,
   return artifact.programForWorldRank(worldRank);
 }
 
+/// "program P function 'F' instruction I (Opcode at loc": the start of a
+/// membership error (the caller closes the parenthesis).
+static std::string describeInstr(const fb::Program &program,
+                                 const fb::Function &fn, flatbuffers::uoffset_t i,
+                                 const fb::Instr &in) {
+  std::string where = "program " + std::to_string(program.pp_rank()) +
+                      " function '" + (fn.name() ? fn.name()->str() : "") +
+                      "' instruction " + std::to_string(i) + " (" +
+                      fb::EnumNameOpcode(in.op());
+  if (in.loc() && in.loc()->size())
+    where += " at " + in.loc()->str();
+  return where;
+}
+
 /// Checks that `worldRank` is in an instance of every group kind that a
 /// collective of `program` uses (embedding kinds leave ranks out). The error
 /// names the rank, the kind and the instruction with its loc.
@@ -746,12 +760,7 @@ static Status checkCollectiveMembership(const LoadedArtifact &artifact,
           findGroupPosition(*artifact.root(), kind, worldRank).group ||
           !hasGroupKind(*artifact.root(), kind))
         continue;
-      std::string where =
-          "program " + std::to_string(program.pp_rank()) + " function '" +
-          (fn->name() ? fn->name()->str() : "") + "' instruction " +
-          std::to_string(i) + " (" + fb::EnumNameOpcode(in.op());
-      if (in.loc() && in.loc()->size())
-        where += " at " + in.loc()->str();
+      std::string where = describeInstr(program, *fn, i, in);
       return invalidArgument(
           artifact.name(), ": ", where, "): rank ", worldRank,
           " is in no rank group of kind '", kind, "', but its program has ",
@@ -779,12 +788,7 @@ static Status checkPipelineMembership(const LoadedArtifact &artifact,
       const fb::Instr &in = *fn->instrs()->Get(i);
       if (!isPointToPoint(in.op()))
         continue;
-      std::string where =
-          "program " + std::to_string(program.pp_rank()) + " function '" +
-          (fn->name() ? fn->name()->str() : "") + "' instruction " +
-          std::to_string(i) + " (" + fb::EnumNameOpcode(in.op());
-      if (in.loc() && in.loc()->size())
-        where += " at " + in.loc()->str();
+      std::string where = describeInstr(program, *fn, i, in);
       return invalidArgument(
           artifact.name(), ": ", where, "): rank ", worldRank,
           pos.group ? " is the only rank of its 'pp' group"

@@ -97,18 +97,7 @@ ArtifactDesc shardedModel(int tp, int dp, int64_t rows = 4,
   ArtifactDesc a;
   a.worldSize = tp * dp;
   a.mesh = {{"tp", tp}, {"dp", dp}, {"pp", 1}};
-  for (int d = 0; d < dp; ++d) {
-    std::vector<int> g;
-    for (int t = 0; t < tp; ++t)
-      g.push_back(d * tp + t);
-    a.groups.push_back({"tp", g});
-  }
-  for (int t = 0; t < tp; ++t) {
-    std::vector<int> g;
-    for (int d = 0; d < dp; ++d)
-      g.push_back(d * tp + t);
-    a.groups.push_back({"dp", g});
-  }
+  addTpDpGroups(a, tp, dp);
   for (int r = 0; r < tp * dp; ++r)
     a.groups.push_back({"pp", {r}});
   a.microBatch = globalBatch / dp;

@@ -40,18 +40,7 @@ ArtifactDesc meshArtifact(int tp, int dp) {
   a.worldSize = tp * dp;
   a.mesh = {{"tp", tp}, {"dp", dp}};
   a.groups.clear();
-  for (int d = 0; d < dp; ++d) {
-    std::vector<int> g;
-    for (int t = 0; t < tp; ++t)
-      g.push_back(d * tp + t);
-    a.groups.push_back({"tp", g});
-  }
-  for (int t = 0; t < tp; ++t) {
-    std::vector<int> g;
-    for (int d = 0; d < dp; ++d)
-      g.push_back(d * tp + t);
-    a.groups.push_back({"dp", g});
-  }
+  addTpDpGroups(a, tp, dp);
   // A tp all-reduce so that the tp kind is a collective group too.
   ProgramDesc &p = a.programs[0];
   InstrDesc ar = instr(fb::Opcode::AllReduce, {p.ref(3)}, "tp.ar");

@@ -154,6 +154,23 @@ struct ArtifactDesc {
 };
 
 /// Serialises `desc` into a FlatBuffer payload.
+/// The tp and dp groups of a tp x dp mesh, tp fastest (tp groups are
+/// consecutive ranks).
+inline void addTpDpGroups(ArtifactDesc &a, int tp, int dp) {
+  for (int d = 0; d < dp; ++d) {
+    std::vector<int> g;
+    for (int t = 0; t < tp; ++t)
+      g.push_back(d * tp + t);
+    a.groups.push_back({"tp", g});
+  }
+  for (int t = 0; t < tp; ++t) {
+    std::vector<int> g;
+    for (int d = 0; d < dp; ++d)
+      g.push_back(d * tp + t);
+    a.groups.push_back({"dp", g});
+  }
+}
+
 inline std::string buildPayload(const ArtifactDesc &desc) {
   flatbuffers::FlatBufferBuilder fbb;
   auto makeRef = [&](const RefDesc &r) {
