@@ -670,7 +670,7 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
                 auto [z, t, m, se, pl] = statsPrologue(*ignore);
                 kernelBufs(rt::CrossEntropyFromStatsOp(),
                            {se, pl, m, t, bufferOf(o.getResult())},
-                           {iattrs({*ignore})});
+                           {iattrs({int64_t(*ignore)})});
                 return success();
               }
               kernel(rt::CrossEntropyOp(), {o.getLogits(), o.getLabels(), o.getResult()});
@@ -682,7 +682,7 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
                 kernelBufs(rt::CrossEntropyStatsGradOp(),
                            {z, t, m, se, bufferOf(o.getLossGrad()),
                             bufferOf(o.getResult())},
-                           {iattrs({*ignore})});
+                           {iattrs({int64_t(*ignore)})});
                 return success();
               }
               kernel(rt::CrossEntropyGradOp(),
@@ -737,13 +737,13 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
             })
             .Case([&](nn::TokenMeanOp o) {
               kernel(rt::TokenMeanOp(), {o.getInput(), o.getLabels(), o.getResult()},
-                     {iattrs({o.getIgnoreIndex()})});
+                     {iattrs({int64_t(o.getIgnoreIndex())})});
               return success();
             })
             .Case([&](nn::TokenMeanGradOp o) {
               kernel(rt::TokenMeanGradOp(),
                      {o.getResultGrad(), o.getLabels(), o.getResult()},
-                     {iattrs({o.getIgnoreIndex()})});
+                     {iattrs({int64_t(o.getIgnoreIndex())})});
               return success();
             })
             .Case([&](nn::DropoutOp o) {
@@ -761,7 +761,7 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
               kernel(rt::CrossEntropyStatsOp(),
                      {o.getLogits(), o.getLabels(), o.getMax(), o.getSumExp(),
                       o.getPredicted()},
-                     withGroup({iattrs({o.getIgnoreIndex()})},
+                     withGroup({iattrs({int64_t(o.getIgnoreIndex())})},
                                o.getVocabShardGroupAttr()));
               return success();
             })
@@ -769,14 +769,14 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
               kernel(rt::CrossEntropyFromStatsOp(),
                      {o.getSumExp(), o.getPredicted(), o.getMax(), o.getLabels(),
                       o.getResult()},
-                     {iattrs({o.getIgnoreIndex()})});
+                     {iattrs({int64_t(o.getIgnoreIndex())})});
               return success();
             })
             .Case([&](nn::CrossEntropyStatsGradOp o) {
               kernel(rt::CrossEntropyStatsGradOp(),
                      {o.getLogits(), o.getLabels(), o.getMax(), o.getSumExp(),
                       o.getLossGrad(), o.getResult()},
-                     withGroup({iattrs({o.getIgnoreIndex()})},
+                     withGroup({iattrs({int64_t(o.getIgnoreIndex())})},
                                o.getVocabShardGroupAttr()));
               return success();
             })
@@ -879,13 +879,13 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
               // not written again in this phase.
               deferredSends.push_back(
                   {l, buf,
-                   {iattrs({o.getPeer() == "next" ? 1 : -1, o.getTag()}),
+                   {iattrs({o.getPeer() == "next" ? 1 : -1, int64_t(o.getTag())}),
                     named("group", b.getStringAttr("pp"))}});
               return success();
             })
             .Case([&](dist::RecvOp o) {
               kernel(rt::RecvOp(), {o.getResult()},
-                     {iattrs({o.getPeer() == "next" ? 1 : -1, o.getTag()}),
+                     {iattrs({o.getPeer() == "next" ? 1 : -1, int64_t(o.getTag())}),
                       named("group", b.getStringAttr("pp"))});
               return success();
             })
