@@ -12,6 +12,7 @@
 #include "llvm/ADT/StringSwitch.h"
 
 #include <map>
+#include <set>
 
 using namespace tessera;
 
@@ -342,6 +343,7 @@ struct MemoryRows {
   int64_t ppRank = 0;
   std::vector<std::pair<std::string, int64_t>> rows;
   std::map<int64_t, int64_t> slots; // chunk -> microbatches in flight
+  int64_t poolSlots = 0, poolBytes = 0;
 };
 } // namespace
 
@@ -355,49 +357,81 @@ static mlir::FailureOr<MemoryRows> memoryRows(mlir::ModuleOp module) {
   MemoryRows out;
   if (auto r = module->getAttrOfType<mlir::IntegerAttr>(kPpRankAttr))
     out.ppRank = r.getInt();
+  // The slot pool (pipelines): `slots` copies of `stride` bytes holding the
+  // inputs and saved activations of the microbatch-chunks in flight.
+  // Slot regions by base: (bytes per slot, slots); one pool shared by the
+  // chunks, or one region per chunk.
+  std::map<int64_t, std::pair<int64_t, int64_t>> regions;
   for (auto f : module.getOps<mlir::func::FuncOp>())
-    if (auto c = f->getAttrOfType<mlir::IntegerAttr>("rt.chunk"))
-      if (auto n = f->getAttrOfType<mlir::IntegerAttr>("rt.num_slots"))
-        out.slots[c.getInt()] = n.getInt();
-  // Bytes by kind; a chunk's inputs and saved activations exist once per
-  // slot (microbatch in flight). Persistent buffers are 64-byte aligned; the
-  // padding is what the alignment adds.
+    if (auto n = f->getAttrOfType<mlir::IntegerAttr>("rt.num_slots"))
+      regions[f->getAttrOfType<mlir::IntegerAttr>("rt.slot_base").getInt()] = {
+          f->getAttrOfType<mlir::IntegerAttr>("rt.slot_bytes").getInt(),
+          n.getInt()};
+  for (auto &[base, region] : regions) {
+    out.poolSlots += region.second;
+    out.poolBytes += region.first * region.second;
+  }
+  // Microbatches each chunk has in flight at most, from the schedule: a
+  // forward holds a slot from its first step to its backward's last.
+  for (auto sched : module.getOps<dist::ScheduleOp>()) {
+    std::map<int64_t, int64_t> now;
+    std::set<std::pair<int64_t, int64_t>> held;
+    for (auto run : sched.getBody().front().getOps<dist::RunOp>()) {
+      auto f = module.lookupSymbol<mlir::func::FuncOp>(run.getCallee());
+      auto c = f ? f->getAttrOfType<mlir::IntegerAttr>("rt.chunk") : nullptr;
+      if (!c)
+        continue;
+      bool forward = f->getAttrOfType<mlir::StringAttr>(kPhaseAttr).getValue() ==
+                     kForwardPhase;
+      std::pair<int64_t, int64_t> key{c.getInt(), int64_t(run.getMicrobatch())};
+      llvm::StringRef part = run.getPart() ? *run.getPart() : "";
+      if (forward && held.insert(key).second)
+        out.slots[c.getInt()] =
+            std::max(out.slots[c.getInt()], ++now[c.getInt()]);
+      bool hasSend = module.lookupSymbol(("send:" + run.getCallee()).str());
+      bool last = part.empty() || part == "send" ||
+                  (part == "compute" && !hasSend);
+      if (!forward && last && held.erase(key))
+        --now[c.getInt()];
+    }
+  }
+  // Bytes by kind. Persistent buffers are 64-byte aligned; the padding is
+  // what the alignment adds. A chunk's inputs and saved activations are laid
+  // out once per pool slot.
   std::map<std::string, int64_t> bytes;
   int64_t used = 0;
+  std::map<int64_t, int64_t> regionInputs; // base -> input bytes per slot
   for (auto buf : module.getOps<rt::BufferOp>()) {
     auto type = mlir::cast<mlir::MemRefType>(buf.getType());
     int64_t n = type.getNumElements() *
                 (type.getElementType().getIntOrFloatBitWidth() / 8);
     std::string kind = buf.getKind().str();
     llvm::StringRef name = buf.getSymName();
-    int64_t copies = 1;
     if (kind == "view") // a bucket of a grad buffer: owns no memory
       continue;
-    if (kind == "activation" && name.starts_with("stash:c")) {
-      kind = "saved_activations";
-      int64_t chunk = 0;
-      name.drop_front(7).split(':').first.getAsInteger(10, chunk);
-      copies = std::max<int64_t>(1, out.slots[chunk]);
-    } else if (kind == "activation") {
-      kind = "p2p_buffers";
-    } else if (kind == "input" && !out.slots.empty()) {
-      // Inputs live in the slot region of the chunk that reads them.
-      for (auto &[chunk, slots] : out.slots)
-        copies = std::max(copies, slots);
-      for (auto f : module.getOps<mlir::func::FuncOp>()) {
-        auto base = f->getAttrOfType<mlir::IntegerAttr>("rt.slot_base");
-        auto size = f->getAttrOfType<mlir::IntegerAttr>("rt.slot_bytes");
-        auto slots = f->getAttrOfType<mlir::IntegerAttr>("rt.num_slots");
-        if (base && size && slots && int64_t(buf.getOffset()) >= base.getInt() &&
-            int64_t(buf.getOffset()) < base.getInt() + size.getInt())
-          copies = slots.getInt();
-      }
+    auto region = llvm::find_if(regions, [&](const auto &r) {
+      int64_t off = int64_t(buf.getOffset());
+      return off >= r.first && off < r.first + r.second.first;
+    });
+    if (region != regions.end()) {
+      // Accounted below, from the regions' sizes.
+      if (kind == "input")
+        regionInputs[region->first] = std::max(regionInputs[region->first], n);
+      continue;
     }
+    if (kind == "activation")
+      kind = "p2p_buffers";
     if (kind == "iteration" || kind == "loss")
       kind = "other";
-    bytes[kind] += n * copies;
-    used += n * copies;
+    bytes[kind] += n;
+    used += n;
   }
+  int64_t slotInputs = 0;
+  for (auto &[base, n] : regionInputs)
+    slotInputs += n * regions[base].second;
+  bytes["input"] += slotInputs;
+  bytes["saved_activations"] = out.poolBytes - slotInputs;
+  used += out.poolBytes;
   int64_t activations = arena.getInt() - persistent.getInt();
   // Grad buffers' padding (bucket ends, 64-element starts): once for the
   // gradients, once more for the parameters with the distributed optimizer.
@@ -462,6 +496,9 @@ mlir::LogicalResult tessera::printMemory(mlir::ModuleOp module,
       for (auto &[chunk, slots] : m.slots)
         os << llvm::formatv("  chunk {0}: {1} microbatches in flight\n", chunk,
                             slots);
+      if (m.poolSlots)
+        os << llvm::formatv("  slots: {0}, {1} bytes\n", m.poolSlots,
+                            m.poolBytes);
     }
     return mlir::success();
   }
@@ -475,11 +512,13 @@ mlir::LogicalResult tessera::printMemory(mlir::ModuleOp module,
           j.attribute("pp_rank", m.ppRank);
           for (auto &[name, n] : m.rows)
             j.attribute(name, n);
-          if (!m.slots.empty())
+          if (!m.slots.empty()) {
             j.attributeArray("in_flight", [&] {
               for (auto &[chunk, slots] : m.slots)
                 j.value(slots);
             });
+            j.attribute("slots", m.poolSlots);
+          }
         });
     });
   });

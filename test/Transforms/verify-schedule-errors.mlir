@@ -247,7 +247,7 @@ module attributes {tessera.batch = {global_batch_size = 2 : i64, micro_batch_siz
     }
     dist.schedule attributes {kind = "1f1b", warmup = 1 : i64} {
       dist.run @forward_c0 microbatch 0 slot 0
-      // expected-error @+1 {{puts microbatch 1 in slot 0 of chunk 0, which microbatch 0 still uses}}
+      // expected-error @+1 {{puts microbatch 1 of chunk 0 in slot 0, which microbatch 0 of chunk 0 still uses}}
       dist.run @forward_c0 microbatch 1 slot 0
       dist.run @backward_c0 microbatch 0 slot 0
       dist.run @backward_c0 microbatch 1 slot 0

@@ -4,8 +4,10 @@
 // pipeline-rank module, listing `dist.run @forward_c<k>` / `@backward_c<k>`
 // per microbatch in execution order. Each forward takes the lowest free slot
 // of its chunk (a copy of the chunk's inputs and saved activations) and its
-// backward frees it, so the number of slots is the most microbatches a chunk
-// has in flight: pp - rank for 1F1B on rank `rank`, at most pp on the first.
+// backward frees it. The slots form one pool per rank shared by its chunks,
+// so the pool is as large as the most microbatch-chunks the rank has in
+// flight at once: pp - rank for 1F1B on rank `rank` (pp on the first), and
+// Megatron's warmup + 1 for the interleaved schedule.
 //
 //===----------------------------------------------------------------------===//
 
@@ -103,8 +105,13 @@ void PPSchedulePass::runOnOperation() {
     sched.getBody().push_back(body);
     b.setInsertionPointToStart(body);
     int64_t stepIndex = 0;
-    std::map<int64_t, std::set<int64_t>> freeSlots;   // chunk -> free slots
-    std::map<int64_t, int64_t> numSlots;              // chunk -> slots made
+    // One pool of slots per rank, shared by its chunks: it holds at most
+    // as many microbatch-chunks as the schedule ever has in flight at once.
+    std::set<int64_t> freeSlots;
+    int64_t numSlots = 0;
+    std::map<int64_t, std::set<int64_t>> chunkFree;
+    std::map<int64_t, int64_t> chunkSlots;
+    std::map<std::pair<int64_t, int64_t>, int64_t> chunkSlotOf;
     std::map<std::pair<int64_t, int64_t>, int64_t> slotOf; // (chunk, mb)
     // A forward takes a slot at its first part, a backward frees it after
     // its last.
@@ -121,10 +128,16 @@ void PPSchedulePass::runOnOperation() {
       bool last = part.empty() || part == "send" ||
                   (part == "compute" && callee.getOps<SendOp>().empty());
       if (s.forward && first) {
-        auto &free = freeSlots[s.chunk];
+        if (freeSlots.empty())
+          freeSlots.insert(numSlots++);
+        slotOf[key] = *freeSlots.begin();
+        freeSlots.erase(freeSlots.begin());
+        // The same assignment per chunk, for when separate regions per
+        // chunk are smaller than the shared pool (lower-to-rt decides).
+        auto &free = chunkFree[s.chunk];
         if (free.empty())
-          free.insert(numSlots[s.chunk]++);
-        slotOf[key] = *free.begin();
+          free.insert(chunkSlots[s.chunk]++);
+        chunkSlotOf[key] = *free.begin();
         free.erase(free.begin());
       }
       int64_t slot = slotOf[key];
@@ -136,9 +149,12 @@ void PPSchedulePass::runOnOperation() {
                            Twine(stepIndex++))),
                     FlatSymbolRefAttr::get(callee.getSymNameAttr()),
                     b.getI64IntegerAttr(s.microbatch), b.getI64IntegerAttr(slot),
-                    part.empty() ? StringAttr() : b.getStringAttr(part));
-      if (!s.forward && last)
-        freeSlots[s.chunk].insert(slot);
+                    part.empty() ? StringAttr() : b.getStringAttr(part))
+          ->setAttr(kChunkSlotAttr, b.getI64IntegerAttr(chunkSlotOf[key]));
+      if (!s.forward && last) {
+        freeSlots.insert(slot);
+        chunkFree[s.chunk].insert(chunkSlotOf[key]);
+      }
     };
     if (config.kind != schedule::Kind::Interleaved) {
       // Each phase whole: its sends and the next phase's receives form one

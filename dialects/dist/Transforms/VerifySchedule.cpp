@@ -85,7 +85,8 @@ LogicalResult VerifySchedulePass::checkSlots(ModuleOp program, ScheduleOp sched,
     int64_t slot = -1;
   };
   std::map<std::tuple<int64_t, int64_t, bool>, PhaseState> phases;
-  std::map<int64_t, std::map<int64_t, int64_t>> busy; // chunk -> slot -> mb
+  // The rank's slot pool: slot -> (chunk, microbatch) holding it.
+  std::map<int64_t, std::pair<int64_t, int64_t>> busy;
   std::set<int64_t> chunks;
   for (RunOp run : sched.getBody().front().getOps<RunOp>()) {
     auto f = program.lookupSymbol<func::FuncOp>(run.getCallee());
@@ -113,11 +114,13 @@ LogicalResult VerifySchedulePass::checkSlots(ModuleOp program, ScheduleOp sched,
                                << " twice";
     PhaseState &fwd = phases[{chunk, m, true}];
     if (forward && st.slot < 0) {
-      auto [it, fresh] = busy[chunk].try_emplace(slot, m);
+      auto [it, fresh] = busy.try_emplace(slot, chunk, m);
       if (!fresh)
-        return run.emitOpError() << "puts microbatch " << m << " in slot " << slot
-                                 << " of chunk " << chunk << ", which microbatch "
-                                 << it->second << " still uses";
+        return run.emitOpError() << "puts microbatch " << m << " of chunk "
+                                 << chunk << " in slot " << slot
+                                 << ", which microbatch " << it->second.second
+                                 << " of chunk " << it->second.first
+                                 << " still uses";
       st.slot = slot;
     }
     if (!forward && fwd.parts != 7)
@@ -131,7 +134,7 @@ LogicalResult VerifySchedulePass::checkSlots(ModuleOp program, ScheduleOp sched,
     st.ran |= bits;
     st.parts |= bits;
     if (!forward && st.parts == 7)
-      busy[chunk].erase(slot);
+      busy.erase(slot);
   }
   for (int64_t chunk : chunks)
     for (int64_t m = 0; m < M; ++m)

@@ -46,6 +46,10 @@ constexpr llvm::StringLiteral kTiedAttr = "dist.tied"; // group kind of a param 
 constexpr llvm::StringLiteral kGradShardAttr = "tessera.grad_shard";
 /// The variant of the microbatch phase run for the last microbatch.
 constexpr llvm::StringLiteral kLastMicrobatchAttr = "tessera.last_microbatch";
+/// On a dist.run: the slot in a region of its chunk alone (`slot` is in the
+/// rank's pool shared by its chunks); lower-to-rt keeps whichever layout is
+/// smaller.
+constexpr llvm::StringLiteral kChunkSlotAttr = "dist.chunk_slot";
 constexpr llvm::StringLiteral kForwardPhase = "forward";
 constexpr llvm::StringLiteral kBackwardPhase = "backward";
 

@@ -1084,8 +1084,11 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
               "backward) and step phases";
   bool pipeline = !getPhaseFunc(module, kMicrobatchPhase);
 
-  // Slots per chunk, from the schedule: how many microbatches are in flight.
-  std::map<int64_t, int64_t> numSlots;
+  // Slots per chunk, from the schedule: how many microbatches are in flight
+  // (`slot`: the rank's pool shared by its chunks; `dist.chunk_slot`: a
+  // region per chunk).
+  std::map<int64_t, int64_t> numSlots, chunkSlots;
+  SmallVector<dist::RunOp> scheduleRuns;
   if (pipeline) {
     auto schedules = module.getOps<dist::ScheduleOp>();
     if (schedules.empty())
@@ -1096,6 +1099,11 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
       auto f = module.lookupSymbol<func::FuncOp>(run.getCallee());
       int64_t c = f->getAttrOfType<IntegerAttr>(kChunkAttr).getInt();
       numSlots[c] = std::max<int64_t>(numSlots[c], int64_t(run.getSlot()) + 1);
+      int64_t own = int64_t(run.getSlot());
+      if (auto a = run->getAttrOfType<IntegerAttr>(kChunkSlotAttr))
+        own = a.getInt();
+      chunkSlots[c] = std::max<int64_t>(chunkSlots[c], own + 1);
+      scheduleRuns.push_back(run);
     }
   }
   auto chunkOf = [](func::FuncOp f) -> int64_t {
@@ -1268,21 +1276,51 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
       p->offset = offset;
       offset = alignUp(offset + byteSize(p->type));
     }
+  // The slot pool: every chunk lays its inputs and saved activations out
+  // from the same base; a slot is as large as the largest chunk's, and the
+  // schedule's slots are shared by the chunks.
   struct SlotRegion {
     int64_t base = 0, bytes = 0, slots = 0;
   };
   std::map<int64_t, SlotRegion> regions;
-  for (auto &[c, slots] : numSlots) {
-    SlotRegion &r = regions[c];
-    r.base = offset;
-    r.slots = slots;
+  // Each chunk's slot layout (offsets from its region's base).
+  std::map<int64_t, int64_t> chunkBytes;
+  for (auto &[c, slots] : numSlots)
     for (auto &p : buffers)
       if (auto it = slotChunk.find(p.get()); it != slotChunk.end() && it->second == c) {
-        p->offset = r.base + r.bytes;
-        r.bytes = alignUp(r.bytes + byteSize(p->type));
+        p->offset = chunkBytes[c];
+        chunkBytes[c] = alignUp(chunkBytes[c] + byteSize(p->type));
       }
-    offset += r.bytes * r.slots;
+  // One pool sized by the largest chunk, or a region per chunk, whichever
+  // is smaller: chunks of very different sizes (the last one holds the
+  // logits) are better apart.
+  SlotRegion pool;
+  int64_t separate = 0;
+  for (auto &[c, slots] : numSlots) {
+    pool.bytes = std::max(pool.bytes, chunkBytes[c]);
+    pool.slots = std::max(pool.slots, slots);
+    separate += chunkBytes[c] * chunkSlots[c];
   }
+  bool pooled = pool.bytes * pool.slots <= separate;
+  for (auto &[c, slots] : numSlots) {
+    SlotRegion r = pool;
+    r.base = offset;
+    if (!pooled) {
+      r.bytes = chunkBytes[c];
+      r.slots = chunkSlots[c];
+      offset += r.bytes * r.slots;
+    }
+    regions[c] = r;
+  }
+  if (pooled)
+    offset += pool.bytes * pool.slots;
+  for (auto &p : buffers)
+    if (auto it = slotChunk.find(p.get()); it != slotChunk.end())
+      p->offset += regions[it->second].base;
+  if (!pooled)
+    for (dist::RunOp run : scheduleRuns)
+      if (auto a = run->getAttrOfType<IntegerAttr>(kChunkSlotAttr))
+        run.setSlot(a.getInt());
   for (auto &[p, c] : slotChunk)
     if (!regions.count(c))
       return emitError(module.getLoc())
