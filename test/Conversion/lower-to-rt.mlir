@@ -45,7 +45,8 @@
 // CHECK: rt.scale %[[B]], %[[B]] {alpha = 5.000000e-01 : f32}
 // CHECK-NEXT: rt.all_reduce %[[B]] {group = "dp"}
 // CHECK: rt.adam %[[P]], %[[G]], %[[M]], %[[V]], %[[T]]
-// CHECK: rt.fill %[[G]] {value = 0.000000e+00 : f32}
+// One fill zeroes the whole bucket for the next step.
+// CHECK: rt.fill %[[B]] {value = 0.000000e+00 : f32} : memref<100xf32>
 // CHECK-NOT: rt.copy
 // CHECK: return
 module {

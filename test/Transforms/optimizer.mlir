@@ -10,7 +10,10 @@
 // ADAM-SAME: %[[V:[^:]*]]: tensor<3x8xf32> {tessera.buffer = "adam.exp_avg_sq:head.weight"}
 // ADAM-SAME: -> (tensor<3x8xf32> {tessera.buffer = "head.weight"}, tensor<3x8xf32> {tessera.buffer = "adam.exp_avg:head.weight"}, tensor<3x8xf32> {tessera.buffer = "adam.exp_avg_sq:head.weight"}, tensor<3x8xf32> {tessera.buffer = "grad:head.weight"})
 // ADAM: %[[NP:.*]], %[[NM:.*]], %[[NV:.*]] = nn.adam %[[P]], %[[G]], %[[M]], %[[V]], %[[T]] {{{.*}}lr = 0.00999999977 : f32
-// ADAM: %[[Z:.*]] = nn.fill 0.000000e+00 : tensor<3x8xf32>
+// The gradients restart from zero: one fill per bucket of the grad buffer,
+// unpacked into the gradients (views of the bucket after lowering).
+// ADAM: %[[F:.*]] = nn.fill 0.000000e+00 : tensor<24xf32>
+// ADAM: %[[Z:.*]] = dist.unpack @gbuf bucket 0 "grad" %[[F]] : tensor<24xf32> -> tensor<3x8xf32>
 // ADAM: return %[[NP]], %[[NM]], %[[NV]], %[[Z]]
 
 // SGD-LABEL: func.func @step

@@ -5,6 +5,7 @@
 #include "dialects/dist/IR/DistOps.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/StringSet.h"
 
 namespace tessera::nn {
 #define GEN_PASS_DEF_OPTIMIZERPASS
@@ -186,11 +187,40 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
     }
     if (adam)
       argBindings.insert(argBindings.begin(), "iteration");
-    // Gradients start from zero in the next step.
-    for (auto [zero, type] : llvm::zip(zeroGrads, zeroGradTypes)) {
-      newResults.push_back(FillOp::create(b, loc, type, b.getF32FloatAttr(0)));
-      newBindings.push_back(zero.second);
+    // Gradients start from zero in the next step: one fill per bucket of
+    // a grad buffer (unpacked into its parameters' gradients, which lower
+    // to views of the bucket), one per gradient otherwise.
+    llvm::StringMap<Type> zeroType;
+    for (auto [zero, type] : llvm::zip(zeroGrads, zeroGradTypes))
+      zeroType[zero.second] = type;
+    llvm::StringSet<> zeroed;
+    for (auto gb : module.getOps<dist::GradBufferOp>()) {
+      buckets::Buffer layout = gb.getLayout();
+      for (auto [k, bucket] : llvm::enumerate(layout.buckets)) {
+        SmallVector<Type> types;
+        for (const std::string &name : bucket.params)
+          if (Type t = zeroType.lookup("grad:" + name))
+            types.push_back(t);
+        if (types.size() != bucket.params.size() || types.empty())
+          continue;
+        Value flat = FillOp::create(
+            b, loc, RankedTensorType::get({bucket.end - bucket.start}, b.getF32Type()),
+            b.getF32FloatAttr(0));
+        auto unpack = dist::UnpackOp::create(
+            b, loc, types, FlatSymbolRefAttr::get(gb.getSymNameAttr()),
+            b.getI64IntegerAttr(k), b.getStringAttr("grad"), flat);
+        for (auto [name, v] : llvm::zip(bucket.params, unpack.getResults())) {
+          newResults.push_back(v);
+          newBindings.push_back("grad:" + name);
+          zeroed.insert("grad:" + name);
+        }
+      }
     }
+    for (auto [zero, type] : llvm::zip(zeroGrads, zeroGradTypes))
+      if (!zeroed.contains(zero.second)) {
+        newResults.push_back(FillOp::create(b, loc, type, b.getF32FloatAttr(0)));
+        newBindings.push_back(zero.second);
+      }
     func::ReturnOp::create(b, ret.getLoc(), newResults);
     ret.erase();
 
