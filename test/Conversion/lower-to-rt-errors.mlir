@@ -22,3 +22,23 @@ module {
     return %g : tensor<4x8xf32>
   }
 }
+
+// -----
+
+// A wait for a bucket reduction the phase never started.
+module {
+  dist.mesh @mesh {dp = 2}
+  dist.grad_buffer @gbuf {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
+      distributed = false, numel = 4 : i64, numel_unpadded = 4 : i64,
+      params = [{name = "w", start = 0 : i64, end = 4 : i64, bucket = 0 : i64} ],
+      buckets = [array<i64: 0, 4, 4>]}
+  func.func @mb(%w: tensor<4xf32> {nn.param = "w"}) -> (tensor<f32> {tessera.buffer = "loss"}, tensor<4xf32> {tessera.grad_of = "w"}) attributes {tessera.phase = "microbatch"} {
+    %l = nn.mean %w : (tensor<4xf32>) -> tensor<f32>
+    // expected-error @+1 {{waits for a bucket reduction that was not started}}
+    dist.bucket_reduce_wait @gbuf bucket 0
+    return %l, %w : tensor<f32>, tensor<4xf32>
+  }
+  func.func @step(%g: tensor<4xf32> {tessera.buffer = "grad:w"}) -> (tensor<4xf32> {tessera.buffer = "grad:w"}) attributes {tessera.phase = "step"} {
+    return %g : tensor<4xf32>
+  }
+}

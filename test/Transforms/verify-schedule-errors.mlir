@@ -546,3 +546,19 @@ module attributes {tessera.batch = {global_batch_size = 2 : i64, micro_batch_siz
     }
   }
 }
+
+// -----
+
+// A schedule step that runs a phase no chunk owns.
+module attributes {tessera.batch = {global_batch_size = 1 : i64, micro_batch_size = 1 : i64, num_microbatches = 1 : i64}} {
+  dist.mesh @mesh {pp = 2}
+  module @pp0 attributes {dist.pp_rank = 0 : i64} {
+    func.func @forward() attributes {tessera.phase = "forward"} {
+      return
+    }
+    dist.schedule attributes {kind = "1f1b", warmup = 0 : i64} {
+      // expected-error @+1 {{runs a function that is no chunk phase}}
+      dist.run @forward microbatch 0 slot 0
+    }
+  }
+}
