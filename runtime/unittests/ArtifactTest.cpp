@@ -83,7 +83,7 @@ TEST_F(ArtifactTest, WrongVersion) {
   std::string file = buildFile(buildPayload(softmaxRegression()));
   file[4] = 7;
   expectError(file, "unsupported format version 7 (this runtime supports "
-                    "version 3)");
+                    "version 4)");
 }
 
 TEST_F(ArtifactTest, Truncated) {
