@@ -2,11 +2,15 @@
 """Data-parallel gradient traffic and overlap on the GPT (CPU ranks).
 
 For dp = 2 and 4, with plain bucketed all-reduce, with the distributed
-optimizer (ZeRO-1: reduce-scatter + all-gather) and with the reductions
-overlapped with the last backward (--overlap-grad-reduce), prints one JSON
-object with, per configuration:
+optimizer (ZeRO-1: reduce-scatter + all-gather), with the reductions
+overlapped with the last backward (--overlap-grad-reduce), and in bf16 mixed
+precision (--bf16: f32 gradients, bf16 parameters, with the distributed
+optimizer; and --grad-reduce-in-bf16), prints one JSON object with, per
+configuration:
   - the counted dp bytes per step (rank 0) next to the theoretical minimum
-    2 (d - 1) / d x gradient bytes (padding excluded) and their ratio;
+    (padding excluded): 2 (d - 1) / d x gradient bytes for an all-reduce,
+    (d - 1) / d x (gradient + parameter bytes) for reduce-scatter plus
+    all-gather (the two are equal in fp32), and their ratio;
   - the step time (median) and the time rank 0 spends in dp collectives
     (--profile: AllReduce, ReduceScatter, AllGather, and for overlap the
     Wait that completes the started reductions);
@@ -54,11 +58,16 @@ def main():
                         "--hidden", str(args.hidden), "--heads", "4", "--vocab", "257",
                         "--seq", str(args.seq), "-o", model], check=True)
         for dp in (2, 4):
-            for mode in ("allreduce", "distributed", "overlap"):
+            for mode in ("allreduce", "distributed", "overlap", "bf16-distributed",
+                         "bf16-grad-bf16"):
                 name = f"dp{dp}-{mode}"
                 flags = ["--dp", str(dp), "--micro-batch-size", "2",
                          "--global-batch-size", str(8 * dp), "--bucket-size", str(args.bucket_size)]
-                if mode == "distributed":
+                if mode.startswith("bf16"):
+                    flags.append("--bf16")
+                if mode == "bf16-grad-bf16":
+                    flags.append("--grad-reduce-in-bf16")
+                if mode.endswith("distributed"):
                     flags.append("--use-distributed-optimizer")
                 if mode == "overlap":
                     flags.append("--overlap-grad-reduce")
@@ -76,8 +85,15 @@ def main():
                 cb = lines[-1]["comm_bytes"]
                 counted = sum(cb.get(k, {}).get("dp", 0)
                               for k in ("all_reduce", "reduce_scatter", "all_gather"))
-                grad_bytes = sum(b["numel_unpadded"] for b in buckets["buffers"]) * 4
-                minimum = 2 * (dp - 1) * grad_bytes / dp
+                size = {"f32": 4, "bf16": 2}
+                grad_bytes = sum(b["numel_unpadded"] * size[b["grad_dtype"]]
+                                 for b in buckets["buffers"])
+                param_bytes = sum(b["numel_unpadded"] * size[b["param_dtype"]]
+                                  for b in buckets["buffers"])
+                if mode.endswith("distributed"):
+                    minimum = (dp - 1) * (grad_bytes + param_bytes) / dp
+                else:
+                    minimum = 2 * (dp - 1) * grad_bytes / dp
                 comm = statistics.median(
                     sum(l["kernel_time_s"].get(op, 0.0) for op in DP_OPS) for l in lines)
                 results.append({

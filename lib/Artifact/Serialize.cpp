@@ -47,6 +47,7 @@ static fa::BufferKind kindOf(StringRef kind) {
       .Case("param", fa::BufferKind::Param)
       .Case("grad", fa::BufferKind::Grad)
       .Case("opt_state", fa::BufferKind::OptState)
+      .Case("main_param", fa::BufferKind::MainParam)
       .Case("input", fa::BufferKind::Input)
       .Case("loss", fa::BufferKind::Loss)
       .Case("activation", fa::BufferKind::Activation)
@@ -150,6 +151,7 @@ Writer::instr(Operation *op, DenseMap<Value, int> &events) {
           .Case([&](rt::ScaleOp o) { return kernel(fa::Opcode::Scale, o); })
           .Case([&](rt::CopyOp o) { return kernel(fa::Opcode::Copy, o); })
           .Case([&](rt::AxpyOp o) { return kernel(fa::Opcode::Axpy, o); })
+          .Case([&](rt::CastOp o) { return kernel(fa::Opcode::Cast, o); })
           .Case([&](rt::LayerNormOp o) { return kernel(fa::Opcode::LayerNorm, o); })
           .Case([&](rt::LayerNormGradOp o) {
             return kernel(fa::Opcode::LayerNormGrad, o);

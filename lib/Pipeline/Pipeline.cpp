@@ -35,6 +35,12 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   dist::PPSplitPassOptions split;
   split.stageLayers.assign(options.ppLayers.begin(), options.ppLayers.end());
   pm.addPass(dist::createPPSplitPass(split));
+  if (options.bf16) {
+    nn::MixedPrecisionPassOptions mp;
+    mp.paramsDtype = "bf16";
+    mp.gradReduceInFp32 = options.gradReduceInFp32;
+    pm.addPass(nn::createMixedPrecisionPass(mp));
+  }
   pm.addPass(nn::createAutodiffPass());
   dist::DPGradAllReducePassOptions grads;
   grads.bucketSize = options.bucketSize;

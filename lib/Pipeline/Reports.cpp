@@ -436,13 +436,15 @@ static mlir::FailureOr<MemoryRows> memoryRows(mlir::ModuleOp module) {
   // Grad buffers' padding (bucket ends, 64-element starts): once for the
   // gradients, once more for the parameters with the distributed optimizer.
   int64_t bufferPadding = 0;
+  auto dtypeBytes = [](llvm::StringRef dtype) { return dtype == "bf16" ? 2 : 4; };
   for (auto gb : module.getOps<dist::GradBufferOp>())
-    bufferPadding += (gb.getNumel() - gb.getNumelUnpadded()) * 4 *
-                     (gb.getDistributed() ? 2 : 1);
+    bufferPadding += (gb.getNumel() - gb.getNumelUnpadded()) *
+                     (dtypeBytes(gb.getGradDtype()) +
+                      (gb.getDistributed() ? dtypeBytes(gb.getParamDtype()) : 0));
   int64_t padding = persistent.getInt() - used - bufferPadding;
   out.rows = {{"params", bytes["param"]},
               {"grads", bytes["grad"]},
-              {"main_params", 0},
+              {"main_params", bytes["main_param"]},
               {"optimizer_state", bytes["opt_state"]},
               {"inputs", bytes["input"]},
               {"saved_activations", bytes["saved_activations"]},

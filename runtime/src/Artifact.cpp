@@ -71,6 +71,7 @@ int expectedOperandCount(fb::Opcode op) {
   case O::ReduceScatter:
   case O::ReduceScatterStart:
   case O::Sgd:
+  case O::Cast:
     return 2;
   case O::CrossEntropyGrad:
     return 4;
@@ -531,6 +532,44 @@ Status Validator::checkProgram(int pi, const fb::Program &p) {
         b->of() >= numBuffers)
       return error(what, " refers to param buffer ", b->of(),
                    " but there are only ", numBuffers, " buffers");
+    // Parameters are initialised from f32 values (bf16 ones rounded).
+    if (b->kind() == fb::BufferKind::Param && b->dtype() != fb::DType::F32 &&
+        b->dtype() != fb::DType::BF16)
+      return error(what, " is a parameter of dtype ",
+                   fb::EnumNameDType(b->dtype()),
+                   " (parameters are F32 or BF16)");
+    if (b->kind() == fb::BufferKind::MainParam) {
+      // fp32 main params: of a parameter (its shape and layout) or, with
+      // of = -1, a distributed-optimizer shard of a parameter bucket.
+      if (b->dtype() != fb::DType::F32)
+        return error(what, " is a main param of dtype ",
+                     fb::EnumNameDType(b->dtype()), " (main params are F32)");
+      if (b->of() < -1 || b->of() >= numBuffers)
+        return error(what, " refers to param buffer ", b->of(),
+                     " but there are only ", numBuffers,
+                     " buffers (main params name their parameter, or -1 for "
+                     "a bucket shard)");
+      if (b->of() >= 0) {
+        const fb::Buffer *param =
+            p.buffers()->Get(flatbuffers::uoffset_t(b->of()));
+        if (param->kind() != fb::BufferKind::Param)
+          return error(what, " refers to buffer ", b->of(), " '",
+                       str(param->name()), "' of kind ",
+                       fb::EnumNameBufferKind(param->kind()),
+                       ", not a parameter");
+        auto dims = [](const flatbuffers::Vector<int64_t> *v) {
+          return v ? std::vector<int64_t>(v->begin(), v->end())
+                   : std::vector<int64_t>();
+        };
+        // Like per-parameter optimizer state, a main param takes its
+        // parameter's layout (shard dim and axis), so only the local shape
+        // must agree.
+        if (dims(b->shape()) != dims(param->shape()))
+          return error(what, " has shape ", shapeToString(b->shape()),
+                       ", but its parameter '", str(param->name()),
+                       "' has shape ", shapeToString(param->shape()));
+      }
+    }
     if (b->kind() == fb::BufferKind::Param && b->shard_dim() >= 0) {
       int rank = b->shape() ? int(b->shape()->size()) : 0;
       if (b->shard_dim() >= rank)
@@ -685,6 +724,9 @@ Status Validator::checkSchedule(const std::string &prog, const fb::Program &p) {
       return error(where, ": '", fname,
                    "' cannot be a schedule step (the schedule replaces the "
                    "microbatch loop; 'step' runs after it)");
+    if (fname == "init")
+      return error(where, ": 'init' cannot be a schedule step (it runs once, "
+                          "before the first iteration)");
     int slots = std::max(1, f->num_slots());
     if (step->slot() < 0 || step->slot() >= slots)
       return error(where, ": slot ", step->slot(),

@@ -8,6 +8,7 @@
 
 #include "tessera/rt/Checkpoint.h"
 
+#include "tessera/rt/BF16.h"
 #include "tessera/rt/Communicator.h"
 #include "tessera/rt/Data.h"
 #include "tessera/rt/Executor.h"
@@ -431,7 +432,22 @@ namespace {
 
 bool isSavedKind(fb::BufferKind k) {
   return k == fb::BufferKind::Param || k == fb::BufferKind::OptState ||
-         k == fb::BufferKind::Iteration;
+         k == fb::BufferKind::MainParam || k == fb::BufferKind::Iteration;
+}
+
+/// Optimizer state in the --no-load-optim sense: Adam moments and the fp32
+/// main params of mixed precision.
+bool isOptimizerKind(fb::BufferKind k) {
+  return k == fb::BufferKind::OptState || k == fb::BufferKind::MainParam;
+}
+
+/// Main params of a parameter bucket of the distributed optimizer are named
+/// "main:" + the bucket's parameter view ("pbuf:<grad buffer>:<bucket>").
+constexpr std::string_view kMainPrefix = "main:";
+constexpr std::string_view kBucketMainPrefix = "main:pbuf:";
+
+bool startsWith(std::string_view s, std::string_view prefix) {
+  return s.substr(0, prefix.size()) == prefix;
 }
 
 std::vector<int64_t> toVector(const flatbuffers::Vector<int64_t> *v) {
@@ -493,18 +509,79 @@ StatusOr<TensorLayout> paramLayout(const LoadedArtifact &artifact,
   return l;
 }
 
+/// Buffer `index` of `program`, or null when out of range (-1: none).
+const fb::Buffer *bufferAt(const fb::Program &program, int index) {
+  return index >= 0 && index < int(program.buffers()->size())
+             ? program.buffers()->Get(flatbuffers::uoffset_t(index))
+             : nullptr;
+}
+
+/// A flat 1/dp shard of `viewNumel` elements (a bucket) of this rank's dp
+/// group: distributed-optimizer state, loadable only where it was saved.
+TensorLayout bucketShardLayout(const LoadedArtifact &artifact,
+                               std::vector<int64_t> local, int64_t viewNumel,
+                               std::string bucket, int rank) {
+  TensorLayout l;
+  l.local = l.global = std::move(local);
+  l.reshardable = false;
+  l.distOpt = true;
+  l.param = std::move(bucket);
+  if (l.local.size() == 1) {
+    GroupPosition dp = findGroupPosition(*artifact.root(), "dp", rank);
+    if (viewNumel == l.local[0] * dp.size) {
+      l.global = {viewNumel};
+      l.shardDim = 0;
+      l.axis = "dp";
+      l.index = dp.index;
+      l.count = dp.size;
+    }
+  }
+  return l;
+}
+
 StatusOr<TensorLayout> layoutOf(const LoadedArtifact &artifact,
                                 const fb::Program &program, const fb::Buffer &b,
                                 int rank) {
   switch (b.kind()) {
   case fb::BufferKind::Param:
     return paramLayout(artifact, b, rank);
-  case fb::BufferKind::OptState: {
-    const fb::Buffer *of =
-        b.of() >= 0 && b.of() < int(program.buffers()->size())
-            ? program.buffers()->Get(flatbuffers::uoffset_t(b.of()))
-            : nullptr;
+  case fb::BufferKind::MainParam: {
     std::vector<int64_t> local = toVector(b.shape());
+    const fb::Buffer *of = bufferAt(program, b.of());
+    if (of && of->kind() == fb::BufferKind::Param &&
+        toVector(of->shape()) == local) {
+      // Per-parameter main params take their parameter's layout (and
+      // reshard with it), like per-parameter Adam state.
+      TESSERA_ASSIGN_OR_RETURN(TensorLayout l,
+                               paramLayout(artifact, *of, rank));
+      l.param = nameOf(*of);
+      return l;
+    }
+    std::string name = nameOf(b);
+    if (startsWith(name, kBucketMainPrefix) && local.size() == 1) {
+      // This rank's 1/dp of a parameter bucket: the same layout as the
+      // distributed optimizer's Adam state of the bucket. It is that by
+      // construction, so the bucket's view need not exist.
+      GroupPosition dp = findGroupPosition(*artifact.root(), "dp", rank);
+      return bucketShardLayout(artifact, local, local[0] * dp.size,
+                               name.substr(kMainPrefix.size()), rank);
+    }
+    TensorLayout l;
+    l.local = l.global = local;
+    l.reshardable = false;
+    l.param = of ? nameOf(*of) : "";
+    return l;
+  }
+  case fb::BufferKind::OptState: {
+    const fb::Buffer *of = bufferAt(program, b.of());
+    std::vector<int64_t> local = toVector(b.shape());
+    // State kept per main param: the main param's layout.
+    if (of && of->kind() == fb::BufferKind::MainParam) {
+      TESSERA_ASSIGN_OR_RETURN(TensorLayout l,
+                               layoutOf(artifact, program, *of, rank));
+      if (l.local == local)
+        return l;
+    }
     if (of && of->kind() == fb::BufferKind::Param &&
         toVector(of->shape()) == local) {
       TESSERA_ASSIGN_OR_RETURN(TensorLayout l,
@@ -514,22 +591,13 @@ StatusOr<TensorLayout> layoutOf(const LoadedArtifact &artifact,
     }
     // A flat shard of a bucket view (the distributed optimizer) or state of
     // an unknown layout: only loadable where it was saved.
+    if (of && of->kind() == fb::BufferKind::View)
+      return bucketShardLayout(artifact, local, numElements(of->shape()),
+                               nameOf(*of), rank);
     TensorLayout l;
     l.local = l.global = local;
     l.reshardable = false;
     l.param = of ? nameOf(*of) : "";
-    l.distOpt = of && of->kind() == fb::BufferKind::View;
-    if (l.distOpt && local.size() == 1) {
-      GroupPosition dp = findGroupPosition(*artifact.root(), "dp", rank);
-      int64_t viewNumel = numElements(of->shape());
-      if (viewNumel == local[0] * dp.size) {
-        l.global = {viewNumel};
-        l.shardDim = 0;
-        l.axis = "dp";
-        l.index = dp.index;
-        l.count = dp.size;
-      }
-    }
     return l;
   }
   default: {
@@ -552,6 +620,14 @@ std::vector<ManifestBucket> bucketLayouts(const fb::Program &program) {
         buffers.Get(flatbuffers::uoffset_t(b->of()))->kind() ==
             fb::BufferKind::View)
       views.insert(b->of());
+  // Main params of parameter buckets name their bucket's view.
+  for (const fb::Buffer *b : buffers)
+    if (b->kind() == fb::BufferKind::MainParam &&
+        startsWith(nameOf(*b), kBucketMainPrefix))
+      for (flatbuffers::uoffset_t v = 0; v < buffers.size(); ++v)
+        if (buffers.Get(v)->kind() == fb::BufferKind::View &&
+            nameOf(*buffers.Get(v)) == nameOf(*b).substr(kMainPrefix.size()))
+          views.insert(int(v));
   for (int v : views) {
     const fb::Buffer &view = *buffers.Get(flatbuffers::uoffset_t(v));
     ManifestBucket bucket;
@@ -916,10 +992,11 @@ StatusOr<CheckpointManifest> parseManifest(const std::string &text,
       std::string kind = b.at("kind").get<std::string>();
       std::string dtype = b.at("dtype").get<std::string>();
       if (!enumFromName(kind, fb::EnumValuesBufferKind(),
-                        fb::EnumNamesBufferKind(), 8, t.kind))
+                        fb::EnumNamesBufferKind(),
+                        size_t(fb::BufferKind::MAX) + 1, t.kind))
         fail("buffer '", t.name, "' has unknown kind '", kind, "'");
-      if (!enumFromName(dtype, fb::EnumValuesDType(), fb::EnumNamesDType(), 4,
-                        t.dtype))
+      if (!enumFromName(dtype, fb::EnumValuesDType(), fb::EnumNamesDType(),
+                        size_t(fb::DType::MAX) + 1, t.dtype))
         fail("buffer '", t.name, "' has unknown dtype '", dtype, "'");
       t.shape = b.at("shape").get<std::vector<int64_t>>();
       t.globalShape = b.at("global_shape").get<std::vector<int64_t>>();
@@ -1144,6 +1221,14 @@ struct ParamInfo {
   fb::DType dtype;
 };
 
+/// Parameter dtypes a checkpoint converts between on load.
+bool convertibleDtypes(fb::DType a, fb::DType b) {
+  auto isFloat = [](fb::DType t) {
+    return t == fb::DType::F32 || t == fb::DType::BF16;
+  };
+  return isFloat(a) && isFloat(b);
+}
+
 Status checkCompatibility(const CheckpointManifest &m,
                           const CheckpointManifest &target,
                           const LoadedArtifact &artifact,
@@ -1177,11 +1262,39 @@ Status checkCompatibility(const CheckpointManifest &m,
           shapeString(it->second.global), " in ", ck, " but ",
           shapeString(info.global), " in ", art,
           ": a different model (or vocabulary padding) cannot be loaded");
-    if (it->second.dtype != info.dtype)
+    if (it->second.dtype != info.dtype &&
+        !convertibleDtypes(it->second.dtype, info.dtype))
       return failedPrecondition(
           "parameter '", name, "' is ", fb::EnumNameDType(it->second.dtype),
-          " in ", ck, " but ", fb::EnumNameDType(info.dtype), " in ", art);
+          " in ", ck, " but ", fb::EnumNameDType(info.dtype), " in ", art,
+          ": only F32 and BF16 parameters convert into each other");
   }
+  // F32 <-> BF16 (--bf16 on or off between save and load): converted, f32
+  // to bf16 rounded to nearest even, bf16 to f32 exactly (see planRank for
+  // the main params).
+  std::set<std::string> savedMain;
+  for (const ManifestTensor &t : m.tensors)
+    if (t.kind == fb::BufferKind::MainParam && t.dtype == fb::DType::F32)
+      savedMain.insert(t.name);
+  std::map<std::pair<fb::DType, fb::DType>, std::vector<std::string>> converted;
+  for (const auto &[name, info] : wanted) {
+    fb::DType from = saved.at(name).dtype;
+    // BF16 -> F32 from the main params instead (noted by planRank).
+    bool fromMain = from == fb::DType::BF16 && info.dtype == fb::DType::F32 &&
+                    o.loadOptimizer &&
+                    savedMain.count(std::string(kMainPrefix) + name);
+    if (from != info.dtype && !fromMain)
+      converted[{from, info.dtype}].push_back(name);
+  }
+  for (const auto &[types, names] : converted)
+    notes.push_back(std::to_string(names.size()) + " parameter" +
+                    (names.size() == 1 ? "" : "s") + " ('" + names.front() +
+                    "'" + (names.size() > 1 ? ", ..." : "") +
+                    ") converted from " + fb::EnumNameDType(types.first) +
+                    " in the checkpoint to " + fb::EnumNameDType(types.second) +
+                    (types.second == fb::DType::BF16
+                         ? " (rounded to nearest even)"
+                         : " (exact)"));
   for (const auto &entry : saved)
     if (!wanted.count(entry.first))
       return failedPrecondition(ck, " holds parameter '", entry.first,
@@ -1227,17 +1340,23 @@ Status checkCompatibility(const CheckpointManifest &m,
         " uses '", target.optimizer,
         "': its optimizer state cannot be loaded (pass --no-load-optim to "
         "load only the parameters)");
+  // Distributed-optimizer state: Adam shards of buckets and the main params
+  // of parameter buckets.
   bool savedFlat = false, wantFlat = false;
   for (const ManifestTensor &t : m.tensors)
-    savedFlat |= t.kind == fb::BufferKind::OptState && !t.reshardable;
+    savedFlat |= isOptimizerKind(t.kind) && !t.reshardable;
   for (const ManifestTensor &t : target.tensors)
-    wantFlat |= t.kind == fb::BufferKind::OptState && !t.reshardable;
+    wantFlat |= isOptimizerKind(t.kind) && !t.reshardable;
   if (!savedFlat && !wantFlat)
     return Status();
+  bool wantMain = false;
+  for (const ManifestTensor &t : target.tensors)
+    wantMain |= t.kind == fb::BufferKind::MainParam;
   const std::string way =
-      "; resume with the configuration that saved it, or pass "
-      "--no-load-optim to load only the parameters (the optimizer state then "
-      "starts from zero)";
+      std::string("; resume with the configuration that saved it, or pass "
+                  "--no-load-optim to load only the parameters (the optimizer "
+                  "state then starts from zero") +
+      (wantMain ? ", the fp32 main params from the parameters)" : ")");
   if (!wantFlat)
     return failedPrecondition(
         ck, " was saved with the distributed optimizer at dp=", m.dp, " (",
@@ -1317,11 +1436,17 @@ StatusOr<CheckpointLoadPlan> planRank(const CheckpointManifest &m,
   if (!p)
     return invalidArgument(artifact.name(), ": no program for rank ", rank);
   std::set<int> sources;
+  // Main params that "init" computes from the parameters instead, main
+  // params taken from F32 parameters and F32 parameters taken from main
+  // params (dtype changes between save and load).
+  std::vector<std::string> mainFromInit, mainFromParams, paramsFromMain;
   for (const fb::Buffer *b : *p->buffers()) {
     fb::BufferKind kind = b->kind();
-    if (!isSavedKind(kind) ||
-        (kind == fb::BufferKind::OptState && !o.loadOptimizer))
+    if (!isSavedKind(kind) || (isOptimizerKind(kind) && !o.loadOptimizer)) {
+      if (kind == fb::BufferKind::MainParam)
+        mainFromInit.push_back(nameOf(*b));
       continue;
+    }
     BufferRestore br;
     br.name = nameOf(*b);
     br.kind = kind;
@@ -1339,11 +1464,21 @@ StatusOr<CheckpointLoadPlan> planRank(const CheckpointManifest &m,
     if (!l.reshardable) {
       // Only where it was saved: the same rank holds the same tensor.
       const ManifestTensor *found = nullptr;
+      bool anywhere = false;
       for (const ManifestTensor &t : m.tensors)
-        if (!t.reshardable && t.name == br.name)
-          for (const auto &h : t.holders)
-            if (h.first == rank)
-              found = &t;
+        if (t.name == br.name) {
+          anywhere = true;
+          if (!t.reshardable)
+            for (const auto &h : t.holders)
+              if (h.first == rank)
+                found = &t;
+        }
+      // A checkpoint without main params (saved without --bf16): "init"
+      // computes them from the loaded parameters.
+      if (kind == fb::BufferKind::MainParam && !anywhere) {
+        mainFromInit.push_back(br.name);
+        continue;
+      }
       if (!found || found->shape != l.local || found->dtype != b->dtype() ||
           found->stage != ppStage(a, rank))
         return failedPrecondition(
@@ -1353,12 +1488,38 @@ StatusOr<CheckpointLoadPlan> planRank(const CheckpointManifest &m,
             "configuration that saved it)");
       TensorBox whole = shardBox(l.local, -1, 0, 1);
       br.box = whole;
-      br.pieces.push_back({rank, br.name, whole, whole});
+      br.pieces.push_back({rank, br.name, whole, whole, b->dtype()});
       sources.insert(rank);
       plan.buffers.push_back(std::move(br));
       continue;
     }
     auto it = byName.find(br.name);
+    if (kind == fb::BufferKind::MainParam && it == byName.end()) {
+      // Saved without --bf16: the F32 parameter is exactly the main param
+      // (its rounding is the BF16 parameter); otherwise "init" computes it.
+      auto param = byName.find(l.param);
+      if (param == byName.end() ||
+          param->second->kind != fb::BufferKind::Param ||
+          param->second->dtype != fb::DType::F32) {
+        mainFromInit.push_back(br.name);
+        continue;
+      }
+      it = param;
+      mainFromParams.push_back(br.name);
+    }
+    if (kind == fb::BufferKind::Param && it != byName.end() &&
+        it->second->dtype == fb::DType::BF16 && b->dtype() == fb::DType::F32 &&
+        o.loadOptimizer) {
+      // Saved with --bf16, loaded without: the fp32 main param holds the
+      // value the BF16 parameter was rounded from.
+      auto main = byName.find(std::string(kMainPrefix) + br.name);
+      if (main != byName.end() &&
+          main->second->kind == fb::BufferKind::MainParam &&
+          main->second->dtype == fb::DType::F32) {
+        it = main;
+        paramsFromMain.push_back(br.name);
+      }
+    }
     if (it == byName.end()) {
       if (kind == fb::BufferKind::OptState)
         return failedPrecondition(ck, " has no optimizer state '", br.name,
@@ -1368,7 +1529,13 @@ StatusOr<CheckpointLoadPlan> planRank(const CheckpointManifest &m,
       return failedPrecondition(ck, " has no parameter '", br.name, "'");
     }
     const ManifestTensor &t = *it->second;
-    if (t.kind != kind || t.dtype != b->dtype() || t.globalShape != l.global)
+    // Parameters convert between F32 and BF16; main params may come from
+    // parameters and back (above).
+    bool substitute = t.name != br.name;
+    bool convert =
+        kind == fb::BufferKind::Param && convertibleDtypes(t.dtype, b->dtype());
+    if ((t.kind != kind && !substitute) ||
+        (t.dtype != b->dtype() && !convert) || t.globalShape != l.global)
       return failedPrecondition(
           "buffer '", br.name, "' is ", fb::EnumNameBufferKind(t.kind), " ",
           fb::EnumNameDType(t.dtype), shapeString(t.globalShape), " in ", ck,
@@ -1399,7 +1566,7 @@ StatusOr<CheckpointLoadPlan> planRank(const CheckpointManifest &m,
       covered += region.volume();
       if (!(src == br.box) || source != rank)
         plan.resharded = true;
-      br.pieces.push_back({source, t.name, src, region});
+      br.pieces.push_back({source, t.name, src, region, t.dtype});
       sources.insert(source);
     }
     if (covered != br.box.volume())
@@ -1412,6 +1579,22 @@ StatusOr<CheckpointLoadPlan> planRank(const CheckpointManifest &m,
   for (int s : sources)
     if (s != rank)
       plan.sourceRanks.push_back(s);
+  auto some = [](const std::vector<std::string> &names) {
+    return std::to_string(names.size()) + " ('" + names.front() + "'" +
+           (names.size() > 1 ? ", ..." : "") + ")";
+  };
+  if (!mainFromInit.empty())
+    plan.notes.push_back("fp32 main params " + some(mainFromInit) +
+                         (o.loadOptimizer
+                              ? " are not in the checkpoint"
+                              : " are optimizer state, not loaded") +
+                         ": 'init' computes them from the loaded parameters");
+  if (!mainFromParams.empty())
+    plan.notes.push_back("fp32 main params " + some(mainFromParams) +
+                         " restored from the checkpoint's F32 parameters");
+  if (!paramsFromMain.empty())
+    plan.notes.push_back("F32 parameters " + some(paramsFromMain) +
+                         " restored from the checkpoint's fp32 main params");
   return plan;
 }
 
@@ -1442,6 +1625,7 @@ StatusOr<CheckpointLoadPlan> planCheckpointLoad(const CheckpointManifest &m,
                            checkedTarget(m, artifact, o, dir, notes));
   TESSERA_ASSIGN_OR_RETURN(CheckpointLoadPlan plan,
                            planRank(m, target, artifact, rank, o, dir));
+  notes.insert(notes.end(), plan.notes.begin(), plan.notes.end());
   plan.notes = std::move(notes);
   return plan;
 }
@@ -1583,6 +1767,35 @@ StatusOr<CheckpointSaveResult> saveCheckpoint(const Executor &executor,
   return result;
 }
 
+/// `data` (elements of `from`) as elements of `to`: F32 -> BF16 rounded to
+/// nearest even, BF16 -> F32 exact.
+static StatusOr<std::vector<uint8_t>>
+convertFloats(const std::vector<uint8_t> &data, fb::DType from, fb::DType to) {
+  std::vector<uint8_t> out;
+  if (from == fb::DType::F32 && to == fb::DType::BF16) {
+    const size_t n = data.size() / 4;
+    std::vector<float> f(n);
+    std::vector<uint16_t> h(n);
+    std::memcpy(f.data(), data.data(), n * 4);
+    floatsToBf16(f.data(), h.data(), int64_t(n));
+    out.resize(n * 2);
+    std::memcpy(out.data(), h.data(), n * 2);
+    return out;
+  }
+  if (from == fb::DType::BF16 && to == fb::DType::F32) {
+    const size_t n = data.size() / 2;
+    std::vector<uint16_t> h(n);
+    std::vector<float> f(n);
+    std::memcpy(h.data(), data.data(), n * 2);
+    bf16ToFloats(h.data(), f.data(), int64_t(n));
+    out.resize(n * 4);
+    std::memcpy(out.data(), f.data(), n * 4);
+    return out;
+  }
+  return invalidArgument("cannot convert ", fb::EnumNameDType(from), " to ",
+                         fb::EnumNameDType(to));
+}
+
 StatusOr<CheckpointLoadResult> loadCheckpoint(Executor &executor,
                                               const std::string &dir,
                                               const CheckpointLoadOptions &o,
@@ -1639,12 +1852,19 @@ StatusOr<CheckpointLoadResult> loadCheckpoint(Executor &executor,
         if (!t)
           return dataLoss(path, ": has no tensor '", piece.sourceName,
                           "', which the manifest says it holds");
-        if (t->dtype != br.dtype || t->shape != extent)
+        if (t->dtype != piece.dtype || t->shape != extent)
           return dataLoss(path, ": tensor '", piece.sourceName, "' is ",
                           fb::EnumNameDType(t->dtype), shapeString(t->shape),
-                          ", the manifest says ", fb::EnumNameDType(br.dtype),
-                          shapeString(extent));
-        copyTensorBox(t->data.data(), piece.sourceBox, host[i].data(), br.box,
+                          ", the manifest says ",
+                          fb::EnumNameDType(piece.dtype), shapeString(extent));
+        const uint8_t *src = t->data.data();
+        std::vector<uint8_t> converted;
+        if (piece.dtype != br.dtype) {
+          TESSERA_ASSIGN_OR_RETURN(
+              converted, convertFloats(t->data, piece.dtype, br.dtype));
+          src = converted.data();
+        }
+        copyTensorBox(src, piece.sourceBox, host[i].data(), br.box,
                       piece.region, dtypeSize(br.dtype));
       }
     }

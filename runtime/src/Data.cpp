@@ -253,8 +253,10 @@ Status initParameterBuffer(const fb::Artifact &artifact,
   auto error = [&](auto &&...args) {
     return invalidArgument(fileName, ": parameter '", name, "': ", args...);
   };
-  if (buffer.dtype() != fb::DType::F32)
-    return error("only f32 parameters can be initialised");
+  // bf16 parameters get the same f32 values; the caller rounds them.
+  if (buffer.dtype() != fb::DType::F32 && buffer.dtype() != fb::DType::BF16)
+    return error("only F32 and BF16 parameters can be initialised, got ",
+                 fb::EnumNameDType(buffer.dtype()));
   std::vector<int64_t> local, global;
   if (buffer.shape())
     local.assign(buffer.shape()->begin(), buffer.shape()->end());

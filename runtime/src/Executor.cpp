@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "tessera/rt/Executor.h"
+#include "tessera/rt/BF16.h"
 #include "tessera/rt/LrSchedule.h"
 
 #include <algorithm>
@@ -25,13 +26,16 @@ struct Thunk {
   void *ptr[6] = {};
   /// gemm: m, n, k; matrix ops: rows (m) x cols (n); elementwise: n.
   int64_t m = 0, n = 0, k = 0;
-  /// Integer parameters of the transformer kernels (see decodeInstr).
+  /// Integer parameters of the transformer kernels (see decodeInstr); for
+  /// Cast, i[0] and i[1] are 1 when X and Y are bf16.
   int64_t i[4] = {};
   int64_t bytes = 0;
   bool transA = false, transB = false;
   float alpha = 1.0f, beta = 0.0f;
   float f[5] = {};
   Communicator *comm = nullptr;
+  /// Collectives and Send/Recv: the element type; Fill, Scale and Axpy: BF16
+  /// selects the bf16 kernel.
   ElementType type = ElementType::F32;
   ReduceKind reduce = ReduceKind::Sum;
   int event = -1;
@@ -174,12 +178,31 @@ private:
   static std::string desc(const fb::TensorRef &r) {
     return std::string(fb::EnumNameDType(r.dtype())) + shapeToString(r.shape());
   }
+  /// Operands `idx` of `in` are f32: the kernels of every opcode but the
+  /// mixed-precision ones (Cast and the bf16 Fill, Scale, Axpy) compute on
+  /// f32 only.
   Status requireF32(const fb::Instr &in, std::initializer_list<int> idx) {
     for (int i : idx)
       if (ref(in, i).dtype() != fb::DType::F32)
-        return invalidArgument("operand ", i, " must be f32, got ",
-                               desc(ref(in, i)));
+        return invalidArgument(fb::EnumNameOpcode(in.op()), " operand ", i,
+                               " must be F32, got ", desc(ref(in, i)),
+                               ref(in, i).dtype() == fb::DType::BF16
+                                   ? " (bf16 values need a Cast to f32 first)"
+                                   : "");
     return Status();
+  }
+  /// The format of operand `i` of a mixed-precision opcode: F32 or BF16,
+  /// anything else is an error naming the opcode and the dtype.
+  StatusOr<FloatFormat> floatFormat(const fb::Instr &in, int i) {
+    switch (ref(in, i).dtype()) {
+    case fb::DType::F32:
+      return FloatFormat::F32;
+    case fb::DType::BF16:
+      return FloatFormat::BF16;
+    default:
+      return invalidArgument(fb::EnumNameOpcode(in.op()), " operand ", i,
+                             " must be F32 or BF16, got ", desc(ref(in, i)));
+    }
   }
   Status requireSameNumel(const fb::Instr &in, std::initializer_list<int> idx) {
     int first = *idx.begin();
@@ -291,11 +314,29 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
     return requireSameNumel(in, {0, 1, 2});
   case O::Gelu:
   case O::Relu:
-  case O::Scale:
-  case O::Axpy:
   case O::Sgd:
     TESSERA_RETURN_IF_ERROR(requireF32(in, {0, 1}));
     return requireSameNumel(in, {0, 1});
+  case O::Scale:
+  case O::Axpy: {
+    // f32, or both bf16 (computed in f32, rounded once).
+    TESSERA_ASSIGN_OR_RETURN(FloatFormat x, floatFormat(in, 0));
+    TESSERA_ASSIGN_OR_RETURN(FloatFormat y, floatFormat(in, 1));
+    if (x != y)
+      return invalidArgument(fb::EnumNameOpcode(in.op()), " operands ",
+                             desc(ref(in, 0)), " and ", desc(ref(in, 1)),
+                             " must be both F32 or both BF16 (mix formats "
+                             "with a Cast)");
+    t.type = x == FloatFormat::BF16 ? ElementType::BF16 : ElementType::F32;
+    return requireSameNumel(in, {0, 1});
+  }
+  case O::Cast: {
+    TESSERA_ASSIGN_OR_RETURN(FloatFormat x, floatFormat(in, 0));
+    TESSERA_ASSIGN_OR_RETURN(FloatFormat y, floatFormat(in, 1));
+    t.i[0] = x == FloatFormat::BF16;
+    t.i[1] = y == FloatFormat::BF16;
+    return requireSameNumel(in, {0, 1});
+  }
   case O::Copy: {
     if (ref(in, 0).dtype() != ref(in, 1).dtype())
       return invalidArgument("Copy between different dtypes ", desc(ref(in, 0)),
@@ -355,8 +396,11 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
       return invalidArgument("dy must be a scalar, got ", desc(ref(in, 0)));
     t.n = numel(ref(in, 1));
     return Status();
-  case O::Fill:
-    return requireF32(in, {0});
+  case O::Fill: {
+    TESSERA_ASSIGN_OR_RETURN(FloatFormat y, floatFormat(in, 0));
+    t.type = y == FloatFormat::BF16 ? ElementType::BF16 : ElementType::F32;
+    return Status();
+  }
   case O::AllReduce:
   case O::AllReduceStart:
   case O::AllGather:
@@ -364,6 +408,13 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
   case O::ReduceScatterStart: {
     std::string kind = in.group() ? in.group()->str() : "";
     TESSERA_ASSIGN_OR_RETURN(t.type, elementTypeOf(ref(in, 0).dtype()));
+    // bf16 buffers (gradients under --bf16) are summed in f32 pairwise and
+    // rounded (MpiCommunicator's bf16 sum); there is no bf16 max.
+    if (t.type == ElementType::BF16 && in.op() != O::AllGather &&
+        t.reduce != ReduceKind::Sum)
+      return invalidArgument(fb::EnumNameOpcode(in.op()),
+                             " with reduce Max on ", desc(ref(in, 0)),
+                             " is not supported (bf16 reductions are sums)");
     GroupPosition pos = findGroupPosition(*artifact.root(), kind, worldRank);
     if (!pos.group && worldRank >= 0 && hasGroupKind(*artifact.root(), kind))
       return invalidArgument("rank ", worldRank,
@@ -946,18 +997,61 @@ const fb::Buffer *Executor::findBuffer(const std::string &name) const {
 
 Status Executor::initializeParameters() {
   std::vector<float> host;
+  std::vector<uint16_t> half;
   for (const fb::Buffer *b : *prog->buffers()) {
+    int64_t n = numElements(b->shape());
+    if (b->kind() == fb::BufferKind::MainParam) {
+      // Zero until "init" (or a checkpoint) writes them, also when the
+      // parameters are initialised a second time.
+      std::vector<uint8_t> zeros(size_t(n * dtypeSize(b->dtype())), 0);
+      TESSERA_RETURN_IF_ERROR(be->copyToDevice(
+          arena + b->offset(), zeros.data(), int64_t(zeros.size())));
+      continue;
+    }
     if (b->kind() != fb::BufferKind::Param && b->init() == fb::InitKind::Zeros)
       continue;
     if (b->kind() != fb::BufferKind::Param && b->dtype() != fb::DType::F32)
       continue;
-    host.assign(size_t(numElements(b->shape())), 0.0f);
+    host.assign(size_t(n), 0.0f);
     TESSERA_RETURN_IF_ERROR(initParameterBuffer(
         *art->root(), *b, rank, options.seed, art->name(), host.data()));
-    TESSERA_RETURN_IF_ERROR(be->copyToDevice(arena + b->offset(), host.data(),
-                                             int64_t(host.size() * 4)));
+    if (b->dtype() == fb::DType::BF16) {
+      // The f32 initial values rounded: a bf16 run starts from the f32
+      // run's weights to bf16 precision.
+      half.resize(size_t(n));
+      floatsToBf16(host.data(), half.data(), n);
+      TESSERA_RETURN_IF_ERROR(
+          be->copyToDevice(arena + b->offset(), half.data(), n * 2));
+    } else {
+      TESSERA_RETURN_IF_ERROR(
+          be->copyToDevice(arena + b->offset(), host.data(), n * 4));
+    }
   }
+  initDue = true;
+  mainParamWritten.assign(prog->buffers()->size(), false);
   return Status();
+}
+
+StatusOr<bool> Executor::runInit() {
+  if (!initDue)
+    return false;
+  initDue = false;
+  auto it = functionIndex.find("init");
+  if (it == functionIndex.end())
+    return false;
+  // Skipped when a checkpoint restored every main param: recomputing them
+  // from the bf16 params would throw away their fp32 precision.
+  int mainParams = 0, restored = 0;
+  for (flatbuffers::uoffset_t i = 0; i < prog->buffers()->size(); ++i)
+    if (prog->buffers()->Get(i)->kind() == fb::BufferKind::MainParam) {
+      ++mainParams;
+      restored += i < mainParamWritten.size() && mainParamWritten[i];
+    }
+  if (mainParams > 0 && restored == mainParams)
+    return false;
+  const DecodedFunction &fn = functions[it->second];
+  TESSERA_RETURN_IF_ERROR(runThunks(fn, 0, "init", "", /*drainP2p=*/true));
+  return true;
 }
 
 Status Executor::fillInputs(int64_t iteration, int64_t microbatch,
@@ -993,6 +1087,7 @@ Status Executor::execute(const Thunk &t) {
   using O = fb::Opcode;
   auto F = [&](int i) { return static_cast<float *>(t.ptr[i]); };
   auto I = [&](int i) { return static_cast<const int32_t *>(t.ptr[i]); };
+  auto H = [&](int i) { return static_cast<uint16_t *>(t.ptr[i]); };
   switch (t.op) {
   case O::Gemm:
     return be->gemm(t.transA, t.transB, t.m, t.n, t.k, t.alpha, F(0), F(1),
@@ -1020,13 +1115,23 @@ Status Executor::execute(const Thunk &t) {
   case O::MeanGrad:
     return be->meanGrad(F(0), F(1), t.n);
   case O::Fill:
+    if (t.type == ElementType::BF16)
+      return be->fillBf16(H(0), t.f[0], t.n);
     return be->fill(F(0), t.f[0], t.n);
   case O::Scale:
+    if (t.type == ElementType::BF16)
+      return be->scaleBf16(H(0), H(1), t.alpha, t.n);
     return be->scale(F(0), F(1), t.alpha, t.n);
   case O::Copy:
     return be->copy(t.ptr[0], t.ptr[1], t.bytes);
   case O::Axpy:
+    if (t.type == ElementType::BF16)
+      return be->axpyBf16(t.alpha, H(0), H(1), t.n);
     return be->axpy(t.alpha, F(0), F(1), t.n);
+  case O::Cast:
+    return be->cast(t.ptr[0], t.i[0] ? FloatFormat::BF16 : FloatFormat::F32,
+                    t.ptr[1], t.i[1] ? FloatFormat::BF16 : FloatFormat::F32,
+                    t.n, t.beta);
   case O::AllReduce:
     TESSERA_RETURN_IF_ERROR(be->synchronize());
     return t.comm->allReduce(t.ptr[0], t.n, t.type, t.reduce);
@@ -1345,6 +1450,10 @@ Status Executor::runStep(int64_t iteration) {
 }
 
 StatusOr<double> Executor::runIteration(int64_t iteration) {
+  // The main params exist before the first step (callers that restore a
+  // checkpoint run "init" themselves, after the load).
+  if (initDue)
+    TESSERA_RETURN_IF_ERROR(runInit().status());
   // The optimizer steps carry the peak rate; the schedule scales it.
   if (const fb::Optimizer *opt = art->root()->optimizer())
     lrFactor = opt->lr() > 0 ? learningRate(iteration) / double(opt->lr()) : 1.0;
@@ -1470,11 +1579,18 @@ Executor::readFloatBuffer(const std::string &name) const {
   const fb::Buffer *b = findBuffer(name);
   if (!b)
     return notFound(art->name(), ": no buffer named '", name, "'");
-  if (b->dtype() != fb::DType::F32)
-    return invalidArgument(art->name(), ": buffer '", name, "' is not f32");
+  if (b->dtype() != fb::DType::F32 && b->dtype() != fb::DType::BF16)
+    return invalidArgument(art->name(), ": buffer '", name, "' is ",
+                           fb::EnumNameDType(b->dtype()), ", not F32 or BF16");
   TESSERA_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readBuffer(name));
-  std::vector<float> out(bytes.size() / 4);
-  std::memcpy(out.data(), bytes.data(), bytes.size());
+  std::vector<float> out(size_t(numElements(b->shape())));
+  if (b->dtype() == fb::DType::BF16) {
+    std::vector<uint16_t> half(out.size());
+    std::memcpy(half.data(), bytes.data(), bytes.size());
+    bf16ToFloats(half.data(), out.data(), int64_t(out.size()));
+  } else {
+    std::memcpy(out.data(), bytes.data(), bytes.size());
+  }
   return out;
 }
 
@@ -1487,7 +1603,17 @@ Status Executor::writeBuffer(const std::string &name, const void *data,
   if (bytes != size)
     return invalidArgument(art->name(), ": buffer '", name, "' holds ", size,
                            " bytes, got ", bytes);
-  return be->copyToDevice(arena + b->offset(), data, bytes);
+  TESSERA_RETURN_IF_ERROR(be->copyToDevice(arena + b->offset(), data, bytes));
+  if (b->kind() == fb::BufferKind::MainParam) {
+    // b points into the program's buffer vector: its index.
+    for (flatbuffers::uoffset_t i = 0; i < prog->buffers()->size(); ++i)
+      if (prog->buffers()->Get(i) == b) {
+        if (mainParamWritten.size() != prog->buffers()->size())
+          mainParamWritten.assign(prog->buffers()->size(), false);
+        mainParamWritten[i] = true;
+      }
+  }
+  return Status();
 }
 
 std::map<std::string, CommCounters> Executor::commCounters() const {

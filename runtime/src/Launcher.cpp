@@ -703,6 +703,11 @@ Status runRank(const LaunchOptions &o, int rank, int size) {
     exitAfterStep = std::atoll(env);
   if (const char *env = std::getenv("TESSERA_DEBUG_EXIT_IN_SAVE"))
     exitInSave = std::atoll(env);
+  // Mixed precision: the fp32 main params from the (initialised or loaded)
+  // parameters, unless the checkpoint restored every one of them; here
+  // rather than inside iteration 1, so that it is traced but not timed as
+  // part of an iteration.
+  TESSERA_RETURN_IF_ERROR(executor->runInit().status());
   for (int64_t it = startIteration + 1; it <= o.steps; ++it) {
     auto t0 = std::chrono::steady_clock::now();
     TESSERA_ASSIGN_OR_RETURN(double loss, executor->runIteration(it));

@@ -392,3 +392,66 @@ TEST_F(ArtifactTest, BadSendRecv) {
               }),
               "Send tag -4 outside [0, 32767]");
 }
+
+TEST_F(ArtifactTest, MixedPrecisionArtifactLoads) {
+  ArtifactDesc desc = mixedPrecisionRegression(8, 4, 16, 2, 1, true);
+  std::string path = write("mp.tsr", buildFile(buildPayload(desc)));
+  auto loaded = LoadedArtifact::loadFromFile(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+  EXPECT_TRUE(Executor::validate(**loaded).ok());
+  std::string summary = summarizeArtifact(**loaded);
+  EXPECT_NE(summary.find("main:fc.weight MainParam F32[8, 4]"),
+            std::string::npos)
+      << summary;
+  EXPECT_NE(summary.find("fc.weight Param BF16[8, 4]"), std::string::npos)
+      << summary;
+  EXPECT_NE(summary.find("function init: 2 instructions"), std::string::npos)
+      << summary;
+}
+
+TEST_F(ArtifactTest, MainParamAndCastChecks) {
+  using K = fb::BufferKind;
+  auto with = [](auto edit) {
+    ArtifactDesc desc = mixedPrecisionRegression();
+    edit(desc.programs[0]);
+    return buildFile(buildPayload(desc));
+  };
+  // Buffers 0 fc.weight, 1 fc.bias, 2 main:fc.weight, 3 main:fc.bias,
+  // 4 grad:fc.weight.
+  expectError(with([](ProgramDesc &p) { p.buffers[2].of = 40; }),
+              "buffer 2 'main:fc.weight' refers to param buffer 40 but there "
+              "are only");
+  expectError(with([](ProgramDesc &p) { p.buffers[2].of = 4; }),
+              "buffer 2 'main:fc.weight' refers to buffer 4 'grad:fc.weight' "
+              "of kind Grad, not a parameter");
+  expectError(with([](ProgramDesc &p) { p.buffers[2].of = 1; }),
+              "buffer 2 'main:fc.weight' has shape [8, 4], but its parameter "
+              "'fc.bias' has shape [4]");
+  expectError(
+      with([](ProgramDesc &p) { p.buffers[3].dtype = fb::DType::BF16; }),
+      "buffer 3 'main:fc.bias' is a main param of dtype BF16 (main "
+      "params are F32)");
+  expectError(with([](ProgramDesc &p) { p.buffers[1].dtype = fb::DType::I32; }),
+              "buffer 1 'fc.bias' is a parameter of dtype I32 (parameters "
+              "are F32 or BF16)");
+  expectError(with([](ProgramDesc &p) {
+                p.function("init")[0].operands.push_back(p.ref(0));
+              }),
+              "function 'init' instruction 0 (main.w): Cast expects 2 "
+              "operands, got 3");
+  // A bucket shard's main params have no parameter (of = -1).
+  std::string path =
+      write("shard.tsr", with([](ProgramDesc &p) {
+              p.add("main:pbuf:gb:0", K::MainParam, {18}, fb::DType::F32);
+            }));
+  EXPECT_TRUE(LoadedArtifact::loadFromFile(path).ok());
+}
+
+TEST_F(ArtifactTest, InitIsNoScheduleStep) {
+  ArtifactDesc desc = slottedSchedule();
+  desc.programs[0].function("init");
+  desc.programs[0].schedule[0] = {"init", 0, 0};
+  expectError(buildFile(buildPayload(desc)),
+              "schedule step 0 ('init' microbatch 0): 'init' cannot be a "
+              "schedule step (it runs once, before the first iteration)");
+}

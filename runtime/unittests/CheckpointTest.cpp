@@ -2,6 +2,7 @@
 
 #include "TestArtifacts.h"
 
+#include "tessera/rt/BF16.h"
 #include "tessera/rt/Checkpoint.h"
 #include "tessera/rt/Executor.h"
 
@@ -89,10 +90,12 @@ void expectError(const Status &st, const std::string &needle) {
 /// A model of one parameter "w" (global [rows, 3]) split by rows over tp,
 /// plus a replicated bias "b" [3], Adam state for both and the iteration;
 /// world = tp * dp (tp innermost). Functions are empty: only the layout
-/// matters to the planner.
+/// matters to the planner. `mixed`: w and b are bf16 with fp32 main params
+/// "main:w" (w's layout) and "main:b".
 ArtifactDesc shardedModel(int tp, int dp, int64_t rows = 4,
                           const std::string &optimizer = "adam",
-                          int64_t globalBatch = 8, bool extraParam = false) {
+                          int64_t globalBatch = 8, bool extraParam = false,
+                          bool mixed = false) {
   using K = fb::BufferKind;
   ArtifactDesc a;
   a.worldSize = tp * dp;
@@ -105,14 +108,23 @@ ArtifactDesc shardedModel(int tp, int dp, int64_t rows = 4,
   a.globalBatch = globalBatch;
   a.optimizer = optimizer;
   ProgramDesc p;
-  int w = p.add("w", K::Param, {rows / tp, 3}, fb::DType::F32,
-                fb::InitKind::Normal, 1.0f);
+  const fb::DType pt = mixed ? fb::DType::BF16 : fb::DType::F32;
+  int w = p.add("w", K::Param, {rows / tp, 3}, pt, fb::InitKind::Normal, 1.0f);
   p.buffers[size_t(w)].globalShape = {rows, 3};
   p.buffers[size_t(w)].shardDim = 0;
   p.buffers[size_t(w)].shardAxis = "tp";
-  int b = p.add("b", K::Param, {3}, fb::DType::F32, fb::InitKind::Normal, 1.0f);
+  int b = p.add("b", K::Param, {3}, pt, fb::InitKind::Normal, 1.0f);
   if (extraParam)
     p.add("extra", K::Param, {2});
+  if (mixed) {
+    int mw = p.add("main:w", K::MainParam, {rows / tp, 3}, fb::DType::F32,
+                   fb::InitKind::Zeros, 0.0f, w);
+    p.buffers[size_t(mw)].globalShape = {rows, 3};
+    p.buffers[size_t(mw)].shardDim = 0;
+    p.buffers[size_t(mw)].shardAxis = "tp";
+    p.add("main:b", K::MainParam, {3}, fb::DType::F32, fb::InitKind::Zeros,
+          0.0f, b);
+  }
   p.add("grad:w", K::Grad, {rows / tp, 3}, fb::DType::F32, fb::InitKind::Zeros,
         0.0f, w);
   if (optimizer == "adam")
@@ -122,6 +134,51 @@ ArtifactDesc shardedModel(int tp, int dp, int64_t rows = 4,
       p.add(std::string(state) + "b", K::OptState, {3}, fb::DType::F32,
             fb::InitKind::Zeros, 0.0f, b);
     }
+  p.iterationBuffer = p.add("iteration", K::Iteration, {}, fb::DType::I64);
+  p.function("microbatch");
+  p.function("step");
+  a.programs.push_back(std::move(p));
+  return a;
+}
+
+/// The distributed optimizer over dp: bf16 "w" [4, 3] and "b" [3] in one
+/// parameter bucket "pbuf:gb:0" of 16 elements (a view of the parameters'
+/// memory), with this rank's 16/dp-element shards of its Adam state (with
+/// `adam`) and fp32 main params "main:pbuf:gb:0".
+ArtifactDesc distOptModel(int dp, bool adam = true) {
+  using K = fb::BufferKind;
+  ArtifactDesc a;
+  a.worldSize = dp;
+  a.mesh = {{"tp", 1}, {"dp", dp}, {"pp", 1}};
+  addTpDpGroups(a, 1, dp);
+  for (int r = 0; r < dp; ++r)
+    a.groups.push_back({"pp", {r}});
+  a.microBatch = 8 / dp;
+  a.globalBatch = 8;
+  a.optimizer = adam ? "adam" : "sgd";
+  ProgramDesc p;
+  // w at 0 (24 bytes), b right after it: the bucket's 16 elements.
+  int w =
+      p.add("w", K::Param, {4, 3}, fb::DType::BF16, fb::InitKind::Normal, 1.0f);
+  BufferDesc b = p.buffers[size_t(w)];
+  b.name = "b";
+  b.shape = b.globalShape = {3};
+  b.offset = 24;
+  p.buffers.push_back(b);
+  BufferDesc view = b;
+  view.name = "pbuf:gb:0";
+  view.kind = K::View;
+  view.init = fb::InitKind::Zeros;
+  view.shape = view.globalShape = {16};
+  view.offset = 0;
+  p.buffers.push_back(view);
+  int v = int(p.buffers.size()) - 1;
+  p.arenaBytes = 64;
+  if (adam)
+    for (const char *state : {"adam.exp_avg:", "adam.exp_avg_sq:"})
+      p.add(std::string(state) + "pbuf:gb:0", K::OptState, {16 / dp},
+            fb::DType::F32, fb::InitKind::Zeros, 0.0f, v);
+  p.add("main:pbuf:gb:0", K::MainParam, {16 / dp}, fb::DType::F32);
   p.iterationBuffer = p.add("iteration", K::Iteration, {}, fb::DType::I64);
   p.function("microbatch");
   p.function("step");
@@ -528,6 +585,217 @@ TEST(PlanTest, SeedMattersForSyntheticData) {
 }
 
 //===----------------------------------------------------------------------===//
+// Mixed precision: main params and dtype changes
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+const ManifestTensor *findTensor(const CheckpointManifest &m,
+                                 const std::string &name, int holder = -1) {
+  for (const ManifestTensor &t : m.tensors)
+    if (t.name == name)
+      for (const auto &h : t.holders)
+        if (holder < 0 || h.first == holder)
+          return &t;
+  return nullptr;
+}
+
+const BufferRestore *findRestore(const CheckpointLoadPlan &plan,
+                                 const std::string &name) {
+  for (const BufferRestore &br : plan.buffers)
+    if (br.name == name)
+      return &br;
+  return nullptr;
+}
+
+bool hasNote(const std::vector<std::string> &notes, const std::string &needle) {
+  for (const std::string &n : notes)
+    if (n.find(needle) != std::string::npos)
+      return true;
+  return false;
+}
+
+std::string allNotes(const std::vector<std::string> &notes) {
+  std::string out;
+  for (const std::string &n : notes)
+    out += n + "\n";
+  return out;
+}
+
+} // namespace
+
+TEST(MainParamTest, ManifestGivesMainParamsTheirParameterLayout) {
+  auto art = load(shardedModel(2, 2, 4, "adam", 8, false, true));
+  ASSERT_TRUE(art);
+  CheckpointManifest m = manifestOf(*art);
+  const ManifestTensor *w = findTensor(m, "w"), *mw = findTensor(m, "main:w"),
+                       *mb = findTensor(m, "main:b");
+  ASSERT_TRUE(w && mw && mb);
+  EXPECT_EQ(w->dtype, fb::DType::BF16);
+  EXPECT_EQ(mw->kind, fb::BufferKind::MainParam);
+  EXPECT_EQ(mw->dtype, fb::DType::F32);
+  EXPECT_EQ(mw->param, "w");
+  EXPECT_TRUE(mw->reshardable);
+  EXPECT_EQ(mw->globalShape, w->globalShape);
+  EXPECT_EQ(mw->shardDim, 0);
+  EXPECT_EQ(mw->holders, w->holders);
+  EXPECT_EQ(mb->numShards, 1);
+  // Kinds and dtypes survive the JSON.
+  std::string json = manifestToJson(m);
+  EXPECT_NE(json.find("\"kind\":\"MainParam\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"dtype\":\"BF16\""), std::string::npos) << json;
+  auto parsed = parseManifest(json, "manifest.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().toString();
+  const ManifestTensor *pm = findTensor(*parsed, "main:w");
+  ASSERT_TRUE(pm);
+  EXPECT_EQ(pm->kind, fb::BufferKind::MainParam);
+  EXPECT_EQ(findTensor(*parsed, "w")->dtype, fb::DType::BF16);
+  EXPECT_EQ(manifestToJson(*parsed), json);
+}
+
+TEST(MainParamTest, PerParameterMainParamsReshard) {
+  auto tp2 = load(shardedModel(2, 1, 4, "adam", 8, false, true));
+  CheckpointManifest m = manifestOf(*tp2);
+  CheckpointLoadOptions o;
+  // tp 2 -> 1: main:w from both shards, like w and its Adam state.
+  auto one = load(shardedModel(1, 1, 4, "adam", 8, false, true));
+  auto plan = planCheckpointLoad(m, *one, 0, o, "ckpt");
+  ASSERT_TRUE(plan.ok()) << plan.status().toString();
+  EXPECT_TRUE(plan->resharded);
+  const BufferRestore *mw = findRestore(*plan, "main:w");
+  ASSERT_TRUE(mw);
+  EXPECT_EQ(mw->kind, fb::BufferKind::MainParam);
+  ASSERT_EQ(mw->pieces.size(), 2u);
+  EXPECT_EQ(mw->pieces[1].sourceRank, 1);
+  EXPECT_EQ(mw->pieces[1].sourceName, "main:w");
+  EXPECT_EQ(mw->pieces[1].region.lo, (std::vector<int64_t>{2, 0}));
+  EXPECT_TRUE(findRestore(*plan, "main:b"));
+  // tp 2 -> 4 (x dp 2): rank 7 needs rows [3, 4) from rank 1.
+  auto tp4 = load(shardedModel(4, 2, 4, "adam", 8, false, true));
+  plan = planCheckpointLoad(m, *tp4, 7, o, "ckpt");
+  ASSERT_TRUE(plan.ok()) << plan.status().toString();
+  mw = findRestore(*plan, "main:w");
+  ASSERT_TRUE(mw);
+  ASSERT_EQ(mw->pieces.size(), 1u);
+  EXPECT_EQ(mw->box.lo, (std::vector<int64_t>{3, 0}));
+  EXPECT_EQ(mw->pieces[0].sourceRank, 1);
+  // --no-load-optim: main params are optimizer state.
+  o.loadOptimizer = false;
+  plan = planCheckpointLoad(m, *one, 0, o, "ckpt");
+  ASSERT_TRUE(plan.ok());
+  EXPECT_FALSE(findRestore(*plan, "main:w"));
+  EXPECT_TRUE(hasNote(plan->notes, "fp32 main params 2 ('main:w', ...) are "
+                                   "optimizer state, not loaded: 'init' "
+                                   "computes them"))
+      << allNotes(plan->notes);
+}
+
+TEST(MainParamTest, BucketMainParamsBehaveLikeDistributedOptimizerState) {
+  auto dp2 = load(distOptModel(2), "dp2.tsr");
+  ASSERT_TRUE(dp2);
+  CheckpointManifest m = manifestOf(*dp2);
+  EXPECT_TRUE(m.distributedOptimizer);
+  const ManifestTensor *main1 = findTensor(m, "main:pbuf:gb:0", 1);
+  ASSERT_TRUE(main1);
+  EXPECT_FALSE(main1->reshardable);
+  EXPECT_TRUE(main1->distributedOptimizer);
+  EXPECT_EQ(main1->kind, fb::BufferKind::MainParam);
+  EXPECT_EQ(main1->globalShape, std::vector<int64_t>{16});
+  EXPECT_EQ(main1->param, "pbuf:gb:0");
+  EXPECT_EQ(main1->holders, (std::vector<std::pair<int, int>>{{1, 1}}));
+  ASSERT_EQ(m.buckets.size(), 1u);
+  EXPECT_EQ(m.buckets[0].params.size(), 2u);
+  // The same configuration: each rank its own shard.
+  CheckpointLoadOptions o;
+  for (int r = 0; r < 2; ++r) {
+    auto plan = planCheckpointLoad(m, *dp2, r, o, "ckpt");
+    ASSERT_TRUE(plan.ok()) << plan.status().toString();
+    const BufferRestore *br = findRestore(*plan, "main:pbuf:gb:0");
+    ASSERT_TRUE(br);
+    ASSERT_EQ(br->pieces.size(), 1u);
+    EXPECT_EQ(br->pieces[0].sourceRank, r);
+  }
+  // Another dp: refused like the Adam shards.
+  auto dp1 = load(distOptModel(1), "dp1.tsr");
+  expectError(planCheckpointLoad(m, *dp1, 0, o, "ckpt").status(),
+              "checkpoint ckpt was saved with the distributed optimizer at "
+              "dp=2");
+  // Main-param shards alone (SGD keeps no Adam state) are refused too when
+  // the artifact keeps per-parameter main params.
+  auto sgd = load(distOptModel(2, false), "sgd.tsr");
+  CheckpointManifest ms = manifestOf(*sgd);
+  ArtifactDesc perParam = shardedModel(1, 2, 4, "sgd", 8, false, true);
+  auto pp = load(perParam, "pp.tsr");
+  expectError(planCheckpointLoad(ms, *pp, 0, o, "ckpt").status(),
+              "keeps per-parameter optimizer state");
+  // Parameters only: fine, and "init" recomputes the shards.
+  o.loadOptimizer = false;
+  auto plan = planCheckpointLoad(m, *dp1, 0, o, "ckpt");
+  ASSERT_TRUE(plan.ok()) << plan.status().toString();
+  EXPECT_TRUE(hasNote(plan->notes, "'main:pbuf:gb:0') are optimizer state"))
+      << allNotes(plan->notes);
+}
+
+TEST(MainParamTest, ParameterDtypeChangesConvert) {
+  CheckpointLoadOptions o, paramsOnly;
+  paramsOnly.loadOptimizer = false;
+  auto f32 = load(shardedModel(2, 1), "f32.tsr");
+  auto bf16 = load(shardedModel(2, 1, 4, "adam", 8, false, true), "bf16.tsr");
+  // F32 checkpoint into bf16 parameters: rounded; the main params are the
+  // checkpoint's F32 parameters.
+  CheckpointManifest m32 = manifestOf(*f32);
+  auto plan = planCheckpointLoad(m32, *bf16, 0, o, "ckpt");
+  ASSERT_TRUE(plan.ok()) << plan.status().toString();
+  EXPECT_TRUE(hasNote(plan->notes, "2 parameters ('b', ...) converted from F32 "
+                                   "in the checkpoint to BF16 (rounded to "
+                                   "nearest even)"))
+      << allNotes(plan->notes);
+  EXPECT_TRUE(hasNote(plan->notes, "fp32 main params 2 ('main:w', ...) "
+                                   "restored from the checkpoint's F32 "
+                                   "parameters"))
+      << allNotes(plan->notes);
+  const BufferRestore *w = findRestore(*plan, "w"),
+                      *mw = findRestore(*plan, "main:w");
+  ASSERT_TRUE(w && mw);
+  EXPECT_EQ(w->dtype, fb::DType::BF16);
+  EXPECT_EQ(w->pieces[0].dtype, fb::DType::F32);
+  EXPECT_EQ(mw->pieces[0].sourceName, "w");
+  EXPECT_EQ(mw->pieces[0].dtype, fb::DType::F32);
+  // Without optimizer state "init" computes them.
+  plan = planCheckpointLoad(m32, *bf16, 0, paramsOnly, "ckpt");
+  ASSERT_TRUE(plan.ok());
+  EXPECT_FALSE(findRestore(*plan, "main:w"));
+  // A bf16 checkpoint into F32 parameters: from its main params (exact), or
+  // widened without optimizer state.
+  CheckpointManifest m16 = manifestOf(*bf16);
+  plan = planCheckpointLoad(m16, *f32, 1, o, "ckpt");
+  ASSERT_TRUE(plan.ok()) << plan.status().toString();
+  w = findRestore(*plan, "w");
+  ASSERT_TRUE(w);
+  EXPECT_EQ(w->pieces[0].sourceName, "main:w");
+  EXPECT_EQ(w->pieces[0].dtype, fb::DType::F32);
+  EXPECT_TRUE(hasNote(plan->notes, "F32 parameters 2 ('w', ...) restored from "
+                                   "the checkpoint's fp32 main params"))
+      << allNotes(plan->notes);
+  EXPECT_FALSE(hasNote(plan->notes, "converted")) << allNotes(plan->notes);
+  plan = planCheckpointLoad(m16, *f32, 1, paramsOnly, "ckpt");
+  ASSERT_TRUE(plan.ok());
+  EXPECT_TRUE(hasNote(plan->notes, "2 parameters ('b', ...) converted from "
+                                   "BF16 in the checkpoint to F32 (exact)"))
+      << allNotes(plan->notes);
+  w = findRestore(*plan, "w");
+  EXPECT_EQ(w->pieces[0].sourceName, "w");
+  EXPECT_EQ(w->pieces[0].dtype, fb::DType::BF16);
+  // Other dtypes do not convert.
+  for (ManifestTensor &t : m32.tensors)
+    if (t.name == "w")
+      t.dtype = fb::DType::I32;
+  expectError(planCheckpointLoad(m32, *bf16, 0, o, "ckpt").status(),
+              "parameter 'w' is I32 in checkpoint ckpt but BF16 in bf16.tsr: "
+              "only F32 and BF16 parameters convert into each other");
+}
+
+//===----------------------------------------------------------------------===//
 // Save and load on one rank
 //===----------------------------------------------------------------------===//
 
@@ -624,4 +892,117 @@ TEST(LocateTest, LatestAndIterDirectories) {
   ASSERT_TRUE(writeFileAtomic(dir.path + "/latest", std::string("x")).ok());
   expectError(locateCheckpoint(dir.path).status(),
               "/latest: expected an iteration number, got 'x'");
+}
+
+//===----------------------------------------------------------------------===//
+// Mixed precision save and load on one rank
+//===----------------------------------------------------------------------===//
+
+TEST(SaveLoadTest, MixedPrecisionResumeRestoresMainParams) {
+  TempDir dir;
+  auto art = load(mixedPrecisionRegression(8, 4, 16, 2, 1, true));
+  auto reference = makeExecutor(art, 1234);
+  std::vector<double> expected;
+  for (int it = 1; it <= 6; ++it)
+    expected.push_back(*reference->runIteration(it));
+
+  auto first = makeExecutor(art, 1234);
+  for (int it = 1; it <= 3; ++it)
+    ASSERT_TRUE(first->runIteration(it).ok());
+  CheckpointSaveOptions so;
+  so.dir = dir.path + "/ckpt";
+  so.info.iteration = 3;
+  so.info.seed = 1234;
+  auto saved = saveCheckpoint(*first, so, nullptr);
+  ASSERT_TRUE(saved.ok()) << saved.status().toString();
+  auto shard = readShardFile(saved->dir + "/rank_00000.bin");
+  ASSERT_TRUE(shard.ok());
+  const ShardTensor *main = shard->find("main:fc.weight");
+  ASSERT_TRUE(main);
+  EXPECT_EQ(main->kind, fb::BufferKind::MainParam);
+  EXPECT_EQ(main->dtype, fb::DType::F32);
+  EXPECT_EQ(shard->find("fc.weight")->dtype, fb::DType::BF16);
+  EXPECT_FALSE(shard->find("grad:fc.weight"));
+
+  // Everything restored: "init" is skipped and the run continues bit for
+  // bit (the main params keep the precision the bf16 params lost).
+  auto resumed = makeExecutor(art, 1234);
+  CheckpointLoadOptions lo;
+  auto loaded = loadCheckpoint(*resumed, so.dir, lo, nullptr);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+  EXPECT_TRUE(loaded->notes.empty()) << allNotes(loaded->notes);
+  auto ran = resumed->runInit();
+  ASSERT_TRUE(ran.ok());
+  EXPECT_FALSE(*ran);
+  for (const char *name :
+       {"fc.weight", "main:fc.weight", "main:fc.bias", "adam.v:fc.weight"})
+    EXPECT_EQ(*resumed->readBuffer(name), *first->readBuffer(name)) << name;
+  for (int it = 4; it <= 6; ++it) {
+    auto loss = resumed->runIteration(it);
+    ASSERT_TRUE(loss.ok());
+    EXPECT_EQ(*loss, expected[size_t(it - 1)]) << "iteration " << it;
+  }
+
+  // --no-load-optim: "init" recomputes the main params from the params.
+  auto paramsOnly = makeExecutor(art, 1234);
+  lo.loadOptimizer = false;
+  loaded = loadCheckpoint(*paramsOnly, so.dir, lo, nullptr);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+  EXPECT_TRUE(hasNote(loaded->notes, "'init' computes them"))
+      << allNotes(loaded->notes);
+  EXPECT_TRUE(*paramsOnly->runInit());
+  EXPECT_EQ(*paramsOnly->readFloatBuffer("main:fc.weight"),
+            *first->readFloatBuffer("fc.weight"));
+  EXPECT_NE(*paramsOnly->readFloatBuffer("main:fc.weight"),
+            *first->readFloatBuffer("main:fc.weight"));
+}
+
+TEST(SaveLoadTest, F32AndBf16CheckpointsLoadIntoEachOther) {
+  TempDir dir;
+  auto f32 = load(softmaxRegression(8, 4, 16, 2), "f32.tsr");
+  auto bf16 = load(mixedPrecisionRegression(8, 4, 16, 2), "bf16.tsr");
+  auto save = [&](Executor &ex, const std::string &path) {
+    for (int it = 1; it <= 2; ++it)
+      EXPECT_TRUE(ex.runIteration(it).ok());
+    CheckpointSaveOptions so;
+    so.dir = path;
+    so.info.iteration = 2;
+    so.info.seed = 1234;
+    EXPECT_TRUE(saveCheckpoint(ex, so, nullptr).ok());
+  };
+  auto f32Run = makeExecutor(f32, 1234);
+  save(*f32Run, dir.path + "/f32");
+  auto bf16Run = makeExecutor(bf16, 1234);
+  save(*bf16Run, dir.path + "/bf16");
+  CheckpointLoadOptions lo, paramsOnly;
+  paramsOnly.loadOptimizer = false;
+
+  // F32 into bf16: parameters rounded, main params exact, init skipped.
+  auto a = makeExecutor(bf16, 1234);
+  auto loaded = loadCheckpoint(*a, dir.path + "/f32", lo, nullptr);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+  std::vector<float> w32 = *f32Run->readFloatBuffer("fc.weight");
+  std::vector<uint8_t> wBits = *a->readBuffer("fc.weight");
+  for (size_t i = 0; i < w32.size(); ++i) {
+    uint16_t h;
+    std::memcpy(&h, wBits.data() + 2 * i, 2);
+    EXPECT_EQ(h, floatToBf16(w32[i])) << "element " << i;
+  }
+  EXPECT_EQ(*a->readFloatBuffer("main:fc.weight"), w32);
+  EXPECT_EQ(*a->readBuffer("adam.m:fc.weight"),
+            *f32Run->readBuffer("adam.m:fc.weight"));
+  EXPECT_FALSE(*a->runInit());
+  EXPECT_TRUE(a->runIteration(3).ok());
+
+  // bf16 into F32: from the main params, or widened without optimizer
+  // state.
+  auto b = makeExecutor(f32, 1234);
+  ASSERT_TRUE(loadCheckpoint(*b, dir.path + "/bf16", lo, nullptr).ok());
+  EXPECT_EQ(*b->readFloatBuffer("fc.weight"),
+            *bf16Run->readFloatBuffer("main:fc.weight"));
+  auto c = makeExecutor(f32, 1234);
+  ASSERT_TRUE(loadCheckpoint(*c, dir.path + "/bf16", paramsOnly, nullptr).ok());
+  EXPECT_EQ(*c->readFloatBuffer("fc.weight"),
+            *bf16Run->readFloatBuffer("fc.weight"));
+  EXPECT_TRUE(c->runIteration(3).ok());
 }

@@ -1,10 +1,13 @@
 //===- CpuBackendTest.cpp - cpu kernels vs naive references ---------------===//
 
+#include "tessera/rt/BF16.h"
 #include "tessera/rt/Backend.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -262,4 +265,214 @@ TEST_F(CpuBackendTest, Sgd) {
     ref[i] = ref[i] - 0.1f * (g[i] + 0.01f * ref[i]);
   ASSERT_TRUE(backend->sgd(p.data(), g.data(), 20, 0.1f, 0.01f).ok());
   expectNear(p, ref, 1e-6f);
+}
+
+//===----------------------------------------------------------------------===//
+// bf16 (mixed precision)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+uint32_t bitsOf(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+float floatOf(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+/// Round to nearest even by definition: the two bf16 neighbours of f (its
+/// truncation and the next magnitude up, "2^128" past the largest finite
+/// one), the nearer one, on a tie the one with an even last bit. NaN: any
+/// NaN with f's sign.
+uint16_t referenceBf16(float f) {
+  uint32_t bits = bitsOf(f);
+  if (std::isnan(f))
+    return uint16_t((bits >> 16) | 0x7fc0);
+  uint16_t lo = uint16_t(bits >> 16), hi = uint16_t(lo + 1);
+  if ((bits & 0xffff) == 0 || std::isinf(f))
+    return lo;
+  double x = std::fabs(double(f));
+  double vlo = std::fabs(double(floatOf(uint32_t(lo) << 16)));
+  double vhi = (hi & 0x7f80) == 0x7f80
+                   ? std::ldexp(1.0, 128)
+                   : std::fabs(double(floatOf(uint32_t(hi) << 16)));
+  if (x - vlo < vhi - x)
+    return lo;
+  if (x - vlo > vhi - x)
+    return hi;
+  return (lo & 1) ? hi : lo;
+}
+
+std::vector<uint16_t> toBf16(const std::vector<float> &v) {
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    h[i] = referenceBf16(v[i]);
+  return h;
+}
+std::vector<float> widen(const std::vector<uint16_t> &h) {
+  std::vector<float> f(h.size());
+  for (size_t i = 0; i < h.size(); ++i)
+    f[i] = floatOf(uint32_t(h[i]) << 16);
+  return f;
+}
+
+} // namespace
+
+TEST(Bf16Test, RoundsToNearestEven) {
+  EXPECT_EQ(floatToBf16(1.0f), 0x3f80);
+  EXPECT_EQ(floatToBf16(-2.0f), 0xc000);
+  EXPECT_EQ(floatToBf16(0.0f), 0x0000);
+  EXPECT_EQ(floatToBf16(-0.0f), 0x8000);
+  // 1 + 2^-8 lies halfway between 1 (even) and 1 + 2^-7: down to 1.
+  EXPECT_EQ(floatToBf16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);
+  // 1 + 3 * 2^-8 lies halfway between 1 + 2^-7 (odd) and 1 + 2^-6: up.
+  EXPECT_EQ(floatToBf16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);
+  EXPECT_EQ(floatToBf16(-(1.0f + std::ldexp(1.0f, -8))), 0xbf80);
+  EXPECT_EQ(floatToBf16(-(1.0f + 3 * std::ldexp(1.0f, -8))), 0xbf82);
+  // Just above the tie rounds up, just below down.
+  EXPECT_EQ(floatToBf16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20)),
+            0x3f81);
+  EXPECT_EQ(floatToBf16(1.0f + std::ldexp(1.0f, -8) - std::ldexp(1.0f, -20)),
+            0x3f80);
+  // A carry into the exponent: the largest value below 2 rounds to 2.
+  EXPECT_EQ(floatToBf16(floatOf(0x3fffffff)), 0x4000);
+  // Overflow past the largest bf16 (and its half ulp) is infinity.
+  EXPECT_EQ(floatToBf16(std::numeric_limits<float>::max()), 0x7f80);
+  EXPECT_EQ(floatToBf16(-std::numeric_limits<float>::max()), 0xff80);
+  EXPECT_EQ(floatToBf16(floatOf(0x7f7f7fff)), 0x7f7f); // below the tie
+  EXPECT_EQ(floatToBf16(INFINITY), 0x7f80);
+  EXPECT_EQ(floatToBf16(-INFINITY), 0xff80);
+  // Subnormals round like any other value.
+  EXPECT_EQ(floatToBf16(floatOf(0x00008000)), 0x0000); // tie to even 0
+  EXPECT_EQ(floatToBf16(floatOf(0x00018000)), 0x0002); // tie to even 2
+  EXPECT_EQ(floatToBf16(floatOf(0x00008001)), 0x0001);
+}
+
+TEST(Bf16Test, NanStaysQuietNan) {
+  // A NaN whose payload is only in the low half would round to infinity.
+  for (uint32_t bits : {0x7fc00000u, 0x7f800001u, 0x7fbfffffu, 0xff800001u,
+                        0xffc01234u, 0x7fffffffu}) {
+    uint16_t h = floatToBf16(floatOf(bits));
+    EXPECT_TRUE(std::isnan(bf16ToFloat(h))) << std::hex << bits;
+    EXPECT_TRUE(h & 0x0040) << "quiet bit, " << std::hex << bits;
+    EXPECT_EQ(h & 0x8000, (bits >> 16) & 0x8000)
+        << "sign, " << std::hex << bits;
+  }
+}
+
+TEST(Bf16Test, WideningIsExactAndRoundTrips) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    float f = bf16ToFloat(uint16_t(h));
+    EXPECT_EQ(bitsOf(f), h << 16);
+    if (std::isnan(f))
+      EXPECT_TRUE(std::isnan(bf16ToFloat(floatToBf16(f))));
+    else
+      ASSERT_EQ(floatToBf16(f), h) << std::hex << h;
+  }
+}
+
+TEST(Bf16Test, MatchesReferenceOnRandomBits) {
+  std::mt19937 gen(7);
+  std::vector<float> v(1 << 20);
+  for (float &x : v)
+    x = floatOf(uint32_t(gen()));
+  std::vector<uint16_t> out(v.size());
+  floatsToBf16(v.data(), out.data(), int64_t(v.size()));
+  for (size_t i = 0; i < v.size(); ++i) {
+    uint16_t ref = referenceBf16(v[i]);
+    if (std::isnan(v[i]))
+      ASSERT_TRUE(std::isnan(bf16ToFloat(out[i])));
+    else
+      ASSERT_EQ(out[i], ref) << std::hex << bitsOf(v[i]);
+    ASSERT_EQ(floatToBf16(v[i]), out[i]);
+  }
+}
+
+TEST_F(CpuBackendTest, CastAllPairsWithAndWithoutBeta) {
+  using FF = FloatFormat;
+  for (int threads : {1, 2}) {
+    BackendOptions bo;
+    bo.numThreads = threads;
+    auto be = std::move(*BackendRegistry::global().create("cpu", bo));
+    // Large enough for the threaded path; odd so spans are uneven.
+    for (int64_t n : {int64_t(37), int64_t(70001)}) {
+      std::vector<float> xf = random(size_t(n), 3.0f), yf = random(size_t(n));
+      std::vector<uint16_t> xh = toBf16(xf), yh = toBf16(yf);
+      for (bool xb : {false, true})
+        for (bool yb : {false, true})
+          for (float beta : {0.0f, 1.0f}) {
+            SCOPED_TRACE(testing::Message()
+                         << "x " << (xb ? "bf16" : "f32") << " y "
+                         << (yb ? "bf16" : "f32") << " beta " << beta << " n "
+                         << n << " threads " << threads);
+            std::vector<float> x = xb ? widen(xh) : xf;
+            std::vector<float> y0 = yb ? widen(yh) : yf;
+            std::vector<float> expect(static_cast<size_t>(n));
+            for (size_t i = 0; i < expect.size(); ++i)
+              expect[i] = beta == 0.0f ? x[i] : x[i] + beta * y0[i];
+            std::vector<float> outF = yf;
+            std::vector<uint16_t> outH = yh;
+            void *yp = yb ? static_cast<void *>(outH.data())
+                          : static_cast<void *>(outF.data());
+            const void *xp = xb ? static_cast<const void *>(xh.data())
+                                : static_cast<const void *>(xf.data());
+            ASSERT_TRUE(be->cast(xp, xb ? FF::BF16 : FF::F32, yp,
+                                 yb ? FF::BF16 : FF::F32, n, beta)
+                            .ok());
+            if (yb)
+              EXPECT_EQ(outH, toBf16(expect));
+            else
+              EXPECT_EQ(outF, expect);
+          }
+    }
+  }
+}
+
+TEST_F(CpuBackendTest, CastBetaZeroDoesNotReadY) {
+  std::vector<float> x = {1.5f, -2.0f, 3.25f};
+  std::vector<uint16_t> y(3, 0x7fc0); // NaN
+  ASSERT_TRUE(backend
+                  ->cast(x.data(), FloatFormat::F32, y.data(),
+                         FloatFormat::BF16, 3, 0.0f)
+                  .ok());
+  EXPECT_EQ(y, (std::vector<uint16_t>{0x3fc0, 0xc000, 0x4050}));
+  // In place, same format, accumulating: Y = Y + Y.
+  std::vector<uint16_t> z = {0x3f80, 0x4000};
+  ASSERT_TRUE(backend
+                  ->cast(z.data(), FloatFormat::BF16, z.data(),
+                         FloatFormat::BF16, 2, 1.0f)
+                  .ok());
+  EXPECT_EQ(z, (std::vector<uint16_t>{0x4000, 0x4080}));
+}
+
+TEST_F(CpuBackendTest, Bf16FillScaleAxpy) {
+  const int64_t n = 50001;
+  BackendOptions bo;
+  bo.numThreads = 2;
+  auto be = std::move(*BackendRegistry::global().create("cpu", bo));
+  std::vector<uint16_t> y(static_cast<size_t>(n), 0);
+  ASSERT_TRUE(be->fillBf16(y.data(), 0.1f, n).ok());
+  for (uint16_t h : y)
+    ASSERT_EQ(h, referenceBf16(0.1f));
+  std::vector<uint16_t> x = toBf16(random(size_t(n), 2.0f));
+  std::vector<uint16_t> s(static_cast<size_t>(n));
+  ASSERT_TRUE(be->scaleBf16(x.data(), s.data(), 0.3f, n).ok());
+  std::vector<float> xs = widen(x), expect(static_cast<size_t>(n));
+  for (size_t i = 0; i < expect.size(); ++i)
+    expect[i] = 0.3f * xs[i];
+  EXPECT_EQ(s, toBf16(expect));
+  // In place (averaging a gradient over dp).
+  std::vector<uint16_t> inPlace = x;
+  ASSERT_TRUE(be->scaleBf16(inPlace.data(), inPlace.data(), 0.3f, n).ok());
+  EXPECT_EQ(inPlace, s);
+  std::vector<uint16_t> acc = toBf16(random(size_t(n)));
+  std::vector<float> accF = widen(acc);
+  ASSERT_TRUE(be->axpyBf16(-0.5f, x.data(), acc.data(), n).ok());
+  for (size_t i = 0; i < expect.size(); ++i)
+    expect[i] = accF[i] + -0.5f * xs[i];
+  EXPECT_EQ(acc, toBf16(expect));
 }

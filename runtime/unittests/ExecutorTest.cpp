@@ -2,12 +2,15 @@
 
 #include "TestArtifacts.h"
 
+#include "tessera/rt/BF16.h"
 #include "tessera/rt/Executor.h"
 #include "tessera/rt/Rng.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 using namespace tessera::rt;
 using namespace tessera::rt::test;
@@ -373,4 +376,215 @@ TEST(ExecutorScheduleTest, SelfCommunicatorRefusesPointToPoint) {
   c.allReduce = 2;
   EXPECT_EQ(c.total(), 7u);
   EXPECT_EQ((c - c).p2p, 0u);
+}
+
+//===----------------------------------------------------------------------===//
+// Mixed precision: bf16 parameters, fp32 main params and "init"
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Every element of `v` rounded to bf16 and widened back.
+std::vector<float> roundedToBf16(const std::vector<float> &v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    out[i] = bf16ToFloat(floatToBf16(v[i]));
+  return out;
+}
+
+Status validateDesc(const ArtifactDesc &desc) {
+  auto loaded =
+      LoadedArtifact::loadFromMemory(buildFile(buildPayload(desc)), "mp.tsr");
+  if (!loaded.ok())
+    return loaded.status();
+  return Executor::validate(**loaded);
+}
+
+} // namespace
+
+TEST(ExecutorMixedPrecisionTest, Bf16ParamsAreTheF32InitRounded) {
+  auto ex = makeExecutor(mixedPrecisionRegression(8, 4), 77);
+  ASSERT_TRUE(ex);
+  auto raw = ex->readBuffer("fc.weight");
+  ASSERT_TRUE(raw.ok());
+  ASSERT_EQ(raw->size(), 32u * 2);
+  std::vector<uint16_t> bits(32);
+  std::memcpy(bits.data(), raw->data(), raw->size());
+  for (size_t g = 0; g < bits.size(); ++g)
+    EXPECT_EQ(bits[g],
+              floatToBf16(float(double(0.1f) * normal(77, "fc.weight", g))))
+        << "element " << g;
+  // The main params stay zero until "init" runs.
+  auto main = ex->readFloatBuffer("main:fc.weight");
+  ASSERT_TRUE(main.ok());
+  for (float v : *main)
+    EXPECT_EQ(v, 0.0f);
+}
+
+TEST(ExecutorMixedPrecisionTest, InitRunsOnceAndIsNotAnIteration) {
+  auto ex = makeExecutor(mixedPrecisionRegression(8, 4));
+  ASSERT_TRUE(ex);
+  auto w = *ex->readFloatBuffer("fc.weight");
+  auto ran = ex->runInit();
+  ASSERT_TRUE(ran.ok()) << ran.status().toString();
+  EXPECT_TRUE(*ran);
+  // main = the bf16 parameter widened, exactly (readFloatBuffer widens).
+  EXPECT_EQ(*ex->readFloatBuffer("main:fc.weight"), w);
+  // The loss and the iteration are untouched.
+  EXPECT_EQ(*ex->readFloatBuffer("loss"), std::vector<float>{0.0f});
+  EXPECT_EQ(*ex->readBuffer("iteration"), std::vector<uint8_t>(8, 0));
+  // Once: a second call (and the first iteration) do not run it again.
+  ASSERT_TRUE(
+      ex->writeBuffer("main:fc.bias", std::vector<float>(4, 7.0f).data(), 16)
+          .ok());
+  ran = ex->runInit();
+  ASSERT_TRUE(ran.ok());
+  EXPECT_FALSE(*ran);
+  EXPECT_EQ(*ex->readFloatBuffer("main:fc.bias"), std::vector<float>(4, 7.0f));
+  // initializeParameters makes it due again, with zero main params.
+  ASSERT_TRUE(ex->initializeParameters().ok());
+  EXPECT_EQ(*ex->readFloatBuffer("main:fc.bias"), std::vector<float>(4, 0.0f));
+  EXPECT_TRUE(*ex->runInit());
+}
+
+TEST(ExecutorMixedPrecisionTest, FirstIterationRunsInitFirst) {
+  // Without an explicit runInit the first iteration runs it: the step
+  // updates main params that start at the parameters, not at zero.
+  const float lr = 0.01f;
+  auto ex = makeExecutor(mixedPrecisionRegression(8, 4, 16, 2, 1, false, lr));
+  ASSERT_TRUE(ex);
+  auto w0 = *ex->readFloatBuffer("fc.weight");
+  auto loss = ex->runIteration(1);
+  ASSERT_TRUE(loss.ok()) << loss.status().toString();
+  auto main = *ex->readFloatBuffer("main:fc.weight");
+  auto w1 = *ex->readFloatBuffer("fc.weight");
+  EXPECT_EQ(w1, roundedToBf16(main)); // the step casts main into the param
+  for (size_t i = 0; i < w0.size(); ++i)
+    EXPECT_LE(std::fabs(main[i] - w0[i]), lr * 1.01f) << "element " << i;
+  EXPECT_FALSE(*ex->runInit());
+}
+
+TEST(ExecutorMixedPrecisionTest, InitSkippedWhenEveryMainParamWasRestored) {
+  auto ex = makeExecutor(mixedPrecisionRegression(8, 4));
+  ASSERT_TRUE(ex);
+  std::vector<float> w(32, 0.25f), b(4, -0.5f);
+  // One of two restored: "init" still runs and overwrites both.
+  ASSERT_TRUE(ex->writeBuffer("main:fc.weight", w.data(), 128).ok());
+  EXPECT_TRUE(*ex->runInit());
+  EXPECT_EQ(*ex->readFloatBuffer("main:fc.weight"),
+            *ex->readFloatBuffer("fc.weight"));
+  // Both restored (as a checkpoint load does): skipped.
+  ASSERT_TRUE(ex->initializeParameters().ok());
+  ASSERT_TRUE(ex->writeBuffer("main:fc.weight", w.data(), 128).ok());
+  ASSERT_TRUE(ex->writeBuffer("main:fc.bias", b.data(), 16).ok());
+  auto ran = ex->runInit();
+  ASSERT_TRUE(ran.ok());
+  EXPECT_FALSE(*ran);
+  EXPECT_EQ(*ex->readFloatBuffer("main:fc.weight"), w);
+  EXPECT_EQ(*ex->readFloatBuffer("main:fc.bias"), b);
+  ASSERT_TRUE(ex->runIteration(1).ok());
+  // A program without "init" has nothing to run.
+  auto plain = makeExecutor(softmaxRegression());
+  ASSERT_TRUE(plain);
+  EXPECT_FALSE(*plain->runInit());
+}
+
+TEST(ExecutorMixedPrecisionTest, TrainsLikeF32) {
+  auto f32 = train(softmaxRegression(8, 4, 16, 2, 1, true, 0.05f), 10);
+  for (bool bf16Grads : {false, true}) {
+    SCOPED_TRACE(bf16Grads ? "bf16 grads" : "f32 grads");
+    auto mixed =
+        train(mixedPrecisionRegression(8, 4, 16, 2, 1, bf16Grads, 0.05f), 10);
+    ASSERT_EQ(mixed.size(), 10u);
+    for (size_t i = 0; i < mixed.size(); ++i) {
+      EXPECT_TRUE(std::isfinite(mixed[i]));
+      // bf16 weights keep ~3 significant digits.
+      EXPECT_NEAR(mixed[i], f32[i], 0.02 * f32[i]) << "step " << i + 1;
+    }
+    EXPECT_LT(mixed[9], mixed[0] * 0.8);
+  }
+}
+
+TEST(ExecutorMixedPrecisionTest, DecodeChecksNameTheOpAndDtype) {
+  using O = fb::Opcode;
+  auto expectError = [](const Status &st, const std::string &needle) {
+    EXPECT_FALSE(st.ok());
+    EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
+  };
+  {
+    ArtifactDesc desc = mixedPrecisionRegression();
+    ProgramDesc &p = desc.programs[0];
+    p.function("microbatch")
+        .push_back(instr(O::Gelu,
+                         {p.ref(0), p.scratch({8, 4}, fb::DType::BF16)}, "g"));
+    expectError(validateDesc(desc),
+                "(Gelu at g): Gelu operand 0 must be F32, got BF16[8, 4] (bf16 "
+                "values need a Cast to f32 first)");
+  }
+  {
+    ArtifactDesc desc = mixedPrecisionRegression();
+    ProgramDesc &p = desc.programs[0];
+    p.function("step").push_back(
+        instr(O::Scale, {p.ref(0), p.scratch({8, 4})}, "s"));
+    expectError(validateDesc(desc),
+                "Scale operands BF16[8, 4] and F32[8, 4] must be both F32 or "
+                "both BF16");
+  }
+  {
+    ArtifactDesc desc = mixedPrecisionRegression();
+    ProgramDesc &p = desc.programs[0];
+    p.function("step").push_back(
+        instr(O::Cast, {p.scratch({4}, fb::DType::I32), p.ref(1)}, "c"));
+    expectError(validateDesc(desc),
+                "Cast operand 0 must be F32 or BF16, got I32[4]");
+    p.function("step").back().operands[0] = p.scratch({5});
+    expectError(validateDesc(desc), "must have the same number of elements");
+  }
+  {
+    ArtifactDesc desc = mixedPrecisionRegression(8, 4, 16, 2, 2, true);
+    ProgramDesc &p = desc.programs[0];
+    InstrDesc mx = instr(O::AllReduce, {p.ref(4)}, "mx");
+    mx.group = "dp";
+    mx.reduce = fb::ReduceOp::Max;
+    p.function("step").push_back(mx);
+    expectError(
+        validateDesc(desc),
+        "AllReduce with reduce Max on BF16[8, 4] is not supported (bf16 "
+        "reductions are sums)");
+  }
+  // The bf16 kernels and casts themselves decode.
+  EXPECT_TRUE(
+      validateDesc(mixedPrecisionRegression(8, 4, 16, 2, 2, true)).ok());
+}
+
+TEST(ExecutorMixedPrecisionTest, PipelineProgramRunsItsInitBeforeTheSchedule) {
+  // A scheduled program with "init": it runs once, before the first
+  // schedule step, outside every microbatch; the loss is unaffected.
+  const int64_t b = 2, F = 4, M = 2;
+  ArtifactDesc desc = slottedSchedule(2, M, b, F);
+  ProgramDesc &p = desc.programs[0];
+  int main = p.add("main:acc", fb::BufferKind::MainParam, {F}, fb::DType::F32,
+                   fb::InitKind::Zeros, 0.0f, 0);
+  InstrDesc fill = instr(fb::Opcode::Fill, {p.ref(main)}, "main.fill");
+  fill.fattrs = {3.0f};
+  p.function("init").push_back(fill);
+  ExecutorOptions options;
+  options.trace = true;
+  auto ex = makeExecutor(desc, options);
+  auto plain = makeExecutor(slottedSchedule(2, M, b, F), ExecutorOptions());
+  ASSERT_TRUE(ex && plain);
+  ex->startTrace();
+  for (int64_t it = 1; it <= 2; ++it) {
+    auto loss = ex->runIteration(it), expected = plain->runIteration(it);
+    ASSERT_TRUE(loss.ok() && expected.ok()) << loss.status().toString();
+    EXPECT_EQ(*loss, *expected);
+  }
+  EXPECT_EQ(*ex->readFloatBuffer("main:acc"), std::vector<float>(F, 3.0f));
+  std::vector<std::string> phases;
+  for (const TraceEvent &e : ex->traceEvents())
+    if (e.track == "phase")
+      phases.push_back(e.name);
+  ASSERT_FALSE(phases.empty());
+  EXPECT_EQ(phases.front(), "init");
+  EXPECT_EQ(std::count(phases.begin(), phases.end(), "init"), 1);
 }

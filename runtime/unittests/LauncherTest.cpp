@@ -264,3 +264,47 @@ TEST_F(LauncherTest, PipelineStallIsNamedByTheWatchdog) {
         "a peer rank may have died or stalled"})
     EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
 }
+
+TEST_F(LauncherTest, MixedPrecisionRunResumesBitIdentically) {
+  // bf16 parameters and gradients over dp = 2: the gradient all-reduce
+  // moves 2 bytes per element; a run resumed from a checkpoint (main params
+  // restored, "init" skipped) continues exactly; with --no-load-optim the
+  // main params are recomputed by "init" (noted).
+  std::string path =
+      write("mp.tsr", mixedPrecisionRegression(8, 4, 8, 2, 2, true));
+  std::string full = dir + "/full.jsonl", resumed = dir + "/resumed.jsonl";
+  std::string trace = dir + "/mp.json";
+  RunResult a = runTool("-n 2 " + path + " --steps 4 --metrics " + full +
+                        " --trace " + trace);
+  ASSERT_EQ(a.exitCode, 0) << a.output;
+  RunResult b = runTool("-n 2 " + path + " --steps 2 --save " + dir + "/ckpt");
+  ASSERT_EQ(b.exitCode, 0) << b.output;
+  RunResult c = runTool("-n 2 " + path + " --steps 4 --load " + dir +
+                        "/ckpt --metrics " + resumed);
+  ASSERT_EQ(c.exitCode, 0) << c.output;
+  EXPECT_EQ(c.output.find("note:"), std::string::npos) << c.output;
+  auto la = readLosses(full), lc = readLosses(resumed);
+  ASSERT_EQ(la.size(), 4u);
+  ASSERT_EQ(lc.size(), 2u);
+  EXPECT_EQ(lc[0], la[2]);
+  EXPECT_EQ(lc[1], la[3]);
+  std::ifstream in(full);
+  std::string first;
+  std::getline(in, first);
+  // gW: 32 bf16, gb: 4 bf16, all-reduced over dp=2 (ring: 1x bytes).
+  EXPECT_NE(first.find("\"all_reduce\": {\"dp\": 72"), std::string::npos)
+      << first;
+  std::ifstream tin(trace);
+  std::stringstream json;
+  json << tin.rdbuf();
+  EXPECT_NE(json.str().find("\"name\": \"init\""), std::string::npos);
+  RunResult d = runTool("-n 2 " + path + " --steps 3 --load " + dir +
+                        "/ckpt --no-load-optim");
+  ASSERT_EQ(d.exitCode, 0) << d.output;
+  EXPECT_NE(d.output.find("tessera-run: note: fp32 main params 2 "
+                          "('main:fc.weight', ...) are optimizer state, not "
+                          "loaded: 'init' computes them from the loaded "
+                          "parameters"),
+            std::string::npos)
+      << d.output;
+}

@@ -9,6 +9,7 @@
 
 #include "TestArtifacts.h"
 
+#include "tessera/rt/BF16.h"
 #include "tessera/rt/Executor.h"
 #include "tessera/rt/MpiCommunicator.h"
 
@@ -16,7 +17,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <numeric>
+#include <random>
 
 using namespace tessera::rt;
 using namespace tessera::rt::test;
@@ -235,6 +238,232 @@ TEST(MpiCommTest, DataParallelTrainingMatchesSingleRank) {
   // Per step: gW (8x4 f32) and gb (4 f32) all-reduced over dp.
   EXPECT_EQ(counters["dp"].allReduce,
             5 * (ringAllReduceBytes(128, n) + ringAllReduceBytes(16, n)));
+}
+
+//===----------------------------------------------------------------------===//
+// bf16 collectives (mixed precision gradients)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+std::vector<uint16_t> toBf16(const std::vector<float> &v) {
+  std::vector<uint16_t> h(v.size());
+  floatsToBf16(v.data(), h.data(), int64_t(v.size()));
+  return h;
+}
+
+/// Every rank's `mine` (count bf16 values), gathered as floats, rank-major.
+std::vector<float> gatherAsFloats(Communicator &comm,
+                                  const std::vector<uint16_t> &mine) {
+  std::vector<float> f(mine.size()), all(mine.size() * size_t(comm.size()));
+  bf16ToFloats(mine.data(), f.data(), int64_t(f.size()));
+  EXPECT_TRUE(
+      comm.allGather(f.data(), all.data(), int64_t(f.size()), ElementType::F32)
+          .ok());
+  return all;
+}
+
+/// Rank r's input: small multiples of 1/4 (every partial sum is exact in
+/// bf16, so the result is exactly the rounded f32 sum), or normals.
+std::vector<uint16_t> bf16Input(int r, size_t n, bool exact) {
+  std::vector<float> v(n);
+  std::mt19937 gen(uint32_t(100 + r));
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = exact ? float((r + 1) * int(i % 16)) * 0.25f : dist(gen);
+  return toBf16(v);
+}
+
+/// Checks `got` (bf16, element i of the reduced range starting at `first`)
+/// against the f32 sum over ranks of `inputs` (rank-major, `n` per rank)
+/// rounded to bf16: equal when `exact`, else within the pairwise roundings'
+/// error, n - 1 half-ulps of the sum of magnitudes.
+void expectBf16Sum(const std::vector<uint16_t> &got,
+                   const std::vector<float> &inputs, size_t n, size_t first,
+                   int ranks, bool exact) {
+  for (size_t i = 0; i < got.size(); ++i) {
+    float sum = 0.0f, magnitude = 0.0f;
+    for (int r = 0; r < ranks; ++r) {
+      sum += inputs[size_t(r) * n + first + i];
+      magnitude += std::fabs(inputs[size_t(r) * n + first + i]);
+    }
+    if (exact)
+      ASSERT_EQ(got[i], floatToBf16(sum)) << "element " << first + i;
+    else
+      ASSERT_NEAR(bf16ToFloat(got[i]), bf16ToFloat(floatToBf16(sum)),
+                  float(ranks - 1) * std::ldexp(magnitude, -8) + 1e-30f)
+          << "element " << first + i;
+  }
+}
+
+/// Every rank holds the same bits.
+void expectSameOnEveryRank(Communicator &comm,
+                           const std::vector<uint16_t> &mine) {
+  std::vector<uint16_t> all(mine.size() * size_t(comm.size()));
+  EXPECT_TRUE(comm.allGather(mine.data(), all.data(), int64_t(mine.size()),
+                             ElementType::BF16)
+                  .ok());
+  for (int r = 0; r < comm.size(); ++r)
+    EXPECT_TRUE(std::equal(mine.begin(), mine.end(),
+                           all.begin() + long(size_t(r) * mine.size())))
+        << "rank " << r << " differs";
+}
+
+} // namespace
+
+TEST(MpiCommBf16Test, AllReduceIsTheRoundedSum) {
+  auto comm = worldComm();
+  int n = comm->size(), r = comm->rank();
+  for (bool exact : {true, false}) {
+    SCOPED_TRACE(exact ? "exact" : "normals");
+    const size_t count = 10007;
+    std::vector<uint16_t> buf = bf16Input(r, count, exact);
+    std::vector<float> inputs = gatherAsFloats(*comm, buf);
+    EXPECT_TRUE(comm->allReduce(buf.data(), int64_t(count), ElementType::BF16,
+                                ReduceKind::Sum)
+                    .ok());
+    expectBf16Sum(buf, inputs, count, 0, n, exact || n == 2);
+    expectSameOnEveryRank(*comm, buf);
+  }
+}
+
+TEST(MpiCommBf16Test, AllReduceStartWait) {
+  auto comm = worldComm();
+  int n = comm->size(), r = comm->rank();
+  std::vector<uint16_t> a = bf16Input(r, 5000, true),
+                        b = bf16Input(r, 7, false);
+  std::vector<float> inA = gatherAsFloats(*comm, a),
+                     inB = gatherAsFloats(*comm, b);
+  auto ha = comm->allReduceStart(a.data(), int64_t(a.size()), ElementType::BF16,
+                                 ReduceKind::Sum);
+  auto hb = comm->allReduceStart(b.data(), int64_t(b.size()), ElementType::BF16,
+                                 ReduceKind::Sum);
+  EXPECT_TRUE(ha.ok() && hb.ok());
+  if (!ha.ok() || !hb.ok())
+    return;
+  for (int i = 0; i < 5; ++i)
+    EXPECT_TRUE(comm->progress(*ha).ok());
+  EXPECT_TRUE(comm->wait(*hb).ok());
+  EXPECT_TRUE(comm->wait(*ha).ok());
+  expectBf16Sum(a, inA, a.size(), 0, n, true);
+  expectBf16Sum(b, inB, b.size(), 0, n, n == 2);
+  expectSameOnEveryRank(*comm, b);
+}
+
+TEST(MpiCommBf16Test, ReduceScatterBlockingAndStarted) {
+  auto comm = worldComm();
+  int n = comm->size(), r = comm->rank();
+  const size_t block = 3001;
+  for (bool exact : {true, false}) {
+    SCOPED_TRACE(exact ? "exact" : "normals");
+    std::vector<uint16_t> full = bf16Input(r, block * size_t(n), exact);
+    std::vector<float> inputs = gatherAsFloats(*comm, full);
+    std::vector<uint16_t> part(block), started(block);
+    EXPECT_TRUE(comm->reduceScatter(full.data(), part.data(), int64_t(block),
+                                    ElementType::BF16, ReduceKind::Sum)
+                    .ok());
+    expectBf16Sum(part, inputs, block * size_t(n), block * size_t(r), n,
+                  exact || n == 2);
+    auto h =
+        comm->reduceScatterStart(full.data(), started.data(), int64_t(block),
+                                 ElementType::BF16, ReduceKind::Sum);
+    EXPECT_TRUE(h.ok());
+    if (!h.ok())
+      return;
+    for (int i = 0; i < 5; ++i)
+      EXPECT_TRUE(comm->progress(*h).ok());
+    EXPECT_TRUE(comm->wait(*h).ok());
+    expectBf16Sum(started, inputs, block * size_t(n), block * size_t(r), n,
+                  exact || n == 2);
+  }
+}
+
+TEST(MpiCommBf16Test, AllGatherAndByteCounters) {
+  auto comm = worldComm();
+  int n = comm->size(), r = comm->rank();
+  std::vector<uint16_t> send = {uint16_t(0x3f80 + r), uint16_t(0x7fc0),
+                                uint16_t(0x8000 | r)};
+  std::vector<uint16_t> recv(size_t(3 * n));
+  EXPECT_TRUE(
+      comm->allGather(send.data(), recv.data(), 3, ElementType::BF16).ok());
+  for (int k = 0; k < n; ++k) {
+    EXPECT_EQ(recv[size_t(3 * k)], uint16_t(0x3f80 + k));
+    EXPECT_EQ(recv[size_t(3 * k + 1)], 0x7fc0); // bits travel unchanged
+    EXPECT_EQ(recv[size_t(3 * k + 2)], uint16_t(0x8000 | k));
+  }
+  // 2 bytes per element in every counter.
+  comm->resetCounters();
+  std::vector<uint16_t> buf(size_t(100 * n), 0x3f80), out(size_t(100 * n));
+  EXPECT_TRUE(
+      comm->allReduce(buf.data(), 100 * n, ElementType::BF16, ReduceKind::Sum)
+          .ok());
+  EXPECT_TRUE(
+      comm->allGather(buf.data(), out.data(), 100, ElementType::BF16).ok());
+  EXPECT_TRUE(comm->reduceScatter(buf.data(), out.data(), 100,
+                                  ElementType::BF16, ReduceKind::Sum)
+                  .ok());
+  auto req = comm->reduceScatterStart(buf.data(), out.data(), 100,
+                                      ElementType::BF16, ReduceKind::Sum);
+  EXPECT_TRUE(req.ok() && comm->wait(*req).ok());
+  uint64_t full = uint64_t(200 * n);
+  EXPECT_EQ(comm->counters().allReduce, ringAllReduceBytes(full, n));
+  EXPECT_EQ(comm->counters().allGather, ringAllGatherBytes(full, n));
+  EXPECT_EQ(comm->counters().reduceScatter,
+            2 * ringReduceScatterBytes(full, n));
+  // No bf16 max: an error on every rank alike, before any communication.
+  Status st =
+      comm->allReduce(buf.data(), 4, ElementType::BF16, ReduceKind::Max);
+  EXPECT_EQ(st.getCode(), StatusCode::Unimplemented);
+  EXPECT_NE(st.message().find("bf16 max reductions are not supported"),
+            std::string::npos)
+      << st.message();
+}
+
+TEST(MpiCommBf16Test, MixedPrecisionDataParallelMatchesSingleRank) {
+  // bf16 parameters with fp32 main params, f32 or bf16 gradients all-reduced
+  // over dp = world vs dp = 1 on the same global batch.
+  int n = worldSize();
+  for (bool bf16Grads : {false, true}) {
+    SCOPED_TRACE(bf16Grads ? "bf16 grads" : "f32 grads");
+    ArtifactDesc dpDesc = mixedPrecisionRegression(8, 4, 4, 2, n, bf16Grads);
+    ArtifactDesc oneDesc =
+        mixedPrecisionRegression(8, 4, 4 * n, 2, 1, bf16Grads);
+    auto dpLoaded = LoadedArtifact::loadFromMemory(
+        buildFile(buildPayload(dpDesc)), "dp.tsr");
+    auto oneLoaded = LoadedArtifact::loadFromMemory(
+        buildFile(buildPayload(oneDesc)), "one.tsr");
+    EXPECT_TRUE(dpLoaded.ok() && oneLoaded.ok());
+    if (!dpLoaded.ok() || !oneLoaded.ok())
+      return;
+    auto set = createMpiCommunicators(*(*dpLoaded)->root());
+    EXPECT_TRUE(set.ok());
+    if (!set.ok())
+      return;
+    auto ex = Executor::create(
+        *dpLoaded, std::move(*BackendRegistry::global().create("cpu", {})),
+        std::move(*set), worldRank());
+    auto ref = Executor::create(
+        *oneLoaded, std::move(*BackendRegistry::global().create("cpu", {})),
+        CommunicatorSet(), 0);
+    EXPECT_TRUE(ex.ok() && ref.ok());
+    if (!ex.ok() || !ref.ok())
+      return;
+    EXPECT_TRUE((*ex)->initializeParameters().ok());
+    EXPECT_TRUE((*ref)->initializeParameters().ok());
+    for (int it = 1; it <= 5; ++it) {
+      auto a = (*ex)->runIteration(it);
+      auto b = (*ref)->runIteration(it);
+      EXPECT_TRUE(a.ok() && b.ok()) << a.status().toString();
+      if (a.ok() && b.ok())
+        EXPECT_NEAR(*a, *b, (bf16Grads ? 2e-2 : 5e-3) * *b)
+            << "iteration " << it;
+    }
+    // Per step: gW (8x4) and gb (4) all-reduced, 2 or 4 bytes each.
+    uint64_t es = bf16Grads ? 2 : 4;
+    EXPECT_EQ(
+        (*ex)->commCounters()["dp"].allReduce,
+        5 * (ringAllReduceBytes(32 * es, n) + ringAllReduceBytes(4 * es, n)));
+  }
 }
 
 TEST(MpiCommTest, PointToPointRingInOneBatch) {

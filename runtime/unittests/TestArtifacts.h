@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -366,6 +367,150 @@ inline ArtifactDesc softmaxRegression(int64_t features = 8, int64_t classes = 4,
       step.push_back(sg);
     }
   }
+  for (int g : {gw, gb}) {
+    InstrDesc zero = instr(O::Fill, {p.ref(g)}, "zero-grad");
+    zero.fattrs = {0.0f};
+    step.push_back(zero);
+  }
+  a.programs.push_back(std::move(p));
+  return a;
+}
+
+/// softmaxRegression in mixed precision (Megatron's --bf16): the weight and
+/// bias are bf16 with fp32 main params ("main:fc.weight", "main:fc.bias",
+/// kind MainParam), the microbatch casts them to f32 scratch and computes
+/// in f32; gradients are f32 or, with `bf16Grads`, bf16 (accumulated with a
+/// Cast of beta 1, all-reduced and averaged in bf16, cast to f32 for Adam).
+/// "step" runs Adam on the main params and casts them back into the
+/// params; "init" casts the params into the main params.
+inline ArtifactDesc
+mixedPrecisionRegression(int64_t features = 8, int64_t classes = 4,
+                         int64_t b = 16, int64_t microbatches = 2, int dp = 1,
+                         bool bf16Grads = false, float lr = 0.05f) {
+  using K = fb::BufferKind;
+  using O = fb::Opcode;
+  const auto F32 = fb::DType::F32, BF16 = fb::DType::BF16;
+  const fb::DType G = bf16Grads ? BF16 : F32;
+  ArtifactDesc a;
+  a.worldSize = dp;
+  a.mesh = {{"tp", 1}, {"dp", dp}};
+  std::vector<int> all;
+  for (int r = 0; r < dp; ++r) {
+    all.push_back(r);
+    a.groups.push_back({"tp", {r}});
+  }
+  a.groups.push_back({"dp", all});
+  a.microBatch = b;
+  a.numMicrobatches = microbatches;
+  a.globalBatch = b * microbatches * dp;
+  a.lr = lr;
+
+  ProgramDesc p;
+  int w = p.add("fc.weight", K::Param, {features, classes}, BF16,
+                fb::InitKind::Normal, 0.1f);
+  int bias = p.add("fc.bias", K::Param, {classes}, BF16);
+  int mainW = p.add("main:fc.weight", K::MainParam, {features, classes}, F32,
+                    fb::InitKind::Zeros, 0.0f, w);
+  int mainB = p.add("main:fc.bias", K::MainParam, {classes}, F32,
+                    fb::InitKind::Zeros, 0.0f, bias);
+  int gw = p.add("grad:fc.weight", K::Grad, {features, classes}, G,
+                 fb::InitKind::Zeros, 0.0f, w);
+  int gb = p.add("grad:fc.bias", K::Grad, {classes}, G, fb::InitKind::Zeros,
+                 0.0f, bias);
+  int mw = p.add("adam.m:fc.weight", K::OptState, {features, classes}, F32,
+                 fb::InitKind::Zeros, 0.0f, w);
+  int vw = p.add("adam.v:fc.weight", K::OptState, {features, classes}, F32,
+                 fb::InitKind::Zeros, 0.0f, w);
+  int mb = p.add("adam.m:fc.bias", K::OptState, {classes}, F32,
+                 fb::InitKind::Zeros, 0.0f, bias);
+  int vb = p.add("adam.v:fc.bias", K::OptState, {classes}, F32,
+                 fb::InitKind::Zeros, 0.0f, bias);
+  int it = p.add("iteration", K::Iteration, {}, fb::DType::I64);
+  int loss = p.add("loss", K::Loss, {});
+  int x = p.add("features", K::Input, {b, features});
+  int t = p.add("labels", K::Input, {b}, fb::DType::I32);
+  RefDesc wf = p.scratch({features, classes});
+  RefDesc bf = p.scratch({classes});
+  RefDesc z = p.scratch({b, classes});
+  RefDesc l = p.scratch({b});
+  RefDesc dloss = p.scratch({});
+  RefDesc dl = p.scratch({b});
+  RefDesc dz = p.scratch({b, classes});
+  RefDesc dw = p.scratch({features, classes});
+  RefDesc db = p.scratch({classes});
+  p.inputs = {{"features", x, 0}, {"labels", t, classes}};
+  p.lossBuffer = loss;
+  p.iterationBuffer = it;
+  auto cast = [&](RefDesc from, RefDesc to, float beta, const char *loc) {
+    InstrDesc c = instr(O::Cast, {std::move(from), std::move(to)}, loc);
+    c.beta = beta;
+    return c;
+  };
+
+  auto &init = p.function("init");
+  init.push_back(cast(p.ref(w), p.ref(mainW), 0.0f, "main.w"));
+  init.push_back(cast(p.ref(bias), p.ref(mainB), 0.0f, "main.b"));
+
+  auto &mbf = p.function("microbatch");
+  mbf.push_back(cast(p.ref(w), wf, 0.0f, "fc.w.f32"));
+  mbf.push_back(cast(p.ref(bias), bf, 0.0f, "fc.b.f32"));
+  mbf.push_back(instr(O::Gemm, {p.ref(x), wf, z}, "fc"));
+  mbf.push_back(instr(O::BiasAdd, {z, bf, z}, "fc"));
+  mbf.push_back(instr(O::CrossEntropy, {z, p.ref(t), l}, "ce"));
+  mbf.push_back(instr(O::Mean, {l, p.ref(loss)}, "mean"));
+  InstrDesc fill = instr(O::Fill, {dloss}, "seed-grad");
+  fill.fattrs = {1.0f / float(microbatches)};
+  mbf.push_back(fill);
+  mbf.push_back(instr(O::MeanGrad, {dloss, dl}, "mean.grad"));
+  mbf.push_back(instr(O::CrossEntropyGrad, {z, p.ref(t), dl, dz}, "ce.grad"));
+  InstrDesc gwi =
+      instr(O::Gemm, {p.ref(x), dz, bf16Grads ? dw : p.ref(gw)}, "fc.dw");
+  gwi.transA = true;
+  gwi.beta = bf16Grads ? 0.0f : 1.0f;
+  mbf.push_back(gwi);
+  InstrDesc gbi =
+      instr(O::ReduceRows, {dz, bf16Grads ? db : p.ref(gb)}, "fc.db");
+  gbi.beta = bf16Grads ? 0.0f : 1.0f;
+  mbf.push_back(gbi);
+  if (bf16Grads) {
+    mbf.push_back(cast(dw, p.ref(gw), 1.0f, "fc.dw.acc"));
+    mbf.push_back(cast(db, p.ref(gb), 1.0f, "fc.db.acc"));
+  }
+
+  auto &step = p.function("step");
+  if (dp > 1) {
+    InstrDesc start = instr(O::AllReduceStart, {p.ref(gw)}, "dp.grad.w");
+    start.group = "dp";
+    start.event = 0;
+    step.push_back(start);
+    InstrDesc ar = instr(O::AllReduce, {p.ref(gb)}, "dp.grad.b");
+    ar.group = "dp";
+    step.push_back(ar);
+    InstrDesc wait = instr(O::Wait, {}, "dp.grad.w");
+    wait.event = 0;
+    step.push_back(wait);
+    for (int g : {gw, gb}) {
+      InstrDesc sc = instr(O::Scale, {p.ref(g), p.ref(g)}, "dp.average");
+      sc.alpha = 1.0f / float(dp);
+      step.push_back(sc);
+    }
+  }
+  RefDesc gwF32 = p.ref(gw), gbF32 = p.ref(gb);
+  if (bf16Grads) {
+    step.push_back(cast(p.ref(gw), dw, 0.0f, "grad.w.f32"));
+    step.push_back(cast(p.ref(gb), db, 0.0f, "grad.b.f32"));
+    gwF32 = dw;
+    gbF32 = db;
+  }
+  for (auto [mp, gg, m, v] :
+       {std::tuple{mainW, gwF32, mw, vw}, std::tuple{mainB, gbF32, mb, vb}}) {
+    InstrDesc ad =
+        instr(O::Adam, {p.ref(mp), gg, p.ref(m), p.ref(v), p.ref(it)}, "adam");
+    ad.fattrs = {lr, 0.9f, 0.999f, 1e-8f, 0.0f};
+    step.push_back(ad);
+  }
+  step.push_back(cast(p.ref(mainW), p.ref(w), 0.0f, "param.w"));
+  step.push_back(cast(p.ref(mainB), p.ref(bias), 0.0f, "param.b"));
   for (int g : {gw, gb}) {
     InstrDesc zero = instr(O::Fill, {p.ref(g)}, "zero-grad");
     zero.fattrs = {0.0f};

@@ -64,6 +64,20 @@ static cl::opt<bool> sequenceParallel(
     cl::desc("Megatron sequence parallelism: layer norms and residuals on "
              "sequence shards, all-gather/reduce-scatter around each region"),
     cl::init(false));
+static cl::opt<bool> bf16(
+    "bf16",
+    cl::desc("mixed precision: bf16 parameters, f32 computation, fp32 main "
+             "parameters for the optimizer (Megatron's --bf16)"),
+    cl::init(false));
+static cl::opt<bool> gradReduceInFp32(
+    "grad-reduce-in-fp32",
+    cl::desc("with --bf16: accumulate and reduce gradients in f32 (the "
+             "default, as Megatron does for bf16)"),
+    cl::init(false));
+static cl::opt<bool> gradReduceInBf16(
+    "grad-reduce-in-bf16",
+    cl::desc("with --bf16: accumulate and reduce gradients in bf16"),
+    cl::init(false));
 static cl::opt<int64_t> bucketSize(
     "bucket-size",
     cl::desc("gradient bucket size in elements (default Megatron's "
@@ -328,7 +342,12 @@ int main(int argc, char **argv) {
   (*module)->setAttr("tessera.model",
                      b.getStringAttr(llvm::sys::path::stem(inputFile)));
 
+  if (gradReduceInBf16 && (!bf16 || gradReduceInFp32))
+    return fail("--grad-reduce-in-bf16 needs --bf16 and excludes "
+                "--grad-reduce-in-fp32");
   tessera::TrainPipelineOptions options;
+  options.bf16 = bf16;
+  options.gradReduceInFp32 = !gradReduceInBf16;
   options.tp = tp;
   options.dp = mesh.dp;
   options.order = order;

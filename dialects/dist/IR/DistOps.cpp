@@ -421,6 +421,10 @@ LogicalResult GradBufferOp::verify() {
   }
   if (getDp() < 1)
     return emitOpError() << "dp must be at least 1";
+  for (StringRef dtype : {getParamDtype(), getGradDtype()})
+    if (dtype != "f32" && dtype != "bf16")
+      return emitOpError() << "dtype must be \"f32\" or \"bf16\", got \""
+                           << dtype << "\"";
   buckets::LayoutOptions o;
   o.dp = getDp();
   o.distributedOptimizer = getDistributed();
@@ -436,8 +440,11 @@ LogicalResult GradBufferOp::verify() {
 static LogicalResult resolveBucket(Operation *op, FlatSymbolRefAttr ref,
                                    int64_t bucket, SymbolTableCollection &st,
                                    SmallVectorImpl<int64_t> &sizes,
-                                   int64_t &bucketNumel) {
+                                   int64_t &bucketNumel,
+                                   GradBufferOp *found = nullptr) {
   auto buf = st.lookupNearestSymbolFrom<GradBufferOp>(op, ref);
+  if (found)
+    *found = buf;
   if (!buf)
     return op->emitOpError() << "refers to " << ref
                              << ", which is not a dist.grad_buffer in scope";
@@ -457,7 +464,16 @@ static LogicalResult resolveBucket(Operation *op, FlatSymbolRefAttr ref,
 
 static LogicalResult checkBucketTensors(Operation *op, TypeRange parts,
                                         Type flat, ArrayRef<int64_t> sizes,
-                                        int64_t bucketNumel) {
+                                        int64_t bucketNumel, StringRef dtype) {
+  // The bucket holds the buffer's parameter or gradient dtype.
+  auto dtypeOf = [](Type t) -> std::string {
+    Type e = cast<RankedTensorType>(t).getElementType();
+    return e.isF32() ? "f32" : e.isBF16() ? "bf16" : "other";
+  };
+  for (Type t : llvm::concat<const Type>(parts, TypeRange(flat)))
+    if (dtypeOf(t) != dtype)
+      return op->emitOpError() << "tensor " << t << " is not of the bucket's "
+                               << dtype;
   if (parts.size() != sizes.size())
     return op->emitOpError() << "has " << parts.size()
                              << " parameter tensors, but the bucket holds "
@@ -509,18 +525,25 @@ LogicalResult BucketReduceWaitOp::verifySymbolUses(SymbolTableCollection &st) {
 LogicalResult PackOp::verifySymbolUses(SymbolTableCollection &st) {
   SmallVector<int64_t> sizes;
   int64_t numel = 0;
-  if (failed(resolveBucket(*this, getBufferAttr(), getBucket(), st, sizes, numel)))
+  GradBufferOp buf;
+  if (failed(resolveBucket(*this, getBufferAttr(), getBucket(), st, sizes, numel,
+                           &buf)))
     return failure();
-  return checkBucketTensors(*this, getInputs().getTypes(), getType(), sizes, numel);
+  return checkBucketTensors(*this, getInputs().getTypes(), getType(), sizes, numel,
+                            getData() == "grad" ? buf.getGradDtype()
+                                                : buf.getParamDtype());
 }
 
 LogicalResult UnpackOp::verifySymbolUses(SymbolTableCollection &st) {
   SmallVector<int64_t> sizes;
   int64_t numel = 0;
-  if (failed(resolveBucket(*this, getBufferAttr(), getBucket(), st, sizes, numel)))
+  GradBufferOp buf;
+  if (failed(resolveBucket(*this, getBufferAttr(), getBucket(), st, sizes, numel,
+                           &buf)))
     return failure();
-  return checkBucketTensors(*this, getResultTypes(), getInput().getType(), sizes,
-                            numel);
+  return checkBucketTensors(*this, getResultTypes(), getInput().getType(), sizes, numel,
+                            getData() == "grad" ? buf.getGradDtype()
+                                                : buf.getParamDtype());
 }
 
 #define GET_OP_CLASSES

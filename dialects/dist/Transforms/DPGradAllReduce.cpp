@@ -113,15 +113,25 @@ struct DPGradAllReducePass
     layoutOptions.distributedOptimizer = distributedOptimizer;
     layoutOptions.padForHighNcclBusbw = padBucketsForHighNcclBusbw;
     layoutOptions.firstPipelineStage = ppRank == 0;
+    // Stored parameter dtypes (bf16 under mixed precision), from the
+    // phases that take the parameters.
+    llvm::StringMap<Type> paramElement;
+    for (auto f : module.getOps<func::FuncOp>())
+      for (unsigned i = 0, e = f.getNumArguments(); i < e; ++i)
+        if (auto name = f.getArgAttrOfType<StringAttr>(i, kParamAttr))
+          paramElement[name.getValue()] =
+              cast<RankedTensorType>(f.getArgumentTypes()[i]).getElementType();
+    auto dtypeName = [](Type element) -> std::string {
+      return element && element.isBF16() ? "bf16" : "f32";
+    };
     std::map<int64_t, std::vector<buckets::ParamInfo>> chunkParams;
-    llvm::StringMap<Type> typeOf;
     for (auto [name, type] : llvm::zip(names, types)) {
-      typeOf[name.getValue()] = type;
       auto t = cast<RankedTensorType>(type);
       buckets::ParamInfo info;
       info.name = name.getValue().str();
       info.numel = t.getNumElements();
-      info.paramDtype = info.gradDtype = t.getElementType().isF32() ? "f32" : "bf16";
+      info.gradDtype = dtypeName(t.getElementType());
+      info.paramDtype = dtypeName(paramElement.lookup(name.getValue()));
       info.sharedEmbedding = tiedGroup.count(name.getValue()) > 0;
       chunkParams[chunkOf.lookup(name.getValue())].push_back(info);
     }
@@ -130,6 +140,10 @@ struct DPGradAllReducePass
       buckets::Buffer layout;
     };
     SmallVector<Placed> placed;
+    // A bucket of gradients holds the buffer's grad dtype.
+    auto gradElement = [&](const Placed &p) -> Type {
+      return p.layout.gradDtype == "bf16" ? Type(b.getBF16Type()) : b.getF32Type();
+    };
     for (auto &[chunk, params] : chunkParams) {
       std::vector<buckets::Buffer> bufs = buckets::layoutBuffers(params, layoutOptions);
       for (auto [i, layout] : llvm::enumerate(bufs)) {
@@ -270,7 +284,7 @@ struct DPGradAllReducePass
       for (auto [k, bucket] : llvm::enumerate(p.layout.buckets))
         if (distributedOptimizer) {
           resultTypes.push_back(RankedTensorType::get(
-              {(bucket.end - bucket.start) / dp}, b.getF32Type()));
+              {(bucket.end - bucket.start) / dp}, gradElement(p)));
           resultAttrs.push_back(b.getDictionaryAttr(b.getNamedAttr(
               kGradShardAttr,
               b.getDictionaryAttr(
@@ -316,7 +330,7 @@ struct DPGradAllReducePass
             if (distributedOptimizer) {
               shards.push_back(body->addArgument(
                   RankedTensorType::get({(bucket.end - bucket.start) / dp},
-                                        b.getF32Type()),
+                                        gradElement(p)),
                   step.getLoc()));
               bindings.push_back(b.getDictionaryAttr(b.getNamedAttr(
                   kBufferAttr, b.getStringAttr(("gshard:" + p.op.getSymName() +
@@ -333,7 +347,7 @@ struct DPGradAllReducePass
             partTypes.push_back(parts.back().getType());
           }
           auto flatType = RankedTensorType::get({bucket.end - bucket.start},
-                                                b.getF32Type());
+                                                gradElement(p));
           Value flat = PackOp::create(b, step.getLoc(), flatType, ref,
                                       b.getI64IntegerAttr(k),
                                       b.getStringAttr("grad"), parts);
@@ -342,7 +356,7 @@ struct DPGradAllReducePass
                                        b.getF32FloatAttr(1.0f / float(dp)));
           if (distributedOptimizer) {
             auto shardType = RankedTensorType::get(
-                {(bucket.end - bucket.start) / dp}, b.getF32Type());
+                {(bucket.end - bucket.start) / dp}, gradElement(p));
             shards.push_back(ReduceScatterOp::create(
                 b, step.getLoc(), shardType, flat, meshRef(),
                 b.getStringAttr("dp"), b.getI64IntegerAttr(0)));

@@ -191,6 +191,22 @@ LogicalResult AddOp::buildAdjoint(OpBuilder &, ArrayRef<Value> resultAdj,
   return success();
 }
 
+LogicalResult CastOp::verify() {
+  auto in = getInput().getType(), out = getResult().getType();
+  if (in.getShape() != out.getShape())
+    return emitOpError() << "changes the shape: " << in << " to " << out;
+  return success();
+}
+
+LogicalResult CastOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
+                                   ArrayRef<bool> needed,
+                                   SmallVectorImpl<Value> &adj) {
+  adj.assign(1, Value());
+  if (needed[0])
+    adj[0] = CastOp::create(b, getLoc(), getInput().getType(), resultAdj[0]);
+  return success();
+}
+
 // Elementwise ops run unchanged on a shard: the sharded dim carries over.
 FailureOr<int64_t> GeluOp::propagateShardedDim(unsigned, int64_t dim) {
   return dim;

@@ -38,6 +38,8 @@ class NN_Op<string mnemonic, list<Trait> traits = [],
 defvar NN_CustomFlops = [DeclareOpInterfaceMethods<Tessera_CostOpInterface, ["getFlops"]>];
 
 def NN_F32Tensor : RankedTensorOf<[F32]>;
+/// Stored parameters and gradients under mixed precision.
+def NN_FloatTensor : RankedTensorOf<[F32, BF16]>;
 def NN_I32Tensor : RankedTensorOf<[I32]>;
 def NN_I64Tensor : RankedTensorOf<[I64]>;
 
@@ -269,7 +271,7 @@ def NN_FillOp : NN_Op<"fill"> {
     ```
   }];
   let arguments = (ins F32Attr:$value);
-  let results = (outs NN_F32Tensor:$result);
+  let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = "$value attr-dict `:` type($result)";
 }
 
@@ -280,9 +282,28 @@ def NN_ScaleOp : NN_Op<"scale", [SameOperandsAndResultType]> {
     %g = nn.scale %g0 {factor = 5.000000e-01 : f32} : tensor<1024x256xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$input, F32Attr:$factor);
-  let results = (outs NN_F32Tensor:$result);
+  let arguments = (ins NN_FloatTensor:$input, F32Attr:$factor);
+  let results = (outs NN_FloatTensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($result)";
+}
+
+def NN_CastOp : NN_Op<"cast", [
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "converts between f32 and bf16 (round to nearest even)";
+  let description = [{
+    Mixed precision (tessera-mixed-precision): a bf16 parameter is cast to
+    f32 where the model reads it, so the stored copy is bf16 and the
+    computation f32; the optimizer casts its fp32 main parameters back.
+    The adjoint casts the result's adjoint back to the operand's type.
+
+    ```mlir
+    %w32 = nn.cast %w : tensor<1024x256xbf16> to tensor<1024x256xf32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$input);
+  let results = (outs NN_FloatTensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input) `to` type($result)";
+  let hasVerifier = 1;
 }
 
 //===----------------------------------------------------------------------===//

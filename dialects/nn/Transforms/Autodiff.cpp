@@ -41,6 +41,20 @@ namespace {
 /// `loss`, if set, is seeded with 1/M; values sent to the next stage are
 /// seeded from it; adjoints of values received from the previous stage are
 /// sent back.
+/// The type of a parameter's gradient: under mixed precision (bf16
+/// parameters) the recorded grad dtype, else the parameter's own type.
+static RankedTensorType gradTypeOf(BlockArgument p) {
+  auto type = cast<RankedTensorType>(p.getType());
+  auto mp = getRootModule(p.getOwner()->getParentOp())
+                ->getAttrOfType<DictionaryAttr>(kMixedPrecisionAttr);
+  auto grads = mp ? mp.getAs<StringAttr>("grads") : StringAttr();
+  if (!grads || type.getElementType().isF32())
+    return type;
+  Builder b(p.getContext());
+  Type element = grads.getValue() == "f32" ? Type(b.getF32Type()) : b.getBF16Type();
+  return RankedTensorType::get(type.getShape(), element);
+}
+
 LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
                                 ArrayRef<BlockArgument> params,
                                 int64_t numMicrobatches,
@@ -107,6 +121,16 @@ LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
     }
     if (!anyNeeded)
       continue;
+    // Mixed precision: the f32 gradient of a bf16 parameter read through
+    // one cast is the adjoint of the cast's result itself (Megatron's fp32
+    // main_grad), not that adjoint rounded to bf16 and back.
+    if (auto c = dyn_cast<CastOp>(op))
+      if (auto arg = dyn_cast<BlockArgument>(c.getInput());
+          arg && c.getInput().hasOneUse() && llvm::is_contained(params, arg) &&
+          gradTypeOf(arg) == c.getType()) {
+        accumulate(arg, resultAdj[0]);
+        continue;
+      }
     auto diff = dyn_cast<DifferentiableOpInterface>(op);
     if (!diff)
       return op->emitOpError() << "has no gradient rule (DifferentiableOpInterface)";
@@ -126,8 +150,11 @@ LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
 
   for (BlockArgument p : params) {
     Value g = adjoint.lookup(p);
+    RankedTensorType type = gradTypeOf(p);
     if (!g) // unused parameter: zero gradient
-      g = FillOp::create(b, p.getLoc(), p.getType(), b.getF32FloatAttr(0));
+      g = FillOp::create(b, p.getLoc(), type, b.getF32FloatAttr(0));
+    else if (g.getType() != type)
+      g = CastOp::create(b, p.getLoc(), type, g);
     grads.push_back(g);
   }
   // Gradients of received values go back to the previous stage last.
@@ -255,15 +282,26 @@ struct AutodiffPass : tessera::nn::impl::AutodiffPassBase<AutodiffPass> {
       backwardOps.push_back(op);
     DenseSet<Operation *> isBackward(backwardOps.begin(), backwardOps.end());
 
-    // Forward values and arguments the backward reads.
+    // Forward values and arguments the backward reads. A cast of an
+    // argument (a bf16 parameter's f32 view) is recomputed in the backward
+    // rather than saved: saving it would keep an f32 copy of the weights per
+    // microbatch in flight.
     llvm::SetVector<Value> stash;
     llvm::SetVector<BlockArgument> backwardArgs;
+    llvm::SetVector<Operation *> recompute;
     for (Operation *op : backwardOps)
       for (Value v : op->getOperands()) {
-        if (auto arg = dyn_cast<BlockArgument>(v))
+        if (auto arg = dyn_cast<BlockArgument>(v)) {
           backwardArgs.insert(arg);
-        else if (!isBackward.contains(v.getDefiningOp()))
-          stash.insert(v);
+        } else if (!isBackward.contains(v.getDefiningOp())) {
+          auto c = v.getDefiningOp<CastOp>();
+          if (c && isa<BlockArgument>(c.getInput())) {
+            recompute.insert(c);
+            backwardArgs.insert(cast<BlockArgument>(c.getInput()));
+          } else {
+            stash.insert(v);
+          }
+        }
       }
 
     OpBuilder b(chunk);
@@ -303,8 +341,16 @@ struct AutodiffPass : tessera::nn::impl::AutodiffPassBase<AutodiffPass> {
     for (Value v : stash)
       map.map(v, bwdBody->getArgument(n++));
     b.setInsertionPointToStart(bwdBody);
-    for (Operation *op : backwardOps)
+    // Recomputed casts after the leading receives (a phase receives first).
+    bool recomputed = false;
+    for (Operation *op : backwardOps) {
+      if (!recomputed && !isa<dist::RecvOp>(op)) {
+        for (Operation *r : recompute)
+          b.clone(*r, map);
+        recomputed = true;
+      }
       b.clone(*op, map);
+    }
     SmallVector<Value> gradResults;
     for (Value g : grads)
       gradResults.push_back(map.lookupOrDefault(g));

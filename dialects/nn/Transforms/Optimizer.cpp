@@ -118,6 +118,32 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
       return op.getNewParam();
     };
     auto mesh = dist::lookupMesh(module);
+    // Mixed precision: a bf16 parameter is updated through its fp32 main
+    // parameter (Megatron's main params): the optimizer steps the main
+    // parameter with an f32 gradient, and the parameter is the main
+    // parameter rounded to bf16. The init phase creates the main parameters
+    // from the parameters once, before the first iteration.
+    Type f32 = b.getF32Type();
+    auto withElement = [](Type t, Type element) -> RankedTensorType {
+      return RankedTensorType::get(cast<RankedTensorType>(t).getShape(), element);
+    };
+    auto isMixed = [](Type t) {
+      return !cast<RankedTensorType>(t).getElementType().isF32();
+    };
+    auto toF32 = [&](Value v) -> Value {
+      if (!isMixed(v.getType()))
+        return v;
+      return CastOp::create(b, loc, withElement(v.getType(), b.getF32Type()), v);
+    };
+    // The init phase's work: (parameter names, main parameter binding) and,
+    // for a bucket shard, the grad buffer and bucket.
+    struct MainInit {
+      SmallVector<std::string> params;
+      std::string binding;
+      FlatSymbolRefAttr buffer;
+      int64_t bucket = -1;
+    };
+    SmallVector<MainInit> mainInits;
     for (unsigned i = 0; i < numResults; ++i) {
       Value grad = ret.getOperand(i);
       // The distributed optimizer (ZeRO-1): this rank updates its shard of
@@ -130,34 +156,58 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
         if (!gb || !mesh)
           return step.emitOpError() << "result #" << i
                                     << " is a shard of an unknown grad buffer";
+        auto shardType = cast<RankedTensorType>(grad.getType());
+        bool mixed = gb.getParamDtype() != "f32";
         SmallVector<Value> params;
         SmallVector<Type> partTypes;
+        MainInit init;
         for (StringRef name : gb.getBucketParams(k)) {
           Type type = paramTypes.lookup(name);
           if (!type)
             return step.emitOpError() << "gradient of unknown parameter '"
                                       << name << "'";
-          params.push_back(body.addArgument(type, loc));
+          // fp32 parameters are their own main parameters: the step takes
+          // them to keep this rank's shard.
+          if (!mixed) {
+            params.push_back(body.addArgument(type, loc));
+            argBindings.push_back(name.str());
+          }
+          init.params.push_back(name.str());
           partTypes.push_back(type);
-          argBindings.push_back(name.str());
           zeroGrads.push_back({Value(), ("grad:" + name).str()});
-          zeroGradTypes.push_back(type);
+          zeroGradTypes.push_back(withElement(type, shardType.getElementType()));
         }
-        auto shardType = cast<RankedTensorType>(grad.getType());
         int64_t dp = mesh.getDp();
-        auto flatType = RankedTensorType::get({shardType.getDimSize(0) * dp},
-                                              shardType.getElementType());
+        Type paramElement = cast<RankedTensorType>(partTypes.front()).getElementType();
+        auto flatType =
+            RankedTensorType::get({shardType.getDimSize(0) * dp}, paramElement);
         auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
-        Value flat = dist::PackOp::create(b, loc, flatType, ref,
-                                          b.getI64IntegerAttr(k),
-                                          b.getStringAttr("param"), params);
-        Value mine = dist::ScatterToRegionOp::create(
-            b, loc, shardType, flat, meshRef, b.getStringAttr("dp"),
-            b.getI64IntegerAttr(0));
         std::string key = ("pbuf:" + ref.getValue() + ":" + Twine(k)).str();
-        Value updated = update(mine, grad, key);
+        Value mine;
+        if (mixed) {
+          // This rank's fp32 main shard of the bucket, kept between steps.
+          mine = body.addArgument(withElement(shardType, f32), loc);
+          init.binding = "main:" + key;
+          init.buffer = ref;
+          init.bucket = k;
+          argBindings.push_back(init.binding);
+          mainInits.push_back(init);
+        } else {
+          Value flat = dist::PackOp::create(b, loc, flatType, ref,
+                                            b.getI64IntegerAttr(k),
+                                            b.getStringAttr("param"), params);
+          mine = dist::ScatterToRegionOp::create(b, loc, shardType, flat, meshRef,
+                                                 b.getStringAttr("dp"),
+                                                 b.getI64IntegerAttr(0));
+        }
+        Value updated = update(mine, toF32(grad), key);
+        Value stored = updated;
+        if (mixed)
+          stored = CastOp::create(
+              b, loc, RankedTensorType::get(shardType.getShape(), paramElement),
+              updated);
         Value gathered = dist::AllGatherOp::create(
-            b, loc, flatType, updated, meshRef, b.getStringAttr("dp"),
+            b, loc, flatType, stored, meshRef, b.getStringAttr("dp"),
             b.getI64IntegerAttr(0));
         auto unpack = dist::UnpackOp::create(b, loc, partTypes, ref,
                                              b.getI64IntegerAttr(k),
@@ -165,6 +215,10 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
         for (auto [name, v] : llvm::zip(gb.getBucketParams(k), unpack.getResults())) {
           newResults.push_back(v);
           newBindings.push_back(name.str());
+        }
+        if (mixed) {
+          newResults.push_back(updated);
+          newBindings.push_back("main:" + key);
         }
         flushState();
         continue;
@@ -177,10 +231,21 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
       if (!type)
         return step.emitOpError() << "gradient of unknown parameter '" << name
                                   << "'";
-      Value param = body.addArgument(type, loc);
-      argBindings.push_back(name);
-      newResults.push_back(update(param, grad, name));
-      newBindings.push_back(name);
+      if (isMixed(type)) {
+        Value main = body.addArgument(withElement(type, f32), loc);
+        argBindings.push_back("main:" + name);
+        Value updated = update(main, toF32(grad), name);
+        newResults.push_back(CastOp::create(b, loc, type, updated));
+        newBindings.push_back(name);
+        newResults.push_back(updated);
+        newBindings.push_back("main:" + name);
+        mainInits.push_back({{name}, "main:" + name, nullptr, -1});
+      } else {
+        Value param = body.addArgument(type, loc);
+        argBindings.push_back(name);
+        newResults.push_back(update(param, grad, name));
+        newBindings.push_back(name);
+      }
       flushState();
       zeroGrads.push_back({grad, binding.getValue().str()});
       zeroGradTypes.push_back(grad.getType());
@@ -204,7 +269,9 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
         if (types.size() != bucket.params.size() || types.empty())
           continue;
         Value flat = FillOp::create(
-            b, loc, RankedTensorType::get({bucket.end - bucket.start}, b.getF32Type()),
+            b, loc,
+            RankedTensorType::get({bucket.end - bucket.start},
+                                  cast<RankedTensorType>(types.front()).getElementType()),
             b.getF32FloatAttr(0));
         auto unpack = dist::UnpackOp::create(
             b, loc, types, FlatSymbolRefAttr::get(gb.getSymNameAttr()),
@@ -240,8 +307,66 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
     updateFunctionType(step);
     step.setAllArgAttrs(argAttrs);
     step.setAllResultAttrs(resultAttrs);
-
+    if (!mainInits.empty())
+      buildInitPhase<MainInit>(module, step, mainInits, paramTypes);
     return success();
+  }
+
+  /// The init phase: each main parameter is its bf16 parameter in f32, or
+  /// with the distributed optimizer this rank's 1/dp of the bucket's
+  /// parameters (the same shard the reduce-scatter gives it) in f32.
+  template <typename MainInit>
+  void buildInitPhase(ModuleOp module, func::FuncOp step,
+                      ArrayRef<MainInit> inits,
+                      const llvm::StringMap<Type> &paramTypes) {
+    OpBuilder b(step);
+    b.setInsertionPointAfter(step);
+    Location loc = step.getLoc();
+    auto init = func::FuncOp::create(b, loc, kInitPhase, b.getFunctionType({}, {}));
+    init->setAttr(kPhaseAttr, b.getStringAttr(kInitPhase));
+    Block *body = init.addEntryBlock();
+    b.setInsertionPointToStart(body);
+    SmallVector<DictionaryAttr> argAttrs, resultAttrs;
+    SmallVector<Value> results;
+    auto bind = [&](StringRef name) {
+      return b.getDictionaryAttr(b.getNamedAttr(kBufferAttr, b.getStringAttr(name)));
+    };
+    auto mesh = dist::lookupMesh(module);
+    for (const MainInit &m : inits) {
+      SmallVector<Value> params;
+      for (const std::string &name : m.params) {
+        params.push_back(body->addArgument(paramTypes.lookup(name), loc));
+        argAttrs.push_back(bind(name));
+      }
+      auto first = cast<RankedTensorType>(params.front().getType());
+      Value stored = params.front();
+      if (m.buffer) {
+        auto gb = SymbolTable::lookupNearestSymbolFrom<dist::GradBufferOp>(
+            step, m.buffer);
+        buckets::Bucket bucket = gb.getLayout().buckets[size_t(m.bucket)];
+        int64_t dp = mesh.getDp();
+        auto flatType = RankedTensorType::get({bucket.end - bucket.start},
+                                              first.getElementType());
+        Value flat = dist::PackOp::create(b, loc, flatType, m.buffer,
+                                          b.getI64IntegerAttr(m.bucket),
+                                          b.getStringAttr("param"), params);
+        stored = dist::ScatterToRegionOp::create(
+            b, loc,
+            RankedTensorType::get({(bucket.end - bucket.start) / dp},
+                                  first.getElementType()),
+            flat, FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
+            b.getStringAttr("dp"), b.getI64IntegerAttr(0));
+      }
+      auto storedType = cast<RankedTensorType>(stored.getType());
+      results.push_back(CastOp::create(
+          b, loc, RankedTensorType::get(storedType.getShape(), b.getF32Type()),
+          stored));
+      resultAttrs.push_back(bind(m.binding));
+    }
+    func::ReturnOp::create(b, loc, results);
+    updateFunctionType(init);
+    init.setAllArgAttrs(argAttrs);
+    init.setAllResultAttrs(resultAttrs);
   }
 
   void setOptimizerAttr(ModuleOp module) {

@@ -18,6 +18,29 @@ def AutodiffPass : Pass<"tessera-autodiff", "mlir::ModuleOp"> {
   let dependentDialects = ["::tessera::nn::NNDialect", "::tessera::dist::DistDialect"];
 }
 
+def MixedPrecisionPass : Pass<"tessera-mixed-precision", "mlir::ModuleOp"> {
+  let summary = "store parameters in bf16, compute in f32 (Megatron's --bf16)";
+  let description = [{
+    Every f32 parameter of the model (of each pipeline chunk after
+    tessera-pp-split) becomes a bf16 argument and is cast to f32 once, at
+    the top of the function, for the ops that read it: bf16 is stored, f32
+    computed. The dtypes are recorded in `tessera.mixed_precision` on the
+    root module: tessera-autodiff then returns each parameter's gradient in
+    the grad dtype (f32 with `grad-reduce-in-fp32`, taken before the cast
+    back, so gradients accumulate and are reduced in f32 as Megatron's
+    main_grad; bf16 otherwise), tessera-dp-grad-allreduce groups the buffers
+    by (param dtype, grad dtype), and tessera-optimizer keeps fp32 main
+    parameters for the update.
+  }];
+  let dependentDialects = ["::tessera::nn::NNDialect"];
+  let options = [
+    Option<"paramsDtype", "params-dtype", "std::string", "\"bf16\"",
+           "stored parameter dtype (bf16)">,
+    Option<"gradReduceInFp32", "grad-reduce-in-fp32", "bool", "true",
+           "accumulate and reduce gradients in f32 (else in the param dtype)">
+  ];
+}
+
 def OptimizerPass : Pass<"tessera-optimizer", "mlir::ModuleOp"> {
   let summary = "append the optimizer update to the step function";
   let description = [{

@@ -31,8 +31,9 @@ void RTDialect::initialize() {
 //===----------------------------------------------------------------------===//
 
 LogicalResult BufferOp::verify() {
-  static const char *kinds[] = {"param", "grad",  "opt_state",
-                                "input", "loss", "iteration", "activation", "view"};
+  static const char *kinds[] = {"param",     "grad",       "main_param",
+                                "opt_state", "input",      "loss",
+                                "iteration", "activation", "view"};
   if (llvm::find(kinds, getKind()) == std::end(kinds))
     return emitOpError() << "unknown buffer kind '" << getKind() << "'";
   auto type = dyn_cast<MemRefType>(getType());
@@ -104,6 +105,19 @@ DEFINE_KERNEL_VERIFIER(FillOp)
 DEFINE_KERNEL_VERIFIER(ScaleOp)
 DEFINE_KERNEL_VERIFIER(CopyOp)
 DEFINE_KERNEL_VERIFIER(AxpyOp)
+
+LogicalResult CastOp::verify() {
+  if (getBuffers().size() != kNumBuffers)
+    return emitOpError() << "takes " << kNumBuffers << " buffers, got "
+                         << getBuffers().size();
+  auto x = cast<MemRefType>(getBuffers()[0].getType());
+  auto y = cast<MemRefType>(getBuffers()[1].getType());
+  if (!isa<FloatType>(x.getElementType()) || !isa<FloatType>(y.getElementType()) ||
+      x.getNumElements() != y.getNumElements())
+    return emitOpError() << "converts between float buffers of the same size, got "
+                         << x << " and " << y;
+  return success();
+}
 DEFINE_KERNEL_VERIFIER(LayerNormOp)
 DEFINE_KERNEL_VERIFIER(LayerNormGradOp)
 DEFINE_KERNEL_VERIFIER(EmbeddingOp)

@@ -38,7 +38,9 @@ def RT_EventType : TypeDef<RT_Dialect, "Event"> {
 }
 
 def RT_F32Buf : MemRefOf<[F32]>;
-def RT_AnyBuf : MemRefOf<[F32, I32, I64]>;
+/// Collectives move parameters and gradients, which may be bf16.
+def RT_FloatBuf : MemRefOf<[F32, BF16]>;
+def RT_AnyBuf : MemRefOf<[F32, BF16, I32, I64]>;
 
 //===----------------------------------------------------------------------===//
 // Buffers
@@ -47,9 +49,10 @@ def RT_AnyBuf : MemRefOf<[F32, I32, I64]>;
 def RT_BufferOp : RT_Op<"buffer", [Symbol, HasParent<"::mlir::ModuleOp">]> {
   let summary = "a persistent arena buffer and its manifest entry";
   let description = [{
-    `kind` is one of `param`, `grad`, `opt_state`, `input`, `loss`,
-    `iteration`, `activation` (pipelines: saved activations and p2p
-    staging). Parameters carry their global shape, the dimension split
+    `kind` is one of `param`, `grad`, `main_param` (fp32 copies of bf16
+    parameters), `opt_state`, `input`, `loss`, `iteration`, `activation`
+    (pipelines: saved activations and p2p staging) and `view` (a bucket of
+    a grad buffer). Parameters carry their global shape, the dimension split
     over `shard_axis` (or -1) and their init spec (`normal:<std>`, `zeros`,
     `ones`). Gradients and optimizer state name their parameter in `of`.
 
@@ -153,6 +156,7 @@ def RT_FillOp : RT_KernelOp<"fill", "y = value", 1>;
 def RT_ScaleOp : RT_KernelOp<"scale", "y = alpha * x", 2>;
 def RT_CopyOp : RT_KernelOp<"copy", "y = x", 2>;
 def RT_AxpyOp : RT_KernelOp<"axpy", "y += alpha * x", 2>;
+def RT_CastOp : RT_KernelOp<"cast", "y = convert(x + beta * y) between f32 and bf16", 2>;
 
 // Transformer kernels: `value` is eps for layer norm; `iattrs` and `group`
 // as the artifact opcode documents (vocab shard group, ignore_index, heads).
@@ -218,7 +222,7 @@ def RT_AllReduceOp : RT_Op<"all_reduce"> {
     rt.all_reduce %g {group = "dp", reduction = "sum"} : memref<1024xf32>
     ```
   }];
-  let arguments = (ins RT_F32Buf:$buffer, StrAttr:$group,
+  let arguments = (ins RT_FloatBuf:$buffer, StrAttr:$group,
                        DefaultValuedStrAttr<StrAttr, "sum">:$reduction);
   let assemblyFormat = "$buffer attr-dict `:` type($buffer)";
 }
@@ -231,7 +235,7 @@ def RT_AllReduceStartOp : RT_Op<"all_reduce_start"> {
     rt.wait %e
     ```
   }];
-  let arguments = (ins RT_F32Buf:$buffer, StrAttr:$group,
+  let arguments = (ins RT_FloatBuf:$buffer, StrAttr:$group,
                        DefaultValuedStrAttr<StrAttr, "sum">:$reduction);
   let results = (outs RT_EventType:$event);
   let assemblyFormat = "$buffer attr-dict `:` type($buffer)";
@@ -245,7 +249,7 @@ def RT_ReduceScatterStartOp : RT_Op<"reduce_scatter_start"> {
     rt.wait %e
     ```
   }];
-  let arguments = (ins RT_F32Buf:$input, RT_F32Buf:$output, StrAttr:$group);
+  let arguments = (ins RT_FloatBuf:$input, RT_FloatBuf:$output, StrAttr:$group);
   let results = (outs RT_EventType:$event);
   let assemblyFormat = "$input `,` $output attr-dict `:` type($input) `,` type($output)";
 }
@@ -268,7 +272,7 @@ def RT_AllGatherOp : RT_Op<"all_gather"> {
     rt.all_gather %x, %y {group = "dp"} : memref<4xf32>, memref<8xf32>
     ```
   }];
-  let arguments = (ins RT_F32Buf:$input, RT_F32Buf:$output, StrAttr:$group);
+  let arguments = (ins RT_FloatBuf:$input, RT_FloatBuf:$output, StrAttr:$group);
   let assemblyFormat = "$input `,` $output attr-dict `:` type($input) `,` type($output)";
 }
 
@@ -279,7 +283,7 @@ def RT_ReduceScatterOp : RT_Op<"reduce_scatter"> {
     rt.reduce_scatter %x, %y {group = "dp"} : memref<8xf32>, memref<4xf32>
     ```
   }];
-  let arguments = (ins RT_F32Buf:$input, RT_F32Buf:$output, StrAttr:$group);
+  let arguments = (ins RT_FloatBuf:$input, RT_FloatBuf:$output, StrAttr:$group);
   let assemblyFormat = "$input `,` $output attr-dict `:` type($input) `,` type($output)";
 }
 

@@ -41,6 +41,14 @@ struct TrainPipelineOptions
       *this, "sequence-parallel",
       llvm::cl::desc("Megatron sequence parallelism (with tp > 1)"),
       llvm::cl::init(false)};
+  Option<bool> bf16{*this, "bf16",
+                    llvm::cl::desc("bf16 parameters, f32 computation and main "
+                                   "parameters (Megatron's --bf16)"),
+                    llvm::cl::init(false)};
+  Option<bool> gradReduceInFp32{
+      *this, "grad-reduce-in-fp32",
+      llvm::cl::desc("with bf16: accumulate and reduce gradients in f32 (else bf16)"),
+      llvm::cl::init(true)};
   Option<int64_t> bucketSize{*this, "bucket-size",
                              llvm::cl::desc("gradient bucket size in elements (0: Megatron's default)"),
                              llvm::cl::init(0)};

@@ -51,6 +51,14 @@ constexpr llvm::StringLiteral kLastMicrobatchAttr = "tessera.last_microbatch";
 /// smaller.
 constexpr llvm::StringLiteral kChunkSlotAttr = "dist.chunk_slot";
 constexpr llvm::StringLiteral kForwardPhase = "forward";
+// Mixed precision: the stored parameter and gradient dtypes
+// ({params = "bf16", grads = "f32" | "bf16"} on the root module), and the
+// phase that initialises the fp32 main parameters from the bf16 ones (run
+// once before the first iteration). Main parameters are bound as
+// "main:<param>" or, for a distributed-optimizer shard,
+// "main:pbuf:<grad buffer>:<bucket>".
+constexpr llvm::StringLiteral kMixedPrecisionAttr = "tessera.mixed_precision";
+constexpr llvm::StringLiteral kInitPhase = "init";
 constexpr llvm::StringLiteral kBackwardPhase = "backward";
 
 /// The programs of a module: its pipeline-rank modules when it has them,

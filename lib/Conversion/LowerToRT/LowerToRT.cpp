@@ -264,9 +264,12 @@ LogicalResult PhaseLowering::plan() {
       buckets::Buffer layout = buf.getLayout();
       const buckets::Bucket &k = layout.buckets[size_t(start.getBucket())];
       numel = k.end - k.start;
-      bucketStorage[op] = newStorage(
-          RankedTensorType::get({numel}, Float32Type::get(op->getContext())),
-          bucketView("grad", start.getBuffer(), start.getBucket()));
+      Type element = buf.getGradDtype() == "bf16"
+                         ? Type(BFloat16Type::get(op->getContext()))
+                         : Float32Type::get(op->getContext());
+      bucketStorage[op] =
+          newStorage(RankedTensorType::get({numel}, element),
+                     bucketView("grad", start.getBuffer(), start.getBucket()));
       if (start.getKind() == "reduce_scatter") {
         std::string shard = ("gshard:" + start.getBuffer() + ":" +
                              Twine(start.getBucket()))
@@ -343,7 +346,7 @@ LogicalResult PhaseLowering::plan() {
       bool accumulate = !isStep && binding.starts_with("grad:");
       bool canAccumulate =
           isa<nn::MatmulOp, nn::ReduceRowsOp, nn::EmbeddingGradOp,
-              nn::PositionEmbeddingGradOp>(op) ||
+              nn::PositionEmbeddingGradOp, nn::CastOp>(op) ||
           (isa<nn::LayerNormGradOp>(op) && result != op->getResult(0) &&
            llvm::all_of(op->getResults().drop_front(), [&](Value r) {
              return llvm::count_if(r.getUsers(), [](Operation *u) {
@@ -793,6 +796,11 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
                      {named("value", o.getValueAttr())});
               return success();
             })
+            .Case([&](nn::CastOp o) {
+              kernel(rt::CastOp(), {o.getInput(), o.getResult()},
+                     {beta(o.getResult())});
+              return success();
+            })
             .Case([&](nn::ScaleOp o) {
               kernel(rt::ScaleOp(), {o.getInput(), o.getResult()},
                      {named("alpha", o.getFactorAttr())});
@@ -1083,6 +1091,8 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
            << "tessera-lower-to-rt needs the microbatch (or forward and "
               "backward) and step phases";
   bool pipeline = !getPhaseFunc(module, kMicrobatchPhase);
+  // Mixed precision: the phase that creates the main parameters (run once).
+  func::FuncOp init = getPhaseFunc(module, kInitPhase);
 
   // Slots per chunk, from the schedule: how many microbatches are in flight
   // (`slot`: the rank's pool shared by its chunks; `dist.chunk_slot`: a
@@ -1167,6 +1177,12 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
         add(name, "iteration", step.getArgumentTypes()[i]);
       else if (name.starts_with("gshard:")) // reduce-scattered during the backward
         add(name, "activation", step.getArgumentTypes()[i]);
+      else if (name.starts_with("main:pbuf:")) // a distributed-optimizer shard
+        add(name, "main_param", step.getArgumentTypes()[i]);
+      else if (name.starts_with("main:")) // the fp32 copy of a bf16 parameter
+        add(name, "main_param", step.getArgumentTypes()[i],
+            {b.getNamedAttr("of", FlatSymbolRefAttr::get(
+                                      b.getStringAttr(name.drop_front(5))))});
       else if (name.contains(':') && !name.starts_with("grad:"))
         add(name, "opt_state", step.getArgumentTypes()[i],
             {b.getNamedAttr("of", FlatSymbolRefAttr::get(
@@ -1230,6 +1246,9 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
         std::make_unique<PhaseLowering>(f, /*isStep=*/false, byName, makeBuffer));
   lowerings.push_back(
       std::make_unique<PhaseLowering>(step, /*isStep=*/true, byName, makeBuffer));
+  if (init)
+    lowerings.push_back(
+        std::make_unique<PhaseLowering>(init, /*isStep=*/true, byName, makeBuffer));
   for (auto &l : lowerings)
     if (failed(l->plan()))
       return failure();
@@ -1246,6 +1265,9 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
     for (StringRef data : {"grad", "param"}) {
       if (data == "param" && !gb.getDistributed())
         continue;
+      StringRef dtype = data == "grad" ? gb.getGradDtype() : gb.getParamDtype();
+      Type element = dtype == "bf16" ? Type(b.getBF16Type()) : b.getF32Type();
+      int64_t elementBytes = element.getIntOrFloatBitWidth() / 8;
       int64_t base = offset;
       for (const buckets::ParamRange &p : layout.params) {
         std::string name = data == "grad" ? "grad:" + p.name : p.name;
@@ -1253,20 +1275,20 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
         if (!q)
           return gb.emitOpError() << "lays out '" << p.name
                                   << "', which no phase of this program has";
-        if (byteSize(RankedTensorType::get(q->type.getShape(),
-                                           q->type.getElementType())) !=
-            (p.end - p.start) * 4)
+        if (q->type.getElementType() != element ||
+            q->type.getNumElements() != p.end - p.start)
           return gb.emitOpError() << "gives '" << p.name << "' " << p.end - p.start
-                                  << " elements, its buffer has a different size";
-        fixed[q] = base + p.start * 4;
+                                  << " " << dtype << " elements, its buffer is "
+                                  << q->type;
+        fixed[q] = base + p.start * elementBytes;
       }
       for (auto [k, bucket] : llvm::enumerate(layout.buckets)) {
         Persistent *view = add(bucketView(data, gb.getSymName(), k), "view",
                                RankedTensorType::get({bucket.end - bucket.start},
-                                                     b.getF32Type()));
-        fixed[view] = base + bucket.start * 4;
+                                                     element));
+        fixed[view] = base + bucket.start * elementBytes;
       }
-      offset = alignUp(base + layout.numel * 4);
+      offset = alignUp(base + layout.numel * elementBytes);
     }
   }
   for (auto &[p, at] : fixed)
@@ -1361,12 +1383,14 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
   builder.setInsertionPointAfter(step);
   SmallVector<func::FuncOp> sources(phases);
   sources.push_back(step);
+  if (init)
+    sources.push_back(init);
   for (auto [source, lowering] : llvm::zip(sources, lowerings)) {
     // The runtime runs "microbatch" and "step" by name; pipeline phases keep
     // theirs (forward_c<k>, backward_c<k>).
     std::string name = source.getSymName().str();
     if (StringRef phase = source->getAttrOfType<StringAttr>(kPhaseAttr).getValue();
-        phase == kMicrobatchPhase || phase == kStepPhase)
+        phase == kMicrobatchPhase || phase == kStepPhase || phase == kInitPhase)
       name = phase.str();
     // The last microbatch's variant (overlapped gradient reductions); a
     // backward variant is already named "<phase>:last".

@@ -1,6 +1,7 @@
 //===- MpiCommunicator.cpp - MPI implementation of Communicator -----------===//
 
 #include "tessera/rt/MpiCommunicator.h"
+#include "tessera/rt/BF16.h"
 
 #include <algorithm>
 #include <climits>
@@ -20,7 +21,59 @@ Status mpiStatus(int code, const char *what) {
 
 namespace {
 
-StatusOr<MPI_Datatype> mpiType(ElementType type, bool reducing) {
+//===----------------------------------------------------------------------===//
+// bf16 sums
+//===----------------------------------------------------------------------===//
+
+// MPI has no bf16 type. bf16 buffers travel as MPI_UINT16_T (2 bytes per
+// element, so the byte counts are the bf16 ones) and are summed by a
+// user-defined commutative op: each pair added in f32 and rounded to
+// nearest even (BF16.h), so every partial sum is a bf16 value, whichever
+// algorithm MPI picks. The op is created on first use and freed
+// at MPI_Finalize through a delete callback on MPI_COMM_SELF, whose
+// attributes MPI deletes first thing in MPI_Finalize (MPI-3.1 8.7.1).
+
+void bf16Sum(void *in, void *inout, int *len, MPI_Datatype *) {
+  const auto *a = static_cast<const uint16_t *>(in);
+  auto *b = static_cast<uint16_t *>(inout);
+  const int n = *len;
+#pragma omp simd
+  for (int i = 0; i < n; ++i)
+    b[i] = floatToBf16(bf16ToFloat(a[i]) + bf16ToFloat(b[i]));
+}
+
+MPI_Op bf16SumOp = MPI_OP_NULL;
+
+int freeBf16SumOp(MPI_Comm, int, void *, void *) {
+  if (bf16SumOp != MPI_OP_NULL)
+    MPI_Op_free(&bf16SumOp);
+  bf16SumOp = MPI_OP_NULL;
+  return MPI_SUCCESS;
+}
+
+/// The bf16 sum op, created on first use (MPI is funnelled through one
+/// thread, so no lock is needed).
+StatusOr<MPI_Op> bf16SumOpOnce() {
+  if (bf16SumOp != MPI_OP_NULL)
+    return bf16SumOp;
+  MPI_Op op = MPI_OP_NULL;
+  TESSERA_RETURN_IF_MPI_ERROR(MPI_Op_create(bf16Sum, /*commute=*/1, &op));
+  int key = MPI_KEYVAL_INVALID;
+  int rc = MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, freeBf16SumOp, &key,
+                                  nullptr);
+  if (rc == MPI_SUCCESS)
+    rc = MPI_Comm_set_attr(MPI_COMM_SELF, key, nullptr);
+  if (rc != MPI_SUCCESS) {
+    MPI_Op_free(&op);
+    return mpiStatus(rc, "registering the bf16 sum op's cleanup");
+  }
+  // The attribute keeps the callback; the key itself is no longer needed.
+  MPI_Comm_free_keyval(&key);
+  bf16SumOp = op;
+  return bf16SumOp;
+}
+
+StatusOr<MPI_Datatype> mpiType(ElementType type) {
   switch (type) {
   case ElementType::F32:
     return MPI_FLOAT;
@@ -31,14 +84,20 @@ StatusOr<MPI_Datatype> mpiType(ElementType type, bool reducing) {
   case ElementType::F64:
     return MPI_DOUBLE;
   case ElementType::BF16:
-    if (reducing)
-      return unimplemented("bf16 reductions are not supported over MPI");
     return MPI_UINT16_T;
   }
   return invalidArgument("unknown element type");
 }
 
-MPI_Op mpiOp(ReduceKind op) {
+/// The MPI op of reduction `op` on `type`: the built-in ones, or for bf16
+/// the f32-pairwise sum (there is no bf16 max).
+StatusOr<MPI_Op> mpiOp(ReduceKind op, ElementType type) {
+  if (type == ElementType::BF16) {
+    if (op != ReduceKind::Sum)
+      return unimplemented("bf16 max reductions are not supported (bf16 "
+                           "reductions are sums)");
+    return bf16SumOpOnce();
+  }
   return op == ReduceKind::Max ? MPI_MAX : MPI_SUM;
 }
 
@@ -71,9 +130,10 @@ public:
   Status allReduce(void *buffer, int64_t count, ElementType type,
                    ReduceKind op) override {
     TESSERA_RETURN_IF_ERROR(checkCount(count));
-    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type, true));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Op mop, mpiOp(op, type));
     TESSERA_RETURN_IF_MPI_ERROR(
-        MPI_Allreduce(MPI_IN_PLACE, buffer, int(count), dt, mpiOp(op), comm));
+        MPI_Allreduce(MPI_IN_PLACE, buffer, int(count), dt, mop, comm));
     stats.allReduce += ringAllReduceBytes(count * elementSize(type), mySize);
     ++stats.calls;
     return Status();
@@ -82,7 +142,7 @@ public:
   Status allGather(const void *send, void *recv, int64_t sendCount,
                    ElementType type) override {
     TESSERA_RETURN_IF_ERROR(checkCount(sendCount));
-    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type, false));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type));
     TESSERA_RETURN_IF_MPI_ERROR(MPI_Allgather(send, int(sendCount), dt, recv,
                                               int(sendCount), dt, comm));
     stats.allGather +=
@@ -94,9 +154,10 @@ public:
   Status reduceScatter(const void *send, void *recv, int64_t recvCount,
                        ElementType type, ReduceKind op) override {
     TESSERA_RETURN_IF_ERROR(checkCount(recvCount));
-    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type, true));
-    TESSERA_RETURN_IF_MPI_ERROR(MPI_Reduce_scatter_block(
-        send, recv, int(recvCount), dt, mpiOp(op), comm));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Op mop, mpiOp(op, type));
+    TESSERA_RETURN_IF_MPI_ERROR(
+        MPI_Reduce_scatter_block(send, recv, int(recvCount), dt, mop, comm));
     stats.reduceScatter +=
         ringReduceScatterBytes(recvCount * elementSize(type) * mySize, mySize);
     ++stats.calls;
@@ -107,10 +168,11 @@ public:
                                            int64_t recvCount, ElementType type,
                                            ReduceKind op) override {
     TESSERA_RETURN_IF_ERROR(checkCount(recvCount));
-    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type, true));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Op mop, mpiOp(op, type));
     MPI_Request request;
     TESSERA_RETURN_IF_MPI_ERROR(MPI_Ireduce_scatter_block(
-        send, recv, int(recvCount), dt, mpiOp(op), comm, &request));
+        send, recv, int(recvCount), dt, mop, comm, &request));
     stats.reduceScatter +=
         ringReduceScatterBytes(recvCount * elementSize(type) * mySize, mySize);
     ++stats.calls;
@@ -123,10 +185,11 @@ public:
                                        ElementType type,
                                        ReduceKind op) override {
     TESSERA_RETURN_IF_ERROR(checkCount(count));
-    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type, true));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Op mop, mpiOp(op, type));
     MPI_Request request;
     TESSERA_RETURN_IF_MPI_ERROR(MPI_Iallreduce(MPI_IN_PLACE, buffer, int(count),
-                                               dt, mpiOp(op), comm, &request));
+                                               dt, mop, comm, &request));
     stats.allReduce += ringAllReduceBytes(count * elementSize(type), mySize);
     ++stats.calls;
     int64_t id = nextId++;
@@ -159,7 +222,7 @@ public:
   StatusOr<CommRequest> isend(const void *buffer, int64_t count,
                               ElementType type, int peer, int tag) override {
     TESSERA_RETURN_IF_ERROR(checkPointToPoint(count, peer, tag));
-    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type, false));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type));
     MPI_Request request;
     TESSERA_RETURN_IF_MPI_ERROR(
         MPI_Isend(buffer, int(count), dt, peer, tag, comm, &request));
@@ -171,7 +234,7 @@ public:
   StatusOr<CommRequest> irecv(void *buffer, int64_t count, ElementType type,
                               int peer, int tag) override {
     TESSERA_RETURN_IF_ERROR(checkPointToPoint(count, peer, tag));
-    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type, false));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type));
     MPI_Request request;
     TESSERA_RETURN_IF_MPI_ERROR(
         MPI_Irecv(buffer, int(count), dt, peer, tag, comm, &request));

@@ -168,3 +168,37 @@ func.func @wait() {
   dist.bucket_reduce_wait @g bucket 2
   return
 }
+
+// -----
+
+// expected-error @+1 {{dtype must be "f32" or "bf16", got "fp8"}}
+dist.grad_buffer @g {param_dtype = "fp8", grad_dtype = "f32", dp = 1 : i64,
+    distributed = false, numel = 20 : i64, numel_unpadded = 20 : i64,
+    params = [{name = "a", start = 0 : i64, end = 20 : i64, bucket = 0 : i64} ],
+    buckets = [array<i64: 0, 20, 20>]}
+
+// -----
+
+// A bucket of a buffer with bf16 parameters and f32 gradients: its
+// gradients are f32, its parameters bf16.
+dist.grad_buffer @g {param_dtype = "bf16", grad_dtype = "f32", dp = 1 : i64,
+    distributed = false, numel = 20 : i64, numel_unpadded = 20 : i64,
+    params = [{name = "a", start = 0 : i64, end = 20 : i64, bucket = 0 : i64} ],
+    buckets = [array<i64: 0, 20, 20>]}
+func.func @pack_dtype(%a: tensor<20xbf16>) -> tensor<20xbf16> {
+  // expected-error @+1 {{tensor 'tensor<20xbf16>' is not of the bucket's f32}}
+  %f = dist.pack @g bucket 0 "grad"(%a) : tensor<20xbf16> -> tensor<20xbf16>
+  return %f : tensor<20xbf16>
+}
+
+// -----
+
+dist.grad_buffer @g {param_dtype = "bf16", grad_dtype = "f32", dp = 1 : i64,
+    distributed = false, numel = 20 : i64, numel_unpadded = 20 : i64,
+    params = [{name = "a", start = 0 : i64, end = 20 : i64, bucket = 0 : i64} ],
+    buckets = [array<i64: 0, 20, 20>]}
+func.func @unpack_dtype(%f: tensor<20xf32>) -> tensor<20xf32> {
+  // expected-error @+1 {{tensor 'tensor<20xf32>' is not of the bucket's bf16}}
+  %a = dist.unpack @g bucket 0 "param" %f : tensor<20xf32> -> tensor<20xf32>
+  return %a : tensor<20xf32>
+}

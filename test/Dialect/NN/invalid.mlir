@@ -47,3 +47,19 @@ func.func @matmul(%a: tensor<8x16xf32>, %b: tensor<8x256xf32>) {
   %c = nn.matmul %a, %b : (tensor<8x16xf32>, tensor<8x256xf32>) -> tensor<8x256xf32>
   return
 }
+
+// -----
+
+func.func @cast_shape(%x: tensor<4x8xbf16>) {
+  // expected-error @+1 {{'nn.cast' op changes the shape: 'tensor<4x8xbf16>' to 'tensor<8x4xf32>'}}
+  %y = nn.cast %x : tensor<4x8xbf16> to tensor<8x4xf32>
+  return
+}
+
+// -----
+
+func.func @cast_int(%x: tensor<4xi32>) {
+  // expected-error @+1 {{'nn.cast' op operand #0 must be ranked tensor of 32-bit float or bfloat16 type values}}
+  %y = nn.cast %x : tensor<4xi32> to tensor<4xf32>
+  return
+}

@@ -45,3 +45,11 @@ func.func @f(%a: memref<2x8xf32>) {
   rt.gelu %a : memref<2x8xf32>
   return
 }
+
+// -----
+
+func.func @f(%a: memref<8xf32>, %b: memref<4xbf16>) {
+  // expected-error @+1 {{converts between float buffers of the same size, got 'memref<8xf32>' and 'memref<4xbf16>'}}
+  rt.cast %a, %b : memref<8xf32>, memref<4xbf16>
+  return
+}

@@ -28,5 +28,8 @@ func.func @f() attributes {rt.entry} {
   rt.adam %w, %g, %w, %w, %t {lr = 1.0e-3 : f32, beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-8 : f32, weight_decay = 0.0 : f32} : memref<4x8xf32>, memref<4x8xf32>, memref<4x8xf32>, memref<4x8xf32>, memref<i64>
   // CHECK: rt.fill %{{.*}} {value = 0.000000e+00 : f32}
   rt.fill %g {value = 0.0 : f32} : memref<4x8xf32>
+  // CHECK: rt.cast %{{.*}}, %{{.*}} {beta = 1.000000e+00 : f32} : memref<4x8xf32>, memref<4x8xbf16>
+  %h = rt.alloc offset 2048 : memref<4x8xbf16>
+  rt.cast %g, %h {beta = 1.0 : f32} : memref<4x8xf32>, memref<4x8xbf16>
   return
 }

@@ -32,6 +32,10 @@ struct AdamParams {
   float weightDecay = 0.0f;
 };
 
+/// Storage format of a floating-point operand of the mixed-precision
+/// kernels (Cast and the bf16 variants of Fill, Scale and Axpy).
+enum class FloatFormat { F32, BF16 };
+
 /// Options passed to a backend factory.
 struct BackendOptions {
   /// Threads for BLAS-like libraries; 0 leaves the library default.
@@ -39,7 +43,9 @@ struct BackendOptions {
 };
 
 /// Compute backend. All tensors are dense row-major f32 unless noted; `n` is
-/// an element count; matrices are [rows, cols].
+/// an element count; matrices are [rows, cols]. bf16 tensors are arrays of
+/// uint16_t bit patterns, converted as in BF16.h (widening exact, narrowing
+/// to nearest even).
 class Backend {
 public:
   virtual ~Backend();
@@ -93,6 +99,21 @@ public:
   virtual Status copy(const void *x, void *y, int64_t bytes) = 0;
   /// Y += alpha * X.
   virtual Status axpy(float alpha, const float *x, float *y, int64_t n) = 0;
+  /// Y = convert(float(X) + beta * float(Y)) for n elements between f32 and
+  /// bf16, any pair of formats (the same one included): the sum in f32, one
+  /// rounding to bf16 when Y is bf16. beta == 0 overwrites Y without reading
+  /// it; beta == 1 accumulates (a gradient into its buffer). X and Y may be
+  /// the same buffer when their formats are equal.
+  virtual Status cast(const void *x, FloatFormat xFormat, void *y,
+                      FloatFormat yFormat, int64_t n, float beta) = 0;
+  /// bf16 Fill: Y[:] = bf16(value).
+  virtual Status fillBf16(uint16_t *y, float value, int64_t n) = 0;
+  /// bf16 Scale: Y = bf16(alpha * float(X)); Y may alias X.
+  virtual Status scaleBf16(const uint16_t *x, uint16_t *y, float alpha,
+                           int64_t n) = 0;
+  /// bf16 Axpy: Y = bf16(float(Y) + alpha * float(X)).
+  virtual Status axpyBf16(float alpha, const uint16_t *x, uint16_t *y,
+                          int64_t n) = 0;
   /// AdamW step t (1-based) with bias correction 1 - beta^t and decoupled
   /// weight decay: p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p).
   virtual Status adam(float *p, const float *g, float *m, float *v, int64_t n,

@@ -12,11 +12,12 @@
 // an iteration whose shards and manifest are all on disk).
 //
 // A shard file holds the rank's persistent training state: the buffers of
-// kind Param, OptState and Iteration of its program (gradients are zero at
-// step boundaries; activations, inputs, the loss and views are transient or
-// alias other buffers). The data loader and dropout are addressed purely by
-// (seed, iteration, microbatch, global sample index), so the completed
-// iteration plus the seed is the whole data/RNG state; both are recorded.
+// kind Param, OptState, MainParam and Iteration of its program (gradients
+// are zero at step boundaries; activations, inputs, the loss and views are
+// transient or alias other buffers). The data loader and dropout are addressed
+// purely by (seed, iteration, microbatch, global sample index), so the
+// completed iteration plus the seed is the whole data/RNG state; both are
+// recorded.
 //
 // Shard file: a 32-byte header, then the payload.
 //   bytes 0..3   magic "TSCK"
@@ -35,6 +36,17 @@
 // a checkpoint can be loaded into a different tp / pp / dp layout
 // (resharding). Distributed-optimizer state (flat 1/dp shards of gradient
 // buckets) is only loadable into the configuration that saved it.
+//
+// Mixed precision: fp32 main params (MainParam) are optimizer state. Per
+// parameter ("main:<param>") they take and reshard with their parameter's
+// layout like per-parameter Adam state; the distributed optimizer's shards
+// of parameter buckets ("main:pbuf:...") behave like its Adam shards.
+// --no-load-optim skips them, and a checkpoint without them (saved without
+// --bf16) leaves them to the program's "init" function, except that main
+// params of F32 checkpoint parameters are those parameters. Parameters
+// whose dtype changed between save and load (F32 <-> BF16) are converted:
+// to bf16 rounded to nearest even, to f32 exactly (from the checkpoint's
+// main params where it has them and the optimizer state is loaded).
 //
 //===----------------------------------------------------------------------===//
 
@@ -237,8 +249,8 @@ StatusOr<CheckpointManifest> readManifest(const CheckpointLocation &location);
 struct CheckpointLoadOptions {
   /// The run's --seed (compared with the checkpoint's).
   uint64_t seed = 1234;
-  /// Restore optimizer state (false: --no-load-optim, parameters and
-  /// iteration only).
+  /// Restore optimizer state, main params included (false: --no-load-optim,
+  /// parameters and iteration only).
   bool loadOptimizer = true;
   std::string datasetPrefix;
   int64_t datasetTokens = -1;
@@ -265,6 +277,10 @@ struct RestorePiece {
   int sourceRank = 0;
   std::string sourceName;
   TensorBox sourceBox, region;
+  /// The saved tensor's dtype; an F32 or BF16 piece of a buffer of the
+  /// other one is converted (to bf16 rounded to nearest even, to f32
+  /// exactly).
+  fb::DType dtype = fb::DType::F32;
 };
 struct BufferRestore {
   std::string name;

@@ -10,6 +10,11 @@
 //   all-gather      (n - 1) / n * B   (B = gathered output)
 //   reduce-scatter  (n - 1) / n * B   (B = unreduced input)
 // and, for point-to-point (pipeline) traffic, the bytes of every isend.
+// Byte counts use the element size of the buffer's type (2 for bf16).
+//
+// Reductions of bf16 buffers are sums only: each pair of partial sums is
+// added in f32 and rounded to bf16 (nearest even, BF16.h); ReduceKind::Max
+// on bf16 is Unimplemented.
 //
 //===----------------------------------------------------------------------===//
 

@@ -88,7 +88,8 @@ Status initParameterShard(fb::InitKind init, float scale, uint64_t seed,
                           int shardIndex, int shardCount, float *out);
 
 /// Initialises param `buffer` of `artifact` as seen by world rank `rank`
-/// into host memory `out` (numElements(buffer.shape()) floats).
+/// into host memory `out` (numElements(buffer.shape()) floats). A BF16
+/// parameter gets the same f32 values (the caller rounds them to bf16).
 Status initParameterBuffer(const fb::Artifact &artifact,
                            const fb::Buffer &buffer, int rank, uint64_t seed,
                            const std::string &fileName, float *out);

@@ -20,6 +20,13 @@
 // instruction that is not a Send/Recv, before "step" and at the end of the
 // schedule.
 //
+// Mixed precision (Megatron's --bf16): parameters may be bf16 (initialised
+// with the same Philox values as f32 ones, rounded to nearest even), with
+// fp32 "main params" (buffers of kind MainParam) that the optimizer steps.
+// The optional function "init" writes the main params from the params; it
+// runs once, before the first iteration (runInit), unless a checkpoint
+// restored every main param.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef TESSERA_RT_EXECUTOR_H
@@ -89,8 +96,20 @@ public:
 
   ~Executor();
 
-  /// Writes initial values of all Param buffers (and zeros elsewhere).
+  /// Writes initial values of all Param buffers (f32, or bf16 rounded to
+  /// nearest even from the same f32 values) and zeros the MainParam
+  /// buffers; "init" becomes due again (see runInit).
   Status initializeParameters();
+
+  /// Runs the program's "init" function (mixed precision: it writes the
+  /// fp32 main params from the bf16 params) if it is due: once after
+  /// initializeParameters (or create), and not at all when the program has
+  /// MainParam buffers and every one of them has been written through
+  /// writeBuffer since (a checkpoint restored them). Not an iteration: it
+  /// touches neither the loss nor the learning rate. runIteration calls it
+  /// first when it is still due. Returns whether "init" ran (false for a
+  /// program without one).
+  StatusOr<bool> runInit();
 
   /// One training iteration (1-based). Returns the loss averaged over the
   /// microbatches and the dp group (NaN if the program has no loss buffer).
@@ -120,8 +139,10 @@ public:
 
   /// Host copy of buffer `name` (raw bytes).
   StatusOr<std::vector<uint8_t>> readBuffer(const std::string &name) const;
-  /// Host copy of an f32 buffer.
+  /// Host copy of an f32 or bf16 buffer as floats (bf16 widened exactly).
   StatusOr<std::vector<float>> readFloatBuffer(const std::string &name) const;
+  /// Overwrites buffer `name` with `bytes` raw bytes (its exact size). A
+  /// MainParam buffer written here counts as restored for runInit.
   Status writeBuffer(const std::string &name, const void *data, int64_t bytes);
 
   /// For a watchdog thread: when an instruction has been running for more
@@ -221,6 +242,11 @@ private:
   int64_t currentIteration = 1, currentMicrobatch = 0;
   /// Scale of the compiled learning rate for the current iteration.
   double lrFactor = 1.0;
+  /// "init" has not run (nor been skipped) since initializeParameters.
+  bool initDue = true;
+  /// Per buffer index: a MainParam buffer written by writeBuffer since
+  /// initializeParameters (restored from a checkpoint).
+  std::vector<bool> mainParamWritten;
   std::chrono::steady_clock::time_point traceEpoch =
       std::chrono::steady_clock::now();
   std::vector<TraceEvent> trace;

@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "tessera/rt/BF16.h"
 #include "tessera/rt/Backend.h"
 #include "tessera/rt/Rng.h"
 
@@ -204,6 +205,53 @@ void parallelSpans(int threads, int64_t n, Body body) {
     int64_t begin = n * t / nt, end = n * (t + 1) / nt;
     body(begin, end);
   }
+}
+
+//===----------------------------------------------------------------------===//
+// Mixed precision: f32 <-> bf16 conversions (BF16.h), one span per thread.
+//===----------------------------------------------------------------------===//
+
+/// Loads element i of an f32 or bf16 array as a float.
+template <bool Bf16>
+__attribute__((always_inline)) inline float loadAs(const void *p, int64_t i) {
+  if constexpr (Bf16)
+    return bf16ToFloat(static_cast<const uint16_t *>(p)[i]);
+  else
+    return static_cast<const float *>(p)[i];
+}
+/// Stores `v` as element i of an f32 or bf16 array (bf16: nearest even).
+template <bool Bf16>
+__attribute__((always_inline)) inline void storeAs(void *p, int64_t i,
+                                                   float v) {
+  if constexpr (Bf16)
+    static_cast<uint16_t *>(p)[i] = floatToBf16(v);
+  else
+    static_cast<float *>(p)[i] = v;
+}
+
+/// Y[i] = convert(X[i]) or, with Accumulate, convert(X[i] + beta * Y[i]),
+/// over [begin, end). Elementwise, so Y may be X when the formats agree.
+template <bool XBf16, bool YBf16, bool Accumulate>
+void castSpan(const void *x, void *y, int64_t begin, int64_t end, float beta) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) {
+    float v = loadAs<XBf16>(x, i);
+    if constexpr (Accumulate)
+      v += beta * loadAs<YBf16>(y, i);
+    storeAs<YBf16>(y, i, v);
+  }
+}
+
+using CastSpanFn = void (*)(const void *, void *, int64_t, int64_t, float);
+
+/// The span kernel of one (X format, Y format, accumulate) combination.
+CastSpanFn castSpanFor(bool xBf16, bool yBf16, bool accumulate) {
+  static const CastSpanFn table[2][2][2] = {
+      {{castSpan<false, false, false>, castSpan<false, false, true>},
+       {castSpan<false, true, false>, castSpan<false, true, true>}},
+      {{castSpan<true, false, false>, castSpan<true, false, true>},
+       {castSpan<true, true, false>, castSpan<true, true, true>}}};
+  return table[xBf16][yBf16][accumulate];
 }
 
 class CpuBackend final : public Backend {
@@ -419,6 +467,52 @@ public:
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i)
       y[i] += alpha * x[i];
+    return Status();
+  }
+
+  Status cast(const void *x, FloatFormat xFormat, void *y, FloatFormat yFormat,
+              int64_t n, float beta) override {
+    bool xBf16 = xFormat == FloatFormat::BF16;
+    bool yBf16 = yFormat == FloatFormat::BF16;
+    // A same-format cast without accumulation is a copy (exact, no
+    // rounding of NaN payloads either).
+    if (xBf16 == yBf16 && beta == 0.0f) {
+      if (x != y)
+        std::memmove(y, x, size_t(n) * (xBf16 ? 2 : 4));
+      return Status();
+    }
+    CastSpanFn span = castSpanFor(xBf16, yBf16, beta != 0.0f);
+    parallelSpans(threads, n, [&](int64_t begin, int64_t end) {
+      span(x, y, begin, end, beta);
+    });
+    return Status();
+  }
+
+  Status fillBf16(uint16_t *y, float value, int64_t n) override {
+    uint16_t h = floatToBf16(value);
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i)
+      y[i] = h;
+    return Status();
+  }
+
+  Status scaleBf16(const uint16_t *x, uint16_t *y, float alpha,
+                   int64_t n) override {
+    parallelSpans(threads, n, [&](int64_t begin, int64_t end) {
+#pragma omp simd
+      for (int64_t i = begin; i < end; ++i)
+        y[i] = floatToBf16(alpha * bf16ToFloat(x[i]));
+    });
+    return Status();
+  }
+
+  Status axpyBf16(float alpha, const uint16_t *x, uint16_t *y,
+                  int64_t n) override {
+    parallelSpans(threads, n, [&](int64_t begin, int64_t end) {
+#pragma omp simd
+      for (int64_t i = begin; i < end; ++i)
+        y[i] = floatToBf16(bf16ToFloat(y[i]) + alpha * bf16ToFloat(x[i]));
+    });
     return Status();
   }
 

@@ -1,0 +1,37 @@
+// RUN: tessera-opt %s --tessera-pp-split --tessera-mixed-precision --tessera-autodiff | FileCheck %s
+
+// Mixed precision in a pipeline stage: the cast of a parameter comes after
+// the phase's leading receive (a phase receives first), and the backward
+// casts the bf16 parameter again instead of saving the f32 copy with the
+// activations (which would hold an f32 copy of the weights per microbatch
+// in flight). The saved activations are the stage's input and the linear's
+// output only.
+// CHECK-LABEL: module @pp1
+// CHECK: func.func @forward_c0(%[[W:[^:]*]]: tensor<8x8xbf16> {nn.param = "l1.w"}) -> (tensor<4x8xf32> {tessera.stash = 0 : i64}, tensor<4x8xf32> {tessera.stash = 1 : i64})
+// CHECK-NEXT: %[[IN:.*]] = dist.recv from "prev" {tag = 0 : i64}
+// CHECK-NEXT: %[[W32:.*]] = nn.cast %[[W]] : tensor<8x8xbf16> to tensor<8x8xf32>
+// CHECK-NEXT: nn.linear %[[IN]], %[[W32]]
+// CHECK: func.func @backward_c0(%[[BW:[^:]*]]: tensor<8x8xbf16> {nn.param = "l1.w"}, %{{[^:]*}}: tensor<4x8xf32> {tessera.stash = 0 : i64}, %{{[^:]*}}: tensor<4x8xf32> {tessera.stash = 1 : i64}) -> (tensor<8x8xf32> {tessera.grad_of = "l1.w"})
+// CHECK-NEXT: %[[DY:.*]] = dist.recv from "next" {tag = 3 : i64}
+// CHECK-NEXT: %[[BW32:.*]] = nn.cast %[[BW]] : tensor<8x8xbf16> to tensor<8x8xf32>
+// CHECK-NEXT: %[[DH:.*]] = nn.gelu_grad %{{.*}}, %[[DY]]
+// CHECK-NEXT: nn.matmul %[[DH]], %[[BW32]]
+// CHECK-LABEL: module @pp2
+module attributes {tessera.batch = {global_batch_size = 16 : i64, micro_batch_size = 4 : i64, num_microbatches = 4 : i64}} {
+dist.mesh @mesh {pp = 3}
+func.func @chain(%x: tensor<4x8xf32> {nn.input = "features"},
+                 %labels: tensor<4xi32> {nn.input = "labels"},
+                 %w0: tensor<8x8xf32> {nn.param = "l0.w"},
+                 %w1: tensor<8x8xf32> {nn.param = "l1.w"},
+                 %w2: tensor<8x8xf32> {nn.param = "l2.w"},
+                 %wh: tensor<3x8xf32> {nn.param = "head.w"}) -> tensor<f32> {
+  %h0 = nn.linear %x, %w0 {nn.layer = 0} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  %h1 = nn.linear %h0, %w1 {nn.layer = 1} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  %a1 = nn.gelu %h1 {nn.layer = 1} : tensor<4x8xf32>
+  %h2 = nn.linear %a1, %w2 {nn.layer = 2} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  %z = nn.linear %h2, %wh : (tensor<4x8xf32>, tensor<3x8xf32>) -> tensor<4x3xf32>
+  %l = nn.softmax_cross_entropy %z, %labels : (tensor<4x3xf32>, tensor<4xi32>) -> tensor<4xf32>
+  %loss = nn.mean %l : (tensor<4xf32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+}
