@@ -260,6 +260,29 @@ inline InstrDesc instr(fb::Opcode op, std::vector<RefDesc> operands,
   return in;
 }
 
+/// The dp gradient averaging of the test models' step: the weight's
+/// all-reduce started, the bias's done, the weight's waited for, then both
+/// scaled by 1/dp.
+inline void appendDpAverage(ProgramDesc &p, std::vector<InstrDesc> &step, int gw,
+                            int gb, int dp) {
+  using O = fb::Opcode;
+  InstrDesc start = instr(O::AllReduceStart, {p.ref(gw)}, "dp.grad.w");
+  start.group = "dp";
+  start.event = 0;
+  step.push_back(start);
+  InstrDesc ar = instr(O::AllReduce, {p.ref(gb)}, "dp.grad.b");
+  ar.group = "dp";
+  step.push_back(ar);
+  InstrDesc wait = instr(O::Wait, {}, "dp.grad.w");
+  wait.event = 0;
+  step.push_back(wait);
+  for (int g : {gw, gb}) {
+    InstrDesc sc = instr(O::Scale, {p.ref(g), p.ref(g)}, "dp.average");
+    sc.alpha = 1.0f / float(dp);
+    step.push_back(sc);
+  }
+}
+
 /// One-layer softmax regression over F features and C classes, trained with
 /// Adam (or SGD), micro batch b, M microbatches, data parallel over `dp`
 /// ranks (world = dp). Gradients are averaged over dp in "step" with an
@@ -334,23 +357,8 @@ inline ArtifactDesc softmaxRegression(int64_t features = 8, int64_t classes = 4,
   mbf.push_back(gbi);
 
   auto &step = p.function("step");
-  if (dp > 1) {
-    InstrDesc start = instr(O::AllReduceStart, {p.ref(gw)}, "dp.grad.w");
-    start.group = "dp";
-    start.event = 0;
-    step.push_back(start);
-    InstrDesc ar = instr(O::AllReduce, {p.ref(gb)}, "dp.grad.b");
-    ar.group = "dp";
-    step.push_back(ar);
-    InstrDesc wait = instr(O::Wait, {}, "dp.grad.w");
-    wait.event = 0;
-    step.push_back(wait);
-    for (int g : {gw, gb}) {
-      InstrDesc sc = instr(O::Scale, {p.ref(g), p.ref(g)}, "dp.average");
-      sc.alpha = 1.0f / float(dp);
-      step.push_back(sc);
-    }
-  }
+  if (dp > 1)
+    appendDpAverage(p, step, gw, gb, dp);
   if (adam) {
     for (auto [pp, gg, m, v] :
          {std::tuple{w, gw, mw, vw}, {bias, gb, mb, vb}}) {
@@ -478,23 +486,8 @@ mixedPrecisionRegression(int64_t features = 8, int64_t classes = 4,
   }
 
   auto &step = p.function("step");
-  if (dp > 1) {
-    InstrDesc start = instr(O::AllReduceStart, {p.ref(gw)}, "dp.grad.w");
-    start.group = "dp";
-    start.event = 0;
-    step.push_back(start);
-    InstrDesc ar = instr(O::AllReduce, {p.ref(gb)}, "dp.grad.b");
-    ar.group = "dp";
-    step.push_back(ar);
-    InstrDesc wait = instr(O::Wait, {}, "dp.grad.w");
-    wait.event = 0;
-    step.push_back(wait);
-    for (int g : {gw, gb}) {
-      InstrDesc sc = instr(O::Scale, {p.ref(g), p.ref(g)}, "dp.average");
-      sc.alpha = 1.0f / float(dp);
-      step.push_back(sc);
-    }
-  }
+  if (dp > 1)
+    appendDpAverage(p, step, gw, gb, dp);
   RefDesc gwF32 = p.ref(gw), gbF32 = p.ref(gb);
   if (bf16Grads) {
     step.push_back(cast(p.ref(gw), dw, 0.0f, "grad.w.f32"));
