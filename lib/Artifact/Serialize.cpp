@@ -71,6 +71,8 @@ private:
   ModuleOp module;
   flatbuffers::FlatBufferBuilder fbb{1 << 16};
   llvm::StringMap<int64_t> bufferOffsets;
+  /// Rank-relative views: (group, stride) by buffer name.
+  llvm::StringMap<std::pair<std::string, int64_t>> rankViews;
   std::set<std::string> groupsUsed;
 };
 } // namespace
@@ -78,13 +80,22 @@ private:
 flatbuffers::Offset<fa::TensorRef> Writer::tensorRef(Value memref) {
   auto type = cast<MemRefType>(memref.getType());
   int64_t offset = 0;
-  if (auto get = memref.getDefiningOp<rt::GetOp>())
+  std::pair<std::string, int64_t> rankView;
+  if (auto get = memref.getDefiningOp<rt::GetOp>()) {
     offset = bufferOffsets.lookup(get.getBuffer());
-  else if (auto alloc = memref.getDefiningOp<rt::AllocOp>())
+    rankView = rankViews.lookup(get.getBuffer());
+  } else if (auto alloc = memref.getDefiningOp<rt::AllocOp>()) {
     offset = alloc.getOffset();
+  }
   auto shape = fbb.CreateVector(std::vector<int64_t>(type.getShape().begin(),
                                                      type.getShape().end()));
-  return fa::CreateTensorRef(fbb, offset, shape, dtypeOf(type.getElementType()));
+  flatbuffers::Offset<flatbuffers::String> group;
+  if (!rankView.first.empty()) {
+    group = fbb.CreateString(rankView.first);
+    groupsUsed.insert(rankView.first);
+  }
+  return fa::CreateTensorRef(fbb, offset, shape, dtypeOf(type.getElementType()),
+                             group, rankView.second);
 }
 
 FailureOr<flatbuffers::Offset<fa::Instr>>
@@ -292,6 +303,11 @@ Writer::writeProgram(ModuleOp module, int64_t ppRank) {
   for (auto [i, buf] : llvm::enumerate(bufferOps)) {
     index[buf.getSymName()] = i;
     bufferOffsets[buf.getSymName()] = buf.getOffset();
+    if (auto group = buf.getRankGroupAttr())
+      rankViews[buf.getSymName()] = {group.getValue().str(),
+                                     int64_t(buf.getRankStride().value_or(0))};
+    else
+      rankViews.erase(buf.getSymName());
   }
   for (auto [i, buf] : llvm::enumerate(bufferOps)) {
     auto type = cast<MemRefType>(buf.getType());

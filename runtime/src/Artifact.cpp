@@ -269,6 +269,10 @@ private:
   Status checkProgram(int pi, const fb::Program &p);
   Status checkRef(const std::string &what, const fb::TensorRef *ref,
                   int64_t arenaBytes);
+  /// A rank-relative ref: a known group kind, a non-negative stride, and
+  /// every index's placement aligned and inside the arena.
+  Status checkRankRelativeRef(const std::string &what, const fb::TensorRef &ref,
+                              int64_t bytes, int64_t arenaBytes);
   Status checkInstr(const std::string &where, const fb::Instr &in,
                     int64_t arenaBytes);
   Status checkSlots(const std::string &prog, const fb::Program &p);
@@ -391,12 +395,52 @@ Status Validator::checkRef(const std::string &what, const fb::TensorRef *ref,
   if (es == 0)
     return error(what, " has unknown dtype ", int(ref->dtype()));
   int64_t bytes = numElements(ref->shape()) * es;
+  if (ref->rank_group() && ref->rank_group()->size())
+    return checkRankRelativeRef(what, *ref, bytes, arenaBytes);
+  if (ref->rank_stride() != 0)
+    return error(what, " has rank_stride ", ref->rank_stride(),
+                 " but no rank_group (only a rank-relative ref has a stride)");
   if (ref->offset() < 0 || ref->offset() % es != 0 ||
       ref->offset() + bytes > arenaBytes)
     return error(what, " (offset ", ref->offset(), ", ", bytes,
                  " bytes, shape ", shapeToString(ref->shape()),
                  ") lies outside the arena of ", arenaBytes,
                  " bytes or is misaligned");
+  return Status();
+}
+
+Status Validator::checkRankRelativeRef(const std::string &what,
+                                       const fb::TensorRef &ref, int64_t bytes,
+                                       int64_t arenaBytes) {
+  std::string kind = ref.rank_group()->str();
+  const int64_t es = dtypeSize(ref.dtype());
+  const int64_t offset = ref.offset(), stride = ref.rank_stride();
+  if (!groupKinds.count(kind))
+    return error(what, " is relative to rank group kind '", kind,
+                 "' but the artifact has no rank groups of that kind");
+  if (stride < 0)
+    return error(what, " has negative rank_stride ", stride);
+  // Instances of a kind are equally sized (checkMeshAndGroups).
+  int64_t size = 1;
+  for (const fb::RankGroup *g : *a.groups())
+    if (str(g->kind()) == kind) {
+      size = int64_t(g->ranks()->size());
+      break;
+    }
+  std::string placement = " (offset " + std::to_string(offset) + " + i * " +
+                          std::to_string(stride) + " for " + kind +
+                          " index i < " + std::to_string(size) + ", " +
+                          std::to_string(bytes) + " bytes, shape " +
+                          shapeToString(ref.shape()) + ")";
+  if (offset % es != 0 || (size > 1 && stride % es != 0))
+    return error(what, placement, " is not aligned to its ",
+                 fb::EnumNameDType(ref.dtype()), " elements (", es, " bytes)");
+  // Every rank's shard inside the arena, the last rank's too (the stride is
+  // bounded first so that the product cannot overflow).
+  if (offset < 0 || (size > 1 && stride > arenaBytes) ||
+      offset + (size - 1) * stride + bytes > arenaBytes)
+    return error(what, placement, " lies outside the arena of ", arenaBytes,
+                 " bytes for ", kind, " index ", size - 1);
   return Status();
 }
 

@@ -87,6 +87,21 @@ public:
     TESSERA_RETURN_IF_ERROR(reduceScatter(send, recv, count, type, op));
     return CommRequest{nextId++};
   }
+  // One block: it is the whole buffer, already in place.
+  Status allGatherInPlace(void *, int64_t, ElementType) override {
+    ++stats.calls;
+    return Status();
+  }
+  Status reduceScatterInPlace(void *, int64_t, ElementType,
+                              ReduceKind) override {
+    ++stats.calls;
+    return Status();
+  }
+  StatusOr<CommRequest> reduceScatterInPlaceStart(void *, int64_t, ElementType,
+                                                  ReduceKind) override {
+    ++stats.calls;
+    return CommRequest{nextId++};
+  }
   Status wait(CommRequest request) override {
     if (request.id < 0 || request.id >= nextId)
       return invalidArgument("wait on unknown request ", request.id);

@@ -27,7 +27,9 @@ struct Thunk {
   /// gemm: m, n, k; matrix ops: rows (m) x cols (n); elementwise: n.
   int64_t m = 0, n = 0, k = 0;
   /// Integer parameters of the transformer kernels (see decodeInstr); for
-  /// Cast, i[0] and i[1] are 1 when X and Y are bf16.
+  /// Cast, i[0] and i[1] are 1 when X and Y are bf16; for AllGather and
+  /// ReduceScatter(Start), i[0] is 1 when in place (the shard is this rank's
+  /// block of the full buffer).
   int64_t i[4] = {};
   int64_t bytes = 0;
   bool transA = false, transB = false;
@@ -90,6 +92,24 @@ int anyGroupSize(const fb::Artifact &artifact, std::string_view kind) {
   return 1;
 }
 
+/// The arena offset of `r` on world rank `worldRank`: its offset, moved by
+/// rank_stride per index of the rank in its instance of rank_group when the
+/// ref is rank-relative (a bucket shard of the distributed optimizer). With
+/// `worldRank` < 0 (validation for no rank in particular) index 0 is used;
+/// the loader has checked every index's placement. A rank that no instance
+/// of the kind holds (embedding kinds) has no index: an error.
+StatusOr<int64_t> resolvedOffset(const fb::Artifact &artifact,
+                                 const fb::TensorRef &r, int worldRank) {
+  if (!r.rank_group() || r.rank_group()->size() == 0 || worldRank < 0)
+    return r.offset();
+  std::string kind = r.rank_group()->str();
+  GroupPosition pos = findGroupPosition(artifact, kind, worldRank);
+  if (!pos.group)
+    return invalidArgument("rank ", worldRank, " is in no rank group of kind '",
+                           kind, "', to which the operand is relative");
+  return r.offset() + int64_t(pos.index) * r.rank_stride();
+}
+
 /// Decodes the instructions of one function against an arena base (which
 /// may be null when only validating). `worldRank` < 0 decodes for no rank in
 /// particular: group sizes come from any instance and membership is not
@@ -122,7 +142,9 @@ public:
       if (in.loc() && in.loc()->size())
         t.where += " at " + in.loc()->str();
       t.where += ")";
-      Status st = checkRelocation(in);
+      Status st = resolveOffsets(in);
+      if (st.ok())
+        st = checkRelocation(in);
       if (st.ok())
         st = decodeInstr(in, t);
       if (!st.ok())
@@ -137,17 +159,35 @@ private:
   const fb::TensorRef &ref(const fb::Instr &in, int i) {
     return *in.operands()->Get(flatbuffers::uoffset_t(i));
   }
-  bool inSlotRegion(const fb::TensorRef &r) const {
-    return slotBytes > 0 && r.offset() >= slotBase &&
-           r.offset() < slotBase + slotBytes;
+  /// Resolves every operand's offset on this rank (rank-relative refs moved
+  /// to this rank's shard) into `offsets`, before the slot relocation, the
+  /// overlap checks and the pointers use it.
+  Status resolveOffsets(const fb::Instr &in) {
+    offsets.clear();
+    if (!in.operands())
+      return Status();
+    for (flatbuffers::uoffset_t i = 0; i < in.operands()->size(); ++i) {
+      StatusOr<int64_t> offset =
+          resolvedOffset(*artifact.root(), *in.operands()->Get(i), worldRank);
+      if (!offset.ok())
+        return invalidArgument("operand ", i, ": ",
+                               offset.status().message());
+      offsets.push_back(*offset);
+    }
+    return Status();
   }
-  /// Arena address of `r` on the slot being decoded.
-  void *ptrOf(const fb::TensorRef &r) {
-    int64_t offset = r.offset();
-    if (inSlotRegion(r))
+  bool inSlotRegion(int64_t offset) const {
+    return slotBytes > 0 && offset >= slotBase && offset < slotBase + slotBytes;
+  }
+  /// Arena offset of operand `i` on this rank and the slot being decoded.
+  int64_t finalOffset(int i) const {
+    int64_t offset = offsets[size_t(i)];
+    if (inSlotRegion(offset))
       offset += int64_t(slotIndex) * slotBytes;
-    return static_cast<void *>(base + offset);
+    return offset;
   }
+  /// Arena address of operand `i` on this rank and the slot being decoded.
+  void *ptrOf(int i) { return static_cast<void *>(base + finalOffset(i)); }
   /// Operands in the slot region must lie inside it, and their slot's copy
   /// inside the arena.
   Status checkRelocation(const fb::Instr &in) {
@@ -155,15 +195,16 @@ private:
       return Status();
     for (flatbuffers::uoffset_t i = 0; i < in.operands()->size(); ++i) {
       const fb::TensorRef &r = *in.operands()->Get(i);
-      if (!inSlotRegion(r))
+      const int64_t offset = offsets[i];
+      if (!inSlotRegion(offset))
         continue;
       int64_t bytes = numel(r) * dtypeSize(r.dtype());
-      if (r.offset() + bytes > slotBase + slotBytes)
+      if (offset + bytes > slotBase + slotBytes)
         return invalidArgument("operand ", i, " ", desc(r), " (offset ",
-                               r.offset(), ", ", bytes,
+                               offset, ", ", bytes,
                                " bytes) straddles the end of the slot region [",
                                slotBase, ", ", slotBase + slotBytes, ")");
-      int64_t moved = r.offset() + int64_t(slotIndex) * slotBytes;
+      int64_t moved = offset + int64_t(slotIndex) * slotBytes;
       if (moved + bytes > program.arena_bytes())
         return invalidArgument("operand ", i, " ", desc(r), " on slot ",
                                slotIndex, " (offset ", moved, ", ", bytes,
@@ -252,6 +293,9 @@ private:
   /// The slot region of the function being decoded and the slot.
   int64_t slotBase = 0, slotBytes = 0;
   int slotIndex = 0;
+  /// The operands' offsets on this rank (resolveOffsets), before slot
+  /// relocation.
+  std::vector<int64_t> offsets;
 };
 
 Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
@@ -272,7 +316,7 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
     return invalidArgument("expected ", expectedOperandCount(in.op()),
                            " operands, got ", count);
   for (int i = 0; i < count; ++i)
-    t.ptr[i] = ptrOf(ref(in, i));
+    t.ptr[i] = ptrOf(i);
   if (count)
     t.n = numel(ref(in, 0));
 
@@ -435,6 +479,30 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
                                pos.size, " (size of group '", kind, "') times ",
                                desc(ref(in, gather ? 0 : 1)));
       t.n = small;
+      // In place (the distributed optimizer's buckets): the shard is exactly
+      // this rank's block of the full buffer, which MPI_IN_PLACE (and NCCL)
+      // handle. Any other overlap would have the collective overwrite what
+      // it still has to read.
+      const int shardIdx = gather ? 0 : 1, fullIdx = gather ? 1 : 0;
+      const int64_t es = dtypeSize(ref(in, 0).dtype());
+      const int64_t shardAt = finalOffset(shardIdx);
+      const int64_t fullAt = finalOffset(fullIdx);
+      const int64_t shardBytes = small * es, fullBytes = big * es;
+      const int64_t blockAt = fullAt + int64_t(pos.index) * shardBytes;
+      if (shardBytes > 0 && shardAt < fullAt + fullBytes &&
+          fullAt < shardAt + shardBytes) {
+        if (shardAt != blockAt)
+          return invalidArgument(
+              gather ? "input " : "output ", desc(ref(in, shardIdx)),
+              " (arena bytes ", shardAt, " to ", shardAt + shardBytes,
+              ") overlaps ", gather ? "output " : "input ",
+              desc(ref(in, fullIdx)), " (bytes ", fullAt, " to ",
+              fullAt + fullBytes, ") but is not this rank's block of it (",
+              kind, " index ", pos.index, ": bytes ", blockAt, " to ",
+              blockAt + shardBytes,
+              "); an in-place collective needs exactly that block");
+        t.i[0] = 1;
+      }
     }
     TESSERA_ASSIGN_OR_RETURN(t.comm, lookup(kind));
     return Status();
@@ -790,8 +858,9 @@ static std::string describeInstr(const fb::Program &program,
 }
 
 /// Checks that `worldRank` is in an instance of every group kind that a
-/// collective of `program` uses (embedding kinds leave ranks out). The error
-/// names the rank, the kind and the instruction with its loc.
+/// collective or a rank-relative operand of `program` uses (embedding kinds
+/// leave ranks out). The error names the rank, the kind and the instruction
+/// with its loc.
 static Status checkCollectiveMembership(const LoadedArtifact &artifact,
                                         const fb::Program &program,
                                         int worldRank) {
@@ -802,6 +871,23 @@ static Status checkCollectiveMembership(const LoadedArtifact &artifact,
       continue;
     for (flatbuffers::uoffset_t i = 0; i < fn->instrs()->size(); ++i) {
       const fb::Instr &in = *fn->instrs()->Get(i);
+      // Rank-relative operands need the rank's index in their group kind.
+      if (in.operands())
+        for (flatbuffers::uoffset_t o = 0; o < in.operands()->size(); ++o) {
+          const fb::TensorRef &r = *in.operands()->Get(o);
+          if (!r.rank_group() || !r.rank_group()->size())
+            continue;
+          std::string kind = r.rank_group()->str();
+          if (!mayLeaveRanksOut(kind) ||
+              findGroupPosition(*artifact.root(), kind, worldRank).group ||
+              !hasGroupKind(*artifact.root(), kind))
+            continue;
+          return invalidArgument(artifact.name(), ": ",
+                                 describeInstr(program, *fn, i, in),
+                                 "): operand ", o, " is relative to rank group "
+                                 "kind '", kind, "', but rank ", worldRank,
+                                 " is in no rank group of that kind");
+        }
       if (!in.group() || !in.group()->size() ||
           (!isCollective(in.op()) && !isShardedKernel(in.op())))
         continue;
@@ -958,8 +1044,12 @@ Status Executor::bindFunctions() {
       if (lossOffset >= 0 && fn->instrs() && !isBackwardFunction(f.name))
         for (const fb::Instr *in : *fn->instrs())
           if (in->operands())
-            for (const fb::TensorRef *r : *in->operands())
-              f.writesLoss |= r->offset() == lossOffset;
+            for (const fb::TensorRef *r : *in->operands()) {
+              // Decoding resolved every rank-relative ref already.
+              StatusOr<int64_t> offset =
+                  resolvedOffset(*art->root(), *r, rank);
+              f.writesLoss |= offset.ok() && *offset == lossOffset;
+            }
       functionIndex[f.name] = functions.size();
       functions.push_back(std::move(f));
     }
@@ -1137,9 +1227,13 @@ Status Executor::execute(const Thunk &t) {
     return t.comm->allReduce(t.ptr[0], t.n, t.type, t.reduce);
   case O::AllGather:
     TESSERA_RETURN_IF_ERROR(be->synchronize());
+    if (t.i[0])
+      return t.comm->allGatherInPlace(t.ptr[1], t.n, t.type);
     return t.comm->allGather(t.ptr[0], t.ptr[1], t.n, t.type);
   case O::ReduceScatter:
     TESSERA_RETURN_IF_ERROR(be->synchronize());
+    if (t.i[0])
+      return t.comm->reduceScatterInPlace(t.ptr[0], t.n, t.type, t.reduce);
     return t.comm->reduceScatter(t.ptr[0], t.ptr[1], t.n, t.type, t.reduce);
   case O::AllReduceStart: {
     if (pending.count(t.event))
@@ -1155,9 +1249,14 @@ Status Executor::execute(const Thunk &t) {
     if (pending.count(t.event))
       return failedPrecondition("event ", t.event, " is already in flight");
     TESSERA_RETURN_IF_ERROR(be->synchronize());
+    // In place, the communicator moves the result into this rank's block
+    // when the Wait completes it.
     TESSERA_ASSIGN_OR_RETURN(
         CommRequest req,
-        t.comm->reduceScatterStart(t.ptr[0], t.ptr[1], t.n, t.type, t.reduce));
+        t.i[0] ? t.comm->reduceScatterInPlaceStart(t.ptr[0], t.n, t.type,
+                                                   t.reduce)
+               : t.comm->reduceScatterStart(t.ptr[0], t.ptr[1], t.n, t.type,
+                                            t.reduce));
     pending[t.event] = {t.comm, req};
     return Status();
   }

@@ -83,7 +83,7 @@ TEST_F(ArtifactTest, WrongVersion) {
   std::string file = buildFile(buildPayload(softmaxRegression()));
   file[4] = 7;
   expectError(file, "unsupported format version 7 (this runtime supports "
-                    "version 4)");
+                    "version 5)");
 }
 
 TEST_F(ArtifactTest, Truncated) {
@@ -454,4 +454,80 @@ TEST_F(ArtifactTest, InitIsNoScheduleStep) {
   expectError(buildFile(buildPayload(desc)),
               "schedule step 0 ('init' microbatch 0): 'init' cannot be a "
               "schedule step (it runs once, before the first iteration)");
+}
+
+//===----------------------------------------------------------------------===//
+// Rank-relative refs (format version 5)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// shardedBuckets(1, 2, 8) with an extra Fill of `bad` in "mark".
+ArtifactDesc withRankRelativeRef(RefDesc bad) {
+  ArtifactDesc desc = shardedBuckets(1, 2, 8);
+  InstrDesc fill = instr(fb::Opcode::Fill, {std::move(bad)}, "bad.shard");
+  fill.fattrs = {0.0f};
+  desc.programs[0].function("mark").push_back(fill);
+  return desc;
+}
+
+} // namespace
+
+TEST_F(ArtifactTest, RankRelativeRefsLoad) {
+  std::string path =
+      write("ok.tsr", buildFile(buildPayload(shardedBuckets(2, 2, 8))));
+  auto loaded = LoadedArtifact::loadFromFile(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+  EXPECT_TRUE(Executor::validate(**loaded).ok());
+}
+
+TEST_F(ArtifactTest, RankRelativeRefOverUnknownGroup) {
+  ArtifactDesc base = shardedBuckets(1, 2, 8);
+  RefDesc r = rankBlock(base.programs[0].ref(0), {8}, "cp");
+  expectError(buildFile(buildPayload(withRankRelativeRef(r))),
+              "function 'mark' instruction 2 (bad.shard): operand 0 is relative to rank "
+              "group kind 'cp' but the artifact has no rank groups of that "
+              "kind");
+}
+
+TEST_F(ArtifactTest, RankRelativeRefOutsideTheArenaForTheLastRank) {
+  ArtifactDesc base = shardedBuckets(1, 2, 8);
+  int64_t arena = base.programs[0].arenaBytes;
+  // Index 0 fits exactly at the end of the arena, index 1 does not.
+  RefDesc r{arena - 32, {8}, fb::DType::F32, "dp", 32};
+  expectError(buildFile(buildPayload(withRankRelativeRef(r))),
+              "instruction 2 (bad.shard): operand 0 (offset " + std::to_string(arena - 32) +
+                  " + i * 32 for dp index i < 2, 32 bytes, shape [8]) lies "
+                  "outside the arena of " +
+                  std::to_string(arena) + " bytes for dp index 1");
+  // The whole bucket inside: loads.
+  r.offset = arena - 64;
+  std::string path =
+      write("edge.tsr", buildFile(buildPayload(withRankRelativeRef(r))));
+  EXPECT_TRUE(LoadedArtifact::loadFromFile(path).ok());
+}
+
+TEST_F(ArtifactTest, RankRelativeRefMisaligned) {
+  ArtifactDesc base = shardedBuckets(1, 2, 8);
+  RefDesc stride{0, {8}, fb::DType::F32, "dp", 30};
+  expectError(buildFile(buildPayload(withRankRelativeRef(stride))),
+              "operand 0 (offset 0 + i * 30 for dp index i < 2, 32 bytes, "
+              "shape [8]) is not aligned to its F32 elements (4 bytes)");
+  RefDesc offset{2, {8}, fb::DType::F32, "dp", 32};
+  expectError(buildFile(buildPayload(withRankRelativeRef(offset))),
+              "is not aligned to its F32 elements");
+  // bf16: 2-byte steps are aligned.
+  RefDesc half{2, {8}, fb::DType::BF16, "dp", 18};
+  std::string path =
+      write("half.tsr", buildFile(buildPayload(withRankRelativeRef(half))));
+  EXPECT_TRUE(LoadedArtifact::loadFromFile(path).ok());
+}
+
+TEST_F(ArtifactTest, RankRelativeRefStride) {
+  RefDesc negative{64, {8}, fb::DType::F32, "dp", -32};
+  expectError(buildFile(buildPayload(withRankRelativeRef(negative))),
+              "operand 0 has negative rank_stride -32");
+  RefDesc noGroup{0, {8}, fb::DType::F32, "", 32};
+  expectError(buildFile(buildPayload(withRankRelativeRef(noGroup))),
+              "operand 0 has rank_stride 32 but no rank_group");
 }

@@ -588,3 +588,125 @@ TEST(ExecutorMixedPrecisionTest, PipelineProgramRunsItsInitBeforeTheSchedule) {
   EXPECT_EQ(phases.front(), "init");
   EXPECT_EQ(std::count(phases.begin(), phases.end(), "init"), 1);
 }
+
+//===----------------------------------------------------------------------===//
+// Rank-relative refs: every rank decodes its own shard
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+StatusOr<std::unique_ptr<Executor>>
+createForRank(const ArtifactDesc &desc, int worldRank,
+              const std::string &name = "shards.tsr") {
+  auto loaded =
+      LoadedArtifact::loadFromMemory(buildFile(buildPayload(desc)), name);
+  if (!loaded.ok())
+    return loaded.status();
+  return Executor::create(
+      *loaded, std::move(*BackendRegistry::global().create("cpu", {})),
+      CommunicatorSet(), worldRank);
+}
+
+} // namespace
+
+// The decode of rank r (no communicators needed: "mark" has no collective)
+// puts its rank-relative Fills at its dp and tp blocks, on 2 and 4 ranks,
+// including a 2 x 2 mesh where the dp index is not the world rank.
+TEST(ExecutorTest, RankRelativeRefsResolveToEachRanksShard) {
+  const int64_t block = 5;
+  for (auto [tp, dp] : {std::pair{1, 2}, {1, 4}, {2, 2}, {2, 1}}) {
+    for (int r = 0; r < tp * dp; ++r) {
+      SCOPED_TRACE("tp " + std::to_string(tp) + " dp " + std::to_string(dp) +
+                   " rank " + std::to_string(r));
+      auto ex = createForRank(
+          shardedBuckets(tp, dp, block, fb::DType::F32, false), r);
+      ASSERT_TRUE(ex.ok()) << ex.status().toString();
+      ASSERT_TRUE((*ex)->initializeParameters().ok());
+      ASSERT_TRUE((*ex)->runFunction("mark").ok());
+      auto param = (*ex)->readFloatBuffer("param");
+      auto tpbuf = (*ex)->readFloatBuffer("tpbuf");
+      ASSERT_TRUE(param.ok() && tpbuf.ok());
+      int dpIndex = r / tp, tpIndex = r % tp;
+      for (int64_t k = 0; k < dp * block; ++k)
+        EXPECT_EQ((*param)[size_t(k)], k / block == dpIndex ? 7.0f : 0.0f)
+            << "param element " << k;
+      for (int64_t k = 0; k < tp * block; ++k)
+        EXPECT_EQ((*tpbuf)[size_t(k)], k / block == tpIndex ? 5.0f : 0.0f)
+            << "tpbuf element " << k;
+    }
+  }
+}
+
+TEST(ExecutorTest, RankRelativeRefOutsideEmbeddingGroupFailsToDecode) {
+  // "embedding" holds rank 0 of 2: rank 1 has no index in it.
+  ArtifactDesc desc = shardedBuckets(1, 2, 4, fb::DType::F32, false);
+  desc.groups.push_back({"embedding", {0}});
+  ProgramDesc &p = desc.programs[0];
+  InstrDesc fill =
+      instr(fb::Opcode::Fill, {rankBlock(p.ref(0), {2}, "embedding")}, "emb");
+  fill.fattrs = {1.0f};
+  p.function("mark").push_back(fill);
+  EXPECT_TRUE(createForRank(desc, 0).ok());
+  auto ex1 = createForRank(desc, 1, "emb.tsr");
+  ASSERT_FALSE(ex1.ok());
+  const std::string &msg = ex1.status().message();
+  for (const char *needle :
+       {"emb.tsr", "function 'mark' instruction 2 (Fill at emb)",
+        "operand 0: rank 1 is in no rank group of kind 'embedding'"})
+    EXPECT_NE(msg.find(needle), std::string::npos) << msg;
+  // tessera-run's pre-launch validation finds it too.
+  auto loaded =
+      LoadedArtifact::loadFromMemory(buildFile(buildPayload(desc)), "emb.tsr");
+  ASSERT_TRUE(loaded.ok());
+  Status st = Executor::validate(**loaded);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("operand 0 is relative to rank group kind "
+                              "'embedding', but rank 1 is in no rank group "
+                              "of that kind"),
+            std::string::npos)
+      << st.message();
+}
+
+// dp = 1: the self communicator's in-place forms leave the buffer as it is
+// (it is its own reduction), and a shard that overlaps the bucket elsewhere
+// than at this rank's block fails to decode, naming the instruction.
+TEST(ExecutorTest, InPlaceCollectivesOnOneRankAndBadOverlap) {
+  ArtifactDesc desc = shardedBuckets(1, 1, 6);
+  auto ex = createForRank(desc, 0);
+  ASSERT_TRUE(ex.ok()) << ex.status().toString();
+  std::vector<float> values = {1, 2, 3, 4, 5, 6};
+  for (const char *name : {"grad", "grad.async", "param"})
+    ASSERT_TRUE((*ex)->writeBuffer(name, values.data(), 24).ok());
+  for (const char *fn : {"rs", "rsa", "ag"})
+    ASSERT_TRUE((*ex)->runFunction(fn).ok()) << fn;
+  for (const char *name : {"grad", "grad.async", "param"})
+    EXPECT_EQ(*(*ex)->readFloatBuffer(name), values) << name;
+
+  for (fb::Opcode op : {fb::Opcode::ReduceScatter, fb::Opcode::AllGather}) {
+    SCOPED_TRACE(fb::EnumNameOpcode(op));
+    ArtifactDesc bad = shardedBuckets(1, 1, 6);
+    ProgramDesc &p = bad.programs[0];
+    RefDesc full = p.ref(0);
+    RefDesc shifted{full.offset + 4, {6}, fb::DType::F32};
+    InstrDesc in = instr(op,
+                         op == fb::Opcode::AllGather
+                             ? std::vector<RefDesc>{shifted, full}
+                             : std::vector<RefDesc>{full, shifted},
+                         "bad.overlap");
+    in.group = "dp";
+    p.function("rs").push_back(in);
+    auto failed = createForRank(bad, 0, "overlap.tsr");
+    ASSERT_FALSE(failed.ok());
+    std::string needle = std::string("function 'rs' instruction 1 (") +
+                         fb::EnumNameOpcode(op) + " at bad.overlap)";
+    const std::string &msg = failed.status().message();
+    EXPECT_NE(msg.find(needle), std::string::npos) << msg;
+    EXPECT_NE(msg.find("but is not this rank's block of it (dp index 0: "),
+              std::string::npos)
+        << msg;
+    auto loaded = LoadedArtifact::loadFromMemory(buildFile(buildPayload(bad)),
+                                                 "overlap.tsr");
+    ASSERT_TRUE(loaded.ok());
+    EXPECT_FALSE(Executor::validate(**loaded).ok());
+  }
+}

@@ -27,7 +27,27 @@ struct RefDesc {
   int64_t offset = 0;
   std::vector<int64_t> shape;
   fb::DType dtype = fb::DType::F32;
+  /// Rank-relative view: at offset + i * rankStride, i the rank's index in
+  /// its instance of rankGroup (empty: a plain ref).
+  std::string rankGroup;
+  int64_t rankStride = 0;
 };
+
+/// Rank `i`'s block of `full` (|group| blocks of `shape`) as a rank-relative
+/// ref over `group`: the distributed optimizer's shard of a bucket.
+inline RefDesc rankBlock(const RefDesc &full, std::vector<int64_t> shape,
+                         const std::string &group) {
+  int64_t elems = 1;
+  for (int64_t d : shape)
+    elems *= d;
+  int64_t es = full.dtype == fb::DType::I64    ? 8
+               : full.dtype == fb::DType::BF16 ? 2
+                                                : 4;
+  RefDesc r{full.offset, std::move(shape), full.dtype};
+  r.rankGroup = group;
+  r.rankStride = elems * es;
+  return r;
+}
 
 struct BufferDesc {
   std::string name;
@@ -175,7 +195,9 @@ inline void addTpDpGroups(ArtifactDesc &a, int tp, int dp) {
 inline std::string buildPayload(const ArtifactDesc &desc) {
   flatbuffers::FlatBufferBuilder fbb;
   auto makeRef = [&](const RefDesc &r) {
-    return fb::CreateTensorRefDirect(fbb, r.offset, &r.shape, r.dtype);
+    return fb::CreateTensorRefDirect(
+        fbb, r.offset, &r.shape, r.dtype,
+        r.rankGroup.empty() ? nullptr : r.rankGroup.c_str(), r.rankStride);
   };
   std::vector<flatbuffers::Offset<fb::Program>> programs;
   for (const ProgramDesc &p : desc.programs) {
@@ -688,6 +710,81 @@ inline ArtifactDesc twoStagePipeline(int64_t microbatches = 2, int64_t b = 2,
     p.scheduleKind = "1f1b";
     a.programs.push_back(std::move(p));
   }
+  return a;
+}
+
+/// The distributed optimizer's in-place collectives over "dp" on a tp x dp
+/// mesh (tp fastest), every buffer `dtype` of `block` elements per dp rank
+/// (kind Activation: zeros, filled by the tests through writeBuffer):
+///   "rs":      ReduceScatter [grad, dp block of grad]            (in place)
+///   "rs.ref":  ReduceScatter [grad.ref, shard.ref]           (out of place)
+///   "rsa":     ReduceScatterStart [grad.async, dp block of it] (in place),
+///              a Fill of "other" (f32), Wait
+///   "ag":      AllGather [dp block of param, param]              (in place)
+///   "ag.ref":  AllGather [param.src, param.ref]              (out of place)
+///   "mark":    Fill 7 into the dp block of "param" and 5 into the tp block
+///              of "tpbuf" (rank-relative refs outside collectives)
+/// Without `collectives` only "mark" (and an empty "microbatch") is built,
+/// which decodes for any rank without communicators.
+inline ArtifactDesc shardedBuckets(int tp, int dp, int64_t block,
+                                   fb::DType dtype = fb::DType::F32,
+                                   bool collectives = true) {
+  using K = fb::BufferKind;
+  using O = fb::Opcode;
+  ArtifactDesc a;
+  a.worldSize = tp * dp;
+  a.mesh = {{"tp", tp}, {"dp", dp}};
+  addTpDpGroups(a, tp, dp);
+  a.microBatch = 1;
+  a.numMicrobatches = 1;
+  a.globalBatch = dp;
+  ProgramDesc p;
+  auto buf = [&](const char *name, int64_t blocks, fb::DType t) {
+    return p.ref(p.add(name, K::Activation, {blocks * block}, t));
+  };
+  RefDesc grad = buf("grad", dp, dtype), gradRef = buf("grad.ref", dp, dtype);
+  RefDesc shardRef = buf("shard.ref", 1, dtype);
+  RefDesc gradAsync = buf("grad.async", dp, dtype);
+  RefDesc param = buf("param", dp, dtype), paramSrc = buf("param.src", 1, dtype);
+  RefDesc paramRef = buf("param.ref", dp, dtype);
+  RefDesc other = buf("other", 1, fb::DType::F32);
+  RefDesc tpbuf = buf("tpbuf", tp, dtype);
+  p.function("microbatch");
+  auto collective = [](O op, std::vector<RefDesc> refs, const char *loc) {
+    InstrDesc in = instr(op, std::move(refs), loc);
+    in.group = "dp";
+    return in;
+  };
+  if (collectives) {
+    p.function("rs").push_back(collective(
+        O::ReduceScatter, {grad, rankBlock(grad, {block}, "dp")}, "rs"));
+    p.function("rs.ref").push_back(
+        collective(O::ReduceScatter, {gradRef, shardRef}, "rs.ref"));
+    auto &rsa = p.function("rsa");
+    InstrDesc start =
+        collective(O::ReduceScatterStart,
+                   {gradAsync, rankBlock(gradAsync, {block}, "dp")}, "rsa");
+    start.event = 3;
+    rsa.push_back(start);
+    InstrDesc fill = instr(O::Fill, {other}, "between");
+    fill.fattrs = {1.0f};
+    rsa.push_back(fill);
+    InstrDesc wait = instr(O::Wait, {}, "rsa");
+    wait.event = 3;
+    rsa.push_back(wait);
+    p.function("ag").push_back(collective(
+        O::AllGather, {rankBlock(param, {block}, "dp"), param}, "ag"));
+    p.function("ag.ref").push_back(
+        collective(O::AllGather, {paramSrc, paramRef}, "ag.ref"));
+  }
+  auto &mark = p.function("mark");
+  InstrDesc seven = instr(O::Fill, {rankBlock(param, {block}, "dp")}, "mark");
+  seven.fattrs = {7.0f};
+  mark.push_back(seven);
+  InstrDesc five = instr(O::Fill, {rankBlock(tpbuf, {block}, "tp")}, "mark");
+  five.fattrs = {5.0f};
+  mark.push_back(five);
+  a.programs.push_back(std::move(p));
   return a;
 }
 

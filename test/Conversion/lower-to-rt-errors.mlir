@@ -42,3 +42,25 @@ module {
     return %g : tensor<4xf32>
   }
 }
+
+// -----
+
+// A parameter's old value read after the unpack that overwrote it.
+module attributes {tessera.batch = {global_batch_size = 4 : i64, micro_batch_size = 4 : i64, num_microbatches = 1 : i64}} {
+  dist.mesh @mesh {dp = 1}
+  dist.grad_buffer @gbuf {param_dtype = "f32", grad_dtype = "f32", dp = 1 : i64,
+      distributed = true, numel = 128 : i64, numel_unpadded = 4 : i64,
+      params = [{name = "w", start = 0 : i64, end = 4 : i64, bucket = 0 : i64} ],
+      buckets = [array<i64: 0, 128, 4>]}
+  func.func @mb(%w: tensor<4xf32> {nn.param = "w"}) -> (tensor<f32> {tessera.buffer = "loss"}, tensor<4xf32> {tessera.grad_of = "w"}) attributes {tessera.phase = "microbatch"} {
+    %l = nn.mean %w : (tensor<4xf32>) -> tensor<f32>
+    return %l, %w : tensor<f32>, tensor<4xf32>
+  }
+  func.func @step(%g: tensor<4xf32> {tessera.buffer = "grad:w"}, %w: tensor<4xf32> {tessera.buffer = "w"}) -> (tensor<4xf32> {tessera.buffer = "w"}, tensor<f32> {tessera.buffer = "loss"}) attributes {tessera.phase = "step"} {
+    %f = nn.fill 0.0 : tensor<128xf32>
+    %w1 = dist.unpack @gbuf bucket 0 "param" %f : tensor<128xf32> -> tensor<4xf32>
+    // expected-error @+1 {{reads 'w' after a dist.unpack overwrote it; lower-to-rt keeps one copy of each parameter and gradient}}
+    %old = nn.mean %w : (tensor<4xf32>) -> tensor<f32>
+    return %w1, %old : tensor<4xf32>, tensor<f32>
+  }
+}

@@ -15,6 +15,9 @@
 // CHECK-DAG: rt.buffer @"adam.exp_avg:pbuf:gbuf:0" : memref<128xf32> {kind = "opt_state"
 // CHECK-DAG: rt.buffer @"gbuf:gbuf:0" : memref<256xf32> {kind = "view", offset = 0 : i64}
 // CHECK-DAG: rt.buffer @"pbuf:gbuf:0" : memref<256xbf16> {kind = "view", offset = 1024 : i64}
+// This rank's blocks of the buckets: rank-relative views.
+// CHECK-DAG: rt.buffer @"gshard:gbuf:0" : memref<128xf32> {kind = "view", offset = 0 : i64, rank_group = "dp", rank_stride = 512 : i64}
+// CHECK-DAG: rt.buffer @"pshard:gbuf:0" : memref<128xbf16> {kind = "view", offset = 1024 : i64, rank_group = "dp", rank_stride = 256 : i64}
 
 // The model reads its parameters through casts to f32 transients; the
 // gradients accumulate in f32 directly (GEMM beta = 1).
@@ -25,14 +28,18 @@
 // CHECK: rt.gemm %{{.*}}, %[[W32]], %{{.*}} {trans_b}
 // CHECK: rt.gemm %{{.*}}, %{{.*}}, %{{.*}} {beta = 1.000000e+00 : f32, trans_a} : memref<4x3xf32>, memref<4x8xf32>, memref<3x8xf32>
 
-// The step: reduce-scatter the f32 bucket, Adam on the main shard, round it
-// into a bf16 transient and all-gather that straight into the parameters'
-// bucket view.
+// The step works in the buffers, as Megatron's distributed optimizer:
+// reduce-scatter the f32 bucket in place into this rank's block, Adam on
+// the main shard, round it straight into this rank's block of the bf16
+// parameter bucket and all-gather around it. No transients.
 // CHECK-LABEL: func.func @step
+// CHECK-NOT: rt.alloc
 // CHECK-DAG: %[[PB:.*]] = rt.get @"pbuf:gbuf:0" : memref<256xbf16>
-// CHECK-DAG: %[[S16:.*]] = rt.alloc offset {{[0-9]+}} : memref<128xbf16>
+// CHECK-DAG: %[[S16:.*]] = rt.get @"pshard:gbuf:0" : memref<128xbf16>
 // CHECK-DAG: %[[M:.*]] = rt.get @"main:pbuf:gbuf:0" : memref<128xf32>
-// CHECK: rt.reduce_scatter %{{.*}}, %[[G:.*]] {group = "dp"} : memref<256xf32>, memref<128xf32>
+// CHECK-DAG: %[[G:.*]] = rt.get @"gshard:gbuf:0" : memref<128xf32>
+// CHECK-DAG: %[[GB:.*]] = rt.get @"gbuf:gbuf:0" : memref<256xf32>
+// CHECK: rt.reduce_scatter %[[GB]], %[[G]] {group = "dp"} : memref<256xf32>, memref<128xf32>
 // CHECK-NEXT: rt.adam %[[M]], %[[G]],
 // CHECK-NEXT: rt.cast %[[M]], %[[S16]] : memref<128xf32>, memref<128xbf16>
 // CHECK-NEXT: rt.all_gather %[[S16]], %[[PB]] {group = "dp"} : memref<128xbf16>, memref<256xbf16>
@@ -40,10 +47,9 @@
 // The init entry: this rank's block of the bf16 parameter bucket, in f32.
 // CHECK-LABEL: func.func @init() attributes {rt.entry, tessera.phase = "init"}
 // CHECK-DAG: %[[IM:.*]] = rt.get @"main:pbuf:gbuf:0" : memref<128xf32>
-// CHECK-DAG: %[[IS:.*]] = rt.alloc offset {{[0-9]+}} : memref<128xbf16>
-// CHECK-DAG: %[[IP:.*]] = rt.get @"pbuf:gbuf:0" : memref<256xbf16>
-// CHECK: rt.copy %[[IP]], %[[IS]] {group = "dp"} : memref<256xbf16>, memref<128xbf16>
-// CHECK-NEXT: rt.cast %[[IS]], %[[IM]] : memref<128xbf16>, memref<128xf32>
+// CHECK-DAG: %[[IS:.*]] = rt.get @"pshard:gbuf:0" : memref<128xbf16>
+// CHECK-NOT: rt.copy
+// CHECK: rt.cast %[[IS]], %[[IM]] : memref<128xbf16>, memref<128xf32>
 
 // bf16 gradients: 2-byte elements in the grad buffer, accumulated by a
 // cast with beta = 1 (f32 sum, rounded once per microbatch); the step

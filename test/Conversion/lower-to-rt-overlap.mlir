@@ -1,9 +1,15 @@
 // RUN: tessera-opt %s --tessera-train-pipeline="dp=4 micro-batch-size=4 global-batch-size=32 bucket-size=2 overlap-grad-reduce=true" | FileCheck %s
 // RUN: tessera-opt %s --tessera-train-pipeline="dp=4 micro-batch-size=4 global-batch-size=32 overlap-grad-reduce=true distributed-optimizer=true" | FileCheck %s --check-prefix=DIST
 
-// ZeRO-1: the bucket is reduce-scattered into its shard buffer during the
-// last backward; the step's Adam reads the shard from there.
-// DIST: rt.buffer @"gshard:gbuf:0" : memref<32xf32> {kind = "activation"
+// ZeRO-1: the bucket is reduce-scattered in place during the last
+// backward, into this rank's block of it (the rank-relative view
+// "gshard", a quarter of the 128-element bucket); the step's Adam reads the
+// shard from there and updates this rank's block of the parameter bucket
+// ("pshard") in place, which the all-gather completes.
+// DIST-DAG: rt.buffer @"gshard:gbuf:0" : memref<32xf32> {kind = "view", offset = [[GB:[0-9]+]] : i64, rank_group = "dp", rank_stride = 128 : i64}
+// DIST-DAG: rt.buffer @"gbuf:gbuf:0" : memref<128xf32> {kind = "view", offset = [[GB]] : i64}
+// DIST-DAG: rt.buffer @"pshard:gbuf:0" : memref<32xf32> {kind = "view", offset = [[PB:[0-9]+]] : i64, rank_group = "dp", rank_stride = 128 : i64}
+// DIST-DAG: rt.buffer @"pbuf:gbuf:0" : memref<128xf32> {kind = "view", offset = [[PB]] : i64}
 // DIST-LABEL: func.func @"microbatch:last"()
 // DIST-DAG: %[[B:.*]] = rt.get @"gbuf:gbuf:0" : memref<128xf32>
 // DIST-DAG: %[[S:.*]] = rt.get @"gshard:gbuf:0" : memref<32xf32>
@@ -12,9 +18,12 @@
 // DIST: rt.wait %[[E]]
 // DIST-LABEL: func.func @step()
 // DIST-DAG: %[[S2:.*]] = rt.get @"gshard:gbuf:0"
+// DIST-DAG: %[[P:.*]] = rt.get @"pshard:gbuf:0"
+// DIST-DAG: %[[PBUF:.*]] = rt.get @"pbuf:gbuf:0"
 // DIST-NOT: rt.reduce_scatter
-// DIST: rt.adam %{{.*}}, %[[S2]]
-// DIST: rt.all_gather
+// DIST-NOT: rt.copy
+// DIST: rt.adam %[[P]], %[[S2]]
+// DIST-NEXT: rt.all_gather %[[P]], %[[PBUF]] {group = "dp"}
 
 // The last microbatch's variant accumulates the weight gradient in place
 // (GEMM, beta = 1), then scales its bucket and starts the all-reduce while

@@ -39,6 +39,10 @@ LogicalResult BufferOp::verify() {
   auto type = dyn_cast<MemRefType>(getType());
   if (!type || !type.hasStaticShape())
     return emitOpError() << "needs a statically shaped memref type";
+  if (getRankGroupAttr() && (getKind() != "view" || !getRankStrideAttr() ||
+                             *getRankStride() <= 0))
+    return emitOpError() << "is rank-relative, which needs kind 'view' and a "
+                            "positive rank_stride";
   if ((getKind() == "grad" || getKind() == "opt_state") && !getOfAttr())
     return emitOpError() << "of kind '" << getKind()
                          << "' must name its parameter with 'of'";

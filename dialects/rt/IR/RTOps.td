@@ -52,7 +52,9 @@ def RT_BufferOp : RT_Op<"buffer", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     `kind` is one of `param`, `grad`, `main_param` (fp32 copies of bf16
     parameters), `opt_state`, `input`, `loss`, `iteration`, `activation`
     (pipelines: saved activations and p2p staging) and `view` (a bucket of
-    a grad buffer). Parameters carry their global shape, the dimension split
+    a grad buffer). A view with `rank_group` is rank-relative: this rank's
+    block at `offset + i * rank_stride`, i its index in its `rank_group`
+    instance (the distributed optimizer's shard of a bucket). Parameters carry their global shape, the dimension split
     over `shard_axis` (or -1) and their init spec (`normal:<std>`, `zeros`,
     `ones`). Gradients and optimizer state name their parameter in `of`.
 
@@ -70,7 +72,9 @@ def RT_BufferOp : RT_Op<"buffer", [Symbol, HasParent<"::mlir::ModuleOp">]> {
                        OptionalAttr<StrAttr>:$init,
                        OptionalAttr<FlatSymbolRefAttr>:$of,
                        OptionalAttr<I64Attr>:$num_classes,
-                       OptionalAttr<I64Attr>:$vocab_size);
+                       OptionalAttr<I64Attr>:$vocab_size,
+                       OptionalAttr<StrAttr>:$rank_group,
+                       OptionalAttr<I64Attr>:$rank_stride);
   let assemblyFormat = "$sym_name `:` $type attr-dict";
   let hasVerifier = 1;
 }

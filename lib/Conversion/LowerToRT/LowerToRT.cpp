@@ -97,6 +97,16 @@ static std::string bindingOf(DictionaryAttr attrs, int64_t chunk) {
 static std::string bucketView(StringRef data, StringRef buffer, int64_t bucket) {
   return ((data == "grad" ? "gbuf:" : "pbuf:") + buffer + ":" + Twine(bucket)).str();
 }
+/// The distributed optimizer's shard of a bucket view ("gbuf:B:k" ->
+/// "gshard:B:k", "pbuf:B:k" -> "pshard:B:k"): this rank's 1/dp of the
+/// bucket, a rank-relative view (empty if `view` is not a bucket view).
+static std::string shardView(StringRef view) {
+  if (view.starts_with("gbuf:"))
+    return ("gshard:" + view.drop_front(5)).str();
+  if (view.starts_with("pbuf:"))
+    return ("pshard:" + view.drop_front(5)).str();
+  return "";
+}
 static SmallVector<std::string> bucketParts(Operation *op, FlatSymbolRefAttr ref,
                                             int64_t bucket, StringRef data) {
   SmallVector<std::string> names;
@@ -156,6 +166,22 @@ private:
   /// The bucket view of a bucket_reduce_start (storage id), and for a
   /// reduce-scatter its shard buffer.
   DenseMap<Operation *, int> bucketStorage, shardStorage;
+  /// scatter_to_region ops whose result is the rank's shard view of their
+  /// input bucket: nothing to copy.
+  DenseSet<Operation *> aliasedScatter;
+  /// A storage on this rank's shard `name` of a bucket for a value of type
+  /// `t`, or -1 if there is no such shard or it does not fit.
+  int shardStorageFor(StringRef name, Type t) {
+    auto it = persistent.find(name);
+    if (name.empty() || it == persistent.end())
+      return -1;
+    auto tensor = cast<RankedTensorType>(t);
+    MemRefType view = it->second->type;
+    if (view.getNumElements() != tensor.getNumElements() ||
+        view.getElementType() != tensor.getElementType())
+      return -1;
+    return newStorage(t, name);
+  }
   SmallVector<Operation *> ops;
   DenseMap<Operation *, int64_t> position;
   DenseMap<Value, int> storageOf;
@@ -276,8 +302,9 @@ LogicalResult PhaseLowering::plan() {
                                 .str();
         if (!persistent.count(shard))
           return start.emitOpError()
-                 << "reduce-scatters into '" << shard
-                 << "', which the step does not take";
+                 << "reduce-scatters bucket " << start.getBucket() << " of @"
+                 << start.getBuffer()
+                 << ", which is not a distributed-optimizer buffer";
         MemRefType t = persistent.lookup(shard)->type;
         shardStorage[op] = newStorage(
             RankedTensorType::get(t.getShape(), t.getElementType()), shard);
@@ -291,6 +318,22 @@ LogicalResult PhaseLowering::plan() {
           bucketView(unpack.getData(), unpack.getBuffer(), unpack.getBucket());
       SmallVector<std::string> parts = bucketParts(
           op, unpack.getBufferAttr(), unpack.getBucket(), unpack.getData());
+      // The unpack overwrites the bucket's buffers: no value held there
+      // before may be read after it.
+      for (Storage &st : storages) {
+        if (st.persistent != view && !llvm::is_contained(parts, st.persistent))
+          continue;
+        for (Value v : st.values) {
+          if (Operation *def = v.getDefiningOp(); def && !def->isBeforeInBlock(op))
+            continue;
+          for (Operation *user : v.getUsers())
+            if (user != op && op->isBeforeInBlock(user))
+              return user->emitOpError()
+                     << "reads '" << st.persistent
+                     << "' after a dist.unpack overwrote it; lower-to-rt keeps "
+                        "one copy of each parameter and gradient";
+        }
+      }
       if (storages[storageOf.lookup(unpack.getInput())].persistent != view)
         placeCopies[op].push_back(
             {-1, newStorage(unpack.getInput().getType(), view)});
@@ -299,6 +342,42 @@ LogicalResult PhaseLowering::plan() {
         assign(result, newStorage(result.getType(), parts[i]));
       }
       continue;
+    }
+    // The distributed optimizer works in its buffers, as Megatron's does:
+    // a bucket's reduce-scatter leaves this rank's shard in place in the
+    // gradient bucket, and this rank's block of the parameter bucket is
+    // the shard itself (Adam updates it there; the all-gather then fills
+    // the other ranks' blocks around it).
+    if (auto rs = dyn_cast<dist::ReduceScatterOp>(op)) {
+      std::string shard =
+          shardView(storages[storageOf.lookup(rs.getInput())].persistent);
+      if (rs.getGroup() == "dp" && rs.getDim() == 0 &&
+          clobberable(rs.getInput(), op)) {
+        if (int id = shardStorageFor(shard, rs.getType()); id >= 0) {
+          assign(rs.getResult(), id);
+          continue;
+        }
+      }
+    }
+    if (auto sc = dyn_cast<dist::ScatterToRegionOp>(op)) {
+      std::string shard =
+          shardView(storages[storageOf.lookup(sc.getInput())].persistent);
+      auto pack = sc.getInput().getDefiningOp<dist::PackOp>();
+      // Only when nothing else reads the parameters: the shard is updated
+      // in place.
+      bool onlyPacked =
+          pack && sc.getInput().hasOneUse() &&
+          llvm::all_of(pack.getInputs(), [&](Value v) {
+            return llvm::all_of(v.getUsers(),
+                                [&](Operation *u) { return u == pack; });
+          });
+      if (onlyPacked && sc.getGroup() == "dp" && sc.getDim().value_or(-1) == 0) {
+        if (int id = shardStorageFor(shard, sc.getType()); id >= 0) {
+          assign(sc.getResult(), id);
+          aliasedScatter.insert(op);
+          continue;
+        }
+      }
     }
     // In-place kernels reuse operand 0's storage.
     bool aliasOnly = isa<dist::CopyToRegionOp>(op);
@@ -389,6 +468,23 @@ LogicalResult PhaseLowering::plan() {
                                                unpack.getBucket())));
           continue;
         }
+      // The updated shard an all-gather puts into a parameter bucket is
+      // written straight into this rank's block of it (bf16 parameters:
+      // the cast of the fp32 main shard).
+      if (binding.empty() && !inPlace && result.hasOneUse())
+        if (auto ag = dyn_cast<dist::AllGatherOp>(*result.getUsers().begin());
+            ag && ag.getGroup() == "dp" && ag.getDim() == 0 &&
+            ag.getResult().hasOneUse())
+          if (auto unpack =
+                  dyn_cast<dist::UnpackOp>(*ag.getResult().getUsers().begin()))
+            if (int id = shardStorageFor(
+                    shardView(bucketView(unpack.getData(), unpack.getBuffer(),
+                                         unpack.getBucket())),
+                    result.getType());
+                id >= 0) {
+              assign(result, id);
+              continue;
+            }
       if (binding.empty() && !inPlace && llvm::any_of(result.getUsers(), [](Operation *u) {
             return isa<dist::SendOp>(u);
           })) {
@@ -923,6 +1019,8 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
               return success();
             })
             .Case([&](dist::ScatterToRegionOp o) -> LogicalResult {
+              if (aliasedScatter.contains(op)) // the shard view itself
+                return success();
               // Keep this rank's block: a copy from a group-indexed offset.
               if (o.getDim().value_or(o.getInput().getType().getRank() - 1) != 0)
                 return o.emitOpError() << "lower-to-rt supports dim 0 only";
@@ -1139,6 +1237,27 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
     return buffers.back().get();
   };
 
+  // The distributed optimizer's shards: per bucket, this rank's 1/dp of
+  // the gradients and of the parameters, as rank-relative views (placed
+  // with the grad buffers below).
+  for (auto gb : module.getOps<dist::GradBufferOp>()) {
+    if (!gb.getDistributed())
+      continue;
+    buckets::Buffer layout = gb.getLayout();
+    for (StringRef data : {"grad", "param"}) {
+      StringRef dtype = data == "grad" ? gb.getGradDtype() : gb.getParamDtype();
+      Type element = dtype == "bf16" ? Type(b.getBF16Type()) : b.getF32Type();
+      for (auto [k, bucket] : llvm::enumerate(layout.buckets)) {
+        int64_t numel = (bucket.end - bucket.start) / gb.getDp();
+        add(shardView(bucketView(data, gb.getSymName(), k)), "view",
+            RankedTensorType::get({numel}, element),
+            {b.getNamedAttr("rank_group", b.getStringAttr("dp")),
+             b.getNamedAttr("rank_stride",
+                            b.getI64IntegerAttr(
+                                numel * (element.getIntOrFloatBitWidth() / 8)))});
+      }
+    }
+  }
   for (func::FuncOp micro : phases)
   for (unsigned i = 0, e = micro.getNumArguments(); i < e; ++i) {
     Type type = micro.getArgumentTypes()[i];
@@ -1175,8 +1294,8 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
       StringRef name = bnd.getValue();
       if (name == "iteration")
         add(name, "iteration", step.getArgumentTypes()[i]);
-      else if (name.starts_with("gshard:")) // reduce-scattered during the backward
-        add(name, "activation", step.getArgumentTypes()[i]);
+      else if (name.starts_with("gshard:")) // a shard view (above)
+        continue;
       else if (name.starts_with("main:pbuf:")) // a distributed-optimizer shard
         add(name, "main_param", step.getArgumentTypes()[i]);
       else if (name.starts_with("main:")) // the fp32 copy of a bf16 parameter
@@ -1283,10 +1402,13 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
         fixed[q] = base + p.start * elementBytes;
       }
       for (auto [k, bucket] : llvm::enumerate(layout.buckets)) {
-        Persistent *view = add(bucketView(data, gb.getSymName(), k), "view",
+        std::string name = bucketView(data, gb.getSymName(), k);
+        Persistent *view = add(name, "view",
                                RankedTensorType::get({bucket.end - bucket.start},
                                                      element));
         fixed[view] = base + bucket.start * elementBytes;
+        if (Persistent *shard = byName.lookup(shardView(name)))
+          fixed[shard] = fixed[view];
       }
       offset = alignUp(base + layout.numel * elementBytes);
     }

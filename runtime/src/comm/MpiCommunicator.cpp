@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <cstring>
 #include <unordered_map>
 #include <vector>
 
@@ -181,6 +182,56 @@ public:
     return CommRequest{id};
   }
 
+  // In place: MPI_IN_PLACE takes an all-gather's input from the rank's
+  // block of the receive buffer, and leaves a reduce-scatter's result at the
+  // start of the buffer, whence it moves to the rank's block (after the
+  // wait, for the started form). The user-defined bf16 sum works the same
+  // way in place (MPI hands it the same in/inout pairs).
+  Status allGatherInPlace(void *buffer, int64_t count,
+                          ElementType type) override {
+    TESSERA_RETURN_IF_ERROR(checkCount(count));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type));
+    TESSERA_RETURN_IF_MPI_ERROR(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL,
+                                              buffer, int(count), dt, comm));
+    stats.allGather +=
+        ringAllGatherBytes(count * elementSize(type) * mySize, mySize);
+    ++stats.calls;
+    return Status();
+  }
+
+  Status reduceScatterInPlace(void *buffer, int64_t count, ElementType type,
+                              ReduceKind op) override {
+    TESSERA_RETURN_IF_ERROR(checkCount(count));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Op mop, mpiOp(op, type));
+    TESSERA_RETURN_IF_MPI_ERROR(MPI_Reduce_scatter_block(
+        MPI_IN_PLACE, buffer, int(count), dt, mop, comm));
+    stats.reduceScatter +=
+        ringReduceScatterBytes(count * elementSize(type) * mySize, mySize);
+    ++stats.calls;
+    moveToBlock(blockMove(buffer, count, type));
+    return Status();
+  }
+
+  StatusOr<CommRequest> reduceScatterInPlaceStart(void *buffer, int64_t count,
+                                                  ElementType type,
+                                                  ReduceKind op) override {
+    TESSERA_RETURN_IF_ERROR(checkCount(count));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Op mop, mpiOp(op, type));
+    MPI_Request request;
+    TESSERA_RETURN_IF_MPI_ERROR(MPI_Ireduce_scatter_block(
+        MPI_IN_PLACE, buffer, int(count), dt, mop, comm, &request));
+    stats.reduceScatter +=
+        ringReduceScatterBytes(count * elementSize(type) * mySize, mySize);
+    ++stats.calls;
+    CommRequest handle = track(request);
+    BlockMove move = blockMove(buffer, count, type);
+    if (move.bytes > 0)
+      afterWait.emplace(handle.id, move);
+    return handle;
+  }
+
   StatusOr<CommRequest> allReduceStart(void *buffer, int64_t count,
                                        ElementType type,
                                        ReduceKind op) override {
@@ -204,7 +255,10 @@ public:
                              request.id);
     MPI_Request r = it->second;
     pending.erase(it);
-    TESSERA_RETURN_IF_MPI_ERROR(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    int rc = MPI_Wait(&r, MPI_STATUS_IGNORE);
+    finish(request.id, rc == MPI_SUCCESS);
+    if (rc != MPI_SUCCESS)
+      return mpiStatus(rc, "MPI_Wait(&r, MPI_STATUS_IGNORE)");
     return Status();
   }
 
@@ -257,11 +311,17 @@ public:
       list.push_back(it->second);
       pending.erase(it);
     }
+    // Moves of started in-place reductions, done once all have completed.
+    auto finishAll = [&](bool completed) {
+      for (const CommRequest &r : requests)
+        finish(r.id, completed);
+    };
     // Wait for the known requests even if one is unknown, so that none is
     // left in flight.
     if (!list.empty()) {
       std::vector<MPI_Status> statuses(list.size());
       int rc = MPI_Waitall(int(list.size()), list.data(), statuses.data());
+      finishAll(rc == MPI_SUCCESS);
       if (rc == MPI_ERR_IN_STATUS)
         for (const MPI_Status &st : statuses)
           if (st.MPI_ERROR != MPI_SUCCESS && st.MPI_ERROR != MPI_ERR_PENDING)
@@ -291,6 +351,33 @@ private:
                              "] (MPI_TAG_UB)");
     return Status();
   }
+  /// Where an in-place reduce-scatter's result goes: from the start of the
+  /// buffer (MPI_IN_PLACE) to this rank's block.
+  struct BlockMove {
+    uint8_t *buffer = nullptr;
+    size_t bytes = 0, to = 0;
+  };
+  BlockMove blockMove(void *buffer, int64_t count, ElementType type) const {
+    BlockMove move;
+    move.buffer = static_cast<uint8_t *>(buffer);
+    move.bytes = myRank > 0 ? size_t(count * elementSize(type)) : 0;
+    move.to = size_t(myRank) * move.bytes;
+    return move;
+  }
+  static void moveToBlock(const BlockMove &move) {
+    if (move.bytes > 0)
+      std::memmove(move.buffer + move.to, move.buffer, move.bytes);
+  }
+  /// Completes request `id`'s in-place move (if any) once MPI finished it;
+  /// a failed request leaves the buffer as it is (undefined anyway).
+  void finish(int64_t id, bool completed) {
+    auto it = afterWait.find(id);
+    if (it == afterWait.end())
+      return;
+    if (completed)
+      moveToBlock(it->second);
+    afterWait.erase(it);
+  }
   CommRequest track(MPI_Request request) {
     int64_t id = nextId++;
     pending.emplace(id, request);
@@ -302,6 +389,8 @@ private:
   int tagUb;
   int64_t nextId = 0;
   std::unordered_map<int64_t, MPI_Request> pending;
+  /// Started in-place reduce-scatters whose result still has to move.
+  std::unordered_map<int64_t, BlockMove> afterWait;
 };
 
 } // namespace

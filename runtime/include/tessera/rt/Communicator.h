@@ -94,6 +94,27 @@ public:
                                                    int64_t recvCount,
                                                    ElementType type,
                                                    ReduceKind op) = 0;
+  /// In-place forms (the distributed optimizer's buckets, Megatron's
+  /// layout): `buffer` holds size() blocks of `count` elements, block r at
+  /// buffer + r * count elements. They count the same bytes as the
+  /// out-of-place forms; NCCL supports exactly these layouts natively
+  /// (sendbuff = recvbuff + rank * count for all-gather, recvbuff = sendbuff
+  /// + rank * count for reduce-scatter).
+  ///
+  /// allGather whose input is this rank's block of `buffer`.
+  virtual Status allGatherInPlace(void *buffer, int64_t count,
+                                  ElementType type) = 0;
+  /// reduceScatter of the whole `buffer` into this rank's block of it; the
+  /// other blocks are undefined afterwards.
+  virtual Status reduceScatterInPlace(void *buffer, int64_t count,
+                                      ElementType type, ReduceKind op) = 0;
+  /// Starts reduceScatterInPlace; the result is in this rank's block once
+  /// wait() (or waitAll()) returns, and no part of `buffer` may be touched
+  /// until then.
+  virtual StatusOr<CommRequest> reduceScatterInPlaceStart(void *buffer,
+                                                          int64_t count,
+                                                          ElementType type,
+                                                          ReduceKind op) = 0;
   /// Drives an in-flight request without blocking (MPI's non-blocking
   /// collectives advance only inside MPI calls, so the executor calls this
   /// between kernels to let a started reduction overlap computation). The
