@@ -2,9 +2,9 @@
 
 // Mixed precision in a pipeline stage: the cast of a parameter comes after
 // the phase's leading receive (a phase receives first), and the backward
-// casts the bf16 parameter again instead of saving the f32 copy with the
-// activations (which would hold an f32 copy of the weights per microbatch
-// in flight). The saved activations are the stage's input and the linear's
+// casts the bf16 parameter again right before its first use instead of
+// saving the f32 copy with the activations (which would hold an f32 copy
+// of the weights per microbatch in flight). The saved activations are the stage's input and the linear's
 // output only.
 // CHECK-LABEL: module @pp1
 // CHECK: func.func @forward_c0(%[[W:[^:]*]]: tensor<8x8xbf16> {nn.param = "l1.w"}) -> (tensor<4x8xf32> {tessera.stash = 0 : i64}, tensor<4x8xf32> {tessera.stash = 1 : i64})
@@ -13,8 +13,8 @@
 // CHECK-NEXT: nn.linear %[[IN]], %[[W32]]
 // CHECK: func.func @backward_c0(%[[BW:[^:]*]]: tensor<8x8xbf16> {nn.param = "l1.w"}, %{{[^:]*}}: tensor<4x8xf32> {tessera.stash = 0 : i64}, %{{[^:]*}}: tensor<4x8xf32> {tessera.stash = 1 : i64}) -> (tensor<8x8xf32> {tessera.grad_of = "l1.w"})
 // CHECK-NEXT: %[[DY:.*]] = dist.recv from "next" {tag = 3 : i64}
-// CHECK-NEXT: %[[BW32:.*]] = nn.cast %[[BW]] : tensor<8x8xbf16> to tensor<8x8xf32>
 // CHECK-NEXT: %[[DH:.*]] = nn.gelu_grad %{{.*}}, %[[DY]]
+// CHECK-NEXT: %[[BW32:.*]] = nn.cast %[[BW]] : tensor<8x8xbf16> to tensor<8x8xf32>
 // CHECK-NEXT: nn.matmul %[[DH]], %[[BW32]]
 // CHECK-LABEL: module @pp2
 module attributes {tessera.batch = {global_batch_size = 16 : i64, micro_batch_size = 4 : i64, num_microbatches = 4 : i64}} {

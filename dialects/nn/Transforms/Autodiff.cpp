@@ -166,6 +166,29 @@ LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
       dist::SendOp::create(b, recv.getLoc(), g, b.getStringAttr("prev"),
                            b.getI64IntegerAttr(recv.getTag() + 1));
     }
+
+  // Mixed precision: the backward casts a bf16 parameter to f32 again right
+  // before it first needs it, so the forward's f32 copy dies with its last
+  // forward reader instead of living through the whole backward (and a
+  // pipeline chunk's backward does not take it as a saved activation: one
+  // f32 copy of the weights per microbatch in flight).
+  DenseSet<Operation *> isForward(forward.begin(), forward.end());
+  for (Operation *op : forward) {
+    auto c = dyn_cast<CastOp>(op);
+    if (!c || !isa<BlockArgument>(c.getInput()))
+      continue;
+    Operation *first = nullptr;
+    for (Operation *user : c.getResult().getUsers())
+      if (!isForward.contains(user) && (!first || user->isBeforeInBlock(first)))
+        first = user;
+    if (!first)
+      continue;
+    b.setInsertionPoint(first);
+    auto again = CastOp::create(b, c.getLoc(), c.getType(), c.getInput());
+    c.getResult().replaceUsesWithIf(again.getResult(), [&](OpOperand &use) {
+      return !isForward.contains(use.getOwner());
+    });
+  }
   return success();
 }
 
@@ -282,26 +305,15 @@ struct AutodiffPass : tessera::nn::impl::AutodiffPassBase<AutodiffPass> {
       backwardOps.push_back(op);
     DenseSet<Operation *> isBackward(backwardOps.begin(), backwardOps.end());
 
-    // Forward values and arguments the backward reads. A cast of an
-    // argument (a bf16 parameter's f32 view) is recomputed in the backward
-    // rather than saved: saving it would keep an f32 copy of the weights per
-    // microbatch in flight.
+    // Forward values and arguments the backward reads.
     llvm::SetVector<Value> stash;
     llvm::SetVector<BlockArgument> backwardArgs;
-    llvm::SetVector<Operation *> recompute;
     for (Operation *op : backwardOps)
       for (Value v : op->getOperands()) {
-        if (auto arg = dyn_cast<BlockArgument>(v)) {
+        if (auto arg = dyn_cast<BlockArgument>(v))
           backwardArgs.insert(arg);
-        } else if (!isBackward.contains(v.getDefiningOp())) {
-          auto c = v.getDefiningOp<CastOp>();
-          if (c && isa<BlockArgument>(c.getInput())) {
-            recompute.insert(c);
-            backwardArgs.insert(cast<BlockArgument>(c.getInput()));
-          } else {
-            stash.insert(v);
-          }
-        }
+        else if (!isBackward.contains(v.getDefiningOp()))
+          stash.insert(v);
       }
 
     OpBuilder b(chunk);
@@ -341,16 +353,8 @@ struct AutodiffPass : tessera::nn::impl::AutodiffPassBase<AutodiffPass> {
     for (Value v : stash)
       map.map(v, bwdBody->getArgument(n++));
     b.setInsertionPointToStart(bwdBody);
-    // Recomputed casts after the leading receives (a phase receives first).
-    bool recomputed = false;
-    for (Operation *op : backwardOps) {
-      if (!recomputed && !isa<dist::RecvOp>(op)) {
-        for (Operation *r : recompute)
-          b.clone(*r, map);
-        recomputed = true;
-      }
+    for (Operation *op : backwardOps)
       b.clone(*op, map);
-    }
     SmallVector<Value> gradResults;
     for (Value g : grads)
       gradResults.push_back(map.lookupOrDefault(g));

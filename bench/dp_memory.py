@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Per-rank model-state memory against seed 002's bytes-per-parameter table.
+
+For fp32 parameters and for bf16 mixed precision (--bf16, f32 gradients;
+and --grad-reduce-in-bf16), without and with the distributed optimizer, at
+dp = 1, 2 and 4, compiles a GPT (tessera-gen gpt, default 4 layers, hidden
+256) and reads tessera-compile --emit=memory: the bytes of parameters,
+gradients, main parameters and optimizer state on rank 0, divided by the
+number of parameters. Next to it, seed 002's figure:
+  fp32 params, fp32 grads:  16, or 8 + 8/d with the distributed optimizer
+  bf16 params, fp32 grads:  18, or 6 + 12/d
+  bf16 params, bf16 grads:  16, or 4 + 12/d
+(the measured figure is slightly above it with the distributed optimizer:
+the buckets are padded to lcm(d, 128) and every parameter starts at a
+multiple of 64 elements). Also printed: the arena the runtime allocates
+(tessera-run --print-summary, which equals the plan's total) and the peak of
+transient activations from the plan. A benchmark, not a test: nothing is
+asserted (test/Tools/emit-memory.test checks the table on the MLP).
+
+usage: bench/dp_memory.py [--build build] [--hidden 256] [--layers 4]
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+
+def seed002(precision, d, distributed):
+    if precision == "fp32":
+        return 8 + 8 / d if distributed else 16
+    if precision == "bf16":
+        return 6 + 12 / d if distributed else 18
+    return 4 + 12 / d if distributed else 16  # bf16 grads
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(os.path.dirname(__file__), "..", "build"))
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=128)
+    args = ap.parse_args()
+    bindir = os.path.join(args.build, "bin")
+    results = []
+    with tempfile.TemporaryDirectory() as tmp:
+        model = os.path.join(tmp, "gpt.mlir")
+        subprocess.run([os.path.join(bindir, "tessera-gen"), "gpt", "--layers", str(args.layers),
+                        "--hidden", str(args.hidden), "--heads", "4", "--vocab", "257",
+                        "--seq", str(args.seq), "-o", model], check=True)
+        numel = None
+        for precision, flags in (("fp32", []), ("bf16", ["--bf16"]),
+                                 ("bf16-grads", ["--bf16", "--grad-reduce-in-bf16"])):
+            for distributed in (False, True):
+                for d in (1, 2, 4):
+                    common = [model, *flags, "--dp", str(d), "--micro-batch-size", "2",
+                              "--global-batch-size", str(2 * d)]
+                    if distributed:
+                        common.append("--use-distributed-optimizer")
+                    mem = json.loads(subprocess.run(
+                        [os.path.join(bindir, "tessera-compile"), *common, "--emit=memory"],
+                        check=True, capture_output=True, text=True).stdout)["ranks"][0]
+                    if numel is None:
+                        buckets = json.loads(subprocess.run(
+                            [os.path.join(bindir, "tessera-compile"), *common, "--emit=buckets"],
+                            check=True, capture_output=True, text=True).stdout)
+                        numel = sum(b["numel_unpadded"] for b in buckets["buffers"])
+                    art = os.path.join(tmp, "m.tsr")
+                    subprocess.run([os.path.join(bindir, "tessera-compile"), *common, "-o", art],
+                                   check=True)
+                    summary = subprocess.run([os.path.join(bindir, "tessera-run"),
+                                              "--print-summary", art],
+                                             check=True, capture_output=True, text=True).stdout
+                    arena = int(re.search(r"arena (\d+) bytes", summary).group(1))
+                    state = (mem["params"] + mem["grads"] + mem["main_params"]
+                             + mem["optimizer_state"])
+                    results.append({
+                        "precision": precision, "distributed_optimizer": distributed,
+                        "dp": d, "params": mem["params"], "grads": mem["grads"],
+                        "main_params": mem["main_params"],
+                        "optimizer_state": mem["optimizer_state"],
+                        "bytes_per_param": round(state / numel, 4),
+                        "seed002_bytes_per_param": round(seed002(precision, d, distributed), 4),
+                        "peak_activations": mem["peak_activations"],
+                        "planned_total": mem["total"], "runtime_arena": arena,
+                    })
+    json.dump({"benchmark": "dp_memory", "hidden": args.hidden, "layers": args.layers,
+               "seq": args.seq, "num_params": numel, "results": results},
+              sys.stdout, indent=2)
+    print()
+
+
+if __name__ == "__main__":
+    main()
