@@ -17,6 +17,16 @@ using namespace tessera;
 using namespace tessera::nn;
 
 namespace {
+/// A main parameter the init phase creates: from one parameter, or for a
+/// distributed-optimizer shard from the parameters of bucket `bucket` of
+/// grad buffer `buffer`.
+struct MainInit {
+  SmallVector<std::string> params;
+  std::string binding;
+  FlatSymbolRefAttr buffer;
+  int64_t bucket = -1;
+};
+
 struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
   using OptimizerPassBase::OptimizerPassBase;
 
@@ -134,14 +144,6 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
       if (!isMixed(v.getType()))
         return v;
       return CastOp::create(b, loc, withElement(v.getType(), b.getF32Type()), v);
-    };
-    // The init phase's work: (parameter names, main parameter binding) and,
-    // for a bucket shard, the grad buffer and bucket.
-    struct MainInit {
-      SmallVector<std::string> params;
-      std::string binding;
-      FlatSymbolRefAttr buffer;
-      int64_t bucket = -1;
     };
     SmallVector<MainInit> mainInits;
     for (unsigned i = 0; i < numResults; ++i) {
@@ -308,14 +310,13 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
     step.setAllArgAttrs(argAttrs);
     step.setAllResultAttrs(resultAttrs);
     if (!mainInits.empty())
-      buildInitPhase<MainInit>(module, step, mainInits, paramTypes);
+      buildInitPhase(module, step, mainInits, paramTypes);
     return success();
   }
 
   /// The init phase: each main parameter is its bf16 parameter in f32, or
   /// with the distributed optimizer this rank's 1/dp of the bucket's
   /// parameters (the same shard the reduce-scatter gives it) in f32.
-  template <typename MainInit>
   void buildInitPhase(ModuleOp module, func::FuncOp step,
                       ArrayRef<MainInit> inits,
                       const llvm::StringMap<Type> &paramTypes) {

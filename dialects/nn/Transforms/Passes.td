@@ -13,7 +13,10 @@ def AutodiffPass : Pass<"tessera-autodiff", "mlir::ModuleOp"> {
     gradient per parameter. The backward is seeded with 1/num_microbatches
     (Megatron scales the loss the same way), so accumulated gradients are
     the mean over the microbatches. Values that do not depend on a
-    parameter get no adjoint, so no collective is emitted for them.
+    parameter get no adjoint, so no collective is emitted for them. Under
+    mixed precision a parameter's gradient has the recorded grad dtype (an
+    f32 gradient is the adjoint of the parameter's cast, not rounded), and
+    the backward casts a bf16 parameter again where it needs it.
   }];
   let dependentDialects = ["::tessera::nn::NNDialect", "::tessera::dist::DistDialect"];
 }
@@ -50,7 +53,11 @@ def OptimizerPass : Pass<"tessera-optimizer", "mlir::ModuleOp"> {
     zeroed for the next step. The steps carry the peak learning rate; the
     schedule (warmup, constant/linear/cosine decay to min-lr, Megatron's)
     is recorded in `tessera.optimizer` and applied by the runtime per
-    iteration.
+    iteration. A bf16 parameter (tessera-mixed-precision) is updated through
+    an fp32 main parameter (`main:<param>`, or with the distributed
+    optimizer this rank's shard of the bucket, `main:pbuf:<buffer>:<k>`),
+    cast back to bf16; an `init` phase creates the main parameters from the
+    parameters once.
   }];
   let dependentDialects = ["::tessera::nn::NNDialect"];
   let options = [
