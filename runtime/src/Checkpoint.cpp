@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <set>
 #include <tuple>
 
@@ -1216,6 +1217,175 @@ std::string seedDependence(const LoadedArtifact &artifact, bool loadOptimizer) {
   return "";
 }
 
+/// The members of the instance of group `kind` holding `rank` in the
+/// manifest and the rank's index in it (null when no instance holds it).
+const std::vector<int> *manifestGroup(const CheckpointManifest &m,
+                                      const std::string &kind, int rank,
+                                      int *index = nullptr) {
+  auto it = m.groups.find(kind);
+  if (it == m.groups.end())
+    return nullptr;
+  for (const std::vector<int> &members : it->second)
+    for (size_t i = 0; i < members.size(); ++i)
+      if (members[i] == rank) {
+        if (index)
+          *index = int(i);
+        return &members;
+      }
+  return nullptr;
+}
+
+int manifestStage(const CheckpointManifest &m, int rank) {
+  int index = 0;
+  return manifestGroup(m, "pp", rank, &index) ? index : 0;
+}
+
+bool endsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() &&
+         s.substr(s.size() - suffix.size()) == suffix;
+}
+
+/// A saved distributed-optimizer bucket shard: "<prefix><bucket>" of one
+/// rank, 1/dp of the bucket's flat elements.
+bool isBucketShard(const ManifestTensor &t) {
+  return t.distributedOptimizer && !t.reshardable && t.holders.size() == 1 &&
+         t.globalShape.size() == 1 && t.shardDim == 0 && !t.param.empty() &&
+         t.name.size() > t.param.size() && endsWith(t.name, t.param);
+}
+
+/// The checkpoint's tensors by name, as the planner reshards them: the
+/// reshardable ones, plus per-parameter views of the distributed
+/// optimizer's state. Bucket shard "<prefix><bucket>" (prefix "adam.exp_avg:",
+/// "adam.exp_avg_sq:", "main:", ...) holds, for every parameter P laid out
+/// in the bucket at [start, start + numel), part of the flattened local
+/// state "<prefix>P" of P's shard on that rank; the dp group of a holder of
+/// P's shard j together holds all of it. The views take P's layout; the
+/// runs assemble shard j from the bucket shards of one such dp group (the
+/// loading rank's own, when it is one).
+struct SavedTensors {
+  std::map<std::string, const ManifestTensor *> byName;
+  std::deque<ManifestTensor> views;
+  std::map<std::pair<std::string, int>, std::vector<FlatRun>> runs;
+};
+
+SavedTensors savedTensors(const CheckpointManifest &m, int preferRank) {
+  SavedTensors s;
+  for (const ManifestTensor &t : m.tensors)
+    if (t.reshardable)
+      s.byName[t.name] = &t;
+  // Bucket shards by (name, stage, rank), and the prefixes of each bucket.
+  std::map<std::tuple<std::string, int, int>, const ManifestTensor *> shards;
+  std::map<std::pair<int, std::string>, std::map<std::string, fb::BufferKind>>
+      prefixes;
+  for (const ManifestTensor &t : m.tensors)
+    if (isBucketShard(t)) {
+      shards[{t.name, t.stage, t.holders[0].first}] = &t;
+      prefixes[{t.stage, t.param}][t.name.substr(
+          0, t.name.size() - t.param.size())] = t.kind;
+    }
+  for (const ManifestBucket &bucket : m.buckets) {
+    auto pre = prefixes.find({bucket.stage, bucket.name});
+    if (pre == prefixes.end())
+      continue;
+    for (const auto &[param, start, numel] : bucket.params) {
+      auto pit = s.byName.find(param);
+      if (pit == s.byName.end() || pit->second->kind != fb::BufferKind::Param)
+        continue;
+      const ManifestTensor &p = *pit->second;
+      for (const auto &[prefix, kind] : pre->second) {
+        std::string name = prefix + param;
+        // Per-parameter state saved as such, or a view made from another
+        // stage's bucket (a parameter shared across stages).
+        if (s.byName.count(name))
+          continue;
+        ManifestTensor view;
+        std::map<int, std::vector<FlatRun>> runsOf;
+        for (int j = 0; j < p.numShards; ++j) {
+          // Holders of shard j on this bucket's stage; the one whose dp
+          // group holds the loading rank first.
+          std::vector<int> holders;
+          for (const auto &[q, index] : p.holders)
+            if (index == j && manifestStage(m, q) == bucket.stage)
+              holders.push_back(q);
+          std::sort(holders.begin(), holders.end());
+          std::stable_partition(holders.begin(), holders.end(), [&](int q) {
+            const std::vector<int> *g = manifestGroup(m, "dp", q);
+            return g && std::count(g->begin(), g->end(), preferRank);
+          });
+          for (int q : holders) {
+            const std::vector<int> *g = manifestGroup(m, "dp", q);
+            std::vector<int> members = g ? *g : std::vector<int>{q};
+            std::vector<FlatRun> runs;
+            int64_t covered = 0;
+            bool complete = true;
+            for (int member : members) {
+              auto sh = shards.find({prefix + bucket.name, bucket.stage,
+                                     member});
+              if (sh == shards.end()) {
+                complete = false;
+                break;
+              }
+              const ManifestTensor &t = *sh->second;
+              int64_t n = t.globalShape[0], per = n / t.numShards;
+              int64_t lo = per * t.holders[0].second, hi = lo + per;
+              int64_t a = std::max(lo, start), b = std::min(hi, start + numel);
+              if (n != bucket.numel) {
+                complete = false;
+                break;
+              }
+              if (a >= b)
+                continue;
+              runs.push_back({member, t.name, a - lo, a - start, b - a});
+              covered += b - a;
+              view.dtype = t.dtype;
+            }
+            if (complete && covered == numel) {
+              runsOf[j] = std::move(runs);
+              break;
+            }
+          }
+        }
+        // Only a view that has every shard of the parameter.
+        if (int(runsOf.size()) != p.numShards)
+          continue;
+        view.name = name;
+        view.kind = kind;
+        view.shape = p.shape;
+        view.globalShape = p.globalShape;
+        view.shardDim = p.shardDim;
+        view.shardAxis = p.shardAxis;
+        view.numShards = p.numShards;
+        view.param = param;
+        view.distributedOptimizer = true;
+        for (auto &[j, runs] : runsOf) {
+          view.holders.emplace_back(runs.empty() ? 0 : runs[0].sourceRank, j);
+          s.runs[{name, j}] = std::move(runs);
+        }
+        s.views.push_back(std::move(view));
+        s.byName[name] = &s.views.back();
+      }
+    }
+  }
+  return s;
+}
+
+/// Same mesh and the same bucket layouts: distributed-optimizer state is
+/// read back as saved, each rank its own shards.
+bool sameBucketLayouts(const CheckpointManifest &m,
+                       const CheckpointManifest &target) {
+  bool sameMesh = m.worldSize == target.worldSize && m.mesh == target.mesh &&
+                  m.order == target.order && m.vpp == target.vpp;
+  if (!sameMesh)
+    return false;
+  auto sorted = [](std::vector<ManifestBucket> v) {
+    std::sort(v.begin(), v.end(), [](const auto &a, const auto &b) {
+      return std::tie(a.stage, a.name) < std::tie(b.stage, b.name);
+    });
+    return v;
+  };
+  return sorted(m.buckets) == sorted(target.buckets);
+}
+
 struct ParamInfo {
   std::vector<int64_t> global;
   fb::DType dtype;
@@ -1273,9 +1443,9 @@ Status checkCompatibility(const CheckpointManifest &m,
   // to bf16 rounded to nearest even, bf16 to f32 exactly (see planRank for
   // the main params).
   std::set<std::string> savedMain;
-  for (const ManifestTensor &t : m.tensors)
-    if (t.kind == fb::BufferKind::MainParam && t.dtype == fb::DType::F32)
-      savedMain.insert(t.name);
+  for (const auto &[name, t] : savedTensors(m, 0).byName)
+    if (t->kind == fb::BufferKind::MainParam && t->dtype == fb::DType::F32)
+      savedMain.insert(name);
   std::map<std::pair<fb::DType, fb::DType>, std::vector<std::string>> converted;
   for (const auto &[name, info] : wanted) {
     fb::DType from = saved.at(name).dtype;
@@ -1340,72 +1510,35 @@ Status checkCompatibility(const CheckpointManifest &m,
         " uses '", target.optimizer,
         "': its optimizer state cannot be loaded (pass --no-load-optim to "
         "load only the parameters)");
-  // Distributed-optimizer state: Adam shards of buckets and the main params
-  // of parameter buckets.
-  bool savedFlat = false, wantFlat = false;
-  for (const ManifestTensor &t : m.tensors)
-    savedFlat |= isOptimizerKind(t.kind) && !t.reshardable;
-  for (const ManifestTensor &t : target.tensors)
-    wantFlat |= isOptimizerKind(t.kind) && !t.reshardable;
-  if (!savedFlat && !wantFlat)
+  // Distributed-optimizer state (Adam shards of buckets and the main params
+  // of parameter buckets) reshards per parameter through the bucket layouts
+  // of the manifest, which must therefore record every bucket it shards;
+  // other state of an unknown layout loads only where it was saved.
+  if (sameBucketLayouts(m, target))
     return Status();
-  bool wantMain = false;
-  for (const ManifestTensor &t : target.tensors)
-    wantMain |= t.kind == fb::BufferKind::MainParam;
   const std::string way =
-      std::string("; resume with the configuration that saved it, or pass "
-                  "--no-load-optim to load only the parameters (the optimizer "
-                  "state then starts from zero") +
-      (wantMain ? ", the fp32 main params from the parameters)" : ")");
-  if (!wantFlat)
-    return failedPrecondition(
-        ck, " was saved with the distributed optimizer at dp=", m.dp, " (",
-        m.configString(), "), but ", art,
-        " keeps per-parameter optimizer state (", target.configString(),
-        "): converting distributed-optimizer bucket shards to per-parameter "
-        "state is not supported yet",
-        way);
-  if (!savedFlat)
-    return failedPrecondition(
-        art, " uses the distributed optimizer at dp=", target.dp, " (",
-        target.configString(), "), but ", ck,
-        " holds per-parameter optimizer state (", m.configString(),
-        "): converting it to distributed-optimizer bucket shards is not "
-        "supported yet",
-        way);
-  bool sameMesh = m.worldSize == target.worldSize && m.mesh == target.mesh &&
-                  m.order == target.order && m.vpp == target.vpp;
-  if (!sameMesh)
-    return failedPrecondition(
-        ck, " was saved with the distributed optimizer at dp=", m.dp, " (",
-        m.configString(), "); resharding its optimizer state to dp=", target.dp,
-        " (", art, ": ", target.configString(),
-        ") is not supported yet: it is held as flat 1/dp shards of gradient "
-        "buckets whose mapping back to parameters depends on the "
-        "configuration",
-        way);
-  auto sorted = [](std::vector<ManifestBucket> v) {
-    std::sort(v.begin(), v.end(), [](const auto &a, const auto &b) {
-      return std::tie(a.stage, a.name) < std::tie(b.stage, b.name);
-    });
-    return v;
-  };
-  std::vector<ManifestBucket> a = sorted(m.buckets), b = sorted(target.buckets);
-  if (a != b) {
-    std::string which;
-    for (size_t i = 0; i < std::max(a.size(), b.size()) && which.empty(); ++i)
-      if (i >= a.size() || i >= b.size() || !(a[i] == b[i])) {
-        const ManifestBucket &x = i < a.size() ? a[i] : b[i];
-        which = "bucket '" + x.name + "' of stage " + std::to_string(x.stage);
-      }
-    return failedPrecondition(
-        ck, " was saved with the distributed optimizer at dp=", m.dp, " (",
-        m.configString(), ") and ", art,
-        " has the same configuration, but a different gradient-bucket layout (",
-        which,
-        "; compiled with another --bucket-size?): resharding "
-        "distributed-optimizer state is not supported yet",
-        way);
+      "; resume with the configuration that saved it, or pass "
+      "--no-load-optim to load only the parameters";
+  for (const ManifestTensor &t : m.tensors) {
+    if (!isOptimizerKind(t.kind) || t.reshardable)
+      continue;
+    if (!isBucketShard(t))
+      return failedPrecondition(
+          ck, " holds optimizer state '", t.name, "' of an unknown layout (",
+          m.configString(), "), which cannot be resharded to ", art, " (",
+          target.configString(), ")", way);
+    bool recorded = false;
+    for (const ManifestBucket &b : m.buckets)
+      recorded |= b.stage == t.stage && b.name == t.param &&
+                  b.numel == t.globalShape[0];
+    if (!recorded)
+      return failedPrecondition(
+          ck, " was saved with the distributed optimizer (", m.configString(),
+          "), but its manifest records no layout of bucket '", t.param,
+          "' of stage ", t.stage, " (", t.globalShape[0],
+          " elements), which its state '", t.name,
+          "' shards: it cannot be resharded to ", art, " (",
+          target.configString(), ")", way);
   }
   return Status();
 }
@@ -1428,10 +1561,9 @@ StatusOr<CheckpointLoadPlan> planRank(const CheckpointManifest &m,
                    m.vpp != target.vpp;
 
   const std::string ck = "checkpoint " + dir;
-  std::map<std::string, const ManifestTensor *> byName;
-  for (const ManifestTensor &t : m.tensors)
-    if (t.reshardable)
-      byName[t.name] = &t;
+  const SavedTensors saved = savedTensors(m, rank);
+  const std::map<std::string, const ManifestTensor *> &byName = saved.byName;
+  const bool sameBuckets = sameBucketLayouts(m, target);
   const fb::Program *p = artifact.programForWorldRank(rank);
   if (!p)
     return invalidArgument(artifact.name(), ": no program for rank ", rank);
@@ -1440,6 +1572,56 @@ StatusOr<CheckpointLoadPlan> planRank(const CheckpointManifest &m,
   // params taken from F32 parameters and F32 parameters taken from main
   // params (dtype changes between save and load).
   std::vector<std::string> mainFromInit, mainFromParams, paramsFromMain;
+
+  // The pieces of saved tensor `t` (or of a view of distributed-optimizer
+  // state) that make up `box`, which is `name`'s.
+  auto addPieces = [&](const ManifestTensor &t, const TensorBox &box,
+                       const std::string &name,
+                       std::vector<RestorePiece> &pieces) -> Status {
+    std::map<int, std::vector<int>> holdersOf; // shard index -> ranks
+    for (const auto &[r, index] : t.holders)
+      holdersOf[index].push_back(r);
+    int64_t covered = 0;
+    for (int j = 0; j < t.numShards; ++j) {
+      auto h = holdersOf.find(j);
+      if (h == holdersOf.end())
+        return dataLoss(dir, "/manifest.json: no rank holds shard ", j, " of ",
+                        t.numShards, " of '", name, "'");
+      TensorBox src = shardBox(t.globalShape, t.shardDim, j, t.numShards);
+      TensorBox region;
+      if (!intersectBoxes(src, box, region))
+        continue;
+      covered += region.volume();
+      auto runs = saved.runs.find({t.name, j});
+      if (runs != saved.runs.end()) {
+        // Assembled from bucket shards: always another layout.
+        plan.resharded = true;
+        RestorePiece piece{-1, t.name, src, region, t.dtype, {}};
+        piece.runs = runs->second;
+        for (const FlatRun &run : piece.runs)
+          sources.insert(run.sourceRank);
+        pieces.push_back(std::move(piece));
+        continue;
+      }
+      // Prefer this rank's own file, then a file already being read.
+      const std::vector<int> &ranks = h->second;
+      int source = *std::min_element(ranks.begin(), ranks.end());
+      for (int candidate : ranks)
+        if (sources.count(candidate) && !sources.count(source))
+          source = candidate;
+      if (std::find(ranks.begin(), ranks.end(), rank) != ranks.end())
+        source = rank;
+      if (!(src == box) || source != rank)
+        plan.resharded = true;
+      pieces.push_back({source, t.name, src, region, t.dtype, {}});
+      sources.insert(source);
+    }
+    if (covered != box.volume())
+      return dataLoss(dir, "/manifest.json: the shards of '", name,
+                      "' do not cover ", shapeString(t.globalShape));
+    return Status();
+  };
+
   for (const fb::Buffer *b : *p->buffers()) {
     fb::BufferKind kind = b->kind();
     if (!isSavedKind(kind) || (isOptimizerKind(kind) && !o.loadOptimizer)) {
@@ -1462,34 +1644,108 @@ StatusOr<CheckpointLoadPlan> planRank(const CheckpointManifest &m,
     TESSERA_ASSIGN_OR_RETURN(TensorLayout l, layoutOf(artifact, *p, *b, rank));
     br.box = shardBox(l.global, l.shardDim, l.index, l.count);
     if (!l.reshardable) {
-      // Only where it was saved: the same rank holds the same tensor.
+      // The same configuration and bucket layout: the same rank holds the
+      // same tensor.
       const ManifestTensor *found = nullptr;
-      bool anywhere = false;
       for (const ManifestTensor &t : m.tensors)
-        if (t.name == br.name) {
-          anywhere = true;
-          if (!t.reshardable)
-            for (const auto &h : t.holders)
-              if (h.first == rank)
-                found = &t;
-        }
-      // A checkpoint without main params (saved without --bf16): "init"
-      // computes them from the loaded parameters.
-      if (kind == fb::BufferKind::MainParam && !anywhere) {
-        mainFromInit.push_back(br.name);
+        if (t.name == br.name && !t.reshardable)
+          for (const auto &h : t.holders)
+            if (h.first == rank)
+              found = &t;
+      bool flat = l.distOpt && l.local.size() == 1 &&
+                  endsWith(br.name, l.param) && br.name.size() > l.param.size();
+      if (found && (sameBuckets || !flat) && found->shape == l.local &&
+          found->dtype == b->dtype() && found->stage == ppStage(a, rank)) {
+        TensorBox whole = shardBox(l.local, -1, 0, 1);
+        br.box = whole;
+        br.pieces.push_back({rank, br.name, whole, whole, b->dtype(), {}});
+        sources.insert(rank);
+        plan.buffers.push_back(std::move(br));
         continue;
       }
-      if (!found || found->shape != l.local || found->dtype != b->dtype() ||
-          found->stage != ppStage(a, rank))
+      if (!flat)
         return failedPrecondition(
             ck, " holds no optimizer state '", br.name, "' of shape ",
             shapeString(l.local), " for rank ", rank,
-            " (distributed-optimizer state is only loadable into the "
-            "configuration that saved it)");
-      TensorBox whole = shardBox(l.local, -1, 0, 1);
-      br.box = whole;
-      br.pieces.push_back({rank, br.name, whole, whole, b->dtype()});
-      sources.insert(rank);
+            " (optimizer state of an unknown layout is only loadable into "
+            "the configuration that saved it)");
+      // A bucket shard of the distributed optimizer in another layout: the
+      // parameters of the bucket (the target's own layout) that overlap
+      // this rank's 1/dp of it, each from its per-parameter state.
+      const std::string prefix =
+          br.name.substr(0, br.name.size() - l.param.size());
+      const ManifestBucket *bucket = nullptr;
+      for (const ManifestBucket &bk : target.buckets)
+        if (bk.stage == ppStage(a, rank) && bk.name == l.param)
+          bucket = &bk;
+      if (!bucket || l.count < 1 || bucket->numel != l.local[0] * l.count)
+        return invalidArgument(artifact.name(), ": distributed-optimizer "
+                               "state '", br.name, "' of rank ", rank,
+                               " has no bucket layout of ", l.local[0],
+                               " x ", l.count, " elements (bucket view '",
+                               l.param, "')");
+      const int64_t lo = l.local[0] * l.index, hi = lo + l.local[0];
+      br.box = shardBox(l.local, -1, 0, 1);
+      bool fromInit = false, fromParams = false;
+      for (const auto &[param, start, numel] : bucket->params) {
+        int64_t x = std::max(lo, start), y = std::min(hi, start + numel);
+        if (x >= y)
+          continue;
+        const fb::Buffer *pb = nullptr;
+        for (const fb::Buffer *c : *p->buffers())
+          if (c->kind() == fb::BufferKind::Param && nameOf(*c) == param)
+            pb = c;
+        if (!pb)
+          return invalidArgument(artifact.name(), ": bucket '", l.param,
+                                 "' lists no parameter '", param, "'");
+        TESSERA_ASSIGN_OR_RETURN(TensorLayout pl,
+                                 paramLayout(artifact, *pb, rank));
+        RestoreSegment seg;
+        seg.param = param;
+        seg.box = shardBox(pl.global, pl.shardDim, pl.index, pl.count);
+        seg.begin = x - start;
+        seg.end = y - start;
+        seg.offset = x - lo;
+        auto it = byName.find(prefix + param);
+        if (it == byName.end() && kind == fb::BufferKind::MainParam) {
+          // Saved without --bf16: the F32 parameter is exactly the main
+          // param; otherwise "init" computes the shard.
+          auto pt = byName.find(param);
+          if (pt == byName.end() || pt->second->kind != fb::BufferKind::Param ||
+              pt->second->dtype != fb::DType::F32) {
+            fromInit = true;
+            break;
+          }
+          it = pt;
+          fromParams = true;
+        }
+        if (it == byName.end())
+          return failedPrecondition(ck, " has no optimizer state '",
+                                    prefix + param, "' (of parameter '", param,
+                                    "') for '", br.name,
+                                    "'; pass --no-load-optim to load only the "
+                                    "parameters");
+        const ManifestTensor &t = *it->second;
+        if (t.dtype != b->dtype() || t.globalShape != pl.global ||
+            (t.kind != kind && t.kind != fb::BufferKind::Param))
+          return failedPrecondition(
+              "buffer '", t.name, "' is ", fb::EnumNameBufferKind(t.kind), " ",
+              fb::EnumNameDType(t.dtype), shapeString(t.globalShape), " in ",
+              ck, " but the state of parameter '", param, "' in '", br.name,
+              "' is ", fb::EnumNameBufferKind(kind), " ",
+              fb::EnumNameDType(b->dtype()), shapeString(pl.global), " in ",
+              artifact.name());
+        TESSERA_RETURN_IF_ERROR(
+            addPieces(t, seg.box, prefix + param, seg.pieces));
+        br.segments.push_back(std::move(seg));
+      }
+      if (fromInit) {
+        mainFromInit.push_back(br.name);
+        continue;
+      }
+      if (fromParams)
+        mainFromParams.push_back(br.name);
+      plan.resharded = true;
       plan.buffers.push_back(std::move(br));
       continue;
     }
@@ -1542,36 +1798,7 @@ StatusOr<CheckpointLoadPlan> planRank(const CheckpointManifest &m,
           " but ", fb::EnumNameBufferKind(kind), " ",
           fb::EnumNameDType(b->dtype()), shapeString(l.global), " in ",
           artifact.name());
-    std::map<int, std::vector<int>> holdersOf; // shard index -> ranks
-    for (const auto &[r, index] : t.holders)
-      holdersOf[index].push_back(r);
-    int64_t covered = 0;
-    for (int j = 0; j < t.numShards; ++j) {
-      auto h = holdersOf.find(j);
-      if (h == holdersOf.end())
-        return dataLoss(dir, "/manifest.json: no rank holds shard ", j, " of ",
-                        t.numShards, " of '", br.name, "'");
-      TensorBox src = shardBox(t.globalShape, t.shardDim, j, t.numShards);
-      TensorBox region;
-      if (!intersectBoxes(src, br.box, region))
-        continue;
-      // Prefer this rank's own file, then a file already being read.
-      const std::vector<int> &ranks = h->second;
-      int source = *std::min_element(ranks.begin(), ranks.end());
-      for (int candidate : ranks)
-        if (sources.count(candidate) && !sources.count(source))
-          source = candidate;
-      if (std::find(ranks.begin(), ranks.end(), rank) != ranks.end())
-        source = rank;
-      covered += region.volume();
-      if (!(src == br.box) || source != rank)
-        plan.resharded = true;
-      br.pieces.push_back({source, t.name, src, region, t.dtype});
-      sources.insert(source);
-    }
-    if (covered != br.box.volume())
-      return dataLoss(dir, "/manifest.json: the shards of '", br.name,
-                      "' do not cover ", shapeString(l.global));
+    TESSERA_RETURN_IF_ERROR(addPieces(t, br.box, br.name, br.pieces));
     plan.buffers.push_back(std::move(br));
   }
   if (sources.count(rank))
@@ -1818,12 +2045,54 @@ StatusOr<CheckpointLoadResult> loadCheckpoint(Executor &executor,
   }
   TESSERA_ASSIGN_OR_RETURN(CheckpointLoadPlan plan,
                            planCheckpointLoad(m, artifact, rank, o, loc.dir));
+  // Destinations: each buffer, and each segment of a bucket shard (its
+  // parameter's local box, copied into the buffer at the end).
+  struct Target {
+    const std::vector<RestorePiece> *pieces;
+    const TensorBox *box;
+    std::vector<uint8_t> *data;
+    fb::DType dtype;
+  };
   std::vector<std::vector<uint8_t>> host(plan.buffers.size());
-  for (size_t i = 0; i < plan.buffers.size(); ++i)
-    if (!plan.buffers[i].isIteration)
-      host[i].assign(size_t(plan.buffers[i].box.volume() *
-                            dtypeSize(plan.buffers[i].dtype)),
-                     0);
+  std::vector<std::vector<std::vector<uint8_t>>> segmentData(
+      plan.buffers.size());
+  std::vector<Target> targets;
+  for (size_t i = 0; i < plan.buffers.size(); ++i) {
+    const BufferRestore &br = plan.buffers[i];
+    if (br.isIteration)
+      continue;
+    const int64_t es = dtypeSize(br.dtype);
+    host[i].assign(size_t(br.box.volume() * es), 0);
+    targets.push_back({&br.pieces, &br.box, &host[i], br.dtype});
+    segmentData[i].resize(br.segments.size());
+    for (size_t k = 0; k < br.segments.size(); ++k) {
+      segmentData[i][k].assign(size_t(br.segments[k].box.volume() * es), 0);
+      targets.push_back({&br.segments[k].pieces, &br.segments[k].box,
+                         &segmentData[i][k], br.dtype});
+    }
+  }
+  // Pieces assembled from runs of bucket shards (several files), in the
+  // saved dtype, copied once every file has been read.
+  std::map<const RestorePiece *, std::vector<uint8_t>> assembled;
+  for (const Target &target : targets)
+    for (const RestorePiece &piece : *target.pieces)
+      if (!piece.runs.empty())
+        assembled[&piece].assign(
+            size_t(piece.sourceBox.volume() * dtypeSize(piece.dtype)), 0);
+  auto place = [&](const RestorePiece &piece, const std::vector<uint8_t> &data,
+                   const Target &target) -> Status {
+    const fb::DType dtype = target.dtype;
+    const uint8_t *src = data.data();
+    std::vector<uint8_t> converted;
+    if (piece.dtype != dtype) {
+      TESSERA_ASSIGN_OR_RETURN(converted,
+                               convertFloats(data, piece.dtype, dtype));
+      src = converted.data();
+    }
+    copyTensorBox(src, piece.sourceBox, target.data->data(), *target.box,
+                  piece.region, dtypeSize(dtype));
+    return Status();
+  };
   for (int q : plan.sourceRanks) {
     std::string path = loc.dir + "/" + shardFileName(q);
     if (q >= int(m.files.size()))
@@ -1840,9 +2109,35 @@ StatusOr<CheckpointLoadResult> loadCheckpoint(Executor &executor,
                       f.iteration, ", CRC-32 ", hex32(f.crc),
                       "; the manifest records iteration ", m.iteration,
                       ", CRC-32 ", hex32(mf.crc), ")");
-    for (size_t i = 0; i < plan.buffers.size(); ++i) {
-      const BufferRestore &br = plan.buffers[i];
-      for (const RestorePiece &piece : br.pieces) {
+    for (const Target &target : targets) {
+      for (const RestorePiece &piece : *target.pieces) {
+        if (!piece.runs.empty()) {
+          std::vector<uint8_t> &dst = assembled[&piece];
+          const int64_t es = dtypeSize(piece.dtype);
+          for (const FlatRun &run : piece.runs) {
+            if (run.sourceRank != q)
+              continue;
+            const ShardTensor *t = f.find(run.sourceName);
+            if (!t)
+              return dataLoss(path, ": has no tensor '", run.sourceName,
+                              "', which the manifest says it holds");
+            if (t->dtype != piece.dtype || t->shape.size() != 1 ||
+                run.sourceOffset < 0 || run.count < 0 ||
+                run.sourceOffset + run.count > t->shape[0] ||
+                (run.offset + run.count) * es > int64_t(dst.size()))
+              return dataLoss(path, ": tensor '", run.sourceName, "' is ",
+                              fb::EnumNameDType(t->dtype),
+                              shapeString(t->shape), ", the manifest says ",
+                              fb::EnumNameDType(piece.dtype), " with [",
+                              run.sourceOffset, ", ",
+                              run.sourceOffset + run.count, ") of '",
+                              piece.sourceName, "'");
+            std::memcpy(dst.data() + run.offset * es,
+                        t->data.data() + run.sourceOffset * es,
+                        size_t(run.count * es));
+          }
+          continue;
+        }
         if (piece.sourceRank != q)
           continue;
         const ShardTensor *t = f.find(piece.sourceName);
@@ -1857,16 +2152,28 @@ StatusOr<CheckpointLoadResult> loadCheckpoint(Executor &executor,
                           fb::EnumNameDType(t->dtype), shapeString(t->shape),
                           ", the manifest says ",
                           fb::EnumNameDType(piece.dtype), shapeString(extent));
-        const uint8_t *src = t->data.data();
-        std::vector<uint8_t> converted;
-        if (piece.dtype != br.dtype) {
-          TESSERA_ASSIGN_OR_RETURN(
-              converted, convertFloats(t->data, piece.dtype, br.dtype));
-          src = converted.data();
-        }
-        copyTensorBox(src, piece.sourceBox, host[i].data(), br.box,
-                      piece.region, dtypeSize(br.dtype));
+        TESSERA_RETURN_IF_ERROR(place(piece, t->data, target));
       }
+    }
+  }
+  for (const Target &target : targets)
+    for (const RestorePiece &piece : *target.pieces)
+      if (!piece.runs.empty())
+        TESSERA_RETURN_IF_ERROR(place(piece, assembled[&piece], target));
+  // Bucket shards: each segment's part of its parameter's box.
+  for (size_t i = 0; i < plan.buffers.size(); ++i) {
+    const BufferRestore &br = plan.buffers[i];
+    const int64_t es = dtypeSize(br.dtype);
+    for (size_t k = 0; k < br.segments.size(); ++k) {
+      const RestoreSegment &seg = br.segments[k];
+      if (seg.begin < 0 || seg.end > seg.box.volume() ||
+          (seg.offset + seg.end - seg.begin) * es > int64_t(host[i].size()))
+        return invalidArgument("checkpoint load plan of '", br.name,
+                               "': segment of '", seg.param,
+                               "' outside the buffer");
+      std::memcpy(host[i].data() + seg.offset * es,
+                  segmentData[i][k].data() + seg.begin * es,
+                  size_t((seg.end - seg.begin) * es));
     }
   }
   for (size_t i = 0; i < plan.buffers.size(); ++i) {

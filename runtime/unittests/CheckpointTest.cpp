@@ -715,19 +715,57 @@ TEST(MainParamTest, BucketMainParamsBehaveLikeDistributedOptimizerState) {
     ASSERT_EQ(br->pieces.size(), 1u);
     EXPECT_EQ(br->pieces[0].sourceRank, r);
   }
-  // Another dp: refused like the Adam shards.
+  // Another dp: the shard of dp = 1 is the whole bucket, w at [0, 12) and
+  // b at [12, 15), each assembled from the runs of both saved shards of
+  // [0, 8) and [8, 16).
   auto dp1 = load(distOptModel(1), "dp1.tsr");
-  expectError(planCheckpointLoad(m, *dp1, 0, o, "ckpt").status(),
-              "checkpoint ckpt was saved with the distributed optimizer at "
-              "dp=2");
-  // Main-param shards alone (SGD keeps no Adam state) are refused too when
-  // the artifact keeps per-parameter main params.
+  auto plan1 = planCheckpointLoad(m, *dp1, 0, o, "ckpt");
+  ASSERT_TRUE(plan1.ok()) << plan1.status().toString();
+  EXPECT_TRUE(plan1->resharded);
+  EXPECT_EQ(plan1->sourceRanks, (std::vector<int>{0, 1}));
+  const BufferRestore *whole = findRestore(*plan1, "main:pbuf:gb:0");
+  ASSERT_TRUE(whole);
+  EXPECT_TRUE(whole->pieces.empty());
+  ASSERT_EQ(whole->segments.size(), 2u);
+  const RestoreSegment &sw = whole->segments[0], &sb = whole->segments[1];
+  EXPECT_EQ(sw.param, "w");
+  EXPECT_EQ(sw.box.hi, (std::vector<int64_t>{4, 3}));
+  EXPECT_EQ(std::make_tuple(sw.begin, sw.end, sw.offset),
+            std::make_tuple(int64_t(0), int64_t(12), int64_t(0)));
+  ASSERT_EQ(sw.pieces.size(), 1u);
+  EXPECT_EQ(sw.pieces[0].sourceName, "main:w");
+  EXPECT_EQ(sw.pieces[0].runs,
+            (std::vector<FlatRun>{{0, "main:pbuf:gb:0", 0, 0, 8},
+                                  {1, "main:pbuf:gb:0", 0, 8, 4}}));
+  EXPECT_EQ(sb.param, "b");
+  EXPECT_EQ(std::make_tuple(sb.begin, sb.end, sb.offset),
+            std::make_tuple(int64_t(0), int64_t(3), int64_t(12)));
+  ASSERT_EQ(sb.pieces.size(), 1u);
+  EXPECT_EQ(sb.pieces[0].runs,
+            (std::vector<FlatRun>{{1, "main:pbuf:gb:0", 4, 0, 3}}));
+  // Main-param shards alone (SGD keeps no Adam state) into per-parameter
+  // main params: main:w from both ranks' shards.
   auto sgd = load(distOptModel(2, false), "sgd.tsr");
   CheckpointManifest ms = manifestOf(*sgd);
   ArtifactDesc perParam = shardedModel(1, 2, 4, "sgd", 8, false, true);
   auto pp = load(perParam, "pp.tsr");
-  expectError(planCheckpointLoad(ms, *pp, 0, o, "ckpt").status(),
-              "keeps per-parameter optimizer state");
+  auto planPp = planCheckpointLoad(ms, *pp, 1, o, "ckpt");
+  ASSERT_TRUE(planPp.ok()) << planPp.status().toString();
+  const BufferRestore *mw = findRestore(*planPp, "main:w");
+  ASSERT_TRUE(mw);
+  ASSERT_EQ(mw->pieces.size(), 1u);
+  EXPECT_EQ(mw->pieces[0].sourceRank, -1);
+  EXPECT_EQ(mw->pieces[0].runs,
+            (std::vector<FlatRun>{{0, "main:pbuf:gb:0", 0, 0, 8},
+                                  {1, "main:pbuf:gb:0", 0, 8, 4}}));
+  // Without the bucket layouts in the manifest: refused.
+  CheckpointManifest noLayout = m;
+  noLayout.buckets.clear();
+  expectError(planCheckpointLoad(noLayout, *dp1, 0, o, "ckpt").status(),
+              "checkpoint ckpt was saved with the distributed optimizer (tp=1 "
+              "pp=1 dp=2, world 2, distributed optimizer), but its manifest "
+              "records no layout of bucket 'pbuf:gb:0' of stage 0 (16 "
+              "elements), which its state 'adam.exp_avg:pbuf:gb:0' shards");
   // Parameters only: fine, and "init" recomputes the shards.
   o.loadOptimizer = false;
   auto plan = planCheckpointLoad(m, *dp1, 0, o, "ckpt");

@@ -35,12 +35,22 @@
 // saved tensor, its global shape and which world rank holds which shard, so
 // a checkpoint can be loaded into a different tp / pp / dp layout
 // (resharding). Distributed-optimizer state (flat 1/dp shards of gradient
-// buckets) is only loadable into the configuration that saved it.
+// buckets) is read back per parameter through the bucket layouts the
+// manifest records (each parameter's [start, end) in its bucket, the
+// shard of dp index i being elements [i n/dp, (i+1) n/dp) of a bucket of
+// n): that is the parameter's local (tp/pp-sharded) flattened state, which
+// reshards like per-parameter state. A distributed-optimizer target fills
+// each of its bucket shards from the parameters overlapping it, through
+// its own artifact's layout (the same description the manifest records:
+// the bucket views "pbuf:<grad buffer>:<k>" and the Param buffers whose
+// bytes lie inside them); padding is zero. The same configuration with the
+// same bucket layout reads its own shards as saved (bit-identical).
 //
 // Mixed precision: fp32 main params (MainParam) are optimizer state. Per
 // parameter ("main:<param>") they take and reshard with their parameter's
 // layout like per-parameter Adam state; the distributed optimizer's shards
-// of parameter buckets ("main:pbuf:...") behave like its Adam shards.
+// of parameter buckets ("main:pbuf:...") behave like its Adam shards
+// (and a checkpoint without them gives them from its F32 parameters).
 // --no-load-optim skips them, and a checkpoint without them (saved without
 // --bf16) leaves them to the program's "init" function, except that main
 // params of F32 checkpoint parameters are those parameters. Parameters
@@ -272,6 +282,20 @@ void copyTensorBox(const uint8_t *src, const TensorBox &srcBox, uint8_t *dst,
                    const TensorBox &dstBox, const TensorBox &region,
                    int64_t elementSize);
 
+/// A run of a saved distributed-optimizer bucket shard: `count` elements
+/// from element `sourceOffset` of tensor `sourceName` in the shard file of
+/// `sourceRank`, to element `offset` of the (flattened) tensor assembled.
+struct FlatRun {
+  int sourceRank = 0;
+  std::string sourceName;
+  int64_t sourceOffset = 0, offset = 0, count = 0;
+  bool operator==(const FlatRun &o) const {
+    return sourceRank == o.sourceRank && sourceName == o.sourceName &&
+           sourceOffset == o.sourceOffset && offset == o.offset &&
+           count == o.count;
+  }
+};
+
 /// How one buffer of the loading rank is rebuilt: pieces of saved tensors.
 struct RestorePiece {
   int sourceRank = 0;
@@ -281,13 +305,34 @@ struct RestorePiece {
   /// other one is converted (to bf16 rounded to nearest even, to f32
   /// exactly).
   fb::DType dtype = fb::DType::F32;
+  /// Non-empty: the source is no saved tensor but the per-parameter state
+  /// `sourceName` of one shard (sourceBox) of a parameter, assembled
+  /// (row-major) from runs of the distributed optimizer's bucket shards of
+  /// several ranks; sourceRank is then -1.
+  std::vector<FlatRun> runs;
 };
+
+/// Part of a distributed-optimizer bucket shard on the loading rank:
+/// elements [begin, end) of the row-major `box` (one parameter's local
+/// shard, in its global tensor), assembled from `pieces`, go to element
+/// `offset` of the buffer.
+struct RestoreSegment {
+  std::string param;
+  TensorBox box;
+  int64_t begin = 0, end = 0, offset = 0;
+  std::vector<RestorePiece> pieces;
+};
+
 struct BufferRestore {
   std::string name;
   fb::BufferKind kind = fb::BufferKind::Param;
   fb::DType dtype = fb::DType::F32;
   TensorBox box;
   std::vector<RestorePiece> pieces;
+  /// A distributed-optimizer bucket shard built from per-parameter state
+  /// (another configuration): its parameters' parts; padding stays zero.
+  /// `pieces` is then empty and `box` the flat shard.
+  std::vector<RestoreSegment> segments;
   /// The Iteration buffer: set to the checkpoint's iteration.
   bool isIteration = false;
 };
