@@ -23,11 +23,14 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <set>
+#include <thread>
 #include <tuple>
 
 namespace tessera::rt {
@@ -1906,7 +1909,15 @@ StatusOr<CheckpointSaveResult> saveCheckpoint(const Executor &executor,
   const std::string iterDir = dir + "/" + iterationDirName(iteration);
   CheckpointSaveResult result;
   result.dir = iterDir;
+  // Each step that waits for other ranks or the file system, for the
+  // watchdog.
+  using On = WaitMonitor::On;
+  const std::string saving = "saving checkpoint iteration " +
+                             std::to_string(iteration) + " to " + iterDir +
+                             ": ";
   if (rank == 0) {
+    WaitMonitor::Step step(o.monitor, saving + "preparing the directory",
+                           On::FileSystem);
     TESSERA_RETURN_IF_ERROR(makeDirectories(iterDir));
     // Re-saving an iteration: the old manifest goes first, so the
     // directory never looks complete with a mix of old and new shards.
@@ -1927,8 +1938,16 @@ StatusOr<CheckpointSaveResult> saveCheckpoint(const Executor &executor,
     }
     TESSERA_RETURN_IF_ERROR(syncDirectory(dir));
   }
-  if (world)
+  if (world) {
+    WaitMonitor::Step step(
+        o.monitor,
+        saving + (rank == 0
+                      ? "waiting for every rank to begin the save (barrier)"
+                      : "waiting for rank 0 to prepare the directory "
+                        "(barrier)"),
+        On::Peers);
     TESSERA_RETURN_IF_ERROR(world->barrier());
+  }
 
   ShardFile shard;
   shard.rank = rank;
@@ -1954,22 +1973,35 @@ StatusOr<CheckpointSaveResult> saveCheckpoint(const Executor &executor,
     shard.tensors.push_back(std::move(t));
   }
   std::string bytes = encodeShard(shard);
-  TESSERA_RETURN_IF_ERROR(
-      writeFileAtomic(iterDir + "/" + shardFileName(rank), bytes));
+  {
+    WaitMonitor::Step step(o.monitor,
+                           saving + "writing its shard " + shardFileName(rank),
+                           On::FileSystem);
+    TESSERA_RETURN_IF_ERROR(
+        writeFileAtomic(iterDir + "/" + shardFileName(rank), bytes));
+  }
   if (o.debugExitAfterShard == iteration) {
     std::fflush(stdout);
     std::fflush(stderr);
     ::_exit(9);
   }
+  if (o.debugStallRank == rank)
+    std::this_thread::sleep_for(std::chrono::hours(1));
   int64_t mine[2] = {
       int64_t(bytes.size()),
       int64_t(loadLE32(reinterpret_cast<const uint8_t *>(bytes.data()) + 16))};
   std::vector<int64_t> all(size_t(2 * worldSize));
-  if (world && world->size() > 1)
+  if (world && world->size() > 1) {
+    WaitMonitor::Step step(
+        o.monitor,
+        saving + "waiting for the shard sizes and CRCs of every rank "
+                 "(all-gather)",
+        On::Peers);
     TESSERA_RETURN_IF_ERROR(
         world->allGather(mine, all.data(), 2, ElementType::I64));
-  else
+  } else {
     std::copy(mine, mine + 2, all.begin());
+  }
   result.bytes = uint64_t(mine[0]);
   if (rank == 0) {
     TESSERA_ASSIGN_OR_RETURN(CheckpointManifest m,
@@ -1984,13 +2016,27 @@ StatusOr<CheckpointSaveResult> saveCheckpoint(const Executor &executor,
       result.bytes += f.bytes;
       m.files.push_back(f);
     }
-    TESSERA_RETURN_IF_ERROR(
-        writeFileAtomic(iterDir + "/manifest.json", manifestToJson(m)));
+    {
+      WaitMonitor::Step step(o.monitor, saving + "writing manifest.json",
+                             On::FileSystem);
+      TESSERA_RETURN_IF_ERROR(
+          writeFileAtomic(iterDir + "/manifest.json", manifestToJson(m)));
+    }
+    WaitMonitor::Step step(o.monitor, saving + "writing latest",
+                           On::FileSystem);
     TESSERA_RETURN_IF_ERROR(
         writeFileAtomic(dir + "/latest", std::to_string(iteration) + "\n"));
   }
-  if (world)
+  if (world) {
+    WaitMonitor::Step step(
+        o.monitor,
+        saving + (rank == 0 ? "waiting for every rank to finish the save "
+                              "(barrier)"
+                            : "waiting for rank 0 to write manifest.json and "
+                              "latest (barrier)"),
+        On::Peers);
     TESSERA_RETURN_IF_ERROR(world->barrier());
+  }
   return result;
 }
 
@@ -2029,14 +2075,33 @@ StatusOr<CheckpointLoadResult> loadCheckpoint(Executor &executor,
                                               Communicator *world) {
   const LoadedArtifact &artifact = executor.artifact();
   const int rank = executor.worldRank();
+  // Each step that waits for other ranks or the file system, for the
+  // watchdog.
+  using On = WaitMonitor::On;
+  std::optional<WaitMonitor::Step> step;
+  step.emplace(o.monitor,
+               "loading checkpoint " + dir +
+                   ": reading latest and manifest.json",
+               On::FileSystem);
   TESSERA_ASSIGN_OR_RETURN(CheckpointLocation loc, locateCheckpoint(dir));
   TESSERA_ASSIGN_OR_RETURN(CheckpointManifest m, readManifest(loc));
+  step.reset();
+  const std::string loading = "loading checkpoint iteration " +
+                              std::to_string(m.iteration) + " from " + loc.dir +
+                              ": ";
+  if (o.debugStallRank == rank)
+    std::this_thread::sleep_for(std::chrono::hours(1));
   if (world && world->size() > 1) {
     // Every rank must load the same iteration (DIR/latest may move).
     std::vector<int64_t> all(size_t(world->size()));
     int64_t mine = m.iteration;
+    step.emplace(o.monitor,
+                 loading + "waiting for the iteration every rank found "
+                           "(all-gather)",
+                 On::Peers);
     TESSERA_RETURN_IF_ERROR(
         world->allGather(&mine, all.data(), 1, ElementType::I64));
+    step.reset();
     for (size_t r = 0; r < all.size(); ++r)
       if (all[r] != mine)
         return failedPrecondition(dir, ": rank ", r, " found iteration ",
@@ -2098,7 +2163,10 @@ StatusOr<CheckpointLoadResult> loadCheckpoint(Executor &executor,
     if (q >= int(m.files.size()))
       return dataLoss(path, ": the manifest lists only ", m.files.size(),
                       " ranks");
+    step.emplace(o.monitor, loading + "reading " + shardFileName(q),
+                 On::FileSystem);
     TESSERA_ASSIGN_OR_RETURN(ShardFile f, readShardFile(path));
+    step.reset();
     if (f.worldSize != m.worldSize || f.rank != q)
       return dataLoss(path, ": holds rank ", f.rank, " of world size ",
                       f.worldSize, ", but the manifest expects rank ", q,
@@ -2188,8 +2256,14 @@ StatusOr<CheckpointLoadResult> loadCheckpoint(Executor &executor,
   }
   // Every rank has its state: a rank that failed has aborted the job before
   // this barrier, so nobody reports a load that did not complete.
-  if (world)
+  if (world) {
+    step.emplace(o.monitor,
+                 loading + "waiting for every rank to restore its state "
+                           "(barrier)",
+                 On::Peers);
     TESSERA_RETURN_IF_ERROR(world->barrier());
+    step.reset();
+  }
   CheckpointLoadResult result;
   result.dir = loc.dir;
   result.iteration = m.iteration;

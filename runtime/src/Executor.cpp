@@ -17,6 +17,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <set>
 
 namespace tessera::rt {
 
@@ -95,9 +96,10 @@ int anyGroupSize(const fb::Artifact &artifact, std::string_view kind) {
 /// The arena offset of `r` on world rank `worldRank`: its offset, moved by
 /// rank_stride per index of the rank in its instance of rank_group when the
 /// ref is rank-relative (a bucket shard of the distributed optimizer). With
-/// `worldRank` < 0 (validation for no rank in particular) index 0 is used;
-/// the loader has checked every index's placement. A rank that no instance
-/// of the kind holds (embedding kinds) has no index: an error.
+/// `worldRank` < 0 (no rank in particular) index 0 is used; the loader has
+/// checked every index's placement, and Executor::validate decodes at every
+/// rank's index. A rank that no instance of the kind holds (embedding kinds)
+/// has no index: an error.
 StatusOr<int64_t> resolvedOffset(const fb::Artifact &artifact,
                                  const fb::TensorRef &r, int worldRank) {
   if (!r.rank_group() || r.rank_group()->size() == 0 || worldRank < 0)
@@ -112,16 +114,19 @@ StatusOr<int64_t> resolvedOffset(const fb::Artifact &artifact,
 
 /// Decodes the instructions of one function against an arena base (which
 /// may be null when only validating). `worldRank` < 0 decodes for no rank in
-/// particular: group sizes come from any instance and membership is not
-/// checked.
+/// particular: membership is not checked, and the positions in the groups
+/// (rank-relative operands, in-place collective blocks) are those of
+/// `positionRank` where an instance holds it, else index 0 of any instance.
 class Decoder {
 public:
   using CommLookup =
       std::function<StatusOr<Communicator *>(const std::string &kind)>;
 
   Decoder(const LoadedArtifact &artifact, const fb::Program &program,
-          uint8_t *base, int worldRank, CommLookup lookup)
+          uint8_t *base, int worldRank, CommLookup lookup,
+          int positionRank = -1)
       : artifact(artifact), program(program), base(base), worldRank(worldRank),
+        positionRank(worldRank >= 0 ? worldRank : positionRank),
         lookup(std::move(lookup)) {}
 
   /// Decodes `fn` for microbatch slot `slot` (0 <= slot < num_slots, or 0
@@ -167,14 +172,33 @@ private:
     if (!in.operands())
       return Status();
     for (flatbuffers::uoffset_t i = 0; i < in.operands()->size(); ++i) {
-      StatusOr<int64_t> offset =
-          resolvedOffset(*artifact.root(), *in.operands()->Get(i), worldRank);
+      const fb::TensorRef &r = *in.operands()->Get(i);
+      if (worldRank < 0 && r.rank_group() && r.rank_group()->size()) {
+        offsets.push_back(
+            r.offset() +
+            int64_t(position(r.rank_group()->string_view()).index) *
+                r.rank_stride());
+        continue;
+      }
+      StatusOr<int64_t> offset = resolvedOffset(*artifact.root(), r, worldRank);
       if (!offset.ok())
         return invalidArgument("operand ", i, ": ",
                                offset.status().message());
       offsets.push_back(*offset);
     }
     return Status();
+  }
+  /// The position of the rank decoded for in its instance of `kind`: of
+  /// `positionRank` where an instance holds it, else (no rank, or one that
+  /// an embedding kind leaves out) index 0 and the size of any instance,
+  /// `group` null.
+  GroupPosition position(std::string_view kind) const {
+    GroupPosition pos;
+    if (positionRank >= 0)
+      pos = findGroupPosition(*artifact.root(), kind, positionRank);
+    if (!pos.group && worldRank < 0)
+      pos.size = anyGroupSize(*artifact.root(), kind);
+    return pos;
   }
   bool inSlotRegion(int64_t offset) const {
     return slotBytes > 0 && offset >= slotBase && offset < slotBase + slotBytes;
@@ -289,6 +313,8 @@ private:
   const fb::Program &program;
   uint8_t *base;
   int worldRank;
+  /// The rank whose group positions are decoded at (worldRank when >= 0).
+  int positionRank;
   CommLookup lookup;
   /// The slot region of the function being decoded and the slot.
   int64_t slotBase = 0, slotBytes = 0;
@@ -459,13 +485,11 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
       return invalidArgument(fb::EnumNameOpcode(in.op()),
                              " with reduce Max on ", desc(ref(in, 0)),
                              " is not supported (bf16 reductions are sums)");
-    GroupPosition pos = findGroupPosition(*artifact.root(), kind, worldRank);
+    GroupPosition pos = position(kind);
     if (!pos.group && worldRank >= 0 && hasGroupKind(*artifact.root(), kind))
       return invalidArgument("rank ", worldRank,
                              " is in no rank group of kind '", kind,
                              "', but its program has a collective over it");
-    if (!pos.group && worldRank < 0)
-      pos.size = anyGroupSize(*artifact.root(), kind);
     if (in.op() == O::AllGather || in.op() == O::ReduceScatter ||
         in.op() == O::ReduceScatterStart) {
       if (ref(in, 0).dtype() != ref(in, 1).dtype())
@@ -515,9 +539,7 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
     int64_t peer = in.iattrs()->Get(0), tag = in.iattrs()->Get(1);
     if (peer != 1 && peer != -1)
       return invalidArgument("peer must be +1 or -1, got ", peer);
-    GroupPosition pos = findGroupPosition(*artifact.root(), "pp", worldRank);
-    if (!pos.group && worldRank < 0)
-      pos.size = anyGroupSize(*artifact.root(), "pp");
+    GroupPosition pos = position("pp");
     if ((!pos.group && worldRank >= 0) || pos.size < 2)
       return invalidArgument(
           "pipeline point-to-point needs a 'pp' rank group of more than one "
@@ -587,14 +609,10 @@ Status Decoder::vocabShard(const fb::Instr &in, int64_t localVocab,
     return invalidArgument("sharded over group kind '", kind,
                            "' but the artifact has no rank groups of that "
                            "kind");
-  GroupPosition pos = findGroupPosition(*artifact.root(), kind, worldRank);
-  if (!pos.group) {
-    if (worldRank >= 0)
-      return invalidArgument("rank ", worldRank,
-                             " is in no rank group of kind '", kind,
-                             "', which shards this kernel's operand");
-    pos.size = anyGroupSize(*artifact.root(), kind);
-  }
+  GroupPosition pos = position(kind);
+  if (!pos.group && worldRank >= 0)
+    return invalidArgument("rank ", worldRank, " is in no rank group of kind '",
+                           kind, "', which shards this kernel's operand");
   offset = int64_t(pos.index) * localVocab;
   shards = pos.size;
   return Status();
@@ -857,6 +875,21 @@ static std::string describeInstr(const fb::Program &program,
   return where;
 }
 
+/// Calls `check(fn, i, in)` on every instruction `in` (number `i` of
+/// function `fn`) of `program`; stops at the first error and returns it.
+template <typename Check>
+static Status forEachInstr(const fb::Program &program, Check check) {
+  if (!program.functions())
+    return Status();
+  for (const fb::Function *fn : *program.functions()) {
+    if (!fn->instrs())
+      continue;
+    for (flatbuffers::uoffset_t i = 0; i < fn->instrs()->size(); ++i)
+      TESSERA_RETURN_IF_ERROR(check(*fn, i, *fn->instrs()->Get(i)));
+  }
+  return Status();
+}
+
 /// Checks that `worldRank` is in an instance of every group kind that a
 /// collective or a rank-relative operand of `program` uses (embedding kinds
 /// leave ranks out). The error names the rank, the kind and the instruction
@@ -864,48 +897,46 @@ static std::string describeInstr(const fb::Program &program,
 static Status checkCollectiveMembership(const LoadedArtifact &artifact,
                                         const fb::Program &program,
                                         int worldRank) {
-  if (!program.functions())
-    return Status();
-  for (const fb::Function *fn : *program.functions()) {
-    if (!fn->instrs())
-      continue;
-    for (flatbuffers::uoffset_t i = 0; i < fn->instrs()->size(); ++i) {
-      const fb::Instr &in = *fn->instrs()->Get(i);
-      // Rank-relative operands need the rank's index in their group kind.
-      if (in.operands())
-        for (flatbuffers::uoffset_t o = 0; o < in.operands()->size(); ++o) {
-          const fb::TensorRef &r = *in.operands()->Get(o);
-          if (!r.rank_group() || !r.rank_group()->size())
-            continue;
-          std::string kind = r.rank_group()->str();
-          if (!mayLeaveRanksOut(kind) ||
-              findGroupPosition(*artifact.root(), kind, worldRank).group ||
-              !hasGroupKind(*artifact.root(), kind))
-            continue;
-          return invalidArgument(artifact.name(), ": ",
-                                 describeInstr(program, *fn, i, in),
-                                 "): operand ", o, " is relative to rank group "
-                                 "kind '", kind, "', but rank ", worldRank,
-                                 " is in no rank group of that kind");
-        }
-      if (!in.group() || !in.group()->size() ||
-          (!isCollective(in.op()) && !isShardedKernel(in.op())))
-        continue;
-      std::string kind = in.group()->str();
-      // The loader makes every other kind cover the world.
-      if (!mayLeaveRanksOut(kind) ||
-          findGroupPosition(*artifact.root(), kind, worldRank).group ||
-          !hasGroupKind(*artifact.root(), kind))
-        continue;
-      std::string where = describeInstr(program, *fn, i, in);
-      return invalidArgument(
-          artifact.name(), ": ", where, "): rank ", worldRank,
-          " is in no rank group of kind '", kind, "', but its program has ",
-          isCollective(in.op()) ? "a collective over it"
-                                : "a kernel whose vocabulary it shards");
-    }
-  }
-  return Status();
+  // True if `kind` may leave ranks out and none of its instances holds
+  // this rank (the loader makes every other kind cover the world).
+  auto leavesOut = [&](const std::string &kind) {
+    return mayLeaveRanksOut(kind) &&
+           !findGroupPosition(*artifact.root(), kind, worldRank).group &&
+           hasGroupKind(*artifact.root(), kind);
+  };
+  return forEachInstr(
+      program,
+      [&](const fb::Function &fn, flatbuffers::uoffset_t i,
+          const fb::Instr &in) -> Status {
+        // Rank-relative operands need the rank's index in their group kind.
+        if (in.operands())
+          for (flatbuffers::uoffset_t o = 0; o < in.operands()->size(); ++o) {
+            const fb::TensorRef &r = *in.operands()->Get(o);
+            if (!r.rank_group() || !r.rank_group()->size())
+              continue;
+            std::string kind = r.rank_group()->str();
+            if (!leavesOut(kind))
+              continue;
+            return invalidArgument(artifact.name(), ": ",
+                                   describeInstr(program, fn, i, in),
+                                   "): operand ", o,
+                                   " is relative to rank group kind '", kind,
+                                   "', but rank ", worldRank,
+                                   " is in no rank group of that kind");
+          }
+        if (!in.group() || !in.group()->size() ||
+            (!isCollective(in.op()) && !isShardedKernel(in.op())))
+          return Status();
+        std::string kind = in.group()->str();
+        if (!leavesOut(kind))
+          return Status();
+        std::string where = describeInstr(program, fn, i, in);
+        return invalidArgument(
+            artifact.name(), ": ", where, "): rank ", worldRank,
+            " is in no rank group of kind '", kind, "', but its program has ",
+            isCollective(in.op()) ? "a collective over it"
+                                  : "a kernel whose vocabulary it shards");
+      });
 }
 
 /// A program with pipeline Send/Recv needs `worldRank` in a "pp" group of
@@ -913,48 +944,85 @@ static Status checkCollectiveMembership(const LoadedArtifact &artifact,
 static Status checkPipelineMembership(const LoadedArtifact &artifact,
                                       const fb::Program &program,
                                       int worldRank) {
-  if (!program.functions())
-    return Status();
   GroupPosition pos = findGroupPosition(*artifact.root(), "pp", worldRank);
   if (pos.group && pos.size > 1)
     return Status();
-  for (const fb::Function *fn : *program.functions()) {
-    if (!fn->instrs())
-      continue;
-    for (flatbuffers::uoffset_t i = 0; i < fn->instrs()->size(); ++i) {
-      const fb::Instr &in = *fn->instrs()->Get(i);
-      if (!isPointToPoint(in.op()))
-        continue;
-      std::string where = describeInstr(program, *fn, i, in);
-      return invalidArgument(
-          artifact.name(), ": ", where, "): rank ", worldRank,
-          pos.group ? " is the only rank of its 'pp' group"
-                    : " is in no rank group of kind 'pp'",
-          ", but its program sends to or receives from another pipeline "
-          "stage");
-    }
-  }
-  return Status();
+  return forEachInstr(
+      program,
+      [&](const fb::Function &fn, flatbuffers::uoffset_t i,
+          const fb::Instr &in) -> Status {
+        if (!isPointToPoint(in.op()))
+          return Status();
+        std::string where = describeInstr(program, fn, i, in);
+        return invalidArgument(
+            artifact.name(), ": ", where, "): rank ", worldRank,
+            pos.group ? " is the only rank of its 'pp' group"
+                      : " is in no rank group of kind 'pp'",
+            ", but its program sends to or receives from another pipeline "
+            "stage");
+      });
+}
+
+/// The group kinds whose index changes how `program` decodes: those of its
+/// collectives and vocabulary-sharded kernels and of its rank-relative
+/// operands.
+static std::vector<std::string> positionKinds(const fb::Program &program) {
+  std::set<std::string> kinds;
+  (void)forEachInstr(program, [&](const fb::Function &, flatbuffers::uoffset_t,
+                                  const fb::Instr &in) {
+    if (in.group() && in.group()->size())
+      kinds.insert(in.group()->str());
+    if (in.operands())
+      for (const fb::TensorRef *r : *in.operands())
+        if (r->rank_group() && r->rank_group()->size())
+          kinds.insert(r->rank_group()->str());
+    return Status();
+  });
+  return std::vector<std::string>(kinds.begin(), kinds.end());
 }
 
 Status Executor::validate(const LoadedArtifact &artifact) {
-  for (const fb::Program *p : *artifact.root()->programs()) {
-    static Communicator *const kNone = nullptr;
-    Decoder decoder(
-        artifact, *p, nullptr, -1,
-        [](const std::string &) -> StatusOr<Communicator *> { return kNone; });
+  const fb::Artifact &a = *artifact.root();
+  for (const fb::Program *p : *a.programs()) {
     if (!p->functions())
       continue;
-    for (const fb::Function *fn : *p->functions())
-      for (int slot = 0; slot < std::max(1, fn->num_slots()); ++slot) {
-        std::vector<Thunk> thunks;
-        TESSERA_RETURN_IF_ERROR(decoder.decode(*fn, thunks, slot));
+    // Rank-relative operands and the blocks of in-place collectives depend
+    // on the rank's index in its groups: the program is decoded at the
+    // positions of every rank that runs it (once per combination of indices
+    // in the kinds it uses), or of none when no rank runs it.
+    std::vector<std::string> kinds = positionKinds(*p);
+    std::set<std::vector<int>> seen;
+    std::vector<int> ranks;
+    for (int r = 0; r < a.world_size(); ++r) {
+      if (selectProgram(artifact, r) != p)
+        continue;
+      std::vector<int> indices;
+      for (const std::string &kind : kinds) {
+        GroupPosition pos = findGroupPosition(a, kind, r);
+        indices.push_back(pos.group ? pos.index : -1);
       }
+      if (seen.insert(indices).second)
+        ranks.push_back(r);
+    }
+    if (ranks.empty())
+      ranks.push_back(-1);
+    static Communicator *const kNone = nullptr;
+    for (int r : ranks) {
+      Decoder decoder(
+          artifact, *p, nullptr, -1,
+          [](const std::string &) -> StatusOr<Communicator *> { return kNone; },
+          r);
+      for (const fb::Function *fn : *p->functions())
+        for (int slot = 0; slot < std::max(1, fn->num_slots()); ++slot) {
+          std::vector<Thunk> thunks;
+          TESSERA_RETURN_IF_ERROR(decoder.decode(*fn, thunks, slot));
+        }
+    }
   }
   // Every rank must find a program, and be in a group of every kind its
   // program's collectives use; a program with Send/Recv needs a pp group of
   // more than one rank holding the rank.
-  for (int r = 0; r < artifact.root()->world_size(); ++r) {
+  for (int r = 0; r < a.world_size(); ++r) {
     const fb::Program *p = selectProgram(artifact, r);
     if (!p)
       return invalidArgument(artifact.name(), ": no program for rank ", r,

@@ -12,6 +12,7 @@
 #include "tessera/rt/Executor.h"
 #include "tessera/rt/IndexedDataset.h"
 #include "tessera/rt/MpiCommunicator.h"
+#include "tessera/rt/WaitMonitor.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -86,10 +87,10 @@ std::string launchUsage(const char *argv0) {
          "                   from scratch\n"
          "  --no-load-optim  with --load: restore parameters and iteration "
          "only\n"
-         "  --timeout S      seconds one instruction may take before every "
-         "rank\n"
-         "                   stops with an error naming it (default 300, 0: "
-         "off)\n"
+         "  --timeout S      seconds one instruction or checkpoint step may "
+         "take\n"
+         "                   before every rank stops with an error naming it\n"
+         "                   (default 300, 0: off)\n"
          "  --trace FILE     write a Chrome/Perfetto trace of every rank's\n"
          "                   instructions (phases, compute, communication,\n"
          "                   pipeline p2p)\n"
@@ -550,14 +551,51 @@ Status runRank(const LaunchOptions &o, int rank, int size) {
   TESSERA_ASSIGN_OR_RETURN(auto executor,
                            Executor::create(artifact, std::move(backend),
                                             std::move(comms), rank, eo));
+  // The watchdog: a collective whose peer died or stalled would block
+  // forever; after --timeout seconds in one instruction, or in one step of a
+  // checkpoint save or load, the rank reports it and exits, and mpirun then
+  // ends every other rank.
+  WaitMonitor checkpointSteps;
+  std::atomic<bool> finished{false};
+  std::thread watchdog;
+  if (o.timeout > 0)
+    watchdog = std::thread([&, rank] {
+      while (!finished.load()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        WaitMonitor::On on = WaitMonitor::On::Peers;
+        std::string stuck = executor->stalledInstruction(o.timeout);
+        if (stuck.empty())
+          stuck = checkpointSteps.stalled(o.timeout, &on);
+        if (!stuck.empty()) {
+          std::fflush(stdout);
+          std::fprintf(
+              stderr, "tessera-run: error: rank %d: %s (timeout %g s): %s\n",
+              rank, stuck.c_str(), o.timeout, WaitMonitor::likelyCause(on));
+          std::fflush(stderr);
+          std::_Exit(1);
+        }
+      }
+    });
+  struct StopWatchdog {
+    std::atomic<bool> &finished;
+    std::thread &thread;
+    ~StopWatchdog() {
+      finished.store(true);
+      if (thread.joinable())
+        thread.join();
+    }
+  } stopWatchdog{finished, watchdog};
   TESSERA_RETURN_IF_ERROR(executor->initializeParameters());
   // --load: the checkpoint's parameters, optimizer state and iteration.
   int64_t startIteration = 0;
   std::string loadMessage;
   if (!o.loadDir.empty()) {
     auto t0 = std::chrono::steady_clock::now();
-    auto loaded = loadCheckpoint(
-        *executor, o.loadDir, loadOptionsOf(o, eo.dataset.get()), world.get());
+    CheckpointLoadOptions lo = loadOptionsOf(o, eo.dataset.get());
+    lo.monitor = &checkpointSteps;
+    if (const char *env = std::getenv("TESSERA_DEBUG_STALL_IN_LOAD"))
+      lo.debugStallRank = std::atoi(env);
+    auto loaded = loadCheckpoint(*executor, o.loadDir, lo, world.get());
     if (loaded.ok()) {
       startIteration = loaded->iteration;
       double secs =
@@ -664,45 +702,18 @@ Status runRank(const LaunchOptions &o, int rank, int size) {
       TESSERA_RETURN_IF_ERROR(world->barrier());
     executor->startTrace();
   }
-  // The watchdog: a collective whose peer died or stalled would block
-  // forever; after --timeout seconds in one instruction the rank reports it
-  // and exits, and mpirun then ends every other rank.
-  std::atomic<bool> finished{false};
-  std::thread watchdog;
-  if (o.timeout > 0)
-    watchdog = std::thread([&, rank] {
-      while (!finished.load()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        std::string stuck = executor->stalledInstruction(o.timeout);
-        if (!stuck.empty()) {
-          std::fflush(stdout);
-          std::fprintf(stderr,
-                       "tessera-run: error: rank %d: %s (timeout %g s): a peer "
-                       "rank may have died or stalled\n",
-                       rank, stuck.c_str(), o.timeout);
-          std::fflush(stderr);
-          std::_Exit(1);
-        }
-      }
-    });
-  struct StopWatchdog {
-    std::atomic<bool> &finished;
-    std::thread &thread;
-    ~StopWatchdog() {
-      finished.store(true);
-      if (thread.joinable())
-        thread.join();
-    }
-  } stopWatchdog{finished, watchdog};
   // Fault injection for tests: this rank stalls before its first step.
   if (const char *stall = std::getenv("TESSERA_DEBUG_STALL_RANK"))
     if (std::atoi(stall) == rank)
       std::this_thread::sleep_for(std::chrono::hours(1));
   int64_t exitAfterStep = -1, exitInSave = -1;
+  int stallInSave = -1;
   if (const char *env = std::getenv("TESSERA_DEBUG_EXIT_AFTER_STEP"))
     exitAfterStep = std::atoll(env);
   if (const char *env = std::getenv("TESSERA_DEBUG_EXIT_IN_SAVE"))
     exitInSave = std::atoll(env);
+  if (const char *env = std::getenv("TESSERA_DEBUG_STALL_IN_SAVE"))
+    stallInSave = std::atoi(env);
   // Mixed precision: the fp32 main params from the (initialised or loaded)
   // parameters, unless the checkpoint restored every one of them; here
   // rather than inside iteration 1, so that it is traced but not timed as
@@ -783,6 +794,8 @@ Status runRank(const LaunchOptions &o, int rank, int size) {
         so.info.datasetTokens = eo.dataset->numTokens();
       }
       so.debugExitAfterShard = exitInSave;
+      so.debugStallRank = stallInSave;
+      so.monitor = &checkpointSteps;
       TESSERA_ASSIGN_OR_RETURN(CheckpointSaveResult saved,
                                saveCheckpoint(*executor, so, world.get()));
       if (rank == 0) {

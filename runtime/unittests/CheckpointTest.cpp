@@ -1044,3 +1044,56 @@ TEST(SaveLoadTest, F32AndBf16CheckpointsLoadIntoEachOther) {
             *bf16Run->readFloatBuffer("fc.weight"));
   EXPECT_TRUE(c->runIteration(3).ok());
 }
+
+// The watchdog's view of a step: nothing until it has lasted the timeout,
+// then the step, how long it made no progress and what it waits on.
+TEST(WaitMonitorTest, ReportsAStepOnceItLastsTheTimeout) {
+  using On = WaitMonitor::On;
+  WaitMonitor m;
+  EXPECT_EQ(m.stalled(0), "");
+  m.begin("saving checkpoint iteration 5 to D: waiting for X", On::Peers);
+  EXPECT_EQ(m.stalled(3600), "");
+  On on = On::FileSystem;
+  EXPECT_EQ(m.stalled(0, &on), "saving checkpoint iteration 5 to D: waiting "
+                               "for X made no progress for 0 s");
+  EXPECT_EQ(on, On::Peers);
+  {
+    WaitMonitor::Step step(&m, "writing F", On::FileSystem);
+    EXPECT_EQ(m.stalled(0, &on), "writing F made no progress for 0 s");
+    EXPECT_EQ(on, On::FileSystem);
+    WaitMonitor::Step none(nullptr, "untracked", On::Peers);
+  }
+  EXPECT_EQ(m.stalled(0), "");
+  EXPECT_STREQ(WaitMonitor::likelyCause(On::Peers),
+               "a peer rank may have died or stalled");
+  EXPECT_STREQ(WaitMonitor::likelyCause(On::FileSystem),
+               "the file system may have stalled");
+}
+
+// Save and load leave no step marked when they return, successfully or
+// with an error, so the watchdog never reports a finished checkpoint.
+TEST(SaveLoadTest, StepsEndWhenSaveAndLoadReturn) {
+  TempDir dir;
+  auto art = load(softmaxRegression(8, 4, 16, 2));
+  auto ex = makeExecutor(art, 1234);
+  WaitMonitor monitor;
+  CheckpointSaveOptions so;
+  so.dir = dir.path + "/ckpt";
+  so.info.iteration = 1;
+  so.info.seed = 1234;
+  so.monitor = &monitor;
+  ASSERT_TRUE(saveCheckpoint(*ex, so, nullptr).ok());
+  EXPECT_EQ(monitor.stalled(0), "");
+  CheckpointLoadOptions lo;
+  lo.monitor = &monitor;
+  ASSERT_TRUE(loadCheckpoint(*ex, so.dir, lo, nullptr).ok());
+  EXPECT_EQ(monitor.stalled(0), "");
+  std::string shard = so.dir + "/iter_0000001/rank_00000.bin";
+  std::string bytes = *readWholeFile(shard);
+  bytes[bytes.size() / 2] ^= 1;
+  writeBytes(shard, bytes);
+  EXPECT_FALSE(loadCheckpoint(*ex, so.dir, lo, nullptr).ok());
+  EXPECT_EQ(monitor.stalled(0), "");
+  EXPECT_FALSE(loadCheckpoint(*ex, dir.path + "/none", lo, nullptr).ok());
+  EXPECT_EQ(monitor.stalled(0), "");
+}

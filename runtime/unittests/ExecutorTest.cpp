@@ -710,3 +710,46 @@ TEST(ExecutorTest, InPlaceCollectivesOnOneRankAndBadOverlap) {
     EXPECT_FALSE(Executor::validate(**loaded).ok());
   }
 }
+
+// The pre-launch validation decodes rank-relative operands and in-place
+// collectives at every rank's index, not only index 0: a shard at block 0
+// on every rank (stride 0) is rank 0's in-place all-gather but overlaps the
+// bucket wrongly at every other dp index, including where the dp index is
+// not the world rank (tp 2 x dp 2). The per-rank decode says the same.
+TEST(ExecutorTest, ValidationChecksEveryIndexOfRankRelativeOperands) {
+  const int64_t block = 16;
+  for (auto [tp, dp] : {std::pair{1, 2}, {1, 4}, {2, 2}}) {
+    SCOPED_TRACE("tp " + std::to_string(tp) + " dp " + std::to_string(dp));
+    // No other collectives: the per-rank decode needs no communicator
+    // before it reaches the all-gather.
+    ArtifactDesc desc = shardedBuckets(tp, dp, block, fb::DType::F32, false);
+    ProgramDesc &p = desc.programs[0];
+    RefDesc param = p.ref(4);
+    RefDesc first{param.offset, {block}, fb::DType::F32, "dp", 0};
+    InstrDesc ag = instr(fb::Opcode::AllGather, {first, param}, "ag.block0");
+    ag.group = "dp";
+    p.function("ag").push_back(ag);
+    auto loaded = LoadedArtifact::loadFromMemory(buildFile(buildPayload(desc)),
+                                                 "block0.tsr");
+    ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+    Status st = Executor::validate(**loaded);
+    ASSERT_FALSE(st.ok());
+    std::string blockAt = std::to_string(param.offset + block * 4);
+    for (std::string needle :
+         {std::string("block0.tsr"),
+          std::string("function 'ag' instruction 0 (AllGather at ag.block0)"),
+          "but is not this rank's block of it (dp index 1: bytes " + blockAt})
+      EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
+    // The first rank of dp index 1 fails to decode with the same message.
+    auto ex = createForRank(desc, tp, "block0.tsr");
+    ASSERT_FALSE(ex.ok());
+    EXPECT_NE(ex.status().message().find(st.message()), std::string::npos)
+        << ex.status().message() << "\nvs\n"
+        << st.message();
+  }
+  // A correct layout (stride one block) validates.
+  auto loaded = LoadedArtifact::loadFromMemory(
+      buildFile(buildPayload(shardedBuckets(2, 2, block))), "ok.tsr");
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_TRUE(Executor::validate(**loaded).ok());
+}

@@ -65,6 +65,7 @@
 
 #include "tessera/rt/Artifact.h"
 #include "tessera/rt/Status.h"
+#include "tessera/rt/WaitMonitor.h"
 
 #include <cstdint>
 #include <map>
@@ -264,6 +265,13 @@ struct CheckpointLoadOptions {
   bool loadOptimizer = true;
   std::string datasetPrefix;
   int64_t datasetTokens = -1;
+  /// loadCheckpoint marks each step that waits for other ranks or the file
+  /// system here (tessera-run's watchdog); null: not tracked. Not used by
+  /// planning.
+  WaitMonitor *monitor = nullptr;
+  /// Test hook (TESSERA_DEBUG_STALL_IN_LOAD): this world rank sleeps for an
+  /// hour after reading the manifest, before the all-gather of iterations.
+  int debugStallRank = -1;
 };
 
 /// A box [lo, hi) per dimension of a global tensor.
@@ -373,6 +381,13 @@ struct CheckpointSaveOptions {
   /// Test hook (TESSERA_DEBUG_EXIT_IN_SAVE): every rank _exit(9)s right
   /// after writing its shard of this iteration, before the manifest.
   int64_t debugExitAfterShard = -1;
+  /// Marks each step that waits for other ranks or the file system
+  /// (tessera-run's watchdog); null: not tracked.
+  WaitMonitor *monitor = nullptr;
+  /// Test hook (TESSERA_DEBUG_STALL_IN_SAVE): this world rank sleeps for an
+  /// hour after writing its shard, before the all-gather of the shard sizes
+  /// and CRCs.
+  int debugStallRank = -1;
 };
 struct CheckpointSaveResult {
   std::string dir;

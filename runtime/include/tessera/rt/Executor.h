@@ -89,9 +89,11 @@ public:
          const ExecutorOptions &options = {});
 
   /// Decodes and shape-checks every function of every program without
-  /// running or allocating anything, and checks that every rank is in a
-  /// group of each kind its program's collectives and vocabulary-sharded
-  /// kernels use (used by tessera-run before launch).
+  /// running or allocating anything, at the group positions of every rank
+  /// that runs it (rank-relative operands and in-place collectives checked
+  /// at every index, with the per-rank decode's messages), and checks that
+  /// every rank is in a group of each kind its program's collectives and
+  /// vocabulary-sharded kernels use (used by tessera-run before launch).
   static Status validate(const LoadedArtifact &artifact);
 
   ~Executor();

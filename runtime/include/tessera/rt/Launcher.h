@@ -44,8 +44,9 @@ struct LaunchOptions {
   uint64_t seed = 1234;
   std::string metricsPath;
   std::string tracePath; ///< --trace: Chrome/Perfetto timeline of all ranks
-  /// --timeout: seconds one instruction may run before the rank gives up
-  /// (a peer died or stalled); 0 disables the watchdog.
+  /// --timeout: seconds one instruction, p2p batch or checkpoint step may
+  /// run before the rank gives up (a peer died or stalled); 0 disables the
+  /// watchdog.
   double timeout = 300;
   std::string backend = "cpu";
   int threads = 0; ///< 0: $OPENBLAS_NUM_THREADS or max(1, cores / N)
