@@ -64,3 +64,63 @@ module attributes {tessera.batch = {global_batch_size = 4 : i64, micro_batch_siz
     return %w1, %old : tensor<4xf32>, tensor<f32>
   }
 }
+
+// -----
+
+// A reduce-scatter of a bucket needs the distributed optimizer's shard.
+module attributes {tessera.batch = {global_batch_size = 8 : i64, micro_batch_size = 4 : i64, num_microbatches = 1 : i64}} {
+  dist.mesh @mesh {dp = 2}
+  dist.grad_buffer @gbuf {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
+      distributed = false, numel = 4 : i64, numel_unpadded = 4 : i64,
+      params = [{name = "w", start = 0 : i64, end = 4 : i64, bucket = 0 : i64} ],
+      buckets = [array<i64: 0, 4, 4>]}
+  func.func @mb(%w: tensor<4xf32> {nn.param = "w"}) -> (tensor<f32> {tessera.buffer = "loss"}, tensor<4xf32> {tessera.grad_of = "w"}) attributes {tessera.phase = "microbatch"} {
+    %l = nn.mean %w : (tensor<4xf32>) -> tensor<f32>
+    %g = nn.scale %w {factor = 1.0 : f32} : tensor<4xf32>
+    // expected-error @+1 {{reduce-scatters bucket 0 of @gbuf, which is not a distributed-optimizer buffer}}
+    dist.bucket_reduce_start @gbuf bucket 0 over @mesh "dp" scale 5.000000e-01 (%g) {kind = "reduce_scatter"} : tensor<4xf32>
+    dist.bucket_reduce_wait @gbuf bucket 0
+    return %l, %g : tensor<f32>, tensor<4xf32>
+  }
+  func.func @step(%g: tensor<4xf32> {tessera.buffer = "grad:w"}) -> (tensor<4xf32> {tessera.buffer = "grad:w"}) attributes {tessera.phase = "step"} {
+    return %g : tensor<4xf32>
+  }
+}
+
+// -----
+
+// A grad buffer that lays out a parameter no phase has.
+module attributes {tessera.batch = {global_batch_size = 4 : i64, micro_batch_size = 4 : i64, num_microbatches = 1 : i64}} {
+  dist.mesh @mesh {dp = 1}
+  // expected-error @+1 {{lays out 'v', which no phase of this program has}}
+  dist.grad_buffer @gbuf {param_dtype = "f32", grad_dtype = "f32", dp = 1 : i64,
+      distributed = false, numel = 4 : i64, numel_unpadded = 4 : i64,
+      params = [{name = "v", start = 0 : i64, end = 4 : i64, bucket = 0 : i64} ],
+      buckets = [array<i64: 0, 4, 4>]}
+  func.func @mb(%w: tensor<4xf32> {nn.param = "w"}) -> (tensor<f32> {tessera.buffer = "loss"}, tensor<4xf32> {tessera.grad_of = "w"}) attributes {tessera.phase = "microbatch"} {
+    %l = nn.mean %w : (tensor<4xf32>) -> tensor<f32>
+    return %l, %w : tensor<f32>, tensor<4xf32>
+  }
+  func.func @step(%g: tensor<4xf32> {tessera.buffer = "grad:w"}) -> (tensor<4xf32> {tessera.buffer = "grad:w"}) attributes {tessera.phase = "step"} {
+    return %g : tensor<4xf32>
+  }
+}
+
+// -----
+
+// A grad buffer whose dtype is not the gradient's.
+module attributes {tessera.batch = {global_batch_size = 4 : i64, micro_batch_size = 4 : i64, num_microbatches = 1 : i64}} {
+  dist.mesh @mesh {dp = 1}
+  // expected-error @+1 {{gives 'w' 4 bf16 elements, its buffer is 'memref<4xf32>'}}
+  dist.grad_buffer @gbuf {param_dtype = "bf16", grad_dtype = "bf16", dp = 1 : i64,
+      distributed = false, numel = 4 : i64, numel_unpadded = 4 : i64,
+      params = [{name = "w", start = 0 : i64, end = 4 : i64, bucket = 0 : i64} ],
+      buckets = [array<i64: 0, 4, 4>]}
+  func.func @mb(%w: tensor<4xf32> {nn.param = "w"}) -> (tensor<f32> {tessera.buffer = "loss"}, tensor<4xf32> {tessera.grad_of = "w"}) attributes {tessera.phase = "microbatch"} {
+    %l = nn.mean %w : (tensor<4xf32>) -> tensor<f32>
+    return %l, %w : tensor<f32>, tensor<4xf32>
+  }
+  func.func @step(%g: tensor<4xf32> {tessera.buffer = "grad:w"}) -> (tensor<4xf32> {tessera.buffer = "grad:w"}) attributes {tessera.phase = "step"} {
+    return %g : tensor<4xf32>
+  }
+}
