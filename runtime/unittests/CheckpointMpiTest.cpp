@@ -34,8 +34,6 @@ using namespace tessera::rt::test;
 
 namespace {
 
-int worldRank() { return tessera::rt::test::mpiWorldRank(); }
-int worldSize() { return tessera::rt::test::mpiWorldSize(); }
 
 constexpr int64_t kRows = 8, kCols = 3;
 
@@ -129,13 +127,6 @@ std::unique_ptr<Executor> makeExecutor(const ArtifactDesc &desc,
   return std::move(*ex);
 }
 
-std::unique_ptr<Communicator> worldComm() {
-  MPI_Comm dup;
-  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
-  auto c = createMpiCommunicator(dup);
-  EXPECT_TRUE(c.ok());
-  return std::move(*c);
-}
 
 /// A directory every rank sees: created by rank 0, broadcast.
 std::string sharedTempDir() {

@@ -34,16 +34,7 @@ using namespace tessera::rt::test;
 
 namespace {
 
-int worldRank() { return tessera::rt::test::mpiWorldRank(); }
-int worldSize() { return tessera::rt::test::mpiWorldSize(); }
 
-std::unique_ptr<Communicator> worldComm() {
-  MPI_Comm dup;
-  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
-  auto c = createMpiCommunicator(dup);
-  EXPECT_TRUE(c.ok());
-  return std::move(*c);
-}
 
 /// The input of world rank `rank`: `count` small integers in [-8, 8]
 /// (exact), else normals; bf16 inputs are rounded to bf16.

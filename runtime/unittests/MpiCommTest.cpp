@@ -26,16 +26,7 @@ using namespace tessera::rt::test;
 
 namespace {
 
-int worldRank() { return tessera::rt::test::mpiWorldRank(); }
-int worldSize() { return tessera::rt::test::mpiWorldSize(); }
 
-std::unique_ptr<Communicator> worldComm() {
-  MPI_Comm dup;
-  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
-  auto c = createMpiCommunicator(dup);
-  EXPECT_TRUE(c.ok());
-  return std::move(*c);
-}
 
 /// tp x dp mesh, tp fastest: tp groups are consecutive ranks.
 ArtifactDesc meshArtifact(int tp, int dp) {

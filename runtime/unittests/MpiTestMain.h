@@ -2,17 +2,20 @@
 //
 // Every rank runs the tests; the process exit code is the worst over ranks,
 // so a failure on any rank fails the ctest. Include once, from the test's
-// .cpp, after the tests.
+// .cpp; it also gives the tests the world rank, size and communicator.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef TESSERA_RT_UNITTESTS_MPITESTMAIN_H
 #define TESSERA_RT_UNITTESTS_MPITESTMAIN_H
 
+#include "tessera/rt/MpiCommunicator.h"
+
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cstdio>
+#include <memory>
 
 namespace tessera::rt::test {
 inline int mpiWorldRank() {
@@ -24,6 +27,17 @@ inline int mpiWorldSize() {
   int s = 0;
   MPI_Comm_size(MPI_COMM_WORLD, &s);
   return s;
+}
+inline int worldRank() { return mpiWorldRank(); }
+inline int worldSize() { return mpiWorldSize(); }
+
+/// A communicator over a duplicate of MPI_COMM_WORLD.
+inline std::unique_ptr<Communicator> worldComm() {
+  MPI_Comm dup;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  auto c = createMpiCommunicator(dup);
+  EXPECT_TRUE(c.ok());
+  return std::move(*c);
 }
 } // namespace tessera::rt::test
 

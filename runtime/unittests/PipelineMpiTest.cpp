@@ -32,8 +32,6 @@ using namespace tessera::rt::test;
 
 namespace {
 
-int worldRank() { return tessera::rt::test::mpiWorldRank(); }
-int worldSize() { return tessera::rt::test::mpiWorldSize(); }
 
 /// Loads `desc` and creates this rank's executor with MPI communicators (as
 /// tessera-run does). Collective. Null on error (on every rank alike, except

@@ -32,8 +32,6 @@ namespace mesh = tessera::mesh;
 
 namespace {
 
-int worldRank() { return tessera::rt::test::mpiWorldRank(); }
-int worldSize() { return tessera::rt::test::mpiWorldSize(); }
 
 mesh::MeshConfig testMesh() {
   mesh::MeshConfig m;
