@@ -141,6 +141,23 @@ private:
   }
   /// True if no op after `op` reads the storage of `v`.
   bool clobberable(Value v, Operation *op);
+  /// A use after `op` of a value that was stored in one of the persistent
+  /// buffers `names` before it (null if none): what writing those buffers
+  /// at `op` would clobber.
+  OpOperand *readAfter(ArrayRef<std::string> names, Operation *op) {
+    for (Storage &st : storages) {
+      if (!llvm::is_contained(names, st.persistent))
+        continue;
+      for (Value v : st.values) {
+        if (Operation *def = v.getDefiningOp(); def && !def->isBeforeInBlock(op))
+          continue;
+        for (OpOperand &use : v.getUses())
+          if (use.getOwner() != op && op->isBeforeInBlock(use.getOwner()))
+            return &use;
+      }
+    }
+    return nullptr;
+  }
   /// The value bound to a persistent buffer that `v` is returned into.
   StringRef resultBinding(Value v);
 
@@ -320,20 +337,13 @@ LogicalResult PhaseLowering::plan() {
           op, unpack.getBufferAttr(), unpack.getBucket(), unpack.getData());
       // The unpack overwrites the bucket's buffers: no value held there
       // before may be read after it.
-      for (Storage &st : storages) {
-        if (st.persistent != view && !llvm::is_contained(parts, st.persistent))
-          continue;
-        for (Value v : st.values) {
-          if (Operation *def = v.getDefiningOp(); def && !def->isBeforeInBlock(op))
-            continue;
-          for (Operation *user : v.getUsers())
-            if (user != op && op->isBeforeInBlock(user))
-              return user->emitOpError()
-                     << "reads '" << st.persistent
-                     << "' after a dist.unpack overwrote it; lower-to-rt keeps "
-                        "one copy of each parameter and gradient";
-        }
-      }
+      parts.push_back(view);
+      if (OpOperand *use = readAfter(parts, op))
+        return use->getOwner()->emitOpError()
+               << "reads '" << storages[storageOf.lookup(use->get())].persistent
+               << "' after a dist.unpack overwrote it; lower-to-rt keeps one "
+                  "copy of each parameter and gradient";
+      parts.pop_back();
       if (storages[storageOf.lookup(unpack.getInput())].persistent != view)
         placeCopies[op].push_back(
             {-1, newStorage(unpack.getInput().getType(), view)});
@@ -471,20 +481,26 @@ LogicalResult PhaseLowering::plan() {
       // The updated shard an all-gather puts into a parameter bucket is
       // written straight into this rank's block of it (bf16 parameters:
       // the cast of the fp32 main shard).
+      // (Unless the bucket's old values are still read: the write
+      // clobbers this rank's block of them.)
       if (binding.empty() && !inPlace && result.hasOneUse())
         if (auto ag = dyn_cast<dist::AllGatherOp>(*result.getUsers().begin());
             ag && ag.getGroup() == "dp" && ag.getDim() == 0 &&
             ag.getResult().hasOneUse())
           if (auto unpack =
-                  dyn_cast<dist::UnpackOp>(*ag.getResult().getUsers().begin()))
-            if (int id = shardStorageFor(
-                    shardView(bucketView(unpack.getData(), unpack.getBuffer(),
-                                         unpack.getBucket())),
-                    result.getType());
-                id >= 0) {
-              assign(result, id);
-              continue;
-            }
+                  dyn_cast<dist::UnpackOp>(*ag.getResult().getUsers().begin())) {
+            std::string view = bucketView(unpack.getData(), unpack.getBuffer(),
+                                          unpack.getBucket());
+            SmallVector<std::string> held = bucketParts(
+                op, unpack.getBufferAttr(), unpack.getBucket(), unpack.getData());
+            held.push_back(view);
+            if (!readAfter(held, op))
+              if (int id = shardStorageFor(shardView(view), result.getType());
+                  id >= 0) {
+                assign(result, id);
+                continue;
+              }
+          }
       if (binding.empty() && !inPlace && llvm::any_of(result.getUsers(), [](Operation *u) {
             return isa<dist::SendOp>(u);
           })) {
