@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -190,23 +191,25 @@ TEST(MpiCommTest, SplitByArtifactGroups) {
   EXPECT_EQ(tpc.counters().allReduce, ringAllReduceBytes(4, tp));
 }
 
-TEST(MpiCommTest, DataParallelTrainingMatchesSingleRank) {
-  // dp = world size vs. dp = 1 on the same global batch: identical data and
-  // averaged gradients, so the losses agree to rounding.
-  int n = worldSize();
-  ArtifactDesc dpDesc = softmaxRegression(8, 4, 4, 2, n, true, 0.05f);
-  ArtifactDesc oneDesc = softmaxRegression(8, 4, 4 * n, 2, 1, true, 0.05f);
+namespace {
+/// Trains `dpDesc` on the world (dp = world size) and `oneDesc` (dp = 1,
+/// the same global batch) side by side for `steps` iterations; each
+/// iteration's losses agree within `rtol` relative. Returns the dp run's
+/// communication counters (empty on failure).
+std::map<std::string, CommCounters> trainAgainstOneRank(const ArtifactDesc &dpDesc,
+                                                        const ArtifactDesc &oneDesc,
+                                                        int steps, double rtol) {
   auto dpLoaded =
       LoadedArtifact::loadFromMemory(buildFile(buildPayload(dpDesc)), "dp.tsr");
   auto oneLoaded = LoadedArtifact::loadFromMemory(
       buildFile(buildPayload(oneDesc)), "one.tsr");
   EXPECT_TRUE(dpLoaded.ok() && oneLoaded.ok());
   if (!dpLoaded.ok() || !oneLoaded.ok())
-    return;
+    return {};
   auto set = createMpiCommunicators(*(*dpLoaded)->root());
   EXPECT_TRUE(set.ok());
   if (!set.ok())
-    return;
+    return {};
   auto ex = Executor::create(
       *dpLoaded, std::move(*BackendRegistry::global().create("cpu", {})),
       std::move(*set), worldRank());
@@ -215,17 +218,27 @@ TEST(MpiCommTest, DataParallelTrainingMatchesSingleRank) {
       CommunicatorSet(), 0);
   EXPECT_TRUE(ex.ok() && ref.ok());
   if (!ex.ok() || !ref.ok())
-    return;
+    return {};
   EXPECT_TRUE((*ex)->initializeParameters().ok());
   EXPECT_TRUE((*ref)->initializeParameters().ok());
-  for (int it = 1; it <= 5; ++it) {
+  for (int it = 1; it <= steps; ++it) {
     auto a = (*ex)->runIteration(it);
     auto b = (*ref)->runIteration(it);
-    EXPECT_TRUE(a.ok() && b.ok());
+    EXPECT_TRUE(a.ok() && b.ok()) << a.status().toString();
     if (a.ok() && b.ok())
-      EXPECT_NEAR(*a, *b, 1e-5 * *b) << "iteration " << it;
+      EXPECT_NEAR(*a, *b, rtol * *b) << "iteration " << it;
   }
-  auto counters = (*ex)->commCounters();
+  return (*ex)->commCounters();
+}
+} // namespace
+
+TEST(MpiCommTest, DataParallelTrainingMatchesSingleRank) {
+  // dp = world size vs. dp = 1 on the same global batch: identical data and
+  // averaged gradients, so the losses agree to rounding.
+  int n = worldSize();
+  auto counters = trainAgainstOneRank(softmaxRegression(8, 4, 4, 2, n, true, 0.05f),
+                                      softmaxRegression(8, 4, 4 * n, 2, 1, true, 0.05f),
+                                      5, 1e-5);
   // Per step: gW (8x4 f32) and gb (4 f32) all-reduced over dp.
   EXPECT_EQ(counters["dp"].allReduce,
             5 * (ringAllReduceBytes(128, n) + ringAllReduceBytes(16, n)));
@@ -416,44 +429,14 @@ TEST(MpiCommBf16Test, MixedPrecisionDataParallelMatchesSingleRank) {
   int n = worldSize();
   for (bool bf16Grads : {false, true}) {
     SCOPED_TRACE(bf16Grads ? "bf16 grads" : "f32 grads");
-    ArtifactDesc dpDesc = mixedPrecisionRegression(8, 4, 4, 2, n, bf16Grads);
-    ArtifactDesc oneDesc =
-        mixedPrecisionRegression(8, 4, 4 * n, 2, 1, bf16Grads);
-    auto dpLoaded = LoadedArtifact::loadFromMemory(
-        buildFile(buildPayload(dpDesc)), "dp.tsr");
-    auto oneLoaded = LoadedArtifact::loadFromMemory(
-        buildFile(buildPayload(oneDesc)), "one.tsr");
-    EXPECT_TRUE(dpLoaded.ok() && oneLoaded.ok());
-    if (!dpLoaded.ok() || !oneLoaded.ok())
-      return;
-    auto set = createMpiCommunicators(*(*dpLoaded)->root());
-    EXPECT_TRUE(set.ok());
-    if (!set.ok())
-      return;
-    auto ex = Executor::create(
-        *dpLoaded, std::move(*BackendRegistry::global().create("cpu", {})),
-        std::move(*set), worldRank());
-    auto ref = Executor::create(
-        *oneLoaded, std::move(*BackendRegistry::global().create("cpu", {})),
-        CommunicatorSet(), 0);
-    EXPECT_TRUE(ex.ok() && ref.ok());
-    if (!ex.ok() || !ref.ok())
-      return;
-    EXPECT_TRUE((*ex)->initializeParameters().ok());
-    EXPECT_TRUE((*ref)->initializeParameters().ok());
-    for (int it = 1; it <= 5; ++it) {
-      auto a = (*ex)->runIteration(it);
-      auto b = (*ref)->runIteration(it);
-      EXPECT_TRUE(a.ok() && b.ok()) << a.status().toString();
-      if (a.ok() && b.ok())
-        EXPECT_NEAR(*a, *b, (bf16Grads ? 2e-2 : 5e-3) * *b)
-            << "iteration " << it;
-    }
+    auto counters = trainAgainstOneRank(
+        mixedPrecisionRegression(8, 4, 4, 2, n, bf16Grads),
+        mixedPrecisionRegression(8, 4, 4 * n, 2, 1, bf16Grads), 5,
+        bf16Grads ? 2e-2 : 5e-3);
     // Per step: gW (8x4) and gb (4) all-reduced, 2 or 4 bytes each.
     uint64_t es = bf16Grads ? 2 : 4;
-    EXPECT_EQ(
-        (*ex)->commCounters()["dp"].allReduce,
-        5 * (ringAllReduceBytes(32 * es, n) + ringAllReduceBytes(4 * es, n)));
+    EXPECT_EQ(counters["dp"].allReduce,
+              5 * (ringAllReduceBytes(32 * es, n) + ringAllReduceBytes(4 * es, n)));
   }
 }
 

@@ -318,12 +318,7 @@ inline ArtifactDesc softmaxRegression(int64_t features = 8, int64_t classes = 4,
   ArtifactDesc a;
   a.worldSize = dp;
   a.mesh = {{"tp", 1}, {"dp", dp}};
-  std::vector<int> all;
-  for (int r = 0; r < dp; ++r) {
-    all.push_back(r);
-    a.groups.push_back({"tp", {r}});
-  }
-  a.groups.push_back({"dp", all});
+  addTpDpGroups(a, 1, dp);
   a.microBatch = b;
   a.numMicrobatches = microbatches;
   a.globalBatch = b * microbatches * dp;
@@ -424,12 +419,7 @@ mixedPrecisionRegression(int64_t features = 8, int64_t classes = 4,
   ArtifactDesc a;
   a.worldSize = dp;
   a.mesh = {{"tp", 1}, {"dp", dp}};
-  std::vector<int> all;
-  for (int r = 0; r < dp; ++r) {
-    all.push_back(r);
-    a.groups.push_back({"tp", {r}});
-  }
-  a.groups.push_back({"dp", all});
+  addTpDpGroups(a, 1, dp);
   a.microBatch = b;
   a.numMicrobatches = microbatches;
   a.globalBatch = b * microbatches * dp;
