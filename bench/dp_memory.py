@@ -1,18 +1,23 @@
 #!/usr/bin/env python3
-"""Per-rank model-state memory against seed 002's bytes-per-parameter table.
+"""Per-rank model-state memory against Megatron's bytes-per-parameter table.
 
 For fp32 parameters and for bf16 mixed precision (--bf16, f32 gradients;
 and --grad-reduce-in-bf16), without and with the distributed optimizer, at
 dp = 1, 2 and 4, compiles a GPT (tessera-gen gpt, default 4 layers, hidden
 256) and reads tessera-compile --emit=memory: the bytes of parameters,
 gradients, main parameters and optimizer state on rank 0, divided by the
-number of parameters. Next to it, seed 002's figure:
+number of parameters. Next to it, the figure of the bytes-per-parameter
+table in Megatron's distributed-optimizer guide
+(docs/api-guide/dist_optimizer.md), d the dp size:
   fp32 params, fp32 grads:  16, or 8 + 8/d with the distributed optimizer
   bf16 params, fp32 grads:  18, or 6 + 12/d
   bf16 params, bf16 grads:  16, or 4 + 12/d
-(the measured figure is slightly above it with the distributed optimizer:
+(the last row counted the same way, 2 + 2 + 4 fp32 main params + 8 Adam:
+Megatron's table has no bf16-gradient row; its fp16-gradient row, 20 or
+4 + 16/d, also counts fp32 main gradients, which Tessera does not keep).
+The measured figure is slightly above it with the distributed optimizer:
 the buckets are padded to lcm(d, 128) and every parameter starts at a
-multiple of 64 elements). Also printed: the arena the runtime allocates
+multiple of 64 elements. Also printed: the arena the runtime allocates
 (tessera-run --print-summary, which equals the plan's total) and the peak of
 transient activations from the plan. A benchmark, not a test: nothing is
 asserted (test/Tools/emit-memory.test checks the table on the MLP).
@@ -28,7 +33,7 @@ import sys
 import tempfile
 
 
-def seed002(precision, d, distributed):
+def megatron_table(precision, d, distributed):
     if precision == "fp32":
         return 8 + 8 / d if distributed else 16
     if precision == "bf16":
@@ -82,7 +87,7 @@ def main():
                         "main_params": mem["main_params"],
                         "optimizer_state": mem["optimizer_state"],
                         "bytes_per_param": round(state / numel, 4),
-                        "seed002_bytes_per_param": round(seed002(precision, d, distributed), 4),
+                        "megatron_bytes_per_param": round(megatron_table(precision, d, distributed), 4),
                         "peak_activations": mem["peak_activations"],
                         "planned_total": mem["total"], "runtime_arena": arena,
                     })

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds, then runs every
-# test (runtime gtests, MPI collectives on 2 and 4 ranks, and the lit suite:
-# dialect, pass and error tests plus the end-to-end parity runs). Exits
-# non-zero on any failure.
+# test (runtime and compiler gtests, MPI gtests on 2, 4 and 8 ranks, and the
+# lit suite: dialect, pass and error tests plus the end-to-end parity runs).
+# Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh

@@ -24,7 +24,8 @@ static int64_t bucketDivisor(const LayoutOptions &o) {
   return d;
 }
 
-/// One buffer's layout (seed 000 section 1.2).
+/// One buffer's layout (the param_index_map / bucket_indices loop of
+/// Megatron's _ParamAndGradBuffer.__init__).
 static Buffer layoutOne(const std::vector<const ParamInfo *> &params,
                         const LayoutOptions &o) {
   Buffer buf;

@@ -1,8 +1,8 @@
 // RUN: tessera-opt %s --tessera-train-pipeline="tp=2 dp=2 micro-batch-size=4 global-batch-size=16" | FileCheck %s
 
 // Persistent buffers first, with their manifest entries: the grad buffer
-// (seed 000: gradients in reverse order, back to back) at offset 0 with
-// its bucket view, then the rest 64-byte aligned.
+// (Megatron's _ParamAndGradBuffer: gradients in reverse order, back to back) at
+// offset 0 with its bucket view, then the rest 64-byte aligned.
 // CHECK: module attributes {rt.arena_bytes = [[ARENA:[0-9]+]] : i64, rt.flops_per_step = {{[0-9]+}} : i64, rt.persistent_bytes = [[PERSIST:[0-9]+]] : i64
 // CHECK: rt.buffer @fc1.weight : memref<8x8xf32> {global_shape = array<i64: 16, 8>, init = "normal:0.02", kind = "param", offset = 448 : i64, shard_axis = "tp", shard_dim = 0 : i64}
 // CHECK: rt.buffer @fc2.weight : memref<4x8xf32> {global_shape = array<i64: 4, 16>, init = "normal:0.02", kind = "param", offset = 704 : i64, shard_axis = "tp", shard_dim = 1 : i64}

@@ -40,8 +40,9 @@ module attributes {tessera.batch = {global_batch_size = 16 : i64, micro_batch_si
 // -----
 
 // Adjoints of the region ops: copy_to_region's backward is the all-reduce
-// (seed 004's f), reduce_from_region's backward is the identity (g). A value
-// used twice gets its adjoints summed. An unused parameter gets zeros.
+// (Megatron's f, copy_to_tensor_model_parallel_region), reduce_from_region's
+// backward is the identity (g, reduce_from_tensor_model_parallel_region). A
+// value used twice gets its adjoints summed. An unused parameter gets zeros.
 
 // CHECK-LABEL: func.func @tp
 // CHECK: %[[IN:.*]] = nn.linear %{{.*}}, %[[W0:[^ ]*]] :

@@ -3,8 +3,8 @@
 // RUN: tessera-opt %s --tessera-attach-mesh="dp=4" --tessera-autodiff --tessera-dp-grad-allreduce="bucket-size=2" | FileCheck %s --check-prefix=SMALL
 // RUN: tessera-opt %s --tessera-attach-mesh="dp=4" --tessera-autodiff --tessera-dp-grad-allreduce="distributed-optimizer=true" | FileCheck %s --check-prefix=DIST
 
-// The gradients live in one flat buffer (seed 000), laid out in reverse
-// order: the bias first, then the weight. Per bucket they are packed,
+// The gradients live in one flat buffer (Megatron's _ParamAndGradBuffer),
+// laid out in reverse order: the bias first, then the weight. Per bucket they are packed,
 // scaled by 1/dp and summed over the dp group.
 // CHECK: dist.grad_buffer @gbuf {buckets = [array<i64: 0, 27, 27>], distributed = false, dp = 4 : i64, grad_dtype = "f32", numel = 27 : i64, numel_unpadded = 27 : i64, param_dtype = "f32", params = [{bucket = 0 : i64, end = 27 : i64, name = "head.weight", start = 3 : i64}, {bucket = 0 : i64, end = 3 : i64, name = "head.bias", start = 0 : i64}]}
 // CHECK-LABEL: func.func @step

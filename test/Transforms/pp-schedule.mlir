@@ -1,4 +1,4 @@
-// Seed 003's schedules as IR (tessera-pp-schedule), checked by
+// Megatron's pipeline schedules as IR (tessera-pp-schedule), checked by
 // tessera-verify-schedule, on an 8-layer GPT with micro-batch-size 1:
 // every step of the first and the last pipeline rank.
 // RUN: tessera-gen gpt --layers 8 --hidden 8 --heads 2 --seq 4 --vocab 16 -o %t.mlir

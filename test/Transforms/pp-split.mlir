@@ -46,13 +46,14 @@ func.func @chain(%x: tensor<4x8xf32> {nn.input = "features"},
 
 // -----
 
-// Virtual stages (seed 003): 4 layers, pp = 2, vpp = 2 give rank 0 the
-// chunks [0] and [2], rank 1 [1] and [3]; virtual stage = chunk * pp + rank.
-// The last rank's chunk 0 sends to the first rank's chunk 1 ("next" wraps
-// around the pp group). A value used two stages later (%a0, read by layer
-// 2's residual add) is passed on through the stage in between on its own
-// channel, and a parameter used on the first and the last pipeline rank
-// (the tied table) is marked for the embedding-group all-reduce.
+// Virtual stages (Megatron's get_transformer_layer_offset): 4 layers, pp = 2,
+// vpp = 2 give rank 0 the chunks [0] and [2], rank 1 [1] and [3]; virtual
+// stage = chunk * pp + rank. The last rank's chunk 0 sends to the first
+// rank's chunk 1 ("next" wraps around the pp group). A value used two stages
+// later (%a0, read by layer 2's residual add) is passed on through the stage
+// in between on its own channel, and a parameter used on the first and the
+// last pipeline rank (the tied table) is marked for the embedding-group
+// all-reduce.
 
 dist.mesh @mesh {pp = 2, vpp = 2}
 func.func @virtual(%x: tensor<4x8xf32> {nn.input = "features"},

@@ -1,10 +1,12 @@
 // RUN: tessera-gen gpt --layers 1 --hidden 32 --heads 4 --vocab 257 --seq 8 --tie-embeddings -o %t.mlir
 // RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2" --tessera-set-batch="micro-batch-size=2" --tessera-pad-vocab --tessera-tp-partition | FileCheck %s
 
-// Seed 004 on a transformer layer: QKV column-parallel by heads, the output
-// projection row-parallel; MLP column then row; vocab-parallel embedding;
-// the tied LM head column-parallel over the vocabulary; the cross-entropy on
-// vocabulary shards with the three all-reduces and no gather of logits.
+// Megatron's tensor parallelism on a transformer layer: QKV column-parallel
+// by heads, the output projection row-parallel; MLP column then row
+// (ColumnParallelLinear, RowParallelLinear); vocab-parallel embedding
+// (VocabParallelEmbedding); the tied LM head column-parallel over the
+// vocabulary; the cross-entropy on vocabulary shards with the three
+// all-reduces of vocab_parallel_cross_entropy and no gather of logits.
 
 // CHECK-LABEL: func.func @gpt
 // CHECK-SAME: %[[IDS:[^:]*]]: tensor<8x2xi32> {nn.batch_dim = 1 : i64, nn.input = "tokens"}

@@ -1,9 +1,10 @@
 // RUN: tessera-opt %s --tessera-attach-mesh="tp=2" --tessera-tp-partition | FileCheck %s
 // RUN: tessera-opt %s --tessera-attach-mesh="tp=1" --tessera-tp-partition | FileCheck %s --check-prefix=TP1
 
-// Seed 004's MLP: fc1 column-parallel, fc2 row-parallel, one reduction in
-// the forward (its backward all-reduce comes from copy_to_region's adjoint);
-// fc2's bias is added once after the reduction; the head stays replicated.
+// Megatron's MLP: fc1 column-parallel (ColumnParallelLinear), fc2 row-parallel
+// (RowParallelLinear), one reduction in the forward (its backward all-reduce
+// comes from copy_to_region's adjoint); fc2's bias is added once after the
+// reduction; the head stays replicated.
 
 // CHECK-LABEL: func.func @mlp
 // CHECK-SAME: %[[X:[^:]*]]: tensor<8x256xf32> {nn.input = "features"}

@@ -1,4 +1,4 @@
-//===- GradBucketsTest.cpp - Seed 000's buffer layout, rule by rule -------===//
+//===- GradBucketsTest.cpp - _ParamAndGradBuffer's layout, rule by rule ---===//
 
 #include "tessera/Buckets/GradBuckets.h"
 
@@ -152,10 +152,11 @@ TEST(GradBuckets, ValidateNamesEachBrokenInvariant) {
   EXPECT_NE(validate(good, plain).find("padded"), std::string::npos);
 }
 
-// Seed 002's figure: 16 elements, 4 parameters, dp = 4. The yellow
+// The sharding-scheme figure of Megatron's distributed-optimizer guide
+// (dist_optimizer.md): 16 elements, 4 parameters, dp = 4. The yellow
 // parameter (Param1, elements [3, 8)) has one element on rank 0 and four
 // on rank 1.
-TEST(GradBuckets, Seed002ShardRanges) {
+TEST(GradBuckets, DistOptimizerGuideShardRanges) {
   std::vector<ParamRange> ps = {{"p0", 0, 3, 0}, {"p1", 3, 8, 0},
                                 {"p2", 8, 12, 0}, {"p3", 12, 16, 0}};
   auto r0 = paramRangesInShard(ps, Range{0, 4}, 0);

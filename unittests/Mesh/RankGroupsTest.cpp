@@ -1,7 +1,10 @@
 //===- RankGroupsTest.cpp - Megatron rank groups --------------------------===//
 //
-// Seed 001's two worked examples and seed 004's TP2-PP4 example, group by
-// group, then properties over many random valid meshes.
+// Two worked examples of Megatron's RankGenerator on 16 ranks (dense
+// TP4-PP2-DP2 with decoder_rank_generator, MoE ETP1-PP2-EP4-EDP2 with
+// expert_decoder_rank_generator) and the TP2-PP4 example of the
+// initialize_model_parallel docstring (megatron/core/parallel_state.py),
+// group by group, then properties over many random valid meshes.
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,7 +28,7 @@ static Groups groups(const MeshConfig &m, const std::string &kind) {
   return g;
 }
 
-TEST(RankGroups, Seed001DenseTP4PP2DP2) {
+TEST(RankGroups, DenseTP4PP2DP2) {
   MeshConfig m;
   m.tp = 4;
   m.pp = 2;
@@ -40,7 +43,7 @@ TEST(RankGroups, Seed001DenseTP4PP2DP2) {
                                      {4, 12}, {5, 13}, {6, 14}, {7, 15}}));
 }
 
-TEST(RankGroups, Seed001MoEETP1PP2EP4EDP2) {
+TEST(RankGroups, MoEETP1PP2EP4EDP2) {
   MeshConfig m;
   m.tp = 4; // the dense half of the same 16 ranks
   m.pp = 2;
@@ -65,7 +68,7 @@ TEST(RankGroups, Seed001MoEETP1PP2EP4EDP2) {
             (Groups{{0, 1, 2, 3, 8, 9, 10, 11}, {4, 5, 6, 7, 12, 13, 14, 15}}));
 }
 
-TEST(RankGroups, Seed004TP2PP4On16) {
+TEST(RankGroups, InitializeModelParallelTP2PP4On16) {
   MeshConfig m;
   m.tp = 2;
   m.pp = 4;

@@ -9,7 +9,8 @@
 using namespace tessera::schedule;
 
 TEST(PipelineSchedule, SeedLayerOffsets) {
-  // Seed 003: 8 layers, pp 2, vpp 2 -> rank 0 holds [0, 1] and [4, 5].
+  // Megatron's example of virtual-pipeline layer offsets: 8 layers, pp 2,
+  // vpp 2 -> rank 0 holds [0, 1] and [4, 5].
   PipelineConfig c;
   c.pp = 2;
   c.vpp = 2;
@@ -27,7 +28,8 @@ TEST(PipelineSchedule, SeedLayerOffsets) {
 }
 
 // Every schedule runs each (microbatch, chunk) forward and backward exactly
-// once per rank, each backward after its forward, with the seed's warmup.
+// once per rank, each backward after its forward, with Megatron's warmup
+// (num_warmup_microbatches of its schedules).
 TEST(PipelineSchedule, EveryStepOnceBackwardAfterForward) {
   for (Kind kind : {Kind::None, Kind::OneFOneB, Kind::Interleaved})
     for (int64_t pp : {1, 2, 3, 4, 8})
@@ -100,7 +102,8 @@ TEST(PipelineSchedule, Errors) {
 
 // Simulated with Megatron's cost model (a chunk costs 1/v of a stage, a
 // backward twice a forward), the bubble is (p - 1) / m for 1F1B and
-// (p - 1) / (v m) for the interleaved schedule (seed 003).
+// (p - 1) / (v m) for the interleaved schedule (the bubble fractions of
+// the Megatron-LM paper, Narayanan et al. 2021).
 TEST(PipelineSchedule, SimulatedBubbleMatchesTheFormulas) {
   for (int64_t pp : {2, 4, 8})
     for (int64_t m : {8, 16, 32}) {

@@ -218,7 +218,7 @@ LogicalResult WaitOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
-// Adjoints (seed 004's f and g, and the collectives' transposes)
+// Adjoints (Megatron's f and g, and the collectives' transposes)
 //===----------------------------------------------------------------------===//
 
 LogicalResult CopyToRegionOp::buildAdjoint(OpBuilder &b,

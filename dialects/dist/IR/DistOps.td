@@ -1,9 +1,10 @@
 //===- DistOps.td - dist dialect: mesh, regions, collectives ---*- tablegen -*-===//
 //
 // The custom dialect of Tessera. It carries the device mesh (`dist.mesh`),
-// the tensor-parallel region ops with defined adjoints (seed 004's f and g),
-// and collectives over a rank group named by kind, in sync and async form.
-// Every rank group is derived from the mesh, never written by hand.
+// the tensor-parallel region ops with defined adjoints (Megatron's f and g,
+// megatron/core/tensor_parallel/mappings.py), and collectives over a rank
+// group named by kind, in sync and async form. Every rank group is derived
+// from the mesh, never written by hand.
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,7 +26,8 @@ def Dist_Dialect : Dialect {
   let description = [{
     Ops of this dialect name a mesh (`@mesh`) and a rank-group kind (`"tp"`,
     `"dp"`, or a composite such as `"tp-dp"`); the group a rank takes part
-    in follows from the mesh's sizes and order string (seed 001).
+    in follows from the mesh's sizes and order string (Megatron's
+    `RankGenerator` in megatron/core/parallel_state.py).
   }];
 }
 
@@ -57,12 +59,13 @@ def Dist_MeshOp : Dist_Op<"mesh", [Symbol, HasParent<"::mlir::ModuleOp">]> {
   let summary = "the device mesh: parallel sizes and rank order";
   let description = [{
     Sizes of the parallel axes and the order string that fixes how global
-    ranks map onto them (seed 001). Dense ranks follow the order without ep
-    (tp-cp-dp-pp by default), expert ranks follow it without cp, reading tp
-    as etp and dp as edp = tp*cp*dp / (etp*ep) (MoE folding: attention and
-    MLP use different groups over the same ranks). The order names the axes
-    from fastest to slowest varying; vpp is the number of virtual pipeline
-    chunks per pp rank.
+    ranks map onto them (Megatron's `RankGenerator` and
+    `generate_masked_orthogonal_rank_groups`). Dense ranks follow the order
+    without ep (tp-cp-dp-pp by default), expert ranks follow it without cp,
+    reading tp as etp and dp as edp = tp*cp*dp / (etp*ep) (MoE folding:
+    attention and MLP use different groups over the same ranks). The order
+    names the axes from fastest to slowest varying; vpp is the number of
+    virtual pipeline chunks per pp rank.
 
     ```mlir
     dist.mesh @mesh {tp = 2, dp = 2}
@@ -97,7 +100,8 @@ def Dist_MeshOp : Dist_Op<"mesh", [Symbol, HasParent<"::mlir::ModuleOp">]> {
 }
 
 //===----------------------------------------------------------------------===//
-// Tensor-parallel region ops (seed 004's f and g)
+// Tensor-parallel region ops (Megatron's f and g: the autograd functions of
+// megatron/core/tensor_parallel/mappings.py)
 //===----------------------------------------------------------------------===//
 
 class Dist_GroupOp<string mnemonic, list<Trait> traits = []>
@@ -115,7 +119,8 @@ def Dist_CopyToRegionOp : Dist_GroupOp<"copy_to_region", [Pure,
     DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
   let summary = "enter a tensor-parallel region: identity forward, all-reduce backward";
   let description = [{
-    Seed 004's `f` before a column-parallel linear: every rank of the group
+    Megatron's `f` before a column-parallel linear
+    (`copy_to_tensor_model_parallel_region`): every rank of the group
     already holds the whole input; the adjoint sums the input gradients of
     the group.
 
@@ -134,7 +139,8 @@ def Dist_ReduceFromRegionOp : Dist_GroupOp<"reduce_from_region", [Pure,
     DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
   let summary = "leave a tensor-parallel region: all-reduce forward, identity backward";
   let description = [{
-    Seed 004's `g` after a row-parallel linear: sums the partial results of
+    Megatron's `g` after a row-parallel linear
+    (`reduce_from_tensor_model_parallel_region`): sums the partial results of
     the group; the adjoint passes the gradient through unchanged.
 
     ```mlir
@@ -151,7 +157,9 @@ def Dist_ScatterToRegionOp : Dist_GroupOp<"scatter_to_region", [Pure,
     DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
   let summary = "keep this rank's slice of a dimension; all-gather backward";
   let description = [{
-    Seed 004's `f` before a row-parallel linear whose input is replicated.
+    Megatron's `f` before a row-parallel linear whose input is replicated
+    (`scatter_to_tensor_model_parallel_region`, as `RowParallelLinear` uses
+    it without `input_is_parallel`).
 
     ```mlir
     %xs = dist.scatter_to_region %x on @mesh "tp" : tensor<8x1024xf32> -> tensor<8x512xf32>
@@ -171,7 +179,8 @@ def Dist_GatherFromRegionOp : Dist_GroupOp<"gather_from_region", [Pure,
     DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
   let summary = "all-gather along a dimension; slice backward";
   let description = [{
-    Seed 004's `g` after a column-parallel linear with `gather_output`.
+    Megatron's `g` after a column-parallel linear with `gather_output`
+    (`gather_from_tensor_model_parallel_region`).
 
     ```mlir
     %y = dist.gather_from_region %ys on @mesh "tp" : tensor<8x512xf32> -> tensor<8x1024xf32>
@@ -385,7 +394,7 @@ def Dist_RunOp : Dist_Op<"run", [HasParent<"ScheduleOp">,
 
 def Dist_GradBufferOp : Dist_Op<"grad_buffer", [Symbol,
     HasParent<"::mlir::ModuleOp">]> {
-  let summary = "the layout of a param-and-grad buffer (seed 000)";
+  let summary = "the layout of a Megatron param-and-grad buffer";
   let description = [{
     Megatron's `_ParamAndGradBuffer` for the parameters of one (param dtype,
     grad dtype) on one pipeline rank: where each parameter's gradient (and,

@@ -100,8 +100,9 @@ struct DPGradAllReducePass
           chunkOf.try_emplace(of.getValue(), c);
     }
 
-    // Param-and-grad buffers (seed 000): per model chunk (Megatron gives
-    // each virtual-pipeline chunk its own DDP buffers), then per dtype.
+    // Param-and-grad buffers (Megatron's _ParamAndGradBuffer): per model
+    // chunk (Megatron gives each virtual-pipeline chunk its own DDP
+    // buffers), then per dtype.
     OpBuilder b(module.getContext());
     b.setInsertionPointAfter(producers.back());
     int64_t ppRank = 0;

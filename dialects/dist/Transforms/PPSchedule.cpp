@@ -1,10 +1,13 @@
 //===- PPSchedule.cpp - Order each pipeline rank's forwards and backwards -===//
 //
-// Seed 003's schedules (lib/Schedule) as IR: one `dist.schedule` per
-// pipeline-rank module, listing `dist.run @forward_c<k>` / `@backward_c<k>`
-// per microbatch in execution order. Each forward takes the lowest free slot
-// of its chunk (a copy of the chunk's inputs and saved activations) and its
-// backward frees it. The slots form one pool per rank shared by its chunks,
+// Megatron's pipeline schedules (forward_backward_no_pipelining,
+// forward_backward_pipelining_without_interleaving and
+// forward_backward_pipelining_with_interleaving in
+// megatron/core/pipeline_parallel/schedules.py; computed by lib/Schedule)
+// as IR: one `dist.schedule` per pipeline-rank module, listing
+// `dist.run @forward_c<k>` / `@backward_c<k>` per microbatch in execution
+// order. Each forward takes the lowest free slot of its chunk (a copy of
+// the chunk's inputs and saved activations) and its backward frees it. The slots form one pool per rank shared by its chunks,
 // so the pool is as large as the most microbatch-chunks the rank has in
 // flight at once: pp - rank for 1F1B on rank `rank` (pp on the first), and
 // Megatron's warmup + 1 for the interleaved schedule.

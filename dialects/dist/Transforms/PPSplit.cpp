@@ -1,17 +1,17 @@
 //===- PPSplit.cpp - Split the model into pipeline stages -----------------===//
 //
-// Seed 003's layer placement as a rewrite. Every op goes to a virtual stage
-// s = chunk * pp + pp_rank: ops marked `nn.layer = l` to the stage holding
-// layer l (lib/Schedule's placement: contiguous blocks, virtual chunks, or
-// an explicit uneven split), unmarked ops before the first layer to the
-// first stage (embedding), unmarked ops after the last layer to the last
-// stage (final norm, LM head, loss), and any other unmarked op to the
-// latest stage of its operands. Each stage becomes a function in the module
-// of its pipeline rank; a value used by a later stage is sent to the next
-// stage (dist.send / dist.recv, passed on through stages in between).
-// A parameter that stages on several pipeline ranks use (the tied word
-// embedding on the first and last rank) is marked `dist.tied = "embedding"`
-// so that its gradient is all-reduced over the embedding group.
+// Megatron's layer placement (get_transformer_layer_offset) as a rewrite.
+// Every op goes to a virtual stage s = chunk * pp + pp_rank: ops marked
+// `nn.layer = l` to the stage holding layer l (lib/Schedule's placement:
+// contiguous blocks, virtual chunks, or an explicit uneven split), unmarked
+// ops before the first layer to the first stage (embedding), unmarked ops
+// after the last layer to the last stage (final norm, LM head, loss), and any
+// other unmarked op to the latest stage of its operands. Each stage becomes a
+// function in the module of its pipeline rank; a value used by a later stage
+// is sent to the next stage (dist.send / dist.recv, passed on through stages
+// in between). A parameter that stages on several pipeline ranks use (the
+// tied word embedding on the first and last rank) is marked `dist.tied =
+// "embedding"` so that its gradient is all-reduced over the embedding group.
 //
 //===----------------------------------------------------------------------===//
 

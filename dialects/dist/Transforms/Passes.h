@@ -17,7 +17,8 @@ namespace tessera::dist {
 #include "dialects/dist/Transforms/Passes.h.inc"
 
 /// A column-parallel linear, the elementwise ops after it and the
-/// row-parallel linear that closes the region (seed 004's MLP pattern).
+/// row-parallel linear that closes the region (Megatron's MLP pattern:
+/// ColumnParallelLinear then RowParallelLinear).
 struct TPRegion {
   mlir::Operation *column;
   llvm::SmallVector<mlir::Operation *> chain;

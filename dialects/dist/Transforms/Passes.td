@@ -66,7 +66,8 @@ def PadVocabPass : Pass<"tessera-pad-vocab", "mlir::ModuleOp"> {
 def TPPartitionPass : Pass<"tessera-tp-partition", "mlir::ModuleOp"> {
   let summary = "split linear pairs column/row-parallel over the tp axis";
   let description = [{
-    Seed 004: a linear whose output reaches another linear through
+    Megatron's ColumnParallelLinear / RowParallelLinear pairing (its MLP
+    and attention): a linear whose output reaches another linear through
     elementwise ops becomes column-parallel (weight and bias split along
     out-features, input entering the region through `dist.copy_to_region`)
     and the second row-parallel (weight split along in-features, result
@@ -97,7 +98,8 @@ def TPPartitionPass : Pass<"tessera-tp-partition", "mlir::ModuleOp"> {
 def DPGradAllReducePass : Pass<"tessera-dp-grad-allreduce", "mlir::ModuleOp"> {
   let summary = "average gradients over the data-parallel group, bucket by bucket";
   let description = [{
-    Lays out Megatron's param-and-grad buffers (seed 000; `dist.grad_buffer`
+    Lays out Megatron's param-and-grad buffers (`_ParamAndGradBuffer` in
+    megatron/core/distributed/param_and_grad_buffer.py; `dist.grad_buffer`
     per model chunk and dtype: reverse order, buckets of `bucket-size`
     elements, with the distributed optimizer 64-element starts and
     lcm(dp, 128) bucket padding, the shared embedding in a bucket of its
@@ -133,7 +135,7 @@ def DPGradAllReducePass : Pass<"tessera-dp-grad-allreduce", "mlir::ModuleOp"> {
 
 
 def PPSplitPass : Pass<"tessera-pp-split", "mlir::ModuleOp"> {
-  let summary = "split the model into pipeline stages (seed 003's placement)";
+  let summary = "split the model into pipeline stages (Megatron's layer offsets)";
   let description = [{
     With the mesh's pp > 1, the model function becomes one function per
     (pipeline rank, chunk), `@chunk<c>` in a nested module `@pp<r>` per
@@ -158,7 +160,7 @@ def PPSplitPass : Pass<"tessera-pp-split", "mlir::ModuleOp"> {
 
 
 def PPSchedulePass : Pass<"tessera-pp-schedule", "mlir::ModuleOp"> {
-  let summary = "order every pipeline rank's forwards and backwards (seed 003)";
+  let summary = "order every pipeline rank's forwards and backwards (Megatron's schedules)";
   let description = [{
     Adds a `dist.schedule` to each pipeline-rank module: `dist.run` of the
     chunks' forward and backward phases per microbatch, in the order of

@@ -1,9 +1,11 @@
 //===- TPPartition.cpp - Column/row tensor-parallel split -----------------===//
 //
-// Seed 004's MLP pattern found and rewritten through TPSplitOpInterface: a
-// column-parallel op, the elementwise ops it feeds, and a row-parallel op
-// that closes the region. f (copy_to_region) enters it, g
-// (reduce_from_region) leaves it.
+// Megatron's MLP pattern (ColumnParallelLinear, then RowParallelLinear)
+// found and rewritten through TPSplitOpInterface: a column-parallel op, the
+// elementwise ops it feeds, and a row-parallel op that closes the region.
+// f (copy_to_region, Megatron's copy_to_tensor_model_parallel_region)
+// enters it, g (reduce_from_region, reduce_from_tensor_model_parallel_region)
+// leaves it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -271,11 +273,13 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
     model.setAllArgAttrs(attrs);
   }
 
-  /// Seed 004's vocabulary parallelism: the word embedding split along the
-  /// vocabulary (ids outside a rank's shard give zeros, then an all-reduce),
-  /// the LM head column-parallel over the vocabulary (tied or not), and the
-  /// cross-entropy computed on vocabulary shards with three all-reduces
-  /// (row max, sum of exponentials, target logit) and no gather of logits.
+  /// Megatron's vocabulary parallelism (VocabParallelEmbedding, the output
+  /// layer as a ColumnParallelLinear, vocab_parallel_cross_entropy): the
+  /// word embedding split along the vocabulary (ids outside a rank's shard
+  /// give zeros, then an all-reduce), the LM head column-parallel over the
+  /// vocabulary (tied or not), and the cross-entropy computed on vocabulary
+  /// shards with three all-reduces (row max, sum of exponentials, target
+  /// logit) and no gather of logits.
   LogicalResult partitionVocab(func::FuncOp model, int64_t tp, MeshOp mesh) {
     SmallVector<nn::EmbeddingOp> embeddings;
     model.walk([&](nn::EmbeddingOp e) { embeddings.push_back(e); });
@@ -391,7 +395,8 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
     for (auto [index, dim] : llvm::enumerate(dims)) {
       Value operand = op->getOperand(index);
       if (dim < 0) {
-        // A replicated input entering a column region: seed 004's f.
+        // A replicated input entering a column region: Megatron's f
+        // (copy_to_tensor_model_parallel_region).
         if (kind == TPSplitKind::Column) {
           b.setInsertionPoint(op);
           auto copy = CopyToRegionOp::create(b, op->getLoc(), operand.getType(),

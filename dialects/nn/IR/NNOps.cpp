@@ -385,7 +385,7 @@ FailureOr<int64_t> EmbeddingOp::getSplitDims(TPSplitKind kind,
   if (kind != TPSplitKind::Vocab)
     return failure();
   // Ids replicated, table rows sharded; rows outside the shard are zero,
-  // so the result is a partial sum (seed 004).
+  // so the result is a partial sum (Megatron's VocabParallelEmbedding).
   dims.assign({-1, 0});
   partial = true;
   return -1;

@@ -362,8 +362,8 @@ def NN_EmbeddingOp : NN_Op<"embedding", [InferTypeOpAdaptor,
     vocabulary (ids at or above it are a data error at run time); the
     table may have more rows (Megatron pads the vocabulary). With
     `vocab_shard_group`, the table holds one shard of the vocabulary rows
-    along that rank group and ids outside the shard give zero rows (seed
-    004's vocab-parallel embedding); tp-partition sets it.
+    along that rank group and ids outside the shard give zero rows
+    (Megatron's `VocabParallelEmbedding`); tp-partition sets it.
 
     ```mlir
     %h = nn.embedding %ids, %wte {vocab_size = 257 : i64} : (tensor<64x4xi32>, tensor<384x128xf32>) -> tensor<64x4x128xf32>
@@ -539,7 +539,8 @@ def NN_TokenMeanGradOp : NN_Op<"token_mean_grad"> {
 }
 
 //===----------------------------------------------------------------------===//
-// Vocab-parallel cross-entropy (seed 004), created by tp-partition
+// Vocab-parallel cross-entropy (Megatron's _VocabParallelCrossEntropy),
+// created by tp-partition
 //===----------------------------------------------------------------------===//
 
 def NN_LogitsMaxOp : NN_Op<"logits_max", [InferTypeOpAdaptor, Tessera_NonDifferentiable]> {
@@ -582,8 +583,9 @@ def NN_CrossEntropyFromStatsOp : NN_Op<"cross_entropy_from_stats", [InferTypeOpA
   let description = [{
     `loss = log(sum_exp) + max - predicted` (0 where the label is ignored).
     `logits` is not read by the forward: it is the operand the gradient is
-    for. The adjoint is seed 004's softmax minus one-hot on the local
-    shard, `dlogits = dloss * (exp(logits - max) / sum_exp - onehot)`, and
+    for. The adjoint is the softmax minus one-hot on the local shard, as in
+    Megatron's `_VocabParallelCrossEntropy.backward`,
+    `dlogits = dloss * (exp(logits - max) / sum_exp - onehot)`, and
     accounts for every path from `logits` through the statistics, so
     `sum_exp` and `predicted` receive no adjoint (no backward collective).
 

@@ -1,7 +1,8 @@
 //===- GradBuckets.h - Megatron's param-and-grad buffers and buckets -*- C++ -*-===//
 //
 // Plain C++17 (no LLVM/MLIR), like the rank groups and the schedules: the
-// layout of Megatron's _ParamAndGradBuffer (seed 000, the current layout):
+// layout of Megatron's _ParamAndGradBuffer
+// (megatron/core/distributed/param_and_grad_buffer.py, the current layout):
 //   - parameters grouped into buffers by (param dtype, grad dtype), grads
 //     in fp32 with grad_reduce_in_fp32;
 //   - laid out in reverse order (roughly the order the backward produces
@@ -14,10 +15,12 @@
 //     pipeline stage only: later stages keep one bucket); the shared
 //     embedding (tied word embedding) in a bucket of its own with the
 //     distributed optimizer;
-//   - bucket groups: one bucket each, or all in one (single_bucket_group);
+//   - bucket groups (_ParamAndGradBucketGroup, partition_buckets): one
+//     bucket each, or all in one (single_bucket_group);
 // and the distributed optimizer's four ranges per (dp rank, bucket,
-// parameter) of seed 000 section 4.1: gbuf_world, gbuf_world_in_bucket,
-// gbuf_local and param.
+// parameter) of DistributedOptimizer._build_model_gbuf_range
+// (megatron/core/optimizer/distrib_optimizer.py): gbuf_world,
+// gbuf_world_in_bucket, gbuf_local and param.
 //
 //===----------------------------------------------------------------------===//
 
@@ -112,7 +115,8 @@ std::vector<Shard> shardRanges(const Buffer &buffer, int64_t dp);
 
 /// Ranges of `params` (start, end in the buffer) in a shard `shardRange`
 /// of a bucket starting at `bucketOffset`: the core of shardRanges, exposed
-/// for layouts built by hand (seed 002's example).
+/// for layouts built by hand (the 16-element sharding example of Megatron's
+/// distributed-optimizer guide, dist_optimizer.md).
 std::vector<ShardParam> paramRangesInShard(const std::vector<ParamRange> &params,
                                            Range shardRange, int64_t bucketOffset);
 

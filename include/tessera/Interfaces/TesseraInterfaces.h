@@ -10,12 +10,12 @@ namespace tessera {
 
 /// The ways an op can be split along the tensor-parallel axis.
 enum class TPSplitKind {
-  /// Output features sharded: Y_i = X W_i (seed 004 "column" split).
+  /// Output features sharded: Y_i = X W_i (Megatron's ColumnParallelLinear).
   Column,
-  /// Input features sharded: Y = sum_i X_i W_i (seed 004 "row" split).
+  /// Input features sharded: Y = sum_i X_i W_i (Megatron's RowParallelLinear).
   Row,
   /// A table sharded along the vocabulary; indices replicated, the result a
-  /// partial sum (seed 004's vocab-parallel embedding).
+  /// partial sum (Megatron's VocabParallelEmbedding).
   Vocab,
 };
 

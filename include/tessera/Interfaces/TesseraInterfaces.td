@@ -39,12 +39,14 @@ def Tessera_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface">
 def Tessera_TPSplitOpInterface : OpInterface<"TPSplitOpInterface"> {
   let cppNamespace = "::tessera";
   let description = [{
-    How an op splits along the tensor-parallel axis (seed 004). An op may
-    support several split kinds (`TPSplitKind`): for each kind it declares
-    which dimension of each operand and of its result is sharded (-1:
-    replicated), and whether the result is a partial sum that needs a
-    reduce-from-region. Elementwise ops propagate a sharded dimension from
-    their operands to their result (`propagateShardedDim`).
+    How an op splits along the tensor-parallel axis (Megatron's
+    ColumnParallelLinear, RowParallelLinear and VocabParallelEmbedding in
+    megatron/core/tensor_parallel/layers.py). An op may support several split
+    kinds (`TPSplitKind`): for each kind it declares which dimension of each
+    operand and of its result is sharded (-1: replicated), and whether the
+    result is a partial sum that needs a reduce-from-region. Elementwise ops
+    propagate a sharded dimension from their operands to their result
+    (`propagateShardedDim`).
   }];
   let methods = [
     InterfaceMethod<[{

@@ -3,16 +3,17 @@
 // Plain C++17 (no LLVM/MLIR), shared by the compiler (dist.mesh verifier,
 // serialisation, --emit=rank-groups), the runtime's tests and tools.
 //
-// Seed 001: world = tp*cp*dp*pp = etp*ep*edp*pp. Dense ranks follow the
-// order string without ep (tp-cp-dp-pp by default); expert ranks follow it
-// without cp, reading tp as etp and dp as edp (etp-ep-edp-pp), so attention
-// and MLP use different groups over the same ranks (MoE folding). The first
-// axis of the order varies fastest:
+// Megatron's RankGenerator (megatron/core/parallel_state.py): world =
+// tp*cp*dp*pp = etp*ep*edp*pp. Dense ranks follow the order string without
+// ep (tp-cp-dp-pp by default); expert ranks follow it without cp, reading tp
+// as etp and dp as edp (etp-ep-edp-pp), so attention and MLP use different
+// groups over the same ranks (MoE folding). The first axis of the order
+// varies fastest:
 //   dense:  rank = tp_rank + cp_rank*tp + dp_rank*tp*cp + pp_rank*tp*cp*dp
 //   expert: rank = etp_rank + ep_rank*etp + edp_rank*etp*ep + pp_rank*etp*ep*edp
 // A group of kind "a-b" (axes joined by '-', in any order) holds the ranks
 // that agree on every axis except a and b: mask the axes you want, prefix
-// products for the rest (Megatron's generate_masked_orthogonal_groups).
+// products for the rest (Megatron's generate_masked_orthogonal_rank_groups).
 // "embedding" holds the first and last rank of each pp group (one rank when
 // pp = 1) and "position-embedding" the first; they do not cover the world.
 //

@@ -25,10 +25,10 @@ void printRankGroups(const mesh::MeshConfig &mesh, llvm::StringRef format,
 /// --emit=memory: per rank, the bytes of the static memory plan of an
 /// rt-level module by kind (parameters, gradients, optimizer state, inputs,
 /// peak activations). Fails on a module that is not lowered to rt.
-/// --emit=buckets: every pipeline rank's param-and-grad buffers (seed 000):
-/// parameters and buckets with their ranges and, with the distributed
-/// optimizer, every dp rank's shard ranges (gbuf_world, gbuf_world_in_bucket,
-/// gbuf_local, param), as JSON (or a text summary).
+/// --emit=buckets: every pipeline rank's param-and-grad buffers (Megatron's
+/// _ParamAndGradBuffer): parameters and buckets with their ranges and, with
+/// the distributed optimizer, every dp rank's shard ranges (gbuf_world,
+/// gbuf_world_in_bucket, gbuf_local, param), as JSON (or a text summary).
 mlir::LogicalResult printBuckets(mlir::ModuleOp module, llvm::StringRef format,
                                  llvm::raw_ostream &os);
 

@@ -3,16 +3,21 @@
 // Plain C++17 (no LLVM/MLIR), like the rank groups: which layers each
 // pipeline rank and model chunk holds, and the order in which each rank runs
 // the forward (F) and backward (B) of every (microbatch, chunk), following
-// seed 003 (Megatron's schedules):
-//   - none: F0 B0 F1 B1 ... (no pipelining, gradients accumulated);
-//   - 1f1b: warmup = min(pp - rank - 1, M) forwards, then one forward one
-//     backward in steady state, then the remaining backwards (cooldown);
-//   - interleaved: V model chunks per rank, M * V virtual microbatches,
+// Megatron's schedules (megatron/core/pipeline_parallel/schedules.py,
+// chosen by get_forward_backward_func):
+//   - none (forward_backward_no_pipelining): F0 B0 F1 B1 ... (gradients
+//     accumulated);
+//   - 1f1b (forward_backward_pipelining_without_interleaving): warmup =
+//     min(pp - rank - 1, M) forwards, then one forward one backward in
+//     steady state, then the remaining backwards (cooldown);
+//   - interleaved (forward_backward_pipelining_with_interleaving): V model
+//     chunks per rank, M * V virtual microbatches,
 //     warmup = min((pp - rank - 1) * 2 + (V - 1) * pp, M * V); virtual
 //     microbatch k runs chunk (k mod (pp V)) / pp (reversed for backwards)
 //     on microbatch (k / (pp V)) * pp + k mod pp. M must divide by pp.
-// Layers: contiguous blocks without virtual stages; with V chunks, chunk c
-// of rank r holds L / (pp V) layers from c * (L / V) + r * (L / (pp V)).
+// Layers (Megatron's get_transformer_layer_offset): contiguous blocks
+// without virtual stages; with V chunks, chunk c of rank r holds L / (pp V)
+// layers from c * (L / V) + r * (L / (pp V)).
 //
 //===----------------------------------------------------------------------===//
 

@@ -1388,11 +1388,12 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
     if (failed(l->plan()))
       return failure();
 
-  // Layout: the grad buffers (seed 000), then the other shared persistent
-  // buffers, then each chunk's slot region. A grad buffer is one flat
-  // region per (chunk, dtype) holding its parameters' gradients at their
-  // layout offsets (with the distributed optimizer a second one holds the
-  // parameters), with a view buffer per bucket on top for the collectives.
+  // Layout: the grad buffers (Megatron's _ParamAndGradBuffer), then the
+  // other shared persistent buffers, then each chunk's slot region. A grad
+  // buffer is one flat region per (chunk, dtype) holding its parameters'
+  // gradients at their layout offsets (with the distributed optimizer a
+  // second one holds the parameters), with a view buffer per bucket on top
+  // for the collectives.
   int64_t offset = 0;
   std::map<Persistent *, int64_t> fixed;
   for (auto gb : module.getOps<dist::GradBufferOp>()) {

@@ -1,6 +1,7 @@
 // RUN: tessera-opt %s -split-input-file -verify-diagnostics
 
-// The layout invariants of seed 000 are the dialect's, not the runtime's.
+// The layout invariants of Megatron's _ParamAndGradBuffer are the
+// dialect's, not the runtime's.
 
 // expected-error @+1 {{has an invalid layout: parameter 'a' starts at 70, not at a multiple of 64 elements}}
 dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,

@@ -1,6 +1,8 @@
 // RUN: tessera-opt %s -split-input-file | FileCheck %s
 
-// Seed 001's MoE example: dense TP4-PP2-DP2 and expert ETP1-EP4-EDP2-PP2.
+// MoE folding in Megatron's RankGenerator on 16 ranks: dense TP4-PP2-DP2
+// (decoder_rank_generator) and expert ETP1-EP4-EDP2-PP2
+// (expert_decoder_rank_generator).
 // CHECK: dist.mesh @mesh {dp = 2 : i64, ep = 4 : i64, pp = 2 : i64, tp = 4 : i64}
 dist.mesh @mesh {tp = 4, pp = 2, dp = 2, etp = 1, ep = 4}
 func.func @f(%x: tensor<8x16xf32>) -> tensor<8x4xf32> {

@@ -5,9 +5,9 @@ Per microbatch of b samples, s tokens and hidden h (fp32) with tp = n, a ring
 all-reduce sends 2 (n-1)/n of its buffer and an all-gather or reduce-scatter
 (n-1)/n of the full buffer. With act = b*s*h*4 bytes:
   - every transformer layer: one all-reduce of act in the forward and one in
-    the backward for each of attention and MLP (seed 004), i.e. 4 act ring;
-    under sequence parallelism the same bytes as all-gathers plus
-    reduce-scatters;
+    the backward for each of attention and MLP (Megatron's f and g), i.e.
+    4 act ring; under sequence parallelism the same bytes as all-gathers
+    plus reduce-scatters;
   - the vocab-parallel embedding: one forward all-reduce of act;
   - the LM head's input: a backward all-reduce of act (sequence parallel:
     all-gather forward + reduce-scatter backward, the same bytes);
