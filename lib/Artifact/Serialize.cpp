@@ -14,7 +14,6 @@
 #include "tessera/rt/ArtifactFormat.h"
 
 #include "mlir/IR/Builders.h"
-#include "llvm/ADT/TypeSwitch.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "mlir/Support/FileUtilities.h"
@@ -100,164 +99,31 @@ flatbuffers::Offset<fa::TensorRef> Writer::tensorRef(Value memref) {
 
 FailureOr<flatbuffers::Offset<fa::Instr>>
 Writer::instr(Operation *op, DenseMap<Value, int> &events) {
-  fa::Opcode opcode;
+  // Every instruction op names its opcode and states its attributes; the
+  // rt verifier has checked both against the instruction contract.
+  auto instruction = dyn_cast<rt::InstructionOpInterface>(op);
+  if (!instruction)
+    return op->emitOpError() << "cannot be serialized";
+  const fa::Opcode opcode = instruction.getOpcode();
+  const rt::InstrAttrs attrs = instruction.getInstrAttrs();
   SmallVector<Value> operands;
-  bool transA = false, transB = false;
-  float alpha = 1, beta = 0;
-  std::vector<float> fattrs;
-  std::string group;
-  fa::ReduceOp reduce = fa::ReduceOp::Sum;
   int event = -1;
-
-  std::vector<int64_t> iattrs;
-  auto kernel = [&](fa::Opcode code, auto k) {
-    opcode = code;
-    operands.append(k.getBuffers().begin(), k.getBuffers().end());
-    alpha = k.getAlpha().convertToFloat();
-    beta = k.getBeta().convertToFloat();
-    if (auto v = k.getValueAttr())
-      fattrs.push_back(v.getValueAsDouble());
-    if (auto ia = k.getIattrsAttr())
-      iattrs.assign(ia.asArrayRef().begin(), ia.asArrayRef().end());
-    if (auto g = k.getGroupAttr()) {
-      // A vocabulary-sharded kernel: its offset comes from this group.
-      group = g.getValue().str();
-      groupsUsed.insert(group);
+  for (Value v : op->getOperands()) {
+    if (isa<MemRefType>(v.getType()))
+      operands.push_back(v);
+    else if (isa<rt::EventType>(v.getType()))
+      event = events.lookup(v);
+  }
+  for (Value v : op->getResults())
+    if (isa<rt::EventType>(v.getType())) {
+      event = events.size();
+      events[v] = event;
     }
-    return success();
-  };
-  auto collective = [&](StringRef g, StringRef reduction) {
-    group = g.str();
+  const std::string group = attrs.group.str();
+  if (!group.empty())
     groupsUsed.insert(group);
-    reduce = reduction == "max" ? fa::ReduceOp::Max : fa::ReduceOp::Sum;
-  };
-
-  LogicalResult status =
-      llvm::TypeSwitch<Operation *, LogicalResult>(op)
-          .Case([&](rt::GemmOp o) {
-            opcode = fa::Opcode::Gemm;
-            operands = {o.getA(), o.getB(), o.getC()};
-            transA = o.getTransA();
-            transB = o.getTransB();
-            alpha = o.getAlpha().convertToFloat();
-            beta = o.getBeta().convertToFloat();
-            return success();
-          })
-          .Case([&](rt::BiasAddOp o) { return kernel(fa::Opcode::BiasAdd, o); })
-          .Case([&](rt::AddOp o) { return kernel(fa::Opcode::Add, o); })
-          .Case([&](rt::GeluOp o) { return kernel(fa::Opcode::Gelu, o); })
-          .Case([&](rt::GeluGradOp o) { return kernel(fa::Opcode::GeluGrad, o); })
-          .Case([&](rt::ReluOp o) { return kernel(fa::Opcode::Relu, o); })
-          .Case([&](rt::ReluGradOp o) { return kernel(fa::Opcode::ReluGrad, o); })
-          .Case([&](rt::ReduceRowsOp o) { return kernel(fa::Opcode::ReduceRows, o); })
-          .Case([&](rt::CrossEntropyOp o) {
-            return kernel(fa::Opcode::CrossEntropy, o);
-          })
-          .Case([&](rt::CrossEntropyGradOp o) {
-            return kernel(fa::Opcode::CrossEntropyGrad, o);
-          })
-          .Case([&](rt::MeanOp o) { return kernel(fa::Opcode::Mean, o); })
-          .Case([&](rt::MeanGradOp o) { return kernel(fa::Opcode::MeanGrad, o); })
-          .Case([&](rt::FillOp o) { return kernel(fa::Opcode::Fill, o); })
-          .Case([&](rt::ScaleOp o) { return kernel(fa::Opcode::Scale, o); })
-          .Case([&](rt::CopyOp o) { return kernel(fa::Opcode::Copy, o); })
-          .Case([&](rt::AxpyOp o) { return kernel(fa::Opcode::Axpy, o); })
-          .Case([&](rt::CastOp o) { return kernel(fa::Opcode::Cast, o); })
-          .Case([&](rt::LayerNormOp o) { return kernel(fa::Opcode::LayerNorm, o); })
-          .Case([&](rt::LayerNormGradOp o) {
-            return kernel(fa::Opcode::LayerNormGrad, o);
-          })
-          .Case([&](rt::EmbeddingOp o) { return kernel(fa::Opcode::Embedding, o); })
-          .Case([&](rt::EmbeddingGradOp o) {
-            return kernel(fa::Opcode::EmbeddingGrad, o);
-          })
-          .Case([&](rt::AddPositionEmbeddingOp o) {
-            return kernel(fa::Opcode::AddPositionEmbedding, o);
-          })
-          .Case([&](rt::PositionEmbeddingGradOp o) {
-            return kernel(fa::Opcode::PositionEmbeddingGrad, o);
-          })
-          .Case([&](rt::AttentionOp o) { return kernel(fa::Opcode::Attention, o); })
-          .Case([&](rt::AttentionGradOp o) {
-            return kernel(fa::Opcode::AttentionGrad, o);
-          })
-          .Case([&](rt::LogitsMaxOp o) { return kernel(fa::Opcode::LogitsMax, o); })
-          .Case([&](rt::CrossEntropyStatsOp o) {
-            return kernel(fa::Opcode::CrossEntropyStats, o);
-          })
-          .Case([&](rt::CrossEntropyFromStatsOp o) {
-            return kernel(fa::Opcode::CrossEntropyFromStats, o);
-          })
-          .Case([&](rt::CrossEntropyStatsGradOp o) {
-            return kernel(fa::Opcode::CrossEntropyStatsGrad, o);
-          })
-          .Case([&](rt::TokenMeanOp o) { return kernel(fa::Opcode::TokenMean, o); })
-          .Case([&](rt::DropoutOp o) { return kernel(fa::Opcode::Dropout, o); })
-          .Case([&](rt::SendOp o) { return kernel(fa::Opcode::Send, o); })
-          .Case([&](rt::RecvOp o) { return kernel(fa::Opcode::Recv, o); })
-          .Case([&](rt::TokenMeanGradOp o) {
-            return kernel(fa::Opcode::TokenMeanGrad, o);
-          })
-          .Case([&](rt::AdamOp o) {
-            opcode = fa::Opcode::Adam;
-            operands = {o.getParam(), o.getGrad(), o.getExpAvg(),
-                        o.getExpAvgSq(), o.getIteration()};
-            fattrs = {o.getLr().convertToFloat(), o.getBeta1().convertToFloat(),
-                      o.getBeta2().convertToFloat(), o.getEps().convertToFloat(),
-                      o.getWeightDecay().convertToFloat()};
-            return success();
-          })
-          .Case([&](rt::SgdOp o) {
-            opcode = fa::Opcode::Sgd;
-            operands = {o.getParam(), o.getGrad()};
-            fattrs = {o.getLr().convertToFloat(),
-                      o.getWeightDecay().convertToFloat()};
-            return success();
-          })
-          .Case([&](rt::AllReduceOp o) {
-            opcode = fa::Opcode::AllReduce;
-            operands = {o.getBuffer()};
-            collective(o.getGroup(), o.getReduction());
-            return success();
-          })
-          .Case([&](rt::AllReduceStartOp o) {
-            opcode = fa::Opcode::AllReduceStart;
-            operands = {o.getBuffer()};
-            collective(o.getGroup(), o.getReduction());
-            event = events.size();
-            events[o.getEvent()] = event;
-            return success();
-          })
-          .Case([&](rt::ReduceScatterStartOp o) {
-            opcode = fa::Opcode::ReduceScatterStart;
-            operands = {o.getInput(), o.getOutput()};
-            collective(o.getGroup(), "sum");
-            event = events.size();
-            events[o.getEvent()] = event;
-            return success();
-          })
-          .Case([&](rt::WaitOp o) {
-            opcode = fa::Opcode::Wait;
-            event = events.lookup(o.getEvent());
-            return success();
-          })
-          .Case([&](rt::AllGatherOp o) {
-            opcode = fa::Opcode::AllGather;
-            operands = {o.getInput(), o.getOutput()};
-            collective(o.getGroup(), "sum");
-            return success();
-          })
-          .Case([&](rt::ReduceScatterOp o) {
-            opcode = fa::Opcode::ReduceScatter;
-            operands = {o.getInput(), o.getOutput()};
-            collective(o.getGroup(), "sum");
-            return success();
-          })
-          .Default([&](Operation *o) {
-            return o->emitOpError() << "cannot be serialized";
-          });
-  if (failed(status))
-    return failure();
+  std::vector<float> fattrs(attrs.fattrs.begin(), attrs.fattrs.end());
+  std::vector<int64_t> iattrs(attrs.iattrs.begin(), attrs.iattrs.end());
 
   std::vector<flatbuffers::Offset<fa::TensorRef>> refs;
   for (Value v : operands)
@@ -273,14 +139,14 @@ Writer::instr(Operation *op, DenseMap<Value, int> &events) {
   fa::InstrBuilder ib(fbb);
   ib.add_op(opcode);
   ib.add_operands(refsVec);
-  ib.add_trans_a(transA);
-  ib.add_trans_b(transB);
-  ib.add_alpha(alpha);
-  ib.add_beta(beta);
+  ib.add_trans_a(attrs.transA);
+  ib.add_trans_b(attrs.transB);
+  ib.add_alpha(attrs.alpha);
+  ib.add_beta(attrs.beta);
   ib.add_fattrs(fattrVec);
   ib.add_iattrs(iattrVec);
   ib.add_group(groupStr);
-  ib.add_reduce(reduce);
+  ib.add_reduce(attrs.reduce);
   ib.add_event(event);
   ib.add_loc(locStr);
   return ib.Finish();

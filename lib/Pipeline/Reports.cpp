@@ -406,7 +406,6 @@ static mlir::FailureOr<MemoryRows> memoryRows(mlir::ModuleOp module) {
     int64_t n = type.getNumElements() *
                 (type.getElementType().getIntOrFloatBitWidth() / 8);
     std::string kind = buf.getKind().str();
-    llvm::StringRef name = buf.getSymName();
     if (kind == "view") // a bucket of a grad buffer: owns no memory
       continue;
     auto region = llvm::find_if(regions, [&](const auto &r) {

@@ -505,7 +505,7 @@ TEST(ExecutorMixedPrecisionTest, TrainsLikeF32) {
   }
 }
 
-TEST(ExecutorMixedPrecisionTest, DecodeChecksNameTheOpAndDtype) {
+TEST(ExecutorMixedPrecisionTest, LoadChecksNameTheOpAndDtype) {
   using O = fb::Opcode;
   auto expectError = [](const Status &st, const std::string &needle) {
     EXPECT_FALSE(st.ok());
@@ -518,7 +518,7 @@ TEST(ExecutorMixedPrecisionTest, DecodeChecksNameTheOpAndDtype) {
         .push_back(instr(O::Gelu,
                          {p.ref(0), p.scratch({8, 4}, fb::DType::BF16)}, "g"));
     expectError(validateDesc(desc),
-                "(Gelu at g): Gelu operand 0 must be F32, got BF16[8, 4] (bf16 "
+                "(g): Gelu operand 0 (X) must be F32, got BF16[8, 4] (bf16 "
                 "values need a Cast to f32 first)");
   }
   {
@@ -536,7 +536,7 @@ TEST(ExecutorMixedPrecisionTest, DecodeChecksNameTheOpAndDtype) {
     p.function("step").push_back(
         instr(O::Cast, {p.scratch({4}, fb::DType::I32), p.ref(1)}, "c"));
     expectError(validateDesc(desc),
-                "Cast operand 0 must be F32 or BF16, got I32[4]");
+                "Cast operand 0 (X) must be F32 or BF16, got I32[4]");
     p.function("step").back().operands[0] = p.scratch({5});
     expectError(validateDesc(desc), "must have the same number of elements");
   }

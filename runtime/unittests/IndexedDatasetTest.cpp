@@ -11,6 +11,7 @@
 
 #include "tessera/rt/Data.h"
 #include "tessera/rt/Executor.h"
+#include "tessera/rt/FileIO.h"
 #include "tessera/rt/IndexedDataset.h"
 #include "tessera/rt/Launcher.h"
 #include "tessera/rt/Preprocess.h"
@@ -265,7 +266,7 @@ TEST_F(IndexedDatasetTest, WriterRejectsTokensOutsideTheDtype) {
 TEST_F(IndexedDatasetTest, AtomicWriteReplacesAndLeavesNoTemporaries) {
   std::string path = dir + "/file";
   writeRaw(path, "old contents");
-  ASSERT_TRUE(writeFileAtomically(path, "new").ok());
+  ASSERT_TRUE(writeFileAtomic(path, "new").ok());
   EXPECT_EQ(readFile(path), "new");
   int entries = 0;
   DIR *d = opendir(dir.c_str());
@@ -275,7 +276,7 @@ TEST_F(IndexedDatasetTest, AtomicWriteReplacesAndLeavesNoTemporaries) {
       ++entries;
   closedir(d);
   EXPECT_EQ(entries, 1);
-  Status st = writeFileAtomically(dir + "/missing/x", "y");
+  Status st = writeFileAtomic(dir + "/missing/x", "y");
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.message().find(dir + "/missing/x"), std::string::npos);
 }

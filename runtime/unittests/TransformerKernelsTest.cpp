@@ -791,7 +791,7 @@ TEST(TransformerExecutorTest, LoaderAndDecoderRejectBadInstructions) {
                 {f32(p, {3, 8}), f32(p, {8}), f32(p, {8}), f32(p, {3, 8})},
                 "ln.eps"));
        },
-       "LayerNorm needs fattrs = [eps]", true},
+       "LayerNorm expects 1 fattrs, got 0", true},
       {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
          f.push_back(op(O::Embedding,
                         {i32(p, {3, 2}), f32(p, {10, 4}), f32(p, {3, 3, 4})},
@@ -803,7 +803,7 @@ TEST(TransformerExecutorTest, LoaderAndDecoderRejectBadInstructions) {
                         {f32(p, {3, 2}), f32(p, {10, 4}), f32(p, {3, 2, 4})},
                         "emb.dtype", {10}));
        },
-       "ids (operand 0) must be i32", false},
+       "Embedding operand 0 (ids) must be I32, got F32[3, 2]", true},
       {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
          f.push_back(op(O::Embedding,
                         {i32(p, {3, 2}), f32(p, {10, 5}), f32(p, {3, 2, 4})},

@@ -1,4 +1,10 @@
 //===- RTOps.cpp - rt dialect operations ----------------------------------===//
+//
+// Buffers, the instruction ops' verifier against the instruction contract
+// (tessera/rt/Opcodes.def) and the attributes of the ops whose artifact
+// attributes are named ODS attributes (Gemm, the optimizers, collectives).
+//
+//===----------------------------------------------------------------------===//
 
 #include "dialects/rt/IR/RTOps.h"
 
@@ -11,6 +17,7 @@ using namespace mlir;
 using namespace tessera::rt;
 
 #include "dialects/rt/IR/RTOpsDialect.cpp.inc"
+#include "dialects/rt/IR/RTOpsInterfaces.cpp.inc"
 
 #define GET_TYPEDEF_CLASSES
 #include "dialects/rt/IR/RTOpsTypes.cpp.inc"
@@ -86,59 +93,162 @@ LogicalResult GemmOp::verify() {
   return success();
 }
 
-#define DEFINE_KERNEL_VERIFIER(OpTy)                                           \
-  LogicalResult OpTy::verify() {                                               \
-    if (getBuffers().size() != kNumBuffers)                                    \
-      return emitOpError() << "takes " << kNumBuffers << " buffers, got "      \
-                           << getBuffers().size();                             \
-    return success();                                                          \
-  }
-
-DEFINE_KERNEL_VERIFIER(BiasAddOp)
-DEFINE_KERNEL_VERIFIER(AddOp)
-DEFINE_KERNEL_VERIFIER(GeluOp)
-DEFINE_KERNEL_VERIFIER(GeluGradOp)
-DEFINE_KERNEL_VERIFIER(ReluOp)
-DEFINE_KERNEL_VERIFIER(ReluGradOp)
-DEFINE_KERNEL_VERIFIER(ReduceRowsOp)
-DEFINE_KERNEL_VERIFIER(CrossEntropyOp)
-DEFINE_KERNEL_VERIFIER(CrossEntropyGradOp)
-DEFINE_KERNEL_VERIFIER(MeanOp)
-DEFINE_KERNEL_VERIFIER(MeanGradOp)
-DEFINE_KERNEL_VERIFIER(FillOp)
-DEFINE_KERNEL_VERIFIER(ScaleOp)
-DEFINE_KERNEL_VERIFIER(CopyOp)
-DEFINE_KERNEL_VERIFIER(AxpyOp)
-
 LogicalResult CastOp::verify() {
-  if (getBuffers().size() != kNumBuffers)
-    return emitOpError() << "takes " << kNumBuffers << " buffers, got "
-                         << getBuffers().size();
   auto x = cast<MemRefType>(getBuffers()[0].getType());
   auto y = cast<MemRefType>(getBuffers()[1].getType());
-  if (!isa<FloatType>(x.getElementType()) || !isa<FloatType>(y.getElementType()) ||
-      x.getNumElements() != y.getNumElements())
+  if (x.getNumElements() != y.getNumElements())
     return emitOpError() << "converts between float buffers of the same size, got "
                          << x << " and " << y;
   return success();
 }
-DEFINE_KERNEL_VERIFIER(LayerNormOp)
-DEFINE_KERNEL_VERIFIER(LayerNormGradOp)
-DEFINE_KERNEL_VERIFIER(EmbeddingOp)
-DEFINE_KERNEL_VERIFIER(EmbeddingGradOp)
-DEFINE_KERNEL_VERIFIER(AddPositionEmbeddingOp)
-DEFINE_KERNEL_VERIFIER(PositionEmbeddingGradOp)
-DEFINE_KERNEL_VERIFIER(AttentionOp)
-DEFINE_KERNEL_VERIFIER(AttentionGradOp)
-DEFINE_KERNEL_VERIFIER(LogitsMaxOp)
-DEFINE_KERNEL_VERIFIER(CrossEntropyStatsOp)
-DEFINE_KERNEL_VERIFIER(CrossEntropyFromStatsOp)
-DEFINE_KERNEL_VERIFIER(CrossEntropyStatsGradOp)
-DEFINE_KERNEL_VERIFIER(TokenMeanOp)
-DEFINE_KERNEL_VERIFIER(TokenMeanGradOp)
-DEFINE_KERNEL_VERIFIER(DropoutOp)
-DEFINE_KERNEL_VERIFIER(SendOp)
-DEFINE_KERNEL_VERIFIER(RecvOp)
+
+//===----------------------------------------------------------------------===//
+// The instruction contract
+//===----------------------------------------------------------------------===//
+
+/// The artifact dtype of a buffer element type, if it has one.
+static std::optional<::tessera::artifact::DType> artifactDType(Type element) {
+  if (element.isF32())
+    return ::tessera::artifact::DType::F32;
+  if (element.isBF16())
+    return ::tessera::artifact::DType::BF16;
+  if (element.isInteger(32))
+    return ::tessera::artifact::DType::I32;
+  if (element.isInteger(64))
+    return ::tessera::artifact::DType::I64;
+  return std::nullopt;
+}
+
+LogicalResult tessera::rt::verifyInstruction(Operation *op) {
+  auto instr = cast<InstructionOpInterface>(op);
+  const OpcodeInfo &info = opcodeInfo(instr.getOpcode());
+  SmallVector<MemRefType> buffers;
+  for (Type t : op->getOperandTypes())
+    if (auto memref = dyn_cast<MemRefType>(t))
+      buffers.push_back(memref);
+  if (int(buffers.size()) != info.numOperands())
+    return op->emitOpError() << "takes " << info.numOperands()
+                             << " buffers, got " << buffers.size();
+  for (auto [i, type] : llvm::enumerate(buffers)) {
+    const char code = info.operands[i];
+    std::optional<::tessera::artifact::DType> dtype =
+        artifactDType(type.getElementType());
+    if (!dtype || !dtypeAllowed(code, *dtype))
+      return op->emitOpError()
+             << "buffer " << i << " (" << info.operandName(int(i))
+             << ") must be " << dtypeCodeText(code) << ", got " << type;
+    if (info.has(SameDType) &&
+        type.getElementType() != buffers.front().getElementType())
+      return op->emitOpError() << "buffers " << buffers.front() << " and "
+                               << type << " must have the same element type";
+  }
+  InstrAttrs attrs = instr.getInstrAttrs();
+  if (int(attrs.iattrs.size()) != info.numIAttrs)
+    return op->emitOpError() << "takes " << info.numIAttrs
+                             << " integer attributes (iattrs), got "
+                             << attrs.iattrs.size();
+  if (int(attrs.fattrs.size()) != info.numFAttrs)
+    return op->emitOpError() << "takes " << info.numFAttrs
+                             << " float attributes, got "
+                             << attrs.fattrs.size();
+  switch (info.group) {
+  case GroupUse::None:
+    if (!attrs.group.empty())
+      return op->emitOpError() << "takes no group, got '" << attrs.group
+                               << "'";
+    break;
+  case GroupUse::Required:
+    if (attrs.group.empty())
+      return op->emitOpError() << "needs a rank group";
+    break;
+  case GroupUse::Pipeline:
+    if (!attrs.group.empty() && attrs.group != "pp")
+      return op->emitOpError() << "runs over the pipeline group 'pp', not '"
+                               << attrs.group << "'";
+    break;
+  case GroupUse::Shard:
+    break;
+  }
+  return success();
+}
+
+InstrAttrs GemmOp::getInstrAttrs() {
+  InstrAttrs attrs;
+  attrs.transA = getTransA();
+  attrs.transB = getTransB();
+  attrs.alpha = getAlpha().convertToFloat();
+  attrs.beta = getBeta().convertToFloat();
+  return attrs;
+}
+
+InstrAttrs AdamOp::getInstrAttrs() {
+  InstrAttrs attrs;
+  attrs.fattrs = {getLr().convertToFloat(), getBeta1().convertToFloat(),
+                  getBeta2().convertToFloat(), getEps().convertToFloat(),
+                  getWeightDecay().convertToFloat()};
+  return attrs;
+}
+
+InstrAttrs SgdOp::getInstrAttrs() {
+  InstrAttrs attrs;
+  attrs.fattrs = {getLr().convertToFloat(),
+                  getWeightDecay().convertToFloat()};
+  return attrs;
+}
+
+/// A collective's group and reduction.
+static InstrAttrs collectiveAttrs(StringRef group, StringRef reduction) {
+  InstrAttrs attrs;
+  attrs.group = group;
+  attrs.reduce =
+      reduction == "max" ? ::tessera::artifact::ReduceOp::Max : ::tessera::artifact::ReduceOp::Sum;
+  return attrs;
+}
+
+InstrAttrs AllReduceOp::getInstrAttrs() {
+  return collectiveAttrs(getGroup(), getReduction());
+}
+InstrAttrs AllReduceStartOp::getInstrAttrs() {
+  return collectiveAttrs(getGroup(), getReduction());
+}
+InstrAttrs ReduceScatterStartOp::getInstrAttrs() {
+  return collectiveAttrs(getGroup(), "sum");
+}
+InstrAttrs AllGatherOp::getInstrAttrs() {
+  return collectiveAttrs(getGroup(), "sum");
+}
+InstrAttrs ReduceScatterOp::getInstrAttrs() {
+  return collectiveAttrs(getGroup(), "sum");
+}
+InstrAttrs WaitOp::getInstrAttrs() { return {}; }
 
 #define GET_OP_CLASSES
 #include "dialects/rt/IR/RTOps.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// Every opcode has its op
+//===----------------------------------------------------------------------===//
+
+namespace {
+/// The opcode of an rt op class, or -1 for ops that are no instruction.
+template <typename Op, typename = void> struct OpcodeOf {
+  static constexpr int value = -1;
+};
+template <typename Op>
+struct OpcodeOf<Op, std::void_t<decltype(Op::kOpcode)>> {
+  static constexpr int value = int(Op::kOpcode);
+};
+template <typename... Ops> constexpr bool eachOpcodeHasOneOp() {
+  for (size_t i = 0; i < kNumOpcodes; ++i)
+    if (((OpcodeOf<Ops>::value == int(i) ? 1 : 0) + ... + 0) != 1)
+      return false;
+  return true;
+}
+} // namespace
+
+static_assert(eachOpcodeHasOneOp<
+#define GET_OP_LIST
+#include "dialects/rt/IR/RTOps.cpp.inc"
+                  >(),
+              "every opcode of tessera/rt/Opcodes.def needs exactly one rt op "
+              "in RTOps.td naming it");

@@ -1,8 +1,11 @@
 //===- RTOps.td - rt dialect: the executable per-rank program --*- tablegen -*-===//
 //
 // The output level: explicit buffers at fixed offsets of a per-rank arena
-// (the static memory plan), kernel calls, collectives and events. Each op
-// maps one to one onto an artifact instruction (runtime/schema/artifact.fbs).
+// (the static memory plan), kernel calls, collectives and events. Each
+// instruction op names its artifact opcode (runtime/schema/artifact.fbs) and
+// is verified against that opcode's row of the instruction contract,
+// runtime/include/tessera/rt/Opcodes.def: what the runtime's loader accepts
+// is exactly what verifies here.
 //
 //===----------------------------------------------------------------------===//
 
@@ -31,6 +34,43 @@ def RT_Dialect : Dialect {
 
 class RT_Op<string mnemonic, list<Trait> traits = []>
     : Op<RT_Dialect, mnemonic, traits>;
+
+def RT_InstructionOpInterface : OpInterface<"InstructionOpInterface"> {
+  let cppNamespace = "::tessera::rt";
+  let description = [{
+    An op that is one artifact instruction. Its memref operands, in order,
+    are the instruction's operands; an `!rt.event` result starts an event
+    and an `!rt.event` operand waits for one. The op's opcode selects its
+    row of the instruction contract (tessera/rt/Opcodes.def), against which
+    the interface verifies the operand count and dtypes, the attribute
+    counts and the group, and tessera-serialize writes every such op in one
+    generic case.
+  }];
+  let methods = [
+    StaticInterfaceMethod<"The artifact opcode.",
+      "::tessera::artifact::Opcode", "getOpcode", (ins), [{}],
+      [{ return ConcreteOp::kOpcode; }]>,
+    InterfaceMethod<"The instruction's attributes as the artifact stores them.",
+      "::tessera::rt::InstrAttrs", "getInstrAttrs", (ins), [{}],
+      [{ return ::tessera::rt::kernelInstrAttrs($_op); }]>,
+  ];
+  let verify = [{ return ::tessera::rt::verifyInstruction($_op); }];
+}
+
+/// An instruction op of artifact opcode `opcode` (an fb::Opcode enumerator;
+/// a misspelt one does not compile). `explicitAttrs`: the op defines
+/// getInstrAttrs itself (ops with named attributes) instead of the generic
+/// kernel form.
+class RT_InstrOp<string mnemonic, string opcode, list<Trait> traits = [],
+                 bit explicitAttrs = 1>
+    : RT_Op<mnemonic, !listconcat(traits, [
+          !if(explicitAttrs,
+              DeclareOpInterfaceMethods<RT_InstructionOpInterface, ["getInstrAttrs"]>,
+              DeclareOpInterfaceMethods<RT_InstructionOpInterface>)])> {
+  code opcodeDecl = "static constexpr ::tessera::artifact::Opcode kOpcode = "
+                    "::tessera::artifact::Opcode::" # opcode # ";";
+  let extraClassDeclaration = opcodeDecl;
+}
 
 def RT_EventType : TypeDef<RT_Dialect, "Event"> {
   let mnemonic = "event";
@@ -110,7 +150,7 @@ def RT_AllocOp : RT_Op<"alloc", [Pure]> {
 // Kernels
 //===----------------------------------------------------------------------===//
 
-def RT_GemmOp : RT_Op<"gemm"> {
+def RT_GemmOp : RT_InstrOp<"gemm", "Gemm"> {
   let summary = "c = alpha * op(a) @ op(b) + beta * c";
   let description = [{
     `beta = 1` accumulates into `c` (gradient accumulation over microbatches).
@@ -127,12 +167,15 @@ def RT_GemmOp : RT_Op<"gemm"> {
   let hasVerifier = 1;
 }
 
-class RT_KernelOp<string mnemonic, string sum, int n> : RT_Op<mnemonic> {
+/// The generic kernel form: operands and semantics as the artifact opcode
+/// (runtime/schema/artifact.fbs); `value` is its one float attribute where
+/// it has one (Fill's value, layer norm's eps, dropout's rate), `iattrs`
+/// its integer attributes and `group` its shard or pipeline group.
+class RT_KernelOp<string mnemonic, string opcode, string sum>
+    : RT_InstrOp<mnemonic, opcode, [], 0> {
   let summary = sum;
-  let description = [{
-    Operands and semantics as the artifact opcode of the same name
-    (runtime/schema/artifact.fbs).
-  }];
+  let description = "Operands and semantics as the artifact opcode `" # opcode #
+                    "` (runtime/schema/artifact.fbs).";
   let arguments = (ins Variadic<RT_AnyBuf>:$buffers,
                        DefaultValuedAttr<F32Attr, "1.0f">:$alpha,
                        DefaultValuedAttr<F32Attr, "0.0f">:$beta,
@@ -140,51 +183,50 @@ class RT_KernelOp<string mnemonic, string sum, int n> : RT_Op<mnemonic> {
                        OptionalAttr<DenseI64ArrayAttr>:$iattrs,
                        OptionalAttr<StrAttr>:$group);
   let assemblyFormat = "$buffers attr-dict `:` type($buffers)";
-  int numBuffers = n;
-  let hasVerifier = 1;
-  let extraClassDeclaration = "static constexpr unsigned kNumBuffers = " # n # ";";
 }
 
-def RT_BiasAddOp : RT_KernelOp<"bias_add", "y = x + b (rows)", 3>;
-def RT_AddOp : RT_KernelOp<"add", "c = a + b", 3>;
-def RT_GeluOp : RT_KernelOp<"gelu", "y = gelu(x)", 2>;
-def RT_GeluGradOp : RT_KernelOp<"gelu_grad", "dx = dy * gelu'(x)", 3>;
-def RT_ReluOp : RT_KernelOp<"relu", "y = relu(x)", 2>;
-def RT_ReluGradOp : RT_KernelOp<"relu_grad", "dx = dy * (x > 0)", 3>;
-def RT_ReduceRowsOp : RT_KernelOp<"reduce_rows", "y = alpha * sum_rows(x) + beta * y", 2>;
-def RT_CrossEntropyOp : RT_KernelOp<"cross_entropy", "per-sample softmax cross-entropy", 3>;
-def RT_CrossEntropyGradOp : RT_KernelOp<"cross_entropy_grad", "backward of cross_entropy", 4>;
-def RT_MeanOp : RT_KernelOp<"mean", "y = mean(x)", 2>;
-def RT_MeanGradOp : RT_KernelOp<"mean_grad", "dx = dy / numel(dx)", 2>;
-def RT_FillOp : RT_KernelOp<"fill", "y = value", 1>;
-def RT_ScaleOp : RT_KernelOp<"scale", "y = alpha * x", 2>;
-def RT_CopyOp : RT_KernelOp<"copy", "y = x", 2>;
-def RT_AxpyOp : RT_KernelOp<"axpy", "y += alpha * x", 2>;
-def RT_CastOp : RT_KernelOp<"cast", "y = convert(x + beta * y) between f32 and bf16", 2>;
+def RT_BiasAddOp : RT_KernelOp<"bias_add", "BiasAdd", "y = x + b (rows)">;
+def RT_AddOp : RT_KernelOp<"add", "Add", "c = a + b">;
+def RT_GeluOp : RT_KernelOp<"gelu", "Gelu", "y = gelu(x)">;
+def RT_GeluGradOp : RT_KernelOp<"gelu_grad", "GeluGrad", "dx = dy * gelu'(x)">;
+def RT_ReluOp : RT_KernelOp<"relu", "Relu", "y = relu(x)">;
+def RT_ReluGradOp : RT_KernelOp<"relu_grad", "ReluGrad", "dx = dy * (x > 0)">;
+def RT_ReduceRowsOp : RT_KernelOp<"reduce_rows", "ReduceRows", "y = alpha * sum_rows(x) + beta * y">;
+def RT_CrossEntropyOp : RT_KernelOp<"cross_entropy", "CrossEntropy", "per-sample softmax cross-entropy">;
+def RT_CrossEntropyGradOp : RT_KernelOp<"cross_entropy_grad", "CrossEntropyGrad", "backward of cross_entropy">;
+def RT_MeanOp : RT_KernelOp<"mean", "Mean", "y = mean(x)">;
+def RT_MeanGradOp : RT_KernelOp<"mean_grad", "MeanGrad", "dx = dy / numel(dx)">;
+def RT_FillOp : RT_KernelOp<"fill", "Fill", "y = value">;
+def RT_ScaleOp : RT_KernelOp<"scale", "Scale", "y = alpha * x">;
+def RT_CopyOp : RT_KernelOp<"copy", "Copy", "y = x">;
+def RT_AxpyOp : RT_KernelOp<"axpy", "Axpy", "y += alpha * x">;
+def RT_CastOp : RT_KernelOp<"cast", "Cast", "y = convert(x + beta * y) between f32 and bf16"> {
+  let hasVerifier = 1;
+}
 
 // Transformer kernels: `value` is eps for layer norm; `iattrs` and `group`
 // as the artifact opcode documents (vocab shard group, ignore_index, heads).
-def RT_LayerNormOp : RT_KernelOp<"layer_norm", "layer norm over the last dim", 4>;
-def RT_LayerNormGradOp : RT_KernelOp<"layer_norm_grad", "layer norm backward", 6>;
-def RT_EmbeddingOp : RT_KernelOp<"embedding", "embedding lookup", 3>;
-def RT_EmbeddingGradOp : RT_KernelOp<"embedding_grad", "embedding scatter-add", 3>;
-def RT_AddPositionEmbeddingOp : RT_KernelOp<"add_position_embedding", "x + P[s]", 3>;
-def RT_PositionEmbeddingGradOp : RT_KernelOp<"position_embedding_grad", "sum over batch", 2>;
-def RT_AttentionOp : RT_KernelOp<"attention", "causal multi-head attention", 2>;
-def RT_AttentionGradOp : RT_KernelOp<"attention_grad", "attention backward", 3>;
-def RT_LogitsMaxOp : RT_KernelOp<"logits_max", "row max", 2>;
-def RT_CrossEntropyStatsOp : RT_KernelOp<"cross_entropy_stats", "sum-exp and target logit of a shard", 5>;
-def RT_CrossEntropyFromStatsOp : RT_KernelOp<"cross_entropy_from_stats", "loss from statistics", 5>;
-def RT_CrossEntropyStatsGradOp : RT_KernelOp<"cross_entropy_stats_grad", "softmax minus one-hot", 6>;
-def RT_TokenMeanOp : RT_KernelOp<"token_mean", "mean over non-ignored tokens", 3>;
-def RT_TokenMeanGradOp : RT_KernelOp<"token_mean_grad", "backward of token_mean", 3>;
-def RT_DropoutOp : RT_KernelOp<"dropout", "dropout keyed by global position (value = rate)", 2>;
+def RT_LayerNormOp : RT_KernelOp<"layer_norm", "LayerNorm", "layer norm over the last dim">;
+def RT_LayerNormGradOp : RT_KernelOp<"layer_norm_grad", "LayerNormGrad", "layer norm backward">;
+def RT_EmbeddingOp : RT_KernelOp<"embedding", "Embedding", "embedding lookup">;
+def RT_EmbeddingGradOp : RT_KernelOp<"embedding_grad", "EmbeddingGrad", "embedding scatter-add">;
+def RT_AddPositionEmbeddingOp : RT_KernelOp<"add_position_embedding", "AddPositionEmbedding", "x + P[s]">;
+def RT_PositionEmbeddingGradOp : RT_KernelOp<"position_embedding_grad", "PositionEmbeddingGrad", "sum over batch">;
+def RT_AttentionOp : RT_KernelOp<"attention", "Attention", "causal multi-head attention">;
+def RT_AttentionGradOp : RT_KernelOp<"attention_grad", "AttentionGrad", "attention backward">;
+def RT_LogitsMaxOp : RT_KernelOp<"logits_max", "LogitsMax", "row max">;
+def RT_CrossEntropyStatsOp : RT_KernelOp<"cross_entropy_stats", "CrossEntropyStats", "sum-exp and target logit of a shard">;
+def RT_CrossEntropyFromStatsOp : RT_KernelOp<"cross_entropy_from_stats", "CrossEntropyFromStats", "loss from statistics">;
+def RT_CrossEntropyStatsGradOp : RT_KernelOp<"cross_entropy_stats_grad", "CrossEntropyStatsGrad", "softmax minus one-hot">;
+def RT_TokenMeanOp : RT_KernelOp<"token_mean", "TokenMean", "mean over non-ignored tokens">;
+def RT_TokenMeanGradOp : RT_KernelOp<"token_mean_grad", "TokenMeanGrad", "backward of token_mean">;
+def RT_DropoutOp : RT_KernelOp<"dropout", "Dropout", "dropout keyed by global position (value = rate)">;
 // Pipeline p2p over group "pp", iattrs = [peer (+1 next, -1 prev), tag]; they
 // join the open batch, completed before the next other instruction.
-def RT_SendOp : RT_KernelOp<"send", "isend to a pipeline neighbour", 1>;
-def RT_RecvOp : RT_KernelOp<"recv", "irecv from a pipeline neighbour", 1>;
+def RT_SendOp : RT_KernelOp<"send", "Send", "isend to a pipeline neighbour">;
+def RT_RecvOp : RT_KernelOp<"recv", "Recv", "irecv from a pipeline neighbour">;
 
-def RT_AdamOp : RT_Op<"adam"> {
+def RT_AdamOp : RT_InstrOp<"adam", "Adam"> {
   let summary = "in-place Adam step on a parameter and its fp32 state";
   let description = [{
     ```mlir
@@ -203,7 +245,7 @@ def RT_AdamOp : RT_Op<"adam"> {
   }];
 }
 
-def RT_SgdOp : RT_Op<"sgd"> {
+def RT_SgdOp : RT_InstrOp<"sgd", "Sgd"> {
   let summary = "in-place SGD step";
   let description = [{
     ```mlir
@@ -219,7 +261,7 @@ def RT_SgdOp : RT_Op<"sgd"> {
 // Collectives
 //===----------------------------------------------------------------------===//
 
-def RT_AllReduceOp : RT_Op<"all_reduce"> {
+def RT_AllReduceOp : RT_InstrOp<"all_reduce", "AllReduce"> {
   let summary = "in-place all-reduce on a communicator";
   let description = [{
     ```mlir
@@ -231,7 +273,7 @@ def RT_AllReduceOp : RT_Op<"all_reduce"> {
   let assemblyFormat = "$buffer attr-dict `:` type($buffer)";
 }
 
-def RT_AllReduceStartOp : RT_Op<"all_reduce_start"> {
+def RT_AllReduceStartOp : RT_InstrOp<"all_reduce_start", "AllReduceStart"> {
   let summary = "start an in-place all-reduce; complete with rt.wait";
   let description = [{
     ```mlir
@@ -245,7 +287,7 @@ def RT_AllReduceStartOp : RT_Op<"all_reduce_start"> {
   let assemblyFormat = "$buffer attr-dict `:` type($buffer)";
 }
 
-def RT_ReduceScatterStartOp : RT_Op<"reduce_scatter_start"> {
+def RT_ReduceScatterStartOp : RT_InstrOp<"reduce_scatter_start", "ReduceScatterStart"> {
   let summary = "start a reduce-scatter (this rank's block of the sum); complete with rt.wait";
   let description = [{
     ```mlir
@@ -258,7 +300,7 @@ def RT_ReduceScatterStartOp : RT_Op<"reduce_scatter_start"> {
   let assemblyFormat = "$input `,` $output attr-dict `:` type($input) `,` type($output)";
 }
 
-def RT_WaitOp : RT_Op<"wait"> {
+def RT_WaitOp : RT_InstrOp<"wait", "Wait"> {
   let summary = "wait for an asynchronous collective";
   let description = [{
     ```mlir
@@ -269,7 +311,7 @@ def RT_WaitOp : RT_Op<"wait"> {
   let assemblyFormat = "$event attr-dict";
 }
 
-def RT_AllGatherOp : RT_Op<"all_gather"> {
+def RT_AllGatherOp : RT_InstrOp<"all_gather", "AllGather"> {
   let summary = "all-gather along dim 0 into `output`";
   let description = [{
     ```mlir
@@ -280,7 +322,7 @@ def RT_AllGatherOp : RT_Op<"all_gather"> {
   let assemblyFormat = "$input `,` $output attr-dict `:` type($input) `,` type($output)";
 }
 
-def RT_ReduceScatterOp : RT_Op<"reduce_scatter"> {
+def RT_ReduceScatterOp : RT_InstrOp<"reduce_scatter", "ReduceScatter"> {
   let summary = "sum over the group, this rank's dim-0 slice into `output`";
   let description = [{
     ```mlir

@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "tessera/rt/IndexedDataset.h"
+#include "tessera/rt/FileIO.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -218,54 +219,8 @@ std::string IndexedDatasetBuilder::indexBytes() const {
 
 Status IndexedDatasetBuilder::write(const std::string &prefix) const {
   // The .bin first: a complete .idx implies a complete .bin.
-  TESSERA_RETURN_IF_ERROR(writeFileAtomically(dataFilePath(prefix), data));
-  return writeFileAtomically(indexFilePath(prefix), indexBytes());
-}
-
-Status writeFileAtomically(const std::string &path, const std::string &bytes) {
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    return notFound(path, ": cannot create ", tmp, ": ", std::strerror(errno));
-  auto fail = [&](const char *what) {
-    int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return dataLoss(path, ": ", what, " ", tmp,
-                    " failed: ", std::strerror(err));
-  };
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return fail("writing");
-    done += size_t(n);
-  }
-  if (::fsync(fd) != 0)
-    return fail("fsync of");
-  if (::close(fd) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return dataLoss(path, ": closing ", tmp, " failed: ", std::strerror(err));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    ::unlink(tmp.c_str());
-    return dataLoss(path, ": cannot rename ", tmp, ": ", std::strerror(err));
-  }
-  // Make the rename itself durable.
-  size_t slash = path.rfind('/');
-  std::string dir = slash == std::string::npos ? "."
-                    : slash == 0               ? "/"
-                                               : path.substr(0, slash);
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  return Status();
+  TESSERA_RETURN_IF_ERROR(writeFileAtomic(dataFilePath(prefix), data));
+  return writeFileAtomic(indexFilePath(prefix), indexBytes());
 }
 
 //===----------------------------------------------------------------------===//
@@ -303,18 +258,13 @@ static Status mapFile(const std::string &path, const uint8_t *&data,
   return Status();
 }
 
-static bool fileExists(const std::string &path) {
-  struct stat st {};
-  return ::stat(path.c_str(), &st) == 0;
-}
-
 StatusOr<std::string> IndexedDataset::resolvePrefix(const std::string &prefix) {
   if (prefix.empty())
     return invalidArgument("empty dataset prefix");
-  if (fileExists(indexFilePath(prefix)))
+  if (pathExists(indexFilePath(prefix)))
     return prefix;
   std::string text = prefix + "_text_document";
-  if (fileExists(indexFilePath(text)))
+  if (pathExists(indexFilePath(text)))
     return text;
   return notFound("no indexed dataset at prefix '", prefix, "': neither ",
                   indexFilePath(prefix), " nor ", indexFilePath(text),

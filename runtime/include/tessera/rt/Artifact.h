@@ -4,8 +4,11 @@
 // ArtifactFormat.h around a FlatBuffer of schema/artifact.fbs. Loading checks,
 // in order: the file is readable, holds at least a header, magic, format
 // version, payload size (truncation), CRC-32, FlatBuffer verification and
-// finally semantic consistency (TensorRefs inside the arena, operand counts,
+// finally semantic consistency (TensorRefs inside the arena, every
+// instruction against its row of the instruction contract in Opcodes.def,
 // indices, mesh and rank groups, batch). Every error names the file.
+// The sources are in runtime/src/artifact/: Container.cpp (header, CRC,
+// FlatBuffer), Validator.cpp, Queries.cpp and Summary.cpp.
 //
 //===----------------------------------------------------------------------===//
 
@@ -14,6 +17,7 @@
 
 #include "tessera/artifact/artifact_generated.h"
 #include "tessera/rt/ArtifactFormat.h"
+#include "tessera/rt/Opcodes.h"
 #include "tessera/rt/Status.h"
 
 #include <cstdint>
@@ -93,30 +97,10 @@ int64_t dtypeSize(fb::DType dtype);
 /// "[2, 3]" etc.
 std::string shapeToString(const flatbuffers::Vector<int64_t> *shape);
 
-/// Expected operand count of `op` (from the schema), or -1 if unknown.
-int expectedOperandCount(fb::Opcode op);
-
-/// Expected length of `iattrs` for `op` (from the schema; 0 for opcodes
-/// without integer attributes), or -1 if unknown.
-int expectedIAttrCount(fb::Opcode op);
-
-/// True for the communication opcodes (AllReduce, AllGather, ReduceScatter,
-/// AllReduceStart): only their `group` needs a communicator.
-bool isCollective(fb::Opcode op);
-
-/// True for the pipeline point-to-point opcodes (Send, Recv): they run over
-/// the "pp" group and join the rank's open p2p batch instead of blocking.
-bool isPointToPoint(fb::Opcode op);
-
 /// True if `name` is a pipeline forward ("forward...") or backward
 /// ("backward...") function.
 bool isForwardFunction(std::string_view name);
 bool isBackwardFunction(std::string_view name);
-
-/// True for the vocabulary-parallel kernels whose `group` gives their vocab
-/// offset (Embedding, EmbeddingGrad, CrossEntropyStats,
-/// CrossEntropyStatsGrad); they communicate nothing.
-bool isShardedKernel(fb::Opcode op);
 
 /// Human-readable manifest of the artifact: header fields, mesh, groups,
 /// batch, optimizer, per-program buffers, inputs and functions.

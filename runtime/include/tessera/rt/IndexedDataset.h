@@ -106,7 +106,8 @@ public:
   std::string indexBytes() const;
   const std::string &dataBytes() const { return data; }
 
-  /// Writes PREFIX.bin then PREFIX.idx, each atomically.
+  /// Writes PREFIX.bin then PREFIX.idx, each atomically (writeFileAtomic,
+  /// tessera/rt/FileIO.h).
   Status write(const std::string &prefix) const;
 
 private:
@@ -116,10 +117,6 @@ private:
   std::vector<int64_t> documents{0};
   int64_t tokens = 0;
 };
-
-/// Writes `bytes` to `path` atomically: a temporary file in the same
-/// directory, fsync, rename over `path`, fsync of the directory.
-Status writeFileAtomically(const std::string &path, const std::string &bytes);
 
 /// A validated, memory-mapped .idx/.bin pair.
 class IndexedDataset {

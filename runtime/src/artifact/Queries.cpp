@@ -1,0 +1,132 @@
+//===- Queries.cpp - .tsr artifact queries shared by the runtime ----------===//
+//
+// Element counts, dtype sizes, rank-group positions and program lookup:
+// the small questions the validator, the executor, checkpoints and the
+// launcher ask of a loaded artifact.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tessera/rt/Artifact.h"
+
+#include <set>
+
+namespace tessera::rt {
+
+int64_t numElements(const flatbuffers::Vector<int64_t> *shape) {
+  int64_t n = 1;
+  if (shape)
+    for (int64_t d : *shape)
+      n *= d;
+  return n;
+}
+
+int64_t dtypeSize(fb::DType dtype) {
+  switch (dtype) {
+  case fb::DType::F32:
+  case fb::DType::I32:
+    return 4;
+  case fb::DType::I64:
+    return 8;
+  case fb::DType::BF16:
+    return 2;
+  }
+  return 0;
+}
+
+std::string shapeToString(const flatbuffers::Vector<int64_t> *shape) {
+  std::string s = "[";
+  if (shape)
+    for (flatbuffers::uoffset_t i = 0; i < shape->size(); ++i)
+      s += (i ? ", " : "") + std::to_string(shape->Get(i));
+  return s + "]";
+}
+
+bool isForwardFunction(std::string_view name) {
+  return name.substr(0, 7) == "forward";
+}
+
+bool isBackwardFunction(std::string_view name) {
+  return name.substr(0, 8) == "backward";
+}
+
+bool mayLeaveRanksOut(std::string_view kind) {
+  return kind == "embedding" || kind == "position-embedding";
+}
+
+bool hasGroupKind(const fb::Artifact &artifact, std::string_view kind) {
+  if (artifact.groups())
+    for (const fb::RankGroup *g : *artifact.groups())
+      if (g->kind() && g->kind()->string_view() == kind)
+        return true;
+  return false;
+}
+
+std::string ranksToString(const flatbuffers::Vector<int32_t> *ranks) {
+  std::string s = "[";
+  if (ranks)
+    for (flatbuffers::uoffset_t i = 0; i < ranks->size(); ++i)
+      s += (i ? ", " : "") + std::to_string(ranks->Get(i));
+  return s + "]";
+}
+
+GroupPosition findGroupPosition(const fb::Artifact &artifact,
+                                std::string_view kind, int rank) {
+  GroupPosition pos;
+  if (!artifact.groups())
+    return pos;
+  int instance = 0;
+  for (const fb::RankGroup *g : *artifact.groups()) {
+    if (!g->kind() || g->kind()->string_view() != kind)
+      continue;
+    if (g->ranks())
+      for (flatbuffers::uoffset_t i = 0; i < g->ranks()->size(); ++i)
+        if (g->ranks()->Get(i) == rank) {
+          pos.group = g;
+          pos.instance = instance;
+          pos.index = int(i);
+          pos.size = int(g->ranks()->size());
+          return pos;
+        }
+    ++instance;
+  }
+  return pos;
+}
+
+std::vector<std::string> collectiveGroupKinds(const fb::Artifact &artifact) {
+  std::set<std::string> kinds;
+  if (artifact.programs())
+    for (const fb::Program *p : *artifact.programs())
+      if (p->functions())
+        for (const fb::Function *f : *p->functions())
+          if (f->instrs())
+            for (const fb::Instr *in : *f->instrs()) {
+              if (isPointToPoint(in->op()))
+                kinds.insert("pp");
+              else if (isCollective(in->op()) && in->group() &&
+                       in->group()->size())
+                kinds.insert(in->group()->str());
+            }
+  if (artifact.groups())
+    for (const fb::RankGroup *g : *artifact.groups())
+      if (g->kind() && g->kind()->str() == "dp")
+        kinds.insert("dp");
+  return {kinds.begin(), kinds.end()};
+}
+
+const fb::Program *LoadedArtifact::programForPpRank(int ppRank) const {
+  if (!rootPtr->programs())
+    return nullptr;
+  for (const fb::Program *p : *rootPtr->programs())
+    if (p->pp_rank() == ppRank)
+      return p;
+  return nullptr;
+}
+
+const fb::Program *LoadedArtifact::programForWorldRank(int worldRank) const {
+  GroupPosition pp = findGroupPosition(*rootPtr, "pp", worldRank);
+  const fb::Program *p = programForPpRank(pp.group ? pp.index : 0);
+  if (!p && rootPtr->programs() && rootPtr->programs()->size() == 1)
+    p = rootPtr->programs()->Get(0);
+  return p;
+}
+} // namespace tessera::rt

@@ -1,0 +1,215 @@
+//===- Layout.cpp - Saved buffers and their global layouts ----------------===//
+//
+// Where each saved buffer of a rank sits in its global tensor (see
+// Layout.h): parameters from their shape, global_shape, shard_dim and
+// shard_axis; Adam state and fp32 main params from the buffer they belong
+// to ("of"); the distributed optimizer's bucket shards from their bucket
+// view and the rank's dp group; and the bucket layouts (each parameter's
+// element range in its bucket view) the manifest records.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Layout.h"
+
+#include "Strings.h"
+
+#include <algorithm>
+#include <set>
+#include <tuple>
+
+namespace tessera::rt::ckpt {
+
+StatusOr<TensorLayout> paramLayout(const LoadedArtifact &artifact,
+                                   const fb::Buffer &b, int rank) {
+  TensorLayout l;
+  l.local = toVector(b.shape());
+  l.global = b.global_shape() && b.global_shape()->size()
+                 ? toVector(b.global_shape())
+                 : l.local;
+  auto error = [&](auto &&...args) {
+    return invalidArgument(artifact.name(), ": parameter '", nameOf(b),
+                           "': ", args...);
+  };
+  if (l.global.size() != l.local.size())
+    return error("shape and global_shape have different ranks");
+  l.shardDim = b.shard_dim();
+  if (l.shardDim >= int(l.global.size()))
+    return error("shard_dim ", l.shardDim, " out of range");
+  if (l.shardDim >= 0) {
+    l.axis = b.shard_axis() ? b.shard_axis()->str() : "";
+    GroupPosition pos = findGroupPosition(*artifact.root(), l.axis, rank);
+    if (!pos.group)
+      return error("no rank group of shard axis '", l.axis, "' contains rank ",
+                   rank);
+    l.index = pos.index;
+    l.count = pos.size;
+  }
+  for (size_t d = 0; d < l.local.size(); ++d) {
+    bool split = int(d) == l.shardDim;
+    if ((split && l.global[d] % l.count) ||
+        l.local[d] != (split ? l.global[d] / l.count : l.global[d]))
+      return error("local shape ", shapeString(l.local), " is not a 1/",
+                   l.count, " shard along dim ", l.shardDim,
+                   " of global shape ", shapeString(l.global));
+  }
+  if (l.count == 1) {
+    l.shardDim = -1;
+    l.index = 0;
+  }
+  return l;
+}
+
+namespace {
+
+/// Buffer `index` of `program`, or null when out of range (-1: none).
+const fb::Buffer *bufferAt(const fb::Program &program, int index) {
+  return index >= 0 && index < int(program.buffers()->size())
+             ? program.buffers()->Get(flatbuffers::uoffset_t(index))
+             : nullptr;
+}
+
+/// A flat 1/dp shard of `viewNumel` elements (a bucket) of this rank's dp
+/// group: distributed-optimizer state, loadable only where it was saved.
+TensorLayout bucketShardLayout(const LoadedArtifact &artifact,
+                               std::vector<int64_t> local, int64_t viewNumel,
+                               std::string bucket, int rank) {
+  TensorLayout l;
+  l.local = l.global = std::move(local);
+  l.reshardable = false;
+  l.distOpt = true;
+  l.param = std::move(bucket);
+  if (l.local.size() == 1) {
+    GroupPosition dp = findGroupPosition(*artifact.root(), "dp", rank);
+    if (viewNumel == l.local[0] * dp.size) {
+      l.global = {viewNumel};
+      l.shardDim = 0;
+      l.axis = "dp";
+      l.index = dp.index;
+      l.count = dp.size;
+    }
+  }
+  return l;
+}
+
+} // namespace
+
+StatusOr<TensorLayout> layoutOf(const LoadedArtifact &artifact,
+                                const fb::Program &program, const fb::Buffer &b,
+                                int rank) {
+  switch (b.kind()) {
+  case fb::BufferKind::Param:
+    return paramLayout(artifact, b, rank);
+  case fb::BufferKind::MainParam: {
+    std::vector<int64_t> local = toVector(b.shape());
+    const fb::Buffer *of = bufferAt(program, b.of());
+    if (of && of->kind() == fb::BufferKind::Param &&
+        toVector(of->shape()) == local) {
+      // Per-parameter main params take their parameter's layout (and
+      // reshard with it), like per-parameter Adam state.
+      TESSERA_ASSIGN_OR_RETURN(TensorLayout l,
+                               paramLayout(artifact, *of, rank));
+      l.param = nameOf(*of);
+      return l;
+    }
+    std::string name = nameOf(b);
+    if (startsWith(name, kBucketMainPrefix) && local.size() == 1) {
+      // This rank's 1/dp of a parameter bucket: the same layout as the
+      // distributed optimizer's Adam state of the bucket. It is that by
+      // construction, so the bucket's view need not exist.
+      GroupPosition dp = findGroupPosition(*artifact.root(), "dp", rank);
+      return bucketShardLayout(artifact, local, local[0] * dp.size,
+                               name.substr(kMainPrefix.size()), rank);
+    }
+    TensorLayout l;
+    l.local = l.global = local;
+    l.reshardable = false;
+    l.param = of ? nameOf(*of) : "";
+    return l;
+  }
+  case fb::BufferKind::OptState: {
+    const fb::Buffer *of = bufferAt(program, b.of());
+    std::vector<int64_t> local = toVector(b.shape());
+    // State kept per main param: the main param's layout.
+    if (of && of->kind() == fb::BufferKind::MainParam) {
+      TESSERA_ASSIGN_OR_RETURN(TensorLayout l,
+                               layoutOf(artifact, program, *of, rank));
+      if (l.local == local)
+        return l;
+    }
+    if (of && of->kind() == fb::BufferKind::Param &&
+        toVector(of->shape()) == local) {
+      TESSERA_ASSIGN_OR_RETURN(TensorLayout l,
+                               paramLayout(artifact, *of, rank));
+      l.param = nameOf(*of);
+      return l;
+    }
+    // A flat shard of a bucket view (the distributed optimizer) or state of
+    // an unknown layout: only loadable where it was saved.
+    if (of && of->kind() == fb::BufferKind::View)
+      return bucketShardLayout(artifact, local, numElements(of->shape()),
+                               nameOf(*of), rank);
+    TensorLayout l;
+    l.local = l.global = local;
+    l.reshardable = false;
+    l.param = of ? nameOf(*of) : "";
+    return l;
+  }
+  default: {
+    TensorLayout l;
+    l.local = l.global = toVector(b.shape());
+    return l;
+  }
+  }
+}
+
+/// The bucket views the optimizer state of `program` shards, with the
+/// parameters laid out in each.
+std::vector<ManifestBucket> bucketLayouts(const fb::Program &program) {
+  std::vector<ManifestBucket> out;
+  std::set<int> views;
+  const auto &buffers = *program.buffers();
+  for (const fb::Buffer *b : buffers)
+    if (b->kind() == fb::BufferKind::OptState && b->of() >= 0 &&
+        b->of() < int(buffers.size()) &&
+        buffers.Get(flatbuffers::uoffset_t(b->of()))->kind() ==
+            fb::BufferKind::View)
+      views.insert(b->of());
+  // Main params of parameter buckets name their bucket's view.
+  for (const fb::Buffer *b : buffers)
+    if (b->kind() == fb::BufferKind::MainParam &&
+        startsWith(nameOf(*b), kBucketMainPrefix))
+      for (flatbuffers::uoffset_t v = 0; v < buffers.size(); ++v)
+        if (buffers.Get(v)->kind() == fb::BufferKind::View &&
+            nameOf(*buffers.Get(v)) == nameOf(*b).substr(kMainPrefix.size()))
+          views.insert(int(v));
+  for (int v : views) {
+    const fb::Buffer &view = *buffers.Get(flatbuffers::uoffset_t(v));
+    ManifestBucket bucket;
+    bucket.stage = program.pp_rank();
+    bucket.name = nameOf(view);
+    bucket.numel = numElements(view.shape());
+    int64_t es = dtypeSize(view.dtype());
+    int64_t begin = view.offset(), end = begin + bucket.numel * es;
+    for (const fb::Buffer *p : buffers) {
+      if (p->kind() != fb::BufferKind::Param)
+        continue;
+      int64_t bytes = numElements(p->shape()) * dtypeSize(p->dtype());
+      if (p->offset() >= begin && p->offset() + bytes <= end)
+        bucket.params.emplace_back(nameOf(*p), (p->offset() - begin) / es,
+                                   numElements(p->shape()));
+    }
+    std::sort(bucket.params.begin(), bucket.params.end(),
+              [](const auto &a, const auto &b) {
+                return std::get<1>(a) < std::get<1>(b);
+              });
+    out.push_back(std::move(bucket));
+  }
+  return out;
+}
+
+int ppStage(const fb::Artifact &a, int rank) {
+  GroupPosition pp = findGroupPosition(a, "pp", rank);
+  return pp.group ? pp.index : 0;
+}
+
+} // namespace tessera::rt::ckpt

@@ -1,0 +1,810 @@
+//===- Executor.cpp - Program interpreter ---------------------------------===//
+//
+// XLA-thunk-style interpreter: each function is decoded once per slot into
+// thunks (Decoder.cpp), and execution is one switch per thunk calling the
+// backend or the communicator. Also parameter initialisation, inputs, the
+// microbatch loop, pipeline schedules with their p2p batches, the watchdog's
+// view of what is in flight, and buffer access for checkpoints.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Decoder.h"
+
+#include "tessera/rt/BF16.h"
+#include "tessera/rt/Executor.h"
+#include "tessera/rt/LrSchedule.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <set>
+
+namespace tessera::rt {
+
+/// A function decoded once per microbatch slot (once without slots).
+struct Executor::DecodedFunction {
+  std::string name;
+  int chunk = -1;
+  bool forward = false;
+  /// Slot region (numSlots = 0: none).
+  int64_t slotBase = 0, slotBytes = 0;
+  int numSlots = 0;
+  /// Not a backward, and some instruction has the loss buffer as an operand.
+  bool writesLoss = false;
+  std::vector<std::vector<Thunk>> slots;
+};
+
+//===----------------------------------------------------------------------===//
+// Executor
+//===----------------------------------------------------------------------===//
+
+Executor::Executor() = default;
+
+Executor::~Executor() {
+  if (arena && be)
+    be->deallocate(arena);
+}
+
+StatusOr<std::unique_ptr<Executor>>
+Executor::create(std::shared_ptr<const LoadedArtifact> artifact,
+                 std::unique_ptr<Backend> backend, CommunicatorSet comms,
+                 int worldRank, const ExecutorOptions &options) {
+  if (!artifact || !backend)
+    return invalidArgument("Executor::create needs an artifact and a backend");
+  std::unique_ptr<Executor> ex(new Executor());
+  const fb::Artifact &a = *artifact->root();
+  if (worldRank < 0 || worldRank >= a.world_size())
+    return invalidArgument(artifact->name(), ": rank ", worldRank,
+                           " outside world_size ", a.world_size());
+  ex->prog = artifact->programForWorldRank(worldRank);
+  if (!ex->prog)
+    return invalidArgument(artifact->name(), ": no program for rank ",
+                           worldRank);
+  ex->art = std::move(artifact);
+  ex->be = std::move(backend);
+  ex->comms = std::move(comms);
+  ex->rank = worldRank;
+  ex->options = options;
+
+  GroupPosition dp = findGroupPosition(a, "dp", worldRank);
+  GroupPosition pp = findGroupPosition(a, "pp", worldRank);
+  ex->ppIndex = pp.group ? pp.index : 0;
+  ex->ppSize = pp.group ? pp.size : 1;
+  ex->layout.seed = options.seed;
+  ex->layout.globalBatch = a.batch()->global_batch_size();
+  ex->layout.microBatch = a.batch()->micro_batch_size();
+  ex->layout.dpIndex = dp.index;
+  ex->layout.dpSize = dp.size;
+  ex->layout.dataset = options.dataset;
+  if (options.dataset)
+    TESSERA_RETURN_IF_ERROR(checkTokenInputs(
+        *ex->prog, ex->layout.microBatch, *options.dataset, ex->art->name()));
+
+  TESSERA_ASSIGN_OR_RETURN(void *mem,
+                           ex->be->allocate(ex->prog->arena_bytes()));
+  ex->arena = static_cast<uint8_t *>(mem);
+  TESSERA_RETURN_IF_ERROR(ex->bindFunctions());
+  return ex;
+}
+
+Status Executor::bindFunctions() {
+  auto lookup = [this](const std::string &kind) -> StatusOr<Communicator *> {
+    auto it = comms.groups.find(kind);
+    if (it != comms.groups.end() && it->second)
+      return it->second.get();
+    // Kinds with a one-rank instance here may run without MPI. The decoder
+    // has already rejected kinds whose instances leave this rank out.
+    GroupPosition pos = findGroupPosition(*art->root(), kind, rank);
+    if (pos.size != 1)
+      return failedPrecondition("no communicator for group kind '", kind, "' (",
+                                pos.size, " ranks)");
+    auto &self = selfComms[kind];
+    if (!self)
+      self = createSelfCommunicator();
+    return self.get();
+  };
+  Decoder decoder(*art, *prog, arena, rank, lookup);
+  int64_t lossOffset = prog->loss_buffer() >= 0
+                           ? prog->buffers()->Get(prog->loss_buffer())->offset()
+                           : -1;
+  if (prog->functions())
+    for (const fb::Function *fn : *prog->functions()) {
+      DecodedFunction f;
+      f.name = fn->name() ? fn->name()->str() : "";
+      f.chunk = fn->chunk();
+      f.forward = isForwardFunction(f.name);
+      f.numSlots = fn->num_slots();
+      f.slotBase = f.numSlots > 0 ? fn->slot_base() : 0;
+      f.slotBytes = f.numSlots > 0 ? fn->slot_bytes() : 0;
+      f.slots.resize(size_t(std::max(1, f.numSlots)));
+      for (int slot = 0; slot < int(f.slots.size()); ++slot)
+        TESSERA_RETURN_IF_ERROR(
+            decoder.decode(*fn, f.slots[size_t(slot)], slot));
+      // A backward that reads (or recomputes) the loss does not add to it.
+      if (lossOffset >= 0 && fn->instrs() && !isBackwardFunction(f.name))
+        for (const fb::Instr *in : *fn->instrs())
+          if (in->operands())
+            for (const fb::TensorRef *r : *in->operands()) {
+              // Decoding resolved every rank-relative ref already.
+              StatusOr<int64_t> offset =
+                  resolvedOffset(*art->root(), *r, rank);
+              f.writesLoss |= offset.ok() && *offset == lossOffset;
+            }
+      functionIndex[f.name] = functions.size();
+      functions.push_back(std::move(f));
+    }
+  for (const fb::Program *p : *art->root()->programs())
+    artifactHasLoss |= p->loss_buffer() >= 0;
+  // Inputs in no forward's slot region are filled in place by every forward.
+  if (prog->inputs())
+    for (const fb::InputSpec *spec : *prog->inputs()) {
+      int64_t offset = prog->buffers()->Get(spec->buffer())->offset();
+      bool slotted = false;
+      for (const DecodedFunction &f : functions)
+        slotted |= f.forward && f.numSlots > 0 && offset >= f.slotBase &&
+                   offset < f.slotBase + f.slotBytes;
+      if (!slotted)
+        unslottedInputs.push_back(spec);
+    }
+  bool scheduled = prog->schedule() && prog->schedule()->size();
+  if (scheduled)
+    for (const fb::ScheduleStep *step : *prog->schedule())
+      stageHasLoss |= functions[size_t(step->function())].writesLoss;
+  if (!scheduled && !functionIndex.count("microbatch"))
+    return invalidArgument(art->name(), ": program ", prog->pp_rank(),
+                           " has no 'microbatch' function (and no "
+                           "schedule)");
+  return Status();
+}
+
+const fb::Buffer *Executor::findBuffer(const std::string &name) const {
+  if (prog->buffers())
+    for (const fb::Buffer *b : *prog->buffers())
+      if (b->name() && b->name()->str() == name)
+        return b;
+  return nullptr;
+}
+
+Status Executor::initializeParameters() {
+  std::vector<float> host;
+  std::vector<uint16_t> half;
+  for (const fb::Buffer *b : *prog->buffers()) {
+    int64_t n = numElements(b->shape());
+    if (b->kind() == fb::BufferKind::MainParam) {
+      // Zero until "init" (or a checkpoint) writes them, also when the
+      // parameters are initialised a second time.
+      std::vector<uint8_t> zeros(size_t(n * dtypeSize(b->dtype())), 0);
+      TESSERA_RETURN_IF_ERROR(be->copyToDevice(
+          arena + b->offset(), zeros.data(), int64_t(zeros.size())));
+      continue;
+    }
+    if (b->kind() != fb::BufferKind::Param && b->init() == fb::InitKind::Zeros)
+      continue;
+    if (b->kind() != fb::BufferKind::Param && b->dtype() != fb::DType::F32)
+      continue;
+    host.assign(size_t(n), 0.0f);
+    TESSERA_RETURN_IF_ERROR(initParameterBuffer(
+        *art->root(), *b, rank, options.seed, art->name(), host.data()));
+    if (b->dtype() == fb::DType::BF16) {
+      // The f32 initial values rounded: a bf16 run starts from the f32
+      // run's weights to bf16 precision.
+      half.resize(size_t(n));
+      floatsToBf16(host.data(), half.data(), n);
+      TESSERA_RETURN_IF_ERROR(
+          be->copyToDevice(arena + b->offset(), half.data(), n * 2));
+    } else {
+      TESSERA_RETURN_IF_ERROR(
+          be->copyToDevice(arena + b->offset(), host.data(), n * 4));
+    }
+  }
+  initDue = true;
+  mainParamWritten.assign(prog->buffers()->size(), false);
+  return Status();
+}
+
+StatusOr<bool> Executor::runInit() {
+  if (!initDue)
+    return false;
+  initDue = false;
+  auto it = functionIndex.find("init");
+  if (it == functionIndex.end())
+    return false;
+  // Skipped when a checkpoint restored every main param: recomputing them
+  // from the bf16 params would throw away their fp32 precision.
+  int mainParams = 0, restored = 0;
+  for (flatbuffers::uoffset_t i = 0; i < prog->buffers()->size(); ++i)
+    if (prog->buffers()->Get(i)->kind() == fb::BufferKind::MainParam) {
+      ++mainParams;
+      restored += i < mainParamWritten.size() && mainParamWritten[i];
+    }
+  if (mainParams > 0 && restored == mainParams)
+    return false;
+  const DecodedFunction &fn = functions[it->second];
+  TESSERA_RETURN_IF_ERROR(runThunks(fn, 0, "init", "", /*drainP2p=*/true));
+  return true;
+}
+
+Status Executor::fillInputs(int64_t iteration, int64_t microbatch,
+                            int64_t displacement, int64_t regionBegin,
+                            int64_t regionEnd) {
+  if (!prog->inputs())
+    return Status();
+  for (const fb::InputSpec *spec : *prog->inputs()) {
+    int64_t offset = prog->buffers()->Get(spec->buffer())->offset();
+    if (offset >= regionBegin && offset < regionEnd)
+      TESSERA_RETURN_IF_ERROR(
+          fillInput(*spec, iteration, microbatch, displacement));
+  }
+  return Status();
+}
+
+Status Executor::fillInput(const fb::InputSpec &spec, int64_t iteration,
+                           int64_t microbatch, int64_t displacement) {
+  TESSERA_RETURN_IF_ERROR(generateInput(*prog, spec, layout, iteration,
+                                        microbatch, art->name(), hostInput));
+  const fb::Buffer *b = prog->buffers()->Get(spec.buffer());
+  int64_t offset = b->offset() + displacement;
+  int64_t bytes = int64_t(hostInput.size());
+  if (offset < 0 || offset + bytes > prog->arena_bytes())
+    return outOfRange(art->name(), ": input '",
+                      spec.name() ? spec.name()->str() : "", "' moved by ",
+                      displacement, " bytes lies outside the arena of ",
+                      prog->arena_bytes(), " bytes");
+  return be->copyToDevice(arena + offset, hostInput.data(), bytes);
+}
+
+Status Executor::execute(const Thunk &t) {
+  using O = fb::Opcode;
+  auto F = [&](int i) { return static_cast<float *>(t.ptr[i]); };
+  auto I = [&](int i) { return static_cast<const int32_t *>(t.ptr[i]); };
+  auto H = [&](int i) { return static_cast<uint16_t *>(t.ptr[i]); };
+  switch (t.op) {
+  case O::Gemm:
+    return be->gemm(t.transA, t.transB, t.m, t.n, t.k, t.alpha, F(0), F(1),
+                    t.beta, F(2));
+  case O::BiasAdd:
+    return be->biasAdd(F(0), F(1), F(2), t.m, t.n);
+  case O::Add:
+    return be->add(F(0), F(1), F(2), t.n);
+  case O::Gelu:
+    return be->gelu(F(0), F(1), t.n);
+  case O::GeluGrad:
+    return be->geluGrad(F(0), F(1), F(2), t.n);
+  case O::Relu:
+    return be->relu(F(0), F(1), t.n);
+  case O::ReluGrad:
+    return be->reluGrad(F(0), F(1), F(2), t.n);
+  case O::ReduceRows:
+    return be->reduceRows(F(0), F(1), t.m, t.n, t.alpha, t.beta);
+  case O::CrossEntropy:
+    return be->crossEntropy(F(0), I(1), F(2), t.m, t.n);
+  case O::CrossEntropyGrad:
+    return be->crossEntropyGrad(F(0), I(1), F(2), F(3), t.m, t.n);
+  case O::Mean:
+    return be->mean(F(0), F(1), t.n);
+  case O::MeanGrad:
+    return be->meanGrad(F(0), F(1), t.n);
+  case O::Fill:
+    if (t.type == ElementType::BF16)
+      return be->fillBf16(H(0), t.f[0], t.n);
+    return be->fill(F(0), t.f[0], t.n);
+  case O::Scale:
+    if (t.type == ElementType::BF16)
+      return be->scaleBf16(H(0), H(1), t.alpha, t.n);
+    return be->scale(F(0), F(1), t.alpha, t.n);
+  case O::Copy:
+    return be->copy(t.ptr[0], t.ptr[1], t.bytes);
+  case O::Axpy:
+    if (t.type == ElementType::BF16)
+      return be->axpyBf16(t.alpha, H(0), H(1), t.n);
+    return be->axpy(t.alpha, F(0), F(1), t.n);
+  case O::Cast:
+    return be->cast(t.ptr[0], t.i[0] ? FloatFormat::BF16 : FloatFormat::F32,
+                    t.ptr[1], t.i[1] ? FloatFormat::BF16 : FloatFormat::F32,
+                    t.n, t.beta);
+  case O::AllReduce:
+    TESSERA_RETURN_IF_ERROR(be->synchronize());
+    return t.comm->allReduce(t.ptr[0], t.n, t.type, t.reduce);
+  case O::AllGather:
+    TESSERA_RETURN_IF_ERROR(be->synchronize());
+    if (t.i[0])
+      return t.comm->allGatherInPlace(t.ptr[1], t.n, t.type);
+    return t.comm->allGather(t.ptr[0], t.ptr[1], t.n, t.type);
+  case O::ReduceScatter:
+    TESSERA_RETURN_IF_ERROR(be->synchronize());
+    if (t.i[0])
+      return t.comm->reduceScatterInPlace(t.ptr[0], t.n, t.type, t.reduce);
+    return t.comm->reduceScatter(t.ptr[0], t.ptr[1], t.n, t.type, t.reduce);
+  case O::AllReduceStart: {
+    if (pending.count(t.event))
+      return failedPrecondition("event ", t.event, " is already in flight");
+    TESSERA_RETURN_IF_ERROR(be->synchronize());
+    TESSERA_ASSIGN_OR_RETURN(
+        CommRequest req,
+        t.comm->allReduceStart(t.ptr[0], t.n, t.type, t.reduce));
+    pending[t.event] = {t.comm, req};
+    return Status();
+  }
+  case O::ReduceScatterStart: {
+    if (pending.count(t.event))
+      return failedPrecondition("event ", t.event, " is already in flight");
+    TESSERA_RETURN_IF_ERROR(be->synchronize());
+    // In place, the communicator moves the result into this rank's block
+    // when the Wait completes it.
+    TESSERA_ASSIGN_OR_RETURN(
+        CommRequest req,
+        t.i[0] ? t.comm->reduceScatterInPlaceStart(t.ptr[0], t.n, t.type,
+                                                   t.reduce)
+               : t.comm->reduceScatterStart(t.ptr[0], t.ptr[1], t.n, t.type,
+                                            t.reduce));
+    pending[t.event] = {t.comm, req};
+    return Status();
+  }
+  case O::Send:
+  case O::Recv: {
+    // Posted now, completed with the rest of the batch (completeP2pBatch).
+    TESSERA_RETURN_IF_ERROR(be->synchronize());
+    if (p2pBatch.empty()) {
+      p2pBatchOpener =
+          "function '" + (currentFunction ? currentFunction->name : "?") + "'";
+      if (currentFunction && currentFunction->name != "step")
+        p2pBatchOpener += " microbatch " + std::to_string(currentMicrobatch);
+      if (currentFunction && currentFunction->numSlots > 0)
+        p2pBatchOpener += " slot " + std::to_string(currentSlot);
+    }
+    StatusOr<CommRequest> req =
+        t.op == O::Send
+            ? t.comm->isend(t.ptr[0], t.n, t.type, int(t.i[0]), int(t.i[1]))
+            : t.comm->irecv(t.ptr[0], t.n, t.type, int(t.i[0]), int(t.i[1]));
+    if (!req.ok())
+      return req.status();
+    p2pBatch.push_back({t.comm, *req, &t});
+    return Status();
+  }
+  case O::Wait: {
+    auto it = pending.find(t.event);
+    if (it == pending.end())
+      return failedPrecondition("Wait on event ", t.event,
+                                " which was not started");
+    auto [comm, req] = it->second;
+    pending.erase(it);
+    return comm->wait(req);
+  }
+  case O::Adam: {
+    int64_t step = 0;
+    TESSERA_RETURN_IF_ERROR(be->copyToHost(&step, t.ptr[4], 8));
+    AdamParams hp{float(t.f[0] * lrFactor), t.f[1], t.f[2], t.f[3], t.f[4]};
+    return be->adam(F(0), F(1), F(2), F(3), t.n, step, hp);
+  }
+  case O::Sgd:
+    return be->sgd(F(0), F(1), t.n, float(t.f[0] * lrFactor), t.f[1]);
+  case O::LayerNorm:
+    return be->layerNorm(F(0), F(1), F(2), F(3), t.m, t.n, t.f[0]);
+  case O::LayerNormGrad:
+    return be->layerNormGrad(F(0), F(1), F(2), F(3), F(4), F(5), t.m, t.n,
+                             t.f[0], t.beta);
+  case O::Embedding:
+    return be->embedding(I(0), F(1), F(2), t.m, t.i[0], t.n, t.i[1], t.i[2]);
+  case O::EmbeddingGrad:
+    return be->embeddingGrad(I(0), F(1), F(2), t.m, t.i[0], t.n, t.i[1],
+                             t.beta);
+  case O::AddPositionEmbedding:
+    return be->addPositionEmbedding(F(0), F(1), F(2), t.i[0], t.i[1], t.i[2]);
+  case O::PositionEmbeddingGrad:
+    return be->positionEmbeddingGrad(F(0), F(1), t.i[0], t.i[1], t.i[2], t.i[3],
+                                     t.beta);
+  case O::Attention:
+    return be->attention(F(0), F(1), t.i[0], t.i[1], t.i[2], t.i[3], t.k != 0);
+  case O::AttentionGrad:
+    return be->attentionGrad(F(0), F(1), F(2), t.i[0], t.i[1], t.i[2], t.i[3],
+                             t.k != 0);
+  case O::LogitsMax:
+    return be->logitsMax(F(0), F(1), t.m, t.n);
+  case O::CrossEntropyStats:
+    return be->crossEntropyStats(F(0), I(1), F(2), F(3), F(4), t.m, t.n, t.i[0],
+                                 t.i[1], t.i[2]);
+  case O::CrossEntropyFromStats:
+    return be->crossEntropyFromStats(F(0), F(1), F(2), I(3), F(4), t.m, t.i[0]);
+  case O::CrossEntropyStatsGrad:
+    return be->crossEntropyStatsGrad(F(0), I(1), F(2), F(3), F(4), F(5), t.m,
+                                     t.n, t.i[0], t.i[1], t.i[2]);
+  case O::TokenMean:
+    return be->tokenMean(F(0), I(1), F(2), t.m, t.i[0]);
+  case O::TokenMeanGrad:
+    return be->tokenMeanGrad(F(0), I(1), F(2), t.m, t.i[0]);
+  case O::Dropout: {
+    // Masks are keyed by the global sample of each batch column.
+    std::vector<int64_t> samples(size_t(t.n));
+    for (int64_t b = 0; b < t.n; ++b)
+      samples[size_t(b)] =
+          globalSampleIndex(layout, currentIteration, currentMicrobatch, b);
+    return be->dropout(F(0), F(1), t.m, t.n, t.k, t.i[0], t.i[1],
+                       samples.data(), options.seed, t.i[2], t.f[0]);
+  }
+  }
+  return unimplemented("unknown opcode ", int(t.op));
+}
+
+static int64_t steadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string Executor::stalledInstruction(double seconds) const {
+  {
+    std::lock_guard<std::mutex> lock(waitMutex);
+    if (!waitDescription.empty()) {
+      double stuck = double(steadyNowNs() - waitSinceNs) * 1e-9;
+      if (stuck < seconds)
+        return "";
+      return art->name() + ": " + waitDescription + " made no progress for " +
+             std::to_string(int64_t(stuck)) + " s";
+    }
+  }
+  const Thunk *t = inFlight.load();
+  if (!t)
+    return "";
+  double stuck = double(steadyNowNs() - inFlightSinceNs.load()) * 1e-9;
+  if (stuck < seconds || inFlight.load() != t)
+    return "";
+  return art->name() + ": " + t->where + " made no progress for " +
+         std::to_string(int64_t(stuck)) + " s";
+}
+
+Status Executor::completeP2pBatch() {
+  if (p2pBatch.empty())
+    return Status();
+  std::vector<P2pOp> batch;
+  batch.swap(p2pBatch);
+  std::string what =
+      "pipeline stage " + std::to_string(ppIndex) + " (pp rank " +
+      std::to_string(ppIndex) + " of " + std::to_string(ppSize) +
+      "): waiting for the p2p batch opened by " + p2pBatchOpener + ": ";
+  for (size_t i = 0; i < batch.size(); ++i)
+    what += (i ? "; " : "") + batch[i].thunk->p2pDetail;
+  {
+    std::lock_guard<std::mutex> lock(waitMutex);
+    waitDescription = what;
+    waitSinceNs = steadyNowNs();
+  }
+  auto start = std::chrono::steady_clock::now();
+  // Every request of one communicator is waited together (all Send/Recv run
+  // over "pp", so this is one MPI_Waitall).
+  Status st;
+  std::vector<Communicator *> order;
+  std::map<Communicator *, std::vector<CommRequest>> byComm;
+  for (const P2pOp &op : batch) {
+    if (!byComm.count(op.comm))
+      order.push_back(op.comm);
+    byComm[op.comm].push_back(op.request);
+  }
+  for (Communicator *comm : order) {
+    Status s = comm->waitAll(byComm[comm]);
+    if (st.ok())
+      st = s;
+  }
+  {
+    std::lock_guard<std::mutex> lock(waitMutex);
+    waitDescription.clear();
+  }
+  auto end = std::chrono::steady_clock::now();
+  if (options.profile)
+    kernelTime["P2pWait"] += std::chrono::duration<double>(end - start).count();
+  if (options.trace)
+    trace.push_back({"p2p wait", "p2p", sinceEpochUs(start),
+                     sinceEpochUs(end) - sinceEpochUs(start)});
+  if (!st.ok())
+    return Status(st.getCode(),
+                  art->name() + ": " + what + ": " + st.message());
+  return Status();
+}
+
+std::string Executor::phaseName(const DecodedFunction &fn,
+                                int64_t microbatch) const {
+  std::string mb = "mb" + std::to_string(microbatch);
+  if (fn.name == "microbatch" || fn.name == "microbatch:last")
+    return "microbatch " + std::to_string(microbatch);
+  bool forward = fn.forward, backward = isBackwardFunction(fn.name);
+  if (!forward && !backward)
+    return fn.name;
+  int chunk = fn.chunk;
+  size_t c = fn.name.rfind("_c");
+  if (chunk < 0 && c != std::string::npos && c + 2 < fn.name.size() &&
+      std::all_of(fn.name.begin() + long(c) + 2, fn.name.end(),
+                  [](char ch) { return std::isdigit((unsigned char)ch); }))
+    chunk = std::atoi(fn.name.c_str() + c + 2);
+  return std::string(forward ? "F " : "B ") +
+         (chunk >= 0 ? "c" + std::to_string(chunk) + " " : "") + mb;
+}
+
+Status Executor::runFunction(const std::string &name, int slot) {
+  auto it = functionIndex.find(name);
+  if (it == functionIndex.end())
+    return notFound(art->name(), ": program ", prog->pp_rank(),
+                    " has no function '", name, "'");
+  const DecodedFunction &fn = functions[it->second];
+  if (slot < 0 || slot >= int(fn.slots.size()))
+    return outOfRange(art->name(), ": program ", prog->pp_rank(), " function '",
+                      name, "' has no slot ", slot, " (", fn.numSlots,
+                      " slots)");
+  return runThunks(fn, slot, phaseName(fn, currentMicrobatch), "",
+                   /*drainP2p=*/false);
+}
+
+Status Executor::runThunks(const DecodedFunction &fn, int slot,
+                           const std::string &phase, const std::string &context,
+                           bool drainP2p) {
+  const bool timed = options.profile || options.trace;
+  currentFunction = &fn;
+  currentSlot = slot;
+  auto phaseStart = std::chrono::steady_clock::now();
+  for (const Thunk &t : fn.slots[size_t(slot)]) {
+    const bool p2p = isPointToPoint(t.op);
+    // Anything but another Send/Recv needs the open batch completed first.
+    if (!p2p)
+      TESSERA_RETURN_IF_ERROR(completeP2pBatch());
+    Status st;
+    auto start = timed ? std::chrono::steady_clock::now()
+                       : std::chrono::steady_clock::time_point();
+    inFlightSinceNs.store(steadyNowNs());
+    inFlight.store(&t);
+    try {
+      st = execute(t);
+    } catch (const std::exception &e) {
+      st = internalError("exception: ", e.what());
+    }
+    inFlight.store(nullptr);
+    if (timed) {
+      // Kernels may run asynchronously on other backends: time to completion.
+      if (st.ok())
+        st = be->synchronize();
+      auto end = std::chrono::steady_clock::now();
+      if (options.profile)
+        kernelTime[fb::EnumNameOpcode(t.op)] +=
+            std::chrono::duration<double>(end - start).count();
+      if (options.trace)
+        trace.push_back({p2p ? t.p2pLabel : fb::EnumNameOpcode(t.op),
+                         p2p      ? "p2p"
+                         : t.comm ? "communication"
+                                  : "compute",
+                         sinceEpochUs(start),
+                         sinceEpochUs(end) - sinceEpochUs(start)});
+    }
+    if (!st.ok())
+      return Status(st.getCode(), art->name() + ": " + t.where + context +
+                                      ": " + st.message());
+    // Started collectives advance between kernels (overlap with compute).
+    if (!pending.empty() && !t.comm && !p2p)
+      for (auto &[event, request] : pending)
+        TESSERA_RETURN_IF_ERROR(request.first->progress(request.second).withContext(
+            art->name() + ": " + t.where + context + ": progressing event " +
+            std::to_string(event)));
+  }
+  if (drainP2p)
+    TESSERA_RETURN_IF_ERROR(completeP2pBatch());
+  if (options.trace) {
+    double begin = sinceEpochUs(phaseStart);
+    trace.push_back({phase, "phase", begin,
+                     sinceEpochUs(std::chrono::steady_clock::now()) - begin});
+  }
+  if (!pending.empty()) {
+    int event = pending.begin()->first;
+    // Complete the stray requests so MPI state stays consistent.
+    for (auto &entry : pending)
+      entry.second.first->wait(entry.second.second).ignoreError();
+    pending.clear();
+    return failedPrecondition(
+        art->name(), ": program ", prog->pp_rank(), " function '", fn.name,
+        "' ended with async event ", event, " never waited for");
+  }
+  return be->synchronize();
+}
+
+double Executor::learningRate(int64_t iteration) const {
+  const fb::Optimizer *opt = art->root()->optimizer();
+  if (!opt)
+    return 0.0;
+  LrSchedule schedule;
+  schedule.maxLr = opt->lr();
+  schedule.minLr = opt->min_lr();
+  schedule.warmupIters = opt->lr_warmup_iters();
+  schedule.decayIters = opt->lr_decay_iters();
+  if (opt->lr_decay_style() && opt->lr_decay_style()->size())
+    schedule.style = opt->lr_decay_style()->str();
+  return schedule.at(iteration);
+}
+
+Status Executor::runStep(int64_t iteration) {
+  // Gradient sync and the optimizer run once, after every microbatch.
+  TESSERA_RETURN_IF_ERROR(completeP2pBatch());
+  if (prog->iteration_buffer() >= 0) {
+    const fb::Buffer *b = prog->buffers()->Get(prog->iteration_buffer());
+    int64_t it = iteration;
+    TESSERA_RETURN_IF_ERROR(be->copyToDevice(arena + b->offset(), &it, 8));
+  }
+  if (functionIndex.count("step"))
+    TESSERA_RETURN_IF_ERROR(runFunction("step"));
+  return completeP2pBatch();
+}
+
+StatusOr<double> Executor::runIteration(int64_t iteration) {
+  // The main params exist before the first step (callers that restore a
+  // checkpoint run "init" themselves, after the load).
+  if (initDue)
+    TESSERA_RETURN_IF_ERROR(runInit().status());
+  // The optimizer steps carry the peak rate; the schedule scales it.
+  if (const fb::Optimizer *opt = art->root()->optimizer())
+    lrFactor = opt->lr() > 0 ? learningRate(iteration) / double(opt->lr()) : 1.0;
+  if (prog->schedule() && prog->schedule()->size())
+    return runSchedule(iteration);
+  const int64_t numMicro = art->root()->batch()->num_microbatches();
+  double lossSum = 0.0;
+  bool hasLoss = prog->loss_buffer() >= 0;
+  for (int64_t m = 0; m < numMicro; ++m) {
+    TESSERA_RETURN_IF_ERROR(fillInputs(iteration, m));
+    currentIteration = iteration;
+    currentMicrobatch = m;
+    // The last microbatch may have a variant that starts the gradient
+    // buckets' reductions during its backward (overlap).
+    const bool last = m + 1 == numMicro && functionIndex.count("microbatch:last");
+    TESSERA_RETURN_IF_ERROR(runFunction(last ? "microbatch:last" : "microbatch"));
+    if (hasLoss) {
+      const fb::Buffer *b = prog->buffers()->Get(prog->loss_buffer());
+      float loss = 0.0f;
+      TESSERA_RETURN_IF_ERROR(be->copyToHost(&loss, arena + b->offset(), 4));
+      lossSum += double(loss);
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(runStep(iteration));
+  if (!hasLoss)
+    return std::numeric_limits<double>::quiet_NaN();
+  double loss = lossSum / double(numMicro);
+  if (comms.lossReduce && comms.lossReduce->size() > 1) {
+    TESSERA_RETURN_IF_ERROR(
+        comms.lossReduce->allReduce(&loss, 1, ElementType::F64, ReduceKind::Sum)
+            .withContext(art->name() + ": averaging the loss over dp"));
+    loss /= double(comms.lossReduce->size());
+  }
+  return loss;
+}
+
+StatusOr<double> Executor::runSchedule(int64_t iteration) {
+  const int64_t numMicro = art->root()->batch()->num_microbatches();
+  const auto &schedule = *prog->schedule();
+  double lossSum = 0.0;
+  int64_t lossOffset = prog->loss_buffer() >= 0
+                           ? prog->buffers()->Get(prog->loss_buffer())->offset()
+                           : -1;
+  currentIteration = iteration;
+  for (flatbuffers::uoffset_t si = 0; si < schedule.size(); ++si) {
+    const fb::ScheduleStep &step = *schedule.Get(si);
+    const DecodedFunction &fn = functions[size_t(step.function())];
+    const int slot = step.slot();
+    const int64_t displacement = int64_t(slot) * fn.slotBytes;
+    currentMicrobatch = step.microbatch();
+    std::string context = " in schedule step " + std::to_string(si) +
+                          " (microbatch " + std::to_string(step.microbatch()) +
+                          ", slot " + std::to_string(slot) + ")";
+    if (fn.forward) {
+      // A forward fills the inputs in its slot region at the slot's copy,
+      // and those in no forward's slot region in place.
+      Status st;
+      if (fn.numSlots > 0)
+        st = fillInputs(iteration, step.microbatch(), displacement, fn.slotBase,
+                        fn.slotBase + fn.slotBytes);
+      for (const fb::InputSpec *spec : unslottedInputs)
+        if (st.ok())
+          st = fillInput(*spec, iteration, step.microbatch(), 0);
+      TESSERA_RETURN_IF_ERROR(st.withContext("function '" + fn.name + "'" +
+                                             context + ": filling the inputs"));
+    }
+    // The end of the schedule completes the open batch (inside the last
+    // step's phase on the timeline).
+    bool last = si + 1 == schedule.size();
+    TESSERA_RETURN_IF_ERROR(runThunks(fn, slot,
+                                      phaseName(fn, step.microbatch()), context,
+                                      /*drainP2p=*/last));
+    if (fn.writesLoss) {
+      int64_t offset = lossOffset;
+      if (fn.slotBytes > 0 && offset >= fn.slotBase &&
+          offset < fn.slotBase + fn.slotBytes)
+        offset += displacement;
+      float loss = 0.0f;
+      TESSERA_RETURN_IF_ERROR(be->copyToHost(&loss, arena + offset, 4));
+      lossSum += double(loss);
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(runStep(iteration));
+  if (!artifactHasLoss)
+    return std::numeric_limits<double>::quiet_NaN();
+  // The stage that computes the loss reports the microbatch mean, the others
+  // 0; the sum over the stages is the pipeline's loss.
+  double loss = stageHasLoss ? lossSum / double(numMicro) : 0.0;
+  if (ppSize > 1) {
+    if (!comms.lossReducePp)
+      return failedPrecondition(
+          art->name(), ": a pipeline of ", ppSize,
+          " stages needs a loss channel over its pp group "
+          "(CommunicatorSet::lossReducePp)");
+    TESSERA_RETURN_IF_ERROR(
+        comms.lossReducePp
+            ->allReduce(&loss, 1, ElementType::F64, ReduceKind::Sum)
+            .withContext(art->name() + ": summing the loss over pp"));
+  }
+  if (comms.lossReduce && comms.lossReduce->size() > 1) {
+    TESSERA_RETURN_IF_ERROR(
+        comms.lossReduce->allReduce(&loss, 1, ElementType::F64, ReduceKind::Sum)
+            .withContext(art->name() + ": averaging the loss over dp"));
+    loss /= double(comms.lossReduce->size());
+  }
+  return loss;
+}
+
+StatusOr<std::vector<uint8_t>>
+Executor::readBuffer(const std::string &name) const {
+  const fb::Buffer *b = findBuffer(name);
+  if (!b)
+    return notFound(art->name(), ": no buffer named '", name, "'");
+  std::vector<uint8_t> out(
+      size_t(numElements(b->shape()) * dtypeSize(b->dtype())));
+  TESSERA_RETURN_IF_ERROR(
+      be->copyToHost(out.data(), arena + b->offset(), int64_t(out.size())));
+  return out;
+}
+
+StatusOr<std::vector<float>>
+Executor::readFloatBuffer(const std::string &name) const {
+  const fb::Buffer *b = findBuffer(name);
+  if (!b)
+    return notFound(art->name(), ": no buffer named '", name, "'");
+  if (b->dtype() != fb::DType::F32 && b->dtype() != fb::DType::BF16)
+    return invalidArgument(art->name(), ": buffer '", name, "' is ",
+                           fb::EnumNameDType(b->dtype()), ", not F32 or BF16");
+  TESSERA_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readBuffer(name));
+  std::vector<float> out(size_t(numElements(b->shape())));
+  if (b->dtype() == fb::DType::BF16) {
+    std::vector<uint16_t> half(out.size());
+    std::memcpy(half.data(), bytes.data(), bytes.size());
+    bf16ToFloats(half.data(), out.data(), int64_t(out.size()));
+  } else {
+    std::memcpy(out.data(), bytes.data(), bytes.size());
+  }
+  return out;
+}
+
+Status Executor::writeBuffer(const std::string &name, const void *data,
+                             int64_t bytes) {
+  const fb::Buffer *b = findBuffer(name);
+  if (!b)
+    return notFound(art->name(), ": no buffer named '", name, "'");
+  int64_t size = numElements(b->shape()) * dtypeSize(b->dtype());
+  if (bytes != size)
+    return invalidArgument(art->name(), ": buffer '", name, "' holds ", size,
+                           " bytes, got ", bytes);
+  TESSERA_RETURN_IF_ERROR(be->copyToDevice(arena + b->offset(), data, bytes));
+  if (b->kind() == fb::BufferKind::MainParam) {
+    // b points into the program's buffer vector: its index.
+    for (flatbuffers::uoffset_t i = 0; i < prog->buffers()->size(); ++i)
+      if (prog->buffers()->Get(i) == b) {
+        if (mainParamWritten.size() != prog->buffers()->size())
+          mainParamWritten.assign(prog->buffers()->size(), false);
+        mainParamWritten[i] = true;
+      }
+  }
+  return Status();
+}
+
+std::map<std::string, CommCounters> Executor::commCounters() const {
+  std::map<std::string, CommCounters> result;
+  for (auto &[kind, comm] : comms.groups)
+    if (comm)
+      result[kind] += comm->counters();
+  for (auto &[kind, comm] : selfComms)
+    result[kind] += comm->counters();
+  return result;
+}
+
+} // namespace tessera::rt

@@ -1,0 +1,50 @@
+//===- Thunk.h - A decoded instruction --------------------------*- C++ -*-===//
+//
+// What the decoder (Decoder.cpp) hands the executor (Executor.cpp) for each
+// instruction: the opcode, resolved arena pointers, sizes, attributes and
+// the bound communicator, all checked once when the program is loaded.
+// Internal to the executor.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_RT_EXECUTOR_THUNK_H
+#define TESSERA_RT_EXECUTOR_THUNK_H
+
+#include "tessera/rt/Artifact.h"
+#include "tessera/rt/Communicator.h"
+
+#include <cstdint>
+#include <string>
+
+namespace tessera::rt {
+
+/// A decoded instruction.
+struct Thunk {
+  fb::Opcode op = fb::Opcode::Fill;
+  void *ptr[6] = {};
+  /// gemm: m, n, k; matrix ops: rows (m) x cols (n); elementwise: n.
+  int64_t m = 0, n = 0, k = 0;
+  /// Integer parameters of the transformer kernels (see decodeInstr); for
+  /// Cast, i[0] and i[1] are 1 when X and Y are bf16; for AllGather and
+  /// ReduceScatter(Start), i[0] is 1 when in place (the shard is this rank's
+  /// block of the full buffer).
+  int64_t i[4] = {};
+  int64_t bytes = 0;
+  bool transA = false, transB = false;
+  float alpha = 1.0f, beta = 0.0f;
+  float f[5] = {};
+  Communicator *comm = nullptr;
+  /// Collectives and Send/Recv: the element type; Fill, Scale and Axpy: BF16
+  /// selects the bf16 kernel.
+  ElementType type = ElementType::F32;
+  ReduceKind reduce = ReduceKind::Sum;
+  int event = -1;
+  std::string where; ///< "function 'f' instruction i (Op at loc)"
+  /// Send/Recv: "send to pp rank 2 tag 5, [4, 2, 8] f32 at loc" (watchdog)
+  /// and "send→pp2" (trace). Peer index, tag and own index are i[0..2].
+  std::string p2pDetail, p2pLabel;
+};
+
+} // namespace tessera::rt
+
+#endif // TESSERA_RT_EXECUTOR_THUNK_H

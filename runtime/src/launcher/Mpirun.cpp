@@ -1,0 +1,118 @@
+//===- Mpirun.cpp - Pre-launch checks and re-exec under mpirun ------------===//
+//
+// tessera-run outside an MPI job: everything that can be checked without
+// starting the ranks is (the artifact and its programs, --data, the --save
+// directory, the --load checkpoint against the artifact with every shard
+// header it will read, -n against the world size, the backend), then the
+// process replaces itself with `mpirun -n N` of the same command line, with
+// the BLAS and OpenMP thread settings exported to every rank.
+//
+//===----------------------------------------------------------------------===//
+
+#include "LauncherInternal.h"
+
+#include "tessera/rt/Backend.h"
+#include "tessera/rt/Executor.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+namespace tessera::rt {
+
+bool insideMpiJob() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
+         std::getenv("PMIX_RANK");
+}
+
+namespace launcher {
+
+static std::string selfExecutable() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0)
+    return "";
+  return std::string(buf, size_t(n));
+}
+
+int launchUnderMpirun(const LaunchOptions &o, int argc, char **argv) {
+  auto loaded = LoadedArtifact::loadFromFile(o.artifactPath);
+  if (!loaded.ok())
+    return errorExit(loaded.status().message());
+  const LoadedArtifact &artifact = **loaded;
+  Status st = Executor::validate(artifact);
+  if (!st.ok())
+    return errorExit(st.message());
+  st = checkDataOption(o, artifact);
+  if (!st.ok()) {
+    if (st.getCode() == StatusCode::FailedPrecondition) {
+      // A missing --data is a usage error.
+      std::fprintf(stderr, "tessera-run: error: %s\n%s", st.message().c_str(),
+                   launchUsage(argc > 0 ? argv[0] : "tessera-run").c_str());
+      return 1;
+    }
+    return errorExit(st.message());
+  }
+  if (!o.saveDir.empty()) {
+    st = makeDirectories(o.saveDir);
+    if (!st.ok())
+      return errorExit("--save: " + st.message());
+  }
+  if (!o.loadDir.empty()) {
+    auto dataset = openDataset(o, artifact);
+    st = checkCheckpointForLaunch(
+        artifact, o.loadDir,
+        loadOptionsOf(o, dataset.ok() ? dataset->get() : nullptr));
+    if (!st.ok() && !startsFromScratch(o, st))
+      return errorExit(st.message());
+  }
+  int world = artifact.root()->world_size();
+  int n = o.numRanks ? o.numRanks : world;
+  if (n != world)
+    return errorExit("-n " + std::to_string(n) +
+                     " does not match the world "
+                     "size " +
+                     std::to_string(world) + " of " + o.artifactPath +
+                     " (mesh " + meshString(*artifact.root()) + ")");
+  {
+    auto backend = BackendRegistry::global().create(o.backend, {});
+    if (!backend.ok())
+      return errorExit(backend.status().message());
+  }
+  int threads = o.threads ? o.threads : defaultThreads(n);
+  if (o.threads || !std::getenv("OPENBLAS_NUM_THREADS"))
+    setenv("OPENBLAS_NUM_THREADS", std::to_string(threads).c_str(), 1);
+  // Idle OpenMP workers must not spin on the cores the BLAS threads use.
+  if (!std::getenv("OMP_WAIT_POLICY"))
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+
+  std::string self = selfExecutable();
+  if (self.empty())
+    return errorExit("cannot determine the path of tessera-run");
+  std::vector<std::string> args = {"mpirun",          "-n",
+                                   std::to_string(n), "--oversubscribe",
+                                   "--bind-to",       "none"};
+  if (geteuid() == 0)
+    args.push_back("--allow-run-as-root");
+  args.insert(args.end(),
+              {"-x", "OPENBLAS_NUM_THREADS", "-x", "OMP_WAIT_POLICY", self});
+  for (int i = 1; i < argc; ++i)
+    args.push_back(argv[i]);
+  std::vector<char *> cargs;
+  for (std::string &a : args)
+    cargs.push_back(a.data());
+  cargs.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  execvp("mpirun", cargs.data());
+  return errorExit(std::string("cannot execute mpirun: ") +
+                   std::strerror(errno));
+}
+
+} // namespace launcher
+} // namespace tessera::rt

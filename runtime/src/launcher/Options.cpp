@@ -1,0 +1,282 @@
+//===- Options.cpp - tessera-run command line and its checks --------------===//
+//
+// The command line of tessera-run (parseLaunchOptions, launchUsage: usage
+// errors name the flag), and what the options mean once the artifact is
+// known, shared by the pre-launch checks and the ranks: the --data dataset
+// checked against the programs' token inputs, the checkpoint load options
+// of --load, whether a --load DIR without a checkpoint starts from scratch
+// (the same DIR as --save), and the default --threads.
+//
+//===----------------------------------------------------------------------===//
+
+#include "LauncherInternal.h"
+
+#include "tessera/rt/CommandLine.h"
+#include "tessera/rt/Data.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+namespace tessera::rt {
+
+//===----------------------------------------------------------------------===//
+// Command line
+//===----------------------------------------------------------------------===//
+
+std::string launchUsage(const char *argv0) {
+  return std::string("usage: ") + argv0 +
+         " -n N FILE.tsr --steps S [--seed S] [--metrics FILE]\n"
+         "       [--backend cpu] [--threads T] [--data PREFIX]\n"
+         "       [--save DIR [--save-interval K]] [--load DIR "
+         "[--no-load-optim]]\n"
+         "       " +
+         argv0 +
+         " FILE.tsr --print-summary\n"
+         "\n"
+         "  -n N             number of MPI ranks (must equal the artifact's "
+         "world size;\n"
+         "                   default: the artifact's world size)\n"
+         "  --steps S        train up to iteration S: the total iteration "
+         "count, so a\n"
+         "                   run resumed with --load at iteration K trains "
+         "K+1..S\n"
+         "                   (Megatron's --train-iters)\n"
+         "  --seed S         seed of weight init and synthetic data "
+         "(default 1234)\n"
+         "  --data PREFIX    Megatron indexed dataset (PREFIX.bin/.idx or\n"
+         "                   PREFIX_text_document.bin/.idx, e.g. from\n"
+         "                   tessera-preprocess) for models with token "
+         "inputs\n"
+         "  --metrics FILE   write one JSON line per step\n"
+         "  --save DIR       write checkpoints to DIR every --save-interval\n"
+         "                   iterations and after the last one: one shard per "
+         "rank in\n"
+         "                   DIR/iter_NNNNNNN/rank_RRRRR.bin, then "
+         "manifest.json,"
+         "\n"
+         "                   then DIR/latest; atomic (a crash leaves the "
+         "previous"
+         "\n"
+         "                   checkpoint loadable)\n"
+         "  --save-interval K  save every K iterations (default: only at the "
+         "end)\n"
+         "  --load DIR       resume from the checkpoint DIR/latest names (or "
+         "the"
+         "\n"
+         "                   iter_NNNNNNN directory DIR): parameters, "
+         "optimizer "
+         "state\n"
+         "                   and iteration; resharded when tp/pp/dp differ. "
+         "With"
+         "\n"
+         "                   --save DIR, the same DIR without a checkpoint yet "
+         "starts\n"
+         "                   from scratch\n"
+         "  --no-load-optim  with --load: restore parameters and iteration "
+         "only\n"
+         "  --timeout S      seconds one instruction or checkpoint step may "
+         "take\n"
+         "                   before every rank stops with an error naming it\n"
+         "                   (default 300, 0: off)\n"
+         "  --trace FILE     write a Chrome/Perfetto trace of every rank's\n"
+         "                   instructions (phases, compute, communication,\n"
+         "                   pipeline p2p)\n"
+         "  --profile        time every instruction; adds per-opcode seconds\n"
+         "                   (kernel_time_s) to the metrics lines\n"
+         "  --backend NAME   compute backend (default cpu)\n"
+         "  --threads T      BLAS threads per rank (default: cores / N)\n"
+         "  --print-summary  print the artifact manifest and exit\n";
+}
+
+static StatusOr<int64_t> parseInt(const std::string &flag,
+                                  const std::string &text, int64_t min) {
+  char *end = nullptr;
+  errno = 0;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno != 0 || v < min)
+    return invalidArgument("invalid value '", text, "' for ", flag,
+                           " (expected an integer >= ", min, ")");
+  return int64_t(v);
+}
+
+StatusOr<LaunchOptions> parseLaunchOptions(int argc, char **argv) {
+  LaunchOptions o;
+  ArgReader args(argc, argv);
+  while (args.next()) {
+    const std::string &arg = args.arg();
+    auto next = [&] { return args.value(); };
+    bool hasInline = args.hasInlineValue();
+    if (arg == "-h" || arg == "--help") {
+      o.help = true;
+    } else if (arg == "-n" || arg == "--np") {
+      TESSERA_ASSIGN_OR_RETURN(std::string v, next());
+      TESSERA_ASSIGN_OR_RETURN(int64_t n, parseInt("-n", v, 1));
+      if (n > INT_MAX)
+        return invalidArgument("-n is too large");
+      o.numRanks = int(n);
+    } else if (arg == "--steps") {
+      TESSERA_ASSIGN_OR_RETURN(std::string v, next());
+      TESSERA_ASSIGN_OR_RETURN(o.steps, parseInt(arg, v, 0));
+    } else if (arg == "--seed") {
+      TESSERA_ASSIGN_OR_RETURN(std::string v, next());
+      TESSERA_ASSIGN_OR_RETURN(int64_t s, parseInt(arg, v, 0));
+      o.seed = uint64_t(s);
+    } else if (arg == "--metrics") {
+      TESSERA_ASSIGN_OR_RETURN(o.metricsPath, next());
+      if (o.metricsPath.empty())
+        return invalidArgument("empty --metrics path");
+    } else if (arg == "--data") {
+      TESSERA_ASSIGN_OR_RETURN(o.dataPrefix, next());
+      if (o.dataPrefix.empty())
+        return invalidArgument("empty --data prefix");
+    } else if (arg == "--save") {
+      TESSERA_ASSIGN_OR_RETURN(o.saveDir, next());
+      if (o.saveDir.empty())
+        return invalidArgument("empty --save directory");
+    } else if (arg == "--save-interval") {
+      TESSERA_ASSIGN_OR_RETURN(std::string v, next());
+      TESSERA_ASSIGN_OR_RETURN(o.saveInterval, parseInt(arg, v, 1));
+    } else if (arg == "--load") {
+      TESSERA_ASSIGN_OR_RETURN(o.loadDir, next());
+      if (o.loadDir.empty())
+        return invalidArgument("empty --load directory");
+    } else if (arg == "--no-load-optim") {
+      if (hasInline)
+        return invalidArgument("--no-load-optim takes no value");
+      o.noLoadOptim = true;
+    } else if (arg == "--backend") {
+      TESSERA_ASSIGN_OR_RETURN(o.backend, next());
+    } else if (arg == "--threads") {
+      TESSERA_ASSIGN_OR_RETURN(std::string v, next());
+      TESSERA_ASSIGN_OR_RETURN(int64_t t, parseInt(arg, v, 1));
+      o.threads = int(std::min<int64_t>(t, 1024));
+    } else if (arg == "--timeout") {
+      TESSERA_ASSIGN_OR_RETURN(std::string v, next());
+      char *end = nullptr;
+      o.timeout = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || o.timeout < 0)
+        return invalidArgument("--timeout needs a number of seconds >= 0, got '",
+                               v, "'");
+    } else if (arg == "--trace") {
+      TESSERA_ASSIGN_OR_RETURN(o.tracePath, next());
+      if (o.tracePath.empty())
+        return invalidArgument("empty --trace path");
+    } else if (arg == "--profile") {
+      if (hasInline)
+        return invalidArgument("--profile takes no value");
+      o.profile = true;
+    } else if (arg == "--print-summary") {
+      if (hasInline)
+        return invalidArgument("--print-summary takes no value");
+      o.printSummary = true;
+    } else if (!arg.empty() && arg[0] == '-' && arg != "-") {
+      return invalidArgument("unknown option '", args.raw(), "'");
+    } else {
+      if (!o.artifactPath.empty())
+        return invalidArgument("more than one artifact file given ('",
+                               o.artifactPath, "' and '", arg, "')");
+      o.artifactPath = arg;
+    }
+  }
+  if (o.help)
+    return o;
+  if (o.artifactPath.empty())
+    return invalidArgument("no artifact file given");
+  if (!o.printSummary && o.steps < 0)
+    return invalidArgument("--steps is required");
+  if (o.saveInterval > 0 && o.saveDir.empty())
+    return invalidArgument("--save-interval needs --save DIR");
+  if (o.noLoadOptim && o.loadDir.empty())
+    return invalidArgument("--no-load-optim needs --load DIR");
+  return o;
+}
+
+//===----------------------------------------------------------------------===//
+// What the options imply
+//===----------------------------------------------------------------------===//
+
+namespace launcher {
+
+int defaultThreads(int numRanks) {
+  unsigned cores = std::thread::hardware_concurrency();
+  return std::max(1, int(cores ? cores : 1) / std::max(1, numRanks));
+}
+
+StatusOr<std::shared_ptr<const IndexedDataset>>
+openDataset(const LaunchOptions &o, const LoadedArtifact &artifact) {
+  const fb::Artifact &a = *artifact.root();
+  if (o.dataPrefix.empty()) {
+    if (artifactNeedsTokenData(a))
+      return failedPrecondition(
+          artifact.name(), " has token inputs (a language model): "
+                           "--data PREFIX is required (make the dataset with "
+                           "tessera-preprocess)");
+    return std::shared_ptr<const IndexedDataset>();
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::string prefix,
+                           IndexedDataset::resolvePrefix(o.dataPrefix));
+  TESSERA_ASSIGN_OR_RETURN(auto dataset, IndexedDataset::open(prefix));
+  for (const fb::Program *p : *a.programs())
+    TESSERA_RETURN_IF_ERROR(checkTokenInputs(*p, a.batch()->micro_batch_size(),
+                                             *dataset, artifact.name()));
+  return dataset;
+}
+
+Status checkDataOption(const LaunchOptions &o, const LoadedArtifact &artifact) {
+  auto dataset = openDataset(o, artifact);
+  if (!dataset.ok())
+    return dataset.status();
+  if (*dataset && !artifactNeedsTokenData(*artifact.root()))
+    std::fprintf(stderr,
+                 "tessera-run: warning: %s has no token inputs; --data %s is "
+                 "not used\n",
+                 artifact.name().c_str(), o.dataPrefix.c_str());
+  return Status();
+}
+
+namespace {
+
+std::string withoutTrailingSlashes(std::string path) {
+  while (path.size() > 1 && path.back() == '/')
+    path.pop_back();
+  return path;
+}
+
+/// True if --load and --save name the same directory (the auto-resume
+/// pattern: a first run finds no checkpoint there and starts from scratch).
+bool sameDirectory(const std::string &a, const std::string &b) {
+  if (a.empty() || b.empty())
+    return false;
+  struct stat sa, sb;
+  if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0)
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  return withoutTrailingSlashes(a) == withoutTrailingSlashes(b);
+}
+
+} // namespace
+
+CheckpointLoadOptions loadOptionsOf(const LaunchOptions &o,
+                                    const IndexedDataset *dataset) {
+  CheckpointLoadOptions lo;
+  lo.seed = o.seed;
+  lo.loadOptimizer = !o.noLoadOptim;
+  if (dataset) {
+    lo.datasetPrefix = dataset->prefix();
+    lo.datasetTokens = dataset->numTokens();
+  }
+  return lo;
+}
+
+bool startsFromScratch(const LaunchOptions &o, const Status &st) {
+  return st.getCode() == StatusCode::NotFound &&
+         sameDirectory(o.loadDir, o.saveDir);
+}
+
+} // namespace launcher
+} // namespace tessera::rt

@@ -1,0 +1,555 @@
+//===- TrainingLoop.cpp - One rank of tessera-run -------------------------===//
+//
+// tessera-run inside the MPI job, on every rank: the artifact (checked
+// against the job), the communicators of the rank's groups, the backend and
+// the executor; the watchdog that ends a rank stuck in an instruction or a
+// checkpoint step; --load; then iterations startIteration+1..--steps, with
+// rank 0 printing Megatron's training_log progress line ("iteration N/S |
+// consumed samples: ... | elapsed time per iteration (ms): ...") and the
+// --metrics JSON lines; --save every --save-interval iterations and after
+// the last one; --trace at the end. A rank's error aborts the whole job.
+//
+//===----------------------------------------------------------------------===//
+
+#include "LauncherInternal.h"
+
+#include "tessera/rt/Executor.h"
+#include "tessera/rt/MpiCommunicator.h"
+#include "tessera/rt/WaitMonitor.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <exception>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <thread>
+
+namespace tessera::rt::launcher {
+
+namespace {
+
+/// The per-kind byte counters in the metrics' comm_bytes.
+const char *const kCollectiveNames[] = {"all_reduce", "all_gather",
+                                        "reduce_scatter", "p2p"};
+constexpr int kNumCollectiveNames = 4;
+
+uint64_t counterOf(const CommCounters &c, int kind) {
+  switch (kind) {
+  case 0:
+    return c.allReduce;
+  case 1:
+    return c.allGather;
+  case 2:
+    return c.reduceScatter;
+  default:
+    return c.p2p;
+  }
+}
+
+std::string timestamp() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+/// The fault-injection hooks of the tests (environment; see Launcher.h).
+struct DebugHooks {
+  /// TESSERA_DEBUG_STALL_RANK: this world rank sleeps before its first step.
+  int stallRank = -1;
+  /// TESSERA_DEBUG_EXIT_AFTER_STEP: every rank _exit(9)s after iteration N.
+  int64_t exitAfterStep = -1;
+  /// TESSERA_DEBUG_EXIT_IN_SAVE (CheckpointSaveOptions::debugExitAfterShard).
+  int64_t exitInSave = -1;
+  /// TESSERA_DEBUG_STALL_IN_SAVE / _IN_LOAD (the debugStallRank of
+  /// CheckpointSaveOptions / CheckpointLoadOptions).
+  int stallInSave = -1, stallInLoad = -1;
+
+  static DebugHooks fromEnvironment() {
+    DebugHooks h;
+    if (const char *env = std::getenv("TESSERA_DEBUG_STALL_RANK"))
+      h.stallRank = std::atoi(env);
+    if (const char *env = std::getenv("TESSERA_DEBUG_EXIT_AFTER_STEP"))
+      h.exitAfterStep = std::atoll(env);
+    if (const char *env = std::getenv("TESSERA_DEBUG_EXIT_IN_SAVE"))
+      h.exitInSave = std::atoll(env);
+    if (const char *env = std::getenv("TESSERA_DEBUG_STALL_IN_SAVE"))
+      h.stallInSave = std::atoi(env);
+    if (const char *env = std::getenv("TESSERA_DEBUG_STALL_IN_LOAD"))
+      h.stallInLoad = std::atoi(env);
+    return h;
+  }
+};
+
+/// The watchdog: a collective whose peer died or stalled would block
+/// forever; after `timeout` seconds in one instruction, or in one step of a
+/// checkpoint save or load, the rank reports it and exits, and mpirun then
+/// ends every other rank. Stopped (joined) when destroyed.
+class Watchdog {
+public:
+  Watchdog(const Executor &executor, const WaitMonitor &checkpointSteps,
+           double timeout, int rank)
+      : thread([this, &executor, &checkpointSteps, timeout, rank] {
+          while (!finished.load()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+            WaitMonitor::On on = WaitMonitor::On::Peers;
+            std::string stuck = executor.stalledInstruction(timeout);
+            if (stuck.empty())
+              stuck = checkpointSteps.stalled(timeout, &on);
+            if (!stuck.empty()) {
+              std::fflush(stdout);
+              std::fprintf(
+                  stderr,
+                  "tessera-run: error: rank %d: %s (timeout %g s): %s\n", rank,
+                  stuck.c_str(), timeout, WaitMonitor::likelyCause(on));
+              std::fflush(stderr);
+              std::_Exit(1);
+            }
+          }
+        }) {}
+  Watchdog(const Watchdog &) = delete;
+  Watchdog &operator=(const Watchdog &) = delete;
+  ~Watchdog() {
+    finished.store(true);
+    if (thread.joinable())
+      thread.join();
+  }
+
+private:
+  std::atomic<bool> finished{false};
+  std::thread thread;
+};
+
+struct FileCloser {
+  void operator()(FILE *f) const { std::fclose(f); }
+};
+
+/// One rank of the job: set up, resumed from --load, trained to --steps.
+/// Members are destroyed in reverse order: the metrics file closes and the
+/// watchdog stops before the executor, dataset and communicators go.
+class RankRun {
+public:
+  RankRun(const LaunchOptions &o, int rank, int size)
+      : o(o), rank(rank), size(size),
+        hooks(DebugHooks::fromEnvironment()) {}
+
+  Status run();
+
+private:
+  Status setUp();
+  Status resume();
+  void printHeader() const;
+  Status openMetrics();
+  Status startTraining();
+  Status trainIteration(int64_t it);
+  Status report(int64_t it, double loss, double seconds,
+                std::map<std::string, CommCounters> &after);
+  std::string metricsLine(int64_t it, double loss, double tokensPerSecond,
+                          double seconds, double tflops,
+                          std::map<std::string, CommCounters> &after);
+  Status saveIfDue(int64_t it);
+  Status exitIfHooked(int64_t it);
+
+  const LaunchOptions &o;
+  const int rank, size;
+  const DebugHooks hooks;
+
+  std::shared_ptr<const LoadedArtifact> artifact;
+  std::unique_ptr<Communicator> world;
+  /// The --data dataset when the artifact has token inputs, else null.
+  std::shared_ptr<const IndexedDataset> dataset;
+  std::unique_ptr<Executor> executor;
+  int blasThreads = 0;
+  /// The steps of a checkpoint save or load, for the watchdog.
+  WaitMonitor checkpointSteps;
+  std::optional<Watchdog> watchdog;
+
+  /// The iteration the run continues after (0, or --load's).
+  int64_t startIteration = 0;
+  /// Rank 0's report of --load.
+  std::string loadMessage;
+  /// Rank 0's --metrics file.
+  std::unique_ptr<FILE, FileCloser> metrics;
+  /// Tokens per sample: the sequence length for language-model inputs
+  /// ([S, b] token buffers), else one per sample.
+  int64_t tokensPerSample = 1;
+  /// The communicator kinds and the counters after the previous iteration
+  /// (the metrics report each iteration's bytes and kernel seconds).
+  std::set<std::string> kinds;
+  std::map<std::string, CommCounters> before;
+  std::map<std::string, double> kernelsBefore;
+};
+
+Status RankRun::run() {
+  TESSERA_RETURN_IF_ERROR(setUp());
+  if (o.timeout > 0)
+    watchdog.emplace(*executor, checkpointSteps, o.timeout, rank);
+  TESSERA_RETURN_IF_ERROR(executor->initializeParameters());
+  TESSERA_RETURN_IF_ERROR(resume());
+  if (rank == 0) {
+    printHeader();
+    TESSERA_RETURN_IF_ERROR(openMetrics());
+  }
+  TESSERA_RETURN_IF_ERROR(startTraining());
+  for (int64_t it = startIteration + 1; it <= o.steps; ++it) {
+    TESSERA_RETURN_IF_ERROR(trainIteration(it));
+    TESSERA_RETURN_IF_ERROR(saveIfDue(it));
+    TESSERA_RETURN_IF_ERROR(exitIfHooked(it));
+  }
+  if (!o.tracePath.empty())
+    TESSERA_RETURN_IF_ERROR(writeTrace(o.tracePath, *executor, rank));
+  if (world)
+    TESSERA_RETURN_IF_ERROR(world->barrier());
+  return Status();
+}
+
+/// The artifact (its world size against the job's), the communicators of
+/// this rank's groups, the backend, the dataset and the executor.
+Status RankRun::setUp() {
+  TESSERA_ASSIGN_OR_RETURN(artifact,
+                           LoadedArtifact::loadFromFile(o.artifactPath));
+  const fb::Artifact &a = *artifact->root();
+  if (size != a.world_size())
+    return failedPrecondition("MPI world size ", size,
+                              " does not match the world size ", a.world_size(),
+                              " of ", artifact->name(), " (mesh ",
+                              meshString(a), "); run with -n ", a.world_size());
+  if (o.numRanks && o.numRanks != size)
+    return failedPrecondition("-n ", o.numRanks, " but the MPI job has ", size,
+                              " ranks");
+
+  TESSERA_ASSIGN_OR_RETURN(CommunicatorSet comms, createMpiCommunicators(a));
+  world = std::move(comms.world);
+
+  BackendOptions bo;
+  if (o.threads)
+    bo.numThreads = o.threads;
+  else if (const char *env = std::getenv("OPENBLAS_NUM_THREADS"))
+    bo.numThreads = std::max(1, std::atoi(env));
+  else
+    bo.numThreads = defaultThreads(size);
+  blasThreads = bo.numThreads;
+  TESSERA_ASSIGN_OR_RETURN(auto backend,
+                           BackendRegistry::global().create(o.backend, bo));
+  ExecutorOptions eo;
+  eo.seed = o.seed;
+  eo.profile = o.profile;
+  eo.trace = !o.tracePath.empty();
+  // Every rank maps the dataset (cheap) and reads its own samples.
+  TESSERA_ASSIGN_OR_RETURN(eo.dataset, openDataset(o, *artifact));
+  if (eo.dataset && !artifactNeedsTokenData(a))
+    eo.dataset.reset();
+  dataset = eo.dataset;
+  TESSERA_ASSIGN_OR_RETURN(executor,
+                           Executor::create(artifact, std::move(backend),
+                                            std::move(comms), rank, eo));
+  return Status();
+}
+
+/// --load: the checkpoint's parameters, optimizer state and iteration.
+Status RankRun::resume() {
+  if (o.loadDir.empty())
+    return Status();
+  auto t0 = std::chrono::steady_clock::now();
+  CheckpointLoadOptions lo = loadOptionsOf(o, dataset.get());
+  lo.monitor = &checkpointSteps;
+  lo.debugStallRank = hooks.stallInLoad;
+  auto loaded = loadCheckpoint(*executor, o.loadDir, lo, world.get());
+  if (loaded.ok()) {
+    startIteration = loaded->iteration;
+    double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count();
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%.2f", secs);
+    loadMessage =
+        "tessera-run: loaded checkpoint " + loaded->dir + " at iteration " +
+        std::to_string(loaded->iteration) + " (saved at " +
+        loaded->savedConfig +
+        (loaded->resharded ? "; resharded to " + loaded->targetConfig
+                           : std::string()) +
+        (o.noLoadOptim ? "; parameters only" : "") + ") in " + buf + " s\n";
+    for (const std::string &note : loaded->notes)
+      loadMessage += "tessera-run: note: " + note + "\n";
+  } else if (startsFromScratch(o, loaded.status())) {
+    loadMessage = "tessera-run: no checkpoint in " + o.loadDir +
+                  " yet; starting from iteration 1\n";
+  } else {
+    return loaded.status();
+  }
+  return Status();
+}
+
+/// Rank 0: what runs (artifact, mesh, batch, data, optimizer, learning-rate
+/// schedule) and where it starts.
+void RankRun::printHeader() const {
+  const fb::Artifact &a = *artifact->root();
+  const fb::Batch &batch = *a.batch();
+  const fb::Optimizer *opt = a.optimizer();
+  std::printf("tessera-run: %s | model %s | producer %s\n",
+              artifact->name().c_str(), a.model() ? a.model()->c_str() : "?",
+              a.producer() ? a.producer()->c_str() : "?");
+  std::printf("tessera-run: world size %d | mesh %s | programs %u | "
+              "backend %s | seed %llu | BLAS threads/rank %d\n",
+              a.world_size(), meshString(a).c_str(), a.programs()->size(),
+              o.backend.c_str(), (unsigned long long)o.seed, blasThreads);
+  std::printf("tessera-run: batch: micro %lld x %lld microbatches x dp %d "
+              "= global %lld\n",
+              (long long)batch.micro_batch_size(),
+              (long long)batch.num_microbatches(),
+              executor->dataLayout().dpSize,
+              (long long)batch.global_batch_size());
+  if (dataset)
+    std::printf("tessera-run: data %s: %lld documents, %lld sequences, "
+                "%lld tokens (%s)\n",
+                dataset->prefix().c_str(), (long long)dataset->numDocuments(),
+                (long long)dataset->numSequences(),
+                (long long)dataset->numTokens(),
+                tokenDTypeName(dataset->dtype()));
+  if (opt)
+    std::printf("tessera-run: optimizer %s lr=%g beta1=%g beta2=%g eps=%g "
+                "weight_decay=%g\n",
+                opt->kind() ? opt->kind()->c_str() : "?", opt->lr(),
+                opt->beta1(), opt->beta2(), opt->eps(), opt->weight_decay());
+  if (opt && (opt->lr_warmup_iters() > 0 ||
+              (opt->lr_decay_style() &&
+               opt->lr_decay_style()->str() != "constant")))
+    std::printf("tessera-run: lr schedule: warmup %lld iterations, %s decay "
+                "to %g at iteration %lld\n",
+                (long long)opt->lr_warmup_iters(),
+                opt->lr_decay_style() ? opt->lr_decay_style()->c_str()
+                                      : "constant",
+                opt->min_lr(), (long long)opt->lr_decay_iters());
+  std::printf("%s", loadMessage.c_str());
+  if (startIteration >= o.steps)
+    std::printf("tessera-run: the checkpoint's iteration %lld reaches "
+                "--steps %lld: nothing to train\n",
+                (long long)startIteration, (long long)o.steps);
+  std::fflush(stdout);
+}
+
+/// Rank 0: opens --metrics.
+Status RankRun::openMetrics() {
+  if (o.metricsPath.empty())
+    return Status();
+  FILE *f = std::fopen(o.metricsPath.c_str(), "w");
+  if (!f)
+    return notFound(o.metricsPath,
+                    ": cannot open metrics file: ", std::strerror(errno));
+  metrics.reset(f);
+  return Status();
+}
+
+/// Before the first iteration: the metrics' baselines, the start of the
+/// trace, the stall hook and "init".
+Status RankRun::startTraining() {
+  const fb::Program &program = executor->program();
+  if (program.inputs())
+    for (const fb::InputSpec *spec : *program.inputs())
+      if (isTokenInput(*spec)) {
+        const fb::Buffer *buf = program.buffers()->Get(spec->buffer());
+        if (buf->shape() && buf->shape()->size() == 2)
+          tokensPerSample = buf->shape()->Get(0);
+      }
+
+  for (auto &entry : executor->commCounters())
+    kinds.insert(entry.first);
+  before = executor->commCounters();
+  kernelsBefore = executor->kernelSeconds();
+  if (!o.tracePath.empty()) {
+    // Line the ranks' clocks up: start every timeline after one barrier.
+    if (world)
+      TESSERA_RETURN_IF_ERROR(world->barrier());
+    executor->startTrace();
+  }
+  // Fault injection for tests: this rank stalls before its first step.
+  if (hooks.stallRank == rank)
+    std::this_thread::sleep_for(std::chrono::hours(1));
+  // Mixed precision: the fp32 main params from the (initialised or loaded)
+  // parameters, unless the checkpoint restored every one of them; here
+  // rather than inside iteration 1, so that it is traced but not timed as
+  // part of an iteration.
+  return executor->runInit().status();
+}
+
+/// Iteration `it`, timed, and rank 0's report of it.
+Status RankRun::trainIteration(int64_t it) {
+  auto t0 = std::chrono::steady_clock::now();
+  TESSERA_ASSIGN_OR_RETURN(double loss, executor->runIteration(it));
+  auto t1 = std::chrono::steady_clock::now();
+  double seconds = std::chrono::duration<double>(t1 - t0).count();
+  std::map<std::string, CommCounters> after = executor->commCounters();
+  if (rank == 0)
+    TESSERA_RETURN_IF_ERROR(report(it, loss, seconds, after));
+  before = std::move(after);
+  kernelsBefore = executor->kernelSeconds();
+  return Status();
+}
+
+/// Rank 0: Megatron's progress line of iteration `it` and its --metrics
+/// line.
+Status RankRun::report(int64_t it, double loss, double seconds,
+                       std::map<std::string, CommCounters> &after) {
+  const fb::Artifact &a = *artifact->root();
+  const fb::Batch &batch = *a.batch();
+  double tokensPerSecond =
+      seconds > 0
+          ? double(batch.global_batch_size() * tokensPerSample) / seconds
+          : 0.0;
+  double tflops = seconds > 0 ? a.flops_per_step() / seconds / 1e12 : 0.0;
+  std::printf(" [%s] iteration %8lld/%8lld | consumed samples: %12lld | "
+              "elapsed time per iteration (ms): %.1f | throughput per "
+              "rank (TFLOP/s): %.3f | learning rate: "
+              "%.3E | global batch size: %5lld | loss: %.6E | tokens per "
+              "second: %.1f |\n",
+              timestamp().c_str(), (long long)it, (long long)o.steps,
+              (long long)(it * batch.global_batch_size()), seconds * 1000.0,
+              tflops, executor->learningRate(it),
+              (long long)batch.global_batch_size(), loss, tokensPerSecond);
+  std::fflush(stdout);
+  if (!metrics)
+    return Status();
+  std::string line =
+      metricsLine(it, loss, tokensPerSecond, seconds, tflops, after);
+  if (std::fputs(line.c_str(), metrics.get()) < 0 ||
+      std::fflush(metrics.get()))
+    return dataLoss(o.metricsPath, ": write failed");
+  return Status();
+}
+
+/// One JSON line of --metrics: the loss, throughput, learning rate and step
+/// time of iteration `it`, its communication bytes per collective and group
+/// kind, and with --profile its kernel seconds per opcode (rank 0's).
+std::string RankRun::metricsLine(int64_t it, double loss,
+                                 double tokensPerSecond, double seconds,
+                                 double tflops,
+                                 std::map<std::string, CommCounters> &after) {
+  std::string line = "{\"step\": " + std::to_string(it) +
+                     ", \"loss\": " + jsonNumber(loss) +
+                     ", \"tokens_per_s\": " + jsonNumber(tokensPerSecond) +
+                     ", \"lr\": " + jsonNumber(executor->learningRate(it)) +
+                     ", \"step_time_s\": " + jsonNumber(seconds) +
+                     ", \"tflops_per_rank\": " + jsonNumber(tflops) +
+                     ", \"comm_bytes\": {";
+  for (int c = 0; c < kNumCollectiveNames; ++c) {
+    line += std::string(c ? ", " : "") + "\"" + kCollectiveNames[c] + "\": {";
+    bool first = true;
+    for (const std::string &kind : kinds) {
+      uint64_t bytes = counterOf(after[kind] - before[kind], c);
+      line += std::string(first ? "" : ", ") + jsonString(kind) + ": " +
+              std::to_string(bytes);
+      first = false;
+    }
+    line += "}";
+  }
+  line += "}";
+  if (o.profile) {
+    // Per-opcode seconds of this step on rank 0.
+    line += ", \"kernel_time_s\": {";
+    bool first = true;
+    for (auto &[name, secs] : executor->kernelSeconds()) {
+      line += std::string(first ? "" : ", ") + jsonString(name) + ": " +
+              jsonNumber(secs - kernelsBefore[name]);
+      first = false;
+    }
+    line += "}";
+  }
+  line += "}\n";
+  return line;
+}
+
+/// --save: a checkpoint after every --save-interval iterations and after
+/// the last one.
+Status RankRun::saveIfDue(int64_t it) {
+  if (o.saveDir.empty() ||
+      !((o.saveInterval > 0 && it % o.saveInterval == 0) || it == o.steps))
+    return Status();
+  auto s0 = std::chrono::steady_clock::now();
+  CheckpointSaveOptions so;
+  so.dir = o.saveDir;
+  so.info.iteration = it;
+  so.info.seed = o.seed;
+  if (dataset) {
+    so.info.datasetPrefix = dataset->prefix();
+    so.info.datasetTokens = dataset->numTokens();
+  }
+  so.debugExitAfterShard = hooks.exitInSave;
+  so.debugStallRank = hooks.stallInSave;
+  so.monitor = &checkpointSteps;
+  TESSERA_ASSIGN_OR_RETURN(CheckpointSaveResult saved,
+                           saveCheckpoint(*executor, so, world.get()));
+  if (rank == 0) {
+    double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - s0)
+            .count();
+    std::printf("tessera-run: saved checkpoint iteration %lld to %s (%d "
+                "shards, %.2f MB) in %.2f s\n",
+                (long long)it, saved.dir.c_str(),
+                artifact->root()->world_size(), double(saved.bytes) / 1e6,
+                secs);
+    std::fflush(stdout);
+  }
+  return Status();
+}
+
+/// Test hook (TESSERA_DEBUG_EXIT_AFTER_STEP): the whole job dies right
+/// after iteration `it` (and its checkpoint).
+Status RankRun::exitIfHooked(int64_t it) {
+  if (it != hooks.exitAfterStep)
+    return Status();
+  if (world)
+    TESSERA_RETURN_IF_ERROR(world->barrier());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (metrics)
+    std::fflush(metrics.get());
+  ::_exit(9);
+}
+
+Status runRank(const LaunchOptions &o, int rank, int size) {
+  RankRun run(o, rank, size);
+  return run.run();
+}
+
+} // namespace
+
+int runInsideMpi(const LaunchOptions &o) {
+  int provided = 0;
+  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) !=
+      MPI_SUCCESS)
+    return errorExit("MPI_Init failed");
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  Status st;
+  try {
+    st = runRank(o, rank, size);
+  } catch (const std::exception &e) {
+    st = internalError("uncaught exception: ", e.what());
+  }
+  if (!st.ok()) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "tessera-run: error: rank %d: %s\n", rank,
+                 st.message().c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+  MPI_Finalize();
+  return 0;
+}
+
+} // namespace tessera::rt::launcher

@@ -1,0 +1,84 @@
+// RUN: tessera-opt %s -split-input-file -verify-diagnostics
+//
+// Every rt instruction op is verified against its opcode's row of the
+// instruction contract (runtime/include/tessera/rt/Opcodes.def), the same
+// rows the runtime's artifact loader checks: buffer count and element types,
+// iattrs and float-attribute counts, and what the group may hold.
+
+func.func @f(%x: memref<2x8xbf16>, %y: memref<2x8xf32>) {
+  // expected-error @+1 {{buffer 0 (X) must be F32, got 'memref<2x8xbf16>'}}
+  rt.gelu %x, %y : memref<2x8xbf16>, memref<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%ids: memref<4xf32>, %t: memref<10x8xf32>, %y: memref<4x8xf32>) {
+  // expected-error @+1 {{buffer 0 (ids) must be I32, got 'memref<4xf32>'}}
+  rt.embedding %ids, %t, %y {iattrs = array<i64: 10>} : memref<4xf32>, memref<10x8xf32>, memref<4x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: memref<8xf32>, %y: memref<8xbf16>) {
+  // expected-error @+1 {{buffers 'memref<8xf32>' and 'memref<8xbf16>' must have the same element type}}
+  rt.scale %x, %y {alpha = 2.0 : f32} : memref<8xf32>, memref<8xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%x: memref<8xi32>, %y: memref<8xf32>) {
+  // expected-error @+1 {{buffer 0 (X) must be F32 or BF16, got 'memref<8xi32>'}}
+  rt.cast %x, %y : memref<8xi32>, memref<8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%qkv: memref<4x2x24xf32>, %o: memref<4x2x8xf32>) {
+  // expected-error @+1 {{takes 2 integer attributes (iattrs), got 1}}
+  rt.attention %qkv, %o {iattrs = array<i64: 2>} : memref<4x2x24xf32>, memref<4x2x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: memref<3x8xf32>, %g: memref<8xf32>, %b: memref<8xf32>, %y: memref<3x8xf32>) {
+  // expected-error @+1 {{takes 1 float attributes, got 0}}
+  rt.layer_norm %x, %g, %b, %y : memref<3x8xf32>, memref<8xf32>, memref<8xf32>, memref<3x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: memref<8xf32>, %y: memref<8xf32>) {
+  // expected-error @+1 {{takes no group, got 'tp'}}
+  rt.gelu %x, %y {group = "tp"} : memref<8xf32>, memref<8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: memref<8xf32>) {
+  // expected-error @+1 {{runs over the pipeline group 'pp', not 'dp'}}
+  rt.send %x {iattrs = array<i64: 1, 0>, group = "dp"} : memref<8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%p: memref<8xf32>, %g: memref<8xf32>, %m: memref<8xf32>, %v: memref<8xf32>, %t: memref<i32>) {
+  // expected-error @+1 {{operand #4 must be memref of 64-bit signless integer values}}
+  rt.adam %p, %g, %m, %v, %t {lr = 1.0e-03 : f32, beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = 0.0 : f32} : memref<8xf32>, memref<8xf32>, memref<8xf32>, memref<8xf32>, memref<i32>
+  return
+}
+
+// -----
+
+func.func @f(%x: memref<4xf32>, %y: memref<8xbf16>) {
+  // expected-error @+1 {{buffers 'memref<4xf32>' and 'memref<8xbf16>' must have the same element type}}
+  rt.all_gather %x, %y {group = "dp"} : memref<4xf32>, memref<8xbf16>
+  return
+}
