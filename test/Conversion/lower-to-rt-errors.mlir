@@ -124,3 +124,20 @@ module attributes {tessera.batch = {global_batch_size = 4 : i64, micro_batch_siz
     return %g : tensor<4xf32>
   }
 }
+
+// -----
+
+// An op that has no rt lowering (a started all-gather).
+module {
+  dist.mesh @mesh {dp = 2}
+  func.func @mb(%w: tensor<4x8xf32> {nn.param = "w"}) -> (tensor<f32> {tessera.buffer = "loss"}, tensor<4x8xf32> {tessera.grad_of = "w"}) attributes {tessera.phase = "microbatch"} {
+    // expected-error @+1 {{'dist.all_gather_start' op cannot be lowered to rt}}
+    %h = dist.all_gather_start %w on @mesh "dp" dim 0 : tensor<4x8xf32> -> !dist.async<tensor<8x8xf32>>
+    %g = dist.wait %h : !dist.async<tensor<8x8xf32>> -> tensor<8x8xf32>
+    %l = nn.mean %g : (tensor<8x8xf32>) -> tensor<f32>
+    return %l, %w : tensor<f32>, tensor<4x8xf32>
+  }
+  func.func @step(%g: tensor<4x8xf32> {tessera.buffer = "grad:w"}) -> (tensor<4x8xf32> {tessera.buffer = "grad:w"}) attributes {tessera.phase = "step"} {
+    return %g : tensor<4x8xf32>
+  }
+}

@@ -1,0 +1,776 @@
+//===- EmitRT.cpp - lower-to-rt stage 4: nn/dist -> rt patterns -----------===//
+//
+// Conversion patterns that replace each nn and dist op of a phase with rt
+// kernels, collectives and p2p ops over the buffers of the storage plan
+// (stage 2): a tensor value becomes the memref of its storage (an rt.get of
+// a persistent buffer or an rt.alloc at its planned offset, declared at the
+// top of the function the first time it is used), an async collective's
+// future becomes an !rt.event. A ConversionTarget makes nn and dist illegal,
+// so a phase lowers completely or not at all; what cannot lower is reported
+// before the conversion runs, naming the op.
+//
+// The patterns read each op's operands as they were before the conversion
+// (the plan is keyed by the original values); results are replaced by their
+// storage's memref, so the framework's bookkeeping stays consistent.
+//
+//===----------------------------------------------------------------------===//
+
+#include "LowerToRT.h"
+
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Transforms/DialectConversion.h"
+
+#include <map>
+
+using namespace mlir;
+using namespace tessera;
+
+namespace tessera::lowering {
+namespace {
+
+//===----------------------------------------------------------------------===//
+// What the patterns of one phase share
+//===----------------------------------------------------------------------===//
+
+struct EmitState {
+  EmitState(PhasePlan &plan, Block *block)
+      : plan(plan), block(block), loc(plan.func.getLoc()) {}
+
+  /// The memref of storage `id`, declared at the top of the body the first
+  /// time (a persistent buffer's rt.get is shared by its storages).
+  Value storageBuffer(OpBuilder &b, int id) {
+    Storage &st = plan.storages[id];
+    if (!st.persistent.empty())
+      if (Value get = gets.lookup(st.persistent))
+        return get;
+    auto [it, inserted] = memrefs.try_emplace(id, Value());
+    if (inserted) {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(block);
+      MemRefType type = toMemRef(st.type);
+      if (!st.persistent.empty()) {
+        it->second = rt::GetOp::create(
+            b, loc, type, FlatSymbolRefAttr::get(b.getContext(), st.persistent));
+        gets[st.persistent] = it->second;
+      } else {
+        it->second =
+            rt::AllocOp::create(b, loc, type, b.getI64IntegerAttr(st.offset));
+      }
+    }
+    return it->second;
+  }
+  /// The memref of a value of the source phase.
+  Value bufferOf(OpBuilder &b, Value v) {
+    return storageBuffer(b, plan.storageId(v));
+  }
+  /// The memref of operand `i` of `op` as it was before the conversion.
+  Value operand(OpBuilder &b, Operation *op, unsigned i) {
+    return bufferOf(b, operandsOf.lookup(op)[i]);
+  }
+  /// What a tensor result is replaced with: its storage's memref if it is
+  /// declared already, else a placeholder of that type (erased after the
+  /// conversion; nothing reads a replaced value, the patterns read the
+  /// plan), so that the memrefs are declared in the order kernels use them.
+  Value replacement(OpBuilder &b, Value result) {
+    int id = plan.storageId(result);
+    const Storage &st = plan.storages[id];
+    if (!st.persistent.empty())
+      if (Value get = gets.lookup(st.persistent))
+        return get;
+    if (Value m = memrefs.lookup(id))
+      return m;
+    auto placeholder = UnrealizedConversionCastOp::create(
+        b, loc, TypeRange{toMemRef(result.getType())}, ValueRange{});
+    placeholders.push_back(placeholder);
+    return placeholder.getResult(0);
+  }
+  /// The original operands of `op`.
+  ArrayRef<Value> operands(Operation *op) { return operandsOf[op]; }
+  /// A scratch storage's memref (an rt.alloc of its own).
+  Value scratchBuffer(OpBuilder &b, int id) {
+    auto [it, inserted] = memrefs.try_emplace(id, Value());
+    if (inserted) {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(block);
+      it->second =
+          rt::AllocOp::create(b, loc, toMemRef(plan.storages[id].type),
+                              b.getI64IntegerAttr(plan.storages[id].offset));
+    }
+    return it->second;
+  }
+  /// The rt.get of persistent buffer `name`, shared when `cache`.
+  Value persistentBuffer(OpBuilder &b, StringRef name, bool cache) {
+    if (Value get = gets.lookup(name))
+      return get;
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(block);
+    Value get = rt::GetOp::create(b, loc, plan.buffers.lookup(name)->type,
+                                  FlatSymbolRefAttr::get(b.getContext(), name));
+    if (cache)
+      gets[name] = get;
+    return get;
+  }
+
+  PhasePlan &plan;
+  Block *block;
+  Location loc;
+  DenseMap<int, Value> memrefs;
+  llvm::StringMap<Value> gets;
+  /// Every op's operands before the conversion.
+  DenseMap<Operation *, SmallVector<Value>> operandsOf;
+  /// Stand-ins for results whose memref is not declared yet.
+  SmallVector<UnrealizedConversionCastOp> placeholders;
+  /// The event of each started bucket reduction.
+  std::map<std::pair<std::string, uint64_t>, Value> bucketEvents;
+  /// Gradients already added to their buffer (before a bucket reduction).
+  DenseSet<Value> flushed;
+  /// Sends go last, after the bound results are flushed: a phase's send
+  /// part (`send:<phase>`) must follow all its computation.
+  struct DeferredSend {
+    Location loc;
+    Value buffer;
+    SmallVector<NamedAttribute> attrs;
+  };
+  SmallVector<DeferredSend> deferredSends;
+};
+
+//===----------------------------------------------------------------------===//
+// Pattern bases
+//===----------------------------------------------------------------------===//
+
+/// Lowers one op of the phase: an in-place op on a value that stays live
+/// copies its operand first; the results become their storage's memrefs
+/// (an async future becomes the event `lower` returns).
+template <typename SourceOp>
+struct PhasePattern : OpConversionPattern<SourceOp> {
+  using OpAdaptor = typename OpConversionPattern<SourceOp>::OpAdaptor;
+  PhasePattern(const TypeConverter &converter, MLIRContext *ctx,
+               EmitState &state)
+      : OpConversionPattern<SourceOp>(ctx), state(state) {}
+
+  /// Emits the rt ops of `op`; returns the event of an async result.
+  virtual FailureOr<Value> lower(SourceOp op, OpAdaptor adaptor,
+                                 ConversionPatternRewriter &b) const = 0;
+
+  LogicalResult
+  matchAndRewrite(SourceOp op, OpAdaptor adaptor,
+                  ConversionPatternRewriter &b) const final {
+    Operation *o = op.getOperation();
+    if (state.plan.copyFirst.contains(o))
+      rt::CopyOp::create(b, op.getLoc(), TypeRange{},
+                         ValueRange{state.operand(b, o, 0),
+                                    state.bufferOf(b, o->getResult(0))},
+                         ArrayRef<NamedAttribute>{});
+    FailureOr<Value> event = lower(op, adaptor, b);
+    if (failed(event))
+      return failure();
+    SmallVector<Value> replacements;
+    for (Value r : o->getResults())
+      replacements.push_back(isa<dist::AsyncType>(r.getType())
+                                 ? *event
+                                 : state.replacement(b, r));
+    b.replaceOp(o, replacements);
+    return success();
+  }
+
+  /// The memrefs of `op`'s tensor operands, then of its results.
+  SmallVector<Value> operandsThenResults(OpBuilder &b, Operation *op) const {
+    SmallVector<Value> bufs;
+    for (Value v : state.operands(op))
+      if (isa<RankedTensorType>(v.getType()))
+        bufs.push_back(state.bufferOf(b, v));
+    for (Value r : op->getResults())
+      bufs.push_back(state.bufferOf(b, r));
+    return bufs;
+  }
+  NamedAttribute beta(OpBuilder &b, Value result) const {
+    return b.getNamedAttr("beta",
+                          b.getF32FloatAttr(state.plan.accumulates(result)));
+  }
+  static NamedAttribute iattrs(OpBuilder &b, ArrayRef<int64_t> values) {
+    return b.getNamedAttr("iattrs", b.getDenseI64ArrayAttr(values));
+  }
+  static SmallVector<NamedAttribute>
+  withGroup(OpBuilder &b, SmallVector<NamedAttribute> attrs, StringAttr group) {
+    if (group)
+      attrs.push_back(b.getNamedAttr("group", group));
+    return attrs;
+  }
+
+  EmitState &state;
+};
+
+/// The attributes of the generic kernel form for `op` (none by default).
+template <typename Pattern, typename SourceOp>
+SmallVector<NamedAttribute> kernelAttrs(const Pattern &, OpBuilder &,
+                                        SourceOp) {
+  return {};
+}
+
+/// One rt kernel over the op's tensor operands then its results, with the
+/// attributes of kernelAttrs.
+template <typename SourceOp, typename KernelOp>
+struct KernelPattern : PhasePattern<SourceOp> {
+  using Base = PhasePattern<SourceOp>;
+  using Base::Base;
+  FailureOr<Value> lower(SourceOp op, typename Base::OpAdaptor,
+                         ConversionPatternRewriter &b) const override {
+    KernelOp::create(b, op.getLoc(), TypeRange{},
+                     this->operandsThenResults(b, op), kernelAttrs(*this, b, op));
+    return Value();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Attributes of the generic kernels
+//===----------------------------------------------------------------------===//
+
+#define KERNEL_ATTRS(SourceOp)                                                 \
+  template <typename Pattern>                                                  \
+  SmallVector<NamedAttribute> kernelAttrs(const Pattern &p, OpBuilder &b,      \
+                                          SourceOp o)
+
+KERNEL_ATTRS(nn::ReduceRowsOp) { return {p.beta(b, o.getResult())}; }
+KERNEL_ATTRS(nn::CastOp) { return {p.beta(b, o.getResult())}; }
+KERNEL_ATTRS(nn::PositionEmbeddingGradOp) { return {p.beta(b, o.getResult())}; }
+KERNEL_ATTRS(nn::FillOp) {
+  return {b.getNamedAttr("value", o.getValueAttr())};
+}
+KERNEL_ATTRS(nn::ScaleOp) {
+  return {b.getNamedAttr("alpha", o.getFactorAttr())};
+}
+KERNEL_ATTRS(nn::LayerNormOp) {
+  return {b.getNamedAttr("value", o.getEpsAttr())};
+}
+KERNEL_ATTRS(nn::LayerNormGradOp) {
+  return {b.getNamedAttr("value", o.getEpsAttr()),
+          p.beta(b, o.getWeightGrad())};
+}
+KERNEL_ATTRS(nn::EmbeddingOp) {
+  return p.withGroup(b, {p.iattrs(b, {int64_t(o.getVocabSize())})},
+                     o.getVocabShardGroupAttr());
+}
+KERNEL_ATTRS(nn::EmbeddingGradOp) {
+  return p.withGroup(b, {p.beta(b, o.getResult())},
+                     o.getVocabShardGroupAttr());
+}
+KERNEL_ATTRS(nn::AttentionOp) {
+  return {p.iattrs(b, {int64_t(o.getNumHeads()), o.getCausal() ? 1 : 0})};
+}
+KERNEL_ATTRS(nn::AttentionGradOp) {
+  return {p.iattrs(b, {int64_t(o.getNumHeads()), o.getCausal() ? 1 : 0})};
+}
+KERNEL_ATTRS(nn::TokenMeanOp) {
+  return {p.iattrs(b, {int64_t(o.getIgnoreIndex())})};
+}
+KERNEL_ATTRS(nn::TokenMeanGradOp) {
+  return {p.iattrs(b, {int64_t(o.getIgnoreIndex())})};
+}
+KERNEL_ATTRS(nn::DropoutOp) {
+  return p.withGroup(b,
+                     {b.getNamedAttr("value", o.getRateAttr()),
+                      p.iattrs(b, {int64_t(o.getStream())})},
+                     o.getSequenceShardGroupAttr());
+}
+KERNEL_ATTRS(nn::CrossEntropyStatsOp) {
+  return p.withGroup(b, {p.iattrs(b, {int64_t(o.getIgnoreIndex())})},
+                     o.getVocabShardGroupAttr());
+}
+KERNEL_ATTRS(nn::CrossEntropyStatsGradOp) {
+  return p.withGroup(b, {p.iattrs(b, {int64_t(o.getIgnoreIndex())})},
+                     o.getVocabShardGroupAttr());
+}
+#undef KERNEL_ATTRS
+
+//===----------------------------------------------------------------------===//
+// nn ops with their own expansion
+//===----------------------------------------------------------------------===//
+
+#define PATTERN(Name, SourceOp)                                                \
+  struct Name : PhasePattern<SourceOp> {                                       \
+    using PhasePattern::PhasePattern;                                          \
+    FailureOr<Value> lower(SourceOp o, OpAdaptor adaptor,                      \
+                           ConversionPatternRewriter &b) const override;       \
+  };                                                                           \
+  FailureOr<Value> Name::lower(SourceOp o, OpAdaptor adaptor,                  \
+                               ConversionPatternRewriter &b) const
+
+/// x @ W^T (+ bias).
+PATTERN(LinearPattern, nn::LinearOp) {
+  Value y = state.bufferOf(b, o.getResult());
+  rt::GemmOp::create(b, o.getLoc(), TypeRange{},
+                     ValueRange{state.operand(b, o, 0), state.operand(b, o, 1),
+                                y},
+                     ArrayRef<NamedAttribute>{
+                         b.getNamedAttr("trans_b", b.getUnitAttr())});
+  if (o.getBias())
+    rt::BiasAddOp::create(b, o.getLoc(), TypeRange{},
+                          ValueRange{y, state.operand(b, o, 2), y},
+                          ArrayRef<NamedAttribute>{});
+  return Value();
+}
+
+PATTERN(MatmulPattern, nn::MatmulOp) {
+  SmallVector<NamedAttribute> attrs;
+  if (o.getTransposeLhs())
+    attrs.push_back(b.getNamedAttr("trans_a", b.getUnitAttr()));
+  if (o.getTransposeRhs())
+    attrs.push_back(b.getNamedAttr("trans_b", b.getUnitAttr()));
+  attrs.push_back(beta(b, o.getResult()));
+  rt::GemmOp::create(b, o.getLoc(), TypeRange{}, operandsThenResults(b, o),
+                     attrs);
+  return Value();
+}
+
+/// A fused cross-entropy with ignore_index (operands 0 and 1: logits and
+/// labels) runs as row max and statistics into its scratch first; returns
+/// the buffers z, t, m, se.
+static SmallVector<Value> crossEntropyStats(EmitState &state, OpBuilder &b,
+                                            Operation *op, int64_t ignore) {
+  auto scratch = state.plan.scratchOf.lookup(op);
+  Value z = state.operand(b, op, 0), t = state.operand(b, op, 1);
+  Value m = state.scratchBuffer(b, scratch[0]),
+        se = state.scratchBuffer(b, scratch[1]),
+        pl = state.scratchBuffer(b, scratch[2]);
+  rt::LogitsMaxOp::create(b, op->getLoc(), TypeRange{}, ValueRange{z, m},
+                          ArrayRef<NamedAttribute>{});
+  rt::CrossEntropyStatsOp::create(
+      b, op->getLoc(), TypeRange{}, ValueRange{z, t, m, se, pl},
+      ArrayRef<NamedAttribute>{
+          b.getNamedAttr("iattrs", b.getDenseI64ArrayAttr({ignore}))});
+  return {z, t, m, se, pl};
+}
+
+PATTERN(SoftmaxCrossEntropyPattern, nn::SoftmaxCrossEntropyOp) {
+  if (auto ignore = o.getIgnoreIndex()) {
+    SmallVector<Value> s = crossEntropyStats(state, b, o, *ignore);
+    rt::CrossEntropyFromStatsOp::create(
+        b, o.getLoc(), TypeRange{},
+        ValueRange{s[3], s[4], s[2], s[1], state.bufferOf(b, o.getResult())},
+        ArrayRef<NamedAttribute>{iattrs(b, {int64_t(*ignore)})});
+    return Value();
+  }
+  rt::CrossEntropyOp::create(b, o.getLoc(), TypeRange{},
+                             operandsThenResults(b, o),
+                             ArrayRef<NamedAttribute>{});
+  return Value();
+}
+
+PATTERN(SoftmaxCrossEntropyGradPattern, nn::SoftmaxCrossEntropyGradOp) {
+  if (auto ignore = o.getIgnoreIndex()) {
+    SmallVector<Value> s = crossEntropyStats(state, b, o, *ignore);
+    rt::CrossEntropyStatsGradOp::create(
+        b, o.getLoc(), TypeRange{},
+        ValueRange{s[0], s[1], s[2], s[3], state.operand(b, o, 2),
+                   state.bufferOf(b, o.getResult())},
+        ArrayRef<NamedAttribute>{iattrs(b, {int64_t(*ignore)})});
+    return Value();
+  }
+  rt::CrossEntropyGradOp::create(b, o.getLoc(), TypeRange{},
+                                 operandsThenResults(b, o),
+                                 ArrayRef<NamedAttribute>{});
+  return Value();
+}
+
+/// rt's operand order: se, pl, M, t, L.
+PATTERN(CrossEntropyFromStatsPattern, nn::CrossEntropyFromStatsOp) {
+  rt::CrossEntropyFromStatsOp::create(
+      b, o.getLoc(), TypeRange{},
+      ValueRange{state.operand(b, o, 3), state.operand(b, o, 4),
+                 state.operand(b, o, 2), state.operand(b, o, 1),
+                 state.bufferOf(b, o.getResult())},
+      ArrayRef<NamedAttribute>{iattrs(b, {int64_t(o.getIgnoreIndex())})});
+  return Value();
+}
+
+PATTERN(AdamPattern, nn::AdamOp) {
+  rt::AdamOp::create(b, o.getLoc(), state.operand(b, o, 0),
+                     state.operand(b, o, 1), state.operand(b, o, 2),
+                     state.operand(b, o, 3), state.operand(b, o, 4),
+                     o.getLrAttr(), o.getBeta1Attr(), o.getBeta2Attr(),
+                     o.getEpsAttr(), o.getWeightDecayAttr());
+  return Value();
+}
+
+PATTERN(SgdPattern, nn::SgdOp) {
+  rt::SgdOp::create(b, o.getLoc(), state.operand(b, o, 0),
+                    state.operand(b, o, 1), o.getLrAttr(),
+                    o.getWeightDecayAttr());
+  return Value();
+}
+
+//===----------------------------------------------------------------------===//
+// dist ops
+//===----------------------------------------------------------------------===//
+
+/// f: an identity in the forward (the result shares the input's storage).
+PATTERN(CopyToRegionPattern, dist::CopyToRegionOp) { return Value(); }
+
+/// g: an all-reduce in place.
+PATTERN(ReduceFromRegionPattern, dist::ReduceFromRegionOp) {
+  rt::AllReduceOp::create(b, o.getLoc(), state.bufferOf(b, o.getResult()),
+                          o.getGroupAttr(), b.getStringAttr("sum"));
+  return Value();
+}
+
+PATTERN(AllReducePattern, dist::AllReduceOp) {
+  rt::AllReduceOp::create(b, o.getLoc(), state.bufferOf(b, o.getResult()),
+                          o.getGroupAttr(), o.getReductionAttr());
+  return Value();
+}
+
+PATTERN(AllReduceStartPattern, dist::AllReduceStartOp) {
+  return Value(rt::AllReduceStartOp::create(
+      b, o.getLoc(), rt::EventType::get(b.getContext()),
+      state.operand(b, o, 0), o.getGroupAttr(), o.getReductionAttr()));
+}
+
+PATTERN(WaitPattern, dist::WaitOp) {
+  rt::WaitOp::create(b, o.getLoc(), adaptor.getFuture());
+  return Value();
+}
+
+/// Keeps this rank's block: a copy from a group-indexed offset, or nothing
+/// when the result is the rank's shard view of its input bucket.
+PATTERN(ScatterToRegionPattern, dist::ScatterToRegionOp) {
+  if (state.plan.aliasedScatter.contains(o))
+    return Value();
+  rt::CopyOp::create(b, o.getLoc(), TypeRange{}, operandsThenResults(b, o),
+                     ArrayRef<NamedAttribute>{
+                         b.getNamedAttr("group", o.getGroupAttr())});
+  return Value();
+}
+
+PATTERN(GatherFromRegionPattern, dist::GatherFromRegionOp) {
+  rt::AllGatherOp::create(b, o.getLoc(), state.operand(b, o, 0),
+                          state.bufferOf(b, o.getResult()), o.getGroupAttr());
+  return Value();
+}
+
+PATTERN(AllGatherPattern, dist::AllGatherOp) {
+  rt::AllGatherOp::create(b, o.getLoc(), state.operand(b, o, 0),
+                          state.bufferOf(b, o.getResult()), o.getGroupAttr());
+  return Value();
+}
+
+PATTERN(ReduceScatterPattern, dist::ReduceScatterOp) {
+  rt::ReduceScatterOp::create(b, o.getLoc(), state.operand(b, o, 0),
+                              state.bufferOf(b, o.getResult()),
+                              o.getGroupAttr());
+  return Value();
+}
+
+/// Adds this microbatch's contributions to the bucket's gradients, scales
+/// the bucket view and starts its all-reduce or reduce-scatter.
+PATTERN(BucketReduceStartPattern, dist::BucketReduceStartOp) {
+  PhasePlan &plan = state.plan;
+  for (Value g : state.operands(o)) {
+    StringRef binding = plan.resultBinding(g);
+    if (binding.empty() || plan.direct.contains(g) ||
+        plan.storages[plan.storageId(g)].persistent == binding ||
+        !state.flushed.insert(g).second)
+      continue;
+    rt::AxpyOp::create(b, o.getLoc(), TypeRange{},
+                       ValueRange{state.bufferOf(b, g),
+                                  state.persistentBuffer(b, binding, true)},
+                       ArrayRef<NamedAttribute>{});
+  }
+  Value view = state.storageBuffer(b, plan.bucketStorage.lookup(o));
+  rt::ScaleOp::create(b, o.getLoc(), TypeRange{}, ValueRange{view, view},
+                      ArrayRef<NamedAttribute>{
+                          b.getNamedAttr("alpha", o.getScaleAttr())});
+  Value event;
+  if (o.getKind() == "reduce_scatter")
+    event = rt::ReduceScatterStartOp::create(
+        b, o.getLoc(), rt::EventType::get(b.getContext()), view,
+        state.storageBuffer(b, plan.shardStorage.lookup(o)), o.getGroupAttr());
+  else
+    event = rt::AllReduceStartOp::create(
+        b, o.getLoc(), rt::EventType::get(b.getContext()), view,
+        o.getGroupAttr(), b.getStringAttr("sum"));
+  state.bucketEvents[{o.getBuffer().str(), o.getBucket()}] = event;
+  return Value();
+}
+
+PATTERN(BucketReduceWaitPattern, dist::BucketReduceWaitOp) {
+  rt::WaitOp::create(b, o.getLoc(),
+                     state.bucketEvents.at({o.getBuffer().str(), o.getBucket()}));
+  return Value();
+}
+
+/// A bucket is a view of its parameters' buffers: copy in what is not
+/// already in place.
+PATTERN(PackPattern, dist::PackOp) {
+  for (auto [index, id] : state.plan.placeCopies.lookup(o))
+    rt::CopyOp::create(
+        b, o.getLoc(), TypeRange{},
+        ValueRange{state.operand(b, o, index), state.storageBuffer(b, id)},
+        ArrayRef<NamedAttribute>{});
+  return Value();
+}
+
+PATTERN(UnpackPattern, dist::UnpackOp) {
+  for (auto [index, id] : state.plan.placeCopies.lookup(o))
+    rt::CopyOp::create(b, o.getLoc(), TypeRange{},
+                       ValueRange{state.operand(b, o, 0),
+                                  state.storageBuffer(b, id)},
+                       ArrayRef<NamedAttribute>{});
+  return Value();
+}
+
+static SmallVector<NamedAttribute> p2pAttrs(OpBuilder &b, StringRef peer,
+                                            int64_t tag) {
+  return {b.getNamedAttr("iattrs",
+                         b.getDenseI64ArrayAttr({peer == "next" ? 1 : -1, tag})),
+          b.getNamedAttr("group", b.getStringAttr("pp"))};
+}
+
+/// Copies into its staging buffer where needed; the rt.send itself goes
+/// last (see EmitState::deferredSends).
+PATTERN(SendPattern, dist::SendOp) {
+  Value buf = state.operand(b, o, 0);
+  if (auto it = state.plan.sendCopy.find(o); it != state.plan.sendCopy.end()) {
+    Value staging = state.storageBuffer(b, it->second);
+    rt::CopyOp::create(b, o.getLoc(), TypeRange{}, ValueRange{buf, staging},
+                       ArrayRef<NamedAttribute>{});
+    buf = staging;
+  }
+  state.deferredSends.push_back(
+      {o.getLoc(), buf, p2pAttrs(b, o.getPeer(), int64_t(o.getTag()))});
+  return Value();
+}
+
+PATTERN(RecvPattern, dist::RecvOp) {
+  rt::RecvOp::create(b, o.getLoc(), TypeRange{},
+                     ValueRange{state.bufferOf(b, o.getResult())},
+                     p2pAttrs(b, o.getPeer(), int64_t(o.getTag())));
+  return Value();
+}
+
+#undef PATTERN
+
+/// The phase's end: bound results not written in place are copied (or,
+/// for gradients, added) into their buffers, then the deferred sends.
+struct ReturnPattern : OpConversionPattern<func::ReturnOp> {
+  ReturnPattern(const TypeConverter &converter, MLIRContext *ctx,
+                EmitState &state)
+      : OpConversionPattern(ctx), state(state) {}
+  LogicalResult
+  matchAndRewrite(func::ReturnOp ret, OpAdaptor,
+                  ConversionPatternRewriter &b) const override {
+    PhasePlan &plan = state.plan;
+    Location loc = state.loc;
+    for (Value v : state.operands(ret)) {
+      StringRef binding = plan.resultBinding(v);
+      if (binding.empty() || plan.direct.contains(v) ||
+          state.flushed.contains(v) ||
+          plan.storages[plan.storageId(v)].persistent == binding)
+        continue;
+      Value dst = state.persistentBuffer(b, binding, /*cache=*/false);
+      SmallVector<Value, 2> copy{state.bufferOf(b, v), dst};
+      if (!plan.isStep && binding.starts_with("grad:"))
+        rt::AxpyOp::create(b, loc, TypeRange{}, copy, ArrayRef<NamedAttribute>{});
+      else
+        rt::CopyOp::create(b, loc, TypeRange{}, copy, ArrayRef<NamedAttribute>{});
+    }
+    for (EmitState::DeferredSend &send : state.deferredSends)
+      rt::SendOp::create(b, send.loc, TypeRange{}, ValueRange{send.buffer},
+                         send.attrs);
+    b.replaceOpWithNewOp<func::ReturnOp>(ret, ValueRange{});
+    return success();
+  }
+  EmitState &state;
+};
+
+//===----------------------------------------------------------------------===//
+// Before the conversion: what cannot lower
+//===----------------------------------------------------------------------===//
+
+/// Reports, naming the op, what the patterns cannot lower: an op without a
+/// pattern (a dist.wait waits only for what a lowered op started), a
+/// collective along a dim other than 0, a wait for a bucket reduction that
+/// was not started.
+LogicalResult checkLowerable(PhasePlan &plan,
+                             const llvm::DenseSet<OperationName> &lowerable) {
+  std::set<std::pair<std::string, uint64_t>> started;
+  for (Operation *op : plan.ops) {
+    if (!lowerable.contains(op->getName()))
+      return op->emitOpError() << "cannot be lowered to rt";
+    auto dimZero = [&](std::optional<uint64_t> dim, int64_t rank) {
+      return dim.value_or(uint64_t(rank - 1)) == 0;
+    };
+    auto onlyDimZero = [&]() {
+      return op->emitOpError() << "lower-to-rt supports dim 0 only";
+    };
+    if (auto sc = dyn_cast<dist::ScatterToRegionOp>(op);
+        sc && !plan.aliasedScatter.contains(op) &&
+        !dimZero(sc.getDim(), sc.getInput().getType().getRank()))
+      return onlyDimZero();
+    if (auto g = dyn_cast<dist::GatherFromRegionOp>(op);
+        g && !dimZero(g.getDim(), g.getInput().getType().getRank()))
+      return onlyDimZero();
+    if (auto ag = dyn_cast<dist::AllGatherOp>(op); ag && ag.getDim() != 0)
+      return onlyDimZero();
+    if (auto rs = dyn_cast<dist::ReduceScatterOp>(op); rs && rs.getDim() != 0)
+      return onlyDimZero();
+    if (auto s = dyn_cast<dist::BucketReduceStartOp>(op))
+      started.insert({s.getBuffer().str(), s.getBucket()});
+    if (auto w = dyn_cast<dist::BucketReduceWaitOp>(op);
+        w && !started.count({w.getBuffer().str(), w.getBucket()}))
+      return w.emitOpError()
+             << "waits for a bucket reduction that was not started";
+  }
+  return success();
+}
+
+template <typename... Patterns>
+void addPatterns(RewritePatternSet &set, const TypeConverter &converter,
+                 EmitState &state) {
+  (set.add<Patterns>(converter, set.getContext(), state), ...);
+}
+
+} // namespace
+
+LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
+  func::FuncOp func = plan.func;
+  MLIRContext *ctx = func.getContext();
+  Block &body = func.getBody().front();
+  EmitState state(plan, &body);
+  for (Operation &op : body)
+    state.operandsOf[&op] = SmallVector<Value>(op.getOperands());
+
+  TypeConverter converter;
+  converter.addConversion([](Type t) { return t; });
+  converter.addConversion(
+      [](RankedTensorType t) -> Type { return toMemRef(t); });
+  converter.addConversion([ctx](dist::AsyncType) -> Type {
+    return rt::EventType::get(ctx);
+  });
+
+  RewritePatternSet patterns(ctx);
+  addPatterns<
+      // nn kernels over operands then results.
+      KernelPattern<nn::GeluOp, rt::GeluOp>,
+      KernelPattern<nn::ReluOp, rt::ReluOp>,
+      KernelPattern<nn::GeluGradOp, rt::GeluGradOp>,
+      KernelPattern<nn::ReluGradOp, rt::ReluGradOp>,
+      KernelPattern<nn::AddOp, rt::AddOp>,
+      KernelPattern<nn::BiasAddOp, rt::BiasAddOp>,
+      KernelPattern<nn::ReduceRowsOp, rt::ReduceRowsOp>,
+      KernelPattern<nn::EmbeddingOp, rt::EmbeddingOp>,
+      KernelPattern<nn::EmbeddingGradOp, rt::EmbeddingGradOp>,
+      KernelPattern<nn::AddPositionEmbeddingOp, rt::AddPositionEmbeddingOp>,
+      KernelPattern<nn::PositionEmbeddingGradOp, rt::PositionEmbeddingGradOp>,
+      KernelPattern<nn::LayerNormOp, rt::LayerNormOp>,
+      KernelPattern<nn::LayerNormGradOp, rt::LayerNormGradOp>,
+      KernelPattern<nn::AttentionOp, rt::AttentionOp>,
+      KernelPattern<nn::AttentionGradOp, rt::AttentionGradOp>,
+      KernelPattern<nn::TokenMeanOp, rt::TokenMeanOp>,
+      KernelPattern<nn::TokenMeanGradOp, rt::TokenMeanGradOp>,
+      KernelPattern<nn::DropoutOp, rt::DropoutOp>,
+      KernelPattern<nn::LogitsMaxOp, rt::LogitsMaxOp>,
+      KernelPattern<nn::CrossEntropyStatsOp, rt::CrossEntropyStatsOp>,
+      KernelPattern<nn::CrossEntropyStatsGradOp, rt::CrossEntropyStatsGradOp>,
+      KernelPattern<nn::MeanOp, rt::MeanOp>,
+      KernelPattern<nn::MeanGradOp, rt::MeanGradOp>,
+      KernelPattern<nn::FillOp, rt::FillOp>,
+      KernelPattern<nn::CastOp, rt::CastOp>,
+      KernelPattern<nn::ScaleOp, rt::ScaleOp>,
+      // nn ops with their own expansion.
+      LinearPattern, MatmulPattern, SoftmaxCrossEntropyPattern,
+      SoftmaxCrossEntropyGradPattern, CrossEntropyFromStatsPattern,
+      AdamPattern, SgdPattern,
+      // dist ops.
+      CopyToRegionPattern, ReduceFromRegionPattern, AllReducePattern,
+      AllReduceStartPattern, WaitPattern, ScatterToRegionPattern,
+      GatherFromRegionPattern, AllGatherPattern, ReduceScatterPattern,
+      BucketReduceStartPattern, BucketReduceWaitPattern, PackPattern,
+      UnpackPattern, SendPattern, RecvPattern, ReturnPattern>(patterns,
+                                                              converter, state);
+
+  llvm::DenseSet<OperationName> lowerable;
+  for (const std::unique_ptr<RewritePattern> &p : patterns.getNativePatterns())
+    if (std::optional<OperationName> root = p->getRootKind())
+      lowerable.insert(*root);
+  if (failed(checkLowerable(plan, lowerable)))
+    return failure();
+
+  ConversionTarget target(*ctx);
+  target.addLegalDialect<rt::RTDialect>();
+  // The placeholders of replaced values (erased below).
+  target.addLegalOp<UnrealizedConversionCastOp>();
+  target.addIllegalDialect<nn::NNDialect, dist::DistDialect>();
+  target.addDynamicallyLegalOp<func::ReturnOp>(
+      [](func::ReturnOp ret) { return ret.getNumOperands() == 0; });
+  if (failed(applyPartialConversion(func, target, std::move(patterns))))
+    return failure();
+
+  for (UnrealizedConversionCastOp placeholder : state.placeholders) {
+    if (!placeholder->use_empty())
+      return placeholder.emitError()
+             << "internal error: a lowered value is read through its "
+                "placeholder";
+    placeholder.erase();
+  }
+  // The lowered body, without the phase's arguments, becomes the entry.
+  entry.getBody().takeBody(func.getBody());
+  Block &block = entry.getBody().front();
+  block.eraseArguments(0, block.getNumArguments());
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// p2p parts
+//===----------------------------------------------------------------------===//
+
+LogicalResult splitP2PParts(func::FuncOp entry) {
+  Block &body = entry.getBody().front();
+  SmallVector<Operation *> recvs, sends;
+  bool computed = false;
+  for (Operation &op : body) {
+    if (isa<rt::GetOp, rt::AllocOp, func::ReturnOp>(op))
+      continue;
+    if (isa<rt::RecvOp>(op)) {
+      if (computed)
+        return op.emitOpError() << "receives after computation in '"
+                                << entry.getSymName()
+                                << "'; a phase must receive first and send last";
+      recvs.push_back(&op);
+    } else if (isa<rt::SendOp>(op)) {
+      sends.push_back(&op);
+    } else {
+      if (!sends.empty())
+        return sends.front()->emitOpError()
+               << "sends before computation ends in '" << entry.getSymName() << "'";
+      computed = true;
+    }
+  }
+  OpBuilder b(entry.getContext());
+  b.setInsertionPointAfter(entry);
+  for (auto [prefix, moved] : {std::pair<StringRef, SmallVector<Operation *> &>{"recv:", recvs},
+                               {"send:", sends}}) {
+    if (moved.empty())
+      continue;
+    auto part = func::FuncOp::create(b, entry.getLoc(),
+                                     (prefix + entry.getSymName()).str(),
+                                     entry.getFunctionType());
+    part->setAttrs(entry->getAttrs());
+    part.setSymName((prefix + entry.getSymName()).str());
+    part->setAttr("rt.part", b.getStringAttr(prefix.drop_back()));
+    Block *block = part.addEntryBlock();
+    OpBuilder pb = OpBuilder::atBlockBegin(block);
+    IRMapping map;
+    for (Operation *op : moved) {
+      for (Value v : op->getOperands())
+        if (!map.contains(v))
+          map.map(v, pb.clone(*v.getDefiningOp())->getResult(0));
+      pb.clone(*op, map);
+      op->erase();
+    }
+    func::ReturnOp::create(pb, entry.getLoc());
+    b.setInsertionPointAfter(part);
+  }
+  return success();
+}
+
+} // namespace tessera::lowering

@@ -1,0 +1,269 @@
+//===- PersistentBuffers.cpp - lower-to-rt stage 1: the persistent arena --===//
+//
+// The buffers that outlive a phase and their place in the arena: parameters
+// with their global shape, sharding and init; gradients, main parameters and
+// optimizer state naming their parameter; inputs (with their vocabulary or
+// class count); the loss and iteration; the distributed optimizer's shard
+// views; saved activations and p2p staging buffers of pipeline chunks. The
+// layout puts Megatron's _ParamAndGradBuffer regions first (one flat region
+// per grad buffer and dtype, with a view per bucket), then every other
+// shared buffer, then the chunks' microbatch slot regions (one pool shared by
+// the chunks, or a region per chunk, whichever is smaller).
+//
+//===----------------------------------------------------------------------===//
+
+#include "LowerToRT.h"
+
+using namespace mlir;
+using namespace tessera;
+
+namespace tessera::lowering {
+
+static int64_t chunkOf(func::FuncOp f) {
+  auto c = f->getAttrOfType<IntegerAttr>(kChunkAttr);
+  return c ? c.getInt() : -1;
+}
+
+Persistent *PersistentBuffers::add(StringRef name, StringRef kind,
+                                   Type tensorType,
+                                   SmallVector<NamedAttribute> attrs) {
+  if (Persistent *p = byName.lookup(name))
+    return p;
+  buffers.push_back(std::make_unique<Persistent>(
+      Persistent{name.str(), kind.str(), toMemRef(tensorType), 0, attrs}));
+  byName[name] = buffers.back().get();
+  return buffers.back().get();
+}
+
+LogicalResult PersistentBuffers::collect(ModuleOp module,
+                                         ArrayRef<func::FuncOp> phases,
+                                         func::FuncOp step, bool pipeline) {
+  dist::MeshOp mesh = dist::lookupMesh(module);
+  Builder b(module.getContext());
+  // The distributed optimizer's shards: per bucket, this rank's 1/dp of
+  // the gradients and of the parameters, as rank-relative views (placed
+  // with the grad buffers below).
+  for (auto gb : module.getOps<dist::GradBufferOp>()) {
+    if (!gb.getDistributed())
+      continue;
+    buckets::Buffer layout = gb.getLayout();
+    for (StringRef data : {"grad", "param"}) {
+      StringRef dtype = data == "grad" ? gb.getGradDtype() : gb.getParamDtype();
+      Type element = dtype == "bf16" ? Type(b.getBF16Type()) : b.getF32Type();
+      for (auto [k, bucket] : llvm::enumerate(layout.buckets)) {
+        int64_t numel = (bucket.end - bucket.start) / gb.getDp();
+        add(shardView(bucketView(data, gb.getSymName(), k)), "view",
+            RankedTensorType::get({numel}, element),
+            {b.getNamedAttr("rank_group", b.getStringAttr("dp")),
+             b.getNamedAttr("rank_stride",
+                            b.getI64IntegerAttr(
+                                numel * (element.getIntOrFloatBitWidth() / 8)))});
+      }
+    }
+  }
+  for (func::FuncOp micro : phases)
+  for (unsigned i = 0, e = micro.getNumArguments(); i < e; ++i) {
+    Type type = micro.getArgumentTypes()[i];
+    if (auto name = micro.getArgAttrOfType<StringAttr>(i, kParamAttr)) {
+      auto tensor = cast<RankedTensorType>(type);
+      SmallVector<int64_t> global(tensor.getShape());
+      SmallVector<NamedAttribute> attrs;
+      if (auto sh = micro.getArgAttrOfType<DictionaryAttr>(i, kShardingAttr)) {
+        int64_t dim = sh.getAs<IntegerAttr>("dim").getInt();
+        auto axis = sh.getAs<StringAttr>("axis");
+        std::string error;
+        FailureOr<int64_t> size =
+            mesh ? mesh.getGroupSize(axis.getValue(), error)
+                 : FailureOr<int64_t>(1);
+        global[dim] *= succeeded(size) ? *size : 1;
+        attrs.push_back(b.getNamedAttr("shard_dim", b.getI64IntegerAttr(dim)));
+        attrs.push_back(b.getNamedAttr("shard_axis", axis));
+      }
+      attrs.push_back(b.getNamedAttr("global_shape", b.getDenseI64ArrayAttr(global)));
+      StringAttr init = micro.getArgAttrOfType<StringAttr>(i, kInitAttr);
+      if (!init)
+        init = b.getStringAttr(tensor.getRank() >= 2 ? "normal:0.02" : "zeros");
+      attrs.push_back(b.getNamedAttr("init", init));
+      add(name.getValue(), "param", type, attrs);
+    }
+  }
+  for (func::FuncOp micro : phases)
+    for (unsigned i = 0, e = micro.getNumResults(); i < e; ++i)
+      if (auto of = micro.getResultAttrOfType<StringAttr>(i, kGradOfAttr))
+        add(("grad:" + of.getValue()).str(), "grad", micro.getResultTypes()[i],
+            {b.getNamedAttr("of", FlatSymbolRefAttr::get(of))});
+  for (unsigned i = 0, e = step.getNumArguments(); i < e; ++i)
+    if (auto bnd = step.getArgAttrOfType<StringAttr>(i, kBufferAttr)) {
+      StringRef name = bnd.getValue();
+      if (name == "iteration")
+        add(name, "iteration", step.getArgumentTypes()[i]);
+      else if (name.starts_with("gshard:")) // a shard view (above)
+        continue;
+      else if (name.starts_with("main:pbuf:")) // a distributed-optimizer shard
+        add(name, "main_param", step.getArgumentTypes()[i]);
+      else if (name.starts_with("main:")) // the fp32 copy of a bf16 parameter
+        add(name, "main_param", step.getArgumentTypes()[i],
+            {b.getNamedAttr("of", FlatSymbolRefAttr::get(
+                                      b.getStringAttr(name.drop_front(5))))});
+      else if (name.contains(':') && !name.starts_with("grad:"))
+        add(name, "opt_state", step.getArgumentTypes()[i],
+            {b.getNamedAttr("of", FlatSymbolRefAttr::get(
+                                      b.getStringAttr(name.split(':').second)))});
+    }
+  // The vocabulary of token inputs, from the embedding (any chunk).
+  std::optional<int64_t> vocab;
+  for (func::FuncOp f : phases)
+    f.walk([&](nn::EmbeddingOp e) { vocab = e.getVocabSize(); });
+  if (auto v = getRootModule(module)->getAttrOfType<DictionaryAttr>("tessera.vocab"))
+    if (auto size = v.getAs<IntegerAttr>("size"))
+      vocab = size.getInt();
+  for (func::FuncOp micro : phases)
+  for (unsigned i = 0, e = micro.getNumArguments(); i < e; ++i)
+    if (auto name = micro.getArgAttrOfType<StringAttr>(i, kInputAttr)) {
+      SmallVector<NamedAttribute> attrs;
+      // Token inputs and their labels: the model's vocabulary, from the
+      // embedding. Classification labels: the number of classes.
+      if (vocab && (name.getValue() == "tokens" || name.getValue() == "labels")) {
+        attrs.push_back(b.getNamedAttr("vocab_size", b.getI64IntegerAttr(*vocab)));
+      } else {
+        for (Operation *user : micro.getArgument(i).getUsers())
+          if (auto ce = dyn_cast<nn::SoftmaxCrossEntropyOp>(user)) {
+            auto z = ce.getLogits().getType();
+            attrs.push_back(b.getNamedAttr(
+                "num_classes",
+                b.getI64IntegerAttr(z.getDimSize(z.getRank() - 1))));
+          }
+      }
+      Persistent *p = add(name.getValue(), "input", micro.getArgumentTypes()[i], attrs);
+      if (p->attrs.empty())
+        p->attrs = attrs;
+      if (pipeline) {
+        auto it = slotChunk.find(p);
+        if (it != slotChunk.end() && it->second != chunkOf(micro))
+          return micro.emitOpError()
+                 << "reads input '" << name.getValue()
+                 << "', which another chunk of this pipeline rank reads too";
+        slotChunk[p] = chunkOf(micro);
+      }
+    }
+  for (func::FuncOp micro : phases)
+    for (unsigned i = 0, e = micro.getNumResults(); i < e; ++i)
+      if (auto bnd = micro.getResultAttrOfType<StringAttr>(i, kBufferAttr))
+        add(bnd.getValue(), "loss", micro.getResultTypes()[i]);
+  for (func::FuncOp f : phases)
+    if (f->getAttrOfType<StringAttr>(kPhaseAttr).getValue() == kForwardPhase)
+      for (unsigned i = 0, e = f.getNumResults(); i < e; ++i)
+        if (f.getResultAttr(i, kStashAttr)) {
+          std::string name = bindingOf(f.getResultAttrDict(i), chunkOf(f));
+          slotChunk[add(name, "activation", f.getResultTypes()[i])] = chunkOf(f);
+        }
+
+  return success();
+}
+
+LogicalResult
+PersistentBuffers::layout(ModuleOp module,
+                          const std::map<int64_t, int64_t> &numSlots,
+                          const std::map<int64_t, int64_t> &chunkSlots,
+                          ArrayRef<Operation *> scheduleRuns) {
+  // Layout: the grad buffers (Megatron's _ParamAndGradBuffer), then the
+  // other shared persistent buffers, then each chunk's slot region. A grad
+  // buffer is one flat region per (chunk, dtype) holding its parameters'
+  // gradients at their layout offsets (with the distributed optimizer a
+  // second one holds the parameters), with a view buffer per bucket on top
+  // for the collectives.
+  int64_t offset = 0;
+  Builder b(module.getContext());
+  std::map<Persistent *, int64_t> fixed;
+  for (auto gb : module.getOps<dist::GradBufferOp>()) {
+    buckets::Buffer layout = gb.getLayout();
+    for (StringRef data : {"grad", "param"}) {
+      if (data == "param" && !gb.getDistributed())
+        continue;
+      StringRef dtype = data == "grad" ? gb.getGradDtype() : gb.getParamDtype();
+      Type element = dtype == "bf16" ? Type(b.getBF16Type()) : b.getF32Type();
+      int64_t elementBytes = element.getIntOrFloatBitWidth() / 8;
+      int64_t base = offset;
+      for (const buckets::ParamRange &p : layout.params) {
+        std::string name = data == "grad" ? "grad:" + p.name : p.name;
+        Persistent *q = byName.lookup(name);
+        if (!q)
+          return gb.emitOpError() << "lays out '" << p.name
+                                  << "', which no phase of this program has";
+        if (q->type.getElementType() != element ||
+            q->type.getNumElements() != p.end - p.start)
+          return gb.emitOpError() << "gives '" << p.name << "' " << p.end - p.start
+                                  << " " << dtype << " elements, its buffer is "
+                                  << q->type;
+        fixed[q] = base + p.start * elementBytes;
+      }
+      for (auto [k, bucket] : llvm::enumerate(layout.buckets)) {
+        std::string name = bucketView(data, gb.getSymName(), k);
+        Persistent *view = add(name, "view",
+                               RankedTensorType::get({bucket.end - bucket.start},
+                                                     element));
+        fixed[view] = base + bucket.start * elementBytes;
+        if (Persistent *shard = byName.lookup(shardView(name)))
+          fixed[shard] = fixed[view];
+      }
+      offset = alignUp(base + layout.numel * elementBytes);
+    }
+  }
+  for (auto &[p, at] : fixed)
+    p->offset = at;
+  for (auto &p : buffers)
+    if (!slotChunk.count(p.get()) && !fixed.count(p.get())) {
+      p->offset = offset;
+      offset = alignUp(offset + byteSize(p->type));
+    }
+  // The slot pool: every chunk lays its inputs and saved activations out
+  // from the same base; a slot is as large as the largest chunk's, and the
+  // schedule's slots are shared by the chunks.
+  // Each chunk's slot layout (offsets from its region's base).
+  std::map<int64_t, int64_t> chunkBytes;
+  for (auto &[c, slots] : numSlots)
+    for (auto &p : buffers)
+      if (auto it = slotChunk.find(p.get()); it != slotChunk.end() && it->second == c) {
+        p->offset = chunkBytes[c];
+        chunkBytes[c] = alignUp(chunkBytes[c] + byteSize(p->type));
+      }
+  // One pool sized by the largest chunk, or a region per chunk, whichever
+  // is smaller: chunks of very different sizes (the last one holds the
+  // logits) are better apart.
+  SlotRegion pool;
+  int64_t separate = 0;
+  for (auto &[c, slots] : numSlots) {
+    pool.bytes = std::max(pool.bytes, chunkBytes[c]);
+    pool.slots = std::max(pool.slots, slots);
+    separate += chunkBytes[c] * chunkSlots.at(c);
+  }
+  bool pooled = pool.bytes * pool.slots <= separate;
+  for (auto &[c, slots] : numSlots) {
+    SlotRegion r = pool;
+    r.base = offset;
+    if (!pooled) {
+      r.bytes = chunkBytes[c];
+      r.slots = chunkSlots.at(c);
+      offset += r.bytes * r.slots;
+    }
+    regions[c] = r;
+  }
+  if (pooled)
+    offset += pool.bytes * pool.slots;
+  for (auto &p : buffers)
+    if (auto it = slotChunk.find(p.get()); it != slotChunk.end())
+      p->offset += regions[it->second].base;
+  if (!pooled)
+    for (Operation *op : scheduleRuns)
+      if (auto run = cast<dist::RunOp>(op);
+          auto a = run->getAttrOfType<IntegerAttr>(kChunkSlotAttr))
+        run.setSlot(a.getInt());
+  for (auto &[p, c] : slotChunk)
+    if (!regions.count(c))
+      return emitError(module.getLoc())
+             << "chunk " << c << " has buffers but no step in the schedule";
+  bytes = offset;
+  return success();
+}
+
+} // namespace tessera::lowering

@@ -1,0 +1,528 @@
+//===- StoragePlan.cpp - lower-to-rt stages 2 and 3: storage and memory ---===//
+//
+// Stage 2 decides, in a forward walk of a phase, where each tensor value
+// lives: bound results are written in place into their persistent buffer
+// where safe (gradients accumulate with beta = 1), in-place kernels
+// (all-reduce, scale, optimizer steps) reuse their operand's storage when no
+// later op reads it, bucket packs and unpacks are views of the grad
+// buffers, the distributed optimizer works in this rank's shard of its
+// buckets (as Megatron's DistributedOptimizer does), pipeline sends and
+// receives get staging buffers, and everything else gets a transient.
+// Stage 3 gives the transients their offsets (tessera/Memory/MemoryPlan.h).
+//
+//===----------------------------------------------------------------------===//
+
+#include "LowerToRT.h"
+
+#include "tessera/Memory/MemoryPlan.h"
+
+#include "llvm/ADT/StringSet.h"
+
+using namespace mlir;
+using namespace tessera;
+
+namespace tessera::lowering {
+
+int64_t alignUp(int64_t bytes) { return memory::alignTo(bytes, kAlignment); }
+
+MemRefType toMemRef(Type t) {
+  auto tensor = cast<RankedTensorType>(t);
+  return MemRefType::get(tensor.getShape(), tensor.getElementType());
+}
+
+int64_t byteSize(Type t) {
+  auto shaped = cast<ShapedType>(t);
+  return shaped.getNumElements() *
+         (shaped.getElementType().getIntOrFloatBitWidth() / 8);
+}
+
+using MakeBuffer = std::function<void(StringRef name, Type type)>;
+
+/// The buffer a phase argument or result is bound to ("" if none).
+std::string bindingOf(DictionaryAttr attrs, int64_t chunk) {
+  if (!attrs)
+    return "";
+  for (StringRef key : {kParamAttr, kInputAttr, kBufferAttr})
+    if (auto a = attrs.getAs<StringAttr>(key))
+      return a.getValue().str();
+  if (auto g = attrs.getAs<StringAttr>(kGradOfAttr))
+    return ("grad:" + g.getValue()).str();
+  if (auto i = attrs.getAs<IntegerAttr>(kStashAttr))
+    return ("stash:c" + Twine(chunk) + ":" + Twine(i.getInt())).str();
+  return "";
+}
+
+/// The persistent buffer that holds the flat bucket `bucket` of a grad
+/// buffer (a view of the gradients, or with the distributed optimizer of
+/// the parameters), and the buffers of its parameters in buffer order.
+std::string bucketView(StringRef data, StringRef buffer, int64_t bucket) {
+  return ((data == "grad" ? "gbuf:" : "pbuf:") + buffer + ":" + Twine(bucket)).str();
+}
+/// The distributed optimizer's shard of a bucket view ("gbuf:B:k" ->
+/// "gshard:B:k", "pbuf:B:k" -> "pshard:B:k"): this rank's 1/dp of the
+/// bucket, a rank-relative view (empty if `view` is not a bucket view).
+std::string shardView(StringRef view) {
+  if (view.starts_with("gbuf:"))
+    return ("gshard:" + view.drop_front(5)).str();
+  if (view.starts_with("pbuf:"))
+    return ("pshard:" + view.drop_front(5)).str();
+  return "";
+}
+SmallVector<std::string> bucketParts(Operation *op, FlatSymbolRefAttr ref,
+                                            int64_t bucket, StringRef data) {
+  SmallVector<std::string> names;
+  auto buf = SymbolTable::lookupNearestSymbolFrom<dist::GradBufferOp>(op, ref);
+  for (StringRef name : buf.getBucketParams(bucket))
+    names.push_back(data == "grad" ? ("grad:" + name).str() : name.str());
+  return names;
+}
+
+
+//===----------------------------------------------------------------------===//
+// PhasePlan
+//===----------------------------------------------------------------------===//
+
+StringRef PhasePlan::resultBinding(Value v) const {
+  auto cached = bindings.find(v);
+  return cached == bindings.end() ? StringRef() : StringRef(cached->second);
+}
+
+/// The first buffer among the persistent ones that `v` is returned into.
+static std::string findResultBinding(func::FuncOp func, int64_t chunk,
+                                     const PersistentBuffers &buffers,
+                                     Value v) {
+  auto ret = cast<func::ReturnOp>(func.getBody().front().getTerminator());
+  for (OpOperand &use : v.getUses())
+    if (use.getOwner() == ret) {
+      std::string name =
+          bindingOf(func.getResultAttrDict(use.getOperandNumber()), chunk);
+      if (!name.empty() && buffers.lookup(name))
+        return name;
+    }
+  return "";
+}
+
+bool PhasePlan::clobberable(Value v, Operation *op) {
+  auto it = storageOf.find(v);
+  if (it == storageOf.end())
+    return false;
+  Storage &s = storages[it->second];
+  // Persistent inputs of the microbatch phase (params, data) are read-only.
+  if (!s.persistent.empty() && !isStep)
+    return false;
+  for (Value shared : s.values)
+    for (Operation *user : shared.getUsers())
+      if (user != op && (isa<func::ReturnOp>(user) ||
+                         op->isBeforeInBlock(user)))
+        return false;
+  return true;
+}
+
+
+PhasePlan::PhasePlan(func::FuncOp func, bool isStep, PersistentBuffers &buffers,
+                     MakeBuffer makeBuffer)
+    : func(func), isStep(isStep), buffers(buffers),
+      makeBuffer(std::move(makeBuffer)) {
+  if (auto c = func->getAttrOfType<IntegerAttr>(kChunkAttr))
+    chunk = c.getInt();
+  // Bindings, read before emission rewrites the uses.
+  Operation *ret = func.getBody().front().getTerminator();
+  for (Value v : ret->getOperands())
+    if (!bindings.count(v)) {
+      std::string name = findResultBinding(func, chunk, buffers, v);
+      if (!name.empty())
+        bindings[v] = name;
+    }
+}
+
+int PhasePlan::newStorage(Type type, StringRef persistentName) {
+  storages.push_back(Storage{persistentName.str(), type, {}, INT64_MAX, -1, -1});
+  return storages.size() - 1;
+}
+
+void PhasePlan::assign(Value v, int id) {
+  storageOf[v] = id;
+  storages[id].values.push_back(v);
+}
+
+OpOperand *PhasePlan::readAfter(ArrayRef<std::string> names, Operation *op) {
+  for (Storage &st : storages) {
+    if (!llvm::is_contained(names, st.persistent))
+      continue;
+    for (Value v : st.values) {
+      if (Operation *def = v.getDefiningOp(); def && !def->isBeforeInBlock(op))
+        continue;
+      for (OpOperand &use : v.getUses())
+        if (use.getOwner() != op && op->isBeforeInBlock(use.getOwner()))
+          return &use;
+    }
+  }
+  return nullptr;
+}
+
+int PhasePlan::newP2PStorage(Type type, StringRef what) {
+  std::string name = ("p2p." + what + ":" + func.getSymName() + ":" +
+                      Twine(numP2P++)).str();
+  makeBuffer(name, type);
+  return newStorage(type, name);
+}
+
+int PhasePlan::shardStorageFor(StringRef name, Type t) {
+  Persistent *shard = name.empty() ? nullptr : buffers.lookup(name);
+  if (!shard)
+    return -1;
+  auto tensor = cast<RankedTensorType>(t);
+  MemRefType view = shard->type;
+  if (view.getNumElements() != tensor.getNumElements() ||
+      view.getElementType() != tensor.getElementType())
+    return -1;
+  return newStorage(t, name);
+}
+
+bool PhasePlan::accumulates(Value result) const {
+  return direct.contains(result) && !isStep &&
+         resultBinding(result).starts_with("grad:");
+}
+
+LogicalResult PhasePlan::plan() {
+  Block &body = func.getBody().front();
+  int64_t index = 0;
+  for (Operation &op : body) {
+    position[&op] = index++;
+    if (!isa<func::ReturnOp>(op))
+      ops.push_back(&op);
+  }
+
+  // Arguments live in their persistent buffers.
+  for (BlockArgument arg : body.getArguments()) {
+    unsigned i = arg.getArgNumber();
+    std::string name = bindingOf(func.getArgAttrDict(i), chunk);
+    if (name.empty() || !buffers.lookup(name))
+      return emitError(arg.getLoc())
+             << "argument #" << i << " of '" << func.getSymName()
+             << "' is bound to no buffer";
+    assign(arg, newStorage(arg.getType(), name));
+  }
+
+  for (Operation *op : ops)
+    if (failed(planOp(op)))
+      return failure();
+  // Saved activations that alias a transient (an in-place or aliasing op's
+  // result): the transient becomes the slot buffer, so no copy is needed.
+  auto ret = func.getBody().front().getTerminator();
+  llvm::StringSet<> taken;
+  for (Storage &st : storages)
+    if (!st.persistent.empty())
+      taken.insert(st.persistent);
+  for (Value v : ret->getOperands()) {
+    StringRef binding = resultBinding(v);
+    if (!binding.starts_with("stash:") || taken.contains(binding))
+      continue;
+    Storage &st = storages[storageOf.lookup(v)];
+    if (!st.persistent.empty() || st.scratch)
+      continue;
+    st.persistent = binding.str();
+    taken.insert(binding);
+  }
+  return success();
+}
+
+LogicalResult PhasePlan::planOp(Operation *op) {
+  // Pipeline p2p: a received value goes straight to the slot of saved
+  // activations when the backward needs it, else to a staging buffer of
+  // its own; a send reads a staging buffer or a saved activation (never a
+  // transient, which the next function may reuse while the send is in
+  // flight; nor a receive buffer, which the next receive may overwrite).
+  if (auto recv = dyn_cast<dist::RecvOp>(op)) {
+    StringRef binding = resultBinding(recv.getResult());
+    if (binding.starts_with("stash:")) {
+      direct.insert(recv.getResult());
+      assign(recv.getResult(), newStorage(recv.getType(), binding));
+    } else {
+      assign(recv.getResult(), newP2PStorage(recv.getType(), "recv"));
+    }
+    return success();
+  }
+  if (auto send = dyn_cast<dist::SendOp>(op)) {
+    StringRef where = storages[storageOf.lookup(send.getInput())].persistent;
+    if (!where.starts_with("stash:") && !where.starts_with("p2p.send:"))
+      sendCopy[op] = newP2PStorage(send.getInput().getType(), "send");
+    return success();
+  }
+  // Buckets: a pack is the bucket's view of its parameters' buffers, an
+  // unpack hands out those buffers; whatever is not already in place is
+  // copied there.
+  if (auto pack = dyn_cast<dist::PackOp>(op)) {
+    std::string view = bucketView(pack.getData(), pack.getBuffer(), pack.getBucket());
+    SmallVector<std::string> parts =
+        bucketParts(op, pack.getBufferAttr(), pack.getBucket(), pack.getData());
+    for (auto [i, operand] : llvm::enumerate(pack.getInputs()))
+      if (storages[storageOf.lookup(operand)].persistent != parts[i])
+        placeCopies[op].push_back(
+            {int(i), newStorage(operand.getType(), parts[i])});
+    direct.insert(pack.getResult());
+    assign(pack.getResult(), newStorage(pack.getType(), view));
+    return success();
+  }
+  if (auto start = dyn_cast<dist::BucketReduceStartOp>(op)) {
+    int64_t numel = 0;
+    auto buf = SymbolTable::lookupNearestSymbolFrom<dist::GradBufferOp>(
+        op, start.getBufferAttr());
+    buckets::Buffer layout = buf.getLayout();
+    const buckets::Bucket &k = layout.buckets[size_t(start.getBucket())];
+    numel = k.end - k.start;
+    Type element = buf.getGradDtype() == "bf16"
+                       ? Type(BFloat16Type::get(op->getContext()))
+                       : Float32Type::get(op->getContext());
+    bucketStorage[op] =
+        newStorage(RankedTensorType::get({numel}, element),
+                   bucketView("grad", start.getBuffer(), start.getBucket()));
+    if (start.getKind() == "reduce_scatter") {
+      std::string shard = ("gshard:" + start.getBuffer() + ":" +
+                           Twine(start.getBucket()))
+                              .str();
+      if (!buffers.lookup(shard))
+        return start.emitOpError()
+               << "reduce-scatters bucket " << start.getBucket() << " of @"
+               << start.getBuffer()
+               << ", which is not a distributed-optimizer buffer";
+      MemRefType t = buffers.lookup(shard)->type;
+      shardStorage[op] = newStorage(
+          RankedTensorType::get(t.getShape(), t.getElementType()), shard);
+    }
+    return success();
+  }
+  if (isa<dist::BucketReduceWaitOp>(op))
+    return success();
+  if (auto unpack = dyn_cast<dist::UnpackOp>(op)) {
+    std::string view =
+        bucketView(unpack.getData(), unpack.getBuffer(), unpack.getBucket());
+    SmallVector<std::string> parts = bucketParts(
+        op, unpack.getBufferAttr(), unpack.getBucket(), unpack.getData());
+    // The unpack overwrites the bucket's buffers: no value held there
+    // before may be read after it.
+    parts.push_back(view);
+    if (OpOperand *use = readAfter(parts, op))
+      return use->getOwner()->emitOpError()
+             << "reads '" << storages[storageOf.lookup(use->get())].persistent
+             << "' after a dist.unpack overwrote it; lower-to-rt keeps one "
+                "copy of each parameter and gradient";
+    parts.pop_back();
+    if (storages[storageOf.lookup(unpack.getInput())].persistent != view)
+      placeCopies[op].push_back(
+          {-1, newStorage(unpack.getInput().getType(), view)});
+    for (auto [i, result] : llvm::enumerate(unpack.getResults())) {
+      direct.insert(result);
+      assign(result, newStorage(result.getType(), parts[i]));
+    }
+    return success();
+  }
+  // The distributed optimizer works in its buffers, as Megatron's does:
+  // a bucket's reduce-scatter leaves this rank's shard in place in the
+  // gradient bucket, and this rank's block of the parameter bucket is
+  // the shard itself (Adam updates it there; the all-gather then fills
+  // the other ranks' blocks around it).
+  if (auto rs = dyn_cast<dist::ReduceScatterOp>(op)) {
+    std::string shard =
+        shardView(storages[storageOf.lookup(rs.getInput())].persistent);
+    if (rs.getGroup() == "dp" && rs.getDim() == 0 &&
+        clobberable(rs.getInput(), op)) {
+      if (int id = shardStorageFor(shard, rs.getType()); id >= 0) {
+        assign(rs.getResult(), id);
+        return success();
+      }
+    }
+  }
+  if (auto sc = dyn_cast<dist::ScatterToRegionOp>(op)) {
+    std::string shard =
+        shardView(storages[storageOf.lookup(sc.getInput())].persistent);
+    auto pack = sc.getInput().getDefiningOp<dist::PackOp>();
+    // Only when nothing else reads the parameters: the shard is updated
+    // in place.
+    bool onlyPacked =
+        pack && sc.getInput().hasOneUse() &&
+        llvm::all_of(pack.getInputs(), [&](Value v) {
+          return llvm::all_of(v.getUsers(),
+                              [&](Operation *u) { return u == pack; });
+        });
+    if (onlyPacked && sc.getGroup() == "dp" && sc.getDim().value_or(-1) == 0) {
+      if (int id = shardStorageFor(shard, sc.getType()); id >= 0) {
+        assign(sc.getResult(), id);
+        aliasedScatter.insert(op);
+        return success();
+      }
+    }
+  }
+  // In-place kernels reuse operand 0's storage.
+  bool aliasOnly = isa<dist::CopyToRegionOp>(op);
+  bool inPlace = isa<dist::ReduceFromRegionOp, dist::AllReduceOp,
+                     dist::AllReduceStartOp, nn::ScaleOp>(op);
+  if (aliasOnly || isa<dist::WaitOp>(op)) {
+    assign(op->getResult(0), storageOf.lookup(op->getOperand(0)));
+    return success();
+  }
+  if (auto adam = dyn_cast<nn::AdamOp>(op)) {
+    for (auto [operand, result] :
+         llvm::zip(ValueRange{adam.getParam(), adam.getExpAvg(),
+                              adam.getExpAvgSq()},
+                   adam.getResults())) {
+      if (!clobberable(operand, op))
+        return op->emitOpError() << "updates a value that is read later; "
+                                    "the optimizer must be its last reader";
+      assign(result, storageOf.lookup(operand));
+    }
+    return success();
+  }
+  if (auto sgd = dyn_cast<nn::SgdOp>(op)) {
+    if (!clobberable(sgd.getParam(), op))
+      return op->emitOpError() << "updates a value that is read later";
+    assign(sgd.getResult(), storageOf.lookup(sgd.getParam()));
+    return success();
+  }
+  if (inPlace) {
+    Value in = op->getOperand(0);
+    if (resultBinding(op->getResult(0)).empty() && clobberable(in, op)) {
+      assign(op->getResult(0), storageOf.lookup(in));
+      return success();
+    }
+    if (!resultBinding(op->getResult(0)).empty() &&
+        storages[storageOf.lookup(in)].persistent ==
+            resultBinding(op->getResult(0)) &&
+        clobberable(in, op)) {
+      assign(op->getResult(0), storageOf.lookup(in));
+      return success();
+    }
+    copyFirst.insert(op);
+  }
+  for (Value result : op->getResults()) {
+    StringRef binding = resultBinding(result);
+    bool accumulate = !isStep && binding.starts_with("grad:");
+    bool canAccumulate =
+        isa<nn::MatmulOp, nn::ReduceRowsOp, nn::EmbeddingGradOp,
+            nn::PositionEmbeddingGradOp, nn::CastOp>(op) ||
+        (isa<nn::LayerNormGradOp>(op) && result != op->getResult(0) &&
+         llvm::all_of(op->getResults().drop_front(), [&](Value r) {
+           return llvm::count_if(r.getUsers(), [](Operation *u) {
+                    return !isa<dist::BucketReduceStartOp>(u);
+                  }) == 1 &&
+                  resultBinding(r).starts_with("grad:");
+         }));
+    // A bucket_reduce_start only orders itself after the gradient; it
+    // reads the buffer, not the value.
+    bool singleUse = llvm::count_if(result.getUsers(), [](Operation *u) {
+                       return !isa<dist::BucketReduceStartOp>(u);
+                     }) == 1;
+    bool canWriteDirect =
+        !binding.empty() && singleUse && !copyFirst.contains(op) &&
+        (accumulate ? canAccumulate : !inPlace);
+    if (canWriteDirect && !accumulate) {
+      // Overwrite: only once nothing later reads the buffer's old value.
+      for (Storage &s : storages)
+        if (s.persistent == binding)
+          for (Value v : s.values)
+            for (Operation *user : v.getUsers())
+              if (user != op && !user->isBeforeInBlock(op))
+                canWriteDirect = false;
+    }
+    // A saved activation is written once, into its slot.
+    if (binding.starts_with("stash:") && !copyFirst.contains(op))
+      canWriteDirect = true;
+    if (canWriteDirect) {
+      direct.insert(result);
+      assign(result, newStorage(result.getType(), binding));
+      continue;
+    }
+    if (isa<dist::AsyncType>(result.getType()))
+      continue;
+    if (binding.empty() && !inPlace && result.hasOneUse())
+      if (auto unpack = dyn_cast<dist::UnpackOp>(*result.getUsers().begin())) {
+        direct.insert(result);
+        assign(result, newStorage(result.getType(),
+                                  bucketView(unpack.getData(), unpack.getBuffer(),
+                                             unpack.getBucket())));
+        continue;
+      }
+    // The updated shard an all-gather puts into a parameter bucket is
+    // written straight into this rank's block of it (bf16 parameters:
+    // the cast of the fp32 main shard).
+    // (Unless the bucket's old values are still read: the write
+    // clobbers this rank's block of them.)
+    if (binding.empty() && !inPlace && result.hasOneUse())
+      if (auto ag = dyn_cast<dist::AllGatherOp>(*result.getUsers().begin());
+          ag && ag.getGroup() == "dp" && ag.getDim() == 0 &&
+          ag.getResult().hasOneUse())
+        if (auto unpack =
+                dyn_cast<dist::UnpackOp>(*ag.getResult().getUsers().begin())) {
+          std::string view = bucketView(unpack.getData(), unpack.getBuffer(),
+                                        unpack.getBucket());
+          SmallVector<std::string> held = bucketParts(
+              op, unpack.getBufferAttr(), unpack.getBucket(), unpack.getData());
+          held.push_back(view);
+          if (!readAfter(held, op))
+            if (int id = shardStorageFor(shardView(view), result.getType());
+                id >= 0) {
+              assign(result, id);
+              continue;
+            }
+        }
+    if (binding.empty() && !inPlace && llvm::any_of(result.getUsers(), [](Operation *u) {
+          return isa<dist::SendOp>(u);
+        })) {
+      assign(result, newP2PStorage(result.getType(), "send"));
+      continue;
+    }
+    assign(result, newStorage(result.getType()));
+  }
+  // A cross-entropy with ignore_index runs as max, statistics and loss
+  // kernels: three row vectors of scratch.
+  bool statsPath = false;
+  if (auto ce = dyn_cast<nn::SoftmaxCrossEntropyOp>(op))
+    statsPath = ce.getIgnoreIndex().has_value();
+  if (auto ce = dyn_cast<nn::SoftmaxCrossEntropyGradOp>(op))
+    statsPath = ce.getIgnoreIndex().has_value();
+  if (statsPath) {
+    auto z = cast<RankedTensorType>(op->getOperand(0).getType());
+    auto rows = RankedTensorType::get(z.getShape().drop_back(),
+                                      z.getElementType());
+    for (int i = 0; i < 3; ++i) {
+      int id = newStorage(rows);
+      storages[id].scratch = true;
+      storages[id].start = storages[id].end = position[op];
+      scratchOf[op].push_back(id);
+    }
+  }
+
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// Stage 3: the memory plan
+//===----------------------------------------------------------------------===//
+
+int64_t PhasePlan::planMemory(int64_t base) {
+  // Live intervals of transient storages (scratch ones were set when
+  // planned: the one op that uses them).
+  int64_t retPos = position.size();
+  SmallVector<Storage *> transients;
+  std::vector<memory::Interval> intervals;
+  for (Storage &s : storages) {
+    if (!s.persistent.empty() || (s.values.empty() && !s.scratch))
+      continue;
+    for (Value v : s.values) {
+      int64_t def = isa<BlockArgument>(v) ? 0 : position[v.getDefiningOp()];
+      s.start = std::min(s.start, def);
+      s.end = std::max(s.end, def);
+      for (Operation *user : v.getUsers())
+        s.end = std::max(s.end, isa<func::ReturnOp>(user) ? retPos
+                                                          : position[user]);
+    }
+    transients.push_back(&s);
+    intervals.push_back({s.start, s.end, byteSize(s.type)});
+  }
+  memory::Plan plan = memory::planLinearScan(intervals, kAlignment);
+  for (auto [s, offset] : llvm::zip(transients, plan.offsets))
+    s->offset = base + offset;
+  return plan.arenaBytes;
+}
+
+} // namespace tessera::lowering

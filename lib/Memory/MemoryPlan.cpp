@@ -1,0 +1,114 @@
+//===- MemoryPlan.cpp - Static memory plan of transient buffers -----------===//
+//
+// The linear scan of MemoryPlan.h.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tessera/Memory/MemoryPlan.h"
+
+#include <algorithm>
+#include <iterator>
+#include <map>
+#include <numeric>
+#include <queue>
+#include <utility>
+
+namespace tessera::memory {
+
+int64_t alignTo(int64_t bytes, int64_t alignment) {
+  return (bytes + alignment - 1) / alignment * alignment;
+}
+
+Plan planLinearScan(const std::vector<Interval> &intervals,
+                    int64_t alignment) {
+  Plan plan;
+  plan.offsets.assign(intervals.size(), 0);
+  std::vector<size_t> order(intervals.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (intervals[a].start != intervals[b].start)
+      return intervals[a].start < intervals[b].start;
+    return intervals[a].bytes > intervals[b].bytes;
+  });
+  std::map<int64_t, int64_t> freeList; // offset -> size, coalesced
+  auto release = [&](int64_t offset, int64_t size) {
+    auto next = freeList.lower_bound(offset);
+    if (next != freeList.end() && offset + size == next->first) {
+      size += next->second;
+      next = freeList.erase(next);
+    }
+    if (next != freeList.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second == offset) {
+        prev->second += size;
+        return;
+      }
+    }
+    freeList[offset] = size;
+  };
+  using Live = std::pair<int64_t, size_t>; // (end, interval)
+  std::priority_queue<Live, std::vector<Live>, std::greater<Live>> live;
+  int64_t top = 0;
+  for (size_t i : order) {
+    const Interval &in = intervals[i];
+    while (!live.empty() && live.top().first < in.start) {
+      size_t dead = live.top().second;
+      live.pop();
+      release(plan.offsets[dead], alignTo(intervals[dead].bytes, alignment));
+    }
+    int64_t size = alignTo(in.bytes, alignment);
+    auto fit = std::find_if(freeList.begin(), freeList.end(),
+                            [&](const std::pair<const int64_t, int64_t> &f) {
+                              return f.second >= size;
+                            });
+    int64_t &offset = plan.offsets[i];
+    if (fit != freeList.end()) {
+      offset = fit->first;
+      int64_t rest = fit->second - size;
+      int64_t restOffset = fit->first + size;
+      freeList.erase(fit);
+      if (rest > 0)
+        freeList[restOffset] = rest;
+    } else if (!freeList.empty() &&
+               std::prev(freeList.end())->first +
+                       std::prev(freeList.end())->second ==
+                   top) {
+      // Grow the free block at the top instead of leaving it as a hole.
+      auto last = std::prev(freeList.end());
+      offset = last->first;
+      top = offset + size;
+      freeList.erase(last);
+    } else {
+      offset = top;
+      top += size;
+    }
+    live.push({in.end, i});
+  }
+  plan.arenaBytes = top;
+  return plan;
+}
+
+int64_t peakLiveBytes(const std::vector<Interval> &intervals,
+                      int64_t alignment) {
+  // Sweep: +size at start, -size after end.
+  std::vector<std::pair<int64_t, int64_t>> events;
+  for (const Interval &in : intervals) {
+    int64_t size = alignTo(in.bytes, alignment);
+    events.push_back({in.start, size});
+    events.push_back({in.end + 1, -size});
+  }
+  std::sort(events.begin(), events.end(),
+            [](const auto &a, const auto &b) {
+              if (a.first != b.first)
+                return a.first < b.first;
+              return a.second < b.second; // releases first
+            });
+  int64_t live = 0, peak = 0;
+  for (auto [at, delta] : events) {
+    live += delta;
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
+} // namespace tessera::memory
