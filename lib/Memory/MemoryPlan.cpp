@@ -1,6 +1,6 @@
 //===- MemoryPlan.cpp - Static memory plan of transient buffers -----------===//
 //
-// The linear scan of MemoryPlan.h.
+// The linear scan and the slot regions of MemoryPlan.h.
 //
 //===----------------------------------------------------------------------===//
 
@@ -109,6 +109,34 @@ int64_t peakLiveBytes(const std::vector<Interval> &intervals,
     peak = std::max(peak, live);
   }
   return peak;
+}
+
+SlotLayout planSlotRegions(const std::map<int64_t, ChunkSlots> &chunks,
+                           int64_t base) {
+  SlotLayout layout;
+  SlotRegion pool;
+  int64_t separate = 0;
+  for (const auto &[chunk, c] : chunks) {
+    pool.bytes = std::max(pool.bytes, c.bytes);
+    pool.slots = std::max(pool.slots, c.poolSlots);
+    separate += c.bytes * c.ownSlots;
+  }
+  layout.pooled = pool.bytes * pool.slots <= separate;
+  int64_t offset = base;
+  for (const auto &[chunk, c] : chunks) {
+    SlotRegion r = pool;
+    r.base = offset;
+    if (!layout.pooled) {
+      r.bytes = c.bytes;
+      r.slots = c.ownSlots;
+      offset += r.bytes * r.slots;
+    }
+    layout.regions[chunk] = r;
+  }
+  if (layout.pooled)
+    offset += pool.bytes * pool.slots;
+  layout.end = offset;
+  return layout;
 }
 
 } // namespace tessera::memory

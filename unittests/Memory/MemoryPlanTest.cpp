@@ -3,7 +3,9 @@
 // Random interval sets (fixed seeds): no two buffers live at the same time
 // share a byte, every offset is aligned, the arena is the highest byte in
 // use and at least the largest live sum, and for nested lifetimes (the
-// forward/backward shape of a transformer) exactly that sum.
+// forward/backward shape of a transformer) exactly that sum. Slot regions:
+// the smaller of a shared pool and a region per chunk, each chunk's slots
+// inside, separate regions apart.
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,6 +15,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <random>
 
 using namespace tessera::memory;
@@ -151,5 +154,74 @@ TEST(MemoryPlanTest, NestedLifetimesPackLikeAStack) {
     Plan plan = planLinearScan(intervals, kAlignment);
     checkPlan(intervals, plan);
     EXPECT_EQ(plan.arenaBytes, bruteForcePeak(intervals));
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Slot regions
+//===----------------------------------------------------------------------===//
+
+TEST(SlotRegionsTest, PoolsChunksOfSimilarSize) {
+  // Two chunks of 1000 bytes; the schedule's pool needs 3 slots, regions of
+  // their own 2 each: the pool (3000) beats separate regions (4000).
+  SlotLayout layout =
+      planSlotRegions({{0, {1000, 3, 2}}, {1, {1000, 3, 2}}}, 640);
+  EXPECT_TRUE(layout.pooled);
+  for (int c : {0, 1}) {
+    EXPECT_EQ(layout.regions[c].base, 640);
+    EXPECT_EQ(layout.regions[c].bytes, 1000);
+    EXPECT_EQ(layout.regions[c].slots, 3);
+  }
+  EXPECT_EQ(layout.end, 640 + 3000);
+}
+
+TEST(SlotRegionsTest, SeparatesChunksOfVeryDifferentSizes) {
+  // The last chunk holds the logits: 10x the first. A pool would size every
+  // slot by it (4 x 10000); separate regions take 3 x 1000 + 2 x 10000.
+  SlotLayout layout =
+      planSlotRegions({{0, {1000, 4, 3}}, {1, {10000, 4, 2}}}, 0);
+  EXPECT_FALSE(layout.pooled);
+  EXPECT_EQ(layout.regions[0].base, 0);
+  EXPECT_EQ(layout.regions[0].slots, 3);
+  EXPECT_EQ(layout.regions[1].base, 3000);
+  EXPECT_EQ(layout.regions[1].bytes, 10000);
+  EXPECT_EQ(layout.regions[1].slots, 2);
+  EXPECT_EQ(layout.end, 23000);
+}
+
+TEST(SlotRegionsTest, RandomLayoutsHoldEveryChunkWithoutOverlap) {
+  std::mt19937_64 rng(11);
+  std::uniform_int_distribution<int> count(1, 6);
+  std::uniform_int_distribution<int64_t> bytes(0, 5000), slots(1, 8);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::map<int64_t, ChunkSlots> chunks;
+    for (int c = count(rng) - 1; c >= 0; --c) {
+      int64_t own = slots(rng);
+      chunks[c] = {alignTo(bytes(rng), kAlignment), own + slots(rng) - 1,
+                   own};
+    }
+    SlotLayout layout = planSlotRegions(chunks, 128);
+    int64_t pooled = 0, separate = 0, poolSlots = 0;
+    for (auto &[c, s] : chunks) {
+      pooled = std::max(pooled, s.bytes);
+      poolSlots = std::max(poolSlots, s.poolSlots);
+      separate += s.bytes * s.ownSlots;
+    }
+    // The smaller of the two layouts.
+    EXPECT_EQ(layout.end - 128, std::min(pooled * poolSlots, separate));
+    for (auto &[c, s] : chunks) {
+      const SlotRegion &r = layout.regions.at(c);
+      EXPECT_GE(r.bytes, s.bytes);
+      EXPECT_GE(r.slots, layout.pooled ? s.poolSlots : s.ownSlots);
+      EXPECT_LE(r.base + r.bytes * r.slots, layout.end);
+      if (!layout.pooled)
+        for (auto &[d, t] : chunks) {
+          const SlotRegion &q = layout.regions.at(d);
+          if (d != c) {
+            EXPECT_TRUE(r.base + r.bytes * r.slots <= q.base ||
+                        q.base + q.bytes * q.slots <= r.base);
+          }
+        }
+    }
   }
 }

@@ -21,6 +21,7 @@
 #define TESSERA_MEMORY_MEMORYPLAN_H
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 namespace tessera::memory {
@@ -51,6 +52,40 @@ Plan planLinearScan(const std::vector<Interval> &intervals, int64_t alignment);
 /// needs at least.
 int64_t peakLiveBytes(const std::vector<Interval> &intervals,
                       int64_t alignment);
+
+//===----------------------------------------------------------------------===//
+// Microbatch slots of pipeline chunks
+//===----------------------------------------------------------------------===//
+
+/// What a pipeline chunk keeps per microbatch in flight: `bytes` of inputs
+/// and saved activations, and how many slots it needs when it shares the
+/// rank's pool with the other chunks (`poolSlots`, the schedule's slot
+/// indices) or has a region of its own (`ownSlots`).
+struct ChunkSlots {
+  int64_t bytes = 0, poolSlots = 0, ownSlots = 0;
+};
+
+/// A chunk's slot region: `slots` copies of `bytes` from `base`.
+struct SlotRegion {
+  int64_t base = 0, bytes = 0, slots = 0;
+};
+
+struct SlotLayout {
+  /// Per chunk.
+  std::map<int64_t, SlotRegion> regions;
+  /// One pool shared by every chunk (a slot as large as the largest
+  /// chunk's), rather than a region per chunk.
+  bool pooled = true;
+  /// The first byte after the slot regions.
+  int64_t end = 0;
+};
+
+/// Lays the chunks' slot regions out from `base`: one pool sized by the
+/// largest chunk, or a region per chunk, whichever is smaller (chunks of
+/// very different sizes, like the last one holding the logits, are better
+/// apart); the pool on a tie.
+SlotLayout planSlotRegions(const std::map<int64_t, ChunkSlots> &chunks,
+                           int64_t base);
 
 } // namespace tessera::memory
 

@@ -23,6 +23,7 @@
 #define TESSERA_LIB_CONVERSION_LOWERTORT_LOWERTORT_H
 
 #include "tessera/Conversion/Passes.h"
+#include "tessera/Memory/MemoryPlan.h"
 #include "tessera/Support/Model.h"
 
 #include "llvm/ADT/DenseSet.h"
@@ -56,10 +57,7 @@ struct Persistent {
   llvm::SmallVector<mlir::NamedAttribute> attrs;
 };
 
-/// A chunk's microbatch slot region: `slots` copies of `bytes` at `base`.
-struct SlotRegion {
-  int64_t base = 0, bytes = 0, slots = 0;
-};
+using memory::SlotRegion;
 
 /// The persistent part of a program's arena.
 class PersistentBuffers {

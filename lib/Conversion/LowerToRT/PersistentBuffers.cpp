@@ -227,29 +227,13 @@ PersistentBuffers::layout(ModuleOp module,
         p->offset = chunkBytes[c];
         chunkBytes[c] = alignUp(chunkBytes[c] + byteSize(p->type));
       }
-  // One pool sized by the largest chunk, or a region per chunk, whichever
-  // is smaller: chunks of very different sizes (the last one holds the
-  // logits) are better apart.
-  SlotRegion pool;
-  int64_t separate = 0;
-  for (auto &[c, slots] : numSlots) {
-    pool.bytes = std::max(pool.bytes, chunkBytes[c]);
-    pool.slots = std::max(pool.slots, slots);
-    separate += chunkBytes[c] * chunkSlots.at(c);
-  }
-  bool pooled = pool.bytes * pool.slots <= separate;
-  for (auto &[c, slots] : numSlots) {
-    SlotRegion r = pool;
-    r.base = offset;
-    if (!pooled) {
-      r.bytes = chunkBytes[c];
-      r.slots = chunkSlots.at(c);
-      offset += r.bytes * r.slots;
-    }
-    regions[c] = r;
-  }
-  if (pooled)
-    offset += pool.bytes * pool.slots;
+  std::map<int64_t, memory::ChunkSlots> chunks;
+  for (auto &[c, slots] : numSlots)
+    chunks[c] = {chunkBytes[c], slots, chunkSlots.at(c)};
+  memory::SlotLayout slotLayout = memory::planSlotRegions(chunks, offset);
+  regions = slotLayout.regions;
+  offset = slotLayout.end;
+  bool pooled = slotLayout.pooled;
   for (auto &p : buffers)
     if (auto it = slotChunk.find(p.get()); it != slotChunk.end())
       p->offset += regions[it->second].base;
