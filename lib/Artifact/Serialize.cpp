@@ -381,10 +381,10 @@ LogicalResult Writer::write(llvm::raw_ostream &os) {
                                  styleStr, minLr);
   }
   std::string flags;
-  if (auto a = module->getAttrOfType<StringAttr>("tessera.compile_flags"))
+  if (auto a = module->getAttrOfType<StringAttr>(kCompileFlagsAttr))
     flags = a.getValue().str();
   std::string model = "model";
-  if (auto a = module->getAttrOfType<StringAttr>("tessera.model"))
+  if (auto a = module->getAttrOfType<StringAttr>(kModelNameAttr))
     model = a.getValue().str();
 
   auto groupsVec = fbb.CreateVector(groups);

@@ -12,6 +12,7 @@
 #include "tessera/InitAll.h"
 #include "tessera/Pipeline/Reports.h"
 #include "tessera/Schedule/PipelineSchedule.h"
+#include "tessera/Support/Model.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -171,7 +172,7 @@ int emitSchedule(const tessera::CompileOptions &options,
       return 1;
     std::set<int64_t> marks;
     module->walk([&](Operation *op) {
-      if (auto layer = op->getAttrOfType<IntegerAttr>("nn.layer"))
+      if (auto layer = op->getAttrOfType<IntegerAttr>(tessera::kLayerAttr))
         marks.insert(layer.getInt());
     });
     if (marks.empty())
@@ -266,9 +267,8 @@ int tessera::compile(const CompileOptions &options,
   if (!module)
     return 1;
   Builder b(&context);
-  (*module)->setAttr("tessera.compile_flags",
-                     b.getStringAttr(llvm::join(args, " ")));
-  (*module)->setAttr("tessera.model",
+  (*module)->setAttr(kCompileFlagsAttr, b.getStringAttr(llvm::join(args, " ")));
+  (*module)->setAttr(kModelNameAttr,
                      b.getStringAttr(llvm::sys::path::stem(options.input)));
 
   if (std::string error = checkTrainPipelineOptions(options.pipeline);

@@ -275,9 +275,9 @@ mlir::LogicalResult tessera::printBuckets(mlir::ModuleOp module,
   j.object([&] {
     j.attribute("dp", dp);
     j.attribute("single_bucket_group",
-                module->hasAttr("dist.single_bucket_group") ||
+                module->hasAttr(kSingleBucketGroupAttr) ||
                     llvm::any_of(getPrograms(module), [](mlir::ModuleOp p) {
-                      return p->hasAttr("dist.single_bucket_group");
+                      return p->hasAttr(kSingleBucketGroupAttr);
                     }));
     j.attributeArray("buffers", [&] {
       for (Entry &e : entries)

@@ -7,6 +7,7 @@
 
 #include "dialects/dist/IR/DistOps.h"
 #include "tessera/Mesh/RankGroups.h"
+#include "tessera/Support/Model.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
@@ -335,8 +336,9 @@ LogicalResult RunOp::verifySymbolUses(SymbolTableCollection &st) {
   if (!func || !isa<FunctionOpInterface>(func))
     return emitOpError() << "runs '" << getCallee()
                          << "', which is not a function of this pipeline rank";
-  auto phase = func->getAttrOfType<StringAttr>("tessera.phase");
-  if (!phase || (phase.getValue() != "forward" && phase.getValue() != "backward"))
+  auto phase = func->getAttrOfType<StringAttr>(kPhaseAttr);
+  if (!phase ||
+      (phase.getValue() != kForwardPhase && phase.getValue() != kBackwardPhase))
     return emitOpError() << "runs '" << getCallee()
                          << "', which is not a forward or backward phase";
   return success();

@@ -175,7 +175,7 @@ struct DPGradAllReducePass
       }
     }
     if (singleBucketGroup)
-      module->setAttr("dist.single_bucket_group", b.getUnitAttr());
+      module->setAttr(kSingleBucketGroupAttr, b.getUnitAttr());
 
     // Megatron's overlap_grad_reduce: a variant of the microbatch phase for
     // the last microbatch starts each bucket's reduction right after the

@@ -88,10 +88,11 @@ struct PadVocabPass : tessera::dist::impl::PadVocabPassBase<PadVocabPass> {
       }
     updateFunctionType(model);
     Builder b(module.getContext());
-    module->setAttr("tessera.vocab",
-                    b.getDictionaryAttr(
-                        {b.getNamedAttr("size", b.getI64IntegerAttr(vocab)),
-                         b.getNamedAttr("padded", b.getI64IntegerAttr(padded))}));
+    module->setAttr(
+        kVocabAttr,
+        b.getDictionaryAttr(
+            {b.getNamedAttr("size", b.getI64IntegerAttr(vocab)),
+             b.getNamedAttr("padded", b.getI64IntegerAttr(padded))}));
   }
 };
 } // namespace

@@ -186,8 +186,8 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
       auto scatter = ReduceScatterOp::create(
           b, op->getLoc(), shardType(op->getResultTypes()[0]), op->getOperand(0),
           meshRef, group, dim0);
-      if (Attribute layer = op->getAttr("nn.layer"))
-        scatter->setAttr("nn.layer", layer);
+      if (Attribute layer = op->getAttr(kLayerAttr))
+        scatter->setAttr(kLayerAttr, layer);
       op->replaceAllUsesWith(scatter);
       op->erase();
     }
@@ -440,11 +440,11 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
       }
       result.replaceAllUsesExcept(out, firstUser);
       // New ops belong to the same transformer layer.
-      if (Attribute layer = op->getAttr("nn.layer"))
+      if (Attribute layer = op->getAttr(kLayerAttr))
         for (Operation *created = firstUser; created;
              created = created == out.getDefiningOp() ? nullptr
                                                       : created->getNextNode())
-          created->setAttr("nn.layer", layer);
+          created->setAttr(kLayerAttr, layer);
     }
     return success();
   }
