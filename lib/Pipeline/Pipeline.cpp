@@ -9,8 +9,8 @@
 using namespace mlir;
 
 void tessera::registerAllDialects(DialectRegistry &registry) {
-  registry.insert<nn::NNDialect, dist::DistDialect, rt::RTDialect,
-                  func::FuncDialect>();
+  registry.insert<TesseraDialect, nn::NNDialect, dist::DistDialect,
+                  rt::RTDialect, func::FuncDialect>();
 }
 
 llvm::cl::OptionCategory &tessera::getCompileCategory() {

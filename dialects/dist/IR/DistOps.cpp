@@ -37,6 +37,56 @@ void DistDialect::initialize() {
       >();
 }
 
+//===----------------------------------------------------------------------===//
+// Attributes: dist.sharding, dist.tied, dist.pp_rank, dist.stage, dist.chunk,
+// dist.chunk_slot, dist.single_bucket_group
+//===----------------------------------------------------------------------===//
+
+namespace {
+using namespace attr_check;
+using attr_site::AnyOp;
+using attr_site::Argument;
+using attr_site::Function;
+using attr_site::Module;
+
+const AttrContract kDistAttrs[] = {
+    {kShardingAttr, Argument,
+     [](Attribute a, Type t) {
+       return dictionary(a, t,
+                         {{"axis", nonEmptyString}, {"dim", dimensionOf}});
+     }},
+    {kTiedAttr, Argument, nonEmptyString},
+    {kPpRankAttr, Module, nonNegativeInt},
+    {kStageAttr, Function,
+     [](Attribute a, Type t) {
+       return dictionary(a, t,
+                         {{"stage", nonNegativeInt},
+                          {"chunk", nonNegativeInt},
+                          {"layers", i64Array}});
+     }},
+    {kChunkAttr, Function, nonNegativeInt},
+    {kChunkSlotAttr, AnyOp, nonNegativeInt},
+    {kSingleBucketGroupAttr, Module, unit},
+};
+} // namespace
+
+LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
+                                                    NamedAttribute attr) {
+  return verifyAttr(kDistAttrs, op, attr);
+}
+
+LogicalResult DistDialect::verifyRegionArgAttribute(Operation *op, unsigned,
+                                                    unsigned argIndex,
+                                                    NamedAttribute attr) {
+  return verifyAttr(kDistAttrs, op, attr, attr_site::Argument, argIndex);
+}
+
+LogicalResult DistDialect::verifyRegionResultAttribute(Operation *op, unsigned,
+                                                       unsigned resultIndex,
+                                                       NamedAttribute attr) {
+  return verifyAttr(kDistAttrs, op, attr, attr_site::Result, resultIndex);
+}
+
 MeshOp tessera::dist::lookupMesh(Operation *from) {
   // The mesh sits in the top-level module; pipeline-rank modules nest in it.
   auto module = isa<ModuleOp>(from) ? cast<ModuleOp>(from)

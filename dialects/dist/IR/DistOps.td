@@ -28,7 +28,18 @@ def Dist_Dialect : Dialect {
     `"dp"`, or a composite such as `"tp-dp"`); the group a rank takes part
     in follows from the mesh's sizes and order string (Megatron's
     `RankGenerator` in megatron/core/parallel_state.py).
+
+    The dialect verifies its discardable attributes (names in
+    include/tessera/Support/Model.h): `dist.sharding = {axis, dim}` and
+    `dist.tied` on parameters, `dist.pp_rank` on a pipeline-rank module,
+    `dist.stage = {stage, chunk, layers}` and `dist.chunk` on its functions,
+    `dist.chunk_slot` on a `dist.run`, `dist.single_bucket_group` on a
+    module. It loads the tessera dialect.
   }];
+  let dependentDialects = ["::tessera::TesseraDialect"];
+  let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
 }
 
 class Dist_Op<string mnemonic, list<Trait> traits = []>
