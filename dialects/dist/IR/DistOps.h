@@ -16,6 +16,7 @@
 #include "tessera/Interfaces/TesseraInterfaces.h"
 #include "tessera/Mesh/RankGroups.h"
 
+#include "dialects/dist/IR/DistEnums.h.inc"
 #include "dialects/dist/IR/DistOpsDialect.h.inc"
 
 #define GET_TYPEDEF_CLASSES

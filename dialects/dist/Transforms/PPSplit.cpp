@@ -255,7 +255,7 @@ void PPSplitPass::runOnOperation() {
     for (const Hop &h : hops)
       if (h.from == s - 1)
         map.map(h.value, RecvOp::create(b, h.value.getLoc(), h.value.getType(),
-                                        b.getStringAttr("prev"),
+                                        enumAttr(b, Peer::Prev),
                                         b.getI64IntegerAttr(h.tag)));
     for (Operation *op : ops)
       if (stage[op] == s)
@@ -263,7 +263,7 @@ void PPSplitPass::runOnOperation() {
     for (const Hop &h : hops)
       if (h.from == s)
         SendOp::create(b, h.value.getLoc(), map.lookup(h.value),
-                       b.getStringAttr("next"), b.getI64IntegerAttr(h.tag));
+                       enumAttr(b, Peer::Next), b.getI64IntegerAttr(h.tag));
     SmallVector<Value> results;
     if (last)
       for (Value v : ret.getOperands())

@@ -347,7 +347,7 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
       auto ignore = b.getI64IntegerAttr(ce.getIgnoreIndex().value_or(-100));
       Value m = nn::LogitsMaxOp::create(b, loc, z);
       Value globalMax = AllReduceOp::create(b, loc, m.getType(), m, meshRef,
-                                            group, b.getStringAttr("max"));
+                                            group, enumAttr(b, Reduction::Max));
       auto stats = nn::CrossEntropyStatsOp::create(b, loc, z, t, globalMax,
                                                    ignore, group);
       Value sumExp = ReduceFromRegionOp::create(

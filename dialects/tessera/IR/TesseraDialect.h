@@ -9,6 +9,7 @@
 #ifndef TESSERA_DIALECTS_TESSERA_IR_TESSERADIALECT_H
 #define TESSERA_DIALECTS_TESSERA_IR_TESSERADIALECT_H
 
+#include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/Dialect.h"
 #include "mlir/IR/OperationSupport.h"
@@ -22,6 +23,13 @@
 #include "dialects/tessera/IR/TesseraEnums.h.inc"
 
 namespace tessera {
+
+/// The string attribute of an enum case, for an operand of a builder whose
+/// attribute is a Tessera_StrEnumAttr (`enumAttr(b, dist::Peer::Next)`).
+template <typename Enum>
+mlir::StringAttr enumAttr(mlir::Builder &b, Enum value) {
+  return b.getStringAttr(stringifyEnum(value));
+}
 
 //===----------------------------------------------------------------------===//
 // Contracts of discardable attributes

@@ -289,9 +289,9 @@ LogicalResult PhaseLowering::plan() {
     // unpack hands out those buffers; whatever is not already in place is
     // copied there.
     if (auto pack = dyn_cast<dist::PackOp>(op)) {
-      std::string view = bucketView(pack.getData(), pack.getBuffer(), pack.getBucket());
+      std::string view = bucketView(pack.getDataAttr().getValue(), pack.getBuffer(), pack.getBucket());
       SmallVector<std::string> parts =
-          bucketParts(op, pack.getBufferAttr(), pack.getBucket(), pack.getData());
+          bucketParts(op, pack.getBufferAttr(), pack.getBucket(), pack.getDataAttr().getValue());
       for (auto [i, operand] : llvm::enumerate(pack.getInputs()))
         if (storages[storageOf.lookup(operand)].persistent != parts[i])
           placeCopies[op].push_back(
@@ -307,13 +307,13 @@ LogicalResult PhaseLowering::plan() {
       buckets::Buffer layout = buf.getLayout();
       const buckets::Bucket &k = layout.buckets[size_t(start.getBucket())];
       numel = k.end - k.start;
-      Type element = buf.getGradDtype() == "bf16"
+      Type element = buf.getGradDtype() == FloatDtype::BF16
                          ? Type(BFloat16Type::get(op->getContext()))
                          : Float32Type::get(op->getContext());
       bucketStorage[op] =
           newStorage(RankedTensorType::get({numel}, element),
                      bucketView("grad", start.getBuffer(), start.getBucket()));
-      if (start.getKind() == "reduce_scatter") {
+      if (start.getKind() == dist::BucketReduceKind::ReduceScatter) {
         std::string shard = ("gshard:" + start.getBuffer() + ":" +
                              Twine(start.getBucket()))
                                 .str();
@@ -332,9 +332,9 @@ LogicalResult PhaseLowering::plan() {
       continue;
     if (auto unpack = dyn_cast<dist::UnpackOp>(op)) {
       std::string view =
-          bucketView(unpack.getData(), unpack.getBuffer(), unpack.getBucket());
+          bucketView(unpack.getDataAttr().getValue(), unpack.getBuffer(), unpack.getBucket());
       SmallVector<std::string> parts = bucketParts(
-          op, unpack.getBufferAttr(), unpack.getBucket(), unpack.getData());
+          op, unpack.getBufferAttr(), unpack.getBucket(), unpack.getDataAttr().getValue());
       // The unpack overwrites the bucket's buffers: no value held there
       // before may be read after it.
       parts.push_back(view);
@@ -474,7 +474,7 @@ LogicalResult PhaseLowering::plan() {
         if (auto unpack = dyn_cast<dist::UnpackOp>(*result.getUsers().begin())) {
           direct.insert(result);
           assign(result, newStorage(result.getType(),
-                                    bucketView(unpack.getData(), unpack.getBuffer(),
+                                    bucketView(unpack.getDataAttr().getValue(), unpack.getBuffer(),
                                                unpack.getBucket())));
           continue;
         }
@@ -489,10 +489,10 @@ LogicalResult PhaseLowering::plan() {
             ag.getResult().hasOneUse())
           if (auto unpack =
                   dyn_cast<dist::UnpackOp>(*ag.getResult().getUsers().begin())) {
-            std::string view = bucketView(unpack.getData(), unpack.getBuffer(),
+            std::string view = bucketView(unpack.getDataAttr().getValue(), unpack.getBuffer(),
                                           unpack.getBucket());
             SmallVector<std::string> held = bucketParts(
-                op, unpack.getBufferAttr(), unpack.getBucket(), unpack.getData());
+                op, unpack.getBufferAttr(), unpack.getBucket(), unpack.getDataAttr().getValue());
             held.push_back(view);
             if (!readAfter(held, op))
               if (int id = shardStorageFor(shardView(view), result.getType());
@@ -955,7 +955,7 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
               Value view = storageBuffer(bucketStorage.lookup(op));
               kernelBufs(rt::ScaleOp(), {view, view},
                          {named("alpha", o.getScaleAttr())});
-              if (o.getKind() == "reduce_scatter")
+              if (o.getKind() == dist::BucketReduceKind::ReduceScatter)
                 bucketEvents[{o.getBuffer(), o.getBucket()}] =
                     rt::ReduceScatterStartOp::create(
                         b, l, rt::EventType::get(b.getContext()), view,
@@ -999,13 +999,13 @@ LogicalResult PhaseLowering::emit(OpBuilder &b, func::FuncOp target) {
               // not written again in this phase.
               deferredSends.push_back(
                   {l, buf,
-                   {iattrs({o.getPeer() == "next" ? 1 : -1, int64_t(o.getTag())}),
+                   {iattrs({o.getPeer() == dist::Peer::Next ? 1 : -1, int64_t(o.getTag())}),
                     named("group", b.getStringAttr("pp"))}});
               return success();
             })
             .Case([&](dist::RecvOp o) {
               kernel(rt::RecvOp(), {o.getResult()},
-                     {iattrs({o.getPeer() == "next" ? 1 : -1, int64_t(o.getTag())}),
+                     {iattrs({o.getPeer() == dist::Peer::Next ? 1 : -1, int64_t(o.getTag())}),
                       named("group", b.getStringAttr("pp"))});
               return success();
             })
@@ -1261,7 +1261,7 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
       continue;
     buckets::Buffer layout = gb.getLayout();
     for (StringRef data : {"grad", "param"}) {
-      StringRef dtype = data == "grad" ? gb.getGradDtype() : gb.getParamDtype();
+      StringRef dtype = data == "grad" ? gb.getGradDtypeAttr().getValue() : gb.getParamDtypeAttr().getValue();
       Type element = dtype == "bf16" ? Type(b.getBF16Type()) : b.getF32Type();
       for (auto [k, bucket] : llvm::enumerate(layout.buckets)) {
         int64_t numel = (bucket.end - bucket.start) / gb.getDp();
@@ -1401,7 +1401,7 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
     for (StringRef data : {"grad", "param"}) {
       if (data == "param" && !gb.getDistributed())
         continue;
-      StringRef dtype = data == "grad" ? gb.getGradDtype() : gb.getParamDtype();
+      StringRef dtype = data == "grad" ? gb.getGradDtypeAttr().getValue() : gb.getParamDtypeAttr().getValue();
       Type element = dtype == "bf16" ? Type(b.getBF16Type()) : b.getF32Type();
       int64_t elementBytes = element.getIntOrFloatBitWidth() / 8;
       int64_t base = offset;
