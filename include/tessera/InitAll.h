@@ -6,7 +6,8 @@
 #include "mlir/IR/DialectRegistry.h"
 
 namespace tessera {
-/// Registers nn, dist, rt and the upstream dialects Tessera modules use.
+/// Registers tessera, nn, dist, rt and the upstream dialects Tessera modules
+/// use.
 void registerAllDialects(mlir::DialectRegistry &registry);
 /// Registers every Tessera pass and the `tessera-train-pipeline` pipeline.
 void registerAllPasses();

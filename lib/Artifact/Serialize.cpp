@@ -265,19 +265,19 @@ Writer::writeProgram(ModuleOp module, int64_t ppRank) {
   std::string scheduleKind;
   int numChunks = 1;
   for (auto sched : module.getOps<dist::ScheduleOp>()) {
-    scheduleKind = sched.getKind().str();
+    scheduleKind = dist::stringifyScheduleKind(sched.getKind()).str();
     for (auto run : sched.getBody().front().getOps<dist::RunOp>()) {
       if (!functionIndex.count(run.getCallee()))
         return run.emitOpError() << "runs '" << run.getCallee()
                                  << "', which is not an rt entry function";
       // A whole phase runs as its receive, compute and send parts.
       SmallVector<std::string> parts;
-      StringRef part = run.getPart() ? *run.getPart() : "";
-      if (part.empty() || part == "recv")
+      std::optional<dist::RunPart> part = run.getPart();
+      if (!part || part == dist::RunPart::Recv)
         parts.push_back(("recv:" + run.getCallee()).str());
-      if (part.empty() || part == "compute")
+      if (!part || part == dist::RunPart::Compute)
         parts.push_back(run.getCallee().str());
-      if (part.empty() || part == "send")
+      if (!part || part == dist::RunPart::Send)
         parts.push_back(("send:" + run.getCallee()).str());
       for (const std::string &name : parts)
         if (auto it = functionIndex.find(name); it != functionIndex.end())
@@ -381,10 +381,10 @@ LogicalResult Writer::write(llvm::raw_ostream &os) {
                                  styleStr, minLr);
   }
   std::string flags;
-  if (auto a = module->getAttrOfType<StringAttr>("tessera.compile_flags"))
+  if (auto a = module->getAttrOfType<StringAttr>(kCompileFlagsAttr))
     flags = a.getValue().str();
   std::string model = "model";
-  if (auto a = module->getAttrOfType<StringAttr>("tessera.model"))
+  if (auto a = module->getAttrOfType<StringAttr>(kModelNameAttr))
     model = a.getValue().str();
 
   auto groupsVec = fbb.CreateVector(groups);

@@ -98,7 +98,7 @@ Value GPTBuilder::layer(int64_t i, Value h) {
   std::string outInit = normal(c.initStd / std::sqrt(2.0 * double(c.layers)));
   auto eps = b.getF32FloatAttr(c.layerNormEps);
   auto mark = [&](Value v) {
-    v.getDefiningOp()->setAttr("nn.layer", b.getI64IntegerAttr(i));
+    v.getDefiningOp()->setAttr(kLayerAttr, b.getI64IntegerAttr(i));
     return v;
   };
 

@@ -1,8 +1,6 @@
 //===- Pipeline.cpp - Registration and the training pipeline --------------===//
 
 #include "tessera/Pipeline/Pipeline.h"
-#include "dialects/dist/Transforms/Passes.h"
-#include "dialects/nn/Transforms/Passes.h"
 #include "tessera/Conversion/Passes.h"
 #include "tessera/InitAll.h"
 
@@ -11,37 +9,61 @@
 using namespace mlir;
 
 void tessera::registerAllDialects(DialectRegistry &registry) {
-  registry.insert<nn::NNDialect, dist::DistDialect, rt::RTDialect,
-                  func::FuncDialect>();
+  registry.insert<TesseraDialect, nn::NNDialect, dist::DistDialect,
+                  rt::RTDialect, func::FuncDialect>();
 }
 
+llvm::cl::OptionCategory &tessera::getCompileCategory() {
+  static llvm::cl::OptionCategory category("tessera-compile options");
+  return category;
+}
+
+std::string
+tessera::checkTrainPipelineOptions(const TrainPipelineOptions &options) {
+  if (options.gradReduceInBf16 &&
+      (!options.bf16 || options.gradReduceInFp32.getNumOccurrences()))
+    return "--grad-reduce-in-bf16 needs --bf16 and excludes "
+           "--grad-reduce-in-fp32";
+  return "";
+}
+
+// The one place where the pipeline's options become the passes' options.
 void tessera::buildTrainPipeline(OpPassManager &pm,
                                  const TrainPipelineOptions &options) {
   dist::AttachMeshPassOptions mesh;
   mesh.tp = options.tp;
-  mesh.dp = options.dp;
+  mesh.dp = options.dp == 0 ? 1 : int64_t(options.dp);
   mesh.pp = options.pp;
   mesh.vpp = options.vpp;
   mesh.order = options.order;
   pm.addPass(dist::createAttachMeshPass(mesh));
-  pm.addPass(dist::createSetBatchPass(
-      {options.microBatchSize, options.globalBatchSize}));
+
+  dist::SetBatchPassOptions batch;
+  batch.microBatchSize = options.microBatchSize;
+  batch.globalBatchSize = options.globalBatchSize;
+  pm.addPass(dist::createSetBatchPass(batch));
+
   dist::PadVocabPassOptions pad;
   pad.divisibleBy = options.makeVocabSizeDivisibleBy;
   pm.addPass(dist::createPadVocabPass(pad));
-  dist::TPPartitionPassOptions tpOptions;
-  tpOptions.sequenceParallel = options.sequenceParallel;
-  pm.addPass(dist::createTPPartitionPass(tpOptions));
+
+  dist::TPPartitionPassOptions tp;
+  tp.sequenceParallel = options.sequenceParallel;
+  pm.addPass(dist::createTPPartitionPass(tp));
+
   dist::PPSplitPassOptions split;
   split.stageLayers.assign(options.ppLayers.begin(), options.ppLayers.end());
   pm.addPass(dist::createPPSplitPass(split));
+
   if (options.bf16) {
     nn::MixedPrecisionPassOptions mp;
     mp.paramsDtype = "bf16";
-    mp.gradReduceInFp32 = options.gradReduceInFp32;
+    mp.gradReduceInFp32 = options.gradReduceInFp32 && !options.gradReduceInBf16;
     pm.addPass(nn::createMixedPrecisionPass(mp));
   }
+
   pm.addPass(nn::createAutodiffPass());
+
   dist::DPGradAllReducePassOptions grads;
   grads.bucketSize = options.bucketSize;
   grads.distributedOptimizer = options.distributedOptimizer;
@@ -49,6 +71,7 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   grads.singleBucketGroup = options.singleBucketGroup;
   grads.overlapGradReduce = options.overlapGradReduce;
   pm.addPass(dist::createDPGradAllReducePass(grads));
+
   nn::OptimizerPassOptions opt;
   opt.optimizer = options.optimizer;
   opt.lr = options.lr;
@@ -58,7 +81,10 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   opt.lrDecayStyle = options.lrDecayStyle;
   opt.minLr = options.minLr;
   pm.addPass(nn::createOptimizerPass(opt));
-  pm.addPass(dist::createPPSchedulePass({options.schedule}));
+
+  dist::PPSchedulePassOptions schedule;
+  schedule.schedule = options.schedule;
+  pm.addPass(dist::createPPSchedulePass(schedule));
   pm.addPass(dist::createVerifySchedulePass());
   pm.addPass(createLowerToRTPass());
 }
@@ -67,8 +93,22 @@ void tessera::registerAllPasses() {
   dist::registerTesseraDistPasses();
   nn::registerTesseraNNPasses();
   registerTesseraConversionPasses();
-  PassPipelineRegistration<TrainPipelineOptions>(
+  // PassPipelineRegistration<TrainPipelineOptions>, plus the options check.
+  registerPassPipeline(
       "tessera-train-pipeline",
       "the whole compilation from an nn model to an rt program",
-      buildTrainPipeline);
+      [](OpPassManager &pm, StringRef text,
+         function_ref<LogicalResult(const Twine &)> errorHandler) {
+        TrainPipelineOptions options;
+        if (failed(options.parseFromString(text)))
+          return failure();
+        if (std::string error = checkTrainPipelineOptions(options);
+            !error.empty())
+          return errorHandler(error);
+        buildTrainPipeline(pm, options);
+        return success();
+      },
+      [](function_ref<void(const mlir::detail::PassOptions &)> printHelp) {
+        printHelp(TrainPipelineOptions());
+      });
 }

@@ -275,9 +275,9 @@ mlir::LogicalResult tessera::printBuckets(mlir::ModuleOp module,
   j.object([&] {
     j.attribute("dp", dp);
     j.attribute("single_bucket_group",
-                module->hasAttr("dist.single_bucket_group") ||
+                module->hasAttr(kSingleBucketGroupAttr) ||
                     llvm::any_of(getPrograms(module), [](mlir::ModuleOp p) {
-                      return p->hasAttr("dist.single_bucket_group");
+                      return p->hasAttr(kSingleBucketGroupAttr);
                     }));
     j.attributeArray("buffers", [&] {
       for (Entry &e : entries)
@@ -384,13 +384,13 @@ static mlir::FailureOr<MemoryRows> memoryRows(mlir::ModuleOp module) {
       bool forward = f->getAttrOfType<mlir::StringAttr>(kPhaseAttr).getValue() ==
                      kForwardPhase;
       std::pair<int64_t, int64_t> key{c.getInt(), int64_t(run.getMicrobatch())};
-      llvm::StringRef part = run.getPart() ? *run.getPart() : "";
+      std::optional<dist::RunPart> part = run.getPart();
       if (forward && held.insert(key).second)
         out.slots[c.getInt()] =
             std::max(out.slots[c.getInt()], ++now[c.getInt()]);
       bool hasSend = module.lookupSymbol(("send:" + run.getCallee()).str());
-      bool last = part.empty() || part == "send" ||
-                  (part == "compute" && !hasSend);
+      bool last = !part || part == dist::RunPart::Send ||
+                  (part == dist::RunPart::Compute && !hasSend);
       if (!forward && last && held.erase(key))
         --now[c.getInt()];
     }
@@ -435,7 +435,9 @@ static mlir::FailureOr<MemoryRows> memoryRows(mlir::ModuleOp module) {
   // Grad buffers' padding (bucket ends, 64-element starts): once for the
   // gradients, once more for the parameters with the distributed optimizer.
   int64_t bufferPadding = 0;
-  auto dtypeBytes = [](llvm::StringRef dtype) { return dtype == "bf16" ? 2 : 4; };
+  auto dtypeBytes = [](FloatDtype dtype) {
+    return dtype == FloatDtype::BF16 ? 2 : 4;
+  };
   for (auto gb : module.getOps<dist::GradBufferOp>())
     bufferPadding += (gb.getNumel() - gb.getNumelUnpadded()) *
                      (dtypeBytes(gb.getGradDtype()) +

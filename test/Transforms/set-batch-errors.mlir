@@ -15,3 +15,14 @@ module {
     return %x : tensor<16x8xf32>
   }
 }
+
+// -----
+
+// A 0-d input has no batch dimension (the nn dialect checks nn.batch_dim
+// against ranked inputs of rank >= 1).
+module {
+  // expected-error @+1 {{model input #0 must be a ranked tensor with a batch dim}}
+  func.func @m(%x: tensor<f32> {nn.input = "features"}) -> tensor<f32> {
+    return %x : tensor<f32>
+  }
+}

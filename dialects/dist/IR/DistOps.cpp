@@ -7,6 +7,7 @@
 
 #include "dialects/dist/IR/DistOps.h"
 #include "tessera/Mesh/RankGroups.h"
+#include "tessera/Support/Model.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/Interfaces/FunctionInterfaces.h"
@@ -20,6 +21,7 @@ using namespace mlir;
 using namespace tessera;
 using namespace tessera::dist;
 
+#include "dialects/dist/IR/DistEnums.cpp.inc"
 #include "dialects/dist/IR/DistOpsDialect.cpp.inc"
 
 #define GET_TYPEDEF_CLASSES
@@ -34,6 +36,56 @@ void DistDialect::initialize() {
 #define GET_TYPEDEF_LIST
 #include "dialects/dist/IR/DistOpsTypes.cpp.inc"
       >();
+}
+
+//===----------------------------------------------------------------------===//
+// Attributes: dist.sharding, dist.tied, dist.pp_rank, dist.stage, dist.chunk,
+// dist.chunk_slot, dist.single_bucket_group
+//===----------------------------------------------------------------------===//
+
+namespace {
+using namespace attr_check;
+using attr_site::AnyOp;
+using attr_site::Argument;
+using attr_site::Function;
+using attr_site::Module;
+
+const AttrContract kDistAttrs[] = {
+    {kShardingAttr, Argument,
+     [](Attribute a, Type t) {
+       return dictionary(a, t,
+                         {{"axis", nonEmptyString}, {"dim", dimensionOf}});
+     }},
+    {kTiedAttr, Argument, nonEmptyString},
+    {kPpRankAttr, Module, nonNegativeInt},
+    {kStageAttr, Function,
+     [](Attribute a, Type t) {
+       return dictionary(a, t,
+                         {{"stage", nonNegativeInt},
+                          {"chunk", nonNegativeInt},
+                          {"layers", i64Array}});
+     }},
+    {kChunkAttr, Function, nonNegativeInt},
+    {kChunkSlotAttr, AnyOp, nonNegativeInt},
+    {kSingleBucketGroupAttr, Module, unit},
+};
+} // namespace
+
+LogicalResult DistDialect::verifyOperationAttribute(Operation *op,
+                                                    NamedAttribute attr) {
+  return verifyAttr(kDistAttrs, op, attr);
+}
+
+LogicalResult DistDialect::verifyRegionArgAttribute(Operation *op, unsigned,
+                                                    unsigned argIndex,
+                                                    NamedAttribute attr) {
+  return verifyAttr(kDistAttrs, op, attr, attr_site::Argument, argIndex);
+}
+
+LogicalResult DistDialect::verifyRegionResultAttribute(Operation *op, unsigned,
+                                                       unsigned resultIndex,
+                                                       NamedAttribute attr) {
+  return verifyAttr(kDistAttrs, op, attr, attr_site::Result, resultIndex);
 }
 
 MeshOp tessera::dist::lookupMesh(Operation *from) {
@@ -192,21 +244,10 @@ DEFINE_SCALED_SYMBOL_USE(ReduceScatterOp, getDim(), false)
 DEFINE_SCALED_SYMBOL_USE(AllGatherStartOp, getDim(), true)
 DEFINE_SCALED_SYMBOL_USE(ReduceScatterStartOp, getDim(), false)
 
-static LogicalResult verifyReduction(Operation *op, StringRef reduction) {
-  if (reduction != "sum" && reduction != "max")
-    return op->emitOpError() << "reduction must be 'sum' or 'max', got '"
-                             << reduction << "'";
-  return success();
-}
-
-LogicalResult AllReduceOp::verify() {
-  return verifyReduction(*this, getReduction());
-}
-
 LogicalResult AllReduceStartOp::verify() {
   if (getInput().getType() != getResult().getType().getValueType())
     return emitOpError() << "result must be !dist.async of the input type";
-  return verifyReduction(*this, getReduction());
+  return success();
 }
 
 LogicalResult WaitOp::verify() {
@@ -229,7 +270,7 @@ LogicalResult CopyToRegionOp::buildAdjoint(OpBuilder &b,
   if (needed[0])
     adj[0] = AllReduceOp::create(b, getLoc(), resultAdj[0].getType(),
                                  resultAdj[0], getMeshAttr(), getGroupAttr(),
-                                 b.getStringAttr("sum"));
+                                 enumAttr(b, Reduction::Sum));
   return success();
 }
 
@@ -270,9 +311,9 @@ LogicalResult GatherFromRegionOp::buildAdjoint(OpBuilder &b,
 LogicalResult AllReduceOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
                                         ArrayRef<bool> needed,
                                         SmallVectorImpl<Value> &adj) {
-  if (getReduction() != "sum")
-    return emitOpError() << "has no gradient for reduction '" << getReduction()
-                         << "'";
+  if (getReduction() != Reduction::Sum)
+    return emitOpError() << "has no gradient for reduction '"
+                         << stringifyReduction(getReduction()) << "'";
   adj.assign(1, Value());
   if (needed[0])
     adj[0] = AllReduceOp::create(b, getLoc(), resultAdj[0].getType(),
@@ -309,34 +350,24 @@ LogicalResult ReduceScatterOp::buildAdjoint(OpBuilder &b,
 // Pipeline ops
 //===----------------------------------------------------------------------===//
 
-static LogicalResult verifyPeer(Operation *op, StringRef peer, int64_t tag) {
-  if (peer != "next" && peer != "prev")
-    return op->emitOpError() << "peer must be \"next\" or \"prev\", got \""
-                             << peer << "\"";
+static LogicalResult verifyTag(Operation *op, int64_t tag) {
   // 32767 is the largest tag every MPI implementation must accept.
   if (tag < 0 || tag > 32767)
     return op->emitOpError() << "tag " << tag << " is outside [0, 32767]";
   return success();
 }
 
-LogicalResult SendOp::verify() { return verifyPeer(*this, getPeer(), getTag()); }
-LogicalResult RecvOp::verify() { return verifyPeer(*this, getPeer(), getTag()); }
-
-LogicalResult RunOp::verify() {
-  if (auto part = getPart(); part && *part != "recv" && *part != "compute" &&
-                             *part != "send")
-    return emitOpError() << "part must be \"recv\", \"compute\" or \"send\", got \""
-                         << *part << "\"";
-  return success();
-}
+LogicalResult SendOp::verify() { return verifyTag(*this, getTag()); }
+LogicalResult RecvOp::verify() { return verifyTag(*this, getTag()); }
 
 LogicalResult RunOp::verifySymbolUses(SymbolTableCollection &st) {
   Operation *func = st.lookupNearestSymbolFrom(*this, getCalleeAttr());
   if (!func || !isa<FunctionOpInterface>(func))
     return emitOpError() << "runs '" << getCallee()
                          << "', which is not a function of this pipeline rank";
-  auto phase = func->getAttrOfType<StringAttr>("tessera.phase");
-  if (!phase || (phase.getValue() != "forward" && phase.getValue() != "backward"))
+  auto phase = func->getAttrOfType<StringAttr>(kPhaseAttr);
+  if (!phase ||
+      (phase.getValue() != kForwardPhase && phase.getValue() != kBackwardPhase))
     return emitOpError() << "runs '" << getCallee()
                          << "', which is not a forward or backward phase";
   return success();
@@ -349,8 +380,8 @@ LogicalResult RunOp::verifySymbolUses(SymbolTableCollection &st) {
 
 buckets::Buffer GradBufferOp::getLayout() {
   buckets::Buffer b;
-  b.paramDtype = getParamDtype().str();
-  b.gradDtype = getGradDtype().str();
+  b.paramDtype = stringifyFloatDtype(getParamDtype()).str();
+  b.gradDtype = stringifyFloatDtype(getGradDtype()).str();
   b.numel = getNumel();
   b.numelUnpadded = getNumelUnpadded();
   for (Attribute a : getParams()) {
@@ -421,10 +452,6 @@ LogicalResult GradBufferOp::verify() {
   }
   if (getDp() < 1)
     return emitOpError() << "dp must be at least 1";
-  for (StringRef dtype : {getParamDtype(), getGradDtype()})
-    if (dtype != "f32" && dtype != "bf16")
-      return emitOpError() << "dtype must be \"f32\" or \"bf16\", got \""
-                           << dtype << "\"";
   buckets::LayoutOptions o;
   o.dp = getDp();
   o.distributedOptimizer = getDistributed();
@@ -464,16 +491,20 @@ static LogicalResult resolveBucket(Operation *op, FlatSymbolRefAttr ref,
 
 static LogicalResult checkBucketTensors(Operation *op, TypeRange parts,
                                         Type flat, ArrayRef<int64_t> sizes,
-                                        int64_t bucketNumel, StringRef dtype) {
+                                        int64_t bucketNumel, FloatDtype dtype) {
   // The bucket holds the buffer's parameter or gradient dtype.
-  auto dtypeOf = [](Type t) -> std::string {
+  auto dtypeOf = [](Type t) -> std::optional<FloatDtype> {
     Type e = cast<RankedTensorType>(t).getElementType();
-    return e.isF32() ? "f32" : e.isBF16() ? "bf16" : "other";
+    if (e.isF32())
+      return FloatDtype::F32;
+    if (e.isBF16())
+      return FloatDtype::BF16;
+    return std::nullopt;
   };
   for (Type t : llvm::concat<const Type>(parts, TypeRange(flat)))
     if (dtypeOf(t) != dtype)
       return op->emitOpError() << "tensor " << t << " is not of the bucket's "
-                               << dtype;
+                               << stringifyFloatDtype(dtype);
   if (parts.size() != sizes.size())
     return op->emitOpError() << "has " << parts.size()
                              << " parameter tensors, but the bucket holds "
@@ -490,15 +521,6 @@ static LogicalResult checkBucketTensors(Operation *op, TypeRange parts,
   return success();
 }
 
-static LogicalResult verifyData(Operation *op, StringRef data) {
-  if (data != "grad" && data != "param")
-    return op->emitOpError() << "data must be \"grad\" or \"param\", got \""
-                             << data << "\"";
-  return success();
-}
-LogicalResult PackOp::verify() { return verifyData(*this, getData()); }
-LogicalResult UnpackOp::verify() { return verifyData(*this, getData()); }
-
 LogicalResult BucketReduceStartOp::verifySymbolUses(SymbolTableCollection &st) {
   SmallVector<int64_t> sizes;
   int64_t numel = 0;
@@ -506,13 +528,6 @@ LogicalResult BucketReduceStartOp::verifySymbolUses(SymbolTableCollection &st) {
     return failure();
   if (failed(resolveGroup(*this, getMeshAttr(), getGroup(), st)))
     return failure();
-  return success();
-}
-
-LogicalResult BucketReduceStartOp::verify() {
-  if (getKind() != "all_reduce" && getKind() != "reduce_scatter")
-    return emitOpError() << "kind must be \"all_reduce\" or \"reduce_scatter\", got \""
-                         << getKind() << "\"";
   return success();
 }
 
@@ -529,9 +544,9 @@ LogicalResult PackOp::verifySymbolUses(SymbolTableCollection &st) {
   if (failed(resolveBucket(*this, getBufferAttr(), getBucket(), st, sizes, numel,
                            &buf)))
     return failure();
-  return checkBucketTensors(*this, getInputs().getTypes(), getType(), sizes, numel,
-                            getData() == "grad" ? buf.getGradDtype()
-                                                : buf.getParamDtype());
+  return checkBucketTensors(
+      *this, getInputs().getTypes(), getType(), sizes, numel,
+      getData() == BucketData::Grad ? buf.getGradDtype() : buf.getParamDtype());
 }
 
 LogicalResult UnpackOp::verifySymbolUses(SymbolTableCollection &st) {
@@ -541,9 +556,9 @@ LogicalResult UnpackOp::verifySymbolUses(SymbolTableCollection &st) {
   if (failed(resolveBucket(*this, getBufferAttr(), getBucket(), st, sizes, numel,
                            &buf)))
     return failure();
-  return checkBucketTensors(*this, getResultTypes(), getInput().getType(), sizes, numel,
-                            getData() == "grad" ? buf.getGradDtype()
-                                                : buf.getParamDtype());
+  return checkBucketTensors(
+      *this, getResultTypes(), getInput().getType(), sizes, numel,
+      getData() == BucketData::Grad ? buf.getGradDtype() : buf.getParamDtype());
 }
 
 #define GET_OP_CLASSES

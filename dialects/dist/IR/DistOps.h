@@ -3,6 +3,7 @@
 #ifndef TESSERA_DIALECTS_DIST_IR_DISTOPS_H
 #define TESSERA_DIALECTS_DIST_IR_DISTOPS_H
 
+#include "dialects/tessera/IR/TesseraDialect.h"
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/BuiltinTypes.h"
@@ -11,10 +12,11 @@
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
-#include "tessera/Interfaces/TesseraInterfaces.h"
 #include "tessera/Buckets/GradBuckets.h"
+#include "tessera/Interfaces/TesseraInterfaces.h"
 #include "tessera/Mesh/RankGroups.h"
 
+#include "dialects/dist/IR/DistEnums.h.inc"
 #include "dialects/dist/IR/DistOpsDialect.h.inc"
 
 #define GET_TYPEDEF_CLASSES

@@ -17,6 +17,8 @@ include "mlir/IR/AttrTypeBase.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "tessera/Interfaces/TesseraInterfaces.td"
+include "dialects/tessera/IR/TesseraBase.td"
+include "dialects/dist/IR/DistEnums.td"
 
 def Dist_Dialect : Dialect {
   let name = "dist";
@@ -28,11 +30,32 @@ def Dist_Dialect : Dialect {
     `"dp"`, or a composite such as `"tp-dp"`); the group a rank takes part
     in follows from the mesh's sizes and order string (Megatron's
     `RankGenerator` in megatron/core/parallel_state.py).
+
+    The dialect verifies its discardable attributes (names in
+    include/tessera/Support/Model.h): `dist.sharding = {axis, dim}` and
+    `dist.tied` on parameters, `dist.pp_rank` on a pipeline-rank module,
+    `dist.stage = {stage, chunk, layers}` and `dist.chunk` on its functions,
+    `dist.chunk_slot` on a `dist.run`, `dist.single_bucket_group` on a
+    module. It loads the tessera dialect.
   }];
+  let dependentDialects = ["::tessera::TesseraDialect"];
+  let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
 }
 
 class Dist_Op<string mnemonic, list<Trait> traits = []>
     : Op<Dist_Dialect, mnemonic, traits>;
+
+// Closed sets of strings: the IR keeps the string, the accessors return the
+// enum (DistEnums.td).
+def Dist_ReductionAttr : Tessera_StrEnumAttr<Dist_Reduction>;
+def Dist_PeerAttr : Tessera_StrEnumAttr<Dist_Peer>;
+def Dist_ScheduleKindAttr : Tessera_StrEnumAttr<Dist_ScheduleKind>;
+def Dist_RunPartAttr : Tessera_StrEnumAttr<Dist_RunPart>;
+def Dist_BucketDataAttr : Tessera_StrEnumAttr<Dist_BucketData>;
+def Dist_BucketReduceKindAttr : Tessera_StrEnumAttr<Dist_BucketReduceKind>;
+def Dist_FloatDtypeAttr : Tessera_StrEnumAttr<Tessera_FloatDtype>;
 
 //===----------------------------------------------------------------------===//
 // Types
@@ -212,10 +235,10 @@ def Dist_AllReduceOp : Dist_GroupOp<"all_reduce", [Pure, SameOperandsAndResultTy
   }];
   let arguments = (ins Dist_RankedTensor:$input, FlatSymbolRefAttr:$mesh,
                        StrAttr:$group,
-                       DefaultValuedStrAttr<StrAttr, "sum">:$reduction);
+                       DefaultValuedAttr<Dist_ReductionAttr,
+                         "::tessera::dist::Reduction::Sum">:$reduction);
   let results = (outs Dist_RankedTensor:$result);
   let assemblyFormat = "$input `on` $mesh $group attr-dict `:` type($input)";
-  let hasVerifier = 1;
 }
 
 def Dist_AllGatherOp : Dist_GroupOp<"all_gather", [Pure,
@@ -258,7 +281,8 @@ def Dist_AllReduceStartOp : Dist_GroupOp<"all_reduce_start"> {
   }];
   let arguments = (ins Dist_RankedTensor:$input, FlatSymbolRefAttr:$mesh,
                        StrAttr:$group,
-                       DefaultValuedStrAttr<StrAttr, "sum">:$reduction);
+                       DefaultValuedAttr<Dist_ReductionAttr,
+                         "::tessera::dist::Reduction::Sum">:$reduction);
   let results = (outs Dist_AsyncType:$result);
   let assemblyFormat = "$input `on` $mesh $group attr-dict `:` type($input) `->` qualified(type($result))";
   let hasVerifier = 1;
@@ -323,7 +347,8 @@ def Dist_SendOp : Dist_Op<"send"> {
     dist.send %h to "next" {tag = 0 : i64} : tensor<64x4x128xf32>
     ```
   }];
-  let arguments = (ins Dist_RankedTensor:$input, StrAttr:$peer, I64Attr:$tag);
+  let arguments = (ins Dist_RankedTensor:$input, Dist_PeerAttr:$peer,
+                       I64Attr:$tag);
   let assemblyFormat = "$input `to` $peer attr-dict `:` type($input)";
   let hasVerifier = 1;
 }
@@ -335,7 +360,7 @@ def Dist_RecvOp : Dist_Op<"recv"> {
     %h = dist.recv from "prev" {tag = 0 : i64} : tensor<64x4x128xf32>
     ```
   }];
-  let arguments = (ins StrAttr:$peer, I64Attr:$tag);
+  let arguments = (ins Dist_PeerAttr:$peer, I64Attr:$tag);
   let results = (outs Dist_RankedTensor:$result);
   let assemblyFormat = "`from` $peer attr-dict `:` type($result)";
   let hasVerifier = 1;
@@ -359,7 +384,7 @@ def Dist_ScheduleOp : Dist_Op<"schedule", [HasParent<"::mlir::ModuleOp">,
     }
     ```
   }];
-  let arguments = (ins StrAttr:$kind, I64Attr:$warmup);
+  let arguments = (ins Dist_ScheduleKindAttr:$kind, I64Attr:$warmup);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = "attr-dict-with-keyword $body";
 }
@@ -382,9 +407,8 @@ def Dist_RunOp : Dist_Op<"run", [HasParent<"ScheduleOp">,
     ```
   }];
   let arguments = (ins FlatSymbolRefAttr:$callee, I64Attr:$microbatch,
-                       I64Attr:$slot, OptionalAttr<StrAttr>:$part);
+                       I64Attr:$slot, OptionalAttr<Dist_RunPartAttr>:$part);
   let assemblyFormat = "$callee `microbatch` $microbatch `slot` $slot (`part` $part^)? attr-dict";
-  let hasVerifier = 1;
 }
 
 
@@ -417,8 +441,9 @@ def Dist_GradBufferOp : Dist_Op<"grad_buffer", [Symbol,
         buckets = [array<i64: 0, 256, 138>]}
     ```
   }];
-  let arguments = (ins SymbolNameAttr:$sym_name, StrAttr:$param_dtype,
-                       StrAttr:$grad_dtype, I64Attr:$dp, BoolAttr:$distributed,
+  let arguments = (ins SymbolNameAttr:$sym_name,
+                       Dist_FloatDtypeAttr:$param_dtype,
+                       Dist_FloatDtypeAttr:$grad_dtype, I64Attr:$dp, BoolAttr:$distributed,
                        DefaultValuedAttr<BoolAttr, "false">:$pad_for_high_busbw,
                        I64Attr:$numel, I64Attr:$numel_unpadded,
                        ArrayAttr:$params, ArrayAttr:$buckets);
@@ -448,10 +473,9 @@ def Dist_PackOp : Dist_Op<"pack", [Pure,
     ```
   }];
   let arguments = (ins FlatSymbolRefAttr:$buffer, I64Attr:$bucket,
-                       StrAttr:$data, Variadic<Dist_RankedTensor>:$inputs);
+                       Dist_BucketDataAttr:$data, Variadic<Dist_RankedTensor>:$inputs);
   let results = (outs Dist_RankedTensor:$result);
   let assemblyFormat = "$buffer `bucket` $bucket $data `(` $inputs `)` attr-dict `:` type($inputs) `->` type($result)";
-  let hasVerifier = 1;
 }
 
 def Dist_UnpackOp : Dist_Op<"unpack", [Pure,
@@ -466,10 +490,9 @@ def Dist_UnpackOp : Dist_Op<"unpack", [Pure,
     ```
   }];
   let arguments = (ins FlatSymbolRefAttr:$buffer, I64Attr:$bucket,
-                       StrAttr:$data, Dist_RankedTensor:$input);
+                       Dist_BucketDataAttr:$data, Dist_RankedTensor:$input);
   let results = (outs Variadic<Dist_RankedTensor>:$results);
   let assemblyFormat = "$buffer `bucket` $bucket $data $input attr-dict `:` type($input) `->` type($results)";
-  let hasVerifier = 1;
 }
 
 
@@ -492,10 +515,10 @@ def Dist_BucketReduceStartOp : Dist_Op<"bucket_reduce_start", [
   }];
   let arguments = (ins FlatSymbolRefAttr:$buffer, I64Attr:$bucket,
                        FlatSymbolRefAttr:$mesh, StrAttr:$group, F32Attr:$scale,
-                       DefaultValuedStrAttr<StrAttr, "all_reduce">:$kind,
+                       DefaultValuedAttr<Dist_BucketReduceKindAttr,
+                         "::tessera::dist::BucketReduceKind::AllReduce">:$kind,
                        Variadic<Dist_RankedTensor>:$grads);
   let assemblyFormat = "$buffer `bucket` $bucket `over` $mesh $group `scale` $scale `(` $grads `)` attr-dict `:` type($grads)";
-  let hasVerifier = 1;
 }
 
 def Dist_BucketReduceWaitOp : Dist_Op<"bucket_reduce_wait", [

@@ -80,7 +80,8 @@ struct DPGradAllReducePass
         StringAttr group;
         auto reduce = ret.getOperand(i).getDefiningOp<AllReduceOp>();
         if (producerCount[of.getValue()] == 1 && reduce &&
-            reduce.getReduction() == "sum" && reduce.getResult().hasOneUse()) {
+            reduce.getReduction() == Reduction::Sum &&
+            reduce.getResult().hasOneUse()) {
           group = reduce.getGroupAttr();
           ret.setOperand(i, reduce.getInput());
           reduce.erase();
@@ -123,7 +124,9 @@ struct DPGradAllReducePass
           paramElement[name.getValue()] =
               cast<RankedTensorType>(f.getArgumentTypes()[i]).getElementType();
     auto dtypeName = [](Type element) -> std::string {
-      return element && element.isBF16() ? "bf16" : "f32";
+      return stringifyFloatDtype(element && element.isBF16() ? FloatDtype::BF16
+                                                             : FloatDtype::F32)
+          .str();
     };
     std::map<int64_t, std::vector<buckets::ParamInfo>> chunkParams;
     for (auto [name, type] : llvm::zip(names, types)) {
@@ -143,7 +146,9 @@ struct DPGradAllReducePass
     SmallVector<Placed> placed;
     // A bucket of gradients holds the buffer's grad dtype.
     auto gradElement = [&](const Placed &p) -> Type {
-      return p.layout.gradDtype == "bf16" ? Type(b.getBF16Type()) : b.getF32Type();
+      return symbolizeFloatDtype(p.layout.gradDtype) == FloatDtype::BF16
+                 ? Type(b.getBF16Type())
+                 : b.getF32Type();
     };
     for (auto &[chunk, params] : chunkParams) {
       std::vector<buckets::Buffer> bufs = buckets::layoutBuffers(params, layoutOptions);
@@ -175,7 +180,7 @@ struct DPGradAllReducePass
       }
     }
     if (singleBucketGroup)
-      module->setAttr("dist.single_bucket_group", b.getUnitAttr());
+      module->setAttr(kSingleBucketGroupAttr, b.getUnitAttr());
 
     // Megatron's overlap_grad_reduce: a variant of the microbatch phase for
     // the last microbatch starts each bucket's reduction right after the
@@ -260,8 +265,9 @@ struct DPGradAllReducePass
             auto start = BucketReduceStartOp::create(
                 ob, last.getLoc(), ref, ob.getI64IntegerAttr(k), meshRef,
                 ob.getStringAttr("dp"), ob.getF32FloatAttr(1.0f / float(dp)),
-                ob.getStringAttr(distributedOptimizer ? "reduce_scatter"
-                                                      : "all_reduce"),
+                enumAttr(ob, distributedOptimizer
+                                 ? BucketReduceKind::ReduceScatter
+                                 : BucketReduceKind::AllReduce),
                 grads);
             // The group's next start goes after this one (bucket order).
             if (singleBucketGroup)
@@ -309,12 +315,12 @@ struct DPGradAllReducePass
       Value g = body->getArgument(i);
       if (StringAttr group = deferredGroups[i])
         g = AllReduceOp::create(b, step.getLoc(), g.getType(), g, meshRef(),
-                                group, b.getStringAttr("sum"));
+                                group, enumAttr(b, Reduction::Sum));
       // The tied embedding: both pipeline ranks' parts of the gradient
       // (Megatron's embedding-group all-reduce).
       if (StringAttr group = tiedGroup.lookup(name.getValue()))
         g = AllReduceOp::create(b, step.getLoc(), g.getType(), g, meshRef(),
-                                group, b.getStringAttr("sum"));
+                                group, enumAttr(b, Reduction::Sum));
       grad[name.getValue()] = g;
     }
     // Bucket by bucket (in bucket-group order: one bucket each, or all of
@@ -351,7 +357,7 @@ struct DPGradAllReducePass
                                                 gradElement(p));
           Value flat = PackOp::create(b, step.getLoc(), flatType, ref,
                                       b.getI64IntegerAttr(k),
-                                      b.getStringAttr("grad"), parts);
+                                      enumAttr(b, BucketData::Grad), parts);
           if (dp > 1)
             flat = nn::ScaleOp::create(b, step.getLoc(), flat,
                                        b.getF32FloatAttr(1.0f / float(dp)));
@@ -363,11 +369,12 @@ struct DPGradAllReducePass
                 b.getStringAttr("dp"), b.getI64IntegerAttr(0)));
             continue;
           }
-          flat = AllReduceOp::create(b, step.getLoc(), flatType, flat, meshRef(),
-                                     b.getStringAttr("dp"), b.getStringAttr("sum"));
+          flat = AllReduceOp::create(b, step.getLoc(), flatType, flat,
+                                     meshRef(), b.getStringAttr("dp"),
+                                     enumAttr(b, Reduction::Sum));
           auto unpack = UnpackOp::create(b, step.getLoc(), partTypes, ref,
                                          b.getI64IntegerAttr(k),
-                                         b.getStringAttr("grad"), flat);
+                                         enumAttr(b, BucketData::Grad), flat);
           for (auto [name, v] : llvm::zip(bucket.params, unpack.getResults()))
             grad[name] = v;
         }

@@ -118,18 +118,20 @@ void PPSchedulePass::runOnOperation() {
     std::map<std::pair<int64_t, int64_t>, int64_t> slotOf; // (chunk, mb)
     // A forward takes a slot at its first part, a backward frees it after
     // its last.
-    auto emitRun = [&](const schedule::Step &s, StringRef part) {
+    // `part`: none for the whole phase.
+    auto emitRun = [&](const schedule::Step &s, std::optional<RunPart> part) {
       std::pair<int64_t, int64_t> key{s.chunk, s.microbatch};
       func::FuncOp callee = phase[{s.chunk, s.forward}];
       // A part without ops (no receive on the first stage, no send on the
       // last) is left out.
-      if ((part == "recv" && callee.getOps<RecvOp>().empty()) ||
-          (part == "send" && callee.getOps<SendOp>().empty()))
+      if ((part == RunPart::Recv && callee.getOps<RecvOp>().empty()) ||
+          (part == RunPart::Send && callee.getOps<SendOp>().empty()))
         return;
-      bool first = part.empty() || part == "recv" ||
-                   (part == "compute" && callee.getOps<RecvOp>().empty());
-      bool last = part.empty() || part == "send" ||
-                  (part == "compute" && callee.getOps<SendOp>().empty());
+      bool first =
+          !part || part == RunPart::Recv ||
+          (part == RunPart::Compute && callee.getOps<RecvOp>().empty());
+      bool last = !part || part == RunPart::Send ||
+                  (part == RunPart::Compute && callee.getOps<SendOp>().empty());
       if (s.forward && first) {
         if (freeSlots.empty())
           freeSlots.insert(numSlots++);
@@ -147,12 +149,13 @@ void PPSchedulePass::runOnOperation() {
       if (!s.forward && s.microbatch == config.microbatches - 1 &&
           lastBackward.count(s.chunk))
         callee = lastBackward[s.chunk];
-      RunOp::create(b, NameLoc::get(b.getStringAttr(
-                           "pp" + Twine(r) + " schedule step " +
-                           Twine(stepIndex++))),
-                    FlatSymbolRefAttr::get(callee.getSymNameAttr()),
-                    b.getI64IntegerAttr(s.microbatch), b.getI64IntegerAttr(slot),
-                    part.empty() ? StringAttr() : b.getStringAttr(part))
+      RunOp::create(
+          b,
+          NameLoc::get(b.getStringAttr("pp" + Twine(r) + " schedule step " +
+                                       Twine(stepIndex++))),
+          FlatSymbolRefAttr::get(callee.getSymNameAttr()),
+          b.getI64IntegerAttr(s.microbatch), b.getI64IntegerAttr(slot),
+          part ? enumAttr(b, *part) : StringAttr())
           ->setAttr(kChunkSlotAttr, b.getI64IntegerAttr(chunkSlotOf[key]));
       if (!s.forward && last) {
         freeSlots.insert(slot);
@@ -164,7 +167,7 @@ void PPSchedulePass::runOnOperation() {
       // batch, as in Megatron's send_forward_recv_backward and
       // send_backward_recv_forward.
       for (const schedule::Step &s : rs.order)
-        emitRun(s, "");
+        emitRun(s, std::nullopt);
       continue;
     }
     // Megatron's interleaved schedule: after the warmup forwards, each
@@ -176,32 +179,32 @@ void PPSchedulePass::runOnOperation() {
     const int64_t total = fwd.size();
     const int64_t warmup = std::min<int64_t>(rs.warmup, total);
     const int64_t remaining = total - warmup;
-    emitRun(fwd[0], "recv");
+    emitRun(fwd[0], RunPart::Recv);
     for (int64_t k = 0; k < warmup; ++k) {
-      emitRun(fwd[k], "compute");
-      emitRun(fwd[k], "send");
+      emitRun(fwd[k], RunPart::Compute);
+      emitRun(fwd[k], RunPart::Send);
       if (k + 1 < total)
-        emitRun(fwd[k + 1], "recv");
+        emitRun(fwd[k + 1], RunPart::Recv);
       if (k == warmup - 1 && remaining > 0)
-        emitRun(bwd[0], "recv");
+        emitRun(bwd[0], RunPart::Recv);
     }
     for (int64_t k = 0; k < remaining; ++k) {
-      emitRun(fwd[k + warmup], "compute");
-      emitRun(bwd[k], "compute");
-      emitRun(fwd[k + warmup], "send");
-      emitRun(bwd[k], "send");
+      emitRun(fwd[k + warmup], RunPart::Compute);
+      emitRun(bwd[k], RunPart::Compute);
+      emitRun(fwd[k + warmup], RunPart::Send);
+      emitRun(bwd[k], RunPart::Send);
       if (k + warmup + 1 < total)
-        emitRun(fwd[k + warmup + 1], "recv");
+        emitRun(fwd[k + warmup + 1], RunPart::Recv);
       if (k + 1 < total)
-        emitRun(bwd[k + 1], "recv");
+        emitRun(bwd[k + 1], RunPart::Recv);
     }
     if (remaining == 0)
-      emitRun(bwd[0], "recv");
+      emitRun(bwd[0], RunPart::Recv);
     for (int64_t k = remaining; k < total; ++k) {
-      emitRun(bwd[k], "compute");
-      emitRun(bwd[k], "send");
+      emitRun(bwd[k], RunPart::Compute);
+      emitRun(bwd[k], RunPart::Send);
       if (k + 1 < total)
-        emitRun(bwd[k + 1], "recv");
+        emitRun(bwd[k + 1], RunPart::Recv);
     }
   }
 }

@@ -71,7 +71,7 @@ void PPSplitPass::runOnOperation() {
   // Layers, from the marks.
   int64_t numLayers = 0;
   for (Operation &op : body.without_terminator())
-    if (auto l = op.getAttrOfType<IntegerAttr>("nn.layer"))
+    if (auto l = op.getAttrOfType<IntegerAttr>(kLayerAttr))
       numLayers = std::max(numLayers, l.getInt() + 1);
   if (numLayers == 0) {
     model.emitOpError() << "has no layer marks (nn.layer) to split into "
@@ -107,7 +107,7 @@ void PPSplitPass::runOnOperation() {
     ops.push_back(&op);
   int64_t firstMarked = -1, lastMarked = -1;
   for (auto [i, op] : llvm::enumerate(ops))
-    if (op->hasAttr("nn.layer")) {
+    if (op->hasAttr(kLayerAttr)) {
       if (firstMarked < 0)
         firstMarked = i;
       lastMarked = i;
@@ -115,7 +115,7 @@ void PPSplitPass::runOnOperation() {
   DenseMap<Operation *, int64_t> stage;
   SmallVector<Operation *> floating;
   for (auto [i, op] : llvm::enumerate(ops)) {
-    if (auto l = op->getAttrOfType<IntegerAttr>("nn.layer")) {
+    if (auto l = op->getAttrOfType<IntegerAttr>(kLayerAttr)) {
       stage[op] = stageOfLayer[l.getInt()];
     } else if (int64_t(i) < firstMarked) {
       stage[op] = 0;
@@ -255,7 +255,7 @@ void PPSplitPass::runOnOperation() {
     for (const Hop &h : hops)
       if (h.from == s - 1)
         map.map(h.value, RecvOp::create(b, h.value.getLoc(), h.value.getType(),
-                                        b.getStringAttr("prev"),
+                                        enumAttr(b, Peer::Prev),
                                         b.getI64IntegerAttr(h.tag)));
     for (Operation *op : ops)
       if (stage[op] == s)
@@ -263,14 +263,14 @@ void PPSplitPass::runOnOperation() {
     for (const Hop &h : hops)
       if (h.from == s)
         SendOp::create(b, h.value.getLoc(), map.lookup(h.value),
-                       b.getStringAttr("next"), b.getI64IntegerAttr(h.tag));
+                       enumAttr(b, Peer::Next), b.getI64IntegerAttr(h.tag));
     SmallVector<Value> results;
     if (last)
       for (Value v : ret.getOperands())
         results.push_back(map.lookupOrDefault(v));
     func::ReturnOp::create(b, ret.getLoc(), results);
   }
-  if (!module->hasAttr("tessera.model"))
-    module->setAttr("tessera.model", b.getStringAttr(model.getSymName()));
+  if (!module->hasAttr(kModelNameAttr))
+    module->setAttr(kModelNameAttr, b.getStringAttr(model.getSymName()));
   model.erase();
 }

@@ -56,7 +56,7 @@ struct PadVocabPass : tessera::dist::impl::PadVocabPassBase<PadVocabPass> {
       return success();
     };
     for (nn::EmbeddingOp e : embeddings) {
-      if (e.getVocabSize() != vocab) {
+      if (int64_t(e.getVocabSize()) != int64_t(vocab)) {
         e.emitOpError() << "vocab_size " << e.getVocabSize()
                         << " differs from another embedding's " << vocab;
         return signalPassFailure();
@@ -88,10 +88,11 @@ struct PadVocabPass : tessera::dist::impl::PadVocabPassBase<PadVocabPass> {
       }
     updateFunctionType(model);
     Builder b(module.getContext());
-    module->setAttr("tessera.vocab",
-                    b.getDictionaryAttr(
-                        {b.getNamedAttr("size", b.getI64IntegerAttr(vocab)),
-                         b.getNamedAttr("padded", b.getI64IntegerAttr(padded))}));
+    module->setAttr(
+        kVocabAttr,
+        b.getDictionaryAttr(
+            {b.getNamedAttr("size", b.getI64IntegerAttr(vocab)),
+             b.getNamedAttr("padded", b.getI64IntegerAttr(padded))}));
   }
 };
 } // namespace

@@ -186,8 +186,8 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
       auto scatter = ReduceScatterOp::create(
           b, op->getLoc(), shardType(op->getResultTypes()[0]), op->getOperand(0),
           meshRef, group, dim0);
-      if (Attribute layer = op->getAttr("nn.layer"))
-        scatter->setAttr("nn.layer", layer);
+      if (Attribute layer = op->getAttr(kLayerAttr))
+        scatter->setAttr(kLayerAttr, layer);
       op->replaceAllUsesWith(scatter);
       op->erase();
     }
@@ -347,7 +347,7 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
       auto ignore = b.getI64IntegerAttr(ce.getIgnoreIndex().value_or(-100));
       Value m = nn::LogitsMaxOp::create(b, loc, z);
       Value globalMax = AllReduceOp::create(b, loc, m.getType(), m, meshRef,
-                                            group, b.getStringAttr("max"));
+                                            group, enumAttr(b, Reduction::Max));
       auto stats = nn::CrossEntropyStatsOp::create(b, loc, z, t, globalMax,
                                                    ignore, group);
       Value sumExp = ReduceFromRegionOp::create(
@@ -440,11 +440,11 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
       }
       result.replaceAllUsesExcept(out, firstUser);
       // New ops belong to the same transformer layer.
-      if (Attribute layer = op->getAttr("nn.layer"))
+      if (Attribute layer = op->getAttr(kLayerAttr))
         for (Operation *created = firstUser; created;
              created = created == out.getDefiningOp() ? nullptr
                                                       : created->getNextNode())
-          created->setAttr("nn.layer", layer);
+          created->setAttr(kLayerAttr, layer);
     }
     return success();
   }

@@ -101,7 +101,7 @@ LogicalResult VerifySchedulePass::checkSlots(ModuleOp program, ScheduleOp sched,
     bool forward = f->getAttrOfType<StringAttr>(kPhaseAttr).getValue() == kForwardPhase;
     unsigned bits = 7;
     if (auto part = run.getPart())
-      bits = *part == "recv" ? 1 : *part == "compute" ? 2 : 4;
+      bits = *part == RunPart::Recv ? 1 : *part == RunPart::Compute ? 2 : 4;
     PhaseState &st = phases[{chunk, m, forward}];
     // Parts without ops count as done.
     if (f.getOps<RecvOp>().empty())
@@ -212,23 +212,24 @@ void VerifySchedulePass::runOnOperation() {
           return signalPassFailure();
         }
     auto append = [&](func::FuncOp f, RunOp run) {
-      StringRef part = run && run.getPart() ? *run.getPart() : "";
+      std::optional<RunPart> part = run ? run.getPart() : std::nullopt;
       f.walk([&](Operation *op) {
-        if (!part.empty()) {
-          StringRef mine = isa<RecvOp>(op) ? "recv" : isa<SendOp>(op) ? "send"
-                                                                      : "compute";
-          if (mine != part)
+        if (part) {
+          RunPart mine = isa<RecvOp>(op)   ? RunPart::Recv
+                         : isa<SendOp>(op) ? RunPart::Send
+                                           : RunPart::Compute;
+          if (mine != *part)
             return;
         }
         Event e{Event::Local, op, run};
         if (auto s = dyn_cast<SendOp>(op)) {
           e.kind = Event::Send;
-          e.peer = (r + (s.getPeer() == "next" ? 1 : pp - 1)) % pp;
+          e.peer = (r + (s.getPeer() == Peer::Next ? 1 : pp - 1)) % pp;
           e.tag = s.getTag();
           e.type = s.getInput().getType();
         } else if (auto rv = dyn_cast<RecvOp>(op)) {
           e.kind = Event::Recv;
-          e.peer = (r + (rv.getPeer() == "next" ? 1 : pp - 1)) % pp;
+          e.peer = (r + (rv.getPeer() == Peer::Next ? 1 : pp - 1)) % pp;
           e.tag = rv.getTag();
           e.type = rv.getType();
         } else if (auto group = op->getAttrOfType<StringAttr>("group");

@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "dialects/nn/IR/NNOps.h"
+#include "tessera/Support/Model.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
@@ -15,6 +16,7 @@ using namespace mlir;
 using namespace tessera;
 using namespace tessera::nn;
 
+#include "dialects/nn/IR/NNEnums.cpp.inc"
 #include "dialects/nn/IR/NNOpsDialect.cpp.inc"
 
 void NNDialect::initialize() {
@@ -22,6 +24,56 @@ void NNDialect::initialize() {
 #define GET_OP_LIST
 #include "dialects/nn/IR/NNOps.cpp.inc"
       >();
+}
+
+//===----------------------------------------------------------------------===//
+// Attributes: nn.param, nn.init, nn.input, nn.batch_dim, nn.layer
+//===----------------------------------------------------------------------===//
+
+namespace {
+using namespace attr_check;
+using attr_site::AnyOp;
+using attr_site::Argument;
+
+/// `<kind>` or `<kind>:<scale>`, as tessera-serialize reads it.
+std::string initSpec(Attribute attr, Type) {
+  auto s = dyn_cast_if_present<StringAttr>(attr);
+  if (s) {
+    auto [kind, scale] = s.getValue().split(':');
+    double value;
+    if (symbolizeInitKind(kind) &&
+        (!s.getValue().contains(':') || !scale.getAsDouble(value)))
+      return "";
+  }
+  return "an init spec: \"normal:<std>\", \"uniform:<a>\", \"zeros\" or "
+         "\"ones\"";
+}
+
+const AttrContract kNNAttrs[] = {
+    {kParamAttr, Argument, nonEmptyString},
+    {kInitAttr, Argument, initSpec},
+    {kInputAttr, Argument,
+     enumString<InputKind, symbolizeInputKind, getMaxEnumValForInputKind>},
+    {kBatchDimAttr, Argument, dimensionOf},
+    {kLayerAttr, AnyOp, nonNegativeInt},
+};
+} // namespace
+
+LogicalResult NNDialect::verifyOperationAttribute(Operation *op,
+                                                  NamedAttribute attr) {
+  return verifyAttr(kNNAttrs, op, attr);
+}
+
+LogicalResult NNDialect::verifyRegionArgAttribute(Operation *op, unsigned,
+                                                  unsigned argIndex,
+                                                  NamedAttribute attr) {
+  return verifyAttr(kNNAttrs, op, attr, attr_site::Argument, argIndex);
+}
+
+LogicalResult NNDialect::verifyRegionResultAttribute(Operation *op, unsigned,
+                                                     unsigned resultIndex,
+                                                     NamedAttribute attr) {
+  return verifyAttr(kNNAttrs, op, attr, attr_site::Result, resultIndex);
 }
 
 //===----------------------------------------------------------------------===//
@@ -363,7 +415,7 @@ LogicalResult EmbeddingOp::verify() {
   if (getVocabSize() < 1)
     return emitOpError() << "vocab_size must be positive";
   if (!getVocabShardGroup() && !ShapedType::isDynamic(getTable().getType().getDimSize(0)) &&
-      getTable().getType().getDimSize(0) < getVocabSize())
+      getTable().getType().getDimSize(0) < int64_t(getVocabSize()))
     return emitOpError() << "table has " << getTable().getType().getDimSize(0)
                          << " rows, fewer than vocab_size " << getVocabSize();
   return success();

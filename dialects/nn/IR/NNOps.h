@@ -3,6 +3,7 @@
 #ifndef TESSERA_DIALECTS_NN_IR_NNOPS_H
 #define TESSERA_DIALECTS_NN_IR_NNOPS_H
 
+#include "dialects/tessera/IR/TesseraDialect.h"
 #include "mlir/Bytecode/BytecodeOpInterface.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Dialect.h"
@@ -11,6 +12,7 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "tessera/Interfaces/TesseraInterfaces.h"
 
+#include "dialects/nn/IR/NNEnums.h.inc"
 #include "dialects/nn/IR/NNOpsDialect.h.inc"
 
 #define GET_OP_CLASSES

@@ -15,6 +15,7 @@ include "mlir/IR/BuiltinAttributes.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/Interfaces/InferTypeOpInterface.td"
 include "tessera/Interfaces/TesseraInterfaces.td"
+include "dialects/nn/IR/NNEnums.td"
 
 def NN_Dialect : Dialect {
   let name = "nn";
@@ -22,11 +23,19 @@ def NN_Dialect : Dialect {
   let summary = "Tensor-level neural-network training ops";
   let description = [{
     The model a user writes: a function whose arguments are parameters
-    (`nn.param = "<name>"`, `nn.init = "normal:<std>" | "zeros" | "ones"`)
-    and inputs (`nn.input = "features" | "labels"`) and whose result is the
-    scalar loss. The batch dimension may be dynamic (`?`); the
-    tessera-set-batch pass fixes it to the micro-batch size.
+    (`nn.param = "<name>"`, `nn.init = "normal:<std>" | "uniform:<a>" |
+    "zeros" | "ones"`) and inputs (`nn.input = "features" | "labels" |
+    "tokens"`, `nn.batch_dim` when the batch is not dimension 0) and whose
+    result is the scalar loss; ops may carry their transformer layer
+    (`nn.layer`). The batch dimension may be dynamic (`?`); the
+    tessera-set-batch pass fixes it to the micro-batch size. The dialect
+    verifies its attributes (names in include/tessera/Support/Model.h) and
+    loads the tessera dialect, which verifies the `tessera.*` ones.
   }];
+  let dependentDialects = ["::tessera::TesseraDialect"];
+  let hasOperationAttrVerify = 1;
+  let hasRegionArgAttrVerify = 1;
+  let hasRegionResultAttrVerify = 1;
 }
 
 /// Every nn op has a cost; ops whose FLOPs are not one per result element

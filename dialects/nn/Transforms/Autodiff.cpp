@@ -51,7 +51,9 @@ static RankedTensorType gradTypeOf(BlockArgument p) {
   if (!grads || type.getElementType().isF32())
     return type;
   Builder b(p.getContext());
-  Type element = grads.getValue() == "f32" ? Type(b.getF32Type()) : b.getBF16Type();
+  Type element = symbolizeFloatDtype(grads.getValue()) == FloatDtype::F32
+                     ? Type(b.getF32Type())
+                     : b.getBF16Type();
   return RankedTensorType::get(type.getShape(), element);
 }
 
@@ -92,7 +94,7 @@ LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
     if (auto send = dyn_cast<dist::SendOp>(op)) {
       Value v = send.getInput();
       Value g = dist::RecvOp::create(b, send.getLoc(), v.getType(),
-                                     b.getStringAttr("next"),
+                                     enumAttr(b, dist::Peer::Next),
                                      b.getI64IntegerAttr(send.getTag() + 1));
       if (active.contains(v))
         accumulate(v, g);
@@ -163,7 +165,7 @@ LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
       Value g = adjoint.lookup(recv.getResult());
       if (!g)
         g = FillOp::create(b, recv.getLoc(), recv.getType(), b.getF32FloatAttr(0));
-      dist::SendOp::create(b, recv.getLoc(), g, b.getStringAttr("prev"),
+      dist::SendOp::create(b, recv.getLoc(), g, enumAttr(b, dist::Peer::Prev),
                            b.getI64IntegerAttr(recv.getTag() + 1));
     }
 

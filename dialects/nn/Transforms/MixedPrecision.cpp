@@ -28,7 +28,7 @@ struct MixedPrecisionPass
 
   void runOnOperation() override {
     ModuleOp root = getOperation();
-    if (paramsDtype != "bf16") {
+    if (symbolizeFloatDtype(paramsDtype) != FloatDtype::BF16) {
       emitError(root.getLoc()) << "unsupported params-dtype '"
                                << std::string(paramsDtype) << "' (expected bf16)";
       return signalPassFailure();
@@ -50,7 +50,8 @@ struct MixedPrecisionPass
           return signalPassFailure();
       }
     std::string params = paramsDtype;
-    std::string grads = gradReduceInFp32 ? std::string("f32") : params;
+    std::string grads =
+        gradReduceInFp32 ? stringifyFloatDtype(FloatDtype::F32).str() : params;
     root->setAttr(kMixedPrecisionAttr,
                   b.getDictionaryAttr(
                       {b.getNamedAttr("params", b.getStringAttr(params)),

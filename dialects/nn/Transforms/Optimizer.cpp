@@ -41,20 +41,20 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
   }
 
   LogicalResult checkOptions(ModuleOp module) {
-    if (optimizer != "sgd" && optimizer != "adam") {
+    if (!symbolizeOptimizerKind(optimizer)) {
       emitError(module.getLoc()) << "unknown optimizer '" << std::string(optimizer)
                                  << "' (expected sgd or adam)";
       return failure();
     }
-    if (lrDecayStyle != "constant" && lrDecayStyle != "linear" &&
-        lrDecayStyle != "cosine") {
+    std::optional<LrDecayStyle> style = symbolizeLrDecayStyle(lrDecayStyle);
+    if (!style) {
       emitError(module.getLoc()) << "unknown lr-decay-style '"
                                  << std::string(lrDecayStyle)
                                  << "' (expected constant, linear or cosine)";
       return failure();
     }
     if (lrWarmupIters < 0 || minLr < 0 || minLr > lr ||
-        (lrDecayStyle != "constant" && lrDecayIters <= lrWarmupIters)) {
+        (*style != LrDecayStyle::Constant && lrDecayIters <= lrWarmupIters)) {
       emitError(module.getLoc())
           << "invalid learning-rate schedule: warmup " << int64_t(lrWarmupIters)
           << ", decay to iteration " << int64_t(lrDecayIters) << ", lr "
@@ -84,7 +84,7 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
     auto ret = cast<func::ReturnOp>(body.getTerminator());
     OpBuilder b(ret);
     Location loc = step.getLoc();
-    bool adam = optimizer == "adam";
+    bool adam = symbolizeOptimizerKind(optimizer) == OptimizerKind::Adam;
 
     SmallVector<Value> newResults;
     SmallVector<std::string> newBindings;
@@ -159,7 +159,7 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
           return step.emitOpError() << "result #" << i
                                     << " is a shard of an unknown grad buffer";
         auto shardType = cast<RankedTensorType>(grad.getType());
-        bool mixed = gb.getParamDtype() != "f32";
+        bool mixed = gb.getParamDtype() != FloatDtype::F32;
         SmallVector<Value> params;
         SmallVector<Type> partTypes;
         MainInit init;
@@ -195,9 +195,9 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
           argBindings.push_back(init.binding);
           mainInits.push_back(init);
         } else {
-          Value flat = dist::PackOp::create(b, loc, flatType, ref,
-                                            b.getI64IntegerAttr(k),
-                                            b.getStringAttr("param"), params);
+          Value flat = dist::PackOp::create(
+              b, loc, flatType, ref, b.getI64IntegerAttr(k),
+              enumAttr(b, dist::BucketData::Param), params);
           mine = dist::ScatterToRegionOp::create(b, loc, shardType, flat, meshRef,
                                                  b.getStringAttr("dp"),
                                                  b.getI64IntegerAttr(0));
@@ -211,9 +211,9 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
         Value gathered = dist::AllGatherOp::create(
             b, loc, flatType, stored, meshRef, b.getStringAttr("dp"),
             b.getI64IntegerAttr(0));
-        auto unpack = dist::UnpackOp::create(b, loc, partTypes, ref,
-                                             b.getI64IntegerAttr(k),
-                                             b.getStringAttr("param"), gathered);
+        auto unpack = dist::UnpackOp::create(
+            b, loc, partTypes, ref, b.getI64IntegerAttr(k),
+            enumAttr(b, dist::BucketData::Param), gathered);
         for (auto [name, v] : llvm::zip(gb.getBucketParams(k), unpack.getResults())) {
           newResults.push_back(v);
           newBindings.push_back(name.str());
@@ -277,7 +277,7 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
             b.getF32FloatAttr(0));
         auto unpack = dist::UnpackOp::create(
             b, loc, types, FlatSymbolRefAttr::get(gb.getSymNameAttr()),
-            b.getI64IntegerAttr(k), b.getStringAttr("grad"), flat);
+            b.getI64IntegerAttr(k), enumAttr(b, dist::BucketData::Grad), flat);
         for (auto [name, v] : llvm::zip(bucket.params, unpack.getResults())) {
           newResults.push_back(v);
           newBindings.push_back("grad:" + name);
@@ -348,9 +348,9 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
         int64_t dp = mesh.getDp();
         auto flatType = RankedTensorType::get({bucket.end - bucket.start},
                                               first.getElementType());
-        Value flat = dist::PackOp::create(b, loc, flatType, m.buffer,
-                                          b.getI64IntegerAttr(m.bucket),
-                                          b.getStringAttr("param"), params);
+        Value flat = dist::PackOp::create(
+            b, loc, flatType, m.buffer, b.getI64IntegerAttr(m.bucket),
+            enumAttr(b, dist::BucketData::Param), params);
         stored = dist::ScatterToRegionOp::create(
             b, loc,
             RankedTensorType::get({(bucket.end - bucket.start) / dp},

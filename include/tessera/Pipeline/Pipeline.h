@@ -1,94 +1,200 @@
-//===- Pipeline.h - The training compilation pipeline -------------*- C++ -*-===//
+//===- Pipeline.h - The training compilation pipeline -----------*- C++ -*-===//
+//
+// The options of the training pipeline are declared once, here: they are
+// the options of `tessera-opt --tessera-train-pipeline="..."` and, the same
+// objects registered on the process's command line, the flags of
+// tessera-compile (`--tp 2`). buildTrainPipeline maps them onto each pass's
+// options (Passes.td), whose defaults they take.
+//
+//===----------------------------------------------------------------------===//
 
 #ifndef TESSERA_PIPELINE_PIPELINE_H
 #define TESSERA_PIPELINE_PIPELINE_H
 
+#include "dialects/dist/Transforms/Passes.h"
+#include "dialects/nn/Transforms/Passes.h"
+
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Pass/PassOptions.h"
+#include "llvm/Support/CommandLine.h"
 
 namespace tessera {
 
-/// Options of `tessera-train-pipeline` and of tessera-compile.
+/// The category of tessera-compile's flags in `--help`.
+llvm::cl::OptionCategory &getCompileCategory();
+
+namespace detail {
+/// An llvm::cl modifier that also puts an option of a pass pipeline on the
+/// process's top-level command line, in tessera-compile's category, when
+/// `enabled`. A pipeline's options otherwise live in the pipeline's own
+/// sub-command, which only its option string reaches.
+struct OnCommandLine {
+  bool enabled;
+  void apply(llvm::cl::Option &option) const {
+    if (!enabled)
+      return;
+    option.addSubCommand(llvm::cl::SubCommand::getTopLevel());
+    option.addCategory(getCompileCategory());
+  }
+};
+} // namespace detail
+
+/// Options of `tessera-train-pipeline` and flags of tessera-compile. The
+/// defaults are the passes' (Passes.td) except `dp`.
 struct TrainPipelineOptions
     : public mlir::PassPipelineOptions<TrainPipelineOptions> {
+  /// The options of one pipeline (`tessera-opt`, a PassPipelineRegistration).
+  TrainPipelineOptions() = default;
+  /// Also registers every option as a flag of the tool's command line, to be
+  /// parsed by llvm::cl::ParseCommandLineOptions (tessera-compile). At most
+  /// one such instance may exist; it must outlive the parsing.
+  struct CommandLineTag {};
+  explicit TrainPipelineOptions(CommandLineTag) : onCommandLine{true} {}
+
+private:
+  // Declared before the options, which read it when they are constructed.
+  detail::OnCommandLine onCommandLine{false};
+
+public:
   Option<int64_t> tp{*this, "tp", llvm::cl::desc("tensor-parallel size"),
-                     llvm::cl::init(1)};
-  Option<int64_t> dp{*this, "dp", llvm::cl::desc("data-parallel size"),
-                     llvm::cl::init(1)};
+                     llvm::cl::init(dist::AttachMeshPassOptions().tp),
+                     onCommandLine};
+  /// 0 stands for 1 in the pipeline; tessera-compile derives it from
+  /// --world-size.
+  Option<int64_t> dp{*this, "dp",
+                     llvm::cl::desc("data-parallel size (default: world-size "
+                                    "/ (tp*cp*pp), else 1)"),
+                     llvm::cl::init(0), onCommandLine};
   Option<int64_t> pp{*this, "pp", llvm::cl::desc("pipeline-parallel size"),
-                     llvm::cl::init(1)};
-  Option<int64_t> vpp{*this, "vpp",
-                      llvm::cl::desc("virtual pipeline stages (model chunks) per rank"),
-                      llvm::cl::init(1)};
-  ListOption<int64_t> ppLayers{*this, "pp-layers",
-                               llvm::cl::desc("layers per pipeline rank (uneven split)")};
-  Option<std::string> schedule{*this, "schedule",
-                               llvm::cl::desc("none, 1f1b, interleaved or auto"),
-                               llvm::cl::init("auto")};
+                     llvm::cl::init(dist::AttachMeshPassOptions().pp),
+                     onCommandLine};
+  Option<int64_t> vpp{
+      *this, "vpp", llvm::cl::desc("virtual pipeline chunks per pp rank"),
+      llvm::cl::init(dist::AttachMeshPassOptions().vpp), onCommandLine};
   Option<std::string> order{*this, "order", llvm::cl::desc("rank order"),
-                            llvm::cl::init("tp-cp-ep-dp-pp")};
-  Option<int64_t> microBatchSize{*this, "micro-batch-size",
-                                 llvm::cl::desc("samples per microbatch per dp rank"),
-                                 llvm::cl::init(0)};
-  Option<int64_t> globalBatchSize{*this, "global-batch-size",
-                                  llvm::cl::desc("samples per step over all dp ranks"),
-                                  llvm::cl::init(0)};
+                            llvm::cl::init(dist::AttachMeshPassOptions().order),
+                            onCommandLine};
+  ListOption<int64_t> ppLayers{
+      *this, "pp-layers",
+      llvm::cl::desc("uneven pipeline split: layers per pipeline rank, e.g. "
+                     "3,5,5,3"),
+      onCommandLine};
+  Option<std::string> schedule{
+      *this, "schedule",
+      llvm::cl::desc("pipeline schedule: none, 1f1b or interleaved (default: "
+                     "interleaved with --vpp > 1, else 1f1b)"),
+      llvm::cl::init(dist::PPSchedulePassOptions().schedule), onCommandLine};
+  Option<int64_t> microBatchSize{
+      *this, "micro-batch-size",
+      llvm::cl::desc("samples per microbatch per dp rank"),
+      llvm::cl::init(dist::SetBatchPassOptions().microBatchSize),
+      onCommandLine};
+  Option<int64_t> globalBatchSize{
+      *this, "global-batch-size",
+      llvm::cl::desc("samples per step over all dp ranks"),
+      llvm::cl::init(dist::SetBatchPassOptions().globalBatchSize),
+      onCommandLine};
   Option<int64_t> makeVocabSizeDivisibleBy{
       *this, "make-vocab-size-divisible-by",
-      llvm::cl::desc("pad the vocabulary to a multiple of this times tp"),
-      llvm::cl::init(128)};
+      llvm::cl::desc("pad the vocabulary to a multiple of this times tp "
+                     "(default 128)"),
+      llvm::cl::init(dist::PadVocabPassOptions().divisibleBy), onCommandLine};
   Option<bool> sequenceParallel{
       *this, "sequence-parallel",
-      llvm::cl::desc("Megatron sequence parallelism (with tp > 1)"),
-      llvm::cl::init(false)};
+      llvm::cl::desc("Megatron sequence parallelism: layer norms and "
+                     "residuals on sequence shards, all-gather/reduce-scatter "
+                     "around each region"),
+      llvm::cl::init(dist::TPPartitionPassOptions().sequenceParallel),
+      onCommandLine};
   Option<bool> bf16{*this, "bf16",
-                    llvm::cl::desc("bf16 parameters, f32 computation and main "
-                                   "parameters (Megatron's --bf16)"),
-                    llvm::cl::init(false)};
+                    llvm::cl::desc("mixed precision: bf16 parameters, f32 "
+                                   "computation, fp32 main parameters for the "
+                                   "optimizer (Megatron's --bf16)"),
+                    llvm::cl::init(false), onCommandLine};
   Option<bool> gradReduceInFp32{
       *this, "grad-reduce-in-fp32",
-      llvm::cl::desc("with bf16: accumulate and reduce gradients in f32 (else bf16)"),
-      llvm::cl::init(true)};
-  Option<int64_t> bucketSize{*this, "bucket-size",
-                             llvm::cl::desc("gradient bucket size in elements (0: Megatron's default)"),
-                             llvm::cl::init(0)};
+      llvm::cl::desc("with --bf16: accumulate and reduce gradients in f32 "
+                     "(the default, as Megatron does for bf16)"),
+      llvm::cl::init(nn::MixedPrecisionPassOptions().gradReduceInFp32),
+      onCommandLine};
+  Option<bool> gradReduceInBf16{
+      *this, "grad-reduce-in-bf16",
+      llvm::cl::desc("with --bf16: accumulate and reduce gradients in bf16"),
+      llvm::cl::init(false), onCommandLine};
+  Option<int64_t> bucketSize{
+      *this, "bucket-size",
+      llvm::cl::desc("gradient bucket size in elements (default Megatron's "
+                     "max(40000000, 1000000 x dp))"),
+      llvm::cl::init(dist::DPGradAllReducePassOptions().bucketSize),
+      onCommandLine};
   Option<bool> distributedOptimizer{
-      *this, "distributed-optimizer",
-      llvm::cl::desc("ZeRO-1: shard optimizer state and updates over dp"),
-      llvm::cl::init(false)};
+      *this, "use-distributed-optimizer",
+      llvm::cl::desc("ZeRO-1 distributed optimizer: reduce-scatter each "
+                     "bucket, each dp rank updates its shard, all-gather the "
+                     "parameters"),
+      llvm::cl::init(dist::DPGradAllReducePassOptions().distributedOptimizer),
+      onCommandLine};
+  // Aliases take the sub-commands and category of their option.
+  llvm::cl::alias distributedOptimizerShort{
+      "dist-optimizer", llvm::cl::desc("alias for --use-distributed-optimizer"),
+      llvm::cl::aliasopt(distributedOptimizer)};
+  /// The pass's name for it (tessera-dp-grad-allreduce).
+  llvm::cl::alias distributedOptimizerPass{
+      "distributed-optimizer",
+      llvm::cl::desc("alias for --use-distributed-optimizer"),
+      llvm::cl::aliasopt(distributedOptimizer)};
   Option<bool> padBucketsForHighNcclBusbw{
       *this, "pad-buckets-for-high-nccl-busbw",
-      llvm::cl::desc("pad buckets to lcm(dp, 128, 2^16)"), llvm::cl::init(false)};
+      llvm::cl::desc("pad buckets to lcm(dp, 128, 2^16) elements"),
+      llvm::cl::init(
+          dist::DPGradAllReducePassOptions().padBucketsForHighNcclBusbw),
+      onCommandLine};
   Option<bool> overlapGradReduce{
       *this, "overlap-grad-reduce",
-      llvm::cl::desc("start bucket reductions during the last backward"),
-      llvm::cl::init(false)};
-  Option<bool> singleBucketGroup{*this, "single-bucket-group",
-                                 llvm::cl::desc("one bucket group for all buckets"),
-                                 llvm::cl::init(false)};
-  Option<std::string> optimizer{*this, "optimizer", llvm::cl::desc("sgd or adam"),
-                                llvm::cl::init("adam")};
+      llvm::cl::desc("start each gradient bucket's all-reduce in the last "
+                     "microbatch's backward as soon as its gradients are "
+                     "complete"),
+      llvm::cl::init(dist::DPGradAllReducePassOptions().overlapGradReduce),
+      onCommandLine};
+  Option<bool> singleBucketGroup{
+      *this, "single-bucket-group",
+      llvm::cl::desc("reduce all buckets as one group"),
+      llvm::cl::init(dist::DPGradAllReducePassOptions().singleBucketGroup),
+      onCommandLine};
+  Option<std::string> optimizer{
+      *this, "optimizer", llvm::cl::desc("sgd or adam"),
+      llvm::cl::init(nn::OptimizerPassOptions().optimizer), onCommandLine};
   Option<double> lr{*this, "lr", llvm::cl::desc("learning rate"),
-                    llvm::cl::init(1e-3)};
-  Option<double> weightDecay{*this, "weight-decay",
-                             llvm::cl::desc("decoupled weight decay"),
-                             llvm::cl::init(0.0)};
-  Option<int64_t> lrWarmupIters{*this, "lr-warmup-iters",
-                                llvm::cl::desc("linear warmup iterations"),
-                                llvm::cl::init(0)};
-  Option<int64_t> lrDecayIters{*this, "lr-decay-iters",
-                               llvm::cl::desc("iteration the decay ends"),
-                               llvm::cl::init(0)};
-  Option<std::string> lrDecayStyle{*this, "lr-decay-style",
-                                   llvm::cl::desc("constant, linear or cosine"),
-                                   llvm::cl::init("constant")};
-  Option<double> minLr{*this, "min-lr", llvm::cl::desc("final learning rate"),
-                       llvm::cl::init(0.0)};
+                    llvm::cl::init(nn::OptimizerPassOptions().lr),
+                    onCommandLine};
+  Option<double> weightDecay{
+      *this, "weight-decay", llvm::cl::desc("decoupled weight decay"),
+      llvm::cl::init(nn::OptimizerPassOptions().weightDecay), onCommandLine};
+  Option<int64_t> lrWarmupIters{
+      *this, "lr-warmup-iters",
+      llvm::cl::desc("linear learning-rate warmup iterations"),
+      llvm::cl::init(nn::OptimizerPassOptions().lrWarmupIters), onCommandLine};
+  Option<int64_t> lrDecayIters{
+      *this, "lr-decay-iters",
+      llvm::cl::desc("iteration at which the decay reaches --min-lr"),
+      llvm::cl::init(nn::OptimizerPassOptions().lrDecayIters), onCommandLine};
+  Option<std::string> lrDecayStyle{
+      *this, "lr-decay-style",
+      llvm::cl::desc("constant (default), linear or cosine"),
+      llvm::cl::init(nn::OptimizerPassOptions().lrDecayStyle), onCommandLine};
+  Option<double> minLr{
+      *this, "min-lr", llvm::cl::desc("learning rate after the decay"),
+      llvm::cl::init(nn::OptimizerPassOptions().minLr), onCommandLine};
 };
 
-/// attach-mesh, set-batch, pad-vocab, tp-partition, pp-split, autodiff,
-/// dp-grad-allreduce, optimizer, pp-schedule, verify-schedule, lower-to-rt
-/// (serialisation is left to the caller).
+/// The combinations of options the pipeline refuses (an error message), or
+/// "": --grad-reduce-in-bf16 needs --bf16 and excludes --grad-reduce-in-fp32.
+std::string checkTrainPipelineOptions(const TrainPipelineOptions &options);
+
+/// attach-mesh, set-batch, pad-vocab, tp-partition, pp-split,
+/// mixed-precision (with bf16), autodiff, dp-grad-allreduce, optimizer,
+/// pp-schedule, verify-schedule, lower-to-rt (serialisation is left to the
+/// caller).
 void buildTrainPipeline(mlir::OpPassManager &pm,
                         const TrainPipelineOptions &options);
 

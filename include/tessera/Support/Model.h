@@ -14,12 +14,25 @@
 
 namespace tessera {
 
+// The discardable attributes the frontend and the passes hand to each other
+// are named here and nowhere else. The dialect that owns a prefix verifies
+// them (nn, dist, and tessera for `tessera.*`).
+
 // Model function argument attributes.
 constexpr llvm::StringLiteral kParamAttr = "nn.param";   // parameter name
 constexpr llvm::StringLiteral kInitAttr = "nn.init";     // "normal:<std>", "zeros", "ones"
 constexpr llvm::StringLiteral kInputAttr = "nn.input";   // "features", "labels", "tokens"
 constexpr llvm::StringLiteral kBatchDimAttr = "nn.batch_dim"; // default 0
 constexpr llvm::StringLiteral kShardingAttr = "dist.sharding"; // {axis, dim}
+/// On a model op: the transformer layer it belongs to (tessera-gen marks
+/// them; tessera-pp-split places ops by them).
+constexpr llvm::StringLiteral kLayerAttr = "nn.layer";
+
+// Module attributes: what tessera-compile records for the artifact, and
+// tessera-pad-vocab's {size, padded}.
+constexpr llvm::StringLiteral kCompileFlagsAttr = "tessera.compile_flags";
+constexpr llvm::StringLiteral kModelNameAttr = "tessera.model";
+constexpr llvm::StringLiteral kVocabAttr = "tessera.vocab";
 
 // Phase functions and their bindings.
 constexpr llvm::StringLiteral kPhaseAttr = "tessera.phase"; // "microbatch", "step"
@@ -50,6 +63,10 @@ constexpr llvm::StringLiteral kLastMicrobatchAttr = "tessera.last_microbatch";
 /// rank's pool shared by its chunks); lower-to-rt keeps whichever layout is
 /// smaller.
 constexpr llvm::StringLiteral kChunkSlotAttr = "dist.chunk_slot";
+/// On a (pipeline-rank) module: every bucket of its grad buffers forms one
+/// bucket group (tessera-dp-grad-allreduce's single-bucket-group).
+constexpr llvm::StringLiteral kSingleBucketGroupAttr =
+    "dist.single_bucket_group";
 constexpr llvm::StringLiteral kForwardPhase = "forward";
 // Mixed precision: the stored parameter and gradient dtypes
 // ({params = "bf16", grads = "f32" | "bf16"} on the root module), and the

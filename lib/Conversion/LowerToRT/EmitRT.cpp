@@ -480,7 +480,7 @@ PATTERN(BucketReduceStartPattern, dist::BucketReduceStartOp) {
                       ArrayRef<NamedAttribute>{
                           b.getNamedAttr("alpha", o.getScaleAttr())});
   Value event;
-  if (o.getKind() == "reduce_scatter")
+  if (o.getKind() == dist::BucketReduceKind::ReduceScatter)
     event = rt::ReduceScatterStartOp::create(
         b, o.getLoc(), rt::EventType::get(b.getContext()), view,
         state.storageBuffer(b, plan.shardStorage.lookup(o)), o.getGroupAttr());
@@ -518,10 +518,10 @@ PATTERN(UnpackPattern, dist::UnpackOp) {
   return Value();
 }
 
-static SmallVector<NamedAttribute> p2pAttrs(OpBuilder &b, StringRef peer,
+static SmallVector<NamedAttribute> p2pAttrs(OpBuilder &b, dist::Peer peer,
                                             int64_t tag) {
-  return {b.getNamedAttr("iattrs",
-                         b.getDenseI64ArrayAttr({peer == "next" ? 1 : -1, tag})),
+  return {b.getNamedAttr("iattrs", b.getDenseI64ArrayAttr(
+                                       {peer == dist::Peer::Next ? 1 : -1, tag})),
           b.getNamedAttr("group", b.getStringAttr("pp"))};
 }
 

@@ -111,17 +111,19 @@ struct Storage {
 /// The buffer a phase argument or result is bound to ("" if none).
 std::string bindingOf(mlir::DictionaryAttr attrs, int64_t chunk);
 /// The persistent buffer holding flat bucket `bucket` of grad buffer
-/// `buffer` ("gbuf:B:k" for `data` "grad", "pbuf:B:k" for "param").
-std::string bucketView(llvm::StringRef data, llvm::StringRef buffer,
+/// `buffer` ("gbuf:B:k" for the gradients, "pbuf:B:k" for the parameters).
+std::string bucketView(dist::BucketData data, llvm::StringRef buffer,
                        int64_t bucket);
 /// The distributed optimizer's shard of a bucket view ("gshard:B:k",
 /// "pshard:B:k"), or "" if `view` is not one.
 std::string shardView(llvm::StringRef view);
-/// The buffers of a bucket's parameters ("grad:<p>" for `data` "grad").
+/// The buffers of a bucket's parameters ("grad:<p>" for the gradients).
 llvm::SmallVector<std::string> bucketParts(mlir::Operation *op,
                                            mlir::FlatSymbolRefAttr buffer,
                                            int64_t bucket,
-                                           llvm::StringRef data);
+                                           dist::BucketData data);
+/// The element type of a grad buffer's gradients or parameters.
+mlir::Type bucketElementType(dist::GradBufferOp buffer, dist::BucketData data);
 
 /// The storage plan of one phase function: what stage 2 decides and
 /// stage 4 reads.

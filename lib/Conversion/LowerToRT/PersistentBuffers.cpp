@@ -47,9 +47,9 @@ LogicalResult PersistentBuffers::collect(ModuleOp module,
     if (!gb.getDistributed())
       continue;
     buckets::Buffer layout = gb.getLayout();
-    for (StringRef data : {"grad", "param"}) {
-      StringRef dtype = data == "grad" ? gb.getGradDtype() : gb.getParamDtype();
-      Type element = dtype == "bf16" ? Type(b.getBF16Type()) : b.getF32Type();
+    for (dist::BucketData data :
+         {dist::BucketData::Grad, dist::BucketData::Param}) {
+      Type element = bucketElementType(gb, data);
       for (auto [k, bucket] : llvm::enumerate(layout.buckets)) {
         int64_t numel = (bucket.end - bucket.start) / gb.getDp();
         add(shardView(bucketView(data, gb.getSymName(), k)), "view",
@@ -114,7 +114,7 @@ LogicalResult PersistentBuffers::collect(ModuleOp module,
   std::optional<int64_t> vocab;
   for (func::FuncOp f : phases)
     f.walk([&](nn::EmbeddingOp e) { vocab = e.getVocabSize(); });
-  if (auto v = getRootModule(module)->getAttrOfType<DictionaryAttr>("tessera.vocab"))
+  if (auto v = getRootModule(module)->getAttrOfType<DictionaryAttr>(kVocabAttr))
     if (auto size = v.getAs<IntegerAttr>("size"))
       vocab = size.getInt();
   for (func::FuncOp micro : phases)
@@ -177,15 +177,16 @@ PersistentBuffers::layout(ModuleOp module,
   std::map<Persistent *, int64_t> fixed;
   for (auto gb : module.getOps<dist::GradBufferOp>()) {
     buckets::Buffer layout = gb.getLayout();
-    for (StringRef data : {"grad", "param"}) {
-      if (data == "param" && !gb.getDistributed())
+    for (dist::BucketData data :
+         {dist::BucketData::Grad, dist::BucketData::Param}) {
+      if (data == dist::BucketData::Param && !gb.getDistributed())
         continue;
-      StringRef dtype = data == "grad" ? gb.getGradDtype() : gb.getParamDtype();
-      Type element = dtype == "bf16" ? Type(b.getBF16Type()) : b.getF32Type();
+      Type element = bucketElementType(gb, data);
       int64_t elementBytes = element.getIntOrFloatBitWidth() / 8;
       int64_t base = offset;
       for (const buckets::ParamRange &p : layout.params) {
-        std::string name = data == "grad" ? "grad:" + p.name : p.name;
+        std::string name =
+            data == dist::BucketData::Grad ? "grad:" + p.name : p.name;
         Persistent *q = byName.lookup(name);
         if (!q)
           return gb.emitOpError() << "lays out '" << p.name
@@ -193,7 +194,12 @@ PersistentBuffers::layout(ModuleOp module,
         if (q->type.getElementType() != element ||
             q->type.getNumElements() != p.end - p.start)
           return gb.emitOpError() << "gives '" << p.name << "' " << p.end - p.start
-                                  << " " << dtype << " elements, its buffer is "
+                                  << " "
+                                  << stringifyEnum(
+                                         data == dist::BucketData::Grad
+                                             ? gb.getGradDtype()
+                                             : gb.getParamDtype())
+                                  << " elements, its buffer is "
                                   << q->type;
         fixed[q] = base + p.start * elementBytes;
       }

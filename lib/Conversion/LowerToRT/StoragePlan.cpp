@@ -55,8 +55,11 @@ std::string bindingOf(DictionaryAttr attrs, int64_t chunk) {
 /// The persistent buffer that holds the flat bucket `bucket` of a grad
 /// buffer (a view of the gradients, or with the distributed optimizer of
 /// the parameters), and the buffers of its parameters in buffer order.
-std::string bucketView(StringRef data, StringRef buffer, int64_t bucket) {
-  return ((data == "grad" ? "gbuf:" : "pbuf:") + buffer + ":" + Twine(bucket)).str();
+std::string bucketView(dist::BucketData data, StringRef buffer,
+                       int64_t bucket) {
+  return ((data == dist::BucketData::Grad ? "gbuf:" : "pbuf:") + buffer + ":" +
+          Twine(bucket))
+      .str();
 }
 /// The distributed optimizer's shard of a bucket view ("gbuf:B:k" ->
 /// "gshard:B:k", "pbuf:B:k" -> "pshard:B:k"): this rank's 1/dp of the
@@ -69,15 +72,21 @@ std::string shardView(StringRef view) {
   return "";
 }
 SmallVector<std::string> bucketParts(Operation *op, FlatSymbolRefAttr ref,
-                                            int64_t bucket, StringRef data) {
+                                     int64_t bucket, dist::BucketData data) {
   SmallVector<std::string> names;
   auto buf = SymbolTable::lookupNearestSymbolFrom<dist::GradBufferOp>(op, ref);
   for (StringRef name : buf.getBucketParams(bucket))
-    names.push_back(data == "grad" ? ("grad:" + name).str() : name.str());
+    names.push_back(data == dist::BucketData::Grad ? ("grad:" + name).str()
+                                                   : name.str());
   return names;
 }
 
-
+Type bucketElementType(dist::GradBufferOp buffer, dist::BucketData data) {
+  FloatDtype dtype = data == dist::BucketData::Grad ? buffer.getGradDtype()
+                                                    : buffer.getParamDtype();
+  Builder b(buffer.getContext());
+  return dtype == FloatDtype::BF16 ? Type(b.getBF16Type()) : b.getF32Type();
+}
 //===----------------------------------------------------------------------===//
 // PhasePlan
 //===----------------------------------------------------------------------===//
@@ -271,13 +280,12 @@ LogicalResult PhasePlan::planOp(Operation *op) {
     buckets::Buffer layout = buf.getLayout();
     const buckets::Bucket &k = layout.buckets[size_t(start.getBucket())];
     numel = k.end - k.start;
-    Type element = buf.getGradDtype() == "bf16"
-                       ? Type(BFloat16Type::get(op->getContext()))
-                       : Float32Type::get(op->getContext());
+    Type element = bucketElementType(buf, dist::BucketData::Grad);
     bucketStorage[op] =
         newStorage(RankedTensorType::get({numel}, element),
-                   bucketView("grad", start.getBuffer(), start.getBucket()));
-    if (start.getKind() == "reduce_scatter") {
+                   bucketView(dist::BucketData::Grad, start.getBuffer(),
+                              start.getBucket()));
+    if (start.getKind() == dist::BucketReduceKind::ReduceScatter) {
       std::string shard = ("gshard:" + start.getBuffer() + ":" +
                            Twine(start.getBucket()))
                               .str();

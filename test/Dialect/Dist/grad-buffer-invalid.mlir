@@ -126,8 +126,16 @@ func.func @nobuffer(%a: tensor<20xf32>) {
 // -----
 
 func.func @data(%a: tensor<20xf32>) {
-  // expected-error @+1 {{data must be "grad" or "param", got "state"}}
+  // expected-error @+1 {{'dist.pack' op attribute 'data' failed to satisfy constraint: bucket data: grad or param}}
   %f = dist.pack @g bucket 0 "state" (%a) : tensor<20xf32> -> tensor<20xf32>
+  return
+}
+
+// -----
+
+func.func @unpack_data(%f: tensor<20xf32>) {
+  // expected-error @+1 {{'dist.unpack' op attribute 'data' failed to satisfy constraint: bucket data: grad or param}}
+  %a = dist.unpack @g bucket 0 "state" %f : tensor<20xf32> -> tensor<20xf32>
   return
 }
 
@@ -153,7 +161,7 @@ dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
     params = [{name = "a", start = 0 : i64, end = 20 : i64, bucket = 0 : i64} ],
     buckets = [array<i64: 0, 20, 20>]}
 func.func @kind(%a: tensor<20xf32>) {
-  // expected-error @+1 {{kind must be "all_reduce" or "reduce_scatter", got "broadcast"}}
+  // expected-error @+1 {{attribute 'kind' failed to satisfy constraint: bucket reduction: all_reduce or reduce_scatter}}
   dist.bucket_reduce_start @g bucket 0 over @mesh "dp" scale 5.000000e-01 (%a) {kind = "broadcast"} : tensor<20xf32>
   return
 }
@@ -172,8 +180,16 @@ func.func @wait() {
 
 // -----
 
-// expected-error @+1 {{dtype must be "f32" or "bf16", got "fp8"}}
+// expected-error @+1 {{attribute 'param_dtype' failed to satisfy constraint: stored dtype: f32 or bf16}}
 dist.grad_buffer @g {param_dtype = "fp8", grad_dtype = "f32", dp = 1 : i64,
+    distributed = false, numel = 20 : i64, numel_unpadded = 20 : i64,
+    params = [{name = "a", start = 0 : i64, end = 20 : i64, bucket = 0 : i64} ],
+    buckets = [array<i64: 0, 20, 20>]}
+
+// -----
+
+// expected-error @+1 {{attribute 'grad_dtype' failed to satisfy constraint: stored dtype: f32 or bf16}}
+dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f16", dp = 1 : i64,
     distributed = false, numel = 20 : i64, numel_unpadded = 20 : i64,
     params = [{name = "a", start = 0 : i64, end = 20 : i64, bucket = 0 : i64} ],
     buckets = [array<i64: 0, 20, 20>]}

@@ -39,8 +39,17 @@ func.func @bad_group(%x: tensor<8xf32>) {
 
 dist.mesh @mesh {tp = 2}
 func.func @bad_reduction(%x: tensor<8xf32>) {
-  // expected-error @+1 {{reduction must be 'sum' or 'max', got 'min'}}
+  // expected-error @+1 {{attribute 'reduction' failed to satisfy constraint: reduction: sum or max}}
   %0 = dist.all_reduce %x on @mesh "tp" {reduction = "min"} : tensor<8xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh {tp = 2}
+func.func @bad_start_reduction(%x: tensor<8xf32>) {
+  // expected-error @+1 {{attribute 'reduction' failed to satisfy constraint: reduction: sum or max}}
+  %f = dist.all_reduce_start %x on @mesh "tp" {reduction = "prod"} : tensor<8xf32> -> !dist.async<tensor<8xf32>>
   return
 }
 

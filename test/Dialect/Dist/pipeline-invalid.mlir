@@ -1,9 +1,25 @@
 // RUN: tessera-opt %s -split-input-file -verify-diagnostics
 
 func.func @peer(%x: tensor<4xf32>) {
-  // expected-error @+1 {{peer must be "next" or "prev", got "up"}}
+  // expected-error @+1 {{'dist.send' op attribute 'peer' failed to satisfy constraint: pipeline peer: next or prev}}
   dist.send %x to "up" {tag = 0 : i64} : tensor<4xf32>
   return
+}
+
+// -----
+
+func.func @recv_peer() {
+  // expected-error @+1 {{'dist.recv' op attribute 'peer' failed to satisfy constraint: pipeline peer: next or prev}}
+  %r = dist.recv from "down" {tag = 0 : i64} : tensor<4xf32>
+  return
+}
+
+// -----
+
+module {
+  // expected-error @+1 {{attribute 'kind' failed to satisfy constraint: pipeline schedule: none, 1f1b or interleaved}}
+  dist.schedule attributes {kind = "gpipe", warmup = 0 : i64} {
+  }
 }
 
 // -----
@@ -21,7 +37,7 @@ module {
     return
   }
   dist.schedule attributes {kind = "1f1b", warmup = 0 : i64} {
-    // expected-error @+1 {{part must be "recv", "compute" or "send", got "all"}}
+    // expected-error @+1 {{'dist.run' op attribute 'part' failed to satisfy constraint: phase part: recv, compute or send}}
     dist.run @forward_c0 microbatch 0 slot 0 part "all"
   }
 }

@@ -1,0 +1,20 @@
+//===- NNEnums.td - nn dialect: enums of its attributes ----*- tablegen -*-===//
+
+#ifndef TESSERA_DIALECTS_NN_IR_NNENUMS_TD
+#define TESSERA_DIALECTS_NN_IR_NNENUMS_TD
+
+include "dialects/tessera/IR/TesseraEnumBase.td"
+
+/// `nn.input` of a model argument.
+def NN_InputKind : Tessera_Enum<"InputKind",
+    "model input: features, labels or tokens",
+    ["features", "labels", "tokens"], ["Features", "Labels", "Tokens"],
+    "::tessera::nn">;
+
+/// The kind of an `nn.init` spec (`<kind>` or `<kind>:<scale>`).
+def NN_InitKind : Tessera_Enum<"InitKind",
+    "initialisation: normal, uniform, zeros or ones",
+    ["normal", "uniform", "zeros", "ones"],
+    ["Normal", "Uniform", "Zeros", "Ones"], "::tessera::nn">;
+
+#endif // TESSERA_DIALECTS_NN_IR_NNENUMS_TD

@@ -1,0 +1,48 @@
+//===- Compile.h - The tessera-compile driver -------------------*- C++ -*-===//
+//
+// tessera-compile as a library function: its flags (the training pipeline's
+// options plus the tool's own) and what it does with them.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_PIPELINE_COMPILE_H
+#define TESSERA_PIPELINE_COMPILE_H
+
+#include "tessera/Pipeline/Pipeline.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/Support/CommandLine.h"
+
+namespace tessera {
+
+/// The flags of tessera-compile. Constructing it registers them on the
+/// process's command line (for llvm::cl::ParseCommandLineOptions): the
+/// training pipeline's options, the same objects that
+/// `tessera-opt --tessera-train-pipeline="..."` parses, and the flags only
+/// the tool has. Construct one, in main.
+struct CompileOptions {
+  CompileOptions();
+
+  TrainPipelineOptions pipeline{TrainPipelineOptions::CommandLineTag()};
+
+  llvm::cl::opt<std::string> input;
+  llvm::cl::opt<std::string> output;
+  /// Mesh axes that only --emit=rank-groups accepts (attach-mesh checks
+  /// them, the rest of the pipeline does not implement them yet).
+  llvm::cl::opt<int64_t> cp, ep, etp;
+  llvm::cl::opt<int64_t> worldSize;
+  llvm::cl::opt<int64_t> microBatches;
+  llvm::cl::opt<int64_t> numLayers;
+  llvm::cl::opt<std::string> emit;
+  llvm::cl::opt<std::string> emitFormat;
+};
+
+/// tessera-compile once its flags are parsed: checks them, then writes the
+/// artifact (atomically: a temporary file, then rename) or the --emit
+/// output. `args` (the command line without the program name) is recorded
+/// in the artifact. Returns the process's exit code.
+int compile(const CompileOptions &options, llvm::ArrayRef<const char *> args);
+
+} // namespace tessera
+
+#endif // TESSERA_PIPELINE_COMPILE_H

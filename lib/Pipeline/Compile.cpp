@@ -1,0 +1,299 @@
+//===- Compile.cpp - The tessera-compile driver ---------------------------===//
+//
+// Checks the flags, resolves the mesh (dp from --world-size) and the batch
+// (--micro-batches), and either prints a report that needs no model
+// (--emit=rank-groups, --emit=schedule) or runs the training pipeline and
+// writes its result.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tessera/Pipeline/Compile.h"
+#include "tessera/Conversion/Passes.h"
+#include "tessera/InitAll.h"
+#include "tessera/Pipeline/Reports.h"
+#include "tessera/Schedule/PipelineSchedule.h"
+#include "tessera/Support/Model.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/SourceMgr.h"
+#include "llvm/Support/ToolOutputFile.h"
+
+#include <set>
+
+using namespace mlir;
+namespace cl = llvm::cl;
+
+tessera::CompileOptions::CompileOptions()
+    : input(cl::Positional, cl::desc("<model.mlir>"), cl::Optional,
+            cl::cat(getCompileCategory())),
+      output("o", cl::desc("output file"), cl::value_desc("file"),
+             cl::init("-"), cl::cat(getCompileCategory())),
+      cp("cp", cl::desc("context-parallel size"), cl::init(1),
+         cl::cat(getCompileCategory())),
+      ep("ep", cl::desc("expert-parallel size"), cl::init(1),
+         cl::cat(getCompileCategory())),
+      etp("etp", cl::desc("expert tensor-parallel size"), cl::init(1),
+          cl::cat(getCompileCategory())),
+      worldSize("world-size",
+                cl::desc("number of ranks; derives dp when --dp is not given"),
+                cl::init(0), cl::cat(getCompileCategory())),
+      microBatches(
+          "micro-batches",
+          cl::desc("micro-batches per step (default: global / (micro x dp))"),
+          cl::init(0), cl::cat(getCompileCategory())),
+      numLayers(
+          "num-layers",
+          cl::desc("transformer layers, for --emit=schedule without a model"),
+          cl::init(0), cl::cat(getCompileCategory())),
+      emit("emit",
+           cl::desc("what to write: artifact (default), mlir (the rt-level "
+                    "module) rank-groups (every rank group of the mesh; needs "
+                    "no model), schedule (layer placement and per-rank "
+                    "pipeline order), memory (the per-rank static memory plan "
+                    "by kind) or buckets (gradient buffers, buckets and "
+                    "distributed-optimizer shard ranges)"),
+           cl::init("artifact"), cl::cat(getCompileCategory())),
+      emitFormat("emit-format",
+                 cl::desc("json (default), text, or trace (a Chrome/Perfetto "
+                          "trace of the planned schedule)"),
+                 cl::init("json"), cl::cat(getCompileCategory())) {}
+
+namespace {
+
+int fail(const llvm::Twine &message) {
+  llvm::errs() << "tessera-compile: error: " << message << "\n";
+  return 1;
+}
+
+/// Writes a report (--emit=schedule, rank-groups, memory, buckets) to -o,
+/// or stdout when -o is "-". Returns the exit code.
+int writeReport(llvm::StringRef output,
+                llvm::function_ref<bool(llvm::raw_ostream &)> print) {
+  if (output == "-")
+    return print(llvm::outs()) ? 0 : 1;
+  std::string error;
+  auto out = openOutputFile(output, &error);
+  if (!out)
+    return fail(error);
+  if (!print(out->os()))
+    return 1;
+  out->keep();
+  return 0;
+}
+
+/// Writes the artifact next to -o, then renames it: a reader never sees
+/// half a file.
+int writeArtifactFile(ModuleOp module, llvm::StringRef output) {
+  if (output == "-")
+    return fail("give the artifact's path with -o");
+  std::string tmp = (output + ".tmp").str();
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(tmp, ec);
+    if (ec)
+      return fail("cannot write '" + tmp + "': " + ec.message());
+    if (failed(tessera::writeArtifact(module, os)))
+      return 1;
+  }
+  if (std::error_code ec = llvm::sys::fs::rename(tmp, output))
+    return fail("cannot rename to '" + output + "': " + ec.message());
+  return 0;
+}
+
+/// The mesh of the flags, with dp derived from --world-size when --dp is
+/// not given; fails (after the error) when it is invalid.
+FailureOr<tessera::mesh::MeshConfig>
+resolveMesh(const tessera::CompileOptions &options) {
+  const tessera::TrainPipelineOptions &p = options.pipeline;
+  tessera::mesh::MeshConfig mesh;
+  mesh.tp = p.tp;
+  mesh.cp = options.cp;
+  mesh.ep = options.ep;
+  mesh.etp = options.etp;
+  mesh.dp = p.dp == 0 ? 1 : int64_t(p.dp);
+  mesh.pp = p.pp;
+  mesh.vpp = p.vpp;
+  mesh.order = p.order;
+  std::string error;
+  if (options.worldSize != 0)
+    error = tessera::mesh::applyWorldSize(mesh, options.worldSize, p.dp != 0);
+  if (error.empty()) {
+    error = tessera::mesh::validateMesh(mesh);
+    if (!error.empty())
+      error = "invalid mesh: " + error;
+  }
+  if (!error.empty()) {
+    fail(error);
+    return failure();
+  }
+  return mesh;
+}
+
+/// --emit=schedule: layers from --num-layers or the model's `nn.layer`
+/// marks, micro-batches from --micro-batches or the batch sizes.
+int emitSchedule(const tessera::CompileOptions &options,
+                 const tessera::mesh::MeshConfig &mesh) {
+  namespace sched = tessera::schedule;
+  const tessera::TrainPipelineOptions &p = options.pipeline;
+  sched::PipelineConfig config;
+  config.pp = mesh.pp;
+  config.vpp = mesh.vpp;
+  std::string kind = p.schedule;
+  if (kind == "auto")
+    kind = mesh.vpp > 1 ? "interleaved" : "1f1b";
+  if (!sched::parseKind(kind, config.kind))
+    return fail("unknown --schedule=" + p.schedule +
+                " (expected none, 1f1b or interleaved)");
+  config.microbatches = options.microBatches;
+  if (config.microbatches == 0) {
+    int64_t micro = p.microBatchSize, global = p.globalBatchSize;
+    if (micro > 0 && global > 0 && global % (micro * mesh.dp) == 0)
+      config.microbatches = global / (micro * mesh.dp);
+    else if (micro > 0 || global > 0)
+      return fail("give --micro-batches, or a --global-batch-size divisible by "
+                  "--micro-batch-size x dp");
+    else
+      config.microbatches = 1;
+  }
+  config.layers = options.numLayers;
+  if (!options.input.empty()) {
+    DialectRegistry registry;
+    tessera::registerAllDialects(registry);
+    MLIRContext context(registry);
+    auto module = parseSourceFile<ModuleOp>(options.input.getValue(), &context);
+    if (!module)
+      return 1;
+    std::set<int64_t> marks;
+    module->walk([&](Operation *op) {
+      if (auto layer = op->getAttrOfType<IntegerAttr>(tessera::kLayerAttr))
+        marks.insert(layer.getInt());
+    });
+    if (marks.empty())
+      return fail("the model marks no transformer layers (nn.layer)");
+    config.layers = int64_t(marks.size());
+  }
+  if (config.layers == 0)
+    return fail("--emit=schedule needs a model or --num-layers");
+  config.stageLayers.assign(p.ppLayers.begin(), p.ppLayers.end());
+  if (std::string error = sched::validate(config); !error.empty())
+    return fail(error);
+  return writeReport(options.output, [&](llvm::raw_ostream &os) {
+    tessera::printSchedule(config, options.emitFormat, os);
+    return true;
+  });
+}
+
+} // namespace
+
+int tessera::compile(const CompileOptions &options,
+                     llvm::ArrayRef<const char *> args) {
+  llvm::StringRef emit = options.emit, format = options.emitFormat;
+  if (!llvm::is_contained(
+          {"artifact", "mlir", "rank-groups", "schedule", "memory", "buckets"},
+          emit))
+    return fail("unknown --emit=" + emit +
+                " (expected artifact, mlir, rank-groups, schedule, memory or "
+                "buckets)");
+  if (!llvm::is_contained({"json", "text", "trace"}, format))
+    return fail("unknown --emit-format=" + format +
+                " (expected json, text or trace)");
+  if (format == "trace" && emit != "schedule")
+    return fail("--emit-format=trace draws --emit=schedule only");
+
+  // The mesh, checked once for every kind of output.
+  FailureOr<mesh::MeshConfig> mesh = resolveMesh(options);
+  if (failed(mesh))
+    return 1;
+  if (emit == "rank-groups")
+    return writeReport(options.output, [&](llvm::raw_ostream &os) {
+      printRankGroups(*mesh, format, os);
+      return true;
+    });
+  if (emit == "schedule")
+    return emitSchedule(options, *mesh);
+  if (options.input.empty())
+    return fail("no input model given (only --emit=rank-groups needs none)");
+  for (auto [flag, value] : {std::pair<const char *, int64_t>{"cp", mesh->cp},
+                             {"ep", mesh->ep},
+                             {"etp", mesh->etp}})
+    if (value != 1)
+      return fail(llvm::Twine("--") + flag + " " + llvm::Twine(value) +
+                  ": this version compiles models with tensor, pipeline and "
+                  "data parallelism (--tp, --pp, --vpp, --dp); other axes are "
+                  "accepted by --emit=rank-groups");
+
+  // The pipeline's options as given, with the values the tool derives: dp
+  // (--world-size) and the global batch (--micro-batches M stands for a
+  // global batch of M x micro x dp).
+  TrainPipelineOptions pipeline;
+  pipeline.copyOptionValuesFrom(options.pipeline);
+  pipeline.dp = mesh->dp;
+  if (options.microBatches != 0) {
+    int64_t micro = pipeline.microBatchSize, global = pipeline.globalBatchSize;
+    if (micro <= 0)
+      return fail("--micro-batches needs --micro-batch-size");
+    int64_t derived = options.microBatches * micro * mesh->dp;
+    if (global != 0 && global != derived)
+      return fail("--micro-batches " +
+                  llvm::Twine(int64_t(options.microBatches)) +
+                  " disagrees with --global-batch-size " + llvm::Twine(global) +
+                  " (micro-batch-size " + llvm::Twine(micro) + " x dp " +
+                  llvm::Twine(mesh->dp) +
+                  " x micro-batches = " + llvm::Twine(derived) + ")");
+    pipeline.globalBatchSize = derived;
+  }
+
+  DialectRegistry registry;
+  registerAllDialects(registry);
+  MLIRContext context(registry);
+  // Errors name the op and its location; printing the op itself would dump
+  // whole model functions.
+  context.printOpOnDiagnostic(false);
+  llvm::SourceMgr sourceMgr;
+  SourceMgrDiagnosticHandler handler(sourceMgr, &context);
+  std::string error;
+  auto file = openInputFile(options.input, &error);
+  if (!file)
+    return fail(error);
+  sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+  if (!module)
+    return 1;
+  Builder b(&context);
+  (*module)->setAttr(kCompileFlagsAttr, b.getStringAttr(llvm::join(args, " ")));
+  (*module)->setAttr(kModelNameAttr,
+                     b.getStringAttr(llvm::sys::path::stem(options.input)));
+
+  if (std::string error = checkTrainPipelineOptions(options.pipeline);
+      !error.empty())
+    return fail(error);
+  PassManager pm(&context);
+  buildTrainPipeline(pm, pipeline);
+  if (failed(pm.run(*module)))
+    return 1;
+
+  if (emit == "buckets")
+    return writeReport(options.output, [&](llvm::raw_ostream &os) {
+      return succeeded(printBuckets(*module, format, os));
+    });
+  if (emit == "memory")
+    return writeReport(options.output, [&](llvm::raw_ostream &os) {
+      return succeeded(printMemory(*module, format, os));
+    });
+  if (emit == "mlir") {
+    auto out = openOutputFile(options.output, &error);
+    if (!out)
+      return fail(error);
+    module->print(out->os());
+    out->keep();
+    return 0;
+  }
+  return writeArtifactFile(*module, options.output);
+}

@@ -1,0 +1,94 @@
+// RUN: tessera-opt %s -split-input-file -verify-diagnostics
+// The tessera dialect (no ops) verifies the tessera.* attributes: phases,
+// bindings of phase arguments and results, and the root module's settings.
+
+// expected-error @+1 {{attribute 'tessera.phase' must be "microbatch", "step", "init", "forward" or "backward", got "train"}}
+func.func @phase() attributes {tessera.phase = "train"} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{attribute 'tessera.last_microbatch' must be a unit attribute, got 1 : i64}}
+func.func @last() attributes {tessera.phase = "microbatch", tessera.last_microbatch = 1} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{result #0 attribute 'tessera.buffer' must be a non-empty string, got 0 : i64}}
+func.func @buffer() -> (tensor<f32> {tessera.buffer = 0}) attributes {tessera.phase = "step"} {
+  %0 = nn.fill 0.0 : tensor<f32>
+  return %0 : tensor<f32>
+}
+
+// -----
+
+// expected-error @+1 {{argument #0 has 'tessera.grad_of', an attribute of a function result}}
+func.func @grad_of(%g: tensor<4xf32> {tessera.grad_of = "w"}) attributes {tessera.phase = "step"} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{argument #0 attribute 'tessera.stash' must be a non-negative integer, got "a"}}
+func.func @stash(%s: tensor<4xf32> {tessera.stash = "a"}) attributes {tessera.phase = "backward"} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{result #0 attribute 'tessera.grad_shard' must be {buffer = a symbol reference, bucket = a non-negative integer}, got {bucket = 0 : i64, buffer = "gbuf"}}}
+func.func @grad_shard(%g: tensor<4xf32>) -> (tensor<4xf32> {tessera.grad_shard = {buffer = "gbuf", bucket = 0}}) attributes {tessera.phase = "step"} {
+  return %g : tensor<4xf32>
+}
+
+// -----
+
+// expected-error @+1 {{attribute 'tessera.batch' must be {micro_batch_size = a positive integer, global_batch_size = a positive integer, num_microbatches = a positive integer}, got {global_batch_size = 8 : i64, micro_batch_size = 0 : i64, num_microbatches = 2 : i64}}}
+module attributes {tessera.batch = {micro_batch_size = 0, global_batch_size = 8, num_microbatches = 2}} {
+}
+
+// -----
+
+// expected-error @+1 {{attribute 'tessera.optimizer' must be {kind = "sgd" or "adam", lr = a float, beta1 = a float, beta2 = a float, eps = a float, weight_decay = a float, lr_warmup_iters? = a non-negative integer, lr_decay_iters? = a non-negative integer, lr_decay_style? = "constant", "linear" or "cosine", min_lr? = a float}, got {beta1 = 0.899999976 : f32, beta2 = 9.990000e-01 : f32, eps = 9.99999993E-9 : f32, kind = "lamb", lr = 1.000000e-03 : f32, weight_decay = 0.000000e+00 : f32}}}
+module attributes {tessera.optimizer = {kind = "lamb", lr = 1.0e-3 : f32, beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-8 : f32, weight_decay = 0.0 : f32}} {
+}
+
+// -----
+
+// expected-error @+1 {{attribute 'tessera.mixed_precision' must be {params = "f32" or "bf16", grads = "f32" or "bf16"}, got {grads = "f16", params = "bf16"}}}
+module attributes {tessera.mixed_precision = {params = "bf16", grads = "f16"}} {
+}
+
+// -----
+
+// expected-error @+1 {{attribute 'tessera.vocab' must be {size = a positive integer, padded = a positive integer}, got {size = 257 : i64}}}
+module attributes {tessera.vocab = {size = 257}} {
+}
+
+// -----
+
+// expected-error @+1 {{attribute 'tessera.compile_flags' must be a string, got ["--tp", "2"]}}
+module attributes {tessera.compile_flags = ["--tp", "2"]} {
+}
+
+// -----
+
+// expected-error @+1 {{attribute 'tessera.model' must be a string, got 1 : i64}}
+module attributes {tessera.model = 1} {
+}
+
+// -----
+
+// expected-error @+1 {{has 'tessera.batch', an attribute of a builtin.module}}
+func.func @batch_on_function() attributes {tessera.batch = {micro_batch_size = 1, global_batch_size = 1, num_microbatches = 1}} {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{has an unknown attribute 'tessera.phases'}}
+func.func @unknown() attributes {tessera.phases = "step"} {
+  return
+}
