@@ -41,17 +41,28 @@ static fa::DType dtypeOf(Type element) {
   return fa::DType::F32;
 }
 
-static fa::BufferKind kindOf(StringRef kind) {
-  return llvm::StringSwitch<fa::BufferKind>(kind)
-      .Case("param", fa::BufferKind::Param)
-      .Case("grad", fa::BufferKind::Grad)
-      .Case("opt_state", fa::BufferKind::OptState)
-      .Case("main_param", fa::BufferKind::MainParam)
-      .Case("input", fa::BufferKind::Input)
-      .Case("loss", fa::BufferKind::Loss)
-      .Case("activation", fa::BufferKind::Activation)
-      .Case("view", fa::BufferKind::View)
-      .Default(fa::BufferKind::Iteration);
+static fa::BufferKind kindOf(rt::BufferKind kind) {
+  switch (kind) {
+  case rt::BufferKind::Param:
+    return fa::BufferKind::Param;
+  case rt::BufferKind::Grad:
+    return fa::BufferKind::Grad;
+  case rt::BufferKind::OptState:
+    return fa::BufferKind::OptState;
+  case rt::BufferKind::MainParam:
+    return fa::BufferKind::MainParam;
+  case rt::BufferKind::Input:
+    return fa::BufferKind::Input;
+  case rt::BufferKind::Loss:
+    return fa::BufferKind::Loss;
+  case rt::BufferKind::Iteration:
+    return fa::BufferKind::Iteration;
+  case rt::BufferKind::Activation:
+    return fa::BufferKind::Activation;
+  case rt::BufferKind::View:
+    return fa::BufferKind::View;
+  }
+  llvm_unreachable("unknown rt buffer kind");
 }
 
 namespace {
@@ -219,15 +230,15 @@ Writer::writeProgram(ModuleOp module, int64_t ppRank) {
     bb.add_init_scale(scale);
     bb.add_of(of);
     buffers.push_back(bb.Finish());
-    if (buf.getKind() == "input") {
+    if (buf.getKind() == rt::BufferKind::Input) {
       auto inName = fbb.CreateString(buf.getSymName().str());
       inputs.push_back(fa::CreateInputSpec(
           fbb, inName, i, buf.getNumClasses() ? *buf.getNumClasses() : 0,
           buf.getVocabSize() ? *buf.getVocabSize() : 0));
     }
-    if (buf.getKind() == "loss")
+    if (buf.getKind() == rt::BufferKind::Loss)
       lossBuffer = i;
-    if (buf.getKind() == "iteration")
+    if (buf.getKind() == rt::BufferKind::Iteration)
       iterationBuffer = i;
   }
 

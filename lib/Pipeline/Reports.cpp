@@ -405,8 +405,8 @@ static mlir::FailureOr<MemoryRows> memoryRows(mlir::ModuleOp module) {
     auto type = mlir::cast<mlir::MemRefType>(buf.getType());
     int64_t n = type.getNumElements() *
                 (type.getElementType().getIntOrFloatBitWidth() / 8);
-    std::string kind = buf.getKind().str();
-    if (kind == "view") // a bucket of a grad buffer: owns no memory
+    std::string kind = rt::stringifyEnum(buf.getKind()).str();
+    if (buf.getKind() == rt::BufferKind::View) // a bucket: owns no memory
       continue;
     auto region = llvm::find_if(regions, [&](const auto &r) {
       int64_t off = int64_t(buf.getOffset());

@@ -17,6 +17,7 @@ using namespace mlir;
 using namespace tessera::rt;
 
 #include "dialects/rt/IR/RTOpsDialect.cpp.inc"
+#include "dialects/rt/IR/RTEnums.cpp.inc"
 #include "dialects/rt/IR/RTOpsInterfaces.cpp.inc"
 
 #define GET_TYPEDEF_CLASSES
@@ -38,20 +39,16 @@ void RTDialect::initialize() {
 //===----------------------------------------------------------------------===//
 
 LogicalResult BufferOp::verify() {
-  static const char *kinds[] = {"param",     "grad",       "main_param",
-                                "opt_state", "input",      "loss",
-                                "iteration", "activation", "view"};
-  if (llvm::find(kinds, getKind()) == std::end(kinds))
-    return emitOpError() << "unknown buffer kind '" << getKind() << "'";
   auto type = dyn_cast<MemRefType>(getType());
   if (!type || !type.hasStaticShape())
     return emitOpError() << "needs a statically shaped memref type";
-  if (getRankGroupAttr() && (getKind() != "view" || !getRankStrideAttr() ||
+  if (getRankGroupAttr() && (getKind() != BufferKind::View || !getRankStrideAttr() ||
                              *getRankStride() <= 0))
     return emitOpError() << "is rank-relative, which needs kind 'view' and a "
                             "positive rank_stride";
-  if ((getKind() == "grad" || getKind() == "opt_state") && !getOfAttr())
-    return emitOpError() << "of kind '" << getKind()
+  if ((getKind() == BufferKind::Grad || getKind() == BufferKind::OptState) &&
+      !getOfAttr())
+    return emitOpError() << "of kind '" << stringifyEnum(getKind())
                          << "' must name its parameter with 'of'";
   return success();
 }
@@ -197,11 +194,13 @@ InstrAttrs SgdOp::getInstrAttrs() {
 }
 
 /// A collective's group and reduction.
-static InstrAttrs collectiveAttrs(StringRef group, StringRef reduction) {
+static InstrAttrs collectiveAttrs(StringRef group,
+                                  Reduction reduction = Reduction::Sum) {
   InstrAttrs attrs;
   attrs.group = group;
-  attrs.reduce =
-      reduction == "max" ? ::tessera::artifact::ReduceOp::Max : ::tessera::artifact::ReduceOp::Sum;
+  attrs.reduce = reduction == Reduction::Max
+                     ? ::tessera::artifact::ReduceOp::Max
+                     : ::tessera::artifact::ReduceOp::Sum;
   return attrs;
 }
 
@@ -212,13 +211,13 @@ InstrAttrs AllReduceStartOp::getInstrAttrs() {
   return collectiveAttrs(getGroup(), getReduction());
 }
 InstrAttrs ReduceScatterStartOp::getInstrAttrs() {
-  return collectiveAttrs(getGroup(), "sum");
+  return collectiveAttrs(getGroup());
 }
 InstrAttrs AllGatherOp::getInstrAttrs() {
-  return collectiveAttrs(getGroup(), "sum");
+  return collectiveAttrs(getGroup());
 }
 InstrAttrs ReduceScatterOp::getInstrAttrs() {
-  return collectiveAttrs(getGroup(), "sum");
+  return collectiveAttrs(getGroup());
 }
 InstrAttrs WaitOp::getInstrAttrs() { return {}; }
 

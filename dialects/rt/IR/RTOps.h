@@ -20,6 +20,8 @@
 
 #include "tessera/rt/Opcodes.h"
 
+#include "dialects/rt/IR/RTEnums.h.inc"
+
 namespace tessera::rt {
 
 /// An instruction's attributes as the artifact stores them (its operands

@@ -17,6 +17,7 @@ include "mlir/IR/AttrTypeBase.td"
 include "mlir/IR/SymbolInterfaces.td"
 include "mlir/IR/BuiltinAttributes.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
+include "dialects/rt/IR/RTEnums.td"
 
 def RT_Dialect : Dialect {
   let name = "rt";
@@ -34,6 +35,9 @@ def RT_Dialect : Dialect {
 
 class RT_Op<string mnemonic, list<Trait> traits = []>
     : Op<RT_Dialect, mnemonic, traits>;
+
+def RT_BufferKindAttr : Tessera_StrEnumAttr<RT_BufferKind>;
+def RT_ReductionAttr : Tessera_StrEnumAttr<RT_Reduction>;
 
 def RT_InstructionOpInterface : OpInterface<"InstructionOpInterface"> {
   let cppNamespace = "::tessera::rt";
@@ -105,7 +109,7 @@ def RT_BufferOp : RT_Op<"buffer", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttr:$type,
-                       StrAttr:$kind, I64Attr:$offset,
+                       RT_BufferKindAttr:$kind, I64Attr:$offset,
                        OptionalAttr<DenseI64ArrayAttr>:$global_shape,
                        DefaultValuedAttr<I64Attr, "-1">:$shard_dim,
                        OptionalAttr<StrAttr>:$shard_axis,
@@ -269,7 +273,8 @@ def RT_AllReduceOp : RT_InstrOp<"all_reduce", "AllReduce"> {
     ```
   }];
   let arguments = (ins RT_FloatBuf:$buffer, StrAttr:$group,
-                       DefaultValuedStrAttr<StrAttr, "sum">:$reduction);
+                       DefaultValuedAttr<RT_ReductionAttr,
+                         "::tessera::rt::Reduction::Sum">:$reduction);
   let assemblyFormat = "$buffer attr-dict `:` type($buffer)";
 }
 
@@ -282,7 +287,8 @@ def RT_AllReduceStartOp : RT_InstrOp<"all_reduce_start", "AllReduceStart"> {
     ```
   }];
   let arguments = (ins RT_FloatBuf:$buffer, StrAttr:$group,
-                       DefaultValuedStrAttr<StrAttr, "sum">:$reduction);
+                       DefaultValuedAttr<RT_ReductionAttr,
+                         "::tessera::rt::Reduction::Sum">:$reduction);
   let results = (outs RT_EventType:$event);
   let assemblyFormat = "$buffer attr-dict `:` type($buffer)";
 }

@@ -409,7 +409,7 @@ PATTERN(CopyToRegionPattern, dist::CopyToRegionOp) { return Value(); }
 /// g: an all-reduce in place.
 PATTERN(ReduceFromRegionPattern, dist::ReduceFromRegionOp) {
   rt::AllReduceOp::create(b, o.getLoc(), state.bufferOf(b, o.getResult()),
-                          o.getGroupAttr(), b.getStringAttr("sum"));
+                          o.getGroupAttr(), enumAttr(b, rt::Reduction::Sum));
   return Value();
 }
 
@@ -487,7 +487,7 @@ PATTERN(BucketReduceStartPattern, dist::BucketReduceStartOp) {
   else
     event = rt::AllReduceStartOp::create(
         b, o.getLoc(), rt::EventType::get(b.getContext()), view,
-        o.getGroupAttr(), b.getStringAttr("sum"));
+        o.getGroupAttr(), enumAttr(b, rt::Reduction::Sum));
   state.bucketEvents[{o.getBuffer().str(), o.getBucket()}] = event;
   return Value();
 }

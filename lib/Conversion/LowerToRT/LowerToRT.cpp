@@ -107,7 +107,7 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
 
   // 2. Storage decisions (p2p staging buffers are created on the way).
   PhasePlan::MakeBuffer makeBuffer = [&](StringRef name, Type type) {
-    buffers.add(name, "activation", type);
+    buffers.add(name, rt::BufferKind::Activation, type);
   };
   std::vector<std::unique_ptr<PhasePlan>> lowerings;
   for (func::FuncOp f : phases)
@@ -151,7 +151,7 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
     SmallVector<NamedAttribute> attrs{
         builder.getNamedAttr("sym_name", builder.getStringAttr(p->name)),
         builder.getNamedAttr("type", TypeAttr::get(p->type)),
-        builder.getNamedAttr("kind", builder.getStringAttr(p->kind)),
+        builder.getNamedAttr("kind", enumAttr(builder, p->kind)),
         builder.getNamedAttr("offset", builder.getI64IntegerAttr(p->offset))};
     auto op = rt::BufferOp::create(builder, phases.front().getLoc(), TypeRange{},
                                    ValueRange{}, attrs);

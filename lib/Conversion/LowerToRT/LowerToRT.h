@@ -51,7 +51,8 @@ int64_t byteSize(mlir::Type shapedType);
 
 /// A persistent buffer and its manifest attributes (an rt.buffer).
 struct Persistent {
-  std::string name, kind;
+  std::string name;
+  rt::BufferKind kind;
   mlir::MemRefType type;
   int64_t offset = 0;
   llvm::SmallVector<mlir::NamedAttribute> attrs;
@@ -64,7 +65,7 @@ class PersistentBuffers {
 public:
   /// The buffer `name`, created with `kind`, the memref of `tensorType` and
   /// `attrs` unless it exists.
-  Persistent *add(llvm::StringRef name, llvm::StringRef kind,
+  Persistent *add(llvm::StringRef name, rt::BufferKind kind,
                   mlir::Type tensorType,
                   llvm::SmallVector<mlir::NamedAttribute> attrs = {});
   Persistent *lookup(llvm::StringRef name) const { return byName.lookup(name); }

@@ -24,13 +24,13 @@ static int64_t chunkOf(func::FuncOp f) {
   return c ? c.getInt() : -1;
 }
 
-Persistent *PersistentBuffers::add(StringRef name, StringRef kind,
+Persistent *PersistentBuffers::add(StringRef name, rt::BufferKind kind,
                                    Type tensorType,
                                    SmallVector<NamedAttribute> attrs) {
   if (Persistent *p = byName.lookup(name))
     return p;
   buffers.push_back(std::make_unique<Persistent>(
-      Persistent{name.str(), kind.str(), toMemRef(tensorType), 0, attrs}));
+      Persistent{name.str(), kind, toMemRef(tensorType), 0, attrs}));
   byName[name] = buffers.back().get();
   return buffers.back().get();
 }
@@ -52,7 +52,7 @@ LogicalResult PersistentBuffers::collect(ModuleOp module,
       Type element = bucketElementType(gb, data);
       for (auto [k, bucket] : llvm::enumerate(layout.buckets)) {
         int64_t numel = (bucket.end - bucket.start) / gb.getDp();
-        add(shardView(bucketView(data, gb.getSymName(), k)), "view",
+        add(shardView(bucketView(data, gb.getSymName(), k)), rt::BufferKind::View,
             RankedTensorType::get({numel}, element),
             {b.getNamedAttr("rank_group", b.getStringAttr("dp")),
              b.getNamedAttr("rank_stride",
@@ -84,29 +84,29 @@ LogicalResult PersistentBuffers::collect(ModuleOp module,
       if (!init)
         init = b.getStringAttr(tensor.getRank() >= 2 ? "normal:0.02" : "zeros");
       attrs.push_back(b.getNamedAttr("init", init));
-      add(name.getValue(), "param", type, attrs);
+      add(name.getValue(), rt::BufferKind::Param, type, attrs);
     }
   }
   for (func::FuncOp micro : phases)
     for (unsigned i = 0, e = micro.getNumResults(); i < e; ++i)
       if (auto of = micro.getResultAttrOfType<StringAttr>(i, kGradOfAttr))
-        add(("grad:" + of.getValue()).str(), "grad", micro.getResultTypes()[i],
+        add(("grad:" + of.getValue()).str(), rt::BufferKind::Grad, micro.getResultTypes()[i],
             {b.getNamedAttr("of", FlatSymbolRefAttr::get(of))});
   for (unsigned i = 0, e = step.getNumArguments(); i < e; ++i)
     if (auto bnd = step.getArgAttrOfType<StringAttr>(i, kBufferAttr)) {
       StringRef name = bnd.getValue();
       if (name == "iteration")
-        add(name, "iteration", step.getArgumentTypes()[i]);
+        add(name, rt::BufferKind::Iteration, step.getArgumentTypes()[i]);
       else if (name.starts_with("gshard:")) // a shard view (above)
         continue;
       else if (name.starts_with("main:pbuf:")) // a distributed-optimizer shard
-        add(name, "main_param", step.getArgumentTypes()[i]);
+        add(name, rt::BufferKind::MainParam, step.getArgumentTypes()[i]);
       else if (name.starts_with("main:")) // the fp32 copy of a bf16 parameter
-        add(name, "main_param", step.getArgumentTypes()[i],
+        add(name, rt::BufferKind::MainParam, step.getArgumentTypes()[i],
             {b.getNamedAttr("of", FlatSymbolRefAttr::get(
                                       b.getStringAttr(name.drop_front(5))))});
       else if (name.contains(':') && !name.starts_with("grad:"))
-        add(name, "opt_state", step.getArgumentTypes()[i],
+        add(name, rt::BufferKind::OptState, step.getArgumentTypes()[i],
             {b.getNamedAttr("of", FlatSymbolRefAttr::get(
                                       b.getStringAttr(name.split(':').second)))});
     }
@@ -134,7 +134,7 @@ LogicalResult PersistentBuffers::collect(ModuleOp module,
                 b.getI64IntegerAttr(z.getDimSize(z.getRank() - 1))));
           }
       }
-      Persistent *p = add(name.getValue(), "input", micro.getArgumentTypes()[i], attrs);
+      Persistent *p = add(name.getValue(), rt::BufferKind::Input, micro.getArgumentTypes()[i], attrs);
       if (p->attrs.empty())
         p->attrs = attrs;
       if (pipeline) {
@@ -149,13 +149,13 @@ LogicalResult PersistentBuffers::collect(ModuleOp module,
   for (func::FuncOp micro : phases)
     for (unsigned i = 0, e = micro.getNumResults(); i < e; ++i)
       if (auto bnd = micro.getResultAttrOfType<StringAttr>(i, kBufferAttr))
-        add(bnd.getValue(), "loss", micro.getResultTypes()[i]);
+        add(bnd.getValue(), rt::BufferKind::Loss, micro.getResultTypes()[i]);
   for (func::FuncOp f : phases)
     if (f->getAttrOfType<StringAttr>(kPhaseAttr).getValue() == kForwardPhase)
       for (unsigned i = 0, e = f.getNumResults(); i < e; ++i)
         if (f.getResultAttr(i, kStashAttr)) {
           std::string name = bindingOf(f.getResultAttrDict(i), chunkOf(f));
-          slotChunk[add(name, "activation", f.getResultTypes()[i])] = chunkOf(f);
+          slotChunk[add(name, rt::BufferKind::Activation, f.getResultTypes()[i])] = chunkOf(f);
         }
 
   return success();
@@ -205,7 +205,7 @@ PersistentBuffers::layout(ModuleOp module,
       }
       for (auto [k, bucket] : llvm::enumerate(layout.buckets)) {
         std::string name = bucketView(data, gb.getSymName(), k);
-        Persistent *view = add(name, "view",
+        Persistent *view = add(name, rt::BufferKind::View,
                                RankedTensorType::get({bucket.end - bucket.start},
                                                      element));
         fixed[view] = base + bucket.start * elementBytes;

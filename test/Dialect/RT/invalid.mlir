@@ -1,6 +1,6 @@
 // RUN: tessera-opt %s -split-input-file -verify-diagnostics
 
-// expected-error @+1 {{unknown buffer kind 'weights'}}
+// expected-error @+1 {{attribute 'kind' failed to satisfy constraint: buffer kind: param, grad, main_param, opt_state, input, loss, iteration, activation or view}}
 rt.buffer @w : memref<4x8xf32> {kind = "weights", offset = 0 : i64}
 
 // -----
@@ -51,5 +51,13 @@ func.func @f(%a: memref<2x8xf32>) {
 func.func @f(%a: memref<8xf32>, %b: memref<4xbf16>) {
   // expected-error @+1 {{converts between float buffers of the same size, got 'memref<8xf32>' and 'memref<4xbf16>'}}
   rt.cast %a, %b : memref<8xf32>, memref<4xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%x: memref<8xf32>) {
+  // expected-error @+1 {{attribute 'reduction' failed to satisfy constraint: reduction: sum or max}}
+  rt.all_reduce %x {group = "dp", reduction = "mean"} : memref<8xf32>
   return
 }
