@@ -139,6 +139,23 @@ std::vector<std::vector<int64_t>> orthogonalGroups(const Layout &layout,
 
 } // namespace
 
+int64_t tessera::mesh::boundedProduct(int64_t a, int64_t b, int64_t limit) {
+  if (a < 0 || b < 0)
+    return -1;
+  if (a != 0 && b > limit / a)
+    return -1;
+  return a * b;
+}
+
+/// The ranks between two consecutive members of a pp group: the product of
+/// the sizes of the axes before pp in `layout`.
+static int64_t ppStride(const Layout &layout) {
+  int64_t stride = 1;
+  for (size_t i = 0; i < layout.names.size() && layout.names[i] != "pp"; ++i)
+    stride *= layout.sizes[i];
+  return stride;
+}
+
 int64_t MeshConfig::edp() const {
   int64_t denom = etp * ep, dense = tp * cp * dp;
   if (denom <= 0 || dense % denom != 0)
@@ -150,10 +167,26 @@ std::string tessera::mesh::validateMesh(const MeshConfig &m) {
   const std::pair<const char *, int64_t> sizes[] = {
       {"tp", m.tp}, {"cp", m.cp},  {"ep", m.ep}, {"etp", m.etp},
       {"dp", m.dp}, {"pp", m.pp}, {"vpp", m.vpp}};
-  for (auto &[name, size] : sizes)
+  for (auto &[name, size] : sizes) {
     if (size < 1)
       return std::string(name) + " must be at least 1, got " +
              std::to_string(size);
+    if (size > kMaxWorldSize)
+      return std::string(name) + " = " + std::to_string(size) +
+             " exceeds the largest supported world of " +
+             std::to_string(kMaxWorldSize) + " ranks";
+  }
+  int64_t world = boundedProduct(
+      boundedProduct(boundedProduct(m.tp, m.cp), m.dp), m.pp);
+  if (world < 0)
+    return "world size tp * cp * dp * pp = " + std::to_string(m.tp) + " * " +
+           std::to_string(m.cp) + " * " + std::to_string(m.dp) + " * " +
+           std::to_string(m.pp) + " exceeds the largest supported world of " +
+           std::to_string(kMaxWorldSize) + " ranks";
+  if (boundedProduct(m.ep, m.etp) < 0)
+    return "ep * etp = " + std::to_string(m.ep) + " * " +
+           std::to_string(m.etp) + " exceeds the largest supported world of " +
+           std::to_string(kMaxWorldSize) + " ranks";
   std::vector<std::string> axes = splitDash(m.order);
   const std::vector<std::string> known = {"tp", "cp", "ep", "dp", "pp"};
   for (const std::string &a : axes) {
@@ -173,9 +206,11 @@ std::string tessera::mesh::validateMesh(const MeshConfig &m) {
            std::to_string(m.cp) + " * " + std::to_string(m.dp) + " = " +
            std::to_string(m.tp * m.cp * m.dp) +
            " (the expert data-parallel size edp would not be integral)";
-  // Megatron requires the two layouts to agree on the pipeline groups.
-  std::vector<std::string> pp = {"pp"};
-  if (orthogonalGroups(denseLayout(m), pp) != orthogonalGroups(expertLayout(m), pp))
+  // Megatron requires the two layouts to agree on the pipeline groups. Both
+  // cover the same world with pp groups of the same size; such groups are
+  // {base + k * stride}, so they agree exactly when the strides do (or when
+  // they are single ranks).
+  if (m.pp > 1 && ppStride(denseLayout(m)) != ppStride(expertLayout(m)))
     return "order '" + m.order +
            "' gives different pp groups to the dense (tp-cp-dp-pp) and expert "
            "(etp-ep-edp-pp) layouts";
@@ -184,11 +219,23 @@ std::string tessera::mesh::validateMesh(const MeshConfig &m) {
 
 std::string tessera::mesh::applyWorldSize(MeshConfig &m, int64_t worldSize,
                                           bool dpGiven) {
-  int64_t model = m.tp * m.cp * m.pp;
   if (worldSize < 1)
     return "world size must be at least 1, got " + std::to_string(worldSize);
+  if (worldSize > kMaxWorldSize)
+    return "world size " + std::to_string(worldSize) +
+           " exceeds the largest supported world of " +
+           std::to_string(kMaxWorldSize) + " ranks";
+  for (int64_t size : {m.tp, m.cp, m.dp, m.pp})
+    if (size < 1 || size > kMaxWorldSize)
+      return validateMesh(m);
+  int64_t model = boundedProduct(boundedProduct(m.tp, m.cp), m.pp);
+  if (model < 0)
+    return validateMesh(m);
   if (dpGiven) {
-    if (worldSize != m.worldSize())
+    int64_t world = boundedProduct(model, m.dp);
+    if (world < 0)
+      return validateMesh(m);
+    if (worldSize != world)
       return "world size " + std::to_string(worldSize) +
              " does not equal tp * cp * dp * pp = " + std::to_string(m.tp) +
              " * " + std::to_string(m.cp) + " * " + std::to_string(m.dp) +
@@ -260,8 +307,18 @@ tessera::mesh::rankGroups(const MeshConfig &m, const std::string &kind,
 
 int64_t tessera::mesh::groupSize(const MeshConfig &m, const std::string &kind,
                                  std::string &error) {
-  auto groups = rankGroups(m, kind, error);
-  return groups.empty() ? 0 : int64_t(groups.front().size());
+  if (kind == "position-embedding")
+    return 1;
+  if (kind == "embedding")
+    return m.pp > 1 ? 2 : 1;
+  Layout layout;
+  std::vector<std::string> axes;
+  if (!parseKind(m, kind, layout, axes, error))
+    return 0;
+  int64_t size = 1;
+  for (const std::string &a : axes)
+    size *= layout.sizes[size_t(layout.indexOf(a))];
+  return size;
 }
 
 int64_t tessera::mesh::axisRank(const MeshConfig &m, const std::string &axis,

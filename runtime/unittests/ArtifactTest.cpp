@@ -145,6 +145,22 @@ TEST_F(ArtifactTest, WorldSizeMustMatchMesh) {
               "world_size 1 != product of mesh sizes 2");
 }
 
+TEST_F(ArtifactTest, MeshAndBatchProductsDoNotOverflow) {
+  // Sizes whose products wrap around in 64 bits (2^32 * 2^32 = 2^64 = 0)
+  // must not pass for a small world or batch.
+  ArtifactDesc desc = softmaxRegression();
+  desc.mesh = {{"tp", 2147483647}, {"pp", 2147483647}, {"dp", 4}};
+  expectError(buildFile(buildPayload(desc)),
+              "the product of the mesh sizes exceeds 2147483647");
+  // (2^62 + 1) * 4 wraps to 4: it must not match a global batch of 4.
+  desc = softmaxRegression();
+  desc.microBatch = (int64_t(1) << 62) + 1;
+  desc.numMicrobatches = 4;
+  desc.globalBatch = 4;
+  expectError(buildFile(buildPayload(desc)),
+              "global_batch_size 4 != micro_batch_size 4611686018427387905");
+}
+
 TEST_F(ArtifactTest, GroupsMustPartitionTheWorld) {
   ArtifactDesc desc = softmaxRegression(8, 4, 16, 2, 2);
   desc.groups = {{"tp", {0}}, {"tp", {0}}, {"dp", {0, 1}}};

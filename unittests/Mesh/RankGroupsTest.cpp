@@ -268,3 +268,63 @@ TEST(RankGroupsProperty, DefaultOrderIsCovered) {
     defaults += m.order == "tp-cp-ep-dp-pp";
   EXPECT_GT(defaults, 0);
 }
+
+TEST(RankGroupsTest, ClosedFormsAgreeWithTheMaterialisedGroups) {
+  // validateMesh compares the dense and expert pp groups by their stride and
+  // groupSize multiplies axis sizes: both against the groups themselves, on
+  // every small mesh and order.
+  const std::vector<std::string> orders = {"tp-cp-ep-dp-pp", "tp-pp-dp-cp-ep",
+                                           "pp-tp-ep-cp-dp", "tp-cp-pp-ep-dp",
+                                           "ep-tp-dp-pp-cp"};
+  int checked = 0;
+  for (const std::string &order : orders)
+    for (int64_t tp : {1, 2})
+      for (int64_t cp : {1, 2})
+        for (int64_t dp : {1, 2, 4})
+          for (int64_t pp : {1, 2, 3})
+            for (int64_t ep : {1, 2, 4})
+              for (int64_t etp : {1, 2}) {
+                MeshConfig m;
+                m.tp = tp, m.cp = cp, m.dp = dp, m.pp = pp, m.ep = ep;
+                m.etp = etp;
+                m.order = order;
+                if (m.edp() == 0)
+                  continue;
+                std::string error;
+                std::string verdict = validateMesh(m);
+                bool layoutsAgree =
+                    verdict.find("gives different pp groups") ==
+                    std::string::npos;
+                // Both layouts' pp groups, materialised: the ranks that
+                // agree on every other axis of the layout.
+                std::map<std::vector<int64_t>, std::vector<int64_t>> dense,
+                    expert;
+                for (int64_t r = 0; r < m.worldSize(); ++r) {
+                  dense[{axisRank(m, "tp", r), axisRank(m, "cp", r),
+                         axisRank(m, "dp", r)}]
+                      .push_back(r);
+                  expert[{axisRank(m, "etp", r), axisRank(m, "ep", r),
+                          axisRank(m, "edp", r)}]
+                      .push_back(r);
+                }
+                std::set<std::vector<int64_t>> a, b;
+                for (auto &[k, g] : dense)
+                  a.insert(g);
+                for (auto &[k, g] : expert)
+                  b.insert(g);
+                EXPECT_EQ(layoutsAgree, a == b)
+                    << order << " tp " << tp << " cp " << cp << " dp " << dp
+                    << " pp " << pp << " ep " << ep << " etp " << etp;
+                if (!layoutsAgree)
+                  continue;
+                for (const std::string &kind : standardGroupKinds()) {
+                  auto groups = rankGroups(m, kind, error);
+                  ASSERT_TRUE(error.empty()) << error;
+                  EXPECT_EQ(groupSize(m, kind, error),
+                            int64_t(groups.front().size()))
+                      << kind << " on " << order;
+                }
+                ++checked;
+              }
+  EXPECT_GT(checked, 100);
+}

@@ -45,6 +45,12 @@ void PPSchedulePass::runOnOperation() {
   if (programs.front() == module)
     return; // no pipeline: the microbatch loop needs no schedule
   MeshOp mesh = lookupMesh(module);
+  if (!mesh) {
+    emitError(module.getLoc())
+        << "tessera-pp-schedule needs the module's dist.mesh (run "
+           "tessera-attach-mesh)";
+    return signalPassFailure();
+  }
   schedule::PipelineConfig config;
   config.pp = mesh.getPp();
   config.vpp = mesh.getVpp();

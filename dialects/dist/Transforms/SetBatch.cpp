@@ -77,6 +77,18 @@ struct SetBatchPass : tessera::dist::impl::SetBatchPassBase<SetBatchPass> {
           << " (write the batch dimension as '?')";
       return signalPassFailure();
     }
+    // Batch sizes are bounded so that every product of them (samples per
+    // step, tokens per microbatch, element counts) stays far from overflow.
+    constexpr int64_t kMaxBatch = int64_t(1) << 31;
+    if (micro > kMaxBatch || globalBatchSize > kMaxBatch ||
+        micro * dp > kMaxBatch) {
+      emitError(module.getLoc())
+          << "batch sizes above " << kMaxBatch
+          << " samples are not supported (micro-batch-size " << micro
+          << ", global-batch-size " << int64_t(globalBatchSize) << ", dp "
+          << dp << ")";
+      return signalPassFailure();
+    }
     int64_t global = globalBatchSize == 0 ? micro * dp : globalBatchSize;
     if (global < 1 || global % (micro * dp) != 0) {
       emitError(module.getLoc())

@@ -163,6 +163,12 @@ void VerifySchedulePass::runOnOperation() {
   if (programs.front() == module)
     return;
   MeshOp mesh = lookupMesh(module);
+  if (!mesh) {
+    emitError(module.getLoc())
+        << "tessera-verify-schedule needs the module's dist.mesh (run "
+           "tessera-attach-mesh)";
+    return signalPassFailure();
+  }
   mesh::MeshConfig config = mesh.getConfig();
   const int64_t pp = mesh.getPp();
   const int64_t M = getNumMicrobatches(module);

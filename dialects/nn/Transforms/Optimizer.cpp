@@ -5,6 +5,8 @@
 #include "dialects/dist/IR/DistOps.h"
 
 #include "mlir/IR/Builders.h"
+#include <cmath>
+#include <sstream>
 #include "llvm/ADT/StringSet.h"
 
 namespace tessera::nn {
@@ -46,6 +48,30 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
                                  << "' (expected sgd or adam)";
       return failure();
     }
+    // Hyper-parameters: finite, and in the ranges the updates are defined
+    // for (a NaN would train to NaN losses from the first step).
+    struct Hyper {
+      const char *name;
+      double value;
+      bool belowOne; // [0, 1) rather than [0, inf)
+    };
+    const Hyper hypers[] = {{"lr", lr, false},
+                            {"min-lr", minLr, false},
+                            {"weight-decay", weightDecay, false},
+                            {"beta1", beta1, true},
+                            {"beta2", beta2, true},
+                            {"eps", eps, false}};
+    for (const Hyper &h : hypers)
+      if (!std::isfinite(h.value) || h.value < 0 ||
+          (h.belowOne && h.value >= 1)) {
+        std::ostringstream value;
+        value << h.value;
+        emitError(module.getLoc())
+            << "invalid " << h.name << " " << value.str()
+            << " (expected a finite value in "
+            << (h.belowOne ? "[0, 1))" : "[0, inf))");
+        return failure();
+      }
     std::optional<LrDecayStyle> style = symbolizeLrDecayStyle(lrDecayStyle);
     if (!style) {
       emitError(module.getLoc()) << "unknown lr-decay-style '"

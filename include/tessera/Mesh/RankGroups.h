@@ -28,6 +28,15 @@
 
 namespace tessera::mesh {
 
+/// The largest world a mesh may describe: 2^20 ranks, ten times the largest
+/// training jobs run (about 10^5 GPUs). Every size and every product of
+/// sizes is checked against it before anything is computed from it, so
+/// nothing overflows and no group table grows past 2^20 entries.
+constexpr int64_t kMaxWorldSize = int64_t(1) << 20;
+
+/// `a * b`, or -1 when the product exceeds `limit` (a, b >= 0).
+int64_t boundedProduct(int64_t a, int64_t b, int64_t limit = kMaxWorldSize);
+
 /// The parallel sizes and rank order of a mesh (dist.mesh).
 struct MeshConfig {
   int64_t tp = 1, cp = 1, ep = 1, etp = 1, dp = 1, pp = 1, vpp = 1;
@@ -38,8 +47,10 @@ struct MeshConfig {
   int64_t edp() const;
 };
 
-/// Checks sizes, the order string and the expert layout; returns an empty
-/// string or a message naming the problem and the sizes.
+/// Checks sizes (each at least 1, tp * cp * dp * pp and etp * ep at most
+/// kMaxWorldSize), the order string and the expert layout; returns an empty
+/// string or a message naming the problem and the sizes. Costs O(1): no
+/// group is materialised.
 std::string validateMesh(const MeshConfig &mesh);
 
 /// Fills `mesh.dp` from a world size (Megatron derives dp the same way) or
@@ -63,7 +74,8 @@ std::vector<std::vector<int64_t>> rankGroups(const MeshConfig &mesh,
                                              std::string &error);
 
 /// Size of every group of `kind` (1 for a rank outside embedding groups is
-/// not meaningful: embedding kinds report their instances' size).
+/// not meaningful: embedding kinds report their instances' size), from the
+/// axis sizes alone.
 int64_t groupSize(const MeshConfig &mesh, const std::string &kind,
                   std::string &error);
 

@@ -12,6 +12,7 @@
 #include "tessera/rt/Opcodes.h"
 
 #include <algorithm>
+#include <climits>
 #include <map>
 #include <set>
 
@@ -85,7 +86,11 @@ Status Validator::checkMeshAndGroups() {
       if (axis->size() <= 0)
         return error("mesh axis '", str(axis->name()),
                      "' has non-positive size ", axis->size());
-      product *= axis->size();
+      // world_size is an int: a larger product cannot match it.
+      if (__builtin_mul_overflow(product, int64_t(axis->size()), &product) ||
+          product > int64_t(INT32_MAX))
+        return error("the product of the mesh sizes exceeds ", INT32_MAX,
+                     " (world_size ", world, ")");
       meshText += (meshText.empty() ? "" : " x ") + str(axis->name()) + "=" +
                   std::to_string(axis->size());
     }
@@ -145,8 +150,11 @@ Status Validator::checkBatch() {
                  ", global ", b->global_batch_size(), ", microbatches ",
                  b->num_microbatches(), ")");
   int dp = findGroupPosition(a, "dp", 0).size;
-  if (b->micro_batch_size() * b->num_microbatches() * dp !=
-      b->global_batch_size())
+  int64_t samples = 0;
+  if (__builtin_mul_overflow(b->micro_batch_size(), b->num_microbatches(),
+                             &samples) ||
+      __builtin_mul_overflow(samples, int64_t(dp), &samples) ||
+      samples != b->global_batch_size())
     return error("global_batch_size ", b->global_batch_size(),
                  " != micro_batch_size ", b->micro_batch_size(),
                  " * num_microbatches ", b->num_microbatches(), " * dp ", dp);

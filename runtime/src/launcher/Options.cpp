@@ -89,6 +89,10 @@ std::string launchUsage(const char *argv0) {
          "                   pipeline p2p)\n"
          "  --profile        time every instruction; adds per-opcode seconds\n"
          "                   (kernel_time_s) to the metrics lines\n"
+         "  --no-check-for-nan-in-loss\n"
+         "                   keep training when a loss is NaN or inf (by\n"
+         "                   default the run stops with an error naming the\n"
+         "                   iteration, before saving anything of it)\n"
          "  --backend NAME   compute backend (default cpu)\n"
          "  --threads T      BLAS threads per rank (default: cores / N)\n"
          "  --print-summary  print the artifact manifest and exit\n";
@@ -171,6 +175,10 @@ StatusOr<LaunchOptions> parseLaunchOptions(int argc, char **argv) {
       if (hasInline)
         return invalidArgument("--profile takes no value");
       o.profile = true;
+    } else if (arg == "--no-check-for-nan-in-loss") {
+      if (hasInline)
+        return invalidArgument("--no-check-for-nan-in-loss takes no value");
+      o.checkForNanInLoss = false;
     } else if (arg == "--print-summary") {
       if (hasInline)
         return invalidArgument("--print-summary takes no value");

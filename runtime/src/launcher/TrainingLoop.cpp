@@ -23,6 +23,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -167,6 +168,8 @@ private:
   const DebugHooks hooks;
 
   std::shared_ptr<const LoadedArtifact> artifact;
+  /// Some program computes a loss (else iterations report NaN by design).
+  bool hasLoss = false;
   std::unique_ptr<Communicator> world;
   /// The --data dataset when the artifact has token inputs, else null.
   std::shared_ptr<const IndexedDataset> dataset;
@@ -221,6 +224,8 @@ Status RankRun::setUp() {
   TESSERA_ASSIGN_OR_RETURN(artifact,
                            LoadedArtifact::loadFromFile(o.artifactPath));
   const fb::Artifact &a = *artifact->root();
+  for (const fb::Program *p : *a.programs())
+    hasLoss |= p->loss_buffer() >= 0;
   if (size != a.world_size())
     return failedPrecondition("MPI world size ", size,
                               " does not match the world size ", a.world_size(),
@@ -395,6 +400,14 @@ Status RankRun::trainIteration(int64_t it) {
     TESSERA_RETURN_IF_ERROR(report(it, loss, seconds, after));
   before = std::move(after);
   kernelsBefore = executor->kernelSeconds();
+  // Every rank holds the same reduced loss, so every rank stops here, before
+  // saveIfDue could write a checkpoint of the poisoned state.
+  if (o.checkForNanInLoss && hasLoss && !std::isfinite(loss))
+    return failedPrecondition(
+        artifact->name(), ": iteration ", it, ": the loss is ",
+        std::isnan(loss) ? "NaN" : "inf",
+        "; stopping before any checkpoint of this state is saved (Megatron's "
+        "check for NaN in the loss; --no-check-for-nan-in-loss trains on)");
   return Status();
 }
 

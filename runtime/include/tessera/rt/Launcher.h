@@ -52,6 +52,11 @@ struct LaunchOptions {
   int threads = 0; ///< 0: $OPENBLAS_NUM_THREADS or max(1, cores / N)
   bool printSummary = false;
   bool profile = false; ///< --profile: per-opcode kernel time in the metrics
+  /// Stop with an error when an iteration's loss is NaN or inf, before a
+  /// checkpoint could save the poisoned state (Megatron's
+  /// --check-for-nan-in-loss-and-grad, on by default);
+  /// --no-check-for-nan-in-loss turns it off.
+  bool checkForNanInLoss = true;
   /// --data: Megatron indexed dataset prefix (PREFIX or
   /// PREFIX_text_document) for programs with token inputs.
   std::string dataPrefix;
