@@ -42,11 +42,13 @@ tessera::CompileOptions::CompileOptions()
       etp("etp", cl::desc("expert tensor-parallel size"), cl::init(1),
           cl::cat(getCompileCategory())),
       worldSize("world-size",
-                cl::desc("number of ranks; derives dp when --dp is not given"),
+                cl::desc("number of ranks; derives dp when --dp is not given "
+                         "(0, the default: tp x cp x dp x pp)"),
                 cl::init(0), cl::cat(getCompileCategory())),
       microBatches(
           "micro-batches",
-          cl::desc("micro-batches per step (default: global / (micro x dp))"),
+          cl::desc("micro-batches per step (0, the default: global / "
+                   "(micro x dp))"),
           cl::init(0), cl::cat(getCompileCategory())),
       numLayers(
           "num-layers",
@@ -170,14 +172,12 @@ int emitSchedule(const tessera::CompileOptions &options,
     auto module = parseSourceFile<ModuleOp>(options.input.getValue(), &context);
     if (!module)
       return 1;
-    std::set<int64_t> marks;
-    module->walk([&](Operation *op) {
-      if (auto layer = op->getAttrOfType<IntegerAttr>(tessera::kLayerAttr))
-        marks.insert(layer.getInt());
-    });
-    if (marks.empty())
+    FailureOr<int64_t> layers = tessera::getNumLayers(*module);
+    if (failed(layers))
+      return 1;
+    if (*layers == 0)
       return fail("the model marks no transformer layers (nn.layer)");
-    config.layers = int64_t(marks.size());
+    config.layers = *layers;
   }
   if (config.layers == 0)
     return fail("--emit=schedule needs a model or --num-layers");
@@ -206,6 +206,23 @@ int tessera::compile(const CompileOptions &options,
                 " (expected json, text or trace)");
   if (format == "trace" && emit != "schedule")
     return fail("--emit-format=trace draws --emit=schedule only");
+
+  // Count flags: 0 means "derive it" (said in each flag's help), a
+  // negative value is an error, and batch-like counts are bounded so that
+  // their products cannot overflow.
+  const TrainPipelineOptions &p = options.pipeline;
+  const std::pair<const char *, int64_t> counts[] = {
+      {"micro-batch-size", p.microBatchSize},
+      {"global-batch-size", p.globalBatchSize},
+      {"micro-batches", options.microBatches},
+      {"bucket-size", p.bucketSize},
+      {"num-layers", options.numLayers},
+      {"world-size", options.worldSize}};
+  for (auto [flag, value] : counts)
+    if (value < 0 || value > (int64_t(1) << 40))
+      return fail("invalid --" + llvm::Twine(flag) + " " + llvm::Twine(value) +
+                  " (expected 0 for its default, or a positive count up to "
+                  "2^40)");
 
   // The mesh, checked once for every kind of output.
   FailureOr<mesh::MeshConfig> mesh = resolveMesh(options);

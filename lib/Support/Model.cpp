@@ -4,6 +4,8 @@
 
 #include "mlir/Interfaces/InferTypeOpInterface.h"
 
+#include <map>
+
 using namespace mlir;
 
 func::FuncOp tessera::getModelFunc(ModuleOp module) {
@@ -90,4 +92,25 @@ int64_t tessera::getNumMicrobatches(ModuleOp module) {
     if (auto m = batch.getAs<IntegerAttr>("num_microbatches"))
       return m.getInt();
   return 1;
+}
+
+FailureOr<int64_t> tessera::getNumLayers(Operation *root) {
+  // The first op carrying each mark, in walk order.
+  std::map<int64_t, Operation *> firstOf;
+  root->walk([&](Operation *op) {
+    if (auto layer = op->getAttrOfType<IntegerAttr>(kLayerAttr))
+      firstOf.try_emplace(layer.getInt(), op);
+  });
+  int64_t expected = 0;
+  for (auto &[layer, op] : firstOf) {
+    if (layer != expected) {
+      op->emitOpError() << "is marked " << kLayerAttr << " = " << layer
+                        << ", but no op is marked layer " << expected
+                        << " (layer marks must be contiguous from 0; "
+                        << firstOf.size() << " distinct layers are marked)";
+      return failure();
+    }
+    ++expected;
+  }
+  return expected;
 }

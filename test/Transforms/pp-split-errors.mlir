@@ -59,3 +59,30 @@ func.func @novpp(%x: tensor<4x8xf32> {nn.input = "features"}) -> tensor<f32> {
   %loss = nn.mean %x : (tensor<4x8xf32>) -> tensor<f32>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// Layer marks must be contiguous from 0: layer 1 is empty here.
+dist.mesh @mesh {pp = 2}
+func.func @gap(%x: tensor<4x8xf32> {nn.input = "features"},
+               %w: tensor<8x8xf32> {nn.param = "w"}) -> tensor<f32> {
+  %h0 = nn.linear %x, %w {nn.layer = 0} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  // expected-error @+1 {{is marked nn.layer = 2, but no op is marked layer 1 (layer marks must be contiguous from 0; 2 distinct layers are marked)}}
+  %h1 = nn.gelu %h0 {nn.layer = 2} : tensor<4x8xf32>
+  %loss = nn.mean %h1 : (tensor<4x8xf32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// An absurd mark is the same error, found without allocating per layer.
+dist.mesh @mesh {pp = 2}
+func.func @huge(%x: tensor<4x8xf32> {nn.input = "features"},
+                %w: tensor<8x8xf32> {nn.param = "w"}) -> tensor<f32> {
+  %h0 = nn.linear %x, %w {nn.layer = 0} : (tensor<4x8xf32>, tensor<8x8xf32>) -> tensor<4x8xf32>
+  %h1 = nn.gelu %h0 {nn.layer = 1} : tensor<4x8xf32>
+  // expected-error @+1 {{is marked nn.layer = 2147483647, but no op is marked layer 2}}
+  %h2 = nn.gelu %h1 {nn.layer = 2147483647} : tensor<4x8xf32>
+  %loss = nn.mean %h2 : (tensor<4x8xf32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}

@@ -23,6 +23,13 @@ struct DPGradAllReducePass
     : tessera::dist::impl::DPGradAllReducePassBase<DPGradAllReducePass> {
   using DPGradAllReducePassBase::DPGradAllReducePassBase;
   void runOnOperation() override {
+    if (bucketSize < 0) {
+      emitError(getOperation().getLoc())
+          << "bucket-size must be positive, or 0 for Megatron's default "
+             "max(40000000, 1000000 x dp); got "
+          << int64_t(bucketSize);
+      return signalPassFailure();
+    }
     for (ModuleOp program : getPrograms(getOperation()))
       if (failed(runOnProgram(program)))
         return signalPassFailure();

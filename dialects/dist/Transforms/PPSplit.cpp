@@ -69,10 +69,10 @@ void PPSplitPass::runOnOperation() {
   Block &body = model.getBody().front();
 
   // Layers, from the marks.
-  int64_t numLayers = 0;
-  for (Operation &op : body.without_terminator())
-    if (auto l = op.getAttrOfType<IntegerAttr>(kLayerAttr))
-      numLayers = std::max(numLayers, l.getInt() + 1);
+  FailureOr<int64_t> layers = getNumLayers(model);
+  if (failed(layers))
+    return signalPassFailure();
+  const int64_t numLayers = *layers;
   if (numLayers == 0) {
     model.emitOpError() << "has no layer marks (nn.layer) to split into "
                            "pipeline stages";

@@ -25,6 +25,13 @@ struct SetBatchPass : tessera::dist::impl::SetBatchPassBase<SetBatchPass> {
       return signalPassFailure();
     MeshOp mesh = lookupMesh(module);
     int64_t dp = mesh ? mesh.getDp() : 1;
+    if (globalBatchSize < 0) {
+      emitError(module.getLoc())
+          << "global-batch-size must be positive, or 0 for micro-batch-size x "
+             "dp; got "
+          << int64_t(globalBatchSize);
+      return signalPassFailure();
+    }
 
     // The model's batch: dim `nn.batch_dim` (default 0) of its inputs.
     int64_t modelBatch = ShapedType::kDynamic;

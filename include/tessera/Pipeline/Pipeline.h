@@ -86,12 +86,14 @@ public:
       llvm::cl::init(dist::PPSchedulePassOptions().schedule), onCommandLine};
   Option<int64_t> microBatchSize{
       *this, "micro-batch-size",
-      llvm::cl::desc("samples per microbatch per dp rank"),
+      llvm::cl::desc("samples per microbatch per dp rank (0, the default: "
+                     "the model's static batch size)"),
       llvm::cl::init(dist::SetBatchPassOptions().microBatchSize),
       onCommandLine};
   Option<int64_t> globalBatchSize{
       *this, "global-batch-size",
-      llvm::cl::desc("samples per step over all dp ranks"),
+      llvm::cl::desc("samples per step over all dp ranks (0, the default: "
+                     "micro-batch-size x dp)"),
       llvm::cl::init(dist::SetBatchPassOptions().globalBatchSize),
       onCommandLine};
   Option<int64_t> makeVocabSizeDivisibleBy{
@@ -123,8 +125,8 @@ public:
       llvm::cl::init(false), onCommandLine};
   Option<int64_t> bucketSize{
       *this, "bucket-size",
-      llvm::cl::desc("gradient bucket size in elements (default Megatron's "
-                     "max(40000000, 1000000 x dp))"),
+      llvm::cl::desc("gradient bucket size in elements (0, the default: "
+                     "Megatron's max(40000000, 1000000 x dp))"),
       llvm::cl::init(dist::DPGradAllReducePassOptions().bucketSize),
       onCommandLine};
   Option<bool> distributedOptimizer{

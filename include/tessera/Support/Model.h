@@ -105,6 +105,12 @@ void updateFunctionType(mlir::func::FuncOp func);
 /// `module` may be a pipeline-rank module.
 int64_t getNumMicrobatches(mlir::ModuleOp module);
 
+/// The number of transformer layers `root`'s ops mark with `nn.layer`: the
+/// marks must be exactly 0 .. L-1 (each layer holds at least one op). Emits
+/// an error naming the first op whose mark leaves a gap (or is absurdly
+/// large) and fails; returns 0 when nothing is marked.
+mlir::FailureOr<int64_t> getNumLayers(mlir::Operation *root);
+
 } // namespace tessera
 
 #endif // TESSERA_SUPPORT_MODEL_H
