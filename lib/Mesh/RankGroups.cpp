@@ -3,6 +3,7 @@
 #include "tessera/Mesh/RankGroups.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <map>
 #include <set>
 #include <sstream>
@@ -214,6 +215,29 @@ std::string tessera::mesh::validateMesh(const MeshConfig &m) {
     return "order '" + m.order +
            "' gives different pp groups to the dense (tp-cp-dp-pp) and expert "
            "(etp-ep-edp-pp) layouts";
+  return "";
+}
+
+std::string tessera::mesh::completeOrder(MeshConfig &m) {
+  std::vector<std::string> axes = splitDash(m.order);
+  // An unknown or repeated axis is validateMesh's to report, on the order
+  // as given.
+  const std::vector<std::string> known = {"tp", "cp", "ep", "dp", "pp"};
+  for (const std::string &a : axes)
+    if (std::find(known.begin(), known.end(), a) == known.end() ||
+        std::count(axes.begin(), axes.end(), a) > 1)
+      return "";
+  for (auto [name, size] : std::initializer_list<std::pair<const char *, int64_t>>{
+           {"tp", m.tp}, {"cp", m.cp}, {"ep", m.ep}, {"dp", m.dp}, {"pp", m.pp}}) {
+    if (std::find(axes.begin(), axes.end(), name) != axes.end())
+      continue;
+    if (size != 1)
+      return "order '" + m.order + "' leaves out " + name + ", whose size is " +
+             std::to_string(size) +
+             " (only axes of size 1 may be left out; they are appended)";
+    axes.push_back(name);
+  }
+  m.order = joinDash(axes);
   return "";
 }
 

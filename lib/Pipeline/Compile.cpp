@@ -127,7 +127,9 @@ resolveMesh(const tessera::CompileOptions &options) {
   if (options.worldSize != 0)
     error = tessera::mesh::applyWorldSize(mesh, options.worldSize, p.dp != 0);
   if (error.empty()) {
-    error = tessera::mesh::validateMesh(mesh);
+    error = tessera::mesh::completeOrder(mesh);
+    if (error.empty())
+      error = tessera::mesh::validateMesh(mesh);
     if (!error.empty())
       error = "invalid mesh: " + error;
   }
@@ -291,6 +293,16 @@ int tessera::compile(const CompileOptions &options,
   if (std::string error = checkTrainPipelineOptions(options.pipeline);
       !error.empty())
     return fail(error);
+  // The gradient buffers do not depend on the batch: --emit=buckets needs no
+  // batch flags, a model with a dynamic batch is laid out with one sample.
+  if (options.emit == "buckets" && pipeline.microBatchSize == 0 &&
+      pipeline.globalBatchSize == 0)
+    if (func::FuncOp model = getModelFunc(*module))
+      for (BlockArgument arg : model.getArguments())
+        if (model.getArgAttr(arg.getArgNumber(), kInputAttr))
+          if (auto t = dyn_cast<RankedTensorType>(arg.getType());
+              t && !t.hasStaticShape())
+            pipeline.microBatchSize = 1;
   PassManager pm(&context);
   buildTrainPipeline(pm, pipeline);
   if (failed(pm.run(*module)))

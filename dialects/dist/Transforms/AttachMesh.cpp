@@ -35,7 +35,9 @@ struct AttachMeshPass : tessera::dist::impl::AttachMeshPassBase<AttachMeshPass> 
     config.pp = pp;
     config.vpp = vpp;
     config.order = order;
-    std::string error = tessera::mesh::validateMesh(config);
+    std::string error = tessera::mesh::completeOrder(config);
+    if (error.empty())
+      error = tessera::mesh::validateMesh(config);
     if (!error.empty()) {
       emitError(module.getLoc()) << "invalid mesh: " << error;
       return signalPassFailure();
@@ -81,8 +83,8 @@ struct AttachMeshPass : tessera::dist::impl::AttachMeshPassBase<AttachMeshPass> 
     set("dp", dp);
     set("pp", pp);
     set("vpp", vpp);
-    if (order != "tp-cp-ep-dp-pp")
-      mesh.setOrder(order);
+    if (config.order != "tp-cp-ep-dp-pp")
+      mesh.setOrder(config.order);
   }
 };
 } // namespace

@@ -53,6 +53,13 @@ struct MeshConfig {
 /// group is materialised.
 std::string validateMesh(const MeshConfig &mesh);
 
+/// Completes `mesh.order` as Megatron's RankGenerator does: axes of size 1
+/// that the order leaves out are appended (`tp-pp-dp` with cp = ep = 1
+/// becomes `tp-pp-dp-cp-ep`). Returns an error naming a left-out axis whose
+/// size is not 1, or an empty string (the order may still be invalid
+/// otherwise: validateMesh says).
+std::string completeOrder(MeshConfig &mesh);
+
 /// Fills `mesh.dp` from a world size (Megatron derives dp the same way) or
 /// checks it against one. Returns an error message or an empty string.
 std::string applyWorldSize(MeshConfig &mesh, int64_t worldSize, bool dpGiven);
