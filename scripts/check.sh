@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds, then runs every
 # test (runtime and compiler gtests, MPI gtests on 2, 4 and 8 ranks, and the
-# lit suite: dialect, pass and error tests plus the end-to-end parity runs).
-# Exits non-zero on any failure.
+# lit suite: dialect, pass and error tests plus the end-to-end parity runs),
+# then the runtime's gtests and MPI tests again under ASan and UBSan
+# (scripts/sanitize.sh). Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/build.sh
 ctest --test-dir build --output-on-failure
+bash scripts/sanitize.sh
