@@ -114,12 +114,11 @@ static Status generateTokenInput(const fb::Program &program,
                                  const std::string &fileName,
                                  std::vector<uint8_t> &out) {
   std::string name = spec.name()->str();
-  if (!layout.dataset)
+  if (!layout.dataset && !layout.mockData)
     return failedPrecondition(
         fileName, ": input '", name, "' (vocab size ", spec.vocab_size(),
         ") needs a token dataset, but none was given (tessera-run --data "
-        "PREFIX, made with tessera-preprocess)");
-  const IndexedDataset &ds = *layout.dataset;
+        "PREFIX, made with tessera-preprocess, or --mock-data)");
   TESSERA_ASSIGN_OR_RETURN(
       int64_t seqLength,
       tokenSequenceLength(program, spec, layout.microBatch, fileName));
@@ -127,6 +126,21 @@ static Status generateTokenInput(const fb::Program &program,
   int64_t shift = name == "labels" ? 1 : 0;
   out.assign(size_t(seqLength * b) * sizeof(int32_t), 0);
   auto *dst = reinterpret_cast<int32_t *>(out.data());
+  if (!layout.dataset) {
+    // Mock data: S + 1 tokens per sample, uniform over the vocabulary.
+    PhiloxStream stream(layout.seed, "mock-data");
+    const int64_t vocab = spec.vocab_size();
+    for (int64_t i = 0; i < b; ++i) {
+      uint64_t g = uint64_t(globalSampleIndex(layout, iteration, microbatch, i));
+      for (int64_t s = 0; s < seqLength; ++s) {
+        uint64_t index = g * uint64_t(seqLength + 1) + uint64_t(s + shift);
+        int64_t id = int64_t(stream.uniform(index) * double(vocab));
+        dst[s * b + i] = int32_t(std::min(id, vocab - 1));
+      }
+    }
+    return Status();
+  }
+  const IndexedDataset &ds = *layout.dataset;
   std::vector<int64_t> sample(size_t(seqLength) + 1);
   for (int64_t i = 0; i < b; ++i) {
     int64_t g = globalSampleIndex(layout, iteration, microbatch, i);

@@ -78,6 +78,7 @@ Executor::create(std::shared_ptr<const LoadedArtifact> artifact,
   ex->layout.dpIndex = dp.index;
   ex->layout.dpSize = dp.size;
   ex->layout.dataset = options.dataset;
+  ex->layout.mockData = options.mockData && !options.dataset;
   if (options.dataset)
     TESSERA_RETURN_IF_ERROR(checkTokenInputs(
         *ex->prog, ex->layout.microBatch, *options.dataset, ex->art->name()));

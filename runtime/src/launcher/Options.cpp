@@ -53,6 +53,9 @@ std::string launchUsage(const char *argv0) {
          "                   PREFIX_text_document.bin/.idx, e.g. from\n"
          "                   tessera-preprocess) for models with token "
          "inputs\n"
+         "  --mock-data      synthetic tokens instead of --data (uniform over\n"
+         "                   the vocabulary, seeded by --seed, the same\n"
+         "                   samples in every layout)\n"
          "  --metrics FILE   write one JSON line per step\n"
          "  --save DIR       write checkpoints to DIR every --save-interval\n"
          "                   iterations and after the last one: one shard per "
@@ -175,6 +178,10 @@ StatusOr<LaunchOptions> parseLaunchOptions(int argc, char **argv) {
       if (hasInline)
         return invalidArgument("--profile takes no value");
       o.profile = true;
+    } else if (arg == "--mock-data") {
+      if (hasInline)
+        return invalidArgument("--mock-data takes no value");
+      o.mockData = true;
     } else if (arg == "--no-check-for-nan-in-loss") {
       if (hasInline)
         return invalidArgument("--no-check-for-nan-in-loss takes no value");
@@ -202,6 +209,8 @@ StatusOr<LaunchOptions> parseLaunchOptions(int argc, char **argv) {
     return invalidArgument("--save-interval needs --save DIR");
   if (o.noLoadOptim && o.loadDir.empty())
     return invalidArgument("--no-load-optim needs --load DIR");
+  if (o.mockData && !o.dataPrefix.empty())
+    return invalidArgument("give --data PREFIX or --mock-data, not both");
   return o;
 }
 
@@ -220,11 +229,12 @@ StatusOr<std::shared_ptr<const IndexedDataset>>
 openDataset(const LaunchOptions &o, const LoadedArtifact &artifact) {
   const fb::Artifact &a = *artifact.root();
   if (o.dataPrefix.empty()) {
-    if (artifactNeedsTokenData(a))
+    if (artifactNeedsTokenData(a) && !o.mockData)
       return failedPrecondition(
           artifact.name(), " has token inputs (a language model): "
                            "--data PREFIX is required (make the dataset with "
-                           "tessera-preprocess)");
+                           "tessera-preprocess), or --mock-data for "
+                           "synthetic tokens");
     return std::shared_ptr<const IndexedDataset>();
   }
   TESSERA_ASSIGN_OR_RETURN(std::string prefix,
@@ -245,6 +255,11 @@ Status checkDataOption(const LaunchOptions &o, const LoadedArtifact &artifact) {
                  "tessera-run: warning: %s has no token inputs; --data %s is "
                  "not used\n",
                  artifact.name().c_str(), o.dataPrefix.c_str());
+  if (o.mockData && !artifactNeedsTokenData(*artifact.root()))
+    std::fprintf(stderr,
+                 "tessera-run: warning: %s has no token inputs; --mock-data "
+                 "is not used\n",
+                 artifact.name().c_str());
   return Status();
 }
 

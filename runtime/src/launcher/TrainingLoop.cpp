@@ -252,6 +252,7 @@ Status RankRun::setUp() {
   eo.seed = o.seed;
   eo.profile = o.profile;
   eo.trace = !o.tracePath.empty();
+  eo.mockData = o.mockData;
   // Every rank maps the dataset (cheap) and reads its own samples.
   TESSERA_ASSIGN_OR_RETURN(eo.dataset, openDataset(o, *artifact));
   if (eo.dataset && !artifactNeedsTokenData(a))
@@ -316,6 +317,10 @@ void RankRun::printHeader() const {
               (long long)batch.num_microbatches(),
               executor->dataLayout().dpSize,
               (long long)batch.global_batch_size());
+  if (!dataset && o.mockData && artifactNeedsTokenData(*artifact->root()))
+    std::printf("tessera-run: data: mock (uniform synthetic tokens, seed "
+                "%llu)\n",
+                (unsigned long long)o.seed);
   if (dataset)
     std::printf("tessera-run: data %s: %lld documents, %lld sequences, "
                 "%lld tokens (%s)\n",

@@ -42,6 +42,11 @@ struct DataLayout {
   int dpSize = 1;          ///< D
   /// Token dataset of the language-model inputs (null: none given).
   std::shared_ptr<const IndexedDataset> dataset;
+  /// Without a dataset: synthetic tokens (tessera-run --mock-data), the
+  /// token at position p of global sample g drawn from Philox stream
+  /// (seed, "mock-data") at index g * (S + 1) + p, so every layout sees the
+  /// same samples, like a dataset's.
+  bool mockData = false;
 };
 
 /// True for an input filled from the token dataset: "tokens" or "labels"

@@ -55,6 +55,9 @@ struct ExecutorOptions {
   /// Token dataset for the "tokens"/"labels" inputs with vocab_size > 0
   /// (checked against the program in create; see Data.h).
   std::shared_ptr<const IndexedDataset> dataset;
+  /// Without a dataset, synthetic tokens for the token inputs
+  /// (DataLayout::mockData).
+  bool mockData = false;
   /// Record a timeline of every instruction (for tessera-run --trace).
   bool trace = false;
 };

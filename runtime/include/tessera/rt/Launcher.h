@@ -57,6 +57,9 @@ struct LaunchOptions {
   /// --check-for-nan-in-loss-and-grad, on by default);
   /// --no-check-for-nan-in-loss turns it off.
   bool checkForNanInLoss = true;
+  /// --mock-data: synthetic tokens for a language model instead of --data
+  /// (seeded by --seed, the same samples in every layout).
+  bool mockData = false;
   /// --data: Megatron indexed dataset prefix (PREFIX or
   /// PREFIX_text_document) for programs with token inputs.
   std::string dataPrefix;
