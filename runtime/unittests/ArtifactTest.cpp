@@ -145,6 +145,45 @@ TEST_F(ArtifactTest, WorldSizeMustMatchMesh) {
               "world_size 1 != product of mesh sizes 2");
 }
 
+TEST_F(ArtifactTest, InstructionsFollowTheirContractRow) {
+  // Each check of the instruction contract (Opcodes.def) the loader makes,
+  // one bad instruction at a time.
+  using O = fb::Opcode;
+  ArtifactDesc base = softmaxRegression(8, 4, 16, 2, 2);
+  ProgramDesc &q = base.programs[0];
+  // The base (with the scratch its instructions took) plus one instruction.
+  auto withStep = [&](InstrDesc in) {
+    ArtifactDesc desc = base;
+    desc.programs[0].function("step").push_back(std::move(in));
+    return buildFile(buildPayload(desc));
+  };
+  // A group on a kernel that takes none.
+  InstrDesc gelu = instr(O::Gelu, {q.scratch({8, 4}), q.scratch({8, 4})}, "g");
+  gelu.group = "tp";
+  expectError(withStep(gelu), "(g): Gelu takes no group, got 'tp'");
+  // A collective without its group.
+  expectError(withStep(instr(O::AllReduce, {q.scratch({4})}, "ar")),
+              "(ar): collective AllReduce without a group");
+  // A started collective without an event.
+  InstrDesc start = instr(O::AllReduceStart, {q.scratch({4})}, "ars");
+  start.group = "dp";
+  expectError(withStep(start), "(ars): AllReduceStart needs an event id >= 0");
+  // Operands that must share a dtype.
+  expectError(withStep(instr(O::Copy,
+                             {q.scratch({4}), q.scratch({4}, fb::DType::I32)},
+                             "c")),
+              "(c): Copy operands F32[4] and I32[4] must have the same dtype");
+  // An attribute count and a value rule.
+  InstrDesc fill = instr(O::Fill, {q.scratch({4})}, "f");
+  expectError(withStep(fill), "(f): Fill expects 1 fattrs, got 0");
+  InstrDesc dropout =
+      instr(O::Dropout, {q.scratch({2, 2, 4}), q.scratch({2, 2, 4})}, "d");
+  dropout.fattrs = {1.0f};
+  dropout.iattrs = {0};
+  expectError(withStep(dropout),
+              "(d): Dropout needs fattrs = [rate] with rate in [0, 1), got 1");
+}
+
 TEST_F(ArtifactTest, MeshAndBatchProductsDoNotOverflow) {
   // Sizes whose products wrap around in 64 bits (2^32 * 2^32 = 2^64 = 0)
   // must not pass for a small world or batch.

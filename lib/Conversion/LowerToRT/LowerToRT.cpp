@@ -58,11 +58,7 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
       if (auto p = f->getAttrOfType<StringAttr>(kPhaseAttr); p && p.getValue() == phase)
         phases.push_back(f);
   llvm::stable_sort(phases, [](func::FuncOp a, func::FuncOp b) {
-    auto chunk = [](func::FuncOp f) {
-      auto c = f->getAttrOfType<IntegerAttr>(kChunkAttr);
-      return c ? c.getInt() : -1;
-    };
-    return chunk(a) < chunk(b);
+    return chunkOf(a) < chunkOf(b);
   });
   if (phases.empty() || !step)
     return emitError(module.getLoc())
@@ -94,10 +90,6 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
       scheduleRuns.push_back(run);
     }
   }
-  auto chunkOf = [](func::FuncOp f) -> int64_t {
-    auto c = f->getAttrOfType<IntegerAttr>(kChunkAttr);
-    return c ? c.getInt() : -1;
-  };
 
   // 1. Persistent buffers; those of a chunk (`chunk` >= 0) live in its slot
   //    region: its inputs and saved activations, one copy per slot.

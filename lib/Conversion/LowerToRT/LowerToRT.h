@@ -41,6 +41,8 @@ namespace tessera::lowering {
 constexpr int64_t kAlignment = 64;
 
 int64_t alignUp(int64_t bytes);
+/// The pipeline chunk of a phase function (`dist.chunk`), or -1.
+int64_t chunkOf(mlir::func::FuncOp phase);
 mlir::MemRefType toMemRef(mlir::Type tensorType);
 /// Bytes of a statically shaped tensor or memref type.
 int64_t byteSize(mlir::Type shapedType);

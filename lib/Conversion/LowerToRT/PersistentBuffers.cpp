@@ -19,7 +19,7 @@ using namespace tessera;
 
 namespace tessera::lowering {
 
-static int64_t chunkOf(func::FuncOp f) {
+int64_t chunkOf(func::FuncOp f) {
   auto c = f->getAttrOfType<IntegerAttr>(kChunkAttr);
   return c ? c.getInt() : -1;
 }

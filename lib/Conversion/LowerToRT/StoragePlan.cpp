@@ -132,8 +132,7 @@ PhasePlan::PhasePlan(func::FuncOp func, bool isStep, PersistentBuffers &buffers,
                      MakeBuffer makeBuffer)
     : func(func), isStep(isStep), buffers(buffers),
       makeBuffer(std::move(makeBuffer)) {
-  if (auto c = func->getAttrOfType<IntegerAttr>(kChunkAttr))
-    chunk = c.getInt();
+  chunk = chunkOf(func);
   // Bindings, read before emission rewrites the uses.
   Operation *ret = func.getBody().front().getTerminator();
   for (Value v : ret->getOperands())

@@ -49,6 +49,10 @@ bool isBackwardFunction(std::string_view name) {
   return name.substr(0, 8) == "backward";
 }
 
+std::string fbString(const flatbuffers::String *s) {
+  return s ? s->str() : std::string();
+}
+
 bool mayLeaveRanksOut(std::string_view kind) {
   return kind == "embedding" || kind == "position-embedding";
 }

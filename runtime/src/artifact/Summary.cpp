@@ -12,10 +12,6 @@
 
 namespace tessera::rt {
 
-static std::string str(const flatbuffers::String *s) {
-  return s ? s->str() : std::string();
-}
-
 static const char *kindName(fb::BufferKind k) {
   return fb::EnumNameBufferKind(k);
 }
@@ -25,15 +21,15 @@ std::string summarizeArtifact(const LoadedArtifact &artifact) {
   std::ostringstream os;
   os << "artifact: " << artifact.name() << "\n";
   os << "  format version: " << a.format_version() << "\n";
-  os << "  producer: " << str(a.producer()) << "\n";
-  os << "  model: " << str(a.model()) << "\n";
-  os << "  compile flags: " << str(a.compile_flags()) << "\n";
+  os << "  producer: " << fbString(a.producer()) << "\n";
+  os << "  model: " << fbString(a.model()) << "\n";
+  os << "  compile flags: " << fbString(a.compile_flags()) << "\n";
   os << "  world size: " << a.world_size() << "\n";
   os << "  mesh:";
   if (a.mesh())
     for (const fb::MeshAxis *axis : *a.mesh())
-      os << " " << str(axis->name()) << "=" << axis->size();
-  os << " (order " << str(a.order()) << ")\n";
+      os << " " << fbString(axis->name()) << "=" << axis->size();
+  os << " (order " << fbString(a.order()) << ")\n";
   os << "  rank groups:\n";
   std::map<std::string, std::vector<std::string>> groups;
   if (a.groups())
@@ -42,7 +38,7 @@ std::string summarizeArtifact(const LoadedArtifact &artifact) {
       if (g->ranks())
         for (flatbuffers::uoffset_t i = 0; i < g->ranks()->size(); ++i)
           s += (i ? "," : "") + std::to_string(g->ranks()->Get(i));
-      groups[str(g->kind())].push_back(s + "]");
+      groups[fbString(g->kind())].push_back(s + "]");
     }
   for (auto &[kind, list] : groups) {
     os << "    " << kind << ":";
@@ -55,7 +51,7 @@ std::string summarizeArtifact(const LoadedArtifact &artifact) {
        << b->global_batch_size() << ", microbatches " << b->num_microbatches()
        << "\n";
   if (const fb::Optimizer *o = a.optimizer())
-    os << "  optimizer: " << str(o->kind()) << " lr=" << o->lr()
+    os << "  optimizer: " << fbString(o->kind()) << " lr=" << o->lr()
        << " beta1=" << o->beta1() << " beta2=" << o->beta2()
        << " eps=" << o->eps() << " weight_decay=" << o->weight_decay() << "\n";
   if (a.programs())
@@ -67,14 +63,14 @@ std::string summarizeArtifact(const LoadedArtifact &artifact) {
       if (p->buffers())
         for (flatbuffers::uoffset_t i = 0; i < p->buffers()->size(); ++i) {
           const fb::Buffer *b = p->buffers()->Get(i);
-          os << "      #" << i << " " << str(b->name()) << " "
+          os << "      #" << i << " " << fbString(b->name()) << " "
              << kindName(b->kind()) << " " << fb::EnumNameDType(b->dtype())
              << shapeToString(b->shape()) << " @" << b->offset();
           if (b->global_shape() && b->global_shape()->size())
             os << " global" << shapeToString(b->global_shape());
           if (b->shard_dim() >= 0)
             os << " shard dim " << b->shard_dim() << " over "
-               << str(b->shard_axis());
+               << fbString(b->shard_axis());
           if (b->kind() == fb::BufferKind::Param)
             os << " init " << fb::EnumNameInitKind(b->init()) << "("
                << b->init_scale() << ")";
@@ -84,7 +80,7 @@ std::string summarizeArtifact(const LoadedArtifact &artifact) {
         }
       if (p->inputs())
         for (const fb::InputSpec *in : *p->inputs())
-          os << "    input " << str(in->name()) << " -> #" << in->buffer()
+          os << "    input " << fbString(in->name()) << " -> #" << in->buffer()
              << (in->num_classes() ? " classes " : "")
              << (in->num_classes() ? std::to_string(in->num_classes()) : "")
              << (in->vocab_size() ? " vocab " : "")
@@ -94,7 +90,7 @@ std::string summarizeArtifact(const LoadedArtifact &artifact) {
          << p->iteration_buffer() << "\n";
       if (p->functions())
         for (const fb::Function *f : *p->functions()) {
-          os << "    function " << str(f->name()) << ": "
+          os << "    function " << fbString(f->name()) << ": "
              << (f->instrs() ? f->instrs()->size() : 0) << " instructions";
           if (f->chunk() >= 0)
             os << ", chunk " << f->chunk();
@@ -105,7 +101,7 @@ std::string summarizeArtifact(const LoadedArtifact &artifact) {
           os << "\n";
         }
       if (p->schedule() && p->schedule()->size()) {
-        os << "    schedule " << str(p->schedule_kind()) << " ("
+        os << "    schedule " << fbString(p->schedule_kind()) << " ("
            << p->num_chunks()
            << (p->num_chunks() == 1 ? " chunk, " : " chunks, ")
            << p->schedule()->size() << " steps):";
@@ -116,7 +112,7 @@ std::string summarizeArtifact(const LoadedArtifact &artifact) {
           int fi = step->function();
           std::string name =
               p->functions() && fi >= 0 && fi < int(p->functions()->size())
-                  ? str(p->functions()->Get(fi)->name())
+                  ? fbString(p->functions()->Get(fi)->name())
                   : "#" + std::to_string(fi);
           os << " " << name << "/mb" << step->microbatch() << "/s"
              << step->slot();

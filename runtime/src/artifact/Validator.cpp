@@ -18,10 +18,6 @@
 
 namespace tessera::rt {
 
-static std::string str(const flatbuffers::String *s) {
-  return s ? s->str() : std::string();
-}
-
 namespace {
 
 /// Accumulates the context for error messages.
@@ -84,14 +80,14 @@ Status Validator::checkMeshAndGroups() {
   if (a.mesh())
     for (const fb::MeshAxis *axis : *a.mesh()) {
       if (axis->size() <= 0)
-        return error("mesh axis '", str(axis->name()),
+        return error("mesh axis '", fbString(axis->name()),
                      "' has non-positive size ", axis->size());
       // world_size is an int: a larger product cannot match it.
       if (__builtin_mul_overflow(product, int64_t(axis->size()), &product) ||
           product > int64_t(INT32_MAX))
         return error("the product of the mesh sizes exceeds ", INT32_MAX,
                      " (world_size ", world, ")");
-      meshText += (meshText.empty() ? "" : " x ") + str(axis->name()) + "=" +
+      meshText += (meshText.empty() ? "" : " x ") + fbString(axis->name()) + "=" +
                   std::to_string(axis->size());
     }
   if (product != world)
@@ -202,7 +198,7 @@ Status Validator::checkRankRelativeRef(const std::string &what,
   // Instances of a kind are equally sized (checkMeshAndGroups).
   int64_t size = 1;
   for (const fb::RankGroup *g : *a.groups())
-    if (str(g->kind()) == kind) {
+    if (fbString(g->kind()) == kind) {
       size = int64_t(g->ranks()->size());
       break;
     }
@@ -271,7 +267,7 @@ Status Validator::checkInstr(const std::string &where, const fb::Instr &in,
   if (fattrs != info->numFAttrs)
     return error(where, ": ", name, " expects ", info->numFAttrs,
                  " fattrs, got ", fattrs);
-  const std::string g = str(in.group());
+  const std::string g = fbString(in.group());
   switch (info->group) {
   case GroupUse::None:
     if (!g.empty())
@@ -358,7 +354,7 @@ Status Validator::checkProgram(int pi, const fb::Program &p) {
   for (int bi = 0; bi < numBuffers; ++bi) {
     const fb::Buffer *b = p.buffers()->Get(bi);
     std::string what =
-        prog + ": buffer " + std::to_string(bi) + " '" + str(b->name()) + "'";
+        prog + ": buffer " + std::to_string(bi) + " '" + fbString(b->name()) + "'";
     int64_t es = dtypeSize(b->dtype());
     if (es == 0)
       return error(what, " has unknown dtype");
@@ -397,7 +393,7 @@ Status Validator::checkProgram(int pi, const fb::Program &p) {
             p.buffers()->Get(flatbuffers::uoffset_t(b->of()));
         if (param->kind() != fb::BufferKind::Param)
           return error(what, " refers to buffer ", b->of(), " '",
-                       str(param->name()), "' of kind ",
+                       fbString(param->name()), "' of kind ",
                        fb::EnumNameBufferKind(param->kind()),
                        ", not a parameter");
         auto dims = [](const flatbuffers::Vector<int64_t> *v) {
@@ -409,7 +405,7 @@ Status Validator::checkProgram(int pi, const fb::Program &p) {
         // must agree.
         if (dims(b->shape()) != dims(param->shape()))
           return error(what, " has shape ", shapeToString(b->shape()),
-                       ", but its parameter '", str(param->name()),
+                       ", but its parameter '", fbString(param->name()),
                        "' has shape ", shapeToString(param->shape()));
       }
     }
@@ -419,7 +415,7 @@ Status Validator::checkProgram(int pi, const fb::Program &p) {
         return error(what, " has shard_dim ", b->shard_dim(), " but rank ",
                      rank);
       if (!b->shard_axis() || !groupKinds.count(b->shard_axis()->str()))
-        return error(what, " is sharded over axis '", str(b->shard_axis()),
+        return error(what, " is sharded over axis '", fbString(b->shard_axis()),
                      "' which has no rank groups");
     }
     if (b->global_shape() && b->global_shape()->size() > 0 && b->shape() &&
@@ -448,18 +444,18 @@ Status Validator::checkProgram(int pi, const fb::Program &p) {
   if (p.inputs())
     for (const fb::InputSpec *in : *p.inputs()) {
       if (in->buffer() < 0 || in->buffer() >= numBuffers)
-        return error(prog, ": input '", str(in->name()), "' buffer index ",
+        return error(prog, ": input '", fbString(in->name()), "' buffer index ",
                      in->buffer(), " out of range (", numBuffers, " buffers)");
       if (in->num_classes() < 0 || in->vocab_size() < 0 ||
           (in->num_classes() > 0 && in->vocab_size() > 0))
-        return error(prog, ": input '", str(in->name()), "' has num_classes ",
+        return error(prog, ": input '", fbString(in->name()), "' has num_classes ",
                      in->num_classes(), " and vocab_size ", in->vocab_size(),
                      " (at most one may be set, neither negative)");
     }
   std::set<std::string> names;
   if (p.functions())
     for (const fb::Function *f : *p.functions()) {
-      std::string fname = str(f->name());
+      std::string fname = fbString(f->name());
       if (!names.insert(fname).second)
         return error(prog, ": duplicate function '", fname, "'");
       if (!f->instrs())
@@ -484,7 +480,7 @@ Status Validator::checkSlots(const std::string &prog, const fb::Program &p) {
   if (!p.functions())
     return Status();
   for (const fb::Function *f : *p.functions()) {
-    std::string what = prog + " function '" + str(f->name()) + "'";
+    std::string what = prog + " function '" + fbString(f->name()) + "'";
     if (f->chunk() < -1 || f->chunk() >= p.num_chunks())
       return error(what, ": chunk ", f->chunk(), " out of range (num_chunks ",
                    p.num_chunks(), ")");
@@ -511,7 +507,7 @@ Status Validator::checkSlots(const std::string &prog, const fb::Program &p) {
         bool inside = begin >= base && end <= base + bytes;
         bool outside = end <= base || begin >= base + bytes;
         if (!inside && !outside)
-          return error(what, ": input '", str(in->name()), "' (bytes ", begin,
+          return error(what, ": input '", fbString(in->name()), "' (bytes ", begin,
                        " to ", end, ") straddles the slot region [", base, ", ",
                        base + bytes, ")");
       }
@@ -560,7 +556,7 @@ Status Validator::checkSchedule(const std::string &prog, const fb::Program &p) {
       return error(where, ": function index ", fi, " out of range (",
                    numFunctions, " functions)");
     const fb::Function *f = p.functions()->Get(fi);
-    std::string fname = str(f->name());
+    std::string fname = fbString(f->name());
     where += " ('" + fname + "' microbatch " +
              std::to_string(step->microbatch()) + ")";
     if (fname == "step" || fname == "microbatch")
@@ -592,7 +588,7 @@ Status Validator::checkSchedule(const std::string &prog, const fb::Program &p) {
     for (size_t m = 0; m < steps.size(); ++m)
       if (steps[m] < 0)
         return error(prog, ": the schedule never runs '",
-                     str(p.functions()->Get(fi)->name()), "' for microbatch ",
+                     fbString(p.functions()->Get(fi)->name()), "' for microbatch ",
                      m, " (every forward and backward function runs each ",
                      "of the ", numMicro, " microbatches once)");
 
@@ -600,13 +596,13 @@ Status Validator::checkSchedule(const std::string &prog, const fb::Program &p) {
   // ("forward<suffix>") saved in the slot: it must come later, on the same
   // slot, and no other microbatch's forward may reuse the slot in between.
   for (auto &[fwd, fwdSteps] : stepOf) {
-    std::string fname = logicalName(str(p.functions()->Get(fwd)->name()));
+    std::string fname = logicalName(fbString(p.functions()->Get(fwd)->name()));
     if (!isForwardFunction(fname))
       continue;
     std::string bname = "backward" + fname.substr(7);
     int bwd = -1;
     for (auto &[fi, unused] : stepOf)
-      if (logicalName(str(p.functions()->Get(fi)->name())) == bname)
+      if (logicalName(fbString(p.functions()->Get(fi)->name())) == bname)
         bwd = fi;
     if (bwd < 0)
       continue;

@@ -82,3 +82,11 @@ func.func @f(%x: memref<4xf32>, %y: memref<8xbf16>) {
   rt.all_gather %x, %y {group = "dp"} : memref<4xf32>, memref<8xbf16>
   return
 }
+
+// -----
+
+func.func @f(%x: memref<8xf32>) {
+  // expected-error @+1 {{needs a rank group}}
+  rt.all_reduce %x {group = ""} : memref<8xf32>
+  return
+}

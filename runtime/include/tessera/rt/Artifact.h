@@ -79,6 +79,9 @@ bool mayLeaveRanksOut(std::string_view kind);
 /// True if the artifact has at least one rank group of `kind`.
 bool hasGroupKind(const fb::Artifact &artifact, std::string_view kind);
 
+/// The string of an optional FlatBuffer string field ("" when absent).
+std::string fbString(const flatbuffers::String *s);
+
 /// "[0, 2, 4]".
 std::string ranksToString(const flatbuffers::Vector<int32_t> *ranks);
 
