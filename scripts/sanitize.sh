@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -f build-asan/build.ninja ]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DTESSERA_BUILD_COMPILER=OFF \
+    -DTESSERA_BUILD_COMPILER=OFF -DTESSERA_ENABLE_CUDA=OFF \
     "-DCMAKE_CXX_FLAGS=-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" \
     "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined"
 fi

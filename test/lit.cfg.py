@@ -8,7 +8,7 @@ from lit.llvm.subst import ToolSubst
 config.name = "Tessera"
 config.test_format = lit.formats.ShTest(not llvm_config.use_lit_shell)
 config.suffixes = [".mlir", ".test"]
-config.excludes = ["Inputs", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "trace.test.py"]
+config.excludes = ["Inputs", "gpu", "CMakeLists.txt", "lit.cfg.py", "lit.site.cfg.py", "trace.test.py"]
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.tessera_obj_root, "test")
 
@@ -39,6 +39,10 @@ except (OSError, subprocess.TimeoutExpired):
     pass
 config.substitutions.append(("%torch_python", torch_python))
 
-# GPU tests only where a GPU is present.
-if os.path.exists("/dev/nvidia0") and os.path.exists("/usr/local/cuda"):
-    config.available_features.add("cuda")
+# The CUDA backend plugin was built (TESSERA_ENABLE_CUDA); tests that need a
+# GPU to run on are ctests labelled "gpu" (they report Skipped without one),
+# but "gpu" is also a lit feature for checks that differ with a device.
+if os.path.exists(os.path.join(config.tessera_obj_root, "lib", "libTesseraBackend_cuda.so")):
+    config.available_features.add("cuda-backend")
+if os.path.exists("/dev/nvidiactl"):
+    config.available_features.add("gpu")

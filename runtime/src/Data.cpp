@@ -1,6 +1,7 @@
 //===- Data.cpp - Synthetic classification data ---------------------------===//
 
 #include "tessera/rt/Data.h"
+#include "tessera/rt/math/Philox.h"
 #include "tessera/rt/IndexedDataset.h"
 #include "tessera/rt/Rng.h"
 
@@ -11,8 +12,8 @@ namespace tessera::rt {
 
 int64_t globalSampleIndex(const DataLayout &l, int64_t iteration,
                           int64_t microbatch, int64_t i) {
-  return (iteration - 1) * l.globalBatch +
-         microbatch * l.microBatch * l.dpSize + l.dpIndex * l.microBatch + i;
+  return math::globalSample(l.globalBatch, l.microBatch, l.dpSize, l.dpIndex,
+                            iteration, microbatch, i);
 }
 
 int32_t syntheticLabel(uint64_t seed, int64_t g, int64_t numClasses) {

@@ -242,7 +242,7 @@ TEST_F(CpuBackendTest, AdamMatchesNaiveScalarImplementation) {
   for (int64_t step = 1; step <= 5; ++step) {
     auto g = random(size_t(n));
     ASSERT_TRUE(
-        backend->adam(p.data(), g.data(), m.data(), v.data(), n, step, hp)
+        backend->adam(p.data(), g.data(), m.data(), v.data(), n, &step, hp)
             .ok());
     for (size_t i = 0; i < size_t(n); ++i) {
       rm[i] = hp.beta1 * rm[i] + (1 - hp.beta1) * g[i];
@@ -254,8 +254,9 @@ TEST_F(CpuBackendTest, AdamMatchesNaiveScalarImplementation) {
     }
   }
   expectNear(p, rp, 1e-5f);
+  const int64_t zero = 0;
   EXPECT_FALSE(
-      backend->adam(p.data(), p.data(), m.data(), v.data(), n, 0, hp).ok());
+      backend->adam(p.data(), p.data(), m.data(), v.data(), n, &zero, hp).ok());
 }
 
 TEST_F(CpuBackendTest, Sgd) {

@@ -43,6 +43,8 @@ struct Executor::DecodedFunction {
 Executor::Executor() = default;
 
 Executor::~Executor() {
+  if (lossSlots && be)
+    be->deallocate(lossSlots);
   if (arena && be)
     be->deallocate(arena);
 }
@@ -87,6 +89,12 @@ Executor::create(std::shared_ptr<const LoadedArtifact> artifact,
                            ex->be->allocate(ex->prog->arena_bytes()));
   ex->arena = static_cast<uint8_t *>(mem);
   TESSERA_RETURN_IF_ERROR(ex->bindFunctions());
+  // One f32 per loss an iteration computes, gathered on the device and read
+  // back once per iteration.
+  TESSERA_ASSIGN_OR_RETURN(void *slots,
+                           ex->be->allocate(4 * std::max<int64_t>(
+                                                    1, ex->numLossSlots)));
+  ex->lossSlots = static_cast<uint8_t *>(slots);
   return ex;
 }
 
@@ -150,9 +158,15 @@ Status Executor::bindFunctions() {
         unslottedInputs.push_back(spec);
     }
   bool scheduled = prog->schedule() && prog->schedule()->size();
-  if (scheduled)
+  if (scheduled) {
     for (const fb::ScheduleStep *step : *prog->schedule())
-      stageHasLoss |= functions[size_t(step->function())].writesLoss;
+      if (functions[size_t(step->function())].writesLoss) {
+        stageHasLoss = true;
+        ++numLossSlots;
+      }
+  } else if (prog->loss_buffer() >= 0) {
+    numLossSlots = art->root()->batch()->num_microbatches();
+  }
   if (!scheduled && !functionIndex.count("microbatch"))
     return invalidArgument(art->name(), ": program ", prog->pp_rank(),
                            " has no 'microbatch' function (and no "
@@ -374,10 +388,10 @@ Status Executor::execute(const Thunk &t) {
     return comm->wait(req);
   }
   case O::Adam: {
-    int64_t step = 0;
-    TESSERA_RETURN_IF_ERROR(be->copyToHost(&step, t.ptr[4], 8));
+    // The iteration stays on the device (no read-back per bucket).
     AdamParams hp{float(t.f[0] * lrFactor), t.f[1], t.f[2], t.f[3], t.f[4]};
-    return be->adam(F(0), F(1), F(2), F(3), t.n, step, hp);
+    return be->adam(F(0), F(1), F(2), F(3), t.n,
+                    static_cast<const int64_t *>(t.ptr[4]), hp);
   }
   case O::Sgd:
     return be->sgd(F(0), F(1), t.n, float(t.f[0] * lrFactor), t.f[1]);
@@ -415,15 +429,13 @@ Status Executor::execute(const Thunk &t) {
     return be->tokenMean(F(0), I(1), F(2), t.m, t.i[0]);
   case O::TokenMeanGrad:
     return be->tokenMeanGrad(F(0), I(1), F(2), t.m, t.i[0]);
-  case O::Dropout: {
-    // Masks are keyed by the global sample of each batch column.
-    std::vector<int64_t> samples(size_t(t.n));
-    for (int64_t b = 0; b < t.n; ++b)
-      samples[size_t(b)] =
-          globalSampleIndex(layout, currentIteration, currentMicrobatch, b);
-    return be->dropout(F(0), F(1), t.m, t.n, t.k, t.i[0], t.i[1],
-                       samples.data(), options.seed, t.i[2], t.f[0]);
-  }
+  case O::Dropout:
+    // Masks are keyed by the global sample of each batch column: column b
+    // holds sample first + b.
+    return be->dropout(
+        F(0), F(1), t.m, t.n, t.k, t.i[0], t.i[1],
+        globalSampleIndex(layout, currentIteration, currentMicrobatch, 0),
+        options.seed, t.i[2], t.f[0]);
   }
   return unimplemented("unknown opcode ", int(t.op));
 }
@@ -601,7 +613,34 @@ Status Executor::runThunks(const DecodedFunction &fn, int slot,
         art->name(), ": program ", prog->pp_rank(), " function '", fn.name,
         "' ended with async event ", event, " never waited for");
   }
-  return be->synchronize();
+  // No synchronisation: the backend's stream orders what follows (the
+  // iteration synchronises once, in collectLosses).
+  return Status();
+}
+
+Status Executor::stageLoss(int64_t offset, int64_t index) {
+  if (index < 0 || index >= numLossSlots)
+    return internalError(art->name(), ": loss ", index, " of an iteration with ",
+                         numLossSlots, " loss slots");
+  return be->copy(arena + offset, lossSlots + 4 * index, 4);
+}
+
+StatusOr<double> Executor::collectLosses(int64_t iteration, int64_t count) {
+  // The one host synchronisation of an iteration; kernels that record
+  // errors on the device (an out-of-range token id) report them here.
+  TESSERA_RETURN_IF_ERROR(be->synchronize().withContext(
+      art->name() + ": program " + std::to_string(prog->pp_rank()) +
+      " iteration " + std::to_string(iteration)));
+  if (count == 0)
+    return 0.0;
+  std::vector<float> losses(static_cast<size_t>(count));
+  TESSERA_RETURN_IF_ERROR(
+      be->copyToHost(losses.data(), lossSlots, 4 * count));
+  // Summed in microbatch order in double, as when each was read at once.
+  double sum = 0.0;
+  for (float loss : losses)
+    sum += double(loss);
+  return sum;
 }
 
 double Executor::learningRate(int64_t iteration) const {
@@ -642,7 +681,6 @@ StatusOr<double> Executor::runIteration(int64_t iteration) {
   if (prog->schedule() && prog->schedule()->size())
     return runSchedule(iteration);
   const int64_t numMicro = art->root()->batch()->num_microbatches();
-  double lossSum = 0.0;
   bool hasLoss = prog->loss_buffer() >= 0;
   for (int64_t m = 0; m < numMicro; ++m) {
     TESSERA_RETURN_IF_ERROR(fillInputs(iteration, m));
@@ -652,14 +690,13 @@ StatusOr<double> Executor::runIteration(int64_t iteration) {
     // buckets' reductions during its backward (overlap).
     const bool last = m + 1 == numMicro && functionIndex.count("microbatch:last");
     TESSERA_RETURN_IF_ERROR(runFunction(last ? "microbatch:last" : "microbatch"));
-    if (hasLoss) {
-      const fb::Buffer *b = prog->buffers()->Get(prog->loss_buffer());
-      float loss = 0.0f;
-      TESSERA_RETURN_IF_ERROR(be->copyToHost(&loss, arena + b->offset(), 4));
-      lossSum += double(loss);
-    }
+    if (hasLoss)
+      TESSERA_RETURN_IF_ERROR(stageLoss(
+          prog->buffers()->Get(prog->loss_buffer())->offset(), m));
   }
   TESSERA_RETURN_IF_ERROR(runStep(iteration));
+  TESSERA_ASSIGN_OR_RETURN(double lossSum,
+                           collectLosses(iteration, hasLoss ? numMicro : 0));
   if (!hasLoss)
     return std::numeric_limits<double>::quiet_NaN();
   double loss = lossSum / double(numMicro);
@@ -675,7 +712,7 @@ StatusOr<double> Executor::runIteration(int64_t iteration) {
 StatusOr<double> Executor::runSchedule(int64_t iteration) {
   const int64_t numMicro = art->root()->batch()->num_microbatches();
   const auto &schedule = *prog->schedule();
-  double lossSum = 0.0;
+  int64_t losses = 0;
   int64_t lossOffset = prog->loss_buffer() >= 0
                            ? prog->buffers()->Get(prog->loss_buffer())->offset()
                            : -1;
@@ -713,12 +750,11 @@ StatusOr<double> Executor::runSchedule(int64_t iteration) {
       if (fn.slotBytes > 0 && offset >= fn.slotBase &&
           offset < fn.slotBase + fn.slotBytes)
         offset += displacement;
-      float loss = 0.0f;
-      TESSERA_RETURN_IF_ERROR(be->copyToHost(&loss, arena + offset, 4));
-      lossSum += double(loss);
+      TESSERA_RETURN_IF_ERROR(stageLoss(offset, losses++));
     }
   }
   TESSERA_RETURN_IF_ERROR(runStep(iteration));
+  TESSERA_ASSIGN_OR_RETURN(double lossSum, collectLosses(iteration, losses));
   if (!artifactHasLoss)
     return std::numeric_limits<double>::quiet_NaN();
   // The stage that computes the loss reports the microbatch mean, the others

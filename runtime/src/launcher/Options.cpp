@@ -96,7 +96,11 @@ std::string launchUsage(const char *argv0) {
          "                   keep training when a loss is NaN or inf (by\n"
          "                   default the run stops with an error naming the\n"
          "                   iteration, before saving anything of it)\n"
-         "  --backend NAME   compute backend (default cpu)\n"
+         "  --backend NAME   compute backend: cpu (default) or cuda (one GPU\n"
+         "                   per rank: the rank's index on its node)\n"
+         "  --tf32           let the cuda backend's fp32 GEMMs use TF32\n"
+         "                   tensor cores (off by default: an fp32 run then\n"
+         "                   matches the CPU's losses)\n"
          "  --threads T      BLAS threads per rank (default: cores / N)\n"
          "  --print-summary  print the artifact manifest and exit\n";
 }
@@ -159,6 +163,10 @@ StatusOr<LaunchOptions> parseLaunchOptions(int argc, char **argv) {
       o.noLoadOptim = true;
     } else if (arg == "--backend") {
       TESSERA_ASSIGN_OR_RETURN(o.backend, next());
+    } else if (arg == "--tf32") {
+      if (hasInline)
+        return invalidArgument("--tf32 takes no value");
+      o.allowTf32 = true;
     } else if (arg == "--threads") {
       TESSERA_ASSIGN_OR_RETURN(std::string v, next());
       TESSERA_ASSIGN_OR_RETURN(int64_t t, parseInt(arg, v, 1));

@@ -246,8 +246,19 @@ Status RankRun::setUp() {
   else
     bo.numThreads = defaultThreads(size);
   blasThreads = bo.numThreads;
+  bo.allowTf32 = o.allowTf32;
+  // The rank's index among the ranks of its node picks its GPU.
+  MPI_Comm node = MPI_COMM_NULL;
+  TESSERA_RETURN_IF_MPI_ERROR(MPI_Comm_split_type(
+      MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+  MPI_Comm_rank(node, &bo.localRank);
+  MPI_Comm_free(&node);
   TESSERA_ASSIGN_OR_RETURN(auto backend,
                            BackendRegistry::global().create(o.backend, bo));
+  if (!backend->hostMemory() && size > 1)
+    return unimplemented("--backend ", o.backend, " runs one rank for now: "
+                         "its collectives need device communicators (NCCL), "
+                         "which tessera-run does not create yet; run -n 1");
   ExecutorOptions eo;
   eo.seed = o.seed;
   eo.profile = o.profile;

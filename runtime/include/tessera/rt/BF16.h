@@ -10,30 +10,29 @@
 //
 // The functions are branch-free on integers so that loops over them
 // vectorise; the executor's kernels, the MPI reduction of bf16 buffers and
-// checkpoint dtype conversion all use these, so every path rounds alike.
+// checkpoint dtype conversion all use these, so every path rounds alike;
+// the two conversions are host/device functions (math/HostDevice.h), so the
+// CUDA kernels round exactly as the CPU does.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef TESSERA_RT_BF16_H
 #define TESSERA_RT_BF16_H
 
+#include "tessera/rt/math/HostDevice.h"
+
 #include <cstdint>
-#include <cstring>
 
 namespace tessera::rt {
 
 /// The float with bf16 bits `h` (exact).
-__attribute__((always_inline)) inline float bf16ToFloat(uint16_t h) {
-  uint32_t bits = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
+TESSERA_HD float bf16ToFloat(uint16_t h) {
+  return math::bitsFloat(uint32_t(h) << 16);
 }
 
 /// `f` rounded to bf16, to nearest with ties to even; NaN -> quiet NaN.
-__attribute__((always_inline)) inline uint16_t floatToBf16(float f) {
-  uint32_t bits;
-  std::memcpy(&bits, &f, 4);
+TESSERA_HD uint16_t floatToBf16(float f) {
+  uint32_t bits = math::floatBits(f);
   // Adding 0x7fff plus the lowest kept bit rounds the dropped half to
   // nearest, ties to the even kept value; a carry into the exponent is the
   // correct rounding up to the next binade (or to infinity).

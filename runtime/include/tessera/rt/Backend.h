@@ -40,16 +40,34 @@ enum class FloatFormat { F32, BF16 };
 struct BackendOptions {
   /// Threads for BLAS-like libraries; 0 leaves the library default.
   int numThreads = 0;
+  /// This process's rank among the ranks of its node (-1: unknown). A GPU
+  /// backend runs on device localRank modulo the node's device count.
+  int localRank = -1;
+  /// GPU GEMMs on fp32 operands may use TF32 tensor cores (inputs rounded
+  /// to a 10-bit mantissa, fp32 accumulation). Off by default, as in
+  /// PyTorch (torch.backends.cuda.matmul.allow_tf32): an fp32 run must equal
+  /// the CPU's within 1e-5, which TF32 does not.
+  bool allowTf32 = false;
 };
 
 /// Compute backend. All tensors are dense row-major f32 unless noted; `n` is
 /// an element count; matrices are [rows, cols]. bf16 tensors are arrays of
 /// uint16_t bit patterns, converted as in BF16.h (widening exact, narrowing
 /// to nearest even).
+///
+/// Pointers are device pointers (host memory on the cpu). A backend may run
+/// its kernels asynchronously, in call order on one stream: a kernel error
+/// that depends on data (a token id out of range) may then be reported by
+/// the next synchronize() rather than by the call, which keeps the host from
+/// waiting on the device per kernel. copyToHost waits for the kernels
+/// before it.
 class Backend {
 public:
   virtual ~Backend();
   virtual const char *name() const = 0;
+  /// Whether its memory is host memory, which the MPI communicators can
+  /// read and write directly (false for a GPU backend).
+  virtual bool hostMemory() const { return true; }
 
   /// Allocates `bytes` of zeroed device memory aligned to at least 64 bytes.
   virtual StatusOr<void *> allocate(int64_t bytes) = 0;
@@ -57,7 +75,8 @@ public:
   /// Host <-> device copies (identity memcpy on the cpu).
   virtual Status copyToDevice(void *dst, const void *src, int64_t bytes) = 0;
   virtual Status copyToHost(void *dst, const void *src, int64_t bytes) = 0;
-  /// Blocks until all queued work is done.
+  /// Blocks until all queued work is done, and returns the first error a
+  /// kernel recorded since the last call (then clears it).
   virtual Status synchronize() { return Status(); }
 
   /// C[m, n] = alpha * op(A) @ op(B) + beta * C with op(A) [m, k],
@@ -114,10 +133,12 @@ public:
   /// bf16 Axpy: Y = bf16(float(Y) + alpha * float(X)).
   virtual Status axpyBf16(float alpha, const uint16_t *x, uint16_t *y,
                           int64_t n) = 0;
-  /// AdamW step t (1-based) with bias correction 1 - beta^t and decoupled
-  /// weight decay: p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p).
+  /// AdamW step t = *iteration (1-based; a device pointer, so the host
+  /// never reads it back) with bias correction 1 - beta^t and decoupled
+  /// weight decay: p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p). An
+  /// iteration below 1 is an InvalidArgument error.
   virtual Status adam(float *p, const float *g, float *m, float *v, int64_t n,
-                      int64_t step, const AdamParams &params) = 0;
+                      const int64_t *iteration, const AdamParams &params) = 0;
   /// p -= lr * (g + weightDecay * p).
   virtual Status sgd(float *p, const float *g, int64_t n, float lr,
                      float weightDecay) = 0;
@@ -204,14 +225,15 @@ public:
   /// y[0] = sum_r L[r] / count(t[r] != ignoreIndex), 0 if no row is valid.
   virtual Status tokenMean(const float *loss, const int32_t *t, float *y,
                            int64_t rows, int64_t ignoreIndex) = 0;
-  /// dL[r] = dy[0] / count(valid) where t[r] != ignoreIndex, else 0.
   /// Dropout on [seq, batch, hidden] with masks keyed by global position
-  /// (see the Dropout opcode): `samples[b]` is the global sample index of
-  /// batch column b, `seqOffset` the first global position of this shard.
+  /// (see the Dropout opcode and math/Philox.h): batch column b holds global
+  /// sample firstSample + b, `seqOffset` is the first global position of
+  /// this shard, `seqTotal` the positions of a whole sample.
   virtual Status dropout(const float *x, float *y, int64_t seq, int64_t batch,
                          int64_t hidden, int64_t seqOffset, int64_t seqTotal,
-                         const int64_t *samples, uint64_t seed, int64_t stream,
+                         int64_t firstSample, uint64_t seed, int64_t stream,
                          float rate) = 0;
+  /// dL[r] = dy[0] / count(valid) where t[r] != ignoreIndex, else 0.
   virtual Status tokenMeanGrad(const float *dy, const int32_t *t, float *dl,
                                int64_t rows, int64_t ignoreIndex) = 0;
 };

@@ -4,8 +4,10 @@
 // initialises parameters, decodes every function into a list of thunks
 // (opcode + resolved pointers + sizes, checked once up front) and executes
 // training iterations: for each microbatch fill the inputs, run
-// "microbatch" and read the loss; then set the iteration buffer and run
-// "step".
+// "microbatch" and stage its loss on the device; then set the iteration
+// buffer, run "step", and synchronise the backend once to read the losses.
+// Nothing else in an iteration waits for the device (with a backend whose
+// communicators are stream-ordered, not even the collectives).
 //
 // Pipelines (a program with a `schedule`): the schedule's steps replace the
 // microbatch loop. A function with microbatch slots is decoded once per slot
@@ -206,6 +208,12 @@ private:
   /// Sets the iteration buffer and runs "step" (open p2p batches completed).
   Status runStep(int64_t iteration);
   StatusOr<double> runSchedule(int64_t iteration);
+  /// Copies the f32 loss at arena `offset` into loss slot `index` (on the
+  /// device, in stream order).
+  Status stageLoss(int64_t offset, int64_t index);
+  /// Synchronises the backend (the iteration's one host wait) and returns
+  /// the sum of the first `count` loss slots.
+  StatusOr<double> collectLosses(int64_t iteration, int64_t count);
   /// Fills one input for `microbatch`, `displacement` bytes past its offset.
   Status fillInput(const fb::InputSpec &spec, int64_t iteration,
                    int64_t microbatch, int64_t displacement);
@@ -221,6 +229,10 @@ private:
   ExecutorOptions options;
   DataLayout layout;
   uint8_t *arena = nullptr;
+  /// Device memory for the losses of one iteration (numLossSlots f32s):
+  /// each is copied there in stream order and read back once, after "step".
+  uint8_t *lossSlots = nullptr;
+  int64_t numLossSlots = 0;
   /// Decoded functions, in the program's order (schedule steps index them).
   std::vector<DecodedFunction> functions;
   std::map<std::string, size_t> functionIndex;

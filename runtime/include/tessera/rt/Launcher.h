@@ -49,6 +49,8 @@ struct LaunchOptions {
   /// watchdog.
   double timeout = 300;
   std::string backend = "cpu";
+  /// --tf32: fp32 GEMMs of a GPU backend may use TF32 (BackendOptions).
+  bool allowTf32 = false;
   int threads = 0; ///< 0: $OPENBLAS_NUM_THREADS or max(1, cores / N)
   bool printSummary = false;
   bool profile = false; ///< --profile: per-opcode kernel time in the metrics

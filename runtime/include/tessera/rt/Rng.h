@@ -21,6 +21,8 @@
 #ifndef TESSERA_RT_RNG_H
 #define TESSERA_RT_RNG_H
 
+#include "tessera/rt/math/Philox.h"
+
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -38,21 +40,12 @@ inline uint64_t fnv1a64(std::string_view s) {
   return h;
 }
 
-/// One Philox4x32-10 block.
+/// One Philox4x32-10 block (math/Philox.h, shared with the CUDA kernels).
 inline std::array<uint32_t, 4> philox4x32_10(std::array<uint32_t, 4> ctr,
                                              std::array<uint32_t, 2> key) {
-  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
-  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-  for (int round = 0; round < 10; ++round) {
-    uint64_t p0 = uint64_t(kM0) * ctr[0];
-    uint64_t p1 = uint64_t(kM1) * ctr[2];
-    uint32_t hi0 = uint32_t(p0 >> 32), lo0 = uint32_t(p0);
-    uint32_t hi1 = uint32_t(p1 >> 32), lo1 = uint32_t(p1);
-    ctr = {hi1 ^ ctr[1] ^ key[0], lo1, hi0 ^ ctr[3] ^ key[1], lo0};
-    key[0] += kW0;
-    key[1] += kW1;
-  }
-  return ctr;
+  math::Philox4 out = math::philox4x32_10(
+      math::Philox4{{ctr[0], ctr[1], ctr[2], ctr[3]}}, key[0], key[1]);
+  return {out.x[0], out.x[1], out.x[2], out.x[3]};
 }
 
 /// A named random stream: the FNV hash is computed once.
@@ -62,10 +55,12 @@ public:
       : seed(seed), hash(fnv1a64(name)) {}
 
   std::array<uint32_t, 4> block(uint64_t index) const {
-    return philox4x32_10({uint32_t(index), uint32_t(index >> 32),
-                          uint32_t(seed), uint32_t(seed >> 32)},
-                         {uint32_t(hash), uint32_t(hash >> 32)});
+    math::Philox4 out = math::philoxBlock(seed, hash, index);
+    return {out.x[0], out.x[1], out.x[2], out.x[3]};
   }
+
+  /// The FNV-1a hash of the stream's name (the Philox key).
+  uint64_t nameHash() const { return hash; }
 
   /// Uniform double in [0, 1) from words 0 and 1 of the block.
   double uniform(uint64_t index) const {

@@ -8,6 +8,8 @@
 #include "tessera/rt/BF16.h"
 #include "tessera/rt/Backend.h"
 #include "tessera/rt/Rng.h"
+#include "tessera/rt/math/Kernels.h"
+#include "tessera/rt/math/Philox.h"
 
 #include <omp.h>
 
@@ -24,90 +26,13 @@
 namespace tessera::rt {
 namespace {
 
-//===----------------------------------------------------------------------===//
-// Branch-free math that `#pragma omp simd` loops vectorise (std::exp and
-// std::erf are scalar library calls without -ffast-math).
-//===----------------------------------------------------------------------===//
-
-__attribute__((always_inline)) inline float bitsToFloat(int32_t bits) {
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-__attribute__((always_inline)) inline int32_t floatToBits(float f) {
-  int32_t bits;
-  std::memcpy(&bits, &f, 4);
-  return bits;
-}
-
-/// `c ? a : b` through bit masks. A plain conditional on a float lets GCC
-/// thread jumps and specialise the code after it per constant, which the
-/// vectoriser then rejects as control flow (FP ops may trap).
-__attribute__((always_inline)) inline float selectf(bool c, float a, float b) {
-  int32_t mask = -int32_t(c);
-  return bitsToFloat((floatToBits(a) & mask) | (floatToBits(b) & ~mask));
-}
-
-/// exp(x) in float, relative error < 1e-7 (Cephes expf polynomial after
-/// Cody-Waite reduction x = n ln2 + r); 0 below -87 (and for -inf),
-/// saturates above 88.
-__attribute__((always_inline)) inline float simdExp(float x) {
-  float xc = selectf(x < -87.0f, -87.0f, x);
-  xc = selectf(xc > 88.0f, 88.0f, xc);
-  // Round to nearest with the 1.5 * 2^23 trick (no libm call).
-  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  float r = xc - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  float scale = bitsToFloat((int32_t(n) + 127) << 23);
-  return selectf(x < -87.0f, 0.0f, p * scale);
-}
-
-/// erf(x) in float with absolute error < 1e-7 (about 1.5 ulp near 1):
-/// erf(x) = x P(x^2) for |x| < 1 and 1 - exp(-x^2) Q(|x|) for 1 <= |x| < 4
-/// (erf rounds to +-1 beyond), P and Q Chebyshev interpolants of
-/// erf(x)/x and erfc(x) exp(x^2) of degree 7 and 10. Both branches are
-/// computed and selected so that the function vectorises.
-__attribute__((always_inline)) inline float simdErf(float x) {
-  float ax = std::fabs(x);
-  bool isSmall = ax < 1.0f;
-  // |x| < 1: t = 2 x^2 - 1 in [-1, 1].
-  float u = selectf(isSmall, ax * ax, 1.0f);
-  float t = 2.0f * u - 1.0f;
-  float p = -7.552378571878e-08f;
-  p = p * t + 1.231639597770e-06f;
-  p = p * t - 1.753691418080e-05f;
-  p = p * t + 2.175119906209e-04f;
-  p = p * t - 2.285485612212e-03f;
-  p = p * t + 1.985249772246e-02f;
-  p = p * t - 1.405360890211e-01f;
-  p = p * t + 9.654687386376e-01f;
-  float small = ax * p;
-  // 1 <= |x| < 4: s = (2 |x| - 5) / 3 in [-1, 1].
-  float xc = selectf(isSmall, 1.0f, selectf(ax > 4.0f, 4.0f, ax));
-  float s = (2.0f * xc - 5.0f) * (1.0f / 3.0f);
-  float q = 9.294974299017e-05f;
-  q = q * s - 2.451864515133e-04f;
-  q = q * s + 3.764772747247e-04f;
-  q = q * s - 9.162726026454e-04f;
-  q = q * s + 2.418384229153e-03f;
-  q = q * s - 5.611233636598e-03f;
-  q = q * s + 1.248669963631e-02f;
-  q = q * s - 2.699793741844e-02f;
-  q = q * s + 5.611062799449e-02f;
-  q = q * s - 1.115213905431e-01f;
-  q = q * s + 2.108063640611e-01f;
-  float large = 1.0f - simdExp(-xc * xc) * q;
-  float r = selectf(isSmall, small, selectf(ax >= 4.0f, 1.0f, large));
-  // erf is odd: give r the sign of x.
-  return bitsToFloat(floatToBits(r) | (floatToBits(x) & INT32_MIN));
-}
+// The per-element math shared with the CUDA kernels (math/Kernels.h): exp
+// and erf there are branch-free, so `#pragma omp simd` loops over them
+// vectorise (std::exp and std::erf are scalar library calls without
+// -ffast-math).
+using math::erfApprox;
+using math::expApprox;
+using math::selectf;
 
 /// max_j x[j] (-inf for n == 0; NaNs are skipped). 16 partial maxima so
 /// that the loop vectorises (a `reduction(max)` over std::max does not
@@ -151,7 +76,7 @@ inline void softmaxRow(float *row, int64_t valid, int64_t n) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int64_t j = 0; j < valid; ++j) {
-    float e = simdExp(row[j] - mx);
+    float e = expApprox(row[j] - mx);
     row[j] = e;
     sum += e;
   }
@@ -173,23 +98,16 @@ constexpr int64_t kParallelMin = 1 << 15;
 #define TESSERA_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
 
 TESSERA_SIMD_CLONES void geluSpan(const float *x, float *y, int64_t n) {
-  constexpr float kInvSqrt2 = 0.70710678118654752440f;
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i)
-    y[i] = 0.5f * x[i] * (1.0f + simdErf(x[i] * kInvSqrt2));
+    y[i] = math::gelu(x[i]);
 }
 
 TESSERA_SIMD_CLONES void geluGradSpan(const float *x, const float *dy,
                                       float *dx, int64_t n) {
-  constexpr float kInvSqrt2 = 0.70710678118654752440f;
-  constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    float v = x[i];
-    float cdf = 0.5f * (1.0f + simdErf(v * kInvSqrt2));
-    float pdf = kInvSqrt2Pi * simdExp(-0.5f * v * v);
-    dx[i] = dy[i] * (cdf + v * pdf);
-  }
+  for (int64_t i = 0; i < n; ++i)
+    dx[i] = math::geluGrad(x[i], dy[i]);
 }
 
 /// Runs `body(begin, end)` over [0, n) in one contiguous span per thread.
@@ -355,7 +273,7 @@ public:
                   int64_t n) override {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i)
-      dx[i] = selectf(x[i] > 0.0f, dy[i], 0.0f);
+      dx[i] = math::reluGrad(x[i], dy[i]);
     return Status();
   }
 
@@ -395,8 +313,8 @@ public:
       float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
       for (int64_t j = 0; j < cols; ++j)
-        sum += simdExp(zr[j] - mx);
-      loss[i] = std::log(sum) + mx - zr[t[i]];
+        sum += expApprox(zr[j] - mx);
+      loss[i] = math::crossEntropyLoss(sum, mx, zr[t[i]]);
     }
     return Status();
   }
@@ -413,7 +331,7 @@ public:
       float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
       for (int64_t j = 0; j < cols; ++j) {
-        float e = simdExp(zr[j] - mx);
+        float e = expApprox(zr[j] - mx);
         dr[j] = e;
         sum += e;
       }
@@ -517,24 +435,17 @@ public:
   }
 
   Status adam(float *p, const float *g, float *m, float *v, int64_t n,
-              int64_t step, const AdamParams &hp) override {
+              const int64_t *iteration, const AdamParams &hp) override {
+    const int64_t step = *iteration;
     if (step < 1)
       return invalidArgument("Adam iteration must be >= 1, got ", step);
     const float b1 = hp.beta1, b2 = hp.beta2;
-    const float c1 = float(1.0 / (1.0 - std::pow(double(b1), double(step))));
-    const float c2 = float(1.0 / (1.0 - std::pow(double(b2), double(step))));
+    const float c1 = math::adamBiasCorrection(b1, step);
+    const float c2 = math::adamBiasCorrection(b2, step);
     const float lr = hp.lr, eps = hp.eps, wd = hp.weightDecay;
 #pragma omp parallel for simd num_threads(threads) if (n >= kParallelMin)
-    for (int64_t i = 0; i < n; ++i) {
-      float gi = g[i];
-      float mi = b1 * m[i] + (1.0f - b1) * gi;
-      float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-      m[i] = mi;
-      v[i] = vi;
-      float mhat = mi * c1;
-      float vhat = vi * c2;
-      p[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * p[i]);
-    }
+    for (int64_t i = 0; i < n; ++i)
+      math::adamUpdate(p[i], g[i], m[i], v[i], b1, b2, c1, c2, lr, eps, wd);
     return Status();
   }
 
@@ -542,7 +453,7 @@ public:
              float weightDecay) override {
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i)
-      p[i] -= lr * (g[i] + weightDecay * p[i]);
+      math::sgdUpdate(p[i], g[i], lr, weightDecay);
     return Status();
   }
 
@@ -564,7 +475,7 @@ public:
       float d = xr[j] - mean;
       sq += d * d;
     }
-    rstd = 1.0f / std::sqrt(sq / float(cols) + eps);
+    rstd = math::layerNormRstd(sq, cols, eps);
   }
 
   /// out = beta * out with beta == 0 writing zeros (no NaN propagation).
@@ -590,7 +501,7 @@ public:
       rowStats(xr, cols, eps, mean, rstd);
 #pragma omp simd
       for (int64_t j = 0; j < cols; ++j)
-        yr[j] = (xr[j] - mean) * rstd * gamma[j] + bias[j];
+        yr[j] = math::layerNormOut(xr[j], mean, rstd, gamma[j], bias[j]);
     }
     return Status();
   }
@@ -623,7 +534,7 @@ public:
 #pragma omp simd
       for (int64_t j = 0; j < cols; ++j) {
         float xhat = (xr[j] - mean) * rstd;
-        dxr[j] = rstd * (dyr[j] * gamma[j] - mg - xhat * mgx);
+        dxr[j] = math::layerNormGradX(xhat, dyr[j], gamma[j], rstd, mg, mgx);
       }
     }
     return Status();
@@ -825,7 +736,7 @@ public:
       float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
       for (int64_t j = 0; j < cols; ++j)
-        sum += simdExp(zr[j] - mr);
+        sum += expApprox(zr[j] - mr);
       se[r] = sum;
       int64_t local = int64_t(t[r]) - vocabOffset;
       pl[r] =
@@ -838,7 +749,8 @@ public:
                                const int32_t *t, float *loss, int64_t rows,
                                int64_t ignoreIndex) override {
     for (int64_t r = 0; r < rows; ++r)
-      loss[r] = t[r] == ignoreIndex ? 0.0f : std::log(se[r]) + m[r] - pl[r];
+      loss[r] = t[r] == ignoreIndex ? 0.0f
+                                    : math::crossEntropyLoss(se[r], m[r], pl[r]);
     return Status();
   }
 
@@ -858,7 +770,7 @@ public:
       const float mr = m[r], s = dl[r] / se[r];
 #pragma omp simd
       for (int64_t j = 0; j < cols; ++j)
-        dr[j] = simdExp(zr[j] - mr) * s;
+        dr[j] = expApprox(zr[j] - mr) * s;
       int64_t local = int64_t(t[r]) - vocabOffset;
       if (local >= 0 && local < cols)
         dr[local] -= dl[r];
@@ -881,26 +793,22 @@ public:
 
   Status dropout(const float *x, float *y, int64_t seq, int64_t batch,
                  int64_t hidden, int64_t seqOffset, int64_t seqTotal,
-                 const int64_t *samples, uint64_t seed, int64_t stream,
+                 int64_t firstSample, uint64_t seed, int64_t stream,
                  float rate) override {
     if (rate < 0.0f || rate >= 1.0f)
       return invalidArgument("dropout rate must be in [0, 1), got ", rate);
-    PhiloxStream rng(seed, "dropout." + std::to_string(stream));
+    const uint64_t hash = fnv1a64("dropout." + std::to_string(stream));
     const float scale = 1.0f / (1.0f - rate);
-    const double threshold = double(rate);
+    const uint64_t threshold = math::dropoutThreshold(rate);
     for (int64_t s = 0; s < seq; ++s)
       for (int64_t b = 0; b < batch; ++b) {
         const float *xr = x + (s * batch + b) * hidden;
         float *yr = y + (s * batch + b) * hidden;
-        uint64_t base = (uint64_t(samples[b]) * uint64_t(seqTotal) +
-                         uint64_t(s + seqOffset)) *
-                        uint64_t(hidden);
         for (int64_t h = 0; h < hidden; ++h) {
-          // One Philox block gives four 32-bit uniforms.
-          uint64_t counter = base + uint64_t(h);
-          auto block = rng.block(counter >> 2);
-          double u = double(block[counter & 3]) * (1.0 / 4294967296.0);
-          yr[h] = u >= threshold ? xr[h] * scale : 0.0f;
+          uint64_t counter = math::dropoutCounter(firstSample + b, seqTotal,
+                                                  s + seqOffset, hidden, h);
+          bool keep = math::philoxWord(seed, hash, counter) >= threshold;
+          yr[h] = keep ? xr[h] * scale : 0.0f;
         }
       }
     return Status();

@@ -1,0 +1,210 @@
+//===- Kernels.h - Per-element and per-row math of the kernels --*- C++ -*-===//
+//
+// The formulas every backend evaluates, written once for host and device
+// (HostDevice.h): the branch-free exp and erf the CPU vectorises, GELU and
+// its gradient, the Adam and SGD updates, the layer-norm and cross-entropy
+// row formulas, and the attention operand layout. The CPU backend loops over
+// these; the CUDA kernels call them per thread, so the two differ only in
+// the order of their sums.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_RT_MATH_KERNELS_H
+#define TESSERA_RT_MATH_KERNELS_H
+
+#include "tessera/rt/math/HostDevice.h"
+
+#include <cmath>
+
+namespace tessera::rt::math {
+
+/// exp(x) in float, relative error < 1e-7 (Cephes expf polynomial after
+/// Cody-Waite reduction x = n ln2 + r); 0 below -87 (and for -inf),
+/// saturates above 88.
+TESSERA_HD float expApprox(float x) {
+  float xc = selectf(x < -87.0f, -87.0f, x);
+  xc = selectf(xc > 88.0f, 88.0f, xc);
+  // Round to nearest with the 1.5 * 2^23 trick (no libm call).
+  float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  float r = xc - n * 0.693359375f;
+  r = r + n * 2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  float scale = bitsFloat(uint32_t(int32_t(n) + 127) << 23);
+  return selectf(x < -87.0f, 0.0f, p * scale);
+}
+
+/// erf(x) in float with absolute error < 1e-7 (about 1.5 ulp near 1):
+/// erf(x) = x P(x^2) for |x| < 1 and 1 - exp(-x^2) Q(|x|) for 1 <= |x| < 4
+/// (erf rounds to +-1 beyond), P and Q Chebyshev interpolants of
+/// erf(x)/x and erfc(x) exp(x^2) of degree 7 and 10. Both branches are
+/// computed and selected so that the function vectorises.
+TESSERA_HD float erfApprox(float x) {
+  float ax = bitsFloat(floatBits(x) & 0x7fffffffu);
+  bool isSmall = ax < 1.0f;
+  // |x| < 1: t = 2 x^2 - 1 in [-1, 1].
+  float u = selectf(isSmall, ax * ax, 1.0f);
+  float t = 2.0f * u - 1.0f;
+  float p = -7.552378571878e-08f;
+  p = p * t + 1.231639597770e-06f;
+  p = p * t - 1.753691418080e-05f;
+  p = p * t + 2.175119906209e-04f;
+  p = p * t - 2.285485612212e-03f;
+  p = p * t + 1.985249772246e-02f;
+  p = p * t - 1.405360890211e-01f;
+  p = p * t + 9.654687386376e-01f;
+  float small = ax * p;
+  // 1 <= |x| < 4: s = (2 |x| - 5) / 3 in [-1, 1].
+  float xc = selectf(isSmall, 1.0f, selectf(ax > 4.0f, 4.0f, ax));
+  float s = (2.0f * xc - 5.0f) * (1.0f / 3.0f);
+  float q = 9.294974299017e-05f;
+  q = q * s - 2.451864515133e-04f;
+  q = q * s + 3.764772747247e-04f;
+  q = q * s - 9.162726026454e-04f;
+  q = q * s + 2.418384229153e-03f;
+  q = q * s - 5.611233636598e-03f;
+  q = q * s + 1.248669963631e-02f;
+  q = q * s - 2.699793741844e-02f;
+  q = q * s + 5.611062799449e-02f;
+  q = q * s - 1.115213905431e-01f;
+  q = q * s + 2.108063640611e-01f;
+  float large = 1.0f - expApprox(-xc * xc) * q;
+  float r = selectf(isSmall, small, selectf(ax >= 4.0f, 1.0f, large));
+  // erf is odd: give r the sign of x.
+  return bitsFloat(floatBits(r) | (floatBits(x) & 0x80000000u));
+}
+
+/// GELU (exact form, Megatron's default): 0.5 x (1 + erf(x / sqrt 2)).
+TESSERA_HD float gelu(float x) {
+  constexpr float kInvSqrt2 = 0.70710678118654752440f;
+  return 0.5f * x * (1.0f + erfApprox(x * kInvSqrt2));
+}
+
+/// dGELU/dx * dy = dy (Phi(x) + x phi(x)).
+TESSERA_HD float geluGrad(float x, float dy) {
+  constexpr float kInvSqrt2 = 0.70710678118654752440f;
+  constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+  float cdf = 0.5f * (1.0f + erfApprox(x * kInvSqrt2));
+  float pdf = kInvSqrt2Pi * expApprox(-0.5f * x * x);
+  return dy * (cdf + x * pdf);
+}
+
+/// ReLU's gradient: dy where x > 0, else 0 (also for NaN x).
+TESSERA_HD float reluGrad(float x, float dy) { return selectf(x > 0.0f, dy, 0.0f); }
+
+//===----------------------------------------------------------------------===//
+// Optimizers (Megatron's Adam is torch.optim.AdamW / apex FusedAdam with
+// adam_w_mode: bias correction and decoupled weight decay).
+//===----------------------------------------------------------------------===//
+
+/// 1 / (1 - beta^step), the bias correction of Adam step `step` (1-based),
+/// computed in double and rounded once.
+TESSERA_HD float adamBiasCorrection(float beta, int64_t step) {
+  return float(1.0 / (1.0 - pow(double(beta), double(step))));
+}
+
+/// One AdamW element update: m and v move towards g, p steps by
+/// lr * (mhat / (sqrt(vhat) + eps) + wd * p) with mhat = m * c1 and
+/// vhat = v * c2 (c1, c2 from adamBiasCorrection).
+TESSERA_HD void adamUpdate(float &p, float g, float &m, float &v, float beta1,
+                           float beta2, float c1, float c2, float lr, float eps,
+                           float weightDecay) {
+  float mi = beta1 * m + (1.0f - beta1) * g;
+  float vi = beta2 * v + (1.0f - beta2) * g * g;
+  m = mi;
+  v = vi;
+  float mhat = mi * c1;
+  float vhat = vi * c2;
+  p -= lr * (mhat / (sqrtf(vhat) + eps) + weightDecay * p);
+}
+
+/// One SGD element update with decoupled weight decay.
+TESSERA_HD void sgdUpdate(float &p, float g, float lr, float weightDecay) {
+  p -= lr * (g + weightDecay * p);
+}
+
+//===----------------------------------------------------------------------===//
+// Layer norm (Megatron's FusedLayerNorm: biased variance, eps inside the
+// square root) and its gradient, given a row's statistics.
+//===----------------------------------------------------------------------===//
+
+/// 1 / sqrt(var + eps) of a row whose squared deviations from its mean sum
+/// to `sumSq` over `cols` elements.
+TESSERA_HD float layerNormRstd(float sumSq, int64_t cols, float eps) {
+  return 1.0f / sqrtf(sumSq / float(cols) + eps);
+}
+
+/// y = (x - mean) * rstd * gamma + beta.
+TESSERA_HD float layerNormOut(float x, float mean, float rstd, float gamma,
+                              float beta) {
+  return (x - mean) * rstd * gamma + beta;
+}
+
+/// dx = rstd * (dy * gamma - mean(dy * gamma) - xhat * mean(dy * gamma *
+/// xhat)), with the two row means `meanG` and `meanGX` over the row.
+TESSERA_HD float layerNormGradX(float xhat, float dy, float gamma, float rstd,
+                                float meanG, float meanGX) {
+  return rstd * (dy * gamma - meanG - xhat * meanGX);
+}
+
+//===----------------------------------------------------------------------===//
+// Cross-entropy (Megatron's vocab_parallel_cross_entropy: a row's loss from
+// the global max M, the sum of exp(z - M) and the label's logit).
+//===----------------------------------------------------------------------===//
+
+/// L = log(sum exp(z - M)) + M - z[label].
+TESSERA_HD float crossEntropyLoss(float sumExp, float rowMax,
+                                  float labelLogit) {
+  return logf(sumExp) + rowMax - labelLogit;
+}
+
+/// dz[j] = dL * (exp(z[j] - M) / sumExp - [j == label]).
+TESSERA_HD float crossEntropyGrad(float z, float rowMax, float scale,
+                                  bool isLabel, float dl) {
+  return expApprox(z - rowMax) * scale - (isLabel ? dl : 0.0f);
+}
+
+/// Whether `label` is a valid class or the ignored index.
+TESSERA_HD bool labelInRange(int64_t label, int64_t numClasses,
+                             int64_t ignoreIndex) {
+  return label == ignoreIndex || (label >= 0 && label < numClasses);
+}
+
+/// The column of global class `id` in a shard holding [offset, offset +
+/// cols), or -1 when another shard holds it (vocabulary-parallel embedding
+/// and loss, Megatron's VocabParallelEmbedding masks).
+TESSERA_HD int64_t shardColumn(int64_t id, int64_t offset, int64_t cols) {
+  int64_t local = id - offset;
+  return local >= 0 && local < cols ? local : -1;
+}
+
+//===----------------------------------------------------------------------===//
+// Attention operand layout. QKV is [seq, batch, heads * 3 * headDim] with
+// feature h * 3 * D + {0 q, 1 k, 2 v} * D + d (Megatron's
+// mixed_x_layer before the split); the output is [seq, batch, heads * D].
+//===----------------------------------------------------------------------===//
+
+/// Offset of element d of part `part` (0 q, 1 k, 2 v) of head `head` of
+/// batch column `b` at position `s`.
+TESSERA_HD int64_t qkvOffset(int64_t s, int64_t b, int64_t head, int64_t part,
+                             int64_t d, int64_t batch, int64_t heads,
+                             int64_t headDim) {
+  return ((s * batch + b) * heads + head) * 3 * headDim + part * headDim + d;
+}
+
+/// Offset of element d of head `head` of batch column `b` at position `s`
+/// of the attention output.
+TESSERA_HD int64_t attentionOutOffset(int64_t s, int64_t b, int64_t head,
+                                      int64_t d, int64_t batch, int64_t heads,
+                                      int64_t headDim) {
+  return ((s * batch + b) * heads + head) * headDim + d;
+}
+
+} // namespace tessera::rt::math
+
+#endif // TESSERA_RT_MATH_KERNELS_H

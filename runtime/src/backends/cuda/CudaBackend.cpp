@@ -1,0 +1,574 @@
+//===- CudaBackend.cpp - The "cuda" compute backend -----------------------===//
+
+#include "CudaBackend.h"
+
+#include "Kernels.h"
+
+#include "tessera/rt/Rng.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+namespace tessera::rt::cuda {
+
+/// cuBLASLt workspace (the size cuBLAS recommends for Hopper).
+constexpr int64_t kLtWorkspaceBytes = 32ll << 20;
+/// Bound on the attention probabilities scratch; heads are processed in
+/// chunks that fit.
+constexpr int64_t kAttentionScratchBytes = 256ll << 20;
+
+Status cudaStatus(cudaError_t error, const char *what) {
+  if (error == cudaSuccess)
+    return Status();
+  return unavailable(what, ": ", cudaGetErrorName(error), " (",
+                     cudaGetErrorString(error), ")");
+}
+
+#define TESSERA_RETURN_IF_CUDA_ERROR(expr)                                     \
+  TESSERA_RETURN_IF_ERROR(::tessera::rt::cuda::cudaStatus((expr), #expr))
+
+StatusOr<int> selectDevice(int localRank) {
+  int count = 0;
+  cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) {
+    const char *hint =
+        error == cudaErrorInsufficientDriver
+            ? "; is an NVIDIA driver (libcuda.so.1) installed?"
+        : error == cudaErrorNoDevice
+            ? "; check CUDA_VISIBLE_DEVICES"
+            : "";
+    return unavailable("the cuda backend has no GPU to run on: "
+                       "cudaGetDeviceCount failed with ",
+                       cudaGetErrorName(error), " (", cudaGetErrorString(error),
+                       ")", hint);
+  }
+  if (count == 0)
+    return unavailable("the cuda backend has no GPU to run on: "
+                       "cudaGetDeviceCount found no device");
+  if (localRank < 0)
+    for (const char *var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                            "SLURM_LOCALID"})
+      if (const char *value = std::getenv(var)) {
+        localRank = std::atoi(value);
+        break;
+      }
+  return std::max(localRank, 0) % count;
+}
+
+StatusOr<std::unique_ptr<Backend>>
+createCudaBackend(const BackendOptions &options) {
+  TESSERA_ASSIGN_OR_RETURN(int device, selectDevice(options.localRank));
+  TESSERA_ASSIGN_OR_RETURN(auto backend, CudaBackend::create(device, options));
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+StatusOr<std::unique_ptr<CudaBackend>>
+CudaBackend::create(int device, const BackendOptions &options) {
+  std::unique_ptr<CudaBackend> be(new CudaBackend());
+  be->deviceIndex = device;
+  be->allowTf32 = options.allowTf32;
+  TESSERA_RETURN_IF_CUDA_ERROR(cudaSetDevice(device));
+  TESSERA_RETURN_IF_CUDA_ERROR(
+      cudaStreamCreateWithFlags(&be->computeStream, cudaStreamNonBlocking));
+  TESSERA_RETURN_IF_ERROR(cublasStatus(cublasLtCreate(&be->lt), "cublasLtCreate"));
+  TESSERA_RETURN_IF_CUDA_ERROR(cudaMalloc(&be->workspace, kLtWorkspaceBytes));
+  be->workspaceBytes = kLtWorkspaceBytes;
+  TESSERA_RETURN_IF_CUDA_ERROR(
+      cudaMalloc(reinterpret_cast<void **>(&be->deviceError),
+                 sizeof(DeviceError)));
+  TESSERA_RETURN_IF_CUDA_ERROR(
+      cudaMemset(be->deviceError, 0, sizeof(DeviceError)));
+  return be;
+}
+
+CudaBackend::~CudaBackend() {
+  if (computeStream)
+    cudaStreamSynchronize(computeStream);
+  for (void *p : scratchPtr)
+    if (p)
+      cudaFree(p);
+  gemms.clear();
+  if (deviceError)
+    cudaFree(deviceError);
+  if (workspace)
+    cudaFree(workspace);
+  if (lt)
+    cublasLtDestroy(lt);
+  if (computeStream)
+    cudaStreamDestroy(computeStream);
+}
+
+Status CudaBackend::launched(cudaError_t error, const char *what) {
+  if (error == cudaSuccess)
+    return Status();
+  return internalError("launching the ", what, " kernel: ",
+                       cudaGetErrorName(error), " (", cudaGetErrorString(error),
+                       ")");
+}
+
+//===----------------------------------------------------------------------===//
+// Memory
+//===----------------------------------------------------------------------===//
+
+StatusOr<void *> CudaBackend::allocate(int64_t bytes) {
+  void *ptr = nullptr;
+  size_t size = size_t(std::max<int64_t>(bytes, 1) + 63) / 64 * 64;
+  cudaError_t error = cudaMalloc(&ptr, size);
+  if (error != cudaSuccess)
+    return unavailable("cannot allocate ", bytes, " bytes on GPU ",
+                       deviceIndex, ": ", cudaGetErrorName(error), " (",
+                       cudaGetErrorString(error), ")");
+  // Zeroed before anything on the stream can read it (setup, not per step).
+  TESSERA_RETURN_IF_CUDA_ERROR(cudaMemset(ptr, 0, size));
+  return ptr;
+}
+
+void CudaBackend::deallocate(void *ptr) {
+  if (ptr) {
+    cudaStreamSynchronize(computeStream);
+    cudaFree(ptr);
+  }
+}
+
+Status CudaBackend::copyToDevice(void *dst, const void *src, int64_t bytes) {
+  if (bytes <= 0)
+    return Status();
+  // From pageable memory the copy is staged before the call returns, so
+  // `src` may be reused at once; the stream orders it before later kernels.
+  return cudaStatus(cudaMemcpyAsync(dst, src, size_t(bytes),
+                                    cudaMemcpyHostToDevice, computeStream),
+                    "cudaMemcpyAsync (host to device)");
+}
+
+Status CudaBackend::copyToHost(void *dst, const void *src, int64_t bytes) {
+  if (bytes <= 0)
+    return Status();
+  TESSERA_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(
+      dst, src, size_t(bytes), cudaMemcpyDeviceToHost, computeStream));
+  return cudaStatus(cudaStreamSynchronize(computeStream),
+                    "cudaStreamSynchronize after a device-to-host copy");
+}
+
+Status CudaBackend::synchronize() {
+  TESSERA_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(computeStream));
+  DeviceError error;
+  TESSERA_RETURN_IF_CUDA_ERROR(cudaMemcpy(&error, deviceError, sizeof(error),
+                                          cudaMemcpyDeviceToHost));
+  if (error.kind == kNoError)
+    return Status();
+  TESSERA_RETURN_IF_CUDA_ERROR(cudaMemset(deviceError, 0, sizeof(DeviceError)));
+  switch (error.kind) {
+  case kVocabularyId:
+    return outOfRange("Embedding: vocabulary id ", error.value, " at row ",
+                      error.row, " is out of range for vocabulary size ",
+                      error.limit);
+  case kLabel:
+    return outOfRange("CrossEntropy: label ", error.value, " of row ",
+                      error.row, " is outside [0, ", error.limit, ")");
+  case kLabelWithIgnore:
+    return outOfRange("CrossEntropyStats: label ", error.value, " at row ",
+                      error.row, " is out of range for ", error.limit,
+                      " classes (ignore_index ", error.extra, ")");
+  case kAdamIteration:
+    return invalidArgument("Adam: iteration must be >= 1, got ", error.value);
+  default:
+    return internalError("unknown device error kind ", error.kind);
+  }
+}
+
+StatusOr<float *> CudaBackend::scratch(int slot, int64_t bytes) {
+  if (scratchBytes[slot] < bytes) {
+    if (scratchPtr[slot])
+      TESSERA_RETURN_IF_CUDA_ERROR(cudaFreeAsync(scratchPtr[slot], computeStream));
+    scratchPtr[slot] = nullptr;
+    scratchBytes[slot] = 0;
+    TESSERA_RETURN_IF_CUDA_ERROR(
+        cudaMallocAsync(&scratchPtr[slot], size_t(bytes), computeStream));
+    scratchBytes[slot] = bytes;
+  }
+  return static_cast<float *>(scratchPtr[slot]);
+}
+
+//===----------------------------------------------------------------------===//
+// GEMMs
+//===----------------------------------------------------------------------===//
+
+StatusOr<CudaBackend::CachedGemm *>
+CudaBackend::cachedGemm(const GemmPlan &plan) {
+  PlanKey key{plan.transA,  plan.transB,  plan.m,       plan.n,
+              plan.k,       plan.lda,     plan.ldb,     plan.ldc,
+              plan.batch,   plan.strideA, plan.strideB, plan.strideC};
+  auto it = gemms.find(key);
+  if (it != gemms.end())
+    return it->second.get();
+  auto entry = std::make_unique<CachedGemm>();
+  TESSERA_ASSIGN_OR_RETURN(entry->descriptors,
+                           LtGemmDescriptors::create(plan, allowTf32));
+  cublasLtMatmulPreference_t pref = nullptr;
+  TESSERA_RETURN_IF_ERROR(cublasStatus(cublasLtMatmulPreferenceCreate(&pref),
+                                       "cublasLtMatmulPreferenceCreate"));
+  uint64_t limit = uint64_t(workspaceBytes);
+  cublasLtMatmulHeuristicResult_t result = {};
+  int found = 0;
+  Status st = cublasStatus(
+      cublasLtMatmulPreferenceSetAttribute(
+          pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &limit, sizeof(limit)),
+      "setting CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES");
+  const LtGemmDescriptors &d = entry->descriptors;
+  if (st.ok())
+    st = cublasStatus(cublasLtMatmulAlgoGetHeuristic(lt, d.matmul, d.a, d.b,
+                                                     d.c, d.c, pref, 1,
+                                                     &result, &found),
+                      "cublasLtMatmulAlgoGetHeuristic");
+  cublasLtMatmulPreferenceDestroy(pref);
+  TESSERA_RETURN_IF_ERROR(st);
+  if (found == 0)
+    return unimplemented("cuBLASLt has no algorithm for the GEMM m=", plan.m,
+                         " n=", plan.n, " k=", plan.k, " batch=", plan.batch);
+  entry->algo = result.algo;
+  CachedGemm *raw = entry.get();
+  gemms.emplace(key, std::move(entry));
+  return raw;
+}
+
+Status CudaBackend::runRowMajor(const RowMajorGemm &g, const float *a,
+                                const float *b, float *c, float alpha,
+                                float beta) {
+  GemmPlan plan = columnMajorPlan(g);
+  TESSERA_ASSIGN_OR_RETURN(CachedGemm * cached, cachedGemm(plan));
+  // The plan's A is the row-major B (swapOperands).
+  const float *colA = plan.swapOperands ? b : a;
+  const float *colB = plan.swapOperands ? a : b;
+  const LtGemmDescriptors &d = cached->descriptors;
+  return cublasStatus(cublasLtMatmul(lt, d.matmul, &alpha, colA, d.a, colB,
+                                     d.b, &beta, c, d.c, c, d.c, &cached->algo,
+                                     workspace, size_t(workspaceBytes),
+                                     computeStream),
+                      "cublasLtMatmul");
+}
+
+Status CudaBackend::gemm(bool transA, bool transB, int64_t m, int64_t n,
+                         int64_t k, float alpha, const float *a, const float *b,
+                         float beta, float *c) {
+  if (m == 0 || n == 0)
+    return Status();
+  if (k == 0) {
+    // C = beta * C, as on the CPU.
+    if (beta == 0.0f)
+      return cudaStatus(cudaMemsetAsync(c, 0, size_t(m * n) * 4, computeStream),
+                        "cudaMemsetAsync");
+    return launched(launchScale(computeStream, c, c, beta, m * n), "Scale");
+  }
+  return runRowMajor(denseRowMajorGemm(transA, transB, m, n, k), a, b, c,
+                     alpha, beta);
+}
+
+//===----------------------------------------------------------------------===//
+// Attention: per chunk of heads, strided-batched GEMMs around row kernels.
+//===----------------------------------------------------------------------===//
+
+Status CudaBackend::attention(const float *qkv, float *out, int64_t seq,
+                              int64_t batch, int64_t heads, int64_t headDim,
+                              bool causal) {
+  if (seq == 0 || batch == 0 || heads == 0 || headDim == 0)
+    return Status();
+  const int64_t total = batch * heads;
+  const int64_t chunk =
+      attentionChunk(seq, total, 1, kAttentionScratchBytes);
+  TESSERA_ASSIGN_OR_RETURN(float *probs, scratch(0, chunk * seq * seq * 4));
+  const float scale = float(1.0 / std::sqrt(double(headDim)));
+  for (int64_t z0 = 0; z0 < total; z0 += chunk) {
+    const int64_t count = std::min(chunk, total - z0);
+    AttentionPlans p = attentionPlans(seq, batch, heads, headDim, count);
+    const float *base = qkv + z0 * p.qkvHeadStride;
+    TESSERA_RETURN_IF_ERROR(runRowMajor(p.scores, base + p.qOffset,
+                                        base + p.kOffset, probs, scale, 0.0f));
+    TESSERA_RETURN_IF_ERROR(launched(
+        launchSoftmaxRows(computeStream, probs, count * seq, seq, causal),
+        "attention softmax"));
+    TESSERA_RETURN_IF_ERROR(runRowMajor(p.context, probs, base + p.vOffset,
+                                        out + z0 * p.outHeadStride, 1.0f,
+                                        0.0f));
+  }
+  return Status();
+}
+
+Status CudaBackend::attentionGrad(const float *qkv, const float *dout,
+                                  float *dqkv, int64_t seq, int64_t batch,
+                                  int64_t heads, int64_t headDim,
+                                  bool causal) {
+  if (seq == 0 || batch == 0 || heads == 0 || headDim == 0)
+    return Status();
+  const int64_t total = batch * heads;
+  const int64_t chunk =
+      attentionChunk(seq, total, 2, kAttentionScratchBytes);
+  TESSERA_ASSIGN_OR_RETURN(float *probs, scratch(0, chunk * seq * seq * 4));
+  TESSERA_ASSIGN_OR_RETURN(float *dprobs, scratch(1, chunk * seq * seq * 4));
+  const float scale = float(1.0 / std::sqrt(double(headDim)));
+  for (int64_t z0 = 0; z0 < total; z0 += chunk) {
+    const int64_t count = std::min(chunk, total - z0);
+    AttentionPlans p = attentionPlans(seq, batch, heads, headDim, count);
+    const float *base = qkv + z0 * p.qkvHeadStride;
+    float *dbase = dqkv + z0 * p.qkvHeadStride;
+    const float *dO = dout + z0 * p.outHeadStride;
+    TESSERA_RETURN_IF_ERROR(runRowMajor(p.scores, base + p.qOffset,
+                                        base + p.kOffset, probs, scale, 0.0f));
+    TESSERA_RETURN_IF_ERROR(launched(
+        launchSoftmaxRows(computeStream, probs, count * seq, seq, causal),
+        "attention softmax"));
+    // dV = P^T dO; dP = dO V^T; dS = P (dP - rowsum(P dP)).
+    TESSERA_RETURN_IF_ERROR(
+        runRowMajor(p.gradV, probs, dO, dbase + p.vOffset, 1.0f, 0.0f));
+    TESSERA_RETURN_IF_ERROR(
+        runRowMajor(p.gradProbs, dO, base + p.vOffset, dprobs, 1.0f, 0.0f));
+    TESSERA_RETURN_IF_ERROR(launched(
+        launchSoftmaxGradRows(computeStream, probs, dprobs, count * seq, seq),
+        "attention softmax gradient"));
+    // dQ = dS K / sqrt(D); dK = dS^T Q / sqrt(D).
+    TESSERA_RETURN_IF_ERROR(runRowMajor(p.gradQ, dprobs, base + p.kOffset,
+                                        dbase + p.qOffset, scale, 0.0f));
+    TESSERA_RETURN_IF_ERROR(runRowMajor(p.gradK, dprobs, base + p.qOffset,
+                                        dbase + p.kOffset, scale, 0.0f));
+  }
+  return Status();
+}
+
+//===----------------------------------------------------------------------===//
+// Everything else: one launcher each (Kernels.cu).
+//===----------------------------------------------------------------------===//
+
+Status CudaBackend::biasAdd(const float *x, const float *bias, float *y,
+                            int64_t rows, int64_t cols) {
+  return launched(launchBiasAdd(computeStream, x, bias, y, rows, cols),
+                  "BiasAdd");
+}
+Status CudaBackend::add(const float *a, const float *b, float *c, int64_t n) {
+  return launched(launchAdd(computeStream, a, b, c, n), "Add");
+}
+Status CudaBackend::gelu(const float *x, float *y, int64_t n) {
+  return launched(launchGelu(computeStream, x, y, n), "Gelu");
+}
+Status CudaBackend::geluGrad(const float *x, const float *dy, float *dx,
+                             int64_t n) {
+  return launched(launchGeluGrad(computeStream, x, dy, dx, n), "GeluGrad");
+}
+Status CudaBackend::relu(const float *x, float *y, int64_t n) {
+  return launched(launchRelu(computeStream, x, y, n), "Relu");
+}
+Status CudaBackend::reluGrad(const float *x, const float *dy, float *dx,
+                             int64_t n) {
+  return launched(launchReluGrad(computeStream, x, dy, dx, n), "ReluGrad");
+}
+Status CudaBackend::reduceRows(const float *x, float *y, int64_t rows,
+                               int64_t cols, float alpha, float beta) {
+  return launched(launchReduceRows(computeStream, x, y, rows, cols, alpha, beta),
+                  "ReduceRows");
+}
+Status CudaBackend::crossEntropy(const float *z, const int32_t *t, float *loss,
+                                 int64_t rows, int64_t cols) {
+  return launched(
+      launchCrossEntropy(computeStream, z, t, loss, rows, cols, deviceError),
+      "CrossEntropy");
+}
+Status CudaBackend::crossEntropyGrad(const float *z, const int32_t *t,
+                                     const float *dl, float *dz, int64_t rows,
+                                     int64_t cols) {
+  return launched(launchCrossEntropyGrad(computeStream, z, t, dl, dz, rows,
+                                         cols, deviceError),
+                  "CrossEntropyGrad");
+}
+Status CudaBackend::mean(const float *x, float *y, int64_t n) {
+  return launched(launchMean(computeStream, x, y, n), "Mean");
+}
+Status CudaBackend::meanGrad(const float *dy, float *dx, int64_t n) {
+  return launched(launchMeanGrad(computeStream, dy, dx, n), "MeanGrad");
+}
+Status CudaBackend::fill(float *y, float value, int64_t n) {
+  return launched(launchFill(computeStream, y, value, n), "Fill");
+}
+Status CudaBackend::scale(const float *x, float *y, float alpha, int64_t n) {
+  return launched(launchScale(computeStream, x, y, alpha, n), "Scale");
+}
+
+Status CudaBackend::copy(const void *x, void *y, int64_t bytes) {
+  if (x == y || bytes <= 0)
+    return Status();
+  const char *xs = static_cast<const char *>(x);
+  char *ys = static_cast<char *>(y);
+  if (xs < ys + bytes && ys < xs + bytes) {
+    // Overlapping (memmove semantics): through scratch, as cudaMemcpy's
+    // overlap behaviour is undefined.
+    TESSERA_ASSIGN_OR_RETURN(float *tmp, scratch(1, bytes));
+    TESSERA_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(
+        tmp, x, size_t(bytes), cudaMemcpyDeviceToDevice, computeStream));
+    x = tmp;
+  }
+  return cudaStatus(cudaMemcpyAsync(y, x, size_t(bytes),
+                                    cudaMemcpyDeviceToDevice, computeStream),
+                    "cudaMemcpyAsync (device to device)");
+}
+
+Status CudaBackend::axpy(float alpha, const float *x, float *y, int64_t n) {
+  return launched(launchAxpy(computeStream, alpha, x, y, n), "Axpy");
+}
+
+Status CudaBackend::cast(const void *x, FloatFormat xFormat, void *y,
+                         FloatFormat yFormat, int64_t n, float beta) {
+  const bool xBf16 = xFormat == FloatFormat::BF16;
+  const bool yBf16 = yFormat == FloatFormat::BF16;
+  // A same-format cast without accumulation is an exact copy.
+  if (xBf16 == yBf16 && beta == 0.0f)
+    return copy(x, y, n * (xBf16 ? 2 : 4));
+  return launched(launchCast(computeStream, x, xBf16, y, yBf16, n, beta),
+                  "Cast");
+}
+
+Status CudaBackend::fillBf16(uint16_t *y, float value, int64_t n) {
+  return launched(launchFillBf16(computeStream, y, value, n), "Fill (bf16)");
+}
+Status CudaBackend::scaleBf16(const uint16_t *x, uint16_t *y, float alpha,
+                              int64_t n) {
+  return launched(launchScaleBf16(computeStream, x, y, alpha, n),
+                  "Scale (bf16)");
+}
+Status CudaBackend::axpyBf16(float alpha, const uint16_t *x, uint16_t *y,
+                             int64_t n) {
+  return launched(launchAxpyBf16(computeStream, alpha, x, y, n), "Axpy (bf16)");
+}
+
+Status CudaBackend::adam(float *p, const float *g, float *m, float *v,
+                         int64_t n, const int64_t *iteration,
+                         const AdamParams &hp) {
+  return launched(launchAdam(computeStream, p, g, m, v, n, iteration, hp.lr,
+                             hp.beta1, hp.beta2, hp.eps, hp.weightDecay,
+                             deviceError),
+                  "Adam");
+}
+Status CudaBackend::sgd(float *p, const float *g, int64_t n, float lr,
+                        float weightDecay) {
+  return launched(launchSgd(computeStream, p, g, n, lr, weightDecay), "Sgd");
+}
+
+Status CudaBackend::layerNorm(const float *x, const float *gamma,
+                              const float *bias, float *y, int64_t rows,
+                              int64_t cols, float eps) {
+  return launched(
+      launchLayerNorm(computeStream, x, gamma, bias, y, rows, cols, eps),
+      "LayerNorm");
+}
+
+Status CudaBackend::layerNormGrad(const float *x, const float *gamma,
+                                  const float *dy, float *dx, float *dgamma,
+                                  float *dbias, int64_t rows, int64_t cols,
+                                  float eps, float beta) {
+  if (cols == 0)
+    return Status();
+  TESSERA_ASSIGN_OR_RETURN(float *stats,
+                           scratch(2, std::max<int64_t>(1, 2 * rows) * 4));
+  return launched(launchLayerNormGrad(computeStream, x, gamma, dy, dx, dgamma,
+                                      dbias, rows, cols, eps, beta, stats),
+                  "LayerNormGrad");
+}
+
+Status CudaBackend::embedding(const int32_t *ids, const float *table, float *y,
+                              int64_t rows, int64_t localVocab, int64_t dim,
+                              int64_t vocabOffset, int64_t vocabSize) {
+  return launched(launchEmbedding(computeStream, ids, table, y, rows,
+                                  localVocab, dim, vocabOffset, vocabSize,
+                                  deviceError),
+                  "Embedding");
+}
+Status CudaBackend::embeddingGrad(const int32_t *ids, const float *dy,
+                                  float *dtable, int64_t rows,
+                                  int64_t localVocab, int64_t dim,
+                                  int64_t vocabOffset, float beta) {
+  return launched(launchEmbeddingGrad(computeStream, ids, dy, dtable, rows,
+                                      localVocab, dim, vocabOffset, beta),
+                  "EmbeddingGrad");
+}
+Status CudaBackend::addPositionEmbedding(const float *x, const float *pos,
+                                         float *y, int64_t seq, int64_t batch,
+                                         int64_t dim) {
+  return launched(
+      launchAddPositionEmbedding(computeStream, x, pos, y, seq, batch, dim),
+      "AddPositionEmbedding");
+}
+Status CudaBackend::positionEmbeddingGrad(const float *dy, float *dpos,
+                                          int64_t seq, int64_t batch,
+                                          int64_t dim, int64_t posRows,
+                                          float beta) {
+  return launched(launchPositionEmbeddingGrad(computeStream, dy, dpos, seq,
+                                              batch, dim, posRows, beta),
+                  "PositionEmbeddingGrad");
+}
+Status CudaBackend::logitsMax(const float *z, float *m, int64_t rows,
+                              int64_t cols) {
+  return launched(launchLogitsMax(computeStream, z, m, rows, cols),
+                  "LogitsMax");
+}
+Status CudaBackend::crossEntropyStats(const float *z, const int32_t *t,
+                                      const float *m, float *se, float *pl,
+                                      int64_t rows, int64_t cols,
+                                      int64_t vocabOffset, int64_t numClasses,
+                                      int64_t ignoreIndex) {
+  return launched(launchCrossEntropyStats(computeStream, z, t, m, se, pl, rows,
+                                          cols, vocabOffset, numClasses,
+                                          ignoreIndex, deviceError),
+                  "CrossEntropyStats");
+}
+Status CudaBackend::crossEntropyFromStats(const float *se, const float *pl,
+                                          const float *m, const int32_t *t,
+                                          float *loss, int64_t rows,
+                                          int64_t ignoreIndex) {
+  return launched(launchCrossEntropyFromStats(computeStream, se, pl, m, t, loss,
+                                              rows, ignoreIndex),
+                  "CrossEntropyFromStats");
+}
+Status CudaBackend::crossEntropyStatsGrad(
+    const float *z, const int32_t *t, const float *m, const float *se,
+    const float *dl, float *dz, int64_t rows, int64_t cols,
+    int64_t vocabOffset, int64_t numClasses, int64_t ignoreIndex) {
+  return launched(launchCrossEntropyStatsGrad(
+                      computeStream, z, t, m, se, dl, dz, rows, cols,
+                      vocabOffset, numClasses, ignoreIndex, deviceError),
+                  "CrossEntropyStatsGrad");
+}
+Status CudaBackend::tokenMean(const float *loss, const int32_t *t, float *y,
+                              int64_t rows, int64_t ignoreIndex) {
+  return launched(launchTokenMean(computeStream, loss, t, y, rows, ignoreIndex),
+                  "TokenMean");
+}
+Status CudaBackend::tokenMeanGrad(const float *dy, const int32_t *t, float *dl,
+                                  int64_t rows, int64_t ignoreIndex) {
+  return launched(
+      launchTokenMeanGrad(computeStream, dy, t, dl, rows, ignoreIndex),
+      "TokenMeanGrad");
+}
+
+Status CudaBackend::dropout(const float *x, float *y, int64_t seq,
+                            int64_t batch, int64_t hidden, int64_t seqOffset,
+                            int64_t seqTotal, int64_t firstSample,
+                            uint64_t seed, int64_t stream, float rate) {
+  if (rate < 0.0f || rate >= 1.0f)
+    return invalidArgument("dropout rate must be in [0, 1), got ", rate);
+  // The stream's Philox key is the CPU's: the FNV hash of its name.
+  const uint64_t hash = fnv1a64("dropout." + std::to_string(stream));
+  return launched(launchDropout(computeStream, x, y, seq, batch, hidden,
+                                seqOffset, seqTotal, firstSample, seed, hash,
+                                rate),
+                  "Dropout");
+}
+
+} // namespace tessera::rt::cuda
+
+//===----------------------------------------------------------------------===//
+// Plugin entry point (BackendRegistry::create loads this library for
+// "cuda").
+//===----------------------------------------------------------------------===//
+
+extern "C" __attribute__((visibility("default"))) void
+tesseraRegisterBackends(tessera::rt::BackendRegistry *registry) {
+  registry->registerBackend("cuda", tessera::rt::cuda::createCudaBackend);
+}

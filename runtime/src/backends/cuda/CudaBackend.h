@@ -1,0 +1,186 @@
+//===- CudaBackend.h - The "cuda" compute backend ---------------*- C++ -*-===//
+//
+// The Backend of one GPU: every kernel is enqueued on one compute stream and
+// nothing waits for the device except copyToHost and synchronize() (the
+// executor calls the latter once per iteration). GEMMs go through cuBLASLt
+// (GemmPlan.h, CublasLtGemm.h): fp32 operands and accumulation, no TF32
+// unless BackendOptions::allowTf32; attention is strided-batched GEMMs
+// around row-softmax kernels. The other opcodes are the kernels of
+// Kernels.cu, whose per-element math is the CPU backend's
+// (tessera/rt/math/). Data errors recorded by kernels (DeviceError.h)
+// surface at the next synchronize().
+//
+// Memory: the executor's one arena per program is one cudaMalloc; scratch
+// (attention probabilities, layer-norm row statistics) grows with the
+// stream-ordered allocator (cudaMallocAsync), so growing it does not make
+// the host wait either.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_RT_BACKENDS_CUDA_CUDABACKEND_H
+#define TESSERA_RT_BACKENDS_CUDA_CUDABACKEND_H
+
+#include "CublasLtGemm.h"
+#include "DeviceError.h"
+#include "GemmPlan.h"
+
+#include "tessera/rt/Backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <memory>
+#include <tuple>
+
+namespace tessera::rt::cuda {
+
+/// "<what>: <cudaErrorName> (<description>)" for a failed call, OK
+/// otherwise.
+Status cudaStatus(cudaError_t error, const char *what);
+
+/// The GPU this process uses: `localRank` (or, when it is -1, the local
+/// rank the MPI launcher exports: OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID
+/// or SLURM_LOCALID) modulo the devices visible; an Unavailable error naming
+/// the CUDA error when there is no driver or no device.
+StatusOr<int> selectDevice(int localRank);
+
+/// Creates the backend on the device selectDevice picks.
+StatusOr<std::unique_ptr<Backend>> createCudaBackend(const BackendOptions &);
+
+class CudaBackend final : public Backend {
+public:
+  ~CudaBackend() override;
+  static StatusOr<std::unique_ptr<CudaBackend>>
+  create(int device, const BackendOptions &options);
+
+  const char *name() const override { return "cuda"; }
+  bool hostMemory() const override { return false; }
+  int device() const { return deviceIndex; }
+  /// The compute stream (collectives are ordered against it).
+  cudaStream_t stream() const { return computeStream; }
+
+  StatusOr<void *> allocate(int64_t bytes) override;
+  void deallocate(void *ptr) override;
+  Status copyToDevice(void *dst, const void *src, int64_t bytes) override;
+  Status copyToHost(void *dst, const void *src, int64_t bytes) override;
+  Status synchronize() override;
+
+  Status gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+              float alpha, const float *a, const float *b, float beta,
+              float *c) override;
+  Status biasAdd(const float *x, const float *bias, float *y, int64_t rows,
+                 int64_t cols) override;
+  Status add(const float *a, const float *b, float *c, int64_t n) override;
+  Status gelu(const float *x, float *y, int64_t n) override;
+  Status geluGrad(const float *x, const float *dy, float *dx,
+                  int64_t n) override;
+  Status relu(const float *x, float *y, int64_t n) override;
+  Status reluGrad(const float *x, const float *dy, float *dx,
+                  int64_t n) override;
+  Status reduceRows(const float *x, float *y, int64_t rows, int64_t cols,
+                    float alpha, float beta) override;
+  Status crossEntropy(const float *z, const int32_t *t, float *loss,
+                      int64_t rows, int64_t cols) override;
+  Status crossEntropyGrad(const float *z, const int32_t *t, const float *dl,
+                          float *dz, int64_t rows, int64_t cols) override;
+  Status mean(const float *x, float *y, int64_t n) override;
+  Status meanGrad(const float *dy, float *dx, int64_t n) override;
+  Status fill(float *y, float value, int64_t n) override;
+  Status scale(const float *x, float *y, float alpha, int64_t n) override;
+  Status copy(const void *x, void *y, int64_t bytes) override;
+  Status axpy(float alpha, const float *x, float *y, int64_t n) override;
+  Status cast(const void *x, FloatFormat xFormat, void *y, FloatFormat yFormat,
+              int64_t n, float beta) override;
+  Status fillBf16(uint16_t *y, float value, int64_t n) override;
+  Status scaleBf16(const uint16_t *x, uint16_t *y, float alpha,
+                   int64_t n) override;
+  Status axpyBf16(float alpha, const uint16_t *x, uint16_t *y,
+                  int64_t n) override;
+  Status adam(float *p, const float *g, float *m, float *v, int64_t n,
+              const int64_t *iteration, const AdamParams &params) override;
+  Status sgd(float *p, const float *g, int64_t n, float lr,
+             float weightDecay) override;
+  Status layerNorm(const float *x, const float *gamma, const float *bias,
+                   float *y, int64_t rows, int64_t cols, float eps) override;
+  Status layerNormGrad(const float *x, const float *gamma, const float *dy,
+                       float *dx, float *dgamma, float *dbias, int64_t rows,
+                       int64_t cols, float eps, float beta) override;
+  Status embedding(const int32_t *ids, const float *table, float *y,
+                   int64_t rows, int64_t localVocab, int64_t dim,
+                   int64_t vocabOffset, int64_t vocabSize) override;
+  Status embeddingGrad(const int32_t *ids, const float *dy, float *dtable,
+                       int64_t rows, int64_t localVocab, int64_t dim,
+                       int64_t vocabOffset, float beta) override;
+  Status addPositionEmbedding(const float *x, const float *pos, float *y,
+                              int64_t seq, int64_t batch,
+                              int64_t dim) override;
+  Status positionEmbeddingGrad(const float *dy, float *dpos, int64_t seq,
+                               int64_t batch, int64_t dim, int64_t posRows,
+                               float beta) override;
+  Status attention(const float *qkv, float *out, int64_t seq, int64_t batch,
+                   int64_t heads, int64_t headDim, bool causal) override;
+  Status attentionGrad(const float *qkv, const float *dout, float *dqkv,
+                       int64_t seq, int64_t batch, int64_t heads,
+                       int64_t headDim, bool causal) override;
+  Status logitsMax(const float *z, float *m, int64_t rows,
+                   int64_t cols) override;
+  Status crossEntropyStats(const float *z, const int32_t *t, const float *m,
+                           float *se, float *pl, int64_t rows, int64_t cols,
+                           int64_t vocabOffset, int64_t numClasses,
+                           int64_t ignoreIndex) override;
+  Status crossEntropyFromStats(const float *se, const float *pl, const float *m,
+                               const int32_t *t, float *loss, int64_t rows,
+                               int64_t ignoreIndex) override;
+  Status crossEntropyStatsGrad(const float *z, const int32_t *t, const float *m,
+                               const float *se, const float *dl, float *dz,
+                               int64_t rows, int64_t cols, int64_t vocabOffset,
+                               int64_t numClasses,
+                               int64_t ignoreIndex) override;
+  Status tokenMean(const float *loss, const int32_t *t, float *y, int64_t rows,
+                   int64_t ignoreIndex) override;
+  Status dropout(const float *x, float *y, int64_t seq, int64_t batch,
+                 int64_t hidden, int64_t seqOffset, int64_t seqTotal,
+                 int64_t firstSample, uint64_t seed, int64_t stream,
+                 float rate) override;
+  Status tokenMeanGrad(const float *dy, const int32_t *t, float *dl,
+                       int64_t rows, int64_t ignoreIndex) override;
+
+private:
+  CudaBackend() = default;
+
+  /// A cached GEMM: its descriptors and the algorithm cuBLASLt's heuristic
+  /// picked for them (once per shape).
+  struct CachedGemm {
+    LtGemmDescriptors descriptors;
+    cublasLtMatmulAlgo_t algo;
+  };
+  using PlanKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t,
+                             int64_t, int64_t, int64_t, int64_t, int64_t,
+                             int64_t>;
+
+  /// Runs row-major product `g` on A, B, C (swapped into the column-major
+  /// plan's operand order).
+  Status runRowMajor(const RowMajorGemm &g, const float *a, const float *b,
+                     float *c, float alpha, float beta);
+  StatusOr<CachedGemm *> cachedGemm(const GemmPlan &plan);
+  /// At least `bytes` of scratch in `slot` (0: attention probabilities, 1:
+  /// their gradient, 2: layer-norm statistics), grown in stream order.
+  StatusOr<float *> scratch(int slot, int64_t bytes);
+  /// The launch error of the last kernel, named after `what`.
+  Status launched(cudaError_t error, const char *what);
+
+  int deviceIndex = 0;
+  bool allowTf32 = false;
+  cudaStream_t computeStream = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  void *workspace = nullptr;
+  int64_t workspaceBytes = 0;
+  DeviceError *deviceError = nullptr;
+  std::map<PlanKey, std::unique_ptr<CachedGemm>> gemms;
+  void *scratchPtr[3] = {nullptr, nullptr, nullptr};
+  int64_t scratchBytes[3] = {0, 0, 0};
+};
+
+} // namespace tessera::rt::cuda
+
+#endif // TESSERA_RT_BACKENDS_CUDA_CUDABACKEND_H

@@ -1,0 +1,859 @@
+//===- Kernels.cu - CUDA kernels of the compute opcodes -------------------===//
+//
+// One kernel (or two) per Backend method that is not a GEMM. The math of
+// each element or row comes from tessera/rt/math/*.h, which the CPU backend
+// uses too; what is written here is only the parallel decomposition:
+//   - elementwise kernels: grid-stride loops over the elements;
+//   - row kernels (layer norm, softmax, cross-entropy): one block per row,
+//     warp-shuffle reductions;
+//   - column reductions (bias and layer-norm parameter gradients): blocks of
+//     32 columns by 8 row lanes;
+//   - the embedding gradient: a scatter-add with atomics (its sums are in no
+//     fixed order, the one result that is not bitwise reproducible).
+// Errors that depend on data go to the DeviceError record (DeviceError.h).
+//
+//===----------------------------------------------------------------------===//
+
+#include "Kernels.h"
+
+#include "tessera/rt/BF16.h"
+#include "tessera/rt/math/Kernels.h"
+#include "tessera/rt/math/Philox.h"
+
+#include <algorithm>
+
+namespace tessera::rt::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+/// Threads of the single-block reductions (mean, token mean).
+constexpr int kReduceThreads = 1024;
+
+/// Blocks for a grid-stride loop over n elements.
+unsigned blocksFor(int64_t n) {
+  return unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 20));
+}
+
+__device__ __forceinline__ int64_t firstIndex() {
+  return int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t gridStride() {
+  return int64_t(gridDim.x) * blockDim.x;
+}
+
+#define TESSERA_GRID_LOOP(i, n)                                                \
+  for (int64_t i = firstIndex(); i < (n); i += gridStride())
+
+/// Records the first data error (later ones are dropped).
+__device__ void recordError(DeviceError *err, int kind, long long value,
+                            long long row, long long limit, long long extra) {
+  if (atomicCAS(&err->kind, int(kNoError), kind) == int(kNoError)) {
+    err->value = value;
+    err->row = row;
+    err->limit = limit;
+    err->extra = extra;
+  }
+}
+
+struct SumOp {
+  template <typename T> __device__ T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+/// max that skips NaN, as the CPU's rowMax does.
+struct MaxOp {
+  __device__ float operator()(float a, float b) const {
+    return math::selectf(b > a, b, a);
+  }
+};
+
+/// Reduces `v` over the block (blockDim.x a multiple of 32, at most 1024);
+/// every thread gets the result.
+template <typename T, typename Op>
+__device__ T blockReduce(T v, Op op, T identity) {
+  __shared__ T partial[32];
+  for (int offset = 16; offset > 0; offset >>= 1)
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  __syncthreads(); // partial may still be read by a previous reduction
+  if (lane == 0)
+    partial[warp] = v;
+  __syncthreads();
+  const int warps = int(blockDim.x + 31) >> 5;
+  v = lane < warps ? partial[lane] : identity;
+  for (int offset = 16; offset > 0; offset >>= 1)
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+__device__ float blockSum(float v) { return blockReduce(v, SumOp(), 0.0f); }
+__device__ double blockSumD(double v) { return blockReduce(v, SumOp(), 0.0); }
+__device__ float blockMax(float v) {
+  return blockReduce(v, MaxOp(), -INFINITY);
+}
+__device__ long long blockCount(long long v) {
+  return blockReduce(v, SumOp(), 0ll);
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+__global__ void biasAddKernel(const float *x, const float *bias, float *y,
+                              int64_t n, int64_t cols) {
+  TESSERA_GRID_LOOP(i, n) { y[i] = x[i] + bias[i % cols]; }
+}
+__global__ void addKernel(const float *a, const float *b, float *c,
+                          int64_t n) {
+  TESSERA_GRID_LOOP(i, n) { c[i] = a[i] + b[i]; }
+}
+__global__ void geluKernel(const float *x, float *y, int64_t n) {
+  TESSERA_GRID_LOOP(i, n) { y[i] = math::gelu(x[i]); }
+}
+__global__ void geluGradKernel(const float *x, const float *dy, float *dx,
+                               int64_t n) {
+  TESSERA_GRID_LOOP(i, n) { dx[i] = math::geluGrad(x[i], dy[i]); }
+}
+__global__ void reluKernel(const float *x, float *y, int64_t n) {
+  TESSERA_GRID_LOOP(i, n) { y[i] = x[i] > 0.0f ? x[i] : 0.0f; }
+}
+__global__ void reluGradKernel(const float *x, const float *dy, float *dx,
+                               int64_t n) {
+  TESSERA_GRID_LOOP(i, n) { dx[i] = math::reluGrad(x[i], dy[i]); }
+}
+__global__ void meanGradKernel(const float *dy, float *dx, int64_t n) {
+  const float v = dy[0] / float(n);
+  TESSERA_GRID_LOOP(i, n) { dx[i] = v; }
+}
+__global__ void fillKernel(float *y, float value, int64_t n) {
+  TESSERA_GRID_LOOP(i, n) { y[i] = value; }
+}
+__global__ void scaleKernel(const float *x, float *y, float alpha,
+                            int64_t n) {
+  TESSERA_GRID_LOOP(i, n) { y[i] = alpha * x[i]; }
+}
+__global__ void axpyKernel(float alpha, const float *x, float *y, int64_t n) {
+  TESSERA_GRID_LOOP(i, n) { y[i] += alpha * x[i]; }
+}
+__global__ void fillBf16Kernel(uint16_t *y, uint16_t value, int64_t n) {
+  TESSERA_GRID_LOOP(i, n) { y[i] = value; }
+}
+__global__ void scaleBf16Kernel(const uint16_t *x, uint16_t *y, float alpha,
+                                int64_t n) {
+  TESSERA_GRID_LOOP(i, n) { y[i] = floatToBf16(alpha * bf16ToFloat(x[i])); }
+}
+__global__ void axpyBf16Kernel(float alpha, const uint16_t *x, uint16_t *y,
+                               int64_t n) {
+  TESSERA_GRID_LOOP(i, n) {
+    y[i] = floatToBf16(bf16ToFloat(y[i]) + alpha * bf16ToFloat(x[i]));
+  }
+}
+
+template <bool Bf16> __device__ __forceinline__ float loadAs(const void *p,
+                                                             int64_t i) {
+  if constexpr (Bf16)
+    return bf16ToFloat(static_cast<const uint16_t *>(p)[i]);
+  else
+    return static_cast<const float *>(p)[i];
+}
+template <bool Bf16> __device__ __forceinline__ void storeAs(void *p, int64_t i,
+                                                            float v) {
+  if constexpr (Bf16)
+    static_cast<uint16_t *>(p)[i] = floatToBf16(v);
+  else
+    static_cast<float *>(p)[i] = v;
+}
+
+/// Y = convert(X (+ beta Y)): the sum in f32, one rounding to bf16.
+template <bool XBf16, bool YBf16, bool Accumulate>
+__global__ void castKernel(const void *x, void *y, int64_t n, float beta) {
+  TESSERA_GRID_LOOP(i, n) {
+    float v = loadAs<XBf16>(x, i);
+    if constexpr (Accumulate)
+      v += beta * loadAs<YBf16>(y, i);
+    storeAs<YBf16>(y, i, v);
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Optimizers: one kernel per bucket (Megatron's multi-tensor apply over the
+// distributed optimizer's contiguous buffers).
+//===----------------------------------------------------------------------===//
+
+__global__ void adamKernel(float *p, const float *g, float *m, float *v,
+                           int64_t n, const int64_t *iteration, float lr,
+                           float beta1, float beta2, float eps,
+                           float weightDecay, DeviceError *err) {
+  __shared__ float c1, c2;
+  __shared__ bool bad;
+  if (threadIdx.x == 0) {
+    const int64_t step = *iteration;
+    bad = step < 1;
+    if (bad) {
+      if (blockIdx.x == 0)
+        recordError(err, kAdamIteration, step, 0, 0, 0);
+    } else {
+      c1 = math::adamBiasCorrection(beta1, step);
+      c2 = math::adamBiasCorrection(beta2, step);
+    }
+  }
+  __syncthreads();
+  if (bad)
+    return;
+  TESSERA_GRID_LOOP(i, n) {
+    float pi = p[i], mi = m[i], vi = v[i];
+    math::adamUpdate(pi, g[i], mi, vi, beta1, beta2, c1, c2, lr, eps,
+                     weightDecay);
+    p[i] = pi;
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+__global__ void sgdKernel(float *p, const float *g, int64_t n, float lr,
+                          float weightDecay) {
+  TESSERA_GRID_LOOP(i, n) {
+    float pi = p[i];
+    math::sgdUpdate(pi, g[i], lr, weightDecay);
+    p[i] = pi;
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Column reductions: block (32 columns, 8 row lanes), each lane summing
+// every 8th row, then the lanes summed in shared memory.
+//===----------------------------------------------------------------------===//
+
+constexpr int kColumns = 32, kRowLanes = 8;
+
+/// out[j] = alpha * sum_r x[r, j] + beta * out[j] (beta == 0: not read).
+__global__ void reduceRowsKernel(const float *x, float *y, int64_t rows,
+                                 int64_t cols, float alpha, float beta) {
+  __shared__ float partial[kRowLanes][kColumns];
+  const int64_t j = int64_t(blockIdx.x) * kColumns + threadIdx.x;
+  float acc = 0.0f;
+  if (j < cols)
+    for (int64_t r = threadIdx.y; r < rows; r += kRowLanes)
+      acc += x[r * cols + j];
+  partial[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < cols) {
+    float sum = 0.0f;
+    for (int l = 0; l < kRowLanes; ++l)
+      sum += partial[l][threadIdx.x];
+    y[j] = beta == 0.0f ? alpha * sum : alpha * sum + beta * y[j];
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Row kernels: one block per row.
+//===----------------------------------------------------------------------===//
+
+__global__ void crossEntropyKernel(const float *z, const int32_t *t,
+                                   float *loss, int64_t cols,
+                                   DeviceError *err) {
+  const int64_t row = blockIdx.x;
+  const int32_t label = t[row];
+  if (label < 0 || label >= cols) {
+    if (threadIdx.x == 0) {
+      recordError(err, kLabel, label, row, cols, 0);
+      loss[row] = 0.0f;
+    }
+    return;
+  }
+  const float *zr = z + row * cols;
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    mx = MaxOp()(mx, zr[j]);
+  mx = blockMax(mx);
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    sum += math::expApprox(zr[j] - mx);
+  sum = blockSum(sum);
+  if (threadIdx.x == 0)
+    loss[row] = math::crossEntropyLoss(sum, mx, zr[label]);
+}
+
+__global__ void crossEntropyGradKernel(const float *z, const int32_t *t,
+                                       const float *dl, float *dz,
+                                       int64_t cols, DeviceError *err) {
+  const int64_t row = blockIdx.x;
+  const int32_t label = t[row];
+  float *dr = dz + row * cols;
+  if (label < 0 || label >= cols) {
+    if (threadIdx.x == 0)
+      recordError(err, kLabel, label, row, cols, 0);
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+      dr[j] = 0.0f;
+    return;
+  }
+  const float *zr = z + row * cols;
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    mx = MaxOp()(mx, zr[j]);
+  mx = blockMax(mx);
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    sum += math::expApprox(zr[j] - mx);
+  sum = blockSum(sum);
+  const float scale = dl[row] / sum;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    dr[j] = math::crossEntropyGrad(zr[j], mx, scale, j == label, dl[row]);
+}
+
+__global__ void layerNormKernel(const float *x, const float *gamma,
+                                const float *bias, float *y, int64_t cols,
+                                float eps) {
+  const int64_t row = blockIdx.x;
+  const float *xr = x + row * cols;
+  float *yr = y + row * cols;
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    sum += xr[j];
+  const float mean = blockSum(sum) / float(cols);
+  float sq = 0.0f;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    float d = xr[j] - mean;
+    sq += d * d;
+  }
+  const float rstd = math::layerNormRstd(blockSum(sq), cols, eps);
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    yr[j] = math::layerNormOut(xr[j], mean, rstd, gamma[j], bias[j]);
+}
+
+/// dX per row, and the row's mean and rstd into stats[row], stats[rows +
+/// row] for the parameter gradients.
+__global__ void layerNormGradXKernel(const float *x, const float *gamma,
+                                     const float *dy, float *dx, int64_t rows,
+                                     int64_t cols, float eps, float *stats) {
+  const int64_t row = blockIdx.x;
+  const float *xr = x + row * cols, *dyr = dy + row * cols;
+  float *dxr = dx + row * cols;
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    sum += xr[j];
+  const float mean = blockSum(sum) / float(cols);
+  float sq = 0.0f;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    float d = xr[j] - mean;
+    sq += d * d;
+  }
+  const float rstd = math::layerNormRstd(blockSum(sq), cols, eps);
+  float sg = 0.0f, sgx = 0.0f;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    float g = dyr[j] * gamma[j];
+    sg += g;
+    sgx += g * (xr[j] - mean) * rstd;
+  }
+  const float invN = 1.0f / float(cols);
+  const float meanG = blockSum(sg) * invN, meanGX = blockSum(sgx) * invN;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    float xhat = (xr[j] - mean) * rstd;
+    dxr[j] = math::layerNormGradX(xhat, dyr[j], gamma[j], rstd, meanG, meanGX);
+  }
+  if (threadIdx.x == 0) {
+    stats[row] = mean;
+    stats[rows + row] = rstd;
+  }
+}
+
+/// dgamma[j] = beta * dgamma[j] + sum_r dy[r, j] xhat[r, j], dbias[j] =
+/// beta * dbias[j] + sum_r dy[r, j] (beta == 0: not read).
+__global__ void layerNormGradParamsKernel(const float *x, const float *dy,
+                                          const float *stats, float *dgamma,
+                                          float *dbias, int64_t rows,
+                                          int64_t cols, float beta) {
+  __shared__ float pg[kRowLanes][kColumns], pb[kRowLanes][kColumns];
+  const int64_t j = int64_t(blockIdx.x) * kColumns + threadIdx.x;
+  float ag = 0.0f, ab = 0.0f;
+  if (j < cols)
+    for (int64_t r = threadIdx.y; r < rows; r += kRowLanes) {
+      float xhat = (x[r * cols + j] - stats[r]) * stats[rows + r];
+      ag += dy[r * cols + j] * xhat;
+      ab += dy[r * cols + j];
+    }
+  pg[threadIdx.y][threadIdx.x] = ag;
+  pb[threadIdx.y][threadIdx.x] = ab;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < cols) {
+    float sg = 0.0f, sb = 0.0f;
+    for (int l = 0; l < kRowLanes; ++l) {
+      sg += pg[l][threadIdx.x];
+      sb += pb[l][threadIdx.x];
+    }
+    dgamma[j] = beta == 0.0f ? sg : beta * dgamma[j] + sg;
+    dbias[j] = beta == 0.0f ? sb : beta * dbias[j] + sb;
+  }
+}
+
+/// In-place softmax of one row; causal rows keep (row % cols) + 1 entries.
+__global__ void softmaxRowsKernel(float *p, int64_t cols, bool causal) {
+  const int64_t row = blockIdx.x;
+  float *pr = p + row * cols;
+  const int64_t valid = causal ? row % cols + 1 : cols;
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x)
+    mx = MaxOp()(mx, pr[j]);
+  mx = blockMax(mx);
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < valid; j += blockDim.x)
+    sum += math::expApprox(pr[j] - mx);
+  const float inv = 1.0f / blockSum(sum);
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    pr[j] = j < valid ? math::expApprox(pr[j] - mx) * inv : 0.0f;
+}
+
+__global__ void softmaxGradRowsKernel(const float *p, float *dp,
+                                      int64_t cols) {
+  const int64_t row = blockIdx.x;
+  const float *pr = p + row * cols;
+  float *dr = dp + row * cols;
+  float dot = 0.0f;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    dot += pr[j] * dr[j];
+  dot = blockSum(dot);
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    dr[j] = pr[j] * (dr[j] - dot);
+}
+
+__global__ void logitsMaxKernel(const float *z, float *m, int64_t cols) {
+  const int64_t row = blockIdx.x;
+  const float *zr = z + row * cols;
+  float mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    mx = MaxOp()(mx, zr[j]);
+  mx = blockMax(mx);
+  if (threadIdx.x == 0)
+    m[row] = mx;
+}
+
+__global__ void crossEntropyStatsKernel(const float *z, const int32_t *t,
+                                        const float *m, float *se, float *pl,
+                                        int64_t cols, int64_t vocabOffset,
+                                        int64_t numClasses,
+                                        int64_t ignoreIndex,
+                                        DeviceError *err) {
+  const int64_t row = blockIdx.x;
+  const int32_t label = t[row];
+  if (!math::labelInRange(label, numClasses, ignoreIndex)) {
+    if (threadIdx.x == 0) {
+      recordError(err, kLabelWithIgnore, label, row, numClasses, ignoreIndex);
+      se[row] = 1.0f;
+      pl[row] = 0.0f;
+    }
+    return;
+  }
+  const float *zr = z + row * cols;
+  const float mr = m[row];
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    sum += math::expApprox(zr[j] - mr);
+  sum = blockSum(sum);
+  if (threadIdx.x == 0) {
+    se[row] = sum;
+    int64_t local = math::shardColumn(label, vocabOffset, cols);
+    pl[row] = label != ignoreIndex && local >= 0 ? zr[local] : 0.0f;
+  }
+}
+
+__global__ void crossEntropyFromStatsKernel(const float *se, const float *pl,
+                                            const float *m, const int32_t *t,
+                                            float *loss, int64_t rows,
+                                            int64_t ignoreIndex) {
+  TESSERA_GRID_LOOP(r, rows) {
+    loss[r] = t[r] == ignoreIndex
+                  ? 0.0f
+                  : math::crossEntropyLoss(se[r], m[r], pl[r]);
+  }
+}
+
+__global__ void crossEntropyStatsGradKernel(
+    const float *z, const int32_t *t, const float *m, const float *se,
+    const float *dl, float *dz, int64_t n, int64_t cols, int64_t vocabOffset,
+    int64_t numClasses, int64_t ignoreIndex, DeviceError *err) {
+  TESSERA_GRID_LOOP(i, n) {
+    const int64_t r = i / cols, j = i % cols;
+    const int32_t label = t[r];
+    if (!math::labelInRange(label, numClasses, ignoreIndex)) {
+      if (j == 0)
+        recordError(err, kLabelWithIgnore, label, r, numClasses, ignoreIndex);
+      dz[i] = 0.0f;
+    } else if (label == ignoreIndex) {
+      dz[i] = 0.0f;
+    } else {
+      const int64_t local = math::shardColumn(label, vocabOffset, cols);
+      dz[i] = math::crossEntropyGrad(z[i], m[r], dl[r] / se[r], j == local,
+                                     dl[r]);
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Single-block reductions to a scalar (double sums, as on the CPU).
+//===----------------------------------------------------------------------===//
+
+__global__ void meanKernel(const float *x, float *y, int64_t n) {
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    sum += double(x[i]);
+  sum = blockSumD(sum);
+  if (threadIdx.x == 0)
+    y[0] = n ? float(sum / double(n)) : 0.0f;
+}
+
+__global__ void tokenMeanKernel(const float *loss, const int32_t *t, float *y,
+                                int64_t rows, int64_t ignoreIndex) {
+  double sum = 0.0;
+  long long count = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
+    if (t[r] != ignoreIndex) {
+      sum += double(loss[r]);
+      ++count;
+    }
+  sum = blockSumD(sum);
+  count = blockCount(count);
+  if (threadIdx.x == 0)
+    y[0] = count ? float(sum / double(count)) : 0.0f;
+}
+
+__global__ void tokenMeanGradKernel(const float *dy, const int32_t *t,
+                                    float *dl, int64_t rows,
+                                    int64_t ignoreIndex) {
+  long long count = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
+    count += t[r] != ignoreIndex;
+  count = blockCount(count);
+  const float v = count ? dy[0] / float(count) : 0.0f;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
+    dl[r] = t[r] != ignoreIndex ? v : 0.0f;
+}
+
+//===----------------------------------------------------------------------===//
+// Embeddings and dropout
+//===----------------------------------------------------------------------===//
+
+__global__ void embeddingKernel(const int32_t *ids, const float *table,
+                                float *y, int64_t n, int64_t localVocab,
+                                int64_t dim, int64_t vocabOffset,
+                                int64_t vocabSize, DeviceError *err) {
+  TESSERA_GRID_LOOP(i, n) {
+    const int64_t r = i / dim, j = i % dim;
+    const int64_t id = ids[r];
+    if (id < 0 || id >= vocabSize) {
+      if (j == 0)
+        recordError(err, kVocabularyId, id, r, vocabSize, 0);
+      y[i] = 0.0f;
+      continue;
+    }
+    const int64_t local = math::shardColumn(id, vocabOffset, localVocab);
+    y[i] = local >= 0 ? table[local * dim + j] : 0.0f;
+  }
+}
+
+/// out = beta * out, zeros for beta == 0 (no NaN carried over).
+__global__ void scaleOrZeroKernel(float *out, int64_t n, float beta) {
+  TESSERA_GRID_LOOP(i, n) { out[i] = beta == 0.0f ? 0.0f : beta * out[i]; }
+}
+
+__global__ void embeddingScatterKernel(const int32_t *ids, const float *dy,
+                                       float *dtable, int64_t n,
+                                       int64_t localVocab, int64_t dim,
+                                       int64_t vocabOffset) {
+  TESSERA_GRID_LOOP(i, n) {
+    const int64_t r = i / dim, j = i % dim;
+    const int64_t local = math::shardColumn(ids[r], vocabOffset, localVocab);
+    if (local >= 0)
+      atomicAdd(dtable + local * dim + j, dy[i]);
+  }
+}
+
+__global__ void addPositionEmbeddingKernel(const float *x, const float *pos,
+                                           float *y, int64_t n, int64_t batch,
+                                           int64_t dim) {
+  TESSERA_GRID_LOOP(i, n) {
+    const int64_t s = i / (batch * dim), j = i % dim;
+    y[i] = x[i] + pos[s * dim + j];
+  }
+}
+
+/// dP[s, j] = beta * dP[s, j] + sum_b dY[s, b, j] (summed in b order, as
+/// on the CPU) for s < seq; rows past seq are only scaled.
+__global__ void positionEmbeddingGradKernel(const float *dy, float *dpos,
+                                            int64_t n, int64_t seq,
+                                            int64_t batch, int64_t dim,
+                                            float beta) {
+  TESSERA_GRID_LOOP(i, n) {
+    const int64_t s = i / dim, j = i % dim;
+    float acc = beta == 0.0f ? 0.0f : beta * dpos[i];
+    if (s < seq)
+      for (int64_t b = 0; b < batch; ++b)
+        acc += dy[(s * batch + b) * dim + j];
+    dpos[i] = acc;
+  }
+}
+
+__global__ void dropoutKernel(const float *x, float *y, int64_t n,
+                              int64_t batch, int64_t hidden, int64_t seqOffset,
+                              int64_t seqTotal, int64_t firstSample,
+                              uint64_t seed, uint64_t streamHash,
+                              uint64_t threshold, float scale) {
+  TESSERA_GRID_LOOP(i, n) {
+    const int64_t h = i % hidden, b = (i / hidden) % batch,
+                  s = i / (hidden * batch);
+    const uint64_t counter = math::dropoutCounter(firstSample + b, seqTotal,
+                                                  s + seqOffset, hidden, h);
+    const bool keep = math::philoxWord(seed, streamHash, counter) >= threshold;
+    y[i] = keep ? x[i] * scale : 0.0f;
+  }
+}
+
+/// Threads per row block: enough for the row, a multiple of 32.
+unsigned rowThreads(int64_t cols) {
+  return cols >= 1024 ? 1024u : cols >= 256 ? 256u : 128u;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Launchers
+//===----------------------------------------------------------------------===//
+
+#define TESSERA_LAUNCH_1D(kernel, n, stream, ...)                              \
+  do {                                                                         \
+    if ((n) > 0)                                                               \
+      kernel<<<blocksFor(n), kThreads, 0, stream>>>(__VA_ARGS__);              \
+    return cudaGetLastError();                                                 \
+  } while (false)
+
+cudaError_t launchBiasAdd(cudaStream_t s, const float *x, const float *bias,
+                          float *y, int64_t rows, int64_t cols) {
+  TESSERA_LAUNCH_1D(biasAddKernel, rows * cols, s, x, bias, y, rows * cols,
+                    cols);
+}
+cudaError_t launchAdd(cudaStream_t s, const float *a, const float *b, float *c,
+                      int64_t n) {
+  TESSERA_LAUNCH_1D(addKernel, n, s, a, b, c, n);
+}
+cudaError_t launchGelu(cudaStream_t s, const float *x, float *y, int64_t n) {
+  TESSERA_LAUNCH_1D(geluKernel, n, s, x, y, n);
+}
+cudaError_t launchGeluGrad(cudaStream_t s, const float *x, const float *dy,
+                           float *dx, int64_t n) {
+  TESSERA_LAUNCH_1D(geluGradKernel, n, s, x, dy, dx, n);
+}
+cudaError_t launchRelu(cudaStream_t s, const float *x, float *y, int64_t n) {
+  TESSERA_LAUNCH_1D(reluKernel, n, s, x, y, n);
+}
+cudaError_t launchReluGrad(cudaStream_t s, const float *x, const float *dy,
+                           float *dx, int64_t n) {
+  TESSERA_LAUNCH_1D(reluGradKernel, n, s, x, dy, dx, n);
+}
+cudaError_t launchMeanGrad(cudaStream_t s, const float *dy, float *dx,
+                           int64_t n) {
+  TESSERA_LAUNCH_1D(meanGradKernel, n, s, dy, dx, n);
+}
+cudaError_t launchFill(cudaStream_t s, float *y, float value, int64_t n) {
+  TESSERA_LAUNCH_1D(fillKernel, n, s, y, value, n);
+}
+cudaError_t launchScale(cudaStream_t s, const float *x, float *y, float alpha,
+                        int64_t n) {
+  TESSERA_LAUNCH_1D(scaleKernel, n, s, x, y, alpha, n);
+}
+cudaError_t launchAxpy(cudaStream_t s, float alpha, const float *x, float *y,
+                       int64_t n) {
+  TESSERA_LAUNCH_1D(axpyKernel, n, s, alpha, x, y, n);
+}
+cudaError_t launchFillBf16(cudaStream_t s, uint16_t *y, float value,
+                           int64_t n) {
+  TESSERA_LAUNCH_1D(fillBf16Kernel, n, s, y, floatToBf16(value), n);
+}
+cudaError_t launchScaleBf16(cudaStream_t s, const uint16_t *x, uint16_t *y,
+                            float alpha, int64_t n) {
+  TESSERA_LAUNCH_1D(scaleBf16Kernel, n, s, x, y, alpha, n);
+}
+cudaError_t launchAxpyBf16(cudaStream_t s, float alpha, const uint16_t *x,
+                           uint16_t *y, int64_t n) {
+  TESSERA_LAUNCH_1D(axpyBf16Kernel, n, s, alpha, x, y, n);
+}
+
+cudaError_t launchCast(cudaStream_t s, const void *x, bool xBf16, void *y,
+                       bool yBf16, int64_t n, float beta) {
+  using Kernel = void (*)(const void *, void *, int64_t, float);
+  static const Kernel table[2][2][2] = {
+      {{castKernel<false, false, false>, castKernel<false, false, true>},
+       {castKernel<false, true, false>, castKernel<false, true, true>}},
+      {{castKernel<true, false, false>, castKernel<true, false, true>},
+       {castKernel<true, true, false>, castKernel<true, true, true>}}};
+  Kernel kernel = table[xBf16][yBf16][beta != 0.0f];
+  TESSERA_LAUNCH_1D(kernel, n, s, x, y, n, beta);
+}
+
+cudaError_t launchAdam(cudaStream_t s, float *p, const float *g, float *m,
+                       float *v, int64_t n, const int64_t *iteration,
+                       float lr, float beta1, float beta2, float eps,
+                       float weightDecay, DeviceError *err) {
+  TESSERA_LAUNCH_1D(adamKernel, n, s, p, g, m, v, n, iteration, lr, beta1,
+                    beta2, eps, weightDecay, err);
+}
+cudaError_t launchSgd(cudaStream_t s, float *p, const float *g, int64_t n,
+                      float lr, float weightDecay) {
+  TESSERA_LAUNCH_1D(sgdKernel, n, s, p, g, n, lr, weightDecay);
+}
+
+cudaError_t launchReduceRows(cudaStream_t s, const float *x, float *y,
+                             int64_t rows, int64_t cols, float alpha,
+                             float beta) {
+  if (cols > 0)
+    reduceRowsKernel<<<unsigned((cols + kColumns - 1) / kColumns),
+                       dim3(kColumns, kRowLanes), 0, s>>>(x, y, rows, cols,
+                                                          alpha, beta);
+  return cudaGetLastError();
+}
+
+#define TESSERA_LAUNCH_ROWS(kernel, rows, cols, stream, ...)                   \
+  do {                                                                         \
+    if ((rows) > 0)                                                            \
+      kernel<<<unsigned(rows), rowThreads(cols), 0, stream>>>(__VA_ARGS__);    \
+    return cudaGetLastError();                                                 \
+  } while (false)
+
+cudaError_t launchCrossEntropy(cudaStream_t s, const float *z, const int32_t *t,
+                               float *loss, int64_t rows, int64_t cols,
+                               DeviceError *err) {
+  TESSERA_LAUNCH_ROWS(crossEntropyKernel, rows, cols, s, z, t, loss, cols,
+                      err);
+}
+cudaError_t launchCrossEntropyGrad(cudaStream_t s, const float *z,
+                                   const int32_t *t, const float *dl, float *dz,
+                                   int64_t rows, int64_t cols,
+                                   DeviceError *err) {
+  TESSERA_LAUNCH_ROWS(crossEntropyGradKernel, rows, cols, s, z, t, dl, dz,
+                      cols, err);
+}
+cudaError_t launchLayerNorm(cudaStream_t s, const float *x, const float *gamma,
+                            const float *bias, float *y, int64_t rows,
+                            int64_t cols, float eps) {
+  if (cols == 0)
+    return cudaSuccess;
+  TESSERA_LAUNCH_ROWS(layerNormKernel, rows, cols, s, x, gamma, bias, y, cols,
+                      eps);
+}
+cudaError_t launchLayerNormGrad(cudaStream_t s, const float *x,
+                                const float *gamma, const float *dy, float *dx,
+                                float *dgamma, float *dbias, int64_t rows,
+                                int64_t cols, float eps, float beta,
+                                float *stats) {
+  if (cols == 0)
+    return cudaSuccess;
+  if (rows > 0)
+    layerNormGradXKernel<<<unsigned(rows), rowThreads(cols), 0, s>>>(
+        x, gamma, dy, dx, rows, cols, eps, stats);
+  layerNormGradParamsKernel<<<unsigned((cols + kColumns - 1) / kColumns),
+                              dim3(kColumns, kRowLanes), 0, s>>>(
+      x, dy, stats, dgamma, dbias, rows, cols, beta);
+  return cudaGetLastError();
+}
+cudaError_t launchSoftmaxRows(cudaStream_t s, float *p, int64_t rows,
+                              int64_t cols, bool causal) {
+  TESSERA_LAUNCH_ROWS(softmaxRowsKernel, rows, cols, s, p, cols, causal);
+}
+cudaError_t launchSoftmaxGradRows(cudaStream_t s, const float *p, float *dp,
+                                  int64_t rows, int64_t cols) {
+  TESSERA_LAUNCH_ROWS(softmaxGradRowsKernel, rows, cols, s, p, dp, cols);
+}
+cudaError_t launchLogitsMax(cudaStream_t s, const float *z, float *m,
+                            int64_t rows, int64_t cols) {
+  TESSERA_LAUNCH_ROWS(logitsMaxKernel, rows, cols, s, z, m, cols);
+}
+cudaError_t launchCrossEntropyStats(cudaStream_t s, const float *z,
+                                    const int32_t *t, const float *m,
+                                    float *se, float *pl, int64_t rows,
+                                    int64_t cols, int64_t vocabOffset,
+                                    int64_t numClasses, int64_t ignoreIndex,
+                                    DeviceError *err) {
+  TESSERA_LAUNCH_ROWS(crossEntropyStatsKernel, rows, cols, s, z, t, m, se, pl,
+                      cols, vocabOffset, numClasses, ignoreIndex, err);
+}
+cudaError_t launchCrossEntropyFromStats(cudaStream_t s, const float *se,
+                                        const float *pl, const float *m,
+                                        const int32_t *t, float *loss,
+                                        int64_t rows, int64_t ignoreIndex) {
+  TESSERA_LAUNCH_1D(crossEntropyFromStatsKernel, rows, s, se, pl, m, t, loss,
+                    rows, ignoreIndex);
+}
+cudaError_t launchCrossEntropyStatsGrad(
+    cudaStream_t s, const float *z, const int32_t *t, const float *m,
+    const float *se, const float *dl, float *dz, int64_t rows, int64_t cols,
+    int64_t vocabOffset, int64_t numClasses, int64_t ignoreIndex,
+    DeviceError *err) {
+  TESSERA_LAUNCH_1D(crossEntropyStatsGradKernel, rows * cols, s, z, t, m, se,
+                    dl, dz, rows * cols, cols, vocabOffset, numClasses,
+                    ignoreIndex, err);
+}
+
+cudaError_t launchMean(cudaStream_t s, const float *x, float *y, int64_t n) {
+  meanKernel<<<1, kReduceThreads, 0, s>>>(x, y, n);
+  return cudaGetLastError();
+}
+cudaError_t launchTokenMean(cudaStream_t s, const float *loss, const int32_t *t,
+                            float *y, int64_t rows, int64_t ignoreIndex) {
+  tokenMeanKernel<<<1, kReduceThreads, 0, s>>>(loss, t, y, rows, ignoreIndex);
+  return cudaGetLastError();
+}
+cudaError_t launchTokenMeanGrad(cudaStream_t s, const float *dy,
+                                const int32_t *t, float *dl, int64_t rows,
+                                int64_t ignoreIndex) {
+  if (rows > 0)
+    tokenMeanGradKernel<<<1, kReduceThreads, 0, s>>>(dy, t, dl, rows,
+                                                     ignoreIndex);
+  return cudaGetLastError();
+}
+
+cudaError_t launchEmbedding(cudaStream_t s, const int32_t *ids,
+                            const float *table, float *y, int64_t rows,
+                            int64_t localVocab, int64_t dim,
+                            int64_t vocabOffset, int64_t vocabSize,
+                            DeviceError *err) {
+  if (dim == 0)
+    return cudaSuccess;
+  TESSERA_LAUNCH_1D(embeddingKernel, rows * dim, s, ids, table, y, rows * dim,
+                    localVocab, dim, vocabOffset, vocabSize, err);
+}
+cudaError_t launchEmbeddingGrad(cudaStream_t s, const int32_t *ids,
+                                const float *dy, float *dtable, int64_t rows,
+                                int64_t localVocab, int64_t dim,
+                                int64_t vocabOffset, float beta) {
+  if (beta != 1.0f && localVocab * dim > 0)
+    scaleOrZeroKernel<<<blocksFor(localVocab * dim), kThreads, 0, s>>>(
+        dtable, localVocab * dim, beta);
+  if (dim == 0)
+    return cudaGetLastError();
+  TESSERA_LAUNCH_1D(embeddingScatterKernel, rows * dim, s, ids, dy, dtable,
+                    rows * dim, localVocab, dim, vocabOffset);
+}
+cudaError_t launchAddPositionEmbedding(cudaStream_t s, const float *x,
+                                       const float *pos, float *y, int64_t seq,
+                                       int64_t batch, int64_t dim) {
+  TESSERA_LAUNCH_1D(addPositionEmbeddingKernel, seq * batch * dim, s, x, pos,
+                    y, seq * batch * dim, batch, dim);
+}
+cudaError_t launchPositionEmbeddingGrad(cudaStream_t s, const float *dy,
+                                        float *dpos, int64_t seq,
+                                        int64_t batch, int64_t dim,
+                                        int64_t posRows, float beta) {
+  TESSERA_LAUNCH_1D(positionEmbeddingGradKernel, posRows * dim, s, dy, dpos,
+                    posRows * dim, seq, batch, dim, beta);
+}
+cudaError_t launchDropout(cudaStream_t s, const float *x, float *y,
+                          int64_t seq, int64_t batch, int64_t hidden,
+                          int64_t seqOffset, int64_t seqTotal,
+                          int64_t firstSample, uint64_t seed,
+                          uint64_t streamHash, float rate) {
+  const uint64_t threshold = math::dropoutThreshold(rate);
+  const float scale = 1.0f / (1.0f - rate);
+  TESSERA_LAUNCH_1D(dropoutKernel, seq * batch * hidden, s, x, y,
+                    seq * batch * hidden, batch, hidden, seqOffset, seqTotal,
+                    firstSample, seed, streamHash, threshold, scale);
+}
+
+} // namespace tessera::rt::cuda

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The MLP and a 2-layer GPT (with dropout) trained 10 Adam steps on one GPU
+# with the cuda backend and on the CPU, from the same artifact: the losses
+# must agree within 1e-4 relative at every step. Needs a GPU: without one it
+# exits 77, which ctest reports as Skipped (label "gpu").
+#
+# usage: cuda-vs-cpu.sh BINDIR SOURCE_DIR
+set -euo pipefail
+bin=$1
+src=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+"$bin/tessera-compile" "$src/examples/mlp.mlir" --micro-batch-size 32 \
+  --global-batch-size 64 -o "$tmp/mlp.tsr"
+if ! "$bin/tessera-run" -n 1 "$tmp/mlp.tsr" --steps 10 --backend cuda \
+     --metrics "$tmp/mlp-cuda.jsonl" > "$tmp/mlp-cuda.log" 2> "$tmp/err.log"; then
+  if grep -q "no GPU to run on" "$tmp/err.log"; then
+    echo "SKIPPED: $(cat "$tmp/err.log")"
+    exit 77
+  fi
+  cat "$tmp/err.log" >&2
+  exit 1
+fi
+"$bin/tessera-run" -n 1 "$tmp/mlp.tsr" --steps 10 \
+  --metrics "$tmp/mlp-cpu.jsonl" > /dev/null
+
+"$bin/tessera-preprocess" --input "$src/examples/data/northanger_abbey_vol1.txt" \
+  --output-prefix "$tmp/austen" --append-eod > /dev/null
+"$bin/tessera-gen" gpt --layers 2 --hidden 128 --heads 4 --vocab 257 --seq 64 \
+  --dropout 0.1 -o "$tmp/gpt.mlir"
+"$bin/tessera-compile" "$tmp/gpt.mlir" --micro-batch-size 4 \
+  --global-batch-size 8 -o "$tmp/gpt.tsr"
+for backend in cpu cuda; do
+  "$bin/tessera-run" -n 1 "$tmp/gpt.tsr" --steps 10 --backend $backend \
+    --data "$tmp/austen" --metrics "$tmp/gpt-$backend.jsonl" > /dev/null
+done
+
+python3 "$src/test/E2E/Inputs/compare_losses.py" --rtol 1e-4 --steps 10 \
+  "$tmp/mlp-cpu.jsonl" "$tmp/mlp-cuda.jsonl"
+python3 "$src/test/E2E/Inputs/compare_losses.py" --rtol 1e-4 --steps 10 \
+  "$tmp/gpt-cpu.jsonl" "$tmp/gpt-cuda.jsonl"
