@@ -78,8 +78,8 @@ CudaBackend::create(int device, const BackendOptions &options) {
   TESSERA_RETURN_IF_CUDA_ERROR(
       cudaMalloc(reinterpret_cast<void **>(&be->deviceError),
                  sizeof(DeviceError)));
-  TESSERA_RETURN_IF_CUDA_ERROR(
-      cudaMemset(be->deviceError, 0, sizeof(DeviceError)));
+  TESSERA_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(
+      be->deviceError, 0, sizeof(DeviceError), be->computeStream));
   return be;
 }
 
@@ -120,8 +120,10 @@ StatusOr<void *> CudaBackend::allocate(int64_t bytes) {
     return unavailable("cannot allocate ", bytes, " bytes on GPU ",
                        deviceIndex, ": ", cudaGetErrorName(error), " (",
                        cudaGetErrorString(error), ")");
-  // Zeroed before anything on the stream can read it (setup, not per step).
-  TESSERA_RETURN_IF_CUDA_ERROR(cudaMemset(ptr, 0, size));
+  // Zeroed in stream order: the compute stream does not synchronise with
+  // the legacy default stream (cudaStreamNonBlocking), so a plain cudaMemset
+  // could land after the first copy into the buffer.
+  TESSERA_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(ptr, 0, size, computeStream));
   return ptr;
 }
 
@@ -152,13 +154,17 @@ Status CudaBackend::copyToHost(void *dst, const void *src, int64_t bytes) {
 }
 
 Status CudaBackend::synchronize() {
-  TESSERA_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(computeStream));
   DeviceError error;
-  TESSERA_RETURN_IF_CUDA_ERROR(cudaMemcpy(&error, deviceError, sizeof(error),
-                                          cudaMemcpyDeviceToHost));
+  TESSERA_RETURN_IF_CUDA_ERROR(cudaMemcpyAsync(&error, deviceError,
+                                               sizeof(error),
+                                               cudaMemcpyDeviceToHost,
+                                               computeStream));
+  TESSERA_RETURN_IF_CUDA_ERROR(cudaStreamSynchronize(computeStream));
   if (error.kind == kNoError)
     return Status();
-  TESSERA_RETURN_IF_CUDA_ERROR(cudaMemset(deviceError, 0, sizeof(DeviceError)));
+  TESSERA_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(deviceError, 0,
+                                               sizeof(DeviceError),
+                                               computeStream));
   switch (error.kind) {
   case kVocabularyId:
     return outOfRange("Embedding: vocabulary id ", error.value, " at row ",
