@@ -74,7 +74,9 @@ StatusOr<MPI_Op> bf16SumOpOnce() {
   return bf16SumOp;
 }
 
-StatusOr<MPI_Datatype> mpiType(ElementType type) {
+} // namespace
+
+StatusOr<MPI_Datatype> mpiDatatype(ElementType type) {
   switch (type) {
   case ElementType::F32:
     return MPI_FLOAT;
@@ -90,9 +92,7 @@ StatusOr<MPI_Datatype> mpiType(ElementType type) {
   return invalidArgument("unknown element type");
 }
 
-/// The MPI op of reduction `op` on `type`: the built-in ones, or for bf16
-/// the f32-pairwise sum (there is no bf16 max).
-StatusOr<MPI_Op> mpiOp(ReduceKind op, ElementType type) {
+StatusOr<MPI_Op> mpiReduceOp(ReduceKind op, ElementType type) {
   if (type == ElementType::BF16) {
     if (op != ReduceKind::Sum)
       return unimplemented("bf16 max reductions are not supported (bf16 "
@@ -101,6 +101,8 @@ StatusOr<MPI_Op> mpiOp(ReduceKind op, ElementType type) {
   }
   return op == ReduceKind::Max ? MPI_MAX : MPI_SUM;
 }
+
+namespace {
 
 Status checkCount(int64_t count) {
   if (count < 0 || count > INT_MAX)
@@ -131,8 +133,8 @@ public:
   Status allReduce(void *buffer, int64_t count, ElementType type,
                    ReduceKind op) override {
     TESSERA_RETURN_IF_ERROR(checkCount(count));
-    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type));
-    TESSERA_ASSIGN_OR_RETURN(MPI_Op mop, mpiOp(op, type));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiDatatype(type));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Op mop, mpiReduceOp(op, type));
     TESSERA_RETURN_IF_MPI_ERROR(
         MPI_Allreduce(MPI_IN_PLACE, buffer, int(count), dt, mop, comm));
     stats.allReduce += ringAllReduceBytes(count * elementSize(type), mySize);
@@ -143,7 +145,7 @@ public:
   Status allGather(const void *send, void *recv, int64_t sendCount,
                    ElementType type) override {
     TESSERA_RETURN_IF_ERROR(checkCount(sendCount));
-    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiDatatype(type));
     TESSERA_RETURN_IF_MPI_ERROR(MPI_Allgather(send, int(sendCount), dt, recv,
                                               int(sendCount), dt, comm));
     stats.allGather +=
@@ -155,8 +157,8 @@ public:
   Status reduceScatter(const void *send, void *recv, int64_t recvCount,
                        ElementType type, ReduceKind op) override {
     TESSERA_RETURN_IF_ERROR(checkCount(recvCount));
-    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type));
-    TESSERA_ASSIGN_OR_RETURN(MPI_Op mop, mpiOp(op, type));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiDatatype(type));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Op mop, mpiReduceOp(op, type));
     TESSERA_RETURN_IF_MPI_ERROR(
         MPI_Reduce_scatter_block(send, recv, int(recvCount), dt, mop, comm));
     stats.reduceScatter +=
@@ -169,8 +171,8 @@ public:
                                            int64_t recvCount, ElementType type,
                                            ReduceKind op) override {
     TESSERA_RETURN_IF_ERROR(checkCount(recvCount));
-    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type));
-    TESSERA_ASSIGN_OR_RETURN(MPI_Op mop, mpiOp(op, type));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiDatatype(type));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Op mop, mpiReduceOp(op, type));
     MPI_Request request;
     TESSERA_RETURN_IF_MPI_ERROR(MPI_Ireduce_scatter_block(
         send, recv, int(recvCount), dt, mop, comm, &request));
@@ -190,7 +192,7 @@ public:
   Status allGatherInPlace(void *buffer, int64_t count,
                           ElementType type) override {
     TESSERA_RETURN_IF_ERROR(checkCount(count));
-    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiDatatype(type));
     TESSERA_RETURN_IF_MPI_ERROR(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL,
                                               buffer, int(count), dt, comm));
     stats.allGather +=
@@ -202,8 +204,8 @@ public:
   Status reduceScatterInPlace(void *buffer, int64_t count, ElementType type,
                               ReduceKind op) override {
     TESSERA_RETURN_IF_ERROR(checkCount(count));
-    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type));
-    TESSERA_ASSIGN_OR_RETURN(MPI_Op mop, mpiOp(op, type));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiDatatype(type));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Op mop, mpiReduceOp(op, type));
     TESSERA_RETURN_IF_MPI_ERROR(MPI_Reduce_scatter_block(
         MPI_IN_PLACE, buffer, int(count), dt, mop, comm));
     stats.reduceScatter +=
@@ -217,8 +219,8 @@ public:
                                                   ElementType type,
                                                   ReduceKind op) override {
     TESSERA_RETURN_IF_ERROR(checkCount(count));
-    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type));
-    TESSERA_ASSIGN_OR_RETURN(MPI_Op mop, mpiOp(op, type));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiDatatype(type));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Op mop, mpiReduceOp(op, type));
     MPI_Request request;
     TESSERA_RETURN_IF_MPI_ERROR(MPI_Ireduce_scatter_block(
         MPI_IN_PLACE, buffer, int(count), dt, mop, comm, &request));
@@ -236,8 +238,8 @@ public:
                                        ElementType type,
                                        ReduceKind op) override {
     TESSERA_RETURN_IF_ERROR(checkCount(count));
-    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type));
-    TESSERA_ASSIGN_OR_RETURN(MPI_Op mop, mpiOp(op, type));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiDatatype(type));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Op mop, mpiReduceOp(op, type));
     MPI_Request request;
     TESSERA_RETURN_IF_MPI_ERROR(MPI_Iallreduce(MPI_IN_PLACE, buffer, int(count),
                                                dt, mop, comm, &request));
@@ -276,7 +278,7 @@ public:
   StatusOr<CommRequest> isend(const void *buffer, int64_t count,
                               ElementType type, int peer, int tag) override {
     TESSERA_RETURN_IF_ERROR(checkPointToPoint(count, peer, tag));
-    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiDatatype(type));
     MPI_Request request;
     TESSERA_RETURN_IF_MPI_ERROR(
         MPI_Isend(buffer, int(count), dt, peer, tag, comm, &request));
@@ -288,7 +290,7 @@ public:
   StatusOr<CommRequest> irecv(void *buffer, int64_t count, ElementType type,
                               int peer, int tag) override {
     TESSERA_RETURN_IF_ERROR(checkPointToPoint(count, peer, tag));
-    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiType(type));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiDatatype(type));
     MPI_Request request;
     TESSERA_RETURN_IF_MPI_ERROR(
         MPI_Irecv(buffer, int(count), dt, peer, tag, comm, &request));

@@ -139,6 +139,11 @@ public:
   /// Blocks until every rank of the group arrives.
   virtual Status barrier() = 0;
 
+  /// True when collectives are ordered on the backend's compute stream, so
+  /// the executor must not synchronise the backend before them (NCCL); false
+  /// when they read and write host-visible memory at the call (MPI, self).
+  virtual bool streamOrdered() const { return false; }
+
   const CommCounters &counters() const { return stats; }
   void resetCounters() { stats = CommCounters(); }
 

@@ -18,6 +18,16 @@ namespace tessera::rt {
 /// Converts an MPI return code to a Status ("<what>: <MPI error string>").
 Status mpiStatus(int code, const char *what);
 
+/// The MPI datatype that carries `type` (bf16 travels as MPI_UINT16_T, so
+/// byte counts are the bf16 ones).
+StatusOr<MPI_Datatype> mpiDatatype(ElementType type);
+
+/// The MPI op of reduction `op` on `type`: MPI_SUM or MPI_MAX, or for bf16
+/// sums a user-defined op adding each pair in f32 and rounding to bf16
+/// (created on first use, freed at MPI_Finalize); bf16 max is
+/// Unimplemented.
+StatusOr<MPI_Op> mpiReduceOp(ReduceKind op, ElementType type);
+
 } // namespace tessera::rt
 
 /// Evaluates an MPI call and returns an error Status from the enclosing
