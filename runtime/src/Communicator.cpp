@@ -56,6 +56,8 @@ namespace {
 /// Group of one: collectives are copies.
 class SelfCommunicator final : public Communicator {
 public:
+  explicit SelfCommunicator(CopyFn copyFn) : copyFn(std::move(copyFn)) {}
+  bool streamOrdered() const override { return bool(copyFn); }
   int rank() const override { return 0; }
   int size() const override { return 1; }
   Status allReduce(void *, int64_t, ElementType, ReduceKind) override {
@@ -65,16 +67,12 @@ public:
   Status allGather(const void *send, void *recv, int64_t count,
                    ElementType type) override {
     ++stats.calls;
-    if (send != recv)
-      std::memmove(recv, send, size_t(count * elementSize(type)));
-    return Status();
+    return copy(send, recv, count * elementSize(type));
   }
   Status reduceScatter(const void *send, void *recv, int64_t count,
                        ElementType type, ReduceKind) override {
     ++stats.calls;
-    if (send != recv)
-      std::memmove(recv, send, size_t(count * elementSize(type)));
-    return Status();
+    return copy(send, recv, count * elementSize(type));
   }
   StatusOr<CommRequest> allReduceStart(void *, int64_t, ElementType,
                                        ReduceKind) override {
@@ -124,6 +122,14 @@ public:
   Status barrier() override { return Status(); }
 
 private:
+  Status copy(const void *src, void *dst, int64_t bytes) {
+    if (src == dst || bytes == 0)
+      return Status();
+    if (copyFn)
+      return copyFn(src, dst, bytes);
+    std::memmove(dst, src, size_t(bytes));
+    return Status();
+  }
   static Status noPeer(const char *what, int peer, int tag) {
     return failedPrecondition(
         "point-to-point ", what, " peer ", peer, " (tag ", tag,
@@ -131,13 +137,14 @@ private:
         "rank");
   }
 
+  CopyFn copyFn;
   int64_t nextId = 0;
 };
 
 } // namespace
 
-std::unique_ptr<Communicator> createSelfCommunicator() {
-  return std::make_unique<SelfCommunicator>();
+std::unique_ptr<Communicator> createSelfCommunicator(CopyFn copy) {
+  return std::make_unique<SelfCommunicator>(std::move(copy));
 }
 
 } // namespace tessera::rt

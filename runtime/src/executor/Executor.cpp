@@ -110,8 +110,12 @@ Status Executor::bindFunctions() {
       return failedPrecondition("no communicator for group kind '", kind, "' (",
                                 pos.size, " ranks)");
     auto &self = selfComms[kind];
+    // Its copies go through the backend, on the backend's stream.
     if (!self)
-      self = createSelfCommunicator();
+      self = createSelfCommunicator(
+          [be = be.get()](const void *src, void *dst, int64_t bytes) {
+            return be->copy(src, dst, bytes);
+          });
     return self.get();
   };
   Decoder decoder(*art, *prog, arena, rank, lookup);
@@ -270,6 +274,15 @@ Status Executor::fillInput(const fb::InputSpec &spec, int64_t iteration,
   return be->copyToDevice(arena + offset, hostInput.data(), bytes);
 }
 
+Status Executor::syncForHostComm(const Thunk &t) {
+  // A communicator ordered on the backend's stream (NCCL, or a group of one
+  // copying through the backend) needs no host wait; one that reads the
+  // memory from the host (MPI) needs the kernels before it done.
+  if (t.comm && t.comm->streamOrdered())
+    return Status();
+  return be->synchronize();
+}
+
 Status Executor::execute(const Thunk &t) {
   using O = fb::Opcode;
   auto F = [&](int i) { return static_cast<float *>(t.ptr[i]); };
@@ -320,22 +333,22 @@ Status Executor::execute(const Thunk &t) {
                     t.ptr[1], t.i[1] ? FloatFormat::BF16 : FloatFormat::F32,
                     t.n, t.beta);
   case O::AllReduce:
-    TESSERA_RETURN_IF_ERROR(be->synchronize());
+    TESSERA_RETURN_IF_ERROR(syncForHostComm(t));
     return t.comm->allReduce(t.ptr[0], t.n, t.type, t.reduce);
   case O::AllGather:
-    TESSERA_RETURN_IF_ERROR(be->synchronize());
+    TESSERA_RETURN_IF_ERROR(syncForHostComm(t));
     if (t.i[0])
       return t.comm->allGatherInPlace(t.ptr[1], t.n, t.type);
     return t.comm->allGather(t.ptr[0], t.ptr[1], t.n, t.type);
   case O::ReduceScatter:
-    TESSERA_RETURN_IF_ERROR(be->synchronize());
+    TESSERA_RETURN_IF_ERROR(syncForHostComm(t));
     if (t.i[0])
       return t.comm->reduceScatterInPlace(t.ptr[0], t.n, t.type, t.reduce);
     return t.comm->reduceScatter(t.ptr[0], t.ptr[1], t.n, t.type, t.reduce);
   case O::AllReduceStart: {
     if (pending.count(t.event))
       return failedPrecondition("event ", t.event, " is already in flight");
-    TESSERA_RETURN_IF_ERROR(be->synchronize());
+    TESSERA_RETURN_IF_ERROR(syncForHostComm(t));
     TESSERA_ASSIGN_OR_RETURN(
         CommRequest req,
         t.comm->allReduceStart(t.ptr[0], t.n, t.type, t.reduce));
@@ -345,7 +358,7 @@ Status Executor::execute(const Thunk &t) {
   case O::ReduceScatterStart: {
     if (pending.count(t.event))
       return failedPrecondition("event ", t.event, " is already in flight");
-    TESSERA_RETURN_IF_ERROR(be->synchronize());
+    TESSERA_RETURN_IF_ERROR(syncForHostComm(t));
     // In place, the communicator moves the result into this rank's block
     // when the Wait completes it.
     TESSERA_ASSIGN_OR_RETURN(
@@ -360,7 +373,7 @@ Status Executor::execute(const Thunk &t) {
   case O::Send:
   case O::Recv: {
     // Posted now, completed with the rest of the batch (completeP2pBatch).
-    TESSERA_RETURN_IF_ERROR(be->synchronize());
+    TESSERA_RETURN_IF_ERROR(syncForHostComm(t));
     if (p2pBatch.empty()) {
       p2pBatchOpener =
           "function '" + (currentFunction ? currentFunction->name : "?") + "'";
@@ -627,10 +640,24 @@ Status Executor::stageLoss(int64_t offset, int64_t index) {
 
 StatusOr<double> Executor::collectLosses(int64_t iteration, int64_t count) {
   // The one host synchronisation of an iteration; kernels that record
-  // errors on the device (an out-of-range token id) report them here.
-  TESSERA_RETURN_IF_ERROR(be->synchronize().withContext(
-      art->name() + ": program " + std::to_string(prog->pp_rank()) +
-      " iteration " + std::to_string(iteration)));
+  // errors on the device (an out-of-range token id) report them here. The
+  // watchdog sees the wait: with stream-ordered collectives a hung one
+  // shows up here, not in its instruction.
+  const std::string what = "program " + std::to_string(prog->pp_rank()) +
+                           " iteration " + std::to_string(iteration);
+  {
+    std::lock_guard<std::mutex> lock(waitMutex);
+    waitDescription = what + ": waiting for the " + be->name() +
+                      " backend to finish the iteration's kernels and "
+                      "collectives";
+    waitSinceNs = steadyNowNs();
+  }
+  Status synced = be->synchronize();
+  {
+    std::lock_guard<std::mutex> lock(waitMutex);
+    waitDescription.clear();
+  }
+  TESSERA_RETURN_IF_ERROR(synced.withContext(art->name() + ": " + what));
   if (count == 0)
     return 0.0;
   std::vector<float> losses(static_cast<size_t>(count));

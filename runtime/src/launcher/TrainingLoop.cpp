@@ -24,6 +24,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -95,14 +96,17 @@ struct DebugHooks {
 };
 
 /// The watchdog: a collective whose peer died or stalled would block
-/// forever; after `timeout` seconds in one instruction, or in one step of a
-/// checkpoint save or load, the rank reports it and exits, and mpirun then
-/// ends every other rank. Stopped (joined) when destroyed.
+/// forever; after `timeout` seconds in one instruction, in the iteration's
+/// wait for a device backend (where stream-ordered NCCL collectives hang),
+/// or in one step of a checkpoint save or load, the rank reports it, aborts
+/// the backend's communicators (`abort`, e.g. ncclCommAbort) and exits, and
+/// mpirun then ends every other rank. Stopped (joined) when destroyed.
 class Watchdog {
 public:
   Watchdog(const Executor &executor, const WaitMonitor &checkpointSteps,
-           double timeout, int rank)
-      : thread([this, &executor, &checkpointSteps, timeout, rank] {
+           double timeout, int rank, std::function<void()> abort)
+      : thread([this, &executor, &checkpointSteps, timeout, rank,
+                abort = std::move(abort)] {
           while (!finished.load()) {
             std::this_thread::sleep_for(std::chrono::milliseconds(200));
             WaitMonitor::On on = WaitMonitor::On::Peers;
@@ -116,6 +120,8 @@ public:
                   "tessera-run: error: rank %d: %s (timeout %g s): %s\n", rank,
                   stuck.c_str(), timeout, WaitMonitor::likelyCause(on));
               std::fflush(stderr);
+              if (abort)
+                abort();
               std::_Exit(1);
             }
           }
@@ -174,6 +180,8 @@ private:
   /// The --data dataset when the artifact has token inputs, else null.
   std::shared_ptr<const IndexedDataset> dataset;
   std::unique_ptr<Executor> executor;
+  /// Aborts a device backend's communicators (the watchdog's last act).
+  std::function<void()> abortCommunicators;
   int blasThreads = 0;
   /// The steps of a checkpoint save or load, for the watchdog.
   WaitMonitor checkpointSteps;
@@ -198,7 +206,8 @@ private:
 Status RankRun::run() {
   TESSERA_RETURN_IF_ERROR(setUp());
   if (o.timeout > 0)
-    watchdog.emplace(*executor, checkpointSteps, o.timeout, rank);
+    watchdog.emplace(*executor, checkpointSteps, o.timeout, rank,
+                     abortCommunicators);
   TESSERA_RETURN_IF_ERROR(executor->initializeParameters());
   TESSERA_RETURN_IF_ERROR(resume());
   if (rank == 0) {
@@ -255,10 +264,15 @@ Status RankRun::setUp() {
   MPI_Comm_free(&node);
   TESSERA_ASSIGN_OR_RETURN(auto backend,
                            BackendRegistry::global().create(o.backend, bo));
-  if (!backend->hostMemory() && size > 1)
-    return unimplemented("--backend ", o.backend, " runs one rank for now: "
-                         "its collectives need device communicators (NCCL), "
-                         "which tessera-run does not create yet; run -n 1");
+  // A device backend's collectives run on its own communicators (NCCL);
+  // the MPI ones keep the host-side loss reductions and barriers.
+  TESSERA_ASSIGN_OR_RETURN(
+      auto deviceComms,
+      backend->createCommunicators(a, collectiveGroupKinds(a)));
+  for (auto &[kind, comm] : deviceComms)
+    comms.groups[kind] = std::move(comm);
+  if (!backend->hostMemory())
+    abortCommunicators = [be = backend.get()] { be->abortCommunicators(); };
   ExecutorOptions eo;
   eo.seed = o.seed;
   eo.profile = o.profile;

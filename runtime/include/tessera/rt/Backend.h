@@ -11,6 +11,7 @@
 #ifndef TESSERA_RT_BACKEND_H
 #define TESSERA_RT_BACKEND_H
 
+#include "tessera/rt/Communicator.h"
 #include "tessera/rt/Status.h"
 
 #include <cstdint>
@@ -20,6 +21,10 @@
 #include <mutex>
 #include <string>
 #include <vector>
+
+namespace tessera::artifact {
+struct Artifact;
+} // namespace tessera::artifact
 
 namespace tessera::rt {
 
@@ -68,6 +73,21 @@ public:
   /// Whether its memory is host memory, which the MPI communicators can
   /// read and write directly (false for a GPU backend).
   virtual bool hostMemory() const { return true; }
+
+  /// Communicators that operate on this backend's memory, ordered on its
+  /// stream, for the rank-group kinds `kinds` of `artifact`: one per kind
+  /// whose instance holds this rank, members checked against the artifact's
+  /// group table like the MPI ones. Collective over MPI_COMM_WORLD (every
+  /// rank calls it with the same kinds). A host-memory backend returns an
+  /// empty map: the MPI communicators serve it.
+  virtual StatusOr<std::map<std::string, std::unique_ptr<Communicator>>>
+  createCommunicators(const artifact::Artifact &artifact,
+                      const std::vector<std::string> &kinds) {
+    return std::map<std::string, std::unique_ptr<Communicator>>();
+  }
+  /// Aborts the communicators createCommunicators made (the watchdog calls
+  /// it from its thread before ending a rank whose collective hangs).
+  virtual void abortCommunicators() {}
 
   /// Allocates `bytes` of zeroed device memory aligned to at least 64 bytes.
   virtual StatusOr<void *> allocate(int64_t bytes) = 0;

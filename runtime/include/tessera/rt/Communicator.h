@@ -24,6 +24,7 @@
 #include "tessera/rt/Status.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -151,8 +152,14 @@ protected:
   CommCounters stats;
 };
 
-/// A communicator for a group of one rank (no MPI needed).
-std::unique_ptr<Communicator> createSelfCommunicator();
+/// Copies `bytes` bytes from `src` to `dst` (regions may overlap).
+using CopyFn = std::function<Status(const void *src, void *dst, int64_t bytes)>;
+
+/// A communicator for a group of one rank (no MPI needed). Its collectives
+/// are copies (or nothing, in place); with `copy` (a backend's copy, which
+/// may run on its stream) they go through it and the communicator is
+/// stream-ordered, otherwise they are host memmoves.
+std::unique_ptr<Communicator> createSelfCommunicator(CopyFn copy = nullptr);
 
 /// Communicators of one rank, keyed by rank-group kind ("tp", "dp", ...).
 struct CommunicatorSet {

@@ -199,6 +199,9 @@ private:
   Status bindFunctions();
   const fb::Buffer *findBuffer(const std::string &name) const;
   Status execute(const Thunk &thunk);
+  /// Synchronises the backend before a collective or p2p thunk unless its
+  /// communicator is stream-ordered.
+  Status syncForHostComm(const Thunk &thunk);
   /// Runs the thunks of `fn` on `slot`, recording phase `phase` when
   /// tracing; `context` is appended to an instruction's location in errors.
   /// With `drainP2p`, completes the open p2p batch before returning.

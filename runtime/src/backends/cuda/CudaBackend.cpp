@@ -3,6 +3,7 @@
 #include "CudaBackend.h"
 
 #include "Kernels.h"
+#include "NcclApiCuda.h"
 
 #include "tessera/rt/Rng.h"
 
@@ -86,6 +87,8 @@ CudaBackend::create(int device, const BackendOptions &options) {
 CudaBackend::~CudaBackend() {
   if (computeStream)
     cudaStreamSynchronize(computeStream);
+  ncclGroups.clear();
+  ncclWorld.reset();
   for (void *p : scratchPtr)
     if (p)
       cudaFree(p);
@@ -182,6 +185,29 @@ Status CudaBackend::synchronize() {
   default:
     return internalError("unknown device error kind ", error.kind);
   }
+}
+
+StatusOr<std::map<std::string, std::unique_ptr<Communicator>>>
+CudaBackend::createCommunicators(const artifact::Artifact &artifact,
+                                 const std::vector<std::string> &kinds) {
+  TESSERA_RETURN_IF_CUDA_ERROR(cudaSetDevice(deviceIndex));
+  TESSERA_ASSIGN_OR_RETURN(
+      NcclCommunicators nccl,
+      createNcclCommunicators(cudaNcclApi(), computeStream, artifact, kinds));
+  ncclWorld = std::move(nccl.world);
+  std::map<std::string, std::unique_ptr<Communicator>> groups;
+  for (auto &[kind, comm] : nccl.groups) {
+    ncclGroups.push_back(comm.get());
+    groups[kind] = std::move(comm);
+  }
+  return groups;
+}
+
+void CudaBackend::abortCommunicators() {
+  for (NcclCommunicator *comm : ncclGroups)
+    comm->abort().ignoreError();
+  if (ncclWorld)
+    ncclWorld->abort().ignoreError();
 }
 
 StatusOr<float *> CudaBackend::scratch(int slot, int64_t bytes) {

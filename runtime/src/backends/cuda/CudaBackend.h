@@ -25,6 +25,7 @@
 #include "GemmPlan.h"
 
 #include "tessera/rt/Backend.h"
+#include "tessera/rt/NcclCommunicator.h"
 
 #include <cuda_runtime_api.h>
 
@@ -64,6 +65,13 @@ public:
   Status copyToDevice(void *dst, const void *src, int64_t bytes) override;
   Status copyToHost(void *dst, const void *src, int64_t bytes) override;
   Status synchronize() override;
+  /// NCCL communicators over the artifact's groups (createNcclCommunicators
+  /// with the real NCCL and CUDA runtime, NcclApiCuda.h), ordered on the
+  /// compute stream.
+  StatusOr<std::map<std::string, std::unique_ptr<Communicator>>>
+  createCommunicators(const artifact::Artifact &artifact,
+                      const std::vector<std::string> &kinds) override;
+  void abortCommunicators() override;
 
   Status gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
               float alpha, const float *a, const float *b, float beta,
@@ -178,6 +186,11 @@ private:
   DeviceError *deviceError = nullptr;
   std::map<PlanKey, std::unique_ptr<CachedGemm>> gemms;
   void *scratchPtr[3] = {nullptr, nullptr, nullptr};
+  /// The world NCCL communicator (the groups' parent) and the groups handed
+  /// to the executor, for abortCommunicators (which the watchdog calls
+  /// while the executor, and so the groups, are alive).
+  std::unique_ptr<NcclCommunicator> ncclWorld;
+  std::vector<NcclCommunicator *> ncclGroups;
   int64_t scratchBytes[3] = {0, 0, 0};
 };
 
