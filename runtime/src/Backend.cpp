@@ -5,11 +5,23 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstdlib>
 
 namespace tessera::rt {
 
 Backend::~Backend() = default;
+
+StatusOr<void *> Backend::allocateHost(int64_t bytes) {
+  size_t size = size_t(std::max<int64_t>(bytes, 1) + 63) / 64 * 64;
+  void *ptr = std::aligned_alloc(64, size);
+  if (!ptr)
+    return unavailable("cannot allocate ", bytes, " bytes of host memory");
+  return ptr;
+}
+
+void Backend::deallocateHost(void *ptr) { std::free(ptr); }
 
 BackendRegistry &BackendRegistry::global() {
   static BackendRegistry *registry = [] {

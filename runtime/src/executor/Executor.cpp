@@ -43,6 +43,8 @@ struct Executor::DecodedFunction {
 Executor::Executor() = default;
 
 Executor::~Executor() {
+  if (staging && be)
+    be->deallocateHost(staging);
   if (lossSlots && be)
     be->deallocate(lossSlots);
   if (arena && be)
@@ -95,6 +97,22 @@ Executor::create(std::shared_ptr<const LoadedArtifact> artifact,
                            ex->be->allocate(4 * std::max<int64_t>(
                                                     1, ex->numLossSlots)));
   ex->lossSlots = static_cast<uint8_t *>(slots);
+  // Staging for one iteration's inputs: every fill of every input (one per
+  // microbatch, or per schedule step at most) and the iteration number.
+  int64_t inputBytes = 0;
+  if (ex->prog->inputs())
+    for (const fb::InputSpec *spec : *ex->prog->inputs()) {
+      const fb::Buffer *b = ex->prog->buffers()->Get(spec->buffer());
+      inputBytes += (numElements(b->shape()) * dtypeSize(b->dtype()) + 63) /
+                    64 * 64;
+    }
+  const int64_t fills =
+      ex->prog->schedule() && ex->prog->schedule()->size()
+          ? int64_t(ex->prog->schedule()->size())
+          : a.batch()->num_microbatches();
+  ex->stagingBytes = fills * inputBytes + 64;
+  TESSERA_ASSIGN_OR_RETURN(void *host, ex->be->allocateHost(ex->stagingBytes));
+  ex->staging = static_cast<uint8_t *>(host);
   return ex;
 }
 
@@ -271,7 +289,23 @@ Status Executor::fillInput(const fb::InputSpec &spec, int64_t iteration,
                       spec.name() ? spec.name()->str() : "", "' moved by ",
                       displacement, " bytes lies outside the arena of ",
                       prog->arena_bytes(), " bytes");
-  return be->copyToDevice(arena + offset, hostInput.data(), bytes);
+  return stageToDevice(arena + offset, hostInput.data(), bytes);
+}
+
+Status Executor::stageToDevice(void *dst, const void *src, int64_t bytes) {
+  const int64_t size = (bytes + 63) / 64 * 64;
+  if (stagingUsed + size > stagingBytes) {
+    // More than an iteration's worth (a caller filling inputs outside
+    // runIteration): wait until the earlier copies have read theirs.
+    TESSERA_RETURN_IF_ERROR(be->synchronize());
+    stagingUsed = 0;
+    if (size > stagingBytes)
+      return be->copyToDevice(dst, src, bytes);
+  }
+  uint8_t *slot = staging + stagingUsed;
+  std::memcpy(slot, src, size_t(bytes));
+  stagingUsed += size;
+  return be->copyToDevice(dst, slot, bytes);
 }
 
 Status Executor::syncForHostComm(const Thunk &t) {
@@ -658,6 +692,8 @@ StatusOr<double> Executor::collectLosses(int64_t iteration, int64_t count) {
     waitDescription.clear();
   }
   TESSERA_RETURN_IF_ERROR(synced.withContext(art->name() + ": " + what));
+  // Every staged copy of the iteration has been read.
+  stagingUsed = 0;
   if (count == 0)
     return 0.0;
   std::vector<float> losses(static_cast<size_t>(count));
@@ -690,7 +726,7 @@ Status Executor::runStep(int64_t iteration) {
   if (prog->iteration_buffer() >= 0) {
     const fb::Buffer *b = prog->buffers()->Get(prog->iteration_buffer());
     int64_t it = iteration;
-    TESSERA_RETURN_IF_ERROR(be->copyToDevice(arena + b->offset(), &it, 8));
+    TESSERA_RETURN_IF_ERROR(stageToDevice(arena + b->offset(), &it, 8));
   }
   if (functionIndex.count("step"))
     TESSERA_RETURN_IF_ERROR(runFunction("step"));

@@ -92,7 +92,14 @@ public:
   /// Allocates `bytes` of zeroed device memory aligned to at least 64 bytes.
   virtual StatusOr<void *> allocate(int64_t bytes) = 0;
   virtual void deallocate(void *ptr) = 0;
-  /// Host <-> device copies (identity memcpy on the cpu).
+  /// Host staging memory the backend copies from without waiting (pinned
+  /// memory on a GPU): a copyToDevice from it may still be reading it after
+  /// the call returns, until the next synchronize(). Default: ordinary
+  /// 64-byte aligned memory.
+  virtual StatusOr<void *> allocateHost(int64_t bytes);
+  virtual void deallocateHost(void *ptr);
+  /// Host <-> device copies (identity memcpy on the cpu). From ordinary
+  /// (pageable) memory, copyToDevice has read `src` when it returns.
   virtual Status copyToDevice(void *dst, const void *src, int64_t bytes) = 0;
   virtual Status copyToHost(void *dst, const void *src, int64_t bytes) = 0;
   /// Blocks until all queued work is done, and returns the first error a

@@ -250,6 +250,14 @@ private:
   std::vector<const fb::InputSpec *> unslottedInputs;
   /// Host staging of one input.
   std::vector<uint8_t> hostInput;
+  /// The iteration's inputs (and iteration number) on their way to the
+  /// device, in the backend's host staging memory (pinned on a GPU, so the
+  /// copies do not wait): each copy takes the next free bytes, and the
+  /// area is reused after the iteration's synchronisation.
+  uint8_t *staging = nullptr;
+  int64_t stagingBytes = 0, stagingUsed = 0;
+  /// Copies `bytes` from `src` to device `dst` through the staging area.
+  Status stageToDevice(void *dst, const void *src, int64_t bytes);
   /// The open p2p batch and what opened it ("function 'forward_c0'
   /// microbatch 3").
   std::vector<P2pOp> p2pBatch;

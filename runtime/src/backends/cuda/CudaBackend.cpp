@@ -137,11 +137,32 @@ void CudaBackend::deallocate(void *ptr) {
   }
 }
 
+StatusOr<void *> CudaBackend::allocateHost(int64_t bytes) {
+  void *ptr = nullptr;
+  cudaError_t error =
+      cudaMallocHost(&ptr, size_t(std::max<int64_t>(bytes, 1)));
+  if (error != cudaSuccess)
+    return unavailable("cannot allocate ", bytes, " bytes of pinned memory: ",
+                       cudaGetErrorName(error), " (", cudaGetErrorString(error),
+                       ")");
+  return ptr;
+}
+
+void CudaBackend::deallocateHost(void *ptr) {
+  if (ptr) {
+    cudaStreamSynchronize(computeStream);
+    cudaFreeHost(ptr);
+  }
+}
+
 Status CudaBackend::copyToDevice(void *dst, const void *src, int64_t bytes) {
   if (bytes <= 0)
     return Status();
-  // From pageable memory the copy is staged before the call returns, so
-  // `src` may be reused at once; the stream orders it before later kernels.
+  // From pinned memory (allocateHost) the copy is asynchronous: the source
+  // must stay unchanged until the next synchronize. From pageable memory
+  // CUDA stages it before returning (and may wait for the stream to do so),
+  // which is why the executor's per-iteration inputs come from pinned
+  // staging.
   return cudaStatus(cudaMemcpyAsync(dst, src, size_t(bytes),
                                     cudaMemcpyHostToDevice, computeStream),
                     "cudaMemcpyAsync (host to device)");

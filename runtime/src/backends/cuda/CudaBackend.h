@@ -62,6 +62,9 @@ public:
 
   StatusOr<void *> allocate(int64_t bytes) override;
   void deallocate(void *ptr) override;
+  /// Pinned (page-locked) memory: copies from it are truly asynchronous.
+  StatusOr<void *> allocateHost(int64_t bytes) override;
+  void deallocateHost(void *ptr) override;
   Status copyToDevice(void *dst, const void *src, int64_t bytes) override;
   Status copyToHost(void *dst, const void *src, int64_t bytes) override;
   Status synchronize() override;
