@@ -43,6 +43,22 @@ TESSERA_HD uint16_t floatToBf16(float f) {
   return uint16_t(isNan ? quiet : rounded);
 }
 
+/// Element i of an f32 (Bf16 false) or bf16 array as a float.
+template <bool Bf16> TESSERA_HD float loadFloat(const void *p, int64_t i) {
+  if constexpr (Bf16)
+    return bf16ToFloat(static_cast<const uint16_t *>(p)[i]);
+  else
+    return static_cast<const float *>(p)[i];
+}
+
+/// Stores `v` as element i of an f32 or bf16 array (bf16: nearest even).
+template <bool Bf16> TESSERA_HD void storeFloat(void *p, int64_t i, float v) {
+  if constexpr (Bf16)
+    static_cast<uint16_t *>(p)[i] = floatToBf16(v);
+  else
+    static_cast<float *>(p)[i] = v;
+}
+
 /// out[i] = floatToBf16(in[i]) for i < n.
 inline void floatsToBf16(const float *in, uint16_t *out, int64_t n) {
 #pragma omp simd

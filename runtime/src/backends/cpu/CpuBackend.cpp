@@ -129,34 +129,16 @@ void parallelSpans(int threads, int64_t n, Body body) {
 // Mixed precision: f32 <-> bf16 conversions (BF16.h), one span per thread.
 //===----------------------------------------------------------------------===//
 
-/// Loads element i of an f32 or bf16 array as a float.
-template <bool Bf16>
-__attribute__((always_inline)) inline float loadAs(const void *p, int64_t i) {
-  if constexpr (Bf16)
-    return bf16ToFloat(static_cast<const uint16_t *>(p)[i]);
-  else
-    return static_cast<const float *>(p)[i];
-}
-/// Stores `v` as element i of an f32 or bf16 array (bf16: nearest even).
-template <bool Bf16>
-__attribute__((always_inline)) inline void storeAs(void *p, int64_t i,
-                                                   float v) {
-  if constexpr (Bf16)
-    static_cast<uint16_t *>(p)[i] = floatToBf16(v);
-  else
-    static_cast<float *>(p)[i] = v;
-}
-
 /// Y[i] = convert(X[i]) or, with Accumulate, convert(X[i] + beta * Y[i]),
 /// over [begin, end). Elementwise, so Y may be X when the formats agree.
 template <bool XBf16, bool YBf16, bool Accumulate>
 void castSpan(const void *x, void *y, int64_t begin, int64_t end, float beta) {
 #pragma omp simd
   for (int64_t i = begin; i < end; ++i) {
-    float v = loadAs<XBf16>(x, i);
+    float v = loadFloat<XBf16>(x, i);
     if constexpr (Accumulate)
-      v += beta * loadAs<YBf16>(y, i);
-    storeAs<YBf16>(y, i, v);
+      v += beta * loadFloat<YBf16>(y, i);
+    storeFloat<YBf16>(y, i, v);
   }
 }
 

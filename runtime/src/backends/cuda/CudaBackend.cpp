@@ -322,6 +322,16 @@ Status CudaBackend::gemm(bool transA, bool transB, int64_t m, int64_t n,
 // Attention: per chunk of heads, strided-batched GEMMs around row kernels.
 //===----------------------------------------------------------------------===//
 
+Status CudaBackend::attentionProbs(const AttentionPlans &p, const float *qkv,
+                                   float *probs, int64_t heads, int64_t seq,
+                                   float scale, bool causal) {
+  TESSERA_RETURN_IF_ERROR(runRowMajor(p.scores, qkv + p.qOffset,
+                                      qkv + p.kOffset, probs, scale, 0.0f));
+  return launched(
+      launchSoftmaxRows(computeStream, probs, heads * seq, seq, causal),
+      "attention softmax");
+}
+
 Status CudaBackend::attention(const float *qkv, float *out, int64_t seq,
                               int64_t batch, int64_t heads, int64_t headDim,
                               bool causal) {
@@ -336,11 +346,8 @@ Status CudaBackend::attention(const float *qkv, float *out, int64_t seq,
     const int64_t count = std::min(chunk, total - z0);
     AttentionPlans p = attentionPlans(seq, batch, heads, headDim, count);
     const float *base = qkv + z0 * p.qkvHeadStride;
-    TESSERA_RETURN_IF_ERROR(runRowMajor(p.scores, base + p.qOffset,
-                                        base + p.kOffset, probs, scale, 0.0f));
-    TESSERA_RETURN_IF_ERROR(launched(
-        launchSoftmaxRows(computeStream, probs, count * seq, seq, causal),
-        "attention softmax"));
+    TESSERA_RETURN_IF_ERROR(attentionProbs(p, base, probs, count, seq, scale,
+                                           causal));
     TESSERA_RETURN_IF_ERROR(runRowMajor(p.context, probs, base + p.vOffset,
                                         out + z0 * p.outHeadStride, 1.0f,
                                         0.0f));
@@ -366,11 +373,8 @@ Status CudaBackend::attentionGrad(const float *qkv, const float *dout,
     const float *base = qkv + z0 * p.qkvHeadStride;
     float *dbase = dqkv + z0 * p.qkvHeadStride;
     const float *dO = dout + z0 * p.outHeadStride;
-    TESSERA_RETURN_IF_ERROR(runRowMajor(p.scores, base + p.qOffset,
-                                        base + p.kOffset, probs, scale, 0.0f));
-    TESSERA_RETURN_IF_ERROR(launched(
-        launchSoftmaxRows(computeStream, probs, count * seq, seq, causal),
-        "attention softmax"));
+    TESSERA_RETURN_IF_ERROR(attentionProbs(p, base, probs, count, seq, scale,
+                                           causal));
     // dV = P^T dO; dP = dO V^T; dS = P (dP - rowsum(P dP)).
     TESSERA_RETURN_IF_ERROR(
         runRowMajor(p.gradV, probs, dO, dbase + p.vOffset, 1.0f, 0.0f));

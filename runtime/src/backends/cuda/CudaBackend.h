@@ -174,6 +174,11 @@ private:
   Status runRowMajor(const RowMajorGemm &g, const float *a, const float *b,
                      float *c, float alpha, float beta);
   StatusOr<CachedGemm *> cachedGemm(const GemmPlan &plan);
+  /// The softmax(scale * Q K^T) probabilities of `heads` heads whose QKV
+  /// starts at `qkv`, into `probs` ([heads, seq, seq]).
+  Status attentionProbs(const AttentionPlans &p, const float *qkv,
+                        float *probs, int64_t heads, int64_t seq, float scale,
+                        bool causal);
   /// At least `bytes` of scratch in `slot` (0: attention probabilities, 1:
   /// their gradient, 2: layer-norm statistics), grown in stream order.
   StatusOr<float *> scratch(int slot, int64_t bytes);

@@ -149,29 +149,14 @@ __global__ void axpyBf16Kernel(float alpha, const uint16_t *x, uint16_t *y,
   }
 }
 
-template <bool Bf16> __device__ __forceinline__ float loadAs(const void *p,
-                                                             int64_t i) {
-  if constexpr (Bf16)
-    return bf16ToFloat(static_cast<const uint16_t *>(p)[i]);
-  else
-    return static_cast<const float *>(p)[i];
-}
-template <bool Bf16> __device__ __forceinline__ void storeAs(void *p, int64_t i,
-                                                            float v) {
-  if constexpr (Bf16)
-    static_cast<uint16_t *>(p)[i] = floatToBf16(v);
-  else
-    static_cast<float *>(p)[i] = v;
-}
-
 /// Y = convert(X (+ beta Y)): the sum in f32, one rounding to bf16.
 template <bool XBf16, bool YBf16, bool Accumulate>
 __global__ void castKernel(const void *x, void *y, int64_t n, float beta) {
   TESSERA_GRID_LOOP(i, n) {
-    float v = loadAs<XBf16>(x, i);
+    float v = loadFloat<XBf16>(x, i);
     if constexpr (Accumulate)
-      v += beta * loadAs<YBf16>(y, i);
-    storeAs<YBf16>(y, i, v);
+      v += beta * loadFloat<YBf16>(y, i);
+    storeFloat<YBf16>(y, i, v);
   }
 }
 
@@ -249,6 +234,20 @@ __global__ void reduceRowsKernel(const float *x, float *y, int64_t rows,
 // Row kernels: one block per row.
 //===----------------------------------------------------------------------===//
 
+/// The max of row `zr` (NaNs skipped) and the sum of exp(z - max) over it,
+/// in every thread of the block.
+__device__ void rowMaxAndSumExp(const float *zr, int64_t cols, float &mx,
+                                float &sum) {
+  mx = -INFINITY;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    mx = MaxOp()(mx, zr[j]);
+  mx = blockMax(mx);
+  sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    sum += math::expApprox(zr[j] - mx);
+  sum = blockSum(sum);
+}
+
 __global__ void crossEntropyKernel(const float *z, const int32_t *t,
                                    float *loss, int64_t cols,
                                    DeviceError *err) {
@@ -262,14 +261,8 @@ __global__ void crossEntropyKernel(const float *z, const int32_t *t,
     return;
   }
   const float *zr = z + row * cols;
-  float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-    mx = MaxOp()(mx, zr[j]);
-  mx = blockMax(mx);
-  float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-    sum += math::expApprox(zr[j] - mx);
-  sum = blockSum(sum);
+  float mx, sum;
+  rowMaxAndSumExp(zr, cols, mx, sum);
   if (threadIdx.x == 0)
     loss[row] = math::crossEntropyLoss(sum, mx, zr[label]);
 }
@@ -288,14 +281,8 @@ __global__ void crossEntropyGradKernel(const float *z, const int32_t *t,
     return;
   }
   const float *zr = z + row * cols;
-  float mx = -INFINITY;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-    mx = MaxOp()(mx, zr[j]);
-  mx = blockMax(mx);
-  float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-    sum += math::expApprox(zr[j] - mx);
-  sum = blockSum(sum);
+  float mx, sum;
+  rowMaxAndSumExp(zr, cols, mx, sum);
   const float scale = dl[row] / sum;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
     dr[j] = math::crossEntropyGrad(zr[j], mx, scale, j == label, dl[row]);
