@@ -1,5 +1,6 @@
 //===- ExecutorTest.cpp - End-to-end interpreter tests on one rank --------===//
 
+#include "RecordingBackend.h"
 #include "TestArtifacts.h"
 
 #include "tessera/rt/BF16.h"
@@ -752,4 +753,75 @@ TEST(ExecutorTest, ValidationChecksEveryIndexOfRankRelativeOperands) {
       buildFile(buildPayload(shardedBuckets(2, 2, block))), "ok.tsr");
   ASSERT_TRUE(loaded.ok());
   EXPECT_TRUE(Executor::validate(**loaded).ok());
+}
+
+//===----------------------------------------------------------------------===//
+// Host waits: an iteration waits for the backend once (the one
+// synchronize and the one read of the losses), however many microbatches,
+// collectives, optimizer buckets or schedule steps it has; a GPU backend
+// relies on this (the CPU backend's waits are free).
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Runs `iterations` iterations of `desc` on the CPU backend behind a
+/// RecordingBackend, and returns the calls recorded during the iterations.
+std::vector<std::string> callsOfIterations(const ArtifactDesc &desc,
+                                           int iterations) {
+  std::vector<std::string> calls;
+  auto loaded =
+      LoadedArtifact::loadFromMemory(buildFile(buildPayload(desc)), "mem.tsr");
+  EXPECT_TRUE(loaded.ok()) << loaded.status().toString();
+  if (!loaded.ok())
+    return calls;
+  auto cpu = BackendRegistry::global().create("cpu", {});
+  EXPECT_TRUE(cpu.ok());
+  auto ex = Executor::create(
+      *loaded, std::make_unique<RecordingBackend>(std::move(*cpu), calls),
+      CommunicatorSet(), 0);
+  EXPECT_TRUE(ex.ok()) << ex.status().toString();
+  if (!ex.ok())
+    return calls;
+  EXPECT_TRUE((*ex)->initializeParameters().ok());
+  EXPECT_TRUE((*ex)->runInit().ok());
+  calls.clear();
+  for (int it = 1; it <= iterations; ++it) {
+    auto loss = (*ex)->runIteration(it);
+    EXPECT_TRUE(loss.ok()) << loss.status().toString();
+  }
+  return calls;
+}
+
+} // namespace
+
+TEST(ExecutorHostWaitTest, OneWaitPerIteration) {
+  // 4 microbatches, Adam, and dp collectives (started and blocking) on a
+  // group of one rank.
+  ArtifactDesc desc = softmaxRegression(8, 4, 16, 4, 1, true, 0.05f);
+  auto &step = desc.programs[0].function("step");
+  InstrDesc start =
+      instr(fb::Opcode::AllReduceStart, {desc.programs[0].ref(2)}, "ar.start");
+  start.group = "dp";
+  start.event = 1;
+  InstrDesc wait = instr(fb::Opcode::Wait, {}, "ar.wait");
+  wait.event = 1;
+  InstrDesc blocking =
+      instr(fb::Opcode::AllReduce, {desc.programs[0].ref(2)}, "ar");
+  blocking.group = "dp";
+  step.insert(step.begin(), {start, wait, blocking});
+  auto calls = callsOfIterations(desc, 3);
+  EXPECT_EQ(RecordingBackend::count(calls, "synchronize"), 3);
+  EXPECT_EQ(RecordingBackend::count(calls, "copyToHost"), 3);
+  EXPECT_EQ(RecordingBackend::count(calls, "adam"), 3 * 2);
+  // Every microbatch's loss is staged on the device, not read.
+  EXPECT_EQ(RecordingBackend::count(calls, "copy"), 3 * 4);
+  // Nothing is allocated per iteration.
+  EXPECT_EQ(RecordingBackend::count(calls, "allocate"), 0);
+  EXPECT_EQ(RecordingBackend::count(calls, "allocateHost"), 0);
+}
+
+TEST(ExecutorHostWaitTest, OneWaitPerScheduledIteration) {
+  auto calls = callsOfIterations(slottedSchedule(2, 2, 2, 4), 2);
+  EXPECT_EQ(RecordingBackend::count(calls, "synchronize"), 2);
+  EXPECT_EQ(RecordingBackend::count(calls, "copyToHost"), 2);
 }

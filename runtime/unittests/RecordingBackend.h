@@ -1,0 +1,284 @@
+//===- RecordingBackend.h - A backend that records its calls ----*- C++ -*-===//
+//
+// Wraps another backend, forwards every call to it and records the name of
+// each call in order, so tests can check what the executor asks of a
+// backend: how often it makes the host wait (synchronize, copyToHost), and
+// in which order kernels run. Test-only.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_RT_UNITTESTS_RECORDINGBACKEND_H
+#define TESSERA_RT_UNITTESTS_RECORDINGBACKEND_H
+
+#include "tessera/rt/Backend.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tessera::rt::test {
+
+class RecordingBackend final : public Backend {
+public:
+  /// Records into `calls`, which must outlive the backend (the executor
+  /// owns the backend, the test keeps the log).
+  RecordingBackend(std::unique_ptr<Backend> inner,
+                   std::vector<std::string> &calls)
+      : inner(std::move(inner)), calls(calls) {}
+
+  /// How many recorded calls are named `name`.
+  static int64_t count(const std::vector<std::string> &calls,
+                       const std::string &name) {
+    return int64_t(std::count(calls.begin(), calls.end(), name));
+  }
+
+  const char *name() const override { return inner->name(); }
+  bool hostMemory() const override { return inner->hostMemory(); }
+  StatusOr<std::map<std::string, std::unique_ptr<Communicator>>>
+  createCommunicators(const artifact::Artifact &artifact,
+                      const std::vector<std::string> &kinds) override {
+    note("createCommunicators");
+    return inner->createCommunicators(artifact, kinds);
+  }
+  void abortCommunicators() override {
+    note("abortCommunicators");
+    inner->abortCommunicators();
+  }
+  StatusOr<void *> allocate(int64_t bytes) override {
+    note("allocate");
+    return inner->allocate(bytes);
+  }
+  void deallocate(void *ptr) override {
+    note("deallocate");
+    inner->deallocate(ptr);
+  }
+  StatusOr<void *> allocateHost(int64_t bytes) override {
+    note("allocateHost");
+    return inner->allocateHost(bytes);
+  }
+  void deallocateHost(void *ptr) override {
+    note("deallocateHost");
+    inner->deallocateHost(ptr);
+  }
+  Status copyToDevice(void *dst, const void *src, int64_t bytes) override {
+    note("copyToDevice");
+    return inner->copyToDevice(dst, src, bytes);
+  }
+  Status copyToHost(void *dst, const void *src, int64_t bytes) override {
+    note("copyToHost");
+    return inner->copyToHost(dst, src, bytes);
+  }
+  Status synchronize() override {
+    note("synchronize");
+    return inner->synchronize();
+  }
+  Status gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+              float alpha, const float *a, const float *b, float beta,
+              float *c) override {
+    note("gemm");
+    return inner->gemm(transA, transB, m, n, k, alpha, a, b, beta, c);
+  }
+  Status biasAdd(const float *x, const float *bias, float *y, int64_t rows,
+                 int64_t cols) override {
+    note("biasAdd");
+    return inner->biasAdd(x, bias, y, rows, cols);
+  }
+  Status add(const float *a, const float *b, float *c, int64_t n) override {
+    note("add");
+    return inner->add(a, b, c, n);
+  }
+  Status gelu(const float *x, float *y, int64_t n) override {
+    note("gelu");
+    return inner->gelu(x, y, n);
+  }
+  Status geluGrad(const float *x, const float *dy, float *dx,
+                  int64_t n) override {
+    note("geluGrad");
+    return inner->geluGrad(x, dy, dx, n);
+  }
+  Status relu(const float *x, float *y, int64_t n) override {
+    note("relu");
+    return inner->relu(x, y, n);
+  }
+  Status reluGrad(const float *x, const float *dy, float *dx,
+                  int64_t n) override {
+    note("reluGrad");
+    return inner->reluGrad(x, dy, dx, n);
+  }
+  Status reduceRows(const float *x, float *y, int64_t rows, int64_t cols,
+                    float alpha, float beta) override {
+    note("reduceRows");
+    return inner->reduceRows(x, y, rows, cols, alpha, beta);
+  }
+  Status crossEntropy(const float *z, const int32_t *t, float *loss,
+                      int64_t rows, int64_t cols) override {
+    note("crossEntropy");
+    return inner->crossEntropy(z, t, loss, rows, cols);
+  }
+  Status crossEntropyGrad(const float *z, const int32_t *t, const float *dl,
+                          float *dz, int64_t rows, int64_t cols) override {
+    note("crossEntropyGrad");
+    return inner->crossEntropyGrad(z, t, dl, dz, rows, cols);
+  }
+  Status mean(const float *x, float *y, int64_t n) override {
+    note("mean");
+    return inner->mean(x, y, n);
+  }
+  Status meanGrad(const float *dy, float *dx, int64_t n) override {
+    note("meanGrad");
+    return inner->meanGrad(dy, dx, n);
+  }
+  Status fill(float *y, float value, int64_t n) override {
+    note("fill");
+    return inner->fill(y, value, n);
+  }
+  Status scale(const float *x, float *y, float alpha, int64_t n) override {
+    note("scale");
+    return inner->scale(x, y, alpha, n);
+  }
+  Status copy(const void *x, void *y, int64_t bytes) override {
+    note("copy");
+    return inner->copy(x, y, bytes);
+  }
+  Status axpy(float alpha, const float *x, float *y, int64_t n) override {
+    note("axpy");
+    return inner->axpy(alpha, x, y, n);
+  }
+  Status cast(const void *x, FloatFormat xFormat, void *y, FloatFormat yFormat,
+              int64_t n, float beta) override {
+    note("cast");
+    return inner->cast(x, xFormat, y, yFormat, n, beta);
+  }
+  Status fillBf16(uint16_t *y, float value, int64_t n) override {
+    note("fillBf16");
+    return inner->fillBf16(y, value, n);
+  }
+  Status scaleBf16(const uint16_t *x, uint16_t *y, float alpha,
+                   int64_t n) override {
+    note("scaleBf16");
+    return inner->scaleBf16(x, y, alpha, n);
+  }
+  Status axpyBf16(float alpha, const uint16_t *x, uint16_t *y,
+                  int64_t n) override {
+    note("axpyBf16");
+    return inner->axpyBf16(alpha, x, y, n);
+  }
+  Status adam(float *p, const float *g, float *m, float *v, int64_t n,
+              const int64_t *iteration, const AdamParams &params) override {
+    note("adam");
+    return inner->adam(p, g, m, v, n, iteration, params);
+  }
+  Status sgd(float *p, const float *g, int64_t n, float lr,
+             float weightDecay) override {
+    note("sgd");
+    return inner->sgd(p, g, n, lr, weightDecay);
+  }
+  Status layerNorm(const float *x, const float *gamma, const float *bias,
+                   float *y, int64_t rows, int64_t cols, float eps) override {
+    note("layerNorm");
+    return inner->layerNorm(x, gamma, bias, y, rows, cols, eps);
+  }
+  Status layerNormGrad(const float *x, const float *gamma, const float *dy,
+                       float *dx, float *dgamma, float *dbias, int64_t rows,
+                       int64_t cols, float eps, float beta) override {
+    note("layerNormGrad");
+    return inner->layerNormGrad(x, gamma, dy, dx, dgamma, dbias, rows, cols,
+                                eps, beta);
+  }
+  Status embedding(const int32_t *ids, const float *table, float *y,
+                   int64_t rows, int64_t localVocab, int64_t dim,
+                   int64_t vocabOffset, int64_t vocabSize) override {
+    note("embedding");
+    return inner->embedding(ids, table, y, rows, localVocab, dim, vocabOffset,
+                            vocabSize);
+  }
+  Status embeddingGrad(const int32_t *ids, const float *dy, float *dtable,
+                       int64_t rows, int64_t localVocab, int64_t dim,
+                       int64_t vocabOffset, float beta) override {
+    note("embeddingGrad");
+    return inner->embeddingGrad(ids, dy, dtable, rows, localVocab, dim,
+                                vocabOffset, beta);
+  }
+  Status addPositionEmbedding(const float *x, const float *pos, float *y,
+                              int64_t seq, int64_t batch,
+                              int64_t dim) override {
+    note("addPositionEmbedding");
+    return inner->addPositionEmbedding(x, pos, y, seq, batch, dim);
+  }
+  Status positionEmbeddingGrad(const float *dy, float *dpos, int64_t seq,
+                               int64_t batch, int64_t dim, int64_t posRows,
+                               float beta) override {
+    note("positionEmbeddingGrad");
+    return inner->positionEmbeddingGrad(dy, dpos, seq, batch, dim, posRows,
+                                        beta);
+  }
+  Status attention(const float *qkv, float *out, int64_t seq, int64_t batch,
+                   int64_t heads, int64_t headDim, bool causal) override {
+    note("attention");
+    return inner->attention(qkv, out, seq, batch, heads, headDim, causal);
+  }
+  Status attentionGrad(const float *qkv, const float *dout, float *dqkv,
+                       int64_t seq, int64_t batch, int64_t heads,
+                       int64_t headDim, bool causal) override {
+    note("attentionGrad");
+    return inner->attentionGrad(qkv, dout, dqkv, seq, batch, heads, headDim,
+                                causal);
+  }
+  Status logitsMax(const float *z, float *m, int64_t rows,
+                   int64_t cols) override {
+    note("logitsMax");
+    return inner->logitsMax(z, m, rows, cols);
+  }
+  Status crossEntropyStats(const float *z, const int32_t *t, const float *m,
+                           float *se, float *pl, int64_t rows, int64_t cols,
+                           int64_t vocabOffset, int64_t numClasses,
+                           int64_t ignoreIndex) override {
+    note("crossEntropyStats");
+    return inner->crossEntropyStats(z, t, m, se, pl, rows, cols, vocabOffset,
+                                    numClasses, ignoreIndex);
+  }
+  Status crossEntropyFromStats(const float *se, const float *pl, const float *m,
+                               const int32_t *t, float *loss, int64_t rows,
+                               int64_t ignoreIndex) override {
+    note("crossEntropyFromStats");
+    return inner->crossEntropyFromStats(se, pl, m, t, loss, rows, ignoreIndex);
+  }
+  Status crossEntropyStatsGrad(const float *z, const int32_t *t, const float *m,
+                               const float *se, const float *dl, float *dz,
+                               int64_t rows, int64_t cols, int64_t vocabOffset,
+                               int64_t numClasses,
+                               int64_t ignoreIndex) override {
+    note("crossEntropyStatsGrad");
+    return inner->crossEntropyStatsGrad(z, t, m, se, dl, dz, rows, cols,
+                                        vocabOffset, numClasses, ignoreIndex);
+  }
+  Status tokenMean(const float *loss, const int32_t *t, float *y, int64_t rows,
+                   int64_t ignoreIndex) override {
+    note("tokenMean");
+    return inner->tokenMean(loss, t, y, rows, ignoreIndex);
+  }
+  Status dropout(const float *x, float *y, int64_t seq, int64_t batch,
+                 int64_t hidden, int64_t seqOffset, int64_t seqTotal,
+                 int64_t firstSample, uint64_t seed, int64_t stream,
+                 float rate) override {
+    note("dropout");
+    return inner->dropout(x, y, seq, batch, hidden, seqOffset, seqTotal,
+                          firstSample, seed, stream, rate);
+  }
+  Status tokenMeanGrad(const float *dy, const int32_t *t, float *dl,
+                       int64_t rows, int64_t ignoreIndex) override {
+    note("tokenMeanGrad");
+    return inner->tokenMeanGrad(dy, t, dl, rows, ignoreIndex);
+  }
+
+private:
+  void note(const char *call) { calls.push_back(call); }
+
+  std::unique_ptr<Backend> inner;
+  std::vector<std::string> &calls;
+};
+
+} // namespace tessera::rt::test
+
+#endif // TESSERA_RT_UNITTESTS_RECORDINGBACKEND_H
