@@ -23,9 +23,13 @@ class RecordingBackend final : public Backend {
 public:
   /// Records into `calls`, which must outlive the backend (the executor
   /// owns the backend, the test keeps the log).
+  /// With `deviceMemory`, claims its memory is not host memory
+  /// (hostMemory() false), so the executor takes the paths of a GPU
+  /// backend (pinned chunks for whole buffers) over the inner backend's
+  /// host memory.
   RecordingBackend(std::unique_ptr<Backend> inner,
-                   std::vector<std::string> &calls)
-      : inner(std::move(inner)), calls(calls) {}
+                   std::vector<std::string> &calls, bool deviceMemory = false)
+      : inner(std::move(inner)), calls(calls), deviceMemory(deviceMemory) {}
 
   /// How many recorded calls are named `name`.
   static int64_t count(const std::vector<std::string> &calls,
@@ -34,7 +38,9 @@ public:
   }
 
   const char *name() const override { return inner->name(); }
-  bool hostMemory() const override { return inner->hostMemory(); }
+  bool hostMemory() const override {
+    return !deviceMemory && inner->hostMemory();
+  }
   StatusOr<std::map<std::string, std::unique_ptr<Communicator>>>
   createCommunicators(const artifact::Artifact &artifact,
                       const std::vector<std::string> &kinds) override {
@@ -277,6 +283,7 @@ private:
 
   std::unique_ptr<Backend> inner;
   std::vector<std::string> &calls;
+  bool deviceMemory;
 };
 
 } // namespace tessera::rt::test

@@ -43,6 +43,8 @@ struct Executor::DecodedFunction {
 Executor::Executor() = default;
 
 Executor::~Executor() {
+  if (transfer && be)
+    be->deallocateHost(transfer);
   if (staging && be)
     be->deallocateHost(staging);
   if (lossSlots && be)
@@ -213,8 +215,8 @@ Status Executor::initializeParameters() {
       // Zero until "init" (or a checkpoint) writes them, also when the
       // parameters are initialised a second time.
       std::vector<uint8_t> zeros(size_t(n * dtypeSize(b->dtype())), 0);
-      TESSERA_RETURN_IF_ERROR(be->copyToDevice(
-          arena + b->offset(), zeros.data(), int64_t(zeros.size())));
+      TESSERA_RETURN_IF_ERROR(
+          copyIn(arena + b->offset(), zeros.data(), int64_t(zeros.size())));
       continue;
     }
     if (b->kind() != fb::BufferKind::Param && b->init() == fb::InitKind::Zeros)
@@ -229,11 +231,9 @@ Status Executor::initializeParameters() {
       // run's weights to bf16 precision.
       half.resize(size_t(n));
       floatsToBf16(host.data(), half.data(), n);
-      TESSERA_RETURN_IF_ERROR(
-          be->copyToDevice(arena + b->offset(), half.data(), n * 2));
+      TESSERA_RETURN_IF_ERROR(copyIn(arena + b->offset(), half.data(), n * 2));
     } else {
-      TESSERA_RETURN_IF_ERROR(
-          be->copyToDevice(arena + b->offset(), host.data(), n * 4));
+      TESSERA_RETURN_IF_ERROR(copyIn(arena + b->offset(), host.data(), n * 4));
     }
   }
   initDue = true;
@@ -851,8 +851,49 @@ Executor::readBuffer(const std::string &name) const {
   std::vector<uint8_t> out(
       size_t(numElements(b->shape()) * dtypeSize(b->dtype())));
   TESSERA_RETURN_IF_ERROR(
-      be->copyToHost(out.data(), arena + b->offset(), int64_t(out.size())));
+      copyOut(out.data(), arena + b->offset(), int64_t(out.size())));
   return out;
+}
+
+/// Chunk of the pinned staging for whole-buffer transfers (checkpoints).
+constexpr int64_t kTransferChunkBytes = 64ll << 20;
+
+StatusOr<uint8_t *> Executor::transferChunk() const {
+  if (!transfer) {
+    TESSERA_ASSIGN_OR_RETURN(void *p, be->allocateHost(kTransferChunkBytes));
+    transfer = static_cast<uint8_t *>(p);
+  }
+  return transfer;
+}
+
+Status Executor::copyOut(void *dst, const void *src, int64_t bytes) const {
+  if (be->hostMemory())
+    return be->copyToHost(dst, src, bytes);
+  // Through pinned chunks: device-to-pageable copies are slow and
+  // synchronous anyway; these run at full bandwidth.
+  TESSERA_ASSIGN_OR_RETURN(uint8_t * chunk, transferChunk());
+  for (int64_t done = 0; done < bytes; done += kTransferChunkBytes) {
+    int64_t n = std::min(kTransferChunkBytes, bytes - done);
+    TESSERA_RETURN_IF_ERROR(
+        be->copyToHost(chunk, static_cast<const uint8_t *>(src) + done, n));
+    std::memcpy(static_cast<uint8_t *>(dst) + done, chunk, size_t(n));
+  }
+  return Status();
+}
+
+Status Executor::copyIn(void *dst, const void *src, int64_t bytes) {
+  if (be->hostMemory())
+    return be->copyToDevice(dst, src, bytes);
+  TESSERA_ASSIGN_OR_RETURN(uint8_t * chunk, transferChunk());
+  for (int64_t done = 0; done < bytes; done += kTransferChunkBytes) {
+    int64_t n = std::min(kTransferChunkBytes, bytes - done);
+    std::memcpy(chunk, static_cast<const uint8_t *>(src) + done, size_t(n));
+    TESSERA_RETURN_IF_ERROR(
+        be->copyToDevice(static_cast<uint8_t *>(dst) + done, chunk, n));
+    // The asynchronous copy must have read the chunk before it is reused.
+    TESSERA_RETURN_IF_ERROR(be->synchronize());
+  }
+  return Status();
 }
 
 StatusOr<std::vector<float>>
@@ -884,7 +925,7 @@ Status Executor::writeBuffer(const std::string &name, const void *data,
   if (bytes != size)
     return invalidArgument(art->name(), ": buffer '", name, "' holds ", size,
                            " bytes, got ", bytes);
-  TESSERA_RETURN_IF_ERROR(be->copyToDevice(arena + b->offset(), data, bytes));
+  TESSERA_RETURN_IF_ERROR(copyIn(arena + b->offset(), data, bytes));
   if (b->kind() == fb::BufferKind::MainParam) {
     // b points into the program's buffer vector: its index.
     for (flatbuffers::uoffset_t i = 0; i < prog->buffers()->size(); ++i)

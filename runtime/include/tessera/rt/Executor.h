@@ -258,6 +258,13 @@ private:
   int64_t stagingBytes = 0, stagingUsed = 0;
   /// Copies `bytes` from `src` to device `dst` through the staging area.
   Status stageToDevice(void *dst, const void *src, int64_t bytes);
+  /// Whole-buffer transfers (parameter init, checkpoints): direct on a
+  /// host-memory backend, else through a pinned chunk (allocated on first
+  /// use), 64 MiB at a time.
+  Status copyOut(void *dst, const void *src, int64_t bytes) const;
+  Status copyIn(void *dst, const void *src, int64_t bytes);
+  StatusOr<uint8_t *> transferChunk() const;
+  mutable uint8_t *transfer = nullptr;
   /// The open p2p batch and what opened it ("function 'forward_c0'
   /// microbatch 3").
   std::vector<P2pOp> p2pBatch;
