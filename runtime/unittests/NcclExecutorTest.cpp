@@ -1,0 +1,916 @@
+//===- NcclExecutorTest.cpp - The executor on NCCL communicators (mpirun) -===//
+//
+// End-to-end test of the CUDA backend's communication wiring, without a GPU.
+// For a device backend tessera-run (RankRun::setUp) hands the executor the
+// communicators of Backend::createCommunicators (NCCL, ordered on the
+// backend's stream) for its collectives and pipeline Send/Recv, while the
+// MPI communicators keep the host-side loss reductions (lossReduce,
+// lossReducePp) and the world. The executor then skips its host
+// synchronisation before collectives and Send/Recv (syncForHostComm) and
+// waits for the device once per iteration (collectLosses).
+// NcclCommunicatorTest checks the communicator alone; this test checks that
+// the executor drives it correctly and gets the MPI run's results.
+//
+// Each test builds the CommunicatorSet as RankRun::setUp does:
+// createMpiCommunicators(artifact), then its groups replaced by those of
+// createNcclCommunicators over FakeNccl (NCCL over MPI and host memory, with
+// a call log) with a compute stream made through the fake. The executor
+// runs the CPU backend wrapped in TracingBackend, which forwards every call
+// and puts the backend's activity into the fake's call log as the CUDA
+// backend's would appear there: each kernel (and host-to-device copy) as a
+// launch on the compute stream, each host wait (synchronize, copyToHost) as
+// a streamSynchronize of the compute stream. The same artifact also runs on
+// the plain MPI communicators (and, for data parallelism, as its one-rank
+// twin) for reference:
+//  1. data-parallel training (softmaxRegression, dp = world size, Adam,
+//     with the weight's gradient all-reduce started and waited for): losses
+//     and parameters equal to the MPI run's within 1e-6 relative (identical
+//     in practice: the fake reduces with the same MPI operations), losses
+//     equal to the one-rank twin's within 1e-5, communication counters
+//     (Executor::commCounters) equal to the MPI run's;
+//  2. the distributed optimizer's in-place reduce-scatter and all-gather on
+//     bucket shards and the started in-place reduce-scatter with its Wait
+//     (shardedBuckets, f32 and bf16, tp 1 and, on 4 ranks, tp 2): results
+//     and counters equal to the MPI run's; in the log, NCCL's in-place
+//     layouts and the kernel between the start and the Wait running before
+//     the compute stream waits for the collective (overlap);
+//  3. the two-stage pipeline (twoStagePipeline, 2 ranks only): losses and
+//     stage 0's accumulated gradients equal to the MPI run's; in the log,
+//     every Send/Recv inside a groupStart ... groupEnd holding only
+//     point-to-point calls, M + 1 batches per stage and iteration;
+//  4. bf16 mixed-precision data-parallel training (mixedPrecisionRegression,
+//     f32 and bf16 gradients): as 1, with bf16 all-reduces in the log for
+//     bf16 gradients.
+// In every case the stream ordering, from the merged log of an iteration
+// (or function):
+//  - every NCCL operation comes after a wait of its communication stream on
+//    an event recorded on the compute stream after the last kernel launched
+//    before the operation (it sees every kernel's result);
+//  - the compute stream waits for every operation (on an event recorded on
+//    its communication stream after it) before the next kernel, except a
+//    started collective, whose wait comes at its Wait instruction;
+//  - no host wait comes before the device work of the iteration is done:
+//    the executor's host-sync-free path. The MPI run, whose executor
+//    synchronises before every collective and Send/Recv, shows such waits,
+//    so the check does see the executor's synchronisations.
+//
+// Every rank runs the whole suite; the exit code is the maximum over ranks.
+// Tests avoid ASSERT_* before collectives so that a failing rank never
+// leaves the others hanging.
+//
+//===----------------------------------------------------------------------===//
+
+#include "FakeNccl.h"
+#include "TestArtifacts.h"
+
+#include "tessera/rt/BF16.h"
+#include "tessera/rt/Executor.h"
+#include "tessera/rt/MpiCommunicator.h"
+#include "tessera/rt/NcclCommunicator.h"
+
+#include "MpiTestMain.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+
+using namespace tessera::rt;
+using namespace tessera::rt::test;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// The CPU backend, traced into the fake's log
+//===----------------------------------------------------------------------===//
+
+/// Forwards every call to the CPU backend. Kernels and host-to-device copies
+/// are recorded as launches at the current end of the fake's log (the CUDA
+/// backend enqueues them on its compute stream); synchronize() and
+/// copyToHost(), which on the CUDA backend block the host on the compute
+/// stream, call the fake's streamSynchronize on it first, so that they
+/// appear in the log next to the NCCL calls. (A Backend entry added later
+/// with a default implementation is not forwarded until listed here; the
+/// pure virtual ones fail to compile when missing.)
+class TracingBackend final : public Backend {
+public:
+  /// A launch: before entry `at` of the fake's log.
+  struct Launch {
+    size_t at;
+    std::string kernel;
+  };
+
+  TracingBackend(std::unique_ptr<Backend> cpu, FakeNccl &fake, void *compute)
+      : cpu(std::move(cpu)), fake(fake), compute(compute) {}
+
+  const std::vector<Launch> &launches() const { return launched; }
+  void clearLaunches() { launched.clear(); }
+
+  const char *name() const override { return cpu->name(); }
+  StatusOr<void *> allocate(int64_t bytes) override {
+    return cpu->allocate(bytes);
+  }
+  void deallocate(void *ptr) override { cpu->deallocate(ptr); }
+  Status synchronize() override {
+    TESSERA_RETURN_IF_ERROR(fake.api().streamSynchronize(compute));
+    return cpu->synchronize();
+  }
+  Status copyToHost(void *dst, const void *src, int64_t bytes) override {
+    TESSERA_RETURN_IF_ERROR(fake.api().streamSynchronize(compute));
+    return cpu->copyToHost(dst, src, bytes);
+  }
+
+#define TESSERA_TRACED(NAME, PARAMS, ARGS)                                     \
+  Status NAME PARAMS override {                                                \
+    launched.push_back({fake.log().size(), #NAME});                            \
+    return cpu->NAME ARGS;                                                     \
+  }
+  TESSERA_TRACED(copyToDevice, (void *dst, const void *src, int64_t bytes),
+                 (dst, src, bytes))
+  TESSERA_TRACED(gemm,
+                 (bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+                  float alpha, const float *a, const float *b, float beta,
+                  float *c),
+                 (transA, transB, m, n, k, alpha, a, b, beta, c))
+  TESSERA_TRACED(biasAdd,
+                 (const float *x, const float *bias, float *y, int64_t rows,
+                  int64_t cols),
+                 (x, bias, y, rows, cols))
+  TESSERA_TRACED(add, (const float *a, const float *b, float *c, int64_t n),
+                 (a, b, c, n))
+  TESSERA_TRACED(gelu, (const float *x, float *y, int64_t n), (x, y, n))
+  TESSERA_TRACED(geluGrad,
+                 (const float *x, const float *dy, float *dx, int64_t n),
+                 (x, dy, dx, n))
+  TESSERA_TRACED(relu, (const float *x, float *y, int64_t n), (x, y, n))
+  TESSERA_TRACED(reluGrad,
+                 (const float *x, const float *dy, float *dx, int64_t n),
+                 (x, dy, dx, n))
+  TESSERA_TRACED(reduceRows,
+                 (const float *x, float *y, int64_t rows, int64_t cols,
+                  float alpha, float beta),
+                 (x, y, rows, cols, alpha, beta))
+  TESSERA_TRACED(crossEntropy,
+                 (const float *z, const int32_t *t, float *loss, int64_t rows,
+                  int64_t cols),
+                 (z, t, loss, rows, cols))
+  TESSERA_TRACED(crossEntropyGrad,
+                 (const float *z, const int32_t *t, const float *dl, float *dz,
+                  int64_t rows, int64_t cols),
+                 (z, t, dl, dz, rows, cols))
+  TESSERA_TRACED(mean, (const float *x, float *y, int64_t n), (x, y, n))
+  TESSERA_TRACED(meanGrad, (const float *dy, float *dx, int64_t n), (dy, dx, n))
+  TESSERA_TRACED(fill, (float *y, float value, int64_t n), (y, value, n))
+  TESSERA_TRACED(scale, (const float *x, float *y, float alpha, int64_t n),
+                 (x, y, alpha, n))
+  TESSERA_TRACED(copy, (const void *x, void *y, int64_t bytes), (x, y, bytes))
+  TESSERA_TRACED(axpy, (float alpha, const float *x, float *y, int64_t n),
+                 (alpha, x, y, n))
+  TESSERA_TRACED(cast,
+                 (const void *x, FloatFormat xFormat, void *y,
+                  FloatFormat yFormat, int64_t n, float beta),
+                 (x, xFormat, y, yFormat, n, beta))
+  TESSERA_TRACED(fillBf16, (uint16_t * y, float value, int64_t n),
+                 (y, value, n))
+  TESSERA_TRACED(scaleBf16,
+                 (const uint16_t *x, uint16_t *y, float alpha, int64_t n),
+                 (x, y, alpha, n))
+  TESSERA_TRACED(axpyBf16,
+                 (float alpha, const uint16_t *x, uint16_t *y, int64_t n),
+                 (alpha, x, y, n))
+  TESSERA_TRACED(adam,
+                 (float *p, const float *g, float *m, float *v, int64_t n,
+                  const int64_t *iteration, const AdamParams &params),
+                 (p, g, m, v, n, iteration, params))
+  TESSERA_TRACED(sgd,
+                 (float *p, const float *g, int64_t n, float lr,
+                  float weightDecay),
+                 (p, g, n, lr, weightDecay))
+  TESSERA_TRACED(layerNorm,
+                 (const float *x, const float *gamma, const float *bias,
+                  float *y, int64_t rows, int64_t cols, float eps),
+                 (x, gamma, bias, y, rows, cols, eps))
+  TESSERA_TRACED(layerNormGrad,
+                 (const float *x, const float *gamma, const float *dy,
+                  float *dx, float *dgamma, float *dbias, int64_t rows,
+                  int64_t cols, float eps, float beta),
+                 (x, gamma, dy, dx, dgamma, dbias, rows, cols, eps, beta))
+  TESSERA_TRACED(embedding,
+                 (const int32_t *ids, const float *table, float *y,
+                  int64_t rows, int64_t localVocab, int64_t dim,
+                  int64_t vocabOffset, int64_t vocabSize),
+                 (ids, table, y, rows, localVocab, dim, vocabOffset, vocabSize))
+  TESSERA_TRACED(embeddingGrad,
+                 (const int32_t *ids, const float *dy, float *dtable,
+                  int64_t rows, int64_t localVocab, int64_t dim,
+                  int64_t vocabOffset, float beta),
+                 (ids, dy, dtable, rows, localVocab, dim, vocabOffset, beta))
+  TESSERA_TRACED(addPositionEmbedding,
+                 (const float *x, const float *pos, float *y, int64_t seq,
+                  int64_t batch, int64_t dim),
+                 (x, pos, y, seq, batch, dim))
+  TESSERA_TRACED(positionEmbeddingGrad,
+                 (const float *dy, float *dpos, int64_t seq, int64_t batch,
+                  int64_t dim, int64_t posRows, float beta),
+                 (dy, dpos, seq, batch, dim, posRows, beta))
+  TESSERA_TRACED(attention,
+                 (const float *qkv, float *out, int64_t seq, int64_t batch,
+                  int64_t heads, int64_t headDim, bool causal),
+                 (qkv, out, seq, batch, heads, headDim, causal))
+  TESSERA_TRACED(attentionGrad,
+                 (const float *qkv, const float *dout, float *dqkv, int64_t seq,
+                  int64_t batch, int64_t heads, int64_t headDim, bool causal),
+                 (qkv, dout, dqkv, seq, batch, heads, headDim, causal))
+  TESSERA_TRACED(logitsMax,
+                 (const float *z, float *m, int64_t rows, int64_t cols),
+                 (z, m, rows, cols))
+  TESSERA_TRACED(crossEntropyStats,
+                 (const float *z, const int32_t *t, const float *m, float *se,
+                  float *pl, int64_t rows, int64_t cols, int64_t vocabOffset,
+                  int64_t numClasses, int64_t ignoreIndex),
+                 (z, t, m, se, pl, rows, cols, vocabOffset, numClasses,
+                  ignoreIndex))
+  TESSERA_TRACED(crossEntropyFromStats,
+                 (const float *se, const float *pl, const float *m,
+                  const int32_t *t, float *loss, int64_t rows,
+                  int64_t ignoreIndex),
+                 (se, pl, m, t, loss, rows, ignoreIndex))
+  TESSERA_TRACED(crossEntropyStatsGrad,
+                 (const float *z, const int32_t *t, const float *m,
+                  const float *se, const float *dl, float *dz, int64_t rows,
+                  int64_t cols, int64_t vocabOffset, int64_t numClasses,
+                  int64_t ignoreIndex),
+                 (z, t, m, se, dl, dz, rows, cols, vocabOffset, numClasses,
+                  ignoreIndex))
+  TESSERA_TRACED(tokenMean,
+                 (const float *loss, const int32_t *t, float *y, int64_t rows,
+                  int64_t ignoreIndex),
+                 (loss, t, y, rows, ignoreIndex))
+  TESSERA_TRACED(dropout,
+                 (const float *x, float *y, int64_t seq, int64_t batch,
+                  int64_t hidden, int64_t seqOffset, int64_t seqTotal,
+                  int64_t firstSample, uint64_t seed, int64_t stream,
+                  float rate),
+                 (x, y, seq, batch, hidden, seqOffset, seqTotal, firstSample,
+                  seed, stream, rate))
+  TESSERA_TRACED(tokenMeanGrad,
+                 (const float *dy, const int32_t *t, float *dl, int64_t rows,
+                  int64_t ignoreIndex),
+                 (dy, t, dl, rows, ignoreIndex))
+#undef TESSERA_TRACED
+
+private:
+  std::unique_ptr<Backend> cpu;
+  FakeNccl &fake;
+  void *compute;
+  std::vector<Launch> launched;
+};
+
+//===----------------------------------------------------------------------===//
+// Executors wired as tessera-run wires them
+//===----------------------------------------------------------------------===//
+
+enum class Wiring {
+  /// createMpiCommunicators, groups replaced by createNcclCommunicators'.
+  Nccl,
+  /// createMpiCommunicators only (the reference).
+  Mpi,
+};
+
+/// One rank's executor and what it runs on. The members are destroyed in
+/// reverse order: the executor (with the NCCL group communicators it owns)
+/// before the NCCL world communicator, both before the fake that their
+/// destructors call.
+struct Run {
+  /// Both wirings have one: the MPI run's logs only the backend's host
+  /// waits.
+  std::unique_ptr<FakeNccl> fake;
+  void *compute = nullptr;
+  std::unique_ptr<NcclCommunicator> ncclWorld;
+  /// Owned by `ex`.
+  TracingBackend *backend = nullptr;
+  std::unique_ptr<Executor> ex;
+
+  int computeId() const { return fake->streamId(compute); }
+  /// Empties the log, so that it holds what follows.
+  void startLog() {
+    fake->clearLog();
+    backend->clearLaunches();
+  }
+};
+
+std::shared_ptr<const LoadedArtifact> load(const ArtifactDesc &desc,
+                                           const std::string &name) {
+  auto loaded =
+      LoadedArtifact::loadFromMemory(buildFile(buildPayload(desc)), name);
+  EXPECT_TRUE(loaded.ok()) << loaded.status().toString();
+  return loaded.ok() ? *loaded : nullptr;
+}
+
+/// This rank's executor of `artifact` (parameters initialised), wired as
+/// tessera-run wires it for a device backend (Nccl) or for the CPU backend
+/// (Mpi). Collective. Null on error (alike on every rank, but for executor
+/// creation errors, which the tests expect not to happen).
+std::unique_ptr<Run> makeRun(const std::shared_ptr<const LoadedArtifact> &art,
+                             Wiring wiring) {
+  if (!art)
+    return nullptr;
+  auto run = std::make_unique<Run>();
+  run->fake = std::make_unique<FakeNccl>();
+  auto stream = run->fake->api().streamCreate();
+  EXPECT_TRUE(stream.ok());
+  if (!stream.ok())
+    return nullptr;
+  run->compute = *stream;
+
+  const fb::Artifact &a = *art->root();
+  auto comms = createMpiCommunicators(a);
+  EXPECT_TRUE(comms.ok()) << comms.status().toString();
+  if (!comms.ok())
+    return nullptr;
+  if (wiring == Wiring::Nccl) {
+    // RankRun::setUp: the device communicators replace the MPI groups.
+    auto nccl = createNcclCommunicators(run->fake->api(), run->compute, a,
+                                        collectiveGroupKinds(a));
+    EXPECT_TRUE(nccl.ok()) << nccl.status().toString();
+    if (!nccl.ok())
+      return nullptr;
+    run->ncclWorld = std::move(nccl->world);
+    for (auto &[kind, comm] : nccl->groups)
+      comms->groups[kind] = std::move(comm);
+    for (auto &[kind, comm] : comms->groups)
+      EXPECT_TRUE(comm->streamOrdered()) << kind << " is not NCCL's";
+    EXPECT_FALSE(comms->lossReduce && comms->lossReduce->streamOrdered());
+  }
+
+  auto cpu = BackendRegistry::global().create("cpu", {});
+  EXPECT_TRUE(cpu.ok());
+  if (!cpu.ok())
+    return nullptr;
+  auto backend = std::make_unique<TracingBackend>(std::move(*cpu), *run->fake,
+                                                  run->compute);
+  run->backend = backend.get();
+  auto ex =
+      Executor::create(art, std::move(backend), std::move(*comms), worldRank());
+  EXPECT_TRUE(ex.ok()) << ex.status().toString();
+  if (!ex.ok())
+    return nullptr;
+  run->ex = std::move(*ex);
+  EXPECT_TRUE(run->ex->initializeParameters().ok());
+  return run;
+}
+
+/// The one-rank twin's executor (no communicators).
+std::unique_ptr<Executor>
+makeOneRank(const std::shared_ptr<const LoadedArtifact> &art) {
+  if (!art)
+    return nullptr;
+  auto ex = Executor::create(
+      art, std::move(*BackendRegistry::global().create("cpu", {})),
+      CommunicatorSet(), 0);
+  EXPECT_TRUE(ex.ok()) << ex.status().toString();
+  if (!ex.ok())
+    return nullptr;
+  EXPECT_TRUE((*ex)->initializeParameters().ok());
+  return std::move(*ex);
+}
+
+void expectSameCounters(const std::map<std::string, CommCounters> &nccl,
+                        const std::map<std::string, CommCounters> &mpi) {
+  EXPECT_EQ(nccl.size(), mpi.size());
+  for (const auto &[kind, m] : mpi) {
+    SCOPED_TRACE("group kind " + kind);
+    auto it = nccl.find(kind);
+    EXPECT_TRUE(it != nccl.end());
+    if (it == nccl.end())
+      continue;
+    const CommCounters &n = it->second;
+    EXPECT_EQ(n.allReduce, m.allReduce);
+    EXPECT_EQ(n.allGather, m.allGather);
+    EXPECT_EQ(n.reduceScatter, m.reduceScatter);
+    EXPECT_EQ(n.p2p, m.p2p);
+    EXPECT_EQ(n.calls, m.calls);
+  }
+}
+
+/// `buffer` of both executors, equal within `rtol` relative (0: bitwise).
+void expectSameBuffer(Executor &nccl, Executor &mpi, const std::string &buffer,
+                      double rtol) {
+  auto a = nccl.readFloatBuffer(buffer), b = mpi.readFloatBuffer(buffer);
+  EXPECT_TRUE(a.ok() && b.ok()) << buffer;
+  if (!a.ok() || !b.ok())
+    return;
+  EXPECT_EQ(a->size(), b->size()) << buffer;
+  int wrong = 0;
+  for (size_t k = 0; k < std::min(a->size(), b->size()) && wrong < 5; ++k)
+    if (std::fabs((*a)[k] - (*b)[k]) > rtol * std::fabs((*b)[k]) ||
+        (rtol == 0 && (*a)[k] != (*b)[k])) {
+      ++wrong;
+      ADD_FAILURE() << buffer << "[" << k << "]: " << (*a)[k] << " over NCCL, "
+                    << (*b)[k] << " over MPI";
+    }
+}
+
+//===----------------------------------------------------------------------===//
+// The merged log
+//===----------------------------------------------------------------------===//
+
+constexpr size_t kNone = std::numeric_limits<size_t>::max();
+
+/// A call of the fake table, or a launch of the backend (name "launch:
+/// <kernel>", on the compute stream).
+struct Entry {
+  FakeNcclCall call;
+  bool launch = false;
+};
+
+bool isNcclOperation(const Entry &e) {
+  const std::string &n = e.call.name;
+  return !e.launch && (n == "allReduce" || n == "allGather" ||
+                       n == "reduceScatter" || n == "send" || n == "recv");
+}
+
+bool isHostWait(const Entry &e, int compute) {
+  return !e.launch && e.call.name == "streamSynchronize" &&
+         e.call.stream == compute;
+}
+
+/// The fake's log since Run::startLog with the backend's launches in place.
+std::vector<Entry> mergedLog(const Run &run) {
+  const std::vector<FakeNcclCall> &log = run.fake->log();
+  const auto &launches = run.backend->launches();
+  std::vector<Entry> out;
+  size_t next = 0;
+  for (size_t i = 0; i <= log.size(); ++i) {
+    for (; next < launches.size() && launches[next].at == i; ++next) {
+      Entry e;
+      e.call.name = "launch:" + launches[next].kernel;
+      e.call.stream = run.computeId();
+      e.launch = true;
+      out.push_back(e);
+    }
+    if (i < log.size())
+      out.push_back({log[i], false});
+  }
+  return out;
+}
+
+/// The last eventRecord of `event` before entry `before`, or kNone.
+size_t lastRecord(const std::vector<Entry> &log, int event, size_t before) {
+  for (size_t j = before; j-- > 0;)
+    if (!log[j].launch && log[j].call.name == "eventRecord" &&
+        log[j].call.event == event)
+      return j;
+  return kNone;
+}
+
+/// An NCCL operation of the merged log and where the compute stream waits
+/// for it.
+struct Operation {
+  size_t at;
+  FakeNcclCall call;
+  /// The first streamWaitEvent(compute, e) after `at` whose event e was last
+  /// recorded on the operation's stream after it; kNone if none.
+  size_t joined = kNone;
+  /// Launches between the operation and `joined`: kernels that overlap it.
+  int overlapping = 0;
+};
+
+/// What the merged log of one iteration (or function) shows.
+struct LogSummary {
+  std::vector<Entry> log;
+  std::vector<Operation> ops;
+  /// streamSynchronize of the compute stream, and those followed by a
+  /// launch or an NCCL operation (a host wait amid the device work).
+  int hostWaits = 0, hostWaitsAmidWork = 0;
+};
+
+/// Summarises the log since run.startLog() and checks the stream order of
+/// every NCCL operation in it (see the file comment).
+LogSummary summarize(const Run &run) {
+  LogSummary s;
+  s.log = mergedLog(run);
+  const std::vector<Entry> &log = s.log;
+  const int compute = run.computeId();
+  size_t lastWork = kNone;
+  for (size_t i = 0; i < log.size(); ++i)
+    if (log[i].launch || isNcclOperation(log[i]))
+      lastWork = i;
+  for (size_t i = 0; i < log.size(); ++i) {
+    const FakeNcclCall &c = log[i].call;
+    if (!log[i].launch && c.name == "streamSynchronize") {
+      // Only the host waits of the backend; a communicator never waits for
+      // its stream outside barrier() and destruction.
+      EXPECT_EQ(c.stream, compute) << "streamSynchronize at entry " << i;
+      ++s.hostWaits;
+      if (lastWork != kNone && i < lastWork)
+        ++s.hostWaitsAmidWork;
+    }
+    if (!isNcclOperation(log[i]))
+      continue;
+    SCOPED_TRACE(c.name + " at entry " + std::to_string(i) + " of the log");
+    Operation op{i, c};
+    // Ordered after the compute stream: the last wait of the operation's
+    // stream before it is on an event recorded on the compute stream, with
+    // no launch since that record.
+    EXPECT_NE(c.stream, compute);
+    size_t wait = kNone;
+    for (size_t j = i; j-- > 0;)
+      if (!log[j].launch && log[j].call.name == "streamWaitEvent" &&
+          log[j].call.stream == c.stream) {
+        wait = j;
+        break;
+      }
+    EXPECT_NE(wait, kNone) << "the communication stream never waited";
+    if (wait != kNone) {
+      size_t rec = lastRecord(log, log[wait].call.event, wait);
+      EXPECT_NE(rec, kNone);
+      if (rec != kNone) {
+        EXPECT_EQ(log[rec].call.stream, compute)
+            << "the communication stream waited on an event not recorded on "
+               "the compute stream";
+        for (size_t j = rec + 1; j < i; ++j)
+          EXPECT_FALSE(log[j].launch)
+              << log[j].call.name << " launched after the compute stream's "
+              << "event was recorded, and not ordered before the operation";
+      }
+    }
+    // Joined: the compute stream waits on an event recorded on the
+    // operation's stream after it.
+    for (size_t j = i + 1; j < log.size() && op.joined == kNone; ++j) {
+      if (log[j].launch) {
+        ++op.overlapping;
+        continue;
+      }
+      if (log[j].call.name != "streamWaitEvent" ||
+          log[j].call.stream != compute)
+        continue;
+      size_t rec = lastRecord(log, log[j].call.event, j);
+      if (rec != kNone && rec > i && log[rec].call.stream == c.stream)
+        op.joined = j;
+    }
+    EXPECT_NE(op.joined, kNone) << "the compute stream never waited for it";
+    s.ops.push_back(op);
+  }
+  return s;
+}
+
+/// Every operation of `s` joined before the next launch (a blocking
+/// instruction, or a started one whose Wait follows with no kernel between).
+void expectJoinedBeforeNextKernel(const LogSummary &s) {
+  for (const Operation &op : s.ops)
+    EXPECT_EQ(op.overlapping, 0)
+        << op.call.name << " at entry " << op.at << ": " << op.overlapping
+        << " kernels launched before the compute stream waited for it";
+}
+
+/// The host-sync-free path: host waits only once the iteration's device
+/// work is done (at least one, reading the losses).
+void expectNoHostWaitAmidWork(const LogSummary &s, bool iteration) {
+  EXPECT_EQ(s.hostWaitsAmidWork, 0)
+      << "the host waited for the compute stream before the iteration's "
+         "last kernel or NCCL operation";
+  if (iteration)
+    EXPECT_GE(s.hostWaits, 1);
+}
+
+//===----------------------------------------------------------------------===//
+// Data-parallel training
+//===----------------------------------------------------------------------===//
+
+/// Trains `dpDesc` (dp = world size) over NCCL and over MPI and `oneDesc`
+/// (dp = 1, the same global batch) on one rank for `steps` iterations: the
+/// NCCL run's losses equal the MPI run's within `rtolMpi` and the one-rank
+/// twin's within `rtolOne` relative, its counters and parameters the MPI
+/// run's. Calls `check` with each iteration's summary of the NCCL run's log.
+/// Returns the NCCL run's counters (empty on failure).
+std::map<std::string, CommCounters>
+trainThreeWays(const ArtifactDesc &dpDesc, const ArtifactDesc &oneDesc,
+               int steps, double rtolMpi, double rtolOne,
+               const std::vector<std::string> &params,
+               const std::function<void(const LogSummary &)> &check) {
+  auto dpArt = load(dpDesc, "dp.tsr");
+  auto nccl = makeRun(dpArt, Wiring::Nccl);
+  auto mpi = makeRun(dpArt, Wiring::Mpi);
+  auto one = makeOneRank(load(oneDesc, "one.tsr"));
+  if (!nccl || !mpi || !one)
+    return {};
+  for (int it = 1; it <= steps; ++it) {
+    SCOPED_TRACE("iteration " + std::to_string(it));
+    nccl->startLog();
+    mpi->startLog();
+    auto a = nccl->ex->runIteration(it);
+    LogSummary s = summarize(*nccl);
+    auto b = mpi->ex->runIteration(it);
+    auto c = one->runIteration(it);
+    EXPECT_TRUE(a.ok()) << a.status().toString();
+    EXPECT_TRUE(b.ok() && c.ok());
+    if (!a.ok() || !b.ok() || !c.ok())
+      return {};
+    EXPECT_NEAR(*a, *b, rtolMpi * std::fabs(*b));
+    EXPECT_NEAR(*a, *c, rtolOne * std::fabs(*c));
+    check(s);
+    expectNoHostWaitAmidWork(s, /*iteration=*/true);
+    // The reference: the executor waits for the device before every MPI
+    // collective, which the same check sees.
+    EXPECT_GT(summarize(*mpi).hostWaitsAmidWork, 0);
+  }
+  for (const std::string &p : params)
+    expectSameBuffer(*nccl->ex, *mpi->ex, p, rtolMpi);
+  expectSameCounters(nccl->ex->commCounters(), mpi->ex->commCounters());
+  return nccl->ex->commCounters();
+}
+
+/// The dp gradient averaging of one iteration (appendDpAverage): the
+/// weight's all-reduce (`weight` elements) started, the bias's (`bias`
+/// elements) blocking, in `type`; the compute stream waits for the weight's
+/// only at the Wait, after the bias's was issued.
+void expectDpAveraging(const LogSummary &s, int64_t weight, int64_t bias,
+                       ElementType type) {
+  EXPECT_EQ(s.ops.size(), 2u);
+  if (s.ops.size() != 2)
+    return;
+  const Operation &w = s.ops[0], &b = s.ops[1];
+  EXPECT_EQ(w.call.name, "allReduce");
+  EXPECT_EQ(b.call.name, "allReduce");
+  EXPECT_EQ(w.call.count, size_t(weight));
+  EXPECT_EQ(b.call.count, size_t(bias));
+  EXPECT_EQ(w.call.type, type);
+  EXPECT_EQ(b.call.type, type);
+  EXPECT_EQ(w.call.op, ReduceKind::Sum);
+  EXPECT_EQ(w.call.send, w.call.recv); // in place
+  EXPECT_EQ(w.call.stream, b.call.stream);
+  EXPECT_GT(w.joined, b.at) << "the started all-reduce was waited for before "
+                               "its Wait instruction";
+  expectJoinedBeforeNextKernel(s);
+}
+
+} // namespace
+
+TEST(NcclExecutorTest, DataParallelTrainingMatchesMpiAndOneRank) {
+  // dp = world size vs. dp = 1 on the same global batch, as MpiCommTest.
+  const int n = worldSize();
+  auto counters =
+      trainThreeWays(softmaxRegression(8, 4, 4, 2, n, true, 0.05f),
+                     softmaxRegression(8, 4, 4 * n, 2, 1, true, 0.05f), 5, 1e-6,
+                     1e-5, {"fc.weight", "fc.bias"}, [](const LogSummary &s) {
+                       expectDpAveraging(s, 32, 4, ElementType::F32);
+                     });
+  // Per step: gW (8x4 f32) and gb (4 f32) all-reduced over dp.
+  EXPECT_EQ(counters["dp"].allReduce,
+            5 * (ringAllReduceBytes(128, n) + ringAllReduceBytes(16, n)));
+}
+
+TEST(NcclExecutorTest, MixedPrecisionTrainingMatchesMpiAndOneRank) {
+  // Megatron's --bf16: bf16 params with fp32 main params; gradients f32 or
+  // bf16 (all-reduced in bf16). The one-rank tolerances are MpiCommTest's.
+  const int n = worldSize();
+  for (bool bf16Grads : {false, true}) {
+    SCOPED_TRACE(bf16Grads ? "bf16 grads" : "f32 grads");
+    const ElementType g = bf16Grads ? ElementType::BF16 : ElementType::F32;
+    auto counters = trainThreeWays(
+        mixedPrecisionRegression(8, 4, 4, 2, n, bf16Grads),
+        mixedPrecisionRegression(8, 4, 4 * n, 2, 1, bf16Grads), 5, 1e-6,
+        bf16Grads ? 2e-2 : 5e-3,
+        {"fc.weight", "fc.bias", "main:fc.weight", "main:fc.bias"},
+        [g](const LogSummary &s) { expectDpAveraging(s, 32, 4, g); });
+    const uint64_t es = bf16Grads ? 2 : 4;
+    EXPECT_EQ(counters["dp"].allReduce, 5 * (ringAllReduceBytes(32 * es, n) +
+                                             ringAllReduceBytes(4 * es, n)));
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// The distributed optimizer's in-place collectives
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Rank `rank`'s bucket: small integers (every partial sum exact in f32 and
+/// bf16, so that any summation order gives the same bits) as f32 or bf16
+/// bytes.
+std::vector<uint8_t> bucketOf(int rank, size_t count, bool bf16) {
+  std::vector<float> v(count);
+  for (size_t k = 0; k < count; ++k)
+    v[k] = float(int((k * 7 + size_t(rank) * 3) % 17) - 8);
+  std::vector<uint8_t> out(count * (bf16 ? 2 : 4));
+  if (bf16) {
+    std::vector<uint16_t> h(count);
+    floatsToBf16(v.data(), h.data(), int64_t(count));
+    std::memcpy(out.data(), h.data(), out.size());
+  } else {
+    std::memcpy(out.data(), v.data(), out.size());
+  }
+  return out;
+}
+
+/// shardedBuckets(tp, dp) over NCCL and over MPI with the same inputs: every
+/// collective function gives the same bytes and counters, and the NCCL
+/// run's log shows NCCL's in-place layouts, stream order and, for the
+/// started reduce-scatter, the kernel before its Wait overlapping it.
+void checkBuckets(int tp, int dp, bool bf16) {
+  const int64_t block = 333;
+  const size_t es = bf16 ? 2 : 4;
+  const int r = worldRank(), dpIndex = r / tp;
+  auto art = load(
+      shardedBuckets(tp, dp, block, bf16 ? fb::DType::BF16 : fb::DType::F32),
+      "buckets.tsr");
+  auto nccl = makeRun(art, Wiring::Nccl);
+  auto mpi = makeRun(art, Wiring::Mpi);
+  if (!nccl || !mpi)
+    return;
+
+  const std::vector<uint8_t> bucket = bucketOf(r, size_t(block * dp), bf16);
+  const size_t blockBytes = size_t(block) * es;
+  std::vector<uint8_t> mine(bucket.begin() + long(dpIndex * blockBytes),
+                            bucket.begin() + long((dpIndex + 1) * blockBytes));
+  // Elsewhere in "param" garbage (0xee) that the gather must overwrite.
+  std::vector<uint8_t> param(bucket.size(), 0xee);
+  std::copy(mine.begin(), mine.end(),
+            param.begin() + long(dpIndex * blockBytes));
+  for (Run *run : {nccl.get(), mpi.get()}) {
+    for (const char *name : {"grad", "grad.ref", "grad.async"})
+      EXPECT_TRUE(
+          run->ex->writeBuffer(name, bucket.data(), int64_t(bucket.size()))
+              .ok());
+    EXPECT_TRUE(
+        run->ex->writeBuffer("param.src", mine.data(), int64_t(mine.size()))
+            .ok());
+    EXPECT_TRUE(
+        run->ex->writeBuffer("param", param.data(), int64_t(param.size()))
+            .ok());
+  }
+
+  for (const char *fn : {"rs.ref", "rs", "rsa", "ag.ref", "ag"}) {
+    SCOPED_TRACE(std::string("function '") + fn + "'");
+    nccl->startLog();
+    mpi->startLog();
+    CommCounters beforeN = nccl->ex->commCounters()["dp"];
+    CommCounters beforeM = mpi->ex->commCounters()["dp"];
+    Status a = nccl->ex->runFunction(fn);
+    LogSummary s = summarize(*nccl);
+    Status b = mpi->ex->runFunction(fn);
+    EXPECT_TRUE(a.ok()) << a.toString();
+    EXPECT_TRUE(b.ok()) << b.toString();
+    if (!a.ok() || !b.ok())
+      return;
+    expectSameCounters({{"dp", nccl->ex->commCounters()["dp"] - beforeN}},
+                       {{"dp", mpi->ex->commCounters()["dp"] - beforeM}});
+    // No host wait at all over NCCL (runFunction does not synchronise);
+    // over MPI the executor waits before the collective.
+    EXPECT_EQ(s.hostWaits, 0);
+    EXPECT_GT(summarize(*mpi).hostWaits, 0);
+    EXPECT_EQ(s.ops.size(), 1u);
+    if (s.ops.size() != 1)
+      continue;
+    const FakeNcclCall &c = s.ops[0].call;
+    const std::string f = fn;
+    EXPECT_EQ(c.name, f.rfind("rs", 0) == 0 ? "reduceScatter" : "allGather");
+    EXPECT_EQ(c.count, size_t(block));
+    EXPECT_EQ(c.type, bf16 ? ElementType::BF16 : ElementType::F32);
+    // The executor's rank-relative shard is NCCL's in-place layout: no copy.
+    const char *send = static_cast<const char *>(c.send);
+    const char *recv = static_cast<const char *>(c.recv);
+    if (f == "rs" || f == "rsa")
+      EXPECT_EQ(recv, send + dpIndex * blockBytes);
+    if (f == "ag")
+      EXPECT_EQ(send, recv + dpIndex * blockBytes);
+    if (f == "rsa") {
+      // Started: the Fill between the start and the Wait runs before the
+      // compute stream waits for the reduce-scatter (overlap).
+      EXPECT_EQ(s.ops[0].overlapping, 1);
+      if (s.ops[0].joined != kNone)
+        EXPECT_EQ(s.log[s.ops[0].joined - 1].call.name, "launch:fill");
+    } else {
+      expectJoinedBeforeNextKernel(s);
+    }
+  }
+
+  // The results, bit for bit (integers: exact in any order). The in-place
+  // reduce-scatters leave only this rank's block defined.
+  auto bytes = [](Run &run, const char *name) {
+    auto v = run.ex->readBuffer(name);
+    EXPECT_TRUE(v.ok()) << name;
+    return v.ok() ? *v : std::vector<uint8_t>();
+  };
+  auto block0 = [&](const std::vector<uint8_t> &v) {
+    if (v.size() != bucket.size())
+      return std::vector<uint8_t>();
+    return std::vector<uint8_t>(v.begin() + long(dpIndex * blockBytes),
+                                v.begin() + long((dpIndex + 1) * blockBytes));
+  };
+  for (const char *name : {"shard.ref", "param", "param.ref", "other"})
+    EXPECT_TRUE(bytes(*nccl, name) == bytes(*mpi, name)) << name;
+  for (const char *name : {"grad", "grad.async"}) {
+    std::vector<uint8_t> got = block0(bytes(*nccl, name));
+    EXPECT_FALSE(got.empty());
+    EXPECT_TRUE(got == block0(bytes(*mpi, name))) << name;
+    EXPECT_TRUE(got == bytes(*mpi, "shard.ref")) << name;
+  }
+  // The gather's every block is its member's input block.
+  std::vector<uint8_t> gathered = bytes(*nccl, "param");
+  for (int d = 0; d < dp && gathered.size() == bucket.size(); ++d) {
+    std::vector<uint8_t> theirs =
+        bucketOf(d * tp + r % tp, size_t(block * dp), bf16);
+    EXPECT_TRUE(std::equal(gathered.begin() + long(d * blockBytes),
+                           gathered.begin() + long((d + 1) * blockBytes),
+                           theirs.begin() + long(d * blockBytes)))
+        << "block " << d;
+  }
+}
+
+} // namespace
+
+TEST(NcclExecutorTest, InPlaceBucketCollectivesMatchMpi) {
+  const int n = worldSize();
+  std::vector<std::pair<int, int>> layouts = {{1, n}};
+  if (n == 4)
+    layouts.push_back({2, 2}); // dp index != world rank
+  for (auto [tp, dp] : layouts)
+    for (bool bf16 : {false, true}) {
+      SCOPED_TRACE("tp " + std::to_string(tp) + " dp " + std::to_string(dp) +
+                   (bf16 ? " bf16" : " f32"));
+      checkBuckets(tp, dp, bf16);
+    }
+}
+
+//===----------------------------------------------------------------------===//
+// Pipeline Send/Recv
+//===----------------------------------------------------------------------===//
+
+TEST(NcclExecutorTest, PipelineSendRecvMatchesMpiInGroups) {
+  if (worldSize() != 2)
+    GTEST_SKIP() << "needs 2 ranks";
+  const int r = worldRank();
+  for (int64_t f : {int64_t(4), int64_t(65536)}) {
+    // f = 65536: 512 KiB messages, beyond MPI's eager limit.
+    SCOPED_TRACE("features " + std::to_string(f));
+    const int64_t b = 2, M = 4;
+    auto art = load(twoStagePipeline(M, b, f), "pp2.tsr");
+    auto nccl = makeRun(art, Wiring::Nccl);
+    auto mpi = makeRun(art, Wiring::Mpi);
+    if (!nccl || !mpi)
+      return;
+    EXPECT_EQ(nccl->ex->pipelineStage(), r);
+    for (int64_t it = 1; it <= 2; ++it) {
+      SCOPED_TRACE("iteration " + std::to_string(it));
+      nccl->startLog();
+      mpi->startLog();
+      auto a = nccl->ex->runIteration(it);
+      LogSummary s = summarize(*nccl);
+      auto c = mpi->ex->runIteration(it);
+      EXPECT_TRUE(a.ok()) << a.status().toString();
+      EXPECT_TRUE(c.ok()) << c.status().toString();
+      if (!a.ok() || !c.ok())
+        return;
+      // Every rank reports stage 1's loss, summed over the MPI loss channel.
+      EXPECT_EQ(*a, *c);
+      if (r == 0)
+        expectSameBuffer(*nccl->ex, *mpi->ex, "acc.out", 0.0);
+
+      expectNoHostWaitAmidWork(s, /*iteration=*/true);
+      EXPECT_GT(summarize(*mpi).hostWaitsAmidWork, 0);
+      // Each batch is completed before the next kernel.
+      expectJoinedBeforeNextKernel(s);
+      // M sends and M receives of [b, f] f32 with the other stage, each
+      // inside a group that holds nothing but point-to-point calls.
+      int sends = 0, recvs = 0, groups = 0, inGroup = -1;
+      for (const Entry &e : s.log) {
+        const FakeNcclCall &call = e.call;
+        if (call.name == "groupStart") {
+          EXPECT_EQ(inGroup, -1) << "nested group";
+          inGroup = 0;
+        } else if (call.name == "groupEnd") {
+          EXPECT_GT(inGroup, 0) << "empty group or groupEnd without start";
+          EXPECT_FALSE(call.failed);
+          inGroup = -1;
+          ++groups;
+        } else if (isNcclOperation(e)) {
+          EXPECT_TRUE(call.name == "send" || call.name == "recv") << call.name;
+          EXPECT_GE(inGroup, 0) << call.name << " outside a group";
+          EXPECT_TRUE(call.inGroup);
+          EXPECT_EQ(call.peer, 1 - r);
+          EXPECT_EQ(call.count, size_t(b * f));
+          EXPECT_EQ(call.type, ElementType::F32);
+          ++(call.name == "send" ? sends : recvs);
+          if (inGroup >= 0)
+            ++inGroup;
+        } else if (inGroup >= 0) {
+          ADD_FAILURE() << call.name << " inside a p2p group";
+        }
+      }
+      EXPECT_EQ(inGroup, -1) << "group never ended";
+      EXPECT_EQ(sends, M);
+      EXPECT_EQ(recvs, M);
+      // Under 1F1B each stage's batches are {first}, M - 1 of one send and
+      // one receive, {last}: a send of one stage and the receive that
+      // matches it are issued in the same-numbered batch on both sides.
+      EXPECT_EQ(groups, M + 1);
+    }
+    expectSameCounters(nccl->ex->commCounters(), mpi->ex->commCounters());
+    EXPECT_EQ(nccl->ex->commCounters()["pp"].p2p, uint64_t(2 * M * b * f * 4));
+  }
+}
