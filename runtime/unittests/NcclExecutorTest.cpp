@@ -15,8 +15,8 @@
 // createMpiCommunicators(artifact), then its groups replaced by those of
 // createNcclCommunicators over FakeNccl (NCCL over MPI and host memory, with
 // a call log) with a compute stream made through the fake. The executor
-// runs the CPU backend wrapped in TracingBackend, which forwards every call
-// and puts the backend's activity into the fake's call log as the CUDA
+// runs the CPU backend wrapped in a RecordingBackend, which forwards every
+// call and puts the backend's activity into the fake's call log as the CUDA
 // backend's would appear there: each kernel (and host-to-device copy) as a
 // launch on the compute stream, each host wait (synchronize, copyToHost) as
 // a streamSynchronize of the compute stream. The same artifact also runs on
@@ -61,6 +61,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "FakeNccl.h"
+#include "RecordingBackend.h"
 #include "TestArtifacts.h"
 
 #include "tessera/rt/BF16.h"
@@ -77,6 +78,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <set>
 
 using namespace tessera::rt;
 using namespace tessera::rt::test;
@@ -87,187 +89,28 @@ namespace {
 // The CPU backend, traced into the fake's log
 //===----------------------------------------------------------------------===//
 
-/// Forwards every call to the CPU backend. Kernels and host-to-device copies
-/// are recorded as launches at the current end of the fake's log (the CUDA
-/// backend enqueues them on its compute stream); synchronize() and
-/// copyToHost(), which on the CUDA backend block the host on the compute
-/// stream, call the fake's streamSynchronize on it first, so that they
-/// appear in the log next to the NCCL calls. (A Backend entry added later
-/// with a default implementation is not forwarded until listed here; the
-/// pure virtual ones fail to compile when missing.)
-class TracingBackend final : public Backend {
-public:
-  /// A launch: before entry `at` of the fake's log.
-  struct Launch {
-    size_t at;
-    std::string kernel;
-  };
-
-  TracingBackend(std::unique_ptr<Backend> cpu, FakeNccl &fake, void *compute)
-      : cpu(std::move(cpu)), fake(fake), compute(compute) {}
-
-  const std::vector<Launch> &launches() const { return launched; }
-  void clearLaunches() { launched.clear(); }
-
-  const char *name() const override { return cpu->name(); }
-  StatusOr<void *> allocate(int64_t bytes) override {
-    return cpu->allocate(bytes);
-  }
-  void deallocate(void *ptr) override { cpu->deallocate(ptr); }
-  Status synchronize() override {
-    TESSERA_RETURN_IF_ERROR(fake.api().streamSynchronize(compute));
-    return cpu->synchronize();
-  }
-  Status copyToHost(void *dst, const void *src, int64_t bytes) override {
-    TESSERA_RETURN_IF_ERROR(fake.api().streamSynchronize(compute));
-    return cpu->copyToHost(dst, src, bytes);
-  }
-
-#define TESSERA_TRACED(NAME, PARAMS, ARGS)                                     \
-  Status NAME PARAMS override {                                                \
-    launched.push_back({fake.log().size(), #NAME});                            \
-    return cpu->NAME ARGS;                                                     \
-  }
-  TESSERA_TRACED(copyToDevice, (void *dst, const void *src, int64_t bytes),
-                 (dst, src, bytes))
-  TESSERA_TRACED(gemm,
-                 (bool transA, bool transB, int64_t m, int64_t n, int64_t k,
-                  float alpha, const float *a, const float *b, float beta,
-                  float *c),
-                 (transA, transB, m, n, k, alpha, a, b, beta, c))
-  TESSERA_TRACED(biasAdd,
-                 (const float *x, const float *bias, float *y, int64_t rows,
-                  int64_t cols),
-                 (x, bias, y, rows, cols))
-  TESSERA_TRACED(add, (const float *a, const float *b, float *c, int64_t n),
-                 (a, b, c, n))
-  TESSERA_TRACED(gelu, (const float *x, float *y, int64_t n), (x, y, n))
-  TESSERA_TRACED(geluGrad,
-                 (const float *x, const float *dy, float *dx, int64_t n),
-                 (x, dy, dx, n))
-  TESSERA_TRACED(relu, (const float *x, float *y, int64_t n), (x, y, n))
-  TESSERA_TRACED(reluGrad,
-                 (const float *x, const float *dy, float *dx, int64_t n),
-                 (x, dy, dx, n))
-  TESSERA_TRACED(reduceRows,
-                 (const float *x, float *y, int64_t rows, int64_t cols,
-                  float alpha, float beta),
-                 (x, y, rows, cols, alpha, beta))
-  TESSERA_TRACED(crossEntropy,
-                 (const float *z, const int32_t *t, float *loss, int64_t rows,
-                  int64_t cols),
-                 (z, t, loss, rows, cols))
-  TESSERA_TRACED(crossEntropyGrad,
-                 (const float *z, const int32_t *t, const float *dl, float *dz,
-                  int64_t rows, int64_t cols),
-                 (z, t, dl, dz, rows, cols))
-  TESSERA_TRACED(mean, (const float *x, float *y, int64_t n), (x, y, n))
-  TESSERA_TRACED(meanGrad, (const float *dy, float *dx, int64_t n), (dy, dx, n))
-  TESSERA_TRACED(fill, (float *y, float value, int64_t n), (y, value, n))
-  TESSERA_TRACED(scale, (const float *x, float *y, float alpha, int64_t n),
-                 (x, y, alpha, n))
-  TESSERA_TRACED(copy, (const void *x, void *y, int64_t bytes), (x, y, bytes))
-  TESSERA_TRACED(axpy, (float alpha, const float *x, float *y, int64_t n),
-                 (alpha, x, y, n))
-  TESSERA_TRACED(cast,
-                 (const void *x, FloatFormat xFormat, void *y,
-                  FloatFormat yFormat, int64_t n, float beta),
-                 (x, xFormat, y, yFormat, n, beta))
-  TESSERA_TRACED(fillBf16, (uint16_t * y, float value, int64_t n),
-                 (y, value, n))
-  TESSERA_TRACED(scaleBf16,
-                 (const uint16_t *x, uint16_t *y, float alpha, int64_t n),
-                 (x, y, alpha, n))
-  TESSERA_TRACED(axpyBf16,
-                 (float alpha, const uint16_t *x, uint16_t *y, int64_t n),
-                 (alpha, x, y, n))
-  TESSERA_TRACED(adam,
-                 (float *p, const float *g, float *m, float *v, int64_t n,
-                  const int64_t *iteration, const AdamParams &params),
-                 (p, g, m, v, n, iteration, params))
-  TESSERA_TRACED(sgd,
-                 (float *p, const float *g, int64_t n, float lr,
-                  float weightDecay),
-                 (p, g, n, lr, weightDecay))
-  TESSERA_TRACED(layerNorm,
-                 (const float *x, const float *gamma, const float *bias,
-                  float *y, int64_t rows, int64_t cols, float eps),
-                 (x, gamma, bias, y, rows, cols, eps))
-  TESSERA_TRACED(layerNormGrad,
-                 (const float *x, const float *gamma, const float *dy,
-                  float *dx, float *dgamma, float *dbias, int64_t rows,
-                  int64_t cols, float eps, float beta),
-                 (x, gamma, dy, dx, dgamma, dbias, rows, cols, eps, beta))
-  TESSERA_TRACED(embedding,
-                 (const int32_t *ids, const float *table, float *y,
-                  int64_t rows, int64_t localVocab, int64_t dim,
-                  int64_t vocabOffset, int64_t vocabSize),
-                 (ids, table, y, rows, localVocab, dim, vocabOffset, vocabSize))
-  TESSERA_TRACED(embeddingGrad,
-                 (const int32_t *ids, const float *dy, float *dtable,
-                  int64_t rows, int64_t localVocab, int64_t dim,
-                  int64_t vocabOffset, float beta),
-                 (ids, dy, dtable, rows, localVocab, dim, vocabOffset, beta))
-  TESSERA_TRACED(addPositionEmbedding,
-                 (const float *x, const float *pos, float *y, int64_t seq,
-                  int64_t batch, int64_t dim),
-                 (x, pos, y, seq, batch, dim))
-  TESSERA_TRACED(positionEmbeddingGrad,
-                 (const float *dy, float *dpos, int64_t seq, int64_t batch,
-                  int64_t dim, int64_t posRows, float beta),
-                 (dy, dpos, seq, batch, dim, posRows, beta))
-  TESSERA_TRACED(attention,
-                 (const float *qkv, float *out, int64_t seq, int64_t batch,
-                  int64_t heads, int64_t headDim, bool causal),
-                 (qkv, out, seq, batch, heads, headDim, causal))
-  TESSERA_TRACED(attentionGrad,
-                 (const float *qkv, const float *dout, float *dqkv, int64_t seq,
-                  int64_t batch, int64_t heads, int64_t headDim, bool causal),
-                 (qkv, dout, dqkv, seq, batch, heads, headDim, causal))
-  TESSERA_TRACED(logitsMax,
-                 (const float *z, float *m, int64_t rows, int64_t cols),
-                 (z, m, rows, cols))
-  TESSERA_TRACED(crossEntropyStats,
-                 (const float *z, const int32_t *t, const float *m, float *se,
-                  float *pl, int64_t rows, int64_t cols, int64_t vocabOffset,
-                  int64_t numClasses, int64_t ignoreIndex),
-                 (z, t, m, se, pl, rows, cols, vocabOffset, numClasses,
-                  ignoreIndex))
-  TESSERA_TRACED(crossEntropyFromStats,
-                 (const float *se, const float *pl, const float *m,
-                  const int32_t *t, float *loss, int64_t rows,
-                  int64_t ignoreIndex),
-                 (se, pl, m, t, loss, rows, ignoreIndex))
-  TESSERA_TRACED(crossEntropyStatsGrad,
-                 (const float *z, const int32_t *t, const float *m,
-                  const float *se, const float *dl, float *dz, int64_t rows,
-                  int64_t cols, int64_t vocabOffset, int64_t numClasses,
-                  int64_t ignoreIndex),
-                 (z, t, m, se, dl, dz, rows, cols, vocabOffset, numClasses,
-                  ignoreIndex))
-  TESSERA_TRACED(tokenMean,
-                 (const float *loss, const int32_t *t, float *y, int64_t rows,
-                  int64_t ignoreIndex),
-                 (loss, t, y, rows, ignoreIndex))
-  TESSERA_TRACED(dropout,
-                 (const float *x, float *y, int64_t seq, int64_t batch,
-                  int64_t hidden, int64_t seqOffset, int64_t seqTotal,
-                  int64_t firstSample, uint64_t seed, int64_t stream,
-                  float rate),
-                 (x, y, seq, batch, hidden, seqOffset, seqTotal, firstSample,
-                  seed, stream, rate))
-  TESSERA_TRACED(tokenMeanGrad,
-                 (const float *dy, const int32_t *t, float *dl, int64_t rows,
-                  int64_t ignoreIndex),
-                 (dy, t, dl, rows, ignoreIndex))
-#undef TESSERA_TRACED
-
-private:
-  std::unique_ptr<Backend> cpu;
-  FakeNccl &fake;
-  void *compute;
-  std::vector<Launch> launched;
+/// The backend's activity as the CUDA backend's would appear in the fake's
+/// log: each kernel (and host-to-device copy) a launch on the compute
+/// stream, recorded with the log position it precedes; each host wait
+/// (synchronize, copyToHost) a streamSynchronize of the compute stream.
+struct Launch {
+  size_t at;
+  std::string kernel;
 };
+
+RecordingBackend::Observer traceInto(FakeNccl &fake, void *compute,
+                                     std::vector<Launch> &launches) {
+  static const std::set<std::string> notLaunches = {
+      "allocate",       "deallocate",          "allocateHost",
+      "deallocateHost", "createCommunicators", "abortCommunicators"};
+  return [&fake, compute, &launches](const char *call) {
+    std::string name = call;
+    if (name == "synchronize" || name == "copyToHost")
+      fake.api().streamSynchronize(compute).ignoreError();
+    else if (!notLaunches.count(name))
+      launches.push_back({fake.log().size(), name});
+  };
+}
 
 //===----------------------------------------------------------------------===//
 // Executors wired as tessera-run wires them
@@ -290,15 +133,15 @@ struct Run {
   std::unique_ptr<FakeNccl> fake;
   void *compute = nullptr;
   std::unique_ptr<NcclCommunicator> ncclWorld;
-  /// Owned by `ex`.
-  TracingBackend *backend = nullptr;
+  /// The backend's launches (RecordingBackend through traceInto).
+  std::vector<Launch> launches;
   std::unique_ptr<Executor> ex;
 
   int computeId() const { return fake->streamId(compute); }
   /// Empties the log, so that it holds what follows.
   void startLog() {
     fake->clearLog();
-    backend->clearLaunches();
+    launches.clear();
   }
 };
 
@@ -350,9 +193,8 @@ std::unique_ptr<Run> makeRun(const std::shared_ptr<const LoadedArtifact> &art,
   EXPECT_TRUE(cpu.ok());
   if (!cpu.ok())
     return nullptr;
-  auto backend = std::make_unique<TracingBackend>(std::move(*cpu), *run->fake,
-                                                  run->compute);
-  run->backend = backend.get();
+  auto backend = std::make_unique<RecordingBackend>(
+      std::move(*cpu), traceInto(*run->fake, run->compute, run->launches));
   auto ex =
       Executor::create(art, std::move(backend), std::move(*comms), worldRank());
   EXPECT_TRUE(ex.ok()) << ex.status().toString();
@@ -441,7 +283,7 @@ bool isHostWait(const Entry &e, int compute) {
 /// The fake's log since Run::startLog with the backend's launches in place.
 std::vector<Entry> mergedLog(const Run &run) {
   const std::vector<FakeNcclCall> &log = run.fake->log();
-  const auto &launches = run.backend->launches();
+  const auto &launches = run.launches;
   std::vector<Entry> out;
   size_t next = 0;
   for (size_t i = 0; i <= log.size(); ++i) {

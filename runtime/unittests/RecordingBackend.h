@@ -1,9 +1,11 @@
 //===- RecordingBackend.h - A backend that records its calls ----*- C++ -*-===//
 //
-// Wraps another backend, forwards every call to it and records the name of
-// each call in order, so tests can check what the executor asks of a
-// backend: how often it makes the host wait (synchronize, copyToHost), and
-// in which order kernels run. Test-only.
+// Wraps another backend, forwards every call to it and tells an observer
+// the name of each call first (by default: appends it to a list), so tests
+// can check what the executor asks of a backend: how often it makes the
+// host wait (synchronize, copyToHost), and in which order kernels run
+// relative to other events (NcclExecutorTest merges them into the fake
+// NCCL's call log). Test-only.
 //
 //===----------------------------------------------------------------------===//
 
@@ -13,6 +15,7 @@
 #include "tessera/rt/Backend.h"
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,15 +24,25 @@ namespace tessera::rt::test {
 
 class RecordingBackend final : public Backend {
 public:
-  /// Records into `calls`, which must outlive the backend (the executor
-  /// owns the backend, the test keeps the log).
+  /// Called with the method's name before each forwarded call.
+  using Observer = std::function<void(const char *call)>;
+
   /// With `deviceMemory`, claims its memory is not host memory
   /// (hostMemory() false), so the executor takes the paths of a GPU
   /// backend (pinned chunks for whole buffers) over the inner backend's
   /// host memory.
+  RecordingBackend(std::unique_ptr<Backend> inner, Observer observer,
+                   bool deviceMemory = false)
+      : inner(std::move(inner)), observer(std::move(observer)),
+        deviceMemory(deviceMemory) {}
+  /// Appends every call's name to `calls` (which must outlive the backend:
+  /// the executor owns the backend, the test keeps the log).
   RecordingBackend(std::unique_ptr<Backend> inner,
                    std::vector<std::string> &calls, bool deviceMemory = false)
-      : inner(std::move(inner)), calls(calls), deviceMemory(deviceMemory) {}
+      : RecordingBackend(
+            std::move(inner),
+            [&calls](const char *call) { calls.push_back(call); },
+            deviceMemory) {}
 
   /// How many recorded calls are named `name`.
   static int64_t count(const std::vector<std::string> &calls,
@@ -279,10 +292,10 @@ public:
   }
 
 private:
-  void note(const char *call) { calls.push_back(call); }
+  void note(const char *call) { observer(call); }
 
   std::unique_ptr<Backend> inner;
-  std::vector<std::string> &calls;
+  Observer observer;
   bool deviceMemory;
 };
 

@@ -138,8 +138,8 @@ CommRequest NcclCommunicator::track(Pending p) {
 // Collectives
 //===----------------------------------------------------------------------===//
 
-Status NcclCommunicator::allReduce(void *buffer, int64_t count,
-                                   ElementType type, ReduceKind op) {
+Status NcclCommunicator::issueAllReduce(void *buffer, int64_t count,
+                                        ElementType type, ReduceKind op) {
   TESSERA_RETURN_IF_ERROR(checkUsable());
   TESSERA_RETURN_IF_ERROR(checkCount(count, "all-reduce"));
   TESSERA_RETURN_IF_ERROR(orderAfterCompute());
@@ -147,63 +147,84 @@ Status NcclCommunicator::allReduce(void *buffer, int64_t count,
       api.allReduce(buffer, buffer, size_t(count), type, op, comm, stream));
   stats.allReduce += ringAllReduceBytes(count * elementSize(type), mySize);
   ++stats.calls;
-  return orderBeforeCompute();
+  return Status();
 }
 
-Status NcclCommunicator::allGather(const void *send, void *recv,
-                                   int64_t sendCount, ElementType type) {
+Status NcclCommunicator::issueAllGather(const void *send, void *recv,
+                                        int64_t sendCount, ElementType type,
+                                        bool inPlace) {
   TESSERA_RETURN_IF_ERROR(checkUsable());
-  TESSERA_RETURN_IF_ERROR(checkCount(sendCount, "all-gather"));
+  TESSERA_RETURN_IF_ERROR(
+      checkCount(sendCount, inPlace ? "in-place all-gather" : "all-gather"));
   TESSERA_RETURN_IF_ERROR(orderAfterCompute());
+  // NCCL's in-place layout: the input is the rank's block of the output.
+  if (inPlace)
+    send = blockAt(recv, myRank, sendCount, type);
   TESSERA_RETURN_IF_ERROR(
       api.allGather(send, recv, size_t(sendCount), type, comm, stream));
   stats.allGather +=
       ringAllGatherBytes(sendCount * elementSize(type) * mySize, mySize);
   ++stats.calls;
+  return Status();
+}
+
+Status NcclCommunicator::issueReduceScatter(const void *send, void *recv,
+                                            int64_t recvCount, ElementType type,
+                                            ReduceKind op, bool inPlace) {
+  TESSERA_RETURN_IF_ERROR(checkUsable());
+  TESSERA_RETURN_IF_ERROR(checkCount(
+      recvCount, inPlace ? "in-place reduce-scatter" : "reduce-scatter"));
+  TESSERA_RETURN_IF_ERROR(orderAfterCompute());
+  // NCCL's in-place layout: the output is the rank's block of the input.
+  if (inPlace)
+    recv = blockAt(const_cast<void *>(send), myRank, recvCount, type);
+  TESSERA_RETURN_IF_ERROR(
+      api.reduceScatter(send, recv, size_t(recvCount), type, op, comm, stream));
+  stats.reduceScatter +=
+      ringReduceScatterBytes(recvCount * elementSize(type) * mySize, mySize);
+  ++stats.calls;
+  return Status();
+}
+
+StatusOr<CommRequest> NcclCommunicator::started(Status issued) {
+  TESSERA_RETURN_IF_ERROR(issued);
+  Pending p;
+  TESSERA_ASSIGN_OR_RETURN(p.event, recordCompletion());
+  return track(p);
+}
+
+Status NcclCommunicator::allReduce(void *buffer, int64_t count,
+                                   ElementType type, ReduceKind op) {
+  TESSERA_RETURN_IF_ERROR(issueAllReduce(buffer, count, type, op));
+  return orderBeforeCompute();
+}
+
+Status NcclCommunicator::allGather(const void *send, void *recv,
+                                   int64_t sendCount, ElementType type) {
+  TESSERA_RETURN_IF_ERROR(
+      issueAllGather(send, recv, sendCount, type, /*inPlace=*/false));
   return orderBeforeCompute();
 }
 
 Status NcclCommunicator::reduceScatter(const void *send, void *recv,
                                        int64_t recvCount, ElementType type,
                                        ReduceKind op) {
-  TESSERA_RETURN_IF_ERROR(checkUsable());
-  TESSERA_RETURN_IF_ERROR(checkCount(recvCount, "reduce-scatter"));
-  TESSERA_RETURN_IF_ERROR(orderAfterCompute());
   TESSERA_RETURN_IF_ERROR(
-      api.reduceScatter(send, recv, size_t(recvCount), type, op, comm, stream));
-  stats.reduceScatter +=
-      ringReduceScatterBytes(recvCount * elementSize(type) * mySize, mySize);
-  ++stats.calls;
+      issueReduceScatter(send, recv, recvCount, type, op, /*inPlace=*/false));
   return orderBeforeCompute();
 }
 
 Status NcclCommunicator::allGatherInPlace(void *buffer, int64_t count,
                                           ElementType type) {
-  TESSERA_RETURN_IF_ERROR(checkUsable());
-  TESSERA_RETURN_IF_ERROR(checkCount(count, "in-place all-gather"));
-  TESSERA_RETURN_IF_ERROR(orderAfterCompute());
-  // NCCL's in-place all-gather: the input is the rank's block.
-  const void *send = blockAt(buffer, myRank, count, type);
   TESSERA_RETURN_IF_ERROR(
-      api.allGather(send, buffer, size_t(count), type, comm, stream));
-  stats.allGather +=
-      ringAllGatherBytes(count * elementSize(type) * mySize, mySize);
-  ++stats.calls;
+      issueAllGather(nullptr, buffer, count, type, /*inPlace=*/true));
   return orderBeforeCompute();
 }
 
 Status NcclCommunicator::reduceScatterInPlace(void *buffer, int64_t count,
                                               ElementType type, ReduceKind op) {
-  TESSERA_RETURN_IF_ERROR(checkUsable());
-  TESSERA_RETURN_IF_ERROR(checkCount(count, "in-place reduce-scatter"));
-  TESSERA_RETURN_IF_ERROR(orderAfterCompute());
-  // NCCL's in-place reduce-scatter: the output is the rank's block.
-  void *recv = blockAt(buffer, myRank, count, type);
   TESSERA_RETURN_IF_ERROR(
-      api.reduceScatter(buffer, recv, size_t(count), type, op, comm, stream));
-  stats.reduceScatter +=
-      ringReduceScatterBytes(count * elementSize(type) * mySize, mySize);
-  ++stats.calls;
+      issueReduceScatter(buffer, nullptr, count, type, op, /*inPlace=*/true));
   return orderBeforeCompute();
 }
 
@@ -211,16 +232,7 @@ StatusOr<CommRequest> NcclCommunicator::allReduceStart(void *buffer,
                                                        int64_t count,
                                                        ElementType type,
                                                        ReduceKind op) {
-  TESSERA_RETURN_IF_ERROR(checkUsable());
-  TESSERA_RETURN_IF_ERROR(checkCount(count, "all-reduce"));
-  TESSERA_RETURN_IF_ERROR(orderAfterCompute());
-  TESSERA_RETURN_IF_ERROR(
-      api.allReduce(buffer, buffer, size_t(count), type, op, comm, stream));
-  stats.allReduce += ringAllReduceBytes(count * elementSize(type), mySize);
-  ++stats.calls;
-  Pending p;
-  TESSERA_ASSIGN_OR_RETURN(p.event, recordCompletion());
-  return track(p);
+  return started(issueAllReduce(buffer, count, type, op));
 }
 
 StatusOr<CommRequest> NcclCommunicator::reduceScatterStart(const void *send,
@@ -228,34 +240,15 @@ StatusOr<CommRequest> NcclCommunicator::reduceScatterStart(const void *send,
                                                            int64_t recvCount,
                                                            ElementType type,
                                                            ReduceKind op) {
-  TESSERA_RETURN_IF_ERROR(checkUsable());
-  TESSERA_RETURN_IF_ERROR(checkCount(recvCount, "reduce-scatter"));
-  TESSERA_RETURN_IF_ERROR(orderAfterCompute());
-  TESSERA_RETURN_IF_ERROR(
-      api.reduceScatter(send, recv, size_t(recvCount), type, op, comm, stream));
-  stats.reduceScatter +=
-      ringReduceScatterBytes(recvCount * elementSize(type) * mySize, mySize);
-  ++stats.calls;
-  Pending p;
-  TESSERA_ASSIGN_OR_RETURN(p.event, recordCompletion());
-  return track(p);
+  return started(
+      issueReduceScatter(send, recv, recvCount, type, op, /*inPlace=*/false));
 }
 
 StatusOr<CommRequest>
 NcclCommunicator::reduceScatterInPlaceStart(void *buffer, int64_t count,
                                             ElementType type, ReduceKind op) {
-  TESSERA_RETURN_IF_ERROR(checkUsable());
-  TESSERA_RETURN_IF_ERROR(checkCount(count, "in-place reduce-scatter"));
-  TESSERA_RETURN_IF_ERROR(orderAfterCompute());
-  void *recv = blockAt(buffer, myRank, count, type);
-  TESSERA_RETURN_IF_ERROR(
-      api.reduceScatter(buffer, recv, size_t(count), type, op, comm, stream));
-  stats.reduceScatter +=
-      ringReduceScatterBytes(count * elementSize(type) * mySize, mySize);
-  ++stats.calls;
-  Pending p;
-  TESSERA_ASSIGN_OR_RETURN(p.event, recordCompletion());
-  return track(p);
+  return started(
+      issueReduceScatter(buffer, nullptr, count, type, op, /*inPlace=*/true));
 }
 
 //===----------------------------------------------------------------------===//

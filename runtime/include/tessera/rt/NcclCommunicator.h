@@ -160,6 +160,19 @@ private:
   Status checkUsable() const;
   /// The compute stream's work so far precedes the communication stream's
   /// next work.
+  /// Checks, orders after the compute stream's work so far, issues the
+  /// collective on the communication stream and counts its bytes; the
+  /// blocking forms then order the compute stream after it, the started
+  /// forms record its completion event (`started`).
+  Status issueAllReduce(void *buffer, int64_t count, ElementType type,
+                        ReduceKind op);
+  /// `inPlace`: NCCL's in-place layout, `send` (all-gather) or `recv`
+  /// (reduce-scatter) being the rank's block of the other.
+  Status issueAllGather(const void *send, void *recv, int64_t sendCount,
+                        ElementType type, bool inPlace);
+  Status issueReduceScatter(const void *send, void *recv, int64_t recvCount,
+                            ElementType type, ReduceKind op, bool inPlace);
+  StatusOr<CommRequest> started(Status issued);
   Status orderAfterCompute();
   /// The communication stream's work so far precedes the compute stream's
   /// next work.
