@@ -12,6 +12,9 @@ and the per-pass times of the same pipeline from `tessera-opt
 exponent, so a superlinear pass is named; and, at the middle and the
 largest layer count, the peak memory each pass adds (tessera-opt running
 the pipeline's first k passes, for every k) with its growth exponent.
+Last, the 175B model in Megatron's 3-D layout (--tp 8 --pp 8 --vpp 2
+--dp 16) at a growing number of microbatches per step (24, 48, 96), with
+the time's growth exponent between successive counts.
 
 The compiler only works on shapes, so every size compiles in well under a
 second; what this measures is how the passes scale with the op count.
@@ -20,6 +23,7 @@ Prints one JSON object. A benchmark, not a test: nothing is asserted.
 
 usage: bench/compile_scaling.py [--build build] [--repeats 5]
            [--layers 12,24,48,96,192,384,768] [--tp 8] [--untied]
+           [--pipeline-microbatches 24,48,96]
 """
 import argparse
 import json
@@ -171,6 +175,10 @@ def main():
     ap.add_argument("--layers", default="12,24,48,96,192,384,768",
                     help="layer counts of the 175B-width sweep")
     ap.add_argument("--tp", type=int, default=8)
+    ap.add_argument("--pipeline-microbatches", default="24,48,96",
+                    type=lambda v: [int(x) for x in v.split(",")],
+                    help="microbatches per step of the 175B tp8 x pp8 (vpp 2) "
+                         "x dp16 compiles (global batch 16 x each)")
     ap.add_argument("--untied", action="store_true",
                     help="separate LM head (GPT-3 ties it to the embedding)")
     args = ap.parse_args()
@@ -273,6 +281,28 @@ def main():
                 "exponent": exponent(l0, m0[k], l1, m1[k]) if m0[k] > 1 and m1[k] > 1 else None}
             for k in m0}}
 
+    # The 175B model in the full 3-D layout (tp 8, pp 8 with vpp 2, dp 16:
+    # 1024 ranks) with a growing number of microbatches per step, default
+    # flags (every verifier on): the schedule and its verification must
+    # grow no worse than linearly in microbatches.
+    pipeline = []
+    with tempfile.TemporaryDirectory() as tmp:
+        model = os.path.join(tmp, "gpt3-175B.mlir")
+        subprocess.run(gen_cmd(bindir, model, 96, 12288, 96, tied), check=True)
+        for micro in args.pipeline_microbatches:
+            art = os.path.join(tmp, f"pp-{micro}.tsr")
+            cmd = [os.path.join(bindir, "tessera-compile"), model, "--tp", "8",
+                   "--pp", "8", "--vpp", "2", "--dp", "16",
+                   "--micro-batch-size", "1",
+                   "--global-batch-size", str(16 * micro), "-o", art]
+            t, m = repeated(cmd, args.repeats)
+            pipeline.append({"microbatches": micro, "compile_time_s": round(t, 4),
+                             "compile_peak_rss_mib": round(m, 1)})
+    for a, b in zip(pipeline, pipeline[1:]):
+        b["time_exponent_vs_previous"] = exponent(
+            a["microbatches"], a["compile_time_s"], b["microbatches"],
+            b["compile_time_s"])
+
     result = {
         "benchmark": "compile_scaling",
         "tp": args.tp, "micro_batch": 1, "seq": SEQ, "vocab": VOCAB,
@@ -287,6 +317,7 @@ def main():
             "superlinear_passes": superlinear,
             "rss_by_pass": memory,
         },
+        "pipeline_175b_tp8_pp8_vpp2_dp16": pipeline,
     }
     json.dump(result, sys.stdout, indent=2)
     print()

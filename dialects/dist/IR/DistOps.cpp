@@ -408,16 +408,17 @@ buckets::Buffer GradBufferOp::getLayout() {
       k.numelUnpadded = arr[2];
       b.buckets.push_back(k);
     }
-  for (const buckets::ParamRange &p : b.params)
+  // Each bucket's parameters in buffer order: one pass over the parameters
+  // and a sort per bucket (this runs in verifiers, once per pack/unpack).
+  std::vector<std::vector<std::pair<int64_t, size_t>>> members(
+      b.buckets.size());
+  for (auto [i, p] : llvm::enumerate(b.params))
     if (p.bucket >= 0 && p.bucket < int64_t(b.buckets.size()))
-      b.buckets[size_t(p.bucket)].params.push_back(p.name);
-  for (buckets::Bucket &k : b.buckets) {
-    std::map<std::string, int64_t> start;
-    for (const buckets::ParamRange &p : b.params)
-      start[p.name] = p.start;
-    llvm::sort(k.params, [&](const std::string &x, const std::string &y) {
-      return start[x] < start[y];
-    });
+      members[size_t(p.bucket)].push_back({p.start, i});
+  for (auto [k, bucket] : llvm::enumerate(b.buckets)) {
+    llvm::stable_sort(members[k]);
+    for (auto [start, i] : members[k])
+      bucket.params.push_back(b.params[i].name);
   }
   return b;
 }
@@ -475,17 +476,30 @@ static LogicalResult resolveBucket(Operation *op, FlatSymbolRefAttr ref,
   if (!buf)
     return op->emitOpError() << "refers to " << ref
                              << ", which is not a dist.grad_buffer in scope";
-  buckets::Buffer layout = buf.getLayout();
-  if (bucket < 0 || bucket >= int64_t(layout.buckets.size()))
+  // Read straight from the attributes, without building the whole layout:
+  // linear in the buffer's parameters, no string keys (every pack and
+  // unpack of a 175B model's hundreds of buckets runs this).
+  ArrayAttr bucketsAttr = buf.getBuckets();
+  if (bucket < 0 || bucket >= int64_t(bucketsAttr.size()))
     return op->emitOpError() << "names bucket " << bucket << " of " << ref
-                             << ", which has " << layout.buckets.size();
-  const buckets::Bucket &k = layout.buckets[size_t(bucket)];
-  bucketNumel = k.end - k.start;
-  std::map<std::string, int64_t> numel;
-  for (const buckets::ParamRange &p : layout.params)
-    numel[p.name] = p.end - p.start;
-  for (const std::string &name : k.params)
-    sizes.push_back(numel[name]);
+                             << ", which has " << bucketsAttr.size();
+  auto range = dyn_cast<DenseI64ArrayAttr>(bucketsAttr[size_t(bucket)]);
+  if (!range || range.size() != 3)
+    return op->emitOpError() << "names bucket " << bucket << " of " << ref
+                             << ", which is malformed";
+  bucketNumel = range[1] - range[0];
+  SmallVector<std::pair<int64_t, int64_t>> members; // (start, numel)
+  for (Attribute a : buf.getParams()) {
+    auto d = dyn_cast<DictionaryAttr>(a);
+    auto b = d ? d.getAs<IntegerAttr>("bucket") : IntegerAttr();
+    auto start = d ? d.getAs<IntegerAttr>("start") : IntegerAttr();
+    auto end = d ? d.getAs<IntegerAttr>("end") : IntegerAttr();
+    if (b && start && end && b.getInt() == bucket)
+      members.push_back({start.getInt(), end.getInt() - start.getInt()});
+  }
+  llvm::stable_sort(members);
+  for (auto [start, numel] : members)
+    sizes.push_back(numel);
   return success();
 }
 

@@ -181,17 +181,25 @@ void VerifySchedulePass::runOnOperation() {
   for (auto &g : ppGroups)
     for (auto [i, w] : llvm::enumerate(g))
       ppIndex[w] = i;
-  auto spanOf = [&](StringRef kind, int64_t r) -> std::vector<int64_t> {
+  // Memoised per (kind, pipeline rank): every collective of every
+  // microbatch asks, and the answer materialises the kind's groups.
+  std::map<std::pair<std::string, int64_t>, std::vector<int64_t>> spans;
+  auto spanOf = [&](StringRef kind, int64_t r) -> const std::vector<int64_t> & {
+    auto [it, inserted] = spans.try_emplace({kind.str(), r});
+    if (!inserted)
+      return it->second;
     std::string err;
     int64_t world = ppGroups.front()[size_t(r)];
+    it->second = {r};
     for (auto &g : mesh::rankGroups(config, kind.str(), err))
       if (llvm::is_contained(g, world)) {
         std::set<int64_t> ranks;
-        for (int w : g)
+        for (int64_t w : g)
           ranks.insert(ppIndex[w]);
-        return {ranks.begin(), ranks.end()};
+        it->second.assign(ranks.begin(), ranks.end());
+        break;
       }
-    return {r};
+    return it->second;
   };
 
   // Each rank's stream.
