@@ -586,3 +586,82 @@ TEST_F(ArtifactTest, RankRelativeRefStride) {
   expectError(buildFile(buildPayload(withRankRelativeRef(noGroup))),
               "operand 0 has rank_stride 32 but no rank_group");
 }
+
+// Found by the artifact_loader fuzzer (fuzz/): products of dimensions and
+// sums of offsets overflowed int64 (undefined behaviour) instead of failing
+// the arena check.
+TEST_F(ArtifactTest, HugeShapesAndOffsetsAreRejectedWithoutOverflow) {
+  const int64_t big = int64_t(1) << 40, top = INT64_MAX - 3; // 4-aligned
+  ArtifactDesc desc = softmaxRegression();
+  desc.programs[0].buffers[0].shape = {big, big};
+  expectError(buildFile(buildPayload(desc)),
+              "buffer 0 'fc.weight' of shape [1099511627776, 1099511627776] "
+              "has more than 2^63 bytes");
+
+  desc = softmaxRegression();
+  desc.programs[0].buffers[0].offset = top;
+  expectError(buildFile(buildPayload(desc)), "'fc.weight' (offset " +
+                                                 std::to_string(top));
+
+  desc = softmaxRegression();
+  desc.programs[0].function("microbatch")[0].operands[2].shape = {big, big};
+  expectError(buildFile(buildPayload(desc)), "has more than 2^63 bytes");
+
+  desc = softmaxRegression();
+  desc.programs[0].function("microbatch")[0].operands[2].offset = top;
+  expectError(buildFile(buildPayload(desc)), "lies outside the arena of");
+
+  // Rank-relative: offset + (size - 1) * stride + bytes past INT64_MAX.
+  RefDesc r{top - 28, {8}, fb::DType::F32, "dp", 32};
+  expectError(buildFile(buildPayload(withRankRelativeRef(r))),
+              "lies outside the arena of");
+}
+
+// Found by the artifact_loader fuzzer: FlatBuffers' verifier (2.0) checks
+// the alignment of a vector's length field but not of its elements, so a
+// payload could hold a shape whose int64 elements are misaligned.
+TEST_F(ArtifactTest, MisalignedInt64VectorIsRejected) {
+  flatbuffers::FlatBufferBuilder fbb;
+  // A one-element [long] vector built from 4-byte words (the builder would
+  // align real int64 elements), its data at 4 mod 8 from the buffer's end
+  // (the finished buffer's size is a multiple of 8: `offset` below is an
+  // int64 field).
+  fbb.StartVector(3, sizeof(int32_t));
+  fbb.PushElement<int32_t>(0);
+  fbb.PushElement<int32_t>(4);
+  if (fbb.GetSize() % 8 == 0)
+    fbb.PushElement<int32_t>(0);
+  flatbuffers::Offset<flatbuffers::Vector<int64_t>> shape(fbb.EndVector(1));
+  auto buffer = fb::CreateBuffer(fbb, fbb.CreateString("w"),
+                                 fb::BufferKind::Param, fb::DType::F32,
+                                 /*offset=*/64, shape);
+  auto buffers = fbb.CreateVector(std::vector{buffer});
+  fb::ProgramBuilder program(fbb);
+  program.add_buffers(buffers);
+  auto programs = fbb.CreateVector(std::vector{program.Finish()});
+  fb::ArtifactBuilder artifact(fbb);
+  artifact.add_programs(programs);
+  fb::FinishArtifactBuffer(fbb, artifact.Finish());
+  std::string payload(reinterpret_cast<const char *>(fbb.GetBufferPointer()),
+                      fbb.GetSize());
+  const auto *root = fb::GetArtifact(payload.data());
+  const auto *data = root->programs()->Get(0)->buffers()->Get(0)->shape()->data();
+  ASSERT_EQ((reinterpret_cast<const char *>(data) - payload.data()) % 8, 4);
+  expectError(buildFile(payload), "program 0 buffer 0: int64 vector not "
+                                  "8-byte aligned (malformed payload)");
+}
+
+// Found by the artifact_loader fuzzer under clang's UBSan: Executor::validate
+// decodes without an arena, and the decoder added operand offsets to its
+// null base (undefined behaviour).
+TEST_F(ArtifactTest, ExecutorValidateDecodesWithoutAnArena) {
+  for (const ArtifactDesc &desc :
+       {softmaxRegression(), twoStagePipeline(), slottedSchedule(),
+        shardedBuckets(2, 2, 4), mixedPrecisionRegression()}) {
+    auto loaded =
+        LoadedArtifact::loadFromMemory(buildFile(buildPayload(desc)), "m.tsr");
+    ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+    Status st = Executor::validate(**loaded);
+    EXPECT_TRUE(st.ok()) << st.toString();
+  }
+}

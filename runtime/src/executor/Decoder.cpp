@@ -139,7 +139,8 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
       if (numel(ref(in, 0)) != numel(ref(in, 1)) * shards)
         return invalidArgument("Copy of a shard: ", desc(ref(in, 0)), " must be ",
                                shards, " times ", desc(ref(in, 1)));
-      t.ptr[0] = static_cast<uint8_t *>(t.ptr[0]) + offset * size;
+      if (t.ptr[0]) // null when validating without an arena
+        t.ptr[0] = static_cast<uint8_t *>(t.ptr[0]) + offset * size;
       return Status();
     }
     return requireSameNumel(in, {0, 1});
