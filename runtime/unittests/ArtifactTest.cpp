@@ -665,3 +665,46 @@ TEST_F(ArtifactTest, ExecutorValidateDecodesWithoutAnArena) {
     EXPECT_TRUE(st.ok()) << st.toString();
   }
 }
+
+// Found by the artifact_loader fuzzer: Executor::validate's decoder
+// multiplied dimensions of empty tensors and attribute values past int64
+// (numElements of [2^40, 2^40, 0], 3 * num_heads). The loader admits these
+// artifacts (an empty tensor has 0 bytes); the decoder must stay defined
+// and name what is wrong.
+TEST_F(ArtifactTest, DecoderArithmeticDoesNotOverflow) {
+  using O = fb::Opcode;
+  const int64_t big = int64_t(1) << 40;
+  auto validate = [](const ArtifactDesc &desc) {
+    auto loaded =
+        LoadedArtifact::loadFromMemory(buildFile(buildPayload(desc)), "m.tsr");
+    EXPECT_TRUE(loaded.ok()) << loaded.status().toString();
+    return loaded.ok() ? Executor::validate(**loaded)
+                       : Status(loaded.status());
+  };
+  ArtifactDesc desc = softmaxRegression();
+  ProgramDesc &p = desc.programs[0];
+  InstrDesc fill = instr(O::Fill, {p.scratch({4})}, "empty");
+  fill.operands[0].shape = {big, big, 0};
+  fill.fattrs = {0.0f};
+  p.function("step").push_back(fill);
+  InstrDesc copy = instr(O::Copy, {p.scratch({4}), p.scratch({4})}, "copy");
+  copy.operands[0].shape = {0, big, big};
+  copy.operands[1].shape = {big, 0, big};
+  p.function("step").push_back(copy);
+  Status st = validate(desc);
+  EXPECT_TRUE(st.ok()) << st.toString();
+
+  desc = softmaxRegression();
+  InstrDesc attention = instr(
+      O::Attention,
+      {desc.programs[0].scratch({2, 1, 12}), desc.programs[0].scratch({2, 1, 4})},
+      "attn");
+  attention.iattrs = {int64_t(1) << 62, 0};
+  desc.programs[0].function("step").push_back(attention);
+  st = validate(desc);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("is not divisible by 3 * num_heads "
+                              "(4611686018427387904)"),
+            std::string::npos)
+      << st.message();
+}

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <set>
 
 namespace tessera::rt {
@@ -312,6 +313,11 @@ Status Decoder::vocabShard(const fb::Instr &in, int64_t localVocab,
   if (!pos.group && worldRank >= 0)
     return invalidArgument("rank ", worldRank, " is in no rank group of kind '",
                            kind, "', which shards this kernel's operand");
+  // The callers multiply localVocab by the shard count.
+  int64_t total = 0;
+  if (__builtin_mul_overflow(localVocab, int64_t(pos.size), &total))
+    return invalidArgument(localVocab, " elements times ", pos.size,
+                           " shards over '", kind, "' overflow int64");
   offset = int64_t(pos.index) * localVocab;
   shards = pos.size;
   return Status();
@@ -405,7 +411,11 @@ Status Decoder::decodeTransformerInstr(const fb::Instr &in, Thunk &t) {
       return invalidArgument("position table ", desc(ref(in, pos)),
                              " must be [positions, H]");
     int64_t s = dim(0, 0), h = dim(0, rankOf(0) - 1);
-    int64_t b = s * h != 0 ? numel(ref(in, 0)) / (s * h) : 0;
+    // s * h overflows only when another dimension is 0 (then b is 0).
+    int64_t sh = 0;
+    int64_t b = !__builtin_mul_overflow(s, h, &sh) && sh != 0
+                    ? numel(ref(in, 0)) / sh
+                    : 0;
     if (dim(pos, 1) != h || dim(pos, 0) < s)
       return invalidArgument("position table ", desc(ref(in, pos)),
                              " must have hidden size ", h, " and at least ", s,
@@ -427,13 +437,13 @@ Status Decoder::decodeTransformerInstr(const fb::Instr &in, Thunk &t) {
                              grad ? "dO " : "O ", desc(ref(in, out)),
                              " must be [S, B, features]");
     int64_t heads = iattr(0);
-    int64_t f = dim(out, 2);
+    int64_t f = dim(out, 2), f3 = 0;
     if (dim(0, 0) != dim(out, 0) || dim(0, 1) != dim(out, 1) ||
-        dim(0, 2) != 3 * f)
+        __builtin_mul_overflow(f, 3, &f3) || dim(0, 2) != f3)
       return invalidArgument("QKV ", desc(ref(in, 0)), " must be [S, B, 3 * ",
                              f, "] for ", grad ? "dO " : "O ",
                              desc(ref(in, out)));
-    if (heads <= 0 || dim(0, 2) % (3 * heads) != 0)
+    if (heads <= 0 || heads > INT64_MAX / 3 || dim(0, 2) % (3 * heads) != 0)
       return invalidArgument("the last dimension of QKV ", desc(ref(in, 0)),
                              " is not divisible by 3 * num_heads (", heads,
                              ")");
