@@ -4,7 +4,10 @@
 // to LoadedArtifact::loadFromMemory (header, CRC-32, FlatBuffers
 // verification, semantic validation); an artifact that loads also goes
 // through Executor::validate (decoding and shape checks of every function
-// of every program at every rank, as tessera-run does before a launch).
+// of every program at every rank, as tessera-run does before a launch);
+// the human-readable summary (tessera-run --summary) and, for an artifact
+// that validates, its checkpoint manifest (describeCheckpoint, what a save
+// writes) are built too.
 // The custom mutator mutates the payload and recomputes the header's size
 // and CRC (FuzzCommon.h), so mutants reach the verifier and the validators.
 // Seeds: fuzz/make-seeds.sh. Run: scripts/fuzz.sh artifact_loader SECONDS.
@@ -15,6 +18,7 @@
 
 #include "tessera/rt/Artifact.h"
 #include "tessera/rt/Executor.h"
+#include "tessera/rt/checkpoint/Manifest.h"
 
 #include <string>
 
@@ -34,7 +38,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     (void)loaded.status().toString();
     return 0;
   }
+  (void)rt::summarizeArtifact(**loaded);
   rt::Status status = rt::Executor::validate(**loaded);
-  (void)status.toString();
+  if (!status.ok()) {
+    (void)status.toString();
+    return 0;
+  }
+  auto manifest = rt::describeCheckpoint(**loaded, rt::CheckpointRunInfo{});
+  if (manifest.ok())
+    (void)rt::manifestToJson(*manifest);
   return 0;
 }
