@@ -1,19 +1,37 @@
 #!/usr/bin/env bash
-# fuzz/make-seeds.sh OUTDIR: writes the seed corpora of the fuzz targets to
-# OUTDIR/TARGET/ (nothing is committed):
+# fuzz/make-seeds.sh OUTDIR [BUILD_DIR]: writes the seed corpora of the fuzz
+# targets to OUTDIR/TARGET/ (nothing is committed):
 #   - artifact_loader, checkpoint_manifest, checkpoint_shard, dataset_index:
-#     build-fuzz/bin/tessera-fuzz-seeds (fuzz/MakeSeeds.cpp: artifacts from
-#     the unit tests' builders, their manifests, shard files, .idx/.bin
-#     pairs);
+#     BUILD_DIR/bin/tessera-fuzz-seeds (default build-fuzz; fuzz/MakeSeeds.cpp:
+#     artifacts from the unit tests' builders, their manifests, shard files,
+#     .idx/.bin pairs);
+#   - mlir_pipeline: every test/**/*.mlir split at `// -----` (RUN, CHECK and
+#     expected-* lines dropped) and examples/mlp.mlir;
 #   - when a compiler build is there (build/bin/tessera-compile and
 #     tessera-run, or TESSERA_BUILD=DIR), also the MLP example compiled to
 #     a .tsr, a checkpoint of it saved by tessera-run (its manifest.json and
 #     shard), and a dataset from tessera-preprocess.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=${1:?usage: fuzz/make-seeds.sh OUTDIR}
+out=${1:?usage: fuzz/make-seeds.sh OUTDIR [BUILD_DIR]}
 mkdir -p "$out"
-build-fuzz/bin/tessera-fuzz-seeds "$out"
+"${2:-build-fuzz}"/bin/tessera-fuzz-seeds "$out"
+
+mkdir -p "$out/mlir_pipeline"
+cp examples/mlp.mlir "$out/mlir_pipeline/example_mlp.mlir"
+find test -name '*.mlir' | sort | python3 -c '
+import os, re, sys
+out = sys.argv[1]
+for path in sys.stdin.read().split():
+    text = open(path).read()
+    for i, part in enumerate(re.split(r"^// -----.*$", text, flags=re.M)):
+        lines = [l for l in part.splitlines()
+                 if not re.match(r"\s*// *(RUN|CHECK|expected-)", l)]
+        body = "\n".join(lines).strip()
+        if body:
+            name = path.replace("/", "_")[:-5] + "_%d.mlir" % i
+            open(os.path.join(out, name), "w").write(body + "\n")
+' "$out/mlir_pipeline"
 
 bin=${TESSERA_BUILD:-build}/bin
 if [ -x "$bin/tessera-compile" ] && [ -x "$bin/tessera-run" ] &&

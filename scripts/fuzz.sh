@@ -3,30 +3,32 @@
 #
 # Runs one libFuzzer target of fuzz/ for SECONDS under AddressSanitizer and
 # UndefinedBehaviorSanitizer. Targets: artifact_loader, dataset_index,
-# checkpoint_manifest, checkpoint_shard.
+# checkpoint_manifest, checkpoint_shard (the runtime) and mlir_pipeline (the
+# compiler: parse, verify, tessera-train-pipeline).
 #
 # Installs clang-14 and its fuzzer runtime (Debian's clang-14,
 # libclang-rt-14-dev, libomp-14-dev) when missing, configures a runtime-only
-# build in build-fuzz/ (TESSERA_BUILD_FUZZERS=ON, no compiler, no CUDA),
-# builds the target, writes the seeds (fuzz/make-seeds.sh) to
-# build-fuzz/seeds/, and fuzzes one process at a time, keeping the corpus in
-# build-fuzz/corpus/TARGET (new inputs accumulate there across runs).
+# build in build-fuzz/ (TESSERA_BUILD_FUZZERS=ON, no compiler, no CUDA; for
+# mlir_pipeline, build-fuzz-mlir/ with the compiler over LLVM/MLIR 22),
+# builds the target, writes the seeds (fuzz/make-seeds.sh) to B/seeds/, and
+# fuzzes one process at a time, keeping the corpus in B/corpus/TARGET (new
+# inputs accumulate there across runs).
 # Exits non-zero on a crash, leak, timeout (10 s an input) or out-of-memory
-# (2 GiB), printing the reproducer's path (under build-fuzz/crashes/TARGET/)
-# and the command that replays it. The log is build-fuzz/logs/TARGET.log.
+# (2 GiB), printing the reproducer's path (under B/crashes/TARGET/) and the
+# command that replays it. The log is B/logs/TARGET.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ $# -lt 2 ]; then
   echo "usage: scripts/fuzz.sh TARGET SECONDS [LIBFUZZER_FLAGS...]" >&2
-  echo "targets: artifact_loader dataset_index checkpoint_manifest checkpoint_shard" >&2
+  echo "targets: artifact_loader dataset_index checkpoint_manifest checkpoint_shard mlir_pipeline" >&2
   exit 2
 fi
 target=$1
 seconds=$2
 shift 2
 case "$target" in
-  artifact_loader|dataset_index|checkpoint_manifest|checkpoint_shard) ;;
+  artifact_loader|dataset_index|checkpoint_manifest|checkpoint_shard|mlir_pipeline) ;;
   *) echo "fuzz.sh: unknown target '$target'" >&2; exit 2 ;;
 esac
 
@@ -45,14 +47,20 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 B=build-fuzz
+compiler=(-DTESSERA_BUILD_COMPILER=OFF)
+if [ "$target" = mlir_pipeline ]; then
+  B=build-fuzz-mlir
+  compiler=(-DTESSERA_BUILD_COMPILER=ON
+            -DMLIR_DIR=/usr/lib/llvm-22/lib/cmake/mlir)
+fi
 if [ ! -f $B/build.ninja ]; then
   cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 \
-    -DTESSERA_BUILD_COMPILER=OFF -DTESSERA_ENABLE_CUDA=OFF \
+    "${compiler[@]}" -DTESSERA_ENABLE_CUDA=OFF \
     -DTESSERA_BUILD_TESTS=OFF -DTESSERA_BUILD_FUZZERS=ON
 fi
 cmake --build $B -j2 --target tessera-fuzz-$target tessera-fuzz-seeds
-fuzz/make-seeds.sh $B/seeds
+fuzz/make-seeds.sh $B/seeds $B
 
 corpus=$B/corpus/$target
 crashes=$B/crashes/$target
