@@ -532,6 +532,29 @@ TEST(ManifestTest, IntegerFieldsMustBeIntegersInRange) {
   EXPECT_TRUE(parseManifest(json, "m.json").ok());
 }
 
+// Found by the checkpoint_manifest fuzzer: "eps": -1e80 parsed, and the
+// manifest written back held null (the nearest float is -inf).
+TEST(ManifestTest, HyperParametersMustBeFiniteFloats) {
+  auto art = load(shardedModel(1, 1));
+  const std::string json = manifestToJson(manifestOf(*art));
+  auto withEps = [&](const std::string &value) {
+    std::string out = json;
+    size_t at = out.find("\"eps\":");
+    EXPECT_NE(at, std::string::npos);
+    size_t end = out.find_first_of(",}", at);
+    return out.replace(at, end - at, "\"eps\":" + value);
+  };
+  expectError(parseManifest(withEps("-1e80"), "m.json").status(),
+              "m.json: invalid manifest: optimizer.eps is -1e+80, not a "
+              "finite float");
+  expectError(parseManifest(withEps("\"small\""), "m.json").status(),
+              "m.json: invalid manifest: optimizer.eps is \"small\", not a "
+              "finite float");
+  auto parsed = parseManifest(withEps("1e-30"), "m.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().toString();
+  EXPECT_TRUE(parseManifest(manifestToJson(*parsed), "again").ok());
+}
+
 //===----------------------------------------------------------------------===//
 // Planning
 //===----------------------------------------------------------------------===//

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -322,6 +323,21 @@ T integerOr(const json &object, const char *key, T fallback,
   return object.contains(key) ? integer<T>(object.at(key), what) : fallback;
 }
 
+/// `object[key]` (0 when absent): an optimizer hyper-parameter, a float in
+/// the artifact, so a finite number in float's range (manifestToJson writes
+/// it as the nearest float; 1e80 would become inf, which JSON cannot hold).
+double hyperParameter(const json &object, const char *key) {
+  if (!object.contains(key))
+    return 0.0;
+  const json &v = object.at(key);
+  double d = v.is_number() ? v.get<double>() : 0.0;
+  if (!v.is_number() || !std::isfinite(d) ||
+      std::fabs(d) > double(std::numeric_limits<float>::max()))
+    throw ManifestError{detail::concat("optimizer.", key, " is ", v.dump(),
+                                       ", not a finite float")};
+  return d;
+}
+
 /// The array `v` of integers.
 template <typename T>
 std::vector<T> integers(const json &v, const std::string &what) {
@@ -377,11 +393,11 @@ StatusOr<CheckpointManifest> parseManifest(const std::string &text,
                                          "batch.num_microbatches");
     const json &opt = j.at("optimizer");
     m.optimizer = opt.at("kind").get<std::string>();
-    m.lr = opt.value("lr", 0.0);
-    m.beta1 = opt.value("beta1", 0.0);
-    m.beta2 = opt.value("beta2", 0.0);
-    m.eps = opt.value("eps", 0.0);
-    m.weightDecay = opt.value("weight_decay", 0.0);
+    m.lr = hyperParameter(opt, "lr");
+    m.beta1 = hyperParameter(opt, "beta1");
+    m.beta2 = hyperParameter(opt, "beta2");
+    m.eps = hyperParameter(opt, "eps");
+    m.weightDecay = hyperParameter(opt, "weight_decay");
     const json &data = j.at("data");
     m.consumedSamples =
         integer<int64_t>(data.at("consumed_samples"), "data.consumed_samples");
