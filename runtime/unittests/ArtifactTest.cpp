@@ -708,3 +708,22 @@ TEST_F(ArtifactTest, DecoderArithmeticDoesNotOverflow) {
             std::string::npos)
       << st.message();
 }
+
+// Found by the artifact_loader fuzzer: a program without a buffers vector
+// loaded and validated, and describeCheckpoint (like the executor and the
+// checkpoint loader) dereferenced the missing vector.
+TEST_F(ArtifactTest, ProgramWithoutBuffersIsRejected) {
+  flatbuffers::FlatBufferBuilder fbb;
+  fb::ProgramBuilder program(fbb);
+  program.add_arena_bytes(0);
+  auto programs = fbb.CreateVector(std::vector{program.Finish()});
+  auto batch = fb::CreateBatch(fbb, 1, 1, 1);
+  fb::ArtifactBuilder artifact(fbb);
+  artifact.add_world_size(1);
+  artifact.add_programs(programs);
+  artifact.add_batch(batch);
+  fb::FinishArtifactBuffer(fbb, artifact.Finish());
+  std::string payload(reinterpret_cast<const char *>(fbb.GetBufferPointer()),
+                      fbb.GetSize());
+  expectError(buildFile(payload), "program 0: missing buffers");
+}

@@ -417,7 +417,11 @@ Status Validator::checkProgram(int pi, const fb::Program &p) {
   if (p.persistent_bytes() < 0 || p.persistent_bytes() > arena)
     return error(prog, ": persistent_bytes ", p.persistent_bytes(),
                  " exceeds arena_bytes ", arena);
-  int numBuffers = p.buffers() ? int(p.buffers()->size()) : 0;
+  // The runtime iterates over every program's buffers (the executor, the
+  // checkpoints): the vector must be there, even if empty.
+  if (!p.buffers())
+    return error(prog, ": missing buffers");
+  int numBuffers = int(p.buffers()->size());
   for (int bi = 0; bi < numBuffers; ++bi) {
     const fb::Buffer *b = p.buffers()->Get(bi);
     std::string what =
