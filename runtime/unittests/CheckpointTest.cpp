@@ -555,6 +555,23 @@ TEST(ManifestTest, HyperParametersMustBeFiniteFloats) {
   EXPECT_TRUE(parseManifest(manifestToJson(*parsed), "again").ok());
 }
 
+// Found by the artifact_loader fuzzer: a name that is not UTF-8 made
+// manifestToJson throw (nlohmann's dump), ending tessera-run --save; the
+// manifest cannot hold it, so describeCheckpoint names it instead.
+TEST(ManifestTest, NamesMustBeUtf8) {
+  auto art = load(shardedModel(1, 1));
+  CheckpointRunInfo info;
+  info.datasetPrefix = "data/caf\xe9_text_document"; // Latin-1
+  auto m = describeCheckpoint(*art, info);
+  expectError(m.status(), "m.tsr: dataset prefix \"data/caf\\ufffd_text_"
+                          "document\" is not valid UTF-8, which a checkpoint "
+                          "manifest (JSON) cannot hold");
+  info.datasetPrefix = "data/caf\xc3\xa9_text_document"; // UTF-8
+  m = describeCheckpoint(*art, info);
+  ASSERT_TRUE(m.ok()) << m.status().toString();
+  EXPECT_NE(manifestToJson(*m).find("caf\xc3\xa9"), std::string::npos);
+}
+
 //===----------------------------------------------------------------------===//
 // Planning
 //===----------------------------------------------------------------------===//

@@ -61,6 +61,49 @@ std::string CheckpointManifest::configString() const {
   return s;
 }
 
+/// A manifest is JSON, whose strings must be UTF-8 (nlohmann's dump throws
+/// on anything else): an error naming the first string that is not (the
+/// artifact's names are not checked by the loader; the dataset prefix is a
+/// path).
+static Status checkUtf8(const std::string &fileName,
+                        const CheckpointManifest &m) {
+  auto check = [&](const char *what, const std::string &s) -> Status {
+    try {
+      (void)nlohmann::json(s).dump();
+    } catch (const nlohmann::json::exception &) {
+      return invalidArgument(fileName, ": ", what, " ",
+                             nlohmann::json(s).dump(
+                                 -1, ' ', true,
+                                 nlohmann::json::error_handler_t::replace),
+                             " is not valid UTF-8, which a checkpoint "
+                             "manifest (JSON) cannot hold");
+    }
+    return Status();
+  };
+  TESSERA_RETURN_IF_ERROR(check("model name", m.model));
+  TESSERA_RETURN_IF_ERROR(check("artifact file name", m.artifact));
+  TESSERA_RETURN_IF_ERROR(check("producer", m.producer));
+  TESSERA_RETURN_IF_ERROR(check("compile flags", m.compileFlags));
+  TESSERA_RETURN_IF_ERROR(check("rank order", m.order));
+  TESSERA_RETURN_IF_ERROR(check("optimizer", m.optimizer));
+  TESSERA_RETURN_IF_ERROR(check("dataset prefix", m.datasetPrefix));
+  for (const auto &axis : m.mesh)
+    TESSERA_RETURN_IF_ERROR(check("mesh axis", axis.first));
+  for (const auto &group : m.groups)
+    TESSERA_RETURN_IF_ERROR(check("rank group kind", group.first));
+  for (const ManifestTensor &t : m.tensors) {
+    TESSERA_RETURN_IF_ERROR(check("buffer name", t.name));
+    TESSERA_RETURN_IF_ERROR(check("shard axis", t.shardAxis));
+    TESSERA_RETURN_IF_ERROR(check("parameter name", t.param));
+  }
+  for (const ManifestBucket &b : m.buckets) {
+    TESSERA_RETURN_IF_ERROR(check("bucket name", b.name));
+    for (const auto &param : b.params)
+      TESSERA_RETURN_IF_ERROR(check("bucket parameter", std::get<0>(param)));
+  }
+  return Status();
+}
+
 StatusOr<CheckpointManifest> describeCheckpoint(const LoadedArtifact &artifact,
                                                 const CheckpointRunInfo &info) {
   const fb::Artifact &a = *artifact.root();
@@ -157,6 +200,7 @@ StatusOr<CheckpointManifest> describeCheckpoint(const LoadedArtifact &artifact,
   for (const fb::Program *p : *a.programs())
     for (ManifestBucket &bucket : bucketLayouts(*p))
       m.buckets.push_back(std::move(bucket));
+  TESSERA_RETURN_IF_ERROR(checkUtf8(artifact.name(), m));
   return m;
 }
 
