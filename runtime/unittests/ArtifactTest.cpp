@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <unistd.h>
@@ -726,4 +727,22 @@ TEST_F(ArtifactTest, ProgramWithoutBuffersIsRejected) {
   std::string payload(reinterpret_cast<const char *>(fbb.GetBufferPointer()),
                       fbb.GetSize());
   expectError(buildFile(payload), "program 0: missing buffers");
+}
+
+// Found by the artifact_loader fuzzer (a timeout): Executor::validate
+// decoded every function once per microbatch slot, and num_slots is an
+// int32 bounded only by the arena, which validation does not allocate.
+TEST_F(ArtifactTest, ExecutorValidateDoesNotDecodeEverySlot) {
+  ArtifactDesc desc = slottedSchedule(2);
+  desc.programs[0].arenaBytes = int64_t(1) << 60;
+  for (auto &[name, attrs] : desc.programs[0].functionAttrs)
+    if (attrs.numSlots > 1)
+      attrs.numSlots = INT32_MAX;
+  auto loaded =
+      LoadedArtifact::loadFromMemory(buildFile(buildPayload(desc)), "m.tsr");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+  auto start = std::chrono::steady_clock::now();
+  Status st = Executor::validate(**loaded);
+  EXPECT_TRUE(st.ok()) << st.toString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
