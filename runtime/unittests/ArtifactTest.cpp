@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <unistd.h>
@@ -585,4 +586,163 @@ TEST_F(ArtifactTest, RankRelativeRefStride) {
   RefDesc noGroup{0, {8}, fb::DType::F32, "", 32};
   expectError(buildFile(buildPayload(withRankRelativeRef(noGroup))),
               "operand 0 has rank_stride 32 but no rank_group");
+}
+
+// Found by the artifact_loader fuzzer (fuzz/): products of dimensions and
+// sums of offsets overflowed int64 (undefined behaviour) instead of failing
+// the arena check.
+TEST_F(ArtifactTest, HugeShapesAndOffsetsAreRejectedWithoutOverflow) {
+  const int64_t big = int64_t(1) << 40, top = INT64_MAX - 3; // 4-aligned
+  ArtifactDesc desc = softmaxRegression();
+  desc.programs[0].buffers[0].shape = {big, big};
+  expectError(buildFile(buildPayload(desc)),
+              "buffer 0 'fc.weight' of shape [1099511627776, 1099511627776] "
+              "has more than 2^63 bytes");
+
+  desc = softmaxRegression();
+  desc.programs[0].buffers[0].offset = top;
+  expectError(buildFile(buildPayload(desc)), "'fc.weight' (offset " +
+                                                 std::to_string(top));
+
+  desc = softmaxRegression();
+  desc.programs[0].function("microbatch")[0].operands[2].shape = {big, big};
+  expectError(buildFile(buildPayload(desc)), "has more than 2^63 bytes");
+
+  desc = softmaxRegression();
+  desc.programs[0].function("microbatch")[0].operands[2].offset = top;
+  expectError(buildFile(buildPayload(desc)), "lies outside the arena of");
+
+  // Rank-relative: offset + (size - 1) * stride + bytes past INT64_MAX.
+  RefDesc r{top - 28, {8}, fb::DType::F32, "dp", 32};
+  expectError(buildFile(buildPayload(withRankRelativeRef(r))),
+              "lies outside the arena of");
+}
+
+// Found by the artifact_loader fuzzer: FlatBuffers' verifier (2.0) checks
+// the alignment of a vector's length field but not of its elements, so a
+// payload could hold a shape whose int64 elements are misaligned.
+TEST_F(ArtifactTest, MisalignedInt64VectorIsRejected) {
+  flatbuffers::FlatBufferBuilder fbb;
+  // A one-element [long] vector built from 4-byte words (the builder would
+  // align real int64 elements), its data at 4 mod 8 from the buffer's end
+  // (the finished buffer's size is a multiple of 8: `offset` below is an
+  // int64 field).
+  fbb.StartVector(3, sizeof(int32_t));
+  fbb.PushElement<int32_t>(0);
+  fbb.PushElement<int32_t>(4);
+  if (fbb.GetSize() % 8 == 0)
+    fbb.PushElement<int32_t>(0);
+  flatbuffers::Offset<flatbuffers::Vector<int64_t>> shape(fbb.EndVector(1));
+  auto buffer = fb::CreateBuffer(fbb, fbb.CreateString("w"),
+                                 fb::BufferKind::Param, fb::DType::F32,
+                                 /*offset=*/64, shape);
+  auto buffers = fbb.CreateVector(std::vector{buffer});
+  fb::ProgramBuilder program(fbb);
+  program.add_buffers(buffers);
+  auto programs = fbb.CreateVector(std::vector{program.Finish()});
+  fb::ArtifactBuilder artifact(fbb);
+  artifact.add_programs(programs);
+  fb::FinishArtifactBuffer(fbb, artifact.Finish());
+  std::string payload(reinterpret_cast<const char *>(fbb.GetBufferPointer()),
+                      fbb.GetSize());
+  const auto *root = fb::GetArtifact(payload.data());
+  const auto *data = root->programs()->Get(0)->buffers()->Get(0)->shape()->data();
+  ASSERT_EQ((reinterpret_cast<const char *>(data) - payload.data()) % 8, 4);
+  expectError(buildFile(payload), "program 0 buffer 0: int64 vector not "
+                                  "8-byte aligned (malformed payload)");
+}
+
+// Found by the artifact_loader fuzzer under clang's UBSan: Executor::validate
+// decodes without an arena, and the decoder added operand offsets to its
+// null base (undefined behaviour).
+TEST_F(ArtifactTest, ExecutorValidateDecodesWithoutAnArena) {
+  for (const ArtifactDesc &desc :
+       {softmaxRegression(), twoStagePipeline(), slottedSchedule(),
+        shardedBuckets(2, 2, 4), mixedPrecisionRegression()}) {
+    auto loaded =
+        LoadedArtifact::loadFromMemory(buildFile(buildPayload(desc)), "m.tsr");
+    ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+    Status st = Executor::validate(**loaded);
+    EXPECT_TRUE(st.ok()) << st.toString();
+  }
+}
+
+// Found by the artifact_loader fuzzer: Executor::validate's decoder
+// multiplied dimensions of empty tensors and attribute values past int64
+// (numElements of [2^40, 2^40, 0], 3 * num_heads). The loader admits these
+// artifacts (an empty tensor has 0 bytes); the decoder must stay defined
+// and name what is wrong.
+TEST_F(ArtifactTest, DecoderArithmeticDoesNotOverflow) {
+  using O = fb::Opcode;
+  const int64_t big = int64_t(1) << 40;
+  auto validate = [](const ArtifactDesc &desc) {
+    auto loaded =
+        LoadedArtifact::loadFromMemory(buildFile(buildPayload(desc)), "m.tsr");
+    EXPECT_TRUE(loaded.ok()) << loaded.status().toString();
+    return loaded.ok() ? Executor::validate(**loaded)
+                       : Status(loaded.status());
+  };
+  ArtifactDesc desc = softmaxRegression();
+  ProgramDesc &p = desc.programs[0];
+  InstrDesc fill = instr(O::Fill, {p.scratch({4})}, "empty");
+  fill.operands[0].shape = {big, big, 0};
+  fill.fattrs = {0.0f};
+  p.function("step").push_back(fill);
+  InstrDesc copy = instr(O::Copy, {p.scratch({4}), p.scratch({4})}, "copy");
+  copy.operands[0].shape = {0, big, big};
+  copy.operands[1].shape = {big, 0, big};
+  p.function("step").push_back(copy);
+  Status st = validate(desc);
+  EXPECT_TRUE(st.ok()) << st.toString();
+
+  desc = softmaxRegression();
+  InstrDesc attention = instr(
+      O::Attention,
+      {desc.programs[0].scratch({2, 1, 12}), desc.programs[0].scratch({2, 1, 4})},
+      "attn");
+  attention.iattrs = {int64_t(1) << 62, 0};
+  desc.programs[0].function("step").push_back(attention);
+  st = validate(desc);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("is not divisible by 3 * num_heads "
+                              "(4611686018427387904)"),
+            std::string::npos)
+      << st.message();
+}
+
+// Found by the artifact_loader fuzzer: a program without a buffers vector
+// loaded and validated, and describeCheckpoint (like the executor and the
+// checkpoint loader) dereferenced the missing vector.
+TEST_F(ArtifactTest, ProgramWithoutBuffersIsRejected) {
+  flatbuffers::FlatBufferBuilder fbb;
+  fb::ProgramBuilder program(fbb);
+  program.add_arena_bytes(0);
+  auto programs = fbb.CreateVector(std::vector{program.Finish()});
+  auto batch = fb::CreateBatch(fbb, 1, 1, 1);
+  fb::ArtifactBuilder artifact(fbb);
+  artifact.add_world_size(1);
+  artifact.add_programs(programs);
+  artifact.add_batch(batch);
+  fb::FinishArtifactBuffer(fbb, artifact.Finish());
+  std::string payload(reinterpret_cast<const char *>(fbb.GetBufferPointer()),
+                      fbb.GetSize());
+  expectError(buildFile(payload), "program 0: missing buffers");
+}
+
+// Found by the artifact_loader fuzzer (a timeout): Executor::validate
+// decoded every function once per microbatch slot, and num_slots is an
+// int32 bounded only by the arena, which validation does not allocate.
+TEST_F(ArtifactTest, ExecutorValidateDoesNotDecodeEverySlot) {
+  ArtifactDesc desc = slottedSchedule(2);
+  desc.programs[0].arenaBytes = int64_t(1) << 60;
+  for (auto &[name, attrs] : desc.programs[0].functionAttrs)
+    if (attrs.numSlots > 1)
+      attrs.numSlots = INT32_MAX;
+  auto loaded =
+      LoadedArtifact::loadFromMemory(buildFile(buildPayload(desc)), "m.tsr");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+  auto start = std::chrono::steady_clock::now();
+  Status st = Executor::validate(**loaded);
+  EXPECT_TRUE(st.ok()) << st.toString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }

@@ -294,6 +294,19 @@ TEST(ShardFormatTest, MalformedIndexWithValidCrc) {
               "5] F32 has 64 bytes of data");
 }
 
+// Found by the checkpoint_shard fuzzer (fuzz/): a shape whose byte size
+// wraps 2^64 (here 2^62 F32 elements: 0 bytes) matched a tensor's data size.
+TEST(ShardFormatTest, ShapeWhoseByteSizeWrapsIsRejected) {
+  ShardFile s = sampleShard();
+  ShardTensor huge;
+  huge.name = "huge";
+  huge.shape = {int64_t(1) << 62};
+  s.tensors.push_back(huge);
+  expectError(decodeShard(encodeShard(s), "r.bin").status(),
+              "r.bin: malformed tensor index: tensor 'huge' of shape "
+              "[4611686018427387904] F32 has 0 bytes of data");
+}
+
 TEST(ShardFormatTest, FilesAndHeaders) {
   TempDir dir;
   std::string path = dir.path + "/" + shardFileName(3);
@@ -476,6 +489,87 @@ TEST(ManifestTest, ParseErrors) {
   noBuffers.replace(noBuffers.find("\"buffers\""), 9, "\"buffer5\"");
   expectError(parseManifest(noBuffers, "m.json").status(),
               "m.json: invalid manifest: ");
+}
+
+// Found by the checkpoint_manifest fuzzer (fuzz/): nlohmann's get<int>()
+// converted a float out of int's range (undefined behaviour) and wrapped
+// integers out of range; every integer field is now checked.
+TEST(ManifestTest, IntegerFieldsMustBeIntegersInRange) {
+  auto art = load(shardedModel(1, 1));
+  const std::string json = manifestToJson(manifestOf(*art));
+  auto replaced = [&](const std::string &from, const std::string &to) {
+    std::string out = json;
+    size_t at = out.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return at == std::string::npos ? out : out.replace(at, from.size(), to);
+  };
+  expectError(
+      parseManifest(replaced("\"world_size\": 1", "\"world_size\": 1e300"),
+                    "m.json")
+          .status(),
+      "m.json: invalid manifest: world_size is 1e+300, not an integer in "
+      "[-2147483648, 2147483647]");
+  expectError(parseManifest(replaced("{\"name\":\"tp\",\"size\":1}",
+                                     "{\"name\":\"tp\",\"size\":4294967297}"),
+                            "m.json")
+                  .status(),
+              "m.json: invalid manifest: mesh axis size is 4294967297, not an "
+              "integer in [-2147483648, 2147483647]");
+  expectError(
+      parseManifest(replaced("\"tp\":1,", "\"tp\":1.5,"), "m.json").status(),
+      "m.json: invalid manifest: parallel.tp is 1.5, not an integer");
+  expectError(parseManifest(replaced("\"iteration\": 5",
+                                     "\"iteration\": 1e19"),
+                            "m.json")
+                  .status(),
+              "m.json: invalid manifest: iteration is 1e+19, not an integer");
+  expectError(
+      parseManifest(replaced("\"seed\":1234", "\"seed\":-1"), "m.json")
+          .status(),
+      "m.json: invalid manifest: data.seed is -1, not an integer in [0, "
+      "18446744073709551615]");
+  // The unchanged manifest parses.
+  EXPECT_TRUE(parseManifest(json, "m.json").ok());
+}
+
+// Found by the checkpoint_manifest fuzzer: "eps": -1e80 parsed, and the
+// manifest written back held null (the nearest float is -inf).
+TEST(ManifestTest, HyperParametersMustBeFiniteFloats) {
+  auto art = load(shardedModel(1, 1));
+  const std::string json = manifestToJson(manifestOf(*art));
+  auto withEps = [&](const std::string &value) {
+    std::string out = json;
+    size_t at = out.find("\"eps\":");
+    EXPECT_NE(at, std::string::npos);
+    size_t end = out.find_first_of(",}", at);
+    return out.replace(at, end - at, "\"eps\":" + value);
+  };
+  expectError(parseManifest(withEps("-1e80"), "m.json").status(),
+              "m.json: invalid manifest: optimizer.eps is -1e+80, not a "
+              "finite float");
+  expectError(parseManifest(withEps("\"small\""), "m.json").status(),
+              "m.json: invalid manifest: optimizer.eps is \"small\", not a "
+              "finite float");
+  auto parsed = parseManifest(withEps("1e-30"), "m.json");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().toString();
+  EXPECT_TRUE(parseManifest(manifestToJson(*parsed), "again").ok());
+}
+
+// Found by the artifact_loader fuzzer: a name that is not UTF-8 made
+// manifestToJson throw (nlohmann's dump), ending tessera-run --save; the
+// manifest cannot hold it, so describeCheckpoint names it instead.
+TEST(ManifestTest, NamesMustBeUtf8) {
+  auto art = load(shardedModel(1, 1));
+  CheckpointRunInfo info;
+  info.datasetPrefix = "data/caf\xe9_text_document"; // Latin-1
+  auto m = describeCheckpoint(*art, info);
+  expectError(m.status(), "m.tsr: dataset prefix \"data/caf\\ufffd_text_"
+                          "document\" is not valid UTF-8, which a checkpoint "
+                          "manifest (JSON) cannot hold");
+  info.datasetPrefix = "data/caf\xc3\xa9_text_document"; // UTF-8
+  m = describeCheckpoint(*art, info);
+  ASSERT_TRUE(m.ok()) << m.status().toString();
+  EXPECT_NE(manifestToJson(*m).find("caf\xc3\xa9"), std::string::npos);
 }
 
 //===----------------------------------------------------------------------===//

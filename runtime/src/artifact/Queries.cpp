@@ -13,10 +13,16 @@
 namespace tessera::rt {
 
 int64_t numElements(const flatbuffers::Vector<int64_t> *shape) {
+  if (!shape)
+    return 1;
+  // A zero dimension first: the loader bounds the bytes of every shape, but
+  // the other dimensions of an empty tensor may multiply past int64.
+  for (int64_t d : *shape)
+    if (d == 0)
+      return 0;
   int64_t n = 1;
-  if (shape)
-    for (int64_t d : *shape)
-      n *= d;
+  for (int64_t d : *shape)
+    n *= d;
   return n;
 }
 

@@ -13,12 +13,27 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <map>
 #include <set>
 
 namespace tessera::rt {
 
 namespace {
+
+/// Bytes of a tensor of `shape` (dimensions already checked non-negative)
+/// with `es`-byte elements, or -1 when that overflows int64_t.
+int64_t checkedBytes(const flatbuffers::Vector<int64_t> *shape, int64_t es) {
+  int64_t bytes = es;
+  bool overflow = false;
+  if (shape)
+    for (int64_t d : *shape) {
+      if (d == 0)
+        return 0;
+      overflow = overflow || __builtin_mul_overflow(bytes, d, &bytes);
+    }
+  return overflow ? -1 : bytes;
+}
 
 /// Accumulates the context for error messages.
 class Validator {
@@ -32,6 +47,7 @@ private:
   template <typename... Args> Status error(Args &&...args) {
     return invalidArgument(file, ": ", std::forward<Args>(args)...);
   }
+  Status checkAlignment();
   Status checkMeshAndGroups();
   Status checkBatch();
   Status checkProgram(int pi, const fb::Program &p);
@@ -57,6 +73,7 @@ Status Validator::run() {
     return error("payload format_version ", a.format_version(),
                  " does not match the header's supported version ",
                  artifact::kFormatVersion);
+  TESSERA_RETURN_IF_ERROR(checkAlignment());
   TESSERA_RETURN_IF_ERROR(checkMeshAndGroups());
   TESSERA_RETURN_IF_ERROR(checkBatch());
   if (!a.programs() || a.programs()->size() == 0)
@@ -67,6 +84,51 @@ Status Validator::run() {
     if (!ppRanks.insert(p->pp_rank()).second)
       return error("two programs have pp_rank ", p->pp_rank());
     TESSERA_RETURN_IF_ERROR(checkProgram(int(i), *p));
+  }
+  return Status();
+}
+
+/// FlatBuffers' verifier (2.0) checks the alignment of a vector's length,
+/// not of its elements: a crafted payload can place the int64 elements of a
+/// shape or iattrs vector at an address that is not a multiple of 8, which
+/// every read of them would then load misaligned (undefined behaviour).
+/// The payload itself is heap-allocated, so addresses stand for offsets.
+Status Validator::checkAlignment() {
+  auto misaligned = [](const flatbuffers::Vector<int64_t> *v) {
+    // (An empty vector's data pointer need not be aligned: nothing is read.)
+    return v && v->size() > 0 &&
+           reinterpret_cast<uintptr_t>(v->data()) % alignof(int64_t) != 0;
+  };
+  auto fail = [&](const std::string &what) {
+    return error(what, ": int64 vector not 8-byte aligned (malformed payload)");
+  };
+  if (!a.programs())
+    return Status();
+  for (flatbuffers::uoffset_t pi = 0; pi < a.programs()->size(); ++pi) {
+    const fb::Program *p = a.programs()->Get(pi);
+    std::string prog = "program " + std::to_string(pi);
+    if (p->buffers())
+      for (flatbuffers::uoffset_t bi = 0; bi < p->buffers()->size(); ++bi) {
+        const fb::Buffer *b = p->buffers()->Get(bi);
+        if (misaligned(b->shape()) || misaligned(b->global_shape()))
+          return fail(prog + " buffer " + std::to_string(bi));
+      }
+    if (p->functions())
+      for (const fb::Function *f : *p->functions()) {
+        if (!f->instrs())
+          continue;
+        for (flatbuffers::uoffset_t ii = 0; ii < f->instrs()->size(); ++ii) {
+          const fb::Instr *in = f->instrs()->Get(ii);
+          std::string where = prog + " function '" + fbString(f->name()) +
+                              "' instruction " + std::to_string(ii);
+          if (misaligned(in->iattrs()))
+            return fail(where + " iattrs");
+          if (in->operands())
+            for (const fb::TensorRef *r : *in->operands())
+              if (r && misaligned(r->shape()))
+                return fail(where + " operand shape");
+        }
+      }
   }
   return Status();
 }
@@ -169,14 +231,17 @@ Status Validator::checkRef(const std::string &what, const fb::TensorRef *ref,
   int64_t es = dtypeSize(ref->dtype());
   if (es == 0)
     return error(what, " has unknown dtype ", int(ref->dtype()));
-  int64_t bytes = numElements(ref->shape()) * es;
+  int64_t bytes = checkedBytes(ref->shape(), es);
+  if (bytes < 0)
+    return error(what, " of shape ", shapeToString(ref->shape()),
+                 " has more than 2^63 bytes");
   if (ref->rank_group() && ref->rank_group()->size())
     return checkRankRelativeRef(what, *ref, bytes, arenaBytes);
   if (ref->rank_stride() != 0)
     return error(what, " has rank_stride ", ref->rank_stride(),
                  " but no rank_group (only a rank-relative ref has a stride)");
-  if (ref->offset() < 0 || ref->offset() % es != 0 ||
-      ref->offset() + bytes > arenaBytes)
+  if (ref->offset() < 0 || ref->offset() % es != 0 || bytes > arenaBytes ||
+      ref->offset() > arenaBytes - bytes)
     return error(what, " (offset ", ref->offset(), ", ", bytes,
                  " bytes, shape ", shapeToString(ref->shape()),
                  ") lies outside the arena of ", arenaBytes,
@@ -210,10 +275,12 @@ Status Validator::checkRankRelativeRef(const std::string &what,
   if (offset % es != 0 || (size > 1 && stride % es != 0))
     return error(what, placement, " is not aligned to its ",
                  fb::EnumNameDType(ref.dtype()), " elements (", es, " bytes)");
-  // Every rank's shard inside the arena, the last rank's too (the stride is
-  // bounded first so that the product cannot overflow).
-  if (offset < 0 || (size > 1 && stride > arenaBytes) ||
-      offset + (size - 1) * stride + bytes > arenaBytes)
+  // Every rank's shard inside the arena, the last rank's too:
+  // offset + (size - 1) * stride + bytes <= arenaBytes, without overflow.
+  int64_t span = 0;
+  if (offset < 0 || bytes > arenaBytes || offset > arenaBytes - bytes ||
+      __builtin_mul_overflow(size - 1, stride, &span) ||
+      span > arenaBytes - bytes - offset)
     return error(what, placement, " lies outside the arena of ", arenaBytes,
                  " bytes for ", kind, " index ", size - 1);
   return Status();
@@ -350,7 +417,11 @@ Status Validator::checkProgram(int pi, const fb::Program &p) {
   if (p.persistent_bytes() < 0 || p.persistent_bytes() > arena)
     return error(prog, ": persistent_bytes ", p.persistent_bytes(),
                  " exceeds arena_bytes ", arena);
-  int numBuffers = p.buffers() ? int(p.buffers()->size()) : 0;
+  // The runtime iterates over every program's buffers (the executor, the
+  // checkpoints): the vector must be there, even if empty.
+  if (!p.buffers())
+    return error(prog, ": missing buffers");
+  int numBuffers = int(p.buffers()->size());
   for (int bi = 0; bi < numBuffers; ++bi) {
     const fb::Buffer *b = p.buffers()->Get(bi);
     std::string what =
@@ -362,8 +433,11 @@ Status Validator::checkProgram(int pi, const fb::Program &p) {
       for (int64_t d : *b->shape())
         if (d < 0)
           return error(what, " has a negative dimension");
-    int64_t bytes = numElements(b->shape()) * es;
-    if (b->offset() < 0 || b->offset() + bytes > arena)
+    int64_t bytes = checkedBytes(b->shape(), es);
+    if (bytes < 0)
+      return error(what, " of shape ", shapeToString(b->shape()),
+                   " has more than 2^63 bytes");
+    if (b->offset() < 0 || bytes > arena || b->offset() > arena - bytes)
       return error(what, " (offset ", b->offset(), ", ", bytes,
                    " bytes) lies outside the arena of ", arena, " bytes");
     if ((b->kind() == fb::BufferKind::Grad ||

@@ -17,9 +17,12 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <limits>
+#include <type_traits>
 #include <string_view>
 
 namespace tessera::rt {
@@ -56,6 +59,49 @@ std::string CheckpointManifest::configString() const {
   if (distributedOptimizer)
     s += ", distributed optimizer";
   return s;
+}
+
+/// A manifest is JSON, whose strings must be UTF-8 (nlohmann's dump throws
+/// on anything else): an error naming the first string that is not (the
+/// artifact's names are not checked by the loader; the dataset prefix is a
+/// path).
+static Status checkUtf8(const std::string &fileName,
+                        const CheckpointManifest &m) {
+  auto check = [&](const char *what, const std::string &s) -> Status {
+    try {
+      (void)nlohmann::json(s).dump();
+    } catch (const nlohmann::json::exception &) {
+      return invalidArgument(fileName, ": ", what, " ",
+                             nlohmann::json(s).dump(
+                                 -1, ' ', true,
+                                 nlohmann::json::error_handler_t::replace),
+                             " is not valid UTF-8, which a checkpoint "
+                             "manifest (JSON) cannot hold");
+    }
+    return Status();
+  };
+  TESSERA_RETURN_IF_ERROR(check("model name", m.model));
+  TESSERA_RETURN_IF_ERROR(check("artifact file name", m.artifact));
+  TESSERA_RETURN_IF_ERROR(check("producer", m.producer));
+  TESSERA_RETURN_IF_ERROR(check("compile flags", m.compileFlags));
+  TESSERA_RETURN_IF_ERROR(check("rank order", m.order));
+  TESSERA_RETURN_IF_ERROR(check("optimizer", m.optimizer));
+  TESSERA_RETURN_IF_ERROR(check("dataset prefix", m.datasetPrefix));
+  for (const auto &axis : m.mesh)
+    TESSERA_RETURN_IF_ERROR(check("mesh axis", axis.first));
+  for (const auto &group : m.groups)
+    TESSERA_RETURN_IF_ERROR(check("rank group kind", group.first));
+  for (const ManifestTensor &t : m.tensors) {
+    TESSERA_RETURN_IF_ERROR(check("buffer name", t.name));
+    TESSERA_RETURN_IF_ERROR(check("shard axis", t.shardAxis));
+    TESSERA_RETURN_IF_ERROR(check("parameter name", t.param));
+  }
+  for (const ManifestBucket &b : m.buckets) {
+    TESSERA_RETURN_IF_ERROR(check("bucket name", b.name));
+    for (const auto &param : b.params)
+      TESSERA_RETURN_IF_ERROR(check("bucket parameter", std::get<0>(param)));
+  }
+  return Status();
 }
 
 StatusOr<CheckpointManifest> describeCheckpoint(const LoadedArtifact &artifact,
@@ -154,6 +200,7 @@ StatusOr<CheckpointManifest> describeCheckpoint(const LoadedArtifact &artifact,
   for (const fb::Program *p : *a.programs())
     for (ManifestBucket &bucket : bucketLayouts(*p))
       m.buckets.push_back(std::move(bucket));
+  TESSERA_RETURN_IF_ERROR(checkUtf8(artifact.name(), m));
   return m;
 }
 
@@ -291,11 +338,65 @@ struct ManifestError {
   std::string message;
 };
 
+using json = nlohmann::json;
+
+/// The integer `v` as a T. nlohmann's get<int>() converts a float (1e300:
+/// undefined behaviour) and wraps an integer out of range; a manifest field
+/// that is not an integer in T's range is an error naming the field.
+template <typename T> T integer(const json &v, const std::string &what) {
+  using L = std::numeric_limits<T>;
+  if (v.is_number_unsigned()) {
+    uint64_t u = v.get<uint64_t>();
+    if (u <= uint64_t(L::max()))
+      return T(u);
+  } else if (v.is_number_integer()) {
+    int64_t i = v.get<int64_t>();
+    if (std::is_signed_v<T> ? i >= int64_t(L::min()) && i <= int64_t(L::max())
+                            : i >= 0 && uint64_t(i) <= uint64_t(L::max()))
+      return T(i);
+  }
+  throw ManifestError{detail::concat(what, " is ", v.dump(),
+                                     ", not an integer in [", +L::min(), ", ",
+                                     +L::max(), "]")};
+}
+
+/// `object[key]` as a T, or `fallback` when the key is absent.
+template <typename T>
+T integerOr(const json &object, const char *key, T fallback,
+            const std::string &what) {
+  return object.contains(key) ? integer<T>(object.at(key), what) : fallback;
+}
+
+/// `object[key]` (0 when absent): an optimizer hyper-parameter, a float in
+/// the artifact, so a finite number in float's range (manifestToJson writes
+/// it as the nearest float; 1e80 would become inf, which JSON cannot hold).
+double hyperParameter(const json &object, const char *key) {
+  if (!object.contains(key))
+    return 0.0;
+  const json &v = object.at(key);
+  double d = v.is_number() ? v.get<double>() : 0.0;
+  if (!v.is_number() || !std::isfinite(d) ||
+      std::fabs(d) > double(std::numeric_limits<float>::max()))
+    throw ManifestError{detail::concat("optimizer.", key, " is ", v.dump(),
+                                       ", not a finite float")};
+  return d;
+}
+
+/// The array `v` of integers.
+template <typename T>
+std::vector<T> integers(const json &v, const std::string &what) {
+  if (!v.is_array())
+    throw ManifestError{what + " is " + v.dump() + ", not an array"};
+  std::vector<T> out;
+  for (const json &e : v)
+    out.push_back(integer<T>(e, what + " element"));
+  return out;
+}
+
 } // namespace
 
 StatusOr<CheckpointManifest> parseManifest(const std::string &text,
                                            const std::string &fileName) {
-  using json = nlohmann::json;
   CheckpointManifest m;
   try {
     json j = json::parse(text);
@@ -305,55 +406,64 @@ StatusOr<CheckpointManifest> parseManifest(const std::string &text,
     if (!j.is_object() || j.value("format", "") != "tessera-checkpoint")
       fail("not a Tessera checkpoint manifest (no \"format\": "
            "\"tessera-checkpoint\")");
-    m.formatVersion = j.at("format_version").get<int>();
+    m.formatVersion = integer<int>(j.at("format_version"), "format_version");
     if (m.formatVersion != ckpt::kManifestFormatVersion)
       fail("unsupported manifest format version ", m.formatVersion,
            " (this runtime supports version ", ckpt::kManifestFormatVersion,
            ")");
-    m.iteration = j.at("iteration").get<int64_t>();
+    m.iteration = integer<int64_t>(j.at("iteration"), "iteration");
     m.model = j.at("model").get<std::string>();
     m.artifact = j.value("artifact", "");
     m.producer = j.value("producer", "");
     m.compileFlags = j.value("compile_flags", "");
-    m.worldSize = j.at("world_size").get<int>();
+    m.worldSize = integer<int>(j.at("world_size"), "world_size");
     for (const json &axis : j.at("mesh"))
       m.mesh.emplace_back(axis.at("name").get<std::string>(),
-                          axis.at("size").get<int>());
+                          integer<int>(axis.at("size"), "mesh axis size"));
     m.order = j.value("order", "");
     const json &par = j.at("parallel");
-    m.tp = par.at("tp").get<int>();
-    m.pp = par.at("pp").get<int>();
-    m.dp = par.at("dp").get<int>();
-    m.cp = par.value("cp", 1);
-    m.vpp = par.value("vpp", 1);
+    m.tp = integer<int>(par.at("tp"), "parallel.tp");
+    m.pp = integer<int>(par.at("pp"), "parallel.pp");
+    m.dp = integer<int>(par.at("dp"), "parallel.dp");
+    m.cp = integerOr<int>(par, "cp", 1, "parallel.cp");
+    m.vpp = integerOr<int>(par, "vpp", 1, "parallel.vpp");
     m.distributedOptimizer = par.value("distributed_optimizer", false);
     const json &batch = j.at("batch");
-    m.microBatch = batch.at("micro_batch_size").get<int64_t>();
-    m.globalBatch = batch.at("global_batch_size").get<int64_t>();
-    m.numMicrobatches = batch.at("num_microbatches").get<int64_t>();
+    m.microBatch = integer<int64_t>(batch.at("micro_batch_size"),
+                                    "batch.micro_batch_size");
+    m.globalBatch = integer<int64_t>(batch.at("global_batch_size"),
+                                     "batch.global_batch_size");
+    m.numMicrobatches = integer<int64_t>(batch.at("num_microbatches"),
+                                         "batch.num_microbatches");
     const json &opt = j.at("optimizer");
     m.optimizer = opt.at("kind").get<std::string>();
-    m.lr = opt.value("lr", 0.0);
-    m.beta1 = opt.value("beta1", 0.0);
-    m.beta2 = opt.value("beta2", 0.0);
-    m.eps = opt.value("eps", 0.0);
-    m.weightDecay = opt.value("weight_decay", 0.0);
+    m.lr = hyperParameter(opt, "lr");
+    m.beta1 = hyperParameter(opt, "beta1");
+    m.beta2 = hyperParameter(opt, "beta2");
+    m.eps = hyperParameter(opt, "eps");
+    m.weightDecay = hyperParameter(opt, "weight_decay");
     const json &data = j.at("data");
-    m.consumedSamples = data.at("consumed_samples").get<int64_t>();
-    m.seed = data.at("seed").get<uint64_t>();
+    m.consumedSamples =
+        integer<int64_t>(data.at("consumed_samples"), "data.consumed_samples");
+    m.seed = integer<uint64_t>(data.at("seed"), "data.seed");
     m.datasetPrefix = data.value("dataset", "");
-    m.datasetTokens = data.value("dataset_tokens", int64_t(-1));
+    m.datasetTokens = integerOr<int64_t>(data, "dataset_tokens", -1,
+                                         "data.dataset_tokens");
     if (j.contains("groups"))
-      for (const auto &[kind, instances] : j.at("groups").items())
-        m.groups[kind] = instances.get<std::vector<std::vector<int>>>();
+      for (const auto &[kind, instances] : j.at("groups").items()) {
+        if (!instances.is_array())
+          fail("groups.", kind, " is not an array of rank lists");
+        for (const json &instance : instances)
+          m.groups[kind].push_back(integers<int>(instance, "groups." + kind));
+      }
     if (m.worldSize < 1)
       fail("world_size ", m.worldSize, " < 1");
     for (const json &f : j.at("shard_files")) {
       ManifestShardFile sf;
-      sf.rank = f.at("rank").get<int>();
+      sf.rank = integer<int>(f.at("rank"), "shard_files rank");
       sf.file = f.at("file").get<std::string>();
-      sf.bytes = f.at("bytes").get<uint64_t>();
-      sf.crc = f.at("crc32").get<uint32_t>();
+      sf.bytes = integer<uint64_t>(f.at("bytes"), "shard_files bytes");
+      sf.crc = integer<uint32_t>(f.at("crc32"), "shard_files crc32");
       if (sf.rank != int(m.files.size()) || sf.file != shardFileName(sf.rank))
         fail("shard_files entry ", m.files.size(), " is rank ", sf.rank,
              " file '", sf.file, "' (expected rank ", m.files.size(), " file '",
@@ -375,17 +485,20 @@ StatusOr<CheckpointManifest> parseManifest(const std::string &text,
       if (!enumFromName(dtype, fb::EnumValuesDType(), fb::EnumNamesDType(),
                         size_t(fb::DType::MAX) + 1, t.dtype))
         fail("buffer '", t.name, "' has unknown dtype '", dtype, "'");
-      t.shape = b.at("shape").get<std::vector<int64_t>>();
-      t.globalShape = b.at("global_shape").get<std::vector<int64_t>>();
-      t.shardDim = b.at("shard_dim").get<int>();
+      const std::string what = "buffer '" + t.name + "'";
+      t.shape = integers<int64_t>(b.at("shape"), what + " shape");
+      t.globalShape =
+          integers<int64_t>(b.at("global_shape"), what + " global_shape");
+      t.shardDim = integer<int>(b.at("shard_dim"), what + " shard_dim");
       t.shardAxis = b.value("shard_axis", "");
-      t.numShards = b.at("num_shards").get<int>();
+      t.numShards = integer<int>(b.at("num_shards"), what + " num_shards");
       t.param = b.value("param", "");
       t.reshardable = b.value("reshardable", true);
       t.distributedOptimizer = b.value("distributed_optimizer", false);
-      t.stage = b.value("stage", -1);
+      t.stage = integerOr<int>(b, "stage", -1, what + " stage");
       for (const json &h : b.at("shards"))
-        t.holders.emplace_back(h.at(0).get<int>(), h.at(1).get<int>());
+        t.holders.emplace_back(integer<int>(h.at(0), what + " shard rank"),
+                               integer<int>(h.at(1), what + " shard index"));
       if (t.numShards < 1 || t.shardDim >= int(t.globalShape.size()) ||
           t.shape.size() != t.globalShape.size() ||
           (t.numShards > 1 && t.shardDim < 0))
@@ -406,13 +519,14 @@ StatusOr<CheckpointManifest> parseManifest(const std::string &text,
     if (j.contains("buckets"))
       for (const json &b : j.at("buckets")) {
         ManifestBucket bucket;
-        bucket.stage = b.at("stage").get<int>();
+        bucket.stage = integer<int>(b.at("stage"), "bucket stage");
         bucket.name = b.at("name").get<std::string>();
-        bucket.numel = b.at("numel").get<int64_t>();
+        bucket.numel = integer<int64_t>(b.at("numel"), "bucket numel");
         for (const json &p : b.at("params"))
-          bucket.params.emplace_back(p.at(0).get<std::string>(),
-                                     p.at(1).get<int64_t>(),
-                                     p.at(2).get<int64_t>());
+          bucket.params.emplace_back(
+              p.at(0).get<std::string>(),
+              integer<int64_t>(p.at(1), "bucket '" + bucket.name + "' offset"),
+              integer<int64_t>(p.at(2), "bucket '" + bucket.name + "' numel"));
         m.buckets.push_back(std::move(bucket));
       }
   } catch (const ManifestError &e) {

@@ -249,7 +249,9 @@ StatusOr<ShardFile> decodeShard(const std::string &bytes,
         return malformed("tensor '", t.name, "' is too large");
       elems *= d;
     }
-    if (uint64_t(elems) * uint64_t(dtypeSize(t.dtype)) != size)
+    // elems * element size == size, without the product wrapping.
+    const uint64_t es = uint64_t(dtypeSize(t.dtype));
+    if (es == 0 || size % es != 0 || uint64_t(elems) != size / es)
       return malformed("tensor '", t.name, "' of shape ", shapeString(t.shape),
                        " ", fb::EnumNameDType(t.dtype), " has ", size,
                        " bytes of data");

@@ -137,8 +137,12 @@ private:
       offset += int64_t(slotIndex) * slotBytes;
     return offset;
   }
-  /// Arena address of operand `i` on this rank and the slot being decoded.
-  void *ptrOf(int i) { return static_cast<void *>(base + finalOffset(i)); }
+  /// Arena address of operand `i` on this rank and the slot being decoded;
+  /// null when validating without an arena (an offset from a null base is
+  /// undefined behaviour).
+  void *ptrOf(int i) {
+    return base ? static_cast<void *>(base + finalOffset(i)) : nullptr;
+  }
   /// Operands in the slot region must lie inside it, and their slot's copy
   /// inside the arena.
   Status checkRelocation(const fb::Instr &in) {

@@ -93,7 +93,8 @@ std::string ranksToString(const flatbuffers::Vector<int32_t> *ranks);
 /// order.
 std::vector<std::string> collectiveGroupKinds(const fb::Artifact &artifact);
 
-/// Number of elements of `shape` (1 for a scalar).
+/// Number of elements of `shape` (1 for a scalar, 0 when a dimension is 0);
+/// for shapes the loader admitted (whose byte size fits in int64).
 int64_t numElements(const flatbuffers::Vector<int64_t> *shape);
 /// Bytes per element of `dtype`.
 int64_t dtypeSize(fb::DType dtype);
