@@ -14,7 +14,7 @@
 //
 // Reductions of bf16 buffers are sums only: each pair of partial sums is
 // added in f32 and rounded to bf16 (nearest even, BF16.h); ReduceKind::Max
-// on bf16 is Unimplemented.
+// on bf16 is Unimplemented over MPI (NCCL has it).
 //
 //===----------------------------------------------------------------------===//
 
