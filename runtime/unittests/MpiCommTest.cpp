@@ -25,27 +25,6 @@
 using namespace tessera::rt;
 using namespace tessera::rt::test;
 
-namespace {
-
-
-
-/// tp x dp mesh, tp fastest: tp groups are consecutive ranks.
-ArtifactDesc meshArtifact(int tp, int dp) {
-  ArtifactDesc a = softmaxRegression(8, 4, 4, 1, dp);
-  a.worldSize = tp * dp;
-  a.mesh = {{"tp", tp}, {"dp", dp}};
-  a.groups.clear();
-  addTpDpGroups(a, tp, dp);
-  // A tp all-reduce so that the tp kind is a collective group too.
-  ProgramDesc &p = a.programs[0];
-  InstrDesc ar = instr(fb::Opcode::AllReduce, {p.ref(3)}, "tp.ar");
-  ar.group = "tp";
-  p.function("step").insert(p.function("step").begin(), ar);
-  return a;
-}
-
-} // namespace
-
 TEST(MpiCommTest, AllReduceSumAndMax) {
   auto comm = worldComm();
   int n = comm->size(), r = comm->rank();
@@ -160,7 +139,7 @@ TEST(MpiCommTest, ByteCountersUseRingVolumes) {
 TEST(MpiCommTest, SplitByArtifactGroups) {
   int n = worldSize(), r = worldRank();
   int tp = n >= 4 ? 2 : 1, dp = n / tp;
-  ArtifactDesc desc = meshArtifact(tp, dp);
+  ArtifactDesc desc = tpDpMeshArtifact(tp, dp);
   auto loaded =
       LoadedArtifact::loadFromMemory(buildFile(buildPayload(desc)), "mesh.tsr");
   EXPECT_TRUE(loaded.ok()) << loaded.status().toString();

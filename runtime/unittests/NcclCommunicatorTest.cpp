@@ -846,21 +846,6 @@ TEST(NcclCommLogTest, AbortAndAsyncErrors) {
 
 namespace {
 
-/// tp x dp mesh, tp fastest (tp groups are consecutive ranks), with a tp
-/// all-reduce so that tp is a collective kind.
-ArtifactDesc meshArtifact(int tp, int dp) {
-  ArtifactDesc a = softmaxRegression(8, 4, 4, 1, dp);
-  a.worldSize = tp * dp;
-  a.mesh = {{"tp", tp}, {"dp", dp}};
-  a.groups.clear();
-  addTpDpGroups(a, tp, dp);
-  ProgramDesc &p = a.programs[0];
-  InstrDesc ar = instr(fb::Opcode::AllReduce, {p.ref(3)}, "tp.ar");
-  ar.group = "tp";
-  p.function("step").insert(p.function("step").begin(), ar);
-  return a;
-}
-
 std::shared_ptr<const LoadedArtifact> load(const ArtifactDesc &desc) {
   auto loaded =
       LoadedArtifact::loadFromMemory(buildFile(buildPayload(desc)), "mesh.tsr");
@@ -873,7 +858,7 @@ std::shared_ptr<const LoadedArtifact> load(const ArtifactDesc &desc) {
 TEST(NcclGroupsTest, SplitsByTheArtifactsGroups) {
   const int n = worldSize(), r = worldRank();
   const int tp = 2, dp = n / 2;
-  auto artifact = load(meshArtifact(tp, dp));
+  auto artifact = load(tpDpMeshArtifact(tp, dp));
   if (!artifact)
     return; // alike on every rank
   FakeNccl fake;
@@ -950,7 +935,7 @@ TEST(NcclGroupsTest, SplitsByTheArtifactsGroups) {
 
 TEST(NcclGroupsTest, MembershipMismatchIsReportedAfterAllSplits) {
   const int r = worldRank(), n = worldSize();
-  ArtifactDesc good = meshArtifact(2, n / 2);
+  ArtifactDesc good = tpDpMeshArtifact(2, n / 2);
   // Rank 1 alone lists tp instance 0 as [1, 0]: the members are right, the
   // order (so rank 1's position) is not.
   ArtifactDesc reordered = good;
@@ -988,7 +973,7 @@ TEST(NcclGroupsTest, MembershipMismatchIsReportedAfterAllSplits) {
 
 TEST(NcclGroupsTest, OneRanksFailureReachesEveryRank) {
   const int r = worldRank();
-  auto artifact = load(meshArtifact(2, worldSize() / 2));
+  auto artifact = load(tpDpMeshArtifact(2, worldSize() / 2));
   if (!artifact)
     return;
   FakeNccl fake;

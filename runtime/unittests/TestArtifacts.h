@@ -401,6 +401,22 @@ inline ArtifactDesc softmaxRegression(int64_t features = 8, int64_t classes = 4,
   return a;
 }
 
+/// softmaxRegression on a tp x dp mesh, tp fastest (tp groups are
+/// consecutive ranks), with a tp all-reduce in "step" so that tp is a
+/// collective group kind too.
+inline ArtifactDesc tpDpMeshArtifact(int tp, int dp) {
+  ArtifactDesc a = softmaxRegression(8, 4, 4, 1, dp);
+  a.worldSize = tp * dp;
+  a.mesh = {{"tp", tp}, {"dp", dp}};
+  a.groups.clear();
+  addTpDpGroups(a, tp, dp);
+  ProgramDesc &p = a.programs[0];
+  InstrDesc ar = instr(fb::Opcode::AllReduce, {p.ref(3)}, "tp.ar");
+  ar.group = "tp";
+  p.function("step").insert(p.function("step").begin(), ar);
+  return a;
+}
+
 /// softmaxRegression in mixed precision (Megatron's --bf16): the weight and
 /// bias are bf16 with fp32 main params ("main:fc.weight", "main:fc.bias",
 /// kind MainParam), the microbatch casts them to f32 scratch and computes

@@ -288,22 +288,30 @@ __global__ void crossEntropyGradKernel(const float *z, const int32_t *t,
     dr[j] = math::crossEntropyGrad(zr[j], mx, scale, j == label, dl[row]);
 }
 
+/// The mean and 1 / sqrt(var + eps) of row `xr` (two passes, biased
+/// variance, as the CPU's rowStats), in every thread of the block.
+__device__ void rowMeanRstd(const float *xr, int64_t cols, float eps,
+                            float &mean, float &rstd) {
+  float sum = 0.0f;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    sum += xr[j];
+  mean = blockSum(sum) / float(cols);
+  float sq = 0.0f;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    float d = xr[j] - mean;
+    sq += d * d;
+  }
+  rstd = math::layerNormRstd(blockSum(sq), cols, eps);
+}
+
 __global__ void layerNormKernel(const float *x, const float *gamma,
                                 const float *bias, float *y, int64_t cols,
                                 float eps) {
   const int64_t row = blockIdx.x;
   const float *xr = x + row * cols;
   float *yr = y + row * cols;
-  float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-    sum += xr[j];
-  const float mean = blockSum(sum) / float(cols);
-  float sq = 0.0f;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-    float d = xr[j] - mean;
-    sq += d * d;
-  }
-  const float rstd = math::layerNormRstd(blockSum(sq), cols, eps);
+  float mean, rstd;
+  rowMeanRstd(xr, cols, eps, mean, rstd);
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
     yr[j] = math::layerNormOut(xr[j], mean, rstd, gamma[j], bias[j]);
 }
@@ -316,16 +324,8 @@ __global__ void layerNormGradXKernel(const float *x, const float *gamma,
   const int64_t row = blockIdx.x;
   const float *xr = x + row * cols, *dyr = dy + row * cols;
   float *dxr = dx + row * cols;
-  float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-    sum += xr[j];
-  const float mean = blockSum(sum) / float(cols);
-  float sq = 0.0f;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
-    float d = xr[j] - mean;
-    sq += d * d;
-  }
-  const float rstd = math::layerNormRstd(blockSum(sq), cols, eps);
+  float mean, rstd;
+  rowMeanRstd(xr, cols, eps, mean, rstd);
   float sg = 0.0f, sgx = 0.0f;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
     float g = dyr[j] * gamma[j];
