@@ -24,7 +24,8 @@ for var in ["HOME", "TMPDIR"]:
 config.substitutions.append(("%examples", os.path.join(config.tessera_src_root, "examples")))
 config.substitutions.append(("%python", "python3"))
 
-tools = ["tessera-opt", "tessera-compile", "tessera-run", "tessera-gen", "tessera-preprocess"]
+tools = ["tessera-opt", "tessera-compile", "tessera-run", "tessera-gen", "tessera-preprocess",
+         "tessera-translate"]
 llvm_config.add_tool_substitutions(tools, [config.tessera_tools_dir])
 
 # Numerical checks against PyTorch where Debian's python3-torch is installed

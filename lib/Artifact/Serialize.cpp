@@ -14,11 +14,15 @@
 #include "tessera/rt/ArtifactFormat.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include "llvm/Support/InterleavedRange.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/ADT/StringSwitch.h"
 
+#include <cstring>
 #include <set>
 #include <sstream>
 
@@ -77,6 +81,16 @@ private:
                                                            int64_t ppRank);
   FailureOr<flatbuffers::Offset<fa::Instr>> instr(Operation *op,
                                                   DenseMap<Value, int> &events);
+  /// A parameter's initial value (init "data"), from tessera.weights.
+  struct InitData {
+    std::vector<int64_t> shape;
+    ArrayRef<char> bytes;
+    std::vector<char> owned; ///< the bytes of a splat
+    std::string file;
+    int64_t offset = 0;
+  };
+  LogicalResult initData(rt::BufferOp buf, ArrayRef<int64_t> global,
+                         InitData &data);
 
   ModuleOp module;
   flatbuffers::FlatBufferBuilder fbb{1 << 16};
@@ -86,6 +100,71 @@ private:
   std::set<std::string> groupsUsed;
 };
 } // namespace
+
+LogicalResult Writer::initData(rt::BufferOp buf, ArrayRef<int64_t> global,
+                               InitData &data) {
+  auto weights = module->getAttrOfType<DictionaryAttr>(kWeightsAttr);
+  Attribute entry = weights ? weights.get(buf.getSymName()) : Attribute();
+  if (!entry)
+    return buf.emitOpError() << "has init \"data\" but the module's "
+                             << kWeightsAttr << " has no value for it";
+  if (auto file = dyn_cast<DictionaryAttr>(entry)) {
+    auto path = file.getAs<StringAttr>("file");
+    auto offset = file.getAs<IntegerAttr>("offset");
+    if (!path || !offset)
+      return buf.emitOpError() << "external data needs {file, offset}";
+    data.file = path.str();
+    data.offset = offset.getInt();
+    data.shape.assign(global.begin(), global.end());
+    // An unpadded vocabulary: the file holds the rows the model had.
+    if (auto vocab = module->getAttrOfType<DictionaryAttr>(kVocabAttr))
+      if (auto size = vocab.getAs<IntegerAttr>("size"))
+        if (auto padded = vocab.getAs<IntegerAttr>("padded"))
+          if (!global.empty() && global[0] == padded.getInt())
+            data.shape[0] = size.getInt();
+    return success();
+  }
+  auto elements = dyn_cast<ElementsAttr>(entry);
+  auto type = elements ? dyn_cast<RankedTensorType>(elements.getType())
+                       : RankedTensorType();
+  if (!type || !type.getElementType().isF32())
+    return buf.emitOpError() << "its " << kWeightsAttr
+                             << " value is not an f32 tensor";
+  data.shape.assign(type.getShape().begin(), type.getShape().end());
+  bool fits = data.shape.size() == global.size() && !global.empty() &&
+              data.shape[0] <= global[0];
+  for (size_t d = 1; fits && d < global.size(); ++d)
+    fits = data.shape[d] == global[d];
+  if (!fits)
+    return buf.emitOpError()
+           << "initial value of shape " << type << " does not fit the "
+           << "parameter's global shape [" << llvm::interleaved(global)
+           << "] (only the vocabulary rows of dim 0 may be padded)";
+  if (auto resource = dyn_cast<DenseResourceElementsAttr>(entry)) {
+    AsmResourceBlob *blob = resource.getRawHandle().getBlob();
+    if (!blob)
+      return buf.emitOpError() << "its initial value's resource blob is "
+                                  "missing";
+    data.bytes = blob->getData();
+  } else if (auto dense = dyn_cast<DenseElementsAttr>(entry)) {
+    if (dense.isSplat()) {
+      float v = dense.getSplatValue<float>();
+      data.owned.resize(size_t(type.getNumElements()) * 4);
+      for (size_t i = 0; i < data.owned.size(); i += 4)
+        std::memcpy(data.owned.data() + i, &v, 4);
+      data.bytes = data.owned;
+    } else {
+      data.bytes = dense.getRawData();
+    }
+  } else {
+    return buf.emitOpError() << "its initial value must be a dense or "
+                                "dense_resource f32 tensor";
+  }
+  if (int64_t(data.bytes.size()) != type.getNumElements() * 4)
+    return buf.emitOpError() << "its initial value holds " << data.bytes.size()
+                             << " bytes, not " << type.getNumElements() * 4;
+  return success();
+}
 
 flatbuffers::Offset<fa::TensorRef> Writer::tensorRef(Value memref) {
   auto type = cast<MemRefType>(memref.getType());
@@ -202,9 +281,12 @@ Writer::writeProgram(ModuleOp module, int64_t ppRank) {
         init = fa::InitKind::Uniform;
       else if (kind == "ones")
         init = fa::InitKind::Ones;
+      else if (kind == "data")
+        init = fa::InitKind::Data;
       else if (kind != "zeros")
         return buf.emitOpError() << "unknown init spec '" << *spec
-                                 << "' (normal:<std>, uniform:<a>, zeros, ones)";
+                                 << "' (normal:<std>, uniform:<a>, zeros, ones, "
+                                    "data)";
       double d = 0;
       if (!arg.empty()) {
         if (arg.getAsDouble(d))
@@ -212,11 +294,27 @@ Writer::writeProgram(ModuleOp module, int64_t ppRank) {
         scale = float(d);
       }
     }
+    InitData data;
+    if (init == fa::InitKind::Data &&
+        failed(initData(buf, global, data)))
+      return failure();
     auto name = fbb.CreateString(buf.getSymName().str());
     auto shapeVec = fbb.CreateVector(shape);
     auto globalVec = fbb.CreateVector(global);
     auto axis = fbb.CreateString(buf.getShardAxis().value_or("").str());
     int of = buf.getOfAttr() ? index.lookup(buf.getOfAttr().getValue()) : -1;
+    flatbuffers::Offset<flatbuffers::Vector<uint8_t>> dataVec;
+    flatbuffers::Offset<flatbuffers::Vector<int64_t>> dataShapeVec;
+    flatbuffers::Offset<flatbuffers::String> dataFile;
+    if (init == fa::InitKind::Data) {
+      dataShapeVec = fbb.CreateVector(data.shape);
+      if (data.file.empty())
+        dataVec = fbb.CreateVector(
+            reinterpret_cast<const uint8_t *>(data.bytes.data()),
+            data.bytes.size());
+      else
+        dataFile = fbb.CreateString(data.file);
+    }
     fa::BufferBuilder bb(fbb);
     bb.add_name(name);
     bb.add_kind(kindOf(buf.getKind()));
@@ -229,6 +327,15 @@ Writer::writeProgram(ModuleOp module, int64_t ppRank) {
     bb.add_init(init);
     bb.add_init_scale(scale);
     bb.add_of(of);
+    if (init == fa::InitKind::Data) {
+      bb.add_data_shape(dataShapeVec);
+      if (data.file.empty())
+        bb.add_data(dataVec);
+      else {
+        bb.add_data_file(dataFile);
+        bb.add_data_offset(data.offset);
+      }
+    }
     buffers.push_back(bb.Finish());
     if (buf.getKind() == rt::BufferKind::Input) {
       auto inName = fbb.CreateString(buf.getSymName().str());

@@ -9,6 +9,7 @@
 
 #include "tessera/Pipeline/Compile.h"
 #include "tessera/Conversion/Passes.h"
+#include "tessera/Import/OnnxImport.h"
 #include "tessera/InitAll.h"
 #include "tessera/Pipeline/Reports.h"
 #include "tessera/Schedule/PipelineSchedule.h"
@@ -31,7 +32,10 @@ using namespace mlir;
 namespace cl = llvm::cl;
 
 tessera::CompileOptions::CompileOptions()
-    : input(cl::Positional, cl::desc("<model.mlir>"), cl::Optional,
+    : input(cl::Positional,
+            cl::desc("<model.mlir or model.onnx (a torch.onnx.export, "
+                     "imported as tessera-translate --import-onnx does)>"),
+            cl::Optional,
             cl::cat(getCompileCategory())),
       output("o", cl::desc("output file"), cl::value_desc("file"),
              cl::init("-"), cl::cat(getCompileCategory())),
@@ -65,13 +69,47 @@ tessera::CompileOptions::CompileOptions()
       emitFormat("emit-format",
                  cl::desc("json (default), text, or trace (a Chrome/Perfetto "
                           "trace of the planned schedule)"),
-                 cl::init("json"), cl::cat(getCompileCategory())) {}
+                 cl::init("json"), cl::cat(getCompileCategory())),
+      loss("loss",
+           cl::desc("for an ONNX model that returns logits: the loss to add "
+                    "(cross-entropy: the mean token cross-entropy over a "
+                    "labels input)"),
+           cl::init(""), cl::cat(getCompileCategory())) {}
 
 namespace {
 
 int fail(const llvm::Twine &message) {
   llvm::errs() << "tessera-compile: error: " << message << "\n";
   return 1;
+}
+
+/// The model of the positional input: nn IR (.mlir), or an ONNX export
+/// imported by lib/Import. Errors go to the context's handler.
+OwningOpRef<ModuleOp> loadModel(const tessera::CompileOptions &options,
+                                MLIRContext &context,
+                                llvm::SourceMgr &sourceMgr) {
+  if (tessera::isOnnxFile(options.input)) {
+    if (!options.loss.empty() && options.loss != "cross-entropy") {
+      fail("--loss must be 'cross-entropy', got '" + options.loss + "'");
+      return nullptr;
+    }
+    tessera::OnnxImportOptions onnx;
+    onnx.loss = options.loss;
+    return tessera::importOnnxModel(&context, options.input, onnx);
+  }
+  if (!options.loss.empty()) {
+    fail("--loss applies to ONNX models; '" + options.input +
+         "' is nn IR, which states its loss");
+    return nullptr;
+  }
+  std::string error;
+  auto file = openInputFile(options.input, &error);
+  if (!file) {
+    fail(error);
+    return nullptr;
+  }
+  sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
+  return parseSourceFile<ModuleOp>(sourceMgr, &context);
 }
 
 /// Writes a report (--emit=schedule, rank-groups, memory, buckets) to -o,
@@ -171,7 +209,9 @@ int emitSchedule(const tessera::CompileOptions &options,
     DialectRegistry registry;
     tessera::registerAllDialects(registry);
     MLIRContext context(registry);
-    auto module = parseSourceFile<ModuleOp>(options.input.getValue(), &context);
+    llvm::SourceMgr sourceMgr;
+    SourceMgrDiagnosticHandler handler(sourceMgr, &context);
+    OwningOpRef<ModuleOp> module = loadModel(options, context, sourceMgr);
     if (!module)
       return 1;
     FailureOr<int64_t> layers = tessera::getNumLayers(*module);
@@ -277,12 +317,7 @@ int tessera::compile(const CompileOptions &options,
   context.printOpOnDiagnostic(false);
   llvm::SourceMgr sourceMgr;
   SourceMgrDiagnosticHandler handler(sourceMgr, &context);
-  std::string error;
-  auto file = openInputFile(options.input, &error);
-  if (!file)
-    return fail(error);
-  sourceMgr.AddNewSourceBuffer(std::move(file), llvm::SMLoc());
-  OwningOpRef<ModuleOp> module = parseSourceFile<ModuleOp>(sourceMgr, &context);
+  OwningOpRef<ModuleOp> module = loadModel(options, context, sourceMgr);
   if (!module)
     return 1;
   Builder b(&context);
@@ -317,6 +352,7 @@ int tessera::compile(const CompileOptions &options,
       return succeeded(printMemory(*module, format, os));
     });
   if (emit == "mlir") {
+    std::string error;
     auto out = openOutputFile(options.output, &error);
     if (!out)
       return fail(error);

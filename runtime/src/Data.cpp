@@ -1,4 +1,4 @@
-//===- Data.cpp - Synthetic classification data ---------------------------===//
+//===- Data.cpp - Synthetic data and parameter initialisation -------------===//
 
 #include "tessera/rt/Data.h"
 #include "tessera/rt/math/Philox.h"
@@ -6,7 +6,14 @@
 #include "tessera/rt/Rng.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace tessera::rt {
 
@@ -261,6 +268,117 @@ Status initParameterShard(fb::InitKind init, float scale, uint64_t seed,
   return Status();
 }
 
+namespace {
+
+/// A read-only mapping of bytes [offset, offset + size) of a file.
+class MappedRange {
+public:
+  ~MappedRange() {
+    if (base != MAP_FAILED && base)
+      ::munmap(base, length);
+  }
+  Status map(const std::string &path, int64_t offset, int64_t size) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      return invalidArgument("cannot open '", path, "': ", std::strerror(errno));
+    struct stat st;
+    if (::fstat(fd, &st) != 0 || offset < 0 || st.st_size < offset + size) {
+      ::close(fd);
+      return invalidArgument("'", path, "' holds ", int64_t(st.st_size),
+                             " bytes; the parameter needs bytes ", offset,
+                             "..", offset + size);
+    }
+    int64_t page = ::sysconf(_SC_PAGESIZE);
+    int64_t start = offset / page * page;
+    length = size_t(offset + size - start);
+    base = size ? ::mmap(nullptr, length, PROT_READ, MAP_PRIVATE, fd, start)
+                : nullptr;
+    ::close(fd);
+    if (base == MAP_FAILED)
+      return invalidArgument("cannot map '", path, "': ", std::strerror(errno));
+    bytes = static_cast<const uint8_t *>(base) + (offset - start);
+    return Status();
+  }
+  const uint8_t *bytes = nullptr;
+
+private:
+  void *base = nullptr;
+  size_t length = 0;
+};
+
+} // namespace
+
+template <typename ErrorFn>
+static Status initShardFromData(const fb::Buffer &buffer,
+                                const std::vector<int64_t> &global, int shardDim,
+                                int shardIndex, int shardCount,
+                                const std::string &fileName, float *out,
+                                ErrorFn &&error) {
+  // The data is the global tensor, row major, with possibly fewer rows in
+  // dim 0 (a padded vocabulary): element g of the global tensor is element g
+  // of the data while g < rows * rowElements, else zero.
+  if (!buffer.data_shape() || buffer.data_shape()->size() != global.size() ||
+      global.empty())
+    return error("init Data needs data_shape of the global shape's rank");
+  int64_t rowElements = 1;
+  for (size_t d = 1; d < global.size(); ++d) {
+    if (buffer.data_shape()->Get(d) != global[d])
+      return error("data_shape ", shapeToString(buffer.data_shape()),
+                   " differs from global shape ",
+                   shapeToString(buffer.global_shape()), " beyond dim 0");
+    rowElements *= global[d];
+  }
+  int64_t rows = buffer.data_shape()->Get(0);
+  if (rows < 0 || rows > global[0])
+    return error("data_shape ", shapeToString(buffer.data_shape()),
+                 " has more rows than the global shape");
+  int64_t limit = rows * rowElements;
+  const uint8_t *src = nullptr;
+  MappedRange mapped;
+  if (buffer.data_file() && buffer.data_file()->size()) {
+    std::string path = buffer.data_file()->str();
+    if (path[0] != '/') {
+      size_t slash = fileName.rfind('/');
+      if (slash != std::string::npos)
+        path = fileName.substr(0, slash + 1) + path;
+    }
+    // Each rank maps the file and touches only its shard's pages.
+    Status st = mapped.map(path, buffer.data_offset(), limit * 4);
+    if (!st.ok())
+      return error(st.message());
+    src = mapped.bytes;
+  } else {
+    if (!buffer.data() || int64_t(buffer.data()->size()) != limit * 4)
+      return error("inline data holds ",
+                   buffer.data() ? int64_t(buffer.data()->size()) : 0,
+                   " bytes; data_shape ", shapeToString(buffer.data_shape()),
+                   " needs ", limit * 4);
+    src = buffer.data()->data();
+  }
+  // Runs of contiguous global elements making up the shard, in order.
+  int64_t total = global[0] * rowElements;
+  auto copyRun = [&](int64_t g, int64_t n, float *dst) {
+    int64_t valid = std::clamp<int64_t>(limit - g, 0, n);
+    if (valid)
+      std::memcpy(dst, src + g * 4, size_t(valid) * 4);
+    std::fill(dst + valid, dst + n, 0.0f);
+  };
+  if (shardDim < 0) {
+    copyRun(0, total, out);
+    return Status();
+  }
+  int64_t outer = 1, inner = 1;
+  for (int d = 0; d < shardDim; ++d)
+    outer *= global[size_t(d)];
+  for (size_t d = size_t(shardDim) + 1; d < global.size(); ++d)
+    inner *= global[d];
+  int64_t dim = global[size_t(shardDim)], local = dim / shardCount;
+  for (int64_t o = 0; o < outer; ++o)
+    copyRun((o * dim + shardIndex * local) * inner, local * inner,
+            out + o * local * inner);
+  return Status();
+}
+
 Status initParameterBuffer(const fb::Artifact &artifact,
                            const fb::Buffer &buffer, int rank, uint64_t seed,
                            const std::string &fileName, float *out) {
@@ -299,6 +417,9 @@ Status initParameterBuffer(const fb::Artifact &artifact,
                    " is not a 1/", shardCount, " shard along dim ", shardDim,
                    " of global shape ", shapeToString(buffer.global_shape()));
   }
+  if (buffer.init() == fb::InitKind::Data)
+    return initShardFromData(buffer, global, shardDim, shardIndex, shardCount,
+                             fileName, out, error);
   Status st = initParameterShard(buffer.init(), buffer.init_scale(), seed, name,
                                  global, shardDim, shardIndex, shardCount, out);
   return st.ok() ? st : error(st.message());

@@ -147,3 +147,148 @@ TEST(DataTest, SameSamplesForEveryLayout) {
     EXPECT_LT(l, 10);
   }
 }
+
+//===----------------------------------------------------------------------===//
+// Parameters initialised from data (imported models)
+//===----------------------------------------------------------------------===//
+
+namespace {
+namespace fb = tessera::artifact;
+
+/// An artifact with a tp group {0, 1} and one parameter of global shape
+/// `global` split along `shardDim` over tp, initialised from `data`
+/// (inline) or from `file` at `offset`.
+std::string dataParamArtifact(std::vector<int64_t> global, int shardDim,
+                              std::vector<int64_t> dataShape,
+                              const std::vector<float> &data,
+                              const std::string &file = "", int64_t offset = 0) {
+  flatbuffers::FlatBufferBuilder fbb;
+  std::vector<int64_t> local = global;
+  if (shardDim >= 0)
+    local[size_t(shardDim)] /= 2;
+  auto name = fbb.CreateString("w");
+  auto shape = fbb.CreateVector(local);
+  auto globalVec = fbb.CreateVector(global);
+  auto axis = fbb.CreateString("tp");
+  auto dataShapeVec = fbb.CreateVector(dataShape);
+  flatbuffers::Offset<flatbuffers::Vector<uint8_t>> bytes;
+  flatbuffers::Offset<flatbuffers::String> fileName;
+  if (file.empty())
+    bytes = fbb.CreateVector(reinterpret_cast<const uint8_t *>(data.data()),
+                             data.size() * 4);
+  else
+    fileName = fbb.CreateString(file);
+  fb::BufferBuilder bb(fbb);
+  bb.add_name(name);
+  bb.add_kind(fb::BufferKind::Param);
+  bb.add_shape(shape);
+  bb.add_global_shape(globalVec);
+  bb.add_shard_dim(shardDim);
+  bb.add_shard_axis(axis);
+  bb.add_init(fb::InitKind::Data);
+  bb.add_data_shape(dataShapeVec);
+  if (file.empty())
+    bb.add_data(bytes);
+  else {
+    bb.add_data_file(fileName);
+    bb.add_data_offset(offset);
+  }
+  auto buffer = bb.Finish();
+  auto buffers = fbb.CreateVector(std::vector{buffer});
+  auto program = fb::CreateProgram(fbb, 0, 0, 0, buffers);
+  auto programs = fbb.CreateVector(std::vector{program});
+  auto group = fb::CreateRankGroup(fbb, fbb.CreateString("tp"),
+                                   fbb.CreateVector(std::vector<int>{0, 1}));
+  auto groups = fbb.CreateVector(std::vector{group});
+  fb::ArtifactBuilder ab(fbb);
+  ab.add_groups(groups);
+  ab.add_programs(programs);
+  fbb.Finish(ab.Finish());
+  return std::string(reinterpret_cast<const char *>(fbb.GetBufferPointer()),
+                     fbb.GetSize());
+}
+
+Status initRank(const std::string &payload, int rank, std::vector<float> &out,
+                const std::string &fileName = "/tmp/model.tsr") {
+  const fb::Artifact *a = fb::GetArtifact(payload.data());
+  const fb::Buffer *b = a->programs()->Get(0)->buffers()->Get(0);
+  int64_t n = 1;
+  for (int64_t d : *b->shape())
+    n *= d;
+  out.assign(size_t(n), -1.0f);
+  return initParameterBuffer(*a, *b, rank, 7, fileName, out.data());
+}
+} // namespace
+
+TEST(DataInitTest, ShardsOfInlineDataWithPaddedRows) {
+  // A [5, 4] table padded to 6 rows (a padded vocabulary): row 5 is zero.
+  std::vector<float> data(20);
+  for (size_t i = 0; i < data.size(); ++i)
+    data[i] = float(i) + 0.5f;
+  auto value = [&](int64_t r, int64_t c) {
+    return r < 5 ? data[size_t(r * 4 + c)] : 0.0f;
+  };
+  for (int dim : {0, 1, -1}) {
+    std::string payload = dataParamArtifact({6, 4}, dim, {5, 4}, data);
+    for (int rank = 0; rank < 2; ++rank) {
+      std::vector<float> out;
+      Status st = initRank(payload, rank, out);
+      ASSERT_TRUE(st.ok()) << st.message();
+      int64_t rows = dim == 0 ? 3 : 6, cols = dim == 1 ? 2 : 4;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+          int64_t gr = r + (dim == 0 ? rank * 3 : 0);
+          int64_t gc = c + (dim == 1 ? rank * 2 : 0);
+          ASSERT_EQ(out[size_t(r * cols + c)], value(gr, gc))
+              << "dim " << dim << " rank " << rank << " at " << r << "," << c;
+        }
+    }
+  }
+}
+
+TEST(DataInitTest, ExternalFileIsMappedAtItsOffset) {
+  std::vector<float> data(24);
+  for (size_t i = 0; i < data.size(); ++i)
+    data[i] = -float(i);
+  std::string dir = ::testing::TempDir();
+  std::string path = dir + "/weights.bin";
+  {
+    FILE *f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    char header[10] = {};
+    std::fwrite(header, 1, sizeof(header), f);
+    std::fwrite(data.data(), 4, data.size(), f);
+    std::fclose(f);
+  }
+  // Relative to the artifact's directory; shard 1 of dim 0 is rows 3..5.
+  std::string payload = dataParamArtifact({6, 4}, 0, {6, 4}, {}, "weights.bin", 10);
+  std::vector<float> out;
+  Status st = initRank(payload, 1, out, dir + "/model.tsr");
+  ASSERT_TRUE(st.ok()) << st.message();
+  for (size_t i = 0; i < out.size(); ++i)
+    EXPECT_EQ(out[i], data[12 + i]);
+  // A file shorter than the tensor, and a missing file, are errors naming it.
+  std::string shortPayload =
+      dataParamArtifact({6, 4}, 0, {6, 4}, {}, path, 20);
+  st = initRank(shortPayload, 0, out);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("weights.bin' holds 106 bytes"), std::string::npos)
+      << st.message();
+  st = initRank(dataParamArtifact({6, 4}, 0, {6, 4}, {}, dir + "/none.bin"), 0, out);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("cannot open"), std::string::npos) << st.message();
+}
+
+TEST(DataInitTest, BadDataIsAnError) {
+  // Inline data of the wrong size, and a data_shape wider than the tensor.
+  std::vector<float> out;
+  Status st = initRank(dataParamArtifact({6, 4}, 0, {6, 4}, std::vector<float>(5)),
+                       0, out);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("inline data holds 20 bytes"), std::string::npos)
+      << st.message();
+  st = initRank(dataParamArtifact({6, 4}, 0, {6, 5}, std::vector<float>(30)), 0,
+                out);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("beyond dim 0"), std::string::npos) << st.message();
+}

@@ -12,9 +12,11 @@ def NN_InputKind : Tessera_Enum<"InputKind",
     "::tessera::nn">;
 
 /// The kind of an `nn.init` spec (`<kind>` or `<kind>:<scale>`).
+// "data": the value comes with the model (the root module's tessera.weights
+// entry of the parameter's name, e.g. an imported ONNX initializer).
 def NN_InitKind : Tessera_Enum<"InitKind",
-    "initialisation: normal, uniform, zeros or ones",
-    ["normal", "uniform", "zeros", "ones"],
-    ["Normal", "Uniform", "Zeros", "Ones"], "::tessera::nn">;
+    "initialisation: normal, uniform, zeros, ones or data",
+    ["normal", "uniform", "zeros", "ones", "data"],
+    ["Normal", "Uniform", "Zeros", "Ones", "Data"], "::tessera::nn">;
 
 #endif // TESSERA_DIALECTS_NN_IR_NNENUMS_TD

@@ -45,8 +45,8 @@ std::string initSpec(Attribute attr, Type) {
         (!s.getValue().contains(':') || !scale.getAsDouble(value)))
       return "";
   }
-  return "an init spec: \"normal:<std>\", \"uniform:<a>\", \"zeros\" or "
-         "\"ones\"";
+  return "an init spec: \"normal:<std>\", \"uniform:<a>\", \"zeros\", "
+         "\"ones\" or \"data\"";
 }
 
 const AttrContract kNNAttrs[] = {

@@ -237,6 +237,26 @@ const AttrContract kTesseraAttrs[] = {
        return dictionary(a, t,
                          {{"size", positiveInt}, {"padded", positiveInt}});
      }},
+    {kWeightsAttr, Module,
+     [](Attribute a, Type t) -> std::string {
+       std::string expected = "a dictionary from parameter names to f32 "
+                              "elements or {file = <path>, offset = <bytes>}";
+       auto dict = dyn_cast_if_present<DictionaryAttr>(a);
+       if (!dict)
+         return expected;
+       for (NamedAttribute entry : dict) {
+         if (auto elements = dyn_cast<ElementsAttr>(entry.getValue())) {
+           if (!elements.getElementType().isF32())
+             return expected;
+           continue;
+         }
+         if (!dictionary(entry.getValue(), t,
+                         {{"file", string}, {"offset", nonNegativeInt}})
+                  .empty())
+           return expected;
+       }
+       return "";
+     }},
     {kCompileFlagsAttr, Module, string},
     {kModelNameAttr, Module, string},
 };

@@ -35,6 +35,8 @@ struct CompileOptions {
   llvm::cl::opt<int64_t> numLayers;
   llvm::cl::opt<std::string> emit;
   llvm::cl::opt<std::string> emitFormat;
+  /// ONNX models that return logits: the loss to add ("cross-entropy").
+  llvm::cl::opt<std::string> loss;
 };
 
 /// tessera-compile once its flags are parsed: checks them, then writes the

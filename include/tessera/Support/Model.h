@@ -20,7 +20,7 @@ namespace tessera {
 
 // Model function argument attributes.
 constexpr llvm::StringLiteral kParamAttr = "nn.param";   // parameter name
-constexpr llvm::StringLiteral kInitAttr = "nn.init";     // "normal:<std>", "zeros", "ones"
+constexpr llvm::StringLiteral kInitAttr = "nn.init";     // "normal:<std>", "zeros", "ones", "data"
 constexpr llvm::StringLiteral kInputAttr = "nn.input";   // "features", "labels", "tokens"
 constexpr llvm::StringLiteral kBatchDimAttr = "nn.batch_dim"; // default 0
 constexpr llvm::StringLiteral kShardingAttr = "dist.sharding"; // {axis, dim}
@@ -33,6 +33,11 @@ constexpr llvm::StringLiteral kLayerAttr = "nn.layer";
 constexpr llvm::StringLiteral kCompileFlagsAttr = "tessera.compile_flags";
 constexpr llvm::StringLiteral kModelNameAttr = "tessera.model";
 constexpr llvm::StringLiteral kVocabAttr = "tessera.vocab";
+// Initial values of the parameters whose nn.init is "data" (imported
+// models), by parameter name: an f32 elements attribute of the parameter
+// (inline data), or {file = "<absolute path>", offset = <bytes>} for
+// little-endian f32 data in an external file (ONNX external data).
+constexpr llvm::StringLiteral kWeightsAttr = "tessera.weights";
 
 // Phase functions and their bindings.
 constexpr llvm::StringLiteral kPhaseAttr = "tessera.phase"; // "microbatch", "step"

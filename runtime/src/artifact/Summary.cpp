@@ -71,9 +71,18 @@ std::string summarizeArtifact(const LoadedArtifact &artifact) {
           if (b->shard_dim() >= 0)
             os << " shard dim " << b->shard_dim() << " over "
                << fbString(b->shard_axis());
-          if (b->kind() == fb::BufferKind::Param)
+          if (b->kind() == fb::BufferKind::Param &&
+              b->init() == fb::InitKind::Data) {
+            os << " init Data" << shapeToString(b->data_shape());
+            if (b->data_file() && b->data_file()->size())
+              os << " from " << fbString(b->data_file()) << " @"
+                 << b->data_offset();
+            else
+              os << " inline";
+          } else if (b->kind() == fb::BufferKind::Param) {
             os << " init " << fb::EnumNameInitKind(b->init()) << "("
                << b->init_scale() << ")";
+          }
           if (b->of() >= 0)
             os << " of #" << b->of();
           os << "\n";

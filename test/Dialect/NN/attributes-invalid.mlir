@@ -16,14 +16,14 @@ func.func @param_empty(%x: tensor<4xf32>, %w: tensor<4xf32> {nn.param = ""}) {
 
 // -----
 
-// expected-error @+1 {{argument #0 attribute 'nn.init' must be an init spec: "normal:<std>", "uniform:<a>", "zeros" or "ones", got "xavier"}}
+// expected-error @+1 {{argument #0 attribute 'nn.init' must be an init spec: "normal:<std>", "uniform:<a>", "zeros", "ones" or "data", got "xavier"}}
 func.func @init_kind(%w: tensor<4x4xf32> {nn.param = "w", nn.init = "xavier"}) {
   return
 }
 
 // -----
 
-// expected-error @+1 {{argument #0 attribute 'nn.init' must be an init spec: "normal:<std>", "uniform:<a>", "zeros" or "ones", got "normal:wide"}}
+// expected-error @+1 {{argument #0 attribute 'nn.init' must be an init spec: "normal:<std>", "uniform:<a>", "zeros", "ones" or "data", got "normal:wide"}}
 func.func @init_scale(%w: tensor<4x4xf32> {nn.param = "w", nn.init = "normal:wide"}) {
   return
 }

@@ -1,0 +1,105 @@
+//===- OnnxModel.h - An ONNX model as plain C++ data --------------*- C++ -*-===//
+//
+// The ONNX graph the importer reads: nodes, initializers, the graph's inputs
+// and outputs and every value's type after ONNX shape inference. loadModel()
+// is the only code that touches protobuf or the onnx library; it is compiled
+// with exceptions (LLVM and MLIR are not) and returns errors as text, so the
+// MLIR importer (OnnxImport.h) sees plain structs and never an exception.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_IMPORT_ONNXMODEL_H
+#define TESSERA_IMPORT_ONNXMODEL_H
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tessera::onnx_model {
+
+/// ONNX TensorProto.DataType values the importer names.
+enum ElemType : int32_t {
+  kUndefined = 0,
+  kFloat = 1,
+  kInt32 = 6,
+  kInt64 = 7,
+  kBool = 9,
+  kDouble = 11,
+};
+
+/// "float", "int64", ... for messages.
+const char *elemTypeName(int32_t type);
+
+/// An initializer or a constant. Inline data is held in `data` (raw little
+/// endian, row major); external data (ONNX's external-data files) is named
+/// by `externalFile` (an absolute path), `externalOffset` and
+/// `externalLength` and not read.
+struct Tensor {
+  std::string name;
+  int32_t elemType = kUndefined;
+  std::vector<int64_t> shape;
+  std::string data;
+  bool hasData = false;
+  std::string externalFile;
+  int64_t externalOffset = 0;
+  int64_t externalLength = -1;
+
+  int64_t numElements() const;
+  bool isExternal() const { return !externalFile.empty(); }
+  /// The elements as doubles (float, double, int32, int64, bool tensors
+  /// with inline data); empty when the type or storage is other.
+  std::vector<double> toDoubles() const;
+};
+
+struct Attribute {
+  enum Kind { Float, Int, String, Tensor, Floats, Ints, Strings, Other };
+  std::string name;
+  Kind kind = Other;
+  float f = 0;
+  int64_t i = 0;
+  std::string s;
+  std::vector<float> floats;
+  std::vector<int64_t> ints;
+  std::shared_ptr<onnx_model::Tensor> tensor;
+};
+
+struct Node {
+  std::string name;   ///< the node's name, or "<OpType>#<index>" when empty
+  std::string opType;
+  std::string domain; ///< "" for the standard domain (ai.onnx)
+  std::vector<std::string> inputs, outputs; ///< "" for an omitted input
+  std::vector<Attribute> attributes;
+
+  const Attribute *attr(const std::string &name) const;
+};
+
+/// A value's type: element type and shape, -1 for a dimension shape
+/// inference could not fix (a symbolic or unknown one).
+struct ValueInfo {
+  std::string name;
+  int32_t elemType = kUndefined;
+  bool hasShape = false;
+  std::vector<int64_t> shape;
+};
+
+struct Model {
+  std::string path;
+  std::string producerName, producerVersion;
+  int64_t irVersion = 0;
+  std::map<std::string, int64_t> opsets; ///< domain ("" = ai.onnx) -> version
+  std::vector<Node> nodes;               ///< in the graph's (topological) order
+  std::vector<Tensor> initializers;
+  std::vector<ValueInfo> inputs, outputs;
+  std::map<std::string, ValueInfo> values; ///< every typed value, by name
+};
+
+/// Reads the ONNX model at `path` and runs ONNX shape inference on it.
+/// Without `loadWeights` the initializers keep their types and shapes but
+/// no data. Returns an empty string, or the error.
+std::string loadModel(const std::string &path, bool loadWeights, Model &model);
+
+} // namespace tessera::onnx_model
+
+#endif // TESSERA_IMPORT_ONNXMODEL_H

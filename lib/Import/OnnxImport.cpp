@@ -1,0 +1,1201 @@
+//===- OnnxImport.cpp - ONNX model -> nn dialect --------------------------===//
+//
+// The importer is demand driven: it starts from the graph's output and
+// materialises each value by matching the pattern whose last node produces
+// it (a bias Add closes a linear, the final Reshape closes an attention, the
+// outer Mul closes a GELU, ...). Every node a pattern covers is checked:
+// op type, attributes, constants and the shapes ONNX shape inference gave.
+// A value whose producer closes no pattern is an error naming that node, so
+// nothing is imported that the nn function would compute differently.
+//
+// Layout. PyTorch activations are batch-major ([b, s, h]); Tessera's are
+// Megatron's sequence-major [s, b, h]. Every recognised pattern works per
+// token (or, for attention, per sequence), so the importer emits the nn ops
+// on sequence-major values and makes the token inputs [s, b]; the baked
+// batch size of the export (Reshape shape constants) is checked against the
+// traced batch and replaced by the dynamic batch.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tessera/Import/OnnxImport.h"
+#include "tessera/Import/OnnxModel.h"
+#include "tessera/Support/Model.h"
+
+#include "dialects/nn/IR/NNOps.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Path.h"
+
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <unordered_map>
+
+using namespace mlir;
+namespace nn = tessera::nn;
+namespace onnx_model = tessera::onnx_model;
+using OnnxAttr = tessera::onnx_model::Attribute;
+using tessera::onnx_model::Model;
+using tessera::onnx_model::Node;
+using tessera::onnx_model::Tensor;
+using tessera::onnx_model::ValueInfo;
+
+bool tessera::isOnnxFile(llvm::StringRef path) {
+  return llvm::sys::path::extension(path).equals_insensitive(".onnx");
+}
+
+namespace {
+
+/// The minimum standard-domain opset: LayerNormalization is opset 17.
+constexpr int64_t kMinOpset = 17;
+
+/// Op types the importer knows, inside the patterns that use them.
+const std::set<std::string> kSupportedOps = {
+    "Add",       "Cast",     "Concat",  "Constant",   "Div",
+    "Dropout",   "Erf",      "Gather",  "Gemm",       "Identity",
+    "LayerNormalization",    "MatMul",  "Mul",        "Not",
+    "Relu",      "Reshape",  "Shape",   "Softmax",    "SoftmaxCrossEntropyLoss",
+    "Split",     "Squeeze",  "Transpose", "Trilu",    "Unsqueeze",
+    "Where"};
+
+/// The decoder-layer index in a parameter or node-scope name
+/// ("layers.3.mlp.linear_fc1.weight", "/layers.3/mlp/Add", "h.3.attn"), or
+/// -1.
+int64_t layerIndexOf(llvm::StringRef name) {
+  llvm::SmallVector<llvm::StringRef> parts;
+  while (!name.empty()) {
+    size_t cut = name.find_first_of("./");
+    parts.push_back(name.take_front(cut));
+    name = cut == llvm::StringRef::npos ? llvm::StringRef() : name.drop_front(cut + 1);
+  }
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    llvm::StringRef p = parts[i];
+    if (p != "layers" && p != "layer" && p != "h" && p != "blocks" &&
+        p != "block")
+      continue;
+    int64_t index;
+    if (!parts[i + 1].getAsInteger(10, index) && index >= 0)
+      return index;
+  }
+  return -1;
+}
+
+/// An imported activation: its nn value and the decoder layer that made it.
+struct Act {
+  Value value;
+  int64_t layer = -1;
+};
+
+/// A constant the patterns read (mask, scale, split sizes, positions).
+struct Const {
+  std::vector<int64_t> shape;
+  std::vector<double> values;
+};
+
+/// How a parameter is used, for the one sharing Tessera supports (a word
+/// embedding tied to the LM head).
+enum class ParamUse { Embedding, Linear, Other };
+
+class Importer {
+public:
+  Importer(MLIRContext *ctx, const Model &model,
+           const tessera::OnnxImportOptions &options)
+      : ctx(ctx), model(model), options(options), b(ctx),
+        fileLoc(FileLineColLoc::get(ctx, model.path, 0, 0)) {}
+
+  OwningOpRef<ModuleOp> run();
+
+private:
+  // Errors ------------------------------------------------------------------
+  InFlightDiagnostic error(const Node &n) {
+    hadError = true;
+    return emitError(loc(n)) << "node '" << n.name << "' (" << n.opType
+                             << "): ";
+  }
+  InFlightDiagnostic error() {
+    hadError = true;
+    return emitError(fileLoc);
+  }
+  Location loc(const Node &n) {
+    return NameLoc::get(b.getStringAttr(n.name), fileLoc);
+  }
+
+  // Graph queries -----------------------------------------------------------
+  const Node *producerOf(const std::string &v) const {
+    auto it = producers.find(v);
+    return it == producers.end() ? nullptr : it->second;
+  }
+  /// The producer of `v` when it has `opType` (and, with `single`, `v` has
+  /// no other user).
+  const Node *producedBy(const std::string &v, llvm::StringRef opType,
+                         bool single = true) const {
+    const Node *p = producerOf(v);
+    if (!p || p->opType != opType)
+      return nullptr;
+    if (single && numUsers(v) != 1)
+      return nullptr;
+    return p;
+  }
+  size_t numUsers(const std::string &v) const {
+    auto it = users.find(v);
+    return it == users.end() ? 0 : it->second.size();
+  }
+  const Tensor *initializer(const std::string &v) const {
+    auto it = inits.find(v);
+    return it == inits.end() ? nullptr : it->second;
+  }
+  std::vector<int64_t> shapeOf(const std::string &v) const {
+    auto it = model.values.find(v);
+    if (it == model.values.end() || !it->second.hasShape)
+      return {};
+    return it->second.shape;
+  }
+  int64_t intAttr(const Node &n, const char *name, int64_t dflt) const {
+    const OnnxAttr *a = n.attr(name);
+    return a && a->kind == OnnxAttr::Int ? a->i : dflt;
+  }
+  std::optional<Const> constant(const std::string &v);
+  std::optional<double> scalar(const std::string &v) {
+    std::optional<Const> c = constant(v);
+    if (!c || c->values.size() != 1)
+      return std::nullopt;
+    return c->values[0];
+  }
+  bool isScalar(const std::string &v, double expect, double rtol = 1e-6) {
+    std::optional<double> s = scalar(v);
+    return s && std::abs(*s - expect) <= rtol * std::abs(expect);
+  }
+  std::vector<int64_t> perm(const Node &n) const {
+    const OnnxAttr *a = n.attr("perm");
+    return a ? a->ints : std::vector<int64_t>();
+  }
+  void cover(const Node *n) { covered.insert(n); }
+
+  // Values ------------------------------------------------------------------
+  FailureOr<Act> materialise(const std::string &v, const Node &user);
+  FailureOr<Act> matchNode(const Node &n, const std::string &v);
+  FailureOr<Act> matchAdd(const Node &n);
+  FailureOr<Act> matchLinear(const Node &matmul, const std::string *bias,
+                             const Node &root);
+  FailureOr<Act> matchGemm(const Node &n);
+  FailureOr<Act> matchGelu(const Node &n);
+  FailureOr<Act> matchLayerNorm(const Node &n);
+  FailureOr<Act> matchAttention(const Node &n);
+  FailureOr<Act> matchEmbedding(const Node &gather, const Node *posGather,
+                                const Node &root);
+  FailureOr<Act> matchLoss(const Node &n);
+  FailureOr<Act> addLoss(Act logits, std::optional<int64_t> ignoreIndex,
+                         Location at);
+
+  FailureOr<Value> param(const std::string &name, const Node &user,
+                         ParamUse use, bool transposed = false,
+                         llvm::StringRef noWeightsInit = "");
+  FailureOr<Value> input(const std::string &name, llvm::StringRef kind,
+                         const Node &user);
+  Value labelsArg(ArrayRef<int64_t> shape);
+  int64_t operandLayer(ArrayRef<Act> acts) const {
+    int64_t l = -1;
+    for (const Act &a : acts)
+      l = std::max(l, a.layer);
+    return l;
+  }
+  Act mark(Value v, int64_t layer) {
+    if (layer >= 0)
+      v.getDefiningOp()->setAttr(tessera::kLayerAttr,
+                                 b.getI64IntegerAttr(layer));
+    return Act{v, layer};
+  }
+  /// The layer of a node that holds no parameter: its scope, else the
+  /// latest layer among its operands.
+  int64_t layerOf(const Node &n, ArrayRef<Act> operands) const {
+    int64_t l = layerIndexOf(n.name);
+    return l >= 0 ? l : operandLayer(operands);
+  }
+  /// The layer of a node with a parameter: its scope or the parameter's
+  /// name; -1 (outside the decoder layers) when neither names one.
+  int64_t paramLayerOf(const Node &n, const std::string &paramName) const {
+    int64_t l = layerIndexOf(n.name);
+    return l >= 0 ? l : layerIndexOf(paramName);
+  }
+  Attribute weightsAttr();
+
+  MLIRContext *ctx;
+  const Model &model;
+  const tessera::OnnxImportOptions &options;
+  OpBuilder b;
+  Location fileLoc;
+  bool hadError = false;
+
+  std::unordered_map<std::string, const Node *> producers;
+  std::unordered_map<std::string, std::vector<const Node *>> users;
+  std::unordered_map<std::string, const Tensor *> inits;
+  std::set<std::string> graphInputs;
+  std::unordered_map<std::string, Act> acts;
+  std::set<const Node *> covered;
+
+  Block *block = nullptr;
+  SmallVector<DictionaryAttr> argAttrs;
+  struct ParamInfo {
+    Value arg;
+    ParamUse use;
+    bool transposed;
+    const Node *user;
+  };
+  std::map<std::string, ParamInfo> params;
+  std::vector<std::string> paramOrder;
+  std::map<std::string, Value> inputArgs;
+  Value labels; ///< the labels argument, once made
+  int64_t tracedBatch = -1;
+};
+
+//===----------------------------------------------------------------------===//
+// Constants
+//===----------------------------------------------------------------------===//
+
+std::optional<Const> Importer::constant(const std::string &v) {
+  if (const Tensor *t = initializer(v)) {
+    std::vector<double> values = t->toDoubles();
+    if (values.empty() && t->numElements() != 0)
+      return std::nullopt;
+    return Const{t->shape, values};
+  }
+  const Node *p = producerOf(v);
+  if (!p)
+    return std::nullopt;
+  if (p->opType == "Constant") {
+    const OnnxAttr *a = p->attr("value");
+    if (a && a->tensor) {
+      std::vector<double> values = a->tensor->toDoubles();
+      if (values.empty() && a->tensor->numElements() != 0)
+        return std::nullopt;
+      cover(p);
+      return Const{a->tensor->shape, values};
+    }
+    if (const OnnxAttr *f = p->attr("value_float")) {
+      cover(p);
+      return Const{{}, {double(f->f)}};
+    }
+    if (const OnnxAttr *i = p->attr("value_int")) {
+      cover(p);
+      return Const{{}, {double(i->i)}};
+    }
+    return std::nullopt;
+  }
+  if (p->opType == "Cast" || p->opType == "Identity" || p->opType == "Not") {
+    std::optional<Const> c = constant(p->inputs[0]);
+    if (!c)
+      return std::nullopt;
+    int64_t to = intAttr(*p, "to", 0);
+    for (double &x : c->values) {
+      if (p->opType == "Not")
+        x = x == 0 ? 1 : 0;
+      else if (to == onnx_model::kBool)
+        x = x != 0 ? 1 : 0;
+      else if (to == onnx_model::kInt32 || to == onnx_model::kInt64)
+        x = std::trunc(x);
+    }
+    cover(p);
+    return c;
+  }
+  if (p->opType == "Trilu") {
+    std::optional<Const> c = constant(p->inputs[0]);
+    int64_t k = 0;
+    if (p->inputs.size() > 1 && !p->inputs[1].empty()) {
+      std::optional<double> kv = scalar(p->inputs[1]);
+      if (!kv)
+        return std::nullopt;
+      k = int64_t(*kv);
+    }
+    if (!c || c->shape.size() < 2)
+      return std::nullopt;
+    bool upper = intAttr(*p, "upper", 1) != 0;
+    int64_t rows = c->shape[c->shape.size() - 2], cols = c->shape.back();
+    for (size_t i = 0; i < c->values.size(); ++i) {
+      int64_t r = int64_t(i / size_t(cols)) % rows, col = int64_t(i % size_t(cols));
+      bool keep = upper ? col - r >= k : col - r <= k;
+      if (!keep)
+        c->values[i] = 0;
+    }
+    cover(p);
+    return c;
+  }
+  return std::nullopt;
+}
+
+//===----------------------------------------------------------------------===//
+// Arguments
+//===----------------------------------------------------------------------===//
+
+FailureOr<Value> Importer::param(const std::string &name, const Node &user,
+                                 ParamUse use, bool transposed,
+                                 llvm::StringRef noWeightsInit) {
+  const Tensor *t = initializer(name);
+  if (!t) {
+    error(user) << "expected the initializer of a parameter as input '" << name
+                << "', got a computed value";
+    return failure();
+  }
+  if (t->elemType != onnx_model::kFloat) {
+    error(user) << "parameter '" << name << "' is "
+                << onnx_model::elemTypeName(t->elemType)
+                << "; expected float (export the model in fp32)";
+    return failure();
+  }
+  auto it = params.find(name);
+  if (it != params.end()) {
+    ParamInfo &prev = it->second;
+    bool tied = prev.use != use && !transposed && !prev.transposed &&
+                ((prev.use == ParamUse::Embedding && use == ParamUse::Linear) ||
+                 (prev.use == ParamUse::Linear && use == ParamUse::Embedding));
+    if (!tied) {
+      error(user) << "initializer '" << name << "' is also used by node '"
+                  << prev.user->name << "' (" << prev.user->opType
+                  << "); Tessera shares a parameter only between the word "
+                     "embedding and the LM head (a tied embedding). Re-export "
+                     "with separate parameters (clone the tensor in the "
+                     "module before torch.onnx.export)";
+      return failure();
+    }
+    return prev.arg;
+  }
+  SmallVector<int64_t> shape(t->shape.begin(), t->shape.end());
+  if (transposed)
+    std::swap(shape[0], shape[1]);
+  Value arg = block->addArgument(RankedTensorType::get(shape, b.getF32Type()),
+                                 loc(user));
+  SmallVector<NamedAttribute> attrs = {
+      b.getNamedAttr(tessera::kParamAttr, b.getStringAttr(name))};
+  if (options.loadWeights && t->hasData)
+    attrs.push_back(b.getNamedAttr(tessera::kInitAttr, b.getStringAttr("data")));
+  else if (!noWeightsInit.empty())
+    attrs.push_back(
+        b.getNamedAttr(tessera::kInitAttr, b.getStringAttr(noWeightsInit)));
+  argAttrs.push_back(b.getDictionaryAttr(attrs));
+  params[name] = ParamInfo{arg, use, transposed, &user};
+  paramOrder.push_back(name);
+  return arg;
+}
+
+FailureOr<Value> Importer::input(const std::string &name, llvm::StringRef kind,
+                                 const Node &user) {
+  auto it = inputArgs.find(name);
+  if (it != inputArgs.end())
+    return it->second;
+  std::vector<int64_t> shape = shapeOf(name);
+  auto info = model.values.find(name);
+  int32_t elem = info == model.values.end() ? 0 : info->second.elemType;
+  Type type;
+  SmallVector<NamedAttribute> attrs = {
+      b.getNamedAttr(tessera::kInputAttr, b.getStringAttr(kind))};
+  if (kind == "tokens") {
+    if (shape.size() != 2 ||
+        (elem != onnx_model::kInt64 && elem != onnx_model::kInt32)) {
+      error(user) << "expected token ids [batch, seq] of int64 or int32 as "
+                     "input '" << name << "'";
+      return failure();
+    }
+    if (shape[1] < 0) {
+      error(user) << "input '" << name << "' has no fixed sequence length";
+      return failure();
+    }
+    // Megatron's sequence-major [s, b].
+    type = RankedTensorType::get({shape[1], ShapedType::kDynamic},
+                                 b.getI32Type());
+    attrs.push_back(b.getNamedAttr(tessera::kBatchDimAttr, b.getI64IntegerAttr(1)));
+  } else { // features [b, F]
+    if (shape.size() != 2 || shape[1] < 0 || elem != onnx_model::kFloat) {
+      error(user) << "expected float features [batch, features] as input '"
+                  << name << "'";
+      return failure();
+    }
+    type = RankedTensorType::get({ShapedType::kDynamic, shape[1]},
+                                 b.getF32Type());
+  }
+  if (!shape.empty())
+    tracedBatch = shape[0];
+  Value arg = block->addArgument(type, loc(user));
+  argAttrs.push_back(b.getDictionaryAttr(attrs));
+  inputArgs[name] = arg;
+  return arg;
+}
+
+Value Importer::labelsArg(ArrayRef<int64_t> shape) {
+  if (labels)
+    return labels;
+  SmallVector<NamedAttribute> attrs = {
+      b.getNamedAttr(tessera::kInputAttr, b.getStringAttr("labels"))};
+  if (shape.size() == 2)
+    attrs.push_back(b.getNamedAttr(tessera::kBatchDimAttr, b.getI64IntegerAttr(1)));
+  labels = block->addArgument(RankedTensorType::get(shape, b.getI32Type()),
+                              fileLoc);
+  argAttrs.push_back(b.getDictionaryAttr(attrs));
+  return labels;
+}
+
+//===----------------------------------------------------------------------===//
+// Patterns
+//===----------------------------------------------------------------------===//
+
+FailureOr<Act> Importer::materialise(const std::string &v, const Node &user) {
+  auto it = acts.find(v);
+  if (it != acts.end())
+    return it->second;
+  if (initializer(v)) {
+    error(user) << "initializer '" << v
+                << "' is used as an activation; expected it as the weight of a "
+                   "recognised pattern";
+    return failure();
+  }
+  if (graphInputs.count(v)) {
+    FailureOr<Value> arg = input(v, "features", user);
+    if (failed(arg))
+      return failure();
+    return acts[v] = Act{*arg, -1};
+  }
+  const Node *p = producerOf(v);
+  if (!p) {
+    error(user) << "input '" << v << "' is not produced by any node";
+    return failure();
+  }
+  FailureOr<Act> act = matchNode(*p, v);
+  if (failed(act))
+    return failure();
+  cover(p);
+  return acts[v] = *act;
+}
+
+FailureOr<Act> Importer::matchNode(const Node &n, const std::string &v) {
+  if (n.outputs.empty() || n.outputs[0] != v) {
+    error(n) << "output '" << v << "' is not its first output";
+    return failure();
+  }
+  llvm::StringRef op = n.opType;
+  if (op == "Add")
+    return matchAdd(n);
+  if (op == "MatMul")
+    return matchLinear(n, nullptr, n);
+  if (op == "Gemm")
+    return matchGemm(n);
+  if (op == "Mul")
+    return matchGelu(n);
+  if (op == "LayerNormalization")
+    return matchLayerNorm(n);
+  if (op == "Reshape")
+    return matchAttention(n);
+  if (op == "SoftmaxCrossEntropyLoss")
+    return matchLoss(n);
+  if (op == "Gather")
+    return matchEmbedding(n, nullptr, n);
+  if (op == "Relu") {
+    FailureOr<Act> x = materialise(n.inputs[0], n);
+    if (failed(x))
+      return failure();
+    return mark(nn::ReluOp::create(b, loc(n), x->value), layerOf(n, {*x}));
+  }
+  if (op == "Identity")
+    return materialise(n.inputs[0], n);
+  if (op == "Dropout") {
+    double ratio = 0.5;
+    if (n.inputs.size() > 1 && !n.inputs[1].empty()) {
+      std::optional<double> r = scalar(n.inputs[1]);
+      if (!r) {
+        error(n) << "expected a constant ratio";
+        return failure();
+      }
+      ratio = *r;
+    }
+    bool training = n.inputs.size() > 2 && !n.inputs[2].empty() &&
+                    scalar(n.inputs[2]).value_or(0) != 0;
+    if (training && ratio != 0) {
+      error(n) << "dropout at rate " << ratio
+               << " is not imported (its masks would not be PyTorch's); "
+                  "export with dropout 0, or in eval mode";
+      return failure();
+    }
+    return materialise(n.inputs[0], n);
+  }
+  error(n) << "not part of a recognised pattern (expected it inside a linear, "
+              "GELU, attention, embedding or loss pattern)";
+  return failure();
+}
+
+/// A linear layer: MatMul(x, W) with W = Transpose(weight [out, in]) (what
+/// nn.Linear exports) or W = weight [in, out] (Conv1D-style, transposed at
+/// import), plus an optional bias.
+FailureOr<Act> Importer::matchLinear(const Node &matmul, const std::string *bias,
+                                     const Node &root) {
+  const std::string &w = matmul.inputs[1];
+  std::string weight;
+  bool transposed = false;
+  if (const Node *t = producedBy(w, "Transpose", /*single=*/false)) {
+    std::vector<int64_t> p = perm(*t);
+    const Tensor *init = initializer(t->inputs[0]);
+    if (!init || init->shape.size() != 2 ||
+        !(p.empty() || p == std::vector<int64_t>{1, 0})) {
+      error(*t) << "expected the transpose of a 2-d weight initializer";
+      return failure();
+    }
+    weight = t->inputs[0];
+    cover(t);
+  } else if (const Tensor *init = initializer(w)) {
+    if (init->shape.size() != 2) {
+      error(matmul) << "expected a 2-d weight, got '" << w << "'";
+      return failure();
+    }
+    weight = w;
+    transposed = true;
+  } else {
+    error(matmul) << "expected a weight: an initializer, or Transpose(initializer, "
+                     "perm [1, 0]); got a computed value (a matmul of two "
+                     "activations outside the attention pattern)";
+    return failure();
+  }
+  FailureOr<Act> x = materialise(matmul.inputs[0], matmul);
+  if (failed(x))
+    return failure();
+  if (cast<RankedTensorType>(x->value.getType()).getRank() < 2) {
+    error(matmul) << "expected an input of rank >= 2";
+    return failure();
+  }
+  FailureOr<Value> W = param(weight, matmul, ParamUse::Linear, transposed);
+  if (failed(W))
+    return failure();
+  Value B;
+  if (bias) {
+    const Tensor *bt = initializer(*bias);
+    int64_t out = cast<RankedTensorType>(W->getType()).getDimSize(0);
+    if (!bt || bt->shape != std::vector<int64_t>{out}) {
+      error(root) << "expected a bias initializer of shape [" << out << "]";
+      return failure();
+    }
+    FailureOr<Value> bv = param(*bias, root, ParamUse::Other, false, "zeros");
+    if (failed(bv))
+      return failure();
+    B = *bv;
+  }
+  cover(&matmul);
+  Value y = nn::LinearOp::create(b, loc(root), x->value, *W, B);
+  return mark(y, paramLayerOf(root, weight));
+}
+
+FailureOr<Act> Importer::matchGemm(const Node &n) {
+  if (intAttr(n, "transA", 0) != 0 ||
+      (n.attr("alpha") && n.attr("alpha")->f != 1.0f) ||
+      (n.attr("beta") && n.attr("beta")->f != 1.0f)) {
+    error(n) << "expected transA = 0, alpha = 1 and beta = 1 (a linear layer)";
+    return failure();
+  }
+  bool transB = intAttr(n, "transB", 0) != 0;
+  const Tensor *w = initializer(n.inputs[1]);
+  if (!w || w->shape.size() != 2) {
+    error(n) << "expected a 2-d weight initializer as input B";
+    return failure();
+  }
+  FailureOr<Act> x = materialise(n.inputs[0], n);
+  if (failed(x))
+    return failure();
+  FailureOr<Value> W = param(n.inputs[1], n, ParamUse::Linear, !transB);
+  if (failed(W))
+    return failure();
+  Value B;
+  if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
+    int64_t out = cast<RankedTensorType>(W->getType()).getDimSize(0);
+    const Tensor *bt = initializer(n.inputs[2]);
+    if (!bt || bt->shape != std::vector<int64_t>{out}) {
+      error(n) << "expected a bias initializer of shape [" << out << "] as input C";
+      return failure();
+    }
+    FailureOr<Value> bv = param(n.inputs[2], n, ParamUse::Other, false, "zeros");
+    if (failed(bv))
+      return failure();
+    B = *bv;
+  }
+  Value y = nn::LinearOp::create(b, loc(n), x->value, *W, B);
+  return mark(y, paramLayerOf(n, n.inputs[1]));
+}
+
+FailureOr<Act> Importer::matchAdd(const Node &n) {
+  const std::string &a = n.inputs[0], &c = n.inputs[1];
+  // Bias add closing a linear: Add(bias, MatMul(...)) in either order.
+  for (int i = 0; i < 2; ++i) {
+    const std::string &bias = i == 0 ? a : c, &other = i == 0 ? c : a;
+    const Tensor *bt = initializer(bias);
+    if (bt && bt->shape.size() == 1)
+      if (const Node *mm = producedBy(other, "MatMul"))
+        return matchLinear(*mm, &bias, n);
+  }
+  // Word + position embedding.
+  const Node *ga = producedBy(a, "Gather"), *gc = producedBy(c, "Gather");
+  if (ga && gc) {
+    bool aIsWord = graphInputs.count(ga->inputs[1]) != 0;
+    const Node *word = aIsWord ? ga : gc, *pos = aIsWord ? gc : ga;
+    return matchEmbedding(*word, pos, n);
+  }
+  if (initializer(a) || initializer(c) || constant(a) || constant(c)) {
+    error(n) << "expected a bias add after a MatMul, the word + position "
+                "embedding, or a residual add of two activations; got an add "
+                "of a constant";
+    return failure();
+  }
+  if (shapeOf(a) != shapeOf(c)) {
+    error(n) << "expected two activations of the same shape (a residual add); "
+                "broadcasting adds are not imported";
+    return failure();
+  }
+  FailureOr<Act> x = materialise(a, n);
+  if (failed(x))
+    return failure();
+  FailureOr<Act> y = materialise(c, n);
+  if (failed(y))
+    return failure();
+  return mark(nn::AddOp::create(b, loc(n), x->value, y->value),
+              layerOf(n, {*x, *y}));
+}
+
+FailureOr<Act> Importer::matchEmbedding(const Node &gather, const Node *posGather,
+                                        const Node &root) {
+  const Tensor *table = initializer(gather.inputs[0]);
+  const std::string &ids = gather.inputs[1];
+  if (!table || table->shape.size() != 2 || !graphInputs.count(ids) ||
+      intAttr(gather, "axis", 0) != 0) {
+    error(gather) << "expected an embedding lookup: Gather(table initializer "
+                     "[vocab, hidden], token ids input) on axis 0";
+    return failure();
+  }
+  FailureOr<Value> tokens = input(ids, "tokens", gather);
+  if (failed(tokens))
+    return failure();
+  FailureOr<Value> W = param(gather.inputs[0], gather, ParamUse::Embedding, false,
+                             "normal:0.02");
+  if (failed(W))
+    return failure();
+  cover(&gather);
+  Value h = nn::EmbeddingOp::create(b, loc(gather), *tokens, *W,
+                                    b.getI64IntegerAttr(table->shape[0]),
+                                    StringAttr());
+  if (!posGather)
+    return Act{h, -1};
+  int64_t seq = cast<RankedTensorType>(tokens->getType()).getDimSize(0);
+  const Tensor *pt = initializer(posGather->inputs[0]);
+  std::optional<Const> positions = constant(posGather->inputs[1]);
+  bool arange = positions && int64_t(positions->values.size()) == seq;
+  for (int64_t i = 0; arange && i < seq; ++i)
+    arange = positions->values[size_t(i)] == double(i);
+  if (!pt || pt->shape.size() != 2 || pt->shape[1] != table->shape[1] ||
+      pt->shape[0] < seq || !arange || intAttr(*posGather, "axis", 0) != 0) {
+    error(*posGather) << "expected a position embedding: Gather(table "
+                         "initializer [positions >= " << seq << ", "
+                      << table->shape[1] << "], the constant 0.." << seq - 1
+                      << ")";
+    return failure();
+  }
+  FailureOr<Value> P = param(posGather->inputs[0], *posGather, ParamUse::Other,
+                             false, "normal:0.02");
+  if (failed(P))
+    return failure();
+  cover(posGather);
+  Value y = nn::AddPositionEmbeddingOp::create(b, loc(root), h, *P);
+  return Act{y, -1};
+}
+
+/// GELU with the exact erf: x * 0.5 * (1 + erf(x / sqrt(2))), in any order
+/// of the multiplications (torch exports Mul(Mul(x, Add(Erf(Div(x, 1.414..)),
+/// 1)), 0.5)); the division may be a multiplication by 1 / sqrt(2).
+FailureOr<Act> Importer::matchGelu(const Node &root) {
+  // Flatten the product into its factors.
+  SmallVector<std::string> factors;
+  SmallVector<const Node *> muls;
+  std::function<void(const Node &)> flatten = [&](const Node &m) {
+    muls.push_back(&m);
+    for (const std::string &in : m.inputs) {
+      if (const Node *inner = producedBy(in, "Mul"))
+        flatten(*inner);
+      else
+        factors.push_back(in);
+    }
+  };
+  flatten(root);
+  // 1 + erf(x / sqrt(2)) (or erf(x * (1 / sqrt(2)))): returns x and the
+  // nodes of the chain.
+  auto onePlusErfOf = [&](const std::string &f)
+      -> std::optional<std::pair<std::string, SmallVector<const Node *>>> {
+    const Node *add = producedBy(f, "Add");
+    if (!add)
+      return std::nullopt;
+    for (int i = 0; i < 2; ++i) {
+      const Node *erf = producedBy(add->inputs[i], "Erf");
+      if (!erf || !isScalar(add->inputs[1 - i], 1.0))
+        continue;
+      const std::string &e = erf->inputs[0];
+      if (const Node *div = producedBy(e, "Div"))
+        if (isScalar(div->inputs[1], std::sqrt(2.0)))
+          return std::make_pair(div->inputs[0],
+                                SmallVector<const Node *>{add, erf, div});
+      if (const Node *mul = producedBy(e, "Mul"))
+        for (int j = 0; j < 2; ++j)
+          if (isScalar(mul->inputs[j], 1.0 / std::sqrt(2.0)))
+            return std::make_pair(mul->inputs[1 - j],
+                                  SmallVector<const Node *>{add, erf, mul});
+    }
+    return std::nullopt;
+  };
+  std::optional<std::string> x;
+  std::string erfArg;
+  SmallVector<const Node *> chain;
+  bool half = false, onePlusErf = false, extra = false;
+  for (const std::string &f : factors) {
+    if (!half && isScalar(f, 0.5)) {
+      half = true;
+    } else if (auto e = !onePlusErf ? onePlusErfOf(f) : std::nullopt) {
+      onePlusErf = true;
+      erfArg = e->first;
+      chain = e->second;
+    } else if (!x) {
+      x = f;
+    } else {
+      extra = true;
+    }
+  }
+  if (!half || !onePlusErf || !x || extra || *x != erfArg) {
+    error(root) << "not part of a recognised pattern (expected the exact GELU "
+                   "x * 0.5 * (1 + erf(x / sqrt(2))))";
+    return failure();
+  }
+  for (const Node *n : muls)
+    cover(n);
+  for (const Node *n : chain)
+    cover(n);
+  FailureOr<Act> in = materialise(*x, root);
+  if (failed(in))
+    return failure();
+  return mark(nn::GeluOp::create(b, loc(root), in->value), layerOf(root, {*in}));
+}
+
+FailureOr<Act> Importer::matchLayerNorm(const Node &n) {
+  std::vector<int64_t> shape = shapeOf(n.inputs[0]);
+  int64_t axis = intAttr(n, "axis", -1);
+  if (n.inputs.size() < 3 || n.inputs[2].empty() ||
+      (axis != -1 && axis != int64_t(shape.size()) - 1)) {
+    error(n) << "expected a layer norm over the last axis with a scale and a "
+                "bias";
+    return failure();
+  }
+  for (size_t i = 1; i < n.outputs.size(); ++i)
+    if (!n.outputs[i].empty() && numUsers(n.outputs[i])) {
+      error(n) << "its mean and inverse standard deviation outputs are used; "
+                  "expected only the normalised output";
+      return failure();
+    }
+  FailureOr<Act> x = materialise(n.inputs[0], n);
+  if (failed(x))
+    return failure();
+  FailureOr<Value> g = param(n.inputs[1], n, ParamUse::Other, false, "ones");
+  if (failed(g))
+    return failure();
+  FailureOr<Value> beta = param(n.inputs[2], n, ParamUse::Other, false, "zeros");
+  if (failed(beta))
+    return failure();
+  const OnnxAttr *eps = n.attr("epsilon");
+  Value y = nn::LayerNormOp::create(b, loc(n), x->value, *g, *beta,
+                                    b.getF32FloatAttr(eps ? eps->f : 1e-5f));
+  return mark(y, paramLayerOf(n, n.inputs[1]));
+}
+
+/// Causal multi-head self-attention with the QKV fused per head (Megatron's
+/// layout, [b, s, heads, 3 * head_dim]):
+///   Reshape(qkv, [b, s, A, 3D]) -> Split(last axis, [D, D, D]) ->
+///   q, v: Transpose [0, 2, 1, 3]; k: Transpose [0, 2, 3, 1] ->
+///   MatMul(q, k) -> Div sqrt(D) (or Mul 1/sqrt(D)) -> [Where(causal mask,
+///   -inf, .)] -> Softmax(last axis) -> MatMul(., v) -> Transpose [0, 2, 1, 3]
+///   -> Reshape [b, s, A * D]   (this Reshape is the root).
+FailureOr<Act> Importer::matchAttention(const Node &root) {
+  auto fail = [&](const Node &n, const Twine &what) -> FailureOr<Act> {
+    error(n) << "not part of a recognised pattern: expected " << what
+             << " (in the attention pattern Reshape/Split/Transpose/MatMul/"
+                "scale/mask/Softmax/MatMul/Transpose/Reshape)";
+    return failure();
+  };
+  const Node *t3 = producedBy(root.inputs[0], "Transpose");
+  if (!t3 || perm(*t3) != std::vector<int64_t>{0, 2, 1, 3})
+    return fail(root, "a Reshape of the attention context, Transpose [0, 2, 1, 3]");
+  const Node *pv = producedBy(t3->inputs[0], "MatMul");
+  if (!pv)
+    return fail(*t3, "the product of the probabilities and V");
+  const Node *sm = producedBy(pv->inputs[0], "Softmax");
+  std::vector<int64_t> smShape = sm ? shapeOf(sm->inputs[0]) : std::vector<int64_t>();
+  if (!sm || smShape.size() != 4 ||
+      (intAttr(*sm, "axis", -1) != -1 && intAttr(*sm, "axis", -1) != 3))
+    return fail(*pv, "a Softmax over the last axis of [b, heads, s, s] scores");
+  // Optional causal mask.
+  std::string scores = sm->inputs[0];
+  bool causal = false;
+  if (const Node *where = producedBy(scores, "Where")) {
+    std::optional<Const> cond = constant(where->inputs[0]);
+    std::optional<double> fill = scalar(where->inputs[1]);
+    int64_t s = smShape[2];
+    bool ok = cond && cond->shape.size() >= 2 &&
+              cond->shape[cond->shape.size() - 1] == s &&
+              cond->shape[cond->shape.size() - 2] == s &&
+              int64_t(cond->values.size()) == s * s && fill && *fill <= -1e4;
+    for (int64_t i = 0; ok && i < s; ++i)
+      for (int64_t j = 0; ok && j < s; ++j)
+        ok = (cond->values[size_t(i * s + j)] != 0) == (j > i);
+    if (!ok)
+      return fail(*where, "a causal mask: Where(mask[i][j] = j > i, -inf, scores)");
+    cover(where);
+    scores = where->inputs[2];
+    causal = true;
+  }
+  const Node *scale = producedBy(scores, "Div");
+  const Node *qk = nullptr;
+  int64_t headDim = 0;
+  std::string scaleConst;
+  if (scale) {
+    qk = producedBy(scale->inputs[0], "MatMul");
+    scaleConst = scale->inputs[1];
+  } else if ((scale = producedBy(scores, "Mul"))) {
+    for (int i = 0; i < 2 && !qk; ++i)
+      if ((qk = producedBy(scale->inputs[i], "MatMul")))
+        scaleConst = scale->inputs[1 - i];
+  }
+  if (!qk)
+    return fail(*sm, "scaled scores MatMul(q, k^T) / sqrt(head_dim)");
+  const Node *tq = producedBy(qk->inputs[0], "Transpose");
+  const Node *tk = producedBy(qk->inputs[1], "Transpose");
+  const Node *tv = producedBy(pv->inputs[1], "Transpose");
+  if (!tq || !tk || !tv || perm(*tq) != std::vector<int64_t>{0, 2, 1, 3} ||
+      perm(*tk) != std::vector<int64_t>{0, 2, 3, 1} ||
+      perm(*tv) != std::vector<int64_t>{0, 2, 1, 3})
+    return fail(*qk, "q and v transposed [0, 2, 1, 3] and k [0, 2, 3, 1] from "
+                     "[b, s, heads, head_dim]");
+  const Node *split = producerOf(tq->inputs[0]);
+  if (!split || split->opType != "Split" || split->outputs.size() != 3 ||
+      tq->inputs[0] != split->outputs[0] || tk->inputs[0] != split->outputs[1] ||
+      tv->inputs[0] != split->outputs[2])
+    return fail(*tq, "q, k and v as the three outputs of one Split");
+  std::vector<int64_t> qkv4 = shapeOf(split->inputs[0]);
+  if (qkv4.size() != 4 || qkv4[3] % 3 != 0)
+    return fail(*split, "a split of [b, s, heads, 3 * head_dim]");
+  int64_t heads = qkv4[2];
+  headDim = qkv4[3] / 3;
+  int64_t axis = intAttr(*split, "axis", 0);
+  bool equalParts = true;
+  if (split->inputs.size() > 1 && !split->inputs[1].empty()) {
+    std::optional<Const> sizes = constant(split->inputs[1]);
+    equalParts = sizes && sizes->values ==
+                              std::vector<double>(3, double(headDim));
+  } else if (const OnnxAttr *a = split->attr("split")) {
+    equalParts = a->ints == std::vector<int64_t>(3, headDim);
+  }
+  if ((axis != -1 && axis != 3) || !equalParts)
+    return fail(*split, "a split of the last axis into q, k, v of head_dim each "
+                        "(the QKV fused per head)");
+  if (!isScalar(scaleConst, scale->opType == "Div"
+                                ? std::sqrt(double(headDim))
+                                : 1.0 / std::sqrt(double(headDim)),
+                1e-5))
+    return fail(*scale, "the scale 1 / sqrt(" + Twine(headDim) + ")");
+  const Node *r0 = producedBy(split->inputs[0], "Reshape");
+  std::vector<int64_t> qkv3 = r0 ? shapeOf(r0->inputs[0]) : std::vector<int64_t>();
+  std::vector<int64_t> out = shapeOf(root.outputs[0]);
+  if (!r0 || qkv3.size() != 3 || qkv3[0] != qkv4[0] || qkv3[1] != qkv4[1] ||
+      qkv3[2] != 3 * heads * headDim)
+    return fail(*split, "a Reshape of the QKV projection [b, s, 3 * hidden] to "
+                        "[b, s, heads, 3 * head_dim]");
+  if (out.size() != 3 || out[0] != qkv3[0] || out[1] != qkv3[1] ||
+      out[2] != heads * headDim)
+    return fail(root, "a Reshape of the context to [b, s, heads * head_dim]");
+  if (tracedBatch >= 0 && qkv3[0] != tracedBatch)
+    return fail(root, "the traced batch size " + Twine(tracedBatch));
+  for (const Node *n : {r0, split, tq, tk, tv, qk, scale, sm, pv, t3})
+    cover(n);
+  // The reshape shape computations (Shape/Gather/Unsqueeze/Concat or
+  // constants holding the traced batch) are covered with their Reshapes:
+  // the nn op has a dynamic batch.
+  FailureOr<Act> qkv = materialise(r0->inputs[0], *r0);
+  if (failed(qkv))
+    return failure();
+  Value y = nn::AttentionOp::create(b, loc(root), qkv->value,
+                                    b.getI64IntegerAttr(heads),
+                                    b.getBoolAttr(causal));
+  return mark(y, layerOf(root, {*qkv}));
+}
+
+FailureOr<Act> Importer::addLoss(Act logits, std::optional<int64_t> ignoreIndex,
+                                 Location at) {
+  auto lt = cast<RankedTensorType>(logits.value.getType());
+  SmallVector<int64_t> shape(lt.getShape().drop_back());
+  Value lab = labelsArg(shape);
+  Value ce = nn::SoftmaxCrossEntropyOp::create(
+      b, at, logits.value, lab,
+      ignoreIndex ? b.getI64IntegerAttr(*ignoreIndex) : IntegerAttr());
+  Value loss;
+  if (ignoreIndex)
+    loss = nn::TokenMeanOp::create(b, at, ce, lab,
+                                   b.getI64IntegerAttr(*ignoreIndex));
+  else
+    loss = nn::MeanOp::create(b, at, ce);
+  return Act{loss, -1};
+}
+
+/// SoftmaxCrossEntropyLoss with the mean reduction over the logits, either
+/// [b, classes] with labels [b], or Reshape(logits [b, s, V], [-1, V]) with
+/// Reshape(labels [b, s], [-1]).
+FailureOr<Act> Importer::matchLoss(const Node &n) {
+  const OnnxAttr *red = n.attr("reduction");
+  std::string reduction = red ? red->s : "mean";
+  if (reduction != "mean") {
+    error(n) << "expected the mean reduction, got '" << reduction << "'";
+    return failure();
+  }
+  if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
+    error(n) << "class weights are not imported; expected (scores, labels)";
+    return failure();
+  }
+  if (n.outputs.size() > 1 && !n.outputs[1].empty() && numUsers(n.outputs[1])) {
+    error(n) << "its log-probability output is used; expected only the loss";
+    return failure();
+  }
+  std::optional<int64_t> ignore;
+  if (const OnnxAttr *a = n.attr("ignore_index"))
+    ignore = a->i;
+  std::string scores = n.inputs[0], labelsValue = n.inputs[1];
+  if (const Node *r = producedBy(scores, "Reshape")) {
+    std::vector<int64_t> from = shapeOf(r->inputs[0]), to = shapeOf(scores);
+    const Node *rl = producedBy(labelsValue, "Reshape");
+    if (from.size() != 3 || to.size() != 2 || to[1] != from[2] || !rl ||
+        !graphInputs.count(rl->inputs[0]) || shapeOf(rl->inputs[0]).size() != 2) {
+      error(*r) << "expected the logits [b, s, vocab] flattened to [b * s, "
+                   "vocab] and the labels [b, s] input flattened alike";
+      return failure();
+    }
+    cover(r);
+    cover(rl);
+    scores = r->inputs[0];
+    labelsValue = rl->inputs[0];
+  } else if (!graphInputs.count(labelsValue)) {
+    error(n) << "expected the labels as a graph input";
+    return failure();
+  }
+  FailureOr<Act> logits = materialise(scores, n);
+  if (failed(logits))
+    return failure();
+  auto lt = cast<RankedTensorType>(logits->value.getType());
+  std::vector<int64_t> labShape = shapeOf(labelsValue);
+  if (labShape.size() + 1 != size_t(lt.getRank())) {
+    error(n) << "expected labels of rank " << lt.getRank() - 1 << ", got '"
+             << labelsValue << "' of rank " << labShape.size();
+    return failure();
+  }
+  return addLoss(*logits, ignore, loc(n));
+}
+
+//===----------------------------------------------------------------------===//
+// The module
+//===----------------------------------------------------------------------===//
+
+Attribute Importer::weightsAttr() {
+  SmallVector<NamedAttribute> entries;
+  for (const std::string &name : paramOrder) {
+    const Tensor *t = initializer(name);
+    const ParamInfo &info = params[name];
+    if (!t->hasData)
+      continue;
+    auto type = cast<RankedTensorType>(info.arg.getType());
+    if (t->isExternal()) {
+      if (info.transposed) {
+        error() << "parameter '" << name
+                << "' is stored [in, out] in an external-data file; Tessera "
+                   "needs [out, in] there (re-export through nn.Linear)";
+        return {};
+      }
+      int64_t bytes = t->numElements() * 4;
+      if (t->externalLength >= 0 && t->externalLength != bytes) {
+        error() << "parameter '" << name << "': external data length "
+                << t->externalLength << " != " << bytes << " bytes of "
+                << "its shape";
+        return {};
+      }
+      entries.push_back(b.getNamedAttr(
+          name, b.getDictionaryAttr(
+                    {b.getNamedAttr("file", b.getStringAttr(t->externalFile)),
+                     b.getNamedAttr("offset",
+                                    b.getI64IntegerAttr(t->externalOffset))})));
+      continue;
+    }
+    int64_t n = t->numElements();
+    if (int64_t(t->data.size()) != n * 4) {
+      error() << "parameter '" << name << "' holds " << t->data.size()
+              << " bytes; its shape needs " << n * 4;
+      return {};
+    }
+    std::vector<float> values(static_cast<size_t>(n));
+    std::memcpy(values.data(), t->data.data(), size_t(n) * 4);
+    if (info.transposed) { // [in, out] -> [out, in]
+      int64_t rows = t->shape[0], cols = t->shape[1];
+      std::vector<float> tr(values.size());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          tr[size_t(c * rows + r)] = values[size_t(r * cols + c)];
+      values.swap(tr);
+    }
+    auto blob = HeapAsmResourceBlob::allocateAndCopyInferAlign<float>(values);
+    entries.push_back(b.getNamedAttr(
+        name, DenseResourceElementsAttr::get(type, name, std::move(blob))));
+  }
+  return b.getDictionaryAttr(entries);
+}
+
+OwningOpRef<ModuleOp> Importer::run() {
+  // The opset and domains first: nothing else is meaningful if they differ.
+  auto std = model.opsets.find("");
+  if (std == model.opsets.end() || std->second < kMinOpset) {
+    error() << "the model imports opset "
+            << (std == model.opsets.end() ? 0 : std->second)
+            << " of the standard domain (ai.onnx); expected " << kMinOpset
+            << " or later (re-export with torch.onnx.export(..., "
+               "opset_version=17))";
+    return nullptr;
+  }
+  for (const Node &n : model.nodes) {
+    if (!n.domain.empty()) {
+      error(n) << "domain '" << n.domain
+               << "' is not supported; expected the standard ONNX domain "
+                  "(ai.onnx)";
+      return nullptr;
+    }
+    if (!kSupportedOps.count(n.opType)) {
+      error(n) << "unsupported op type; the importer handles linear layers "
+                  "(MatMul, Gemm), GELU, ReLU, attention, embeddings, "
+                  "LayerNormalization and SoftmaxCrossEntropyLoss";
+      return nullptr;
+    }
+  }
+  for (const Node &n : model.nodes) {
+    for (const std::string &o : n.outputs)
+      if (!o.empty())
+        producers[o] = &n;
+    for (const std::string &i : n.inputs)
+      if (!i.empty())
+        users[i].push_back(&n);
+  }
+  for (const Tensor &t : model.initializers)
+    inits[t.name] = &t;
+  for (const ValueInfo &v : model.inputs)
+    if (!inits.count(v.name))
+      graphInputs.insert(v.name);
+  if (model.outputs.size() != 1) {
+    error() << "the graph has " << model.outputs.size()
+            << " outputs; expected one (the loss, or the logits)";
+    return nullptr;
+  }
+
+  OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc);
+  b.setInsertionPointToEnd(module->getBody());
+  std::string fname;
+  for (char c : llvm::sys::path::stem(model.path))
+    fname += llvm::isAlnum(c) || c == '_' ? c : '_';
+  if (fname.empty() || llvm::isDigit(fname[0]))
+    fname = "model_" + fname;
+  auto func = func::FuncOp::create(b, fileLoc, fname, b.getFunctionType({}, {}));
+  block = func.addEntryBlock();
+  b.setInsertionPointToStart(block);
+
+  const ValueInfo &out = model.outputs[0];
+  const Node *outNode = producerOf(out.name);
+  if (!outNode) {
+    error() << "the graph output '" << out.name << "' is not computed";
+    return nullptr;
+  }
+  FailureOr<Act> result;
+  if (out.hasShape && out.shape.empty()) {
+    if (!options.loss.empty()) {
+      error() << "--loss " << options.loss
+              << " given, but the model already returns a scalar (its loss)";
+      return nullptr;
+    }
+    result = materialise(out.name, *outNode);
+  } else if (out.shape.size() == 3 && out.elemType == onnx_model::kFloat) {
+    if (options.loss != "cross-entropy") {
+      error() << "the model returns '" << out.name
+              << "' [batch, seq, vocab], not a loss: give --loss cross-entropy "
+                 "to train it with the mean token cross-entropy";
+      return nullptr;
+    }
+    FailureOr<Act> logits = materialise(out.name, *outNode);
+    if (succeeded(logits))
+      result = addLoss(*logits, int64_t(-100), loc(*outNode));
+  } else {
+    error() << "the graph output '" << out.name
+            << "' is neither a scalar loss nor logits [batch, seq, vocab]";
+    return nullptr;
+  }
+  if (failed(result) || hadError)
+    return nullptr;
+  if (auto t = cast<RankedTensorType>(result->value.getType()); t.getRank() != 0) {
+    error() << "the graph output '" << out.name << "' is not a scalar loss";
+    return nullptr;
+  }
+  func::ReturnOp::create(b, fileLoc, result->value);
+  func.setType(b.getFunctionType(block->getArgumentTypes(),
+                                 {result->value.getType()}));
+  func.setAllArgAttrs(argAttrs);
+  if (options.loadWeights) {
+    Attribute weights = weightsAttr();
+    if (!weights)
+      return nullptr;
+    if (!cast<DictionaryAttr>(weights).empty())
+      (*module)->setAttr(tessera::kWeightsAttr, weights);
+  }
+  // Every node must belong to the imported computation or to the shape
+  // computations of the Reshapes the patterns covered.
+  for (const Node &n : model.nodes) {
+    if (covered.count(&n))
+      continue;
+    static const std::set<std::string> kShapeOps = {
+        "Constant", "Shape", "Gather", "Unsqueeze", "Concat", "Squeeze", "Cast"};
+    bool feedsShape = true;
+    for (const std::string &o : n.outputs)
+      for (const Node *u : users[o])
+        if (!(u->opType == "Reshape" && u->inputs.size() > 1 &&
+              u->inputs[1] == o) &&
+            !kShapeOps.count(u->opType))
+          feedsShape = false;
+    if (kShapeOps.count(n.opType) && feedsShape)
+      continue;
+    bool used = false;
+    for (const std::string &o : n.outputs)
+      used |= numUsers(o) != 0;
+    if (!used && n.outputs.size() && n.outputs[0] != out.name) {
+      // Dead code: nothing reads it.
+      continue;
+    }
+    error(n) << "not part of a recognised pattern (its result does not reach "
+                "the imported computation the way the patterns expect)";
+    return nullptr;
+  }
+  return module;
+}
+
+} // namespace
+
+OwningOpRef<ModuleOp> tessera::importOnnxModel(MLIRContext *context,
+                                               llvm::StringRef path,
+                                               const OnnxImportOptions &options) {
+  context->loadDialect<nn::NNDialect, func::FuncDialect>();
+  Model model;
+  std::string error =
+      onnx_model::loadModel(path.str(), options.loadWeights, model);
+  if (!error.empty()) {
+    emitError(FileLineColLoc::get(context, path, 0, 0)) << error;
+    return nullptr;
+  }
+  Importer importer(context, model, options);
+  return importer.run();
+}

@@ -1,0 +1,265 @@
+//===- OnnxModel.cpp - Read an ONNX model with the onnx library -----------===//
+//
+// The one translation unit that uses protobuf and the onnx library (both
+// throw); compiled with exceptions, it catches everything at loadModel's
+// boundary. It copies what the importer needs into plain structs: the
+// protobuf message is gone when loadModel returns.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tessera/Import/OnnxModel.h"
+
+#include "onnx/onnx_pb.h"
+#include "onnx/shape_inference/implementation.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace tessera::onnx_model {
+
+const char *elemTypeName(int32_t type) {
+  switch (type) {
+  case 1: return "float";
+  case 2: return "uint8";
+  case 3: return "int8";
+  case 4: return "uint16";
+  case 5: return "int16";
+  case 6: return "int32";
+  case 7: return "int64";
+  case 8: return "string";
+  case 9: return "bool";
+  case 10: return "float16";
+  case 11: return "double";
+  case 16: return "bfloat16";
+  default: return "undefined";
+  }
+}
+
+int64_t Tensor::numElements() const {
+  int64_t n = 1;
+  for (int64_t d : shape)
+    n *= d;
+  return n;
+}
+
+std::vector<double> Tensor::toDoubles() const {
+  std::vector<double> out;
+  if (!hasData || isExternal())
+    return out;
+  int64_t n = numElements();
+  auto read = [&](auto tag) {
+    using T = decltype(tag);
+    if (int64_t(data.size()) != n * int64_t(sizeof(T)))
+      return;
+    out.resize(size_t(n));
+    for (int64_t i = 0; i < n; ++i) {
+      T v;
+      std::memcpy(&v, data.data() + i * sizeof(T), sizeof(T));
+      out[size_t(i)] = double(v);
+    }
+  };
+  switch (elemType) {
+  case kFloat: read(float()); break;
+  case kDouble: read(double()); break;
+  case kInt32: read(int32_t()); break;
+  case kInt64: read(int64_t()); break;
+  case kBool: read(uint8_t()); break;
+  default: break;
+  }
+  return out;
+}
+
+const Attribute *Node::attr(const std::string &attrName) const {
+  for (const Attribute &a : attributes)
+    if (a.name == attrName)
+      return &a;
+  return nullptr;
+}
+
+namespace {
+
+struct LoadError {
+  std::string message;
+};
+
+template <typename T, typename Field>
+void appendTyped(std::string &data, const Field &field) {
+  data.reserve(data.size() + size_t(field.size()) * sizeof(T));
+  for (auto v : field) {
+    T x = T(v);
+    data.append(reinterpret_cast<const char *>(&x), sizeof(T));
+  }
+}
+
+Tensor convertTensor(const onnx::TensorProto &t, bool loadData,
+                     const std::filesystem::path &baseDir) {
+  Tensor out;
+  out.name = t.name();
+  out.elemType = t.data_type();
+  out.shape.assign(t.dims().begin(), t.dims().end());
+  if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+    std::string location;
+    for (const onnx::StringStringEntryProto &e : t.external_data()) {
+      if (e.key() == "location")
+        location = e.value();
+      else if (e.key() == "offset")
+        out.externalOffset = std::stoll(e.value());
+      else if (e.key() == "length")
+        out.externalLength = std::stoll(e.value());
+    }
+    if (location.empty())
+      throw LoadError{"tensor '" + t.name() +
+                      "' has external data without a location"};
+    std::filesystem::path file(location);
+    if (file.is_relative())
+      file = baseDir / file;
+    out.externalFile = std::filesystem::absolute(file).lexically_normal();
+    out.hasData = true;
+    return out;
+  }
+  if (!loadData)
+    return out;
+  out.hasData = true;
+  if (t.has_raw_data()) {
+    out.data = t.raw_data();
+    return out;
+  }
+  switch (t.data_type()) {
+  case onnx::TensorProto::FLOAT: appendTyped<float>(out.data, t.float_data()); break;
+  case onnx::TensorProto::DOUBLE: appendTyped<double>(out.data, t.double_data()); break;
+  case onnx::TensorProto::INT64: appendTyped<int64_t>(out.data, t.int64_data()); break;
+  case onnx::TensorProto::INT32: appendTyped<int32_t>(out.data, t.int32_data()); break;
+  case onnx::TensorProto::BOOL:
+  case onnx::TensorProto::UINT8:
+  case onnx::TensorProto::INT8: appendTyped<uint8_t>(out.data, t.int32_data()); break;
+  default: out.hasData = false; break;
+  }
+  return out;
+}
+
+ValueInfo convertValueInfo(const onnx::ValueInfoProto &v) {
+  ValueInfo out;
+  out.name = v.name();
+  if (!v.type().has_tensor_type())
+    return out;
+  const onnx::TypeProto_Tensor &t = v.type().tensor_type();
+  out.elemType = t.elem_type();
+  if (t.has_shape()) {
+    out.hasShape = true;
+    for (const onnx::TensorShapeProto_Dimension &d : t.shape().dim())
+      out.shape.push_back(d.has_dim_value() ? d.dim_value() : -1);
+  }
+  return out;
+}
+
+void load(const std::string &path, bool loadWeights, Model &model) {
+  onnx::ModelProto proto;
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+      throw LoadError{"cannot open the file"};
+    if (!proto.ParseFromIstream(&in))
+      throw LoadError{"not an ONNX model (the protobuf does not parse)"};
+  }
+  if (!proto.has_graph())
+    throw LoadError{"the model has no graph"};
+  model.path = path;
+  model.producerName = proto.producer_name();
+  model.producerVersion = proto.producer_version();
+  model.irVersion = proto.ir_version();
+  for (const onnx::OperatorSetIdProto &o : proto.opset_import())
+    model.opsets[o.domain() == "ai.onnx" ? "" : o.domain()] = o.version();
+
+  // Shape inference fills the intermediate values' types: exports store
+  // none. Strict mode, so a node whose shapes contradict its inputs is an
+  // error here rather than a wrong import later; data propagation lets it
+  // follow the small shape computations feeding Reshape.
+  try {
+    onnx::ShapeInferenceOptions options(/*check_type=*/true, /*strict=*/1,
+                                        /*data_prop=*/true);
+    onnx::shape_inference::InferShapes(proto, onnx::OpSchemaRegistry::Instance(),
+                                       options);
+  } catch (const std::exception &e) {
+    throw LoadError{std::string("ONNX shape inference failed: ") + e.what()};
+  }
+
+  const onnx::GraphProto &g = proto.graph();
+  std::filesystem::path baseDir =
+      std::filesystem::absolute(std::filesystem::path(path)).parent_path();
+  for (const onnx::TensorProto &t : g.initializer())
+    model.initializers.push_back(convertTensor(t, loadWeights, baseDir));
+  for (const onnx::ValueInfoProto &v : g.input())
+    model.inputs.push_back(convertValueInfo(v));
+  for (const onnx::ValueInfoProto &v : g.output())
+    model.outputs.push_back(convertValueInfo(v));
+  for (const ValueInfo &v : model.inputs)
+    model.values[v.name] = v;
+  for (const ValueInfo &v : model.outputs)
+    model.values[v.name] = v;
+  for (const onnx::ValueInfoProto &v : g.value_info())
+    model.values[v.name()] = convertValueInfo(v);
+  for (const Tensor &t : model.initializers) {
+    ValueInfo v;
+    v.name = t.name;
+    v.elemType = t.elemType;
+    v.hasShape = true;
+    v.shape = t.shape;
+    model.values[t.name] = v;
+  }
+
+  int index = 0;
+  for (const onnx::NodeProto &n : g.node()) {
+    Node node;
+    node.opType = n.op_type();
+    node.name = n.name().empty() ? n.op_type() + "#" + std::to_string(index)
+                                 : n.name();
+    ++index;
+    node.domain = n.domain() == "ai.onnx" ? "" : n.domain();
+    node.inputs.assign(n.input().begin(), n.input().end());
+    node.outputs.assign(n.output().begin(), n.output().end());
+    for (const onnx::AttributeProto &a : n.attribute()) {
+      Attribute attr;
+      attr.name = a.name();
+      switch (a.type()) {
+      case onnx::AttributeProto::FLOAT: attr.kind = Attribute::Float; attr.f = a.f(); break;
+      case onnx::AttributeProto::INT: attr.kind = Attribute::Int; attr.i = a.i(); break;
+      case onnx::AttributeProto::STRING: attr.kind = Attribute::String; attr.s = a.s(); break;
+      case onnx::AttributeProto::TENSOR:
+        attr.kind = Attribute::Tensor;
+        attr.tensor = std::make_shared<Tensor>(
+            convertTensor(a.t(), /*loadData=*/true, baseDir));
+        break;
+      case onnx::AttributeProto::FLOATS:
+        attr.kind = Attribute::Floats;
+        attr.floats.assign(a.floats().begin(), a.floats().end());
+        break;
+      case onnx::AttributeProto::INTS:
+        attr.kind = Attribute::Ints;
+        attr.ints.assign(a.ints().begin(), a.ints().end());
+        break;
+      default: attr.kind = Attribute::Other; break;
+      }
+      node.attributes.push_back(std::move(attr));
+    }
+    model.nodes.push_back(std::move(node));
+  }
+}
+
+} // namespace
+
+std::string loadModel(const std::string &path, bool loadWeights, Model &model) {
+  try {
+    load(path, loadWeights, model);
+    return "";
+  } catch (const LoadError &e) {
+    return e.message;
+  } catch (const std::exception &e) {
+    return std::string("cannot read the model: ") + e.what();
+  } catch (...) {
+    return "cannot read the model: unknown error";
+  }
+}
+
+} // namespace tessera::onnx_model

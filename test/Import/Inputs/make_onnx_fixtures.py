@@ -1,0 +1,319 @@
+#!/usr/bin/env python3
+"""Exports the ONNX import fixtures with PyTorch and records PyTorch's losses.
+
+Usage: make_onnx_fixtures.py --data PREFIX [--out DIR] [--steps 10]
+
+Needs Debian's python3-torch (run with /usr/bin/python3); prints "skipped"
+and exits 0 where torch is not installed. --data is the Megatron indexed
+dataset tessera-preprocess makes from examples/data/northanger_abbey_vol1.txt
+(test/Import/onnx-parity.test shows the command).
+
+Each model is exported the way users export for training: the TorchScript
+exporter (torch.onnx.export), opset 17, training mode, constant folding
+off, weights inline. For each <name>.onnx the script also writes
+<name>.torch.jsonl: PyTorch's loss at each of --steps Adam steps (lr 1e-3,
+betas 0.9/0.999, eps 1e-8, no weight decay) from the exported weights, one
+JSON line {"step": i, "loss": l} per step, the format of tessera-run
+--metrics. A step is a global batch of 8 samples in 2 microbatches of 4,
+each microbatch's loss its own mean, the step's loss the mean over the
+microbatches (Megatron's accumulation; tessera-run --micro-batch-size 4
+--global-batch-size 8 runs the same).
+
+Models (small, so that the fixtures can be committed):
+  mlp.onnx        features [32, 32] -> Linear 64 -> GELU -> Linear 32 -> ReLU
+                  -> Linear 8 classes; cross-entropy on labels [32]. Data:
+                  tessera-run's synthetic classification task (seed 1234),
+                  reproduced here with its Philox streams; its steps are
+                  global batches of 64 in 2 microbatches of 32.
+  gpt.onnx        Megatron-shaped GPT: vocab 260, hidden 32, 4 heads,
+                  2 layers, seq 16; pre-LayerNorm, QKV fused per head
+                  ([s, b, heads, 3 * head_dim]), causal mask, exact-erf
+                  GELU, learned position embeddings, untied LM head without
+                  bias; SoftmaxCrossEntropyLoss (mean, ignore_index -100)
+                  inside the graph. Inputs input_ids and labels [4, 16]
+                  int64 (batch-major, as PyTorch models are). Data: the
+                  indexed dataset, sampled as tessera-run --data does.
+  gpt-tied.onnx   the same GPT with the LM head tied to the word embedding.
+  gpt-ext.onnx    gpt.onnx with its weights in the external-data file
+                  gpt-ext.onnx.data (the form models over 2 GB take).
+  gpt-logits.onnx gpt.onnx's model and weights exported forward-only
+                  (input_ids -> logits [4, 16, 260]); with --loss
+                  cross-entropy it trains as gpt.onnx does, so its reference
+                  is gpt.torch.jsonl.
+  bad/*.onnx      tiny models the importer rejects: an unsupported op
+                  (tanh), a supported op outside its pattern (softmax
+                  between two linears), a weight shared by two linears, opset
+                  13, and an op in a custom domain.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SEED = 1234
+MICRO, GLOBAL = 4, 8
+MLP_MICRO, MLP_GLOBAL = 32, 64
+
+
+def to_external_data(src, dst):
+    """Writes `src` as `dst` with its initializers in ONNX's external-data
+    form (the form of models over 2 GB, which torch.onnx.export only uses for
+    those): raw data moved to `dst`.data, each TensorProto naming location,
+    offset and length. Needs protoc and python3-protobuf (the onnx.proto of
+    libonnx-dev is compiled on the fly); skipped where they are missing."""
+    import shutil
+    import subprocess
+    import tempfile
+    proto = "/usr/include/onnx/onnx.proto"
+    if not shutil.which("protoc") or not os.path.exists(proto):
+        print("skipped", dst, ": needs protoc and libonnx-dev")
+        return
+    tmp = tempfile.mkdtemp()
+    subprocess.run(["protoc", "-I/usr/include/onnx", "--python_out=" + tmp, proto],
+                   check=True)
+    sys.path.insert(0, tmp)
+    try:
+        import onnx_pb2
+    except ImportError:
+        print("skipped", dst, ": needs python3-protobuf")
+        return
+    model = onnx_pb2.ModelProto()
+    with open(src, "rb") as f:
+        model.ParseFromString(f.read())
+    data_name = os.path.basename(dst) + ".data"
+    offset = 0
+    with open(dst + ".data", "wb") as data:
+        for t in model.graph.initializer:
+            raw = t.raw_data
+            pad = (-offset) % 64  # aligned, as onnx's own writer does
+            data.write(b"\0" * pad)
+            offset += pad
+            data.write(raw)
+            t.ClearField("raw_data")
+            t.data_location = onnx_pb2.TensorProto.EXTERNAL
+            for key, value in (("location", data_name), ("offset", str(offset)),
+                               ("length", str(len(raw)))):
+                entry = t.external_data.add()
+                entry.key, entry.value = key, value
+            offset += len(raw)
+    with open(dst, "wb") as f:
+        f.write(model.SerializeToString())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--out", default=os.path.join(HERE, "onnx"))
+    ap.add_argument("--steps", type=int, default=10)
+    args = ap.parse_args()
+    try:
+        import torch
+    except ImportError:
+        print("skipped: PyTorch is not installed")
+        return 0
+    import numpy as np
+    import torch.nn as nn
+    import torch.nn.functional as F
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "E2E", "Inputs"))
+    from torch_reference import philox_normal, philox_uniform, read_tokens, sample_batch
+
+    torch.manual_seed(SEED)
+    torch.set_num_threads(1)
+    os.makedirs(args.out, exist_ok=True)
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear_fc1 = nn.Linear(32, 64)
+            self.linear_fc2 = nn.Linear(64, 32)
+            self.head = nn.Linear(32, 8)
+
+        def forward(self, features, labels):
+            h = F.relu(self.linear_fc2(F.gelu(self.linear_fc1(features))))
+            return F.cross_entropy(self.head(h), labels)
+
+    class Attention(nn.Module):
+        def __init__(self, hidden, heads):
+            super().__init__()
+            self.heads, self.head_dim = heads, hidden // heads
+            self.linear_qkv = nn.Linear(hidden, 3 * hidden)
+            self.linear_proj = nn.Linear(hidden, hidden)
+
+        def forward(self, x):
+            b, s, h = x.shape
+            qkv = self.linear_qkv(x).view(b, s, self.heads, 3 * self.head_dim)
+            q, k, v = torch.split(qkv, self.head_dim, dim=-1)
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+            scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.head_dim)
+            mask = torch.ones(s, s, dtype=torch.bool).triu(1)
+            probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+            ctx = torch.matmul(probs, v).transpose(1, 2).reshape(b, s, h)
+            return self.linear_proj(ctx)
+
+    class Layer(nn.Module):
+        def __init__(self, hidden, heads):
+            super().__init__()
+            self.input_layernorm = nn.LayerNorm(hidden)
+            self.self_attention = Attention(hidden, heads)
+            self.pre_mlp_layernorm = nn.LayerNorm(hidden)
+            self.linear_fc1 = nn.Linear(hidden, 4 * hidden)
+            self.linear_fc2 = nn.Linear(4 * hidden, hidden)
+
+        def forward(self, h):
+            h = h + self.self_attention(self.input_layernorm(h))
+            return h + self.linear_fc2(F.gelu(self.linear_fc1(self.pre_mlp_layernorm(h))))
+
+    class GPT(nn.Module):
+        def __init__(self, vocab, hidden, heads, layers, seq, tied):
+            super().__init__()
+            self.word_embeddings = nn.Embedding(vocab, hidden)
+            self.position_embeddings = nn.Embedding(seq, hidden)
+            self.layers = nn.ModuleList([Layer(hidden, heads) for _ in range(layers)])
+            self.final_layernorm = nn.LayerNorm(hidden)
+            self.output_layer = None if tied else nn.Linear(hidden, vocab, bias=False)
+            for m in self.modules():  # Megatron's init (std 0.02, zero bias)
+                if isinstance(m, (nn.Linear, nn.Embedding)):
+                    nn.init.normal_(m.weight, 0.0, 0.02)
+                if isinstance(m, nn.Linear) and m.bias is not None:
+                    nn.init.zeros_(m.bias)
+
+        def forward(self, input_ids, labels):
+            pos = torch.arange(input_ids.shape[1])
+            h = self.word_embeddings(input_ids) + self.position_embeddings(pos)
+            for layer in self.layers:
+                h = layer(h)
+            h = self.final_layernorm(h)
+            w = self.word_embeddings.weight if self.output_layer is None \
+                else self.output_layer.weight
+            logits = F.linear(h, w)
+            return F.cross_entropy(logits.view(-1, logits.shape[-1]),
+                                   labels.view(-1), ignore_index=-100)
+
+    def export(model, inputs, names, path):
+        torch.onnx.export(model, inputs, path, opset_version=17,
+                          training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=False, input_names=names,
+                          output_names=["loss"])
+
+    def train(model, batches, path, micro=MICRO, global_batch=GLOBAL):
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999),
+                               eps=1e-8, weight_decay=0.0)
+        with open(path, "w") as f:
+            for step in range(1, args.steps + 1):
+                opt.zero_grad()
+                total = 0.0
+                for mb in batches(step):
+                    loss = model(*mb) / (global_batch // micro)
+                    loss.backward()
+                    total += loss.item()
+                opt.step()
+                f.write(json.dumps({"step": step, "loss": total}) + "\n")
+
+    # The MLP on tessera-run's synthetic task: label of sample g from
+    # uniform(seed, "data.labels", g); features from the "data.centres" and
+    # "data.noise" normal streams (runtime/src/Data.cpp).
+    def mlp_batches(step):
+        out = []
+        for m in range(MLP_GLOBAL // MLP_MICRO):
+            gs = (np.arange(MLP_MICRO, dtype=np.uint64) +
+                  np.uint64((step - 1) * MLP_GLOBAL + m * MLP_MICRO))
+            u = philox_uniform(SEED, "data.labels", gs)
+            labels = np.minimum(np.floor(u * 8).astype(np.int64), 7)
+            scale = 2.0 / math.sqrt(32)
+            j = np.arange(32, dtype=np.uint64)
+            feats = np.stack([
+                (scale * philox_normal(SEED, "data.centres", np.uint64(int(l) * 32) + j)
+                 + philox_normal(SEED, "data.noise", g * np.uint64(32) + j)).astype(np.float32)
+                for g, l in zip(gs, labels)])
+            out.append((torch.from_numpy(feats), torch.from_numpy(labels)))
+        return out
+
+    mlp = MLP()
+    example = mlp_batches(1)[0]
+    export(mlp, example, ["features", "labels"], os.path.join(args.out, "mlp.onnx"))
+    train(mlp, mlp_batches, os.path.join(args.out, "mlp.torch.jsonl"),
+          MLP_MICRO, MLP_GLOBAL)
+
+    stream = read_tokens(args.data)
+    seq = 16
+
+    def gpt_batches(step):
+        out = []
+        for m in range(GLOBAL // MICRO):
+            gs = [(step - 1) * GLOBAL + m * MICRO + i for i in range(MICRO)]
+            tokens, labels = sample_batch(stream, seq, gs)  # [S, B]
+            out.append((torch.from_numpy(np.ascontiguousarray(tokens.T)),
+                        torch.from_numpy(np.ascontiguousarray(labels.T))))
+        return out
+
+    class Logits(nn.Module):
+        """The GPT exported forward-only: input_ids -> logits [b, s, vocab]."""
+        def __init__(self, gpt):
+            super().__init__()
+            self.gpt = gpt
+
+        def forward(self, input_ids):
+            g = self.gpt
+            pos = torch.arange(input_ids.shape[1])
+            h = g.word_embeddings(input_ids) + g.position_embeddings(pos)
+            for layer in g.layers:
+                h = layer(h)
+            return g.output_layer(g.final_layernorm(h))
+
+    for name, tied in (("gpt", False), ("gpt-tied", True)):
+        gpt = GPT(260, 32, 4, 2, seq, tied)
+        export(gpt, gpt_batches(1)[0], ["input_ids", "labels"],
+               os.path.join(args.out, name + ".onnx"))
+        if not tied:  # same weights: its reference is gpt.torch.jsonl
+            torch.onnx.export(Logits(gpt), (gpt_batches(1)[0][0],),
+                              os.path.join(args.out, "gpt-logits.onnx"),
+                              opset_version=17,
+                              training=torch.onnx.TrainingMode.TRAINING,
+                              do_constant_folding=False,
+                              input_names=["input_ids"], output_names=["logits"])
+        train(gpt, gpt_batches, os.path.join(args.out, name + ".torch.jsonl"))
+
+    to_external_data(os.path.join(args.out, "gpt.onnx"),
+                     os.path.join(args.out, "gpt-ext.onnx"))
+
+    # Models the importer must reject, each with a clear error.
+    class Tiny(nn.Module):
+        def __init__(self, act="gelu", shared=False):
+            super().__init__()
+            self.act, self.shared = act, shared
+            self.fc1 = nn.Linear(4, 4)
+            self.fc2 = nn.Linear(4, 4)
+
+        def forward(self, features, labels):
+            h = self.fc1(features)
+            if self.act == "tanh":
+                h = torch.tanh(h)
+            elif self.act == "softmax":
+                h = torch.softmax(h, dim=-1)
+            elif self.act == "silu":
+                h = F.silu(h)
+            else:
+                h = F.gelu(h)
+            w = self.fc1.weight if self.shared else self.fc2.weight
+            return F.cross_entropy(F.linear(h, w, self.fc2.bias), labels)
+
+    example = (torch.randn(2, 4), torch.tensor([0, 3]))
+    bad = os.path.join(args.out, "bad")
+    os.makedirs(bad, exist_ok=True)
+    export(Tiny("tanh"), example, ["features", "labels"], os.path.join(bad, "unsupported-op.onnx"))
+    export(Tiny("softmax"), example, ["features", "labels"], os.path.join(bad, "outside-pattern.onnx"))
+    export(Tiny(shared=True), example, ["features", "labels"], os.path.join(bad, "shared-weight.onnx"))
+    torch.onnx.export(Tiny(), example, os.path.join(bad, "opset13.onnx"), opset_version=13,
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                      input_names=["features", "labels"])
+    torch.onnx.register_custom_op_symbolic(
+        "aten::silu", lambda g, x: g.op("tessera_test::Swish", x), 17)
+    export(Tiny("silu"), example, ["features", "labels"], os.path.join(bad, "custom-domain.onnx"))
+    print("wrote", ", ".join(sorted(os.listdir(args.out))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
