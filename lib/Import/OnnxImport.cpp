@@ -62,7 +62,7 @@ const std::set<std::string> kSupportedOps = {
     "LayerNormalization",    "MatMul",  "Mul",        "Not",
     "Relu",      "Reshape",  "Shape",   "Softmax",    "SoftmaxCrossEntropyLoss",
     "Split",     "Squeeze",  "Transpose", "Trilu",    "Unsqueeze",
-    "Where"};
+    "Where",     "Pow",      "ConstantOfShape", "Sub", "Sqrt"};
 
 /// The decoder-layer index in a parameter or node-scope name
 /// ("layers.3.mlp.linear_fc1.weight", "/layers.3/mlp/Add", "h.3.attn"), or
@@ -160,7 +160,9 @@ private:
     const OnnxAttr *a = n.attr(name);
     return a && a->kind == OnnxAttr::Int ? a->i : dflt;
   }
+  /// The value of `v` when constants alone compute it (memoised).
   std::optional<Const> constant(const std::string &v);
+  std::optional<Const> evaluate(const std::string &v);
   std::optional<double> scalar(const std::string &v) {
     std::optional<Const> c = constant(v);
     if (!c || c->values.size() != 1)
@@ -183,7 +185,9 @@ private:
   FailureOr<Act> matchAdd(const Node &n);
   FailureOr<Act> matchLinear(const Node &matmul, const std::string *bias,
                              const Node &root);
-  FailureOr<Act> matchGemm(const Node &n);
+  FailureOr<Act> matchGemm(const Node &n, const std::string &x,
+                           const Node &root);
+  FailureOr<Act> matchFlattenedGemm(const Node &gemm, const Node &root);
   FailureOr<Act> matchGelu(const Node &n);
   FailureOr<Act> matchLayerNorm(const Node &n);
   FailureOr<Act> matchAttention(const Node &n);
@@ -238,6 +242,11 @@ private:
   std::set<std::string> graphInputs;
   std::unordered_map<std::string, Act> acts;
   std::set<const Node *> covered;
+  std::unordered_map<std::string, std::optional<Const>> constants;
+  /// QKV projections whose output features are [q][k][v] blocks (GPT-2's
+  /// c_attn): parameter name -> (heads, head_dim), permuted at import to
+  /// Megatron's per-head [q k v] order.
+  std::map<std::string, std::pair<int64_t, int64_t>> qkvBlocks;
 
   Block *block = nullptr;
   SmallVector<DictionaryAttr> argAttrs;
@@ -259,6 +268,15 @@ private:
 //===----------------------------------------------------------------------===//
 
 std::optional<Const> Importer::constant(const std::string &v) {
+  auto cached = constants.find(v);
+  if (cached != constants.end())
+    return cached->second;
+  std::optional<Const> c = evaluate(v);
+  constants[v] = c;
+  return c;
+}
+
+std::optional<Const> Importer::evaluate(const std::string &v) {
   if (const Tensor *t = initializer(v)) {
     std::vector<double> values = t->toDoubles();
     if (values.empty() && t->numElements() != 0)
@@ -302,6 +320,65 @@ std::optional<Const> Importer::constant(const std::string &v) {
     }
     cover(p);
     return c;
+  }
+  if (p->opType == "ConstantOfShape") {
+    std::optional<Const> shape = constant(p->inputs[0]);
+    const OnnxAttr *value = p->attr("value");
+    double fill = 0;
+    if (value && value->tensor) {
+      std::vector<double> v = value->tensor->toDoubles();
+      if (v.size() != 1)
+        return std::nullopt;
+      fill = v[0];
+    }
+    if (!shape)
+      return std::nullopt;
+    Const c;
+    int64_t n = 1;
+    for (double d : shape->values) {
+      c.shape.push_back(int64_t(d));
+      n *= int64_t(d);
+    }
+    if (n < 0 || n > (1 << 20))
+      return std::nullopt;
+    c.values.assign(size_t(n), fill);
+    cover(p);
+    return c;
+  }
+  if (p->opType == "Sqrt") {
+    std::optional<Const> c = constant(p->inputs[0]);
+    if (!c)
+      return std::nullopt;
+    for (double &x : c->values)
+      x = std::sqrt(x);
+    cover(p);
+    return c;
+  }
+  if (p->opType == "Add" || p->opType == "Sub" || p->opType == "Mul" ||
+      p->opType == "Div" || p->opType == "Pow") {
+    // Element-wise on constants of one shape, or with a one-element side
+    // (what scalar arithmetic such as torch.full([], d ** 0.5) exports).
+    std::optional<Const> a = constant(p->inputs[0]);
+    std::optional<Const> c = a ? constant(p->inputs[1]) : std::nullopt;
+    if (!a || !c)
+      return std::nullopt;
+    size_t n = std::max(a->values.size(), c->values.size());
+    if ((a->values.size() != n && a->values.size() != 1) ||
+        (c->values.size() != n && c->values.size() != 1))
+      return std::nullopt;
+    Const r{a->values.size() == n ? a->shape : c->shape, {}};
+    r.values.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      double x = a->values[a->values.size() == 1 ? 0 : i];
+      double y = c->values[c->values.size() == 1 ? 0 : i];
+      r.values[i] = p->opType == "Add"   ? x + y
+                    : p->opType == "Sub" ? x - y
+                    : p->opType == "Mul" ? x * y
+                    : p->opType == "Div" ? x / y
+                                         : std::pow(x, y);
+    }
+    cover(p);
+    return r;
   }
   if (p->opType == "Trilu") {
     std::optional<Const> c = constant(p->inputs[0]);
@@ -481,13 +558,16 @@ FailureOr<Act> Importer::matchNode(const Node &n, const std::string &v) {
   if (op == "MatMul")
     return matchLinear(n, nullptr, n);
   if (op == "Gemm")
-    return matchGemm(n);
+    return matchGemm(n, n.inputs[0], n);
   if (op == "Mul")
     return matchGelu(n);
   if (op == "LayerNormalization")
     return matchLayerNorm(n);
-  if (op == "Reshape")
+  if (op == "Reshape") {
+    if (const Node *gemm = producedBy(n.inputs[0], "Gemm"))
+      return matchFlattenedGemm(*gemm, n);
     return matchAttention(n);
+  }
   if (op == "SoftmaxCrossEntropyLoss")
     return matchLoss(n);
   if (op == "Gather")
@@ -584,7 +664,29 @@ FailureOr<Act> Importer::matchLinear(const Node &matmul, const std::string *bias
   return mark(y, paramLayerOf(root, weight));
 }
 
-FailureOr<Act> Importer::matchGemm(const Node &n) {
+/// Hugging Face's Conv1D: Reshape(Gemm(Reshape(x [b, s, in], [b * s, in]),
+/// W [in, out], bias), [b, s, out]) (torch.addmm on the flattened tokens).
+FailureOr<Act> Importer::matchFlattenedGemm(const Node &gemm, const Node &root) {
+  const Node *flat = producedBy(gemm.inputs[0], "Reshape");
+  std::vector<int64_t> in = flat ? shapeOf(flat->inputs[0]) : std::vector<int64_t>();
+  std::vector<int64_t> mid = shapeOf(gemm.inputs[0]), out = shapeOf(root.outputs[0]);
+  std::vector<int64_t> g = shapeOf(gemm.outputs[0]);
+  bool ok = flat && in.size() >= 2 && mid.size() == 2 && g.size() == 2 &&
+            out.size() == in.size() && mid[1] == in.back() && g[1] == out.back();
+  for (size_t d = 0; ok && d + 1 < in.size(); ++d)
+    ok = in[d] == out[d] && in[d] >= 0;
+  if (!ok) {
+    error(root) << "expected a linear layer on flattened tokens: Reshape(Gemm("
+                   "Reshape(x [..., in], [-1, in]), W, bias), [..., out])";
+    return failure();
+  }
+  cover(flat);
+  cover(&gemm);
+  return matchGemm(gemm, flat->inputs[0], root);
+}
+
+FailureOr<Act> Importer::matchGemm(const Node &n, const std::string &xValue,
+                                   const Node &root) {
   if (intAttr(n, "transA", 0) != 0 ||
       (n.attr("alpha") && n.attr("alpha")->f != 1.0f) ||
       (n.attr("beta") && n.attr("beta")->f != 1.0f)) {
@@ -597,7 +699,7 @@ FailureOr<Act> Importer::matchGemm(const Node &n) {
     error(n) << "expected a 2-d weight initializer as input B";
     return failure();
   }
-  FailureOr<Act> x = materialise(n.inputs[0], n);
+  FailureOr<Act> x = materialise(xValue, n);
   if (failed(x))
     return failure();
   FailureOr<Value> W = param(n.inputs[1], n, ParamUse::Linear, !transB);
@@ -616,8 +718,8 @@ FailureOr<Act> Importer::matchGemm(const Node &n) {
       return failure();
     B = *bv;
   }
-  Value y = nn::LinearOp::create(b, loc(n), x->value, *W, B);
-  return mark(y, paramLayerOf(n, n.inputs[1]));
+  Value y = nn::LinearOp::create(b, loc(root), x->value, *W, B);
+  return mark(y, paramLayerOf(root, n.inputs[1]));
 }
 
 FailureOr<Act> Importer::matchAdd(const Node &n) {
@@ -836,20 +938,25 @@ FailureOr<Act> Importer::matchAttention(const Node &root) {
   std::string scores = sm->inputs[0];
   bool causal = false;
   if (const Node *where = producedBy(scores, "Where")) {
+    // Where(mask, -inf, scores) with mask[i][j] = j > i (masked_fill), or
+    // Where(keep, scores, min) with keep[i][j] = j <= i (GPT-2's tril buffer).
     std::optional<Const> cond = constant(where->inputs[0]);
-    std::optional<double> fill = scalar(where->inputs[1]);
     int64_t s = smShape[2];
     bool ok = cond && cond->shape.size() >= 2 &&
               cond->shape[cond->shape.size() - 1] == s &&
               cond->shape[cond->shape.size() - 2] == s &&
-              int64_t(cond->values.size()) == s * s && fill && *fill <= -1e4;
+              int64_t(cond->values.size()) == s * s;
+    bool keep = ok && cond->values[0] != 0;
+    std::optional<double> fill = scalar(where->inputs[keep ? 2 : 1]);
+    ok = ok && fill && *fill <= -1e4;
     for (int64_t i = 0; ok && i < s; ++i)
       for (int64_t j = 0; ok && j < s; ++j)
-        ok = (cond->values[size_t(i * s + j)] != 0) == (j > i);
+        ok = (cond->values[size_t(i * s + j)] != 0) == (keep ? j <= i : j > i);
     if (!ok)
-      return fail(*where, "a causal mask: Where(mask[i][j] = j > i, -inf, scores)");
+      return fail(*where, "a causal mask: Where(mask[i][j] = j > i, -inf, "
+                          "scores) or Where(keep[i][j] = j <= i, scores, -inf)");
     cover(where);
-    scores = where->inputs[2];
+    scores = where->inputs[keep ? 1 : 2];
     causal = true;
   }
   const Node *scale = producedBy(scores, "Div");
@@ -874,53 +981,101 @@ FailureOr<Act> Importer::matchAttention(const Node &root) {
       perm(*tv) != std::vector<int64_t>{0, 2, 1, 3})
     return fail(*qk, "q and v transposed [0, 2, 1, 3] and k [0, 2, 3, 1] from "
                      "[b, s, heads, head_dim]");
+  // q, k, v come from one Split, in one of two layouts:
+  //  fused per head (Megatron): Split(Reshape(qkv, [b, s, A, 3D]), last axis)
+  //  [q][k][v] blocks (GPT-2's c_attn): Reshape(Split(qkv, last axis), [b, s,
+  //  A, D]) each, whose projection is permuted to the first at import.
+  SmallVector<const Node *> headReshapes;
   const Node *split = producerOf(tq->inputs[0]);
+  bool blocks = false;
+  if (split && split->opType == "Reshape") {
+    blocks = true;
+    for (const Node *t : {tq, tk, tv}) {
+      const Node *r = producedBy(t->inputs[0], "Reshape");
+      if (!r)
+        return fail(*t, "q, k and v each a Reshape of one Split's output");
+      headReshapes.push_back(r);
+    }
+    split = producerOf(headReshapes[0]->inputs[0]);
+  }
+  auto splitOutput = [&](int i) {
+    return blocks ? headReshapes[size_t(i)]->inputs[0]
+                  : std::string((i == 0 ? tq : i == 1 ? tk : tv)->inputs[0]);
+  };
   if (!split || split->opType != "Split" || split->outputs.size() != 3 ||
-      tq->inputs[0] != split->outputs[0] || tk->inputs[0] != split->outputs[1] ||
-      tv->inputs[0] != split->outputs[2])
+      splitOutput(0) != split->outputs[0] || splitOutput(1) != split->outputs[1] ||
+      splitOutput(2) != split->outputs[2])
     return fail(*tq, "q, k and v as the three outputs of one Split");
-  std::vector<int64_t> qkv4 = shapeOf(split->inputs[0]);
-  if (qkv4.size() != 4 || qkv4[3] % 3 != 0)
-    return fail(*split, "a split of [b, s, heads, 3 * head_dim]");
-  int64_t heads = qkv4[2];
-  headDim = qkv4[3] / 3;
+  std::vector<int64_t> ctx4 = shapeOf(tq->outputs[0]); // [b, A, s, D]
+  if (ctx4.size() != 4)
+    return fail(*tq, "q as [b, heads, s, head_dim]");
+  int64_t heads = ctx4[1];
+  headDim = ctx4[3];
+  std::vector<int64_t> splitIn = shapeOf(split->inputs[0]);
+  int64_t part = blocks ? heads * headDim : headDim;
   int64_t axis = intAttr(*split, "axis", 0);
+  bool lastAxis = axis == -1 || axis == int64_t(splitIn.size()) - 1;
   bool equalParts = true;
   if (split->inputs.size() > 1 && !split->inputs[1].empty()) {
     std::optional<Const> sizes = constant(split->inputs[1]);
-    equalParts = sizes && sizes->values ==
-                              std::vector<double>(3, double(headDim));
+    equalParts = sizes && sizes->values == std::vector<double>(3, double(part));
   } else if (const OnnxAttr *a = split->attr("split")) {
-    equalParts = a->ints == std::vector<int64_t>(3, headDim);
+    equalParts = a->ints == std::vector<int64_t>(3, part);
   }
-  if ((axis != -1 && axis != 3) || !equalParts)
-    return fail(*split, "a split of the last axis into q, k, v of head_dim each "
-                        "(the QKV fused per head)");
+  if (!lastAxis || !equalParts)
+    return fail(*split, blocks ? "a split of the last axis into q, k and v of "
+                                 "hidden each ([q][k][v] blocks)"
+                               : "a split of the last axis into q, k, v of "
+                                 "head_dim each (the QKV fused per head)");
   if (!isScalar(scaleConst, scale->opType == "Div"
                                 ? std::sqrt(double(headDim))
                                 : 1.0 / std::sqrt(double(headDim)),
                 1e-5))
     return fail(*scale, "the scale 1 / sqrt(" + Twine(headDim) + ")");
-  const Node *r0 = producedBy(split->inputs[0], "Reshape");
-  std::vector<int64_t> qkv3 = r0 ? shapeOf(r0->inputs[0]) : std::vector<int64_t>();
+  const Node *r0 = blocks ? nullptr : producedBy(split->inputs[0], "Reshape");
+  std::string qkvValue = blocks ? split->inputs[0]
+                                : (r0 ? r0->inputs[0] : std::string());
+  std::vector<int64_t> qkv3 = shapeOf(qkvValue);
   std::vector<int64_t> out = shapeOf(root.outputs[0]);
-  if (!r0 || qkv3.size() != 3 || qkv3[0] != qkv4[0] || qkv3[1] != qkv4[1] ||
-      qkv3[2] != 3 * heads * headDim)
-    return fail(*split, "a Reshape of the QKV projection [b, s, 3 * hidden] to "
-                        "[b, s, heads, 3 * head_dim]");
+  if ((!blocks && !r0) || qkv3.size() != 3 || qkv3[2] != 3 * heads * headDim)
+    return fail(*split, "the QKV projection [b, s, 3 * hidden] split into "
+                        "heads");
+  for (const Node *r : headReshapes) {
+    std::vector<int64_t> h = shapeOf(r->outputs[0]);
+    if (h != std::vector<int64_t>{qkv3[0], qkv3[1], heads, headDim})
+      return fail(*r, "a Reshape to [b, s, heads, head_dim]");
+  }
   if (out.size() != 3 || out[0] != qkv3[0] || out[1] != qkv3[1] ||
       out[2] != heads * headDim)
     return fail(root, "a Reshape of the context to [b, s, heads * head_dim]");
   if (tracedBatch >= 0 && qkv3[0] != tracedBatch)
     return fail(root, "the traced batch size " + Twine(tracedBatch));
+  if (blocks && numUsers(qkvValue) != 1)
+    return fail(*split, "the QKV projection used by the attention alone (its "
+                        "output features are reordered)");
   for (const Node *n : {r0, split, tq, tk, tv, qk, scale, sm, pv, t3})
+    if (n)
+      cover(n);
+  for (const Node *n : headReshapes)
     cover(n);
   // The reshape shape computations (Shape/Gather/Unsqueeze/Concat or
   // constants holding the traced batch) are covered with their Reshapes:
   // the nn op has a dynamic batch.
-  FailureOr<Act> qkv = materialise(r0->inputs[0], *r0);
+  FailureOr<Act> qkv = materialise(qkvValue, blocks ? *split : *r0);
   if (failed(qkv))
     return failure();
+  if (blocks) {
+    auto linear = qkv->value.getDefiningOp<nn::LinearOp>();
+    if (!linear) {
+      error(*split) << "expected the QKV as the output of a linear layer (its "
+                       "[q][k][v] blocks are reordered per head at import)";
+      return failure();
+    }
+    for (Value p : {linear.getWeight(), linear.getBias()})
+      for (auto &[name, info] : params)
+        if (p && info.arg == p)
+          qkvBlocks[name] = {heads, headDim};
+  }
   Value y = nn::AttentionOp::create(b, loc(root), qkv->value,
                                     b.getI64IntegerAttr(heads),
                                     b.getBoolAttr(causal));
@@ -1009,6 +1164,13 @@ Attribute Importer::weightsAttr() {
       continue;
     auto type = cast<RankedTensorType>(info.arg.getType());
     if (t->isExternal()) {
+      if (qkvBlocks.count(name)) {
+        error() << "parameter '" << name
+                << "' is a QKV projection in [q][k][v] blocks stored in an "
+                   "external-data file; Tessera reorders it per head, which "
+                   "it does for inline weights only";
+        return {};
+      }
       if (info.transposed) {
         error() << "parameter '" << name
                 << "' is stored [in, out] in an external-data file; Tessera "
@@ -1044,6 +1206,27 @@ Attribute Importer::weightsAttr() {
         for (int64_t c = 0; c < cols; ++c)
           tr[size_t(c * rows + r)] = values[size_t(r * cols + c)];
       values.swap(tr);
+    }
+    auto qkv = qkvBlocks.find(name);
+    if (qkv != qkvBlocks.end()) {
+      // Rows (or elements) t * H + h * D + d ([q][k][v] blocks) move to
+      // h * 3D + t * D + d (per head, Megatron's fused QKV).
+      auto [heads, headDim] = qkv->second;
+      int64_t rows = type.getDimSize(0), cols = type.getRank() == 2
+                                                    ? type.getDimSize(1)
+                                                    : 1;
+      int64_t hidden = heads * headDim;
+      std::vector<float> perm(values.size());
+      for (int64_t t = 0; t < 3; ++t)
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t d = 0; d < headDim; ++d) {
+            int64_t from = t * hidden + h * headDim + d;
+            int64_t to = h * 3 * headDim + t * headDim + d;
+            std::memcpy(&perm[size_t(to * cols)], &values[size_t(from * cols)],
+                        size_t(cols) * 4);
+          }
+      (void)rows;
+      values.swap(perm);
     }
     auto blob = HeapAsmResourceBlob::allocateAndCopyInferAlign<float>(values);
     entries.push_back(b.getNamedAttr(

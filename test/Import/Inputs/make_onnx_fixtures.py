@@ -40,6 +40,10 @@ Models (small, so that the fixtures can be committed):
                   (input_ids -> logits [4, 16, 260]); with --loss
                   cross-entropy it trains as gpt.onnx does, so its reference
                   is gpt.torch.jsonl.
+  gpt2-hf.onnx    GPT-2 in Hugging Face's module layout (Conv1D weights
+                  [in, out], QKV as [q][k][v] blocks, tril-buffer mask, tied
+                  LM head), forward-only; with --loss cross-entropy its
+                  reference is gpt2-hf.torch.jsonl.
   bad/*.onnx      tiny models the importer rejects: an unsupported op
                   (tanh), a supported op outside its pattern (softmax
                   between two linears), a weight shared by two linears, opset
@@ -274,6 +278,111 @@ def main():
                               do_constant_folding=False,
                               input_names=["input_ids"], output_names=["logits"])
         train(gpt, gpt_batches, os.path.join(args.out, name + ".torch.jsonl"))
+
+    # GPT-2 in Hugging Face's layout (its modules re-written here, so that no
+    # transformers install is needed): Conv1D weights stored [in, out]
+    # (torch.addmm on the flattened tokens), the QKV projection's output laid
+    # out as [q][k][v] blocks and split, the causal mask a tril buffer sliced
+    # and applied with torch.where(mask, scores, finfo.min), scores divided
+    # by a torch.full scalar, positions from arange, LM head tied to wte;
+    # exported forward-only (logits), trained with the token cross-entropy.
+    class Conv1D(nn.Module):
+        def __init__(self, nf, nx):
+            super().__init__()
+            self.nf = nf
+            self.weight = nn.Parameter(torch.empty(nx, nf))
+            self.bias = nn.Parameter(torch.zeros(nf))
+            nn.init.normal_(self.weight, std=0.02)
+
+        def forward(self, x):
+            size_out = x.size()[:-1] + (self.nf,)
+            x = torch.addmm(self.bias, x.view(-1, x.size(-1)), self.weight)
+            return x.view(size_out)
+
+    class GPT2Attention(nn.Module):
+        def __init__(self, hidden, heads, positions):
+            super().__init__()
+            self.heads, self.head_dim, self.hidden = heads, hidden // heads, hidden
+            self.register_buffer("bias", torch.tril(torch.ones(
+                (positions, positions), dtype=torch.bool)).view(1, 1, positions, positions),
+                persistent=False)
+            self.c_attn = Conv1D(3 * hidden, hidden)
+            self.c_proj = Conv1D(hidden, hidden)
+
+        def split_heads(self, t):
+            return t.view(t.size()[:-1] + (self.heads, self.head_dim)).permute(0, 2, 1, 3)
+
+        def forward(self, h):
+            q, k, v = self.c_attn(h).split(self.hidden, dim=2)
+            q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)
+            w = torch.matmul(q, k.transpose(-1, -2))
+            w = w / torch.full([], v.size(-1) ** 0.5, dtype=w.dtype)
+            s = q.size(-2)
+            causal = self.bias[:, :, :s, :s]
+            w = torch.where(causal, w, torch.tensor(torch.finfo(w.dtype).min, dtype=w.dtype))
+            w = torch.softmax(w, dim=-1)
+            o = torch.matmul(w, v).permute(0, 2, 1, 3).contiguous()
+            return self.c_proj(o.view(o.size()[:-2] + (self.hidden,)))
+
+    class GPT2MLP(nn.Module):
+        def __init__(self, hidden):
+            super().__init__()
+            self.c_fc = Conv1D(4 * hidden, hidden)
+            self.c_proj = Conv1D(hidden, 4 * hidden)
+
+        def forward(self, h):
+            return self.c_proj(F.gelu(self.c_fc(h)))
+
+    class GPT2Block(nn.Module):
+        def __init__(self, hidden, heads, positions):
+            super().__init__()
+            self.ln_1 = nn.LayerNorm(hidden)
+            self.attn = GPT2Attention(hidden, heads, positions)
+            self.ln_2 = nn.LayerNorm(hidden)
+            self.mlp = GPT2MLP(hidden)
+
+        def forward(self, h):
+            h = h + self.attn(self.ln_1(h))
+            return h + self.mlp(self.ln_2(h))
+
+    class GPT2Model(nn.Module):
+        def __init__(self, vocab, hidden, heads, layers, positions):
+            super().__init__()
+            self.wte = nn.Embedding(vocab, hidden)
+            self.wpe = nn.Embedding(positions, hidden)
+            self.h = nn.ModuleList([GPT2Block(hidden, heads, positions) for _ in range(layers)])
+            self.ln_f = nn.LayerNorm(hidden)
+            nn.init.normal_(self.wte.weight, std=0.02)
+            nn.init.normal_(self.wpe.weight, std=0.01)
+
+    class GPT2LMHeadModel(nn.Module):
+        def __init__(self, vocab, hidden, heads, layers, positions):
+            super().__init__()
+            self.transformer = GPT2Model(vocab, hidden, heads, layers, positions)
+
+        def forward(self, input_ids):
+            t = self.transformer
+            pos = torch.arange(0, input_ids.size(-1), dtype=torch.long).unsqueeze(0)
+            h = t.wte(input_ids) + t.wpe(pos)
+            for block in t.h:
+                h = block(h)
+            return F.linear(t.ln_f(h), t.wte.weight)
+
+    class WithLoss(nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, labels):
+            logits = self.model(input_ids)
+            return F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1))
+
+    gpt2 = GPT2LMHeadModel(260, 32, 4, 2, seq)
+    torch.onnx.export(gpt2, (gpt_batches(1)[0][0],), os.path.join(args.out, "gpt2-hf.onnx"),
+                      opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
+                      do_constant_folding=False, input_names=["input_ids"],
+                      output_names=["logits"])
+    train(WithLoss(gpt2), gpt_batches, os.path.join(args.out, "gpt2-hf.torch.jsonl"))
 
     to_external_data(os.path.join(args.out, "gpt.onnx"),
                      os.path.join(args.out, "gpt-ext.onnx"))
