@@ -84,7 +84,7 @@ TEST_F(ArtifactTest, WrongVersion) {
   std::string file = buildFile(buildPayload(softmaxRegression()));
   file[4] = 7;
   expectError(file, "unsupported format version 7 (this runtime supports "
-                    "version 5)");
+                    "version 6)");
 }
 
 TEST_F(ArtifactTest, Truncated) {
