@@ -1002,6 +1002,14 @@ FailureOr<Act> Importer::matchAttention(const Node &root) {
     return blocks ? headReshapes[size_t(i)]->inputs[0]
                   : std::string((i == 0 ? tq : i == 1 ? tk : tv)->inputs[0]);
   };
+  if (blocks && (!split || split->opType != "Split")) {
+    error(*headReshapes[0])
+        << "q, k and v come from separate projections; Tessera's attention "
+           "takes one fused QKV projection (Megatron's linear_qkv) that tensor "
+           "parallelism splits by heads: export the model with q, k and v "
+           "computed by one linear and split";
+    return failure();
+  }
   if (!split || split->opType != "Split" || split->outputs.size() != 3 ||
       splitOutput(0) != split->outputs[0] || splitOutput(1) != split->outputs[1] ||
       splitOutput(2) != split->outputs[2])

@@ -47,7 +47,8 @@ Models (small, so that the fixtures can be committed):
   bad/*.onnx      tiny models the importer rejects: an unsupported op
                   (tanh), a supported op outside its pattern (softmax
                   between two linears), a weight shared by two linears, opset
-                  13, and an op in a custom domain.
+                  13, an op in a custom domain, and attention with separate
+                  q, k and v projections.
 """
 import argparse
 import json
@@ -417,6 +418,27 @@ def main():
     torch.onnx.export(Tiny(), example, os.path.join(bad, "opset13.onnx"), opset_version=13,
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                       input_names=["features", "labels"])
+    class SeparateQKV(nn.Module):
+        """Attention with separate q, k and v projections (LLaMA-style)."""
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(8, 8)
+            self.q_proj, self.k_proj, self.v_proj = (nn.Linear(8, 8) for _ in range(3))
+            self.head = nn.Linear(8, 8)
+
+        def forward(self, input_ids, labels):
+            h = self.emb(input_ids)
+            b, s, _ = h.shape
+            q, k, v = (p(h).view(b, s, 2, 4).transpose(1, 2)
+                       for p in (self.q_proj, self.k_proj, self.v_proj))
+            w = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) / 2.0, dim=-1)
+            o = torch.matmul(w, v).transpose(1, 2).reshape(b, s, 8)
+            logits = self.head(o)
+            return F.cross_entropy(logits.view(-1, 8), labels.view(-1))
+
+    ids = torch.randint(0, 8, (2, 4))
+    export(SeparateQKV(), (ids, ids), ["input_ids", "labels"],
+           os.path.join(bad, "separate-qkv.onnx"))
     torch.onnx.register_custom_op_symbolic(
         "aten::silu", lambda g, x: g.op("tessera_test::Swish", x), 17)
     export(Tiny("silu"), example, ["features", "labels"], os.path.join(bad, "custom-domain.onnx"))
