@@ -32,6 +32,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Path.h"
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -191,6 +192,15 @@ private:
   FailureOr<Act> matchGelu(const Node &n);
   FailureOr<Act> matchLayerNorm(const Node &n);
   FailureOr<Act> matchAttention(const Node &n);
+  /// A linear layer producing `v`, inspected without importing it.
+  struct LinearParts {
+    std::string x, weight, bias;
+    bool transposed = false; ///< weight stored [in, out]
+    SmallVector<const Node *> nodes;
+  };
+  std::optional<LinearParts> linearParts(const std::string &v);
+  FailureOr<Act> matchSeparateQKV(ArrayRef<const Node *> headReshapes,
+                                  int64_t heads, int64_t headDim);
   FailureOr<Act> matchEmbedding(const Node &gather, const Node *posGather,
                                 const Node &root);
   FailureOr<Act> matchLoss(const Node &n);
@@ -247,6 +257,14 @@ private:
   /// c_attn): parameter name -> (heads, head_dim), permuted at import to
   /// Megatron's per-head [q k v] order.
   std::map<std::string, std::pair<int64_t, int64_t>> qkvBlocks;
+  /// Parameters fused from separate q, k and v projections: fused name ->
+  /// the three initializers (and whether each is stored [in, out]).
+  struct FusedQKV {
+    std::array<std::string, 3> sources;
+    std::array<bool, 3> transposed;
+    int64_t heads, headDim;
+  };
+  std::map<std::string, FusedQKV> fused;
 
   Block *block = nullptr;
   SmallVector<DictionaryAttr> argAttrs;
@@ -981,10 +999,12 @@ FailureOr<Act> Importer::matchAttention(const Node &root) {
       perm(*tv) != std::vector<int64_t>{0, 2, 1, 3})
     return fail(*qk, "q and v transposed [0, 2, 1, 3] and k [0, 2, 3, 1] from "
                      "[b, s, heads, head_dim]");
-  // q, k, v come from one Split, in one of two layouts:
+  // q, k, v come in one of three layouts:
   //  fused per head (Megatron): Split(Reshape(qkv, [b, s, A, 3D]), last axis)
   //  [q][k][v] blocks (GPT-2's c_attn): Reshape(Split(qkv, last axis), [b, s,
-  //  A, D]) each, whose projection is permuted to the first at import.
+  //  A, D]) each, whose projection is permuted to the first at import;
+  //  separate projections (q_proj, k_proj, v_proj): Reshape(linear_t(x), [b,
+  //  s, A, D]) each, fused into one projection in the first layout.
   SmallVector<const Node *> headReshapes;
   const Node *split = producerOf(tq->inputs[0]);
   bool blocks = false;
@@ -998,96 +1018,286 @@ FailureOr<Act> Importer::matchAttention(const Node &root) {
     }
     split = producerOf(headReshapes[0]->inputs[0]);
   }
-  auto splitOutput = [&](int i) {
-    return blocks ? headReshapes[size_t(i)]->inputs[0]
-                  : std::string((i == 0 ? tq : i == 1 ? tk : tv)->inputs[0]);
-  };
-  if (blocks && (!split || split->opType != "Split")) {
-    error(*headReshapes[0])
-        << "q, k and v come from separate projections; Tessera's attention "
-           "takes one fused QKV projection (Megatron's linear_qkv) that tensor "
-           "parallelism splits by heads: export the model with q, k and v "
-           "computed by one linear and split";
-    return failure();
-  }
-  if (!split || split->opType != "Split" || split->outputs.size() != 3 ||
-      splitOutput(0) != split->outputs[0] || splitOutput(1) != split->outputs[1] ||
-      splitOutput(2) != split->outputs[2])
-    return fail(*tq, "q, k and v as the three outputs of one Split");
   std::vector<int64_t> ctx4 = shapeOf(tq->outputs[0]); // [b, A, s, D]
   if (ctx4.size() != 4)
     return fail(*tq, "q as [b, heads, s, head_dim]");
   int64_t heads = ctx4[1];
   headDim = ctx4[3];
-  std::vector<int64_t> splitIn = shapeOf(split->inputs[0]);
-  int64_t part = blocks ? heads * headDim : headDim;
-  int64_t axis = intAttr(*split, "axis", 0);
-  bool lastAxis = axis == -1 || axis == int64_t(splitIn.size()) - 1;
-  bool equalParts = true;
-  if (split->inputs.size() > 1 && !split->inputs[1].empty()) {
-    std::optional<Const> sizes = constant(split->inputs[1]);
-    equalParts = sizes && sizes->values == std::vector<double>(3, double(part));
-  } else if (const OnnxAttr *a = split->attr("split")) {
-    equalParts = a->ints == std::vector<int64_t>(3, part);
-  }
-  if (!lastAxis || !equalParts)
-    return fail(*split, blocks ? "a split of the last axis into q, k and v of "
-                                 "hidden each ([q][k][v] blocks)"
-                               : "a split of the last axis into q, k, v of "
-                                 "head_dim each (the QKV fused per head)");
   if (!isScalar(scaleConst, scale->opType == "Div"
                                 ? std::sqrt(double(headDim))
                                 : 1.0 / std::sqrt(double(headDim)),
                 1e-5))
     return fail(*scale, "the scale 1 / sqrt(" + Twine(headDim) + ")");
-  const Node *r0 = blocks ? nullptr : producedBy(split->inputs[0], "Reshape");
-  std::string qkvValue = blocks ? split->inputs[0]
-                                : (r0 ? r0->inputs[0] : std::string());
-  std::vector<int64_t> qkv3 = shapeOf(qkvValue);
   std::vector<int64_t> out = shapeOf(root.outputs[0]);
-  if ((!blocks && !r0) || qkv3.size() != 3 || qkv3[2] != 3 * heads * headDim)
-    return fail(*split, "the QKV projection [b, s, 3 * hidden] split into "
-                        "heads");
-  for (const Node *r : headReshapes) {
-    std::vector<int64_t> h = shapeOf(r->outputs[0]);
-    if (h != std::vector<int64_t>{qkv3[0], qkv3[1], heads, headDim})
-      return fail(*r, "a Reshape to [b, s, heads, head_dim]");
-  }
-  if (out.size() != 3 || out[0] != qkv3[0] || out[1] != qkv3[1] ||
-      out[2] != heads * headDim)
-    return fail(root, "a Reshape of the context to [b, s, heads * head_dim]");
-  if (tracedBatch >= 0 && qkv3[0] != tracedBatch)
-    return fail(root, "the traced batch size " + Twine(tracedBatch));
-  if (blocks && numUsers(qkvValue) != 1)
-    return fail(*split, "the QKV projection used by the attention alone (its "
-                        "output features are reordered)");
-  for (const Node *n : {r0, split, tq, tk, tv, qk, scale, sm, pv, t3})
-    if (n)
-      cover(n);
-  for (const Node *n : headReshapes)
-    cover(n);
-  // The reshape shape computations (Shape/Gather/Unsqueeze/Concat or
-  // constants holding the traced batch) are covered with their Reshapes:
-  // the nn op has a dynamic batch.
-  FailureOr<Act> qkv = materialise(qkvValue, blocks ? *split : *r0);
-  if (failed(qkv))
-    return failure();
-  if (blocks) {
-    auto linear = qkv->value.getDefiningOp<nn::LinearOp>();
-    if (!linear) {
-      error(*split) << "expected the QKV as the output of a linear layer (its "
-                       "[q][k][v] blocks are reordered per head at import)";
+  auto checkOutput = [&](ArrayRef<int64_t> qkvShape) -> LogicalResult {
+    for (const Node *r : headReshapes) {
+      std::vector<int64_t> h = shapeOf(r->outputs[0]);
+      if (h != std::vector<int64_t>{qkvShape[0], qkvShape[1], heads, headDim})
+      {
+        (void)fail(*r, "a Reshape to [b, s, heads, head_dim]");
+        return failure();
+      }
+    }
+    if (out.size() != 3 || out[0] != qkvShape[0] || out[1] != qkvShape[1] ||
+        out[2] != heads * headDim)
+    {
+      (void)fail(root, "a Reshape of the context to [b, s, heads * head_dim]");
       return failure();
     }
-    for (Value p : {linear.getWeight(), linear.getBias()})
-      for (auto &[name, info] : params)
-        if (p && info.arg == p)
-          qkvBlocks[name] = {heads, headDim};
+    if (tracedBatch >= 0 && qkvShape[0] != tracedBatch)
+    {
+      (void)fail(root, "the traced batch size " + Twine(tracedBatch));
+      return failure();
+    }
+    return success();
+  };
+  auto coverCore = [&]() {
+    for (const Node *n : {tq, tk, tv, qk, scale, sm, pv, t3})
+      cover(n);
+    for (const Node *n : headReshapes)
+      cover(n);
+  };
+  FailureOr<Act> qkv = failure();
+  if (blocks && (!split || split->opType != "Split")) {
+    FailureOr<Act> fusedQkv = matchSeparateQKV(headReshapes, heads, headDim);
+    if (failed(fusedQkv))
+      return failure();
+    std::vector<int64_t> x3 = shapeOf(headReshapes[0]->inputs[0]);
+    if (x3.size() != 3 || failed(checkOutput({x3[0], x3[1], 3 * heads * headDim})))
+      return failure();
+    coverCore();
+    qkv = *fusedQkv;
+  } else {
+    auto splitOutput = [&](int i) {
+      return blocks ? headReshapes[size_t(i)]->inputs[0]
+                    : std::string((i == 0 ? tq : i == 1 ? tk : tv)->inputs[0]);
+    };
+    if (!split || split->opType != "Split" || split->outputs.size() != 3 ||
+        splitOutput(0) != split->outputs[0] ||
+        splitOutput(1) != split->outputs[1] ||
+        splitOutput(2) != split->outputs[2])
+      return fail(*tq, "q, k and v as the three outputs of one Split");
+    std::vector<int64_t> splitIn = shapeOf(split->inputs[0]);
+    int64_t part = blocks ? heads * headDim : headDim;
+    int64_t axis = intAttr(*split, "axis", 0);
+    bool lastAxis = axis == -1 || axis == int64_t(splitIn.size()) - 1;
+    bool equalParts = true;
+    if (split->inputs.size() > 1 && !split->inputs[1].empty()) {
+      std::optional<Const> sizes = constant(split->inputs[1]);
+      equalParts =
+          sizes && sizes->values == std::vector<double>(3, double(part));
+    } else if (const OnnxAttr *a = split->attr("split")) {
+      equalParts = a->ints == std::vector<int64_t>(3, part);
+    }
+    if (!lastAxis || !equalParts)
+      return fail(*split, blocks ? "a split of the last axis into q, k and v "
+                                   "of hidden each ([q][k][v] blocks)"
+                                 : "a split of the last axis into q, k, v of "
+                                   "head_dim each (the QKV fused per head)");
+    const Node *r0 = blocks ? nullptr : producedBy(split->inputs[0], "Reshape");
+    std::string qkvValue = blocks ? split->inputs[0]
+                                  : (r0 ? r0->inputs[0] : std::string());
+    std::vector<int64_t> qkv3 = shapeOf(qkvValue);
+    if ((!blocks && !r0) || qkv3.size() != 3 || qkv3[2] != 3 * heads * headDim)
+      return fail(*split, "the QKV projection [b, s, 3 * hidden] split into "
+                          "heads");
+    if (failed(checkOutput(qkv3)))
+      return failure();
+    if (blocks && numUsers(qkvValue) != 1)
+      return fail(*split, "the QKV projection used by the attention alone (its "
+                          "output features are reordered)");
+    coverCore();
+    cover(split);
+    if (r0)
+      cover(r0);
+    // The reshape shape computations (Shape/Gather/Unsqueeze/Concat or
+    // constants holding the traced batch) are covered with their Reshapes:
+    // the nn op has a dynamic batch.
+    qkv = materialise(qkvValue, blocks ? *split : *r0);
+    if (failed(qkv))
+      return failure();
+    if (blocks) {
+      auto linear = qkv->value.getDefiningOp<nn::LinearOp>();
+      if (!linear) {
+        error(*split) << "expected the QKV as the output of a linear layer (its "
+                         "[q][k][v] blocks are reordered per head at import)";
+        return failure();
+      }
+      for (Value p : {linear.getWeight(), linear.getBias()})
+        for (auto &[name, info] : params)
+          if (p && info.arg == p)
+            qkvBlocks[name] = {heads, headDim};
+    }
   }
   Value y = nn::AttentionOp::create(b, loc(root), qkv->value,
                                     b.getI64IntegerAttr(heads),
                                     b.getBoolAttr(causal));
   return mark(y, layerOf(root, {*qkv}));
+}
+
+std::optional<Importer::LinearParts>
+Importer::linearParts(const std::string &v) {
+  LinearParts parts;
+  const Node *p = producerOf(v);
+  if (!p || numUsers(v) != 1)
+    return std::nullopt;
+  auto weightOf = [&](const std::string &w) -> bool {
+    if (const Node *t = producedBy(w, "Transpose", /*single=*/false)) {
+      std::vector<int64_t> pm = perm(*t);
+      const Tensor *init = initializer(t->inputs[0]);
+      if (!init || init->shape.size() != 2 ||
+          !(pm.empty() || pm == std::vector<int64_t>{1, 0}))
+        return false;
+      parts.weight = t->inputs[0];
+      parts.nodes.push_back(t);
+      return true;
+    }
+    const Tensor *init = initializer(w);
+    if (!init || init->shape.size() != 2)
+      return false;
+    parts.weight = w;
+    parts.transposed = true;
+    return true;
+  };
+  if (p->opType == "Add") {
+    for (int i = 0; i < 2; ++i) {
+      const Tensor *bt = initializer(p->inputs[i]);
+      const Node *mm = producedBy(p->inputs[1 - i], "MatMul");
+      if (bt && bt->shape.size() == 1 && mm && weightOf(mm->inputs[1])) {
+        parts.x = mm->inputs[0];
+        parts.bias = p->inputs[i];
+        parts.nodes.append({p, mm});
+        return parts;
+      }
+    }
+    return std::nullopt;
+  }
+  if (p->opType == "MatMul" && weightOf(p->inputs[1])) {
+    parts.x = p->inputs[0];
+    parts.nodes.push_back(p);
+    return parts;
+  }
+  const Node *gemm = p->opType == "Gemm" ? p : nullptr;
+  if (p->opType == "Reshape")
+    if (const Node *g = producedBy(p->inputs[0], "Gemm"))
+      if (const Node *flat = producedBy(g->inputs[0], "Reshape")) {
+        gemm = g;
+        parts.nodes.append({p, flat});
+      }
+  if (!gemm || intAttr(*gemm, "transA", 0) != 0 ||
+      (gemm->attr("alpha") && gemm->attr("alpha")->f != 1.0f) ||
+      (gemm->attr("beta") && gemm->attr("beta")->f != 1.0f))
+    return std::nullopt;
+  const Tensor *w = initializer(gemm->inputs[1]);
+  if (!w || w->shape.size() != 2)
+    return std::nullopt;
+  parts.x = p == gemm ? gemm->inputs[0] : parts.nodes.back()->inputs[0];
+  parts.weight = gemm->inputs[1];
+  parts.transposed = intAttr(*gemm, "transB", 0) == 0;
+  if (gemm->inputs.size() > 2)
+    parts.bias = gemm->inputs[2];
+  parts.nodes.push_back(gemm);
+  return parts;
+}
+
+/// Attention whose q, k and v come from three projections of the same input
+/// (q_proj, k_proj, v_proj): one fused projection in Megatron's per-head
+/// layout, named <scope>.linear_qkv.{weight,bias} (the ONNX names of the
+/// three are not parameters of the imported model).
+FailureOr<Act> Importer::matchSeparateQKV(ArrayRef<const Node *> headReshapes,
+                                          int64_t heads, int64_t headDim) {
+  std::array<LinearParts, 3> parts;
+  for (int t = 0; t < 3; ++t) {
+    std::optional<LinearParts> lp = linearParts(headReshapes[size_t(t)]->inputs[0]);
+    if (!lp) {
+      error(*headReshapes[size_t(t)])
+          << "expected " << "qkv"[t]
+          << " from a linear layer (or q, k and v split from one fused "
+             "projection)";
+      return failure();
+    }
+    parts[size_t(t)] = *lp;
+  }
+  int64_t hidden = heads * headDim;
+  for (int t = 0; t < 3; ++t) {
+    const LinearParts &lp = parts[size_t(t)];
+    const Tensor *w = initializer(lp.weight);
+    int64_t outDim = lp.transposed ? w->shape[1] : w->shape[0];
+    int64_t inDim = lp.transposed ? w->shape[0] : w->shape[1];
+    const Tensor *bias = lp.bias.empty() ? nullptr : initializer(lp.bias);
+    bool sameForm = lp.x == parts[0].x && lp.bias.empty() == parts[0].bias.empty() &&
+                    inDim == (parts[0].transposed ? initializer(parts[0].weight)->shape[0]
+                                                  : initializer(parts[0].weight)->shape[1]);
+    if (outDim != hidden || !sameForm ||
+        (bias && bias->shape != std::vector<int64_t>{hidden}) ||
+        params.count(lp.weight) || (!lp.bias.empty() && params.count(lp.bias))) {
+      error(*headReshapes[size_t(t)])
+          << "expected q, k and v projections of the same input, each "
+          << hidden << " wide, with or without biases alike, their weights "
+                       "used by nothing else";
+      return failure();
+    }
+  }
+  for (const LinearParts &lp : parts)
+    for (const Node *n : lp.nodes)
+      cover(n);
+  FailureOr<Act> x = materialise(parts[0].x, *headReshapes[0]);
+  if (failed(x))
+    return failure();
+  // <scope>.linear_qkv.<weight|bias>, the scope the q weight's name shares
+  // with k's and v's.
+  auto fusedName = [&](auto member) {
+    std::string q = parts[0].*member, k = parts[1].*member;
+    size_t common = 0;
+    while (common < q.size() && common < k.size() && q[common] == k[common])
+      ++common;
+    size_t dot = q.rfind('.', common ? common - 1 : 0);
+    std::string scope = dot == std::string::npos ? "" : q.substr(0, dot + 1);
+    if (common == 0 || dot == std::string::npos)
+      scope.clear();
+    std::string leaf = q.substr(q.rfind('.') + 1);
+    return scope + "linear_qkv." + leaf;
+  };
+  auto makeParam = [&](const std::string &name, SmallVector<int64_t> shape,
+                       auto member, llvm::StringRef noWeightsInit) -> Value {
+    bool haveData = true;
+    FusedQKV f{{parts[0].*member, parts[1].*member, parts[2].*member},
+               {member == &LinearParts::weight && parts[0].transposed,
+                member == &LinearParts::weight && parts[1].transposed,
+                member == &LinearParts::weight && parts[2].transposed},
+               heads, headDim};
+    for (const std::string &src : f.sources)
+      haveData &= initializer(src)->hasData;
+    Value arg = block->addArgument(RankedTensorType::get(shape, b.getF32Type()),
+                                   loc(*headReshapes[0]));
+    SmallVector<NamedAttribute> attrs = {
+        b.getNamedAttr(tessera::kParamAttr, b.getStringAttr(name))};
+    if (options.loadWeights && haveData)
+      attrs.push_back(b.getNamedAttr(tessera::kInitAttr, b.getStringAttr("data")));
+    else if (!noWeightsInit.empty())
+      attrs.push_back(b.getNamedAttr(tessera::kInitAttr,
+                                     b.getStringAttr(noWeightsInit)));
+    argAttrs.push_back(b.getDictionaryAttr(attrs));
+    params[name] = ParamInfo{arg, ParamUse::Linear, false, headReshapes[0]};
+    paramOrder.push_back(name);
+    fused[name] = f;
+    return arg;
+  };
+  const Tensor *w0 = initializer(parts[0].weight);
+  int64_t inDim = parts[0].transposed ? w0->shape[0] : w0->shape[1];
+  std::string wName = fusedName(&LinearParts::weight);
+  if (params.count(wName) || inits.count(wName)) {
+    error(*headReshapes[0]) << "the fused QKV parameter name '" << wName
+                            << "' is taken";
+    return failure();
+  }
+  Value W = makeParam(wName, {3 * hidden, inDim}, &LinearParts::weight, "");
+  Value B;
+  if (!parts[0].bias.empty())
+    B = makeParam(fusedName(&LinearParts::bias), {3 * hidden},
+                  &LinearParts::bias, "zeros");
+  Value y = nn::LinearOp::create(b, loc(*parts[0].nodes.front()), x->value, W, B);
+  return mark(y, paramLayerOf(*headReshapes[0], parts[0].weight));
 }
 
 FailureOr<Act> Importer::addLoss(Act logits, std::optional<int64_t> ignoreIndex,
@@ -1166,11 +1376,46 @@ FailureOr<Act> Importer::matchLoss(const Node &n) {
 Attribute Importer::weightsAttr() {
   SmallVector<NamedAttribute> entries;
   for (const std::string &name : paramOrder) {
-    const Tensor *t = initializer(name);
     const ParamInfo &info = params[name];
+    auto type = cast<RankedTensorType>(info.arg.getType());
+    if (auto f = fused.find(name); f != fused.end()) {
+      // Rows h * 3D + t * D + d of the fused projection are row h * D + d
+      // of projection t (q, k, v), each stored [out, in] or [in, out].
+      const FusedQKV &q = f->second;
+      if (!llvm::all_of(q.sources, [&](const std::string &src) {
+            return initializer(src)->hasData;
+          }))
+        continue;
+      int64_t cols = type.getRank() == 2 ? type.getDimSize(1) : 1;
+      std::vector<float> values(size_t(type.getNumElements()));
+      for (int t = 0; t < 3; ++t) {
+        const Tensor *src = initializer(q.sources[size_t(t)]);
+        if (src->isExternal() ||
+            int64_t(src->data.size()) != src->numElements() * 4) {
+          error() << "parameter '" << q.sources[size_t(t)]
+                  << "' is fused into '" << name
+                  << "', which needs its data inline (not in an "
+                     "external-data file)";
+          return {};
+        }
+        const float *data = reinterpret_cast<const float *>(src->data.data());
+        int64_t rows = q.heads * q.headDim;
+        for (int64_t r = 0; r < rows; ++r) {
+          int64_t to = (r / q.headDim) * 3 * q.headDim + t * q.headDim +
+                       r % q.headDim;
+          for (int64_t c = 0; c < cols; ++c)
+            values[size_t(to * cols + c)] =
+                q.transposed[size_t(t)] ? data[c * rows + r] : data[r * cols + c];
+        }
+      }
+      auto blob = HeapAsmResourceBlob::allocateAndCopyInferAlign<float>(values);
+      entries.push_back(b.getNamedAttr(
+          name, DenseResourceElementsAttr::get(type, name, std::move(blob))));
+      continue;
+    }
+    const Tensor *t = initializer(name);
     if (!t->hasData)
       continue;
-    auto type = cast<RankedTensorType>(info.arg.getType());
     if (t->isExternal()) {
       if (qkvBlocks.count(name)) {
         error() << "parameter '" << name

@@ -44,11 +44,13 @@ Models (small, so that the fixtures can be committed):
                   [in, out], QKV as [q][k][v] blocks, tril-buffer mask, tied
                   LM head), forward-only; with --loss cross-entropy its
                   reference is gpt2-hf.torch.jsonl.
+  gpt-sep-qkv.onnx the GPT with separate q, k and v projections (q_proj,
+                  k_proj, v_proj, o_proj), fused into one projection at
+                  import.
   bad/*.onnx      tiny models the importer rejects: an unsupported op
                   (tanh), a supported op outside its pattern (softmax
                   between two linears), a weight shared by two linears, opset
-                  13, an op in a custom domain, and attention with separate
-                  q, k and v projections.
+                  13, and an op in a custom domain.
 """
 import argparse
 import json
@@ -253,6 +255,27 @@ def main():
                         torch.from_numpy(np.ascontiguousarray(labels.T))))
         return out
 
+    class SeparateAttention(nn.Module):
+        """Attention with separate q, k and v projections (q_proj, k_proj,
+        v_proj, o_proj, as in LLaMA-style modules)."""
+        def __init__(self, hidden, heads):
+            super().__init__()
+            self.heads, self.head_dim = heads, hidden // heads
+            self.q_proj = nn.Linear(hidden, hidden)
+            self.k_proj = nn.Linear(hidden, hidden)
+            self.v_proj = nn.Linear(hidden, hidden)
+            self.o_proj = nn.Linear(hidden, hidden)
+
+        def forward(self, x):
+            b, s, h = x.shape
+            q, k, v = (p(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
+                       for p in (self.q_proj, self.k_proj, self.v_proj))
+            scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.head_dim)
+            mask = torch.ones(s, s, dtype=torch.bool).triu(1)
+            probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+            ctx = torch.matmul(probs, v).transpose(1, 2).reshape(b, s, h)
+            return self.o_proj(ctx)
+
     class Logits(nn.Module):
         """The GPT exported forward-only: input_ids -> logits [b, s, vocab]."""
         def __init__(self, gpt):
@@ -388,6 +411,18 @@ def main():
     to_external_data(os.path.join(args.out, "gpt.onnx"),
                      os.path.join(args.out, "gpt-ext.onnx"))
 
+    # The same GPT with separate q, k and v projections.
+    sep = GPT(260, 32, 4, 2, seq, False)
+    for layer in sep.layers:
+        layer.self_attention = SeparateAttention(32, 4)
+        for m in layer.self_attention.modules():
+            if isinstance(m, nn.Linear):
+                nn.init.normal_(m.weight, 0.0, 0.02)
+                nn.init.zeros_(m.bias)
+    export(sep, gpt_batches(1)[0], ["input_ids", "labels"],
+           os.path.join(args.out, "gpt-sep-qkv.onnx"))
+    train(sep, gpt_batches, os.path.join(args.out, "gpt-sep-qkv.torch.jsonl"))
+
     # Models the importer must reject, each with a clear error.
     class Tiny(nn.Module):
         def __init__(self, act="gelu", shared=False):
@@ -418,27 +453,6 @@ def main():
     torch.onnx.export(Tiny(), example, os.path.join(bad, "opset13.onnx"), opset_version=13,
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                       input_names=["features", "labels"])
-    class SeparateQKV(nn.Module):
-        """Attention with separate q, k and v projections (LLaMA-style)."""
-        def __init__(self):
-            super().__init__()
-            self.emb = nn.Embedding(8, 8)
-            self.q_proj, self.k_proj, self.v_proj = (nn.Linear(8, 8) for _ in range(3))
-            self.head = nn.Linear(8, 8)
-
-        def forward(self, input_ids, labels):
-            h = self.emb(input_ids)
-            b, s, _ = h.shape
-            q, k, v = (p(h).view(b, s, 2, 4).transpose(1, 2)
-                       for p in (self.q_proj, self.k_proj, self.v_proj))
-            w = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) / 2.0, dim=-1)
-            o = torch.matmul(w, v).transpose(1, 2).reshape(b, s, 8)
-            logits = self.head(o)
-            return F.cross_entropy(logits.view(-1, 8), labels.view(-1))
-
-    ids = torch.randint(0, 8, (2, 4))
-    export(SeparateQKV(), (ids, ids), ["input_ids", "labels"],
-           os.path.join(bad, "separate-qkv.onnx"))
     torch.onnx.register_custom_op_symbolic(
         "aten::silu", lambda g, x: g.op("tessera_test::Swish", x), 17)
     export(Tiny("silu"), example, ["features", "labels"], os.path.join(bad, "custom-domain.onnx"))
