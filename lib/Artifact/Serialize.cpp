@@ -111,35 +111,33 @@ LogicalResult Writer::initData(rt::BufferOp buf, ArrayRef<int64_t> global,
   if (auto file = dyn_cast<DictionaryAttr>(entry)) {
     auto path = file.getAs<StringAttr>("file");
     auto offset = file.getAs<IntegerAttr>("offset");
-    if (!path || !offset)
-      return buf.emitOpError() << "external data needs {file, offset}";
+    auto shape = file.getAs<DenseI64ArrayAttr>("shape");
+    if (!path || !offset || !shape)
+      return buf.emitOpError() << "external data needs {file, offset, shape}";
     data.file = path.str();
     data.offset = offset.getInt();
-    data.shape.assign(global.begin(), global.end());
-    // An unpadded vocabulary: the file holds the rows the model had.
-    if (auto vocab = module->getAttrOfType<DictionaryAttr>(kVocabAttr))
-      if (auto size = vocab.getAs<IntegerAttr>("size"))
-        if (auto padded = vocab.getAs<IntegerAttr>("padded"))
-          if (!global.empty() && global[0] == padded.getInt())
-            data.shape[0] = size.getInt();
-    return success();
+    data.shape.assign(shape.asArrayRef().begin(), shape.asArrayRef().end());
   }
   auto elements = dyn_cast<ElementsAttr>(entry);
   auto type = elements ? dyn_cast<RankedTensorType>(elements.getType())
                        : RankedTensorType();
-  if (!type || !type.getElementType().isF32())
+  if (data.file.empty() && (!type || !type.getElementType().isF32()))
     return buf.emitOpError() << "its " << kWeightsAttr
                              << " value is not an f32 tensor";
-  data.shape.assign(type.getShape().begin(), type.getShape().end());
+  if (data.file.empty())
+    data.shape.assign(type.getShape().begin(), type.getShape().end());
   bool fits = data.shape.size() == global.size() && !global.empty() &&
               data.shape[0] <= global[0];
   for (size_t d = 1; fits && d < global.size(); ++d)
     fits = data.shape[d] == global[d];
   if (!fits)
     return buf.emitOpError()
-           << "initial value of shape " << type << " does not fit the "
-           << "parameter's global shape [" << llvm::interleaved(global)
+           << "initial value of shape [" << llvm::interleaved(data.shape)
+           << "] does not fit the parameter's global shape ["
+           << llvm::interleaved(global)
            << "] (only the vocabulary rows of dim 0 may be padded)";
+  if (!data.file.empty())
+    return success();
   if (auto resource = dyn_cast<DenseResourceElementsAttr>(entry)) {
     AsmResourceBlob *blob = resource.getRawHandle().getBlob();
     if (!blob)

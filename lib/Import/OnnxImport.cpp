@@ -29,6 +29,7 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Path.h"
 
@@ -63,7 +64,7 @@ const std::set<std::string> kSupportedOps = {
     "LayerNormalization",    "MatMul",  "Mul",        "Not",
     "Relu",      "Reshape",  "Shape",   "Softmax",    "SoftmaxCrossEntropyLoss",
     "Split",     "Squeeze",  "Transpose", "Trilu",    "Unsqueeze",
-    "Where",     "Pow",      "ConstantOfShape", "Sub", "Sqrt"};
+    "Where",     "Pow",      "ConstantOfShape", "Sub", "Sqrt", "Tanh"};
 
 /// The decoder-layer index in a parameter or node-scope name
 /// ("layers.3.mlp.linear_fc1.weight", "/layers.3/mlp/Add", "h.3.attn"), or
@@ -253,6 +254,7 @@ private:
   std::unordered_map<std::string, Act> acts;
   std::set<const Node *> covered;
   std::unordered_map<std::string, std::optional<Const>> constants;
+  std::set<std::string> inProgress;
   /// QKV projections whose output features are [q][k][v] blocks (GPT-2's
   /// c_attn): parameter name -> (heads, head_dim), permuted at import to
   /// Megatron's per-head [q k v] order.
@@ -289,6 +291,7 @@ std::optional<Const> Importer::constant(const std::string &v) {
   auto cached = constants.find(v);
   if (cached != constants.end())
     return cached->second;
+  constants[v] = std::nullopt; // a cycle evaluates to "not a constant"
   std::optional<Const> c = evaluate(v);
   constants[v] = c;
   return c;
@@ -541,6 +544,11 @@ FailureOr<Act> Importer::materialise(const std::string &v, const Node &user) {
   auto it = acts.find(v);
   if (it != acts.end())
     return it->second;
+  if (!inProgress.insert(v).second) {
+    error(user) << "input '" << v << "' depends on itself (a cycle)";
+    return failure();
+  }
+  auto done = llvm::make_scope_exit([&] { inProgress.erase(v); });
   if (initializer(v)) {
     error(user) << "initializer '" << v
                 << "' is used as an activation; expected it as the weight of a "
@@ -608,8 +616,15 @@ FailureOr<Act> Importer::matchNode(const Node &n, const std::string &v) {
       }
       ratio = *r;
     }
-    bool training = n.inputs.size() > 2 && !n.inputs[2].empty() &&
-                    scalar(n.inputs[2]).value_or(0) != 0;
+    bool training = false;
+    if (n.inputs.size() > 2 && !n.inputs[2].empty()) {
+      std::optional<double> mode = scalar(n.inputs[2]);
+      if (!mode) {
+        error(n) << "expected a constant training_mode";
+        return failure();
+      }
+      training = *mode != 0;
+    }
     if (training && ratio != 0) {
       error(n) << "dropout at rate " << ratio
                << " is not imported (its masks would not be PyTorch's); "
@@ -763,7 +778,7 @@ FailureOr<Act> Importer::matchAdd(const Node &n) {
                 "of a constant";
     return failure();
   }
-  if (shapeOf(a) != shapeOf(c)) {
+  if (shapeOf(a).empty() || shapeOf(a) != shapeOf(c)) {
     error(n) << "expected two activations of the same shape (a residual add); "
                 "broadcasting adds are not imported";
     return failure();
@@ -824,7 +839,8 @@ FailureOr<Act> Importer::matchEmbedding(const Node &gather, const Node *posGathe
   return Act{y, -1};
 }
 
-/// GELU with the exact erf: x * 0.5 * (1 + erf(x / sqrt(2))), in any order
+/// GELU with the exact erf: x * 0.5 * (1 + erf(x / sqrt(2))), or its tanh
+/// approximation (nn.gelu {approximate = "tanh"}), in any order
 /// of the multiplications (torch exports Mul(Mul(x, Add(Erf(Div(x, 1.414..)),
 /// 1)), 0.5)); the division may be a multiplication by 1 / sqrt(2).
 FailureOr<Act> Importer::matchGelu(const Node &root) {
@@ -865,10 +881,58 @@ FailureOr<Act> Importer::matchGelu(const Node &root) {
     }
     return std::nullopt;
   };
+  // 1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)) (PyTorch's approximate='tanh'
+  // and GPT-2's gelu_new; x^3 as Pow(x, 3) or x * (x * x)), the factors of
+  // each product in either order.
+  auto onePlusTanhOf = [&](const std::string &f)
+      -> std::optional<std::pair<std::string, SmallVector<const Node *>>> {
+    const Node *add = producedBy(f, "Add");
+    if (!add)
+      return std::nullopt;
+    auto product = [&](const Node *mul, double c) -> std::optional<std::string> {
+      for (int j = 0; mul && j < 2; ++j)
+        if (isScalar(mul->inputs[j], c))
+          return mul->inputs[1 - j];
+      return std::nullopt;
+    };
+    for (int i = 0; i < 2; ++i) {
+      const Node *tanh = producedBy(add->inputs[i], "Tanh");
+      if (!tanh || !isScalar(add->inputs[1 - i], 1.0))
+        continue;
+      const Node *scaleMul = producedBy(tanh->inputs[0], "Mul");
+      std::optional<std::string> inner =
+          product(scaleMul, std::sqrt(2.0 / M_PI));
+      const Node *sum = inner ? producedBy(*inner, "Add") : nullptr;
+      for (int j = 0; sum && j < 2; ++j) {
+        const std::string &x = sum->inputs[j];
+        const Node *cubicMul = producedBy(sum->inputs[1 - j], "Mul");
+        std::optional<std::string> cube = product(cubicMul, 0.044715);
+        if (!cube)
+          continue;
+        SmallVector<const Node *> nodes = {add, tanh, scaleMul, sum, cubicMul};
+        if (const Node *pow = producedBy(*cube, "Pow")) {
+          if (pow->inputs[0] == x && isScalar(pow->inputs[1], 3.0)) {
+            nodes.push_back(pow);
+            return std::make_pair(x, nodes);
+          }
+        } else if (const Node *m = producedBy(*cube, "Mul")) {
+          for (int k = 0; k < 2; ++k) {
+            const Node *sq = producedBy(m->inputs[k], "Mul");
+            if (m->inputs[1 - k] == x && sq && sq->inputs[0] == x &&
+                sq->inputs[1] == x) {
+              nodes.append({m, sq});
+              return std::make_pair(x, nodes);
+            }
+          }
+        }
+      }
+    }
+    return std::nullopt;
+  };
   std::optional<std::string> x;
   std::string erfArg;
   SmallVector<const Node *> chain;
-  bool half = false, onePlusErf = false, extra = false;
+  bool half = false, onePlusErf = false, tanhForm = false, extra = false;
   for (const std::string &f : factors) {
     if (!half && isScalar(f, 0.5)) {
       half = true;
@@ -876,6 +940,10 @@ FailureOr<Act> Importer::matchGelu(const Node &root) {
       onePlusErf = true;
       erfArg = e->first;
       chain = e->second;
+    } else if (auto t = !onePlusErf ? onePlusTanhOf(f) : std::nullopt) {
+      onePlusErf = tanhForm = true;
+      erfArg = t->first;
+      chain = t->second;
     } else if (!x) {
       x = f;
     } else {
@@ -883,8 +951,9 @@ FailureOr<Act> Importer::matchGelu(const Node &root) {
     }
   }
   if (!half || !onePlusErf || !x || extra || *x != erfArg) {
-    error(root) << "not part of a recognised pattern (expected the exact GELU "
-                   "x * 0.5 * (1 + erf(x / sqrt(2))))";
+    error(root) << "not part of a recognised pattern (expected the GELU "
+                   "x * 0.5 * (1 + erf(x / sqrt(2))) or its tanh form x * 0.5 * "
+                   "(1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))))";
     return failure();
   }
   for (const Node *n : muls)
@@ -894,7 +963,9 @@ FailureOr<Act> Importer::matchGelu(const Node &root) {
   FailureOr<Act> in = materialise(*x, root);
   if (failed(in))
     return failure();
-  return mark(nn::GeluOp::create(b, loc(root), in->value), layerOf(root, {*in}));
+  return mark(nn::GeluOp::create(b, loc(root), in->value,
+                                 tanhForm ? "tanh" : "none"),
+              layerOf(root, {*in}));
 }
 
 FailureOr<Act> Importer::matchLayerNorm(const Node &n) {
@@ -949,7 +1020,7 @@ FailureOr<Act> Importer::matchAttention(const Node &root) {
     return fail(*t3, "the product of the probabilities and V");
   const Node *sm = producedBy(pv->inputs[0], "Softmax");
   std::vector<int64_t> smShape = sm ? shapeOf(sm->inputs[0]) : std::vector<int64_t>();
-  if (!sm || smShape.size() != 4 ||
+  if (!sm || smShape.size() != 4 || smShape[2] != smShape[3] ||
       (intAttr(*sm, "axis", -1) != -1 && intAttr(*sm, "axis", -1) != 3))
     return fail(*pv, "a Softmax over the last axis of [b, heads, s, s] scores");
   // Optional causal mask.
@@ -1019,8 +1090,9 @@ FailureOr<Act> Importer::matchAttention(const Node &root) {
     split = producerOf(headReshapes[0]->inputs[0]);
   }
   std::vector<int64_t> ctx4 = shapeOf(tq->outputs[0]); // [b, A, s, D]
-  if (ctx4.size() != 4)
-    return fail(*tq, "q as [b, heads, s, head_dim]");
+  if (ctx4.size() != 4 || ctx4[0] != smShape[0] || ctx4[1] != smShape[1] ||
+      ctx4[2] != smShape[2])
+    return fail(*tq, "q as [b, heads, s, head_dim] for scores [b, heads, s, s]");
   int64_t heads = ctx4[1];
   headDim = ctx4[3];
   if (!isScalar(scaleConst, scale->opType == "Div"
@@ -1101,6 +1173,9 @@ FailureOr<Act> Importer::matchAttention(const Node &root) {
     if ((!blocks && !r0) || qkv3.size() != 3 || qkv3[2] != 3 * heads * headDim)
       return fail(*split, "the QKV projection [b, s, 3 * hidden] split into "
                           "heads");
+    if (!blocks && splitIn != std::vector<int64_t>{qkv3[0], qkv3[1], heads,
+                                                    3 * headDim})
+      return fail(*split, "a split of [b, s, heads, 3 * head_dim]");
     if (failed(checkOutput(qkv3)))
       return failure();
     if (blocks && numUsers(qkvValue) != 1)
@@ -1184,7 +1259,7 @@ Importer::linearParts(const std::string &v) {
         gemm = g;
         parts.nodes.append({p, flat});
       }
-  if (!gemm || intAttr(*gemm, "transA", 0) != 0 ||
+  if (!gemm || gemm->inputs.size() < 2 || intAttr(*gemm, "transA", 0) != 0 ||
       (gemm->attr("alpha") && gemm->attr("alpha")->f != 1.0f) ||
       (gemm->attr("beta") && gemm->attr("beta")->f != 1.0f))
     return std::nullopt;
@@ -1194,8 +1269,12 @@ Importer::linearParts(const std::string &v) {
   parts.x = p == gemm ? gemm->inputs[0] : parts.nodes.back()->inputs[0];
   parts.weight = gemm->inputs[1];
   parts.transposed = intAttr(*gemm, "transB", 0) == 0;
-  if (gemm->inputs.size() > 2)
+  if (gemm->inputs.size() > 2 && !gemm->inputs[2].empty()) {
+    const Tensor *c = initializer(gemm->inputs[2]);
+    if (!c || c->shape.size() != 1)
+      return std::nullopt;
     parts.bias = gemm->inputs[2];
+  }
   parts.nodes.push_back(gemm);
   return parts;
 }
@@ -1225,16 +1304,22 @@ FailureOr<Act> Importer::matchSeparateQKV(ArrayRef<const Node *> headReshapes,
     int64_t outDim = lp.transposed ? w->shape[1] : w->shape[0];
     int64_t inDim = lp.transposed ? w->shape[0] : w->shape[1];
     const Tensor *bias = lp.bias.empty() ? nullptr : initializer(lp.bias);
-    bool sameForm = lp.x == parts[0].x && lp.bias.empty() == parts[0].bias.empty() &&
+    bool usable = w->elemType == onnx_model::kFloat &&
+                  (!bias || bias->elemType == onnx_model::kFloat) &&
+                  numUsers(lp.weight) == 1 &&
+                  (lp.bias.empty() || numUsers(lp.bias) == 1) &&
+                  (t == 0 || lp.weight != parts[0].weight);
+    bool sameForm = usable && lp.x == parts[0].x &&
+                    lp.bias.empty() == parts[0].bias.empty() &&
                     inDim == (parts[0].transposed ? initializer(parts[0].weight)->shape[0]
                                                   : initializer(parts[0].weight)->shape[1]);
-    if (outDim != hidden || !sameForm ||
+    if (outDim != hidden || !sameForm || (!lp.bias.empty() && !bias) ||
         (bias && bias->shape != std::vector<int64_t>{hidden}) ||
         params.count(lp.weight) || (!lp.bias.empty() && params.count(lp.bias))) {
       error(*headReshapes[size_t(t)])
           << "expected q, k and v projections of the same input, each "
-          << hidden << " wide, with or without biases alike, their weights "
-                       "used by nothing else";
+          << hidden << " wide, float, with or without biases alike, their "
+                       "weights distinct and used by nothing else";
       return failure();
     }
   }
@@ -1343,7 +1428,8 @@ FailureOr<Act> Importer::matchLoss(const Node &n) {
     std::vector<int64_t> from = shapeOf(r->inputs[0]), to = shapeOf(scores);
     const Node *rl = producedBy(labelsValue, "Reshape");
     if (from.size() != 3 || to.size() != 2 || to[1] != from[2] || !rl ||
-        !graphInputs.count(rl->inputs[0]) || shapeOf(rl->inputs[0]).size() != 2) {
+        !graphInputs.count(rl->inputs[0]) ||
+        shapeOf(rl->inputs[0]) != std::vector<int64_t>{from[0], from[1]}) {
       error(*r) << "expected the logits [b, s, vocab] flattened to [b * s, "
                    "vocab] and the labels [b, s] input flattened alike";
       return failure();
@@ -1354,6 +1440,10 @@ FailureOr<Act> Importer::matchLoss(const Node &n) {
     labelsValue = rl->inputs[0];
   } else if (!graphInputs.count(labelsValue)) {
     error(n) << "expected the labels as a graph input";
+    return failure();
+  } else if (shapeOf(scores).size() != 2) {
+    error(n) << "expected scores [batch, classes] (ONNX puts the classes on "
+                "axis 1), or logits [b, s, vocab] reshaped to [b * s, vocab]";
     return failure();
   }
   FailureOr<Act> logits = materialise(scores, n);
@@ -1441,7 +1531,9 @@ Attribute Importer::weightsAttr() {
           name, b.getDictionaryAttr(
                     {b.getNamedAttr("file", b.getStringAttr(t->externalFile)),
                      b.getNamedAttr("offset",
-                                    b.getI64IntegerAttr(t->externalOffset))})));
+                                    b.getI64IntegerAttr(t->externalOffset)),
+                     b.getNamedAttr("shape", b.getDenseI64ArrayAttr(
+                                                 type.getShape()))})));
       continue;
     }
     int64_t n = t->numElements();
@@ -1508,7 +1600,7 @@ OwningOpRef<ModuleOp> Importer::run() {
     }
     if (!kSupportedOps.count(n.opType)) {
       error(n) << "unsupported op type; the importer handles linear layers "
-                  "(MatMul, Gemm), GELU, ReLU, attention, embeddings, "
+                  "(MatMul, Gemm), GELU (erf or tanh), ReLU, attention, embeddings, "
                   "LayerNormalization and SoftmaxCrossEntropyLoss";
       return nullptr;
     }

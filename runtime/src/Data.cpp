@@ -282,11 +282,17 @@ public:
     if (fd < 0)
       return invalidArgument("cannot open '", path, "': ", std::strerror(errno));
     struct stat st;
-    if (::fstat(fd, &st) != 0 || offset < 0 || st.st_size < offset + size) {
+    if (::fstat(fd, &st) != 0) {
+      int err = errno;
+      ::close(fd);
+      return invalidArgument("cannot stat '", path, "': ", std::strerror(err));
+    }
+    if (offset < 0 || size < 0 || offset > int64_t(st.st_size) ||
+        size > int64_t(st.st_size) - offset) {
       ::close(fd);
       return invalidArgument("'", path, "' holds ", int64_t(st.st_size),
-                             " bytes; the parameter needs bytes ", offset,
-                             "..", offset + size);
+                             " bytes; the parameter needs ", size,
+                             " bytes from byte ", offset);
     }
     int64_t page = ::sysconf(_SC_PAGESIZE);
     int64_t start = offset / page * page;

@@ -106,7 +106,7 @@ TEST_F(CpuBackendTest, GeluAndGradVsFiniteDifferences) {
     x.push_back(v);
   const int64_t n = int64_t(x.size());
   std::vector<float> y(static_cast<size_t>(n)), dx(static_cast<size_t>(n));
-  ASSERT_TRUE(backend->gelu(x.data(), y.data(), n).ok());
+  ASSERT_TRUE(backend->gelu(x.data(), y.data(), n, /*tanh=*/false).ok());
   auto f = [](double t) {
     return 0.5 * t * (1 + std::erf(t / std::sqrt(2.0)));
   };
@@ -119,13 +119,44 @@ TEST_F(CpuBackendTest, GeluAndGradVsFiniteDifferences) {
     EXPECT_NEAR(y[i], ref, 2e-6 * (1 + std::fabs(ref))) << "x = " << v;
   }
   auto g = random(size_t(n));
-  ASSERT_TRUE(backend->geluGrad(x.data(), g.data(), dx.data(), n).ok());
+  ASSERT_TRUE(
+      backend->geluGrad(x.data(), g.data(), dx.data(), n, /*tanh=*/false).ok());
   for (size_t i = 0; i < size_t(n); ++i) {
     double v = x[i], ref = double(g[i]) * fprime(v);
     EXPECT_NEAR(dx[i], ref, 2e-6 * (1 + std::fabs(ref))) << "x = " << v;
     double h = 1e-3;
     double fd = (f(v + h) - f(v - h)) / (2 * h);
     EXPECT_NEAR(dx[i], g[i] * fd, 1e-4 * (1 + std::fabs(g[i] * fd)));
+  }
+}
+
+TEST_F(CpuBackendTest, GeluTanhAndGradVsLibmAndFiniteDifferences) {
+  // PyTorch's gelu(approximate='tanh') (GPT-2's gelu_new), over the same
+  // sweep: the tanh saturation at |u| = 10 and both signs.
+  auto x = random(256, 2.0f);
+  for (int i = -1600; i <= 1600; ++i)
+    x.push_back(float(i) * 0.005f);
+  for (float v : {0.0f, -0.0f, 1e-4f, -1e-4f, 30.0f, -30.0f})
+    x.push_back(v);
+  const int64_t n = int64_t(x.size());
+  std::vector<float> y(static_cast<size_t>(n)), dx(static_cast<size_t>(n));
+  ASSERT_TRUE(backend->gelu(x.data(), y.data(), n, /*tanh=*/true).ok());
+  const double k = std::sqrt(2.0 / M_PI);
+  auto f = [&](double t) {
+    return 0.5 * t * (1 + std::tanh(k * (t + 0.044715 * t * t * t)));
+  };
+  for (size_t i = 0; i < size_t(n); ++i) {
+    double v = x[i], ref = f(v);
+    EXPECT_NEAR(y[i], ref, 2e-6 * (1 + std::fabs(ref))) << "x = " << v;
+  }
+  auto g = random(size_t(n));
+  ASSERT_TRUE(
+      backend->geluGrad(x.data(), g.data(), dx.data(), n, /*tanh=*/true).ok());
+  for (size_t i = 0; i < size_t(n); ++i) {
+    double v = x[i], h = 1e-3;
+    double fd = (f(v + h) - f(v - h)) / (2 * h);
+    EXPECT_NEAR(dx[i], g[i] * fd, 1e-4 * (1 + std::fabs(g[i] * fd)))
+        << "x = " << v;
   }
 }
 

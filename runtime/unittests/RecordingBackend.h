@@ -107,14 +107,14 @@ public:
     note("add");
     return inner->add(a, b, c, n);
   }
-  Status gelu(const float *x, float *y, int64_t n) override {
+  Status gelu(const float *x, float *y, int64_t n, bool tanh) override {
     note("gelu");
-    return inner->gelu(x, y, n);
+    return inner->gelu(x, y, n, tanh);
   }
-  Status geluGrad(const float *x, const float *dy, float *dx,
-                  int64_t n) override {
+  Status geluGrad(const float *x, const float *dy, float *dx, int64_t n,
+                  bool tanh) override {
     note("geluGrad");
-    return inner->geluGrad(x, dy, dx, n);
+    return inner->geluGrad(x, dy, dx, n, tanh);
   }
   Status relu(const float *x, float *y, int64_t n) override {
     note("relu");

@@ -120,6 +120,15 @@ TEST(SharedMathTest, ExpErfAndGeluAgainstLibm) {
     double pdf = std::exp(-0.5 * xf * xf) / std::sqrt(2.0 * M_PI);
     double cdf = 0.5 * (1.0 + std::erf(xf / std::sqrt(2.0)));
     ASSERT_NEAR(math::geluGrad(xf, 1.5f), 1.5 * (cdf + xf * pdf), 2e-6) << x;
+    ASSERT_NEAR(math::tanhApprox(xf), std::tanh(double(xf)), 2e-7) << x;
+    double u = std::sqrt(2.0 / M_PI) * (xf + 0.044715 * xf * xf * xf);
+    double gt = 0.5 * xf * (1.0 + std::tanh(u));
+    ASSERT_NEAR(math::geluTanh(xf), gt, 1e-6 * (1.0 + std::fabs(gt))) << x;
+    double t = std::tanh(u);
+    double dgt = 0.5 * (1.0 + t) + 0.5 * xf * (1.0 - t * t) * std::sqrt(2.0 / M_PI) *
+                                       (1.0 + 3.0 * 0.044715 * xf * xf);
+    ASSERT_NEAR(math::geluTanhGrad(xf, 1.5f), 1.5 * dgt,
+                2e-6 * (1.0 + std::fabs(dgt))) << x;
   }
   EXPECT_EQ(math::expApprox(-100.0f), 0.0f);
   EXPECT_EQ(math::expApprox(-INFINITY), 0.0f);

@@ -23,7 +23,7 @@
 // CHECK-DAG: %[[GW1:.*]] = rt.get @"grad:fc1.weight" : memref<8x8xf32>
 // The data input enters the tp region without a copy.
 // CHECK: rt.gemm %[[X]], %[[W1]], %[[H:[^ ]*]] {trans_b}
-// CHECK: rt.gelu %[[H]]
+// CHECK: rt.gelu %[[H]], %{{.*}} {iattrs = array<i64: 0>}
 // CHECK: rt.all_reduce %{{.*}} {group = "tp"}
 // CHECK: rt.cross_entropy
 // CHECK: rt.mean %{{.*}}, %{{.*}} : memref<4xf32>, memref<f32>

@@ -20,7 +20,7 @@ module attributes {tessera.weights = {fc2.weight = dense<0.5> : tensor<4x16xf32>
 // -----
 
 module attributes {tessera.weights = {fc1.weight = dense<0.5> : tensor<16x4xf32>}} {
-  // expected-error @+1 {{'rt.buffer' op initial value of shape 'tensor<16x4xf32>' does not fit the parameter's global shape [16, 8] (only the vocabulary rows of dim 0 may be padded)}}
+  // expected-error @+1 {{'rt.buffer' op initial value of shape [16, 4] does not fit the parameter's global shape [16, 8] (only the vocabulary rows of dim 0 may be padded)}}
   func.func @mlp(%x: tensor<?x8xf32> {nn.input = "features"},
                  %t: tensor<?xi32> {nn.input = "labels"},
                  %w1: tensor<16x8xf32> {nn.param = "fc1.weight", nn.init = "data"},

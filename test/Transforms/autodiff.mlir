@@ -75,3 +75,24 @@ module {
     return %m : tensor<f32>
   }
 }
+
+// -----
+
+// The tanh GELU's adjoint is the tanh GELU's gradient.
+// CHECK-LABEL: func.func @tanh_gelu
+// CHECK: %[[H:.*]] = nn.linear
+// CHECK: nn.gelu %[[H]] {approximate = "tanh"}
+// CHECK: nn.gelu_grad %[[H]], %{{.*}} {approximate = "tanh"}
+module attributes {tessera.batch = {global_batch_size = 4 : i64, micro_batch_size = 4 : i64, num_microbatches = 1 : i64}} {
+  func.func @tanh_gelu(%x: tensor<4x8xf32> {nn.input = "features"},
+                       %t: tensor<4xi32> {nn.input = "labels"},
+                       %w1: tensor<16x8xf32> {nn.param = "fc1.weight"},
+                       %wh: tensor<3x16xf32> {nn.param = "head.weight"}) -> tensor<f32> {
+    %h = nn.linear %x, %w1 : (tensor<4x8xf32>, tensor<16x8xf32>) -> tensor<4x16xf32>
+    %a = nn.gelu %h {approximate = "tanh"} : tensor<4x16xf32>
+    %z = nn.linear %a, %wh : (tensor<4x16xf32>, tensor<3x16xf32>) -> tensor<4x3xf32>
+    %l = nn.softmax_cross_entropy %z, %t : (tensor<4x3xf32>, tensor<4xi32>) -> tensor<4xf32>
+    %m = nn.mean %l : (tensor<4xf32>) -> tensor<f32>
+    return %m : tensor<f32>
+  }
+}

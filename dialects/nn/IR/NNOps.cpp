@@ -215,12 +215,24 @@ LogicalResult MatmulOp::inferReturnTypes(MLIRContext *ctx,
 // Elementwise ops
 //===----------------------------------------------------------------------===//
 
+static LogicalResult verifyApproximate(Operation *op, StringRef approximate) {
+  if (approximate != "none" && approximate != "tanh")
+    return op->emitOpError() << "approximate must be \"none\" or \"tanh\", got \""
+                             << approximate << "\"";
+  return success();
+}
+LogicalResult GeluOp::verify() { return verifyApproximate(*this, getApproximate()); }
+LogicalResult GeluGradOp::verify() {
+  return verifyApproximate(*this, getApproximate());
+}
+
 LogicalResult GeluOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
                                    ArrayRef<bool> needed,
                                    SmallVectorImpl<Value> &adj) {
   adj.assign(1, Value());
   if (needed[0])
-    adj[0] = GeluGradOp::create(b, getLoc(), getInput(), resultAdj[0]);
+    adj[0] = GeluGradOp::create(b, getLoc(), getInput(), resultAdj[0],
+                                getApproximate());
   return success();
 }
 

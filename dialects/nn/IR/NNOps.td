@@ -113,14 +113,20 @@ class NN_UnaryOp<string mnemonic, list<Trait> traits = []>
 }
 
 def NN_GeluOp : NN_UnaryOp<"gelu"> {
-  let summary = "GELU activation, exact erf form";
+  let summary = "GELU activation, exact erf form or tanh approximation";
   let description = [{
-    `x * Phi(x)` elementwise.
+    `x * Phi(x)` elementwise (Megatron's default), or with
+    `approximate = "tanh"` PyTorch's `gelu(approximate='tanh')` (GPT-2's
+    `gelu_new`): `0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))`.
 
     ```mlir
     %h = nn.gelu %z : tensor<8x1024xf32>
+    %t = nn.gelu %z {approximate = "tanh"} : tensor<8x1024xf32>
     ```
   }];
+  let arguments = (ins NN_F32Tensor:$input,
+                       DefaultValuedStrAttr<StrAttr, "none">:$approximate);
+  let hasVerifier = 1;
 }
 
 def NN_ReluOp : NN_UnaryOp<"relu"> {
@@ -212,10 +218,15 @@ class NN_ActivationGradOp<string mnemonic> : NN_Op<mnemonic,
 def NN_GeluGradOp : NN_ActivationGradOp<"gelu_grad"> {
   let summary = "backward of nn.gelu: dy * gelu'(x)";
   let description = [{
+    `approximate` as in nn.gelu.
+
     ```mlir
     %dz = nn.gelu_grad %z, %dh : tensor<8x1024xf32>
     ```
   }];
+  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$result_grad,
+                       DefaultValuedStrAttr<StrAttr, "none">:$approximate);
+  let hasVerifier = 1;
 }
 
 def NN_ReluGradOp : NN_ActivationGradOp<"relu_grad"> {

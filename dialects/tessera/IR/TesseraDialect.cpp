@@ -239,8 +239,9 @@ const AttrContract kTesseraAttrs[] = {
      }},
     {kWeightsAttr, Module,
      [](Attribute a, Type t) -> std::string {
-       std::string expected = "a dictionary from parameter names to f32 "
-                              "elements or {file = <path>, offset = <bytes>}";
+       std::string expected =
+           "a dictionary from parameter names to f32 elements or {file = "
+           "<path>, offset = <bytes>, shape = <the data's shape>}";
        auto dict = dyn_cast_if_present<DictionaryAttr>(a);
        if (!dict)
          return expected;
@@ -251,7 +252,9 @@ const AttrContract kTesseraAttrs[] = {
            continue;
          }
          if (!dictionary(entry.getValue(), t,
-                         {{"file", string}, {"offset", nonNegativeInt}})
+                         {{"file", string},
+                          {"offset", nonNegativeInt},
+                          {"shape", i64Array}})
                   .empty())
            return expected;
        }

@@ -35,8 +35,9 @@ constexpr llvm::StringLiteral kModelNameAttr = "tessera.model";
 constexpr llvm::StringLiteral kVocabAttr = "tessera.vocab";
 // Initial values of the parameters whose nn.init is "data" (imported
 // models), by parameter name: an f32 elements attribute of the parameter
-// (inline data), or {file = "<absolute path>", offset = <bytes>} for
-// little-endian f32 data in an external file (ONNX external data).
+// (inline data), or {file = "<absolute path>", offset = <bytes>, shape =
+// array<i64: ...>} for little-endian f32 data of that shape in an external
+// file (ONNX external data).
 constexpr llvm::StringLiteral kWeightsAttr = "tessera.weights";
 
 // Phase functions and their bindings.

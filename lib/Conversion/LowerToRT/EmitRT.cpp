@@ -231,6 +231,12 @@ struct KernelPattern : PhasePattern<SourceOp> {
                                           SourceOp o)
 
 KERNEL_ATTRS(nn::ReduceRowsOp) { return {p.beta(b, o.getResult())}; }
+KERNEL_ATTRS(nn::GeluOp) {
+  return {p.iattrs(b, {o.getApproximate() == "tanh" ? 1 : 0})};
+}
+KERNEL_ATTRS(nn::GeluGradOp) {
+  return {p.iattrs(b, {o.getApproximate() == "tanh" ? 1 : 0})};
+}
 KERNEL_ATTRS(nn::CastOp) { return {p.beta(b, o.getResult())}; }
 KERNEL_ATTRS(nn::PositionEmbeddingGradOp) { return {p.beta(b, o.getResult())}; }
 KERNEL_ATTRS(nn::FillOp) {

@@ -9,6 +9,7 @@
 
 #include "tessera/Import/OnnxModel.h"
 
+#include "onnx/checker.h"
 #include "onnx/onnx_pb.h"
 #include "onnx/shape_inference/implementation.h"
 
@@ -99,6 +100,14 @@ Tensor convertTensor(const onnx::TensorProto &t, bool loadData,
   out.name = t.name();
   out.elemType = t.data_type();
   out.shape.assign(t.dims().begin(), t.dims().end());
+  // At most 2^48 elements, no negative dimension: the sizes the importer
+  // computes (elements x 4 bytes) cannot overflow.
+  int64_t n = 1;
+  for (int64_t d : out.shape) {
+    if (d < 0 || (d != 0 && n > (int64_t(1) << 48) / d))
+      throw LoadError{"tensor '" + t.name() + "' has an invalid shape"};
+    n *= d;
+  }
   if (t.data_location() == onnx::TensorProto::EXTERNAL) {
     std::string location;
     for (const onnx::StringStringEntryProto &e : t.external_data()) {
@@ -165,6 +174,24 @@ void load(const std::string &path, bool loadWeights, Model &model) {
   }
   if (!proto.has_graph())
     throw LoadError{"the model has no graph"};
+  // The onnx checker: node input counts, attributes, topological order (no
+  // cycles), external-data locations inside the model's directory.
+  try {
+    onnx::checker::CheckerContext ctx;
+    ctx.set_ir_version(int(proto.ir_version()));
+    std::unordered_map<std::string, int> opsets;
+    for (const onnx::OperatorSetIdProto &o : proto.opset_import())
+      opsets[o.domain()] = int(o.version());
+    ctx.set_opset_imports(opsets);
+    ctx.set_model_dir(std::filesystem::absolute(std::filesystem::path(path))
+                          .parent_path()
+                          .string());
+    onnx::checker::LexicalScopeContext lex;
+    onnx::checker::check_graph(proto.graph(), ctx, lex);
+  } catch (const std::exception &e) {
+    throw LoadError{std::string("the ONNX checker rejects the model: ") +
+                    e.what()};
+  }
   model.path = path;
   model.producerName = proto.producer_name();
   model.producerVersion = proto.producer_version();

@@ -331,9 +331,9 @@ Status Executor::execute(const Thunk &t) {
   case O::Add:
     return be->add(F(0), F(1), F(2), t.n);
   case O::Gelu:
-    return be->gelu(F(0), F(1), t.n);
+    return be->gelu(F(0), F(1), t.n, t.i[0] != 0);
   case O::GeluGrad:
-    return be->geluGrad(F(0), F(1), F(2), t.n);
+    return be->geluGrad(F(0), F(1), F(2), t.n, t.i[0] != 0);
   case O::Relu:
     return be->relu(F(0), F(1), t.n);
   case O::ReluGrad:

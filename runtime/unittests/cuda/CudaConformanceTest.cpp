@@ -165,13 +165,16 @@ TEST(CudaConformanceTest, Elementwise) {
           [&](Backend &b, std::vector<void *> &p) {
             return b.add(F(0), F(1), F(2), n);
           });
-  compare("gelu", {in(x), out(y)}, [&](Backend &b, std::vector<void *> &p) {
-    return b.gelu(F(0), F(1), n);
-  });
-  compare("geluGrad", {in(x), in(y), out(y)},
-          [&](Backend &b, std::vector<void *> &p) {
-            return b.geluGrad(F(0), F(1), F(2), n);
-          });
+  for (bool tanh : {false, true}) {
+    compare(tanh ? "gelu(tanh)" : "gelu", {in(x), out(y)},
+            [&](Backend &b, std::vector<void *> &p) {
+              return b.gelu(F(0), F(1), n, tanh);
+            });
+    compare(tanh ? "geluGrad(tanh)" : "geluGrad", {in(x), in(y), out(y)},
+            [&](Backend &b, std::vector<void *> &p) {
+              return b.geluGrad(F(0), F(1), F(2), n, tanh);
+            });
+  }
   compare("relu", {in(x), out(y)}, [&](Backend &b, std::vector<void *> &p) {
     return b.relu(F(0), F(1), n);
   });

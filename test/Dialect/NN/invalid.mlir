@@ -63,3 +63,19 @@ func.func @cast_int(%x: tensor<4xi32>) {
   %y = nn.cast %x : tensor<4xi32> to tensor<4xf32>
   return
 }
+
+// -----
+
+func.func @gelu_approximate(%x: tensor<8x16xf32>) {
+  // expected-error @+1 {{approximate must be "none" or "tanh", got "sigmoid"}}
+  %y = nn.gelu %x {approximate = "sigmoid"} : tensor<8x16xf32>
+  return
+}
+
+// -----
+
+func.func @gelu_grad_approximate(%x: tensor<8x16xf32>) {
+  // expected-error @+1 {{approximate must be "none" or "tanh", got "erf"}}
+  %y = nn.gelu_grad %x, %x {approximate = "erf"} : tensor<8x16xf32>
+  return
+}

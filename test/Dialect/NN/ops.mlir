@@ -9,6 +9,8 @@ func.func @forward(%x: tensor<8x256xf32>, %w: tensor<16x256xf32>, %b: tensor<16x
   %y2 = nn.linear %x, %w : (tensor<8x256xf32>, tensor<16x256xf32>) -> tensor<8x16xf32>
   // CHECK: nn.gelu
   %g = nn.gelu %y : tensor<8x16xf32>
+  // CHECK: nn.gelu %{{.*}} {approximate = "tanh"}
+  %gt = nn.gelu %y {approximate = "tanh"} : tensor<8x16xf32>
   // CHECK: nn.relu
   %r = nn.relu %y2 : tensor<8x16xf32>
   // CHECK: nn.add
@@ -31,6 +33,8 @@ func.func @backward(%dy: tensor<8x16xf32>, %x: tensor<8x256xf32>, %z: tensor<8x1
   %db = nn.reduce_rows %dy : (tensor<8x16xf32>) -> tensor<16xf32>
   // CHECK: nn.gelu_grad
   %dz = nn.gelu_grad %z, %dy : tensor<8x16xf32>
+  // CHECK: nn.gelu_grad %{{.*}}, %{{.*}} {approximate = "tanh"}
+  %dzt = nn.gelu_grad %z, %dy {approximate = "tanh"} : tensor<8x16xf32>
   // CHECK: nn.relu_grad
   %dz2 = nn.relu_grad %z, %dy : tensor<8x16xf32>
   // CHECK: nn.fill 2.500000e-01 : tensor<f32>

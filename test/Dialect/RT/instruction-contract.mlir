@@ -55,7 +55,7 @@ func.func @f(%x: memref<3x8xf32>, %g: memref<8xf32>, %b: memref<8xf32>, %y: memr
 
 func.func @f(%x: memref<8xf32>, %y: memref<8xf32>) {
   // expected-error @+1 {{takes no group, got 'tp'}}
-  rt.gelu %x, %y {group = "tp"} : memref<8xf32>, memref<8xf32>
+  rt.gelu %x, %y {iattrs = array<i64: 0>, group = "tp"} : memref<8xf32>, memref<8xf32>
   return
 }
 

@@ -17,7 +17,7 @@ func.func @f() attributes {rt.entry} {
   // CHECK: rt.gemm %{{.*}}, %{{.*}}, %{{.*}} {trans_b} : memref<2x8xf32>, memref<4x8xf32>, memref<2x4xf32>
   rt.gemm %x, %w, %y {trans_b} : memref<2x8xf32>, memref<4x8xf32>, memref<2x4xf32>
   // CHECK: rt.gelu
-  rt.gelu %y, %y : memref<2x4xf32>, memref<2x4xf32>
+  rt.gelu %y, %y {iattrs = array<i64: 1>} : memref<2x4xf32>, memref<2x4xf32>
   // CHECK: rt.scale %{{.*}}, %{{.*}} {alpha = 5.000000e-01 : f32}
   rt.scale %g, %g {alpha = 0.5 : f32} : memref<4x8xf32>, memref<4x8xf32>
   // CHECK: %[[E:.*]] = rt.all_reduce_start %{{.*}} {group = "dp"}

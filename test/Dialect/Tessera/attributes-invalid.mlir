@@ -69,20 +69,20 @@ module attributes {tessera.vocab = {size = 257}} {
 
 // -----
 
-// expected-error @+1 {{attribute 'tessera.weights' must be a dictionary from parameter names to f32 elements or {file = <path>, offset = <bytes>}, got {w = dense<1> : tensor<2xi32>}}}
+// expected-error @+1 {{attribute 'tessera.weights' must be a dictionary from parameter names to f32 elements or {file = <path>, offset = <bytes>, shape = <the data's shape>}, got {w = dense<1> : tensor<2xi32>}}}
 module attributes {tessera.weights = {w = dense<1> : tensor<2xi32>}} {
 }
 
 // -----
 
-// expected-error @+1 {{attribute 'tessera.weights' must be a dictionary from parameter names to f32 elements or {file = <path>, offset = <bytes>}, got {w = {file = "/w.bin"}}}}
+// expected-error @+1 {{attribute 'tessera.weights' must be a dictionary from parameter names to f32 elements or {file = <path>, offset = <bytes>, shape = <the data's shape>}, got {w = {file = "/w.bin"}}}}
 module attributes {tessera.weights = {w = {file = "/w.bin"}}} {
 }
 
 // -----
 
-// expected-error @+1 {{attribute 'tessera.weights' must be a dictionary from parameter names to f32 elements or {file = <path>, offset = <bytes>}, got {w = {file = "/w.bin", offset = -4 : i64}}}}
-module attributes {tessera.weights = {w = {file = "/w.bin", offset = -4}}} {
+// expected-error @+1 {{attribute 'tessera.weights' must be a dictionary from parameter names to f32 elements or {file = <path>, offset = <bytes>, shape = <the data's shape>}, got {w = {file = "/w.bin", offset = -4 : i64, shape = array<i64: 2>}}}}
+module attributes {tessera.weights = {w = {file = "/w.bin", offset = -4, shape = array<i64: 2>}}} {
 }
 
 // -----

@@ -155,10 +155,12 @@ def parse_model(path):
             attrs = o.group(4) or ""
             ints = dict(re.findall(r"([\w.]+)\s*=\s*(-?\d+)\s*:\s*i64", attrs))
             floats = dict(re.findall(r"([\w.]+)\s*=\s*(-?[\d.eE+-]+)\s*:\s*f(?:32|64)", attrs))
+            strings = dict(re.findall(r"([\w.]+)\s*=\s*\"([^\"]*)\"", attrs))
             ops.append({"result": o.group(1), "op": o.group(2),
                         "operands": re.findall(r"%(\w+)", o.group(3)),
                         "ints": {k: int(v) for k, v in ints.items()},
-                        "floats": {k: float(v) for k, v in floats.items()}})
+                        "floats": {k: float(v) for k, v in floats.items()},
+                        "strings": strings})
         r = re.match(r"^\s*return\s+%(\w+)", line)
         if r:
             return args, ops, r.group(1)
@@ -295,7 +297,7 @@ def main():
                 ctx = torch.matmul(torch.softmax(scores, dim=-1), v)  # [B,A,S,D]
                 y = ctx.permute(2, 0, 1, 3).reshape(s, b, a * d)
             elif op == "gelu":
-                y = F.gelu(x[0])
+                y = F.gelu(x[0], approximate=o["strings"].get("approximate", "none"))
             elif op == "relu":
                 y = F.relu(x[0])
             elif op == "add":

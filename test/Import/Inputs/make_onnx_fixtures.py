@@ -41,14 +41,14 @@ Models (small, so that the fixtures can be committed):
                   cross-entropy it trains as gpt.onnx does, so its reference
                   is gpt.torch.jsonl.
   gpt2-hf.onnx    GPT-2 in Hugging Face's module layout (Conv1D weights
-                  [in, out], QKV as [q][k][v] blocks, tril-buffer mask, tied
-                  LM head), forward-only; with --loss cross-entropy its
+                  [in, out], QKV as [q][k][v] blocks, tril-buffer mask,
+                  gelu_new, tied LM head), forward-only; with --loss cross-entropy its
                   reference is gpt2-hf.torch.jsonl.
   gpt-sep-qkv.onnx the GPT with separate q, k and v projections (q_proj,
                   k_proj, v_proj, o_proj), fused into one projection at
                   import.
   bad/*.onnx      tiny models the importer rejects: an unsupported op
-                  (tanh), a supported op outside its pattern (softmax
+                  (sigmoid), a supported op outside its pattern (softmax
                   between two linears), a weight shared by two linears, opset
                   13, and an op in a custom domain.
 """
@@ -308,7 +308,8 @@ def main():
     # (torch.addmm on the flattened tokens), the QKV projection's output laid
     # out as [q][k][v] blocks and split, the causal mask a tril buffer sliced
     # and applied with torch.where(mask, scores, finfo.min), scores divided
-    # by a torch.full scalar, positions from arange, LM head tied to wte;
+    # by a torch.full scalar, gelu_new (the tanh GELU), positions from
+    # arange, LM head tied to wte;
     # exported forward-only (logits), trained with the token cross-entropy.
     class Conv1D(nn.Module):
         def __init__(self, nf, nx):
@@ -355,7 +356,11 @@ def main():
             self.c_proj = Conv1D(hidden, 4 * hidden)
 
         def forward(self, h):
-            return self.c_proj(F.gelu(self.c_fc(h)))
+            # gelu_new, GPT-2's activation (Hugging Face's NewGELUActivation).
+            u = self.c_fc(h)
+            a = 0.5 * u * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) *
+                                            (u + 0.044715 * torch.pow(u, 3.0))))
+            return self.c_proj(a)
 
     class GPT2Block(nn.Module):
         def __init__(self, hidden, heads, positions):
@@ -433,8 +438,8 @@ def main():
 
         def forward(self, features, labels):
             h = self.fc1(features)
-            if self.act == "tanh":
-                h = torch.tanh(h)
+            if self.act == "sigmoid":
+                h = torch.sigmoid(h)
             elif self.act == "softmax":
                 h = torch.softmax(h, dim=-1)
             elif self.act == "silu":
@@ -447,7 +452,7 @@ def main():
     example = (torch.randn(2, 4), torch.tensor([0, 3]))
     bad = os.path.join(args.out, "bad")
     os.makedirs(bad, exist_ok=True)
-    export(Tiny("tanh"), example, ["features", "labels"], os.path.join(bad, "unsupported-op.onnx"))
+    export(Tiny("sigmoid"), example, ["features", "labels"], os.path.join(bad, "unsupported-op.onnx"))
     export(Tiny("softmax"), example, ["features", "labels"], os.path.join(bad, "outside-pattern.onnx"))
     export(Tiny(shared=True), example, ["features", "labels"], os.path.join(bad, "shared-weight.onnx"))
     torch.onnx.export(Tiny(), example, os.path.join(bad, "opset13.onnx"), opset_version=13,

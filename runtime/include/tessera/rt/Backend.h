@@ -116,11 +116,12 @@ public:
   virtual Status biasAdd(const float *x, const float *bias, float *y,
                          int64_t rows, int64_t cols) = 0;
   virtual Status add(const float *a, const float *b, float *c, int64_t n) = 0;
-  /// Y = 0.5 x (1 + erf(x / sqrt 2)).
-  virtual Status gelu(const float *x, float *y, int64_t n) = 0;
-  /// dX = dY * (Phi(x) + x phi(x)).
+  /// Y = 0.5 x (1 + erf(x / sqrt 2)), or with `tanh` the tanh
+  /// approximation 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+  virtual Status gelu(const float *x, float *y, int64_t n, bool tanh) = 0;
+  /// dX = dY * gelu'(x) of the same form.
   virtual Status geluGrad(const float *x, const float *dy, float *dx,
-                          int64_t n) = 0;
+                          int64_t n, bool tanh) = 0;
   virtual Status relu(const float *x, float *y, int64_t n) = 0;
   virtual Status reluGrad(const float *x, const float *dy, float *dx,
                           int64_t n) = 0;

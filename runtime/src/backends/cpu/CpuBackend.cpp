@@ -110,6 +110,19 @@ TESSERA_SIMD_CLONES void geluGradSpan(const float *x, const float *dy,
     dx[i] = math::geluGrad(x[i], dy[i]);
 }
 
+TESSERA_SIMD_CLONES void geluTanhSpan(const float *x, float *y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i)
+    y[i] = math::geluTanh(x[i]);
+}
+
+TESSERA_SIMD_CLONES void geluTanhGradSpan(const float *x, const float *dy,
+                                          float *dx, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i)
+    dx[i] = math::geluTanhGrad(x[i], dy[i]);
+}
+
 /// Runs `body(begin, end)` over [0, n) in one contiguous span per thread.
 template <typename Body>
 void parallelSpans(int threads, int64_t n, Body body) {
@@ -229,17 +242,18 @@ public:
     return Status();
   }
 
-  Status gelu(const float *x, float *y, int64_t n) override {
+  Status gelu(const float *x, float *y, int64_t n, bool tanh) override {
     parallelSpans(threads, n, [&](int64_t begin, int64_t end) {
-      geluSpan(x + begin, y + begin, end - begin);
+      (tanh ? geluTanhSpan : geluSpan)(x + begin, y + begin, end - begin);
     });
     return Status();
   }
 
-  Status geluGrad(const float *x, const float *dy, float *dx,
-                  int64_t n) override {
+  Status geluGrad(const float *x, const float *dy, float *dx, int64_t n,
+                  bool tanh) override {
     parallelSpans(threads, n, [&](int64_t begin, int64_t end) {
-      geluGradSpan(x + begin, dy + begin, dx + begin, end - begin);
+      (tanh ? geluTanhGradSpan : geluGradSpan)(x + begin, dy + begin,
+                                               dx + begin, end - begin);
     });
     return Status();
   }

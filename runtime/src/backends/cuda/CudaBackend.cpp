@@ -404,12 +404,13 @@ Status CudaBackend::biasAdd(const float *x, const float *bias, float *y,
 Status CudaBackend::add(const float *a, const float *b, float *c, int64_t n) {
   return launched(launchAdd(computeStream, a, b, c, n), "Add");
 }
-Status CudaBackend::gelu(const float *x, float *y, int64_t n) {
-  return launched(launchGelu(computeStream, x, y, n), "Gelu");
+Status CudaBackend::gelu(const float *x, float *y, int64_t n, bool tanh) {
+  return launched(launchGelu(computeStream, x, y, n, tanh), "Gelu");
 }
 Status CudaBackend::geluGrad(const float *x, const float *dy, float *dx,
-                             int64_t n) {
-  return launched(launchGeluGrad(computeStream, x, dy, dx, n), "GeluGrad");
+                             int64_t n, bool tanh) {
+  return launched(launchGeluGrad(computeStream, x, dy, dx, n, tanh),
+                  "GeluGrad");
 }
 Status CudaBackend::relu(const float *x, float *y, int64_t n) {
   return launched(launchRelu(computeStream, x, y, n), "Relu");

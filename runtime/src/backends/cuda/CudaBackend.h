@@ -82,9 +82,9 @@ public:
   Status biasAdd(const float *x, const float *bias, float *y, int64_t rows,
                  int64_t cols) override;
   Status add(const float *a, const float *b, float *c, int64_t n) override;
-  Status gelu(const float *x, float *y, int64_t n) override;
-  Status geluGrad(const float *x, const float *dy, float *dx,
-                  int64_t n) override;
+  Status gelu(const float *x, float *y, int64_t n, bool tanh) override;
+  Status geluGrad(const float *x, const float *dy, float *dx, int64_t n,
+                  bool tanh) override;
   Status relu(const float *x, float *y, int64_t n) override;
   Status reluGrad(const float *x, const float *dy, float *dx,
                   int64_t n) override;

@@ -107,12 +107,20 @@ __global__ void addKernel(const float *a, const float *b, float *c,
                           int64_t n) {
   TESSERA_GRID_LOOP(i, n) { c[i] = a[i] + b[i]; }
 }
-__global__ void geluKernel(const float *x, float *y, int64_t n) {
-  TESSERA_GRID_LOOP(i, n) { y[i] = math::gelu(x[i]); }
+__global__ void geluKernel(const float *x, float *y, int64_t n, bool tanh) {
+  if (tanh) {
+    TESSERA_GRID_LOOP(i, n) { y[i] = math::geluTanh(x[i]); }
+  } else {
+    TESSERA_GRID_LOOP(i, n) { y[i] = math::gelu(x[i]); }
+  }
 }
 __global__ void geluGradKernel(const float *x, const float *dy, float *dx,
-                               int64_t n) {
-  TESSERA_GRID_LOOP(i, n) { dx[i] = math::geluGrad(x[i], dy[i]); }
+                               int64_t n, bool tanh) {
+  if (tanh) {
+    TESSERA_GRID_LOOP(i, n) { dx[i] = math::geluTanhGrad(x[i], dy[i]); }
+  } else {
+    TESSERA_GRID_LOOP(i, n) { dx[i] = math::geluGrad(x[i], dy[i]); }
+  }
 }
 __global__ void reluKernel(const float *x, float *y, int64_t n) {
   TESSERA_GRID_LOOP(i, n) { y[i] = x[i] > 0.0f ? x[i] : 0.0f; }
@@ -621,12 +629,13 @@ cudaError_t launchAdd(cudaStream_t s, const float *a, const float *b, float *c,
                       int64_t n) {
   TESSERA_LAUNCH_1D(addKernel, n, s, a, b, c, n);
 }
-cudaError_t launchGelu(cudaStream_t s, const float *x, float *y, int64_t n) {
-  TESSERA_LAUNCH_1D(geluKernel, n, s, x, y, n);
+cudaError_t launchGelu(cudaStream_t s, const float *x, float *y, int64_t n,
+                       bool tanh) {
+  TESSERA_LAUNCH_1D(geluKernel, n, s, x, y, n, tanh);
 }
 cudaError_t launchGeluGrad(cudaStream_t s, const float *x, const float *dy,
-                           float *dx, int64_t n) {
-  TESSERA_LAUNCH_1D(geluGradKernel, n, s, x, dy, dx, n);
+                           float *dx, int64_t n, bool tanh) {
+  TESSERA_LAUNCH_1D(geluGradKernel, n, s, x, dy, dx, n, tanh);
 }
 cudaError_t launchRelu(cudaStream_t s, const float *x, float *y, int64_t n) {
   TESSERA_LAUNCH_1D(reluKernel, n, s, x, y, n);

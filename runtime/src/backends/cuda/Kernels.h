@@ -23,9 +23,10 @@ cudaError_t launchBiasAdd(cudaStream_t s, const float *x, const float *bias,
                           float *y, int64_t rows, int64_t cols);
 cudaError_t launchAdd(cudaStream_t s, const float *a, const float *b, float *c,
                       int64_t n);
-cudaError_t launchGelu(cudaStream_t s, const float *x, float *y, int64_t n);
+cudaError_t launchGelu(cudaStream_t s, const float *x, float *y, int64_t n,
+                       bool tanh);
 cudaError_t launchGeluGrad(cudaStream_t s, const float *x, const float *dy,
-                           float *dx, int64_t n);
+                           float *dx, int64_t n, bool tanh);
 cudaError_t launchRelu(cudaStream_t s, const float *x, float *y, int64_t n);
 cudaError_t launchReluGrad(cudaStream_t s, const float *x, const float *dy,
                            float *dx, int64_t n);

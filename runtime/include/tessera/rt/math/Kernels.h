@@ -94,6 +94,32 @@ TESSERA_HD float geluGrad(float x, float dy) {
   return dy * (cdf + x * pdf);
 }
 
+/// tanh(u) = sign(u) (1 - 2 / (exp(2 |u|) + 1)), absolute error ~1e-7
+/// (exactly 1 beyond |u| = 10, where float tanh is 1).
+TESSERA_HD float tanhApprox(float u) {
+  float au = bitsFloat(floatBits(u) & 0x7fffffffu);
+  au = selectf(au > 10.0f, 10.0f, au);
+  float r = 1.0f - 2.0f / (expApprox(2.0f * au) + 1.0f);
+  return bitsFloat(floatBits(r) | (floatBits(u) & 0x80000000u));
+}
+
+/// GELU, tanh approximation (PyTorch's approximate='tanh', GPT-2's
+/// gelu_new): 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
+TESSERA_HD float geluTanh(float x) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+  float t = tanhApprox(kSqrt2OverPi * (x + 0.044715f * x * x * x));
+  return 0.5f * x * (1.0f + t);
+}
+
+/// dy * d/dx of geluTanh: 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2 / pi)
+/// (1 + 3 * 0.044715 x^2).
+TESSERA_HD float geluTanhGrad(float x, float dy) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+  float t = tanhApprox(kSqrt2OverPi * (x + 0.044715f * x * x * x));
+  float dinner = kSqrt2OverPi * (1.0f + 3.0f * 0.044715f * x * x);
+  return dy * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * dinner);
+}
+
 /// ReLU's gradient: dy where x > 0, else 0 (also for NaN x).
 TESSERA_HD float reluGrad(float x, float dy) { return selectf(x > 0.0f, dy, 0.0f); }
 
