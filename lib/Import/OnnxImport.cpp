@@ -64,7 +64,8 @@ const std::set<std::string> kSupportedOps = {
     "LayerNormalization",    "MatMul",  "Mul",        "Not",
     "Relu",      "Reshape",  "Shape",   "Softmax",    "SoftmaxCrossEntropyLoss",
     "Split",     "Squeeze",  "Transpose", "Trilu",    "Unsqueeze",
-    "Where",     "Pow",      "ConstantOfShape", "Sub", "Sqrt", "Tanh"};
+    "Where",     "Pow",      "ConstantOfShape", "Sub", "Sqrt", "Tanh",
+    "Range"};
 
 /// The decoder-layer index in a parameter or node-scope name
 /// ("layers.3.mlp.linear_fc1.weight", "/layers.3/mlp/Add", "h.3.attn"), or
@@ -298,7 +299,12 @@ std::optional<Const> Importer::constant(const std::string &v) {
 }
 
 std::optional<Const> Importer::evaluate(const std::string &v) {
+  // Constants are small (scales, shapes, positions, masks): a weight is
+  // never one, and is never converted.
+  constexpr int64_t kMaxConstant = int64_t(1) << 24;
   if (const Tensor *t = initializer(v)) {
+    if (t->numElements() > (t->elemType == onnx_model::kFloat ? 1024 : kMaxConstant))
+      return std::nullopt;
     std::vector<double> values = t->toDoubles();
     if (values.empty() && t->numElements() != 0)
       return std::nullopt;
@@ -309,7 +315,7 @@ std::optional<Const> Importer::evaluate(const std::string &v) {
     return std::nullopt;
   if (p->opType == "Constant") {
     const OnnxAttr *a = p->attr("value");
-    if (a && a->tensor) {
+    if (a && a->tensor && a->tensor->numElements() <= kMaxConstant) {
       std::vector<double> values = a->tensor->toDoubles();
       if (values.empty() && a->tensor->numElements() != 0)
         return std::nullopt;
@@ -339,6 +345,86 @@ std::optional<Const> Importer::evaluate(const std::string &v) {
       else if (to == onnx_model::kInt32 || to == onnx_model::kInt64)
         x = std::trunc(x);
     }
+    cover(p);
+    return c;
+  }
+  // Shape computations (dynamic-axes exports compute positions and mask
+  // sizes from Shape): static dimensions are constants, unknown ones -1.
+  if (p->opType == "Shape") {
+    auto info = model.values.find(p->inputs[0]);
+    if (info == model.values.end() || !info->second.hasShape)
+      return std::nullopt;
+    std::vector<int64_t> dims = info->second.shape;
+    int64_t rank = int64_t(dims.size());
+    int64_t start = intAttr(*p, "start", 0), end = intAttr(*p, "end", rank);
+    start = std::clamp<int64_t>(start < 0 ? start + rank : start, 0, rank);
+    end = std::clamp<int64_t>(end < 0 ? end + rank : end, 0, rank);
+    Const c;
+    for (int64_t d = start; d < end; ++d)
+      c.values.push_back(double(dims[size_t(d)]));
+    c.shape = {int64_t(c.values.size())};
+    cover(p);
+    return c;
+  }
+  if (p->opType == "Gather") {
+    if (shapeOf(p->inputs[0]).size() != 1)
+      return std::nullopt;
+    std::optional<Const> data = constant(p->inputs[0]);
+    std::optional<Const> index = data ? constant(p->inputs[1]) : std::nullopt;
+    if (!data || !index || data->shape.size() != 1 || intAttr(*p, "axis", 0) != 0)
+      return std::nullopt;
+    Const c{index->shape, {}};
+    int64_t n = int64_t(data->values.size());
+    for (double i : index->values) {
+      int64_t k = int64_t(i) < 0 ? int64_t(i) + n : int64_t(i);
+      if (k < 0 || k >= n)
+        return std::nullopt;
+      c.values.push_back(data->values[size_t(k)]);
+    }
+    cover(p);
+    return c;
+  }
+  if (p->opType == "Unsqueeze" || p->opType == "Squeeze") {
+    std::optional<Const> c = constant(p->inputs[0]);
+    std::vector<int64_t> out = shapeOf(p->outputs[0]);
+    if (!c || int64_t(c->values.size()) != [&] {
+          int64_t n = 1;
+          for (int64_t d : out)
+            n *= d;
+          return n;
+        }())
+      return std::nullopt;
+    c->shape = out;
+    cover(p);
+    return c;
+  }
+  if (p->opType == "Concat") {
+    if (intAttr(*p, "axis", 0) != 0)
+      return std::nullopt;
+    Const c;
+    for (const std::string &in : p->inputs) {
+      std::optional<Const> part = constant(in);
+      if (!part || part->shape.size() > 1)
+        return std::nullopt;
+      c.values.insert(c.values.end(), part->values.begin(), part->values.end());
+    }
+    c.shape = {int64_t(c.values.size())};
+    cover(p);
+    return c;
+  }
+  if (p->opType == "Range") {
+    std::optional<double> start = scalar(p->inputs[0]);
+    std::optional<double> limit = scalar(p->inputs[1]);
+    std::optional<double> delta = scalar(p->inputs[2]);
+    if (!start || !limit || !delta || *delta == 0 || *limit < 0)
+      return std::nullopt;
+    Const c;
+    for (double v = *start; *delta > 0 ? v < *limit : v > *limit; v += *delta) {
+      c.values.push_back(v);
+      if (c.values.size() > (1u << 24))
+        return std::nullopt;
+    }
+    c.shape = {int64_t(c.values.size())};
     cover(p);
     return c;
   }
@@ -625,13 +711,34 @@ FailureOr<Act> Importer::matchNode(const Node &n, const std::string &v) {
       }
       training = *mode != 0;
     }
-    if (training && ratio != 0) {
-      error(n) << "dropout at rate " << ratio
-               << " is not imported (its masks would not be PyTorch's); "
-                  "export with dropout 0, or in eval mode";
+    if (!training || ratio == 0)
+      return materialise(n.inputs[0], n);
+    // Megatron's hidden dropout on [s, b, h] activations, with Tessera's
+    // counter-based masks (keyed by global position, so every parallel
+    // layout drops the same elements; they are not PyTorch's masks).
+    if (ratio < 0 || ratio >= 1) {
+      error(n) << "expected a dropout ratio in [0, 1), got " << ratio;
       return failure();
     }
-    return materialise(n.inputs[0], n);
+    FailureOr<Act> x = materialise(n.inputs[0], n);
+    if (failed(x))
+      return failure();
+    if (cast<RankedTensorType>(x->value.getType()).getRank() != 3) {
+      error(n) << "dropout on activations of rank "
+               << cast<RankedTensorType>(x->value.getType()).getRank()
+               << " is not imported; expected token activations [b, s, h]";
+      return failure();
+    }
+    int64_t stream = 0;
+    for (const Node &other : model.nodes) {
+      if (&other == &n)
+        break;
+      stream += other.opType == "Dropout";
+    }
+    Value y = nn::DropoutOp::create(b, loc(n), x->value,
+                                    b.getF32FloatAttr(float(ratio)),
+                                    b.getI64IntegerAttr(stream), StringAttr());
+    return mark(y, layerOf(n, {*x}));
   }
   error(n) << "not part of a recognised pattern (expected it inside a linear, "
               "GELU, attention, embedding or loss pattern)";
@@ -1018,6 +1125,12 @@ FailureOr<Act> Importer::matchAttention(const Node &root) {
   const Node *pv = producedBy(t3->inputs[0], "MatMul");
   if (!pv)
     return fail(*t3, "the product of the probabilities and V");
+  if (const Node *drop = producedBy(pv->inputs[0], "Dropout")) {
+    error(*drop) << "dropout on the attention probabilities is not imported "
+                    "(Tessera's attention has none): export with attention "
+                    "dropout 0";
+    return failure();
+  }
   const Node *sm = producedBy(pv->inputs[0], "Softmax");
   std::vector<int64_t> smShape = sm ? shapeOf(sm->inputs[0]) : std::vector<int64_t>();
   if (!sm || smShape.size() != 4 || smShape[2] != smShape[3] ||

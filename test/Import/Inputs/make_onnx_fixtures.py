@@ -36,6 +36,11 @@ Models (small, so that the fixtures can be committed):
   gpt-tied.onnx   the same GPT with the LM head tied to the word embedding.
   gpt-ext.onnx    gpt.onnx with its weights in the external-data file
                   gpt-ext.onnx.data (the form models over 2 GB take).
+  gpt-dynamic.onnx gpt.onnx's model and weights exported with a dynamic
+                  batch axis (reference gpt.torch.jsonl).
+  gpt-dropout.onnx the GPT with hidden dropout 0.1 (embedding and both
+                  residual branches); imported as nn.dropout with Tessera's
+                  position-keyed masks, so it has no PyTorch reference.
   gpt-logits.onnx gpt.onnx's model and weights exported forward-only
                   (input_ids -> logits [4, 16, 260]); with --loss
                   cross-entropy it trains as gpt.onnx does, so its reference
@@ -50,7 +55,8 @@ Models (small, so that the fixtures can be committed):
   bad/*.onnx      tiny models the importer rejects: an unsupported op
                   (sigmoid), a supported op outside its pattern (softmax
                   between two linears), a weight shared by two linears, opset
-                  13, and an op in a custom domain.
+                  13, an op in a custom domain, and dropout on [batch,
+                  features] activations.
 """
 import argparse
 import json
@@ -160,8 +166,9 @@ def main():
             return self.linear_proj(ctx)
 
     class Layer(nn.Module):
-        def __init__(self, hidden, heads):
+        def __init__(self, hidden, heads, dropout=0.0):
             super().__init__()
+            self.dropout = dropout
             self.input_layernorm = nn.LayerNorm(hidden)
             self.self_attention = Attention(hidden, heads)
             self.pre_mlp_layernorm = nn.LayerNorm(hidden)
@@ -169,15 +176,23 @@ def main():
             self.linear_fc2 = nn.Linear(4 * hidden, hidden)
 
         def forward(self, h):
-            h = h + self.self_attention(self.input_layernorm(h))
-            return h + self.linear_fc2(F.gelu(self.linear_fc1(self.pre_mlp_layernorm(h))))
+            a = self.self_attention(self.input_layernorm(h))
+            if self.dropout:
+                a = F.dropout(a, self.dropout, self.training)
+            h = h + a
+            m = self.linear_fc2(F.gelu(self.linear_fc1(self.pre_mlp_layernorm(h))))
+            if self.dropout:
+                m = F.dropout(m, self.dropout, self.training)
+            return h + m
 
     class GPT(nn.Module):
-        def __init__(self, vocab, hidden, heads, layers, seq, tied):
+        def __init__(self, vocab, hidden, heads, layers, seq, tied, dropout=0.0):
             super().__init__()
+            self.dropout = dropout
             self.word_embeddings = nn.Embedding(vocab, hidden)
             self.position_embeddings = nn.Embedding(seq, hidden)
-            self.layers = nn.ModuleList([Layer(hidden, heads) for _ in range(layers)])
+            self.layers = nn.ModuleList([Layer(hidden, heads, dropout)
+                                         for _ in range(layers)])
             self.final_layernorm = nn.LayerNorm(hidden)
             self.output_layer = None if tied else nn.Linear(hidden, vocab, bias=False)
             for m in self.modules():  # Megatron's init (std 0.02, zero bias)
@@ -189,6 +204,8 @@ def main():
         def forward(self, input_ids, labels):
             pos = torch.arange(input_ids.shape[1])
             h = self.word_embeddings(input_ids) + self.position_embeddings(pos)
+            if self.dropout:
+                h = F.dropout(h, self.dropout, self.training)
             for layer in self.layers:
                 h = layer(h)
             h = self.final_layernorm(h)
@@ -301,6 +318,16 @@ def main():
                               training=torch.onnx.TrainingMode.TRAINING,
                               do_constant_folding=False,
                               input_names=["input_ids"], output_names=["logits"])
+        if not tied:  # dynamic batch axis: the same model, any batch
+            torch.onnx.export(gpt, gpt_batches(1)[0],
+                              os.path.join(args.out, "gpt-dynamic.onnx"),
+                              opset_version=17,
+                              training=torch.onnx.TrainingMode.TRAINING,
+                              do_constant_folding=False,
+                              input_names=["input_ids", "labels"],
+                              output_names=["loss"],
+                              dynamic_axes={"input_ids": {0: "batch"},
+                                            "labels": {0: "batch"}})
         train(gpt, gpt_batches, os.path.join(args.out, name + ".torch.jsonl"))
 
     # GPT-2 in Hugging Face's layout (its modules re-written here, so that no
@@ -428,6 +455,13 @@ def main():
            os.path.join(args.out, "gpt-sep-qkv.onnx"))
     train(sep, gpt_batches, os.path.join(args.out, "gpt-sep-qkv.torch.jsonl"))
 
+    # The GPT with Megatron's hidden dropout (0.1 after the embedding and
+    # both residual branches): no PyTorch reference (the masks differ), the
+    # parity test compares Tessera's layouts with each other.
+    drop = GPT(260, 32, 4, 2, seq, False, dropout=0.1)
+    export(drop, gpt_batches(1)[0], ["input_ids", "labels"],
+           os.path.join(args.out, "gpt-dropout.onnx"))
+
     # Models the importer must reject, each with a clear error.
     class Tiny(nn.Module):
         def __init__(self, act="gelu", shared=False):
@@ -444,6 +478,8 @@ def main():
                 h = torch.softmax(h, dim=-1)
             elif self.act == "silu":
                 h = F.silu(h)
+            elif self.act == "dropout":
+                h = F.dropout(F.gelu(h), 0.1, self.training)
             else:
                 h = F.gelu(h)
             w = self.fc1.weight if self.shared else self.fc2.weight
@@ -458,6 +494,7 @@ def main():
     torch.onnx.export(Tiny(), example, os.path.join(bad, "opset13.onnx"), opset_version=13,
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                       input_names=["features", "labels"])
+    export(Tiny("dropout"), example, ["features", "labels"], os.path.join(bad, "mlp-dropout.onnx"))
     torch.onnx.register_custom_op_symbolic(
         "aten::silu", lambda g, x: g.op("tessera_test::Swish", x), 17)
     export(Tiny("silu"), example, ["features", "labels"], os.path.join(bad, "custom-domain.onnx"))
