@@ -159,9 +159,13 @@ TEST_F(ArtifactTest, InstructionsFollowTheirContractRow) {
     return buildFile(buildPayload(desc));
   };
   // A group on a kernel that takes none.
-  InstrDesc gelu = instr(O::Gelu, {q.scratch({8, 4}), q.scratch({8, 4})}, "g");
-  gelu.group = "tp";
-  expectError(withStep(gelu), "(g): Gelu takes no group, got 'tp'");
+  InstrDesc relu = instr(O::Relu, {q.scratch({8, 4}), q.scratch({8, 4})}, "r");
+  relu.group = "tp";
+  expectError(withStep(relu), "(r): Relu takes no group, got 'tp'");
+  // Gelu's form (erf or tanh) is its one integer attribute.
+  expectError(withStep(instr(O::Gelu, {q.scratch({8, 4}), q.scratch({8, 4})},
+                             "g")),
+              "(g): Gelu expects 1 iattrs, got 0");
   // A collective without its group.
   expectError(withStep(instr(O::AllReduce, {q.scratch({4})}, "ar")),
               "(ar): collective AllReduce without a group");
