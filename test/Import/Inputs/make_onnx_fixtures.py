@@ -147,6 +147,15 @@ def main():
             h = F.relu(self.linear_fc2(F.gelu(self.linear_fc1(features))))
             return F.cross_entropy(self.head(h), labels)
 
+    def causal_attention(q, k, v):
+        """softmax(q k^T / sqrt(d) + causal mask) v on [b, heads, s, d],
+        returned as [b, s, heads * d]."""
+        b, a, s, d = q.shape
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(d)
+        mask = torch.ones(s, s, dtype=torch.bool).triu(1)
+        probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+        return torch.matmul(probs, v).transpose(1, 2).reshape(b, s, a * d)
+
     class Attention(nn.Module):
         def __init__(self, hidden, heads):
             super().__init__()
@@ -159,11 +168,7 @@ def main():
             qkv = self.linear_qkv(x).view(b, s, self.heads, 3 * self.head_dim)
             q, k, v = torch.split(qkv, self.head_dim, dim=-1)
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-            scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.head_dim)
-            mask = torch.ones(s, s, dtype=torch.bool).triu(1)
-            probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
-            ctx = torch.matmul(probs, v).transpose(1, 2).reshape(b, s, h)
-            return self.linear_proj(ctx)
+            return self.linear_proj(causal_attention(q, k, v))
 
     class Layer(nn.Module):
         def __init__(self, hidden, heads, dropout=0.0):
@@ -287,11 +292,7 @@ def main():
             b, s, h = x.shape
             q, k, v = (p(x).view(b, s, self.heads, self.head_dim).transpose(1, 2)
                        for p in (self.q_proj, self.k_proj, self.v_proj))
-            scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(self.head_dim)
-            mask = torch.ones(s, s, dtype=torch.bool).triu(1)
-            probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
-            ctx = torch.matmul(probs, v).transpose(1, 2).reshape(b, s, h)
-            return self.o_proj(ctx)
+            return self.o_proj(causal_attention(q, k, v))
 
     class Logits(nn.Module):
         """The GPT exported forward-only: input_ids -> logits [b, s, vocab]."""
