@@ -1175,14 +1175,61 @@ FailureOr<Act> Importer::matchAttention(const Node &root) {
   }
   if (!qk)
     return fail(*sm, "scaled scores MatMul(q, k^T) / sqrt(head_dim)");
-  const Node *tq = producedBy(qk->inputs[0], "Transpose");
-  const Node *tk = producedBy(qk->inputs[1], "Transpose");
-  const Node *tv = producedBy(pv->inputs[1], "Transpose");
-  if (!tq || !tk || !tv || perm(*tq) != std::vector<int64_t>{0, 2, 1, 3} ||
-      perm(*tk) != std::vector<int64_t>{0, 2, 3, 1} ||
-      perm(*tv) != std::vector<int64_t>{0, 2, 1, 3})
+  // q, k and v reach the products through Transposes (one, or a chain the
+  // exporter did not fuse): their composition must be [0, 2, 1, 3] for q
+  // and v, [0, 2, 3, 1] for k. y = Transpose(x, p1), z = Transpose(y, p2)
+  // is z = Transpose(x, p) with p[i] = p1[p2[i]].
+  struct TransposeChain {
+    std::string source;
+    std::vector<int64_t> perm;
+    SmallVector<const Node *> nodes;
+  };
+  auto chainOf = [&](const std::string &v) -> std::optional<TransposeChain> {
+    TransposeChain c;
+    std::string cur = v;
+    // Besides the next step, only Shape may read a link (dynamic-axes
+    // exports take q's dimensions from it).
+    auto soleUser = [&](const std::string &value) {
+      size_t n = 0;
+      for (const Node *u : users[value])
+        n += u->opType != "Shape";
+      return n == 1;
+    };
+    for (const Node *t = producerOf(cur);
+         t && t->opType == "Transpose" && soleUser(cur); t = producerOf(cur)) {
+      std::vector<int64_t> p = perm(*t);
+      if (p.size() != 4)
+        return std::nullopt;
+      if (c.perm.empty()) {
+        c.perm = p;
+      } else {
+        std::vector<int64_t> composed(4);
+        for (size_t i = 0; i < 4; ++i) {
+          if (c.perm[i] < 0 || c.perm[i] > 3)
+            return std::nullopt;
+          composed[i] = p[size_t(c.perm[i])];
+        }
+        c.perm = composed;
+      }
+      c.nodes.push_back(t);
+      cur = t->inputs[0];
+    }
+    if (c.nodes.empty())
+      return std::nullopt;
+    c.source = cur;
+    return c;
+  };
+  std::optional<TransposeChain> cq = chainOf(qk->inputs[0]);
+  std::optional<TransposeChain> ck = chainOf(qk->inputs[1]);
+  std::optional<TransposeChain> cv = chainOf(pv->inputs[1]);
+  if (!cq || !ck || !cv || cq->perm != std::vector<int64_t>{0, 2, 1, 3} ||
+      ck->perm != std::vector<int64_t>{0, 2, 3, 1} ||
+      cv->perm != std::vector<int64_t>{0, 2, 1, 3})
     return fail(*qk, "q and v transposed [0, 2, 1, 3] and k [0, 2, 3, 1] from "
                      "[b, s, heads, head_dim]");
+  const Node *tq = cq->nodes.back(), *tk = ck->nodes.back(),
+             *tv = cv->nodes.back();
+  const std::string *sources[3] = {&cq->source, &ck->source, &cv->source};
   // q, k, v come in one of three layouts:
   //  fused per head (Megatron): Split(Reshape(qkv, [b, s, A, 3D]), last axis)
   //  [q][k][v] blocks (GPT-2's c_attn): Reshape(Split(qkv, last axis), [b, s,
@@ -1190,19 +1237,20 @@ FailureOr<Act> Importer::matchAttention(const Node &root) {
   //  separate projections (q_proj, k_proj, v_proj): Reshape(linear_t(x), [b,
   //  s, A, D]) each, fused into one projection in the first layout.
   SmallVector<const Node *> headReshapes;
-  const Node *split = producerOf(tq->inputs[0]);
+  const Node *split = producerOf(cq->source);
   bool blocks = false;
   if (split && split->opType == "Reshape") {
     blocks = true;
-    for (const Node *t : {tq, tk, tv}) {
-      const Node *r = producedBy(t->inputs[0], "Reshape");
+    for (int i = 0; i < 3; ++i) {
+      const Node *r = producedBy(*sources[i], "Reshape");
       if (!r)
-        return fail(*t, "q, k and v each a Reshape of one Split's output");
+        return fail(i == 0 ? *tq : i == 1 ? *tk : *tv,
+                    "q, k and v each a Reshape of one Split's output");
       headReshapes.push_back(r);
     }
     split = producerOf(headReshapes[0]->inputs[0]);
   }
-  std::vector<int64_t> ctx4 = shapeOf(tq->outputs[0]); // [b, A, s, D]
+  std::vector<int64_t> ctx4 = shapeOf(qk->inputs[0]); // [b, A, s, D]
   if (ctx4.size() != 4 || ctx4[0] != smShape[0] || ctx4[1] != smShape[1] ||
       ctx4[2] != smShape[2])
     return fail(*tq, "q as [b, heads, s, head_dim] for scores [b, heads, s, s]");
@@ -1237,8 +1285,11 @@ FailureOr<Act> Importer::matchAttention(const Node &root) {
     return success();
   };
   auto coverCore = [&]() {
-    for (const Node *n : {tq, tk, tv, qk, scale, sm, pv, t3})
+    for (const Node *n : {qk, scale, sm, pv, t3})
       cover(n);
+    for (const TransposeChain *c : {&*cq, &*ck, &*cv})
+      for (const Node *n : c->nodes)
+        cover(n);
     for (const Node *n : headReshapes)
       cover(n);
   };
@@ -1255,7 +1306,7 @@ FailureOr<Act> Importer::matchAttention(const Node &root) {
   } else {
     auto splitOutput = [&](int i) {
       return blocks ? headReshapes[size_t(i)]->inputs[0]
-                    : std::string((i == 0 ? tq : i == 1 ? tk : tv)->inputs[0]);
+                    : *sources[i];
     };
     if (!split || split->opType != "Split" || split->outputs.size() != 3 ||
         splitOutput(0) != split->outputs[0] ||
@@ -1796,19 +1847,35 @@ OwningOpRef<ModuleOp> Importer::run() {
   }
   // Every node must belong to the imported computation or to the shape
   // computations of the Reshapes the patterns covered.
-  for (const Node &n : model.nodes) {
-    if (covered.count(&n))
+  // Shape computations: small integer arithmetic whose results only feed
+  // Reshape shapes, other shape computations, or nodes a pattern covered
+  // (the constant folder evaluated them), found from the last node back.
+  static const std::set<std::string> kShapeOps = {
+      "Constant", "Shape",  "Gather", "Unsqueeze", "Concat", "Squeeze",
+      "Cast",     "Mul",    "Add",    "Sub",       "Div",    "Range",
+      "ConstantOfShape"};
+  std::set<const Node *> shapeOnly;
+  for (auto it = model.nodes.rbegin(); it != model.nodes.rend(); ++it) {
+    const Node &n = *it;
+    if (covered.count(&n) || !kShapeOps.count(n.opType))
       continue;
-    static const std::set<std::string> kShapeOps = {
-        "Constant", "Shape", "Gather", "Unsqueeze", "Concat", "Squeeze", "Cast"};
-    bool feedsShape = true;
+    auto info = model.values.find(n.outputs.empty() ? "" : n.outputs[0]);
+    bool integral = info != model.values.end() &&
+                    (info->second.elemType == onnx_model::kInt64 ||
+                     info->second.elemType == onnx_model::kInt32 ||
+                     info->second.elemType == onnx_model::kBool);
+    bool feedsShapes = integral || n.opType == "Constant";
     for (const std::string &o : n.outputs)
       for (const Node *u : users[o])
-        if (!(u->opType == "Reshape" && u->inputs.size() > 1 &&
-              u->inputs[1] == o) &&
-            !kShapeOps.count(u->opType))
-          feedsShape = false;
-    if (kShapeOps.count(n.opType) && feedsShape)
+        feedsShapes &= shapeOnly.count(u) || covered.count(u) ||
+                       (u->opType == "Reshape" && u->inputs.size() > 1 &&
+                        u->inputs[1] == o);
+    if (feedsShapes)
+      shapeOnly.insert(&n);
+  }
+  // Every other node must belong to the imported computation.
+  for (const Node &n : model.nodes) {
+    if (covered.count(&n) || shapeOnly.count(&n))
       continue;
     bool used = false;
     for (const std::string &o : n.outputs)
