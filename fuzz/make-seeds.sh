@@ -7,6 +7,7 @@
 #     .idx/.bin pairs);
 #   - mlir_pipeline: every test/**/*.mlir split at `// -----` (RUN, CHECK and
 #     expected-* lines dropped) and examples/mlp.mlir;
+#   - onnx_import: the ONNX fixtures of test/Import/Inputs/onnx;
 #   - when a compiler build is there (build/bin/tessera-compile and
 #     tessera-run, or TESSERA_BUILD=DIR), also the MLP example compiled to
 #     a .tsr, a checkpoint of it saved by tessera-run (its manifest.json and
@@ -16,6 +17,11 @@ cd "$(dirname "$0")/.."
 out=${1:?usage: fuzz/make-seeds.sh OUTDIR [BUILD_DIR]}
 mkdir -p "$out"
 "${2:-build-fuzz}"/bin/tessera-fuzz-seeds "$out"
+
+mkdir -p "$out/onnx_import"
+find test/Import/Inputs/onnx -name '*.onnx' | while read -r f; do
+  cp "$f" "$out/onnx_import/$(echo "$f" | tr / _)"
+done
 
 mkdir -p "$out/mlir_pipeline"
 cp examples/mlp.mlir "$out/mlir_pipeline/example_mlp.mlir"

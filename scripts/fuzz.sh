@@ -3,8 +3,9 @@
 #
 # Runs one libFuzzer target of fuzz/ for SECONDS under AddressSanitizer and
 # UndefinedBehaviorSanitizer. Targets: artifact_loader, dataset_index,
-# checkpoint_manifest, checkpoint_shard (the runtime) and mlir_pipeline (the
-# compiler: parse, verify, tessera-train-pipeline).
+# checkpoint_manifest, checkpoint_shard (the runtime), mlir_pipeline (the
+# compiler: parse, verify, tessera-train-pipeline) and onnx_import (the ONNX
+# importer).
 #
 # Installs clang-14 and its fuzzer runtime (Debian's clang-14,
 # libclang-rt-14-dev, libomp-14-dev) when missing, configures a runtime-only
@@ -21,14 +22,14 @@ cd "$(dirname "$0")/.."
 
 if [ $# -lt 2 ]; then
   echo "usage: scripts/fuzz.sh TARGET SECONDS [LIBFUZZER_FLAGS...]" >&2
-  echo "targets: artifact_loader dataset_index checkpoint_manifest checkpoint_shard mlir_pipeline" >&2
+  echo "targets: artifact_loader dataset_index checkpoint_manifest checkpoint_shard mlir_pipeline onnx_import" >&2
   exit 2
 fi
 target=$1
 seconds=$2
 shift 2
 case "$target" in
-  artifact_loader|dataset_index|checkpoint_manifest|checkpoint_shard|mlir_pipeline) ;;
+  artifact_loader|dataset_index|checkpoint_manifest|checkpoint_shard|mlir_pipeline|onnx_import) ;;
   *) echo "fuzz.sh: unknown target '$target'" >&2; exit 2 ;;
 esac
 
@@ -48,7 +49,7 @@ fi
 
 B=build-fuzz
 compiler=(-DTESSERA_BUILD_COMPILER=OFF)
-if [ "$target" = mlir_pipeline ]; then
+if [ "$target" = mlir_pipeline ] || [ "$target" = onnx_import ]; then
   B=build-fuzz-mlir
   compiler=(-DTESSERA_BUILD_COMPILER=ON
             -DMLIR_DIR=/usr/lib/llvm-22/lib/cmake/mlir)
