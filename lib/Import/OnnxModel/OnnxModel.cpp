@@ -199,6 +199,21 @@ void load(const std::string &path, bool loadWeights, Model &model) {
   for (const onnx::OperatorSetIdProto &o : proto.opset_import())
     model.opsets[o.domain() == "ai.onnx" ? "" : o.domain()] = o.version();
 
+  // Attributes the checker lets through but onnx 1.12's shape inference
+  // indexes with unchecked (a crash there, found by fuzzing).
+  for (const onnx::NodeProto &n : proto.graph().node())
+    if (n.op_type() == "Transpose" && (n.domain().empty() || n.domain() == "ai.onnx"))
+      for (const onnx::AttributeProto &a : n.attribute())
+        if (a.name() == "perm") {
+          std::vector<bool> seen(size_t(a.ints_size()), false);
+          for (int64_t p : a.ints()) {
+            if (p < 0 || p >= a.ints_size() || seen[size_t(p)])
+              throw LoadError{"node '" + n.name() +
+                              "' (Transpose): perm is not a permutation"};
+            seen[size_t(p)] = true;
+          }
+        }
+
   // Shape inference fills the intermediate values' types: exports store
   // none. Strict mode, so a node whose shapes contradict its inputs is an
   // error here rather than a wrong import later; data propagation lets it

@@ -55,8 +55,9 @@ Models (small, so that the fixtures can be committed):
   bad/*.onnx      tiny models the importer rejects: an unsupported op
                   (sigmoid), a supported op outside its pattern (softmax
                   between two linears), a weight shared by two linears, opset
-                  13, an op in a custom domain, and dropout on [batch,
-                  features] activations.
+                  13, an op in a custom domain, dropout on [batch,
+                  features] activations, and a Transpose whose perm is
+                  not a permutation (it crashed onnx's shape inference).
 """
 import argparse
 import json
@@ -111,6 +112,39 @@ def to_external_data(src, dst):
                 entry = t.external_data.add()
                 entry.key, entry.value = key, value
             offset += len(raw)
+    with open(dst, "wb") as f:
+        f.write(model.SerializeToString())
+
+
+def with_bad_transpose(src, dst):
+    """Writes `src` as `dst` with its first Transpose's perm made invalid
+    ([..., 19]): what the onnx_import fuzzer found crashing onnx 1.12's
+    shape inference (the importer now rejects it first). Needs protoc and
+    python3-protobuf, as to_external_data."""
+    import shutil
+    import subprocess
+    import tempfile
+    if not shutil.which("protoc"):
+        print("skipped", dst, ": needs protoc")
+        return
+    tmp = tempfile.mkdtemp()
+    subprocess.run(["protoc", "-I/usr/include/onnx", "--python_out=" + tmp,
+                    "/usr/include/onnx/onnx.proto"], check=True)
+    sys.path.insert(0, tmp)
+    try:
+        import onnx_pb2
+    except ImportError:
+        print("skipped", dst, ": needs python3-protobuf")
+        return
+    model = onnx_pb2.ModelProto()
+    with open(src, "rb") as f:
+        model.ParseFromString(f.read())
+    for n in model.graph.node:
+        if n.op_type == "Transpose":
+            for a in n.attribute:
+                if a.name == "perm":
+                    a.ints[-1] = 19
+            break
     with open(dst, "wb") as f:
         f.write(model.SerializeToString())
 
@@ -496,6 +530,19 @@ def main():
                       training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                       input_names=["features", "labels"])
     export(Tiny("dropout"), example, ["features", "labels"], os.path.join(bad, "mlp-dropout.onnx"))
+    class Linear3d(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.fc(x).mean()
+
+    export(Linear3d(), (torch.randn(2, 3, 4),), ["features"],
+           os.path.join(bad, "transpose-3d.onnx"))
+    with_bad_transpose(os.path.join(bad, "transpose-3d.onnx"),
+                       os.path.join(bad, "transpose-perm.onnx"))
+    os.remove(os.path.join(bad, "transpose-3d.onnx"))
     torch.onnx.register_custom_op_symbolic(
         "aten::silu", lambda g, x: g.op("tessera_test::Swish", x), 17)
     export(Tiny("silu"), example, ["features", "labels"], os.path.join(bad, "custom-domain.onnx"))
