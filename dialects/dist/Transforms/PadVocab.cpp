@@ -77,6 +77,19 @@ struct PadVocabPass : tessera::dist::impl::PadVocabPassBase<PadVocabPass> {
 
     for (BlockArgument arg : params) {
       auto type = cast<RankedTensorType>(arg.getType());
+      // Padding weights that came with the model (an import) adds rows of
+      // zeros whose logits enter the softmax: the loss is no longer the
+      // exported model's (Megatron pads the same way, from its own init).
+      auto init = model.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kInitAttr);
+      if (padded != type.getDimSize(0) && init && init.getValue() == "data")
+        emitWarning(arg.getLoc())
+            << "padding the vocabulary of '"
+            << model.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kParamAttr)
+                   .getValue()
+            << "' (initialised from data) from " << type.getDimSize(0)
+            << " to " << padded
+            << " rows adds zero rows whose logits change the loss; "
+               "make-vocab-size-divisible-by 1 keeps the model's vocabulary";
       SmallVector<int64_t> shape(type.getShape());
       shape[0] = padded;
       arg.setType(RankedTensorType::get(shape, type.getElementType()));
