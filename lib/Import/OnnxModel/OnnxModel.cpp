@@ -94,20 +94,24 @@ void appendTyped(std::string &data, const Field &field) {
   }
 }
 
-Tensor convertTensor(const onnx::TensorProto &t, bool loadData,
-                     const std::filesystem::path &baseDir) {
-  Tensor out;
-  out.name = t.name();
-  out.elemType = t.data_type();
-  out.shape.assign(t.dims().begin(), t.dims().end());
-  // At most 2^48 elements, no negative dimension: the sizes the importer
-  // computes (elements x 4 bytes) cannot overflow.
+/// At most 2^48 elements, no negative dimension: the sizes the importer
+/// computes (elements x 4 bytes) cannot overflow.
+void checkDims(const onnx::TensorProto &t) {
   int64_t n = 1;
-  for (int64_t d : out.shape) {
+  for (int64_t d : t.dims()) {
     if (d < 0 || (d != 0 && n > (int64_t(1) << 48) / d))
       throw LoadError{"tensor '" + t.name() + "' has an invalid shape"};
     n *= d;
   }
+}
+
+Tensor convertTensor(const onnx::TensorProto &t, bool loadData,
+                     const std::filesystem::path &baseDir) {
+  checkDims(t);
+  Tensor out;
+  out.name = t.name();
+  out.elemType = t.data_type();
+  out.shape.assign(t.dims().begin(), t.dims().end());
   if (t.data_location() == onnx::TensorProto::EXTERNAL) {
     std::string location;
     for (const onnx::StringStringEntryProto &e : t.external_data()) {
@@ -199,6 +203,9 @@ void load(const std::string &path, bool loadWeights, Model &model) {
   for (const onnx::OperatorSetIdProto &o : proto.opset_import())
     model.opsets[o.domain() == "ai.onnx" ? "" : o.domain()] = o.version();
 
+  // Initializer shapes before anything sizes them.
+  for (const onnx::TensorProto &t : proto.graph().initializer())
+    checkDims(t);
   // Attributes the checker lets through but onnx 1.12's shape inference
   // indexes with unchecked (a crash there, found by fuzzing).
   for (const onnx::NodeProto &n : proto.graph().node())

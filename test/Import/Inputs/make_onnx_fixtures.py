@@ -56,8 +56,10 @@ Models (small, so that the fixtures can be committed):
                   (sigmoid), a supported op outside its pattern (softmax
                   between two linears), a weight shared by two linears, opset
                   13, an op in a custom domain, dropout on [batch,
-                  features] activations, and a Transpose whose perm is
-                  not a permutation (it crashed onnx's shape inference).
+                  features] activations, a Transpose whose perm is not a
+                  permutation (it crashed onnx's shape inference), an
+                  initializer with a negative dimension, and a MatMul with
+                  one input (the onnx checker's error).
 """
 import argparse
 import json
@@ -71,19 +73,16 @@ MICRO, GLOBAL = 4, 8
 MLP_MICRO, MLP_GLOBAL = 32, 64
 
 
-def to_external_data(src, dst):
-    """Writes `src` as `dst` with its initializers in ONNX's external-data
-    form (the form of models over 2 GB, which torch.onnx.export only uses for
-    those): raw data moved to `dst`.data, each TensorProto naming location,
-    offset and length. Needs protoc and python3-protobuf (the onnx.proto of
-    libonnx-dev is compiled on the fly); skipped where they are missing."""
+def onnx_proto():
+    """The onnx_pb2 module, compiled on the fly from libonnx-dev's
+    onnx.proto with protoc (python3-protobuf runs it); None where one of
+    them is missing. The fixtures below that rewrite a model need it."""
     import shutil
     import subprocess
     import tempfile
     proto = "/usr/include/onnx/onnx.proto"
     if not shutil.which("protoc") or not os.path.exists(proto):
-        print("skipped", dst, ": needs protoc and libonnx-dev")
-        return
+        return None
     tmp = tempfile.mkdtemp()
     subprocess.run(["protoc", "-I/usr/include/onnx", "--python_out=" + tmp, proto],
                    check=True)
@@ -91,62 +90,73 @@ def to_external_data(src, dst):
     try:
         import onnx_pb2
     except ImportError:
-        print("skipped", dst, ": needs python3-protobuf")
+        return None
+    return onnx_pb2
+
+
+def rewrite(src, dst, change):
+    """Writes the model `src` as `dst` after change(model, onnx_pb2)."""
+    pb = onnx_proto()
+    if pb is None:
+        print("skipped", dst, ": needs protoc, libonnx-dev and python3-protobuf")
         return
-    model = onnx_pb2.ModelProto()
+    model = pb.ModelProto()
     with open(src, "rb") as f:
         model.ParseFromString(f.read())
-    data_name = os.path.basename(dst) + ".data"
-    offset = 0
-    with open(dst + ".data", "wb") as data:
-        for t in model.graph.initializer:
-            raw = t.raw_data
-            pad = (-offset) % 64  # aligned, as onnx's own writer does
-            data.write(b"\0" * pad)
-            offset += pad
-            data.write(raw)
-            t.ClearField("raw_data")
-            t.data_location = onnx_pb2.TensorProto.EXTERNAL
-            for key, value in (("location", data_name), ("offset", str(offset)),
-                               ("length", str(len(raw)))):
-                entry = t.external_data.add()
-                entry.key, entry.value = key, value
-            offset += len(raw)
+    change(model, pb)
     with open(dst, "wb") as f:
         f.write(model.SerializeToString())
 
 
-def with_bad_transpose(src, dst):
-    """Writes `src` as `dst` with its first Transpose's perm made invalid
-    ([..., 19]): what the onnx_import fuzzer found crashing onnx 1.12's
-    shape inference (the importer now rejects it first). Needs protoc and
-    python3-protobuf, as to_external_data."""
-    import shutil
-    import subprocess
-    import tempfile
-    if not shutil.which("protoc"):
-        print("skipped", dst, ": needs protoc")
-        return
-    tmp = tempfile.mkdtemp()
-    subprocess.run(["protoc", "-I/usr/include/onnx", "--python_out=" + tmp,
-                    "/usr/include/onnx/onnx.proto"], check=True)
-    sys.path.insert(0, tmp)
-    try:
-        import onnx_pb2
-    except ImportError:
-        print("skipped", dst, ": needs python3-protobuf")
-        return
-    model = onnx_pb2.ModelProto()
-    with open(src, "rb") as f:
-        model.ParseFromString(f.read())
+def to_external_data(src, dst):
+    """`src` as `dst` with its initializers in ONNX's external-data form
+    (the form of models over 2 GB, which torch.onnx.export only uses for
+    those): raw data moved to `dst`.data, each TensorProto naming location,
+    offset and length."""
+    data_name = os.path.basename(dst) + ".data"
+
+    def change(model, pb):
+        offset = 0
+        with open(dst + ".data", "wb") as data:
+            for t in model.graph.initializer:
+                raw = t.raw_data
+                pad = (-offset) % 64  # aligned, as onnx's own writer does
+                data.write(b"\0" * pad)
+                offset += pad
+                data.write(raw)
+                t.ClearField("raw_data")
+                t.data_location = pb.TensorProto.EXTERNAL
+                for key, value in (("location", data_name), ("offset", str(offset)),
+                                   ("length", str(len(raw)))):
+                    entry = t.external_data.add()
+                    entry.key, entry.value = key, value
+                offset += len(raw)
+    rewrite(src, dst, change)
+
+
+def with_bad_transpose(model, pb):
+    """The first Transpose's perm made invalid ([..., 19]): what the
+    onnx_import fuzzer found crashing onnx 1.12's shape inference (the
+    importer now rejects it first)."""
     for n in model.graph.node:
         if n.op_type == "Transpose":
             for a in n.attribute:
                 if a.name == "perm":
                     a.ints[-1] = 19
-            break
-    with open(dst, "wb") as f:
-        f.write(model.SerializeToString())
+            return
+
+
+def with_negative_dim(model, pb):
+    """The first initializer's first dimension made negative."""
+    model.graph.initializer[0].dims[0] = -4
+
+
+def with_missing_input(model, pb):
+    """The first MatMul left with one input (the onnx checker rejects it)."""
+    for n in model.graph.node:
+        if n.op_type == "MatMul":
+            del n.input[1:]
+            return
 
 
 def main():
@@ -540,9 +550,11 @@ def main():
 
     export(Linear3d(), (torch.randn(2, 3, 4),), ["features"],
            os.path.join(bad, "transpose-3d.onnx"))
-    with_bad_transpose(os.path.join(bad, "transpose-3d.onnx"),
-                       os.path.join(bad, "transpose-perm.onnx"))
-    os.remove(os.path.join(bad, "transpose-3d.onnx"))
+    linear3d = os.path.join(bad, "transpose-3d.onnx")
+    rewrite(linear3d, os.path.join(bad, "transpose-perm.onnx"), with_bad_transpose)
+    rewrite(linear3d, os.path.join(bad, "negative-dim.onnx"), with_negative_dim)
+    rewrite(linear3d, os.path.join(bad, "missing-input.onnx"), with_missing_input)
+    os.remove(linear3d)
     torch.onnx.register_custom_op_symbolic(
         "aten::silu", lambda g, x: g.op("tessera_test::Swish", x), 17)
     export(Tiny("silu"), example, ["features", "labels"], os.path.join(bad, "custom-domain.onnx"))
