@@ -72,7 +72,8 @@ static fa::BufferKind kindOf(rt::BufferKind kind) {
 namespace {
 class Writer {
 public:
-  explicit Writer(ModuleOp module) : module(module) {}
+  explicit Writer(ModuleOp module)
+      : module(module), fbb(initialCapacity(module)) {}
   LogicalResult write(llvm::raw_ostream &os);
 
 private:
@@ -93,7 +94,18 @@ private:
                          InitData &data);
 
   ModuleOp module;
-  flatbuffers::FlatBufferBuilder fbb{1 << 16};
+  flatbuffers::FlatBufferBuilder fbb;
+  /// Room for the inline weights from the start, plus 16 MiB for the
+  /// rest: growing the builder by doubling holds the old and the new
+  /// buffer at once (three times an imported model's weights at the peak).
+  static size_t initialCapacity(ModuleOp module) {
+    size_t bytes = size_t(16) << 20;
+    if (auto weights = module->getAttrOfType<DictionaryAttr>(kWeightsAttr))
+      for (NamedAttribute entry : weights)
+        if (auto elements = dyn_cast<ElementsAttr>(entry.getValue()))
+          bytes += size_t(elements.getNumElements()) * 4 + 64;
+    return bytes;
+  }
   llvm::StringMap<int64_t> bufferOffsets;
   /// Rank-relative views: (group, stride) by buffer name.
   llvm::StringMap<std::pair<std::string, int64_t>> rankViews;

@@ -107,7 +107,7 @@ enum class ParamUse { Embedding, Linear, Other };
 
 class Importer {
 public:
-  Importer(MLIRContext *ctx, const Model &model,
+  Importer(MLIRContext *ctx, Model &model,
            const tessera::OnnxImportOptions &options)
       : ctx(ctx), model(model), options(options), b(ctx),
         fileLoc(FileLineColLoc::get(ctx, model.path, 0, 0)) {}
@@ -242,7 +242,9 @@ private:
   Attribute weightsAttr();
 
   MLIRContext *ctx;
-  const Model &model;
+  /// Not const: weightsAttr() releases each initializer's bytes once they
+  /// are in the module.
+  Model &model;
   const tessera::OnnxImportOptions &options;
   OpBuilder b;
   Location fileLoc;
@@ -1706,8 +1708,22 @@ Attribute Importer::weightsAttr() {
               << " bytes; its shape needs " << n * 4;
       return {};
     }
+    // The model's bytes are released as soon as the module holds them, so
+    // a model is in memory once, not twice.
+    auto release = [&] { std::string().swap(const_cast<Tensor *>(t)->data); };
+    auto qkv = qkvBlocks.find(name);
+    if (!info.transposed && qkv == qkvBlocks.end()) {
+      auto blob = HeapAsmResourceBlob::allocateAndCopyInferAlign<float>(
+          ArrayRef<float>(reinterpret_cast<const float *>(t->data.data()),
+                          size_t(n)));
+      release();
+      entries.push_back(b.getNamedAttr(
+          name, DenseResourceElementsAttr::get(type, name, std::move(blob))));
+      continue;
+    }
     std::vector<float> values(static_cast<size_t>(n));
     std::memcpy(values.data(), t->data.data(), size_t(n) * 4);
+    release();
     if (info.transposed) { // [in, out] -> [out, in]
       int64_t rows = t->shape[0], cols = t->shape[1];
       std::vector<float> tr(values.size());
@@ -1716,7 +1732,6 @@ Attribute Importer::weightsAttr() {
           tr[size_t(c * rows + r)] = values[size_t(r * cols + c)];
       values.swap(tr);
     }
-    auto qkv = qkvBlocks.find(name);
     if (qkv != qkvBlocks.end()) {
       // Rows (or elements) t * H + h * D + d ([q][k][v] blocks) move to
       // h * 3D + t * D + d (per head, Megatron's fused QKV).

@@ -17,3 +17,8 @@ func.func @lm(%tokens: tensor<4x?xi32> {nn.input = "tokens", nn.batch_dim = 1 : 
   %m = nn.token_mean %l, %labels : (tensor<4x?xf32>, tensor<4x?xi32>) -> tensor<f32>
   return %m : tensor<f32>
 }
+
+// At tp 3 the vocabulary (260) must be padded whatever the divisor: the
+// warning says why.
+// RUN: sed /expected-warning/d %s | tessera-opt --tessera-attach-mesh="tp=3" --tessera-pad-vocab="make-vocab-size-divisible-by=1" 2>&1 | FileCheck %s --check-prefix=TP3
+// TP3: warning: padding the vocabulary of 'wte' (initialised from data) from 260 to 261 rows adds zero rows whose logits change the loss; tp = 3 needs a multiple of 3 rows, so export a vocabulary it divides

@@ -89,7 +89,12 @@ struct PadVocabPass : tessera::dist::impl::PadVocabPassBase<PadVocabPass> {
             << "' (initialised from data) from " << type.getDimSize(0)
             << " to " << padded
             << " rows adds zero rows whose logits change the loss; "
-               "make-vocab-size-divisible-by 1 keeps the model's vocabulary";
+            << (vocab % tp == 0
+                    ? std::string("make-vocab-size-divisible-by 1 keeps the "
+                                  "model's vocabulary")
+                    : "tp = " + std::to_string(tp) +
+                          " needs a multiple of " + std::to_string(tp) +
+                          " rows, so export a vocabulary it divides");
       SmallVector<int64_t> shape(type.getShape());
       shape[0] = padded;
       arg.setType(RankedTensorType::get(shape, type.getElementType()));

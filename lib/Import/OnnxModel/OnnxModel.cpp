@@ -105,8 +105,11 @@ void checkDims(const onnx::TensorProto &t) {
   }
 }
 
+/// `t` as a Tensor; with `take`, its raw bytes are moved out of the
+/// protobuf (weights: one copy of the model in memory, not two).
 Tensor convertTensor(const onnx::TensorProto &t, bool loadData,
-                     const std::filesystem::path &baseDir) {
+                     const std::filesystem::path &baseDir,
+                     std::string *take = nullptr) {
   checkDims(t);
   Tensor out;
   out.name = t.name();
@@ -136,7 +139,10 @@ Tensor convertTensor(const onnx::TensorProto &t, bool loadData,
     return out;
   out.hasData = true;
   if (t.has_raw_data()) {
-    out.data = t.raw_data();
+    if (take)
+      out.data = std::move(*take);
+    else
+      out.data = t.raw_data();
     return out;
   }
   switch (t.data_type()) {
@@ -237,8 +243,9 @@ void load(const std::string &path, bool loadWeights, Model &model) {
   const onnx::GraphProto &g = proto.graph();
   std::filesystem::path baseDir =
       std::filesystem::absolute(std::filesystem::path(path)).parent_path();
-  for (const onnx::TensorProto &t : g.initializer())
-    model.initializers.push_back(convertTensor(t, loadWeights, baseDir));
+  for (onnx::TensorProto &t : *proto.mutable_graph()->mutable_initializer())
+    model.initializers.push_back(convertTensor(
+        t, loadWeights, baseDir, t.has_raw_data() ? t.mutable_raw_data() : nullptr));
   for (const onnx::ValueInfoProto &v : g.input())
     model.inputs.push_back(convertValueInfo(v));
   for (const onnx::ValueInfoProto &v : g.output())

@@ -159,37 +159,12 @@ def with_missing_input(model, pb):
             return
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--data", required=True)
-    ap.add_argument("--out", default=os.path.join(HERE, "onnx"))
-    ap.add_argument("--steps", type=int, default=10)
-    args = ap.parse_args()
-    try:
-        import torch
-    except ImportError:
-        print("skipped: PyTorch is not installed")
-        return 0
-    import numpy as np
+def megatron_gpt():
+    """The Megatron-shaped GPT the fixtures export (also used by
+    bench/onnx_import.py): returns (GPT, causal_attention). Needs torch."""
+    import torch
     import torch.nn as nn
     import torch.nn.functional as F
-    sys.path.insert(0, os.path.join(HERE, "..", "..", "E2E", "Inputs"))
-    from torch_reference import philox_normal, philox_uniform, read_tokens, sample_batch
-
-    torch.manual_seed(SEED)
-    torch.set_num_threads(1)
-    os.makedirs(args.out, exist_ok=True)
-
-    class MLP(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.linear_fc1 = nn.Linear(32, 64)
-            self.linear_fc2 = nn.Linear(64, 32)
-            self.head = nn.Linear(32, 8)
-
-        def forward(self, features, labels):
-            h = F.relu(self.linear_fc2(F.gelu(self.linear_fc1(features))))
-            return F.cross_entropy(self.head(h), labels)
 
     def causal_attention(q, k, v):
         """softmax(q k^T / sqrt(d) + causal mask) v on [b, heads, s, d],
@@ -263,6 +238,43 @@ def main():
             logits = F.linear(h, w)
             return F.cross_entropy(logits.view(-1, logits.shape[-1]),
                                    labels.view(-1), ignore_index=-100)
+
+    return GPT, causal_attention
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--out", default=os.path.join(HERE, "onnx"))
+    ap.add_argument("--steps", type=int, default=10)
+    args = ap.parse_args()
+    try:
+        import torch
+    except ImportError:
+        print("skipped: PyTorch is not installed")
+        return 0
+    import numpy as np
+    import torch.nn as nn
+    import torch.nn.functional as F
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "E2E", "Inputs"))
+    from torch_reference import philox_normal, philox_uniform, read_tokens, sample_batch
+
+    torch.manual_seed(SEED)
+    torch.set_num_threads(1)
+    os.makedirs(args.out, exist_ok=True)
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear_fc1 = nn.Linear(32, 64)
+            self.linear_fc2 = nn.Linear(64, 32)
+            self.head = nn.Linear(32, 8)
+
+        def forward(self, features, labels):
+            h = F.relu(self.linear_fc2(F.gelu(self.linear_fc1(features))))
+            return F.cross_entropy(self.head(h), labels)
+
+    GPT, causal_attention = megatron_gpt()
 
     def export(model, inputs, names, path):
         torch.onnx.export(model, inputs, path, opset_version=17,
