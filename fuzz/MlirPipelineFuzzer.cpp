@@ -12,6 +12,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "MlirRegistry.h"
 #include "tessera/InitAll.h"
 #include "tessera/Pipeline/Pipeline.h"
 
@@ -25,19 +26,9 @@
 #include <cstdlib>
 #include <string>
 
-namespace {
-const mlir::DialectRegistry &registry() {
-  static const mlir::DialectRegistry r = [] {
-    mlir::DialectRegistry reg;
-    tessera::registerAllDialects(reg);
-    return reg;
-  }();
-  return r;
-}
-} // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  mlir::MLIRContext context(registry(),
+  mlir::MLIRContext context(tessera::fuzz::registry(),
                             mlir::MLIRContext::Threading::DISABLED);
   context.loadAllAvailableDialects();
   mlir::ScopedDiagnosticHandler quiet(

@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "tessera/Import/OnnxImport.h"
+#include "MlirRegistry.h"
 #include "tessera/InitAll.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -24,14 +25,6 @@
 #include <unistd.h>
 
 namespace {
-const mlir::DialectRegistry &registry() {
-  static const mlir::DialectRegistry r = [] {
-    mlir::DialectRegistry reg;
-    tessera::registerAllDialects(reg);
-    return reg;
-  }();
-  return r;
-}
 
 /// The importer reads a path (external data lies next to the model): one
 /// file per fuzzing process, rewritten for each input.
@@ -50,7 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     std::fwrite(data, 1, size, f);
     std::fclose(f);
   }
-  mlir::MLIRContext context(registry(),
+  mlir::MLIRContext context(tessera::fuzz::registry(),
                             mlir::MLIRContext::Threading::DISABLED);
   mlir::ScopedDiagnosticHandler quiet(
       &context, [](mlir::Diagnostic &) { return mlir::success(); });
