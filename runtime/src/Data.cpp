@@ -343,10 +343,20 @@ static Status initShardFromData(const fb::Buffer &buffer,
   MappedRange mapped;
   if (buffer.data_file() && buffer.data_file()->size()) {
     std::string path = buffer.data_file()->str();
+    size_t slash = fileName.rfind('/');
+    std::string artifactDir =
+        slash == std::string::npos ? "" : fileName.substr(0, slash + 1);
     if (path[0] != '/') {
-      size_t slash = fileName.rfind('/');
-      if (slash != std::string::npos)
-        path = fileName.substr(0, slash + 1) + path;
+      path = artifactDir + path;
+    } else if (::access(path.c_str(), F_OK) != 0) {
+      // The compiler records where the data was; an artifact moved with its
+      // data next to it finds the file by name in its own directory.
+      std::string moved = artifactDir + path.substr(path.rfind('/') + 1);
+      if (::access(moved.c_str(), F_OK) == 0)
+        path = moved;
+      else
+        return error("cannot find the data file '", path, "' (nor '", moved,
+                     "' next to the artifact)");
     }
     // Each rank maps the file and touches only its shard's pages.
     Status st = mapped.map(path, buffer.data_offset(), limit * 4);

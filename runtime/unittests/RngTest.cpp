@@ -276,7 +276,16 @@ TEST(DataInitTest, ExternalFileIsMappedAtItsOffset) {
       << st.message();
   st = initRank(dataParamArtifact({6, 4}, 0, {6, 4}, {}, dir + "/none.bin"), 0, out);
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("cannot open"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("cannot find the data file"), std::string::npos)
+      << st.message();
+  // An absolute path that no longer exists: the file of that name next to
+  // the artifact (an artifact moved together with its data).
+  std::string moved =
+      dataParamArtifact({6, 4}, 0, {6, 4}, {}, "/no/such/dir/weights.bin", 10);
+  st = initRank(moved, 1, out, dir + "/model.tsr");
+  ASSERT_TRUE(st.ok()) << st.message();
+  for (size_t i = 0; i < out.size(); ++i)
+    EXPECT_EQ(out[i], data[12 + i]);
 }
 
 TEST(DataInitTest, BadDataIsAnError) {
