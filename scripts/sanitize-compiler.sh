@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The compiler tools (tessera-opt, tessera-compile, tessera-gen) and
+# The compiler tools (tessera-opt, tessera-compile, tessera-gen,
+# tessera-translate) and
 # tessera-run / tessera-preprocess built with AddressSanitizer and
 # UndefinedBehaviorSanitizer into build-asan-compiler/, then the whole lit
 # suite run with them (dialect, pass and error tests and the end-to-end
@@ -22,7 +23,7 @@ if [ ! -f $B/build.ninja ]; then
     "-DCMAKE_EXE_LINKER_FLAGS=-fsanitize=address,undefined" \
     "-DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=address,undefined"
 fi
-cmake --build $B -j2 --target tessera-opt tessera-compile tessera-gen \
+cmake --build $B -j2 --target tessera-opt tessera-compile tessera-gen tessera-translate \
   tessera-run tessera-preprocess
 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
