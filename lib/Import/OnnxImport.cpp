@@ -89,6 +89,12 @@ int64_t layerIndexOf(llvm::StringRef name) {
   return -1;
 }
 
+/// Row r (head r / D, index r % D) of projection t (0 q, 1 k, 2 v) in
+/// Megatron's fused QKV, whose rows are per head [q k v]: h * 3D + t * D + d.
+int64_t perHeadRow(int64_t t, int64_t r, int64_t headDim) {
+  return (r / headDim) * 3 * headDim + t * headDim + r % headDim;
+}
+
 /// An imported activation: its nn value and the decoder layer that made it.
 struct Act {
   Value value;
@@ -636,7 +642,7 @@ FailureOr<Act> Importer::materialise(const std::string &v, const Node &user) {
     error(user) << "input '" << v << "' depends on itself (a cycle)";
     return failure();
   }
-  auto done = llvm::make_scope_exit([&] { inProgress.erase(v); });
+  llvm::scope_exit done([&] { inProgress.erase(v); });
   if (initializer(v)) {
     error(user) << "initializer '" << v
                 << "' is used as an activation; expected it as the weight of a "
@@ -1657,8 +1663,7 @@ Attribute Importer::weightsAttr() {
         const float *data = reinterpret_cast<const float *>(src->data.data());
         int64_t rows = q.heads * q.headDim;
         for (int64_t r = 0; r < rows; ++r) {
-          int64_t to = (r / q.headDim) * 3 * q.headDim + t * q.headDim +
-                       r % q.headDim;
+          int64_t to = perHeadRow(t, r, q.headDim);
           for (int64_t c = 0; c < cols; ++c)
             values[size_t(to * cols + c)] =
                 q.transposed[size_t(t)] ? data[c * rows + r] : data[r * cols + c];
@@ -1736,20 +1741,13 @@ Attribute Importer::weightsAttr() {
       // Rows (or elements) t * H + h * D + d ([q][k][v] blocks) move to
       // h * 3D + t * D + d (per head, Megatron's fused QKV).
       auto [heads, headDim] = qkv->second;
-      int64_t rows = type.getDimSize(0), cols = type.getRank() == 2
-                                                    ? type.getDimSize(1)
-                                                    : 1;
+      int64_t cols = type.getRank() == 2 ? type.getDimSize(1) : 1;
       int64_t hidden = heads * headDim;
       std::vector<float> perm(values.size());
-      for (int64_t t = 0; t < 3; ++t)
-        for (int64_t h = 0; h < heads; ++h)
-          for (int64_t d = 0; d < headDim; ++d) {
-            int64_t from = t * hidden + h * headDim + d;
-            int64_t to = h * 3 * headDim + t * headDim + d;
-            std::memcpy(&perm[size_t(to * cols)], &values[size_t(from * cols)],
-                        size_t(cols) * 4);
-          }
-      (void)rows;
+      for (int64_t from = 0; from < 3 * hidden; ++from)
+        std::memcpy(&perm[size_t(perHeadRow(from / hidden, from % hidden,
+                                            headDim) * cols)],
+                    &values[size_t(from * cols)], size_t(cols) * 4);
       values.swap(perm);
     }
     auto blob = HeapAsmResourceBlob::allocateAndCopyInferAlign<float>(values);
