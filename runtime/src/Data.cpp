@@ -218,6 +218,11 @@ Status initParameterShard(fb::InitKind init, float scale, uint64_t seed,
                           std::string_view name,
                           const std::vector<int64_t> &globalShape, int shardDim,
                           int shardIndex, int shardCount, float *out) {
+  if (init != fb::InitKind::Zeros && init != fb::InitKind::Ones &&
+      init != fb::InitKind::Normal && init != fb::InitKind::Uniform)
+    return invalidArgument("init kind ", fb::EnumNameInitKind(init),
+                           " of '", name, "' has no generator (data-initialised "
+                           "parameters are read by initShardFromData)");
   int rank = int(globalShape.size());
   if (shardDim >= rank)
     return invalidArgument("shard dim ", shardDim, " out of range for rank ",
@@ -261,6 +266,8 @@ Status initParameterShard(fb::InitKind init, float scale, uint64_t seed,
           break;
         case fb::InitKind::Uniform:
           out[k] = float(double(scale) * (2.0 * stream.uniform(g) - 1.0));
+          break;
+        default: // rejected above
           break;
         }
       }

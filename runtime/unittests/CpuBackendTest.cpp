@@ -2,6 +2,7 @@
 
 #include "tessera/rt/BF16.h"
 #include "tessera/rt/Backend.h"
+#include "tessera/rt/math/Kernels.h"
 
 #include <gtest/gtest.h>
 
@@ -12,6 +13,7 @@
 #include <vector>
 
 using namespace tessera::rt;
+using tessera::rt::math::floatBits;
 
 namespace {
 
@@ -157,6 +159,30 @@ TEST_F(CpuBackendTest, GeluTanhAndGradVsLibmAndFiniteDifferences) {
     double fd = (f(v + h) - f(v - h)) / (2 * h);
     EXPECT_NEAR(dx[i], g[i] * fd, 1e-4 * (1 + std::fabs(g[i] * fd)))
         << "x = " << v;
+  }
+}
+
+TEST_F(CpuBackendTest, GeluKernelsComputeTheSharedFormulasBits) {
+  // The GELU kernels run an AVX-512, AVX2 or baseline clone picked by the
+  // CPU; each must give the bits of the shared scalar formulas (this file is
+  // built for the baseline x86-64, which has no fused multiply-add), so a
+  // run is reproducible across machines. 1001 elements: whole vectors of
+  // every width plus a tail.
+  auto x = random(1001, 6.0f);
+  auto g = random(1001);
+  const int64_t n = int64_t(x.size());
+  std::vector<float> y(x.size()), dx(x.size());
+  for (bool tanh : {false, true}) {
+    ASSERT_TRUE(backend->gelu(x.data(), y.data(), n, tanh).ok());
+    ASSERT_TRUE(backend->geluGrad(x.data(), g.data(), dx.data(), n, tanh).ok());
+    for (size_t i = 0; i < x.size(); ++i) {
+      float ry = tanh ? math::geluTanh(x[i]) : math::gelu(x[i]);
+      float rdx = tanh ? math::geluTanhGrad(x[i], g[i])
+                       : math::geluGrad(x[i], g[i]);
+      ASSERT_EQ(floatBits(y[i]), floatBits(ry)) << "tanh " << tanh << " x " << x[i];
+      ASSERT_EQ(floatBits(dx[i]), floatBits(rdx))
+          << "tanh " << tanh << " x " << x[i];
+    }
   }
 }
 

@@ -93,9 +93,14 @@ inline void softmaxRow(float *row, int64_t valid, int64_t n) {
 constexpr int64_t kParallelMin = 1 << 15;
 
 // GELU and its gradient are the costliest elementwise kernels (an erf per
-// element): they get AVX2/FMA clones, picked at load time on CPUs that have
-// them (the build itself targets the baseline x86-64).
-#define TESSERA_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
+// element): they get AVX-512 and AVX2 clones, picked at load time on CPUs
+// that have them (the build itself targets the baseline x86-64). The runtime
+// is built with -ffp-contract=off, so no clone fuses a multiply-add and every
+// clone computes the same bits as the baseline loop: a run is reproducible
+// across machines. Only elementwise loops get clones; a vectorised reduction
+// sums in an order that depends on the vector width.
+#define TESSERA_SIMD_CLONES                                                    \
+  __attribute__((target_clones("avx512f", "avx2", "default")))
 
 TESSERA_SIMD_CLONES void geluSpan(const float *x, float *y, int64_t n) {
 #pragma omp simd
