@@ -6,6 +6,7 @@
 #include "tessera/rt/BF16.h"
 #include "tessera/rt/Executor.h"
 #include "tessera/rt/Rng.h"
+#include "tessera/rt/math/Kernels.h"
 
 #include <gtest/gtest.h>
 
@@ -120,6 +121,53 @@ TEST(ExecutorTest, GradientMatchesFiniteDifferences) {
     wm[i] -= 1e-2f;
     double fd = (lossAt(wp) - lossAt(wm)) / 2e-2;
     EXPECT_NEAR((*grad)[i], fd, 2e-3) << "element " << i;
+  }
+}
+
+TEST(ExecutorTest, GeluFormFollowsItsIattr) {
+  // Gelu and GeluGrad with iattrs [1] run the tanh form, with [0] the erf
+  // form: the executor passes the flag on (both forms, then their
+  // gradients, written into the bias at the end of the microbatch).
+  using O = fb::Opcode;
+  for (int64_t tanh : {0, 1}) {
+    ArtifactDesc desc = softmaxRegression(8, 4, 16, 1, 1, false, 0.0f);
+    ProgramDesc &p = desc.programs[0];
+    int bias = 1; // fc.bias [4]
+    ASSERT_EQ(p.buffers[size_t(bias)].name, "fc.bias");
+    RefDesc x = p.scratch({4}), dy = p.scratch({4});
+    auto &mb = p.function("microbatch");
+    InstrDesc fx = instr(O::Fill, {x});
+    fx.fattrs = {1.3f};
+    InstrDesc fdy = instr(O::Fill, {dy});
+    fdy.fattrs = {0.7f};
+    InstrDesc g = instr(O::Gelu, {x, p.ref(bias)});
+    g.iattrs = {tanh};
+    mb.push_back(fx);
+    mb.push_back(fdy);
+    mb.push_back(g);
+    auto ex = makeExecutor(desc);
+    ASSERT_TRUE(ex);
+    ASSERT_TRUE(ex->fillInputs(1, 0).ok());
+    ASSERT_TRUE(ex->runFunction("microbatch").ok());
+    auto y = ex->readFloatBuffer("fc.bias");
+    ASSERT_TRUE(y.ok());
+    float want = tanh ? math::geluTanh(1.3f) : math::gelu(1.3f);
+    EXPECT_EQ((*y)[0], want) << "tanh " << tanh;
+    // The two forms differ here, so the check tells them apart.
+    EXPECT_NE(math::geluTanh(1.3f), math::gelu(1.3f));
+
+    InstrDesc gg = instr(O::GeluGrad, {x, dy, p.ref(bias)});
+    gg.iattrs = {tanh};
+    mb.back() = gg;
+    auto ex2 = makeExecutor(desc);
+    ASSERT_TRUE(ex2);
+    ASSERT_TRUE(ex2->fillInputs(1, 0).ok());
+    ASSERT_TRUE(ex2->runFunction("microbatch").ok());
+    auto dxv = ex2->readFloatBuffer("fc.bias");
+    ASSERT_TRUE(dxv.ok());
+    float wantDx = tanh ? math::geluTanhGrad(1.3f, 0.7f)
+                        : math::geluGrad(1.3f, 0.7f);
+    EXPECT_EQ((*dxv)[0], wantDx) << "tanh " << tanh;
   }
 }
 

@@ -111,11 +111,15 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
     t.n = x.cols;
     return Status();
   }
-  case O::Add:
   case O::GeluGrad:
-  case O::ReluGrad:
+    t.i[0] = in.iattrs()->Get(0); // the form: 1 = tanh, 0 = erf
     return requireSameNumel(in, {0, 1, 2});
   case O::Gelu:
+    t.i[0] = in.iattrs()->Get(0);
+    return requireSameNumel(in, {0, 1});
+  case O::Add:
+  case O::ReluGrad:
+    return requireSameNumel(in, {0, 1, 2});
   case O::Relu:
   case O::Sgd:
     return requireSameNumel(in, {0, 1});
