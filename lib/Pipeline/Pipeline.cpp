@@ -62,6 +62,9 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
     pm.addPass(nn::createMixedPrecisionPass(mp));
   }
 
+  if (options.fuseBiasGelu)
+    pm.addPass(nn::createFuseBiasGeluPass());
+
   pm.addPass(nn::createAutodiffPass());
 
   dist::DPGradAllReducePassOptions grads;

@@ -82,9 +82,9 @@ TEST_F(ArtifactTest, BadMagic) {
 
 TEST_F(ArtifactTest, WrongVersion) {
   std::string file = buildFile(buildPayload(softmaxRegression()));
-  file[4] = 7;
-  expectError(file, "unsupported format version 7 (this runtime supports "
-                    "version 6)");
+  file[4] = 9;
+  expectError(file, "unsupported format version 9 (this runtime supports "
+                    "version 7)");
 }
 
 TEST_F(ArtifactTest, Truncated) {

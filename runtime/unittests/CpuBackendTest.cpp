@@ -186,6 +186,46 @@ TEST_F(CpuBackendTest, GeluKernelsComputeTheSharedFormulasBits) {
   }
 }
 
+TEST_F(CpuBackendTest, BiasGeluEqualsBiasAddThenGeluBitForBit) {
+  // The fused kernels against the unfused sequence (BiasAdd, Gelu; GeluGrad
+  // on the biased input, ReduceRows), both forms, overwriting and
+  // accumulating the bias gradient, on 1 and 2 threads: rows x cols is
+  // large enough to thread, and 37 columns leave a partial vector.
+  const int64_t rows = 1200, cols = 37;
+  auto x = random(size_t(rows * cols), 2.0f), b = random(size_t(cols));
+  auto dy = random(size_t(rows * cols)), db0 = random(size_t(cols));
+  for (int threads : {1, 2}) {
+    BackendOptions options;
+    options.numThreads = threads;
+    auto be = BackendRegistry::global().create("cpu", options);
+    ASSERT_TRUE(be.ok());
+    for (bool tanh : {false, true})
+      for (float beta : {0.0f, 1.0f}) {
+        std::vector<float> z(x.size()), y(x.size()), yf(x.size());
+        std::vector<float> dx(x.size()), dxf(x.size());
+        std::vector<float> db = db0, dbf = db0;
+        ASSERT_TRUE((*be)->biasAdd(x.data(), b.data(), z.data(), rows, cols).ok());
+        ASSERT_TRUE((*be)->gelu(z.data(), y.data(), rows * cols, tanh).ok());
+        ASSERT_TRUE(
+            (*be)->geluGrad(z.data(), dy.data(), dx.data(), rows * cols, tanh).ok());
+        ASSERT_TRUE(
+            (*be)->reduceRows(dx.data(), db.data(), rows, cols, 1.0f, beta).ok());
+        ASSERT_TRUE(
+            (*be)->biasGelu(x.data(), b.data(), yf.data(), rows, cols, tanh).ok());
+        ASSERT_TRUE((*be)->biasGeluGrad(x.data(), b.data(), dy.data(),
+                                        dxf.data(), dbf.data(), rows, cols,
+                                        tanh, beta)
+                        .ok());
+        std::string what = "threads " + std::to_string(threads) + " tanh " +
+                           std::to_string(tanh) + " beta " +
+                           std::to_string(beta);
+        ASSERT_EQ(0, std::memcmp(y.data(), yf.data(), y.size() * 4)) << what;
+        ASSERT_EQ(0, std::memcmp(dx.data(), dxf.data(), dx.size() * 4)) << what;
+        ASSERT_EQ(0, std::memcmp(db.data(), dbf.data(), db.size() * 4)) << what;
+      }
+  }
+}
+
 TEST_F(CpuBackendTest, ReluAndGrad) {
   auto x = random(32), dy = random(32);
   std::vector<float> y(32), dx(32);

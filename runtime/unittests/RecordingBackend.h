@@ -116,6 +116,17 @@ public:
     note("geluGrad");
     return inner->geluGrad(x, dy, dx, n, tanh);
   }
+  Status biasGelu(const float *x, const float *bias, float *y, int64_t rows,
+                  int64_t cols, bool tanh) override {
+    note("biasGelu");
+    return inner->biasGelu(x, bias, y, rows, cols, tanh);
+  }
+  Status biasGeluGrad(const float *x, const float *bias, const float *dy,
+                      float *dx, float *dbias, int64_t rows, int64_t cols,
+                      bool tanh, float beta) override {
+    note("biasGeluGrad");
+    return inner->biasGeluGrad(x, bias, dy, dx, dbias, rows, cols, tanh, beta);
+  }
   Status relu(const float *x, float *y, int64_t n) override {
     note("relu");
     return inner->relu(x, y, n);

@@ -236,6 +236,68 @@ LogicalResult GeluOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// BiasGeluOp, BiasGeluGradOp
+//===----------------------------------------------------------------------===//
+
+/// A [..., n] input and a [n] bias.
+static LogicalResult verifyRowBias(Operation *op, RankedTensorType x,
+                                   RankedTensorType bias) {
+  if (x.getRank() < 1 || bias.getRank() != 1 ||
+      !dimsCompatible(x.getDimSize(x.getRank() - 1), bias.getDimSize(0)))
+    return op->emitOpError() << "expects a [..., n] input and a [n] bias, got "
+                             << x << " and " << bias;
+  return success();
+}
+
+LogicalResult BiasGeluOp::inferReturnTypes(MLIRContext *,
+                                           std::optional<Location>,
+                                           Adaptor adaptor,
+                                           SmallVectorImpl<Type> &types) {
+  types.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+LogicalResult BiasGeluOp::verify() {
+  if (failed(verifyRowBias(*this, getInput().getType(), getBias().getType())))
+    return failure();
+  return verifyApproximate(*this, getApproximate());
+}
+
+LogicalResult BiasGeluOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
+                                       ArrayRef<bool> needed,
+                                       SmallVectorImpl<Value> &adj) {
+  adj.assign(2, Value());
+  if (!needed[0] && !needed[1])
+    return success();
+  auto grad = BiasGeluGradOp::create(b, getLoc(), getInput(), getBias(),
+                                     resultAdj[0], getApproximate());
+  if (needed[0])
+    adj[0] = grad.getInputGrad();
+  if (needed[1])
+    adj[1] = grad.getBiasGrad();
+  return success();
+}
+
+LogicalResult BiasGeluGradOp::inferReturnTypes(MLIRContext *,
+                                               std::optional<Location>,
+                                               Adaptor adaptor,
+                                               SmallVectorImpl<Type> &types) {
+  types.push_back(adaptor.getInput().getType());
+  types.push_back(adaptor.getBias().getType());
+  return success();
+}
+
+LogicalResult BiasGeluGradOp::verify() {
+  if (failed(verifyRowBias(*this, getInput().getType(), getBias().getType())))
+    return failure();
+  if (getResultGrad().getType() != getInput().getType())
+    return emitOpError() << "result_grad " << getResultGrad().getType()
+                         << " must have the input's type "
+                         << getInput().getType();
+  return verifyApproximate(*this, getApproximate());
+}
+
 LogicalResult ReluOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
                                    ArrayRef<bool> needed,
                                    SmallVectorImpl<Value> &adj) {

@@ -129,6 +129,28 @@ def NN_GeluOp : NN_UnaryOp<"gelu"> {
   let hasVerifier = 1;
 }
 
+def NN_BiasGeluOp : NN_Op<"bias_gelu", [InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "gelu(x + bias) in one pass (Megatron's bias_gelu_impl)";
+  let description = [{
+    Adds a `[n]` bias to every row of a `[..., n]` input and applies GELU
+    (`approximate` as in nn.gelu), as Megatron's fused bias-GELU does for
+    the first MLP projection (`bias_gelu_impl` after a linear with
+    `skip_bias_add`). Created by tessera-fuse-bias-gelu; the backward
+    (nn.bias_gelu_grad) reads the input without the bias, so the saved
+    activation is the same size.
+
+    ```mlir
+    %h = nn.bias_gelu %z, %b : (tensor<8x1024xf32>, tensor<1024xf32>) -> tensor<8x1024xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$bias,
+                       DefaultValuedStrAttr<StrAttr, "none">:$approximate);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$input `,` $bias attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 def NN_ReluOp : NN_UnaryOp<"relu"> {
   let summary = "ReLU activation";
   let description = [{
@@ -226,6 +248,24 @@ def NN_GeluGradOp : NN_ActivationGradOp<"gelu_grad"> {
   }];
   let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$result_grad,
                        DefaultValuedStrAttr<StrAttr, "none">:$approximate);
+  let hasVerifier = 1;
+}
+
+def NN_BiasGeluGradOp : NN_Op<"bias_gelu_grad", [InferTypeOpAdaptor]> {
+  let summary = "backward of nn.bias_gelu: the input and bias gradients";
+  let description = [{
+    `input_grad = result_grad * gelu'(input + bias)` and `bias_grad` its
+    sum over the rows, in one pass.
+
+    ```mlir
+    %dz, %db = nn.bias_gelu_grad %z, %b, %dh : (tensor<8x1024xf32>, tensor<1024xf32>, tensor<8x1024xf32>) -> (tensor<8x1024xf32>, tensor<1024xf32>)
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$bias,
+                       NN_F32Tensor:$result_grad,
+                       DefaultValuedStrAttr<StrAttr, "none">:$approximate);
+  let results = (outs NN_F32Tensor:$input_grad, NN_F32Tensor:$bias_grad);
+  let assemblyFormat = "$input `,` $bias `,` $result_grad attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
 

@@ -44,6 +44,23 @@ def MixedPrecisionPass : Pass<"tessera-mixed-precision", "mlir::ModuleOp"> {
   ];
 }
 
+def FuseBiasGeluPass : Pass<"tessera-fuse-bias-gelu", "mlir::ModuleOp"> {
+  let summary = "add a bias inside the GELU after it (Megatron's bias_gelu_impl)";
+  let description = [{
+    An `nn.gelu` whose input is a biased `nn.linear` (or an `nn.bias_add`,
+    a bias that tp-partition moved after a row-parallel reduction) and is
+    used by nothing else becomes `nn.bias_gelu(x, bias)` on the unbiased
+    GEMM output, as Megatron's MLP runs its first projection with
+    `skip_bias_add` and `bias_gelu_impl`. The runtime then adds the bias
+    inside the GELU instead of in a pass of its own, and the backward
+    (nn.bias_gelu_grad) sums the bias gradient in the GELU gradient's pass.
+    The computation is the same, so results are bit-identical. Runs on the
+    model, after tp-partition, pp-split and mixed-precision and before
+    autodiff; the pipeline's `fuse-bias-gelu` option turns it off.
+  }];
+  let dependentDialects = ["::tessera::nn::NNDialect"];
+}
+
 def OptimizerPass : Pass<"tessera-optimizer", "mlir::ModuleOp"> {
   let summary = "append the optimizer update to the step function";
   let description = [{

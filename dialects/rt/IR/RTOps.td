@@ -194,6 +194,9 @@ def RT_AddOp : RT_KernelOp<"add", "Add", "c = a + b">;
 def RT_GeluOp : RT_KernelOp<"gelu", "Gelu", "y = gelu(x)">;
 def RT_GeluGradOp : RT_KernelOp<"gelu_grad", "GeluGrad", "dx = dy * gelu'(x)">;
 def RT_ReluOp : RT_KernelOp<"relu", "Relu", "y = relu(x)">;
+def RT_BiasGeluOp : RT_KernelOp<"bias_gelu", "BiasGelu", "y = gelu(x + b)">;
+def RT_BiasGeluGradOp : RT_KernelOp<"bias_gelu_grad", "BiasGeluGrad",
+    "dx = dy * gelu'(x + b), db = beta * db + sum_rows(dx)">;
 def RT_ReluGradOp : RT_KernelOp<"relu_grad", "ReluGrad", "dx = dy * (x > 0)">;
 def RT_ReduceRowsOp : RT_KernelOp<"reduce_rows", "ReduceRows", "y = alpha * sum_rows(x) + beta * y">;
 def RT_CrossEntropyOp : RT_KernelOp<"cross_entropy", "CrossEntropy", "per-sample softmax cross-entropy">;

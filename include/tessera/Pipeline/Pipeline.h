@@ -123,6 +123,13 @@ public:
       *this, "grad-reduce-in-bf16",
       llvm::cl::desc("with --bf16: accumulate and reduce gradients in bf16"),
       llvm::cl::init(false), onCommandLine};
+  Option<bool> fuseBiasGelu{
+      *this, "fuse-bias-gelu",
+      llvm::cl::desc("add the first MLP projection's bias inside the GELU "
+                     "and sum its gradient in the GELU gradient's pass "
+                     "(Megatron's bias_gelu_impl; default on, "
+                     "=false for comparison)"),
+      llvm::cl::init(true), onCommandLine};
   Option<int64_t> bucketSize{
       *this, "bucket-size",
       llvm::cl::desc("gradient bucket size in elements (0, the default: "
@@ -194,9 +201,9 @@ public:
 std::string checkTrainPipelineOptions(const TrainPipelineOptions &options);
 
 /// attach-mesh, set-batch, pad-vocab, tp-partition, pp-split,
-/// mixed-precision (with bf16), autodiff, dp-grad-allreduce, optimizer,
-/// pp-schedule, verify-schedule, lower-to-rt (serialisation is left to the
-/// caller).
+/// mixed-precision (with bf16), the fusions (unless turned off), autodiff,
+/// dp-grad-allreduce, optimizer, pp-schedule, verify-schedule, lower-to-rt
+/// (serialisation is left to the caller).
 void buildTrainPipeline(mlir::OpPassManager &pm,
                         const TrainPipelineOptions &options);
 

@@ -237,6 +237,13 @@ KERNEL_ATTRS(nn::GeluOp) {
 KERNEL_ATTRS(nn::GeluGradOp) {
   return {p.iattrs(b, {o.getApproximate() == "tanh" ? 1 : 0})};
 }
+KERNEL_ATTRS(nn::BiasGeluOp) {
+  return {p.iattrs(b, {o.getApproximate() == "tanh" ? 1 : 0})};
+}
+KERNEL_ATTRS(nn::BiasGeluGradOp) {
+  return {p.iattrs(b, {o.getApproximate() == "tanh" ? 1 : 0}),
+          p.beta(b, o.getBiasGrad())};
+}
 KERNEL_ATTRS(nn::CastOp) { return {p.beta(b, o.getResult())}; }
 KERNEL_ATTRS(nn::PositionEmbeddingGradOp) { return {p.beta(b, o.getResult())}; }
 KERNEL_ATTRS(nn::FillOp) {
@@ -659,6 +666,8 @@ LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
       KernelPattern<nn::GeluOp, rt::GeluOp>,
       KernelPattern<nn::ReluOp, rt::ReluOp>,
       KernelPattern<nn::GeluGradOp, rt::GeluGradOp>,
+      KernelPattern<nn::BiasGeluOp, rt::BiasGeluOp>,
+      KernelPattern<nn::BiasGeluGradOp, rt::BiasGeluGradOp>,
       KernelPattern<nn::ReluGradOp, rt::ReluGradOp>,
       KernelPattern<nn::AddOp, rt::AddOp>,
       KernelPattern<nn::BiasAddOp, rt::BiasAddOp>,

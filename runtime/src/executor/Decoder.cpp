@@ -111,6 +111,23 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
     t.n = x.cols;
     return Status();
   }
+  case O::BiasGelu:
+  case O::BiasGeluGrad: {
+    bool grad = in.op() == O::BiasGeluGrad;
+    TESSERA_RETURN_IF_ERROR(
+        grad ? requireSameNumel(in, {0, 2, 3}) : requireSameNumel(in, {0, 2}));
+    TESSERA_ASSIGN_OR_RETURN(Matrix x, rowsCols(in, 0));
+    for (int i = 1; i <= (grad ? 4 : 1); i += 3)
+      if (numel(ref(in, i)) != x.cols)
+        return invalidArgument(i == 1 ? "bias " : "bias gradient ",
+                               desc(ref(in, i)),
+                               " does not match the last dimension of ",
+                               desc(ref(in, 0)));
+    t.m = x.rows;
+    t.n = x.cols;
+    t.i[0] = in.iattrs()->Get(0);
+    return Status();
+  }
   case O::GeluGrad:
     t.i[0] = in.iattrs()->Get(0); // the form: 1 = tanh, 0 = erf
     return requireSameNumel(in, {0, 1, 2});

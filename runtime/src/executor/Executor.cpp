@@ -334,6 +334,11 @@ Status Executor::execute(const Thunk &t) {
     return be->gelu(F(0), F(1), t.n, t.i[0] != 0);
   case O::GeluGrad:
     return be->geluGrad(F(0), F(1), F(2), t.n, t.i[0] != 0);
+  case O::BiasGelu:
+    return be->biasGelu(F(0), F(1), F(2), t.m, t.n, t.i[0] != 0);
+  case O::BiasGeluGrad:
+    return be->biasGeluGrad(F(0), F(1), F(2), F(3), F(4), t.m, t.n,
+                            t.i[0] != 0, t.beta);
   case O::Relu:
     return be->relu(F(0), F(1), t.n);
   case O::ReluGrad:

@@ -175,6 +175,20 @@ TEST(CudaConformanceTest, Elementwise) {
               return b.geluGrad(F(0), F(1), F(2), n, tanh);
             });
   }
+  for (bool tanh : {false, true}) {
+    std::string form = tanh ? "(tanh)" : "";
+    compare("biasGelu" + form, {in(x), in(bias), out(y)},
+            [&](Backend &b, std::vector<void *> &p) {
+              return b.biasGelu(F(0), F(1), F(2), rows, cols, tanh);
+            });
+    for (float beta : {0.0f, 1.0f})
+      compare("biasGeluGrad" + form + " beta=" + std::to_string(beta),
+              {in(x), in(bias), in(y), out(y), out(bias)},
+              [&](Backend &b, std::vector<void *> &p) {
+                return b.biasGeluGrad(F(0), F(1), F(2), F(3), F(4), rows, cols,
+                                      tanh, beta);
+              });
+  }
   compare("relu", {in(x), out(y)}, [&](Backend &b, std::vector<void *> &p) {
     return b.relu(F(0), F(1), n);
   });

@@ -79,3 +79,43 @@ func.func @gelu_grad_approximate(%x: tensor<8x16xf32>) {
   %y = nn.gelu_grad %x, %x {approximate = "erf"} : tensor<8x16xf32>
   return
 }
+
+// -----
+
+func.func @bias_gelu_bias(%x: tensor<8x16xf32>, %b: tensor<8xf32>) {
+  // expected-error @+1 {{expects a [..., n] input and a [n] bias, got 'tensor<8x16xf32>' and 'tensor<8xf32>'}}
+  %y = nn.bias_gelu %x, %b : (tensor<8x16xf32>, tensor<8xf32>) -> tensor<8x16xf32>
+  return
+}
+
+// -----
+
+func.func @bias_gelu_approximate(%x: tensor<8x16xf32>, %b: tensor<16xf32>) {
+  // expected-error @+1 {{approximate must be "none" or "tanh", got "erf"}}
+  %y = nn.bias_gelu %x, %b {approximate = "erf"} : (tensor<8x16xf32>, tensor<16xf32>) -> tensor<8x16xf32>
+  return
+}
+
+// -----
+
+func.func @bias_gelu_grad_bias(%x: tensor<8x16xf32>, %b: tensor<4x4xf32>) {
+  // expected-error @+1 {{expects a [..., n] input and a [n] bias, got 'tensor<8x16xf32>' and 'tensor<4x4xf32>'}}
+  %dx, %db = nn.bias_gelu_grad %x, %b, %x : (tensor<8x16xf32>, tensor<4x4xf32>, tensor<8x16xf32>) -> (tensor<8x16xf32>, tensor<4x4xf32>)
+  return
+}
+
+// -----
+
+func.func @bias_gelu_grad_dy(%x: tensor<8x16xf32>, %b: tensor<16xf32>, %dy: tensor<4x16xf32>) {
+  // expected-error @+1 {{result_grad 'tensor<4x16xf32>' must have the input's type 'tensor<8x16xf32>'}}
+  %dx, %db = nn.bias_gelu_grad %x, %b, %dy : (tensor<8x16xf32>, tensor<16xf32>, tensor<4x16xf32>) -> (tensor<8x16xf32>, tensor<16xf32>)
+  return
+}
+
+// -----
+
+func.func @bias_gelu_grad_approximate(%x: tensor<8x16xf32>, %b: tensor<16xf32>) {
+  // expected-error @+1 {{approximate must be "none" or "tanh", got "exact"}}
+  %dx, %db = nn.bias_gelu_grad %x, %b, %x {approximate = "exact"} : (tensor<8x16xf32>, tensor<16xf32>, tensor<8x16xf32>) -> (tensor<8x16xf32>, tensor<16xf32>)
+  return
+}

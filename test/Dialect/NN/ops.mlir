@@ -11,6 +11,8 @@ func.func @forward(%x: tensor<8x256xf32>, %w: tensor<16x256xf32>, %b: tensor<16x
   %g = nn.gelu %y : tensor<8x16xf32>
   // CHECK: nn.gelu %{{.*}} {approximate = "tanh"}
   %gt = nn.gelu %y {approximate = "tanh"} : tensor<8x16xf32>
+  // CHECK: nn.bias_gelu %{{.*}}, %{{.*}} {approximate = "tanh"} : (tensor<8x16xf32>, tensor<16xf32>) -> tensor<8x16xf32>
+  %bg = nn.bias_gelu %y2, %b {approximate = "tanh"} : (tensor<8x16xf32>, tensor<16xf32>) -> tensor<8x16xf32>
   // CHECK: nn.relu
   %r = nn.relu %y2 : tensor<8x16xf32>
   // CHECK: nn.add
@@ -35,6 +37,8 @@ func.func @backward(%dy: tensor<8x16xf32>, %x: tensor<8x256xf32>, %z: tensor<8x1
   %dz = nn.gelu_grad %z, %dy : tensor<8x16xf32>
   // CHECK: nn.gelu_grad %{{.*}}, %{{.*}} {approximate = "tanh"}
   %dzt = nn.gelu_grad %z, %dy {approximate = "tanh"} : tensor<8x16xf32>
+  // CHECK: nn.bias_gelu_grad %{{.*}}, %{{.*}}, %{{.*}} : (tensor<8x16xf32>, tensor<16xf32>, tensor<8x16xf32>) -> (tensor<8x16xf32>, tensor<16xf32>)
+  %dzb, %dbb = nn.bias_gelu_grad %z, %db, %dy : (tensor<8x16xf32>, tensor<16xf32>, tensor<8x16xf32>) -> (tensor<8x16xf32>, tensor<16xf32>)
   // CHECK: nn.relu_grad
   %dz2 = nn.relu_grad %z, %dy : tensor<8x16xf32>
   // CHECK: nn.fill 2.500000e-01 : tensor<f32>

@@ -122,6 +122,17 @@ public:
   /// dX = dY * gelu'(x) of the same form.
   virtual Status geluGrad(const float *x, const float *dy, float *dx,
                           int64_t n, bool tanh) = 0;
+  /// Y[i, j] = gelu(X[i, j] + bias[j]) of the form `tanh` selects (as
+  /// gelu), for X, Y [rows, cols].
+  virtual Status biasGelu(const float *x, const float *bias, float *y,
+                          int64_t rows, int64_t cols, bool tanh) = 0;
+  /// dX[i, j] = dY[i, j] * gelu'(X[i, j] + bias[j]) and dbias[j] =
+  /// beta * dbias[j] + sum_i dX[i, j] (beta == 0 overwrites), summed row by
+  /// row as reduceRows does.
+  virtual Status biasGeluGrad(const float *x, const float *bias,
+                              const float *dy, float *dx, float *dbias,
+                              int64_t rows, int64_t cols, bool tanh,
+                              float beta) = 0;
   virtual Status relu(const float *x, float *y, int64_t n) = 0;
   virtual Status reluGrad(const float *x, const float *dy, float *dx,
                           int64_t n) = 0;

@@ -128,6 +128,31 @@ TESSERA_SIMD_CLONES void geluTanhGradSpan(const float *x, const float *dy,
     dx[i] = math::geluTanhGrad(x[i], dy[i]);
 }
 
+/// One row of the fused bias-GELU: y = gelu(x + b) over n columns.
+template <bool Tanh>
+TESSERA_SIMD_CLONES void biasGeluRow(const float *x, const float *b, float *y,
+                                     int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j)
+    y[j] = Tanh ? math::geluTanh(x[j] + b[j]) : math::gelu(x[j] + b[j]);
+}
+
+/// One row of its backward: dx = dy * gelu'(x + b), and the bias gradient's
+/// column sums acc += dx (elementwise over the columns, so every clone adds
+/// the rows in the same order as ReduceRows).
+template <bool Tanh>
+TESSERA_SIMD_CLONES void biasGeluGradRow(const float *x, const float *b,
+                                         const float *dy, float *dx,
+                                         float *acc, int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) {
+    float d = Tanh ? math::geluTanhGrad(x[j] + b[j], dy[j])
+                   : math::geluGrad(x[j] + b[j], dy[j]);
+    dx[j] = d;
+    acc[j] += d;
+  }
+}
+
 /// Runs `body(begin, end)` over [0, n) in one contiguous span per thread.
 template <typename Body>
 void parallelSpans(int threads, int64_t n, Body body) {
@@ -260,6 +285,49 @@ public:
       (tanh ? geluTanhGradSpan : geluGradSpan)(x + begin, dy + begin,
                                                dx + begin, end - begin);
     });
+    return Status();
+  }
+
+  Status biasGelu(const float *x, const float *bias, float *y, int64_t rows,
+                  int64_t cols, bool tanh) override {
+    auto row = tanh ? biasGeluRow<true> : biasGeluRow<false>;
+#pragma omp parallel for num_threads(threads) if (rows * cols >= kParallelMin)
+    for (int64_t r = 0; r < rows; ++r)
+      row(x + r * cols, bias, y + r * cols, cols);
+    return Status();
+  }
+
+  Status biasGeluGrad(const float *x, const float *bias, const float *dy,
+                      float *dx, float *dbias, int64_t rows, int64_t cols,
+                      bool tanh, float beta) override {
+    float *acc = static_cast<float *>(std::calloc(size_t(cols) + 1, 4));
+    if (!acc)
+      return unavailable("out of memory in biasGeluGrad");
+    auto row = tanh ? biasGeluGradRow<true> : biasGeluGradRow<false>;
+    // Threads take column blocks (multiples of 16) over all rows, so each
+    // column's sum runs over the rows in order whatever the thread count.
+    const int64_t blocks = (cols + 15) / 16;
+    const int nt =
+        rows * cols >= kParallelMin ? int(std::min<int64_t>(threads, blocks)) : 1;
+#pragma omp parallel num_threads(nt) if (nt > 1)
+    {
+      int64_t t = omp_get_thread_num(), n = omp_get_num_threads();
+      int64_t c0 = std::min(cols, blocks * t / n * 16);
+      int64_t c1 = std::min(cols, blocks * (t + 1) / n * 16);
+      for (int64_t r = 0; r < rows && c0 < c1; ++r)
+        row(x + r * cols + c0, bias + c0, dy + r * cols + c0,
+            dx + r * cols + c0, acc + c0, c1 - c0);
+    }
+    if (beta == 0.0f) {
+#pragma omp simd
+      for (int64_t j = 0; j < cols; ++j)
+        dbias[j] = acc[j];
+    } else {
+#pragma omp simd
+      for (int64_t j = 0; j < cols; ++j)
+        dbias[j] = acc[j] + beta * dbias[j];
+    }
+    std::free(acc);
     return Status();
   }
 

@@ -412,6 +412,19 @@ Status CudaBackend::geluGrad(const float *x, const float *dy, float *dx,
   return launched(launchGeluGrad(computeStream, x, dy, dx, n, tanh),
                   "GeluGrad");
 }
+Status CudaBackend::biasGelu(const float *x, const float *bias, float *y,
+                             int64_t rows, int64_t cols, bool tanh) {
+  return launched(launchBiasGelu(computeStream, x, bias, y, rows, cols, tanh),
+                  "BiasGelu");
+}
+Status CudaBackend::biasGeluGrad(const float *x, const float *bias,
+                                 const float *dy, float *dx, float *dbias,
+                                 int64_t rows, int64_t cols, bool tanh,
+                                 float beta) {
+  return launched(launchBiasGeluGrad(computeStream, x, bias, dy, dx, dbias,
+                                     rows, cols, tanh, beta),
+                  "BiasGeluGrad");
+}
 Status CudaBackend::relu(const float *x, float *y, int64_t n) {
   return launched(launchRelu(computeStream, x, y, n), "Relu");
 }

@@ -85,6 +85,11 @@ public:
   Status gelu(const float *x, float *y, int64_t n, bool tanh) override;
   Status geluGrad(const float *x, const float *dy, float *dx, int64_t n,
                   bool tanh) override;
+  Status biasGelu(const float *x, const float *bias, float *y, int64_t rows,
+                  int64_t cols, bool tanh) override;
+  Status biasGeluGrad(const float *x, const float *bias, const float *dy,
+                      float *dx, float *dbias, int64_t rows, int64_t cols,
+                      bool tanh, float beta) override;
   Status relu(const float *x, float *y, int64_t n) override;
   Status reluGrad(const float *x, const float *dy, float *dx,
                   int64_t n) override;

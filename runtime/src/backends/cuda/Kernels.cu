@@ -122,6 +122,14 @@ __global__ void geluGradKernel(const float *x, const float *dy, float *dx,
     TESSERA_GRID_LOOP(i, n) { dx[i] = math::geluGrad(x[i], dy[i]); }
   }
 }
+__global__ void biasGeluKernel(const float *x, const float *bias, float *y,
+                               int64_t n, int64_t cols, bool tanh) {
+  if (tanh) {
+    TESSERA_GRID_LOOP(i, n) { y[i] = math::geluTanh(x[i] + bias[i % cols]); }
+  } else {
+    TESSERA_GRID_LOOP(i, n) { y[i] = math::gelu(x[i] + bias[i % cols]); }
+  }
+}
 __global__ void reluKernel(const float *x, float *y, int64_t n) {
   TESSERA_GRID_LOOP(i, n) { y[i] = x[i] > 0.0f ? x[i] : 0.0f; }
 }
@@ -235,6 +243,36 @@ __global__ void reduceRowsKernel(const float *x, float *y, int64_t rows,
     for (int l = 0; l < kRowLanes; ++l)
       sum += partial[l][threadIdx.x];
     y[j] = beta == 0.0f ? alpha * sum : alpha * sum + beta * y[j];
+  }
+}
+
+/// The fused bias-GELU backward over the same blocks: each thread writes
+/// dx = dy * gelu'(x + b) for its rows and sums them; the lanes' sums give
+/// dbias = sum + beta * dbias (beta == 0: not read).
+__global__ void biasGeluGradKernel(const float *x, const float *bias,
+                                   const float *dy, float *dx, float *dbias,
+                                   int64_t rows, int64_t cols, bool tanh,
+                                   float beta) {
+  __shared__ float partial[kRowLanes][kColumns];
+  const int64_t j = int64_t(blockIdx.x) * kColumns + threadIdx.x;
+  float acc = 0.0f;
+  if (j < cols) {
+    const float b = bias[j];
+    for (int64_t r = threadIdx.y; r < rows; r += kRowLanes) {
+      const int64_t i = r * cols + j;
+      float d = tanh ? math::geluTanhGrad(x[i] + b, dy[i])
+                     : math::geluGrad(x[i] + b, dy[i]);
+      dx[i] = d;
+      acc += d;
+    }
+  }
+  partial[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && j < cols) {
+    float sum = 0.0f;
+    for (int l = 0; l < kRowLanes; ++l)
+      sum += partial[l][threadIdx.x];
+    dbias[j] = beta == 0.0f ? sum : sum + beta * dbias[j];
   }
 }
 
@@ -637,6 +675,11 @@ cudaError_t launchGeluGrad(cudaStream_t s, const float *x, const float *dy,
                            float *dx, int64_t n, bool tanh) {
   TESSERA_LAUNCH_1D(geluGradKernel, n, s, x, dy, dx, n, tanh);
 }
+cudaError_t launchBiasGelu(cudaStream_t s, const float *x, const float *bias,
+                           float *y, int64_t rows, int64_t cols, bool tanh) {
+  TESSERA_LAUNCH_1D(biasGeluKernel, rows * cols, s, x, bias, y, rows * cols,
+                    cols, tanh);
+}
 cudaError_t launchRelu(cudaStream_t s, const float *x, float *y, int64_t n) {
   TESSERA_LAUNCH_1D(reluKernel, n, s, x, y, n);
 }
@@ -703,6 +746,17 @@ cudaError_t launchReduceRows(cudaStream_t s, const float *x, float *y,
     reduceRowsKernel<<<unsigned((cols + kColumns - 1) / kColumns),
                        dim3(kColumns, kRowLanes), 0, s>>>(x, y, rows, cols,
                                                           alpha, beta);
+  return cudaGetLastError();
+}
+
+cudaError_t launchBiasGeluGrad(cudaStream_t s, const float *x,
+                               const float *bias, const float *dy, float *dx,
+                               float *dbias, int64_t rows, int64_t cols,
+                               bool tanh, float beta) {
+  if (cols > 0)
+    biasGeluGradKernel<<<unsigned((cols + kColumns - 1) / kColumns),
+                         dim3(kColumns, kRowLanes), 0, s>>>(
+        x, bias, dy, dx, dbias, rows, cols, tanh, beta);
   return cudaGetLastError();
 }
 

@@ -27,6 +27,12 @@ cudaError_t launchGelu(cudaStream_t s, const float *x, float *y, int64_t n,
                        bool tanh);
 cudaError_t launchGeluGrad(cudaStream_t s, const float *x, const float *dy,
                            float *dx, int64_t n, bool tanh);
+cudaError_t launchBiasGelu(cudaStream_t s, const float *x, const float *bias,
+                           float *y, int64_t rows, int64_t cols, bool tanh);
+cudaError_t launchBiasGeluGrad(cudaStream_t s, const float *x,
+                               const float *bias, const float *dy, float *dx,
+                               float *dbias, int64_t rows, int64_t cols,
+                               bool tanh, float beta);
 cudaError_t launchRelu(cudaStream_t s, const float *x, float *y, int64_t n);
 cudaError_t launchReluGrad(cudaStream_t s, const float *x, const float *dy,
                            float *dx, int64_t n);

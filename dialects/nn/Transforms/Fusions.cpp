@@ -1,0 +1,92 @@
+//===- Fusions.cpp - Model-level fusions of elementwise ops ---------------===//
+//
+// Rewrites of the model (before autodiff) that let the runtime run two
+// passes over an activation as one kernel, the way Megatron's fused
+// kernels do. Each is a pass of its own, so that the pipeline can turn it
+// off for comparison; the rewritten model computes the same values.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/nn/Transforms/Passes.h"
+#include "tessera/Support/Model.h"
+
+#include "mlir/IR/Builders.h"
+
+namespace tessera::nn {
+#define GEN_PASS_DEF_FUSEBIASGELUPASS
+#include "dialects/nn/Transforms/Passes.h.inc"
+} // namespace tessera::nn
+
+using namespace mlir;
+using namespace tessera;
+using namespace tessera::nn;
+
+namespace {
+
+/// The model's functions (of every pipeline program); fails, with an error,
+/// on a training phase: the fusions rewrite the forward model.
+FailureOr<SmallVector<func::FuncOp>> modelFunctions(ModuleOp root,
+                                                    StringRef pass) {
+  SmallVector<func::FuncOp> funcs;
+  for (ModuleOp program : getPrograms(root))
+    for (auto f : program.getOps<func::FuncOp>()) {
+      if (f->hasAttr(kPhaseAttr)) {
+        f.emitOpError() << "is a training phase; " << pass
+                        << " runs on the model, before tessera-autodiff";
+        return failure();
+      }
+      if (!f.isExternal())
+        funcs.push_back(f);
+    }
+  return funcs;
+}
+
+struct FuseBiasGeluPass
+    : tessera::nn::impl::FuseBiasGeluPassBase<FuseBiasGeluPass> {
+  void runOnOperation() override {
+    auto funcs = modelFunctions(getOperation(), getArgument());
+    if (failed(funcs))
+      return signalPassFailure();
+    for (func::FuncOp f : *funcs) {
+      SmallVector<GeluOp> gelus;
+      f.walk([&](GeluOp g) { gelus.push_back(g); });
+      for (GeluOp g : gelus)
+        fuse(g);
+    }
+  }
+
+  /// Rewrites `gelu(linear(x, W, b))` or `gelu(bias_add(y, b))` when the
+  /// GELU is the biased value's only reader.
+  static void fuse(GeluOp gelu) {
+    Value in = gelu.getInput();
+    if (!in.hasOneUse())
+      return;
+    Operation *def = in.getDefiningOp();
+    OpBuilder b(gelu);
+    Value unbiased, bias;
+    if (auto linear = dyn_cast_or_null<LinearOp>(def)) {
+      if (!linear.getBias())
+        return;
+      b.setInsertionPoint(linear);
+      auto gemm = LinearOp::create(b, linear.getLoc(), linear.getInput(),
+                                   linear.getWeight(), Value());
+      gemm->setDiscardableAttrs(linear->getDiscardableAttrDictionary());
+      unbiased = gemm.getResult();
+      bias = linear.getBias();
+    } else if (auto add = dyn_cast_or_null<BiasAddOp>(def)) {
+      unbiased = add.getInput();
+      bias = add.getBias();
+    } else {
+      return;
+    }
+    b.setInsertionPoint(gelu);
+    auto fused = BiasGeluOp::create(b, gelu.getLoc(), unbiased, bias,
+                                    gelu.getApproximate());
+    fused->setDiscardableAttrs(gelu->getDiscardableAttrDictionary());
+    gelu.replaceAllUsesWith(fused.getResult());
+    gelu.erase();
+    def->erase();
+  }
+};
+
+} // namespace
