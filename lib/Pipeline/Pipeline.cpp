@@ -64,6 +64,8 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
 
   if (options.fuseBiasGelu)
     pm.addPass(nn::createFuseBiasGeluPass());
+  if (options.fuseCrossEntropy)
+    pm.addPass(nn::createFuseCrossEntropyPass());
 
   pm.addPass(nn::createAutodiffPass());
 

@@ -226,6 +226,44 @@ TEST_F(CpuBackendTest, BiasGeluEqualsBiasAddThenGeluBitForBit) {
   }
 }
 
+TEST_F(CpuBackendTest, LogitsStatsEqualsMaxThenStatsBitForBit) {
+  // One pass per row gives LogitsMax's max and CrossEntropyStats' sum and
+  // label logit exactly, ignored rows included, on 1 and 2 threads; a label
+  // out of range is an error naming it.
+  const int64_t rows = 300, cols = 257;
+  auto z = random(size_t(rows * cols), 4.0f);
+  std::vector<int32_t> t(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r)
+    t[size_t(r)] = r % 7 == 0 ? -100 : int32_t((r * 37) % cols);
+  for (int threads : {1, 2}) {
+    BackendOptions options;
+    options.numThreads = threads;
+    auto be = BackendRegistry::global().create("cpu", options);
+    ASSERT_TRUE(be.ok());
+    const size_t n = static_cast<size_t>(rows);
+    std::vector<float> m(n), se(n), pl(n), mf(n), sef(n), plf(n);
+    ASSERT_TRUE((*be)->logitsMax(z.data(), m.data(), rows, cols).ok());
+    ASSERT_TRUE((*be)->crossEntropyStats(z.data(), t.data(), m.data(),
+                                         se.data(), pl.data(), rows, cols, 0,
+                                         cols, -100)
+                    .ok());
+    ASSERT_TRUE((*be)->logitsStats(z.data(), t.data(), mf.data(), sef.data(),
+                                   plf.data(), rows, cols, -100)
+                    .ok());
+    EXPECT_EQ(0, std::memcmp(m.data(), mf.data(), m.size() * 4));
+    EXPECT_EQ(0, std::memcmp(se.data(), sef.data(), se.size() * 4));
+    EXPECT_EQ(0, std::memcmp(pl.data(), plf.data(), pl.size() * 4));
+  }
+  t[5] = int32_t(cols);
+  const size_t n = static_cast<size_t>(rows);
+  std::vector<float> m(n), se(n), pl(n);
+  Status st = backend->logitsStats(z.data(), t.data(), m.data(), se.data(),
+                                   pl.data(), rows, cols, -100);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("label 257 at row 5"), std::string::npos)
+      << st.message();
+}
+
 TEST_F(CpuBackendTest, ReluAndGrad) {
   auto x = random(32), dy = random(32);
   std::vector<float> y(32), dx(32);

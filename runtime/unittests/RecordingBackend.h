@@ -268,6 +268,12 @@ public:
     return inner->crossEntropyStats(z, t, m, se, pl, rows, cols, vocabOffset,
                                     numClasses, ignoreIndex);
   }
+  Status logitsStats(const float *z, const int32_t *t, float *m, float *se,
+                     float *pl, int64_t rows, int64_t cols,
+                     int64_t ignoreIndex) override {
+    note("logitsStats");
+    return inner->logitsStats(z, t, m, se, pl, rows, cols, ignoreIndex);
+  }
   Status crossEntropyFromStats(const float *se, const float *pl, const float *m,
                                const int32_t *t, float *loss, int64_t rows,
                                int64_t ignoreIndex) override {

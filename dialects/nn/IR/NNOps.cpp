@@ -405,17 +405,22 @@ LogicalResult SoftmaxCrossEntropyOp::inferReturnTypes(
   return success();
 }
 
-LogicalResult SoftmaxCrossEntropyOp::verify() {
-  auto logits = getLogits().getType();
-  auto labels = getLabels().getType();
+/// One label per row of `logits` (every dim but the last).
+static LogicalResult verifyLabelsPerRow(Operation *op, RankedTensorType logits,
+                                        RankedTensorType labels) {
   bool match = labels.getRank() + 1 == logits.getRank();
   for (int64_t i = 0; match && i < labels.getRank(); ++i)
     match = dimsCompatible(labels.getDimSize(i), logits.getDimSize(i));
   if (!match)
-    return emitOpError() << "labels must hold one label per row of the "
-                            "logits, got "
-                         << labels << " for " << logits;
+    return op->emitOpError() << "labels must hold one label per row of the "
+                                "logits, got "
+                             << labels << " for " << logits;
   return success();
+}
+
+LogicalResult SoftmaxCrossEntropyOp::verify() {
+  return verifyLabelsPerRow(*this, getLogits().getType(),
+                            getLabels().getType());
 }
 
 LogicalResult SoftmaxCrossEntropyOp::buildAdjoint(
@@ -725,6 +730,17 @@ LogicalResult CrossEntropyStatsOp::inferReturnTypes(
     MLIRContext *ctx, std::optional<Location> loc, Adaptor adaptor,
     SmallVectorImpl<Type> &types) {
   return inferRowsOf(adaptor.getLogits(), ctx, loc, 2, types);
+}
+
+LogicalResult LogitsStatsOp::inferReturnTypes(
+    MLIRContext *ctx, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  return inferRowsOf(adaptor.getLogits(), ctx, loc, 3, types);
+}
+
+LogicalResult LogitsStatsOp::verify() {
+  return verifyLabelsPerRow(*this, getLogits().getType(),
+                            getLabels().getType());
 }
 
 LogicalResult CrossEntropyFromStatsOp::inferReturnTypes(

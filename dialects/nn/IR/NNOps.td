@@ -617,6 +617,31 @@ def NN_LogitsMaxOp : NN_Op<"logits_max", [InferTypeOpAdaptor, Tessera_NonDiffere
   let assemblyFormat = "$logits attr-dict `:` functional-type(operands, results)";
 }
 
+def NN_LogitsStatsOp : NN_Op<"logits_stats", [InferTypeOpAdaptor,
+    Tessera_NonDifferentiable]> {
+  let summary = "row max, sum of exponentials and label logit in one pass";
+  let description = [{
+    For logits whose vocabulary is not sharded: `max[r]`, `sum_exp[r] =
+    sum_j exp(logits[r, j] - max[r])` and `predicted[r] = logits[r,
+    label]` (0 where the label is `ignore_index`), each row read once.
+    Created by tessera-fuse-cross-entropy in place of
+    nn.softmax_cross_entropy, feeding nn.cross_entropy_from_stats, whose
+    adjoint reuses `max` and `sum_exp` instead of recomputing them.
+    Labels outside the classes (other than `ignore_index`) are an error at
+    run time.
+
+    ```mlir
+    %m, %se, %pl = nn.logits_stats %z, %t : (tensor<64x4x384xf32>, tensor<64x4xi32>) -> (tensor<64x4xf32>, tensor<64x4xf32>, tensor<64x4xf32>)
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$logits, NN_I32Tensor:$labels,
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index);
+  let results = (outs NN_F32Tensor:$max, NN_F32Tensor:$sum_exp,
+                      NN_F32Tensor:$predicted);
+  let assemblyFormat = "$logits `,` $labels attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 def NN_CrossEntropyStatsOp : NN_Op<"cross_entropy_stats", [InferTypeOpAdaptor]> {
   let summary = "local sum of exponentials and predicted logit of a vocabulary shard";
   let description = [{

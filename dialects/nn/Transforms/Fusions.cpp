@@ -14,6 +14,7 @@
 
 namespace tessera::nn {
 #define GEN_PASS_DEF_FUSEBIASGELUPASS
+#define GEN_PASS_DEF_FUSECROSSENTROPYPASS
 #include "dialects/nn/Transforms/Passes.h.inc"
 } // namespace tessera::nn
 
@@ -86,6 +87,36 @@ struct FuseBiasGeluPass
     gelu.replaceAllUsesWith(fused.getResult());
     gelu.erase();
     def->erase();
+  }
+};
+
+struct FuseCrossEntropyPass
+    : tessera::nn::impl::FuseCrossEntropyPassBase<FuseCrossEntropyPass> {
+  void runOnOperation() override {
+    auto funcs = modelFunctions(getOperation(), getArgument());
+    if (failed(funcs))
+      return signalPassFailure();
+    for (func::FuncOp f : *funcs) {
+      SmallVector<SoftmaxCrossEntropyOp> losses;
+      f.walk([&](SoftmaxCrossEntropyOp ce) {
+        if (ce.getIgnoreIndex())
+          losses.push_back(ce);
+      });
+      for (SoftmaxCrossEntropyOp ce : losses) {
+        OpBuilder b(ce);
+        IntegerAttr ignore = ce.getIgnoreIndexAttr();
+        auto stats = LogitsStatsOp::create(b, ce.getLoc(), ce.getLogits(),
+                                           ce.getLabels(), ignore);
+        auto loss = CrossEntropyFromStatsOp::create(
+            b, ce.getLoc(), ce.getLogits(), ce.getLabels(), stats.getMax(),
+            stats.getSumExp(), stats.getPredicted(), ignore,
+            /*vocab_shard_group=*/nullptr);
+        stats->setDiscardableAttrs(ce->getDiscardableAttrDictionary());
+        loss->setDiscardableAttrs(ce->getDiscardableAttrDictionary());
+        ce.replaceAllUsesWith(loss.getResult());
+        ce.erase();
+      }
+    }
   }
 };
 

@@ -61,6 +61,24 @@ def FuseBiasGeluPass : Pass<"tessera-fuse-bias-gelu", "mlir::ModuleOp"> {
   let dependentDialects = ["::tessera::nn::NNDialect"];
 }
 
+def FuseCrossEntropyPass : Pass<"tessera-fuse-cross-entropy", "mlir::ModuleOp"> {
+  let summary = "read the logits once per pass of the loss and its gradient";
+  let description = [{
+    An `nn.softmax_cross_entropy` with `ignore_index` whose vocabulary is
+    not sharded (tp 1; tp-partition already splits a vocabulary-parallel
+    loss into statistics and collectives) becomes `nn.logits_stats` (row
+    max, sum of exponentials and label logit in one pass over each row)
+    and `nn.cross_entropy_from_stats`. Its adjoint reads the saved `max` and
+    `sum_exp`, so the backward is one pass over the logits
+    (nn.cross_entropy_stats_grad) instead of recomputing the statistics:
+    two passes over the logits per microbatch instead of five. The same
+    formulas in the same order, so results are bit-identical. Runs on the
+    model, after tp-partition and before autodiff; the pipeline's
+    `fuse-cross-entropy` option turns it off.
+  }];
+  let dependentDialects = ["::tessera::nn::NNDialect"];
+}
+
 def OptimizerPass : Pass<"tessera-optimizer", "mlir::ModuleOp"> {
   let summary = "append the optimizer update to the step function";
   let description = [{

@@ -221,6 +221,8 @@ def RT_AddPositionEmbeddingOp : RT_KernelOp<"add_position_embedding", "AddPositi
 def RT_PositionEmbeddingGradOp : RT_KernelOp<"position_embedding_grad", "PositionEmbeddingGrad", "sum over batch">;
 def RT_AttentionOp : RT_KernelOp<"attention", "Attention", "causal multi-head attention">;
 def RT_AttentionGradOp : RT_KernelOp<"attention_grad", "AttentionGrad", "attention backward">;
+def RT_LogitsStatsOp : RT_KernelOp<"logits_stats", "LogitsStats",
+    "row max, sum of exponentials and label logit">;
 def RT_LogitsMaxOp : RT_KernelOp<"logits_max", "LogitsMax", "row max">;
 def RT_CrossEntropyStatsOp : RT_KernelOp<"cross_entropy_stats", "CrossEntropyStats", "sum-exp and target logit of a shard">;
 def RT_CrossEntropyFromStatsOp : RT_KernelOp<"cross_entropy_from_stats", "CrossEntropyFromStats", "loss from statistics">;

@@ -130,6 +130,12 @@ public:
                      "(Megatron's bias_gelu_impl; default on, "
                      "=false for comparison)"),
       llvm::cl::init(true), onCommandLine};
+  Option<bool> fuseCrossEntropy{
+      *this, "fuse-cross-entropy",
+      llvm::cl::desc("with an unsharded vocabulary: the loss's statistics in "
+                     "one pass over the logits, reused by its gradient "
+                     "(default on, =false for comparison)"),
+      llvm::cl::init(true), onCommandLine};
   Option<int64_t> bucketSize{
       *this, "bucket-size",
       llvm::cl::desc("gradient bucket size in elements (0, the default: "

@@ -285,6 +285,9 @@ KERNEL_ATTRS(nn::DropoutOp) {
                       p.iattrs(b, {int64_t(o.getStream())})},
                      o.getSequenceShardGroupAttr());
 }
+KERNEL_ATTRS(nn::LogitsStatsOp) {
+  return {p.iattrs(b, {int64_t(o.getIgnoreIndex())})};
+}
 KERNEL_ATTRS(nn::CrossEntropyStatsOp) {
   return p.withGroup(b, {p.iattrs(b, {int64_t(o.getIgnoreIndex())})},
                      o.getVocabShardGroupAttr());
@@ -668,6 +671,7 @@ LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
       KernelPattern<nn::GeluGradOp, rt::GeluGradOp>,
       KernelPattern<nn::BiasGeluOp, rt::BiasGeluOp>,
       KernelPattern<nn::BiasGeluGradOp, rt::BiasGeluGradOp>,
+      KernelPattern<nn::LogitsStatsOp, rt::LogitsStatsOp>,
       KernelPattern<nn::ReluGradOp, rt::ReluGradOp>,
       KernelPattern<nn::AddOp, rt::AddOp>,
       KernelPattern<nn::BiasAddOp, rt::BiasAddOp>,

@@ -312,6 +312,7 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
   case O::Attention:
   case O::AttentionGrad:
   case O::LogitsMax:
+  case O::LogitsStats:
   case O::CrossEntropyStats:
   case O::CrossEntropyFromStats:
   case O::CrossEntropyStatsGrad:
@@ -485,6 +486,7 @@ Status Decoder::decodeTransformerInstr(const fb::Instr &in, Thunk &t) {
     return Status();
   }
   case O::CrossEntropyStats:
+  case O::LogitsStats:
   case O::CrossEntropyStatsGrad: {
     bool grad = in.op() == O::CrossEntropyStatsGrad;
     TESSERA_ASSIGN_OR_RETURN(Matrix z, rowsCols(in, 0));

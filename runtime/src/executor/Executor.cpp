@@ -469,6 +469,8 @@ Status Executor::execute(const Thunk &t) {
                              t.k != 0);
   case O::LogitsMax:
     return be->logitsMax(F(0), F(1), t.m, t.n);
+  case O::LogitsStats:
+    return be->logitsStats(F(0), I(1), F(2), F(3), F(4), t.m, t.n, t.i[2]);
   case O::CrossEntropyStats:
     return be->crossEntropyStats(F(0), I(1), F(2), F(3), F(4), t.m, t.n, t.i[0],
                                  t.i[1], t.i[2]);

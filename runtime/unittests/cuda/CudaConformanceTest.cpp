@@ -399,6 +399,14 @@ TEST(CudaConformanceTest, CrossEntropy) {
           [&](Backend &b, std::vector<void *> &p) {
             return b.logitsMax(F(0), F(1), rows, cols);
           }, 0.0);
+  auto ti = labels(rows, int32_t(cols), -100, 7);
+  compare("logitsStats",
+          {in(z), ids(ti), out(random(rows)), out(random(rows)),
+           out(random(rows))},
+          [&](Backend &b, std::vector<void *> &p) {
+            return b.logitsStats(F(0), I(1), F(2), F(3), F(4), rows, cols,
+                                 -100);
+          });
   // A vocabulary shard [1000, 2000) of 2000 classes, with ignored rows.
   auto tv = labels(rows, 2000, -100, 7);
   std::vector<float> m(rows);

@@ -119,3 +119,11 @@ func.func @bias_gelu_grad_approximate(%x: tensor<8x16xf32>, %b: tensor<16xf32>) 
   %dx, %db = nn.bias_gelu_grad %x, %b, %x {approximate = "exact"} : (tensor<8x16xf32>, tensor<16xf32>, tensor<8x16xf32>) -> (tensor<8x16xf32>, tensor<16xf32>)
   return
 }
+
+// -----
+
+func.func @logits_stats_labels(%z: tensor<8x16xf32>, %t: tensor<4xi32>) {
+  // expected-error @+1 {{labels must hold one label per row of the logits, got 'tensor<4xi32>' for 'tensor<8x16xf32>'}}
+  %m, %se, %pl = nn.logits_stats %z, %t : (tensor<8x16xf32>, tensor<4xi32>) -> (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>)
+  return
+}

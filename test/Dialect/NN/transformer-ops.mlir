@@ -24,6 +24,15 @@ func.func @layer(%ids: tensor<16x2xi32>, %wte: tensor<384x64xf32>, %wpe: tensor<
   return %m : tensor<f32>
 }
 
+// CHECK-LABEL: func.func @unsharded_loss
+func.func @unsharded_loss(%z: tensor<16x2x384xf32>, %t: tensor<16x2xi32>) -> tensor<16x2xf32> {
+  // CHECK: nn.logits_stats %{{.*}}, %{{.*}} {ignore_index = -1 : i64} : (tensor<16x2x384xf32>, tensor<16x2xi32>) -> (tensor<16x2xf32>, tensor<16x2xf32>, tensor<16x2xf32>)
+  %m, %se, %pl = nn.logits_stats %z, %t {ignore_index = -1 : i64} : (tensor<16x2x384xf32>, tensor<16x2xi32>) -> (tensor<16x2xf32>, tensor<16x2xf32>, tensor<16x2xf32>)
+  // CHECK: nn.cross_entropy_from_stats
+  %l = nn.cross_entropy_from_stats %z, %t, %m, %se, %pl {ignore_index = -1 : i64} : (tensor<16x2x384xf32>, tensor<16x2xi32>, tensor<16x2xf32>, tensor<16x2xf32>, tensor<16x2xf32>) -> tensor<16x2xf32>
+  return %l : tensor<16x2xf32>
+}
+
 // CHECK-LABEL: func.func @vocab_parallel_loss
 func.func @vocab_parallel_loss(%z: tensor<16x2x192xf32>, %t: tensor<16x2xi32>) -> tensor<16x2xf32> {
   // CHECK: nn.logits_max

@@ -248,6 +248,12 @@ public:
                                    int64_t rows, int64_t cols,
                                    int64_t vocabOffset, int64_t numClasses,
                                    int64_t ignoreIndex) = 0;
+  /// logitsMax then crossEntropyStats of unsharded logits Z [rows, cols]
+  /// (vocabOffset 0, numClasses = cols), each row read once: the same
+  /// results.
+  virtual Status logitsStats(const float *z, const int32_t *t, float *m,
+                             float *se, float *pl, int64_t rows, int64_t cols,
+                             int64_t ignoreIndex) = 0;
   /// L[r] = log(se[r]) + M[r] - pl[r], 0 where t[r] == ignoreIndex.
   virtual Status crossEntropyFromStats(const float *se, const float *pl,
                                        const float *m, const int32_t *t,

@@ -814,6 +814,28 @@ public:
     return Status();
   }
 
+  Status logitsStats(const float *z, const int32_t *t, float *m, float *se,
+                     float *pl, int64_t rows, int64_t cols,
+                     int64_t ignoreIndex) override {
+    for (int64_t r = 0; r < rows; ++r)
+      TESSERA_RETURN_IF_ERROR(checkLabel(t[r], r, cols, ignoreIndex));
+    // Rows on threads: each row's max and sum are computed as logitsMax and
+    // crossEntropyStats compute them, while the row is in cache.
+#pragma omp parallel for num_threads(threads) if (rows * cols >= kParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *zr = z + r * cols;
+      const float mr = rowMax(zr, cols);
+      float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+      for (int64_t j = 0; j < cols; ++j)
+        sum += expApprox(zr[j] - mr);
+      m[r] = mr;
+      se[r] = sum;
+      pl[r] = t[r] != ignoreIndex ? zr[t[r]] : 0.0f;
+    }
+    return Status();
+  }
+
   Status crossEntropyFromStats(const float *se, const float *pl, const float *m,
                                const int32_t *t, float *loss, int64_t rows,
                                int64_t ignoreIndex) override {

@@ -589,6 +589,13 @@ Status CudaBackend::crossEntropyStats(const float *z, const int32_t *t,
                                           ignoreIndex, deviceError),
                   "CrossEntropyStats");
 }
+Status CudaBackend::logitsStats(const float *z, const int32_t *t, float *m,
+                                float *se, float *pl, int64_t rows,
+                                int64_t cols, int64_t ignoreIndex) {
+  return launched(launchLogitsStats(computeStream, z, t, m, se, pl, rows, cols,
+                                    ignoreIndex, deviceError),
+                  "LogitsStats");
+}
 Status CudaBackend::crossEntropyFromStats(const float *se, const float *pl,
                                           const float *m, const int32_t *t,
                                           float *loss, int64_t rows,

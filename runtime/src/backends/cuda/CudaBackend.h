@@ -144,6 +144,9 @@ public:
                            float *se, float *pl, int64_t rows, int64_t cols,
                            int64_t vocabOffset, int64_t numClasses,
                            int64_t ignoreIndex) override;
+  Status logitsStats(const float *z, const int32_t *t, float *m, float *se,
+                     float *pl, int64_t rows, int64_t cols,
+                     int64_t ignoreIndex) override;
   Status crossEntropyFromStats(const float *se, const float *pl, const float *m,
                                const int32_t *t, float *loss, int64_t rows,
                                int64_t ignoreIndex) override;

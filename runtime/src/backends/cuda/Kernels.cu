@@ -489,6 +489,31 @@ __global__ void crossEntropyStatsKernel(const float *z, const int32_t *t,
   }
 }
 
+/// LogitsMax and CrossEntropyStats of unsharded logits in one kernel.
+__global__ void logitsStatsKernel(const float *z, const int32_t *t, float *m,
+                                  float *se, float *pl, int64_t cols,
+                                  int64_t ignoreIndex, DeviceError *err) {
+  const int64_t row = blockIdx.x;
+  const int32_t label = t[row];
+  if (!math::labelInRange(label, cols, ignoreIndex)) {
+    if (threadIdx.x == 0) {
+      recordError(err, kLabelWithIgnore, label, row, cols, ignoreIndex);
+      m[row] = 0.0f;
+      se[row] = 1.0f;
+      pl[row] = 0.0f;
+    }
+    return;
+  }
+  const float *zr = z + row * cols;
+  float mx, sum;
+  rowMaxAndSumExp(zr, cols, mx, sum);
+  if (threadIdx.x == 0) {
+    m[row] = mx;
+    se[row] = sum;
+    pl[row] = label != ignoreIndex ? zr[label] : 0.0f;
+  }
+}
+
 __global__ void crossEntropyFromStatsKernel(const float *se, const float *pl,
                                             const float *m, const int32_t *t,
                                             float *loss, int64_t rows,
@@ -823,6 +848,13 @@ cudaError_t launchCrossEntropyStats(cudaStream_t s, const float *z,
                                     DeviceError *err) {
   TESSERA_LAUNCH_ROWS(crossEntropyStatsKernel, rows, cols, s, z, t, m, se, pl,
                       cols, vocabOffset, numClasses, ignoreIndex, err);
+}
+cudaError_t launchLogitsStats(cudaStream_t s, const float *z, const int32_t *t,
+                              float *m, float *se, float *pl, int64_t rows,
+                              int64_t cols, int64_t ignoreIndex,
+                              DeviceError *err) {
+  TESSERA_LAUNCH_ROWS(logitsStatsKernel, rows, cols, s, z, t, m, se, pl, cols,
+                      ignoreIndex, err);
 }
 cudaError_t launchCrossEntropyFromStats(cudaStream_t s, const float *se,
                                         const float *pl, const float *m,

@@ -109,6 +109,10 @@ cudaError_t launchCrossEntropyStats(cudaStream_t s, const float *z,
                                     int64_t cols, int64_t vocabOffset,
                                     int64_t numClasses, int64_t ignoreIndex,
                                     DeviceError *err);
+cudaError_t launchLogitsStats(cudaStream_t s, const float *z, const int32_t *t,
+                              float *m, float *se, float *pl, int64_t rows,
+                              int64_t cols, int64_t ignoreIndex,
+                              DeviceError *err);
 cudaError_t launchCrossEntropyFromStats(cudaStream_t s, const float *se,
                                         const float *pl, const float *m,
                                         const int32_t *t, float *loss,
