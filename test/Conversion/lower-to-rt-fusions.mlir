@@ -9,6 +9,8 @@
 // the same kernel, so fc1 has no rt.bias_add and no rt.reduce_rows; fc2
 // keeps both. The loss reads the logits once for its statistics
 // (rt.logits_stats) and once more for its gradient, which reuses them.
+// The synthetic labels' classes still come from the (fused) loss.
+// CHECK: rt.buffer @labels : memref<8xi32> {kind = "input", num_classes = 4 : i64
 // CHECK-LABEL: func.func @microbatch
 // CHECK: rt.gemm %[[X:.*]], %[[W1:.*]], %[[Z:.*]] {trans_b}
 // CHECK-NEXT: rt.bias_gelu %[[Z]], %[[B1:.*]], %[[H:.*]] {iattrs = array<i64: 1>}

@@ -126,13 +126,20 @@ LogicalResult PersistentBuffers::collect(ModuleOp module,
       if (vocab && (name.getValue() == "tokens" || name.getValue() == "labels")) {
         attrs.push_back(b.getNamedAttr("vocab_size", b.getI64IntegerAttr(*vocab)));
       } else {
-        for (Operation *user : micro.getArgument(i).getUsers())
-          if (auto ce = dyn_cast<nn::SoftmaxCrossEntropyOp>(user)) {
-            auto z = ce.getLogits().getType();
-            attrs.push_back(b.getNamedAttr(
-                "num_classes",
-                b.getI64IntegerAttr(z.getDimSize(z.getRank() - 1))));
-          }
+        // The loss that reads the labels (fused or not) gives the classes.
+        for (Operation *user : micro.getArgument(i).getUsers()) {
+          Value logits;
+          if (auto ce = dyn_cast<nn::SoftmaxCrossEntropyOp>(user))
+            logits = ce.getLogits();
+          else if (auto stats = dyn_cast<nn::LogitsStatsOp>(user))
+            logits = stats.getLogits();
+          if (!logits)
+            continue;
+          auto z = cast<RankedTensorType>(logits.getType());
+          attrs.push_back(b.getNamedAttr(
+              "num_classes", b.getI64IntegerAttr(z.getDimSize(z.getRank() - 1))));
+          break;
+        }
       }
       Persistent *p = add(name.getValue(), rt::BufferKind::Input, micro.getArgumentTypes()[i], attrs);
       if (p->attrs.empty())
