@@ -37,7 +37,7 @@ using math::selectf;
 /// max_j x[j] (-inf for n == 0; NaNs are skipped). 16 partial maxima so
 /// that the loop vectorises (a `reduction(max)` over std::max does not
 /// without -ffinite-math-only).
-inline float rowMax(const float *x, int64_t n) {
+[[gnu::always_inline]] inline float rowMax(const float *x, int64_t n) {
   constexpr int kLanes = 16;
   float lanes[kLanes];
   for (int l = 0; l < kLanes; ++l)
@@ -67,25 +67,6 @@ inline void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans,
               tb ? CblasTrans : CblasNoTrans, int(m), int(n), int(k), alpha, a,
               int(lda), b, int(ldb), beta, c, int(ldc));
-}
-
-/// In-place softmax of `n` scores of one row (max-subtracted); entries from
-/// `valid` on are set to 0 (causal mask).
-inline void softmaxRow(float *row, int64_t valid, int64_t n) {
-  float mx = rowMax(row, valid);
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t j = 0; j < valid; ++j) {
-    float e = expApprox(row[j] - mx);
-    row[j] = e;
-    sum += e;
-  }
-  float inv = 1.0f / sum;
-#pragma omp simd
-  for (int64_t j = 0; j < valid; ++j)
-    row[j] *= inv;
-  for (int64_t j = valid; j < n; ++j)
-    row[j] = 0.0f;
 }
 
 /// Elementwise loops shorter than this run on one thread: below it the
@@ -150,6 +131,70 @@ TESSERA_SIMD_CLONES void biasGeluGradRow(const float *x, const float *b,
                    : math::geluGrad(x[j] + b[j], dy[j]);
     dx[j] = d;
     acc[j] += d;
+  }
+}
+
+/// sum_j x[j] * y[j] over [0, n) (y == nullptr: sum_j x[j]) in a fixed
+/// order: 16 partial sums, lane l taking elements l, l + 16, ..., then the
+/// tail, then the lanes in order. Every vector width computes the same bits,
+/// so the cloned kernels that inline it stay reproducible across CPUs.
+[[gnu::always_inline]] inline float laneDot(const float *x, const float *y,
+                                            int64_t n) {
+  constexpr int kLanes = 16;
+  float lanes[kLanes] = {};
+  const int64_t full = n / kLanes * kLanes;
+  for (int64_t j = 0; j < full; j += kLanes) {
+    if (y) {
+#pragma omp simd
+      for (int l = 0; l < kLanes; ++l)
+        lanes[l] += x[j + l] * y[j + l];
+    } else {
+#pragma omp simd
+      for (int l = 0; l < kLanes; ++l)
+        lanes[l] += x[j + l];
+    }
+  }
+  float tail = 0.0f;
+  for (int64_t j = full; j < n; ++j)
+    tail += y ? x[j] * y[j] : x[j];
+  float sum = 0.0f;
+  for (int l = 0; l < kLanes; ++l)
+    sum += lanes[l];
+  return sum + tail;
+}
+
+/// In place, each of `rows` rows of `n` attention scores (row i of query
+/// position first + i) becomes its softmax (max-subtracted); with `causal`
+/// the entries past the query's position are set to 0.
+TESSERA_SIMD_CLONES void softmaxRows(float *p, int64_t rows, int64_t n,
+                                     int64_t first, bool causal) {
+  for (int64_t i = 0; i < rows; ++i) {
+    float *row = p + i * n;
+    const int64_t valid = causal ? std::min(n, first + i + 1) : n;
+    const float mx = rowMax(row, valid);
+#pragma omp simd
+    for (int64_t j = 0; j < valid; ++j)
+      row[j] = expApprox(row[j] - mx);
+    const float inv = 1.0f / laneDot(row, nullptr, valid);
+#pragma omp simd
+    for (int64_t j = 0; j < valid; ++j)
+      row[j] *= inv;
+    for (int64_t j = valid; j < n; ++j)
+      row[j] = 0.0f;
+  }
+}
+
+/// The softmax backward in place: dS = P * (dP - rowsum(dP * P)) for
+/// `rows` rows of `n`.
+TESSERA_SIMD_CLONES void softmaxGradRows(const float *p, float *dp,
+                                         int64_t rows, int64_t n) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const float *pr = p + i * n;
+    float *dr = dp + i * n;
+    const float dot = laneDot(pr, dr, n);
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j)
+      dr[j] = pr[j] * (dr[j] - dot);
   }
 }
 
@@ -692,8 +737,7 @@ public:
                              float *p) {
     sgemm(false, true, rows, kEnd, headDim, scale, q + i0 * ld, ld, k, ld, 0.0f,
           p, kEnd);
-    for (int64_t i = 0; i < rows; ++i)
-      softmaxRow(p + i * kEnd, causal ? i0 + i + 1 : kEnd, kEnd);
+    softmaxRows(p, rows, kEnd, i0, causal);
   }
 
   Status attention(const float *qkv, float *out, int64_t seq, int64_t batch,
@@ -754,17 +798,7 @@ public:
           sgemm(false, true, rows, kEnd, headDim, 1.0f, dOb, ldo, v, ld, 0.0f,
                 dp, kEnd);
           // dS = P * (dP - rowsum(dP * P)), in place in dp.
-          for (int64_t i = 0; i < rows; ++i) {
-            const float *pr = p + i * kEnd;
-            float *dr = dp + i * kEnd;
-            float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-            for (int64_t j = 0; j < kEnd; ++j)
-              dot += pr[j] * dr[j];
-#pragma omp simd
-            for (int64_t j = 0; j < kEnd; ++j)
-              dr[j] = pr[j] * (dr[j] - dot);
-          }
+          softmaxGradRows(p, dp, rows, kEnd);
           // dQ = dS K / sqrt(D); dK[0:kEnd] += dS^T Q / sqrt(D)
           sgemm(false, false, rows, headDim, kEnd, scale, dp, kEnd, k, ld, 0.0f,
                 dq + i0 * ld, ld);
