@@ -66,6 +66,8 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
     pm.addPass(nn::createFuseBiasGeluPass());
   if (options.fuseCrossEntropy)
     pm.addPass(nn::createFuseCrossEntropyPass());
+  if (options.fuseAddLayerNorm)
+    pm.addPass(nn::createFuseAddLayerNormPass());
 
   pm.addPass(nn::createAutodiffPass());
 

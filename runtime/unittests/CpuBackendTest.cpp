@@ -264,6 +264,48 @@ TEST_F(CpuBackendTest, LogitsStatsEqualsMaxThenStatsBitForBit) {
       << st.message();
 }
 
+TEST_F(CpuBackendTest, AddLayerNormEqualsAddThenLayerNormBitForBit) {
+  // The fused residual add + layer norm and its backward against add then
+  // layerNorm, and layerNormGrad then add, on 1 and 2 threads.
+  const int64_t rows = 300, cols = 130;
+  const size_t n = static_cast<size_t>(rows * cols), c = size_t(cols);
+  auto a = random(n, 2.0f), b = random(n), g = random(c), be = random(c);
+  auto dy = random(n), dr = random(n), dg0 = random(c), db0 = random(c);
+  for (int threads : {1, 2}) {
+    BackendOptions options;
+    options.numThreads = threads;
+    auto bk = BackendRegistry::global().create("cpu", options);
+    ASSERT_TRUE(bk.ok());
+    std::vector<float> s(n), y(n), sf(n), yf(n);
+    ASSERT_TRUE((*bk)->add(a.data(), b.data(), s.data(), int64_t(n)).ok());
+    ASSERT_TRUE((*bk)->layerNorm(s.data(), g.data(), be.data(), y.data(), rows,
+                                 cols, 1e-5f)
+                    .ok());
+    ASSERT_TRUE((*bk)->addLayerNorm(a.data(), b.data(), g.data(), be.data(),
+                                    sf.data(), yf.data(), rows, cols, 1e-5f)
+                    .ok());
+    EXPECT_EQ(0, std::memcmp(s.data(), sf.data(), n * 4));
+    EXPECT_EQ(0, std::memcmp(y.data(), yf.data(), n * 4));
+    for (float beta : {0.0f, 1.0f}) {
+      std::vector<float> dx(n), dsum(n), dxf(n);
+      std::vector<float> dg = dg0, db = db0, dgf = dg0, dbf = db0;
+      ASSERT_TRUE((*bk)->layerNormGrad(s.data(), g.data(), dy.data(), dx.data(),
+                                       dg.data(), db.data(), rows, cols, 1e-5f,
+                                       beta)
+                      .ok());
+      ASSERT_TRUE(
+          (*bk)->add(dx.data(), dr.data(), dsum.data(), int64_t(n)).ok());
+      ASSERT_TRUE((*bk)->addLayerNormGrad(s.data(), g.data(), dy.data(),
+                                          dr.data(), dxf.data(), dgf.data(),
+                                          dbf.data(), rows, cols, 1e-5f, beta)
+                      .ok());
+      EXPECT_EQ(0, std::memcmp(dsum.data(), dxf.data(), n * 4)) << beta;
+      EXPECT_EQ(0, std::memcmp(dg.data(), dgf.data(), c * 4)) << beta;
+      EXPECT_EQ(0, std::memcmp(db.data(), dbf.data(), c * 4)) << beta;
+    }
+  }
+}
+
 TEST_F(CpuBackendTest, ReluAndGrad) {
   auto x = random(32), dy = random(32);
   std::vector<float> y(32), dx(32);

@@ -209,6 +209,20 @@ public:
     note("layerNorm");
     return inner->layerNorm(x, gamma, bias, y, rows, cols, eps);
   }
+  Status addLayerNorm(const float *a, const float *b, const float *gamma,
+                      const float *bias, float *s, float *y, int64_t rows,
+                      int64_t cols, float eps) override {
+    note("addLayerNorm");
+    return inner->addLayerNorm(a, b, gamma, bias, s, y, rows, cols, eps);
+  }
+  Status addLayerNormGrad(const float *x, const float *gamma, const float *dy,
+                          const float *dr, float *dx, float *dgamma,
+                          float *dbias, int64_t rows, int64_t cols, float eps,
+                          float beta) override {
+    note("addLayerNormGrad");
+    return inner->addLayerNormGrad(x, gamma, dy, dr, dx, dgamma, dbias, rows,
+                                   cols, eps, beta);
+  }
   Status layerNormGrad(const float *x, const float *gamma, const float *dy,
                        float *dx, float *dgamma, float *dbias, int64_t rows,
                        int64_t cols, float eps, float beta) override {

@@ -570,16 +570,60 @@ LogicalResult AddPositionEmbeddingOp::buildAdjoint(
 // LayerNormOp
 //===----------------------------------------------------------------------===//
 
-LogicalResult LayerNormOp::verify() {
-  auto x = getInput().getType();
+/// Layer-norm weight and bias: 1-d of the input's last dimension.
+static LogicalResult verifyNormParams(Operation *op, RankedTensorType x,
+                                      ValueRange params) {
   int64_t h = x.getDimSize(x.getRank() - 1);
-  for (Value v : {getWeight(), getBias()}) {
+  for (Value v : params) {
     auto t = cast<RankedTensorType>(v.getType());
     if (t.getRank() != 1 || !dimsCompatible(t.getDimSize(0), h))
-      return emitOpError() << "weight and bias must be 1-d of the input's last "
-                              "dimension "
-                           << h << ", got " << t;
+      return op->emitOpError() << "weight and bias must be 1-d of the input's "
+                                  "last dimension "
+                               << h << ", got " << t;
   }
+  return success();
+}
+
+LogicalResult LayerNormOp::verify() {
+  return verifyNormParams(*this, getInput().getType(), {getWeight(), getBias()});
+}
+
+LogicalResult AddLayerNormOp::inferReturnTypes(MLIRContext *,
+                                               std::optional<Location>,
+                                               Adaptor adaptor,
+                                               SmallVectorImpl<Type> &types) {
+  types.assign(2, adaptor.getLhs().getType());
+  return success();
+}
+
+LogicalResult AddLayerNormOp::verify() {
+  return verifyNormParams(*this, getLhs().getType(), {getWeight(), getBias()});
+}
+
+LogicalResult AddLayerNormOp::buildAdjoint(OpBuilder &b,
+                                           ArrayRef<Value> resultAdj,
+                                           ArrayRef<bool> needed,
+                                           SmallVectorImpl<Value> &adj) {
+  // The sum's gradient: the layer norm's input gradient plus what its other
+  // readers give it (resultAdj[0], null when nothing else reads it).
+  Value dSum = resultAdj[0], dY = resultAdj[1];
+  Value dWeight, dBias;
+  if (dY) {
+    Operation *grad;
+    if (dSum)
+      grad = AddLayerNormGradOp::create(
+          b, getLoc(), getSum().getType(), getWeight().getType(),
+          getBias().getType(), getSum(), getWeight(), dY, dSum, getEpsAttr());
+    else
+      grad = LayerNormGradOp::create(
+          b, getLoc(), getSum().getType(), getWeight().getType(),
+          getBias().getType(), getSum(), getWeight(), dY, getEpsAttr());
+    dSum = grad->getResult(0);
+    dWeight = grad->getResult(1);
+    dBias = grad->getResult(2);
+  }
+  adj.assign({needed[0] ? dSum : Value(), needed[1] ? dSum : Value(),
+              needed[2] ? dWeight : Value(), needed[3] ? dBias : Value()});
   return success();
 }
 
@@ -805,6 +849,10 @@ int64_t AttentionGradOp::getFlops() {
 
 int64_t LayerNormOp::getFlops() { return 8 * numel(getType()); }
 int64_t LayerNormGradOp::getFlops() { return 14 * numel(getInput().getType()); }
+int64_t AddLayerNormOp::getFlops() { return 9 * numel(getLhs().getType()); }
+int64_t AddLayerNormGradOp::getFlops() {
+  return 15 * numel(getInput().getType());
+}
 int64_t AdamOp::getFlops() { return 14 * numel(getParam().getType()); }
 
 #define GET_OP_CLASSES

@@ -511,6 +511,52 @@ def NN_LayerNormGradOp : NN_Op<"layer_norm_grad", [
   let assemblyFormat = "$input `,` $weight `,` $result_grad attr-dict `:` type($input) `,` type($weight)";
 }
 
+def NN_AddLayerNormOp : NN_Op<"add_layer_norm", [InferTypeOpAdaptor,
+    AllTypesMatch<["lhs", "rhs", "sum"]>, AllTypesMatch<["weight", "bias"]>,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>], NN_CustomFlops> {
+  let summary = "residual add and the layer norm of the sum, in one pass";
+  let description = [{
+    `sum = lhs + rhs` and `result = layer_norm(sum)` (as nn.layer_norm),
+    both returned: the sum is the residual stream the next block adds to.
+    Created by tessera-fuse-add-layer-norm (Megatron's fused
+    residual-add + LayerNorm). Its adjoint, nn.add_layer_norm_grad, adds
+    the sum's own gradient to the layer norm's input gradient in the same
+    pass.
+
+    ```mlir
+    %s, %y = nn.add_layer_norm %x, %h, %g, %b {eps = 1.0e-05 : f32} : tensor<64x4x128xf32>, tensor<128xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$lhs, NN_F32Tensor:$rhs,
+                       NN_F32Tensor:$weight, NN_F32Tensor:$bias,
+                       DefaultValuedAttr<F32Attr, "1.0e-5f">:$eps);
+  let results = (outs NN_F32Tensor:$sum, NN_F32Tensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs `,` $weight `,` $bias attr-dict `:` type($lhs) `,` type($weight)";
+  let hasVerifier = 1;
+}
+
+def NN_AddLayerNormGradOp : NN_Op<"add_layer_norm_grad", [
+    AllTypesMatch<["input", "result_grad", "sum_grad", "input_grad"]>,
+    AllTypesMatch<["weight", "weight_grad", "bias_grad"]>], NN_CustomFlops> {
+  let summary = "backward of nn.add_layer_norm";
+  let description = [{
+    As nn.layer_norm_grad on `input` (the sum), with `sum_grad` (the
+    gradient the sum receives from its other readers) added to the input
+    gradient: `input_grad` is the whole gradient of the sum, that is of
+    both addends.
+
+    ```mlir
+    %ds, %dg, %db = nn.add_layer_norm_grad %s, %g, %dy, %dr {eps = 1.0e-05 : f32} : tensor<64x4x128xf32>, tensor<128xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$weight,
+                       NN_F32Tensor:$result_grad, NN_F32Tensor:$sum_grad,
+                       DefaultValuedAttr<F32Attr, "1.0e-5f">:$eps);
+  let results = (outs NN_F32Tensor:$input_grad, NN_F32Tensor:$weight_grad,
+                      NN_F32Tensor:$bias_grad);
+  let assemblyFormat = "$input `,` $weight `,` $result_grad `,` $sum_grad attr-dict `:` type($input) `,` type($weight)";
+}
+
 def NN_AttentionOp : NN_Op<"attention", [InferTypeOpAdaptor,
     DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>,
     DeclareOpInterfaceMethods<Tessera_TPSplitOpInterface,

@@ -15,6 +15,7 @@
 namespace tessera::nn {
 #define GEN_PASS_DEF_FUSEBIASGELUPASS
 #define GEN_PASS_DEF_FUSECROSSENTROPYPASS
+#define GEN_PASS_DEF_FUSEADDLAYERNORMPASS
 #include "dialects/nn/Transforms/Passes.h.inc"
 } // namespace tessera::nn
 
@@ -117,6 +118,53 @@ struct FuseCrossEntropyPass
         ce.erase();
       }
     }
+  }
+};
+
+struct FuseAddLayerNormPass
+    : tessera::nn::impl::FuseAddLayerNormPassBase<FuseAddLayerNormPass> {
+  void runOnOperation() override {
+    auto funcs = modelFunctions(getOperation(), getArgument());
+    if (failed(funcs))
+      return signalPassFailure();
+    for (func::FuncOp f : *funcs) {
+      SmallVector<LayerNormOp> norms;
+      f.walk([&](LayerNormOp ln) {
+        if (ln.getInput().getDefiningOp<AddOp>())
+          norms.push_back(ln);
+      });
+      for (LayerNormOp ln : norms) {
+        auto add = ln.getInput().getDefiningOp<AddOp>();
+        // At the layer norm when the sum's other readers follow it (its
+        // weight and bias, which tessera-mixed-precision may cast right
+        // before it, are defined there); else at the add, if they are
+        // defined there already.
+        OpBuilder b(ln);
+        if (!llvm::all_of(add->getUsers(), [&](Operation *u) {
+              return u == ln || ln->isBeforeInBlock(u);
+            })) {
+          if (!definedBefore(ln.getWeight(), add) ||
+              !definedBefore(ln.getBias(), add))
+            continue;
+          b.setInsertionPoint(add);
+        }
+        auto fused = AddLayerNormOp::create(b, add.getLoc(), add.getLhs(),
+                                            add.getRhs(), ln.getWeight(),
+                                            ln.getBias(), ln.getEpsAttr());
+        fused->setDiscardableAttrs(ln->getDiscardableAttrDictionary());
+        ln.replaceAllUsesWith(fused.getResult());
+        ln.erase();
+        add.replaceAllUsesWith(fused.getSum());
+        add.erase();
+      }
+    }
+  }
+
+  /// Whether `v` is available at `add` (an argument, or defined before it).
+  static bool definedBefore(Value v, AddOp add) {
+    Operation *def = v.getDefiningOp();
+    return !def || (def->getBlock() == add->getBlock() &&
+                    def->isBeforeInBlock(add));
   }
 };
 

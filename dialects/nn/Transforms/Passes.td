@@ -79,6 +79,23 @@ def FuseCrossEntropyPass : Pass<"tessera-fuse-cross-entropy", "mlir::ModuleOp"> 
   let dependentDialects = ["::tessera::nn::NNDialect"];
 }
 
+def FuseAddLayerNormPass : Pass<"tessera-fuse-add-layer-norm", "mlir::ModuleOp"> {
+  let summary = "add the residual inside the layer norm that reads the sum";
+  let description = [{
+    An `nn.layer_norm` of an `nn.add` (the residual stream) becomes one
+    `nn.add_layer_norm` that returns the sum (for its other readers, the
+    next residual add) and the normalised value, as Megatron fuses the
+    residual add into the following LayerNorm. The runtime then writes the
+    sum while normalising it instead of reading it back, and the backward
+    (nn.add_layer_norm_grad) adds the residual's gradient in the layer-norm
+    gradient's pass instead of a separate nn.add. The same formulas, so
+    results are bit-identical. Runs on the model, after tp-partition (under
+    sequence parallelism on the sequence shards) and before autodiff; the
+    pipeline's `fuse-add-layer-norm` option turns it off.
+  }];
+  let dependentDialects = ["::tessera::nn::NNDialect"];
+}
+
 def OptimizerPass : Pass<"tessera-optimizer", "mlir::ModuleOp"> {
   let summary = "append the optimizer update to the step function";
   let description = [{

@@ -215,6 +215,8 @@ def RT_CastOp : RT_KernelOp<"cast", "Cast", "y = convert(x + beta * y) between f
 // as the artifact opcode documents (vocab shard group, ignore_index, heads).
 def RT_LayerNormOp : RT_KernelOp<"layer_norm", "LayerNorm", "layer norm over the last dim">;
 def RT_LayerNormGradOp : RT_KernelOp<"layer_norm_grad", "LayerNormGrad", "layer norm backward">;
+def RT_AddLayerNormOp : RT_KernelOp<"add_layer_norm", "AddLayerNorm", "s = a + b, layer norm of s">;
+def RT_AddLayerNormGradOp : RT_KernelOp<"add_layer_norm_grad", "AddLayerNormGrad", "layer norm backward plus the residual gradient">;
 def RT_EmbeddingOp : RT_KernelOp<"embedding", "Embedding", "embedding lookup">;
 def RT_EmbeddingGradOp : RT_KernelOp<"embedding_grad", "EmbeddingGrad", "embedding scatter-add">;
 def RT_AddPositionEmbeddingOp : RT_KernelOp<"add_position_embedding", "AddPositionEmbedding", "x + P[s]">;

@@ -136,6 +136,12 @@ public:
                      "one pass over the logits, reused by its gradient "
                      "(default on, =false for comparison)"),
       llvm::cl::init(true), onCommandLine};
+  Option<bool> fuseAddLayerNorm{
+      *this, "fuse-add-layer-norm",
+      llvm::cl::desc("add the residual inside the layer norm that reads the "
+                     "sum, and the residual's gradient inside its backward "
+                     "(default on, =false for comparison)"),
+      llvm::cl::init(true), onCommandLine};
   Option<int64_t> bucketSize{
       *this, "bucket-size",
       llvm::cl::desc("gradient bucket size in elements (0, the default: "

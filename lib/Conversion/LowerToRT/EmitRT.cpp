@@ -259,6 +259,13 @@ KERNEL_ATTRS(nn::LayerNormGradOp) {
   return {b.getNamedAttr("value", o.getEpsAttr()),
           p.beta(b, o.getWeightGrad())};
 }
+KERNEL_ATTRS(nn::AddLayerNormOp) {
+  return {b.getNamedAttr("value", o.getEpsAttr())};
+}
+KERNEL_ATTRS(nn::AddLayerNormGradOp) {
+  return {b.getNamedAttr("value", o.getEpsAttr()),
+          p.beta(b, o.getWeightGrad())};
+}
 KERNEL_ATTRS(nn::EmbeddingOp) {
   return p.withGroup(b, {p.iattrs(b, {int64_t(o.getVocabSize())})},
                      o.getVocabShardGroupAttr());
@@ -672,6 +679,8 @@ LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
       KernelPattern<nn::BiasGeluOp, rt::BiasGeluOp>,
       KernelPattern<nn::BiasGeluGradOp, rt::BiasGeluGradOp>,
       KernelPattern<nn::LogitsStatsOp, rt::LogitsStatsOp>,
+      KernelPattern<nn::AddLayerNormOp, rt::AddLayerNormOp>,
+      KernelPattern<nn::AddLayerNormGradOp, rt::AddLayerNormGradOp>,
       KernelPattern<nn::ReluGradOp, rt::ReluGradOp>,
       KernelPattern<nn::AddOp, rt::AddOp>,
       KernelPattern<nn::BiasAddOp, rt::BiasAddOp>,

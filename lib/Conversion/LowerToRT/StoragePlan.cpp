@@ -408,7 +408,8 @@ LogicalResult PhasePlan::planOp(Operation *op) {
         isa<nn::MatmulOp, nn::ReduceRowsOp, nn::EmbeddingGradOp,
             nn::PositionEmbeddingGradOp, nn::CastOp>(op) ||
         (isa<nn::BiasGeluGradOp>(op) && result == op->getResult(1)) ||
-        (isa<nn::LayerNormGradOp>(op) && result != op->getResult(0) &&
+        (isa<nn::LayerNormGradOp, nn::AddLayerNormGradOp>(op) &&
+         result != op->getResult(0) &&
          llvm::all_of(op->getResults().drop_front(), [&](Value r) {
            return llvm::count_if(r.getUsers(), [](Operation *u) {
                     return !isa<dist::BucketReduceStartOp>(u);

@@ -305,6 +305,8 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
   }
   case O::LayerNorm:
   case O::LayerNormGrad:
+  case O::AddLayerNorm:
+  case O::AddLayerNormGrad:
   case O::Embedding:
   case O::EmbeddingGrad:
   case O::AddPositionEmbedding:
@@ -386,6 +388,25 @@ Status Decoder::decodeTransformerInstr(const fb::Instr &in, Thunk &t) {
       TESSERA_RETURN_IF_ERROR(requireNumel(1, x.cols, "gamma"));
       TESSERA_RETURN_IF_ERROR(requireNumel(2, x.cols, "beta"));
     }
+    t.m = x.rows;
+    t.n = x.cols;
+    return Status();
+  }
+  case O::AddLayerNorm: {
+    TESSERA_ASSIGN_OR_RETURN(Matrix x, rowsCols(in, 0));
+    TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 1, 4, 5}));
+    TESSERA_RETURN_IF_ERROR(requireNumel(2, x.cols, "gamma"));
+    TESSERA_RETURN_IF_ERROR(requireNumel(3, x.cols, "beta"));
+    t.m = x.rows;
+    t.n = x.cols;
+    return Status();
+  }
+  case O::AddLayerNormGrad: {
+    TESSERA_ASSIGN_OR_RETURN(Matrix x, rowsCols(in, 0));
+    TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 2, 3, 4}));
+    TESSERA_RETURN_IF_ERROR(requireNumel(1, x.cols, "gamma"));
+    TESSERA_RETURN_IF_ERROR(requireNumel(5, x.cols, "dgamma"));
+    TESSERA_RETURN_IF_ERROR(requireNumel(6, x.cols, "dbeta"));
     t.m = x.rows;
     t.n = x.cols;
     return Status();

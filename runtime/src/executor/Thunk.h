@@ -12,6 +12,7 @@
 
 #include "tessera/rt/Artifact.h"
 #include "tessera/rt/Communicator.h"
+#include "tessera/rt/Opcodes.h"
 
 #include <cstdint>
 #include <string>
@@ -21,7 +22,7 @@ namespace tessera::rt {
 /// A decoded instruction.
 struct Thunk {
   fb::Opcode op = fb::Opcode::Fill;
-  void *ptr[6] = {};
+  void *ptr[maxOperands()] = {};
   /// gemm: m, n, k; matrix ops: rows (m) x cols (n); elementwise: n.
   int64_t m = 0, n = 0, k = 0;
   /// Integer parameters of the transformer kernels (see decodeInstr); for

@@ -292,6 +292,25 @@ TEST(CudaConformanceTest, LayerNorm) {
                                        cols, 1e-5f, beta);
               },
               2e-5);
+    compare("addLayerNorm cols=" + std::to_string(cols),
+            {in(x), in(random(size_t(rows * cols))), in(random(cols)),
+             in(random(cols)), out(random(size_t(rows * cols))),
+             out(random(size_t(rows * cols)))},
+            [&](Backend &b, std::vector<void *> &p) {
+              return b.addLayerNorm(F(0), F(1), F(2), F(3), F(4), F(5), rows,
+                                    cols, 1e-5f);
+            });
+    for (float beta : {0.0f, 1.0f})
+      compare("addLayerNormGrad cols=" + std::to_string(cols),
+              {in(x), in(random(cols)), in(random(size_t(rows * cols))),
+               in(random(size_t(rows * cols))),
+               out(random(size_t(rows * cols))), out(random(cols)),
+               out(random(cols))},
+              [&](Backend &b, std::vector<void *> &p) {
+                return b.addLayerNormGrad(F(0), F(1), F(2), F(3), F(4), F(5),
+                                          F(6), rows, cols, 1e-5f, beta);
+              },
+              2e-5);
   }
 }
 

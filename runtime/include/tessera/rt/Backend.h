@@ -200,6 +200,18 @@ public:
                                const float *dy, float *dx, float *dgamma,
                                float *dbias, int64_t rows, int64_t cols,
                                float eps, float beta) = 0;
+  /// S = A + B, then Y = layerNorm(S): the residual add and the layer norm
+  /// of the sum in one pass (the same results as add then layerNorm).
+  virtual Status addLayerNorm(const float *a, const float *b,
+                              const float *gamma, const float *bias, float *s,
+                              float *y, int64_t rows, int64_t cols,
+                              float eps) = 0;
+  /// layerNormGrad with dX = the layer norm's input gradient + dR (the
+  /// residual's gradient), as layerNormGrad then add.
+  virtual Status addLayerNormGrad(const float *x, const float *gamma,
+                                  const float *dy, const float *dr, float *dx,
+                                  float *dgamma, float *dbias, int64_t rows,
+                                  int64_t cols, float eps, float beta) = 0;
   /// Vocabulary-parallel lookup in a shard T [localVocab, dim] holding ids
   /// [vocabOffset, vocabOffset + localVocab): Y[r, :] = T[ids[r] - offset, :]
   /// or 0 for ids of other shards. Ids outside [0, vocabSize) are an

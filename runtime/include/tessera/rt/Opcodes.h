@@ -72,6 +72,15 @@ inline constexpr OpcodeInfo kOpcodeTable[] = {
 inline constexpr size_t kNumOpcodes =
     sizeof(kOpcodeTable) / sizeof(kOpcodeTable[0]);
 
+/// The most operands an instruction has (the executor's thunks hold this
+/// many pointers).
+constexpr int maxOperands() {
+  int most = 0;
+  for (const OpcodeInfo &info : kOpcodeTable)
+    most = info.numOperands() > most ? info.numOperands() : most;
+  return most;
+}
+
 namespace detail {
 /// The table lists the schema's opcodes densely and in order, so that an
 /// opcode indexes its row.

@@ -620,9 +620,45 @@ public:
     return Status();
   }
 
+  Status addLayerNorm(const float *a, const float *b, const float *gamma,
+                      const float *bias, float *s, float *y, int64_t rows,
+                      int64_t cols, float eps) override {
+    if (cols == 0)
+      return Status();
+#pragma omp parallel for num_threads(threads) if (rows * cols >= kParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *ar = a + r * cols, *br = b + r * cols;
+      float *sr = s + r * cols, *yr = y + r * cols;
+#pragma omp simd
+      for (int64_t j = 0; j < cols; ++j)
+        sr[j] = ar[j] + br[j];
+      float mean, rstd;
+      rowStats(sr, cols, eps, mean, rstd);
+#pragma omp simd
+      for (int64_t j = 0; j < cols; ++j)
+        yr[j] = math::layerNormOut(sr[j], mean, rstd, gamma[j], bias[j]);
+    }
+    return Status();
+  }
+
   Status layerNormGrad(const float *x, const float *gamma, const float *dy,
                        float *dx, float *dgamma, float *dbias, int64_t rows,
                        int64_t cols, float eps, float beta) override {
+    return normGrad(x, gamma, dy, nullptr, dx, dgamma, dbias, rows, cols, eps,
+                    beta);
+  }
+
+  Status addLayerNormGrad(const float *x, const float *gamma, const float *dy,
+                          const float *dr, float *dx, float *dgamma,
+                          float *dbias, int64_t rows, int64_t cols, float eps,
+                          float beta) override {
+    return normGrad(x, gamma, dy, dr, dx, dgamma, dbias, rows, cols, eps, beta);
+  }
+
+  /// The layer-norm backward, plus dR (when given) in dX.
+  Status normGrad(const float *x, const float *gamma, const float *dy,
+                  const float *dr, float *dx, float *dgamma, float *dbias,
+                  int64_t rows, int64_t cols, float eps, float beta) {
     scaleOrZero(dgamma, cols, beta);
     scaleOrZero(dbias, cols, beta);
     if (cols == 0)
@@ -645,10 +681,20 @@ public:
         dbias[j] += dyr[j];
       }
       float mg = sg * invN, mgx = sgx * invN;
+      if (dr) {
+        const float *drr = dr + r * cols;
 #pragma omp simd
-      for (int64_t j = 0; j < cols; ++j) {
-        float xhat = (xr[j] - mean) * rstd;
-        dxr[j] = math::layerNormGradX(xhat, dyr[j], gamma[j], rstd, mg, mgx);
+        for (int64_t j = 0; j < cols; ++j) {
+          float xhat = (xr[j] - mean) * rstd;
+          dxr[j] = math::layerNormGradX(xhat, dyr[j], gamma[j], rstd, mg, mgx) +
+                   drr[j];
+        }
+      } else {
+#pragma omp simd
+        for (int64_t j = 0; j < cols; ++j) {
+          float xhat = (xr[j] - mean) * rstd;
+          dxr[j] = math::layerNormGradX(xhat, dyr[j], gamma[j], rstd, mg, mgx);
+        }
       }
     }
     return Status();

@@ -538,9 +538,34 @@ Status CudaBackend::layerNormGrad(const float *x, const float *gamma,
     return Status();
   TESSERA_ASSIGN_OR_RETURN(float *stats,
                            scratch(2, std::max<int64_t>(1, 2 * rows) * 4));
-  return launched(launchLayerNormGrad(computeStream, x, gamma, dy, dx, dgamma,
-                                      dbias, rows, cols, eps, beta, stats),
+  return launched(launchLayerNormGrad(computeStream, x, gamma, dy, nullptr, dx,
+                                      dgamma, dbias, rows, cols, eps, beta,
+                                      stats),
                   "LayerNormGrad");
+}
+
+Status CudaBackend::addLayerNorm(const float *a, const float *b,
+                                 const float *gamma, const float *bias,
+                                 float *s, float *y, int64_t rows, int64_t cols,
+                                 float eps) {
+  return launched(launchAddLayerNorm(computeStream, a, b, gamma, bias, s, y,
+                                     rows, cols, eps),
+                  "AddLayerNorm");
+}
+
+Status CudaBackend::addLayerNormGrad(const float *x, const float *gamma,
+                                     const float *dy, const float *dr,
+                                     float *dx, float *dgamma, float *dbias,
+                                     int64_t rows, int64_t cols, float eps,
+                                     float beta) {
+  if (cols == 0)
+    return Status();
+  TESSERA_ASSIGN_OR_RETURN(float *stats,
+                           scratch(2, std::max<int64_t>(1, 2 * rows) * 4));
+  return launched(launchLayerNormGrad(computeStream, x, gamma, dy, dr, dx,
+                                      dgamma, dbias, rows, cols, eps, beta,
+                                      stats),
+                  "AddLayerNormGrad");
 }
 
 Status CudaBackend::embedding(const int32_t *ids, const float *table, float *y,

@@ -118,6 +118,13 @@ public:
              float weightDecay) override;
   Status layerNorm(const float *x, const float *gamma, const float *bias,
                    float *y, int64_t rows, int64_t cols, float eps) override;
+  Status addLayerNorm(const float *a, const float *b, const float *gamma,
+                      const float *bias, float *s, float *y, int64_t rows,
+                      int64_t cols, float eps) override;
+  Status addLayerNormGrad(const float *x, const float *gamma, const float *dy,
+                          const float *dr, float *dx, float *dgamma,
+                          float *dbias, int64_t rows, int64_t cols, float eps,
+                          float beta) override;
   Status layerNormGrad(const float *x, const float *gamma, const float *dy,
                        float *dx, float *dgamma, float *dbias, int64_t rows,
                        int64_t cols, float eps, float beta) override;

@@ -362,11 +362,28 @@ __global__ void layerNormKernel(const float *x, const float *gamma,
     yr[j] = math::layerNormOut(xr[j], mean, rstd, gamma[j], bias[j]);
 }
 
-/// dX per row, and the row's mean and rstd into stats[row], stats[rows +
-/// row] for the parameter gradients.
+/// S = A + B and the layer norm of S, per row (each thread reads back only
+/// the sums it wrote).
+__global__ void addLayerNormKernel(const float *a, const float *b,
+                                   const float *gamma, const float *bias,
+                                   float *s, float *y, int64_t cols, float eps) {
+  const int64_t row = blockIdx.x;
+  const float *ar = a + row * cols, *br = b + row * cols;
+  float *sr = s + row * cols, *yr = y + row * cols;
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    sr[j] = ar[j] + br[j];
+  float mean, rstd;
+  rowMeanRstd(sr, cols, eps, mean, rstd);
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+    yr[j] = math::layerNormOut(sr[j], mean, rstd, gamma[j], bias[j]);
+}
+
+/// dX per row (plus dR when given), and the row's mean and rstd into
+/// stats[row], stats[rows + row] for the parameter gradients.
 __global__ void layerNormGradXKernel(const float *x, const float *gamma,
-                                     const float *dy, float *dx, int64_t rows,
-                                     int64_t cols, float eps, float *stats) {
+                                     const float *dy, const float *dr,
+                                     float *dx, int64_t rows, int64_t cols,
+                                     float eps, float *stats) {
   const int64_t row = blockIdx.x;
   const float *xr = x + row * cols, *dyr = dy + row * cols;
   float *dxr = dx + row * cols;
@@ -382,7 +399,10 @@ __global__ void layerNormGradXKernel(const float *x, const float *gamma,
   const float meanG = blockSum(sg) * invN, meanGX = blockSum(sgx) * invN;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
     float xhat = (xr[j] - mean) * rstd;
-    dxr[j] = math::layerNormGradX(xhat, dyr[j], gamma[j], rstd, meanG, meanGX);
+    float d = math::layerNormGradX(xhat, dyr[j], gamma[j], rstd, meanG, meanGX);
+    if (dr)
+      d += dr[row * cols + j];
+    dxr[j] = d;
   }
   if (threadIdx.x == 0) {
     stats[row] = mean;
@@ -813,16 +833,24 @@ cudaError_t launchLayerNorm(cudaStream_t s, const float *x, const float *gamma,
   TESSERA_LAUNCH_ROWS(layerNormKernel, rows, cols, s, x, gamma, bias, y, cols,
                       eps);
 }
+cudaError_t launchAddLayerNorm(cudaStream_t s, const float *a, const float *b,
+                               const float *gamma, const float *bias, float *sum,
+                               float *y, int64_t rows, int64_t cols, float eps) {
+  if (cols == 0)
+    return cudaSuccess;
+  TESSERA_LAUNCH_ROWS(addLayerNormKernel, rows, cols, s, a, b, gamma, bias, sum,
+                      y, cols, eps);
+}
 cudaError_t launchLayerNormGrad(cudaStream_t s, const float *x,
-                                const float *gamma, const float *dy, float *dx,
-                                float *dgamma, float *dbias, int64_t rows,
-                                int64_t cols, float eps, float beta,
-                                float *stats) {
+                                const float *gamma, const float *dy,
+                                const float *dr, float *dx, float *dgamma,
+                                float *dbias, int64_t rows, int64_t cols,
+                                float eps, float beta, float *stats) {
   if (cols == 0)
     return cudaSuccess;
   if (rows > 0)
     layerNormGradXKernel<<<unsigned(rows), rowThreads(cols), 0, s>>>(
-        x, gamma, dy, dx, rows, cols, eps, stats);
+        x, gamma, dy, dr, dx, rows, cols, eps, stats);
   layerNormGradParamsKernel<<<unsigned((cols + kColumns - 1) / kColumns),
                               dim3(kColumns, kRowLanes), 0, s>>>(
       x, dy, stats, dgamma, dbias, rows, cols, beta);

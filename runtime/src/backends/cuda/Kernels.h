@@ -73,11 +73,15 @@ cudaError_t launchLayerNorm(cudaStream_t s, const float *x, const float *gamma,
                             const float *bias, float *y, int64_t rows,
                             int64_t cols, float eps);
 /// `stats` is device scratch of 2 * rows floats (row mean and rstd).
+cudaError_t launchAddLayerNorm(cudaStream_t s, const float *a, const float *b,
+                               const float *gamma, const float *bias, float *sum,
+                               float *y, int64_t rows, int64_t cols, float eps);
+/// dR (the residual's gradient, added to dX) may be null.
 cudaError_t launchLayerNormGrad(cudaStream_t s, const float *x,
-                                const float *gamma, const float *dy, float *dx,
-                                float *dgamma, float *dbias, int64_t rows,
-                                int64_t cols, float eps, float beta,
-                                float *stats);
+                                const float *gamma, const float *dy,
+                                const float *dr, float *dx, float *dgamma,
+                                float *dbias, int64_t rows, int64_t cols,
+                                float eps, float beta, float *stats);
 cudaError_t launchEmbedding(cudaStream_t s, const int32_t *ids,
                             const float *table, float *y, int64_t rows,
                             int64_t localVocab, int64_t dim,
