@@ -94,6 +94,8 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   pm.addPass(dist::createPPSchedulePass(schedule));
   pm.addPass(dist::createVerifySchedulePass());
   pm.addPass(createLowerToRTPass());
+  if (options.fuseBucketOptimizer)
+    pm.addPass(createFuseBucketOptimizerPass());
 }
 
 void tessera::registerAllPasses() {

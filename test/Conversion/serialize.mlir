@@ -10,11 +10,15 @@
 // CHECK: batch: micro 4, global 4, microbatches 1
 // CHECK: optimizer: adam lr=0.001
 // The gradients first, in their grad buffer (reverse order), with a view
-// of the bucket on top.
-// CHECK: fc1.weight Param F32[8, 8] @384 global[16, 8] shard dim 0 over tp init Normal(0.02)
+// of the bucket on top; the parameters and their Adam state in that layout
+// too, with the views the bucket's one Adam update reads.
+// CHECK: fc1.weight Param F32[8, 8] @512 global[16, 8] shard dim 0 over tp init Normal(0.02)
 // CHECK: grad:fc1.weight Grad F32[8, 8] @128
 // CHECK: grad:fc2.weight Grad F32[4, 8] @0
 // CHECK: gbuf:gbuf:0 View F32[96] @0
+// CHECK: bucket.param:gbuf:0 View F32[96] @384
+// CHECK: bucket.exp_avg:gbuf:0 View F32[96] @768
+// CHECK: bucket.exp_avg_sq:gbuf:0 View F32[96] @1152
 
 // NOOUT: tessera-serialize needs output=<file>
 // NORT: tessera-serialize needs an rt module (run tessera-lower-to-rt)

@@ -22,6 +22,28 @@ def LowerToRTPass : Pass<"tessera-lower-to-rt", "mlir::ModuleOp"> {
   ];
 }
 
+def FuseBucketOptimizerPass : Pass<"tessera-fuse-bucket-optimizer", "mlir::ModuleOp"> {
+  let summary = "one optimizer kernel per gradient bucket";
+  let description = [{
+    On the rt program: the `rt.adam` (or `rt.sgd`) of every parameter of a
+    bucket of a grad buffer becomes one over the whole bucket, on views of
+    the regions where tessera-lower-to-rt laid out the gradients, the
+    (main) parameters and the Adam state in the same layout (apex's
+    multi-tensor Adam, one kernel for many parameters; the distributed
+    optimizer already updates one shard per bucket). A bucket is fused only
+    when every operand lies in bucket layout, its parameters' updates share
+    their hyper-parameters and nothing between them touches the bucket's
+    tensors; the padding between parameters is zero and stays zero. The
+    update is elementwise, so results are bit-identical. The pipeline's
+    `fuse-bucket-optimizer` option turns it off.
+  }];
+  let dependentDialects = ["::tessera::rt::RTDialect"];
+  let statistics = [
+    Statistic<"numFusedBuckets", "fused-buckets",
+              "buckets updated by one optimizer kernel">
+  ];
+}
+
 def SerializePass : Pass<"tessera-serialize", "mlir::ModuleOp"> {
   let summary = "write the rt module as a .tsr artifact";
   let description = [{

@@ -142,6 +142,12 @@ public:
                      "sum, and the residual's gradient inside its backward "
                      "(default on, =false for comparison)"),
       llvm::cl::init(true), onCommandLine};
+  Option<bool> fuseBucketOptimizer{
+      *this, "fuse-bucket-optimizer",
+      llvm::cl::desc("without the distributed optimizer: one Adam/SGD "
+                     "kernel per gradient bucket instead of one per "
+                     "parameter (default on, =false for comparison)"),
+      llvm::cl::init(true), onCommandLine};
   Option<int64_t> bucketSize{
       *this, "bucket-size",
       llvm::cl::desc("gradient bucket size in elements (0, the default: "

@@ -221,6 +221,30 @@ PersistentBuffers::layout(ModuleOp module,
       }
       offset = alignUp(base + layout.numel * elementBytes);
     }
+    // Without the distributed optimizer, the fp32 tensors the optimizer
+    // updates (the parameters, or the main parameters of bf16 ones) and
+    // their Adam state get the gradients' layout too, each in a region of
+    // its own: a bucket is then one range in every region, which
+    // tessera-fuse-bucket-optimizer updates with one kernel. A region is
+    // laid out only if every parameter of the buffer has that tensor.
+    if (!gb.getDistributed()) {
+      for (StringRef prefix : {"main:", "", "adam.exp_avg:", "adam.exp_avg_sq:"}) {
+        SmallVector<std::pair<Persistent *, int64_t>> members;
+        for (const buckets::ParamRange &p : layout.params) {
+          Persistent *q = byName.lookup((prefix + p.name).str());
+          if (!q || fixed.count(q) || !q->type.getElementType().isF32() ||
+              q->type.getNumElements() != p.end - p.start)
+            break;
+          members.push_back({q, p.start});
+        }
+        if (members.size() != layout.params.size() || members.empty())
+          continue;
+        int64_t base = offset;
+        for (auto [q, start] : members)
+          fixed[q] = base + start * 4;
+        offset = alignUp(base + layout.numel * 4);
+      }
+    }
   }
   for (auto &[p, at] : fixed)
     p->offset = at;

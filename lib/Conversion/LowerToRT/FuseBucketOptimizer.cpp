@@ -1,0 +1,203 @@
+//===- FuseBucketOptimizer.cpp - One optimizer kernel per bucket ----------===//
+//
+// After lower-to-rt: the per-parameter rt.adam / rt.sgd of a gradient
+// bucket become one instruction over the bucket, on views of the regions
+// that lower-to-rt laid out in the grad buffer's layout (PersistentBuffers:
+// gradients, the tensors the optimizer updates and their Adam state). Every
+// condition is checked on the program itself (offsets, attributes, what runs
+// between the updates), so a bucket that does not qualify keeps its
+// per-parameter updates.
+//
+//===----------------------------------------------------------------------===//
+
+#include "LowerToRT.h"
+
+namespace tessera {
+#define GEN_PASS_DEF_FUSEBUCKETOPTIMIZERPASS
+#include "tessera/Conversion/Passes.h.inc"
+} // namespace tessera
+
+using namespace mlir;
+using namespace tessera;
+
+namespace {
+
+struct FuseBucketOptimizerPass
+    : tessera::impl::FuseBucketOptimizerPassBase<FuseBucketOptimizerPass> {
+  void runOnOperation() override {
+    for (ModuleOp program : getPrograms(getOperation()))
+      fuseProgram(program);
+  }
+
+  /// The buffer an rt.get reads, or null.
+  static rt::BufferOp bufferOf(Value v, const llvm::StringMap<rt::BufferOp> &byName) {
+    auto get = v.getDefiningOp<rt::GetOp>();
+    return get ? byName.lookup(get.getBuffer()) : rt::BufferOp();
+  }
+
+  void fuseProgram(ModuleOp program) {
+    llvm::StringMap<rt::BufferOp> byName;
+    for (auto buf : program.getOps<rt::BufferOp>())
+      byName[buf.getSymName()] = buf;
+    func::FuncOp step;
+    for (auto f : program.getOps<func::FuncOp>())
+      if (auto phase = f->getAttrOfType<StringAttr>(kPhaseAttr);
+          phase && phase.getValue() == "step")
+        step = f;
+    if (!step)
+      return;
+    // The update of each gradient buffer (a parameter's, by its grad).
+    llvm::StringMap<SmallVector<Operation *>> updateOf;
+    step.walk([&](Operation *op) {
+      if (isa<rt::AdamOp, rt::SgdOp>(op))
+        if (rt::BufferOp g = bufferOf(op->getOperand(1), byName))
+          updateOf[g.getSymName()].push_back(op);
+    });
+    for (auto gb : program.getOps<dist::GradBufferOp>()) {
+      if (gb.getDistributed())
+        continue;
+      buckets::Buffer layout = gb.getLayout();
+      llvm::StringMap<int64_t> startOf;
+      for (const buckets::ParamRange &p : layout.params)
+        startOf[p.name] = p.start;
+      for (auto [k, bucket] : llvm::enumerate(layout.buckets))
+        fuseBucket(program, gb, int64_t(k), bucket, startOf, updateOf, byName);
+    }
+  }
+
+  void fuseBucket(ModuleOp program, dist::GradBufferOp gb, int64_t k,
+                  const buckets::Bucket &bucket,
+                  const llvm::StringMap<int64_t> &startOf,
+                  llvm::StringMap<SmallVector<Operation *>> &updateOf,
+                  llvm::StringMap<rt::BufferOp> &byName) {
+    if (bucket.params.size() < 2)
+      return;
+    SmallVector<Operation *> group;
+    for (const std::string &name : bucket.params) {
+      auto it = updateOf.find("grad:" + name);
+      if (it == updateOf.end() || it->second.size() != 1)
+        return;
+      group.push_back(it->second.front());
+    }
+    if (group.size() != bucket.params.size() || group.empty())
+      return;
+    // One kind of update with the same hyper-parameters and iteration.
+    Operation *first = group.front();
+    for (Operation *op : group)
+      if (op->getName() != first->getName() ||
+          op->getDiscardableAttrDictionary() !=
+              first->getDiscardableAttrDictionary() ||
+          op->getAttrDictionary() != first->getAttrDictionary() ||
+          (isa<rt::AdamOp>(op) && op->getOperand(4) != first->getOperand(4)))
+        return;
+    // Each tensor operand (parameter, gradient, Adam state) of every
+    // parameter at the same offset from its region's base: the bucket is
+    // one range [base + start, base + end) of each region.
+    unsigned numTensors = isa<rt::AdamOp>(first) ? 4 : 2;
+    SmallVector<std::optional<int64_t>> bases(numTensors);
+    llvm::DenseSet<Operation *> members(group.begin(), group.end());
+    for (auto [op, name] : llvm::zip(group, bucket.params))
+      for (unsigned t = 0; t < numTensors; ++t) {
+        rt::BufferOp buf = bufferOf(op->getOperand(t), byName);
+        auto type = buf ? dyn_cast<MemRefType>(buf.getType()) : MemRefType();
+        if (!type || !type.getElementType().isF32() || buf.getRankGroup())
+          return;
+        int64_t base = int64_t(buf.getOffset()) - startOf.lookup(name) * 4;
+        if (bases[t] && *bases[t] != base)
+          return;
+        bases[t] = base;
+      }
+    // Nothing between the first and the last update may touch the
+    // bucket's tensors: in the step, only other updates of the bucket, the
+    // rt.gets and bf16 casts of the updated main parameters run there.
+    Block *block = first->getBlock();
+    for (Operation *op : group)
+      if (op->getBlock() != block)
+        return;
+    llvm::sort(group, [](Operation *a, Operation *b) {
+      return a->isBeforeInBlock(b);
+    });
+    first = group.front();
+    llvm::DenseSet<Value> updated;
+    for (Operation *op : group)
+      updated.insert(op->getOperand(0));
+    for (Operation *op = first->getNextNode(); op != group.back();
+         op = op->getNextNode()) {
+      if (members.contains(op) || isa<rt::GetOp>(op))
+        continue;
+      if (isa<rt::CastOp>(op) && updated.contains(op->getOperand(0)) &&
+          !updated.contains(op->getOperand(1)))
+        continue;
+      return;
+    }
+    // The views, declared with the other buffers.
+    static constexpr const char *kRoles[] = {"param", "grad", "exp_avg",
+                                             "exp_avg_sq"};
+    OpBuilder b(program.getContext());
+    rt::BufferOp last;
+    for (auto buf : program.getOps<rt::BufferOp>())
+      last = buf;
+    b.setInsertionPointAfter(last);
+    int64_t numel = bucket.end - bucket.start;
+    auto viewType = MemRefType::get({numel}, b.getF32Type());
+    SmallVector<Value> operands;
+    OpBuilder at(first);
+    for (unsigned t = 0; t < numTensors; ++t) {
+      std::string name = ("bucket." + Twine(kRoles[t]) + ":" + gb.getSymName() +
+                          ":" + Twine(k))
+                             .str();
+      int64_t offset = *bases[t] + bucket.start * 4;
+      // The gradient bucket's own view (the collectives') when it is there.
+      if (t == 1)
+        if (rt::BufferOp g = byName.lookup(
+                ("gbuf:" + gb.getSymName() + ":" + Twine(k)).str());
+            g && int64_t(g.getOffset()) == offset && g.getType() == viewType)
+          name = g.getSymName().str();
+      rt::BufferOp view = byName.lookup(name);
+      if (!view) {
+        view = rt::BufferOp::create(
+            b, gb.getLoc(), TypeRange{}, ValueRange{},
+            ArrayRef<NamedAttribute>{
+                b.getNamedAttr("sym_name", b.getStringAttr(name)),
+                b.getNamedAttr("type", TypeAttr::get(viewType)),
+                b.getNamedAttr("kind", enumAttr(b, rt::BufferKind::View)),
+                b.getNamedAttr("offset", b.getI64IntegerAttr(offset))});
+        byName[name] = view;
+      }
+      // An rt.get of the view before the first update, or a new one.
+      Value get;
+      for (Operation *op = &block->front(); op != first && !get;
+           op = op->getNextNode())
+        if (auto g = dyn_cast<rt::GetOp>(op); g && g.getBuffer() == name)
+          get = g.getResult();
+      if (!get)
+        get = rt::GetOp::create(at, first->getLoc(), viewType,
+                                FlatSymbolRefAttr::get(b.getContext(), name));
+      operands.push_back(get);
+    }
+    if (auto adam = dyn_cast<rt::AdamOp>(first)) {
+      rt::AdamOp::create(at, first->getLoc(), operands[0], operands[1],
+                         operands[2], operands[3], adam.getIteration(),
+                         adam.getLrAttr(), adam.getBeta1Attr(),
+                         adam.getBeta2Attr(), adam.getEpsAttr(),
+                         adam.getWeightDecayAttr());
+    } else {
+      auto sgd = cast<rt::SgdOp>(first);
+      rt::SgdOp::create(at, first->getLoc(), operands[0], operands[1],
+                        sgd.getLrAttr(), sgd.getWeightDecayAttr());
+    }
+    SmallVector<Operation *> gets;
+    for (Operation *op : group) {
+      for (Value v : op->getOperands())
+        if (Operation *get = v.getDefiningOp<rt::GetOp>())
+          gets.push_back(get);
+      op->erase();
+    }
+    for (Operation *get : gets)
+      if (get->use_empty())
+        get->erase();
+    ++numFusedBuckets;
+  }
+};
+
+} // namespace
