@@ -37,6 +37,13 @@ kernel), and one PyTorch run under torch.autograd.profiler gives PyTorch's
 per-op self time for comparison, as shares of the summed op self time (the
 profiler's own overhead inflates the profiled step).
 
+Fusions: each size is also compiled with the fusion passes turned off
+(FUSIONS_OFF: bias-GELU, cross-entropy statistics, residual add + layer norm,
+one optimizer kernel per bucket), run in the same rounds; the row gives its
+tokens/s and fusion_speedup = unfused step / fused step, and the profile
+section gives the unfused per-opcode shares too (tessera_profile_unfused).
+--no-unfused skips it.
+
 Prints one JSON object. A benchmark, not a test: nothing is asserted.
 
 usage: bench/gpt_vs_torch.py [--build build] [--threads 1,2] [--steps 5]
@@ -51,6 +58,9 @@ import subprocess
 import sys
 import tempfile
 
+# The pipeline flags that turn every fusion pass off (the "before").
+FUSIONS_OFF = ["--fuse-bias-gelu=false", "--fuse-cross-entropy=false",
+               "--fuse-add-layer-norm=false", "--fuse-bucket-optimizer=false"]
 VOCAB = 257
 PADDED_VOCAB = 384  # Megatron's padding: 257 -> a multiple of 128
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
@@ -235,6 +245,8 @@ def main():
     ap.add_argument("--text", default=os.path.join(REPO, "examples", "data",
                                                    "northanger_abbey_vol1.txt"))
     ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--no-unfused", action="store_true",
+                    help="skip the run with the fusion passes off")
     ap.add_argument("--torch-worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.torch_worker:
@@ -267,10 +279,15 @@ def main():
                             "--layers", str(layers), "--hidden", str(hidden),
                             "--heads", str(heads), "--vocab", str(VOCAB),
                             "--seq", str(S), "-o", model], check=True)
-            subprocess.run([os.path.join(bindir, "tessera-compile"), model,
-                            "--micro-batch-size", str(B), "--global-batch-size", str(B),
-                            "--optimizer", "adam", "--lr", "1e-3", "-o", art],
-                           check=True)
+            compile_cmd = [os.path.join(bindir, "tessera-compile"), model,
+                           "--micro-batch-size", str(B), "--global-batch-size", str(B),
+                           "--optimizer", "adam", "--lr", "1e-3"]
+            subprocess.run(compile_cmd + ["-o", art], check=True)
+            unfused = None
+            if not args.no_unfused:
+                unfused = os.path.join(tmp, f"gpt{hidden}-unfused.tsr")
+                subprocess.run(compile_cmd + FUSIONS_OFF + ["-o", unfused],
+                               check=True)
             params = (layers * (12 * hidden * hidden + 13 * hidden)
                       + 2 * PADDED_VOCAB * hidden + S * hidden + 2 * hidden)
             entry = {"hidden": hidden, "heads": heads, "layers": layers, "seq": S,
@@ -282,8 +299,13 @@ def main():
             for t in threads:
                 # Rounds alternate the two, so a burst of load from another
                 # process hits both; the best round's median is reported.
-                ts_rounds, tr_rounds, trp_rounds = [], [], []
+                ts_rounds, tr_rounds, trp_rounds, tu_rounds = [], [], [], []
                 for r in range(args.rounds):
+                    if unfused:
+                        ulines = run_tessera(bindir, unfused, data, total, t,
+                                             os.path.join(tmp, f"u{hidden}-{t}-{r}.jsonl"))
+                        tu_rounds.append(statistics.median(
+                            l["step_time_s"] for l in ulines[args.warmup:]))
                     lines = run_tessera(bindir, art, data, total, t,
                                         os.path.join(tmp, f"m{hidden}-{t}-{r}.jsonl"))
                     ts_rounds.append(statistics.median(
@@ -305,6 +327,12 @@ def main():
                     "torch_loss_first_last": [round(tr["loss"][0], 4),
                                               round(tr["loss"][-1], 4)],
                 }
+                if unfused:
+                    tu_step = min(tu_rounds)
+                    row["tessera_unfused_tokens_per_s"] = round(tokens_per_step / tu_step, 1)
+                    row["unfused_ratio"] = round(tr_step / tu_step, 3)
+                    row["fusion_speedup"] = round(tu_step / ts_step, 3)
+                    row["tessera_unfused_step_s_rounds"] = [round(x, 4) for x in tu_rounds]
                 if t > 1:
                     trp_step = min(trp_rounds)
                     row["torch_passive_tokens_per_s"] = round(tokens_per_step / trp_step, 1)
@@ -314,15 +342,21 @@ def main():
 
             if not args.no_profile:
                 t = max(threads)
-                lines = run_tessera(bindir, art, data, total, t,
-                                    os.path.join(tmp, f"p{hidden}.jsonl"), profile=True)
-                timed = lines[args.warmup:]
-                # Means (not medians) so that the shares add up to the step.
-                step = statistics.mean(l["step_time_s"] for l in timed)
-                ops = {k: statistics.mean(l["kernel_time_s"].get(k, 0.0) for l in timed)
-                       for k in timed[0]["kernel_time_s"]}
-                entry["tessera_profile"] = {"threads": t, "step_s": round(step, 4),
-                                            "opcode_share": shares(ops, step)}
+                for key, artifact in (("tessera_profile", art),
+                                      ("tessera_profile_unfused", unfused)):
+                    if not artifact:
+                        continue
+                    lines = run_tessera(bindir, artifact, data, total, t,
+                                        os.path.join(tmp, f"p{hidden}.jsonl"),
+                                        profile=True)
+                    timed = lines[args.warmup:]
+                    # Means (not medians) so that the shares add up to the step.
+                    step = statistics.mean(l["step_time_s"] for l in timed)
+                    ops = {k: statistics.mean(l["kernel_time_s"].get(k, 0.0)
+                                              for l in timed)
+                           for k in timed[0]["kernel_time_s"]}
+                    entry[key] = {"threads": t, "step_s": round(step, 4),
+                                  "opcode_share": shares(ops, step)}
                 tr = run_torch(python, dict(cfg, threads=t, steps=0, profile=3),
                                passive=t > 1)
                 tr_step = tr["profile_step_s"]

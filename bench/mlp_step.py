@@ -3,7 +3,9 @@
 
 Prints one JSON object: for each size the median step time over the timed
 steps, the time spent in GEMM kernels (tessera-run --profile) and their
-ratio. A benchmark, not a test: nothing is asserted.
+ratio, and the same with the fusion passes off ("unfused", and
+fusion_speedup = unfused step / fused step). A benchmark, not a test:
+nothing is asserted.
 
 usage: bench/mlp_step.py [--build build] [--steps 8] [--batch 64]
 """
@@ -16,6 +18,9 @@ import sys
 import tempfile
 
 SIZES = [(256, 1024, 16), (512, 2048, 16), (1024, 4096, 16)]
+# The pipeline flags that turn every fusion pass off (the "before").
+FUSIONS_OFF = ["--fuse-bias-gelu=false", "--fuse-cross-entropy=false",
+               "--fuse-add-layer-norm=false", "--fuse-bucket-optimizer=false"]
 
 MODEL = """func.func @mlp(
     %x: tensor<?x{d}xf32> {{nn.input = "features"}},
@@ -49,25 +54,36 @@ def main():
             model = os.path.join(tmp, f"mlp{d}.mlir")
             with open(model, "w") as f:
                 f.write(MODEL.format(d=d, h=h, c=c))
-            art = os.path.join(tmp, f"mlp{d}.tsr")
-            subprocess.run([os.path.join(bindir, "tessera-compile"), model,
-                            "--micro-batch-size", str(args.batch), "-o", art], check=True)
-            metrics = os.path.join(tmp, f"mlp{d}.jsonl")
-            subprocess.run([os.path.join(bindir, "tessera-run"), "-n", "1", art,
-                            "--steps", str(args.steps + 1), "--profile",
-                            "--metrics", metrics], check=True, stdout=subprocess.DEVNULL)
-            lines = [json.loads(l) for l in open(metrics)][1:]  # drop warm-up
-            step = statistics.median(l["step_time_s"] for l in lines)
-            gemm = statistics.median(l["kernel_time_s"].get("Gemm", 0.0) for l in lines)
-            kernels = statistics.median(sum(l["kernel_time_s"].values()) for l in lines)
-            flops = 6 * args.batch * (d * h * 2 + d * c)  # fwd + bwd of the linears
-            results.append({
-                "features": d, "hidden": h, "classes": c, "batch": args.batch,
-                "step_time_s": step, "gemm_time_s": gemm,
-                "gemm_ratio": gemm / step if step else None,
-                "kernel_time_s": kernels,
-                "gemm_gflops": flops / gemm / 1e9 if gemm else None,
-            })
+            entry = {"features": d, "hidden": h, "classes": c, "batch": args.batch}
+            for key, flags in (("fused", []), ("unfused", FUSIONS_OFF)):
+                art = os.path.join(tmp, f"mlp{d}-{key}.tsr")
+                subprocess.run([os.path.join(bindir, "tessera-compile"), model,
+                                "--micro-batch-size", str(args.batch), "-o", art]
+                               + flags, check=True)
+                metrics = os.path.join(tmp, f"mlp{d}-{key}.jsonl")
+                subprocess.run([os.path.join(bindir, "tessera-run"), "-n", "1", art,
+                                "--steps", str(args.steps + 1), "--profile",
+                                "--metrics", metrics], check=True,
+                               stdout=subprocess.DEVNULL)
+                lines = [json.loads(l) for l in open(metrics)][1:]  # drop warm-up
+                step = statistics.median(l["step_time_s"] for l in lines)
+                gemm = statistics.median(l["kernel_time_s"].get("Gemm", 0.0)
+                                         for l in lines)
+                kernels = statistics.median(sum(l["kernel_time_s"].values())
+                                            for l in lines)
+                flops = 6 * args.batch * (d * h * 2 + d * c)  # fwd + bwd of the linears
+                row = {
+                    "step_time_s": step, "gemm_time_s": gemm,
+                    "gemm_ratio": gemm / step if step else None,
+                    "kernel_time_s": kernels,
+                    "gemm_gflops": flops / gemm / 1e9 if gemm else None,
+                }
+                if key == "fused":
+                    entry.update(row)
+                else:
+                    entry["unfused"] = row
+                    entry["fusion_speedup"] = step / entry["step_time_s"]
+            results.append(entry)
     json.dump({"benchmark": "mlp_step", "ranks": 1,
                "threads": os.environ.get("OPENBLAS_NUM_THREADS", "default"),
                "results": results}, sys.stdout, indent=2)
