@@ -134,6 +134,16 @@ std::string tessera::buckets::validate(const Buffer &b, const LayoutOptions &o) 
   if (!o.distributedOptimizer && b.numel != b.numelUnpadded)
     return "the buffer is padded (" + s(b.numel) + " elements, " +
            s(b.numelUnpadded) + " used) without the distributed optimizer";
+  // Listed in the model's order, which the buffer holds in reverse: the
+  // offsets decrease along the list (pack and unpack find a bucket's
+  // parameters by binary search on it).
+  for (size_t i = 0; i + 1 < b.params.size(); ++i)
+    if (b.params[i + 1].start >= b.params[i].start)
+      return "parameter '" + b.params[i + 1].name + "' starts at " +
+             s(b.params[i + 1].start) + ", not below '" + b.params[i].name +
+             "' at " + s(b.params[i].start) +
+             " (parameters are listed in the model's order, at decreasing "
+             "offsets)";
   std::vector<ParamRange> sorted = b.params;
   std::sort(sorted.begin(), sorted.end(),
             [](const ParamRange &a, const ParamRange &c) { return a.start < c.start; });

@@ -424,17 +424,29 @@ buckets::Buffer GradBufferOp::getLayout() {
 }
 
 SmallVector<StringRef> GradBufferOp::getBucketParams(int64_t bucket) {
-  SmallVector<std::pair<int64_t, StringRef>> found;
-  for (Attribute a : getParams()) {
-    auto d = cast<DictionaryAttr>(a);
-    if (d.getAs<IntegerAttr>("bucket").getInt() == bucket)
-      found.push_back({d.getAs<IntegerAttr>("start").getInt(),
-                       d.getAs<StringAttr>("name").getValue()});
+  // The parameters are listed at decreasing offsets (verified), so the
+  // bucket's are the run of the list inside its range: binary search, then
+  // the run backwards (buffer order).
+  auto range = cast<DenseI64ArrayAttr>(getBuckets()[size_t(bucket)]);
+  ArrayRef<Attribute> params = getParams().getValue();
+  auto startOf = [&](size_t i) {
+    return cast<DictionaryAttr>(params[i]).getAs<IntegerAttr>("start").getInt();
+  };
+  size_t lo = 0, hi = params.size();
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (startOf(mid) >= range[1])
+      lo = mid + 1;
+    else
+      hi = mid;
   }
-  llvm::sort(found);
   SmallVector<StringRef> names;
-  for (auto &[start, name] : found)
-    names.push_back(name);
+  for (size_t i = lo; i < params.size() && startOf(i) >= range[0]; ++i) {
+    auto d = cast<DictionaryAttr>(params[i]);
+    if (d.getAs<IntegerAttr>("bucket").getInt() == bucket)
+      names.push_back(d.getAs<StringAttr>("name").getValue());
+  }
+  std::reverse(names.begin(), names.end());
   return names;
 }
 
@@ -477,8 +489,10 @@ static LogicalResult resolveBucket(Operation *op, FlatSymbolRefAttr ref,
     return op->emitOpError() << "refers to " << ref
                              << ", which is not a dist.grad_buffer in scope";
   // Read straight from the attributes, without building the whole layout:
-  // linear in the buffer's parameters, no string keys (every pack and
-  // unpack of a 175B model's hundreds of buckets runs this).
+  // the parameters are listed at decreasing offsets (the grad buffer's
+  // verifier checks it), so the bucket's are one run of the list, found by
+  // binary search (every pack and unpack of a 175B model's hundreds of
+  // buckets runs this, after every pass).
   ArrayAttr bucketsAttr = buf.getBuckets();
   if (bucket < 0 || bucket >= int64_t(bucketsAttr.size()))
     return op->emitOpError() << "names bucket " << bucket << " of " << ref
@@ -488,18 +502,36 @@ static LogicalResult resolveBucket(Operation *op, FlatSymbolRefAttr ref,
     return op->emitOpError() << "names bucket " << bucket << " of " << ref
                              << ", which is malformed";
   bucketNumel = range[1] - range[0];
-  SmallVector<std::pair<int64_t, int64_t>> members; // (start, numel)
-  for (Attribute a : buf.getParams()) {
-    auto d = dyn_cast<DictionaryAttr>(a);
-    auto b = d ? d.getAs<IntegerAttr>("bucket") : IntegerAttr();
-    auto start = d ? d.getAs<IntegerAttr>("start") : IntegerAttr();
-    auto end = d ? d.getAs<IntegerAttr>("end") : IntegerAttr();
-    if (b && start && end && b.getInt() == bucket)
-      members.push_back({start.getInt(), end.getInt() - start.getInt()});
+  ArrayRef<Attribute> params = buf.getParams().getValue();
+  auto field = [&](size_t i, StringRef name) -> std::optional<int64_t> {
+    auto d = dyn_cast<DictionaryAttr>(params[i]);
+    auto v = d ? d.getAs<IntegerAttr>(name) : IntegerAttr();
+    return v ? std::optional<int64_t>(v.getInt()) : std::nullopt;
+  };
+  // The first parameter (in list order) that starts below the bucket's end.
+  size_t lo = 0, hi = params.size();
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    std::optional<int64_t> start = field(mid, "start");
+    if (!start)
+      return op->emitOpError() << "refers to " << ref
+                               << ", whose parameters are malformed";
+    if (*start >= range[1])
+      lo = mid + 1;
+    else
+      hi = mid;
   }
-  llvm::stable_sort(members);
-  for (auto [start, numel] : members)
-    sizes.push_back(numel);
+  // Buffer order: increasing offsets, the list's run backwards.
+  SmallVector<int64_t> run;
+  for (size_t i = lo; i < params.size(); ++i) {
+    std::optional<int64_t> start = field(i, "start"), end = field(i, "end"),
+                           b = field(i, "bucket");
+    if (!start || !end || !b || *start < range[0])
+      break;
+    if (*b == bucket)
+      run.push_back(*end - *start);
+  }
+  sizes.append(run.rbegin(), run.rend());
   return success();
 }
 

@@ -30,15 +30,27 @@ struct FuseBucketOptimizerPass
   }
 
   /// The buffer an rt.get reads, or null.
-  static rt::BufferOp bufferOf(Value v, const llvm::StringMap<rt::BufferOp> &byName) {
+  rt::BufferOp bufferOf(Value v) const {
     auto get = v.getDefiningOp<rt::GetOp>();
     return get ? byName.lookup(get.getBuffer()) : rt::BufferOp();
   }
 
+  /// The program being rewritten: its buffers by name, the last of them
+  /// (where new views go) and the step's rt.gets by buffer.
+  llvm::StringMap<rt::BufferOp> byName;
+  rt::BufferOp lastBuffer;
+  llvm::StringMap<rt::GetOp> stepGets;
+  /// The position of each op of the step as it was before the rewrites
+  /// (isBeforeInBlock would renumber the block after every insertion).
+  DenseMap<Operation *, int64_t> position;
+
   void fuseProgram(ModuleOp program) {
-    llvm::StringMap<rt::BufferOp> byName;
-    for (auto buf : program.getOps<rt::BufferOp>())
+    byName.clear();
+    stepGets.clear();
+    for (auto buf : program.getOps<rt::BufferOp>()) {
       byName[buf.getSymName()] = buf;
+      lastBuffer = buf;
+    }
     func::FuncOp step;
     for (auto f : program.getOps<func::FuncOp>())
       if (auto phase = f->getAttrOfType<StringAttr>(kPhaseAttr);
@@ -46,11 +58,17 @@ struct FuseBucketOptimizerPass
         step = f;
     if (!step)
       return;
+    for (auto get : step.getOps<rt::GetOp>())
+      stepGets.try_emplace(get.getBuffer(), get);
+    position.clear();
+    int64_t n = 0;
+    for (Operation &op : step.getBody().front())
+      position[&op] = n++;
     // The update of each gradient buffer (a parameter's, by its grad).
     llvm::StringMap<SmallVector<Operation *>> updateOf;
     step.walk([&](Operation *op) {
       if (isa<rt::AdamOp, rt::SgdOp>(op))
-        if (rt::BufferOp g = bufferOf(op->getOperand(1), byName))
+        if (rt::BufferOp g = bufferOf(op->getOperand(1)))
           updateOf[g.getSymName()].push_back(op);
     });
     for (auto gb : program.getOps<dist::GradBufferOp>()) {
@@ -61,15 +79,14 @@ struct FuseBucketOptimizerPass
       for (const buckets::ParamRange &p : layout.params)
         startOf[p.name] = p.start;
       for (auto [k, bucket] : llvm::enumerate(layout.buckets))
-        fuseBucket(program, gb, int64_t(k), bucket, startOf, updateOf, byName);
+        fuseBucket(program, gb, int64_t(k), bucket, startOf, updateOf);
     }
   }
 
   void fuseBucket(ModuleOp program, dist::GradBufferOp gb, int64_t k,
                   const buckets::Bucket &bucket,
                   const llvm::StringMap<int64_t> &startOf,
-                  llvm::StringMap<SmallVector<Operation *>> &updateOf,
-                  llvm::StringMap<rt::BufferOp> &byName) {
+                  llvm::StringMap<SmallVector<Operation *>> &updateOf) {
     if (bucket.params.size() < 2)
       return;
     SmallVector<Operation *> group;
@@ -83,13 +100,25 @@ struct FuseBucketOptimizerPass
       return;
     // One kind of update with the same hyper-parameters and iteration.
     Operation *first = group.front();
-    for (Operation *op : group)
+    auto sameUpdate = [&](Operation *op) {
       if (op->getName() != first->getName() ||
-          op->getDiscardableAttrDictionary() !=
-              first->getDiscardableAttrDictionary() ||
-          op->getAttrDictionary() != first->getAttrDictionary() ||
-          (isa<rt::AdamOp>(op) && op->getOperand(4) != first->getOperand(4)))
-        return;
+          !op->getDiscardableAttrs().empty())
+        return false;
+      if (auto a = dyn_cast<rt::AdamOp>(op)) {
+        auto f = cast<rt::AdamOp>(first);
+        return a.getIteration() == f.getIteration() &&
+               a.getLrAttr() == f.getLrAttr() &&
+               a.getBeta1Attr() == f.getBeta1Attr() &&
+               a.getBeta2Attr() == f.getBeta2Attr() &&
+               a.getEpsAttr() == f.getEpsAttr() &&
+               a.getWeightDecayAttr() == f.getWeightDecayAttr();
+      }
+      auto g = cast<rt::SgdOp>(op), f = cast<rt::SgdOp>(first);
+      return g.getLrAttr() == f.getLrAttr() &&
+             g.getWeightDecayAttr() == f.getWeightDecayAttr();
+    };
+    if (!llvm::all_of(group, sameUpdate))
+      return;
     // Each tensor operand (parameter, gradient, Adam state) of every
     // parameter at the same offset from its region's base: the bucket is
     // one range [base + start, base + end) of each region.
@@ -98,7 +127,7 @@ struct FuseBucketOptimizerPass
     llvm::DenseSet<Operation *> members(group.begin(), group.end());
     for (auto [op, name] : llvm::zip(group, bucket.params))
       for (unsigned t = 0; t < numTensors; ++t) {
-        rt::BufferOp buf = bufferOf(op->getOperand(t), byName);
+        rt::BufferOp buf = bufferOf(op->getOperand(t));
         auto type = buf ? dyn_cast<MemRefType>(buf.getType()) : MemRefType();
         if (!type || !type.getElementType().isF32() || buf.getRankGroup())
           return;
@@ -110,12 +139,11 @@ struct FuseBucketOptimizerPass
     // Nothing between the first and the last update may touch the
     // bucket's tensors: in the step, only other updates of the bucket, the
     // rt.gets and bf16 casts of the updated main parameters run there.
-    Block *block = first->getBlock();
     for (Operation *op : group)
-      if (op->getBlock() != block)
+      if (!position.count(op)) // not at the top level of the step
         return;
-    llvm::sort(group, [](Operation *a, Operation *b) {
-      return a->isBeforeInBlock(b);
+    llvm::sort(group, [&](Operation *a, Operation *b) {
+      return position.lookup(a) < position.lookup(b);
     });
     first = group.front();
     llvm::DenseSet<Value> updated;
@@ -134,10 +162,7 @@ struct FuseBucketOptimizerPass
     static constexpr const char *kRoles[] = {"param", "grad", "exp_avg",
                                              "exp_avg_sq"};
     OpBuilder b(program.getContext());
-    rt::BufferOp last;
-    for (auto buf : program.getOps<rt::BufferOp>())
-      last = buf;
-    b.setInsertionPointAfter(last);
+    b.setInsertionPointAfter(lastBuffer);
     int64_t numel = bucket.end - bucket.start;
     auto viewType = MemRefType::get({numel}, b.getF32Type());
     SmallVector<Value> operands;
@@ -163,17 +188,19 @@ struct FuseBucketOptimizerPass
                 b.getNamedAttr("kind", enumAttr(b, rt::BufferKind::View)),
                 b.getNamedAttr("offset", b.getI64IntegerAttr(offset))});
         byName[name] = view;
+        lastBuffer = view;
+        b.setInsertionPointAfter(view);
       }
-      // An rt.get of the view before the first update, or a new one.
-      Value get;
-      for (Operation *op = &block->front(); op != first && !get;
-           op = op->getNextNode())
-        if (auto g = dyn_cast<rt::GetOp>(op); g && g.getBuffer() == name)
-          get = g.getResult();
-      if (!get)
+      // The step's rt.get of the view if it comes before the first update,
+      // or a new one.
+      rt::GetOp get = stepGets.lookup(name);
+      if (!get || !position.count(get) ||
+          position.lookup(get) > position.lookup(first)) {
         get = rt::GetOp::create(at, first->getLoc(), viewType,
                                 FlatSymbolRefAttr::get(b.getContext(), name));
-      operands.push_back(get);
+        stepGets[name] = get;
+      }
+      operands.push_back(get.getResult());
     }
     if (auto adam = dyn_cast<rt::AdamOp>(first)) {
       rt::AdamOp::create(at, first->getLoc(), operands[0], operands[1],

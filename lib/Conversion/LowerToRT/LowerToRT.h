@@ -180,6 +180,10 @@ public:
   llvm::DenseSet<mlir::Operation *> aliasedScatter;
 
 private:
+  /// The storages of each persistent buffer, in creation order (so that
+  /// finding a buffer's other values is not a scan of every storage).
+  llvm::StringMap<llvm::SmallVector<int, 1>> storagesOfBuffer;
+
   int newStorage(mlir::Type type, llvm::StringRef persistentName = "");
   void assign(mlir::Value v, int id);
   /// True if no op after `op` reads the storage of `v`.

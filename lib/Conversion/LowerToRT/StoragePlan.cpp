@@ -145,7 +145,10 @@ PhasePlan::PhasePlan(func::FuncOp func, bool isStep, PersistentBuffers &buffers,
 
 int PhasePlan::newStorage(Type type, StringRef persistentName) {
   storages.push_back(Storage{persistentName.str(), type, {}, INT64_MAX, -1, -1});
-  return storages.size() - 1;
+  int id = int(storages.size()) - 1;
+  if (!persistentName.empty())
+    storagesOfBuffer[persistentName].push_back(id);
+  return id;
 }
 
 void PhasePlan::assign(Value v, int id) {
@@ -154,9 +157,13 @@ void PhasePlan::assign(Value v, int id) {
 }
 
 OpOperand *PhasePlan::readAfter(ArrayRef<std::string> names, Operation *op) {
-  for (Storage &st : storages) {
-    if (!llvm::is_contained(names, st.persistent))
-      continue;
+  SmallVector<int> ids;
+  for (const std::string &name : names)
+    if (auto it = storagesOfBuffer.find(name); it != storagesOfBuffer.end())
+      ids.append(it->second.begin(), it->second.end());
+  llvm::sort(ids); // in creation order, as a scan of every storage
+  for (int id : ids) {
+    Storage &st = storages[size_t(id)];
     for (Value v : st.values) {
       if (Operation *def = v.getDefiningOp(); def && !def->isBeforeInBlock(op))
         continue;
@@ -230,6 +237,7 @@ LogicalResult PhasePlan::plan() {
     if (!st.persistent.empty() || st.scratch)
       continue;
     st.persistent = binding.str();
+    storagesOfBuffer[binding].push_back(storageOf.lookup(v));
     taken.insert(binding);
   }
   return success();
@@ -426,12 +434,11 @@ LogicalResult PhasePlan::planOp(Operation *op) {
         (accumulate ? canAccumulate : !inPlace);
     if (canWriteDirect && !accumulate) {
       // Overwrite: only once nothing later reads the buffer's old value.
-      for (Storage &s : storages)
-        if (s.persistent == binding)
-          for (Value v : s.values)
-            for (Operation *user : v.getUsers())
-              if (user != op && !user->isBeforeInBlock(op))
-                canWriteDirect = false;
+      for (int id : storagesOfBuffer.lookup(binding))
+        for (Value v : storages[size_t(id)].values)
+          for (Operation *user : v.getUsers())
+            if (user != op && !user->isBeforeInBlock(op))
+              canWriteDirect = false;
     }
     // A saved activation is written once, into its slot.
     if (binding.starts_with("stash:") && !copyFirst.contains(op))

@@ -22,8 +22,8 @@ dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
 // expected-error @+1 {{has an invalid layout: bucket 0 ends at 64, not padded to a multiple of 128}}
 dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
     distributed = true, numel = 192 : i64, numel_unpadded = 20 : i64,
-    params = [{name = "a", start = 0 : i64, end = 10 : i64, bucket = 0 : i64},
-              {name = "b", start = 64 : i64, end = 74 : i64, bucket = 1 : i64} ],
+    params = [{name = "b", start = 64 : i64, end = 74 : i64, bucket = 1 : i64},
+              {name = "a", start = 0 : i64, end = 10 : i64, bucket = 0 : i64} ],
     buckets = [array<i64: 0, 64, 10>, array<i64: 64, 192, 10>]}
 
 // -----
@@ -39,8 +39,8 @@ dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
 // expected-error @+1 {{has an invalid layout: parameters 'a' and 'b' overlap}}
 dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 1 : i64,
     distributed = false, numel = 20 : i64, numel_unpadded = 20 : i64,
-    params = [{name = "a", start = 0 : i64, end = 12 : i64, bucket = 0 : i64},
-              {name = "b", start = 10 : i64, end = 20 : i64, bucket = 0 : i64} ],
+    params = [{name = "b", start = 10 : i64, end = 20 : i64, bucket = 0 : i64},
+              {name = "a", start = 0 : i64, end = 12 : i64, bucket = 0 : i64} ],
     buckets = [array<i64: 0, 20, 20>]}
 
 // -----
@@ -219,3 +219,14 @@ func.func @unpack_dtype(%f: tensor<20xf32>) -> tensor<20xf32> {
   %a = dist.unpack @g bucket 0 "param" %f : tensor<20xf32> -> tensor<20xf32>
   return %a : tensor<20xf32>
 }
+
+// -----
+
+// The parameters are listed in the model's order, which the buffer holds
+// in reverse.
+// expected-error @+1 {{has an invalid layout: parameter 'b' starts at 64, not below 'a' at 0 (parameters are listed in the model's order, at decreasing offsets)}}
+dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 1 : i64,
+    distributed = false, numel = 74 : i64, numel_unpadded = 74 : i64,
+    params = [{name = "a", start = 0 : i64, end = 10 : i64, bucket = 0 : i64},
+              {name = "b", start = 64 : i64, end = 74 : i64, bucket = 0 : i64} ],
+    buckets = [array<i64: 0, 74, 74>]}

@@ -3,9 +3,9 @@
 // CHECK: dist.grad_buffer @gbuf {buckets = [array<i64: 0, 128, 74>, array<i64: 128, 256, 100>]
 dist.grad_buffer @gbuf {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
     distributed = true, numel = 256 : i64, numel_unpadded = 174 : i64,
-    params = [{name = "a", start = 64 : i64, end = 74 : i64, bucket = 0 : i64},
-              {name = "b", start = 0 : i64, end = 10 : i64, bucket = 0 : i64},
-              {name = "c", start = 128 : i64, end = 228 : i64, bucket = 1 : i64} ],
+    params = [{name = "c", start = 128 : i64, end = 228 : i64, bucket = 1 : i64},
+              {name = "a", start = 64 : i64, end = 74 : i64, bucket = 0 : i64},
+              {name = "b", start = 0 : i64, end = 10 : i64, bucket = 0 : i64} ],
     buckets = [array<i64: 0, 128, 74>, array<i64: 128, 256, 100>]}
 
 // CHECK-LABEL: func.func @roundtrip
