@@ -89,6 +89,17 @@ struct FuseBucketOptimizerPass
                   llvm::StringMap<SmallVector<Operation *>> &updateOf) {
     if (bucket.params.size() < 2)
       return;
+    // The parameters must fill the bucket: a view over padding could cover
+    // bytes of other buffers in the regions (a non-distributed buffer has
+    // no padding; this checks it rather than assumes it).
+    int64_t covered = 0;
+    for (const std::string &name : bucket.params)
+      if (auto it = updateOf.find("grad:" + name); it != updateOf.end())
+        if (rt::BufferOp g = bufferOf(it->second.front()->getOperand(1)))
+          if (auto type = dyn_cast<MemRefType>(g.getType()))
+            covered += type.getNumElements();
+    if (covered != bucket.end - bucket.start)
+      return;
     SmallVector<Operation *> group;
     for (const std::string &name : bucket.params) {
       auto it = updateOf.find("grad:" + name);
