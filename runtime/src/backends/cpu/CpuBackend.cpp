@@ -109,26 +109,41 @@ TESSERA_SIMD_CLONES void geluTanhGradSpan(const float *x, const float *dy,
     dx[i] = math::geluTanhGrad(x[i], dy[i]);
 }
 
-/// One row of the fused bias-GELU: y = gelu(x + b) over n columns.
-template <bool Tanh>
+/// One row of the fused bias-GELU: y = gelu(x + b) over n columns (erf and
+/// tanh forms; functions, not a template: clang's target_clones takes no
+/// templates).
 TESSERA_SIMD_CLONES void biasGeluRow(const float *x, const float *b, float *y,
                                      int64_t n) {
 #pragma omp simd
   for (int64_t j = 0; j < n; ++j)
-    y[j] = Tanh ? math::geluTanh(x[j] + b[j]) : math::gelu(x[j] + b[j]);
+    y[j] = math::gelu(x[j] + b[j]);
+}
+TESSERA_SIMD_CLONES void biasGeluTanhRow(const float *x, const float *b,
+                                         float *y, int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j)
+    y[j] = math::geluTanh(x[j] + b[j]);
 }
 
 /// One row of its backward: dx = dy * gelu'(x + b), and the bias gradient's
 /// column sums acc += dx (elementwise over the columns, so every clone adds
 /// the rows in the same order as ReduceRows).
-template <bool Tanh>
 TESSERA_SIMD_CLONES void biasGeluGradRow(const float *x, const float *b,
                                          const float *dy, float *dx,
                                          float *acc, int64_t n) {
 #pragma omp simd
   for (int64_t j = 0; j < n; ++j) {
-    float d = Tanh ? math::geluTanhGrad(x[j] + b[j], dy[j])
-                   : math::geluGrad(x[j] + b[j], dy[j]);
+    float d = math::geluGrad(x[j] + b[j], dy[j]);
+    dx[j] = d;
+    acc[j] += d;
+  }
+}
+TESSERA_SIMD_CLONES void biasGeluTanhGradRow(const float *x, const float *b,
+                                             const float *dy, float *dx,
+                                             float *acc, int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) {
+    float d = math::geluTanhGrad(x[j] + b[j], dy[j]);
     dx[j] = d;
     acc[j] += d;
   }
@@ -335,7 +350,7 @@ public:
 
   Status biasGelu(const float *x, const float *bias, float *y, int64_t rows,
                   int64_t cols, bool tanh) override {
-    auto row = tanh ? biasGeluRow<true> : biasGeluRow<false>;
+    auto row = tanh ? biasGeluTanhRow : biasGeluRow;
 #pragma omp parallel for num_threads(threads) if (rows * cols >= kParallelMin)
     for (int64_t r = 0; r < rows; ++r)
       row(x + r * cols, bias, y + r * cols, cols);
@@ -348,7 +363,7 @@ public:
     float *acc = static_cast<float *>(std::calloc(size_t(cols) + 1, 4));
     if (!acc)
       return unavailable("out of memory in biasGeluGrad");
-    auto row = tanh ? biasGeluGradRow<true> : biasGeluGradRow<false>;
+    auto row = tanh ? biasGeluTanhGradRow : biasGeluGradRow;
     // Threads take column blocks (multiples of 16) over all rows, so each
     // column's sum runs over the rows in order whatever the thread count.
     const int64_t blocks = (cols + 15) / 16;
