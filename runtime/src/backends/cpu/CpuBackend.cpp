@@ -109,44 +109,46 @@ TESSERA_SIMD_CLONES void geluTanhGradSpan(const float *x, const float *dy,
     dx[i] = math::geluTanhGrad(x[i], dy[i]);
 }
 
-/// One row of the fused bias-GELU: y = gelu(x + b) over n columns (erf and
-/// tanh forms; functions, not a template: clang's target_clones takes no
-/// templates).
-TESSERA_SIMD_CLONES void biasGeluRow(const float *x, const float *b, float *y,
-                                     int64_t n) {
+/// One row of the fused bias-GELU, y = gelu(x + b) over n columns, and of
+/// its backward: dx = dy * gelu'(x + b) and the bias gradient's column sums
+/// acc += dx (elementwise over the columns, so every clone adds the rows in
+/// the same order as ReduceRows). Inlined into one cloned function per form
+/// (clang's target_clones takes no templates).
+[[gnu::always_inline]] inline void biasGeluRowOf(bool tanh, const float *x,
+                                                 const float *b, float *y,
+                                                 int64_t n) {
 #pragma omp simd
   for (int64_t j = 0; j < n; ++j)
-    y[j] = math::gelu(x[j] + b[j]);
+    y[j] = tanh ? math::geluTanh(x[j] + b[j]) : math::gelu(x[j] + b[j]);
 }
-TESSERA_SIMD_CLONES void biasGeluTanhRow(const float *x, const float *b,
-                                         float *y, int64_t n) {
-#pragma omp simd
-  for (int64_t j = 0; j < n; ++j)
-    y[j] = math::geluTanh(x[j] + b[j]);
-}
-
-/// One row of its backward: dx = dy * gelu'(x + b), and the bias gradient's
-/// column sums acc += dx (elementwise over the columns, so every clone adds
-/// the rows in the same order as ReduceRows).
-TESSERA_SIMD_CLONES void biasGeluGradRow(const float *x, const float *b,
-                                         const float *dy, float *dx,
-                                         float *acc, int64_t n) {
+[[gnu::always_inline]] inline void
+biasGeluGradRowOf(bool tanh, const float *x, const float *b, const float *dy,
+                  float *dx, float *acc, int64_t n) {
 #pragma omp simd
   for (int64_t j = 0; j < n; ++j) {
-    float d = math::geluGrad(x[j] + b[j], dy[j]);
+    float d = tanh ? math::geluTanhGrad(x[j] + b[j], dy[j])
+                   : math::geluGrad(x[j] + b[j], dy[j]);
     dx[j] = d;
     acc[j] += d;
   }
+}
+TESSERA_SIMD_CLONES void biasGeluRow(const float *x, const float *b, float *y,
+                                     int64_t n) {
+  biasGeluRowOf(false, x, b, y, n);
+}
+TESSERA_SIMD_CLONES void biasGeluTanhRow(const float *x, const float *b,
+                                         float *y, int64_t n) {
+  biasGeluRowOf(true, x, b, y, n);
+}
+TESSERA_SIMD_CLONES void biasGeluGradRow(const float *x, const float *b,
+                                         const float *dy, float *dx,
+                                         float *acc, int64_t n) {
+  biasGeluGradRowOf(false, x, b, dy, dx, acc, n);
 }
 TESSERA_SIMD_CLONES void biasGeluTanhGradRow(const float *x, const float *b,
                                              const float *dy, float *dx,
                                              float *acc, int64_t n) {
-#pragma omp simd
-  for (int64_t j = 0; j < n; ++j) {
-    float d = math::geluTanhGrad(x[j] + b[j], dy[j]);
-    dx[j] = d;
-    acc[j] += d;
-  }
+  biasGeluGradRowOf(true, x, b, dy, dx, acc, n);
 }
 
 /// sum_j x[j] * y[j] over [0, n) (y == nullptr: sum_j x[j]) in a fixed

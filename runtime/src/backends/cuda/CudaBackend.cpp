@@ -534,14 +534,23 @@ Status CudaBackend::layerNormGrad(const float *x, const float *gamma,
                                   const float *dy, float *dx, float *dgamma,
                                   float *dbias, int64_t rows, int64_t cols,
                                   float eps, float beta) {
+  return normGrad(x, gamma, dy, nullptr, dx, dgamma, dbias, rows, cols, eps,
+                  beta, "LayerNormGrad");
+}
+
+Status CudaBackend::normGrad(const float *x, const float *gamma,
+                             const float *dy, const float *dr, float *dx,
+                             float *dgamma, float *dbias, int64_t rows,
+                             int64_t cols, float eps, float beta,
+                             const char *opcode) {
   if (cols == 0)
     return Status();
   TESSERA_ASSIGN_OR_RETURN(float *stats,
                            scratch(2, std::max<int64_t>(1, 2 * rows) * 4));
-  return launched(launchLayerNormGrad(computeStream, x, gamma, dy, nullptr, dx,
+  return launched(launchLayerNormGrad(computeStream, x, gamma, dy, dr, dx,
                                       dgamma, dbias, rows, cols, eps, beta,
                                       stats),
-                  "LayerNormGrad");
+                  opcode);
 }
 
 Status CudaBackend::addLayerNorm(const float *a, const float *b,
@@ -558,13 +567,7 @@ Status CudaBackend::addLayerNormGrad(const float *x, const float *gamma,
                                      float *dx, float *dgamma, float *dbias,
                                      int64_t rows, int64_t cols, float eps,
                                      float beta) {
-  if (cols == 0)
-    return Status();
-  TESSERA_ASSIGN_OR_RETURN(float *stats,
-                           scratch(2, std::max<int64_t>(1, 2 * rows) * 4));
-  return launched(launchLayerNormGrad(computeStream, x, gamma, dy, dr, dx,
-                                      dgamma, dbias, rows, cols, eps, beta,
-                                      stats),
+  return normGrad(x, gamma, dy, dr, dx, dgamma, dbias, rows, cols, eps, beta,
                   "AddLayerNormGrad");
 }
 

@@ -125,6 +125,16 @@ public:
                           const float *dr, float *dx, float *dgamma,
                           float *dbias, int64_t rows, int64_t cols, float eps,
                           float beta) override;
+
+private:
+  /// The layer-norm backward, plus dR (when given) in dX; `opcode` names
+  /// the instruction in errors.
+  Status normGrad(const float *x, const float *gamma, const float *dy,
+                  const float *dr, float *dx, float *dgamma, float *dbias,
+                  int64_t rows, int64_t cols, float eps, float beta,
+                  const char *opcode);
+
+public:
   Status layerNormGrad(const float *x, const float *gamma, const float *dy,
                        float *dx, float *dgamma, float *dbias, int64_t rows,
                        int64_t cols, float eps, float beta) override;
