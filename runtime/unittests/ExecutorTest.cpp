@@ -451,6 +451,67 @@ Status validateDesc(const ArtifactDesc &desc) {
 
 } // namespace
 
+TEST(ExecutorTest, FusedKernelsCheckTheirShapes) {
+  // The decoder's shape rules of the fused opcodes name the operand.
+  using O = fb::Opcode;
+  auto expectError = [](const ArtifactDesc &desc, const std::string &needle) {
+    Status st = validateDesc(desc);
+    EXPECT_FALSE(st.ok()) << needle;
+    EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
+  };
+  auto withInstr = [](std::vector<int64_t> xShape, InstrDesc (*make)(ProgramDesc &,
+                                                                   std::vector<int64_t>)) {
+    ArtifactDesc desc = softmaxRegression(8, 4, 16, 1, 1, false, 0.0f);
+    ProgramDesc &p = desc.programs[0];
+    p.function("microbatch").push_back(make(p, xShape));
+    return desc;
+  };
+  // BiasGelu: a bias of 5 for rows of 4.
+  expectError(withInstr({8, 4}, [](ProgramDesc &p, std::vector<int64_t> x) {
+                InstrDesc in = instr(O::BiasGelu,
+                                     {p.scratch(x), p.scratch({5}), p.scratch(x)});
+                in.iattrs = {0};
+                return in;
+              }),
+              "bias F32[5] does not match the last dimension of F32[8, 4]");
+  // BiasGeluGrad: a bias gradient of 3.
+  expectError(withInstr({8, 4}, [](ProgramDesc &p, std::vector<int64_t> x) {
+                InstrDesc in = instr(O::BiasGeluGrad,
+                                     {p.scratch(x), p.scratch({4}), p.scratch(x),
+                                      p.scratch(x), p.scratch({3})});
+                in.iattrs = {1};
+                return in;
+              }),
+              "bias gradient F32[3] does not match the last dimension");
+  // AddLayerNorm: gamma of 3; AddLayerNormGrad: dR of another size.
+  expectError(withInstr({8, 4}, [](ProgramDesc &p, std::vector<int64_t> x) {
+                InstrDesc in = instr(O::AddLayerNorm,
+                                     {p.scratch(x), p.scratch(x), p.scratch({3}),
+                                      p.scratch({4}), p.scratch(x), p.scratch(x)});
+                in.fattrs = {1e-5f};
+                return in;
+              }),
+              "gamma (operand 2)");
+  expectError(withInstr({8, 4}, [](ProgramDesc &p, std::vector<int64_t> x) {
+                InstrDesc in = instr(O::AddLayerNormGrad,
+                                     {p.scratch(x), p.scratch({4}), p.scratch(x),
+                                      p.scratch({16}), p.scratch(x), p.scratch({4}),
+                                      p.scratch({4})});
+                in.fattrs = {1e-5f};
+                return in;
+              }),
+              "must have the same number of elements");
+  // LogitsStats: one max per row.
+  expectError(withInstr({8, 4}, [](ProgramDesc &p, std::vector<int64_t> x) {
+                InstrDesc in = instr(O::LogitsStats,
+                                     {p.scratch(x), p.scratch({8}, fb::DType::I32),
+                                      p.scratch({7}), p.scratch({8}), p.scratch({8})});
+                in.iattrs = {-100};
+                return in;
+              }),
+              "M (operand 2)");
+}
+
 TEST(ExecutorMixedPrecisionTest, Bf16ParamsAreTheF32InitRounded) {
   auto ex = makeExecutor(mixedPrecisionRegression(8, 4), 77);
   ASSERT_TRUE(ex);

@@ -57,6 +57,21 @@ func.func @unfusable(%x: tensor<4x8xf32>, %a: tensor<4x8xf32>, %g16: tensor<8xbf
 
 // -----
 
+// Two layer norms of one sum: the first fuses the add, the second reads
+// the fused op's sum as it is.
+// CHECK-LABEL: func.func @two_norms
+// CHECK: %[[S:.*]], %[[Y:.*]] = nn.add_layer_norm %arg0, %arg1, %arg2, %arg2
+// CHECK-NEXT: %[[Z:.*]] = nn.layer_norm %[[S]], %arg2, %arg2
+// CHECK-NEXT: return %[[Y]], %[[Z]]
+func.func @two_norms(%x: tensor<4x8xf32>, %a: tensor<4x8xf32>, %g: tensor<8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>) {
+  %s = nn.add %x, %a : tensor<4x8xf32>
+  %y = nn.layer_norm %s, %g, %g : tensor<4x8xf32>, tensor<8xf32>
+  %z = nn.layer_norm %s, %g, %g : tensor<4x8xf32>, tensor<8xf32>
+  return %y, %z : tensor<4x8xf32>, tensor<4x8xf32>
+}
+
+// -----
+
 // expected-error @+1 {{'func.func' op is a training phase; tessera-fuse-add-layer-norm runs on the model, before tessera-autodiff}}
 func.func @step(%x: tensor<4x8xf32>, %g: tensor<8xf32>) -> tensor<4x8xf32> attributes {tessera.phase = "microbatch"} {
   %s = nn.add %x, %x : tensor<4x8xf32>

@@ -134,7 +134,10 @@ struct FuseAddLayerNormPass
           norms.push_back(ln);
       });
       for (LayerNormOp ln : norms) {
+        // Another layer norm of the same sum may have fused it already.
         auto add = ln.getInput().getDefiningOp<AddOp>();
+        if (!add)
+          continue;
         // At the layer norm when the sum's other readers follow it (its
         // weight and bias, which tessera-mixed-precision may cast right
         // before it, are defined there); else at the add, if they are

@@ -32,8 +32,9 @@ def FuseBucketOptimizerPass : Pass<"tessera-fuse-bucket-optimizer", "mlir::Modul
     multi-tensor Adam, one kernel for many parameters; the distributed
     optimizer already updates one shard per bucket). A bucket is fused only
     when every operand lies in bucket layout, its parameters' updates share
-    their hyper-parameters and nothing between them touches the bucket's
-    tensors; the padding between parameters is zero and stays zero. The
+    their hyper-parameters, nothing between them touches the bucket's
+    tensors and the parameters fill the bucket (no padding, as in every
+    buffer without the distributed optimizer). The
     update is elementwise, so results are bit-identical. The pipeline's
     `fuse-bucket-optimizer` option turns it off.
   }];
