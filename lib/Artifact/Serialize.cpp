@@ -458,6 +458,10 @@ LogicalResult Writer::write(llvm::raw_ostream &os) {
   if (meshOp)
     config = meshOp.getConfig();
   groupsUsed.insert({"tp", "dp", "pp"});
+  // Under context parallelism the data loader and the sequence kernels
+  // place this rank's share of the sequence by its cp position.
+  if (config.cp > 1)
+    groupsUsed.insert("cp");
   std::vector<flatbuffers::Offset<fa::RankGroup>> groups;
   for (const std::string &kind : groupsUsed) {
     std::string error;

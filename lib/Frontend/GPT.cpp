@@ -158,7 +158,7 @@ OwningOpRef<ModuleOp> GPTBuilder::build() {
                                     wte, b.getI64IntegerAttr(c.vocab),
                                     StringAttr());
   h = nn::AddPositionEmbeddingOp::create(
-      b, loc("embedding.position_embeddings"), h, wpe);
+      b, loc("embedding.position_embeddings"), h, wpe, StringAttr());
   h = dropout(h, "embedding.dropout");
   for (int64_t i = 0; i < c.layers; ++i)
     h = layer(i, h);
@@ -173,6 +173,7 @@ OwningOpRef<ModuleOp> GPTBuilder::build() {
   Value losses = nn::SoftmaxCrossEntropyOp::create(
       b, loc("loss"), logits, labels, b.getI64IntegerAttr(c.ignoreIndex));
   Value loss = nn::TokenMeanOp::create(b, loc("loss.mean"), losses, labels,
+                                       Value(),
                                        b.getI64IntegerAttr(c.ignoreIndex));
   func::ReturnOp::create(b, loc("gpt"), loss);
   func.setType(b.getFunctionType(block->getArgumentTypes(), {loss.getType()}));

@@ -950,7 +950,8 @@ FailureOr<Act> Importer::matchEmbedding(const Node &gather, const Node *posGathe
   if (failed(P))
     return failure();
   cover(posGather);
-  Value y = nn::AddPositionEmbeddingOp::create(b, loc(root), h, *P);
+  Value y =
+      nn::AddPositionEmbeddingOp::create(b, loc(root), h, *P, StringAttr());
   return Act{y, -1};
 }
 
@@ -1567,7 +1568,7 @@ FailureOr<Act> Importer::addLoss(Act logits, std::optional<int64_t> ignoreIndex,
       ignoreIndex ? b.getI64IntegerAttr(*ignoreIndex) : IntegerAttr());
   Value loss;
   if (ignoreIndex)
-    loss = nn::TokenMeanOp::create(b, at, ce, lab,
+    loss = nn::TokenMeanOp::create(b, at, ce, lab, Value(),
                                    b.getI64IntegerAttr(*ignoreIndex));
   else
     loss = nn::MeanOp::create(b, at, ce);

@@ -39,8 +39,6 @@ tessera::CompileOptions::CompileOptions()
             cl::cat(getCompileCategory())),
       output("o", cl::desc("output file"), cl::value_desc("file"),
              cl::init("-"), cl::cat(getCompileCategory())),
-      cp("cp", cl::desc("context-parallel size"), cl::init(1),
-         cl::cat(getCompileCategory())),
       ep("ep", cl::desc("expert-parallel size"), cl::init(1),
          cl::cat(getCompileCategory())),
       etp("etp", cl::desc("expert tensor-parallel size"), cl::init(1),
@@ -154,7 +152,7 @@ resolveMesh(const tessera::CompileOptions &options) {
   const tessera::TrainPipelineOptions &p = options.pipeline;
   tessera::mesh::MeshConfig mesh;
   mesh.tp = p.tp;
-  mesh.cp = options.cp;
+  mesh.cp = p.cp;
   mesh.ep = options.ep;
   mesh.etp = options.etp;
   mesh.dp = p.dp == 0 ? 1 : int64_t(p.dp);
@@ -279,14 +277,14 @@ int tessera::compile(const CompileOptions &options,
     return emitSchedule(options, *mesh);
   if (options.input.empty())
     return fail("no input model given (only --emit=rank-groups needs none)");
-  for (auto [flag, value] : {std::pair<const char *, int64_t>{"cp", mesh->cp},
-                             {"ep", mesh->ep},
+  for (auto [flag, value] : {std::pair<const char *, int64_t>{"ep", mesh->ep},
                              {"etp", mesh->etp}})
     if (value != 1)
       return fail(llvm::Twine("--") + flag + " " + llvm::Twine(value) +
-                  ": this version compiles models with tensor, pipeline and "
-                  "data parallelism (--tp, --pp, --vpp, --dp); other axes are "
-                  "accepted by --emit=rank-groups");
+                  ": this version compiles models with tensor, context, "
+                  "pipeline and data parallelism (--tp, --cp, --pp, --vpp, "
+                  "--dp); expert parallelism is accepted by "
+                  "--emit=rank-groups");
 
   // The pipeline's options as given, with the values the tool derives: dp
   // (--world-size) and the global batch (--micro-batches M stands for a

@@ -32,6 +32,7 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
                                  const TrainPipelineOptions &options) {
   dist::AttachMeshPassOptions mesh;
   mesh.tp = options.tp;
+  mesh.cp = options.cp;
   mesh.dp = options.dp == 0 ? 1 : int64_t(options.dp);
   mesh.pp = options.pp;
   mesh.vpp = options.vpp;
@@ -50,6 +51,7 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   dist::TPPartitionPassOptions tp;
   tp.sequenceParallel = options.sequenceParallel;
   pm.addPass(dist::createTPPartitionPass(tp));
+  pm.addPass(dist::createCPPartitionPass());
 
   dist::PPSplitPassOptions split;
   split.stageLayers.assign(options.ppLayers.begin(), options.ppLayers.end());

@@ -1,9 +1,10 @@
 //===- Data.cpp - Synthetic data and parameter initialisation -------------===//
 
 #include "tessera/rt/Data.h"
-#include "tessera/rt/math/Philox.h"
 #include "tessera/rt/IndexedDataset.h"
 #include "tessera/rt/Rng.h"
+#include "tessera/rt/math/Philox.h"
+#include "tessera/rt/math/SequenceLayout.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -69,8 +70,14 @@ bool artifactNeedsTokenData(const fb::Artifact &artifact) {
   return false;
 }
 
-/// Checks the buffer of token input `spec`: i32 [S, b], b = microBatch.
-/// Returns S.
+/// True for a token input holding a cp rank's share of each sequence.
+static bool isContextParallel(const fb::Buffer &buffer) {
+  return buffer.shard_axis() && buffer.shard_axis()->str() == "cp";
+}
+
+/// Checks the buffer of token input `spec`: i32 [S, b], b = microBatch (a
+/// cp rank's share of a sequence of global_shape[0] positions under context
+/// parallelism). Returns the whole sequence's length.
 static StatusOr<int64_t> tokenSequenceLength(const fb::Program &program,
                                              const fb::InputSpec &spec,
                                              int64_t microBatch,
@@ -89,6 +96,15 @@ static StatusOr<int64_t> tokenSequenceLength(const fb::Program &program,
                  microBatch);
   if (spec.vocab_size() > int64_t(INT32_MAX) + 1)
     return error("vocab_size ", spec.vocab_size(), " does not fit i32 ids");
+  if (isContextParallel(*buffer)) {
+    const auto *global = buffer->global_shape();
+    if (buffer->shard_dim() != 0 || !global || global->size() != 2 ||
+        global->Get(0) < shape->Get(0) || global->Get(0) % shape->Get(0) ||
+        shape->Get(0) % 2)
+      return error("a token input split over 'cp' must be the rank's two "
+                   "equal chunks of dim 0 of its global shape");
+    return global->Get(0);
+  }
   return shape->Get(0);
 }
 
@@ -130,9 +146,22 @@ static Status generateTokenInput(const fb::Program &program,
   TESSERA_ASSIGN_OR_RETURN(
       int64_t seqLength,
       tokenSequenceLength(program, spec, layout.microBatch, fileName));
+  const fb::Buffer &buffer = *program.buffers()->Get(spec.buffer());
+  // Row s of the buffer holds global position pos(s): the identity, or
+  // this cp rank's two chunks (Megatron's get_batch_on_this_cp_rank).
+  const int64_t rows = buffer.shape()->Get(0);
+  const bool cp = isContextParallel(buffer);
+  if (cp && layout.cpSize * rows != seqLength)
+    return invalidArgument(fileName, ": input '", name, "' holds ", rows,
+                           " of ", seqLength, " positions, but the cp group has ",
+                           layout.cpSize, " ranks");
+  auto pos = [&](int64_t s) {
+    return cp ? math::cpGlobalPosition(s, rows, layout.cpIndex, layout.cpSize)
+              : s;
+  };
   int64_t b = layout.microBatch;
   int64_t shift = name == "labels" ? 1 : 0;
-  out.assign(size_t(seqLength * b) * sizeof(int32_t), 0);
+  out.assign(size_t(rows * b) * sizeof(int32_t), 0);
   auto *dst = reinterpret_cast<int32_t *>(out.data());
   if (!layout.dataset) {
     // Mock data: S + 1 tokens per sample, uniform over the vocabulary.
@@ -140,8 +169,8 @@ static Status generateTokenInput(const fb::Program &program,
     const int64_t vocab = spec.vocab_size();
     for (int64_t i = 0; i < b; ++i) {
       uint64_t g = uint64_t(globalSampleIndex(layout, iteration, microbatch, i));
-      for (int64_t s = 0; s < seqLength; ++s) {
-        uint64_t index = g * uint64_t(seqLength + 1) + uint64_t(s + shift);
+      for (int64_t s = 0; s < rows; ++s) {
+        uint64_t index = g * uint64_t(seqLength + 1) + uint64_t(pos(s) + shift);
         int64_t id = int64_t(stream.uniform(index) * double(vocab));
         dst[s * b + i] = int32_t(std::min(id, vocab - 1));
       }
@@ -153,8 +182,8 @@ static Status generateTokenInput(const fb::Program &program,
   for (int64_t i = 0; i < b; ++i) {
     int64_t g = globalSampleIndex(layout, iteration, microbatch, i);
     TESSERA_RETURN_IF_ERROR(gptSample(ds, g, seqLength, sample.data()));
-    for (int64_t s = 0; s < seqLength; ++s) {
-      int64_t id = sample[size_t(s + shift)];
+    for (int64_t s = 0; s < rows; ++s) {
+      int64_t id = sample[size_t(pos(s) + shift)];
       if (id >= spec.vocab_size())
         return ds.checkVocabulary(spec.vocab_size());
       dst[s * b + i] = int32_t(id);

@@ -84,7 +84,7 @@ TEST_F(ArtifactTest, WrongVersion) {
   std::string file = buildFile(buildPayload(softmaxRegression()));
   file[4] = 9;
   expectError(file, "unsupported format version 9 (this runtime supports "
-                    "version 7)");
+                    "version 8)");
 }
 
 TEST_F(ArtifactTest, Truncated) {

@@ -304,9 +304,39 @@ public:
                                         vocabOffset, numClasses, ignoreIndex);
   }
   Status tokenMean(const float *loss, const int32_t *t, float *y, int64_t rows,
-                   int64_t ignoreIndex) override {
+                   int64_t ignoreIndex, const float *count) override {
     note("tokenMean");
-    return inner->tokenMean(loss, t, y, rows, ignoreIndex);
+    return inner->tokenMean(loss, t, y, rows, ignoreIndex, count);
+  }
+  Status tokenCount(const int32_t *t, float *n, int64_t rows,
+                    int64_t ignoreIndex) override {
+    note("tokenCount");
+    return inner->tokenCount(t, n, rows, ignoreIndex);
+  }
+  Status ringPackKeysValues(const float *qkv, float *kv,
+                            const RingAttentionDims &d) override {
+    note("ringPackKeysValues");
+    return inner->ringPackKeysValues(qkv, kv, d);
+  }
+  Status ringAttentionStep(const float *qkv, const float *kv, float *o,
+                           float *stats, float *lse, const RingAttentionDims &d,
+                           int64_t source, bool first) override {
+    note("ringAttentionStep");
+    return inner->ringAttentionStep(qkv, kv, o, stats, lse, d, source, first);
+  }
+  Status ringAttentionGradStep(const float *qkv, const float *o,
+                               const float *lse, const float *dout,
+                               const float *kv, float *dkv, float *delta,
+                               float *dqkv, const RingAttentionDims &d,
+                               int64_t source, bool first) override {
+    note("ringAttentionGradStep");
+    return inner->ringAttentionGradStep(qkv, o, lse, dout, kv, dkv, delta,
+                                        dqkv, d, source, first);
+  }
+  Status ringUnpackKeyValueGrads(const float *dkv, float *dqkv,
+                                 const RingAttentionDims &d) override {
+    note("ringUnpackKeyValueGrads");
+    return inner->ringUnpackKeyValueGrads(dkv, dqkv, d);
   }
   Status dropout(const float *x, float *y, int64_t seq, int64_t batch,
                  int64_t hidden, int64_t seqOffset, int64_t seqTotal,
@@ -317,9 +347,10 @@ public:
                           firstSample, seed, stream, rate);
   }
   Status tokenMeanGrad(const float *dy, const int32_t *t, float *dl,
-                       int64_t rows, int64_t ignoreIndex) override {
+                       int64_t rows, int64_t ignoreIndex,
+                       const float *count) override {
     note("tokenMeanGrad");
-    return inner->tokenMeanGrad(dy, t, dl, rows, ignoreIndex);
+    return inner->tokenMeanGrad(dy, t, dl, rows, ignoreIndex, count);
   }
 
 private:

@@ -12,6 +12,7 @@
 
 #include "tessera/rt/Backend.h"
 #include "tessera/rt/Executor.h"
+#include "tessera/rt/math/SequenceLayout.h"
 
 #include <gtest/gtest.h>
 
@@ -508,9 +509,9 @@ float shardedCE(Backend &be, const Vec &z, const std::vector<int32_t> &t,
   check(be.crossEntropyFromStats(se.data(), pl.data(), m.data(), t.data(),
                                  l.data(), rows, ignore));
   float loss = 0.0f, dloss = 1.0f;
-  check(be.tokenMean(l.data(), t.data(), &loss, rows, ignore));
+  check(be.tokenMean(l.data(), t.data(), &loss, rows, ignore, nullptr));
   Vec dl(static_cast<size_t>(rows));
-  check(be.tokenMeanGrad(&dloss, t.data(), dl.data(), rows, ignore));
+  check(be.tokenMeanGrad(&dloss, t.data(), dl.data(), rows, ignore, nullptr));
   dz.assign(size_t(rows * cols), 0.0f);
   Vec dzs(size_t(rows * Vl));
   for (int s = 0; s < shards; ++s) {
@@ -599,20 +600,20 @@ TEST_F(TransformerKernelsTest, CrossEntropyStatsHandleIgnoreIndexAndLabels) {
   // Token mean over no valid row is 0 with a zero gradient.
   std::vector<int32_t> none = {-100, -100, -100};
   float y = 3.0f, dy = 1.0f;
-  ASSERT_TRUE(backend->tokenMean(l.data(), none.data(), &y, rows, -100).ok());
+  ASSERT_TRUE(backend->tokenMean(l.data(), none.data(), &y, rows, -100, nullptr).ok());
   EXPECT_EQ(y, 0.0f);
   Vec dl(size_t(rows), 9.0f);
   ASSERT_TRUE(
-      backend->tokenMeanGrad(&dy, none.data(), dl.data(), rows, -100).ok());
+      backend->tokenMeanGrad(&dy, none.data(), dl.data(), rows, -100, nullptr).ok());
   for (float v : dl)
     EXPECT_EQ(v, 0.0f);
   std::vector<int32_t> some = {-100, 2, 3};
   Vec lv = {100.0f, 1.0f, 2.0f};
-  ASSERT_TRUE(backend->tokenMean(lv.data(), some.data(), &y, rows, -100).ok());
+  ASSERT_TRUE(backend->tokenMean(lv.data(), some.data(), &y, rows, -100, nullptr).ok());
   EXPECT_FLOAT_EQ(y, 1.5f);
   dy = 3.0f;
   ASSERT_TRUE(
-      backend->tokenMeanGrad(&dy, some.data(), dl.data(), rows, -100).ok());
+      backend->tokenMeanGrad(&dy, some.data(), dl.data(), rows, -100, nullptr).ok());
   EXPECT_EQ(dl, (Vec{0.0f, 1.5f, 1.5f}));
 }
 
@@ -637,8 +638,8 @@ InstrDesc op(O code, std::vector<RefDesc> operands, const std::string &loc,
 
 ArtifactDesc singleRank() {
   ArtifactDesc a;
-  a.mesh = {{"tp", 1}, {"dp", 1}};
-  a.groups = {{"tp", {0}}, {"dp", {0}}};
+  a.mesh = {{"tp", 1}, {"cp", 1}, {"dp", 1}};
+  a.groups = {{"tp", {0}}, {"cp", {0}}, {"dp", {0}}};
   return a;
 }
 
@@ -836,6 +837,55 @@ TEST(TransformerExecutorTest, LoaderAndDecoderRejectBadInstructions) {
                         "token.mean", {-100}));
        },
        "y (operand 2) F32[2] must have 1 elements", false},
+      // Context parallelism.
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         f.push_back(op(O::TokenMeanOver,
+                        {f32(p, {6}), i32(p, {6}), f32(p, {2}), f32(p, {})},
+                        "token.mean.over", {-100}));
+       },
+       "n (operand 2) F32[2] must have 1 elements", false},
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         InstrDesc d = op(O::Dropout, {f32(p, {4, 2, 8}), f32(p, {4, 2, 8})},
+                          "dropout.group", {0}, {0.1f});
+         d.group = "dp";
+         f.push_back(d);
+       },
+       "'tp-cp', not 'dp'", false},
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         InstrDesc r = op(O::RingAttention,
+                          {f32(p, {4, 2, 36}), f32(p, {100}), f32(p, {4, 2, 12}),
+                           f32(p, {4, 2, 2})},
+                          "ring.workspace", {2, 1});
+         r.group = "cp";
+         f.push_back(r);
+       },
+       "holds fewer than the 416 floats ring attention needs", false},
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         InstrDesc r = op(O::RingAttention,
+                          {f32(p, {3, 2, 36}), f32(p, {1000}), f32(p, {3, 2, 12}),
+                           f32(p, {3, 2, 2})},
+                          "ring.odd", {2, 1});
+         r.group = "cp";
+         f.push_back(r);
+       },
+       "ring attention needs an even local sequence", false},
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         InstrDesc r = op(O::RingAttentionGrad,
+                          {f32(p, {4, 2, 36}), f32(p, {4, 2, 12}),
+                           f32(p, {4, 2, 3}), f32(p, {4, 2, 12}),
+                           f32(p, {1000}), f32(p, {4, 2, 36})},
+                          "ring.lse", {2, 1});
+         r.group = "cp";
+         f.push_back(r);
+       },
+       "LSE F32[4, 2, 3] must be [4, 2, 2]", false},
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         f.push_back(op(O::RingAttention,
+                        {f32(p, {4, 2, 36}), f32(p, {1000}), f32(p, {4, 2, 12}),
+                         f32(p, {4, 2, 2})},
+                        "ring.nogroup", {2, 1}));
+       },
+       "collective RingAttention without a group", true},
   };
   for (const Case &c : cases) {
     ArtifactDesc a = singleRank();
@@ -1141,4 +1191,157 @@ TEST_F(TransformerKernelsTest, DropoutShardsMatchTheFullSequence) {
     for (int64_t b = 0; b < 2; ++b)
       for (int64_t h = 0; h < H; ++h)
         EXPECT_EQ(yb[(s * 2 + b) * H + h], full[(s * B + b + 2) * H + h]);
+}
+
+//===----------------------------------------------------------------------===//
+// Ring attention (context parallelism), its ring simulated in one process
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Rows of the global [S, B, F] tensor `x` at cp rank `rank`'s positions.
+Vec cpShare(const Vec &x, int64_t S, int64_t rowFloats, int64_t rank,
+            int64_t cp) {
+  const int64_t L = S / cp;
+  Vec out(size_t(L * rowFloats));
+  for (int64_t r = 0; r < L; ++r) {
+    int64_t g = tessera::rt::math::cpGlobalPosition(r, L, rank, cp);
+    std::copy_n(x.begin() + g * rowFloats, rowFloats,
+                out.begin() + r * rowFloats);
+  }
+  return out;
+}
+
+} // namespace
+
+// Every cp rank's queries against every rank's K/V block, in ring order,
+// give the rows of whole-sequence attention at the rank's positions; the
+// backward's blocks, each accumulated by every rank, give its gradient.
+TEST_F(TransformerKernelsTest, RingAttentionMatchesWholeSequenceAttention) {
+  struct Shape {
+    int64_t S, B, A, D, cp;
+  };
+  for (Shape sh : {Shape{8, 2, 2, 3, 1}, Shape{8, 1, 3, 4, 2},
+                   Shape{12, 2, 1, 5, 3}, Shape{16, 2, 2, 4, 4},
+                   Shape{280, 1, 1, 3, 2}})
+    for (bool causal : {true, false}) {
+      std::string what = "S=" + std::to_string(sh.S) +
+                         " cp=" + std::to_string(sh.cp) +
+                         " causal=" + std::to_string(causal);
+      const int64_t F = sh.A * sh.D, n = sh.cp, L = sh.S / n;
+      auto qkv = random(size_t(sh.S * sh.B * 3 * F), 1.5f);
+      auto dout = random(size_t(sh.S * sh.B * F));
+      Vec o(size_t(sh.S * sh.B * F)), dqkv(qkv.size());
+      ASSERT_TRUE(backend
+                      ->attention(qkv.data(), o.data(), sh.S, sh.B, sh.A, sh.D,
+                                  causal)
+                      .ok());
+      ASSERT_TRUE(backend
+                      ->attentionGrad(qkv.data(), dout.data(), dqkv.data(),
+                                      sh.S, sh.B, sh.A, sh.D, causal)
+                      .ok());
+      Backend::RingAttentionDims d;
+      d.seq = L;
+      d.batch = sh.B;
+      d.heads = sh.A;
+      d.headDim = sh.D;
+      d.causal = causal;
+      d.cpSize = n;
+      std::vector<Vec> q(n), kv(n), dkv(n), out(n), lse(n), dq(n), dO(n);
+      for (int64_t r = 0; r < n; ++r) {
+        q[r] = cpShare(qkv, sh.S, sh.B * 3 * F, r, n);
+        dO[r] = cpShare(dout, sh.S, sh.B * F, r, n);
+        kv[r].assign(size_t(d.kvBlock()), 0.0f);
+        dkv[r].assign(size_t(d.kvBlock()), 0.0f);
+        d.cpRank = r;
+        ASSERT_TRUE(backend->ringPackKeysValues(q[r].data(), kv[r].data(), d)
+                        .ok());
+      }
+      for (int64_t r = 0; r < n; ++r) {
+        d.cpRank = r;
+        out[r].assign(size_t(L * sh.B * F), 0.0f);
+        lse[r].assign(size_t(d.rowStats()), 0.0f);
+        Vec stats(size_t(2 * d.rowStats()));
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_TRUE(backend
+                          ->ringAttentionStep(q[r].data(), kv[(r - i + n) % n].data(),
+                                              out[r].data(), stats.data(),
+                                              i + 1 == n ? lse[r].data() : nullptr,
+                                              d, (r - i + n) % n, i == 0)
+                          .ok());
+        Vec want = cpShare(o, sh.S, sh.B * F, r, n);
+        expectClose(out[r], toDouble(want), 2e-5, what + " O rank " + std::to_string(r));
+      }
+      for (int64_t r = 0; r < n; ++r) {
+        d.cpRank = r;
+        dq[r].assign(q[r].size(), 7.0f);
+        Vec delta(size_t(d.rowStats()));
+        for (int64_t i = 0; i < n; ++i) {
+          int64_t j = (r - i + n) % n;
+          ASSERT_TRUE(backend
+                          ->ringAttentionGradStep(q[r].data(), out[r].data(),
+                                                  lse[r].data(), dO[r].data(),
+                                                  kv[j].data(), dkv[j].data(),
+                                                  delta.data(), dq[r].data(), d,
+                                                  j, i == 0)
+                          .ok());
+        }
+      }
+      for (int64_t r = 0; r < n; ++r) {
+        d.cpRank = r;
+        ASSERT_TRUE(
+            backend->ringUnpackKeyValueGrads(dkv[r].data(), dq[r].data(), d)
+                .ok());
+        Vec want = cpShare(dqkv, sh.S, sh.B * 3 * F, r, n);
+        expectClose(dq[r], toDouble(want), 1e-4,
+                    what + " dQKV rank " + std::to_string(r));
+      }
+    }
+}
+
+// Each rank's two chunks hold the positions of Megatron's load-balanced
+// layout; a sequence-parallel shard of them is at most two runs.
+TEST(SequenceLayoutTest, LoadBalancedChunksAndTheirRuns) {
+  using tessera::rt::math::cpGlobalPosition;
+  using tessera::rt::math::sequencePieces;
+  // S = 16, cp = 2: chunks of 4; rank 0 holds chunks 0 and 3, rank 1 1 and 2.
+  std::vector<int64_t> rank0, rank1;
+  for (int64_t x = 0; x < 8; ++x) {
+    rank0.push_back(cpGlobalPosition(x, 8, 0, 2));
+    rank1.push_back(cpGlobalPosition(x, 8, 1, 2));
+  }
+  EXPECT_EQ(rank0, (std::vector<int64_t>{0, 1, 2, 3, 12, 13, 14, 15}));
+  EXPECT_EQ(rank1, (std::vector<int64_t>{4, 5, 6, 7, 8, 9, 10, 11}));
+  // Every position is held once, over cp = 1..5.
+  for (int64_t cp = 1; cp <= 5; ++cp) {
+    const int64_t S = 4 * cp * 3, L = S / cp;
+    std::vector<int> seen(size_t(S), 0);
+    for (int64_t r = 0; r < cp; ++r)
+      for (int64_t x = 0; x < L; ++x)
+        ++seen[size_t(cpGlobalPosition(x, L, r, cp))];
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), S) << "cp " << cp;
+  }
+  // Whole share: two runs (one without cp).
+  auto p = sequencePieces(8, 0, 8, 1, 2);
+  ASSERT_EQ(p.count, 2);
+  EXPECT_EQ(p.piece[0].globalBegin, 4);
+  EXPECT_EQ(p.piece[0].rows, 4);
+  EXPECT_EQ(p.piece[1].localBegin, 4);
+  EXPECT_EQ(p.piece[1].globalBegin, 8);
+  EXPECT_EQ(p.piece[1].rows, 4);
+  p = sequencePieces(8, 0, 8, 0, 1);
+  ASSERT_EQ(p.count, 1);
+  EXPECT_EQ(p.piece[0].rows, 8);
+  // tp = 4 shards of 2 rows: shard 2 starts rank 0's second chunk.
+  p = sequencePieces(2, 4, 8, 0, 2);
+  ASSERT_EQ(p.count, 1);
+  EXPECT_EQ(p.piece[0].globalBegin, 12);
+  // tp = 3 over a share of 6 (chunks of 3): shard 1 = rows 2..3 straddles.
+  p = sequencePieces(2, 2, 6, 1, 2);
+  ASSERT_EQ(p.count, 2);
+  EXPECT_EQ(p.piece[0].globalBegin, 3 + 2);
+  EXPECT_EQ(p.piece[0].rows, 1);
+  EXPECT_EQ(p.piece[1].localBegin, 1);
+  EXPECT_EQ(p.piece[1].globalBegin, 6);
+  EXPECT_EQ(p.piece[1].rows, 1);
 }

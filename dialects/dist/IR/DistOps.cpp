@@ -229,7 +229,12 @@ DEFINE_MESH_LOOKUP(AllReduceStartOp)
 DEFINE_MESH_LOOKUP(AllGatherStartOp)
 DEFINE_MESH_LOOKUP(ReduceScatterStartOp)
 
+DEFINE_MESH_LOOKUP(RingAttentionOp)
+DEFINE_MESH_LOOKUP(RingAttentionGradOp)
+
 DEFINE_PLAIN_SYMBOL_USE(CopyToRegionOp)
+DEFINE_PLAIN_SYMBOL_USE(RingAttentionOp)
+DEFINE_PLAIN_SYMBOL_USE(RingAttentionGradOp)
 DEFINE_PLAIN_SYMBOL_USE(ReduceFromRegionOp)
 DEFINE_PLAIN_SYMBOL_USE(AllReduceOp)
 DEFINE_PLAIN_SYMBOL_USE(AllReduceStartOp)
@@ -609,3 +614,86 @@ LogicalResult UnpackOp::verifySymbolUses(SymbolTableCollection &st) {
 
 #define GET_OP_CLASSES
 #include "dialects/dist/IR/DistOps.cpp.inc"
+
+//===----------------------------------------------------------------------===//
+// RingAttentionOp
+//===----------------------------------------------------------------------===//
+
+namespace tessera::dist {
+
+/// Checks ring attention's shapes: qkv [s, b, 3 * heads * d], the context
+/// [s, b, heads * d] and the log-sum-exp [s, b, heads], s even (the two
+/// chunks of the load-balanced layout).
+static LogicalResult verifyRingShapes(Operation *op, RankedTensorType qkv,
+                                      RankedTensorType ctx,
+                                      RankedTensorType lse, int64_t heads) {
+  if (heads < 1)
+    return op->emitOpError() << "num_heads must be positive";
+  auto known = [](int64_t d) { return !ShapedType::isDynamic(d); };
+  int64_t f = qkv.getDimSize(2);
+  if (known(f) && f % (3 * heads) != 0)
+    return op->emitOpError() << "qkv features " << f << " are not 3 x num_heads ("
+                             << heads << ") x head_dim";
+  int64_t s = qkv.getDimSize(0);
+  if (known(s) && s % 2 != 0)
+    return op->emitOpError()
+           << "the local sequence (" << s
+           << ") must be even: two chunks of the load-balanced layout";
+  SmallVector<int64_t> wantCtx{s, qkv.getDimSize(1),
+                               known(f) ? f / 3 : ShapedType::kDynamic};
+  SmallVector<int64_t> wantLse{s, qkv.getDimSize(1), heads};
+  if (!succeeded(verifyCompatibleShape(ctx.getShape(), wantCtx)) ||
+      !succeeded(verifyCompatibleShape(lse.getShape(), wantLse)))
+    return op->emitOpError() << "expects the context [s, b, heads * d] and the "
+                                "log-sum-exp [s, b, heads] of qkv "
+                             << qkv << ", got " << ctx << " and " << lse;
+  return success();
+}
+
+LogicalResult RingAttentionOp::verify() {
+  return verifyRingShapes(*this, getQkv().getType(), getResult().getType(),
+                          getLse().getType(), getNumHeads());
+}
+
+LogicalResult RingAttentionGradOp::verify() {
+  return verifyRingShapes(*this, getQkv().getType(), getOutput().getType(),
+                          getLse().getType(), getNumHeads());
+}
+
+LogicalResult RingAttentionOp::buildAdjoint(OpBuilder &b,
+                                            ArrayRef<Value> resultAdj,
+                                            ArrayRef<bool> needed,
+                                            SmallVectorImpl<Value> &adj) {
+  adj.assign(1, Value());
+  if (!needed[0])
+    return success();
+  if (!resultAdj[0])
+    return emitOpError() << "has no gradient for its context";
+  adj[0] = RingAttentionGradOp::create(
+      b, getLoc(), getQkv().getType(), getQkv(), getResult(), getLse(),
+      resultAdj[0], getMeshAttr(), getGroupAttr(), getNumHeadsAttr(),
+      getCausalAttr());
+  return success();
+}
+
+/// FLOPs of this rank's share, counted as nn.attention counts its whole
+/// score matrix: its s queries against the s * cp keys of the sequence.
+template <typename OpTy>
+static int64_t ringFlops(OpTy op, int64_t matmuls) {
+  RankedTensorType qkv = op.getQkv().getType();
+  int64_t cp = 1;
+  if (MeshOp mesh = op.getMeshOp()) {
+    std::string error;
+    FailureOr<int64_t> size = mesh.getGroupSize(op.getGroup(), error);
+    cp = succeeded(size) ? *size : 1;
+  }
+  int64_t heads = op.getNumHeads();
+  int64_t s = qkv.getDimSize(0), b = qkv.getDimSize(1);
+  int64_t d = qkv.getDimSize(2) / (3 * heads);
+  return b * heads * (matmuls * 2 * s * s * cp * d + 5 * s * s * cp);
+}
+
+int64_t RingAttentionOp::getFlops() { return ringFlops(*this, 2); }
+int64_t RingAttentionGradOp::getFlops() { return ringFlops(*this, 5); }
+
+} // namespace tessera::dist

@@ -119,6 +119,12 @@ def Dist_MeshOp : Dist_Op<"mesh", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     /// "embedding"; fails with `error` set on an invalid kind.
     ::llvm::FailureOr<int64_t> getGroupSize(::llvm::StringRef kind,
                                             std::string &error);
+    /// The group the data-parallel gradients are reduced and the
+    /// distributed optimizer is sharded over: "dp", or "dp-cp" under context
+    /// parallelism (Megatron's data-parallel group with context parallel
+    /// ranks), and its size dp * cp.
+    ::llvm::StringRef getGradReduceGroup() { return getCp() > 1 ? "dp-cp" : "dp"; }
+    int64_t getGradReduceSize() { return getDp() * getCp(); }
   }];
 }
 
@@ -269,6 +275,60 @@ def Dist_ReduceScatterOp : Dist_GroupOp<"reduce_scatter", [Pure,
                        StrAttr:$group, I64Attr:$dim);
   let results = (outs Dist_RankedTensor:$result);
   let assemblyFormat = "$input `on` $mesh $group `dim` $dim attr-dict `:` type($input) `->` qualified(type($result))";
+}
+
+//===----------------------------------------------------------------------===//
+// Context parallelism
+//===----------------------------------------------------------------------===//
+
+def Dist_RingAttentionOp : Dist_GroupOp<"ring_attention", [Pure,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>,
+    DeclareOpInterfaceMethods<Tessera_CostOpInterface, ["getFlops"]>]> {
+  let summary = "causal attention over a sequence split by context parallelism";
+  let description = [{
+    Megatron's context-parallel attention (TransformerEngine's ring
+    attention, `cp_comm_type = "p2p"`): `qkv` is this rank's share of the
+    sequence in the load-balanced layout (chunks r and 2 cp - 1 - r of
+    2 cp, cp = the size of `group`), as nn.attention's operand. The keys and
+    values travel around the group's ring; each rank accumulates its queries
+    against every block with the online softmax and the causal mask of the
+    global positions. `lse` is the log-sum-exp of each query's scaled scores
+    `[seq, batch, num_heads]`, which the backward reuses.
+
+    ```mlir
+    %ctx, %lse = dist.ring_attention %qkv on @mesh "cp" {num_heads = 4 : i64} : tensor<32x4x384xf32> -> tensor<32x4x128xf32>, tensor<32x4x4xf32>
+    ```
+  }];
+  let arguments = (ins 3DTensorOf<[F32]>:$qkv, FlatSymbolRefAttr:$mesh,
+                       StrAttr:$group, I64Attr:$num_heads,
+                       DefaultValuedAttr<BoolAttr, "true">:$causal);
+  let results = (outs 3DTensorOf<[F32]>:$result, 3DTensorOf<[F32]>:$lse);
+  let assemblyFormat = "$qkv `on` $mesh $group attr-dict `:` type($qkv) `->` type($result) `,` type($lse)";
+  let hasVerifier = 1;
+}
+
+def Dist_RingAttentionGradOp : Dist_GroupOp<"ring_attention_grad", [Pure,
+    AllTypesMatch<["qkv", "result"]>, AllTypesMatch<["output", "result_grad"]>,
+    DeclareOpInterfaceMethods<Tessera_CostOpInterface, ["getFlops"]>]> {
+  let summary = "backward of dist.ring_attention";
+  let description = [{
+    The QKV gradient of this rank's share: K/V blocks go around the ring
+    again, each followed by its gradient, which every rank adds its
+    queries' share to; after a full turn each block's gradient is back with
+    its owner.
+
+    ```mlir
+    %dqkv = dist.ring_attention_grad %qkv, %ctx, %lse, %dctx on @mesh "cp" {num_heads = 4 : i64} : tensor<32x4x384xf32>, tensor<32x4x128xf32>, tensor<32x4x4xf32>
+    ```
+  }];
+  let arguments = (ins 3DTensorOf<[F32]>:$qkv, 3DTensorOf<[F32]>:$output,
+                       3DTensorOf<[F32]>:$lse, 3DTensorOf<[F32]>:$result_grad,
+                       FlatSymbolRefAttr:$mesh, StrAttr:$group,
+                       I64Attr:$num_heads,
+                       DefaultValuedAttr<BoolAttr, "true">:$causal);
+  let results = (outs 3DTensorOf<[F32]>:$result);
+  let assemblyFormat = "$qkv `,` $output `,` $lse `,` $result_grad `on` $mesh $group attr-dict `:` type($qkv) `,` type($output) `,` type($lse)";
+  let hasVerifier = 1;
 }
 
 def Dist_AllReduceStartOp : Dist_GroupOp<"all_reduce_start"> {

@@ -50,7 +50,15 @@ struct DPGradAllReducePass
     if (getPhaseFunc(module, kStepPhase))
       return emitError(module.getLoc()) << "the module already has a step phase";
     MeshOp mesh = lookupMesh(module);
-    int64_t dp = mesh ? mesh.getDp() : 1;
+    // The reduction group (dp, or dp-cp under context parallelism) and its
+    // size. The scale stays 1/dp: under context parallelism each cp rank's
+    // loss is its tokens' share of the whole sequence's mean (a sum over cp,
+    // see tessera-cp-partition), so the cp ranks' gradients add up to the
+    // gradient; Megatron multiplies the loss by cp and scales by 1/(dp cp),
+    // which is the same.
+    int64_t dp = mesh ? mesh.getGradReduceSize() : 1;
+    StringRef dpGroup = mesh ? mesh.getGradReduceGroup() : "dp";
+    const float gradScale = mesh ? 1.0f / float(mesh.getDp()) : 1.0f;
 
     // Parameters shared with another pipeline rank (dist.tied).
     llvm::StringMap<StringAttr> tiedGroup;
@@ -271,7 +279,7 @@ struct DPGradAllReducePass
             auto ref = FlatSymbolRefAttr::get(p->op.getSymNameAttr());
             auto start = BucketReduceStartOp::create(
                 ob, last.getLoc(), ref, ob.getI64IntegerAttr(k), meshRef,
-                ob.getStringAttr("dp"), ob.getF32FloatAttr(1.0f / float(dp)),
+                ob.getStringAttr(dpGroup), ob.getF32FloatAttr(gradScale),
                 enumAttr(ob, distributedOptimizer
                                  ? BucketReduceKind::ReduceScatter
                                  : BucketReduceKind::AllReduce),
@@ -365,19 +373,19 @@ struct DPGradAllReducePass
           Value flat = PackOp::create(b, step.getLoc(), flatType, ref,
                                       b.getI64IntegerAttr(k),
                                       enumAttr(b, BucketData::Grad), parts);
-          if (dp > 1)
+          if (gradScale != 1.0f)
             flat = nn::ScaleOp::create(b, step.getLoc(), flat,
-                                       b.getF32FloatAttr(1.0f / float(dp)));
+                                       b.getF32FloatAttr(gradScale));
           if (distributedOptimizer) {
             auto shardType = RankedTensorType::get(
                 {(bucket.end - bucket.start) / dp}, gradElement(p));
             shards.push_back(ReduceScatterOp::create(
                 b, step.getLoc(), shardType, flat, meshRef(),
-                b.getStringAttr("dp"), b.getI64IntegerAttr(0)));
+                b.getStringAttr(dpGroup), b.getI64IntegerAttr(0)));
             continue;
           }
           flat = AllReduceOp::create(b, step.getLoc(), flatType, flat,
-                                     meshRef(), b.getStringAttr("dp"),
+                                     meshRef(), b.getStringAttr(dpGroup),
                                      enumAttr(b, Reduction::Sum));
           auto unpack = UnpackOp::create(b, step.getLoc(), partTypes, ref,
                                          b.getI64IntegerAttr(k),

@@ -95,6 +95,28 @@ def TPPartitionPass : Pass<"tessera-tp-partition", "mlir::ModuleOp"> {
   ];
 }
 
+def CPPartitionPass : Pass<"tessera-cp-partition", "mlir::ModuleOp"> {
+  let summary = "split the sequence over the cp axis (context parallelism)";
+  let description = [{
+    Megatron's context parallelism. Every rank of a cp group holds its
+    share of each sample's sequence in the load-balanced causal layout
+    (chunks r and 2 cp - 1 - r of 2 cp, Megatron's
+    get_batch_on_this_cp_rank): the token and label inputs shrink to
+    `seq / cp` rows and carry `dist.sharding = {axis = "cp", dim = 0}`, and
+    every activation follows. Attention becomes `dist.ring_attention` over
+    "cp" (keys and values around the ring, online softmax); the position
+    embedding and dropout take the rows' global positions
+    (`sequence_shard_group` "cp", or "tp-cp" on sequence-parallel shards);
+    the token mean divides by the whole sequence's count (`nn.token_count`,
+    summed over cp) and the cp ranks' shares are summed with
+    `dist.reduce_from_region`, whose adjoint leaves each rank the gradient
+    of its own tokens. tessera-dp-grad-allreduce then reduces the
+    gradients over "dp-cp". Runs after tessera-tp-partition; nothing with
+    cp = 1.
+  }];
+  let dependentDialects = ["::tessera::dist::DistDialect", "::tessera::nn::NNDialect"];
+}
+
 def DPGradAllReducePass : Pass<"tessera-dp-grad-allreduce", "mlir::ModuleOp"> {
   let summary = "average gradients over the data-parallel group, bucket by bucket";
   let description = [{

@@ -562,7 +562,8 @@ LogicalResult AddPositionEmbeddingOp::buildAdjoint(
     adj[0] = resultAdj[0];
   if (needed[1])
     adj[1] = PositionEmbeddingGradOp::create(b, getLoc(), getTable().getType(),
-                                             resultAdj[0]);
+                                             resultAdj[0],
+                                             getSequenceShardGroupAttr());
   return success();
 }
 
@@ -744,11 +745,18 @@ LogicalResult TokenMeanOp::inferReturnTypes(MLIRContext *ctx,
 LogicalResult TokenMeanOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
                                         ArrayRef<bool> needed,
                                         SmallVectorImpl<Value> &adj) {
-  adj.assign(2, Value());
+  adj.assign(getNumOperands(), Value());
   if (needed[0])
     adj[0] = TokenMeanGradOp::create(b, getLoc(), getInput().getType(),
-                                     resultAdj[0], getLabels(),
+                                     resultAdj[0], getLabels(), getCount(),
                                      getIgnoreIndexAttr());
+  return success();
+}
+
+LogicalResult TokenCountOp::inferReturnTypes(MLIRContext *ctx,
+                                             std::optional<Location>, Adaptor,
+                                             SmallVectorImpl<Type> &types) {
+  types.push_back(f32Tensor(ctx, {}));
   return success();
 }
 

@@ -454,11 +454,17 @@ def NN_AddPositionEmbeddingOp : NN_Op<"add_position_embedding", [
     DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
   let summary = "adds learned position embeddings: x[s, b, :] + table[s, :]";
   let description = [{
+    Under context parallelism `sequence_shard_group = "cp"` says that the
+    input holds this cp rank's load-balanced share of the sequence (chunks
+    r and 2 cp - 1 - r of 2 cp), so row s adds the table row of its global
+    position.
+
     ```mlir
     %h1 = nn.add_position_embedding %h, %wpe : tensor<64x4x128xf32>, tensor<64x128xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$table);
+  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$table,
+                       OptionalAttr<StrAttr>:$sequence_shard_group);
   let results = (outs NN_F32Tensor:$result);
   let assemblyFormat = "$input `,` $table attr-dict `:` type($input) `,` type($table)";
   let hasVerifier = 1;
@@ -474,7 +480,8 @@ def NN_PositionEmbeddingGradOp : NN_Op<"position_embedding_grad"> {
     %dwpe = nn.position_embedding_grad %dh : (tensor<64x4x128xf32>) -> tensor<64x128xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$result_grad);
+  let arguments = (ins NN_F32Tensor:$result_grad,
+                       OptionalAttr<StrAttr>:$sequence_shard_group);
   let results = (outs NN_F32Tensor:$result);
   let assemblyFormat = "$result_grad attr-dict `:` functional-type(operands, results)";
 }
@@ -601,8 +608,10 @@ def NN_DropoutOp : NN_Op<"dropout", [SameOperandsAndResultType,
     `keep` comes from the counter-based RNG keyed by (seed, `stream`, global
     sample, global sequence position, hidden index), so every parallel
     configuration drops the same elements. Its backward is the same op on
-    the gradient. Under sequence parallelism `sequence_shard_group` gives
-    the shard's sequence offset.
+    the gradient. `sequence_shard_group` names the axes that shard the
+    sequence: `"tp"` (sequence parallelism: a contiguous shard), `"cp"`
+    (context parallelism: the rank's load-balanced share) or `"tp-cp"`
+    (both: a contiguous tp shard of the cp share).
 
     ```mlir
     %y = nn.dropout %x {rate = 1.000000e-01 : f32, stream = 1 : i64} : tensor<64x4x128xf32>
@@ -619,16 +628,33 @@ def NN_TokenMeanOp : NN_Op<"token_mean", [InferTypeOpAdaptor,
     DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
   let summary = "mean of per-token losses over tokens whose label is not ignored";
   let description = [{
-    Megatron's `sum(loss * loss_mask) / sum(loss_mask)`.
+    Megatron's `sum(loss * loss_mask) / sum(loss_mask)`. With `count`, the
+    divisor is that scalar instead of the local count: under context
+    parallelism, the count of the whole sequence (`nn.token_count` summed
+    over the cp group), so the cp ranks' results add up to the mean.
 
     ```mlir
     %loss = nn.token_mean %l, %labels {ignore_index = -100 : i64} : (tensor<64x4xf32>, tensor<64x4xi32>) -> tensor<f32>
     ```
   }];
   let arguments = (ins NN_F32Tensor:$input, NN_I32Tensor:$labels,
+                       Optional<0DTensorOf<[F32]>>:$count,
                        DefaultValuedAttr<I64Attr, "-100">:$ignore_index);
   let results = (outs 0DTensorOf<[F32]>:$result);
-  let assemblyFormat = "$input `,` $labels attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "$input `,` $labels (`,` $count^)? attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_TokenCountOp : NN_Op<"token_count", [InferTypeOpAdaptor, Tessera_NonDifferentiable]> {
+  let summary = "number of tokens whose label is not ignored, as f32";
+  let description = [{
+    ```mlir
+    %n = nn.token_count %labels {ignore_index = -100 : i64} : (tensor<64x4xi32>) -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins NN_I32Tensor:$labels,
+                       DefaultValuedAttr<I64Attr, "-100">:$ignore_index);
+  let results = (outs 0DTensorOf<[F32]>:$result);
+  let assemblyFormat = "$labels attr-dict `:` functional-type(operands, results)";
 }
 
 def NN_TokenMeanGradOp : NN_Op<"token_mean_grad"> {
@@ -639,9 +665,10 @@ def NN_TokenMeanGradOp : NN_Op<"token_mean_grad"> {
     ```
   }];
   let arguments = (ins 0DTensorOf<[F32]>:$result_grad, NN_I32Tensor:$labels,
+                       Optional<0DTensorOf<[F32]>>:$count,
                        DefaultValuedAttr<I64Attr, "-100">:$ignore_index);
   let results = (outs NN_F32Tensor:$result);
-  let assemblyFormat = "$result_grad `,` $labels attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "$result_grad `,` $labels (`,` $count^)? attr-dict `:` functional-type(operands, results)";
 }
 
 //===----------------------------------------------------------------------===//

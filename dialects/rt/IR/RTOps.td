@@ -232,6 +232,12 @@ def RT_CrossEntropyStatsGradOp : RT_KernelOp<"cross_entropy_stats_grad", "CrossE
 def RT_TokenMeanOp : RT_KernelOp<"token_mean", "TokenMean", "mean over non-ignored tokens">;
 def RT_TokenMeanGradOp : RT_KernelOp<"token_mean_grad", "TokenMeanGrad", "backward of token_mean">;
 def RT_DropoutOp : RT_KernelOp<"dropout", "Dropout", "dropout keyed by global position (value = rate)">;
+// Context parallelism (group "cp").
+def RT_TokenCountOp : RT_KernelOp<"token_count", "TokenCount", "count of non-ignored tokens">;
+def RT_TokenMeanOverOp : RT_KernelOp<"token_mean_over", "TokenMeanOver", "sum over non-ignored tokens / a given count">;
+def RT_TokenMeanOverGradOp : RT_KernelOp<"token_mean_over_grad", "TokenMeanOverGrad", "backward of token_mean_over">;
+def RT_RingAttentionOp : RT_KernelOp<"ring_attention", "RingAttention", "attention with K/V passed around the cp ring">;
+def RT_RingAttentionGradOp : RT_KernelOp<"ring_attention_grad", "RingAttentionGrad", "ring attention backward">;
 // Pipeline p2p over group "pp", iattrs = [peer (+1 next, -1 prev), tag]; they
 // join the open batch, completed before the next other instruction.
 def RT_SendOp : RT_KernelOp<"send", "Send", "isend to a pipeline neighbour">;

@@ -59,6 +59,12 @@ public:
   Option<int64_t> tp{*this, "tp", llvm::cl::desc("tensor-parallel size"),
                      llvm::cl::init(dist::AttachMeshPassOptions().tp),
                      onCommandLine};
+  Option<int64_t> cp{*this, "cp",
+                     llvm::cl::desc("context-parallel size (the sequence "
+                                    "over cp ranks, Megatron's load-balanced "
+                                    "layout and ring attention)"),
+                     llvm::cl::init(dist::AttachMeshPassOptions().cp),
+                     onCommandLine};
   /// 0 stands for 1 in the pipeline; tessera-compile derives it from
   /// --world-size.
   Option<int64_t> dp{*this, "dp",

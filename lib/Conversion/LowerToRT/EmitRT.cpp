@@ -245,7 +245,16 @@ KERNEL_ATTRS(nn::BiasGeluGradOp) {
           p.beta(b, o.getBiasGrad())};
 }
 KERNEL_ATTRS(nn::CastOp) { return {p.beta(b, o.getResult())}; }
-KERNEL_ATTRS(nn::PositionEmbeddingGradOp) { return {p.beta(b, o.getResult())}; }
+KERNEL_ATTRS(nn::PositionEmbeddingGradOp) {
+  return p.withGroup(b, {p.beta(b, o.getResult())},
+                     o.getSequenceShardGroupAttr());
+}
+KERNEL_ATTRS(nn::AddPositionEmbeddingOp) {
+  return p.withGroup(b, {}, o.getSequenceShardGroupAttr());
+}
+KERNEL_ATTRS(nn::TokenCountOp) {
+  return {p.iattrs(b, {int64_t(o.getIgnoreIndex())})};
+}
 KERNEL_ATTRS(nn::FillOp) {
   return {b.getNamedAttr("value", o.getValueAttr())};
 }
@@ -279,12 +288,6 @@ KERNEL_ATTRS(nn::AttentionOp) {
 }
 KERNEL_ATTRS(nn::AttentionGradOp) {
   return {p.iattrs(b, {int64_t(o.getNumHeads()), o.getCausal() ? 1 : 0})};
-}
-KERNEL_ATTRS(nn::TokenMeanOp) {
-  return {p.iattrs(b, {int64_t(o.getIgnoreIndex())})};
-}
-KERNEL_ATTRS(nn::TokenMeanGradOp) {
-  return {p.iattrs(b, {int64_t(o.getIgnoreIndex())})};
 }
 KERNEL_ATTRS(nn::DropoutOp) {
   return p.withGroup(b,
@@ -362,6 +365,56 @@ static SmallVector<Value> crossEntropyStats(EmitState &state, OpBuilder &b,
       ArrayRef<NamedAttribute>{
           b.getNamedAttr("iattrs", b.getDenseI64ArrayAttr({ignore}))});
   return {z, t, m, se, pl};
+}
+
+/// A token mean with the whole sequence's count (context parallelism) is
+/// TokenMeanOver; operands then results either way.
+PATTERN(TokenMeanPattern, nn::TokenMeanOp) {
+  SmallVector<NamedAttribute> attrs{iattrs(b, {int64_t(o.getIgnoreIndex())})};
+  if (o.getCount())
+    rt::TokenMeanOverOp::create(b, o.getLoc(), TypeRange{},
+                                operandsThenResults(b, o), attrs);
+  else
+    rt::TokenMeanOp::create(b, o.getLoc(), TypeRange{},
+                            operandsThenResults(b, o), attrs);
+  return Value();
+}
+
+PATTERN(TokenMeanGradPattern, nn::TokenMeanGradOp) {
+  SmallVector<NamedAttribute> attrs{iattrs(b, {int64_t(o.getIgnoreIndex())})};
+  if (o.getCount())
+    rt::TokenMeanOverGradOp::create(b, o.getLoc(), TypeRange{},
+                                    operandsThenResults(b, o), attrs);
+  else
+    rt::TokenMeanGradOp::create(b, o.getLoc(), TypeRange{},
+                                operandsThenResults(b, o), attrs);
+  return Value();
+}
+
+/// Ring attention with its workspace (a scratch of the storage plan).
+PATTERN(RingAttentionPattern, dist::RingAttentionOp) {
+  Value w = state.scratchBuffer(b, state.plan.scratchOf.lookup(o)[0]);
+  rt::RingAttentionOp::create(
+      b, o.getLoc(), TypeRange{},
+      ValueRange{state.operand(b, o, 0), w, state.bufferOf(b, o.getResult()),
+                 state.bufferOf(b, o.getLse())},
+      withGroup(b,
+                {iattrs(b, {int64_t(o.getNumHeads()), o.getCausal() ? 1 : 0})},
+                o.getGroupAttr()));
+  return Value();
+}
+
+PATTERN(RingAttentionGradPattern, dist::RingAttentionGradOp) {
+  Value w = state.scratchBuffer(b, state.plan.scratchOf.lookup(o)[0]);
+  rt::RingAttentionGradOp::create(
+      b, o.getLoc(), TypeRange{},
+      ValueRange{state.operand(b, o, 0), state.operand(b, o, 1),
+                 state.operand(b, o, 2), state.operand(b, o, 3), w,
+                 state.bufferOf(b, o.getResult())},
+      withGroup(b,
+                {iattrs(b, {int64_t(o.getNumHeads()), o.getCausal() ? 1 : 0})},
+                o.getGroupAttr()));
+  return Value();
 }
 
 PATTERN(SoftmaxCrossEntropyPattern, nn::SoftmaxCrossEntropyOp) {
@@ -693,8 +746,7 @@ LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
       KernelPattern<nn::LayerNormGradOp, rt::LayerNormGradOp>,
       KernelPattern<nn::AttentionOp, rt::AttentionOp>,
       KernelPattern<nn::AttentionGradOp, rt::AttentionGradOp>,
-      KernelPattern<nn::TokenMeanOp, rt::TokenMeanOp>,
-      KernelPattern<nn::TokenMeanGradOp, rt::TokenMeanGradOp>,
+      KernelPattern<nn::TokenCountOp, rt::TokenCountOp>,
       KernelPattern<nn::DropoutOp, rt::DropoutOp>,
       KernelPattern<nn::LogitsMaxOp, rt::LogitsMaxOp>,
       KernelPattern<nn::CrossEntropyStatsOp, rt::CrossEntropyStatsOp>,
@@ -706,6 +758,8 @@ LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
       KernelPattern<nn::ScaleOp, rt::ScaleOp>,
       // nn ops with their own expansion.
       LinearPattern, MatmulPattern, SoftmaxCrossEntropyPattern,
+      TokenMeanPattern, TokenMeanGradPattern, RingAttentionPattern,
+      RingAttentionGradPattern,
       SoftmaxCrossEntropyGradPattern, CrossEntropyFromStatsPattern,
       AdamPattern, SgdPattern,
       // dist ops.

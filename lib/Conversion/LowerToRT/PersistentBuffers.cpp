@@ -54,7 +54,9 @@ LogicalResult PersistentBuffers::collect(ModuleOp module,
         int64_t numel = (bucket.end - bucket.start) / gb.getDp();
         add(shardView(bucketView(data, gb.getSymName(), k)), rt::BufferKind::View,
             RankedTensorType::get({numel}, element),
-            {b.getNamedAttr("rank_group", b.getStringAttr("dp")),
+            {b.getNamedAttr("rank_group",
+                            b.getStringAttr(mesh ? mesh.getGradReduceGroup()
+                                                 : StringRef("dp"))),
              b.getNamedAttr("rank_stride",
                             b.getI64IntegerAttr(
                                 numel * (element.getIntOrFloatBitWidth() / 8)))});
@@ -140,6 +142,23 @@ LogicalResult PersistentBuffers::collect(ModuleOp module,
               "num_classes", b.getI64IntegerAttr(z.getDimSize(z.getRank() - 1))));
           break;
         }
+      }
+      // A context-parallel share of the sequence (tessera-cp-partition):
+      // the runtime loads this rank's positions.
+      if (auto sh = micro.getArgAttrOfType<DictionaryAttr>(i, kShardingAttr)) {
+        auto tensor = cast<RankedTensorType>(micro.getArgumentTypes()[i]);
+        SmallVector<int64_t> global(tensor.getShape());
+        int64_t dim = sh.getAs<IntegerAttr>("dim").getInt();
+        auto axis = sh.getAs<StringAttr>("axis");
+        std::string error;
+        FailureOr<int64_t> size =
+            mesh ? mesh.getGroupSize(axis.getValue(), error)
+                 : FailureOr<int64_t>(1);
+        global[dim] *= succeeded(size) ? *size : 1;
+        attrs.push_back(b.getNamedAttr("shard_dim", b.getI64IntegerAttr(dim)));
+        attrs.push_back(b.getNamedAttr("shard_axis", axis));
+        attrs.push_back(
+            b.getNamedAttr("global_shape", b.getDenseI64ArrayAttr(global)));
       }
       Persistent *p = add(name.getValue(), rt::BufferKind::Input, micro.getArgumentTypes()[i], attrs);
       if (p->attrs.empty())

@@ -15,6 +15,7 @@
 #include "LowerToRT.h"
 
 #include "tessera/Memory/MemoryPlan.h"
+#include "tessera/rt/math/SequenceLayout.h"
 
 #include "llvm/ADT/StringSet.h"
 
@@ -97,6 +98,12 @@ StringRef PhasePlan::resultBinding(Value v) const {
 }
 
 /// The first buffer among the persistent ones that `v` is returned into.
+/// The distributed optimizer's group: "dp", or "dp-cp" under context
+/// parallelism (MeshOp::getGradReduceGroup).
+static bool isGradReduceGroup(StringRef group) {
+  return group == "dp" || group == "dp-cp";
+}
+
 static std::string findResultBinding(func::FuncOp func, int64_t chunk,
                                      const PersistentBuffers &buffers,
                                      Value v) {
@@ -340,7 +347,7 @@ LogicalResult PhasePlan::planOp(Operation *op) {
   if (auto rs = dyn_cast<dist::ReduceScatterOp>(op)) {
     std::string shard =
         shardView(storages[storageOf.lookup(rs.getInput())].persistent);
-    if (rs.getGroup() == "dp" && rs.getDim() == 0 &&
+    if (isGradReduceGroup(rs.getGroup()) && rs.getDim() == 0 &&
         clobberable(rs.getInput(), op)) {
       if (int id = shardStorageFor(shard, rs.getType()); id >= 0) {
         assign(rs.getResult(), id);
@@ -360,7 +367,7 @@ LogicalResult PhasePlan::planOp(Operation *op) {
           return llvm::all_of(v.getUsers(),
                               [&](Operation *u) { return u == pack; });
         });
-    if (onlyPacked && sc.getGroup() == "dp" && sc.getDim().value_or(-1) == 0) {
+    if (onlyPacked && isGradReduceGroup(sc.getGroup()) && sc.getDim().value_or(-1) == 0) {
       if (int id = shardStorageFor(shard, sc.getType()); id >= 0) {
         assign(sc.getResult(), id);
         aliasedScatter.insert(op);
@@ -465,7 +472,7 @@ LogicalResult PhasePlan::planOp(Operation *op) {
     // clobbers this rank's block of them.)
     if (binding.empty() && !inPlace && result.hasOneUse())
       if (auto ag = dyn_cast<dist::AllGatherOp>(*result.getUsers().begin());
-          ag && ag.getGroup() == "dp" && ag.getDim() == 0 &&
+          ag && isGradReduceGroup(ag.getGroup()) && ag.getDim() == 0 &&
           ag.getResult().hasOneUse())
         if (auto unpack =
                 dyn_cast<dist::UnpackOp>(*ag.getResult().getUsers().begin())) {
@@ -506,6 +513,31 @@ LogicalResult PhasePlan::planOp(Operation *op) {
       storages[id].start = storages[id].end = position[op];
       scratchOf[op].push_back(id);
     }
+  }
+
+  // Ring attention's workspace: the K/V blocks in flight (and their
+  // gradients, the running softmax statistics), live during the op only.
+  int64_t ringFloats = 0;
+  auto ringDims = [](RankedTensorType qkv, int64_t heads) {
+    tessera::rt::math::RingAttentionDims d;
+    d.seq = qkv.getDimSize(0);
+    d.batch = qkv.getDimSize(1);
+    d.heads = heads;
+    d.headDim = qkv.getDimSize(2) / (3 * heads);
+    return d;
+  };
+  if (auto ring = dyn_cast<dist::RingAttentionOp>(op))
+    ringFloats = ringDims(ring.getQkv().getType(), ring.getNumHeads())
+                     .forwardWorkspace();
+  if (auto ring = dyn_cast<dist::RingAttentionGradOp>(op))
+    ringFloats = ringDims(ring.getQkv().getType(), ring.getNumHeads())
+                     .backwardWorkspace();
+  if (ringFloats > 0) {
+    int id = newStorage(RankedTensorType::get(
+        {ringFloats}, Float32Type::get(op->getContext())));
+    storages[id].scratch = true;
+    storages[id].start = storages[id].end = position[op];
+    scratchOf[op].push_back(id);
   }
 
   return success();

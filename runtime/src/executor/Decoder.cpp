@@ -320,10 +320,50 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
   case O::CrossEntropyStatsGrad:
   case O::TokenMean:
   case O::TokenMeanGrad:
+  case O::TokenCount:
+  case O::TokenMeanOver:
+  case O::TokenMeanOverGrad:
+  case O::RingAttention:
+  case O::RingAttentionGrad:
   case O::Dropout:
     return decodeTransformerInstr(in, t);
   }
   return unimplemented("unknown opcode ", int(in.op()));
+}
+
+Status Decoder::sequenceShard(const fb::Instr &in, int64_t rows, Thunk &t) {
+  std::string kind = in.group() ? in.group()->str() : "";
+  bool tp = kind == "tp" || kind == "tp-cp";
+  bool cp = kind == "cp" || kind == "tp-cp";
+  if (!kind.empty() && !tp && !cp)
+    return invalidArgument("the sequence is sharded over 'tp' (sequence "
+                           "parallelism), 'cp' (context parallelism) or "
+                           "'tp-cp', not '",
+                           kind, "'");
+  auto axis = [&](const char *name, GroupPosition &pos) -> Status {
+    pos = position(name);
+    if (!pos.group && worldRank >= 0)
+      return invalidArgument("rank ", worldRank, " is in no rank group of kind '",
+                             name, "', which shards this kernel's sequence");
+    return Status();
+  };
+  GroupPosition tpPos, cpPos;
+  if (tp)
+    TESSERA_RETURN_IF_ERROR(axis("tp", tpPos));
+  if (cp)
+    TESSERA_RETURN_IF_ERROR(axis("cp", cpPos));
+  int64_t cpLocal = 0, total = 0;
+  if (__builtin_mul_overflow(rows, int64_t(tpPos.size), &cpLocal) ||
+      __builtin_mul_overflow(cpLocal, int64_t(cpPos.size), &total))
+    return invalidArgument(rows, " sequence rows times the shards of '", kind,
+                           "' overflow int64");
+  if (cpPos.size > 1 && cpLocal % 2 != 0)
+    return invalidArgument("a context-parallel sequence share of ", cpLocal,
+                           " rows is not two equal chunks");
+  t.seq = math::sequencePieces(rows, int64_t(tpPos.index) * rows, cpLocal,
+                               cpPos.index, cpPos.size);
+  t.seqTotal = total;
+  return Status();
 }
 
 Status Decoder::vocabShard(const fb::Instr &in, int64_t localVocab,
@@ -459,10 +499,11 @@ Status Decoder::decodeTransformerInstr(const fb::Instr &in, Thunk &t) {
     int64_t b = !__builtin_mul_overflow(s, h, &sh) && sh != 0
                     ? numel(ref(in, 0)) / sh
                     : 0;
-    if (dim(pos, 1) != h || dim(pos, 0) < s)
+    TESSERA_RETURN_IF_ERROR(sequenceShard(in, s, t));
+    if (dim(pos, 1) != h || dim(pos, 0) < t.seqTotal)
       return invalidArgument("position table ", desc(ref(in, pos)),
-                             " must have hidden size ", h, " and at least ", s,
-                             " rows for ", desc(ref(in, 0)));
+                             " must have hidden size ", h, " and at least ",
+                             t.seqTotal, " rows for ", desc(ref(in, 0)));
     if (!grad)
       TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 2}));
     t.i[0] = s;
@@ -540,11 +581,75 @@ Status Decoder::decodeTransformerInstr(const fb::Instr &in, Thunk &t) {
     t.m = dim(0, 0);
     t.n = dim(0, 1);
     t.k = dim(0, 2);
-    int64_t offset = 0, shards = 1;
-    TESSERA_RETURN_IF_ERROR(vocabShard(in, t.m, offset, shards));
-    t.i[0] = offset;
-    t.i[1] = t.m * shards;
+    TESSERA_RETURN_IF_ERROR(sequenceShard(in, t.m, t));
     t.i[2] = iattr(0);
+    return Status();
+  }
+  case O::TokenCount: {
+    TESSERA_RETURN_IF_ERROR(requireNumel(1, 1, "n"));
+    t.m = numel(ref(in, 0));
+    t.i[0] = iattr(0);
+    return Status();
+  }
+  case O::TokenMeanOver:
+  case O::TokenMeanOverGrad: {
+    bool grad = in.op() == O::TokenMeanOverGrad;
+    int scalar = grad ? 0 : 3, perRow = grad ? 3 : 0;
+    TESSERA_RETURN_IF_ERROR(requireNumel(scalar, 1, grad ? "dy" : "y"));
+    TESSERA_RETURN_IF_ERROR(requireNumel(2, 1, "n"));
+    TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {perRow, 1}));
+    t.m = numel(ref(in, 1));
+    t.i[0] = iattr(0);
+    return Status();
+  }
+  case O::RingAttention:
+  case O::RingAttentionGrad: {
+    bool grad = in.op() == O::RingAttentionGrad;
+    const int o = grad ? 1 : 2, lse = grad ? 2 : 3, w = grad ? 4 : 1;
+    if (rankOf(0) != 3 || rankOf(o) != 3 || rankOf(lse) != 3)
+      return invalidArgument("QKV ", desc(ref(in, 0)), ", O ", desc(ref(in, o)),
+                             " and LSE ", desc(ref(in, lse)),
+                             " must be [S, B, features]");
+    int64_t heads = iattr(0);
+    int64_t f = dim(o, 2), f3 = 0;
+    if (heads <= 0 || heads > INT64_MAX / 3 || f % heads != 0 ||
+        __builtin_mul_overflow(f, 3, &f3) || dim(0, 2) != f3 ||
+        dim(0, 0) != dim(o, 0) || dim(0, 1) != dim(o, 1))
+      return invalidArgument("QKV ", desc(ref(in, 0)), " must be [S, B, 3 * ",
+                             f, "] with ", f, " divisible by num_heads (",
+                             heads, ") for O ", desc(ref(in, o)));
+    if (dim(lse, 0) != dim(0, 0) || dim(lse, 1) != dim(0, 1) ||
+        dim(lse, 2) != heads)
+      return invalidArgument("LSE ", desc(ref(in, lse)), " must be [",
+                             dim(0, 0), ", ", dim(0, 1), ", ", heads, "]");
+    if (grad) {
+      TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {1, 3}));
+      TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 5}));
+    }
+    if (dim(0, 0) % 2 != 0)
+      return invalidArgument("ring attention needs an even local sequence "
+                             "(two chunks), got ",
+                             desc(ref(in, 0)));
+    Backend::RingAttentionDims d;
+    d.seq = dim(0, 0);
+    d.batch = dim(0, 1);
+    d.heads = heads;
+    d.headDim = f / heads;
+    int64_t need = grad ? d.backwardWorkspace() : d.forwardWorkspace();
+    if (numel(ref(in, w)) < need)
+      return invalidArgument("workspace W ", desc(ref(in, w)), " holds fewer "
+                             "than the ", need, " floats ring attention needs");
+    t.i[0] = d.seq;
+    t.i[1] = d.batch;
+    t.i[2] = heads;
+    t.i[3] = d.headDim;
+    t.k = iattr(1);
+    const std::string kind = in.group()->str();
+    if (!position(kind).group && worldRank >= 0)
+      return invalidArgument("rank ", worldRank, " is in no rank group of kind '",
+                             kind, "', but its program has ring attention "
+                             "over it");
+    TESSERA_ASSIGN_OR_RETURN(t.comm, lookup(kind));
     return Status();
   }
   case O::TokenMean:

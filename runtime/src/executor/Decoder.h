@@ -216,6 +216,11 @@ private:
   /// Vocabulary offset (this rank's index in its instance of the Instr's
   /// `group` kind times `localVocab`; 0 without a group) and the number of
   /// shards.
+  /// The global sequence positions of the `rows` rows of a sequence-major
+  /// operand of `in`, whose `group` names the axes sharding the sequence
+  /// ("tp", "cp" or "tp-cp"; none: the whole sequence), into t.seq and
+  /// t.seqTotal.
+  Status sequenceShard(const fb::Instr &in, int64_t rows, Thunk &t);
   Status vocabShard(const fb::Instr &in, int64_t localVocab, int64_t &offset,
                     int64_t &shards);
 

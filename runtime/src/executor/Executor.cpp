@@ -83,6 +83,9 @@ Executor::create(std::shared_ptr<const LoadedArtifact> artifact,
   ex->layout.microBatch = a.batch()->micro_batch_size();
   ex->layout.dpIndex = dp.index;
   ex->layout.dpSize = dp.size;
+  GroupPosition cp = findGroupPosition(a, "cp", worldRank);
+  ex->layout.cpIndex = cp.group ? cp.index : 0;
+  ex->layout.cpSize = cp.group ? cp.size : 1;
   ex->layout.dataset = options.dataset;
   ex->layout.mockData = options.mockData && !options.dataset;
   if (options.dataset)
@@ -463,11 +466,37 @@ Status Executor::execute(const Thunk &t) {
   case O::EmbeddingGrad:
     return be->embeddingGrad(I(0), F(1), F(2), t.m, t.i[0], t.n, t.i[1],
                              t.beta);
-  case O::AddPositionEmbedding:
-    return be->addPositionEmbedding(F(0), F(1), F(2), t.i[0], t.i[1], t.i[2]);
-  case O::PositionEmbeddingGrad:
-    return be->positionEmbeddingGrad(F(0), F(1), t.i[0], t.i[1], t.i[2], t.i[3],
-                                     t.beta);
+  case O::AddPositionEmbedding: {
+    // Rows [localBegin, +rows) add table rows [globalBegin, +rows).
+    const int64_t rowFloats = t.i[1] * t.i[2];
+    for (int p = 0; p < t.seq.count; ++p) {
+      const math::SequencePiece &piece = t.seq.piece[p];
+      TESSERA_RETURN_IF_ERROR(be->addPositionEmbedding(
+          F(0) + piece.localBegin * rowFloats, F(1) + piece.globalBegin * t.i[2],
+          F(2) + piece.localBegin * rowFloats, piece.rows, t.i[1], t.i[2]));
+    }
+    return Status();
+  }
+  case O::PositionEmbeddingGrad: {
+    const math::SequencePiece &first = t.seq.piece[0];
+    if (t.seq.count == 1 && first.globalBegin == 0)
+      return be->positionEmbeddingGrad(F(0), F(1), t.i[0], t.i[1], t.i[2],
+                                       t.i[3], t.beta);
+    // The rows of a context-parallel share: beta applies to the whole
+    // table once, then each run of positions accumulates into its rows.
+    const int64_t tableFloats = t.i[3] * t.i[2], rowFloats = t.i[1] * t.i[2];
+    if (t.beta == 0.0f)
+      TESSERA_RETURN_IF_ERROR(be->fill(F(1), 0.0f, tableFloats));
+    else if (t.beta != 1.0f)
+      TESSERA_RETURN_IF_ERROR(be->scale(F(1), F(1), t.beta, tableFloats));
+    for (int p = 0; p < t.seq.count; ++p) {
+      const math::SequencePiece &piece = t.seq.piece[p];
+      TESSERA_RETURN_IF_ERROR(be->positionEmbeddingGrad(
+          F(0) + piece.localBegin * rowFloats, F(1) + piece.globalBegin * t.i[2],
+          piece.rows, t.i[1], t.i[2], piece.rows, 1.0f));
+    }
+    return Status();
+  }
   case O::Attention:
     return be->attention(F(0), F(1), t.i[0], t.i[1], t.i[2], t.i[3], t.k != 0);
   case O::AttentionGrad:
@@ -486,16 +515,34 @@ Status Executor::execute(const Thunk &t) {
     return be->crossEntropyStatsGrad(F(0), I(1), F(2), F(3), F(4), F(5), t.m,
                                      t.n, t.i[0], t.i[1], t.i[2]);
   case O::TokenMean:
-    return be->tokenMean(F(0), I(1), F(2), t.m, t.i[0]);
+    return be->tokenMean(F(0), I(1), F(2), t.m, t.i[0], nullptr);
   case O::TokenMeanGrad:
-    return be->tokenMeanGrad(F(0), I(1), F(2), t.m, t.i[0]);
-  case O::Dropout:
-    // Masks are keyed by the global sample of each batch column: column b
-    // holds sample first + b.
-    return be->dropout(
-        F(0), F(1), t.m, t.n, t.k, t.i[0], t.i[1],
-        globalSampleIndex(layout, currentIteration, currentMicrobatch, 0),
-        options.seed, t.i[2], t.f[0]);
+    return be->tokenMeanGrad(F(0), I(1), F(2), t.m, t.i[0], nullptr);
+  case O::TokenCount:
+    return be->tokenCount(I(0), F(1), t.m, t.i[0]);
+  case O::TokenMeanOver:
+    return be->tokenMean(F(0), I(1), F(3), t.m, t.i[0], F(2));
+  case O::TokenMeanOverGrad:
+    return be->tokenMeanGrad(F(0), I(1), F(3), t.m, t.i[0], F(2));
+  case O::RingAttention:
+    return ringAttention(t);
+  case O::RingAttentionGrad:
+    return ringAttentionGrad(t);
+  case O::Dropout: {
+    // Masks are keyed by the global sample of each batch column (column b
+    // holds sample first + b) and the global position of each row.
+    const int64_t first =
+        globalSampleIndex(layout, currentIteration, currentMicrobatch, 0);
+    const int64_t rowFloats = t.n * t.k;
+    for (int p = 0; p < t.seq.count; ++p) {
+      const math::SequencePiece &piece = t.seq.piece[p];
+      TESSERA_RETURN_IF_ERROR(be->dropout(
+          F(0) + piece.localBegin * rowFloats,
+          F(1) + piece.localBegin * rowFloats, piece.rows, t.n, t.k,
+          piece.globalBegin, t.seqTotal, first, options.seed, t.i[2], t.f[0]));
+    }
+    return Status();
+  }
   }
   return unimplemented("unknown opcode ", int(t.op));
 }

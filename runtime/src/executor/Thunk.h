@@ -13,6 +13,7 @@
 #include "tessera/rt/Artifact.h"
 #include "tessera/rt/Communicator.h"
 #include "tessera/rt/Opcodes.h"
+#include "tessera/rt/math/SequenceLayout.h"
 
 #include <cstdint>
 #include <string>
@@ -31,6 +32,11 @@ struct Thunk {
   /// block of the full buffer).
   int64_t i[4] = {};
   int64_t bytes = 0;
+  /// Dropout and the position embeddings: the runs of rows whose global
+  /// sequence positions are consecutive (one, or two under context
+  /// parallelism) and the whole sequence's length.
+  math::SequencePieces seq;
+  int64_t seqTotal = 0;
   bool transA = false, transB = false;
   float alpha = 1.0f, beta = 0.0f;
   float f[5] = {};

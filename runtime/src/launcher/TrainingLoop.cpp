@@ -395,8 +395,13 @@ Status RankRun::startTraining() {
     for (const fb::InputSpec *spec : *program.inputs())
       if (isTokenInput(*spec)) {
         const fb::Buffer *buf = program.buffers()->Get(spec->buffer());
-        if (buf->shape() && buf->shape()->size() == 2)
-          tokensPerSample = buf->shape()->Get(0);
+        // The whole sample (a context-parallel input holds a share).
+        const auto *shape =
+            buf->global_shape() && buf->global_shape()->size() == 2
+                ? buf->global_shape()
+                : buf->shape();
+        if (shape && shape->size() == 2)
+          tokensPerSample = shape->Get(0);
       }
 
   for (auto &entry : executor->commCounters())

@@ -456,11 +456,25 @@ TEST(CudaConformanceTest, CrossEntropy) {
           });
   compare("tokenMean", {in(random(rows)), ids(tv), out({0.0f})},
           [&](Backend &b, std::vector<void *> &p) {
-            return b.tokenMean(F(0), I(1), F(2), rows, -100);
+            return b.tokenMean(F(0), I(1), F(2), rows, -100, nullptr);
           });
   compare("tokenMeanGrad", {in({1.5f}), ids(tv), out(random(rows))},
           [&](Backend &b, std::vector<void *> &p) {
-            return b.tokenMeanGrad(F(0), I(1), F(2), rows, -100);
+            return b.tokenMeanGrad(F(0), I(1), F(2), rows, -100, nullptr);
+          });
+  // Context parallelism: the count of the whole sequence as a device scalar.
+  compare("tokenCount", {ids(tv), out({0.0f})},
+          [&](Backend &b, std::vector<void *> &p) {
+            return b.tokenCount(I(0), F(1), rows, -100);
+          });
+  compare("tokenMeanOver", {in(random(rows)), ids(tv), in({37.0f}), out({0.0f})},
+          [&](Backend &b, std::vector<void *> &p) {
+            return b.tokenMean(F(0), I(1), F(3), rows, -100, F(2));
+          });
+  compare("tokenMeanOverGrad",
+          {in({1.5f}), ids(tv), in({37.0f}), out(random(rows))},
+          [&](Backend &b, std::vector<void *> &p) {
+            return b.tokenMeanGrad(F(0), I(1), F(3), rows, -100, F(2));
           });
 }
 

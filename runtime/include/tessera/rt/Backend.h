@@ -13,6 +13,7 @@
 
 #include "tessera/rt/Communicator.h"
 #include "tessera/rt/Status.h"
+#include "tessera/rt/math/SequenceLayout.h"
 
 #include <cstdint>
 #include <functional>
@@ -279,9 +280,16 @@ public:
                                        int64_t cols, int64_t vocabOffset,
                                        int64_t numClasses,
                                        int64_t ignoreIndex) = 0;
-  /// y[0] = sum_r L[r] / count(t[r] != ignoreIndex), 0 if no row is valid.
+  /// y[0] = sum_r L[r] / count, 0 if count is 0, over the rows with
+  /// t[r] != ignoreIndex; count is `count[0]` (a device scalar: the whole
+  /// sequence's count under context parallelism) or, when `count` is null,
+  /// the number of such rows.
   virtual Status tokenMean(const float *loss, const int32_t *t, float *y,
-                           int64_t rows, int64_t ignoreIndex) = 0;
+                           int64_t rows, int64_t ignoreIndex,
+                           const float *count) = 0;
+  /// n[0] = count(t[r] != ignoreIndex) as a float.
+  virtual Status tokenCount(const int32_t *t, float *n, int64_t rows,
+                            int64_t ignoreIndex) = 0;
   /// Dropout on [seq, batch, hidden] with masks keyed by global position
   /// (see the Dropout opcode and math/Philox.h): batch column b holds global
   /// sample firstSample + b, `seqOffset` is the first global position of
@@ -290,9 +298,43 @@ public:
                          int64_t hidden, int64_t seqOffset, int64_t seqTotal,
                          int64_t firstSample, uint64_t seed, int64_t stream,
                          float rate) = 0;
-  /// dL[r] = dy[0] / count(valid) where t[r] != ignoreIndex, else 0.
+  /// dL[r] = dy[0] / count where t[r] != ignoreIndex, else 0; count as in
+  /// tokenMean.
   virtual Status tokenMeanGrad(const float *dy, const int32_t *t, float *dl,
-                               int64_t rows, int64_t ignoreIndex) = 0;
+                               int64_t rows, int64_t ignoreIndex,
+                               const float *count) = 0;
+
+  /// Ring attention (context parallelism, the RingAttention opcodes): the
+  /// per-step kernels the executor runs while the K/V blocks travel around
+  /// the cp group. Local rows are this cp rank's two chunks of the
+  /// sequence (math/SequenceLayout.h); a K/V block is [S, B, heads, 2, D]
+  /// (k then v per head), as packed from QKV.
+  using RingAttentionDims = math::RingAttentionDims;
+  /// kv = the K and V of QKV, packed.
+  virtual Status ringPackKeysValues(const float *qkv, float *kv,
+                                    const RingAttentionDims &d) = 0;
+  /// One forward step: this rank's queries against block `kv` of cp rank
+  /// `source`, accumulated into the unnormalised output O and the running
+  /// max and sum `stats` ([2, B * heads, S]) with the online softmax. The
+  /// first step (`first`) starts them; the last (`lse` not null)
+  /// normalises O and writes LSE [S, B, heads].
+  virtual Status ringAttentionStep(const float *qkv, const float *kv, float *o,
+                                   float *stats, float *lse,
+                                   const RingAttentionDims &d, int64_t source,
+                                   bool first) = 0;
+  /// One backward step against block `kv` of cp rank `source`: adds this
+  /// rank's queries' share of dK/dV into `dkv` (same layout) and of dQ into
+  /// the q part of dQKV. `delta` is [B * heads, S]; the first step computes
+  /// it (rowsum(dO * O)) and zeroes dQKV.
+  virtual Status ringAttentionGradStep(const float *qkv, const float *o,
+                                       const float *lse, const float *dout,
+                                       const float *kv, float *dkv,
+                                       float *delta, float *dqkv,
+                                       const RingAttentionDims &d,
+                                       int64_t source, bool first) = 0;
+  /// The k and v parts of dQKV = the packed gradients dkv.
+  virtual Status ringUnpackKeyValueGrads(const float *dkv, float *dqkv,
+                                         const RingAttentionDims &d) = 0;
 };
 
 using BackendFactory =

@@ -40,6 +40,10 @@ struct DataLayout {
   int64_t microBatch = 1;  ///< b
   int dpIndex = 0;         ///< r
   int dpSize = 1;          ///< D
+  /// Context parallelism: token inputs split over "cp" hold cp rank
+  /// cpIndex's load-balanced share of each sample (math/SequenceLayout.h).
+  int cpIndex = 0;
+  int cpSize = 1;
   /// Token dataset of the language-model inputs (null: none given).
   std::shared_ptr<const IndexedDataset> dataset;
   /// Without a dataset: synthetic tokens (tessera-run --mock-data), the

@@ -202,6 +202,9 @@ private:
   /// Synchronises the backend before a collective or p2p thunk unless its
   /// communicator is stream-ordered.
   Status syncForHostComm(const Thunk &thunk);
+  /// RingAttention and RingAttentionGrad (RingAttention.cpp).
+  Status ringAttention(const Thunk &thunk);
+  Status ringAttentionGrad(const Thunk &thunk);
   /// Runs the thunks of `fn` on `slot`, recording phase `phase` when
   /// tracing; `context` is appended to an instruction's location in errors.
   /// With `drainP2p`, completes the open p2p batch before returning.

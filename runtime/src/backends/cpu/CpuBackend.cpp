@@ -10,6 +10,7 @@
 #include "tessera/rt/Rng.h"
 #include "tessera/rt/math/Kernels.h"
 #include "tessera/rt/math/Philox.h"
+#include "tessera/rt/math/SequenceLayout.h"
 
 #include <omp.h>
 
@@ -872,6 +873,183 @@ public:
     return Status();
   }
 
+  //===--------------------------------------------------------------------===//
+  // Ring attention (context parallelism). Per (batch, head) and per pair of
+  // a local query chunk and a key chunk of the block: skipped when the keys
+  // all follow the queries (causal), masked on the diagonal chunk, full
+  // otherwise; query rows in blocks of kAttentionBlock.
+  //===--------------------------------------------------------------------===//
+
+  /// Calls body(qBegin, kBegin, diagonal) for each query chunk and key
+  /// chunk (local row offsets) that is not wholly masked.
+  template <typename Body>
+  static void forEachChunkPair(const RingAttentionDims &d, int64_t source,
+                               Body body) {
+    const int64_t chunk = d.seq / 2;
+    for (int a = 0; a < 2; ++a)
+      for (int c = 0; c < 2; ++c) {
+        int64_t gq = math::cpChunkIndex(d.cpRank, d.cpSize, a);
+        int64_t gk = math::cpChunkIndex(source, d.cpSize, c);
+        if (d.causal && gk > gq)
+          continue;
+        body(a * chunk, c * chunk, d.causal && gk == gq);
+      }
+  }
+
+  static Status checkRingDims(const RingAttentionDims &d) {
+    if (d.seq % 2 != 0)
+      return invalidArgument("ring attention needs an even local sequence, got ",
+                             d.seq);
+    return checkAttentionDims(d.seq, d.batch, d.heads, d.headDim);
+  }
+
+  Status ringPackKeysValues(const float *qkv, float *kv,
+                            const RingAttentionDims &d) override {
+    const int64_t D = d.headDim, groups = d.seq * d.batch * d.heads;
+    for (int64_t g = 0; g < groups; ++g)
+      std::memcpy(kv + g * 2 * D, qkv + g * 3 * D + D, size_t(2 * D) * 4);
+    return Status();
+  }
+
+  Status ringUnpackKeyValueGrads(const float *dkv, float *dqkv,
+                                 const RingAttentionDims &d) override {
+    const int64_t D = d.headDim, groups = d.seq * d.batch * d.heads;
+    for (int64_t g = 0; g < groups; ++g)
+      std::memcpy(dqkv + g * 3 * D + D, dkv + g * 2 * D, size_t(2 * D) * 4);
+    return Status();
+  }
+
+  Status ringAttentionStep(const float *qkv, const float *kv, float *o,
+                           float *stats, float *lse, const RingAttentionDims &d,
+                           int64_t source, bool first) override {
+    TESSERA_RETURN_IF_ERROR(checkRingDims(d));
+    const int64_t S = d.seq, B = d.batch, H = d.heads, D = d.headDim;
+    const int64_t ld = B * H * 3 * D, ldkv = B * H * 2 * D, ldo = B * H * D;
+    float *mAll = stats, *lAll = stats + B * H * S;
+    if (first) {
+      std::fill(o, o + S * ldo, 0.0f);
+      std::fill(mAll, mAll + B * H * S, -INFINITY);
+      std::fill(lAll, lAll + B * H * S, 0.0f);
+    }
+    const float scale = float(1.0 / std::sqrt(double(D)));
+    const int64_t chunk = S / 2, block = std::min(chunk, kAttentionBlock);
+    std::vector<float> sc(size_t(std::max<int64_t>(1, block * chunk)));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t bh = b * H + h;
+        const float *q = qkv + bh * 3 * D;
+        const float *k = kv + bh * 2 * D, *v = k + D;
+        float *ob = o + bh * D, *m = mAll + bh * S, *l = lAll + bh * S;
+        forEachChunkPair(d, source, [&](int64_t q0, int64_t k0, bool diag) {
+          for (int64_t i0 = 0; i0 < chunk; i0 += block) {
+            const int64_t rows = std::min(block, chunk - i0);
+            const int64_t kEnd = diag ? i0 + rows : chunk;
+            float *p = sc.data();
+            sgemm(false, true, rows, kEnd, D, scale, q + (q0 + i0) * ld, ld,
+                  k + k0 * ldkv, ldkv, 0.0f, p, kEnd);
+            for (int64_t i = 0; i < rows; ++i) {
+              float *row = p + i * kEnd;
+              const int64_t r = q0 + i0 + i;
+              const int64_t valid = diag ? i0 + i + 1 : kEnd;
+              const float mx = std::max(m[r], rowMax(row, valid));
+              for (int64_t j = 0; j < valid; ++j)
+                row[j] = expApprox(row[j] - mx);
+              for (int64_t j = valid; j < kEnd; ++j)
+                row[j] = 0.0f;
+              const float alpha =
+                  m[r] == -INFINITY ? 0.0f : expApprox(m[r] - mx);
+              l[r] = l[r] * alpha + laneDot(row, nullptr, valid);
+              m[r] = mx;
+              float *orow = ob + r * ldo;
+              for (int64_t j = 0; j < D; ++j)
+                orow[j] *= alpha;
+            }
+            sgemm(false, false, rows, D, kEnd, 1.0f, p, kEnd, v + k0 * ldkv,
+                  ldkv, 1.0f, ob + (q0 + i0) * ldo, ldo);
+          }
+        });
+        if (!lse)
+          continue;
+        for (int64_t r = 0; r < S; ++r) {
+          const float inv = 1.0f / l[r];
+          float *orow = ob + r * ldo;
+          for (int64_t j = 0; j < D; ++j)
+            orow[j] *= inv;
+          lse[(r * B + b) * H + h] = m[r] + std::log(l[r]);
+        }
+      }
+    return Status();
+  }
+
+  Status ringAttentionGradStep(const float *qkv, const float *o,
+                               const float *lse, const float *dout,
+                               const float *kv, float *dkv, float *delta,
+                               float *dqkv, const RingAttentionDims &d,
+                               int64_t source, bool first) override {
+    TESSERA_RETURN_IF_ERROR(checkRingDims(d));
+    const int64_t S = d.seq, B = d.batch, H = d.heads, D = d.headDim;
+    const int64_t ld = B * H * 3 * D, ldkv = B * H * 2 * D, ldo = B * H * D;
+    if (first) {
+      std::fill(dqkv, dqkv + S * ld, 0.0f);
+      for (int64_t bh = 0; bh < B * H; ++bh)
+        for (int64_t r = 0; r < S; ++r)
+          delta[bh * S + r] =
+              laneDot(o + r * ldo + bh * D, dout + r * ldo + bh * D, D);
+    }
+    const float scale = float(1.0 / std::sqrt(double(D)));
+    const int64_t chunk = S / 2, block = std::min(chunk, kAttentionBlock);
+    const size_t tile = size_t(std::max<int64_t>(1, block * chunk));
+    std::vector<float> probs(tile), dprobs(tile);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t bh = b * H + h;
+        const float *q = qkv + bh * 3 * D;
+        float *dq = dqkv + bh * 3 * D;
+        const float *k = kv + bh * 2 * D, *v = k + D;
+        float *dk = dkv + bh * 2 * D, *dv = dk + D;
+        const float *dO = dout + bh * D;
+        const float *dl = delta + bh * S;
+        forEachChunkPair(d, source, [&](int64_t q0, int64_t k0, bool diag) {
+          for (int64_t i0 = 0; i0 < chunk; i0 += block) {
+            const int64_t rows = std::min(block, chunk - i0);
+            const int64_t kEnd = diag ? i0 + rows : chunk;
+            const int64_t r0 = q0 + i0;
+            float *p = probs.data(), *dp = dprobs.data();
+            sgemm(false, true, rows, kEnd, D, scale, q + r0 * ld, ld,
+                  k + k0 * ldkv, ldkv, 0.0f, p, kEnd);
+            for (int64_t i = 0; i < rows; ++i) {
+              float *row = p + i * kEnd;
+              const float rowLse = lse[((r0 + i) * B + b) * H + h];
+              const int64_t valid = diag ? i0 + i + 1 : kEnd;
+              for (int64_t j = 0; j < valid; ++j)
+                row[j] = expApprox(row[j] - rowLse);
+              for (int64_t j = valid; j < kEnd; ++j)
+                row[j] = 0.0f;
+            }
+            // dV += P^T dO; dP = dO V^T.
+            sgemm(true, false, kEnd, D, rows, 1.0f, p, kEnd, dO + r0 * ldo, ldo,
+                  1.0f, dv + k0 * ldkv, ldkv);
+            sgemm(false, true, rows, kEnd, D, 1.0f, dO + r0 * ldo, ldo,
+                  v + k0 * ldkv, ldkv, 0.0f, dp, kEnd);
+            // dS = P * (dP - rowsum(dO * O)).
+            for (int64_t i = 0; i < rows; ++i) {
+              const float di = dl[r0 + i];
+              float *dr = dp + i * kEnd;
+              const float *pr = p + i * kEnd;
+              for (int64_t j = 0; j < kEnd; ++j)
+                dr[j] = pr[j] * (dr[j] - di);
+            }
+            // dQ += dS K / sqrt(D); dK += dS^T Q / sqrt(D).
+            sgemm(false, false, rows, D, kEnd, scale, dp, kEnd, k + k0 * ldkv,
+                  ldkv, 1.0f, dq + r0 * ld, ld);
+            sgemm(true, false, kEnd, D, rows, scale, dp, kEnd, q + r0 * ld, ld,
+                  1.0f, dk + k0 * ldkv, ldkv);
+          }
+        });
+      }
+    return Status();
+  }
+
   Status logitsMax(const float *z, float *m, int64_t rows,
                    int64_t cols) override {
     for (int64_t r = 0; r < rows; ++r) {
@@ -967,15 +1145,25 @@ public:
   }
 
   Status tokenMean(const float *loss, const int32_t *t, float *y, int64_t rows,
-                   int64_t ignoreIndex) override {
+                   int64_t ignoreIndex, const float *count) override {
     double sum = 0.0;
-    int64_t count = 0;
+    int64_t valid = 0;
     for (int64_t r = 0; r < rows; ++r)
       if (t[r] != ignoreIndex) {
         sum += double(loss[r]);
-        ++count;
+        ++valid;
       }
-    y[0] = count ? float(sum / double(count)) : 0.0f;
+    const double n = count ? double(count[0]) : double(valid);
+    y[0] = n != 0.0 ? float(sum / n) : 0.0f;
+    return Status();
+  }
+
+  Status tokenCount(const int32_t *t, float *n, int64_t rows,
+                    int64_t ignoreIndex) override {
+    int64_t valid = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      valid += t[r] != ignoreIndex;
+    n[0] = float(valid);
     return Status();
   }
 
@@ -1003,11 +1191,13 @@ public:
   }
 
   Status tokenMeanGrad(const float *dy, const int32_t *t, float *dl,
-                       int64_t rows, int64_t ignoreIndex) override {
-    int64_t count = 0;
+                       int64_t rows, int64_t ignoreIndex,
+                       const float *count) override {
+    int64_t valid = 0;
     for (int64_t r = 0; r < rows; ++r)
-      count += t[r] != ignoreIndex;
-    const float v = count ? dy[0] / float(count) : 0.0f;
+      valid += t[r] != ignoreIndex;
+    const float n = count ? count[0] : float(valid);
+    const float v = n != 0.0f ? dy[0] / n : 0.0f;
     for (int64_t r = 0; r < rows; ++r)
       dl[r] = t[r] != ignoreIndex ? v : 0.0f;
     return Status();

@@ -642,15 +642,53 @@ Status CudaBackend::crossEntropyStatsGrad(
                   "CrossEntropyStatsGrad");
 }
 Status CudaBackend::tokenMean(const float *loss, const int32_t *t, float *y,
-                              int64_t rows, int64_t ignoreIndex) {
-  return launched(launchTokenMean(computeStream, loss, t, y, rows, ignoreIndex),
-                  "TokenMean");
+                              int64_t rows, int64_t ignoreIndex,
+                              const float *count) {
+  return launched(
+      launchTokenMean(computeStream, loss, t, y, rows, ignoreIndex, count),
+      "TokenMean");
+}
+Status CudaBackend::tokenCount(const int32_t *t, float *n, int64_t rows,
+                               int64_t ignoreIndex) {
+  return launched(launchTokenCount(computeStream, t, n, rows, ignoreIndex),
+                  "TokenCount");
 }
 Status CudaBackend::tokenMeanGrad(const float *dy, const int32_t *t, float *dl,
-                                  int64_t rows, int64_t ignoreIndex) {
+                                  int64_t rows, int64_t ignoreIndex,
+                                  const float *count) {
   return launched(
-      launchTokenMeanGrad(computeStream, dy, t, dl, rows, ignoreIndex),
+      launchTokenMeanGrad(computeStream, dy, t, dl, rows, ignoreIndex, count),
       "TokenMeanGrad");
+}
+
+// Ring attention (context parallelism) runs on the CPU backend only so far:
+// the executor's ring also needs its K/V exchange ordered on the NCCL
+// stream. tessera-run reports this before training.
+static Status ringAttentionUnimplemented() {
+  return unimplemented("ring attention (context parallelism, --cp > 1) is "
+                       "not implemented on the cuda backend yet; run it with "
+                       "--backend cpu");
+}
+Status CudaBackend::ringPackKeysValues(const float *, float *,
+                                       const RingAttentionDims &) {
+  return ringAttentionUnimplemented();
+}
+Status CudaBackend::ringAttentionStep(const float *, const float *, float *,
+                                      float *, float *,
+                                      const RingAttentionDims &, int64_t,
+                                      bool) {
+  return ringAttentionUnimplemented();
+}
+Status CudaBackend::ringAttentionGradStep(const float *, const float *,
+                                          const float *, const float *,
+                                          const float *, float *, float *,
+                                          float *, const RingAttentionDims &,
+                                          int64_t, bool) {
+  return ringAttentionUnimplemented();
+}
+Status CudaBackend::ringUnpackKeyValueGrads(const float *, float *,
+                                            const RingAttentionDims &) {
+  return ringAttentionUnimplemented();
 }
 
 Status CudaBackend::dropout(const float *x, float *y, int64_t seq,

@@ -173,13 +173,28 @@ public:
                                int64_t numClasses,
                                int64_t ignoreIndex) override;
   Status tokenMean(const float *loss, const int32_t *t, float *y, int64_t rows,
-                   int64_t ignoreIndex) override;
+                   int64_t ignoreIndex, const float *count) override;
+  Status tokenCount(const int32_t *t, float *n, int64_t rows,
+                    int64_t ignoreIndex) override;
   Status dropout(const float *x, float *y, int64_t seq, int64_t batch,
                  int64_t hidden, int64_t seqOffset, int64_t seqTotal,
                  int64_t firstSample, uint64_t seed, int64_t stream,
                  float rate) override;
   Status tokenMeanGrad(const float *dy, const int32_t *t, float *dl,
-                       int64_t rows, int64_t ignoreIndex) override;
+                       int64_t rows, int64_t ignoreIndex,
+                       const float *count) override;
+  Status ringPackKeysValues(const float *qkv, float *kv,
+                            const RingAttentionDims &d) override;
+  Status ringAttentionStep(const float *qkv, const float *kv, float *o,
+                           float *stats, float *lse, const RingAttentionDims &d,
+                           int64_t source, bool first) override;
+  Status ringAttentionGradStep(const float *qkv, const float *o,
+                               const float *lse, const float *dout,
+                               const float *kv, float *dkv, float *delta,
+                               float *dqkv, const RingAttentionDims &d,
+                               int64_t source, bool first) override;
+  Status ringUnpackKeyValueGrads(const float *dkv, float *dqkv,
+                                 const RingAttentionDims &d) override;
 
 private:
   CudaBackend() = default;

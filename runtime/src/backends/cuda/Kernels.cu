@@ -579,8 +579,11 @@ __global__ void meanKernel(const float *x, float *y, int64_t n) {
     y[0] = n ? float(sum / double(n)) : 0.0f;
 }
 
+// `total` (nullable): the count of the whole sequence under context
+// parallelism, else the rows' own.
 __global__ void tokenMeanKernel(const float *loss, const int32_t *t, float *y,
-                                int64_t rows, int64_t ignoreIndex) {
+                                int64_t rows, int64_t ignoreIndex,
+                                const float *total) {
   double sum = 0.0;
   long long count = 0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
@@ -590,18 +593,30 @@ __global__ void tokenMeanKernel(const float *loss, const int32_t *t, float *y,
     }
   sum = blockSumD(sum);
   count = blockCount(count);
+  const double n = total ? double(total[0]) : double(count);
   if (threadIdx.x == 0)
-    y[0] = count ? float(sum / double(count)) : 0.0f;
+    y[0] = n != 0.0 ? float(sum / n) : 0.0f;
 }
 
-__global__ void tokenMeanGradKernel(const float *dy, const int32_t *t,
-                                    float *dl, int64_t rows,
-                                    int64_t ignoreIndex) {
+__global__ void tokenCountKernel(const int32_t *t, float *n, int64_t rows,
+                                 int64_t ignoreIndex) {
   long long count = 0;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
     count += t[r] != ignoreIndex;
   count = blockCount(count);
-  const float v = count ? dy[0] / float(count) : 0.0f;
+  if (threadIdx.x == 0)
+    n[0] = float(count);
+}
+
+__global__ void tokenMeanGradKernel(const float *dy, const int32_t *t,
+                                    float *dl, int64_t rows,
+                                    int64_t ignoreIndex, const float *total) {
+  long long count = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
+    count += t[r] != ignoreIndex;
+  count = blockCount(count);
+  const float n = total ? total[0] : float(count);
+  const float v = n != 0.0f ? dy[0] / n : 0.0f;
   for (int64_t r = threadIdx.x; r < rows; r += blockDim.x)
     dl[r] = t[r] != ignoreIndex ? v : 0.0f;
 }
@@ -906,16 +921,23 @@ cudaError_t launchMean(cudaStream_t s, const float *x, float *y, int64_t n) {
   return cudaGetLastError();
 }
 cudaError_t launchTokenMean(cudaStream_t s, const float *loss, const int32_t *t,
-                            float *y, int64_t rows, int64_t ignoreIndex) {
-  tokenMeanKernel<<<1, kReduceThreads, 0, s>>>(loss, t, y, rows, ignoreIndex);
+                            float *y, int64_t rows, int64_t ignoreIndex,
+                            const float *count) {
+  tokenMeanKernel<<<1, kReduceThreads, 0, s>>>(loss, t, y, rows, ignoreIndex,
+                                               count);
+  return cudaGetLastError();
+}
+cudaError_t launchTokenCount(cudaStream_t s, const int32_t *t, float *n,
+                             int64_t rows, int64_t ignoreIndex) {
+  tokenCountKernel<<<1, kReduceThreads, 0, s>>>(t, n, rows, ignoreIndex);
   return cudaGetLastError();
 }
 cudaError_t launchTokenMeanGrad(cudaStream_t s, const float *dy,
                                 const int32_t *t, float *dl, int64_t rows,
-                                int64_t ignoreIndex) {
+                                int64_t ignoreIndex, const float *count) {
   if (rows > 0)
     tokenMeanGradKernel<<<1, kReduceThreads, 0, s>>>(dy, t, dl, rows,
-                                                     ignoreIndex);
+                                                     ignoreIndex, count);
   return cudaGetLastError();
 }
 

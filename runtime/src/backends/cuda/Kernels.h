@@ -127,10 +127,13 @@ cudaError_t launchCrossEntropyStatsGrad(
     int64_t vocabOffset, int64_t numClasses, int64_t ignoreIndex,
     DeviceError *err);
 cudaError_t launchTokenMean(cudaStream_t s, const float *loss, const int32_t *t,
-                            float *y, int64_t rows, int64_t ignoreIndex);
+                            float *y, int64_t rows, int64_t ignoreIndex,
+                            const float *count);
+cudaError_t launchTokenCount(cudaStream_t s, const int32_t *t, float *n,
+                             int64_t rows, int64_t ignoreIndex);
 cudaError_t launchTokenMeanGrad(cudaStream_t s, const float *dy,
                                 const int32_t *t, float *dl, int64_t rows,
-                                int64_t ignoreIndex);
+                                int64_t ignoreIndex, const float *count);
 cudaError_t launchDropout(cudaStream_t s, const float *x, float *y,
                           int64_t seq, int64_t batch, int64_t hidden,
                           int64_t seqOffset, int64_t seqTotal,
