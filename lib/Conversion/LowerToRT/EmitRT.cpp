@@ -367,27 +367,27 @@ static SmallVector<Value> crossEntropyStats(EmitState &state, OpBuilder &b,
   return {z, t, m, se, pl};
 }
 
-/// A token mean with the whole sequence's count (context parallelism) is
-/// TokenMeanOver; operands then results either way.
-PATTERN(TokenMeanPattern, nn::TokenMeanOp) {
-  SmallVector<NamedAttribute> attrs{iattrs(b, {int64_t(o.getIgnoreIndex())})};
+/// A token mean (or its gradient) with the whole sequence's count (context
+/// parallelism) is TokenMeanOver(Grad); operands then results either way.
+template <typename OverOp, typename PlainOp, typename SourceOp, typename Pattern>
+static void lowerTokenMean(const Pattern &p, ConversionPatternRewriter &b,
+                           SourceOp o) {
+  SmallVector<NamedAttribute> attrs{p.iattrs(b, {int64_t(o.getIgnoreIndex())})};
   if (o.getCount())
-    rt::TokenMeanOverOp::create(b, o.getLoc(), TypeRange{},
-                                operandsThenResults(b, o), attrs);
+    OverOp::create(b, o.getLoc(), TypeRange{}, p.operandsThenResults(b, o),
+                   attrs);
   else
-    rt::TokenMeanOp::create(b, o.getLoc(), TypeRange{},
-                            operandsThenResults(b, o), attrs);
+    PlainOp::create(b, o.getLoc(), TypeRange{}, p.operandsThenResults(b, o),
+                    attrs);
+}
+
+PATTERN(TokenMeanPattern, nn::TokenMeanOp) {
+  lowerTokenMean<rt::TokenMeanOverOp, rt::TokenMeanOp>(*this, b, o);
   return Value();
 }
 
 PATTERN(TokenMeanGradPattern, nn::TokenMeanGradOp) {
-  SmallVector<NamedAttribute> attrs{iattrs(b, {int64_t(o.getIgnoreIndex())})};
-  if (o.getCount())
-    rt::TokenMeanOverGradOp::create(b, o.getLoc(), TypeRange{},
-                                    operandsThenResults(b, o), attrs);
-  else
-    rt::TokenMeanGradOp::create(b, o.getLoc(), TypeRange{},
-                                operandsThenResults(b, o), attrs);
+  lowerTokenMean<rt::TokenMeanOverGradOp, rt::TokenMeanGradOp>(*this, b, o);
   return Value();
 }
 

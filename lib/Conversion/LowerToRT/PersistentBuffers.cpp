@@ -17,6 +17,26 @@
 using namespace mlir;
 using namespace tessera;
 
+/// The manifest attributes of a buffer sharded as `sharding` says
+/// (`dist.sharding = {axis, dim}`, or null): shard_dim and shard_axis, and
+/// always the global shape, the local one times the axis's group size.
+static void addShardAttrs(Builder &b, dist::MeshOp mesh, RankedTensorType local,
+                          DictionaryAttr sharding,
+                          SmallVectorImpl<NamedAttribute> &attrs) {
+  SmallVector<int64_t> global(local.getShape());
+  if (sharding) {
+    int64_t dim = sharding.getAs<IntegerAttr>("dim").getInt();
+    auto axis = sharding.getAs<StringAttr>("axis");
+    std::string error;
+    FailureOr<int64_t> size = mesh ? mesh.getGroupSize(axis.getValue(), error)
+                                   : FailureOr<int64_t>(1);
+    global[dim] *= succeeded(size) ? *size : 1;
+    attrs.push_back(b.getNamedAttr("shard_dim", b.getI64IntegerAttr(dim)));
+    attrs.push_back(b.getNamedAttr("shard_axis", axis));
+  }
+  attrs.push_back(b.getNamedAttr("global_shape", b.getDenseI64ArrayAttr(global)));
+}
+
 namespace tessera::lowering {
 
 int64_t chunkOf(func::FuncOp f) {
@@ -68,20 +88,10 @@ LogicalResult PersistentBuffers::collect(ModuleOp module,
     Type type = micro.getArgumentTypes()[i];
     if (auto name = micro.getArgAttrOfType<StringAttr>(i, kParamAttr)) {
       auto tensor = cast<RankedTensorType>(type);
-      SmallVector<int64_t> global(tensor.getShape());
       SmallVector<NamedAttribute> attrs;
-      if (auto sh = micro.getArgAttrOfType<DictionaryAttr>(i, kShardingAttr)) {
-        int64_t dim = sh.getAs<IntegerAttr>("dim").getInt();
-        auto axis = sh.getAs<StringAttr>("axis");
-        std::string error;
-        FailureOr<int64_t> size =
-            mesh ? mesh.getGroupSize(axis.getValue(), error)
-                 : FailureOr<int64_t>(1);
-        global[dim] *= succeeded(size) ? *size : 1;
-        attrs.push_back(b.getNamedAttr("shard_dim", b.getI64IntegerAttr(dim)));
-        attrs.push_back(b.getNamedAttr("shard_axis", axis));
-      }
-      attrs.push_back(b.getNamedAttr("global_shape", b.getDenseI64ArrayAttr(global)));
+      addShardAttrs(b, mesh, tensor,
+                    micro.getArgAttrOfType<DictionaryAttr>(i, kShardingAttr),
+                    attrs);
       StringAttr init = micro.getArgAttrOfType<StringAttr>(i, kInitAttr);
       if (!init)
         init = b.getStringAttr(tensor.getRank() >= 2 ? "normal:0.02" : "zeros");
@@ -145,21 +155,10 @@ LogicalResult PersistentBuffers::collect(ModuleOp module,
       }
       // A context-parallel share of the sequence (tessera-cp-partition):
       // the runtime loads this rank's positions.
-      if (auto sh = micro.getArgAttrOfType<DictionaryAttr>(i, kShardingAttr)) {
-        auto tensor = cast<RankedTensorType>(micro.getArgumentTypes()[i]);
-        SmallVector<int64_t> global(tensor.getShape());
-        int64_t dim = sh.getAs<IntegerAttr>("dim").getInt();
-        auto axis = sh.getAs<StringAttr>("axis");
-        std::string error;
-        FailureOr<int64_t> size =
-            mesh ? mesh.getGroupSize(axis.getValue(), error)
-                 : FailureOr<int64_t>(1);
-        global[dim] *= succeeded(size) ? *size : 1;
-        attrs.push_back(b.getNamedAttr("shard_dim", b.getI64IntegerAttr(dim)));
-        attrs.push_back(b.getNamedAttr("shard_axis", axis));
-        attrs.push_back(
-            b.getNamedAttr("global_shape", b.getDenseI64ArrayAttr(global)));
-      }
+      if (auto sh = micro.getArgAttrOfType<DictionaryAttr>(i, kShardingAttr))
+        addShardAttrs(b, mesh,
+                      cast<RankedTensorType>(micro.getArgumentTypes()[i]), sh,
+                      attrs);
       Persistent *p = add(name.getValue(), rt::BufferKind::Input, micro.getArgumentTypes()[i], attrs);
       if (p->attrs.empty())
         p->attrs = attrs;
