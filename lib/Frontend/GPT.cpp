@@ -35,6 +35,20 @@ std::string tessera::validateGPTConfig(const GPTConfig &c) {
     return "--ffn must be positive";
   if (c.dropout < 0 || c.dropout >= 1)
     return "--dropout must be in [0, 1)";
+  if (c.numExperts < 0)
+    return "--num-experts must not be negative";
+  if (c.numExperts > 0) {
+    if (c.moeTopk < 1 || c.moeTopk > c.numExperts)
+      return "--moe-router-topk " + std::to_string(c.moeTopk) +
+             " must be in [1, --num-experts " + std::to_string(c.numExperts) +
+             "]";
+    if (c.moeFfn < 0)
+      return "--moe-ffn-hidden must be positive";
+    if (c.moeLayerFreq < 1)
+      return "--moe-layer-freq must be positive";
+    if (c.moeAuxLossCoeff < 0)
+      return "--moe-aux-loss-coeff must not be negative";
+  }
   return "";
 }
 
@@ -73,6 +87,7 @@ private:
     return NameLoc::get(b.getStringAttr(name));
   }
   Value layer(int64_t i, Value h);
+  Value moe(int64_t i, Value x, const std::string &outInit);
   /// Megatron's hidden dropout (none at rate 0); each site its own stream.
   Value dropout(Value v, const Twine &name) {
     if (c.dropout == 0)
@@ -125,6 +140,13 @@ Value GPTBuilder::layer(int64_t i, Value h) {
   Value g2 = param(p + "pre_mlp_layernorm.weight", {H}, "ones");
   Value b2 = param(p + "pre_mlp_layernorm.bias", {H}, "zeros");
   x = mark(nn::LayerNormOp::create(b, loc(p + "pre_mlp_layernorm"), h, g2, b2, eps));
+  if (c.numExperts > 0 && i % c.moeLayerFreq == 0) {
+    Value m = moe(i, x, outInit);
+    m = dropout(m, p + "mlp.dropout");
+    if (m.getDefiningOp<nn::DropoutOp>())
+      mark(m);
+    return mark(nn::AddOp::create(b, loc(p + "mlp.residual"), h, m));
+  }
   Value w1 = param(p + "mlp.linear_fc1.weight", {F, H}, normal(c.initStd));
   Value bb1 = param(p + "mlp.linear_fc1.bias", {F}, "zeros");
   Value u = mark(nn::LinearOp::create(b, loc(p + "mlp.linear_fc1"), x, w1, bb1));
@@ -136,6 +158,47 @@ Value GPTBuilder::layer(int64_t i, Value h) {
   if (m.getDefiningOp<nn::DropoutOp>())
     mark(m);
   return mark(nn::AddOp::create(b, loc(p + "mlp.residual"), h, m));
+}
+
+/// Megatron's MoELayer: TopKRouter (a linear without bias, top-k then
+/// softmax, the load-balancing loss on the probabilities through
+/// MoEAuxLossAutoScaler), the token permutation, GroupedMLP (two grouped
+/// GEMMs without bias around GELU) and the weighted unpermutation.
+Value GPTBuilder::moe(int64_t i, Value x, const std::string &outInit) {
+  std::string p = "decoder.layers." + std::to_string(i) + ".mlp.";
+  int64_t H = c.hidden, E = c.numExperts;
+  int64_t F = c.moeFfn ? c.moeFfn : (c.ffn ? c.ffn : 4 * c.hidden);
+  auto mark = [&](Value v) {
+    v.getDefiningOp()->setAttr(kLayerAttr, b.getI64IntegerAttr(i));
+    return v;
+  };
+  Value wr = param(p + "router.weight", {E, H}, normal(c.initStd));
+  Value logits = mark(nn::LinearOp::create(b, loc(p + "router"), x, wr, Value()));
+  auto route = nn::MoERouterOp::create(b, loc(p + "router.topk"), logits,
+                                       b.getI64IntegerAttr(c.moeTopk));
+  mark(route.getProbs());
+  Value probs = route.getProbs(), indices = route.getIndices();
+  if (c.moeAuxLossCoeff > 0) {
+    Value aux = mark(nn::MoEAuxLossOp::create(
+        b, loc(p + "router.aux_loss"), logits, indices,
+        b.getF32FloatAttr(float(c.moeAuxLossCoeff))));
+    probs = mark(nn::AddAuxLossOp::create(b, loc(p + "router.aux_loss_scaler"),
+                                          probs, aux));
+  }
+  auto experts = b.getI64IntegerAttr(E);
+  auto dispatch = nn::MoEDispatchOp::create(
+      b, loc(p + "token_dispatcher.permute"), x, indices, experts);
+  mark(dispatch.getResult());
+  Value w1 = param(p + "experts.linear_fc1.weight", {E, F, H}, normal(c.initStd));
+  Value w2 = param(p + "experts.linear_fc2.weight", {E, H, F}, outInit);
+  Value u = mark(nn::GroupedLinearOp::create(b, loc(p + "experts.linear_fc1"),
+                                             dispatch.getResult(),
+                                             dispatch.getCounts(), w1));
+  u = mark(nn::GeluOp::create(b, loc(p + "experts.activation"), u));
+  Value y = mark(nn::GroupedLinearOp::create(b, loc(p + "experts.linear_fc2"),
+                                             u, dispatch.getCounts(), w2));
+  return mark(nn::MoECombineOp::create(b, loc(p + "token_dispatcher.unpermute"),
+                                       y, probs, indices, experts));
 }
 
 OwningOpRef<ModuleOp> GPTBuilder::build() {

@@ -338,6 +338,74 @@ public:
     note("ringUnpackKeyValueGrads");
     return inner->ringUnpackKeyValueGrads(dkv, dqkv, d);
   }
+  Status moeRouter(const float *logits, float *probs, int32_t *indices,
+                   int64_t tokens, int64_t experts, int64_t k) override {
+    note("moeRouter");
+    return inner->moeRouter(logits, probs, indices, tokens, experts, k);
+  }
+  Status moeRouterGrad(const float *probs, const int32_t *indices,
+                       const float *dprobs, float *dlogits, int64_t tokens,
+                       int64_t experts, int64_t k) override {
+    note("moeRouterGrad");
+    return inner->moeRouterGrad(probs, indices, dprobs, dlogits, tokens,
+                                experts, k);
+  }
+  Status moeAuxLoss(const float *logits, const int32_t *indices, float *y,
+                    int64_t tokens, int64_t experts, int64_t k,
+                    float coeff) override {
+    note("moeAuxLoss");
+    return inner->moeAuxLoss(logits, indices, y, tokens, experts, k, coeff);
+  }
+  Status moeAuxLossGrad(const float *logits, const int32_t *indices,
+                        const float *dy, float *dlogits, int64_t tokens,
+                        int64_t experts, int64_t k, float coeff) override {
+    note("moeAuxLossGrad");
+    return inner->moeAuxLossGrad(logits, indices, dy, dlogits, tokens, experts,
+                                 k, coeff);
+  }
+  Status moeDispatch(const float *x, const int32_t *indices, float *rows,
+                     int32_t *counts, int64_t tokens, int64_t k,
+                     int64_t experts, int64_t features) override {
+    note("moeDispatch");
+    return inner->moeDispatch(x, indices, rows, counts, tokens, k, experts,
+                              features);
+  }
+  Status moeDispatchGrad(const float *drows, const int32_t *indices, float *dx,
+                         int64_t tokens, int64_t k, int64_t experts,
+                         int64_t features) override {
+    note("moeDispatchGrad");
+    return inner->moeDispatchGrad(drows, indices, dx, tokens, k, experts,
+                                  features);
+  }
+  Status groupedLinear(const float *x, const int32_t *counts, const float *w,
+                       float *y, int64_t rows, int64_t in, int64_t out,
+                       int64_t experts) override {
+    note("groupedLinear");
+    return inner->groupedLinear(x, counts, w, y, rows, in, out, experts);
+  }
+  Status groupedLinearGrad(const float *x, const int32_t *counts,
+                           const float *w, const float *dy, float *dx,
+                           float *dw, int64_t rows, int64_t in, int64_t out,
+                           int64_t experts, float beta) override {
+    note("groupedLinearGrad");
+    return inner->groupedLinearGrad(x, counts, w, dy, dx, dw, rows, in, out,
+                                    experts, beta);
+  }
+  Status moeCombine(const float *rows, const float *probs,
+                    const int32_t *indices, float *y, int64_t tokens, int64_t k,
+                    int64_t experts, int64_t features) override {
+    note("moeCombine");
+    return inner->moeCombine(rows, probs, indices, y, tokens, k, experts,
+                             features);
+  }
+  Status moeCombineGrad(const float *rows, const float *probs,
+                        const int32_t *indices, const float *dy, float *drows,
+                        float *dprobs, int64_t tokens, int64_t k,
+                        int64_t experts, int64_t features) override {
+    note("moeCombineGrad");
+    return inner->moeCombineGrad(rows, probs, indices, dy, drows, dprobs,
+                                 tokens, k, experts, features);
+  }
   Status dropout(const float *x, float *y, int64_t seq, int64_t batch,
                  int64_t hidden, int64_t seqOffset, int64_t seqTotal,
                  int64_t firstSample, uint64_t seed, int64_t stream,

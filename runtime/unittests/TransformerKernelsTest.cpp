@@ -1345,3 +1345,197 @@ TEST(SequenceLayoutTest, LoadBalancedChunksAndTheirRuns) {
   EXPECT_EQ(p.piece[1].globalBegin, 6);
   EXPECT_EQ(p.piece[1].rows, 1);
 }
+
+//===----------------------------------------------------------------------===//
+// Mixture of experts
+//===----------------------------------------------------------------------===//
+
+// The router picks the k largest logits (ties to the lower expert) and
+// softmaxes them; its backward is that softmax's.
+TEST_F(TransformerKernelsTest, MoERouterTopKSoftmaxAndGrad) {
+  const int64_t T = 5, E = 4, K = 2;
+  Vec logits = random(size_t(T * E));
+  // Token 0: a tie between experts 1 and 3 for the top.
+  logits[0] = 0.1f, logits[1] = 2.0f, logits[2] = -1.0f, logits[3] = 2.0f;
+  Vec probs(size_t(T * K));
+  std::vector<int32_t> idx(size_t(T * K));
+  ASSERT_TRUE(backend->moeRouter(logits.data(), probs.data(), idx.data(), T, E, K).ok());
+  EXPECT_EQ(idx[0], 1);
+  EXPECT_EQ(idx[1], 3);
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int> order(static_cast<size_t>(E));
+    for (int e = 0; e < E; ++e)
+      order[size_t(e)] = e;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      return logits[size_t(t * E + a)] > logits[size_t(t * E + b)];
+    });
+    double z = 0;
+    for (int j = 0; j < K; ++j)
+      z += std::exp(double(logits[size_t(t * E + order[size_t(j)])]));
+    for (int j = 0; j < K; ++j) {
+      EXPECT_EQ(idx[size_t(t * K + j)], order[size_t(j)]) << "token " << t;
+      EXPECT_NEAR(probs[size_t(t * K + j)],
+                  std::exp(double(logits[size_t(t * E + order[size_t(j)])])) / z,
+                  1e-6);
+    }
+  }
+  // Backward against finite differences of sum(w * probs), routing fixed.
+  Vec w = random(size_t(T * K)), dl(size_t(T * E));
+  ASSERT_TRUE(backend->moeRouterGrad(probs.data(), idx.data(), w.data(),
+                                     dl.data(), T, E, K)
+                  .ok());
+  auto f = [&](const DVec &l) {
+    double out = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      double z = 0;
+      for (int64_t j = 0; j < K; ++j)
+        z += std::exp(l[size_t(t * E + idx[size_t(t * K + j)])]);
+      for (int64_t j = 0; j < K; ++j)
+        out += w[size_t(t * K + j)] *
+               std::exp(l[size_t(t * E + idx[size_t(t * K + j)])]) / z;
+    }
+    return out;
+  };
+  expectClose(dl, finiteDifferences(f, toDouble(logits), allIndices(logits.size())),
+              1e-4, "router grad");
+  // An expert index out of range is an error naming it.
+  idx[3] = 9;
+  Status st = backend->moeRouterGrad(probs.data(), idx.data(), w.data(),
+                                     dl.data(), T, E, K);
+  EXPECT_EQ(st.getCode(), StatusCode::OutOfRange);
+  EXPECT_NE(st.message().find("expert index 9"), std::string::npos)
+      << st.message();
+}
+
+// Megatron's switch_load_balancing_loss_func and its gradient.
+TEST_F(TransformerKernelsTest, MoEAuxLossMatchesReferenceAndGrad) {
+  const int64_t T = 6, E = 3, K = 2;
+  const float coeff = 0.1f;
+  Vec logits = random(size_t(T * E));
+  std::vector<int32_t> idx = {0, 1, 2, 1, 1, 0, 2, 0, 1, 2, 0, 1};
+  auto loss = [&](const DVec &l) {
+    std::vector<double> counts(size_t(E), 0.0), colsum(size_t(E), 0.0);
+    for (int32_t e : idx)
+      counts[size_t(e)] += 1;
+    for (int64_t t = 0; t < T; ++t) {
+      double z = 0;
+      for (int64_t e = 0; e < E; ++e)
+        z += std::exp(l[size_t(t * E + e)]);
+      for (int64_t e = 0; e < E; ++e)
+        colsum[size_t(e)] += std::exp(l[size_t(t * E + e)]) / z;
+    }
+    double s = 0;
+    for (int64_t e = 0; e < E; ++e)
+      s += colsum[size_t(e)] * counts[size_t(e)];
+    return s * coeff * E / double(K * T * T);
+  };
+  float y = 0;
+  ASSERT_TRUE(backend->moeAuxLoss(logits.data(), idx.data(), &y, T, E, K, coeff).ok());
+  EXPECT_NEAR(y, loss(toDouble(logits)), 1e-6);
+  const float dy = 0.5f;
+  Vec dl(size_t(T * E));
+  ASSERT_TRUE(backend->moeAuxLossGrad(logits.data(), idx.data(), &dy,
+                                      dl.data(), T, E, K, coeff)
+                  .ok());
+  auto half = [&](const DVec &l) { return 0.5 * loss(l); };
+  expectClose(dl, finiteDifferences(half, toDouble(logits), allIndices(logits.size())),
+              1e-4, "aux loss grad");
+}
+
+// Tokens permuted expert-major (token order within an expert), one GEMM
+// per expert, unpermuted with the router's weights; and the backwards.
+TEST_F(TransformerKernelsTest, MoEDispatchGroupedLinearCombine) {
+  const int64_t T = 4, K = 2, E = 3, H = 5, F = 6;
+  std::vector<int32_t> idx = {2, 0, 0, 1, 2, 1, 0, 2}; // expert 1: tokens 1, 2
+  Vec x = random(size_t(T * H)), rows(size_t(T * K * H));
+  std::vector<int32_t> counts(static_cast<size_t>(E));
+  ASSERT_TRUE(backend->moeDispatch(x.data(), idx.data(), rows.data(),
+                                   counts.data(), T, K, E, H)
+                  .ok());
+  EXPECT_EQ(counts, (std::vector<int32_t>{3, 2, 3}));
+  // Expert-major rows: expert 0 <- tokens 0, 1, 3; 1 <- 1, 2; 2 <- 0, 2, 3.
+  const int64_t tokenOfRow[] = {0, 1, 3, 1, 2, 0, 2, 3};
+  for (int64_t r = 0; r < T * K; ++r)
+    for (int64_t h = 0; h < H; ++h)
+      ASSERT_EQ(rows[size_t(r * H + h)], x[size_t(tokenOfRow[r] * H + h)])
+          << "row " << r;
+  // Grouped GEMM against one GEMM per expert.
+  Vec w = random(size_t(E * F * H)), y(size_t(T * K * F), 9.0f);
+  ASSERT_TRUE(backend->groupedLinear(rows.data(), counts.data(), w.data(),
+                                     y.data(), T * K, H, F, E)
+                  .ok());
+  const int64_t expertOfRow[] = {0, 0, 0, 1, 1, 2, 2, 2};
+  DVec want(y.size());
+  for (int64_t r = 0; r < T * K; ++r)
+    for (int64_t o = 0; o < F; ++o)
+      for (int64_t i = 0; i < H; ++i)
+        want[size_t(r * F + o)] += double(rows[size_t(r * H + i)]) *
+                                   w[size_t((expertOfRow[r] * F + o) * H + i)];
+  expectClose(y, want, 1e-5, "grouped linear");
+  // Its backward: dX per expert and dW accumulated with beta 1.
+  Vec dy = random(y.size()), dx(rows.size()), dw(w.size(), 1.0f);
+  ASSERT_TRUE(backend->groupedLinearGrad(rows.data(), counts.data(), w.data(),
+                                         dy.data(), dx.data(), dw.data(),
+                                         T * K, H, F, E, 1.0f)
+                  .ok());
+  DVec wantDx(dx.size()), wantDw(dw.size(), 1.0);
+  for (int64_t r = 0; r < T * K; ++r)
+    for (int64_t o = 0; o < F; ++o)
+      for (int64_t i = 0; i < H; ++i) {
+        size_t wi = size_t((expertOfRow[r] * F + o) * H + i);
+        wantDx[size_t(r * H + i)] += double(dy[size_t(r * F + o)]) * w[wi];
+        wantDw[wi] += double(dy[size_t(r * F + o)]) * rows[size_t(r * H + i)];
+      }
+  expectClose(dx, wantDx, 1e-5, "grouped linear dX");
+  expectClose(dw, wantDw, 1e-5, "grouped linear dW");
+  // Combine: weighted sum of each token's rows; and its backward.
+  Vec probs = random(size_t(T * K)), out(size_t(T * F));
+  Vec expertOut = random(size_t(T * K * H));
+  ASSERT_TRUE(backend->moeCombine(expertOut.data(), probs.data(), idx.data(),
+                                  out.data(), T, K, E, H)
+                  .ok());
+  const int64_t rowOfChoice[] = {5, 0, 1, 3, 6, 4, 2, 7};
+  DVec wantOut(size_t(T * H));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < K; ++j)
+      for (int64_t h = 0; h < H; ++h)
+        wantOut[size_t(t * H + h)] +=
+            double(probs[size_t(t * K + j)]) *
+            expertOut[size_t(rowOfChoice[t * K + j] * H + h)];
+  out.resize(size_t(T * H));
+  expectClose(out, wantOut, 1e-6, "combine");
+  Vec dout = random(size_t(T * H)), drows(expertOut.size()), dprobs(probs.size());
+  ASSERT_TRUE(backend->moeCombineGrad(expertOut.data(), probs.data(),
+                                      idx.data(), dout.data(), drows.data(),
+                                      dprobs.data(), T, K, E, H)
+                  .ok());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < K; ++j) {
+      double dot = 0;
+      for (int64_t h = 0; h < H; ++h) {
+        size_t r = size_t(rowOfChoice[t * K + j] * H + h);
+        dot += double(expertOut[r]) * dout[size_t(t * H + h)];
+        EXPECT_NEAR(drows[r], probs[size_t(t * K + j)] * dout[size_t(t * H + h)], 1e-6);
+      }
+      EXPECT_NEAR(dprobs[size_t(t * K + j)], dot, 1e-5);
+    }
+  // The permutation's backward sums each token's rows.
+  Vec dxTok(size_t(T * H));
+  ASSERT_TRUE(backend->moeDispatchGrad(drows.data(), idx.data(), dxTok.data(),
+                                       T, K, E, H)
+                  .ok());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < H; ++h)
+      EXPECT_NEAR(dxTok[size_t(t * H + h)],
+                  double(drows[size_t(rowOfChoice[t * K] * H + h)]) +
+                      drows[size_t(rowOfChoice[t * K + 1] * H + h)],
+                  1e-6);
+  // Counts that overflow the rows are an error.
+  std::vector<int32_t> bad = {5, 2, 3};
+  Status st = backend->groupedLinear(rows.data(), bad.data(), w.data(),
+                                     y.data(), T * K, H, F, E);
+  EXPECT_EQ(st.getCode(), StatusCode::OutOfRange);
+  EXPECT_NE(st.message().find("add up to 10, more than the 8 rows"),
+            std::string::npos)
+      << st.message();
+}

@@ -2,6 +2,8 @@
 //
 // tessera-gen gpt --layers L --hidden H --heads A --vocab V --seq S
 //     [--ffn F] [--max-position-embeddings P] [--tie-embeddings] [--dropout P]
+//     [--num-experts E --moe-router-topk K [--moe-ffn-hidden F]
+//      [--moe-layer-freq N] [--moe-aux-loss-coeff C]]
 //     -o model.mlir
 //
 //===----------------------------------------------------------------------===//
@@ -35,6 +37,27 @@ static cl::opt<double> dropoutRate("dropout",
                                    cl::desc("embedding and hidden dropout rate "
                                             "(default 0: no dropout ops)"),
                                    cl::init(0.0));
+static cl::opt<int64_t> numExperts(
+    "num-experts",
+    cl::desc("mixture of experts: experts per MoE layer (default 0: dense "
+             "MLPs)"),
+    cl::init(0));
+static cl::opt<int64_t> moeTopk("moe-router-topk",
+                                cl::desc("experts each token is routed to"),
+                                cl::init(2));
+static cl::opt<int64_t> moeFfn("moe-ffn-hidden",
+                               cl::desc("expert MLP hidden size (default "
+                                        "--ffn)"),
+                               cl::init(0));
+static cl::opt<int64_t> moeLayerFreq(
+    "moe-layer-freq",
+    cl::desc("every N-th layer is an MoE layer, starting with layer 0 "
+             "(default 1: all)"),
+    cl::init(1));
+static cl::opt<double> moeAuxLossCoeff(
+    "moe-aux-loss-coeff",
+    cl::desc("load-balancing loss coefficient (default 0: none)"),
+    cl::init(0.0));
 static cl::opt<bool> tie("tie-embeddings",
                          cl::desc("share the word embedding with the LM head"),
                          cl::init(false));
@@ -57,6 +80,11 @@ int main(int argc, char **argv) {
   config.maxPositions = maxPositions;
   config.tieEmbeddings = tie;
   config.dropout = dropoutRate;
+  config.numExperts = numExperts;
+  config.moeTopk = moeTopk;
+  config.moeFfn = moeFfn;
+  config.moeLayerFreq = moeLayerFreq;
+  config.moeAuxLossCoeff = moeAuxLossCoeff;
   if (std::string error = tessera::validateGPTConfig(config); !error.empty()) {
     llvm::errs() << "tessera-gen: error: " << error << "\n";
     return 1;

@@ -78,6 +78,11 @@ struct CPPartitionPass
     bool hasAttention = false;
     for (Operation &op : body.without_terminator()) {
       hasAttention |= isa<nn::AttentionOp>(op);
+      if (isa<nn::MoERouterOp>(op))
+        return op.emitOpError()
+               << "mixture-of-experts layers do not support context "
+                  "parallelism yet: the router's token counts would have to "
+                  "be summed over cp";
       if (isa<nn::MeanOp, nn::SoftmaxCrossEntropyGradOp>(op))
         return op.emitOpError()
                << "is not supported under context parallelism: the loss must "

@@ -88,6 +88,17 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
     if (tp == 1)
       return;
     if (sequenceParallel) {
+      // Mixture of experts on sequence shards needs the router's token
+      // counts summed over tp (Megatron's sequence_partition_group), which
+      // this version does not do yet.
+      WalkResult moe = model.walk([&](nn::MoERouterOp r) {
+        r.emitOpError() << "mixture-of-experts layers do not support "
+                           "sequence parallelism yet (run them without "
+                           "--sequence-parallel)";
+        return WalkResult::interrupt();
+      });
+      if (moe.wasInterrupted())
+        return signalPassFailure();
       // Check the configuration before rewriting anything.
       WalkResult walk = model.walk([&](nn::AddPositionEmbeddingOp p) {
         int64_t seq = p.getType().getDimSize(0);

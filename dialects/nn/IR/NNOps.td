@@ -776,4 +776,206 @@ def NN_CrossEntropyStatsGradOp : NN_Op<"cross_entropy_stats_grad",
   let assemblyFormat = "$logits `,` $labels `,` $max `,` $sum_exp `,` $loss_grad attr-dict `:` type($logits) `,` type($labels) `,` type($max)";
 }
 
+//===----------------------------------------------------------------------===//
+// Mixture of experts (Megatron's MoELayer: TopKRouter, the token dispatcher's
+// permute/unpermute, GroupedMLP), on [tokens..., features] activations
+//===----------------------------------------------------------------------===//
+
+def NN_MoERouterOp : NN_Op<"moe_router", [InferTypeOpAdaptor,
+    
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "top-k routing: indices of the k largest logits, softmax over them";
+  let description = [{
+    Megatron's TopKRouter with `moe_router_pre_softmax = False` (the
+    default): per token, the k largest router logits (ties to the lower
+    expert index) and the softmax over those k, in descending order.
+    `indices` has no gradient.
+
+    ```mlir
+    %probs, %idx = nn.moe_router %logits {topk = 2 : i64} : tensor<64x4x8xf32> -> tensor<64x4x2xf32>, tensor<64x4x2xi32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$logits, I64Attr:$topk);
+  let results = (outs NN_F32Tensor:$probs, NN_I32Tensor:$indices);
+  let assemblyFormat = "$logits attr-dict `:` type($logits) `->` type($probs) `,` type($indices)";
+  let hasVerifier = 1;
+}
+
+def NN_MoERouterGradOp : NN_Op<"moe_router_grad", [
+    AllTypesMatch<["probs", "probs_grad"]>]> {
+  let summary = "backward of nn.moe_router for the logits";
+  let description = [{
+    `dlogits[t, indices[t, j]] = probs[t, j] * (dprobs[t, j] - sum_i
+    probs[t, i] * dprobs[t, i])`, zero for the experts not chosen.
+
+    ```mlir
+    %dl = nn.moe_router_grad %probs, %idx, %dprobs : tensor<64x4x2xf32>, tensor<64x4x2xi32> -> tensor<64x4x8xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$probs, NN_I32Tensor:$indices,
+                       NN_F32Tensor:$probs_grad);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$probs `,` $indices `,` $probs_grad attr-dict `:` type($probs) `,` type($indices) `->` type($result)";
+}
+
+def NN_MoEAuxLossOp : NN_Op<"moe_aux_loss", [InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "the load-balancing loss of a router";
+  let description = [{
+    Megatron's `switch_load_balancing_loss_func`: with `p` the softmax of
+    the logits over all E experts, `T` the tokens and `c_e` how many of
+    them chose expert e (from `indices`),
+    `coeff * E / (k * T * T) * sum_e (sum_t p[t, e]) * c_e`.
+
+    ```mlir
+    %aux = nn.moe_aux_loss %logits, %idx {coeff = 1.0e-02 : f32} : (tensor<64x4x8xf32>, tensor<64x4x2xi32>) -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$logits, NN_I32Tensor:$indices,
+                       F32Attr:$coeff);
+  let results = (outs 0DTensorOf<[F32]>:$result);
+  let assemblyFormat = "$logits `,` $indices attr-dict `:` functional-type(operands, results)";
+}
+
+def NN_MoEAuxLossGradOp : NN_Op<"moe_aux_loss_grad", [
+    AllTypesMatch<["logits", "result"]>]> {
+  let summary = "backward of nn.moe_aux_loss for the logits";
+  let description = [{
+    ```mlir
+    %dl = nn.moe_aux_loss_grad %logits, %idx, %daux {coeff = 1.0e-02 : f32} : tensor<64x4x8xf32>, tensor<64x4x2xi32>, tensor<f32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$logits, NN_I32Tensor:$indices,
+                       0DTensorOf<[F32]>:$result_grad, F32Attr:$coeff);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$logits `,` $indices `,` $result_grad attr-dict `:` type($logits) `,` type($indices) `,` type($result_grad)";
+}
+
+def NN_AddAuxLossOp : NN_Op<"add_aux_loss", [InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "attach an auxiliary loss to an activation";
+  let description = [{
+    Megatron's MoEAuxLossAutoScaler: the result is `input`; the backward
+    passes the gradient through and gives `aux` the gradient the loss
+    itself gets (1 / the number of microbatches), so the auxiliary loss is
+    optimised without being added to the reported loss.
+
+    ```mlir
+    %y = nn.add_aux_loss %x, %aux : tensor<64x4x128xf32>, tensor<f32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, 0DTensorOf<[F32]>:$aux);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$input `,` $aux attr-dict `:` type($input) `,` type($aux)";
+}
+
+def NN_MoEDispatchOp : NN_Op<"moe_dispatch", [InferTypeOpAdaptor,
+    
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "permute tokens into expert order";
+  let description = [{
+    Megatron's token permutation (`permute`, the dispatcher's first step):
+    each token's row is copied once per chosen expert into `[tokens * k,
+    features]`, grouped by expert (expert 0's rows first) and, within an
+    expert, in token order; `counts[e]` is the number of rows of expert e.
+    Dropless: every choice keeps its row.
+
+    ```mlir
+    %xp, %counts = nn.moe_dispatch %x, %idx {num_experts = 8 : i64} : tensor<64x4x128xf32>, tensor<64x4x2xi32> -> tensor<512x128xf32>, tensor<8xi32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_I32Tensor:$indices,
+                       I64Attr:$num_experts);
+  let results = (outs NN_F32Tensor:$result, NN_I32Tensor:$counts);
+  let assemblyFormat = "$input `,` $indices attr-dict `:` type($input) `,` type($indices) `->` type($result) `,` type($counts)";
+  let hasVerifier = 1;
+}
+
+def NN_MoEDispatchGradOp : NN_Op<"moe_dispatch_grad"> {
+  let summary = "backward of nn.moe_dispatch: sum each token's rows back";
+  let description = [{
+    ```mlir
+    %dx = nn.moe_dispatch_grad %dxp, %idx {num_experts = 8 : i64} : tensor<512x128xf32>, tensor<64x4x2xi32> -> tensor<64x4x128xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$result_grad, NN_I32Tensor:$indices,
+                       I64Attr:$num_experts);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$result_grad `,` $indices attr-dict `:` type($result_grad) `,` type($indices) `->` type($result)";
+}
+
+def NN_GroupedLinearOp : NN_Op<"grouped_linear", [InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>], NN_CustomFlops> {
+  let summary = "one linear per expert over its rows";
+  let description = [{
+    Megatron's GroupedMLP GEMMs (no bias): rows are grouped by expert as
+    nn.moe_dispatch leaves them (`counts[e]` rows of expert e, in order);
+    group e is `x_e @ weight[e]^T`. Weights are `[experts, out, in]`.
+
+    ```mlir
+    %h = nn.grouped_linear %xp, %counts, %w1 : (tensor<512x128xf32>, tensor<8xi32>, tensor<8x512x128xf32>) -> tensor<512x512xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_I32Tensor:$counts,
+                       NN_F32Tensor:$weight);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$input `,` $counts `,` $weight attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def NN_GroupedLinearGradOp : NN_Op<"grouped_linear_grad", [
+    AllTypesMatch<["input", "input_grad"]>, AllTypesMatch<["weight", "weight_grad"]>],
+    NN_CustomFlops> {
+  let summary = "backward of nn.grouped_linear";
+  let description = [{
+    Per expert: `dx_e = dy_e @ weight[e]` and `dweight[e] = dy_e^T @ x_e`.
+
+    ```mlir
+    %dx, %dw = nn.grouped_linear_grad %xp, %counts, %w1, %dh : tensor<512x128xf32>, tensor<8xi32>, tensor<8x512x128xf32>, tensor<512x512xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_I32Tensor:$counts,
+                       NN_F32Tensor:$weight, NN_F32Tensor:$result_grad);
+  let results = (outs NN_F32Tensor:$input_grad, NN_F32Tensor:$weight_grad);
+  let assemblyFormat = "$input `,` $counts `,` $weight `,` $result_grad attr-dict `:` type($input) `,` type($counts) `,` type($weight) `,` type($result_grad)";
+}
+
+def NN_MoECombineOp : NN_Op<"moe_combine", [InferTypeOpAdaptor,
+    
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "unpermute expert outputs and weight them by the router";
+  let description = [{
+    Megatron's `unpermute` with the routing probabilities:
+    `result[t] = sum_j probs[t, j] * input[row of (t, j)]`, rows as
+    nn.moe_dispatch placed them.
+
+    ```mlir
+    %y = nn.moe_combine %h, %probs, %idx {num_experts = 8 : i64} : tensor<512x128xf32>, tensor<64x4x2xf32>, tensor<64x4x2xi32> -> tensor<64x4x128xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$probs,
+                       NN_I32Tensor:$indices, I64Attr:$num_experts);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$input `,` $probs `,` $indices attr-dict `:` type($input) `,` type($probs) `,` type($indices) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def NN_MoECombineGradOp : NN_Op<"moe_combine_grad", [
+    AllTypesMatch<["input", "input_grad"]>, AllTypesMatch<["probs", "probs_grad"]>]> {
+  let summary = "backward of nn.moe_combine";
+  let description = [{
+    `input_grad[row of (t, j)] = probs[t, j] * result_grad[t]` and
+    `probs_grad[t, j] = input[row of (t, j)] . result_grad[t]`.
+
+    ```mlir
+    %dh, %dp = nn.moe_combine_grad %h, %probs, %idx, %dy {num_experts = 8 : i64} : tensor<512x128xf32>, tensor<64x4x2xf32>, tensor<64x4x2xi32>, tensor<64x4x128xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$probs,
+                       NN_I32Tensor:$indices, NN_F32Tensor:$result_grad,
+                       I64Attr:$num_experts);
+  let results = (outs NN_F32Tensor:$input_grad, NN_F32Tensor:$probs_grad);
+  let assemblyFormat = "$input `,` $probs `,` $indices `,` $result_grad attr-dict `:` type($input) `,` type($probs) `,` type($indices) `,` type($result_grad)";
+}
+
 #endif // TESSERA_DIALECTS_NN_IR_NNOPS_TD

@@ -238,6 +238,17 @@ def RT_TokenMeanOverOp : RT_KernelOp<"token_mean_over", "TokenMeanOver", "sum ov
 def RT_TokenMeanOverGradOp : RT_KernelOp<"token_mean_over_grad", "TokenMeanOverGrad", "backward of token_mean_over">;
 def RT_RingAttentionOp : RT_KernelOp<"ring_attention", "RingAttention", "attention with K/V passed around the cp ring">;
 def RT_RingAttentionGradOp : RT_KernelOp<"ring_attention_grad", "RingAttentionGrad", "ring attention backward">;
+// Mixture of experts.
+def RT_MoERouterOp : RT_KernelOp<"moe_router", "MoERouter", "top-k experts and their softmax">;
+def RT_MoERouterGradOp : RT_KernelOp<"moe_router_grad", "MoERouterGrad", "router backward">;
+def RT_MoEAuxLossOp : RT_KernelOp<"moe_aux_loss", "MoEAuxLoss", "load-balancing loss (value = coeff)">;
+def RT_MoEAuxLossGradOp : RT_KernelOp<"moe_aux_loss_grad", "MoEAuxLossGrad", "load-balancing loss backward">;
+def RT_MoEDispatchOp : RT_KernelOp<"moe_dispatch", "MoEDispatch", "permute tokens into expert order">;
+def RT_MoEDispatchGradOp : RT_KernelOp<"moe_dispatch_grad", "MoEDispatchGrad", "sum permuted rows back per token">;
+def RT_GroupedLinearOp : RT_KernelOp<"grouped_linear", "GroupedLinear", "one GEMM per expert's rows">;
+def RT_GroupedLinearGradOp : RT_KernelOp<"grouped_linear_grad", "GroupedLinearGrad", "grouped GEMM backward">;
+def RT_MoECombineOp : RT_KernelOp<"moe_combine", "MoECombine", "unpermute, weighted by the router">;
+def RT_MoECombineGradOp : RT_KernelOp<"moe_combine_grad", "MoECombineGrad", "unpermute backward">;
 // Pipeline p2p over group "pp", iattrs = [peer (+1 next, -1 prev), tag]; they
 // join the open batch, completed before the next other instruction.
 def RT_SendOp : RT_KernelOp<"send", "Send", "isend to a pipeline neighbour">;

@@ -28,6 +28,15 @@ struct GPTConfig {
   double layerNormEps = 1e-5;
   double dropout = 0.0;        ///< embedding and hidden dropout (Megatron's)
   int64_t ignoreIndex = -100;
+  /// Mixture of experts (Megatron's MoELayer in place of the MLP): experts
+  /// per MoE layer (0: dense), experts per token, the experts' hidden size
+  /// (0: ffn), every moeLayerFreq-th layer from layer 0, and the
+  /// load-balancing loss coefficient (0: no auxiliary loss).
+  int64_t numExperts = 0;
+  int64_t moeTopk = 2;
+  int64_t moeFfn = 0;
+  int64_t moeLayerFreq = 1;
+  double moeAuxLossCoeff = 0.0;
 };
 
 /// Checks the configuration; returns an error message or an empty string.

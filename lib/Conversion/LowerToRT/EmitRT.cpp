@@ -252,6 +252,24 @@ KERNEL_ATTRS(nn::PositionEmbeddingGradOp) {
 KERNEL_ATTRS(nn::AddPositionEmbeddingOp) {
   return p.withGroup(b, {}, o.getSequenceShardGroupAttr());
 }
+KERNEL_ATTRS(nn::MoEAuxLossOp) {
+  return {b.getNamedAttr("value", o.getCoeffAttr())};
+}
+KERNEL_ATTRS(nn::MoEAuxLossGradOp) {
+  return {b.getNamedAttr("value", o.getCoeffAttr())};
+}
+KERNEL_ATTRS(nn::MoEDispatchGradOp) {
+  return {p.iattrs(b, {int64_t(o.getNumExperts())})};
+}
+KERNEL_ATTRS(nn::MoECombineOp) {
+  return {p.iattrs(b, {int64_t(o.getNumExperts())})};
+}
+KERNEL_ATTRS(nn::MoECombineGradOp) {
+  return {p.iattrs(b, {int64_t(o.getNumExperts())})};
+}
+KERNEL_ATTRS(nn::GroupedLinearGradOp) {
+  return {p.beta(b, o.getWeightGrad())};
+}
 KERNEL_ATTRS(nn::TokenCountOp) {
   return {p.iattrs(b, {int64_t(o.getIgnoreIndex())})};
 }
@@ -481,6 +499,9 @@ PATTERN(SgdPattern, nn::SgdOp) {
 
 /// f: an identity in the forward (the result shares the input's storage).
 PATTERN(CopyToRegionPattern, dist::CopyToRegionOp) { return Value(); }
+
+/// Megatron's MoEAuxLossAutoScaler: an identity in the forward.
+PATTERN(AddAuxLossPattern, nn::AddAuxLossOp) { return Value(); }
 
 /// g: an all-reduce in place.
 PATTERN(ReduceFromRegionPattern, dist::ReduceFromRegionOp) {
@@ -747,6 +768,16 @@ LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
       KernelPattern<nn::AttentionOp, rt::AttentionOp>,
       KernelPattern<nn::AttentionGradOp, rt::AttentionGradOp>,
       KernelPattern<nn::TokenCountOp, rt::TokenCountOp>,
+      KernelPattern<nn::MoERouterOp, rt::MoERouterOp>,
+      KernelPattern<nn::MoERouterGradOp, rt::MoERouterGradOp>,
+      KernelPattern<nn::MoEAuxLossOp, rt::MoEAuxLossOp>,
+      KernelPattern<nn::MoEAuxLossGradOp, rt::MoEAuxLossGradOp>,
+      KernelPattern<nn::MoEDispatchOp, rt::MoEDispatchOp>,
+      KernelPattern<nn::MoEDispatchGradOp, rt::MoEDispatchGradOp>,
+      KernelPattern<nn::GroupedLinearOp, rt::GroupedLinearOp>,
+      KernelPattern<nn::GroupedLinearGradOp, rt::GroupedLinearGradOp>,
+      KernelPattern<nn::MoECombineOp, rt::MoECombineOp>,
+      KernelPattern<nn::MoECombineGradOp, rt::MoECombineGradOp>,
       KernelPattern<nn::DropoutOp, rt::DropoutOp>,
       KernelPattern<nn::LogitsMaxOp, rt::LogitsMaxOp>,
       KernelPattern<nn::CrossEntropyStatsOp, rt::CrossEntropyStatsOp>,
@@ -763,7 +794,8 @@ LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
       SoftmaxCrossEntropyGradPattern, CrossEntropyFromStatsPattern,
       AdamPattern, SgdPattern,
       // dist ops.
-      CopyToRegionPattern, ReduceFromRegionPattern, AllReducePattern,
+      CopyToRegionPattern, AddAuxLossPattern, ReduceFromRegionPattern,
+      AllReducePattern,
       AllReduceStartPattern, WaitPattern, ScatterToRegionPattern,
       GatherFromRegionPattern, AllGatherPattern, ReduceScatterPattern,
       BucketReduceStartPattern, BucketReduceWaitPattern, PackPattern,

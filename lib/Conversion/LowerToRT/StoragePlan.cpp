@@ -376,7 +376,7 @@ LogicalResult PhasePlan::planOp(Operation *op) {
     }
   }
   // In-place kernels reuse operand 0's storage.
-  bool aliasOnly = isa<dist::CopyToRegionOp>(op);
+  bool aliasOnly = isa<dist::CopyToRegionOp, nn::AddAuxLossOp>(op);
   bool inPlace = isa<dist::ReduceFromRegionOp, dist::AllReduceOp,
                      dist::AllReduceStartOp, nn::ScaleOp>(op);
   if (aliasOnly || isa<dist::WaitOp>(op)) {
@@ -422,7 +422,8 @@ LogicalResult PhasePlan::planOp(Operation *op) {
     bool canAccumulate =
         isa<nn::MatmulOp, nn::ReduceRowsOp, nn::EmbeddingGradOp,
             nn::PositionEmbeddingGradOp, nn::CastOp>(op) ||
-        (isa<nn::BiasGeluGradOp>(op) && result == op->getResult(1)) ||
+        (isa<nn::BiasGeluGradOp, nn::GroupedLinearGradOp>(op) &&
+         result == op->getResult(1)) ||
         (isa<nn::LayerNormGradOp, nn::AddLayerNormGradOp>(op) &&
          result != op->getResult(0) &&
          llvm::all_of(op->getResults().drop_front(), [&](Value r) {

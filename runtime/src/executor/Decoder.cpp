@@ -327,8 +327,134 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
   case O::RingAttentionGrad:
   case O::Dropout:
     return decodeTransformerInstr(in, t);
+  case O::MoERouter:
+  case O::MoERouterGrad:
+  case O::MoEAuxLoss:
+  case O::MoEAuxLossGrad:
+  case O::MoEDispatch:
+  case O::MoEDispatchGrad:
+  case O::GroupedLinear:
+  case O::GroupedLinearGrad:
+  case O::MoECombine:
+  case O::MoECombineGrad:
+    return decodeMoEInstr(in, t);
   }
   return unimplemented("unknown opcode ", int(in.op()));
+}
+
+/// Integer parameters of the MoE kernels: i = [tokens, experts, k,
+/// features]; GroupedLinear(Grad): m rows, n out, k in, i[1] experts.
+Status Decoder::decodeMoEInstr(const fb::Instr &in, Thunk &t) {
+  using O = fb::Opcode;
+  auto last = [&](int i) -> int64_t {
+    const auto *shape = ref(in, i).shape();
+    return shape && shape->size() ? shape->Get(shape->size() - 1) : 1;
+  };
+  // tokens x width elements of operand i, with `what` naming the width.
+  auto per = [&](int i, int64_t tokens, int64_t width,
+                 const char *what) -> Status {
+    if (numel(ref(in, i)) != tokens * width)
+      return invalidArgument("operand ", i, " ", desc(ref(in, i)), " must hold ",
+                             tokens, " tokens x ", width, " ", what);
+    return Status();
+  };
+  auto routing = [&](int i, int64_t tokens, int64_t &k) -> Status {
+    k = tokens > 0 ? numel(ref(in, i)) / tokens : last(i);
+    if (k < 1 || numel(ref(in, i)) != tokens * k)
+      return invalidArgument("routing ", desc(ref(in, i)), " must hold k >= 1 "
+                             "choices for each of ", tokens, " tokens");
+    return Status();
+  };
+  int64_t tokens = 0, experts = 0, k = 0, features = 0;
+  switch (in.op()) {
+  case O::MoERouter:
+  case O::MoERouterGrad: {
+    bool grad = in.op() == O::MoERouterGrad;
+    const int logits = grad ? 3 : 0, probs = grad ? 0 : 1;
+    k = last(probs);
+    tokens = k > 0 ? numel(ref(in, probs)) / k : 0;
+    experts = last(logits);
+    TESSERA_RETURN_IF_ERROR(per(logits, tokens, experts, "experts' logits"));
+    if (grad)
+      TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 1, 2}));
+    else
+      TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {1, 2}));
+    if (k < 1 || k > experts)
+      return invalidArgument("router topk ", k, " must be in [1, ", experts,
+                             "]");
+    break;
+  }
+  case O::MoEAuxLoss:
+  case O::MoEAuxLossGrad: {
+    experts = last(0);
+    tokens = experts > 0 ? numel(ref(in, 0)) / experts : 0;
+    TESSERA_RETURN_IF_ERROR(routing(1, tokens, k));
+    if (numel(ref(in, 2)) != 1)
+      return invalidArgument(in.op() == O::MoEAuxLoss ? "y " : "dy ",
+                             desc(ref(in, 2)), " must be a scalar");
+    if (in.op() == O::MoEAuxLossGrad)
+      TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 3}));
+    break;
+  }
+  case O::MoEDispatch:
+  case O::MoEDispatchGrad: {
+    bool grad = in.op() == O::MoEDispatchGrad;
+    const int x = grad ? 2 : 0, rows = grad ? 0 : 2;
+    features = last(x);
+    tokens = features > 0 ? numel(ref(in, x)) / features : 0;
+    TESSERA_RETURN_IF_ERROR(routing(1, tokens, k));
+    TESSERA_RETURN_IF_ERROR(per(rows, tokens * k, features, "features"));
+    experts = grad ? in.iattrs()->Get(0) : numel(ref(in, 3));
+    if (experts < 1)
+      return invalidArgument("the number of experts must be positive, got ",
+                             experts);
+    break;
+  }
+  case O::MoECombine:
+  case O::MoECombineGrad: {
+    features = last(3);
+    tokens = features > 0 ? numel(ref(in, 3)) / features : 0;
+    TESSERA_RETURN_IF_ERROR(routing(2, tokens, k));
+    TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {1, 2}));
+    TESSERA_RETURN_IF_ERROR(per(0, tokens * k, features, "features"));
+    if (in.op() == O::MoECombineGrad) {
+      TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 4}));
+      TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {1, 5}));
+    }
+    experts = in.iattrs()->Get(0);
+    if (experts < 1)
+      return invalidArgument("the number of experts must be positive, got ",
+                             experts);
+    break;
+  }
+  case O::GroupedLinear:
+  case O::GroupedLinearGrad: {
+    const auto *w = ref(in, 2).shape();
+    if (!w || w->size() != 3)
+      return invalidArgument("W ", desc(ref(in, 2)), " must be [experts, out, in]");
+    experts = w->Get(0);
+    t.n = w->Get(1);
+    t.k = w->Get(2);
+    if (numel(ref(in, 1)) != experts)
+      return invalidArgument("counts ", desc(ref(in, 1)), " must have one "
+                             "element per expert (", experts, ")");
+    t.m = t.k > 0 ? numel(ref(in, 0)) / t.k : 0;
+    TESSERA_RETURN_IF_ERROR(per(0, t.m, t.k, "input features"));
+    TESSERA_RETURN_IF_ERROR(per(3, t.m, t.n, "output features"));
+    if (in.op() == O::GroupedLinearGrad) {
+      TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 4}));
+      TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {2, 5}));
+    }
+    break;
+  }
+  default:
+    return unimplemented("not a mixture-of-experts opcode");
+  }
+  t.i[0] = tokens;
+  t.i[1] = experts;
+  t.i[2] = k;
+  t.i[3] = features;
+  return Status();
 }
 
 Status Decoder::sequenceShard(const fb::Instr &in, int64_t rows, Thunk &t) {

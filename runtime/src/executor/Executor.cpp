@@ -524,6 +524,33 @@ Status Executor::execute(const Thunk &t) {
     return be->tokenMean(F(0), I(1), F(3), t.m, t.i[0], F(2));
   case O::TokenMeanOverGrad:
     return be->tokenMeanGrad(F(0), I(1), F(3), t.m, t.i[0], F(2));
+  case O::MoERouter:
+    return be->moeRouter(F(0), F(1), static_cast<int32_t *>(t.ptr[2]), t.i[0],
+                         t.i[1], t.i[2]);
+  case O::MoERouterGrad:
+    return be->moeRouterGrad(F(0), I(1), F(2), F(3), t.i[0], t.i[1], t.i[2]);
+  case O::MoEAuxLoss:
+    return be->moeAuxLoss(F(0), I(1), F(2), t.i[0], t.i[1], t.i[2], t.f[0]);
+  case O::MoEAuxLossGrad:
+    return be->moeAuxLossGrad(F(0), I(1), F(2), F(3), t.i[0], t.i[1], t.i[2],
+                              t.f[0]);
+  case O::MoEDispatch:
+    return be->moeDispatch(F(0), I(1), F(2), static_cast<int32_t *>(t.ptr[3]),
+                           t.i[0], t.i[2], t.i[1], t.i[3]);
+  case O::MoEDispatchGrad:
+    return be->moeDispatchGrad(F(0), I(1), F(2), t.i[0], t.i[2], t.i[1],
+                               t.i[3]);
+  case O::GroupedLinear:
+    return be->groupedLinear(F(0), I(1), F(2), F(3), t.m, t.k, t.n, t.i[1]);
+  case O::GroupedLinearGrad:
+    return be->groupedLinearGrad(F(0), I(1), F(2), F(3), F(4), F(5), t.m, t.k,
+                                 t.n, t.i[1], t.beta);
+  case O::MoECombine:
+    return be->moeCombine(F(0), F(1), I(2), F(3), t.i[0], t.i[2], t.i[1],
+                          t.i[3]);
+  case O::MoECombineGrad:
+    return be->moeCombineGrad(F(0), F(1), I(2), F(3), F(4), F(5), t.i[0],
+                              t.i[2], t.i[1], t.i[3]);
   case O::RingAttention:
     return ringAttention(t);
   case O::RingAttentionGrad:

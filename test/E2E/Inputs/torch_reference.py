@@ -26,8 +26,11 @@ of tessera-run --metrics (compare the two with compare_losses.py).
    (runtime/include/tessera/rt/Data.h, IndexedDataset.cpp).
  * Model: the nn ops of the function body are interpreted one by one in
    float32 (embedding, add_position_embedding, layer_norm, linear, attention,
-   gelu, relu, add, softmax_cross_entropy, token_mean), so tied embeddings
-   (--tie-embeddings) and any number of layers work as emitted. The loss of
+   gelu, relu, add, softmax_cross_entropy, token_mean, and the MoE layer's
+   moe_router, moe_aux_loss, add_aux_loss, moe_dispatch, grouped_linear and
+   moe_combine, written as Megatron's MoELayer computes them), so tied
+   embeddings (--tie-embeddings), MoE and any number of layers work as
+   emitted. The loss of
    an iteration is the mean over its microbatches; gradients are summed with
    weight 1/num_microbatches.
  * Optimizer: Adam (torch.optim.Adam; lr 1e-3, betas 0.9/0.999, eps 1e-8,
@@ -125,7 +128,7 @@ def init_param(spec, name, shape, seed):
 
 _ARG = re.compile(r"%(arg\d+)\s*:\s*tensor<([^>]*)>\s*(\{[^}]*\})?")
 _ATTR_STR = r'{}\s*=\s*"([^"]*)"'
-_OP = re.compile(r"^\s*%(\w+)\s*=\s*nn\.(\w+)\s+([^{:]*?)\s*(\{[^}]*\})?\s*:\s*(.*)$")
+_OP = re.compile(r"^\s*%(\w+(?:\s*,\s*%\w+)*)\s*=\s*nn\.(\w+)\s+([^{:]*?)\s*(\{[^}]*\})?\s*:\s*(.*)$")
 
 
 def parse_shape(text):
@@ -156,7 +159,8 @@ def parse_model(path):
             ints = dict(re.findall(r"([\w.]+)\s*=\s*(-?\d+)\s*:\s*i64", attrs))
             floats = dict(re.findall(r"([\w.]+)\s*=\s*(-?[\d.eE+-]+)\s*:\s*f(?:32|64)", attrs))
             strings = dict(re.findall(r"([\w.]+)\s*=\s*\"([^\"]*)\"", attrs))
-            ops.append({"result": o.group(1), "op": o.group(2),
+            ops.append({"results": re.findall(r"(\w+)", o.group(1)),
+                        "result": o.group(1), "op": o.group(2),
                         "operands": re.findall(r"%(\w+)", o.group(3)),
                         "ints": {k: int(v) for k, v in ints.items()},
                         "floats": {k: float(v) for k, v in floats.items()},
@@ -232,7 +236,8 @@ def main():
     unknown = sorted({o["op"] for o in ops} - {
         "embedding", "add_position_embedding", "layer_norm", "linear",
         "attention", "gelu", "relu", "add", "softmax_cross_entropy",
-        "token_mean"})
+        "token_mean", "moe_router", "moe_aux_loss", "add_aux_loss",
+        "moe_dispatch", "grouped_linear", "moe_combine"})
     if unknown:
         raise SystemExit(f"unsupported nn ops: {', '.join(unknown)}")
 
@@ -311,8 +316,57 @@ def main():
             elif op == "token_mean":
                 valid = x[1] != -100
                 y = (x[0] * valid).sum() / valid.sum().clamp(min=1)
-            env[o["result"]] = y
+            # Mixture of experts, as Megatron's MoELayer computes it: top-k
+            # then softmax (moe_router_pre_softmax False), the
+            # load-balancing loss through MoEAuxLossAutoScaler, tokens
+            # permuted expert-major by a stable argsort, one GEMM per expert.
+            elif op == "moe_router":
+                top, idx = torch.topk(x[0], o["ints"]["topk"], dim=-1)
+                y = (torch.softmax(top, dim=-1), idx)
+            elif op == "moe_aux_loss":
+                e = x[0].shape[-1]
+                scores = torch.softmax(x[0].reshape(-1, e), dim=-1)
+                counts = torch.bincount(x[1].reshape(-1), minlength=e).to(scores.dtype)
+                t, k = scores.shape[0], x[1].shape[-1]
+                y = (scores.sum(0) * counts).sum() * (e * o["floats"]["coeff"] / (k * t * t))
+            elif op == "add_aux_loss":
+                y = AuxLossScaler.apply(x[0], x[1])
+            elif op == "moe_dispatch":
+                flat = x[1].reshape(-1)
+                order = torch.sort(flat, stable=True).indices
+                k = x[1].shape[-1]
+                y = (x[0].reshape(-1, x[0].shape[-1])[order // k],
+                     torch.bincount(flat, minlength=o["ints"]["num_experts"]))
+            elif op == "grouped_linear":
+                parts = torch.split(x[0], x[1].tolist())
+                y = torch.cat([p @ x[2][e].t() for e, p in enumerate(parts)])
+            elif op == "moe_combine":
+                flat = x[2].reshape(-1)
+                order = torch.sort(flat, stable=True).indices
+                unperm = torch.empty_like(x[0]).index_copy(0, order, x[0])
+                k = x[2].shape[-1]
+                y = (unperm.view(-1, k, x[0].shape[-1]) *
+                     x[1].reshape(-1, k, 1)).sum(1).view(*x[1].shape[:-1], -1)
+            if isinstance(y, tuple):
+                for name, v in zip(o["results"], y):
+                    env[name] = v
+            else:
+                env[o["result"]] = y
         return env[ret]
+
+    class AuxLossScaler(torch.autograd.Function):
+        """Megatron's MoEAuxLossAutoScaler: the auxiliary loss gets the
+        main loss's gradient scale, 1 / the number of microbatches."""
+
+        @staticmethod
+        def forward(ctx, activation, aux):
+            ctx.save_for_backward(aux)
+            return activation
+
+        @staticmethod
+        def backward(ctx, grad):
+            (aux,) = ctx.saved_tensors
+            return grad, torch.ones_like(aux) / nmb
 
     opt = torch.optim.Adam(weights.values(), lr=args.lr,
                            betas=(args.beta1, args.beta2), eps=args.eps,

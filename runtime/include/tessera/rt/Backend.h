@@ -335,6 +335,58 @@ public:
   /// The k and v parts of dQKV = the packed gradients dkv.
   virtual Status ringUnpackKeyValueGrads(const float *dkv, float *dqkv,
                                          const RingAttentionDims &d) = 0;
+
+  /// Mixture of experts (the MoE opcodes): `tokens` routed tokens, each to
+  /// `k` of `experts` experts; rows are the [tokens * k, features] tokens
+  /// permuted into expert order (expert 0's rows first, token order within
+  /// an expert, as math/MoE.h documents). An index outside [0, experts) is
+  /// an OutOfRange error naming it.
+  /// probs, indices [tokens, k] from logits [tokens, experts] (moeTopK).
+  virtual Status moeRouter(const float *logits, float *probs, int32_t *indices,
+                           int64_t tokens, int64_t experts, int64_t k) = 0;
+  /// dlogits [tokens, experts] (overwritten) from dprobs (moeTopKGrad).
+  virtual Status moeRouterGrad(const float *probs, const int32_t *indices,
+                               const float *dprobs, float *dlogits,
+                               int64_t tokens, int64_t experts, int64_t k) = 0;
+  /// y[0] = the load-balancing loss (Megatron's
+  /// switch_load_balancing_loss_func).
+  virtual Status moeAuxLoss(const float *logits, const int32_t *indices,
+                            float *y, int64_t tokens, int64_t experts,
+                            int64_t k, float coeff) = 0;
+  /// dlogits (overwritten) of the load-balancing loss times dy[0].
+  virtual Status moeAuxLossGrad(const float *logits, const int32_t *indices,
+                                const float *dy, float *dlogits,
+                                int64_t tokens, int64_t experts, int64_t k,
+                                float coeff) = 0;
+  /// rows from X [tokens, features]; counts [experts].
+  virtual Status moeDispatch(const float *x, const int32_t *indices,
+                             float *rows, int32_t *counts, int64_t tokens,
+                             int64_t k, int64_t experts, int64_t features) = 0;
+  /// dX[t] = sum over t's rows of drows.
+  virtual Status moeDispatchGrad(const float *drows, const int32_t *indices,
+                                 float *dx, int64_t tokens, int64_t k,
+                                 int64_t experts, int64_t features) = 0;
+  /// Y [rows, out]: counts[e] consecutive rows per expert, Y_e = X_e W[e]^T,
+  /// W [experts, out, in]; rows past the counts' sum are zero.
+  virtual Status groupedLinear(const float *x, const int32_t *counts,
+                               const float *w, float *y, int64_t rows,
+                               int64_t in, int64_t out, int64_t experts) = 0;
+  /// dX_e = dY_e W[e] (overwritten); dW[e] = beta dW[e] + dY_e^T X_e.
+  virtual Status groupedLinearGrad(const float *x, const int32_t *counts,
+                                   const float *w, const float *dy, float *dx,
+                                   float *dw, int64_t rows, int64_t in,
+                                   int64_t out, int64_t experts,
+                                   float beta) = 0;
+  /// Y[t] = sum_j probs[t, j] rows[row of (t, j)].
+  virtual Status moeCombine(const float *rows, const float *probs,
+                            const int32_t *indices, float *y, int64_t tokens,
+                            int64_t k, int64_t experts, int64_t features) = 0;
+  /// drows and dprobs (both overwritten) from dY.
+  virtual Status moeCombineGrad(const float *rows, const float *probs,
+                                const int32_t *indices, const float *dy,
+                                float *drows, float *dprobs, int64_t tokens,
+                                int64_t k, int64_t experts,
+                                int64_t features) = 0;
 };
 
 using BackendFactory =

@@ -9,6 +9,7 @@
 #include "tessera/rt/Backend.h"
 #include "tessera/rt/Rng.h"
 #include "tessera/rt/math/Kernels.h"
+#include "tessera/rt/math/MoE.h"
 #include "tessera/rt/math/Philox.h"
 #include "tessera/rt/math/SequenceLayout.h"
 
@@ -1046,6 +1047,236 @@ public:
                   1.0f, dk + k0 * ldkv, ldkv);
           }
         });
+      }
+    return Status();
+  }
+
+  //===--------------------------------------------------------------------===//
+  // Mixture of experts
+  //===--------------------------------------------------------------------===//
+
+  /// The row of each routing choice (t, j) in expert order (expert-major,
+  /// token order within an expert: a stable counting sort), and the counts.
+  static Status moeRows(const int32_t *indices, int64_t choices,
+                        int64_t experts, std::vector<int64_t> &rowOf,
+                        std::vector<int64_t> &counts) {
+    counts.assign(size_t(experts), 0);
+    for (int64_t n = 0; n < choices; ++n) {
+      const int32_t e = indices[n];
+      if (e < 0 || e >= experts)
+        return outOfRange("expert index ", e, " of routing choice ", n,
+                          " is out of range for ", experts, " experts");
+      ++counts[size_t(e)];
+    }
+    std::vector<int64_t> next(size_t(experts), 0);
+    for (int64_t e = 1; e < experts; ++e)
+      next[size_t(e)] = next[size_t(e - 1)] + counts[size_t(e - 1)];
+    rowOf.resize(size_t(choices));
+    for (int64_t n = 0; n < choices; ++n)
+      rowOf[size_t(n)] = next[size_t(indices[n])]++;
+    return Status();
+  }
+
+  Status moeRouter(const float *logits, float *probs, int32_t *indices,
+                   int64_t tokens, int64_t experts, int64_t k) override {
+    if (k < 1 || k > experts)
+      return invalidArgument("router topk ", k, " is not in [1, ", experts,
+                             "]");
+    for (int64_t t = 0; t < tokens; ++t)
+      math::moeTopK(logits + t * experts, experts, k, probs + t * k,
+                    indices + t * k);
+    return Status();
+  }
+
+  Status moeRouterGrad(const float *probs, const int32_t *indices,
+                       const float *dprobs, float *dlogits, int64_t tokens,
+                       int64_t experts, int64_t k) override {
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t j = 0; j < k; ++j)
+        if (indices[t * k + j] < 0 || indices[t * k + j] >= experts)
+          return outOfRange("expert index ", indices[t * k + j],
+                            " of token ", t, " is out of range for ", experts,
+                            " experts");
+    for (int64_t t = 0; t < tokens; ++t)
+      math::moeTopKGrad(probs + t * k, indices + t * k, dprobs + t * k, experts,
+                        k, dlogits + t * experts);
+    return Status();
+  }
+
+  /// Per-expert token counts and the softmax over all experts per token.
+  static Status moeAuxTerms(const float *logits, const int32_t *indices,
+                            int64_t tokens, int64_t experts, int64_t k,
+                            std::vector<double> &counts, std::vector<float> &softmax) {
+    counts.assign(size_t(experts), 0.0);
+    for (int64_t n = 0; n < tokens * k; ++n) {
+      if (indices[n] < 0 || indices[n] >= experts)
+        return outOfRange("expert index ", indices[n], " of routing choice ",
+                          n, " is out of range for ", experts, " experts");
+      counts[size_t(indices[n])] += 1.0;
+    }
+    softmax.assign(logits, logits + tokens * experts);
+    softmaxRows(softmax.data(), tokens, experts, 0, false);
+    return Status();
+  }
+
+  Status moeAuxLoss(const float *logits, const int32_t *indices, float *y,
+                    int64_t tokens, int64_t experts, int64_t k,
+                    float coeff) override {
+    std::vector<double> counts;
+    std::vector<float> p;
+    TESSERA_RETURN_IF_ERROR(
+        moeAuxTerms(logits, indices, tokens, experts, k, counts, p));
+    double sum = 0.0;
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t e = 0; e < experts; ++e)
+        sum += double(p[size_t(t * experts + e)]) * counts[size_t(e)];
+    y[0] = tokens ? float(sum * double(math::moeAuxScale(coeff, experts, k,
+                                                          tokens)))
+                  : 0.0f;
+    return Status();
+  }
+
+  Status moeAuxLossGrad(const float *logits, const int32_t *indices,
+                        const float *dy, float *dlogits, int64_t tokens,
+                        int64_t experts, int64_t k, float coeff) override {
+    std::vector<double> counts;
+    std::vector<float> p;
+    TESSERA_RETURN_IF_ERROR(
+        moeAuxTerms(logits, indices, tokens, experts, k, counts, p));
+    const float scale =
+        tokens ? dy[0] * math::moeAuxScale(coeff, experts, k, tokens) : 0.0f;
+    // d/dlogits of sum_e p[t, e] g_e (g_e = scale count_e): the softmax
+    // backward p (g - p . g).
+    for (int64_t t = 0; t < tokens; ++t) {
+      const float *pt = p.data() + t * experts;
+      float dot = 0.0f;
+      for (int64_t e = 0; e < experts; ++e)
+        dot += pt[e] * float(counts[size_t(e)]) * scale;
+      for (int64_t e = 0; e < experts; ++e)
+        dlogits[t * experts + e] =
+            pt[e] * (float(counts[size_t(e)]) * scale - dot);
+    }
+    return Status();
+  }
+
+  Status moeDispatch(const float *x, const int32_t *indices, float *rows,
+                     int32_t *counts, int64_t tokens, int64_t k,
+                     int64_t experts, int64_t features) override {
+    std::vector<int64_t> rowOf, n;
+    TESSERA_RETURN_IF_ERROR(moeRows(indices, tokens * k, experts, rowOf, n));
+    for (int64_t e = 0; e < experts; ++e)
+      counts[e] = int32_t(n[size_t(e)]);
+    for (int64_t c = 0; c < tokens * k; ++c)
+      std::memcpy(rows + rowOf[size_t(c)] * features, x + (c / k) * features,
+                  size_t(features) * 4);
+    return Status();
+  }
+
+  Status moeDispatchGrad(const float *drows, const int32_t *indices, float *dx,
+                         int64_t tokens, int64_t k, int64_t experts,
+                         int64_t features) override {
+    std::vector<int64_t> rowOf, n;
+    TESSERA_RETURN_IF_ERROR(moeRows(indices, tokens * k, experts, rowOf, n));
+    for (int64_t t = 0; t < tokens; ++t) {
+      float *d = dx + t * features;
+      std::memcpy(d, drows + rowOf[size_t(t * k)] * features,
+                  size_t(features) * 4);
+      for (int64_t j = 1; j < k; ++j) {
+        const float *r = drows + rowOf[size_t(t * k + j)] * features;
+        for (int64_t f = 0; f < features; ++f)
+          d[f] += r[f];
+      }
+    }
+    return Status();
+  }
+
+  /// The row offset of each expert's group; fails when the counts do not
+  /// fit `rows`.
+  static Status groupOffsets(const int32_t *counts, int64_t experts,
+                             int64_t rows, std::vector<int64_t> &offsets) {
+    offsets.assign(size_t(experts) + 1, 0);
+    for (int64_t e = 0; e < experts; ++e) {
+      if (counts[e] < 0)
+        return outOfRange("expert ", e, " has a negative row count ",
+                          counts[e]);
+      offsets[size_t(e) + 1] = offsets[size_t(e)] + counts[e];
+    }
+    if (offsets.back() > rows)
+      return outOfRange("the experts' row counts add up to ", offsets.back(),
+                        ", more than the ", rows, " rows");
+    return Status();
+  }
+
+  Status groupedLinear(const float *x, const int32_t *counts, const float *w,
+                       float *y, int64_t rows, int64_t in, int64_t out,
+                       int64_t experts) override {
+    std::vector<int64_t> off;
+    TESSERA_RETURN_IF_ERROR(groupOffsets(counts, experts, rows, off));
+    for (int64_t e = 0; e < experts; ++e) {
+      const int64_t r0 = off[size_t(e)], n = off[size_t(e) + 1] - r0;
+      if (n > 0)
+        sgemm(false, true, n, out, in, 1.0f, x + r0 * in, in,
+              w + e * out * in, in, 0.0f, y + r0 * out, out);
+    }
+    std::fill(y + off.back() * out, y + rows * out, 0.0f);
+    return Status();
+  }
+
+  Status groupedLinearGrad(const float *x, const int32_t *counts,
+                           const float *w, const float *dy, float *dx,
+                           float *dw, int64_t rows, int64_t in, int64_t out,
+                           int64_t experts, float beta) override {
+    std::vector<int64_t> off;
+    TESSERA_RETURN_IF_ERROR(groupOffsets(counts, experts, rows, off));
+    for (int64_t e = 0; e < experts; ++e) {
+      const int64_t r0 = off[size_t(e)], n = off[size_t(e) + 1] - r0;
+      float *dwe = dw + e * out * in;
+      if (n == 0) {
+        scaleOrZero(dwe, out * in, beta);
+        continue;
+      }
+      sgemm(false, false, n, in, out, 1.0f, dy + r0 * out, out,
+            w + e * out * in, in, 0.0f, dx + r0 * in, in);
+      sgemm(true, false, out, in, n, 1.0f, dy + r0 * out, out, x + r0 * in,
+            in, beta, dwe, in);
+    }
+    std::fill(dx + off.back() * in, dx + rows * in, 0.0f);
+    return Status();
+  }
+
+  Status moeCombine(const float *rows, const float *probs,
+                    const int32_t *indices, float *y, int64_t tokens, int64_t k,
+                    int64_t experts, int64_t features) override {
+    std::vector<int64_t> rowOf, n;
+    TESSERA_RETURN_IF_ERROR(moeRows(indices, tokens * k, experts, rowOf, n));
+    for (int64_t t = 0; t < tokens; ++t) {
+      float *yt = y + t * features;
+      std::fill(yt, yt + features, 0.0f);
+      for (int64_t j = 0; j < k; ++j) {
+        const float p = probs[t * k + j];
+        const float *r = rows + rowOf[size_t(t * k + j)] * features;
+        for (int64_t f = 0; f < features; ++f)
+          yt[f] += p * r[f];
+      }
+    }
+    return Status();
+  }
+
+  Status moeCombineGrad(const float *rows, const float *probs,
+                        const int32_t *indices, const float *dy, float *drows,
+                        float *dprobs, int64_t tokens, int64_t k,
+                        int64_t experts, int64_t features) override {
+    std::vector<int64_t> rowOf, n;
+    TESSERA_RETURN_IF_ERROR(moeRows(indices, tokens * k, experts, rowOf, n));
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t row = rowOf[size_t(t * k + j)];
+        const float p = probs[t * k + j];
+        const float *d = dy + t * features;
+        float *dr = drows + row * features;
+        for (int64_t f = 0; f < features; ++f)
+          dr[f] = p * d[f];
+        dprobs[t * k + j] = laneDot(rows + row * features, d, features);
       }
     return Status();
   }

@@ -691,6 +691,57 @@ Status CudaBackend::ringUnpackKeyValueGrads(const float *, float *,
   return ringAttentionUnimplemented();
 }
 
+// Mixture of experts runs on the CPU backend only so far.
+static Status moeUnimplemented() {
+  return unimplemented("mixture-of-experts kernels are not implemented on the "
+                       "cuda backend yet; run the model with --backend cpu");
+}
+Status CudaBackend::moeRouter(const float *, float *, int32_t *, int64_t,
+                              int64_t, int64_t) {
+  return moeUnimplemented();
+}
+Status CudaBackend::moeRouterGrad(const float *, const int32_t *, const float *,
+                                  float *, int64_t, int64_t, int64_t) {
+  return moeUnimplemented();
+}
+Status CudaBackend::moeAuxLoss(const float *, const int32_t *, float *, int64_t,
+                               int64_t, int64_t, float) {
+  return moeUnimplemented();
+}
+Status CudaBackend::moeAuxLossGrad(const float *, const int32_t *,
+                                   const float *, float *, int64_t, int64_t,
+                                   int64_t, float) {
+  return moeUnimplemented();
+}
+Status CudaBackend::moeDispatch(const float *, const int32_t *, float *,
+                                int32_t *, int64_t, int64_t, int64_t, int64_t) {
+  return moeUnimplemented();
+}
+Status CudaBackend::moeDispatchGrad(const float *, const int32_t *, float *,
+                                    int64_t, int64_t, int64_t, int64_t) {
+  return moeUnimplemented();
+}
+Status CudaBackend::groupedLinear(const float *, const int32_t *, const float *,
+                                  float *, int64_t, int64_t, int64_t, int64_t) {
+  return moeUnimplemented();
+}
+Status CudaBackend::groupedLinearGrad(const float *, const int32_t *,
+                                      const float *, const float *, float *,
+                                      float *, int64_t, int64_t, int64_t,
+                                      int64_t, float) {
+  return moeUnimplemented();
+}
+Status CudaBackend::moeCombine(const float *, const float *, const int32_t *,
+                               float *, int64_t, int64_t, int64_t, int64_t) {
+  return moeUnimplemented();
+}
+Status CudaBackend::moeCombineGrad(const float *, const float *,
+                                   const int32_t *, const float *, float *,
+                                   float *, int64_t, int64_t, int64_t,
+                                   int64_t) {
+  return moeUnimplemented();
+}
+
 Status CudaBackend::dropout(const float *x, float *y, int64_t seq,
                             int64_t batch, int64_t hidden, int64_t seqOffset,
                             int64_t seqTotal, int64_t firstSample,

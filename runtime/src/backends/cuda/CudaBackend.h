@@ -195,6 +195,37 @@ public:
                                int64_t source, bool first) override;
   Status ringUnpackKeyValueGrads(const float *dkv, float *dqkv,
                                  const RingAttentionDims &d) override;
+  Status moeRouter(const float *logits, float *probs, int32_t *indices,
+                   int64_t tokens, int64_t experts, int64_t k) override;
+  Status moeRouterGrad(const float *probs, const int32_t *indices,
+                       const float *dprobs, float *dlogits, int64_t tokens,
+                       int64_t experts, int64_t k) override;
+  Status moeAuxLoss(const float *logits, const int32_t *indices, float *y,
+                    int64_t tokens, int64_t experts, int64_t k,
+                    float coeff) override;
+  Status moeAuxLossGrad(const float *logits, const int32_t *indices,
+                        const float *dy, float *dlogits, int64_t tokens,
+                        int64_t experts, int64_t k, float coeff) override;
+  Status moeDispatch(const float *x, const int32_t *indices, float *rows,
+                     int32_t *counts, int64_t tokens, int64_t k,
+                     int64_t experts, int64_t features) override;
+  Status moeDispatchGrad(const float *drows, const int32_t *indices, float *dx,
+                         int64_t tokens, int64_t k, int64_t experts,
+                         int64_t features) override;
+  Status groupedLinear(const float *x, const int32_t *counts, const float *w,
+                       float *y, int64_t rows, int64_t in, int64_t out,
+                       int64_t experts) override;
+  Status groupedLinearGrad(const float *x, const int32_t *counts,
+                           const float *w, const float *dy, float *dx,
+                           float *dw, int64_t rows, int64_t in, int64_t out,
+                           int64_t experts, float beta) override;
+  Status moeCombine(const float *rows, const float *probs,
+                    const int32_t *indices, float *y, int64_t tokens, int64_t k,
+                    int64_t experts, int64_t features) override;
+  Status moeCombineGrad(const float *rows, const float *probs,
+                        const int32_t *indices, const float *dy, float *drows,
+                        float *dprobs, int64_t tokens, int64_t k,
+                        int64_t experts, int64_t features) override;
 
 private:
   CudaBackend() = default;

@@ -1,0 +1,293 @@
+//===- MoEOps.cpp - nn dialect: mixture-of-experts ops ---------------------===//
+//
+// Verifiers, type inference, backward rules and costs of the ops of
+// Megatron's MoE layer (TopKRouter, the load-balancing loss and its
+// MoEAuxLossAutoScaler, token permutation, GroupedMLP, unpermutation).
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/nn/IR/NNOps.h"
+#include "tessera/Support/Model.h"
+
+#include "mlir/IR/Builders.h"
+
+using namespace mlir;
+using namespace tessera;
+using namespace tessera::nn;
+
+/// The element count of a static shape (the verifiers checked it is one).
+static int64_t numel(ShapedType t) {
+  return t.hasStaticShape() ? t.getNumElements() : 0;
+}
+
+/// Tokens of a `[tokens..., k]` routing tensor, or -1 when dynamic.
+static int64_t tokensOf(RankedTensorType routing) {
+  if (!routing.hasStaticShape())
+    return -1;
+  return numel(routing) / std::max<int64_t>(1, routing.getShape().back());
+}
+
+//===----------------------------------------------------------------------===//
+// MoERouterOp
+//===----------------------------------------------------------------------===//
+
+/// The shape of `t` with its last dimension replaced by `last`.
+static RankedTensorType withLast(RankedTensorType t, int64_t last, Type element) {
+  SmallVector<int64_t> shape(t.getShape());
+  shape.back() = last;
+  return RankedTensorType::get(shape, element);
+}
+
+LogicalResult MoERouterOp::inferReturnTypes(MLIRContext *ctx,
+                                            std::optional<Location> loc,
+                                            Adaptor adaptor,
+                                            SmallVectorImpl<Type> &types) {
+  auto logits = cast<RankedTensorType>(adaptor.getLogits().getType());
+  if (logits.getRank() < 2)
+    return emitOptionalError(loc, "nn.moe_router expects logits [tokens..., "
+                                  "experts]");
+  int64_t k = adaptor.getTopk();
+  types.push_back(withLast(logits, k, Float32Type::get(ctx)));
+  types.push_back(withLast(logits, k, IntegerType::get(ctx, 32)));
+  return success();
+}
+
+LogicalResult MoERouterOp::verify() {
+  auto logits = getLogits().getType();
+  int64_t experts = logits.getShape().empty() ? 0 : logits.getShape().back();
+  if (logits.getRank() < 2)
+    return emitOpError() << "expects logits [tokens..., experts], got " << logits;
+  if (getTopk() < 1 ||
+      (!ShapedType::isDynamic(experts) && getTopk() > experts))
+    return emitOpError() << "topk must be in [1, " << experts << "], got "
+                         << getTopk();
+  SmallVector<int64_t> want(logits.getShape());
+  want.back() = getTopk();
+  if (getProbs().getType().getShape() != ArrayRef<int64_t>(want) ||
+      getIndices().getType().getShape() != ArrayRef<int64_t>(want))
+    return emitOpError() << "probs and indices must be [tokens..., " << getTopk()
+                         << "] for logits " << logits;
+  return success();
+}
+
+LogicalResult MoERouterOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
+                                        ArrayRef<bool> needed,
+                                        SmallVectorImpl<Value> &adj) {
+  adj.assign(1, Value());
+  if (needed[0] && resultAdj[0])
+    adj[0] = MoERouterGradOp::create(b, getLoc(), getLogits().getType(),
+                                     getProbs(), getIndices(), resultAdj[0]);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// MoEAuxLossOp, AddAuxLossOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult MoEAuxLossOp::inferReturnTypes(MLIRContext *ctx,
+                                             std::optional<Location>, Adaptor,
+                                             SmallVectorImpl<Type> &types) {
+  types.push_back(RankedTensorType::get({}, Float32Type::get(ctx)));
+  return success();
+}
+
+LogicalResult MoEAuxLossOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
+                                         ArrayRef<bool> needed,
+                                         SmallVectorImpl<Value> &adj) {
+  adj.assign(2, Value());
+  if (needed[0] && resultAdj[0])
+    adj[0] = MoEAuxLossGradOp::create(b, getLoc(), getLogits().getType(),
+                                      getLogits(), getIndices(), resultAdj[0],
+                                      getCoeffAttr());
+  return success();
+}
+
+LogicalResult AddAuxLossOp::inferReturnTypes(MLIRContext *,
+                                             std::optional<Location>,
+                                             Adaptor adaptor,
+                                             SmallVectorImpl<Type> &types) {
+  types.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+LogicalResult AddAuxLossOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
+                                         ArrayRef<bool> needed,
+                                         SmallVectorImpl<Value> &adj) {
+  adj.assign(2, Value());
+  if (needed[0])
+    adj[0] = resultAdj[0];
+  // MoEAuxLossAutoScaler: the auxiliary loss gets the loss's own gradient,
+  // 1 / the number of microbatches (autodiff's seed).
+  if (needed[1]) {
+    int64_t micro = getNumMicrobatches(getRootModule(*this));
+    adj[1] = FillOp::create(b, getLoc(), getAux().getType(),
+                            b.getF32FloatAttr(1.0f / float(std::max<int64_t>(1, micro))));
+  }
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// MoEDispatchOp, MoECombineOp
+//===----------------------------------------------------------------------===//
+
+/// Checks a token tensor `[tokens..., features]` against routing
+/// `[tokens..., k]`: the same leading dimensions.
+static LogicalResult checkTokens(Operation *op, RankedTensorType tokens,
+                                 RankedTensorType routing, StringRef what) {
+  if (tokens.getRank() != routing.getRank() ||
+      tokens.getShape().drop_back() != routing.getShape().drop_back())
+    return op->emitOpError() << what << " " << tokens
+                             << " and the routing " << routing
+                             << " must have the same tokens";
+  return success();
+}
+
+/// Checks permuted rows `[tokens * k, features]` against routing.
+static LogicalResult checkRows(Operation *op, RankedTensorType rows,
+                               RankedTensorType routing, int64_t features) {
+  int64_t tokens = tokensOf(routing);
+  if (rows.getRank() != 2 ||
+      (tokens >= 0 && rows.getDimSize(0) != tokens * routing.getShape().back()) ||
+      rows.getDimSize(1) != features)
+    return op->emitOpError() << "expects the permuted rows [tokens * k, "
+                             << features << "] of routing " << routing
+                             << ", got " << rows;
+  return success();
+}
+
+LogicalResult MoEDispatchOp::inferReturnTypes(MLIRContext *ctx,
+                                              std::optional<Location> loc,
+                                              Adaptor adaptor,
+                                              SmallVectorImpl<Type> &types) {
+  auto x = cast<RankedTensorType>(adaptor.getInput().getType());
+  auto idx = cast<RankedTensorType>(adaptor.getIndices().getType());
+  if (x.getRank() < 2 || idx.getRank() < 2)
+    return emitOptionalError(loc, "nn.moe_dispatch expects tokens [tokens..., "
+                                  "features] and routing [tokens..., k]");
+  int64_t rows = idx.hasStaticShape() ? idx.getNumElements()
+                                      : ShapedType::kDynamic;
+  types.push_back(RankedTensorType::get({rows, x.getShape().back()},
+                                        Float32Type::get(ctx)));
+  types.push_back(RankedTensorType::get({adaptor.getNumExperts()},
+                                        IntegerType::get(ctx, 32)));
+  return success();
+}
+
+LogicalResult MoEDispatchOp::verify() {
+  auto x = getInput().getType(), idx = getIndices().getType();
+  if (getNumExperts() < 1)
+    return emitOpError() << "num_experts must be positive";
+  if (failed(checkTokens(*this, x, idx, "input")) ||
+      failed(checkRows(*this, getResult().getType(), idx,
+                       x.getShape().back())))
+    return failure();
+  if (getCounts().getType().getShape() != ArrayRef<int64_t>{getNumExperts()})
+    return emitOpError() << "counts must be [" << getNumExperts() << "]";
+  return success();
+}
+
+LogicalResult MoEDispatchOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
+                                          ArrayRef<bool> needed,
+                                          SmallVectorImpl<Value> &adj) {
+  adj.assign(2, Value());
+  if (needed[0] && resultAdj[0])
+    adj[0] = MoEDispatchGradOp::create(b, getLoc(), getInput().getType(),
+                                       resultAdj[0], getIndices(),
+                                       getNumExpertsAttr());
+  return success();
+}
+
+LogicalResult MoECombineOp::inferReturnTypes(MLIRContext *ctx,
+                                             std::optional<Location> loc,
+                                             Adaptor adaptor,
+                                             SmallVectorImpl<Type> &types) {
+  auto rows = cast<RankedTensorType>(adaptor.getInput().getType());
+  auto probs = cast<RankedTensorType>(adaptor.getProbs().getType());
+  if (rows.getRank() != 2 || probs.getRank() < 2)
+    return emitOptionalError(loc, "nn.moe_combine expects rows [n, features] "
+                                  "and routing [tokens..., k]");
+  types.push_back(withLast(probs, rows.getDimSize(1), Float32Type::get(ctx)));
+  return success();
+}
+
+LogicalResult MoECombineOp::verify() {
+  auto idx = getIndices().getType(), y = getResult().getType();
+  if (getProbs().getType().getShape() != idx.getShape())
+    return emitOpError() << "probs " << getProbs().getType()
+                         << " must match the indices " << idx;
+  if (failed(checkTokens(*this, y, idx, "result")) ||
+      failed(checkRows(*this, getInput().getType(), idx, y.getShape().back())))
+    return failure();
+  return success();
+}
+
+LogicalResult MoECombineOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
+                                         ArrayRef<bool> needed,
+                                         SmallVectorImpl<Value> &adj) {
+  adj.assign(3, Value());
+  if (!resultAdj[0])
+    return success();
+  auto grad = MoECombineGradOp::create(
+      b, getLoc(), getInput().getType(), getProbs().getType(), getInput(),
+      getProbs(), getIndices(), resultAdj[0], getNumExpertsAttr());
+  if (needed[0])
+    adj[0] = grad.getInputGrad();
+  if (needed[1])
+    adj[1] = grad.getProbsGrad();
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// GroupedLinearOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult GroupedLinearOp::inferReturnTypes(
+    MLIRContext *ctx, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  auto x = cast<RankedTensorType>(adaptor.getInput().getType());
+  auto w = cast<RankedTensorType>(adaptor.getWeight().getType());
+  if (x.getRank() != 2 || w.getRank() != 3)
+    return emitOptionalError(loc, "nn.grouped_linear expects rows [n, in] and "
+                                  "weights [experts, out, in]");
+  types.push_back(
+      RankedTensorType::get({x.getDimSize(0), w.getDimSize(1)}, Float32Type::get(ctx)));
+  return success();
+}
+
+LogicalResult GroupedLinearOp::verify() {
+  auto x = getInput().getType(), w = getWeight().getType();
+  if (x.getDimSize(1) != w.getDimSize(2))
+    return emitOpError() << "rows " << x << " do not match the weights " << w
+                         << " (in features)";
+  if (getCounts().getType().getShape() != ArrayRef<int64_t>{w.getDimSize(0)})
+    return emitOpError() << "counts must be [" << w.getDimSize(0)
+                         << "], one per expert";
+  return success();
+}
+
+LogicalResult GroupedLinearOp::buildAdjoint(OpBuilder &b,
+                                            ArrayRef<Value> resultAdj,
+                                            ArrayRef<bool> needed,
+                                            SmallVectorImpl<Value> &adj) {
+  adj.assign(getNumOperands(), Value());
+  if (!resultAdj[0])
+    return success();
+  auto grad = GroupedLinearGradOp::create(
+      b, getLoc(), getInput().getType(), getWeight().getType(), getInput(),
+      getCounts(), getWeight(), resultAdj[0]);
+  if (needed[0])
+    adj[0] = grad.getInputGrad();
+  if (needed[2])
+    adj[2] = grad.getWeightGrad();
+  return success();
+}
+
+int64_t GroupedLinearOp::getFlops() {
+  auto x = getInput().getType(), w = getWeight().getType();
+  return 2 * x.getDimSize(0) * x.getDimSize(1) * w.getDimSize(1);
+}
+
+int64_t GroupedLinearGradOp::getFlops() {
+  auto x = getInput().getType(), w = getWeight().getType();
+  return 4 * x.getDimSize(0) * x.getDimSize(1) * w.getDimSize(1);
+}

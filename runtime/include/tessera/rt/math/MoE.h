@@ -1,0 +1,70 @@
+//===- MoE.h - Mixture-of-experts routing math ------------------*- C++ -*-===//
+//
+// The per-token routing of Megatron's TopKRouter and the row layout of its
+// token permutation, shared by the CPU kernels and (as __host__ __device__)
+// by the CUDA backend, so every backend routes every token alike.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_RT_MATH_MOE_H
+#define TESSERA_RT_MATH_MOE_H
+
+#include "tessera/rt/math/HostDevice.h"
+#include "tessera/rt/math/Kernels.h"
+
+namespace tessera::rt::math {
+
+/// One token's routing (`moe_router_pre_softmax = False`, Megatron's
+/// default): the k largest of `experts` logits in descending order, ties to
+/// the lower expert index, and the softmax over those k.
+TESSERA_HD void moeTopK(const float *logits, int64_t experts, int64_t k,
+                        float *probs, int32_t *indices) {
+  for (int64_t j = 0; j < k; ++j) {
+    int64_t best = -1;
+    for (int64_t e = 0; e < experts; ++e) {
+      bool taken = false;
+      for (int64_t i = 0; i < j; ++i)
+        taken = taken || indices[i] == int32_t(e);
+      if (!taken && (best < 0 || logits[e] > logits[best]))
+        best = e;
+    }
+    indices[j] = int32_t(best);
+    probs[j] = logits[best];
+  }
+  // Softmax over the chosen logits; probs[0] is their max.
+  const float mx = probs[0];
+  float sum = 0.0f;
+  for (int64_t j = 0; j < k; ++j) {
+    probs[j] = expApprox(probs[j] - mx);
+    sum += probs[j];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t j = 0; j < k; ++j)
+    probs[j] *= inv;
+}
+
+/// dlogits of one token from its router probabilities and their gradient:
+/// p_j (dp_j - sum_i p_i dp_i) at the chosen experts, 0 elsewhere.
+TESSERA_HD void moeTopKGrad(const float *probs, const int32_t *indices,
+                            const float *dprobs, int64_t experts, int64_t k,
+                            float *dlogits) {
+  float dot = 0.0f;
+  for (int64_t j = 0; j < k; ++j)
+    dot += probs[j] * dprobs[j];
+  for (int64_t e = 0; e < experts; ++e)
+    dlogits[e] = 0.0f;
+  for (int64_t j = 0; j < k; ++j)
+    dlogits[indices[j]] = probs[j] * (dprobs[j] - dot);
+}
+
+/// The load-balancing loss's scale: coeff * E / (k * T * T)
+/// (Megatron's switch_load_balancing_loss_func).
+TESSERA_HD float moeAuxScale(float coeff, int64_t experts, int64_t k,
+                             int64_t tokens) {
+  return float(double(coeff) * double(experts) /
+               (double(k) * double(tokens) * double(tokens)));
+}
+
+} // namespace tessera::rt::math
+
+#endif // TESSERA_RT_MATH_MOE_H

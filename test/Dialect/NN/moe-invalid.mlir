@@ -1,0 +1,71 @@
+// RUN: tessera-opt %s -split-input-file -verify-diagnostics
+
+func.func @topk(%l: tensor<4x3xf32>) -> tensor<4x4xf32> {
+  // expected-error @+1 {{'nn.moe_router' op topk must be in [1, 3], got 4}}
+  %p, %i = nn.moe_router %l {topk = 4 : i64} : tensor<4x3xf32> -> tensor<4x4xf32>, tensor<4x4xi32>
+  return %p : tensor<4x4xf32>
+}
+
+// -----
+
+func.func @rank(%l: tensor<3xf32>) -> tensor<1xf32> {
+  // expected-error @+1 {{'nn.moe_router' op expects logits [tokens..., experts], got 'tensor<3xf32>'}}
+  %p, %i = "nn.moe_router"(%l) {topk = 1 : i64} : (tensor<3xf32>) -> (tensor<1xf32>, tensor<1xi32>)
+  return %p : tensor<1xf32>
+}
+
+// -----
+
+func.func @counts(%x: tensor<4x8xf32>, %i: tensor<4x2xi32>) -> tensor<8x8xf32> {
+  // expected-error @+1 {{'nn.moe_dispatch' op counts must be [3]}}
+  %r, %c = "nn.moe_dispatch"(%x, %i) {num_experts = 3 : i64} : (tensor<4x8xf32>, tensor<4x2xi32>) -> (tensor<8x8xf32>, tensor<2xi32>)
+  return %r : tensor<8x8xf32>
+}
+
+// -----
+
+func.func @tokens(%x: tensor<5x8xf32>, %i: tensor<4x2xi32>) -> tensor<8x8xf32> {
+  // expected-error @+1 {{'nn.moe_dispatch' op input 'tensor<5x8xf32>' and the routing 'tensor<4x2xi32>' must have the same tokens}}
+  %r, %c = "nn.moe_dispatch"(%x, %i) {num_experts = 3 : i64} : (tensor<5x8xf32>, tensor<4x2xi32>) -> (tensor<8x8xf32>, tensor<3xi32>)
+  return %r : tensor<8x8xf32>
+}
+
+// -----
+
+func.func @rows(%x: tensor<4x8xf32>, %i: tensor<4x2xi32>) -> tensor<6x8xf32> {
+  // expected-error @+1 {{'nn.moe_dispatch' op expects the permuted rows [tokens * k, 8] of routing 'tensor<4x2xi32>', got 'tensor<6x8xf32>'}}
+  %r, %c = "nn.moe_dispatch"(%x, %i) {num_experts = 3 : i64} : (tensor<4x8xf32>, tensor<4x2xi32>) -> (tensor<6x8xf32>, tensor<3xi32>)
+  return %r : tensor<6x8xf32>
+}
+
+// -----
+
+func.func @grouped(%x: tensor<8x8xf32>, %c: tensor<3xi32>, %w: tensor<3x16x6xf32>) -> tensor<8x16xf32> {
+  // expected-error @+1 {{'nn.grouped_linear' op rows 'tensor<8x8xf32>' do not match the weights 'tensor<3x16x6xf32>' (in features)}}
+  %y = nn.grouped_linear %x, %c, %w : (tensor<8x8xf32>, tensor<3xi32>, tensor<3x16x6xf32>) -> tensor<8x16xf32>
+  return %y : tensor<8x16xf32>
+}
+
+// -----
+
+func.func @groups(%x: tensor<8x8xf32>, %c: tensor<2xi32>, %w: tensor<3x16x8xf32>) -> tensor<8x16xf32> {
+  // expected-error @+1 {{'nn.grouped_linear' op counts must be [3], one per expert}}
+  %y = nn.grouped_linear %x, %c, %w : (tensor<8x8xf32>, tensor<2xi32>, tensor<3x16x8xf32>) -> tensor<8x16xf32>
+  return %y : tensor<8x16xf32>
+}
+
+// -----
+
+func.func @combine(%y: tensor<8x8xf32>, %p: tensor<4x2xf32>, %i: tensor<4x1xi32>) -> tensor<4x8xf32> {
+  // expected-error @+1 {{'nn.moe_combine' op probs 'tensor<4x2xf32>' must match the indices 'tensor<4x1xi32>'}}
+  %o = "nn.moe_combine"(%y, %p, %i) {num_experts = 3 : i64} : (tensor<8x8xf32>, tensor<4x2xf32>, tensor<4x1xi32>) -> tensor<4x8xf32>
+  return %o : tensor<4x8xf32>
+}
+
+// -----
+
+func.func @experts(%x: tensor<4x8xf32>, %i: tensor<4x2xi32>) -> tensor<8x8xf32> {
+  // expected-error @+1 {{'nn.moe_dispatch' op num_experts must be positive}}
+  %r, %c = "nn.moe_dispatch"(%x, %i) {num_experts = 0 : i64} : (tensor<4x8xf32>, tensor<4x2xi32>) -> (tensor<8x8xf32>, tensor<0xi32>)
+  return %r : tensor<8x8xf32>
+}
