@@ -26,6 +26,7 @@ CommCounters &CommCounters::operator+=(const CommCounters &o) {
   allReduce += o.allReduce;
   allGather += o.allGather;
   reduceScatter += o.reduceScatter;
+  allToAll += o.allToAll;
   p2p += o.p2p;
   calls += o.calls;
   return *this;
@@ -36,6 +37,7 @@ CommCounters CommCounters::operator-(const CommCounters &o) const {
   r.allReduce = allReduce - o.allReduce;
   r.allGather = allGather - o.allGather;
   r.reduceScatter = reduceScatter - o.reduceScatter;
+  r.allToAll = allToAll - o.allToAll;
   r.p2p = p2p - o.p2p;
   r.calls = calls - o.calls;
   return r;
@@ -71,6 +73,11 @@ public:
   }
   Status reduceScatter(const void *send, void *recv, int64_t count,
                        ElementType type, ReduceKind) override {
+    ++stats.calls;
+    return copy(send, recv, count * elementSize(type));
+  }
+  Status allToAll(const void *send, void *recv, int64_t count,
+                  ElementType type) override {
     ++stats.calls;
     return copy(send, recv, count * elementSize(type));
   }

@@ -86,6 +86,34 @@ TEST(MpiCommTest, AllGatherAndReduceScatter) {
     EXPECT_EQ(part[size_t(k)], float(n * (3 * r + k)) + rankSum);
 }
 
+// The equal-split all-to-all: block q of rank r's input arrives as block r
+// of rank q's output, in f32 and bf16, counting (n - 1) / n of the input.
+TEST(MpiCommTest, AllToAllExchangesBlocks) {
+  auto comm = worldComm();
+  int n = comm->size(), r = comm->rank();
+  const int64_t block = 3;
+  std::vector<float> send(size_t(block * n)), recv(send.size(), -1.0f);
+  for (int q = 0; q < n; ++q)
+    for (int64_t k = 0; k < block; ++k)
+      send[size_t(q * block + k)] = float(100 * r + 10 * q + k);
+  comm->resetCounters();
+  EXPECT_TRUE(
+      comm->allToAll(send.data(), recv.data(), block, ElementType::F32).ok());
+  for (int q = 0; q < n; ++q)
+    for (int64_t k = 0; k < block; ++k)
+      EXPECT_EQ(recv[size_t(q * block + k)], float(100 * q + 10 * r + k))
+          << "block " << q;
+  EXPECT_EQ(comm->counters().allToAll, uint64_t(n - 1) * block * 4);
+  std::vector<uint16_t> hs(send.size()), hr(send.size());
+  for (size_t i = 0; i < send.size(); ++i)
+    hs[i] = floatToBf16(send[i]);
+  EXPECT_TRUE(
+      comm->allToAll(hs.data(), hr.data(), block, ElementType::BF16).ok());
+  for (int q = 0; q < n; ++q)
+    EXPECT_EQ(hr[size_t(q * block)], floatToBf16(float(100 * q + 10 * r)));
+  EXPECT_EQ(comm->counters().allToAll, uint64_t(n - 1) * block * 6);
+}
+
 // The distributed optimizer's overlapped reduce-scatter: started, driven by
 // progress() while "computing", completed by wait(); the same block as the
 // blocking reduce-scatter.

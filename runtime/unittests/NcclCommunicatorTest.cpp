@@ -144,6 +144,7 @@ void expectSameCounters(const CommCounters &nccl, const CommCounters &mpi) {
   EXPECT_EQ(nccl.allReduce, mpi.allReduce);
   EXPECT_EQ(nccl.allGather, mpi.allGather);
   EXPECT_EQ(nccl.reduceScatter, mpi.reduceScatter);
+  EXPECT_EQ(nccl.allToAll, mpi.allToAll);
   EXPECT_EQ(nccl.p2p, mpi.p2p);
   EXPECT_EQ(nccl.calls, mpi.calls);
 }
@@ -271,6 +272,32 @@ TEST(NcclCommTest, AllReduceMatchesMpi) {
         }
         EXPECT_EQ(difference(viaNccl, viaMpi), "");
       }
+}
+
+// NCCL has no all-to-all: one group of a send and a receive per rank gives
+// MPI_Alltoall's result and byte count.
+TEST(NcclCommTest, AllToAllMatchesMpi) {
+  NcclWorld w;
+  auto mpi = worldComm();
+  if (!w.comm)
+    return;
+  const int n = worldSize(), r = worldRank();
+  const size_t block = 333;
+  for (ElementType type : kAllTypes) {
+    SCOPED_TRACE(typeName(type));
+    const std::vector<uint8_t> input =
+        inputOf(type, r, block * size_t(n), true, 3);
+    std::vector<uint8_t> viaNccl(input.size()), viaMpi(input.size());
+    w.comm->resetCounters();
+    mpi->resetCounters();
+    EXPECT_TRUE(
+        w.comm->allToAll(input.data(), viaNccl.data(), int64_t(block), type)
+            .ok());
+    EXPECT_TRUE(
+        mpi->allToAll(input.data(), viaMpi.data(), int64_t(block), type).ok());
+    EXPECT_EQ(difference(viaNccl, viaMpi), "");
+    expectSameCounters(w.comm->counters(), mpi->counters());
+  }
 }
 
 TEST(NcclCommTest, AllGatherAndReduceScatterMatchMpi) {

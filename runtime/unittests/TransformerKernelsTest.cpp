@@ -837,6 +837,14 @@ TEST(TransformerExecutorTest, LoaderAndDecoderRejectBadInstructions) {
                         "token.mean", {-100}));
        },
        "y (operand 2) F32[2] must have 1 elements", false},
+      // The all-to-all reads its input while it writes its output.
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         RefDesc x = f32(p, {4, 8});
+         InstrDesc a = op(O::AllToAll, {x, x}, "a2a.overlap");
+         a.group = "dp";
+         f.push_back(a);
+       },
+       "all-to-all input F32[4, 8] and output overlap", false},
       // Context parallelism.
       {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
          f.push_back(op(O::TokenMeanOver,

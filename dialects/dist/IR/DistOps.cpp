@@ -229,6 +229,7 @@ DEFINE_MESH_LOOKUP(AllReduceStartOp)
 DEFINE_MESH_LOOKUP(AllGatherStartOp)
 DEFINE_MESH_LOOKUP(ReduceScatterStartOp)
 
+DEFINE_MESH_LOOKUP(AllToAllOp)
 DEFINE_MESH_LOOKUP(RingAttentionOp)
 DEFINE_MESH_LOOKUP(RingAttentionGradOp)
 
@@ -324,6 +325,30 @@ LogicalResult AllReduceOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
     adj[0] = AllReduceOp::create(b, getLoc(), resultAdj[0].getType(),
                                  resultAdj[0], getMeshAttr(), getGroupAttr(),
                                  getReductionAttr());
+  return success();
+}
+
+LogicalResult AllToAllOp::verifySymbolUses(SymbolTableCollection &st) {
+  FailureOr<int64_t> size = resolveGroup(*this, getMeshAttr(), getGroup(), st);
+  if (failed(size))
+    return failure();
+  auto type = cast<RankedTensorType>(getInput().getType());
+  int64_t rows = type.getRank() ? type.getDimSize(0) : 1;
+  if (type.getRank() == 0 ||
+      (!ShapedType::isDynamic(rows) && rows % *size != 0))
+    return emitOpError() << "dim 0 of " << type << " must hold one block per "
+                         << "rank of group '" << getGroup() << "' (" << *size
+                         << " ranks)";
+  return success();
+}
+
+LogicalResult AllToAllOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
+                                       ArrayRef<bool> needed,
+                                       SmallVectorImpl<Value> &adj) {
+  adj.assign(1, Value());
+  if (needed[0])
+    adj[0] = AllToAllOp::create(b, getLoc(), resultAdj[0].getType(),
+                                resultAdj[0], getMeshAttr(), getGroupAttr());
   return success();
 }
 

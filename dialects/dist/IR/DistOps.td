@@ -331,6 +331,26 @@ def Dist_RingAttentionGradOp : Dist_GroupOp<"ring_attention_grad", [Pure,
   let hasVerifier = 1;
 }
 
+def Dist_AllToAllOp : Dist_GroupOp<"all_to_all", [Pure, SameOperandsAndResultType,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "equal-split all-to-all over a rank group (dim 0)";
+  let description = [{
+    Megatron's `all_to_all` with equal splits (`_AllToAll` in
+    megatron/core/tensor_parallel/mappings.py, the token exchange of expert
+    parallelism): dim 0 holds one block per rank of the group; block i goes
+    to rank i, and block j of the result comes from rank j. Its adjoint is
+    the same exchange of the gradient.
+
+    ```mlir
+    %y = dist.all_to_all %x on @mesh "ep" : tensor<8x128xf32>
+    ```
+  }];
+  let arguments = (ins Dist_RankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       StrAttr:$group);
+  let results = (outs Dist_RankedTensor:$result);
+  let assemblyFormat = "$input `on` $mesh $group attr-dict `:` type($input)";
+}
+
 def Dist_AllReduceStartOp : Dist_GroupOp<"all_reduce_start"> {
   let summary = "start an asynchronous all-reduce";
   let description = [{

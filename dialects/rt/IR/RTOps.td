@@ -249,6 +249,7 @@ def RT_GroupedLinearOp : RT_KernelOp<"grouped_linear", "GroupedLinear", "one GEM
 def RT_GroupedLinearGradOp : RT_KernelOp<"grouped_linear_grad", "GroupedLinearGrad", "grouped GEMM backward">;
 def RT_MoECombineOp : RT_KernelOp<"moe_combine", "MoECombine", "unpermute, weighted by the router">;
 def RT_MoECombineGradOp : RT_KernelOp<"moe_combine_grad", "MoECombineGrad", "unpermute backward">;
+def RT_AllToAllOp : RT_KernelOp<"all_to_all", "AllToAll", "equal-split all-to-all over a group">;
 // Pipeline p2p over group "pp", iattrs = [peer (+1 next, -1 prev), tag]; they
 // join the open batch, completed before the next other instruction.
 def RT_SendOp : RT_KernelOp<"send", "Send", "isend to a pipeline neighbour">;

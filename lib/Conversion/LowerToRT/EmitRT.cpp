@@ -550,6 +550,14 @@ PATTERN(AllGatherPattern, dist::AllGatherOp) {
   return Value();
 }
 
+PATTERN(AllToAllPattern, dist::AllToAllOp) {
+  rt::AllToAllOp::create(
+      b, o.getLoc(), TypeRange{},
+      ValueRange{state.operand(b, o, 0), state.bufferOf(b, o.getResult())},
+      withGroup(b, {}, o.getGroupAttr()));
+  return Value();
+}
+
 PATTERN(ReduceScatterPattern, dist::ReduceScatterOp) {
   rt::ReduceScatterOp::create(b, o.getLoc(), state.operand(b, o, 0),
                               state.bufferOf(b, o.getResult()),
@@ -797,7 +805,8 @@ LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
       CopyToRegionPattern, AddAuxLossPattern, ReduceFromRegionPattern,
       AllReducePattern,
       AllReduceStartPattern, WaitPattern, ScatterToRegionPattern,
-      GatherFromRegionPattern, AllGatherPattern, ReduceScatterPattern,
+      GatherFromRegionPattern, AllGatherPattern, AllToAllPattern,
+      ReduceScatterPattern,
       BucketReduceStartPattern, BucketReduceWaitPattern, PackPattern,
       UnpackPattern, SendPattern, RecvPattern, ReturnPattern>(patterns,
                                                               converter, state);

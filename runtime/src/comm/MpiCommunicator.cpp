@@ -154,6 +154,17 @@ public:
     return Status();
   }
 
+  Status allToAll(const void *send, void *recv, int64_t count,
+                  ElementType type) override {
+    TESSERA_RETURN_IF_ERROR(checkCount(count));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiDatatype(type));
+    TESSERA_RETURN_IF_MPI_ERROR(
+        MPI_Alltoall(send, int(count), dt, recv, int(count), dt, comm));
+    stats.allToAll += uint64_t(mySize - 1) * uint64_t(count * elementSize(type));
+    ++stats.calls;
+    return Status();
+  }
+
   Status reduceScatter(const void *send, void *recv, int64_t recvCount,
                        ElementType type, ReduceKind op) override {
     TESSERA_RETURN_IF_ERROR(checkCount(recvCount));

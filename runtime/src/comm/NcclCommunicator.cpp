@@ -214,6 +214,29 @@ Status NcclCommunicator::reduceScatter(const void *send, void *recv,
   return orderBeforeCompute();
 }
 
+Status NcclCommunicator::allToAll(const void *send, void *recv, int64_t count,
+                                  ElementType type) {
+  TESSERA_RETURN_IF_ERROR(checkUsable());
+  TESSERA_RETURN_IF_ERROR(checkCount(count, "all-to-all"));
+  TESSERA_RETURN_IF_ERROR(orderAfterCompute());
+  TESSERA_RETURN_IF_ERROR(api.groupStart());
+  Status first;
+  for (int peer = 0; peer < mySize && first.ok(); ++peer) {
+    first = api.send(blockAt(const_cast<void *>(send), peer, count, type),
+                     size_t(count), type, peer, comm, stream);
+    if (first.ok())
+      first = api.recv(blockAt(recv, peer, count, type), size_t(count), type,
+                       peer, comm, stream);
+  }
+  // A started group is always ended; the first error is the one reported.
+  Status end = api.groupEnd();
+  TESSERA_RETURN_IF_ERROR(first);
+  TESSERA_RETURN_IF_ERROR(end);
+  stats.allToAll += uint64_t(mySize - 1) * uint64_t(count * elementSize(type));
+  ++stats.calls;
+  return orderBeforeCompute();
+}
+
 Status NcclCommunicator::allGatherInPlace(void *buffer, int64_t count,
                                           ElementType type) {
   TESSERA_RETURN_IF_ERROR(

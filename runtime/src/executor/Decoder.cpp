@@ -205,6 +205,29 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
     t.type = isBf16(in, 0) ? ElementType::BF16 : ElementType::F32;
     return Status();
   }
+  case O::AllToAll: {
+    std::string kind = in.group() ? in.group()->str() : "";
+    TESSERA_ASSIGN_OR_RETURN(t.type, elementTypeOf(ref(in, 0).dtype()));
+    TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 1}));
+    GroupPosition pos = position(kind);
+    if (!pos.group && worldRank >= 0 && hasGroupKind(*artifact.root(), kind))
+      return invalidArgument("rank ", worldRank,
+                             " is in no rank group of kind '", kind,
+                             "', but its program has a collective over it");
+    if (pos.size < 1 || numel(ref(in, 0)) % pos.size != 0)
+      return invalidArgument(desc(ref(in, 0)), " does not split into one block "
+                             "per rank of group '", kind, "' (", pos.size,
+                             " ranks)");
+    const int64_t es = dtypeSize(ref(in, 0).dtype());
+    const int64_t x = finalOffset(0), y = finalOffset(1),
+                  bytes = numel(ref(in, 0)) * es;
+    if (bytes > 0 && x < y + bytes && y < x + bytes)
+      return invalidArgument("all-to-all input ", desc(ref(in, 0)),
+                             " and output overlap in the arena");
+    t.n = numel(ref(in, 0)) / pos.size;
+    TESSERA_ASSIGN_OR_RETURN(t.comm, lookup(kind));
+    return Status();
+  }
   case O::AllReduce:
   case O::AllReduceStart:
   case O::AllGather:

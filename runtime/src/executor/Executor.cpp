@@ -382,6 +382,9 @@ Status Executor::execute(const Thunk &t) {
     if (t.i[0])
       return t.comm->allGatherInPlace(t.ptr[1], t.n, t.type);
     return t.comm->allGather(t.ptr[0], t.ptr[1], t.n, t.type);
+  case O::AllToAll:
+    TESSERA_RETURN_IF_ERROR(syncForHostComm(t));
+    return t.comm->allToAll(t.ptr[0], t.ptr[1], t.n, t.type);
   case O::ReduceScatter:
     TESSERA_RETURN_IF_ERROR(syncForHostComm(t));
     if (t.i[0])

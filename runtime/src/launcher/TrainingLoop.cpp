@@ -42,8 +42,8 @@ namespace {
 
 /// The per-kind byte counters in the metrics' comm_bytes.
 const char *const kCollectiveNames[] = {"all_reduce", "all_gather",
-                                        "reduce_scatter", "p2p"};
-constexpr int kNumCollectiveNames = 4;
+                                        "reduce_scatter", "all_to_all", "p2p"};
+constexpr int kNumCollectiveNames = 5;
 
 uint64_t counterOf(const CommCounters &c, int kind) {
   switch (kind) {
@@ -53,6 +53,8 @@ uint64_t counterOf(const CommCounters &c, int kind) {
     return c.allGather;
   case 2:
     return c.reduceScatter;
+  case 3:
+    return c.allToAll;
   default:
     return c.p2p;
   }

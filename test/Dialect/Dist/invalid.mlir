@@ -114,3 +114,13 @@ func.func @mixed(%x: tensor<8xf32>) {
   %0 = dist.all_reduce %x on @mesh "tp-ep" : tensor<8xf32>
   return
 }
+
+// -----
+
+dist.mesh @mesh {dp = 4}
+
+func.func @all_to_all_blocks(%x: tensor<6x8xf32>) -> tensor<6x8xf32> {
+  // expected-error @+1 {{'dist.all_to_all' op dim 0 of 'tensor<6x8xf32>' must hold one block per rank of group 'dp' (4 ranks)}}
+  %0 = dist.all_to_all %x on @mesh "dp" : tensor<6x8xf32>
+  return %0 : tensor<6x8xf32>
+}

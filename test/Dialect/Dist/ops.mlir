@@ -16,6 +16,13 @@ func.func @regions(%x: tensor<8x256xf32>) -> tensor<8x256xf32> {
   return %3 : tensor<8x256xf32>
 }
 
+// CHECK-LABEL: func.func @all_to_all
+func.func @all_to_all(%x: tensor<8x256xf32>) -> tensor<8x256xf32> {
+  // CHECK: dist.all_to_all %{{.*}} on @mesh "dp" : tensor<8x256xf32>
+  %0 = dist.all_to_all %x on @mesh "dp" : tensor<8x256xf32>
+  return %0 : tensor<8x256xf32>
+}
+
 // CHECK-LABEL: func.func @collectives
 func.func @collectives(%x: tensor<8x256xf32>) -> tensor<8x256xf32> {
   // CHECK: dist.all_reduce %{{.*}} on @mesh "dp" : tensor<8x256xf32>

@@ -9,6 +9,7 @@
 //   all-reduce      2 (n - 1) / n * B
 //   all-gather      (n - 1) / n * B   (B = gathered output)
 //   reduce-scatter  (n - 1) / n * B   (B = unreduced input)
+//   all-to-all      (n - 1) / n * B   (B = the whole send buffer)
 // and, for point-to-point (pipeline) traffic, the bytes of every isend.
 // Byte counts use the element size of the buffer's type (2 for bf16).
 //
@@ -44,6 +45,7 @@ struct CommCounters {
   uint64_t allReduce = 0;
   uint64_t allGather = 0;
   uint64_t reduceScatter = 0;
+  uint64_t allToAll = 0;
   /// Point-to-point bytes sent (isend), e.g. pipeline activations.
   uint64_t p2p = 0;
   /// Collectives started plus point-to-point operations posted.
@@ -51,7 +53,9 @@ struct CommCounters {
 
   CommCounters &operator+=(const CommCounters &o);
   CommCounters operator-(const CommCounters &o) const;
-  uint64_t total() const { return allReduce + allGather + reduceScatter + p2p; }
+  uint64_t total() const {
+    return allReduce + allGather + reduceScatter + allToAll + p2p;
+  }
 };
 
 /// Ring volumes (see file comment).
@@ -84,6 +88,12 @@ public:
   /// (send holds size() * recvCount elements).
   virtual Status reduceScatter(const void *send, void *recv, int64_t recvCount,
                                ElementType type, ReduceKind op) = 0;
+  /// The equal-split all-to-all (MPI_Alltoall, Megatron's all_to_all with
+  /// equal splits): send and recv hold size() blocks of `count` elements;
+  /// block i of send goes to rank i, and block j of recv comes from rank j.
+  /// The buffers must not overlap.
+  virtual Status allToAll(const void *send, void *recv, int64_t count,
+                          ElementType type) = 0;
   /// Starts an in-place all-reduce; complete it with wait().
   virtual StatusOr<CommRequest> allReduceStart(void *buffer, int64_t count,
                                                ElementType type,

@@ -90,6 +90,10 @@ public:
                    ElementType type) override;
   Status reduceScatter(const void *send, void *recv, int64_t recvCount,
                        ElementType type, ReduceKind op) override;
+  /// One NCCL group of a send and a receive per rank (NCCL has no
+  /// all-to-all collective; this is its documented pattern).
+  Status allToAll(const void *send, void *recv, int64_t count,
+                  ElementType type) override;
   StatusOr<CommRequest> allReduceStart(void *buffer, int64_t count,
                                        ElementType type,
                                        ReduceKind op) override;
