@@ -114,6 +114,52 @@ TEST(MpiCommTest, AllToAllExchangesBlocks) {
   EXPECT_EQ(comm->counters().allToAll, uint64_t(n - 1) * block * 6);
 }
 
+/// Rank r sends r + q + 1 elements to rank q (values 1000 r + 100 q + k),
+/// packed in rank order; the counts and offsets of both sides.
+struct UnevenExchange {
+  std::vector<int64_t> sendCounts, sendOffsets, recvCounts, recvOffsets;
+  std::vector<float> send;
+  int64_t recvTotal = 0;
+  UnevenExchange(int n, int r) {
+    int64_t at = 0;
+    for (int q = 0; q < n; ++q) {
+      sendCounts.push_back(r + q + 1);
+      sendOffsets.push_back(at);
+      for (int64_t k = 0; k < r + q + 1; ++k)
+        send.push_back(float(1000 * r + 100 * q + k));
+      at += r + q + 1;
+      recvCounts.push_back(q + r + 1);
+      recvOffsets.push_back(recvTotal);
+      recvTotal += q + r + 1;
+    }
+  }
+};
+
+// The all-to-all with per-rank counts (expert parallelism's dropless
+// exchange): each rank's variable-length block lands at its offset.
+TEST(MpiCommTest, AllToAllVExchangesUnevenBlocks) {
+  auto comm = worldComm();
+  int n = comm->size(), r = comm->rank();
+  UnevenExchange x(n, r);
+  std::vector<float> recv(size_t(x.recvTotal), -1.0f);
+  comm->resetCounters();
+  EXPECT_TRUE(comm->allToAllV(x.send.data(), x.sendCounts.data(),
+                              x.sendOffsets.data(), recv.data(),
+                              x.recvCounts.data(), x.recvOffsets.data(),
+                              ElementType::F32)
+                  .ok());
+  for (int q = 0; q < n; ++q)
+    for (int64_t k = 0; k < q + r + 1; ++k)
+      EXPECT_EQ(recv[size_t(x.recvOffsets[size_t(q)] + k)],
+                float(1000 * q + 100 * r + k))
+          << "from rank " << q;
+  uint64_t sent = 0;
+  for (int q = 0; q < n; ++q)
+    if (q != r)
+      sent += uint64_t(x.sendCounts[size_t(q)]) * 4;
+  EXPECT_EQ(comm->counters().allToAll, sent);
+}
+
 // The distributed optimizer's overlapped reduce-scatter: started, driven by
 // progress() while "computing", completed by wait(); the same block as the
 // blocking reduce-scatter.

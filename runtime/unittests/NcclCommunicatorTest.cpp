@@ -300,6 +300,43 @@ TEST(NcclCommTest, AllToAllMatchesMpi) {
   }
 }
 
+// Per-rank counts: rank r sends r + q + 1 elements to rank q.
+TEST(NcclCommTest, AllToAllVMatchesMpi) {
+  NcclWorld w;
+  auto mpi = worldComm();
+  if (!w.comm)
+    return;
+  const int n = worldSize(), r = worldRank();
+  std::vector<int64_t> sc, so, rc, ro;
+  int64_t sendTotal = 0, recvTotal = 0;
+  for (int q = 0; q < n; ++q) {
+    sc.push_back(r + q + 1);
+    so.push_back(sendTotal);
+    sendTotal += r + q + 1;
+    rc.push_back(q + r + 1);
+    ro.push_back(recvTotal);
+    recvTotal += q + r + 1;
+  }
+  for (ElementType type : kAllTypes) {
+    SCOPED_TRACE(typeName(type));
+    const std::vector<uint8_t> input = inputOf(type, r, size_t(sendTotal), true, 4);
+    const size_t es = size_t(elementSize(type));
+    std::vector<uint8_t> viaNccl(size_t(recvTotal) * es),
+        viaMpi(size_t(recvTotal) * es);
+    w.comm->resetCounters();
+    mpi->resetCounters();
+    EXPECT_TRUE(w.comm
+                    ->allToAllV(input.data(), sc.data(), so.data(),
+                                viaNccl.data(), rc.data(), ro.data(), type)
+                    .ok());
+    EXPECT_TRUE(mpi->allToAllV(input.data(), sc.data(), so.data(),
+                               viaMpi.data(), rc.data(), ro.data(), type)
+                    .ok());
+    EXPECT_EQ(difference(viaNccl, viaMpi), "");
+    expectSameCounters(w.comm->counters(), mpi->counters());
+  }
+}
+
 TEST(NcclCommTest, AllGatherAndReduceScatterMatchMpi) {
   NcclWorld w;
   auto mpi = worldComm();

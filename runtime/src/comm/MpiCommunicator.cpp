@@ -165,6 +165,33 @@ public:
     return Status();
   }
 
+  Status allToAllV(const void *send, const int64_t *sendCounts,
+                   const int64_t *sendOffsets, void *recv,
+                   const int64_t *recvCounts, const int64_t *recvOffsets,
+                   ElementType type) override {
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiDatatype(type));
+    const size_t n = static_cast<size_t>(mySize);
+    std::vector<int> sc(n), sd(n), rc(n), rd(n);
+    uint64_t sent = 0;
+    for (int i = 0; i < mySize; ++i) {
+      for (int64_t v : {sendCounts[i], sendOffsets[i], recvCounts[i],
+                        recvOffsets[i]})
+        TESSERA_RETURN_IF_ERROR(checkCount(v));
+      sc[size_t(i)] = int(sendCounts[i]);
+      sd[size_t(i)] = int(sendOffsets[i]);
+      rc[size_t(i)] = int(recvCounts[i]);
+      rd[size_t(i)] = int(recvOffsets[i]);
+      if (i != myRank)
+        sent += uint64_t(sendCounts[i] * elementSize(type));
+    }
+    TESSERA_RETURN_IF_MPI_ERROR(MPI_Alltoallv(send, sc.data(), sd.data(), dt,
+                                              recv, rc.data(), rd.data(), dt,
+                                              comm));
+    stats.allToAll += sent;
+    ++stats.calls;
+    return Status();
+  }
+
   Status reduceScatter(const void *send, void *recv, int64_t recvCount,
                        ElementType type, ReduceKind op) override {
     TESSERA_RETURN_IF_ERROR(checkCount(recvCount));

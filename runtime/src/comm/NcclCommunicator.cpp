@@ -216,23 +216,43 @@ Status NcclCommunicator::reduceScatter(const void *send, void *recv,
 
 Status NcclCommunicator::allToAll(const void *send, void *recv, int64_t count,
                                   ElementType type) {
+  const size_t n = static_cast<size_t>(mySize);
+  std::vector<int64_t> counts(n, count), offsets(n);
+  for (int i = 0; i < mySize; ++i)
+    offsets[size_t(i)] = int64_t(i) * count;
+  return allToAllV(send, counts.data(), offsets.data(), recv, counts.data(),
+                   offsets.data(), type);
+}
+
+Status NcclCommunicator::allToAllV(const void *send, const int64_t *sendCounts,
+                                   const int64_t *sendOffsets, void *recv,
+                                   const int64_t *recvCounts,
+                                   const int64_t *recvOffsets,
+                                   ElementType type) {
   TESSERA_RETURN_IF_ERROR(checkUsable());
-  TESSERA_RETURN_IF_ERROR(checkCount(count, "all-to-all"));
+  for (int i = 0; i < mySize; ++i) {
+    TESSERA_RETURN_IF_ERROR(checkCount(sendCounts[i], "all-to-all"));
+    TESSERA_RETURN_IF_ERROR(checkCount(recvCounts[i], "all-to-all"));
+  }
   TESSERA_RETURN_IF_ERROR(orderAfterCompute());
   TESSERA_RETURN_IF_ERROR(api.groupStart());
   Status first;
+  uint64_t sent = 0;
   for (int peer = 0; peer < mySize && first.ok(); ++peer) {
-    first = api.send(blockAt(const_cast<void *>(send), peer, count, type),
-                     size_t(count), type, peer, comm, stream);
+    first = api.send(blockAt(const_cast<void *>(send), 1, sendOffsets[peer],
+                             type),
+                     size_t(sendCounts[peer]), type, peer, comm, stream);
     if (first.ok())
-      first = api.recv(blockAt(recv, peer, count, type), size_t(count), type,
-                       peer, comm, stream);
+      first = api.recv(blockAt(recv, 1, recvOffsets[peer], type),
+                       size_t(recvCounts[peer]), type, peer, comm, stream);
+    if (peer != myRank)
+      sent += uint64_t(sendCounts[peer] * elementSize(type));
   }
   // A started group is always ended; the first error is the one reported.
   Status end = api.groupEnd();
   TESSERA_RETURN_IF_ERROR(first);
   TESSERA_RETURN_IF_ERROR(end);
-  stats.allToAll += uint64_t(mySize - 1) * uint64_t(count * elementSize(type));
+  stats.allToAll += sent;
   ++stats.calls;
   return orderBeforeCompute();
 }

@@ -94,6 +94,16 @@ public:
   /// The buffers must not overlap.
   virtual Status allToAll(const void *send, void *recv, int64_t count,
                           ElementType type) = 0;
+  /// The all-to-all with per-rank counts (MPI_Alltoallv; expert
+  /// parallelism's dropless token exchange): sendCounts[i] elements from
+  /// send + sendOffsets[i] go to rank i, and recvCounts[j] elements from
+  /// rank j land at recv + recvOffsets[j] (counts and offsets in elements,
+  /// size() entries each, host memory). Counts the bytes sent to the other
+  /// ranks.
+  virtual Status allToAllV(const void *send, const int64_t *sendCounts,
+                           const int64_t *sendOffsets, void *recv,
+                           const int64_t *recvCounts,
+                           const int64_t *recvOffsets, ElementType type) = 0;
   /// Starts an in-place all-reduce; complete it with wait().
   virtual StatusOr<CommRequest> allReduceStart(void *buffer, int64_t count,
                                                ElementType type,

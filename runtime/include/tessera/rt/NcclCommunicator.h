@@ -94,6 +94,10 @@ public:
   /// all-to-all collective; this is its documented pattern).
   Status allToAll(const void *send, void *recv, int64_t count,
                   ElementType type) override;
+  Status allToAllV(const void *send, const int64_t *sendCounts,
+                   const int64_t *sendOffsets, void *recv,
+                   const int64_t *recvCounts, const int64_t *recvOffsets,
+                   ElementType type) override;
   StatusOr<CommRequest> allReduceStart(void *buffer, int64_t count,
                                        ElementType type,
                                        ReduceKind op) override;
