@@ -232,9 +232,13 @@ void tessera::printSchedule(const schedule::PipelineConfig &c,
 mlir::LogicalResult tessera::printBuckets(mlir::ModuleOp module,
                                           llvm::StringRef format,
                                           llvm::raw_ostream &os) {
-  int64_t dp = 1;
-  if (auto mesh = dist::lookupMesh(module))
+  int64_t dp = 1, reduceSize = 1;
+  std::string reduceGroup = "dp";
+  if (auto mesh = dist::lookupMesh(module)) {
     dp = mesh.getDp();
+    reduceSize = mesh.getGradReduceSize();
+    reduceGroup = mesh.getGradReduceGroup().str();
+  }
   struct Entry {
     int64_t ppRank;
     dist::GradBufferOp op;
@@ -274,6 +278,10 @@ mlir::LogicalResult tessera::printBuckets(mlir::ModuleOp module,
   llvm::json::OStream j(os, 2);
   j.object([&] {
     j.attribute("dp", dp);
+    // The group the buckets are reduced and sharded over: dp, or dp-cp
+    // under context parallelism.
+    j.attribute("grad_reduce_group", reduceGroup);
+    j.attribute("grad_reduce_size", reduceSize);
     j.attribute("single_bucket_group",
                 module->hasAttr(kSingleBucketGroupAttr) ||
                     llvm::any_of(getPrograms(module), [](mlir::ModuleOp p) {
@@ -313,7 +321,8 @@ mlir::LogicalResult tessera::printBuckets(mlir::ModuleOp module,
           if (!e.op.getDistributed())
             return;
           j.attributeArray("shards", [&] {
-            for (const buckets::Shard &s : buckets::shardRanges(e.layout, dp))
+            for (const buckets::Shard &s :
+                 buckets::shardRanges(e.layout, e.op.getDp()))
               j.object([&] {
                 j.attribute("dp_rank", s.dpRank);
                 j.attribute("bucket", s.bucket);
