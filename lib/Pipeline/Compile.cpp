@@ -39,8 +39,6 @@ tessera::CompileOptions::CompileOptions()
             cl::cat(getCompileCategory())),
       output("o", cl::desc("output file"), cl::value_desc("file"),
              cl::init("-"), cl::cat(getCompileCategory())),
-      ep("ep", cl::desc("expert-parallel size"), cl::init(1),
-         cl::cat(getCompileCategory())),
       etp("etp", cl::desc("expert tensor-parallel size"), cl::init(1),
           cl::cat(getCompileCategory())),
       worldSize("world-size",
@@ -153,7 +151,7 @@ resolveMesh(const tessera::CompileOptions &options) {
   tessera::mesh::MeshConfig mesh;
   mesh.tp = p.tp;
   mesh.cp = p.cp;
-  mesh.ep = options.ep;
+  mesh.ep = p.ep;
   mesh.etp = options.etp;
   mesh.dp = p.dp == 0 ? 1 : int64_t(p.dp);
   mesh.pp = p.pp;
@@ -277,14 +275,10 @@ int tessera::compile(const CompileOptions &options,
     return emitSchedule(options, *mesh);
   if (options.input.empty())
     return fail("no input model given (only --emit=rank-groups needs none)");
-  for (auto [flag, value] : {std::pair<const char *, int64_t>{"ep", mesh->ep},
-                             {"etp", mesh->etp}})
-    if (value != 1)
-      return fail(llvm::Twine("--") + flag + " " + llvm::Twine(value) +
-                  ": this version compiles models with tensor, context, "
-                  "pipeline and data parallelism (--tp, --cp, --pp, --vpp, "
-                  "--dp); expert parallelism is accepted by "
-                  "--emit=rank-groups");
+  if (mesh->etp != 1)
+    return fail(llvm::Twine("--etp ") + llvm::Twine(mesh->etp) +
+                ": expert tensor parallelism is not built yet (it is "
+                "accepted by --emit=rank-groups); use --ep with --dp and --pp");
 
   // The pipeline's options as given, with the values the tool derives: dp
   // (--world-size) and the global batch (--micro-batches M stands for a

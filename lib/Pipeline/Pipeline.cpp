@@ -33,6 +33,7 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   dist::AttachMeshPassOptions mesh;
   mesh.tp = options.tp;
   mesh.cp = options.cp;
+  mesh.ep = options.ep;
   mesh.dp = options.dp == 0 ? 1 : int64_t(options.dp);
   mesh.pp = options.pp;
   mesh.vpp = options.vpp;
@@ -52,6 +53,7 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   tp.sequenceParallel = options.sequenceParallel;
   pm.addPass(dist::createTPPartitionPass(tp));
   pm.addPass(dist::createCPPartitionPass());
+  pm.addPass(dist::createEPPartitionPass());
 
   dist::PPSplitPassOptions split;
   split.stageLayers.assign(options.ppLayers.begin(), options.ppLayers.end());

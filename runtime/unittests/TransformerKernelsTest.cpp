@@ -639,7 +639,7 @@ InstrDesc op(O code, std::vector<RefDesc> operands, const std::string &loc,
 ArtifactDesc singleRank() {
   ArtifactDesc a;
   a.mesh = {{"tp", 1}, {"cp", 1}, {"dp", 1}};
-  a.groups = {{"tp", {0}}, {"cp", {0}}, {"dp", {0}}};
+  a.groups = {{"tp", {0}}, {"cp", {0}}, {"dp", {0}}, {"ep", {0}}};
   return a;
 }
 
@@ -845,6 +845,25 @@ TEST(TransformerExecutorTest, LoaderAndDecoderRejectBadInstructions) {
          f.push_back(a);
        },
        "all-to-all input F32[4, 8] and output overlap", false},
+      // Expert parallelism.
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         InstrDesc d = op(O::ExpertDispatch,
+                          {f32(p, {8, 4}), i32(p, {4}), f32(p, {8, 4}),
+                           i32(p, {4}), i32(p, {1, 4}), f32(p, {16})},
+                          "experts.workspace", {4});
+         d.group = "ep";
+         f.push_back(d);
+       },
+       "workspace F32[16] holds fewer than 32 floats", false},
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         InstrDesc d = op(O::ExpertCombine,
+                          {f32(p, {8, 4}), i32(p, {1, 4}), i32(p, {3}),
+                           f32(p, {8, 4}), f32(p, {32})},
+                          "experts.counts", {4});
+         d.group = "ep";
+         f.push_back(d);
+       },
+       "must hold one count per expert", false},
       // Context parallelism.
       {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
          f.push_back(op(O::TokenMeanOver,

@@ -230,6 +230,8 @@ DEFINE_MESH_LOOKUP(AllGatherStartOp)
 DEFINE_MESH_LOOKUP(ReduceScatterStartOp)
 
 DEFINE_MESH_LOOKUP(AllToAllOp)
+DEFINE_MESH_LOOKUP(ExpertDispatchOp)
+DEFINE_MESH_LOOKUP(ExpertCombineOp)
 DEFINE_MESH_LOOKUP(RingAttentionOp)
 DEFINE_MESH_LOOKUP(RingAttentionGradOp)
 
@@ -339,6 +341,81 @@ LogicalResult AllToAllOp::verifySymbolUses(SymbolTableCollection &st) {
     return emitOpError() << "dim 0 of " << type << " must hold one block per "
                          << "rank of group '" << getGroup() << "' (" << *size
                          << " ranks)";
+  return success();
+}
+
+/// Checks the shapes of an expert exchange over a group of `ep` ranks:
+/// `rows` [n, h] of this rank, `recv` [ep n, h], counts [E] with E
+/// divisible by ep, local counts [E / ep], splits [ep, E / ep].
+static LogicalResult checkExpertExchange(Operation *op, int64_t ep,
+                                         RankedTensorType rows,
+                                         RankedTensorType recv,
+                                         RankedTensorType counts,
+                                         RankedTensorType splits,
+                                         RankedTensorType localCounts) {
+  int64_t experts = counts.getDimSize(0);
+  if (experts % ep != 0)
+    return op->emitOpError() << experts << " experts do not split evenly over "
+                             << ep << " expert-parallel ranks";
+  int64_t local = experts / ep;
+  if (recv.getDimSize(1) != rows.getDimSize(1) ||
+      recv.getDimSize(0) != ep * rows.getDimSize(0))
+    return op->emitOpError() << "expects " << ep << " x the rows " << rows
+                             << " on the experts' side, got " << recv;
+  if (splits.getShape() != ArrayRef<int64_t>{ep, local} ||
+      (localCounts && localCounts.getShape() != ArrayRef<int64_t>{local}))
+    return op->emitOpError() << "expects splits [" << ep << ", " << local
+                             << "] and local counts [" << local << "]";
+  return success();
+}
+
+LogicalResult ExpertDispatchOp::verifySymbolUses(SymbolTableCollection &st) {
+  FailureOr<int64_t> ep = resolveGroup(*this, getMeshAttr(), getGroup(), st);
+  if (failed(ep))
+    return failure();
+  return checkExpertExchange(*this, *ep, getInput().getType(),
+                             getResult().getType(), getCounts().getType(),
+                             getSplits().getType(),
+                             getLocalCounts().getType());
+}
+
+LogicalResult ExpertCombineOp::verifySymbolUses(SymbolTableCollection &st) {
+  FailureOr<int64_t> ep = resolveGroup(*this, getMeshAttr(), getGroup(), st);
+  if (failed(ep))
+    return failure();
+  return checkExpertExchange(*this, *ep, getResult().getType(),
+                             getInput().getType(), getCounts().getType(),
+                             getSplits().getType(), RankedTensorType());
+}
+
+LogicalResult ExpertDispatchOp::buildAdjoint(OpBuilder &b,
+                                             ArrayRef<Value> resultAdj,
+                                             ArrayRef<bool> needed,
+                                             SmallVectorImpl<Value> &adj) {
+  adj.assign(2, Value());
+  if (needed[0] && resultAdj[0])
+    adj[0] = ExpertCombineOp::create(b, getLoc(), getInput().getType(),
+                                     resultAdj[0], getSplits(), getCounts(),
+                                     getMeshAttr(), getGroupAttr());
+  return success();
+}
+
+LogicalResult ExpertCombineOp::buildAdjoint(OpBuilder &b,
+                                            ArrayRef<Value> resultAdj,
+                                            ArrayRef<bool> needed,
+                                            SmallVectorImpl<Value> &adj) {
+  adj.assign(3, Value());
+  if (needed[0] && resultAdj[0]) {
+    auto splits = cast<RankedTensorType>(getSplits().getType());
+    auto dispatch = ExpertDispatchOp::create(
+        b, getLoc(),
+        TypeRange{getInput().getType(),
+                  RankedTensorType::get({splits.getDimSize(1)},
+                                        splits.getElementType()),
+                  splits},
+        resultAdj[0], getCounts(), getMeshAttr(), getGroupAttr());
+    adj[0] = dispatch.getResult();
+  }
   return success();
 }
 

@@ -351,6 +351,56 @@ def Dist_AllToAllOp : Dist_GroupOp<"all_to_all", [Pure, SameOperandsAndResultTyp
   let assemblyFormat = "$input `on` $mesh $group attr-dict `:` type($input)";
 }
 
+//===----------------------------------------------------------------------===//
+// Expert parallelism
+//===----------------------------------------------------------------------===//
+
+def Dist_ExpertDispatchOp : Dist_GroupOp<"expert_dispatch", [Pure,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "send each expert's rows to the rank that holds the expert";
+  let description = [{
+    Megatron's MoEAlltoAllTokenDispatcher (dropless): `rows` are this
+    rank's routed tokens in expert order with `counts` per expert (as
+    nn.moe_dispatch leaves them); the experts are split evenly over the
+    group, rank j holding experts [j E / ep, (j + 1) E / ep). The counts go
+    to their owners first (an all-to-all), then the rows (an all-to-all
+    with per-rank counts). `result` holds the rows this rank's experts
+    received, expert by expert and, within an expert, by source rank (the
+    dispatcher's sort_chunks_by_idxs), in a buffer sized for the worst case
+    (every rank's every row); `local_counts` are its experts' row counts
+    and `splits[i][e]` the rows source rank i sent to local expert e.
+
+    ```mlir
+    %recv, %lc, %splits = dist.expert_dispatch %rows, %counts on @mesh "ep" : tensor<64x32xf32>, tensor<4xi32> -> tensor<128x32xf32>, tensor<2xi32>, tensor<2x2xi32>
+    ```
+  }];
+  let arguments = (ins 2DTensorOf<[F32]>:$input, 1DTensorOf<[I32]>:$counts,
+                       FlatSymbolRefAttr:$mesh, StrAttr:$group);
+  let results = (outs 2DTensorOf<[F32]>:$result, 1DTensorOf<[I32]>:$local_counts,
+                      2DTensorOf<[I32]>:$splits);
+  let assemblyFormat = "$input `,` $counts `on` $mesh $group attr-dict `:` type($input) `,` type($counts) `->` type($result) `,` type($local_counts) `,` type($splits)";
+}
+
+def Dist_ExpertCombineOp : Dist_GroupOp<"expert_combine", [Pure,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "return the experts' rows to the ranks that sent them";
+  let description = [{
+    The inverse of dist.expert_dispatch: `input` holds this rank's experts'
+    output rows as dist.expert_dispatch ordered them, `splits` and `counts`
+    are that dispatch's; the result is this rank's rows back in their
+    original (expert) order.
+
+    ```mlir
+    %back = dist.expert_combine %y, %splits, %counts on @mesh "ep" : tensor<128x32xf32>, tensor<2x2xi32>, tensor<4xi32> -> tensor<64x32xf32>
+    ```
+  }];
+  let arguments = (ins 2DTensorOf<[F32]>:$input, 2DTensorOf<[I32]>:$splits,
+                       1DTensorOf<[I32]>:$counts, FlatSymbolRefAttr:$mesh,
+                       StrAttr:$group);
+  let results = (outs 2DTensorOf<[F32]>:$result);
+  let assemblyFormat = "$input `,` $splits `,` $counts `on` $mesh $group attr-dict `:` type($input) `,` type($splits) `,` type($counts) `->` type($result)";
+}
+
 def Dist_AllReduceStartOp : Dist_GroupOp<"all_reduce_start"> {
   let summary = "start an asynchronous all-reduce";
   let description = [{
@@ -511,7 +561,10 @@ def Dist_GradBufferOp : Dist_Op<"grad_buffer", [Symbol,
     with `distributed` (the distributed optimizer) 64-element parameter
     starts and bucket sizes divisible by `dp` (ends padded to lcm(dp, 128),
     or lcm(dp, 128, 2^16) with `pad_for_high_busbw`); without it, no
-    padding.
+    padding. `group` is the rank group the buffer is reduced (and, with
+    `distributed`, sharded) over, of `dp` ranks: "dp", "dp-cp" under
+    context parallelism, "edp" for the experts' buffer under expert
+    parallelism.
 
     ```mlir
     dist.grad_buffer @gbuf0 {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
@@ -526,7 +579,8 @@ def Dist_GradBufferOp : Dist_Op<"grad_buffer", [Symbol,
                        Dist_FloatDtypeAttr:$grad_dtype, I64Attr:$dp, BoolAttr:$distributed,
                        DefaultValuedAttr<BoolAttr, "false">:$pad_for_high_busbw,
                        I64Attr:$numel, I64Attr:$numel_unpadded,
-                       ArrayAttr:$params, ArrayAttr:$buckets);
+                       ArrayAttr:$params, ArrayAttr:$buckets,
+                       DefaultValuedStrAttr<StrAttr, "dp">:$group);
   let assemblyFormat = "$sym_name attr-dict";
   let hasVerifier = 1;
   let extraClassDeclaration = [{

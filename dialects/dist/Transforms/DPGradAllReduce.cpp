@@ -143,7 +143,29 @@ struct DPGradAllReducePass
                                                              : FloatDtype::F32)
           .str();
     };
-    std::map<int64_t, std::vector<buckets::ParamInfo>> chunkParams;
+    // Expert parallelism: the experts' parameters (sharded over "ep") get
+    // buffers of their own, reduced over the expert data-parallel group
+    // (Megatron's expert_data_parallel buffers); the scale stays 1/dp, as
+    // Megatron's expert_gradient_scaling_factor.
+    llvm::StringSet<> expertParams;
+    for (auto f : module.getOps<func::FuncOp>())
+      for (unsigned i = 0, e = f.getNumArguments(); i < e; ++i)
+        if (auto name = f.getArgAttrOfType<StringAttr>(i, kParamAttr))
+          if (auto sh = f.getArgAttrOfType<DictionaryAttr>(i, kShardingAttr))
+            if (auto axis = sh.getAs<StringAttr>("axis");
+                axis && axis.getValue() == "ep")
+              expertParams.insert(name.getValue());
+    int64_t edp = 1;
+    if (mesh && !expertParams.empty()) {
+      std::string error;
+      FailureOr<int64_t> size = mesh.getGroupSize("edp", error);
+      if (failed(size))
+        return emitError(module.getLoc()) << error;
+      edp = *size;
+    }
+    // (chunk, expert buffer) -> its parameters.
+    std::map<std::pair<int64_t, bool>, std::vector<buckets::ParamInfo>>
+        chunkParams;
     for (auto [name, type] : llvm::zip(names, types)) {
       auto t = cast<RankedTensorType>(type);
       buckets::ParamInfo info;
@@ -152,11 +174,16 @@ struct DPGradAllReducePass
       info.gradDtype = dtypeName(t.getElementType());
       info.paramDtype = dtypeName(paramElement.lookup(name.getValue()));
       info.sharedEmbedding = tiedGroup.count(name.getValue()) > 0;
-      chunkParams[chunkOf.lookup(name.getValue())].push_back(info);
+      chunkParams[{chunkOf.lookup(name.getValue()),
+                   expertParams.contains(name.getValue())}]
+          .push_back(info);
     }
     struct Placed {
       GradBufferOp op;
       buckets::Buffer layout;
+      /// The group it is reduced over and its size.
+      StringRef group;
+      int64_t size;
     };
     SmallVector<Placed> placed;
     // A bucket of gradients holds the buffer's grad dtype.
@@ -165,10 +192,14 @@ struct DPGradAllReducePass
                  ? Type(b.getBF16Type())
                  : b.getF32Type();
     };
-    for (auto &[chunk, params] : chunkParams) {
+    for (auto &[key, params] : chunkParams) {
+      auto [chunk, expert] = key;
+      StringRef group = expert ? StringRef("edp") : dpGroup;
+      const int64_t size = expert ? edp : dp;
+      layoutOptions.dp = size;
       std::vector<buckets::Buffer> bufs = buckets::layoutBuffers(params, layoutOptions);
       for (auto [i, layout] : llvm::enumerate(bufs)) {
-        std::string sym = "gbuf";
+        std::string sym = expert ? "gbuf_experts" : "gbuf";
         if (chunk >= 0)
           sym += "_c" + std::to_string(chunk);
         if (bufs.size() > 1)
@@ -186,12 +217,12 @@ struct DPGradAllReducePass
         auto op = GradBufferOp::create(
             b, module.getLoc(), b.getStringAttr(sym),
             b.getStringAttr(layout.paramDtype), b.getStringAttr(layout.gradDtype),
-            b.getI64IntegerAttr(dp), b.getBoolAttr(distributedOptimizer),
+            b.getI64IntegerAttr(size), b.getBoolAttr(distributedOptimizer),
             b.getBoolAttr(padBucketsForHighNcclBusbw),
             b.getI64IntegerAttr(layout.numel),
             b.getI64IntegerAttr(layout.numelUnpadded), b.getArrayAttr(paramAttrs),
-            b.getArrayAttr(bucketAttrs));
-        placed.push_back({op, layout});
+            b.getArrayAttr(bucketAttrs), b.getStringAttr(group));
+        placed.push_back({op, layout, group, size});
       }
     }
     if (singleBucketGroup)
@@ -202,7 +233,8 @@ struct DPGradAllReducePass
     // bucket's last gradient is produced and waits for all at its end, so
     // the reductions overlap the rest of the backward.
     std::set<std::pair<Operation *, int64_t>> overlapped;
-    if (overlapGradReduce && dp > 1) {
+    if (overlapGradReduce &&
+        llvm::any_of(placed, [](const Placed &p) { return p.size > 1; })) {
       // One variant per gradient-producing phase: the microbatch phase, or
       // each chunk's backward (the schedule runs it for the last
       // microbatch), reducing the buckets of that phase's chunk.
@@ -247,7 +279,8 @@ struct DPGradAllReducePass
         };
         SmallVector<Placed *> mine;
         for (Placed &p : placed)
-          if (chunkParams.count(chunk) &&
+          if ((chunkParams.count({chunk, false}) ||
+               chunkParams.count({chunk, true})) &&
               llvm::any_of(p.layout.params, [&](const buckets::ParamRange &r) {
                 return produced.count(r.name) > 0;
               }))
@@ -279,7 +312,7 @@ struct DPGradAllReducePass
             auto ref = FlatSymbolRefAttr::get(p->op.getSymNameAttr());
             auto start = BucketReduceStartOp::create(
                 ob, last.getLoc(), ref, ob.getI64IntegerAttr(k), meshRef,
-                ob.getStringAttr(dpGroup), ob.getF32FloatAttr(gradScale),
+                ob.getStringAttr(p->group), ob.getF32FloatAttr(gradScale),
                 enumAttr(ob, distributedOptimizer
                                  ? BucketReduceKind::ReduceScatter
                                  : BucketReduceKind::AllReduce),
@@ -306,7 +339,7 @@ struct DPGradAllReducePass
       for (auto [k, bucket] : llvm::enumerate(p.layout.buckets))
         if (distributedOptimizer) {
           resultTypes.push_back(RankedTensorType::get(
-              {(bucket.end - bucket.start) / dp}, gradElement(p)));
+              {(bucket.end - bucket.start) / p.size}, gradElement(p)));
           resultAttrs.push_back(b.getDictionaryAttr(b.getNamedAttr(
               kGradShardAttr,
               b.getDictionaryAttr(
@@ -342,16 +375,17 @@ struct DPGradAllReducePass
     // them together): Megatron scales by 1/dp (gradient_scaling_factor)
     // and all-reduces, or reduce-scatters with the distributed optimizer.
     SmallVector<Value> shards;
-    if (dp > 1 || distributedOptimizer) {
-      for (Placed &p : placed)
-        for (auto [k, bucket] : llvm::enumerate(p.layout.buckets)) {
+    for (Placed &p : placed) {
+      if (p.size == 1 && !distributedOptimizer && gradScale == 1.0f)
+        continue;
+      for (auto [k, bucket] : llvm::enumerate(p.layout.buckets)) {
           // Reduced during the last microbatch's backward already; with the
           // distributed optimizer its shard waits in the bucket's shard
           // buffer.
           if (overlapped.count({p.op.getOperation(), int64_t(k)})) {
             if (distributedOptimizer) {
               shards.push_back(body->addArgument(
-                  RankedTensorType::get({(bucket.end - bucket.start) / dp},
+                  RankedTensorType::get({(bucket.end - bucket.start) / p.size},
                                         gradElement(p)),
                   step.getLoc()));
               bindings.push_back(b.getDictionaryAttr(b.getNamedAttr(
@@ -378,15 +412,16 @@ struct DPGradAllReducePass
                                        b.getF32FloatAttr(gradScale));
           if (distributedOptimizer) {
             auto shardType = RankedTensorType::get(
-                {(bucket.end - bucket.start) / dp}, gradElement(p));
+                {(bucket.end - bucket.start) / p.size}, gradElement(p));
             shards.push_back(ReduceScatterOp::create(
                 b, step.getLoc(), shardType, flat, meshRef(),
-                b.getStringAttr(dpGroup), b.getI64IntegerAttr(0)));
+                b.getStringAttr(p.group), b.getI64IntegerAttr(0)));
             continue;
           }
-          flat = AllReduceOp::create(b, step.getLoc(), flatType, flat,
-                                     meshRef(), b.getStringAttr(dpGroup),
-                                     enumAttr(b, Reduction::Sum));
+          if (p.size > 1)
+            flat = AllReduceOp::create(b, step.getLoc(), flatType, flat,
+                                       meshRef(), b.getStringAttr(p.group),
+                                       enumAttr(b, Reduction::Sum));
           auto unpack = UnpackOp::create(b, step.getLoc(), partTypes, ref,
                                          b.getI64IntegerAttr(k),
                                          enumAttr(b, BucketData::Grad), flat);

@@ -117,6 +117,26 @@ def CPPartitionPass : Pass<"tessera-cp-partition", "mlir::ModuleOp"> {
   let dependentDialects = ["::tessera::dist::DistDialect", "::tessera::nn::NNDialect"];
 }
 
+def EPPartitionPass : Pass<"tessera-ep-partition", "mlir::ModuleOp"> {
+  let summary = "split each MoE layer's experts over the ep axis (expert parallelism)";
+  let description = [{
+    Megatron's expert parallelism with its all-to-all token dispatcher
+    (MoEAlltoAllTokenDispatcher, dropless): each MoE layer's E experts are
+    split evenly over the ep group (rank j holds experts [j E / ep,
+    (j + 1) E / ep); their weights get local shapes and
+    `dist.sharding = {axis = "ep", dim = 0}`), `dist.expert_dispatch` sends
+    the permuted rows to their experts' ranks after nn.moe_dispatch, and
+    `dist.expert_combine` brings the experts' outputs back before
+    nn.moe_combine. tessera-dp-grad-allreduce then puts the experts'
+    gradients in buffers of their own, reduced over "edp". Runs after
+    tessera-cp-partition; nothing with ep = 1. Errors: experts not
+    divisible by ep, a model without MoE layers, ep with tp, cp or etp
+    (not built yet), an expert MLP other than grouped linears between
+    the permutation and the combine.
+  }];
+  let dependentDialects = ["::tessera::dist::DistDialect", "::tessera::nn::NNDialect"];
+}
+
 def DPGradAllReducePass : Pass<"tessera-dp-grad-allreduce", "mlir::ModuleOp"> {
   let summary = "average gradients over the data-parallel group, bucket by bucket";
   let description = [{

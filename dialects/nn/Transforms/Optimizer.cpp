@@ -205,7 +205,7 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
           zeroGrads.push_back({Value(), ("grad:" + name).str()});
           zeroGradTypes.push_back(withElement(type, shardType.getElementType()));
         }
-        int64_t dp = mesh.getGradReduceSize();
+        int64_t dp = gb.getDp();
         Type paramElement = cast<RankedTensorType>(partTypes.front()).getElementType();
         auto flatType =
             RankedTensorType::get({shardType.getDimSize(0) * dp}, paramElement);
@@ -225,7 +225,7 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
               b, loc, flatType, ref, b.getI64IntegerAttr(k),
               enumAttr(b, dist::BucketData::Param), params);
           mine = dist::ScatterToRegionOp::create(b, loc, shardType, flat, meshRef,
-                                                 b.getStringAttr(mesh.getGradReduceGroup()),
+                                                 gb.getGroupAttr(),
                                                  b.getI64IntegerAttr(0));
         }
         Value updated = update(mine, toF32(grad), key);
@@ -235,7 +235,7 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
               b, loc, RankedTensorType::get(shardType.getShape(), paramElement),
               updated);
         Value gathered = dist::AllGatherOp::create(
-            b, loc, flatType, stored, meshRef, b.getStringAttr(mesh.getGradReduceGroup()),
+            b, loc, flatType, stored, meshRef, gb.getGroupAttr(),
             b.getI64IntegerAttr(0));
         auto unpack = dist::UnpackOp::create(
             b, loc, partTypes, ref, b.getI64IntegerAttr(k),
@@ -371,7 +371,7 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
         auto gb = SymbolTable::lookupNearestSymbolFrom<dist::GradBufferOp>(
             step, m.buffer);
         buckets::Bucket bucket = gb.getLayout().buckets[size_t(m.bucket)];
-        int64_t dp = mesh.getGradReduceSize();
+        int64_t dp = gb.getDp();
         auto flatType = RankedTensorType::get({bucket.end - bucket.start},
                                               first.getElementType());
         Value flat = dist::PackOp::create(
@@ -382,7 +382,7 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
             RankedTensorType::get({(bucket.end - bucket.start) / dp},
                                   first.getElementType()),
             flat, FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
-            b.getStringAttr(mesh.getGradReduceGroup()), b.getI64IntegerAttr(0));
+            gb.getGroupAttr(), b.getI64IntegerAttr(0));
       }
       auto storedType = cast<RankedTensorType>(stored.getType());
       results.push_back(CastOp::create(

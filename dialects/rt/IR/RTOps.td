@@ -250,6 +250,8 @@ def RT_GroupedLinearGradOp : RT_KernelOp<"grouped_linear_grad", "GroupedLinearGr
 def RT_MoECombineOp : RT_KernelOp<"moe_combine", "MoECombine", "unpermute, weighted by the router">;
 def RT_MoECombineGradOp : RT_KernelOp<"moe_combine_grad", "MoECombineGrad", "unpermute backward">;
 def RT_AllToAllOp : RT_KernelOp<"all_to_all", "AllToAll", "equal-split all-to-all over a group">;
+def RT_ExpertDispatchOp : RT_KernelOp<"expert_dispatch", "ExpertDispatch", "MoE rows to their experts' ranks">;
+def RT_ExpertCombineOp : RT_KernelOp<"expert_combine", "ExpertCombine", "MoE rows back to their ranks">;
 // Pipeline p2p over group "pp", iattrs = [peer (+1 next, -1 prev), tag]; they
 // join the open batch, completed before the next other instruction.
 def RT_SendOp : RT_KernelOp<"send", "Send", "isend to a pipeline neighbour">;

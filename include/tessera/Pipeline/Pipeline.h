@@ -65,6 +65,11 @@ public:
                                     "layout and ring attention)"),
                      llvm::cl::init(dist::AttachMeshPassOptions().cp),
                      onCommandLine};
+  Option<int64_t> ep{*this, "ep",
+                     llvm::cl::desc("expert-parallel size (each MoE layer's "
+                                    "experts split over ep ranks of dp)"),
+                     llvm::cl::init(dist::AttachMeshPassOptions().ep),
+                     onCommandLine};
   /// 0 stands for 1 in the pipeline; tessera-compile derives it from
   /// --world-size.
   Option<int64_t> dp{*this, "dp",

@@ -558,6 +558,33 @@ PATTERN(AllToAllPattern, dist::AllToAllOp) {
   return Value();
 }
 
+/// The number of experts of an exchange: one count per expert.
+static int64_t expertsOf(Value counts) {
+  return cast<RankedTensorType>(counts.getType()).getDimSize(0);
+}
+
+PATTERN(ExpertDispatchPattern, dist::ExpertDispatchOp) {
+  Value w = state.scratchBuffer(b, state.plan.scratchOf.lookup(o)[0]);
+  rt::ExpertDispatchOp::create(
+      b, o.getLoc(), TypeRange{},
+      ValueRange{state.operand(b, o, 0), state.operand(b, o, 1),
+                 state.bufferOf(b, o.getResult()),
+                 state.bufferOf(b, o.getLocalCounts()),
+                 state.bufferOf(b, o.getSplits()), w},
+      withGroup(b, {iattrs(b, {expertsOf(o.getCounts())})}, o.getGroupAttr()));
+  return Value();
+}
+
+PATTERN(ExpertCombinePattern, dist::ExpertCombineOp) {
+  Value w = state.scratchBuffer(b, state.plan.scratchOf.lookup(o)[0]);
+  rt::ExpertCombineOp::create(
+      b, o.getLoc(), TypeRange{},
+      ValueRange{state.operand(b, o, 0), state.operand(b, o, 1),
+                 state.operand(b, o, 2), state.bufferOf(b, o.getResult()), w},
+      withGroup(b, {iattrs(b, {expertsOf(o.getCounts())})}, o.getGroupAttr()));
+  return Value();
+}
+
 PATTERN(ReduceScatterPattern, dist::ReduceScatterOp) {
   rt::ReduceScatterOp::create(b, o.getLoc(), state.operand(b, o, 0),
                               state.bufferOf(b, o.getResult()),
@@ -806,6 +833,7 @@ LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
       AllReducePattern,
       AllReduceStartPattern, WaitPattern, ScatterToRegionPattern,
       GatherFromRegionPattern, AllGatherPattern, AllToAllPattern,
+      ExpertDispatchPattern, ExpertCombinePattern,
       ReduceScatterPattern,
       BucketReduceStartPattern, BucketReduceWaitPattern, PackPattern,
       UnpackPattern, SendPattern, RecvPattern, ReturnPattern>(patterns,

@@ -74,9 +74,7 @@ LogicalResult PersistentBuffers::collect(ModuleOp module,
         int64_t numel = (bucket.end - bucket.start) / gb.getDp();
         add(shardView(bucketView(data, gb.getSymName(), k)), rt::BufferKind::View,
             RankedTensorType::get({numel}, element),
-            {b.getNamedAttr("rank_group",
-                            b.getStringAttr(mesh ? mesh.getGradReduceGroup()
-                                                 : StringRef("dp"))),
+            {b.getNamedAttr("rank_group", gb.getGroupAttr()),
              b.getNamedAttr("rank_stride",
                             b.getI64IntegerAttr(
                                 numel * (element.getIntOrFloatBitWidth() / 8)))});

@@ -98,10 +98,10 @@ StringRef PhasePlan::resultBinding(Value v) const {
 }
 
 /// The first buffer among the persistent ones that `v` is returned into.
-/// The distributed optimizer's group: "dp", or "dp-cp" under context
-/// parallelism (MeshOp::getGradReduceGroup).
+/// A distributed optimizer's group (a grad buffer's): "dp", "dp-cp" under
+/// context parallelism, "edp" for the experts' buffer.
 static bool isGradReduceGroup(StringRef group) {
-  return group == "dp" || group == "dp-cp";
+  return group == "dp" || group == "dp-cp" || group == "edp";
 }
 
 static std::string findResultBinding(func::FuncOp func, int64_t chunk,
@@ -533,6 +533,12 @@ LogicalResult PhasePlan::planOp(Operation *op) {
   if (auto ring = dyn_cast<dist::RingAttentionGradOp>(op))
     ringFloats = ringDims(ring.getQkv().getType(), ring.getNumHeads())
                      .backwardWorkspace();
+  // Expert parallelism's exchange stages the rows in a workspace as large
+  // as the experts' side.
+  if (auto d = dyn_cast<dist::ExpertDispatchOp>(op))
+    ringFloats = d.getResult().getType().getNumElements();
+  if (auto c = dyn_cast<dist::ExpertCombineOp>(op))
+    ringFloats = c.getInput().getType().getNumElements();
   if (ringFloats > 0) {
     int id = newStorage(RankedTensorType::get(
         {ringFloats}, Float32Type::get(op->getContext())));

@@ -205,6 +205,51 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
     t.type = isBf16(in, 0) ? ElementType::BF16 : ElementType::F32;
     return Status();
   }
+  case O::ExpertDispatch:
+  case O::ExpertCombine: {
+    // Operands: dispatch [rows, counts, R, local, splits, W]; combine
+    // [R, splits, counts, rows, W].
+    bool dispatch = in.op() == O::ExpertDispatch;
+    auto rankOf = [&](int i) {
+      return ref(in, i).shape() ? int64_t(ref(in, i).shape()->size()) : 0;
+    };
+    auto dim = [&](int i, int d) {
+      return ref(in, i).shape()->Get(flatbuffers::uoffset_t(d));
+    };
+    const int rows = dispatch ? 0 : 3, counts = dispatch ? 1 : 2,
+              recv = dispatch ? 2 : 0, splits = dispatch ? 4 : 1,
+              work = dispatch ? 5 : 4;
+    std::string kind = in.group() ? in.group()->str() : "";
+    GroupPosition pos = position(kind);
+    if (!pos.group && worldRank >= 0)
+      return invalidArgument("rank ", worldRank, " is in no rank group of kind '",
+                             kind, "', over which its experts are split");
+    const int64_t experts = in.iattrs()->Get(0), ep = pos.size;
+    if (experts < 1 || experts % ep != 0)
+      return invalidArgument(experts, " experts do not split evenly over the ",
+                             ep, " ranks of group '", kind, "'");
+    if (numel(ref(in, counts)) != experts ||
+        numel(ref(in, splits)) != experts ||
+        (dispatch && numel(ref(in, 3)) != experts / ep))
+      return invalidArgument("counts ", desc(ref(in, counts)), ", splits ",
+                             desc(ref(in, splits)),
+                             " must hold one count per expert");
+    if (rankOf(rows) != 2 || rankOf(recv) != 2)
+      return invalidArgument("rows ", desc(ref(in, rows)), " and ",
+                             desc(ref(in, recv)), " must be [rows, features]");
+    const int64_t n = dim(rows, 0), h = dim(rows, 1);
+    if (dim(recv, 1) != h || dim(recv, 0) != ep * n)
+      return invalidArgument(desc(ref(in, recv)), " must hold ", ep,
+                             " x the rows of ", desc(ref(in, rows)));
+    if (numel(ref(in, work)) < ep * n * h)
+      return invalidArgument("workspace ", desc(ref(in, work)),
+                             " holds fewer than ", ep * n * h, " floats");
+    t.m = n;
+    t.n = h;
+    t.i[0] = experts;
+    TESSERA_ASSIGN_OR_RETURN(t.comm, lookup(kind));
+    return Status();
+  }
   case O::AllToAll: {
     std::string kind = in.group() ? in.group()->str() : "";
     TESSERA_ASSIGN_OR_RETURN(t.type, elementTypeOf(ref(in, 0).dtype()));

@@ -382,6 +382,10 @@ Status Executor::execute(const Thunk &t) {
     if (t.i[0])
       return t.comm->allGatherInPlace(t.ptr[1], t.n, t.type);
     return t.comm->allGather(t.ptr[0], t.ptr[1], t.n, t.type);
+  case O::ExpertDispatch:
+    return expertDispatch(t);
+  case O::ExpertCombine:
+    return expertCombine(t);
   case O::AllToAll:
     TESSERA_RETURN_IF_ERROR(syncForHostComm(t));
     return t.comm->allToAll(t.ptr[0], t.ptr[1], t.n, t.type);

@@ -205,6 +205,9 @@ private:
   /// RingAttention and RingAttentionGrad (RingAttention.cpp).
   Status ringAttention(const Thunk &thunk);
   Status ringAttentionGrad(const Thunk &thunk);
+  /// ExpertDispatch and ExpertCombine (ExpertParallel.cpp).
+  Status expertDispatch(const Thunk &thunk);
+  Status expertCombine(const Thunk &thunk);
   /// Runs the thunks of `fn` on `slot`, recording phase `phase` when
   /// tracing; `context` is appended to an instruction's location in errors.
   /// With `drainP2p`, completes the open p2p batch before returning.

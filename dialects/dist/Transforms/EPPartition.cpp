@@ -1,0 +1,159 @@
+//===- EPPartition.cpp - Expert parallelism: the experts over ep ----------===//
+//
+// Megatron's expert parallelism as an IR rewrite (see Passes.td): each MoE
+// layer's experts are split evenly over the ep group, and the rows between
+// the token permutation and the weighted unpermutation travel to the
+// experts' ranks and back.
+//
+//===----------------------------------------------------------------------===//
+
+#include "dialects/dist/Transforms/Passes.h"
+#include "dialects/nn/IR/NNOps.h"
+#include "tessera/Support/Model.h"
+
+#include "mlir/IR/Builders.h"
+
+namespace tessera::dist {
+#define GEN_PASS_DEF_EPPARTITIONPASS
+#include "dialects/dist/Transforms/Passes.h.inc"
+} // namespace tessera::dist
+
+using namespace mlir;
+using namespace tessera;
+using namespace tessera::dist;
+
+namespace {
+struct EPPartitionPass
+    : tessera::dist::impl::EPPartitionPassBase<EPPartitionPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    MeshOp mesh = lookupMesh(module);
+    if (!mesh || mesh.getEp() == 1)
+      return;
+    func::FuncOp model = getModelFunc(module);
+    if (!model || failed(partition(model, mesh)))
+      return signalPassFailure();
+  }
+
+  LogicalResult partition(func::FuncOp model, MeshOp mesh) {
+    const int64_t ep = mesh.getEp();
+    if (mesh.getTp() > 1 || mesh.getCp() > 1 || mesh.getEtp() > 1)
+      return model.emitError()
+             << "expert parallelism with tensor, context or expert tensor "
+                "parallelism (tp "
+             << mesh.getTp() << ", cp " << mesh.getCp() << ", etp "
+             << mesh.getEtp() << ") is not built yet; use ep with dp and pp";
+    SmallVector<nn::MoEDispatchOp> dispatches;
+    model.walk([&](nn::MoEDispatchOp d) { dispatches.push_back(d); });
+    if (dispatches.empty())
+      return model.emitError()
+             << "expert parallelism (ep " << ep
+             << ") needs mixture-of-experts layers (tessera-gen gpt "
+                "--num-experts)";
+    Builder b(model.getContext());
+    auto group = b.getStringAttr("ep");
+    auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
+    DenseSet<BlockArgument> sharded;
+    for (nn::MoEDispatchOp d : dispatches)
+      if (failed(partitionLayer(model, d, ep, meshRef, group, sharded)))
+        return failure();
+    for (Operation &op : model.getBody().front().without_terminator())
+      if (!isa<ExpertDispatchOp, ExpertCombineOp>(op) &&
+          failed(reinferResultTypes(&op)))
+        return op.emitOpError()
+               << "cannot re-infer its types with the experts split over ep";
+    updateFunctionType(model);
+    return success();
+  }
+
+  /// One MoE layer: the expert MLP between `d` and its nn.moe_combine.
+  LogicalResult partitionLayer(func::FuncOp model, nn::MoEDispatchOp d,
+                               int64_t ep, FlatSymbolRefAttr meshRef,
+                               StringAttr group,
+                               DenseSet<BlockArgument> &sharded) {
+    const int64_t experts = d.getNumExperts();
+    if (experts % ep != 0)
+      return d.emitOpError() << experts << " experts do not split evenly over "
+                             << "ep = " << ep;
+    auto structure = [&]() {
+      return d.emitOpError()
+             << "expert parallelism expects the experts' grouped linears "
+                "between nn.moe_dispatch and nn.moe_combine (as tessera-gen "
+                "builds them)";
+    };
+    // The grouped GEMMs reading the counts, and the last one's combine.
+    SmallVector<nn::GroupedLinearOp> gemms;
+    for (OpOperand &use : d.getCounts().getUses()) {
+      auto g = dyn_cast<nn::GroupedLinearOp>(use.getOwner());
+      if (!g || use.getOperandNumber() != 1)
+        return structure();
+      gemms.push_back(g);
+    }
+    if (!d.getResult().hasOneUse() || gemms.empty())
+      return structure();
+    auto first = dyn_cast<nn::GroupedLinearOp>(*d.getResult().user_begin());
+    nn::MoECombineOp combine;
+    nn::GroupedLinearOp last;
+    for (nn::GroupedLinearOp g : gemms)
+      for (Operation *user : g.getResult().getUsers())
+        if (auto c = dyn_cast<nn::MoECombineOp>(user)) {
+          combine = c;
+          last = g;
+        }
+    if (!first || !combine || !last.getResult().hasOneUse())
+      return structure();
+
+    // The experts' weights: this rank's E / ep of them.
+    for (nn::GroupedLinearOp g : gemms) {
+      auto arg = dyn_cast<BlockArgument>(g.getWeight());
+      if (!arg || !model.getArgAttr(arg.getArgNumber(), kParamAttr))
+        return g.emitOpError() << "expects the experts' weights as a parameter";
+      if (!sharded.insert(arg).second)
+        continue;
+      if (!arg.hasOneUse())
+        return g.emitOpError()
+               << "expects the experts' weights to have no other use";
+      auto type = cast<RankedTensorType>(arg.getType());
+      SmallVector<int64_t> shape(type.getShape());
+      shape[0] /= ep;
+      arg.setType(RankedTensorType::get(shape, type.getElementType()));
+      Builder b(model.getContext());
+      model.setArgAttr(arg.getArgNumber(), kShardingAttr,
+                       b.getDictionaryAttr(
+                           {b.getNamedAttr("axis", b.getStringAttr("ep")),
+                            b.getNamedAttr("dim", b.getI64IntegerAttr(0))}));
+    }
+
+    OpBuilder ob(d);
+    ob.setInsertionPointAfter(d);
+    auto rows = d.getResult().getType();
+    auto i32 = ob.getI32Type();
+    const int64_t local = d.getNumExperts() / ep;
+    auto exchange = ExpertDispatchOp::create(
+        ob, d.getLoc(),
+        TypeRange{RankedTensorType::get({ep * rows.getDimSize(0),
+                                         rows.getDimSize(1)},
+                                        rows.getElementType()),
+                  RankedTensorType::get({local}, i32),
+                  RankedTensorType::get({ep, local}, i32)},
+        d.getResult(), d.getCounts(), meshRef, group);
+    if (auto layer = d->getAttr(kLayerAttr))
+      exchange->setAttr(kLayerAttr, layer);
+    first.setOperand(0, exchange.getResult());
+    for (nn::GroupedLinearOp g : gemms)
+      g.setOperand(1, exchange.getLocalCounts());
+
+    ob.setInsertionPoint(combine);
+    auto lastType = cast<RankedTensorType>(last.getType());
+    auto back = ExpertCombineOp::create(
+        ob, combine.getLoc(),
+        RankedTensorType::get({rows.getDimSize(0), lastType.getDimSize(1)},
+                              lastType.getElementType()),
+        last.getResult(), exchange.getSplits(), d.getCounts(), meshRef, group);
+    if (auto layer = combine->getAttr(kLayerAttr))
+      back->setAttr(kLayerAttr, layer);
+    combine.setOperand(0, back.getResult());
+    return success();
+  }
+};
+} // namespace

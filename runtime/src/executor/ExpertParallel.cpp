@@ -1,0 +1,166 @@
+//===- ExpertParallel.cpp - MoE rows to their experts' ranks and back -----===//
+//
+// The ExpertDispatch and ExpertCombine opcodes: Megatron's
+// MoEAlltoAllTokenDispatcher without token dropping. Rank j of the ep group
+// holds experts [j El, (j + 1) El), El = E / ep. A rank's routed rows come
+// in expert order with counts per expert, so the rows for rank j are one
+// contiguous run. The dispatch:
+//   1. exchanges the counts (an all-to-all of El counts per rank), so each
+//      rank learns how many rows every source sends to each of its experts
+//      (the splits);
+//   2. sends the rows (an all-to-all with per-rank counts) into the
+//      workspace, source by source;
+//   3. reorders them expert by expert (Megatron's sort_chunks_by_idxs), so
+//      the grouped GEMM sees each local expert's rows together.
+// The combine undoes 3 and 2. The counts travel through host memory (one
+// device-to-host copy per dispatch, as Megatron's dispatcher synchronises
+// on its token counts), which is what the all-to-all's counts need anyway.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tessera/rt/Executor.h"
+
+#include "Thunk.h"
+
+#include <numeric>
+
+namespace tessera::rt {
+
+namespace {
+
+/// The exchange of one dispatch: per (source rank, local expert) row counts
+/// and the per-rank element counts and offsets of both directions.
+struct ExpertExchange {
+  int64_t ep = 1, local = 1, features = 0;
+  std::vector<int32_t> counts;  ///< [E] this rank's rows per expert
+  std::vector<int32_t> splits;  ///< [ep, El] rows from source i for expert e
+  std::vector<int64_t> mineCounts, mineOffsets;   ///< this rank's rows, by rank
+  std::vector<int64_t> theirsCounts, theirsOffsets; ///< the experts' side
+
+  void plan() {
+    mineCounts.assign(size_t(ep), 0);
+    theirsCounts.assign(size_t(ep), 0);
+    for (int64_t j = 0; j < ep; ++j)
+      for (int64_t e = 0; e < local; ++e) {
+        mineCounts[size_t(j)] += counts[size_t(j * local + e)] * features;
+        theirsCounts[size_t(j)] += splits[size_t(j * local + e)] * features;
+      }
+    mineOffsets.assign(size_t(ep), 0);
+    theirsOffsets.assign(size_t(ep), 0);
+    for (int64_t j = 1; j < ep; ++j) {
+      mineOffsets[size_t(j)] = mineOffsets[size_t(j - 1)] + mineCounts[size_t(j - 1)];
+      theirsOffsets[size_t(j)] =
+          theirsOffsets[size_t(j - 1)] + theirsCounts[size_t(j - 1)];
+    }
+  }
+};
+
+/// Copies the chunks between source-major order (src: for each source i,
+/// its rows for each local expert e) and expert-major order (for each
+/// expert e, each source's rows), in the direction `toExpertMajor`.
+Status reorderChunks(Backend &be, const ExpertExchange &x, const float *src,
+                     float *dst, bool toExpertMajor) {
+  // Row offsets of chunk (i, e) in both orders.
+  std::vector<int64_t> sourceMajor(size_t(x.ep * x.local)),
+      expertMajor(size_t(x.ep * x.local));
+  int64_t at = 0;
+  for (int64_t i = 0; i < x.ep; ++i)
+    for (int64_t e = 0; e < x.local; ++e) {
+      sourceMajor[size_t(i * x.local + e)] = at;
+      at += x.splits[size_t(i * x.local + e)];
+    }
+  at = 0;
+  for (int64_t e = 0; e < x.local; ++e)
+    for (int64_t i = 0; i < x.ep; ++i) {
+      expertMajor[size_t(i * x.local + e)] = at;
+      at += x.splits[size_t(i * x.local + e)];
+    }
+  for (int64_t c = 0; c < x.ep * x.local; ++c) {
+    const int64_t rows = x.splits[size_t(c)];
+    if (rows == 0)
+      continue;
+    const int64_t from = toExpertMajor ? sourceMajor[size_t(c)] : expertMajor[size_t(c)];
+    const int64_t to = toExpertMajor ? expertMajor[size_t(c)] : sourceMajor[size_t(c)];
+    TESSERA_RETURN_IF_ERROR(be.copy(src + from * x.features, dst + to * x.features,
+                                    rows * x.features * 4));
+  }
+  return Status();
+}
+
+Status checkCounts(const std::vector<int32_t> &counts, int64_t rows,
+                   const char *what) {
+  int64_t total = 0;
+  for (int32_t c : counts) {
+    if (c < 0)
+      return outOfRange(what, " hold a negative row count ", c);
+    total += c;
+  }
+  if (total > rows)
+    return outOfRange(what, " add up to ", total, " rows, more than the ", rows,
+                      " the buffers hold");
+  return Status();
+}
+
+} // namespace
+
+Status Executor::expertDispatch(const Thunk &t) {
+  ExpertExchange x;
+  x.ep = t.comm->size();
+  x.local = t.i[0] / x.ep;
+  x.features = t.n;
+  const int64_t experts = t.i[0], rows = t.m;
+  x.counts.resize(size_t(experts));
+  TESSERA_RETURN_IF_ERROR(be->copyToHost(x.counts.data(), t.ptr[1], experts * 4));
+  TESSERA_RETURN_IF_ERROR(checkCounts(x.counts, rows, "the routed counts"));
+  // 1. Each rank's counts for rank j's experts go to rank j.
+  x.splits.resize(size_t(experts));
+  TESSERA_RETURN_IF_ERROR(t.comm->allToAll(x.counts.data(), x.splits.data(),
+                                           x.local, ElementType::I32));
+  TESSERA_RETURN_IF_ERROR(checkCounts(x.splits, x.ep * rows, "the received counts"));
+  x.plan();
+  // 2. The rows, source by source, into the workspace.
+  float *work = static_cast<float *>(t.ptr[5]);
+  float *recv = static_cast<float *>(t.ptr[2]);
+  TESSERA_RETURN_IF_ERROR(syncForHostComm(t));
+  TESSERA_RETURN_IF_ERROR(t.comm->allToAllV(
+      t.ptr[0], x.mineCounts.data(), x.mineOffsets.data(), work,
+      x.theirsCounts.data(), x.theirsOffsets.data(), ElementType::F32));
+  // 3. Expert by expert; the rows past them are zero.
+  TESSERA_RETURN_IF_ERROR(reorderChunks(*be, x, work, recv, true));
+  const int64_t received =
+      std::accumulate(x.splits.begin(), x.splits.end(), int64_t(0));
+  TESSERA_RETURN_IF_ERROR(be->fill(recv + received * x.features, 0.0f,
+                                   (x.ep * rows - received) * x.features));
+  std::vector<int32_t> local(size_t(x.local), 0);
+  for (int64_t i = 0; i < x.ep; ++i)
+    for (int64_t e = 0; e < x.local; ++e)
+      local[size_t(e)] += x.splits[size_t(i * x.local + e)];
+  TESSERA_RETURN_IF_ERROR(be->copyToDevice(t.ptr[3], local.data(), x.local * 4));
+  return be->copyToDevice(t.ptr[4], x.splits.data(), experts * 4);
+}
+
+Status Executor::expertCombine(const Thunk &t) {
+  ExpertExchange x;
+  x.ep = t.comm->size();
+  x.local = t.i[0] / x.ep;
+  x.features = t.n;
+  const int64_t experts = t.i[0], rows = t.m;
+  x.counts.resize(size_t(experts));
+  x.splits.resize(size_t(experts));
+  TESSERA_RETURN_IF_ERROR(be->copyToHost(x.splits.data(), t.ptr[1], experts * 4));
+  TESSERA_RETURN_IF_ERROR(be->copyToHost(x.counts.data(), t.ptr[2], experts * 4));
+  TESSERA_RETURN_IF_ERROR(checkCounts(x.counts, rows, "the routed counts"));
+  TESSERA_RETURN_IF_ERROR(checkCounts(x.splits, x.ep * rows, "the splits"));
+  x.plan();
+  float *work = static_cast<float *>(t.ptr[4]);
+  TESSERA_RETURN_IF_ERROR(
+      reorderChunks(*be, x, static_cast<const float *>(t.ptr[0]), work, false));
+  TESSERA_RETURN_IF_ERROR(syncForHostComm(t));
+  // The reverse exchange: what this rank's experts hold goes back to each
+  // source; what this rank sent comes back to where it was.
+  return t.comm->allToAllV(work, x.theirsCounts.data(), x.theirsOffsets.data(),
+                           t.ptr[3], x.mineCounts.data(), x.mineOffsets.data(),
+                           ElementType::F32);
+}
+
+} // namespace tessera::rt

@@ -1,0 +1,29 @@
+// RUN: tessera-opt %s -split-input-file -verify-diagnostics
+
+dist.mesh @mesh {ep = 2, dp = 2}
+
+func.func @experts(%rows: tensor<16x8xf32>, %counts: tensor<3xi32>) -> tensor<32x8xf32> {
+  // expected-error @+1 {{'dist.expert_dispatch' op 3 experts do not split evenly over 2 expert-parallel ranks}}
+  %recv, %local, %splits = dist.expert_dispatch %rows, %counts on @mesh "ep" : tensor<16x8xf32>, tensor<3xi32> -> tensor<32x8xf32>, tensor<1xi32>, tensor<2x1xi32>
+  return %recv : tensor<32x8xf32>
+}
+
+// -----
+
+dist.mesh @mesh {ep = 2, dp = 2}
+
+func.func @rows(%rows: tensor<16x8xf32>, %counts: tensor<4xi32>) -> tensor<16x8xf32> {
+  // expected-error @+1 {{'dist.expert_dispatch' op expects 2 x the rows 'tensor<16x8xf32>' on the experts' side, got 'tensor<16x8xf32>'}}
+  %recv, %local, %splits = dist.expert_dispatch %rows, %counts on @mesh "ep" : tensor<16x8xf32>, tensor<4xi32> -> tensor<16x8xf32>, tensor<2xi32>, tensor<2x2xi32>
+  return %recv : tensor<16x8xf32>
+}
+
+// -----
+
+dist.mesh @mesh {ep = 2, dp = 2}
+
+func.func @splits(%y: tensor<32x8xf32>, %splits: tensor<2x1xi32>, %counts: tensor<4xi32>) -> tensor<16x8xf32> {
+  // expected-error @+1 {{'dist.expert_combine' op expects splits [2, 2] and local counts [2]}}
+  %back = dist.expert_combine %y, %splits, %counts on @mesh "ep" : tensor<32x8xf32>, tensor<2x1xi32>, tensor<4xi32> -> tensor<16x8xf32>
+  return %back : tensor<16x8xf32>
+}

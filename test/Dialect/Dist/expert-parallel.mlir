@@ -1,0 +1,12 @@
+// RUN: tessera-opt %s | tessera-opt | FileCheck %s
+
+dist.mesh @mesh {ep = 2, dp = 2}
+
+// CHECK-LABEL: func.func @exchange
+func.func @exchange(%rows: tensor<16x8xf32>, %counts: tensor<4xi32>) -> tensor<16x8xf32> {
+  // CHECK: %[[R:.*]], %[[L:.*]], %[[S:.*]] = dist.expert_dispatch %{{.*}}, %{{.*}} on @mesh "ep" : tensor<16x8xf32>, tensor<4xi32> -> tensor<32x8xf32>, tensor<2xi32>, tensor<2x2xi32>
+  %recv, %local, %splits = dist.expert_dispatch %rows, %counts on @mesh "ep" : tensor<16x8xf32>, tensor<4xi32> -> tensor<32x8xf32>, tensor<2xi32>, tensor<2x2xi32>
+  // CHECK: dist.expert_combine %[[R]], %[[S]], %{{.*}} on @mesh "ep" : tensor<32x8xf32>, tensor<2x2xi32>, tensor<4xi32> -> tensor<16x8xf32>
+  %back = dist.expert_combine %recv, %splits, %counts on @mesh "ep" : tensor<32x8xf32>, tensor<2x2xi32>, tensor<4xi32> -> tensor<16x8xf32>
+  return %back : tensor<16x8xf32>
+}

@@ -1,0 +1,31 @@
+// RUN: tessera-gen gpt --layers 1 --hidden 16 --heads 2 --vocab 257 --seq 4 --num-experts 4 --moe-router-topk 2 -o %t.mlir
+// RUN: tessera-opt %t.mlir --tessera-attach-mesh="ep=2 dp=2" --tessera-set-batch="micro-batch-size=2" --tessera-ep-partition | FileCheck %s
+// RUN: tessera-opt %t.mlir --tessera-attach-mesh="ep=2 dp=2" --tessera-set-batch="micro-batch-size=2" --tessera-ep-partition --tessera-autodiff --tessera-dp-grad-allreduce | FileCheck %s --check-prefix=GRAD
+// RUN: tessera-opt %t.mlir --tessera-attach-mesh="dp=2" --tessera-set-batch="micro-batch-size=2" --tessera-ep-partition | FileCheck %s --check-prefix=NONE
+
+// Expert parallelism: each rank holds 2 of the 4 experts (weights sharded
+// over "ep" on dim 0); the permuted rows go to their experts' ranks
+// (dist.expert_dispatch: up to 2 x 16 rows arrive, with per-expert counts
+// and the splits by source) and come back before the weighted combine.
+
+// CHECK: nn.param = "decoder.layers.0.mlp.router.weight"
+// CHECK-SAME: %[[W1:.*]]: tensor<2x64x16xf32> {dist.sharding = {axis = "ep", dim = 0 : i64}, nn.init = "normal:0.02", nn.param = "decoder.layers.0.mlp.experts.linear_fc1.weight"}
+// CHECK-SAME: %[[W2:.*]]: tensor<2x16x64xf32> {dist.sharding = {axis = "ep", dim = 0 : i64}
+// CHECK: %[[ROWS:.*]], %[[COUNTS:.*]] = nn.moe_dispatch
+// CHECK-NEXT: %[[RECV:.*]], %[[LOCAL:.*]], %[[SPLITS:.*]] = dist.expert_dispatch %[[ROWS]], %[[COUNTS]] on @mesh "ep" {nn.layer = 0 : i64} : tensor<16x16xf32>, tensor<4xi32> -> tensor<32x16xf32>, tensor<2xi32>, tensor<2x2xi32>
+// CHECK-NEXT: nn.grouped_linear %[[RECV]], %[[LOCAL]], %[[W1]] {{.*}} -> tensor<32x64xf32>
+// CHECK: %[[Y:.*]] = nn.grouped_linear %{{.*}}, %[[LOCAL]], %[[W2]] {{.*}} -> tensor<32x16xf32>
+// CHECK-NEXT: %[[BACK:.*]] = dist.expert_combine %[[Y]], %[[SPLITS]], %[[COUNTS]] on @mesh "ep" {nn.layer = 0 : i64} : tensor<32x16xf32>, tensor<2x2xi32>, tensor<4xi32> -> tensor<16x16xf32>
+// CHECK-NEXT: nn.moe_combine %[[BACK]]
+
+// The backward: the gradient of the combine's input goes to the experts'
+// ranks (a dispatch), the experts' input gradient comes back (a combine);
+// the experts' gradients get a buffer of their own over "edp".
+// GRAD: dist.expert_dispatch %{{.*}}, %{{.*}} on @mesh "ep" : tensor<16x16xf32>, tensor<4xi32> -> tensor<32x16xf32>, tensor<2xi32>, tensor<2x2xi32>
+// GRAD: dist.expert_combine %{{.*}}, %{{.*}}, %{{.*}} on @mesh "ep" : tensor<32x16xf32>, tensor<2x2xi32>, tensor<4xi32> -> tensor<16x16xf32>
+// GRAD: dist.grad_buffer @gbuf {{.*}}dp = 2 : i64
+// GRAD: dist.grad_buffer @gbuf_experts {{.*}}dp = 1 : i64, {{.*}}group = "edp"
+// GRAD: nn.scale %{{.*}} {factor = 5.000000e-01 : f32}
+// GRAD: dist.all_reduce %{{.*}} on @mesh "dp"
+
+// NONE-NOT: dist.expert_dispatch
