@@ -973,3 +973,27 @@ TEST(ExecutorHostWaitTest, DeviceMemoryPathsGiveTheSameTraining) {
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(*back, changed);
 }
+
+// A backend that lacks an instruction the program uses is an error when the
+// executor loads the program (before any training), naming the
+// instruction: how a CUDA run of a context-parallel or MoE model stops.
+TEST(ExecutorTest, UnsupportedInstructionFailsAtLoad) {
+  ArtifactDesc desc = softmaxRegression(8, 4, 16, 2, 1, true, 0.05f);
+  auto loaded =
+      LoadedArtifact::loadFromMemory(buildFile(buildPayload(desc)), "mem.tsr");
+  ASSERT_TRUE(loaded.ok());
+  std::vector<std::string> calls;
+  auto backend = std::make_unique<RecordingBackend>(
+      std::move(*BackendRegistry::global().create("cpu", {})), calls);
+  backend->unsupported = "Gemm";
+  auto ex = Executor::create(*loaded, std::move(backend), CommunicatorSet(), 0);
+  ASSERT_FALSE(ex.ok());
+  EXPECT_NE(ex.status().message().find("Gemm"), std::string::npos)
+      << ex.status().message();
+  EXPECT_NE(ex.status().message().find("does not implement Gemm"),
+            std::string::npos)
+      << ex.status().message();
+  EXPECT_NE(ex.status().message().find("mem.tsr: program 0 function"),
+            std::string::npos)
+      << ex.status().message();
+}

@@ -308,6 +308,14 @@ public:
     note("tokenMean");
     return inner->tokenMean(loss, t, y, rows, ignoreIndex, count);
   }
+  Status supports(std::string_view opcode) const override {
+    if (opcode == unsupported)
+      return unimplemented("the recording backend does not implement ",
+                           unsupported);
+    return inner->supports(opcode);
+  }
+  /// An opcode to report unsupported (tests of the executor's check).
+  std::string unsupported;
   Status tokenCount(const int32_t *t, float *n, int64_t rows,
                     int64_t ignoreIndex) override {
     note("tokenCount");

@@ -158,6 +158,10 @@ Status Executor::bindFunctions() {
       for (int slot = 0; slot < int(f.slots.size()); ++slot)
         TESSERA_RETURN_IF_ERROR(
             decoder.decode(*fn, f.slots[size_t(slot)], slot));
+      for (const Thunk &t : f.slots.front())
+        if (Status st = be->supports(fb::EnumNameOpcode(t.op)); !st.ok())
+          return Status(st.getCode(), art->name() + ": " + t.where + ": " +
+                                          st.message());
       // A backward that reads (or recomputes) the loss does not add to it.
       if (lossOffset >= 0 && fn->instrs() && !isBackwardFunction(f.name))
         for (const fb::Instr *in : *fn->instrs())

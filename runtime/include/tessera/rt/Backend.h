@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tessera::artifact {
@@ -74,6 +75,10 @@ public:
   /// Whether its memory is host memory, which the MPI communicators can
   /// read and write directly (false for a GPU backend).
   virtual bool hostMemory() const { return true; }
+  /// OK when the backend implements the instruction named `opcode` (the
+  /// schema's name); otherwise an error saying so, which the executor
+  /// reports when it loads a program, before anything runs.
+  virtual Status supports(std::string_view opcode) const { return Status(); }
 
   /// Communicators that operate on this backend's memory, ordered on its
   /// stream, for the rank-group kinds `kinds` of `artifact`: one per kind

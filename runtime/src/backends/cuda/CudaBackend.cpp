@@ -661,6 +661,29 @@ Status CudaBackend::tokenMeanGrad(const float *dy, const int32_t *t, float *dl,
       "TokenMeanGrad");
 }
 
+Status CudaBackend::supports(std::string_view opcode) const {
+  static const std::pair<std::string_view, const char *> kMissing[] = {
+      {"RingAttention", "context parallelism"},
+      {"RingAttentionGrad", "context parallelism"},
+      {"MoERouter", "mixture of experts"},
+      {"MoERouterGrad", "mixture of experts"},
+      {"MoEAuxLoss", "mixture of experts"},
+      {"MoEAuxLossGrad", "mixture of experts"},
+      {"MoEDispatch", "mixture of experts"},
+      {"MoEDispatchGrad", "mixture of experts"},
+      {"GroupedLinear", "mixture of experts"},
+      {"GroupedLinearGrad", "mixture of experts"},
+      {"MoECombine", "mixture of experts"},
+      {"MoECombineGrad", "mixture of experts"},
+      {"ExpertDispatch", "expert parallelism"},
+      {"ExpertCombine", "expert parallelism"}};
+  for (const auto &[name, feature] : kMissing)
+    if (opcode == name)
+      return unimplemented("the cuda backend does not implement ", name, " (",
+                           feature, ") yet; run this model with --backend cpu");
+  return Status();
+}
+
 // Ring attention (context parallelism) runs on the CPU backend only so far:
 // the executor's ring also needs its K/V exchange ordered on the NCCL
 // stream. tessera-run reports this before training.

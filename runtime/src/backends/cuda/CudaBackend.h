@@ -51,6 +51,7 @@ StatusOr<std::unique_ptr<Backend>> createCudaBackend(const BackendOptions &);
 class CudaBackend final : public Backend {
 public:
   ~CudaBackend() override;
+  Status supports(std::string_view opcode) const override;
   static StatusOr<std::unique_ptr<CudaBackend>>
   create(int device, const BackendOptions &options);
 
