@@ -48,6 +48,11 @@ std::string tessera::validateGPTConfig(const GPTConfig &c) {
       return "--moe-layer-freq must be positive";
     if (c.moeAuxLossCoeff < 0)
       return "--moe-aux-loss-coeff must not be negative";
+    if (c.moeCapacityFactor < 0)
+      return "--moe-expert-capacity-factor must not be negative";
+    if (c.moeDropPolicy != "probs" && c.moeDropPolicy != "position")
+      return "--moe-token-drop-policy must be probs or position, got " +
+             c.moeDropPolicy;
   }
   return "";
 }
@@ -186,6 +191,17 @@ Value GPTBuilder::moe(int64_t i, Value x, const std::string &outInit) {
                                           probs, aux));
   }
   auto experts = b.getI64IntegerAttr(E);
+  // Expert capacity: the choices past it are dropped (after the
+  // load-balancing loss, which counts every choice, as Megatron's does).
+  if (c.moeCapacityFactor > 0) {
+    auto drop = nn::MoECapacityDropOp::create(
+        b, loc(p + "router.capacity"), probs, indices, experts,
+        b.getF32FloatAttr(float(c.moeCapacityFactor)),
+        b.getStringAttr(c.moeDropPolicy));
+    mark(drop.getKeptProbs());
+    probs = drop.getKeptProbs();
+    indices = drop.getKeptIndices();
+  }
   auto dispatch = nn::MoEDispatchOp::create(
       b, loc(p + "token_dispatcher.permute"), x, indices, experts);
   mark(dispatch.getResult());

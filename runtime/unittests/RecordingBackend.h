@@ -399,6 +399,14 @@ public:
     return inner->groupedLinearGrad(x, counts, w, dy, dx, dw, rows, in, out,
                                     experts, beta);
   }
+  Status moeCapacityDrop(const float *probs, const int32_t *indices,
+                         float *keptProbs, int32_t *keptIndices, int64_t tokens,
+                         int64_t k, int64_t experts, int64_t capacity,
+                         bool byPosition) override {
+    note("moeCapacityDrop");
+    return inner->moeCapacityDrop(probs, indices, keptProbs, keptIndices,
+                                  tokens, k, experts, capacity, byPosition);
+  }
   Status moeCombine(const float *rows, const float *probs,
                     const int32_t *indices, float *y, int64_t tokens, int64_t k,
                     int64_t experts, int64_t features) override {

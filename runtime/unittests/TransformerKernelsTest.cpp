@@ -1566,3 +1566,45 @@ TEST_F(TransformerKernelsTest, MoEDispatchGroupedLinearCombine) {
             std::string::npos)
       << st.message();
 }
+
+// Expert capacity: each expert keeps its `capacity` most probable choices
+// (ties to the earlier token), or its first ones; a dropped choice has
+// index -1 and probability 0, no row in the permutation, and adds nothing
+// in the combine.
+TEST_F(TransformerKernelsTest, MoECapacityDropsPastEachExpertsCapacity) {
+  const int64_t T = 4, K = 2, E = 2, H = 3;
+  // Expert 0 is chosen by tokens 0, 1, 2, 3 (probs 0.2, 0.9, 0.5, 0.9),
+  // expert 1 by 0, 1, 2 and 3 too.
+  std::vector<int32_t> idx = {0, 1, 0, 1, 1, 0, 1, 0};
+  Vec probs = {0.2f, 0.8f, 0.9f, 0.1f, 0.5f, 0.5f, 0.6f, 0.9f};
+  Vec kp(probs.size());
+  std::vector<int32_t> ki(idx.size());
+  ASSERT_TRUE(backend->moeCapacityDrop(probs.data(), idx.data(), kp.data(),
+                                       ki.data(), T, K, E, 2, false)
+                  .ok());
+  // Expert 0 keeps tokens 1 and 3 (0.9 each) and drops 0 (0.2) and 2
+  // (0.5); expert 1 keeps 0 (0.8) and 3 (0.6) and drops 1 (0.1) and 2 (0.5).
+  EXPECT_EQ(ki, (std::vector<int32_t>{-1, 1, 0, -1, -1, -1, 1, 0}));
+  EXPECT_EQ(kp[0], 0.0f);
+  EXPECT_EQ(kp[1], 0.8f);
+  ASSERT_TRUE(backend->moeCapacityDrop(probs.data(), idx.data(), kp.data(),
+                                       ki.data(), T, K, E, 2, true)
+                  .ok());
+  // By position: each expert keeps tokens 0 and 1.
+  EXPECT_EQ(ki, (std::vector<int32_t>{0, 1, 0, 1, -1, -1, -1, -1}));
+  // Dispatch and combine skip the dropped choices; their rows are zero.
+  Vec x = random(size_t(T * H)), rows(size_t(T * K * H), 5.0f);
+  std::vector<int32_t> counts(static_cast<size_t>(E));
+  ASSERT_TRUE(backend->moeDispatch(x.data(), ki.data(), rows.data(),
+                                   counts.data(), T, K, E, H)
+                  .ok());
+  EXPECT_EQ(counts, (std::vector<int32_t>{2, 2}));
+  for (size_t i = size_t(4 * H); i < rows.size(); ++i)
+    EXPECT_EQ(rows[i], 0.0f);
+  Vec out(size_t(T * H));
+  ASSERT_TRUE(backend->moeCombine(rows.data(), kp.data(), ki.data(),
+                                  out.data(), T, K, E, H)
+                  .ok());
+  for (int64_t h = 0; h < H; ++h)
+    EXPECT_EQ(out[size_t(2 * H + h)], 0.0f) << "token 2 lost both choices";
+}

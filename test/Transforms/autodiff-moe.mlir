@@ -28,6 +28,16 @@
 // CHECK: nn.add %{{.*}}
 // CHECK: return {{.*}}%[[DW1]], %[[DW2]]
 
+// RUN: tessera-gen gpt --layers 1 --hidden 16 --heads 2 --vocab 257 --seq 4 --num-experts 3 --moe-router-topk 2 --moe-expert-capacity-factor 1.0 -o %t.cap.mlir
+// RUN: tessera-opt %t.cap.mlir --tessera-set-batch="micro-batch-size=2" --tessera-autodiff | FileCheck %s --check-prefix=CAP
+// With expert capacity the kept probabilities' gradient is zero for the
+// dropped choices before the router's backward.
+// CAP: %[[KP:.*]], %[[KI:.*]] = nn.moe_capacity_drop %{{.*}}, %{{.*}} {capacity_factor = 1.000000e+00 : f32, nn.layer = 0 : i64, num_experts = 3 : i64}
+// CAP: nn.moe_dispatch %{{.*}}, %[[KI]]
+// CAP: %{{.*}}, %[[DP:.*]] = nn.moe_combine_grad
+// CAP: %[[DK:.*]] = nn.moe_capacity_drop_grad %[[DP]], %[[KI]]
+// CAP: nn.moe_router_grad %{{.*}}, %{{.*}}, %[[DK]]
+
 // Without the auxiliary loss the router's gradient is the probabilities' only.
 // NOAUX-NOT: nn.moe_aux_loss
 // NOAUX: nn.moe_router_grad

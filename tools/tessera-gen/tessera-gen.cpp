@@ -3,7 +3,8 @@
 // tessera-gen gpt --layers L --hidden H --heads A --vocab V --seq S
 //     [--ffn F] [--max-position-embeddings P] [--tie-embeddings] [--dropout P]
 //     [--num-experts E --moe-router-topk K [--moe-ffn-hidden F]
-//      [--moe-layer-freq N] [--moe-aux-loss-coeff C]]
+//      [--moe-layer-freq N] [--moe-aux-loss-coeff C]
+//      [--moe-expert-capacity-factor F [--moe-token-drop-policy probs|position]]]
 //     -o model.mlir
 //
 //===----------------------------------------------------------------------===//
@@ -58,6 +59,16 @@ static cl::opt<double> moeAuxLossCoeff(
     "moe-aux-loss-coeff",
     cl::desc("load-balancing loss coefficient (default 0: none)"),
     cl::init(0.0));
+static cl::opt<double> moeCapacityFactor(
+    "moe-expert-capacity-factor",
+    cl::desc("each expert takes at most ceil(tokens x topk / experts x F) "
+             "choices (default 0: dropless)"),
+    cl::init(0.0));
+static cl::opt<std::string> moeDropPolicy(
+    "moe-token-drop-policy",
+    cl::desc("which choices past an expert's capacity are dropped: probs "
+             "(the least probable, default) or position (the last)"),
+    cl::init("probs"));
 static cl::opt<bool> tie("tie-embeddings",
                          cl::desc("share the word embedding with the LM head"),
                          cl::init(false));
@@ -85,6 +96,8 @@ int main(int argc, char **argv) {
   config.moeFfn = moeFfn;
   config.moeLayerFreq = moeLayerFreq;
   config.moeAuxLossCoeff = moeAuxLossCoeff;
+  config.moeCapacityFactor = moeCapacityFactor;
+  config.moeDropPolicy = moeDropPolicy;
   if (std::string error = tessera::validateGPTConfig(config); !error.empty()) {
     llvm::errs() << "tessera-gen: error: " << error << "\n";
     return 1;

@@ -81,6 +81,36 @@ LogicalResult MoERouterOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
 }
 
 //===----------------------------------------------------------------------===//
+// MoECapacityDropOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult MoECapacityDropOp::verify() {
+  if (getProbs().getType().getShape() != getIndices().getType().getShape())
+    return emitOpError() << "probs " << getProbs().getType()
+                         << " must match the indices " << getIndices().getType();
+  if (!(getCapacityFactor().convertToFloat() > 0.0f))
+    return emitOpError() << "capacity_factor must be positive, got "
+                         << getCapacityFactor().convertToFloat();
+  if (getDropPolicy() != "probs" && getDropPolicy() != "position")
+    return emitOpError() << "drop_policy must be \"probs\" or \"position\", got \""
+                         << getDropPolicy() << "\"";
+  if (getNumExperts() < 1)
+    return emitOpError() << "num_experts must be positive";
+  return success();
+}
+
+LogicalResult MoECapacityDropOp::buildAdjoint(OpBuilder &b,
+                                              ArrayRef<Value> resultAdj,
+                                              ArrayRef<bool> needed,
+                                              SmallVectorImpl<Value> &adj) {
+  adj.assign(2, Value());
+  if (needed[0] && resultAdj[0])
+    adj[0] = MoECapacityDropGradOp::create(b, getLoc(), getProbs().getType(),
+                                           resultAdj[0], getKeptIndices());
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // MoEAuxLossOp, AddAuxLossOp
 //===----------------------------------------------------------------------===//
 

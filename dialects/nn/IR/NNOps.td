@@ -818,6 +818,45 @@ def NN_MoERouterGradOp : NN_Op<"moe_router_grad", [
   let assemblyFormat = "$probs `,` $indices `,` $probs_grad attr-dict `:` type($probs) `,` type($indices) `->` type($result)";
 }
 
+def NN_MoECapacityDropOp : NN_Op<"moe_capacity_drop", [
+    AllTypesMatch<["probs", "kept_probs"]>, AllTypesMatch<["indices", "kept_indices"]>,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "drop the routing choices past each expert's capacity";
+  let description = [{
+    Megatron's expert capacity (`topk_softmax_with_capacity` with
+    `moe_expert_capacity_factor`): each expert takes at most
+    C = ceil(tokens * k / experts * capacity_factor) of the choices routed
+    to it; with `drop_policy = "probs"` (Megatron's default) those with the
+    highest probabilities (ties to the earlier token), with `"position"`
+    the first in token order. A dropped choice gets index -1 and
+    probability 0, so nn.moe_dispatch leaves it out and nn.moe_combine adds
+    nothing for it.
+
+    ```mlir
+    %p, %i = nn.moe_capacity_drop %probs, %idx {num_experts = 8 : i64, capacity_factor = 1.0 : f32, drop_policy = "probs"} : tensor<64x4x2xf32>, tensor<64x4x2xi32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$probs, NN_I32Tensor:$indices,
+                       I64Attr:$num_experts, F32Attr:$capacity_factor,
+                       DefaultValuedStrAttr<StrAttr, "probs">:$drop_policy);
+  let results = (outs NN_F32Tensor:$kept_probs, NN_I32Tensor:$kept_indices);
+  let assemblyFormat = "$probs `,` $indices attr-dict `:` type($probs) `,` type($indices)";
+  let hasVerifier = 1;
+}
+
+def NN_MoECapacityDropGradOp : NN_Op<"moe_capacity_drop_grad", [
+    AllTypesMatch<["result_grad", "result"]>]> {
+  let summary = "backward of nn.moe_capacity_drop: zero for dropped choices";
+  let description = [{
+    ```mlir
+    %dp = nn.moe_capacity_drop_grad %dkept, %kept_idx : tensor<64x4x2xf32>, tensor<64x4x2xi32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$result_grad, NN_I32Tensor:$kept_indices);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$result_grad `,` $kept_indices attr-dict `:` type($result_grad) `,` type($kept_indices)";
+}
+
 def NN_MoEAuxLossOp : NN_Op<"moe_aux_loss", [InferTypeOpAdaptor,
     DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
   let summary = "the load-balancing loss of a router";

@@ -252,6 +252,8 @@ def RT_MoECombineGradOp : RT_KernelOp<"moe_combine_grad", "MoECombineGrad", "unp
 def RT_AllToAllOp : RT_KernelOp<"all_to_all", "AllToAll", "equal-split all-to-all over a group">;
 def RT_ExpertDispatchOp : RT_KernelOp<"expert_dispatch", "ExpertDispatch", "MoE rows to their experts' ranks">;
 def RT_ExpertCombineOp : RT_KernelOp<"expert_combine", "ExpertCombine", "MoE rows back to their ranks">;
+def RT_MoECapacityDropOp : RT_KernelOp<"moe_capacity_drop", "MoECapacityDrop", "drop the choices past each expert's capacity (value = factor)">;
+def RT_MoECapacityDropGradOp : RT_KernelOp<"moe_capacity_drop_grad", "MoECapacityDropGrad", "zero the dropped choices' gradient">;
 // Pipeline p2p over group "pp", iattrs = [peer (+1 next, -1 prev), tag]; they
 // join the open batch, completed before the next other instruction.
 def RT_SendOp : RT_KernelOp<"send", "Send", "isend to a pipeline neighbour">;

@@ -37,6 +37,10 @@ struct GPTConfig {
   int64_t moeFfn = 0;
   int64_t moeLayerFreq = 1;
   double moeAuxLossCoeff = 0.0;
+  /// Expert capacity (0: dropless) and which choices it drops ("probs" or
+  /// "position").
+  double moeCapacityFactor = 0.0;
+  std::string moeDropPolicy = "probs";
 };
 
 /// Checks the configuration; returns an error message or an empty string.

@@ -258,6 +258,11 @@ KERNEL_ATTRS(nn::MoEAuxLossOp) {
 KERNEL_ATTRS(nn::MoEAuxLossGradOp) {
   return {b.getNamedAttr("value", o.getCoeffAttr())};
 }
+KERNEL_ATTRS(nn::MoECapacityDropOp) {
+  return {b.getNamedAttr("value", o.getCapacityFactorAttr()),
+          p.iattrs(b, {int64_t(o.getNumExperts()),
+                       o.getDropPolicy() == "position" ? 1 : 0})};
+}
 KERNEL_ATTRS(nn::MoEDispatchGradOp) {
   return {p.iattrs(b, {int64_t(o.getNumExperts())})};
 }
@@ -807,6 +812,8 @@ LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
       KernelPattern<nn::MoERouterGradOp, rt::MoERouterGradOp>,
       KernelPattern<nn::MoEAuxLossOp, rt::MoEAuxLossOp>,
       KernelPattern<nn::MoEAuxLossGradOp, rt::MoEAuxLossGradOp>,
+      KernelPattern<nn::MoECapacityDropOp, rt::MoECapacityDropOp>,
+      KernelPattern<nn::MoECapacityDropGradOp, rt::MoECapacityDropGradOp>,
       KernelPattern<nn::MoEDispatchOp, rt::MoEDispatchOp>,
       KernelPattern<nn::MoEDispatchGradOp, rt::MoEDispatchGradOp>,
       KernelPattern<nn::GroupedLinearOp, rt::GroupedLinearOp>,

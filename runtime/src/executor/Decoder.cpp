@@ -12,6 +12,8 @@
 
 #include "Decoder.h"
 
+#include <cmath>
+
 #include "tessera/rt/Executor.h"
 
 #include <algorithm>
@@ -405,6 +407,8 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
   case O::GroupedLinearGrad:
   case O::MoECombine:
   case O::MoECombineGrad:
+  case O::MoECapacityDrop:
+  case O::MoECapacityDropGrad:
     return decodeMoEInstr(in, t);
   }
   return unimplemented("unknown opcode ", int(in.op()));
@@ -495,6 +499,28 @@ Status Decoder::decodeMoEInstr(const fb::Instr &in, Thunk &t) {
                              experts);
     break;
   }
+  case O::MoECapacityDrop: {
+    // [probs, indices, P, I]: every operand [tokens..., k].
+    k = last(0);
+    tokens = k > 0 ? numel(ref(in, 0)) / k : 0;
+    TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 1, 2, 3}));
+    experts = in.iattrs()->Get(0);
+    if (experts < 1)
+      return invalidArgument("the number of experts must be positive, got ",
+                             experts);
+    const double factor = in.fattrs()->Get(0);
+    if (!(factor > 0.0))
+      return invalidArgument("the capacity factor must be positive, got ",
+                             factor);
+    // Megatron's get_capacity: ceil(tokens * k / experts * factor).
+    t.m = int64_t(std::ceil(double(tokens * k) / double(experts) * factor));
+    t.k = in.iattrs()->Get(1);
+    break;
+  }
+  case O::MoECapacityDropGrad:
+    TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 1, 2}));
+    t.n = numel(ref(in, 0));
+    break;
   case O::GroupedLinear:
   case O::GroupedLinearGrad: {
     const auto *w = ref(in, 2).shape();

@@ -69,3 +69,27 @@ func.func @experts(%x: tensor<4x8xf32>, %i: tensor<4x2xi32>) -> tensor<8x8xf32> 
   %r, %c = "nn.moe_dispatch"(%x, %i) {num_experts = 0 : i64} : (tensor<4x8xf32>, tensor<4x2xi32>) -> (tensor<8x8xf32>, tensor<0xi32>)
   return %r : tensor<8x8xf32>
 }
+
+// -----
+
+func.func @factor(%p: tensor<4x2xf32>, %i: tensor<4x2xi32>) -> tensor<4x2xf32> {
+  // expected-error @+1 {{'nn.moe_capacity_drop' op capacity_factor must be positive, got 0}}
+  %kp, %ki = nn.moe_capacity_drop %p, %i {num_experts = 3 : i64, capacity_factor = 0.0 : f32} : tensor<4x2xf32>, tensor<4x2xi32>
+  return %kp : tensor<4x2xf32>
+}
+
+// -----
+
+func.func @policy(%p: tensor<4x2xf32>, %i: tensor<4x2xi32>) -> tensor<4x2xf32> {
+  // expected-error @+1 {{'nn.moe_capacity_drop' op drop_policy must be "probs" or "position", got "random"}}
+  %kp, %ki = nn.moe_capacity_drop %p, %i {num_experts = 3 : i64, capacity_factor = 1.0 : f32, drop_policy = "random"} : tensor<4x2xf32>, tensor<4x2xi32>
+  return %kp : tensor<4x2xf32>
+}
+
+// -----
+
+func.func @shapes(%p: tensor<4x2xf32>, %i: tensor<4x1xi32>) -> tensor<4x2xf32> {
+  // expected-error @+1 {{'nn.moe_capacity_drop' op probs 'tensor<4x2xf32>' must match the indices 'tensor<4x1xi32>'}}
+  %kp, %ki = nn.moe_capacity_drop %p, %i {num_experts = 3 : i64, capacity_factor = 1.0 : f32} : tensor<4x2xf32>, tensor<4x1xi32>
+  return %kp : tensor<4x2xf32>
+}

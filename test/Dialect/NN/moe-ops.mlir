@@ -13,6 +13,10 @@ func.func @moe(%x: tensor<4x2x8xf32>, %wr: tensor<3x8xf32>, %w1: tensor<3x16x8xf
   %aux = nn.moe_aux_loss %logits, %idx {coeff = 0.01 : f32} : (tensor<4x2x3xf32>, tensor<4x2x2xi32>) -> tensor<f32>
   // CHECK: nn.add_aux_loss %{{.*}}, %{{.*}} : tensor<4x2x2xf32>, tensor<f32>
   %p = nn.add_aux_loss %probs, %aux : tensor<4x2x2xf32>, tensor<f32>
+  // CHECK: nn.moe_capacity_drop %{{.*}}, %{{.*}} {capacity_factor = 1.500000e+00 : f32, drop_policy = "position", num_experts = 3 : i64} : tensor<4x2x2xf32>, tensor<4x2x2xi32>
+  %kp, %ki = nn.moe_capacity_drop %p, %idx {num_experts = 3 : i64, capacity_factor = 1.5 : f32, drop_policy = "position"} : tensor<4x2x2xf32>, tensor<4x2x2xi32>
+  // CHECK: nn.moe_capacity_drop_grad %{{.*}}, %{{.*}} : tensor<4x2x2xf32>, tensor<4x2x2xi32>
+  %dkp = nn.moe_capacity_drop_grad %kp, %ki : tensor<4x2x2xf32>, tensor<4x2x2xi32>
   // CHECK: nn.moe_dispatch %{{.*}}, %{{.*}} {num_experts = 3 : i64} : tensor<4x2x8xf32>, tensor<4x2x2xi32> -> tensor<16x8xf32>, tensor<3xi32>
   %rows, %counts = nn.moe_dispatch %x, %idx {num_experts = 3 : i64} : tensor<4x2x8xf32>, tensor<4x2x2xi32> -> tensor<16x8xf32>, tensor<3xi32>
   // CHECK: nn.grouped_linear %{{.*}}, %{{.*}}, %{{.*}} : (tensor<16x8xf32>, tensor<3xi32>, tensor<3x16x8xf32>) -> tensor<16x16xf32>

@@ -27,8 +27,9 @@ of tessera-run --metrics (compare the two with compare_losses.py).
  * Model: the nn ops of the function body are interpreted one by one in
    float32 (embedding, add_position_embedding, layer_norm, linear, attention,
    gelu, relu, add, softmax_cross_entropy, token_mean, and the MoE layer's
-   moe_router, moe_aux_loss, add_aux_loss, moe_dispatch, grouped_linear and
-   moe_combine, written as Megatron's MoELayer computes them), so tied
+   moe_router, moe_aux_loss, add_aux_loss, moe_capacity_drop, moe_dispatch,
+   grouped_linear and moe_combine, written as Megatron's MoELayer computes
+   them), so tied
    embeddings (--tie-embeddings), MoE and any number of layers work as
    emitted. The loss of
    an iteration is the mean over its microbatches; gradients are summed with
@@ -237,7 +238,7 @@ def main():
         "embedding", "add_position_embedding", "layer_norm", "linear",
         "attention", "gelu", "relu", "add", "softmax_cross_entropy",
         "token_mean", "moe_router", "moe_aux_loss", "add_aux_loss",
-        "moe_dispatch", "grouped_linear", "moe_combine"})
+        "moe_dispatch", "grouped_linear", "moe_combine", "moe_capacity_drop"})
     if unknown:
         raise SystemExit(f"unsupported nn ops: {', '.join(unknown)}")
 
@@ -331,19 +332,44 @@ def main():
                 y = (scores.sum(0) * counts).sum() * (e * o["floats"]["coeff"] / (k * t * t))
             elif op == "add_aux_loss":
                 y = AuxLossScaler.apply(x[0], x[1])
+            elif op == "moe_capacity_drop":
+                # Each expert keeps its ceil(T k / E * factor) most probable
+                # choices (ties to the earlier token) or its first ones.
+                e_n = o["ints"]["num_experts"]
+                k = x[1].shape[-1]
+                flat_p, flat_i = x[0].reshape(-1), x[1].reshape(-1)
+                cap = math.ceil(flat_i.numel() / e_n * o["floats"]["capacity_factor"])
+                keep = torch.ones_like(flat_i, dtype=torch.bool)
+                for e in range(e_n):
+                    sel = (flat_i == e).nonzero().flatten().tolist()
+                    if len(sel) > cap:
+                        if o["strings"].get("drop_policy", "probs") == "probs":
+                            sel = sorted(sel, key=lambda c: (-flat_p[c].item(), c))
+                        keep[sel[cap:]] = False
+                y = ((flat_p * keep).view(x[0].shape),
+                     torch.where(keep, flat_i, torch.full_like(flat_i, -1)).view(x[1].shape))
             elif op == "moe_dispatch":
                 flat = x[1].reshape(-1)
-                order = torch.sort(flat, stable=True).indices
+                valid = (flat >= 0).nonzero().flatten()
+                order = valid[torch.sort(flat[valid], stable=True).indices]
                 k = x[1].shape[-1]
-                y = (x[0].reshape(-1, x[0].shape[-1])[order // k],
-                     torch.bincount(flat, minlength=o["ints"]["num_experts"]))
+                rows = x[0].reshape(-1, x[0].shape[-1])[order // k]
+                pad = torch.zeros(flat.numel() - rows.shape[0], rows.shape[1],
+                                  dtype=rows.dtype)
+                y = (torch.cat([rows, pad]),
+                     torch.bincount(flat[valid], minlength=o["ints"]["num_experts"]))
             elif op == "grouped_linear":
-                parts = torch.split(x[0], x[1].tolist())
-                y = torch.cat([p @ x[2][e].t() for e, p in enumerate(parts)])
+                # Rows past the experts' (dropped choices) give zeros.
+                n = int(x[1].sum())
+                parts = torch.split(x[0][:n], x[1].tolist())
+                y = torch.cat([p @ x[2][e].t() for e, p in enumerate(parts)] +
+                              [x[0].new_zeros(x[0].shape[0] - n, x[2].shape[1])])
             elif op == "moe_combine":
                 flat = x[2].reshape(-1)
-                order = torch.sort(flat, stable=True).indices
-                unperm = torch.empty_like(x[0]).index_copy(0, order, x[0])
+                valid = (flat >= 0).nonzero().flatten()
+                order = valid[torch.sort(flat[valid], stable=True).indices]
+                unperm = torch.zeros_like(x[0]).index_copy(
+                    0, order, x[0][:order.numel()])
                 k = x[2].shape[-1]
                 y = (unperm.view(-1, k, x[0].shape[-1]) *
                      x[1].reshape(-1, k, 1)).sum(1).view(*x[1].shape[:-1], -1)

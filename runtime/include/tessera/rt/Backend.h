@@ -382,6 +382,15 @@ public:
                                    float *dw, int64_t rows, int64_t in,
                                    int64_t out, int64_t experts,
                                    float beta) = 0;
+  /// Expert capacity: each expert keeps at most `capacity` of the choices
+  /// routed to it, the most probable (ties to the earlier token) or, with
+  /// `byPosition`, the first; keptProbs/keptIndices are probs/indices with
+  /// the dropped choices' index -1 and probability 0. Index -1 (a dropped
+  /// choice) is allowed in every MoE kernel's indices: it has no row.
+  virtual Status moeCapacityDrop(const float *probs, const int32_t *indices,
+                                 float *keptProbs, int32_t *keptIndices,
+                                 int64_t tokens, int64_t k, int64_t experts,
+                                 int64_t capacity, bool byPosition) = 0;
   /// Y[t] = sum_j probs[t, j] rows[row of (t, j)].
   virtual Status moeCombine(const float *rows, const float *probs,
                             const int32_t *indices, float *y, int64_t tokens,

@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <numeric>
 #include <vector>
 
 namespace tessera::rt {
@@ -1063,17 +1064,19 @@ public:
     counts.assign(size_t(experts), 0);
     for (int64_t n = 0; n < choices; ++n) {
       const int32_t e = indices[n];
-      if (e < 0 || e >= experts)
+      if (e < -1 || e >= experts)
         return outOfRange("expert index ", e, " of routing choice ", n,
                           " is out of range for ", experts, " experts");
-      ++counts[size_t(e)];
+      if (e >= 0)
+        ++counts[size_t(e)];
     }
     std::vector<int64_t> next(size_t(experts), 0);
     for (int64_t e = 1; e < experts; ++e)
       next[size_t(e)] = next[size_t(e - 1)] + counts[size_t(e - 1)];
+    // A dropped choice (index -1, expert capacity) has no row.
     rowOf.resize(size_t(choices));
     for (int64_t n = 0; n < choices; ++n)
-      rowOf[size_t(n)] = next[size_t(indices[n])]++;
+      rowOf[size_t(n)] = indices[n] < 0 ? -1 : next[size_t(indices[n])]++;
     return Status();
   }
 
@@ -1164,11 +1167,17 @@ public:
                      int64_t experts, int64_t features) override {
     std::vector<int64_t> rowOf, n;
     TESSERA_RETURN_IF_ERROR(moeRows(indices, tokens * k, experts, rowOf, n));
-    for (int64_t e = 0; e < experts; ++e)
+    int64_t kept = 0;
+    for (int64_t e = 0; e < experts; ++e) {
       counts[e] = int32_t(n[size_t(e)]);
+      kept += n[size_t(e)];
+    }
     for (int64_t c = 0; c < tokens * k; ++c)
-      std::memcpy(rows + rowOf[size_t(c)] * features, x + (c / k) * features,
-                  size_t(features) * 4);
+      if (rowOf[size_t(c)] >= 0)
+        std::memcpy(rows + rowOf[size_t(c)] * features, x + (c / k) * features,
+                    size_t(features) * 4);
+    // The rows of dropped choices (past the kept ones) are zero.
+    std::fill(rows + kept * features, rows + tokens * k * features, 0.0f);
     return Status();
   }
 
@@ -1179,12 +1188,46 @@ public:
     TESSERA_RETURN_IF_ERROR(moeRows(indices, tokens * k, experts, rowOf, n));
     for (int64_t t = 0; t < tokens; ++t) {
       float *d = dx + t * features;
-      std::memcpy(d, drows + rowOf[size_t(t * k)] * features,
-                  size_t(features) * 4);
-      for (int64_t j = 1; j < k; ++j) {
+      std::fill(d, d + features, 0.0f);
+      for (int64_t j = 0; j < k; ++j) {
+        if (rowOf[size_t(t * k + j)] < 0)
+          continue;
         const float *r = drows + rowOf[size_t(t * k + j)] * features;
         for (int64_t f = 0; f < features; ++f)
           d[f] += r[f];
+      }
+    }
+    return Status();
+  }
+
+  Status moeCapacityDrop(const float *probs, const int32_t *indices,
+                         float *keptProbs, int32_t *keptIndices, int64_t tokens,
+                         int64_t k, int64_t experts, int64_t capacity,
+                         bool byPosition) override {
+    std::vector<std::vector<int64_t>> chosen(static_cast<size_t>(experts));
+    for (int64_t c = 0; c < tokens * k; ++c) {
+      const int32_t e = indices[c];
+      if (e < -1 || e >= experts)
+        return outOfRange("expert index ", e, " of routing choice ", c,
+                          " is out of range for ", experts, " experts");
+      keptProbs[c] = probs[c];
+      keptIndices[c] = e;
+      if (e >= 0)
+        chosen[size_t(e)].push_back(c);
+    }
+    for (std::vector<int64_t> &list : chosen) {
+      if (int64_t(list.size()) <= capacity)
+        continue;
+      // Token order already; by probability, the highest first, ties to the
+      // earlier token.
+      if (!byPosition)
+        std::stable_sort(list.begin(), list.end(), [&](int64_t a, int64_t b) {
+          return probs[a] > probs[b];
+        });
+      for (size_t i = size_t(std::max<int64_t>(capacity, 0)); i < list.size();
+           ++i) {
+        keptProbs[list[i]] = 0.0f;
+        keptIndices[list[i]] = -1;
       }
     }
     return Status();
@@ -1253,6 +1296,8 @@ public:
       float *yt = y + t * features;
       std::fill(yt, yt + features, 0.0f);
       for (int64_t j = 0; j < k; ++j) {
+        if (rowOf[size_t(t * k + j)] < 0)
+          continue;
         const float p = probs[t * k + j];
         const float *r = rows + rowOf[size_t(t * k + j)] * features;
         for (int64_t f = 0; f < features; ++f)
@@ -1268,9 +1313,15 @@ public:
                         int64_t experts, int64_t features) override {
     std::vector<int64_t> rowOf, n;
     TESSERA_RETURN_IF_ERROR(moeRows(indices, tokens * k, experts, rowOf, n));
+    const int64_t kept = std::accumulate(n.begin(), n.end(), int64_t(0));
+    std::fill(drows + kept * features, drows + tokens * k * features, 0.0f);
     for (int64_t t = 0; t < tokens; ++t)
       for (int64_t j = 0; j < k; ++j) {
         const int64_t row = rowOf[size_t(t * k + j)];
+        if (row < 0) {
+          dprobs[t * k + j] = 0.0f;
+          continue;
+        }
         const float p = probs[t * k + j];
         const float *d = dy + t * features;
         float *dr = drows + row * features;

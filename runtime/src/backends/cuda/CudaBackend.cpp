@@ -676,7 +676,9 @@ Status CudaBackend::supports(std::string_view opcode) const {
       {"MoECombine", "mixture of experts"},
       {"MoECombineGrad", "mixture of experts"},
       {"ExpertDispatch", "expert parallelism"},
-      {"ExpertCombine", "expert parallelism"}};
+      {"ExpertCombine", "expert parallelism"},
+      {"MoECapacityDrop", "mixture of experts"},
+      {"MoECapacityDropGrad", "mixture of experts"}};
   for (const auto &[name, feature] : kMissing)
     if (opcode == name)
       return unimplemented("the cuda backend does not implement ", name, " (",
@@ -752,6 +754,11 @@ Status CudaBackend::groupedLinearGrad(const float *, const int32_t *,
                                       const float *, const float *, float *,
                                       float *, int64_t, int64_t, int64_t,
                                       int64_t, float) {
+  return moeUnimplemented();
+}
+Status CudaBackend::moeCapacityDrop(const float *, const int32_t *, float *,
+                                    int32_t *, int64_t, int64_t, int64_t,
+                                    int64_t, bool) {
   return moeUnimplemented();
 }
 Status CudaBackend::moeCombine(const float *, const float *, const int32_t *,

@@ -220,6 +220,10 @@ public:
                            const float *w, const float *dy, float *dx,
                            float *dw, int64_t rows, int64_t in, int64_t out,
                            int64_t experts, float beta) override;
+  Status moeCapacityDrop(const float *probs, const int32_t *indices,
+                         float *keptProbs, int32_t *keptIndices, int64_t tokens,
+                         int64_t k, int64_t experts, int64_t capacity,
+                         bool byPosition) override;
   Status moeCombine(const float *rows, const float *probs,
                     const int32_t *indices, float *y, int64_t tokens, int64_t k,
                     int64_t experts, int64_t features) override;
