@@ -258,11 +258,13 @@ mlir::LogicalResult tessera::printBuckets(mlir::ModuleOp module,
   if (format == "text") {
     for (Entry &e : entries) {
       os << llvm::formatv("pipeline rank {0}, buffer {1} ({2} params, {3} grads): "
-                          "{4} elements, {5} unpadded, {6} buckets{7}\n",
+                          "{4} elements, {5} unpadded, {6} buckets, over {8} "
+                          "({9} ranks){7}\n",
                           e.ppRank, e.op.getSymName(), e.layout.paramDtype,
                           e.layout.gradDtype, e.layout.numel,
                           e.layout.numelUnpadded, e.layout.buckets.size(),
-                          e.op.getDistributed() ? ", distributed optimizer" : "");
+                          e.op.getDistributed() ? ", distributed optimizer" : "",
+                          e.op.getGroup(), e.op.getDp());
       for (auto [k, b] : llvm::enumerate(e.layout.buckets))
         os << llvm::formatv("  bucket {0}: [{1}, {2}) {3} unpadded, {4} params\n",
                             k, b.start, b.end, b.numelUnpadded, b.params.size());
@@ -295,6 +297,8 @@ mlir::LogicalResult tessera::printBuckets(mlir::ModuleOp module,
           j.attribute("param_dtype", e.layout.paramDtype);
           j.attribute("grad_dtype", e.layout.gradDtype);
           j.attribute("distributed_optimizer", e.op.getDistributed());
+          j.attribute("group", e.op.getGroup());
+          j.attribute("group_size", e.op.getDp());
           j.attribute("numel", e.layout.numel);
           j.attribute("numel_unpadded", e.layout.numelUnpadded);
           j.attributeArray("params", [&] {

@@ -53,6 +53,9 @@ std::string CheckpointManifest::configString() const {
                   " dp=" + std::to_string(dp);
   if (cp > 1)
     s += " cp=" + std::to_string(cp);
+  for (const auto &[axis, size] : mesh)
+    if (axis == "ep" && size > 1)
+      s += " ep=" + std::to_string(size);
   if (vpp > 1)
     s += " vpp=" + std::to_string(vpp);
   s += ", world " + std::to_string(worldSize);
