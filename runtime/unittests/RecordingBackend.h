@@ -407,6 +407,11 @@ public:
     return inner->moeCapacityDrop(probs, indices, keptProbs, keptIndices,
                                   tokens, k, experts, capacity, byPosition);
   }
+  Status moeCapacityDropGrad(const float *dkept, const int32_t *keptIndices,
+                             float *dprobs, int64_t n) override {
+    note("moeCapacityDropGrad");
+    return inner->moeCapacityDropGrad(dkept, keptIndices, dprobs, n);
+  }
   Status moeCombine(const float *rows, const float *probs,
                     const int32_t *indices, float *y, int64_t tokens, int64_t k,
                     int64_t experts, int64_t features) override {

@@ -1607,4 +1607,10 @@ TEST_F(TransformerKernelsTest, MoECapacityDropsPastEachExpertsCapacity) {
                   .ok());
   for (int64_t h = 0; h < H; ++h)
     EXPECT_EQ(out[size_t(2 * H + h)], 0.0f) << "token 2 lost both choices";
+  // The backward passes the kept choices' gradient and zeroes the others'.
+  Vec dkept = {1, 2, 3, 4, 5, 6, 7, 8}, dprobs(dkept.size(), 9.0f);
+  ASSERT_TRUE(backend->moeCapacityDropGrad(dkept.data(), ki.data(),
+                                           dprobs.data(), T * K)
+                  .ok());
+  EXPECT_EQ(dprobs, (Vec{1, 2, 3, 4, 0, 0, 0, 0}));
 }

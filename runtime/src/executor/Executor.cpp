@@ -559,20 +559,8 @@ Status Executor::execute(const Thunk &t) {
   case O::MoECapacityDrop:
     return be->moeCapacityDrop(F(0), I(1), F(2), static_cast<int32_t *>(t.ptr[3]),
                                t.i[0], t.i[2], t.i[1], t.m, t.k != 0);
-  case O::MoECapacityDropGrad: {
-    // The kept choices' gradient; a dropped choice's is 0 (read on the
-    // host: backends without host memory report this opcode unsupported).
-    if (!be->hostMemory())
-      return unimplemented("MoECapacityDropGrad needs host memory");
-    const int32_t *kept = I(1);
-    const float *d = F(0);
-    float *out = F(2);
-    TESSERA_RETURN_IF_ERROR(be->copy(d, out, t.n * 4));
-    for (int64_t c = 0; c < t.n; ++c)
-      if (kept[c] < 0)
-        TESSERA_RETURN_IF_ERROR(be->fill(out + c, 0.0f, 1));
-    return Status();
-  }
+  case O::MoECapacityDropGrad:
+    return be->moeCapacityDropGrad(F(0), I(1), F(2), t.n);
   case O::MoECombine:
     return be->moeCombine(F(0), F(1), I(2), F(3), t.i[0], t.i[2], t.i[1],
                           t.i[3]);

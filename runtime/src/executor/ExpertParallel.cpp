@@ -31,6 +31,11 @@ namespace {
 /// The exchange of one dispatch: per (source rank, local expert) row counts
 /// and the per-rank element counts and offsets of both directions.
 struct ExpertExchange {
+  /// The sizes of thunk `t` (an ExpertDispatch or ExpertCombine).
+  explicit ExpertExchange(const Thunk &t)
+      : ep(t.comm->size()), local(t.i[0] / ep), features(t.n),
+        counts(size_t(t.i[0])), splits(size_t(t.i[0])) {}
+
   int64_t ep = 1, local = 1, features = 0;
   std::vector<int32_t> counts;  ///< [E] this rank's rows per expert
   std::vector<int32_t> splits;  ///< [ep, El] rows from source i for expert e
@@ -104,16 +109,11 @@ Status checkCounts(const std::vector<int32_t> &counts, int64_t rows,
 } // namespace
 
 Status Executor::expertDispatch(const Thunk &t) {
-  ExpertExchange x;
-  x.ep = t.comm->size();
-  x.local = t.i[0] / x.ep;
-  x.features = t.n;
+  ExpertExchange x(t);
   const int64_t experts = t.i[0], rows = t.m;
-  x.counts.resize(size_t(experts));
   TESSERA_RETURN_IF_ERROR(be->copyToHost(x.counts.data(), t.ptr[1], experts * 4));
   TESSERA_RETURN_IF_ERROR(checkCounts(x.counts, rows, "the routed counts"));
   // 1. Each rank's counts for rank j's experts go to rank j.
-  x.splits.resize(size_t(experts));
   TESSERA_RETURN_IF_ERROR(t.comm->allToAll(x.counts.data(), x.splits.data(),
                                            x.local, ElementType::I32));
   TESSERA_RETURN_IF_ERROR(checkCounts(x.splits, x.ep * rows, "the received counts"));
@@ -140,13 +140,8 @@ Status Executor::expertDispatch(const Thunk &t) {
 }
 
 Status Executor::expertCombine(const Thunk &t) {
-  ExpertExchange x;
-  x.ep = t.comm->size();
-  x.local = t.i[0] / x.ep;
-  x.features = t.n;
+  ExpertExchange x(t);
   const int64_t experts = t.i[0], rows = t.m;
-  x.counts.resize(size_t(experts));
-  x.splits.resize(size_t(experts));
   TESSERA_RETURN_IF_ERROR(be->copyToHost(x.splits.data(), t.ptr[1], experts * 4));
   TESSERA_RETURN_IF_ERROR(be->copyToHost(x.counts.data(), t.ptr[2], experts * 4));
   TESSERA_RETURN_IF_ERROR(checkCounts(x.counts, rows, "the routed counts"));

@@ -391,6 +391,11 @@ public:
                                  float *keptProbs, int32_t *keptIndices,
                                  int64_t tokens, int64_t k, int64_t experts,
                                  int64_t capacity, bool byPosition) = 0;
+  /// dProbs[c] = dKept[c] where keptIndices[c] >= 0, else 0 (the backward
+  /// of moeCapacityDrop over its `n` choices).
+  virtual Status moeCapacityDropGrad(const float *dkept,
+                                     const int32_t *keptIndices, float *dprobs,
+                                     int64_t n) = 0;
   /// Y[t] = sum_j probs[t, j] rows[row of (t, j)].
   virtual Status moeCombine(const float *rows, const float *probs,
                             const int32_t *indices, float *y, int64_t tokens,

@@ -1233,6 +1233,13 @@ public:
     return Status();
   }
 
+  Status moeCapacityDropGrad(const float *dkept, const int32_t *keptIndices,
+                             float *dprobs, int64_t n) override {
+    for (int64_t c = 0; c < n; ++c)
+      dprobs[c] = keptIndices[c] >= 0 ? dkept[c] : 0.0f;
+    return Status();
+  }
+
   /// The row offset of each expert's group; fails when the counts do not
   /// fit `rows`.
   static Status groupOffsets(const int32_t *counts, int64_t experts,

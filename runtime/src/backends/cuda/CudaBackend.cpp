@@ -761,6 +761,10 @@ Status CudaBackend::moeCapacityDrop(const float *, const int32_t *, float *,
                                     int64_t, bool) {
   return moeUnimplemented();
 }
+Status CudaBackend::moeCapacityDropGrad(const float *, const int32_t *, float *,
+                                        int64_t) {
+  return moeUnimplemented();
+}
 Status CudaBackend::moeCombine(const float *, const float *, const int32_t *,
                                float *, int64_t, int64_t, int64_t, int64_t) {
   return moeUnimplemented();

@@ -224,6 +224,8 @@ public:
                          float *keptProbs, int32_t *keptIndices, int64_t tokens,
                          int64_t k, int64_t experts, int64_t capacity,
                          bool byPosition) override;
+  Status moeCapacityDropGrad(const float *dkept, const int32_t *keptIndices,
+                             float *dprobs, int64_t n) override;
   Status moeCombine(const float *rows, const float *probs,
                     const int32_t *indices, float *y, int64_t tokens, int64_t k,
                     int64_t experts, int64_t features) override;
