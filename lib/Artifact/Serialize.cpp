@@ -311,7 +311,16 @@ Writer::writeProgram(ModuleOp module, int64_t ppRank) {
     auto name = fbb.CreateString(buf.getSymName().str());
     auto shapeVec = fbb.CreateVector(shape);
     auto globalVec = fbb.CreateVector(global);
+    // The runtime places a shard by its rank's position in each axis.
     auto axis = fbb.CreateString(buf.getShardAxis().value_or("").str());
+    if (buf.getShardDim() >= 0 && buf.getShardAxis())
+      groupsUsed.insert(buf.getShardAxis()->str());
+    flatbuffers::Offset<flatbuffers::String> axis2;
+    if (buf.getShard2Dim() >= 0) {
+      axis2 = fbb.CreateString(buf.getShard2Axis().value_or("").str());
+      if (buf.getShard2Axis())
+        groupsUsed.insert(buf.getShard2Axis()->str());
+    }
     int of = buf.getOfAttr() ? index.lookup(buf.getOfAttr().getValue()) : -1;
     flatbuffers::Offset<flatbuffers::Vector<uint8_t>> dataVec;
     flatbuffers::Offset<flatbuffers::Vector<int64_t>> dataShapeVec;
@@ -334,6 +343,10 @@ Writer::writeProgram(ModuleOp module, int64_t ppRank) {
     bb.add_global_shape(globalVec);
     bb.add_shard_dim(buf.getShardDim());
     bb.add_shard_axis(axis);
+    if (buf.getShard2Dim() >= 0) {
+      bb.add_shard2_dim(buf.getShard2Dim());
+      bb.add_shard2_axis(axis2);
+    }
     bb.add_init(init);
     bb.add_init_scale(scale);
     bb.add_of(of);

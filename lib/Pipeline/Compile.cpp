@@ -39,8 +39,6 @@ tessera::CompileOptions::CompileOptions()
             cl::cat(getCompileCategory())),
       output("o", cl::desc("output file"), cl::value_desc("file"),
              cl::init("-"), cl::cat(getCompileCategory())),
-      etp("etp", cl::desc("expert tensor-parallel size"), cl::init(1),
-          cl::cat(getCompileCategory())),
       worldSize("world-size",
                 cl::desc("number of ranks; derives dp when --dp is not given "
                          "(0, the default: tp x cp x dp x pp)"),
@@ -152,7 +150,7 @@ resolveMesh(const tessera::CompileOptions &options) {
   mesh.tp = p.tp;
   mesh.cp = p.cp;
   mesh.ep = p.ep;
-  mesh.etp = options.etp;
+  mesh.etp = p.etp;
   mesh.dp = p.dp == 0 ? 1 : int64_t(p.dp);
   mesh.pp = p.pp;
   mesh.vpp = p.vpp;
@@ -275,11 +273,6 @@ int tessera::compile(const CompileOptions &options,
     return emitSchedule(options, *mesh);
   if (options.input.empty())
     return fail("no input model given (only --emit=rank-groups needs none)");
-  if (mesh->etp != 1)
-    return fail(llvm::Twine("--etp ") + llvm::Twine(mesh->etp) +
-                ": expert tensor parallelism is not built yet (it is "
-                "accepted by --emit=rank-groups); use --ep with --dp and --pp");
-
   // The pipeline's options as given, with the values the tool derives: dp
   // (--world-size) and the global batch (--micro-batches M stands for a
   // global batch of M x micro x dp).

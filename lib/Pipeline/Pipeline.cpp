@@ -34,6 +34,7 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   mesh.tp = options.tp;
   mesh.cp = options.cp;
   mesh.ep = options.ep;
+  mesh.etp = options.etp;
   mesh.dp = options.dp == 0 ? 1 : int64_t(options.dp);
   mesh.pp = options.pp;
   mesh.vpp = options.vpp;

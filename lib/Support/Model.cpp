@@ -114,3 +114,32 @@ FailureOr<int64_t> tessera::getNumLayers(Operation *root) {
   }
   return expected;
 }
+
+DictionaryAttr tessera::makeSharding(MLIRContext *ctx,
+                                     ArrayRef<ShardSplit> splits) {
+  assert(!splits.empty() && splits.size() <= 2 && "one or two splits");
+  Builder b(ctx);
+  SmallVector<NamedAttribute> entries;
+  for (auto [i, split] : llvm::enumerate(splits)) {
+    std::string suffix = i ? "2" : "";
+    entries.push_back(
+        b.getNamedAttr("axis" + suffix, b.getStringAttr(split.axis)));
+    entries.push_back(
+        b.getNamedAttr("dim" + suffix, b.getI64IntegerAttr(split.dim)));
+  }
+  return b.getDictionaryAttr(entries);
+}
+
+SmallVector<tessera::ShardSplit, 2>
+tessera::getShardSplits(DictionaryAttr sharding) {
+  SmallVector<ShardSplit, 2> splits;
+  if (!sharding)
+    return splits;
+  for (StringRef suffix : {"", "2"}) {
+    auto axis = sharding.getAs<StringAttr>(("axis" + suffix).str());
+    auto dim = sharding.getAs<IntegerAttr>(("dim" + suffix).str());
+    if (axis && dim)
+      splits.push_back({axis.getValue(), dim.getInt()});
+  }
+  return splits;
+}

@@ -243,64 +243,110 @@ Status generateInput(const fb::Program &program, const fb::InputSpec &spec,
   return error("unknown synthetic input (expected 'features' or 'labels')");
 }
 
+/// Calls fn(g, n, k) for each run of the block's elements that is
+/// contiguous in both the global tensor (from row-major index g) and the
+/// block (from index k), n elements long, in order.
+template <typename Fn>
+static void forEachBlockRun(const std::vector<int64_t> &global,
+                            const TensorBlock &block, Fn &&fn) {
+  const size_t rank = global.size();
+  if (rank == 0) {
+    fn(int64_t(0), int64_t(1), int64_t(0));
+    return;
+  }
+  // The trailing dims the block covers whole merge into the run.
+  size_t inner = rank;
+  int64_t run = 1;
+  while (inner > 0 && block.extent[inner - 1] == global[inner - 1]) {
+    --inner;
+    run *= global[inner];
+  }
+  if (inner == 0) {
+    fn(int64_t(0), run, int64_t(0));
+    return;
+  }
+  // Dim inner - 1 is partial: runs of extent[inner - 1] * run elements,
+  // one per index of the outer dims.
+  const size_t last = inner - 1;
+  const int64_t length = block.extent[last] * run;
+  std::vector<int64_t> at(last, 0); // odometer over dims [0, last)
+  for (int64_t k = 0;; k += length) {
+    int64_t g = 0;
+    for (size_t d = 0; d < last; ++d)
+      g = g * global[d] + block.lo[d] + at[d];
+    g = (g * global[last] + block.lo[last]) * run;
+    fn(g, length, k);
+    size_t d = last;
+    while (d > 0 && ++at[d - 1] == block.extent[d - 1])
+      at[--d] = 0;
+    if (d == 0)
+      return;
+  }
+}
+
+/// The block of shard `index` of `count` along `dim` (-1: the whole).
+static TensorBlock shardBlock(const std::vector<int64_t> &global, int dim,
+                              int index, int count) {
+  TensorBlock block{std::vector<int64_t>(global.size(), 0), global};
+  if (dim >= 0 && count > 1) {
+    block.extent[size_t(dim)] = global[size_t(dim)] / count;
+    block.lo[size_t(dim)] = block.extent[size_t(dim)] * index;
+  }
+  return block;
+}
+
 Status initParameterShard(fb::InitKind init, float scale, uint64_t seed,
                           std::string_view name,
                           const std::vector<int64_t> &globalShape, int shardDim,
                           int shardIndex, int shardCount, float *out) {
+  int rank = int(globalShape.size());
+  if (shardDim >= rank)
+    return invalidArgument("shard dim ", shardDim, " out of range for rank ",
+                           rank);
+  if (shardDim >= 0 &&
+      (shardCount <= 0 || shardIndex < 0 || shardIndex >= shardCount))
+    return invalidArgument("bad shard ", shardIndex, " of ", shardCount);
+  if (shardDim >= 0 && globalShape[size_t(shardDim)] % shardCount != 0)
+    return invalidArgument("dimension ", globalShape[size_t(shardDim)],
+                           " is not divisible by ", shardCount, " shards");
+  return initParameterBlock(init, scale, seed, name, globalShape,
+                            shardBlock(globalShape, shardDim, shardIndex,
+                                       shardCount),
+                            out);
+}
+
+Status initParameterBlock(fb::InitKind init, float scale, uint64_t seed,
+                          std::string_view name,
+                          const std::vector<int64_t> &globalShape,
+                          const TensorBlock &block, float *out) {
   if (init != fb::InitKind::Zeros && init != fb::InitKind::Ones &&
       init != fb::InitKind::Normal && init != fb::InitKind::Uniform)
     return invalidArgument("init kind ", fb::EnumNameInitKind(init),
                            " of '", name, "' has no generator (data-initialised "
                            "parameters are read by initShardFromData)");
-  int rank = int(globalShape.size());
-  if (shardDim >= rank)
-    return invalidArgument("shard dim ", shardDim, " out of range for rank ",
-                           rank);
-  if (shardCount <= 0 || shardIndex < 0 || shardIndex >= shardCount)
-    return invalidArgument("bad shard ", shardIndex, " of ", shardCount);
-  // View the tensor as [outer, shardDim, inner].
-  int64_t outer = 1, dim = 1, inner = 1;
-  for (int d = 0; d < rank; ++d) {
-    if (shardDim < 0 || d < shardDim)
-      outer *= globalShape[d];
-    else if (d == shardDim)
-      dim = globalShape[d];
-    else
-      inner *= globalShape[d];
-  }
-  if (shardDim < 0) {
-    shardCount = 1;
-    shardIndex = 0;
-  }
-  if (dim % shardCount != 0)
-    return invalidArgument("dimension ", dim, " is not divisible by ",
-                           shardCount, " shards");
-  int64_t local = dim / shardCount;
   PhiloxStream stream(seed, name);
-  int64_t k = 0;
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t s = 0; s < local; ++s) {
-      int64_t base = (o * dim + shardIndex * local + s) * inner;
-      for (int64_t in = 0; in < inner; ++in, ++k) {
-        uint64_t g = uint64_t(base + in);
-        switch (init) {
-        case fb::InitKind::Zeros:
-          out[k] = 0.0f;
-          break;
-        case fb::InitKind::Ones:
-          out[k] = 1.0f;
-          break;
-        case fb::InitKind::Normal:
-          out[k] = float(double(scale) * stream.normal(g));
-          break;
-        case fb::InitKind::Uniform:
-          out[k] = float(double(scale) * (2.0 * stream.uniform(g) - 1.0));
-          break;
-        default: // rejected above
-          break;
-        }
+  forEachBlockRun(globalShape, block, [&](int64_t g0, int64_t n, int64_t k0) {
+    for (int64_t i = 0; i < n; ++i) {
+      const uint64_t g = uint64_t(g0 + i);
+      float &v = out[k0 + i];
+      switch (init) {
+      case fb::InitKind::Zeros:
+        v = 0.0f;
+        break;
+      case fb::InitKind::Ones:
+        v = 1.0f;
+        break;
+      case fb::InitKind::Normal:
+        v = float(double(scale) * stream.normal(g));
+        break;
+      case fb::InitKind::Uniform:
+        v = float(double(scale) * (2.0 * stream.uniform(g) - 1.0));
+        break;
+      default: // rejected above
+        break;
       }
     }
+  });
   return Status();
 }
 
@@ -352,8 +398,8 @@ private:
 
 template <typename ErrorFn>
 static Status initShardFromData(const fb::Buffer &buffer,
-                                const std::vector<int64_t> &global, int shardDim,
-                                int shardIndex, int shardCount,
+                                const std::vector<int64_t> &global,
+                                const TensorBlock &block,
                                 const std::string &fileName, float *out,
                                 ErrorFn &&error) {
   // The data is the global tensor, row major, with possibly fewer rows in
@@ -408,26 +454,15 @@ static Status initShardFromData(const fb::Buffer &buffer,
     src = buffer.data()->data();
   }
   // Runs of contiguous global elements making up the shard, in order.
-  int64_t total = global[0] * rowElements;
   auto copyRun = [&](int64_t g, int64_t n, float *dst) {
     int64_t valid = std::clamp<int64_t>(limit - g, 0, n);
     if (valid)
       std::memcpy(dst, src + g * 4, size_t(valid) * 4);
     std::fill(dst + valid, dst + n, 0.0f);
   };
-  if (shardDim < 0) {
-    copyRun(0, total, out);
-    return Status();
-  }
-  int64_t outer = 1, inner = 1;
-  for (int d = 0; d < shardDim; ++d)
-    outer *= global[size_t(d)];
-  for (size_t d = size_t(shardDim) + 1; d < global.size(); ++d)
-    inner *= global[d];
-  int64_t dim = global[size_t(shardDim)], local = dim / shardCount;
-  for (int64_t o = 0; o < outer; ++o)
-    copyRun((o * dim + shardIndex * local) * inner, local * inner,
-            out + o * local * inner);
+  forEachBlockRun(global, block, [&](int64_t g, int64_t n, int64_t k) {
+    copyRun(g, n, out + k);
+  });
   return Status();
 }
 
@@ -451,29 +486,30 @@ Status initParameterBuffer(const fb::Artifact &artifact,
     global = local;
   if (global.size() != local.size())
     return error("shape and global_shape have different ranks");
-  int shardDim = buffer.shard_dim();
-  int shardIndex = 0, shardCount = 1;
-  if (shardDim >= 0) {
-    std::string axis = buffer.shard_axis() ? buffer.shard_axis()->str() : "";
-    GroupPosition pos = findGroupPosition(artifact, axis, rank);
-    if (!pos.group)
-      return error("no rank group of shard axis '", axis, "' contains rank ",
-                   rank);
-    shardIndex = pos.index;
-    shardCount = pos.size;
+  // The block this rank holds: each split's shard of its dim.
+  StatusOr<std::vector<ParameterSplit>> splits =
+      parameterSplits(artifact, buffer, rank);
+  if (!splits.ok())
+    return error(splits.status().message());
+  TensorBlock block{std::vector<int64_t>(global.size(), 0), global};
+  for (const ParameterSplit &split : *splits) {
+    const size_t d = size_t(split.dim);
+    if (global[d] % split.count)
+      return error("dim ", split.dim, " of global shape ",
+                   shapeToString(buffer.global_shape()),
+                   " does not split into ", split.count, " shards over '",
+                   split.axis, "'");
+    block.extent[d] = global[d] / split.count;
+    block.lo[d] = block.extent[d] * split.index;
   }
-  for (size_t d = 0; d < local.size(); ++d) {
-    int64_t expect = int(d) == shardDim ? global[d] / shardCount : global[d];
-    if (local[d] != expect || (int(d) == shardDim && global[d] % shardCount))
-      return error("local shape ", shapeToString(buffer.shape()),
-                   " is not a 1/", shardCount, " shard along dim ", shardDim,
-                   " of global shape ", shapeToString(buffer.global_shape()));
-  }
+  if (block.extent != local)
+    return error("local shape ", shapeToString(buffer.shape()),
+                 " is not this rank's shard of global shape ",
+                 shapeToString(buffer.global_shape()));
   if (buffer.init() == fb::InitKind::Data)
-    return initShardFromData(buffer, global, shardDim, shardIndex, shardCount,
-                             fileName, out, error);
-  Status st = initParameterShard(buffer.init(), buffer.init_scale(), seed, name,
-                                 global, shardDim, shardIndex, shardCount, out);
+    return initShardFromData(buffer, global, block, fileName, out, error);
+  Status st = initParameterBlock(buffer.init(), buffer.init_scale(), seed,
+                                 name, global, block, out);
   return st.ok() ? st : error(st.message());
 }
 

@@ -82,9 +82,9 @@ TEST_F(ArtifactTest, BadMagic) {
 
 TEST_F(ArtifactTest, WrongVersion) {
   std::string file = buildFile(buildPayload(softmaxRegression()));
-  file[4] = 9;
-  expectError(file, "unsupported format version 9 (this runtime supports "
-                    "version 8)");
+  file[4] = 10;
+  expectError(file, "unsupported format version 10 (this runtime supports "
+                    "version 9)");
 }
 
 TEST_F(ArtifactTest, Truncated) {

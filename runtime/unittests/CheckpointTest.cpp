@@ -411,6 +411,20 @@ TEST(TensorBoxTest, ReassemblesAcrossLayouts) {
     }
     EXPECT_EQ(out, slice(target)) << "target shard " << t;
   }
+  // A saved tensor split along two dims numbers its shards together: shard
+  // j is block j / 2 of dim 0 and, within it, block j % 2 of dim 1.
+  ManifestTensor two;
+  two.globalShape = global;
+  two.shardDim = 0;
+  two.numShards = 4;
+  two.shard2Dim = 1;
+  two.numShards2 = 2;
+  TensorBox b3 = shardBox(two, 3);
+  EXPECT_EQ(b3.lo, (std::vector<int64_t>{3, 2, 0}));
+  EXPECT_EQ(b3.hi, (std::vector<int64_t>{6, 4, 3}));
+  TensorBox b1 = shardBox(two, 1);
+  EXPECT_EQ(b1.lo, (std::vector<int64_t>{0, 2, 0}));
+  EXPECT_EQ(b1.hi, (std::vector<int64_t>{3, 4, 3}));
   // Scalars and identical boxes.
   TensorBox scalar = shardBox({}, -1, 0, 1);
   int64_t a = 42, b = 0;

@@ -107,6 +107,38 @@ TEST(RngTest, ShardInitEqualsSliceOfFullInit) {
                    .ok());
 }
 
+// A parameter split along two dims (the experts over ep, their FFN over
+// etp) gets the elements of its block of the full tensor, whichever dims
+// the block covers whole.
+TEST(RngTest, BlockInitEqualsBlockOfFullInit) {
+  std::vector<int64_t> shape = {4, 6, 5};
+  std::vector<float> full(4 * 6 * 5);
+  ASSERT_TRUE(initParameterShard(tessera::artifact::InitKind::Normal, 0.02f, 7,
+                                 "experts.fc1", shape, -1, 0, 1, full.data())
+                  .ok());
+  const std::vector<TensorBlock> blocks = {
+      {{2, 3, 0}, {2, 3, 5}}, // dims 0 and 1 split (ep x etp on fc1)
+      {{0, 0, 0}, {4, 6, 5}}, // whole
+      {{2, 0, 1}, {2, 6, 2}}, // dims 0 and 2 split (ep x etp on fc2)
+      {{1, 2, 3}, {1, 1, 1}}, // one element
+  };
+  for (const TensorBlock &block : blocks) {
+    std::vector<float> out(size_t(block.extent[0] * block.extent[1] *
+                                  block.extent[2]));
+    ASSERT_TRUE(initParameterBlock(tessera::artifact::InitKind::Normal, 0.02f,
+                                   7, "experts.fc1", shape, block, out.data())
+                    .ok());
+    size_t k = 0;
+    for (int64_t i = 0; i < block.extent[0]; ++i)
+      for (int64_t j = 0; j < block.extent[1]; ++j)
+        for (int64_t l = 0; l < block.extent[2]; ++l, ++k) {
+          size_t g = size_t(((block.lo[0] + i) * 6 + block.lo[1] + j) * 5 +
+                            block.lo[2] + l);
+          ASSERT_EQ(out[k], full[g]) << "element " << k;
+        }
+  }
+}
+
 TEST(RngTest, UniformOnesZerosInit) {
   std::vector<float> v(50);
   ASSERT_TRUE(initParameterShard(tessera::artifact::InitKind::Uniform, 0.5f, 3,

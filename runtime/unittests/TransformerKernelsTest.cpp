@@ -850,7 +850,7 @@ TEST(TransformerExecutorTest, LoaderAndDecoderRejectBadInstructions) {
          InstrDesc d = op(O::ExpertDispatch,
                           {f32(p, {8, 4}), i32(p, {4}), f32(p, {8, 4}),
                            i32(p, {4}), i32(p, {1, 4}), f32(p, {16})},
-                          "experts.workspace", {4});
+                          "experts.workspace", {4, 1});
          d.group = "ep";
          f.push_back(d);
        },
@@ -859,11 +859,20 @@ TEST(TransformerExecutorTest, LoaderAndDecoderRejectBadInstructions) {
          InstrDesc d = op(O::ExpertCombine,
                           {f32(p, {8, 4}), i32(p, {1, 4}), i32(p, {3}),
                            f32(p, {8, 4}), f32(p, {32})},
-                          "experts.counts", {4});
+                          "experts.counts", {4, 1});
          d.group = "ep";
          f.push_back(d);
        },
        "must hold one count per expert", false},
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         InstrDesc d = op(O::ExpertCombine,
+                          {f32(p, {8, 4}), i32(p, {1, 4}), i32(p, {4}),
+                           f32(p, {8, 4}), f32(p, {64})},
+                          "experts.etp", {4, 2});
+         d.group = "ep";
+         f.push_back(d);
+       },
+       "etp 2 does not divide the 1 ranks of group 'ep'", false},
       // Context parallelism.
       {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
          f.push_back(op(O::TokenMeanOver,

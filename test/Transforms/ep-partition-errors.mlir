@@ -5,11 +5,13 @@
 // RUN: tessera-gen gpt --layers 1 --hidden 16 --heads 2 --vocab 257 --seq 4 -o %t.dense.mlir
 // RUN: not tessera-opt %t.dense.mlir --tessera-attach-mesh="ep=2 dp=2" --tessera-ep-partition 2>&1 | FileCheck %s --check-prefix=DENSE
 // RUN: tessera-opt %s -split-input-file --tessera-attach-mesh="ep=2 dp=2" --tessera-ep-partition -verify-diagnostics
+// RUN: not tessera-opt %t.mlir --tessera-attach-mesh="etp=3 dp=3" --tessera-set-batch="micro-batch-size=2" --tessera-ep-partition 2>&1 | FileCheck %s --check-prefix=FFN
+// FFN: error: 'nn.grouped_linear' op etp 3 does not divide the experts' FFN hidden size 64
 
 
 // DIV: error: 'nn.moe_dispatch' op 4 experts do not split evenly over ep = 3
-// TP: error: expert parallelism with tensor, context or expert tensor parallelism (tp 2, cp 1, etp 1) is not built yet; use ep with dp and pp
-// DENSE: error: expert parallelism (ep 2) needs mixture-of-experts layers (tessera-gen gpt --num-experts)
+// TP: error: expert parallelism (ep 2, etp 1) with tensor or context parallelism (tp 2, cp 1) is not built yet; use ep and etp with dp and pp
+// DENSE: error: expert parallelism (ep 2, etp 1) needs mixture-of-experts layers (tessera-gen gpt --num-experts)
 
 // An expert MLP that is not grouped linears between the permutation and
 // the combine.

@@ -29,3 +29,26 @@
 // GRAD: dist.all_reduce %{{.*}} on @mesh "dp"
 
 // NONE-NOT: dist.expert_dispatch
+
+// Expert tensor parallelism: with ep = 2 x etp = 2 each rank holds its 2
+// experts' halves of the FFN (fc1 split on dim 1, fc2 on dim 2, besides
+// the experts on dim 0); the rows go to every etp rank of their experts
+// (the "etp-ep" group, 4 x the rows arrive) and the partial outputs come
+// back to be summed. With etp alone (ep = 1) the experts stay whole in
+// number and only their FFN is split.
+// RUN: tessera-opt %t.mlir --tessera-attach-mesh="ep=2 etp=2 dp=4" --tessera-set-batch="micro-batch-size=2" --tessera-ep-partition | FileCheck %s --check-prefix=ETP
+// RUN: tessera-opt %t.mlir --tessera-attach-mesh="ep=2 etp=2 dp=4" --tessera-set-batch="micro-batch-size=2" --tessera-ep-partition --tessera-autodiff | FileCheck %s --check-prefix=ETPGRAD
+// RUN: tessera-opt %t.mlir --tessera-attach-mesh="etp=2 dp=2" --tessera-set-batch="micro-batch-size=2" --tessera-ep-partition | FileCheck %s --check-prefix=ETPONLY
+// ETP: nn.param = "decoder.layers.0.mlp.router.weight"
+// ETP-SAME: %[[W1:.*]]: tensor<2x32x16xf32> {dist.sharding = {axis = "ep", axis2 = "etp", dim = 0 : i64, dim2 = 1 : i64}
+// ETP-SAME: %[[W2:.*]]: tensor<2x16x32xf32> {dist.sharding = {axis = "ep", axis2 = "etp", dim = 0 : i64, dim2 = 2 : i64}
+// ETP: %[[RECV:.*]], %[[LOCAL:.*]], %[[SPLITS:.*]] = dist.expert_dispatch %{{.*}}, %{{.*}} on @mesh "etp-ep" {etp = 2 : i64, nn.layer = 0 : i64} : tensor<16x16xf32>, tensor<4xi32> -> tensor<64x16xf32>, tensor<2xi32>, tensor<4x2xi32>
+// ETP-NEXT: nn.grouped_linear %[[RECV]], %[[LOCAL]], %[[W1]] {{.*}} -> tensor<64x32xf32>
+// ETP: %[[Y:.*]] = nn.grouped_linear %{{.*}}, %[[LOCAL]], %[[W2]] {{.*}} -> tensor<64x16xf32>
+// ETP-NEXT: dist.expert_combine %[[Y]], %[[SPLITS]], %{{.*}} on @mesh "etp-ep" {etp = 2 : i64, nn.layer = 0 : i64} : tensor<64x16xf32>, tensor<4x2xi32>, tensor<4xi32> -> tensor<16x16xf32>
+// ETPGRAD: dist.expert_dispatch %{{.*}}, %{{.*}} on @mesh "etp-ep" {etp = 2 : i64} : tensor<16x16xf32>, tensor<4xi32> -> tensor<64x16xf32>, tensor<2xi32>, tensor<4x2xi32>
+// ETPGRAD: dist.expert_combine %{{.*}}, %{{.*}}, %{{.*}} on @mesh "etp-ep" {etp = 2 : i64} : tensor<64x16xf32>, tensor<4x2xi32>, tensor<4xi32> -> tensor<16x16xf32>
+// ETPONLY: nn.param = "decoder.layers.0.mlp.router.weight"
+// ETPONLY-SAME: tensor<4x32x16xf32> {dist.sharding = {axis = "etp", dim = 1 : i64}
+// ETPONLY-SAME: tensor<4x16x32xf32> {dist.sharding = {axis = "etp", dim = 2 : i64}
+// ETPONLY: dist.expert_dispatch %{{.*}}, %{{.*}} on @mesh "etp-ep" {etp = 2 : i64, nn.layer = 0 : i64} : tensor<16x16xf32>, tensor<4xi32> -> tensor<32x16xf32>, tensor<4xi32>, tensor<2x4xi32>

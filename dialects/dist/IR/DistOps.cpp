@@ -52,9 +52,25 @@ using attr_site::Module;
 
 const AttrContract kDistAttrs[] = {
     {kShardingAttr, Argument,
-     [](Attribute a, Type t) {
-       return dictionary(a, t,
-                         {{"axis", nonEmptyString}, {"dim", dimensionOf}});
+     [](Attribute a, Type t) -> std::string {
+       std::string error = dictionary(
+           a, t,
+           {{"axis", nonEmptyString},
+            {"dim", dimensionOf},
+            {"axis2", nonEmptyString, /*optional=*/true},
+            {"dim2", dimensionOf, /*optional=*/true}});
+       if (!error.empty())
+         return error;
+       // A second split names both its axis and its dim, of another dim.
+       auto d = cast<DictionaryAttr>(a);
+       auto dim = d.getAs<IntegerAttr>("dim");
+       auto dim2 = d.getAs<IntegerAttr>("dim2");
+       if (bool(d.get("axis2")) != bool(dim2))
+         return "a dictionary whose second split has both axis2 and dim2";
+       if (dim2 && dim2.getInt() == dim.getInt())
+         return "a dictionary whose second split (dim2) is of another "
+                "dimension than dim";
+       return "";
      }},
     {kTiedAttr, Argument, nonEmptyString},
     {kPpRankAttr, Module, nonNegativeInt},
@@ -344,46 +360,51 @@ LogicalResult AllToAllOp::verifySymbolUses(SymbolTableCollection &st) {
   return success();
 }
 
-/// Checks the shapes of an expert exchange over a group of `ep` ranks:
-/// `rows` [n, h] of this rank, `recv` [ep n, h], counts [E] with E
-/// divisible by ep, local counts [E / ep], splits [ep, E / ep].
-static LogicalResult checkExpertExchange(Operation *op, int64_t ep,
-                                         RankedTensorType rows,
+/// Checks the shapes of an expert exchange over a group of `size` ranks,
+/// runs of `etp` of which share their experts: `rows` [n, h] of this rank,
+/// `recv` [size n, h], counts [E] with E divisible by size / etp, local
+/// counts [E etp / size], splits [size, E etp / size].
+static LogicalResult checkExpertExchange(Operation *op, int64_t size,
+                                         int64_t etp, RankedTensorType rows,
                                          RankedTensorType recv,
                                          RankedTensorType counts,
                                          RankedTensorType splits,
                                          RankedTensorType localCounts) {
+  if (etp < 1 || size % etp != 0)
+    return op->emitOpError() << "expects etp (" << etp
+                             << ") to divide the group's " << size << " ranks";
+  const int64_t ep = size / etp;
   int64_t experts = counts.getDimSize(0);
   if (experts % ep != 0)
     return op->emitOpError() << experts << " experts do not split evenly over "
                              << ep << " expert-parallel ranks";
   int64_t local = experts / ep;
   if (recv.getDimSize(1) != rows.getDimSize(1) ||
-      recv.getDimSize(0) != ep * rows.getDimSize(0))
-    return op->emitOpError() << "expects " << ep << " x the rows " << rows
+      recv.getDimSize(0) != size * rows.getDimSize(0))
+    return op->emitOpError() << "expects " << size << " x the rows " << rows
                              << " on the experts' side, got " << recv;
-  if (splits.getShape() != ArrayRef<int64_t>{ep, local} ||
+  if (splits.getShape() != ArrayRef<int64_t>{size, local} ||
       (localCounts && localCounts.getShape() != ArrayRef<int64_t>{local}))
-    return op->emitOpError() << "expects splits [" << ep << ", " << local
+    return op->emitOpError() << "expects splits [" << size << ", " << local
                              << "] and local counts [" << local << "]";
   return success();
 }
 
 LogicalResult ExpertDispatchOp::verifySymbolUses(SymbolTableCollection &st) {
-  FailureOr<int64_t> ep = resolveGroup(*this, getMeshAttr(), getGroup(), st);
-  if (failed(ep))
+  FailureOr<int64_t> size = resolveGroup(*this, getMeshAttr(), getGroup(), st);
+  if (failed(size))
     return failure();
-  return checkExpertExchange(*this, *ep, getInput().getType(),
+  return checkExpertExchange(*this, *size, getEtp(), getInput().getType(),
                              getResult().getType(), getCounts().getType(),
                              getSplits().getType(),
                              getLocalCounts().getType());
 }
 
 LogicalResult ExpertCombineOp::verifySymbolUses(SymbolTableCollection &st) {
-  FailureOr<int64_t> ep = resolveGroup(*this, getMeshAttr(), getGroup(), st);
-  if (failed(ep))
+  FailureOr<int64_t> size = resolveGroup(*this, getMeshAttr(), getGroup(), st);
+  if (failed(size))
     return failure();
-  return checkExpertExchange(*this, *ep, getResult().getType(),
+  return checkExpertExchange(*this, *size, getEtp(), getResult().getType(),
                              getInput().getType(), getCounts().getType(),
                              getSplits().getType(), RankedTensorType());
 }
@@ -396,7 +417,7 @@ LogicalResult ExpertDispatchOp::buildAdjoint(OpBuilder &b,
   if (needed[0] && resultAdj[0])
     adj[0] = ExpertCombineOp::create(b, getLoc(), getInput().getType(),
                                      resultAdj[0], getSplits(), getCounts(),
-                                     getMeshAttr(), getGroupAttr());
+                                     getMeshAttr(), getGroupAttr(), getEtpAttr());
   return success();
 }
 
@@ -413,7 +434,7 @@ LogicalResult ExpertCombineOp::buildAdjoint(OpBuilder &b,
                   RankedTensorType::get({splits.getDimSize(1)},
                                         splits.getElementType()),
                   splits},
-        resultAdj[0], getCounts(), getMeshAttr(), getGroupAttr());
+        resultAdj[0], getCounts(), getMeshAttr(), getGroupAttr(), getEtpAttr());
     adj[0] = dispatch.getResult();
   }
   return success();

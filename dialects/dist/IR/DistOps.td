@@ -370,12 +370,19 @@ def Dist_ExpertDispatchOp : Dist_GroupOp<"expert_dispatch", [Pure,
     (every rank's every row); `local_counts` are its experts' row counts
     and `splits[i][e]` the rows source rank i sent to local expert e.
 
+    With expert tensor parallelism (`etp` > 1) the group is "etp-ep": each
+    run of `etp` consecutive ranks holds the same experts, each a 1/etp
+    slice of their FFN, so a rank sends its rows for those experts to all
+    `etp` of them (Megatron's all-to-all over ep followed by the all-gather
+    over etp); the experts are split over the group's size / etp runs.
+
     ```mlir
     %recv, %lc, %splits = dist.expert_dispatch %rows, %counts on @mesh "ep" : tensor<64x32xf32>, tensor<4xi32> -> tensor<128x32xf32>, tensor<2xi32>, tensor<2x2xi32>
     ```
   }];
   let arguments = (ins 2DTensorOf<[F32]>:$input, 1DTensorOf<[I32]>:$counts,
-                       FlatSymbolRefAttr:$mesh, StrAttr:$group);
+                       FlatSymbolRefAttr:$mesh, StrAttr:$group,
+                       DefaultValuedAttr<I64Attr, "1">:$etp);
   let results = (outs 2DTensorOf<[F32]>:$result, 1DTensorOf<[I32]>:$local_counts,
                       2DTensorOf<[I32]>:$splits);
   let assemblyFormat = "$input `,` $counts `on` $mesh $group attr-dict `:` type($input) `,` type($counts) `->` type($result) `,` type($local_counts) `,` type($splits)";
@@ -388,7 +395,9 @@ def Dist_ExpertCombineOp : Dist_GroupOp<"expert_combine", [Pure,
     The inverse of dist.expert_dispatch: `input` holds this rank's experts'
     output rows as dist.expert_dispatch ordered them, `splits` and `counts`
     are that dispatch's; the result is this rank's rows back in their
-    original (expert) order.
+    original (expert) order. With `etp` > 1 each row comes back from the
+    `etp` ranks that hold slices of its expert, and the result is their sum
+    (Megatron's reduce-scatter over etp before the all-to-all over ep).
 
     ```mlir
     %back = dist.expert_combine %y, %splits, %counts on @mesh "ep" : tensor<128x32xf32>, tensor<2x2xi32>, tensor<4xi32> -> tensor<64x32xf32>
@@ -396,7 +405,7 @@ def Dist_ExpertCombineOp : Dist_GroupOp<"expert_combine", [Pure,
   }];
   let arguments = (ins 2DTensorOf<[F32]>:$input, 2DTensorOf<[I32]>:$splits,
                        1DTensorOf<[I32]>:$counts, FlatSymbolRefAttr:$mesh,
-                       StrAttr:$group);
+                       StrAttr:$group, DefaultValuedAttr<I64Attr, "1">:$etp);
   let results = (outs 2DTensorOf<[F32]>:$result);
   let assemblyFormat = "$input `,` $splits `,` $counts `on` $mesh $group attr-dict `:` type($input) `,` type($splits) `,` type($counts) `->` type($result)";
 }

@@ -143,7 +143,8 @@ struct DPGradAllReducePass
                                                              : FloatDtype::F32)
           .str();
     };
-    // Expert parallelism: the experts' parameters (sharded over "ep") get
+    // Expert parallelism: the experts' parameters (sharded over "ep" or
+    // "etp") get
     // buffers of their own, reduced over the expert data-parallel group
     // (Megatron's expert_data_parallel buffers); the scale stays 1/dp, as
     // Megatron's expert_gradient_scaling_factor.
@@ -151,9 +152,9 @@ struct DPGradAllReducePass
     for (auto f : module.getOps<func::FuncOp>())
       for (unsigned i = 0, e = f.getNumArguments(); i < e; ++i)
         if (auto name = f.getArgAttrOfType<StringAttr>(i, kParamAttr))
-          if (auto sh = f.getArgAttrOfType<DictionaryAttr>(i, kShardingAttr))
-            if (auto axis = sh.getAs<StringAttr>("axis");
-                axis && axis.getValue() == "ep")
+          for (ShardSplit split : getShardSplits(
+                   f.getArgAttrOfType<DictionaryAttr>(i, kShardingAttr)))
+            if (split.axis == "ep" || split.axis == "etp")
               expertParams.insert(name.getValue());
     int64_t edp = 1;
     if (mesh && !expertParams.empty()) {

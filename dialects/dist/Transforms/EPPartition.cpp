@@ -3,7 +3,12 @@
 // Megatron's expert parallelism as an IR rewrite (see Passes.td): each MoE
 // layer's experts are split evenly over the ep group, and the rows between
 // the token permutation and the weighted unpermutation travel to the
-// experts' ranks and back.
+// experts' ranks and back. With expert tensor parallelism each expert's FFN
+// is split over etp as well (the first GEMM by columns, the second by rows,
+// Megatron's TEColumnParallelGroupedLinear / TERowParallelGroupedLinear
+// over the expert tensor-parallel group), and the exchange runs over
+// "etp-ep": every etp rank of an expert gets its rows, and the partial
+// outputs are summed on the way back.
 //
 //===----------------------------------------------------------------------===//
 
@@ -28,7 +33,7 @@ struct EPPartitionPass
   void runOnOperation() override {
     ModuleOp module = getOperation();
     MeshOp mesh = lookupMesh(module);
-    if (!mesh || mesh.getEp() == 1)
+    if (!mesh || (mesh.getEp() == 1 && mesh.getEtp() == 1))
       return;
     func::FuncOp model = getModelFunc(module);
     if (!model || failed(partition(model, mesh)))
@@ -36,26 +41,28 @@ struct EPPartitionPass
   }
 
   LogicalResult partition(func::FuncOp model, MeshOp mesh) {
-    const int64_t ep = mesh.getEp();
-    if (mesh.getTp() > 1 || mesh.getCp() > 1 || mesh.getEtp() > 1)
+    const int64_t ep = mesh.getEp(), etp = mesh.getEtp();
+    if (mesh.getTp() > 1 || mesh.getCp() > 1)
       return model.emitError()
-             << "expert parallelism with tensor, context or expert tensor "
-                "parallelism (tp "
-             << mesh.getTp() << ", cp " << mesh.getCp() << ", etp "
-             << mesh.getEtp() << ") is not built yet; use ep with dp and pp";
+             << "expert parallelism (ep " << ep << ", etp " << etp
+             << ") with tensor or context parallelism (tp " << mesh.getTp()
+             << ", cp " << mesh.getCp()
+             << ") is not built yet; use ep and etp with dp and pp";
     SmallVector<nn::MoEDispatchOp> dispatches;
     model.walk([&](nn::MoEDispatchOp d) { dispatches.push_back(d); });
     if (dispatches.empty())
       return model.emitError()
-             << "expert parallelism (ep " << ep
+             << "expert parallelism (ep " << ep << ", etp " << etp
              << ") needs mixture-of-experts layers (tessera-gen gpt "
                 "--num-experts)";
     Builder b(model.getContext());
-    auto group = b.getStringAttr("ep");
+    // The exchange's group: the ep ranks, or with etp the etp-ep block
+    // (etp consecutive ranks per set of experts).
+    auto group = b.getStringAttr(etp > 1 ? "etp-ep" : "ep");
     auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
     DenseSet<BlockArgument> sharded;
     for (nn::MoEDispatchOp d : dispatches)
-      if (failed(partitionLayer(model, d, ep, meshRef, group, sharded)))
+      if (failed(partitionLayer(model, d, ep, etp, meshRef, group, sharded)))
         return failure();
     for (Operation &op : model.getBody().front().without_terminator())
       if (!isa<ExpertDispatchOp, ExpertCombineOp>(op) &&
@@ -68,7 +75,8 @@ struct EPPartitionPass
 
   /// One MoE layer: the expert MLP between `d` and its nn.moe_combine.
   LogicalResult partitionLayer(func::FuncOp model, nn::MoEDispatchOp d,
-                               int64_t ep, FlatSymbolRefAttr meshRef,
+                               int64_t ep, int64_t etp,
+                               FlatSymbolRefAttr meshRef,
                                StringAttr group,
                                DenseSet<BlockArgument> &sharded) {
     const int64_t experts = d.getNumExperts();
@@ -103,7 +111,27 @@ struct EPPartitionPass
     if (!first || !combine || !last.getResult().hasOneUse())
       return structure();
 
-    // The experts' weights: this rank's E / ep of them.
+    // Expert tensor parallelism splits the FFN dimension: the first GEMM's
+    // outputs (weight dim 1) and the last one's inputs (weight dim 2), with
+    // only elementwise ops between them.
+    if (etp > 1) {
+      if (gemms.size() != 2 || first == last)
+        return d.emitOpError()
+               << "expert tensor parallelism (etp " << etp
+               << ") expects two grouped linears per expert (the FFN's two "
+                  "GEMMs), found "
+               << gemms.size();
+      const int64_t ffn =
+          cast<RankedTensorType>(first.getWeight().getType()).getDimSize(1);
+      if (ffn % etp != 0)
+        return first.emitOpError() << "etp " << etp
+                                   << " does not divide the experts' FFN "
+                                      "hidden size "
+                                   << ffn;
+    }
+
+    // The experts' weights: this rank's E / ep of them, and with etp its
+    // 1/etp slice of each.
     for (nn::GroupedLinearOp g : gemms) {
       auto arg = dyn_cast<BlockArgument>(g.getWeight());
       if (!arg || !model.getArgAttr(arg.getArgNumber(), kParamAttr))
@@ -115,13 +143,19 @@ struct EPPartitionPass
                << "expects the experts' weights to have no other use";
       auto type = cast<RankedTensorType>(arg.getType());
       SmallVector<int64_t> shape(type.getShape());
-      shape[0] /= ep;
+      SmallVector<ShardSplit, 2> splits;
+      if (ep > 1) {
+        shape[0] /= ep;
+        splits.push_back({"ep", 0});
+      }
+      if (etp > 1) {
+        const int64_t dim = g == first ? 1 : 2;
+        shape[dim] /= etp;
+        splits.push_back({"etp", dim});
+      }
       arg.setType(RankedTensorType::get(shape, type.getElementType()));
-      Builder b(model.getContext());
       model.setArgAttr(arg.getArgNumber(), kShardingAttr,
-                       b.getDictionaryAttr(
-                           {b.getNamedAttr("axis", b.getStringAttr("ep")),
-                            b.getNamedAttr("dim", b.getI64IntegerAttr(0))}));
+                       makeSharding(model.getContext(), splits));
     }
 
     OpBuilder ob(d);
@@ -131,12 +165,12 @@ struct EPPartitionPass
     const int64_t local = d.getNumExperts() / ep;
     auto exchange = ExpertDispatchOp::create(
         ob, d.getLoc(),
-        TypeRange{RankedTensorType::get({ep * rows.getDimSize(0),
+        TypeRange{RankedTensorType::get({ep * etp * rows.getDimSize(0),
                                          rows.getDimSize(1)},
                                         rows.getElementType()),
                   RankedTensorType::get({local}, i32),
-                  RankedTensorType::get({ep, local}, i32)},
-        d.getResult(), d.getCounts(), meshRef, group);
+                  RankedTensorType::get({ep * etp, local}, i32)},
+        d.getResult(), d.getCounts(), meshRef, group, ob.getI64IntegerAttr(etp));
     if (auto layer = d->getAttr(kLayerAttr))
       exchange->setAttr(kLayerAttr, layer);
     first.setOperand(0, exchange.getResult());
@@ -149,7 +183,8 @@ struct EPPartitionPass
         ob, combine.getLoc(),
         RankedTensorType::get({rows.getDimSize(0), lastType.getDimSize(1)},
                               lastType.getElementType()),
-        last.getResult(), exchange.getSplits(), d.getCounts(), meshRef, group);
+        last.getResult(), exchange.getSplits(), d.getCounts(), meshRef, group,
+        exchange.getEtpAttr());
     if (auto layer = combine->getAttr(kLayerAttr))
       back->setAttr(kLayerAttr, layer);
     combine.setOperand(0, back.getResult());

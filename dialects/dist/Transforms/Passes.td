@@ -118,7 +118,7 @@ def CPPartitionPass : Pass<"tessera-cp-partition", "mlir::ModuleOp"> {
 }
 
 def EPPartitionPass : Pass<"tessera-ep-partition", "mlir::ModuleOp"> {
-  let summary = "split each MoE layer's experts over the ep axis (expert parallelism)";
+  let summary = "split each MoE layer's experts over ep and their FFN over etp (expert parallelism)";
   let description = [{
     Megatron's expert parallelism with its all-to-all token dispatcher
     (MoEAlltoAllTokenDispatcher, dropless): each MoE layer's E experts are
@@ -127,12 +127,17 @@ def EPPartitionPass : Pass<"tessera-ep-partition", "mlir::ModuleOp"> {
     `dist.sharding = {axis = "ep", dim = 0}`), `dist.expert_dispatch` sends
     the permuted rows to their experts' ranks after nn.moe_dispatch, and
     `dist.expert_combine` brings the experts' outputs back before
-    nn.moe_combine. tessera-dp-grad-allreduce then puts the experts'
-    gradients in buffers of their own, reduced over "edp". Runs after
-    tessera-cp-partition; nothing with ep = 1. Errors: experts not
-    divisible by ep, a model without MoE layers, ep with tp, cp or etp
-    (not built yet), an expert MLP other than grouped linears between
-    the permutation and the combine.
+    nn.moe_combine. With expert tensor parallelism (etp > 1) each expert's
+    FFN is split over etp too (the first grouped linear's weight on dim 1,
+    the second's on dim 2: a second split, `axis2 = "etp"`), and the
+    exchange runs over "etp-ep" with `etp`: every etp rank of an expert
+    gets its rows, and the partial outputs are summed on the way back.
+    tessera-dp-grad-allreduce then puts the experts' gradients in buffers
+    of their own, reduced over "edp". Runs after tessera-cp-partition;
+    nothing with ep = etp = 1. Errors: experts not divisible by ep, an etp
+    that does not divide the expert FFN, a model without MoE layers, ep or
+    etp with tp or cp (not built yet), an expert MLP other than grouped
+    linears between the permutation and the combine (two with etp).
   }];
   let dependentDialects = ["::tessera::dist::DistDialect", "::tessera::nn::NNDialect"];
 }

@@ -58,7 +58,7 @@ LogicalResult MoERouterOp::verify() {
   if (logits.getRank() < 2)
     return emitOpError() << "expects logits [tokens..., experts], got " << logits;
   if (getTopk() < 1 ||
-      (!ShapedType::isDynamic(experts) && getTopk() > experts))
+      (!ShapedType::isDynamic(experts) && int64_t(getTopk()) > experts))
     return emitOpError() << "topk must be in [1, " << experts << "], got "
                          << getTopk();
   SmallVector<int64_t> want(logits.getShape());
@@ -198,7 +198,7 @@ LogicalResult MoEDispatchOp::inferReturnTypes(MLIRContext *ctx,
                                       : ShapedType::kDynamic;
   types.push_back(RankedTensorType::get({rows, x.getShape().back()},
                                         Float32Type::get(ctx)));
-  types.push_back(RankedTensorType::get({adaptor.getNumExperts()},
+  types.push_back(RankedTensorType::get({int64_t(adaptor.getNumExperts())},
                                         IntegerType::get(ctx, 32)));
   return success();
 }
@@ -211,7 +211,8 @@ LogicalResult MoEDispatchOp::verify() {
       failed(checkRows(*this, getResult().getType(), idx,
                        x.getShape().back())))
     return failure();
-  if (getCounts().getType().getShape() != ArrayRef<int64_t>{getNumExperts()})
+  if (getCounts().getType().getShape() !=
+      ArrayRef<int64_t>{int64_t(getNumExperts())})
     return emitOpError() << "counts must be [" << getNumExperts() << "]";
   return success();
 }

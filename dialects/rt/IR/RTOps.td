@@ -99,8 +99,10 @@ def RT_BufferOp : RT_Op<"buffer", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     a grad buffer). A view with `rank_group` is rank-relative: this rank's
     block at `offset + i * rank_stride`, i its index in its `rank_group`
     instance (the distributed optimizer's shard of a bucket). Parameters carry their global shape, the dimension split
-    over `shard_axis` (or -1) and their init spec (`normal:<std>`, `zeros`,
-    `ones`). Gradients and optimizer state name their parameter in `of`.
+    over `shard_axis` (or -1), a second split `shard2_dim` over
+    `shard2_axis` where there is one (the experts over "ep" and their FFN
+    over "etp"), and their init spec (`normal:<std>`, `zeros`, `ones`).
+    Gradients and optimizer state name their parameter in `of`.
 
     ```mlir
     rt.buffer @"fc1.weight" : memref<512x256xf32> {kind = "param", offset = 0 : i64,
@@ -113,6 +115,8 @@ def RT_BufferOp : RT_Op<"buffer", [Symbol, HasParent<"::mlir::ModuleOp">]> {
                        OptionalAttr<DenseI64ArrayAttr>:$global_shape,
                        DefaultValuedAttr<I64Attr, "-1">:$shard_dim,
                        OptionalAttr<StrAttr>:$shard_axis,
+                       DefaultValuedAttr<I64Attr, "-1">:$shard2_dim,
+                       OptionalAttr<StrAttr>:$shard2_axis,
                        OptionalAttr<StrAttr>:$init,
                        OptionalAttr<FlatSymbolRefAttr>:$of,
                        OptionalAttr<I64Attr>:$num_classes,

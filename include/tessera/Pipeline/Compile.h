@@ -27,9 +27,6 @@ struct CompileOptions {
 
   llvm::cl::opt<std::string> input;
   llvm::cl::opt<std::string> output;
-  /// Mesh axes that only --emit=rank-groups accepts (attach-mesh checks
-  /// them, the rest of the pipeline does not implement them yet).
-  llvm::cl::opt<int64_t> etp;
   llvm::cl::opt<int64_t> worldSize;
   llvm::cl::opt<int64_t> microBatches;
   llvm::cl::opt<int64_t> numLayers;

@@ -70,6 +70,12 @@ public:
                                     "experts split over ep ranks of dp)"),
                      llvm::cl::init(dist::AttachMeshPassOptions().ep),
                      onCommandLine};
+  Option<int64_t> etp{*this, "etp",
+                      llvm::cl::desc("expert tensor-parallel size (each "
+                                     "expert's FFN split over etp ranks, "
+                                     "Megatron's --expert-tensor-parallel-size)"),
+                      llvm::cl::init(dist::AttachMeshPassOptions().etp),
+                      onCommandLine};
   /// 0 stands for 1 in the pipeline; tessera-compile derives it from
   /// --world-size.
   Option<int64_t> dp{*this, "dp",

@@ -23,7 +23,10 @@ constexpr llvm::StringLiteral kParamAttr = "nn.param";   // parameter name
 constexpr llvm::StringLiteral kInitAttr = "nn.init";     // "normal:<std>", "zeros", "ones", "data"
 constexpr llvm::StringLiteral kInputAttr = "nn.input";   // "features", "labels", "tokens"
 constexpr llvm::StringLiteral kBatchDimAttr = "nn.batch_dim"; // default 0
-constexpr llvm::StringLiteral kShardingAttr = "dist.sharding"; // {axis, dim}
+/// {axis, dim}: the parameter or input is split along `dim` over the rank
+/// group `axis`; {axis, dim, axis2, dim2} adds a second split of another
+/// dimension (the experts over "ep" and their FFN over "etp").
+constexpr llvm::StringLiteral kShardingAttr = "dist.sharding";
 /// On a model op: the transformer layer it belongs to (tessera-gen marks
 /// them; tessera-pp-split places ops by them).
 constexpr llvm::StringLiteral kLayerAttr = "nn.layer";
@@ -83,6 +86,17 @@ constexpr llvm::StringLiteral kForwardPhase = "forward";
 constexpr llvm::StringLiteral kMixedPrecisionAttr = "tessera.mixed_precision";
 constexpr llvm::StringLiteral kInitPhase = "init";
 constexpr llvm::StringLiteral kBackwardPhase = "backward";
+
+/// One split of a `dist.sharding`: `dim` over the rank group `axis`.
+struct ShardSplit {
+  llvm::StringRef axis;
+  int64_t dim;
+};
+/// The `dist.sharding` of `splits` (one or two, on different dims).
+mlir::DictionaryAttr makeSharding(mlir::MLIRContext *ctx,
+                                  llvm::ArrayRef<ShardSplit> splits);
+/// The splits of a `dist.sharding` (none for null).
+llvm::SmallVector<ShardSplit, 2> getShardSplits(mlir::DictionaryAttr sharding);
 
 /// The programs of a module: its pipeline-rank modules when it has them,
 /// else the module itself.

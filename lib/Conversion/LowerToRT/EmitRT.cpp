@@ -576,7 +576,8 @@ PATTERN(ExpertDispatchPattern, dist::ExpertDispatchOp) {
                  state.bufferOf(b, o.getResult()),
                  state.bufferOf(b, o.getLocalCounts()),
                  state.bufferOf(b, o.getSplits()), w},
-      withGroup(b, {iattrs(b, {expertsOf(o.getCounts())})}, o.getGroupAttr()));
+      withGroup(b, {iattrs(b, {expertsOf(o.getCounts()), o.getEtp()})},
+                o.getGroupAttr()));
   return Value();
 }
 
@@ -586,7 +587,8 @@ PATTERN(ExpertCombinePattern, dist::ExpertCombineOp) {
       b, o.getLoc(), TypeRange{},
       ValueRange{state.operand(b, o, 0), state.operand(b, o, 1),
                  state.operand(b, o, 2), state.bufferOf(b, o.getResult()), w},
-      withGroup(b, {iattrs(b, {expertsOf(o.getCounts())})}, o.getGroupAttr()));
+      withGroup(b, {iattrs(b, {expertsOf(o.getCounts()), o.getEtp()})},
+                o.getGroupAttr()));
   return Value();
 }
 

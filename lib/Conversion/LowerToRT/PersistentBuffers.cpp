@@ -18,21 +18,23 @@ using namespace mlir;
 using namespace tessera;
 
 /// The manifest attributes of a buffer sharded as `sharding` says
-/// (`dist.sharding = {axis, dim}`, or null): shard_dim and shard_axis, and
-/// always the global shape, the local one times the axis's group size.
+/// (`dist.sharding`, or null): shard_dim and shard_axis (and shard2_dim and
+/// shard2_axis for a second split), and always the global shape, the local
+/// one times each axis's group size.
 static void addShardAttrs(Builder &b, dist::MeshOp mesh, RankedTensorType local,
                           DictionaryAttr sharding,
                           SmallVectorImpl<NamedAttribute> &attrs) {
   SmallVector<int64_t> global(local.getShape());
-  if (sharding) {
-    int64_t dim = sharding.getAs<IntegerAttr>("dim").getInt();
-    auto axis = sharding.getAs<StringAttr>("axis");
+  for (auto [i, split] : llvm::enumerate(getShardSplits(sharding))) {
     std::string error;
-    FailureOr<int64_t> size = mesh ? mesh.getGroupSize(axis.getValue(), error)
+    FailureOr<int64_t> size = mesh ? mesh.getGroupSize(split.axis, error)
                                    : FailureOr<int64_t>(1);
-    global[dim] *= succeeded(size) ? *size : 1;
-    attrs.push_back(b.getNamedAttr("shard_dim", b.getI64IntegerAttr(dim)));
-    attrs.push_back(b.getNamedAttr("shard_axis", axis));
+    global[split.dim] *= succeeded(size) ? *size : 1;
+    std::string prefix = i ? "shard2_" : "shard_";
+    attrs.push_back(
+        b.getNamedAttr(prefix + "dim", b.getI64IntegerAttr(split.dim)));
+    attrs.push_back(
+        b.getNamedAttr(prefix + "axis", b.getStringAttr(split.axis)));
   }
   attrs.push_back(b.getNamedAttr("global_shape", b.getDenseI64ArrayAttr(global)));
 }

@@ -534,11 +534,15 @@ LogicalResult PhasePlan::planOp(Operation *op) {
     ringFloats = ringDims(ring.getQkv().getType(), ring.getNumHeads())
                      .backwardWorkspace();
   // Expert parallelism's exchange stages the rows in a workspace as large
-  // as the experts' side.
+  // as the experts' side; with etp the combine receives etp partial rows
+  // per row behind them.
   if (auto d = dyn_cast<dist::ExpertDispatchOp>(op))
     ringFloats = d.getResult().getType().getNumElements();
   if (auto c = dyn_cast<dist::ExpertCombineOp>(op))
-    ringFloats = c.getInput().getType().getNumElements();
+    ringFloats = c.getInput().getType().getNumElements() +
+                 (c.getEtp() > 1
+                      ? c.getEtp() * c.getResult().getType().getNumElements()
+                      : 0);
   if (ringFloats > 0) {
     int id = newStorage(RankedTensorType::get(
         {ringFloats}, Float32Type::get(op->getContext())));

@@ -102,6 +102,31 @@ GroupPosition findGroupPosition(const fb::Artifact &artifact,
   return pos;
 }
 
+StatusOr<std::vector<ParameterSplit>>
+parameterSplits(const fb::Artifact &artifact, const fb::Buffer &buffer,
+                int rank) {
+  std::vector<ParameterSplit> splits;
+  const int dims = buffer.shape() ? int(buffer.shape()->size()) : 0;
+  for (auto [dim, axis] :
+       {std::pair(buffer.shard_dim(), buffer.shard_axis()),
+        std::pair(buffer.shard2_dim(), buffer.shard2_axis())}) {
+    if (dim < 0)
+      continue;
+    ParameterSplit s{dim, fbString(axis)};
+    if (dim >= dims || (!splits.empty() && splits[0].dim == dim))
+      return invalidArgument("shard dim ", dim, " (over '", s.axis,
+                             "') is out of range or split twice");
+    GroupPosition pos = findGroupPosition(artifact, s.axis, rank);
+    if (!pos.group)
+      return invalidArgument("no rank group of shard axis '", s.axis,
+                             "' contains rank ", rank);
+    s.index = pos.index;
+    s.count = pos.size;
+    splits.push_back(std::move(s));
+  }
+  return splits;
+}
+
 std::vector<std::string> collectiveGroupKinds(const fb::Artifact &artifact) {
   std::set<std::string> kinds;
   if (artifact.programs())

@@ -71,6 +71,9 @@ std::string summarizeArtifact(const LoadedArtifact &artifact) {
           if (b->shard_dim() >= 0)
             os << " shard dim " << b->shard_dim() << " over "
                << fbString(b->shard_axis());
+          if (b->shard2_dim() >= 0)
+            os << " and dim " << b->shard2_dim() << " over "
+               << fbString(b->shard2_axis());
           if (b->kind() == fb::BufferKind::Param &&
               b->init() == fb::InitKind::Data) {
             os << " init Data" << shapeToString(b->data_shape());

@@ -492,6 +492,17 @@ Status Validator::checkProgram(int pi, const fb::Program &p) {
         return error(what, " is sharded over axis '", fbString(b->shard_axis()),
                      "' which has no rank groups");
     }
+    if (b->shard2_dim() >= 0) {
+      int rank = b->shape() ? int(b->shape()->size()) : 0;
+      if (b->kind() != fb::BufferKind::Param || b->shard_dim() < 0 ||
+          b->shard2_dim() >= rank || b->shard2_dim() == b->shard_dim())
+        return error(what, " has a second split (shard2_dim ",
+                     b->shard2_dim(), ") that is not of another dimension of "
+                     "a split parameter");
+      if (!b->shard2_axis() || !groupKinds.count(b->shard2_axis()->str()))
+        return error(what, " is sharded over axis '",
+                     fbString(b->shard2_axis()), "' which has no rank groups");
+    }
     if (b->global_shape() && b->global_shape()->size() > 0 && b->shape() &&
         b->global_shape()->size() != b->shape()->size())
       return error(what, " has shape ", shapeToString(b->shape()),

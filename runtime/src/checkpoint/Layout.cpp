@@ -32,29 +32,38 @@ StatusOr<TensorLayout> paramLayout(const LoadedArtifact &artifact,
   };
   if (l.global.size() != l.local.size())
     return error("shape and global_shape have different ranks");
-  l.shardDim = b.shard_dim();
-  if (l.shardDim >= int(l.global.size()))
-    return error("shard_dim ", l.shardDim, " out of range");
-  if (l.shardDim >= 0) {
-    l.axis = b.shard_axis() ? b.shard_axis()->str() : "";
-    GroupPosition pos = findGroupPosition(*artifact.root(), l.axis, rank);
-    if (!pos.group)
-      return error("no rank group of shard axis '", l.axis, "' contains rank ",
-                   rank);
-    l.index = pos.index;
-    l.count = pos.size;
-  }
+  StatusOr<std::vector<ParameterSplit>> found =
+      parameterSplits(*artifact.root(), b, rank);
+  if (!found.ok())
+    return error(found.status().message());
+  std::vector<ParameterSplit> splits = std::move(*found);
   for (size_t d = 0; d < l.local.size(); ++d) {
-    bool split = int(d) == l.shardDim;
-    if ((split && l.global[d] % l.count) ||
-        l.local[d] != (split ? l.global[d] / l.count : l.global[d]))
+    int64_t count = 1;
+    for (const ParameterSplit &s : splits)
+      if (s.dim == int(d))
+        count = s.count;
+    if (l.global[d] % count || l.local[d] != l.global[d] / count)
       return error("local shape ", shapeString(l.local), " is not a 1/",
-                   l.count, " shard along dim ", l.shardDim,
-                   " of global shape ", shapeString(l.global));
+                   count, " shard along dim ", d, " of global shape ",
+                   shapeString(l.global));
   }
-  if (l.count == 1) {
-    l.shardDim = -1;
-    l.index = 0;
+  // Splits over a single rank are none.
+  splits.erase(std::remove_if(splits.begin(), splits.end(),
+                              [](const ParameterSplit &s) {
+                                return s.count == 1;
+                              }),
+               splits.end());
+  if (!splits.empty()) {
+    l.shardDim = splits[0].dim;
+    l.axis = splits[0].axis;
+    l.index = splits[0].index;
+    l.count = splits[0].count;
+  }
+  if (splits.size() == 2) {
+    l.shardDim2 = splits[1].dim;
+    l.axis2 = splits[1].axis;
+    l.index2 = splits[1].index;
+    l.count2 = splits[1].count;
   }
   return l;
 }

@@ -51,14 +51,24 @@ inline std::string nameOf(const fb::Buffer &b) {
   return b.name() ? b.name()->str() : std::string();
 }
 
-/// Where a saved buffer of one rank sits in its global tensor.
+/// Where a saved buffer of one rank sits in its global tensor: shard
+/// `index` of `count` along `shardDim`, and within it shard `index2` of
+/// `count2` along `shardDim2` (a second split, e.g. the experts over "ep"
+/// and their FFN over "etp"). The manifest numbers the shards of both
+/// splits together: flatIndex() of numShards().
 struct TensorLayout {
   std::vector<int64_t> local, global;
   int shardDim = -1;
   std::string axis;
   int index = 0, count = 1;
+  int shardDim2 = -1;
+  std::string axis2;
+  int index2 = 0, count2 = 1;
   bool reshardable = true, distOpt = false;
   std::string param;
+
+  int flatIndex() const { return index * count2 + index2; }
+  int numShards() const { return count * count2; }
 };
 
 /// The layout of parameter `b` on world rank `rank`: its global shape and,

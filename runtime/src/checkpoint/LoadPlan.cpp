@@ -65,6 +65,28 @@ TensorBox shardBox(const std::vector<int64_t> &globalShape, int dim, int index,
   return box;
 }
 
+TensorBox shardBox(const ManifestTensor &t, int j) {
+  const int n2 = std::max(t.numShards2, 1);
+  TensorBox box = shardBox(t.globalShape, t.shardDim, j / n2, t.numShards / n2);
+  if (t.shard2Dim >= 0 && n2 > 1) {
+    const int64_t size = t.globalShape[size_t(t.shard2Dim)] / n2;
+    box.lo[size_t(t.shard2Dim)] = size * (j % n2);
+    box.hi[size_t(t.shard2Dim)] = size * (j % n2 + 1);
+  }
+  return box;
+}
+
+/// The block of the global tensor layout `l` holds.
+static TensorBox layoutBox(const TensorLayout &l) {
+  TensorBox box = shardBox(l.global, l.shardDim, l.index, l.count);
+  if (l.shardDim2 >= 0 && l.count2 > 1) {
+    const int64_t size = l.global[size_t(l.shardDim2)] / l.count2;
+    box.lo[size_t(l.shardDim2)] = size * l.index2;
+    box.hi[size_t(l.shardDim2)] = size * (l.index2 + 1);
+  }
+  return box;
+}
+
 static bool intersectBoxes(const TensorBox &a, const TensorBox &b,
                            TensorBox &out) {
   out.lo.resize(a.lo.size());
@@ -288,6 +310,9 @@ SavedTensors savedTensors(const CheckpointManifest &m, int preferRank) {
         view.shardDim = p.shardDim;
         view.shardAxis = p.shardAxis;
         view.numShards = p.numShards;
+        view.shard2Dim = p.shard2Dim;
+        view.shard2Axis = p.shard2Axis;
+        view.numShards2 = p.numShards2;
         view.param = param;
         view.distributedOptimizer = true;
         for (auto &[j, runs] : runsOf) {
@@ -520,7 +545,7 @@ StatusOr<CheckpointLoadPlan> planRank(const CheckpointManifest &m,
       if (h == holdersOf.end())
         return dataLoss(dir, "/manifest.json: no rank holds shard ", j, " of ",
                         t.numShards, " of '", name, "'");
-      TensorBox src = shardBox(t.globalShape, t.shardDim, j, t.numShards);
+      TensorBox src = shardBox(t, j);
       TensorBox region;
       if (!intersectBoxes(src, box, region))
         continue;
@@ -575,7 +600,7 @@ StatusOr<CheckpointLoadPlan> planRank(const CheckpointManifest &m,
       continue;
     }
     TESSERA_ASSIGN_OR_RETURN(TensorLayout l, layoutOf(artifact, *p, *b, rank));
-    br.box = shardBox(l.global, l.shardDim, l.index, l.count);
+    br.box = layoutBox(l);
     if (!l.reshardable) {
       // The same configuration and bucket layout: the same rank holds the
       // same tensor.
@@ -635,7 +660,7 @@ StatusOr<CheckpointLoadPlan> planRank(const CheckpointManifest &m,
                                  paramLayout(artifact, *pb, rank));
         RestoreSegment seg;
         seg.param = param;
-        seg.box = shardBox(pl.global, pl.shardDim, pl.index, pl.count);
+        seg.box = layoutBox(pl);
         seg.begin = x - start;
         seg.end = y - start;
         seg.offset = x - lo;

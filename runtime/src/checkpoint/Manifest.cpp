@@ -168,8 +168,8 @@ StatusOr<CheckpointManifest> describeCheckpoint(const LoadedArtifact &artifact,
         if (it != byName.end()) {
           t = &m.tensors[it->second];
           if (t->globalShape != l.global || t->dtype != b->dtype() ||
-              t->kind != b->kind() || t->numShards != l.count ||
-              t->shardDim != l.shardDim)
+              t->kind != b->kind() || t->numShards != l.numShards() ||
+              t->shardDim != l.shardDim || t->shard2Dim != l.shardDim2)
             return invalidArgument(
                 artifact.name(), ": buffer '", name,
                 "' has different layouts on different ranks (global shape ",
@@ -186,7 +186,10 @@ StatusOr<CheckpointManifest> describeCheckpoint(const LoadedArtifact &artifact,
         nt.globalShape = l.global;
         nt.shardDim = l.shardDim;
         nt.shardAxis = l.shardDim >= 0 ? l.axis : "";
-        nt.numShards = l.count;
+        nt.numShards = l.numShards();
+        nt.shard2Dim = l.shardDim2;
+        nt.shard2Axis = l.shardDim2 >= 0 ? l.axis2 : "";
+        nt.numShards2 = l.count2;
         nt.param = l.param;
         nt.reshardable = l.reshardable;
         nt.distributedOptimizer = l.distOpt;
@@ -197,7 +200,7 @@ StatusOr<CheckpointManifest> describeCheckpoint(const LoadedArtifact &artifact,
         m.tensors.push_back(std::move(nt));
         t = &m.tensors.back();
       }
-      t->holders.emplace_back(r, l.index);
+      t->holders.emplace_back(r, l.flatIndex());
     }
   }
   for (const fb::Program *p : *a.programs())
@@ -278,6 +281,11 @@ std::string manifestToJson(const CheckpointManifest &m) {
     b["shard_dim"] = t.shardDim;
     b["shard_axis"] = t.shardAxis;
     b["num_shards"] = t.numShards;
+    if (t.shard2Dim >= 0) {
+      b["shard2_dim"] = t.shard2Dim;
+      b["shard2_axis"] = t.shard2Axis;
+      b["num_shards2"] = t.numShards2;
+    }
     if (!t.param.empty())
       b["param"] = t.param;
     b["reshardable"] = t.reshardable;
@@ -495,6 +503,9 @@ StatusOr<CheckpointManifest> parseManifest(const std::string &text,
       t.shardDim = integer<int>(b.at("shard_dim"), what + " shard_dim");
       t.shardAxis = b.value("shard_axis", "");
       t.numShards = integer<int>(b.at("num_shards"), what + " num_shards");
+      t.shard2Dim = integerOr<int>(b, "shard2_dim", -1, what + " shard2_dim");
+      t.shard2Axis = b.value("shard2_axis", "");
+      t.numShards2 = integerOr<int>(b, "num_shards2", 1, what + " num_shards2");
       t.param = b.value("param", "");
       t.reshardable = b.value("reshardable", true);
       t.distributedOptimizer = b.value("distributed_optimizer", false);
@@ -504,15 +515,25 @@ StatusOr<CheckpointManifest> parseManifest(const std::string &text,
                                integer<int>(h.at(1), what + " shard index"));
       if (t.numShards < 1 || t.shardDim >= int(t.globalShape.size()) ||
           t.shape.size() != t.globalShape.size() ||
-          (t.numShards > 1 && t.shardDim < 0))
+          (t.numShards > 1 && t.shardDim < 0) || t.numShards2 < 1 ||
+          t.numShards % t.numShards2 ||
+          t.shard2Dim >= int(t.globalShape.size()) ||
+          (t.numShards2 > 1 &&
+           (t.shard2Dim < 0 || t.shardDim < 0 || t.shard2Dim == t.shardDim)))
         fail("buffer '", t.name, "' has an inconsistent layout");
       for (int64_t d : t.globalShape)
         if (d < 0)
           fail("buffer '", t.name, "' has a negative dimension");
-      if (t.numShards > 1 && t.globalShape[size_t(t.shardDim)] % t.numShards)
+      const int count1 = t.numShards / t.numShards2;
+      if (count1 > 1 && t.globalShape[size_t(t.shardDim)] % count1)
         fail("buffer '", t.name, "': dimension ", t.shardDim, " of ",
-             shapeString(t.globalShape), " is not divisible by ", t.numShards,
+             shapeString(t.globalShape), " is not divisible by ", count1,
              " shards");
+      if (t.numShards2 > 1 &&
+          t.globalShape[size_t(t.shard2Dim)] % t.numShards2)
+        fail("buffer '", t.name, "': dimension ", t.shard2Dim, " of ",
+             shapeString(t.globalShape), " is not divisible by ",
+             t.numShards2, " shards");
       for (const auto &[rank, index] : t.holders)
         if (rank < 0 || rank >= m.worldSize || index < 0 ||
             index >= t.numShards)

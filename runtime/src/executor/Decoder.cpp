@@ -226,12 +226,17 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
     if (!pos.group && worldRank >= 0)
       return invalidArgument("rank ", worldRank, " is in no rank group of kind '",
                              kind, "', over which its experts are split");
-    const int64_t experts = in.iattrs()->Get(0), ep = pos.size;
+    const int64_t experts = in.iattrs()->Get(0), etp = in.iattrs()->Get(1),
+                  size = pos.size;
+    if (etp < 1 || size % etp != 0)
+      return invalidArgument("etp ", etp, " does not divide the ", size,
+                             " ranks of group '", kind, "'");
+    const int64_t ep = size / etp;
     if (experts < 1 || experts % ep != 0)
       return invalidArgument(experts, " experts do not split evenly over the ",
-                             ep, " ranks of group '", kind, "'");
+                             ep, " expert-parallel ranks of group '", kind, "'");
     if (numel(ref(in, counts)) != experts ||
-        numel(ref(in, splits)) != experts ||
+        numel(ref(in, splits)) != experts * etp ||
         (dispatch && numel(ref(in, 3)) != experts / ep))
       return invalidArgument("counts ", desc(ref(in, counts)), ", splits ",
                              desc(ref(in, splits)),
@@ -240,15 +245,19 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
       return invalidArgument("rows ", desc(ref(in, rows)), " and ",
                              desc(ref(in, recv)), " must be [rows, features]");
     const int64_t n = dim(rows, 0), h = dim(rows, 1);
-    if (dim(recv, 1) != h || dim(recv, 0) != ep * n)
-      return invalidArgument(desc(ref(in, recv)), " must hold ", ep,
+    if (dim(recv, 1) != h || dim(recv, 0) != size * n)
+      return invalidArgument(desc(ref(in, recv)), " must hold ", size,
                              " x the rows of ", desc(ref(in, rows)));
-    if (numel(ref(in, work)) < ep * n * h)
+    // The combine with etp also receives etp partials of each row.
+    const int64_t workFloats =
+        size * n * h + (!dispatch && etp > 1 ? etp * n * h : 0);
+    if (numel(ref(in, work)) < workFloats)
       return invalidArgument("workspace ", desc(ref(in, work)),
-                             " holds fewer than ", ep * n * h, " floats");
+                             " holds fewer than ", workFloats, " floats");
     t.m = n;
     t.n = h;
     t.i[0] = experts;
+    t.i[1] = etp;
     TESSERA_ASSIGN_OR_RETURN(t.comm, lookup(kind));
     return Status();
   }

@@ -1,18 +1,22 @@
 //===- ExpertParallel.cpp - MoE rows to their experts' ranks and back -----===//
 //
 // The ExpertDispatch and ExpertCombine opcodes: Megatron's
-// MoEAlltoAllTokenDispatcher without token dropping. Rank j of the ep group
-// holds experts [j El, (j + 1) El), El = E / ep. A rank's routed rows come
-// in expert order with counts per expert, so the rows for rank j are one
-// contiguous run. The dispatch:
+// MoEAlltoAllTokenDispatcher without token dropping. The group's ranks come
+// in runs of etp (1 without expert tensor parallelism); run j holds experts
+// [j El, (j + 1) El), El = E etp / size, each rank of the run a 1/etp slice
+// of their FFN. A rank's routed rows come in expert order with counts per
+// expert, so the rows for run j are one contiguous run. The dispatch:
 //   1. exchanges the counts (an all-to-all of El counts per rank), so each
 //      rank learns how many rows every source sends to each of its experts
 //      (the splits);
 //   2. sends the rows (an all-to-all with per-rank counts) into the
-//      workspace, source by source;
+//      workspace, source by source: every rank of run j gets the rows for
+//      run j (Megatron's all-to-all over ep, then all-gather over etp);
 //   3. reorders them expert by expert (Megatron's sort_chunks_by_idxs), so
 //      the grouped GEMM sees each local expert's rows together.
-// The combine undoes 3 and 2. The counts travel through host memory (one
+// The combine undoes 3 and 2; with etp each row comes back from the etp
+// ranks of its run as partial sums, added in rank order (Megatron's
+// reduce-scatter over etp). The counts travel through host memory (one
 // device-to-host copy per dispatch, as Megatron's dispatcher synchronises
 // on its token counts), which is what the all-to-all's counts need anyway.
 //
@@ -33,29 +37,53 @@ namespace {
 struct ExpertExchange {
   /// The sizes of thunk `t` (an ExpertDispatch or ExpertCombine).
   explicit ExpertExchange(const Thunk &t)
-      : ep(t.comm->size()), local(t.i[0] / ep), features(t.n),
-        counts(size_t(t.i[0])), splits(size_t(t.i[0])) {}
+      : size(t.comm->size()), etp(t.i[1]), local(t.i[0] * t.i[1] / size),
+        features(t.n), counts(size_t(t.i[0])), splits(size_t(size * local)) {}
 
-  int64_t ep = 1, local = 1, features = 0;
+  int64_t size = 1, etp = 1, local = 1, features = 0;
   std::vector<int32_t> counts;  ///< [E] this rank's rows per expert
-  std::vector<int32_t> splits;  ///< [ep, El] rows from source i for expert e
-  std::vector<int64_t> mineCounts, mineOffsets;   ///< this rank's rows, by rank
-  std::vector<int64_t> theirsCounts, theirsOffsets; ///< the experts' side
+  std::vector<int32_t> splits;  ///< [size, El] rows from source i for expert e
+  /// This rank's rows by destination rank (the rows of rank g's run, the
+  /// same rows for every rank of a run), and the experts' side by source.
+  std::vector<int64_t> mineCounts, mineOffsets;
+  std::vector<int64_t> theirsCounts, theirsOffsets;
+  /// With etp: where the partials from each rank land, packed.
+  std::vector<int64_t> packedOffsets;
+
+  /// The counts this rank sends rank g: those of g's run's experts.
+  std::vector<int32_t> countsByRank() const {
+    std::vector<int32_t> out(size_t(size * local));
+    for (int64_t g = 0; g < size; ++g)
+      for (int64_t e = 0; e < local; ++e)
+        out[size_t(g * local + e)] = counts[size_t((g / etp) * local + e)];
+    return out;
+  }
 
   void plan() {
-    mineCounts.assign(size_t(ep), 0);
-    theirsCounts.assign(size_t(ep), 0);
-    for (int64_t j = 0; j < ep; ++j)
-      for (int64_t e = 0; e < local; ++e) {
-        mineCounts[size_t(j)] += counts[size_t(j * local + e)] * features;
-        theirsCounts[size_t(j)] += splits[size_t(j * local + e)] * features;
+    const int64_t runs = size / etp;
+    std::vector<int64_t> runStart(size_t(runs) + 1, 0);
+    for (int64_t j = 0; j < runs; ++j) {
+      runStart[size_t(j + 1)] = runStart[size_t(j)];
+      for (int64_t e = 0; e < local; ++e)
+        runStart[size_t(j + 1)] += counts[size_t(j * local + e)] * features;
+    }
+    mineCounts.assign(size_t(size), 0);
+    mineOffsets.assign(size_t(size), 0);
+    theirsCounts.assign(size_t(size), 0);
+    theirsOffsets.assign(size_t(size), 0);
+    packedOffsets.assign(size_t(size), 0);
+    for (int64_t g = 0; g < size; ++g) {
+      const int64_t j = g / etp;
+      mineCounts[size_t(g)] = runStart[size_t(j + 1)] - runStart[size_t(j)];
+      mineOffsets[size_t(g)] = runStart[size_t(j)];
+      for (int64_t e = 0; e < local; ++e)
+        theirsCounts[size_t(g)] += splits[size_t(g * local + e)] * features;
+      if (g > 0) {
+        theirsOffsets[size_t(g)] =
+            theirsOffsets[size_t(g - 1)] + theirsCounts[size_t(g - 1)];
+        packedOffsets[size_t(g)] =
+            packedOffsets[size_t(g - 1)] + mineCounts[size_t(g - 1)];
       }
-    mineOffsets.assign(size_t(ep), 0);
-    theirsOffsets.assign(size_t(ep), 0);
-    for (int64_t j = 1; j < ep; ++j) {
-      mineOffsets[size_t(j)] = mineOffsets[size_t(j - 1)] + mineCounts[size_t(j - 1)];
-      theirsOffsets[size_t(j)] =
-          theirsOffsets[size_t(j - 1)] + theirsCounts[size_t(j - 1)];
     }
   }
 };
@@ -66,21 +94,21 @@ struct ExpertExchange {
 Status reorderChunks(Backend &be, const ExpertExchange &x, const float *src,
                      float *dst, bool toExpertMajor) {
   // Row offsets of chunk (i, e) in both orders.
-  std::vector<int64_t> sourceMajor(size_t(x.ep * x.local)),
-      expertMajor(size_t(x.ep * x.local));
+  std::vector<int64_t> sourceMajor(size_t(x.size * x.local)),
+      expertMajor(size_t(x.size * x.local));
   int64_t at = 0;
-  for (int64_t i = 0; i < x.ep; ++i)
+  for (int64_t i = 0; i < x.size; ++i)
     for (int64_t e = 0; e < x.local; ++e) {
       sourceMajor[size_t(i * x.local + e)] = at;
       at += x.splits[size_t(i * x.local + e)];
     }
   at = 0;
   for (int64_t e = 0; e < x.local; ++e)
-    for (int64_t i = 0; i < x.ep; ++i) {
+    for (int64_t i = 0; i < x.size; ++i) {
       expertMajor[size_t(i * x.local + e)] = at;
       at += x.splits[size_t(i * x.local + e)];
     }
-  for (int64_t c = 0; c < x.ep * x.local; ++c) {
+  for (int64_t c = 0; c < x.size * x.local; ++c) {
     const int64_t rows = x.splits[size_t(c)];
     if (rows == 0)
       continue;
@@ -113,10 +141,12 @@ Status Executor::expertDispatch(const Thunk &t) {
   const int64_t experts = t.i[0], rows = t.m;
   TESSERA_RETURN_IF_ERROR(be->copyToHost(x.counts.data(), t.ptr[1], experts * 4));
   TESSERA_RETURN_IF_ERROR(checkCounts(x.counts, rows, "the routed counts"));
-  // 1. Each rank's counts for rank j's experts go to rank j.
-  TESSERA_RETURN_IF_ERROR(t.comm->allToAll(x.counts.data(), x.splits.data(),
-                                           x.local, ElementType::I32));
-  TESSERA_RETURN_IF_ERROR(checkCounts(x.splits, x.ep * rows, "the received counts"));
+  // 1. Each rank's counts for run j's experts go to run j's ranks.
+  TESSERA_RETURN_IF_ERROR(t.comm->allToAll(x.countsByRank().data(),
+                                           x.splits.data(), x.local,
+                                           ElementType::I32));
+  TESSERA_RETURN_IF_ERROR(
+      checkCounts(x.splits, x.size * rows, "the received counts"));
   x.plan();
   // 2. The rows, source by source, into the workspace.
   float *work = static_cast<float *>(t.ptr[5]);
@@ -130,32 +160,52 @@ Status Executor::expertDispatch(const Thunk &t) {
   const int64_t received =
       std::accumulate(x.splits.begin(), x.splits.end(), int64_t(0));
   TESSERA_RETURN_IF_ERROR(be->fill(recv + received * x.features, 0.0f,
-                                   (x.ep * rows - received) * x.features));
+                                   (x.size * rows - received) * x.features));
   std::vector<int32_t> local(size_t(x.local), 0);
-  for (int64_t i = 0; i < x.ep; ++i)
+  for (int64_t i = 0; i < x.size; ++i)
     for (int64_t e = 0; e < x.local; ++e)
       local[size_t(e)] += x.splits[size_t(i * x.local + e)];
   TESSERA_RETURN_IF_ERROR(be->copyToDevice(t.ptr[3], local.data(), x.local * 4));
-  return be->copyToDevice(t.ptr[4], x.splits.data(), experts * 4);
+  return be->copyToDevice(t.ptr[4], x.splits.data(), int64_t(x.splits.size()) * 4);
 }
 
 Status Executor::expertCombine(const Thunk &t) {
   ExpertExchange x(t);
   const int64_t experts = t.i[0], rows = t.m;
-  TESSERA_RETURN_IF_ERROR(be->copyToHost(x.splits.data(), t.ptr[1], experts * 4));
+  TESSERA_RETURN_IF_ERROR(be->copyToHost(x.splits.data(), t.ptr[1],
+                                         int64_t(x.splits.size()) * 4));
   TESSERA_RETURN_IF_ERROR(be->copyToHost(x.counts.data(), t.ptr[2], experts * 4));
   TESSERA_RETURN_IF_ERROR(checkCounts(x.counts, rows, "the routed counts"));
-  TESSERA_RETURN_IF_ERROR(checkCounts(x.splits, x.ep * rows, "the splits"));
+  TESSERA_RETURN_IF_ERROR(checkCounts(x.splits, x.size * rows, "the splits"));
   x.plan();
   float *work = static_cast<float *>(t.ptr[4]);
+  float *out = static_cast<float *>(t.ptr[3]);
   TESSERA_RETURN_IF_ERROR(
       reorderChunks(*be, x, static_cast<const float *>(t.ptr[0]), work, false));
   TESSERA_RETURN_IF_ERROR(syncForHostComm(t));
   // The reverse exchange: what this rank's experts hold goes back to each
   // source; what this rank sent comes back to where it was.
-  return t.comm->allToAllV(work, x.theirsCounts.data(), x.theirsOffsets.data(),
-                           t.ptr[3], x.mineCounts.data(), x.mineOffsets.data(),
-                           ElementType::F32);
+  if (x.etp == 1)
+    return t.comm->allToAllV(work, x.theirsCounts.data(),
+                             x.theirsOffsets.data(), out, x.mineCounts.data(),
+                             x.mineOffsets.data(), ElementType::F32);
+  // With etp each row comes back from every rank of its run, as partial
+  // sums (behind the source-major rows in the workspace), added in rank
+  // order.
+  float *partials = work + x.size * rows * x.features;
+  TESSERA_RETURN_IF_ERROR(t.comm->allToAllV(
+      work, x.theirsCounts.data(), x.theirsOffsets.data(), partials,
+      x.mineCounts.data(), x.packedOffsets.data(), ElementType::F32));
+  for (int64_t g = 0; g < x.size; ++g) {
+    const int64_t n = x.mineCounts[size_t(g)];
+    if (n == 0)
+      continue;
+    float *dst = out + x.mineOffsets[size_t(g)];
+    const float *part = partials + x.packedOffsets[size_t(g)];
+    TESSERA_RETURN_IF_ERROR(g % x.etp == 0 ? be->copy(part, dst, n * 4)
+                                           : be->add(dst, part, dst, n));
+  }
+  return Status();
 }
 
 } // namespace tessera::rt

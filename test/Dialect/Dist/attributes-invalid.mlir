@@ -16,28 +16,43 @@ func.func @pp_rank_on_function() attributes {dist.pp_rank = 0} {
 
 // -----
 
-// expected-error @+1 {{argument #0 attribute 'dist.sharding' must be {axis = a non-empty string, dim = a dimension of tensor<4x8xf32> (0 <= dim < 2)}, got {axis = "tp"}}}
+// expected-error @+1 {{argument #0 attribute 'dist.sharding' must be {axis = a non-empty string, dim = a dimension of tensor<4x8xf32> (0 <= dim < 2), axis2? = a non-empty string, dim2? = a dimension of tensor<4x8xf32> (0 <= dim < 2)}, got {axis = "tp"}}}
 func.func @sharding_without_dim(%w: tensor<4x8xf32> {nn.param = "w", dist.sharding = {axis = "tp"}}) {
   return
 }
 
 // -----
 
-// expected-error @+1 {{argument #0 attribute 'dist.sharding' must be {axis = a non-empty string, dim = a dimension of tensor<4x8xf32> (0 <= dim < 2)}, got {dim = 0 : i64}}}
+// expected-error @+1 {{argument #0 attribute 'dist.sharding' must be {axis = a non-empty string, dim = a dimension of tensor<4x8xf32> (0 <= dim < 2), axis2? = a non-empty string, dim2? = a dimension of tensor<4x8xf32> (0 <= dim < 2)}, got {dim = 0 : i64}}}
 func.func @sharding_without_axis(%w: tensor<4x8xf32> {nn.param = "w", dist.sharding = {dim = 0}}) {
   return
 }
 
 // -----
 
-// expected-error @+1 {{argument #0 attribute 'dist.sharding' must be {axis = a non-empty string, dim = a dimension of tensor<4x8xf32> (0 <= dim < 2)}, got {axis = "tp", dim = 2 : i64}}}
+// expected-error @+1 {{argument #0 attribute 'dist.sharding' must be {axis = a non-empty string, dim = a dimension of tensor<4x8xf32> (0 <= dim < 2), axis2? = a non-empty string, dim2? = a dimension of tensor<4x8xf32> (0 <= dim < 2)}, got {axis = "tp", dim = 2 : i64}}}
 func.func @sharding_dim(%w: tensor<4x8xf32> {nn.param = "w", dist.sharding = {axis = "tp", dim = 2}}) {
   return
 }
 
 // -----
 
-// expected-error @+1 {{argument #0 attribute 'dist.sharding' must be {axis = a non-empty string, dim = a dimension of tensor<4x8xf32> (0 <= dim < 2)}, got {axis = "tp", dim = 0 : i64, size = 2 : i64}}}
+// A second split names its axis and its dim, another dim than the first.
+// expected-error @+1 {{argument #0 attribute 'dist.sharding' must be a dictionary whose second split has both axis2 and dim2, got {axis = "ep", axis2 = "etp", dim = 0 : i64}}}
+func.func @sharding_second_without_dim(%w: tensor<4x8xf32> {nn.param = "w", dist.sharding = {axis = "ep", dim = 0, axis2 = "etp"}}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{argument #0 attribute 'dist.sharding' must be a dictionary whose second split (dim2) is of another dimension than dim, got {axis = "ep", axis2 = "etp", dim = 1 : i64, dim2 = 1 : i64}}}
+func.func @sharding_same_dim_twice(%w: tensor<4x8xf32> {nn.param = "w", dist.sharding = {axis = "ep", dim = 1, axis2 = "etp", dim2 = 1}}) {
+  return
+}
+
+// -----
+
+// expected-error @+1 {{argument #0 attribute 'dist.sharding' must be {axis = a non-empty string, dim = a dimension of tensor<4x8xf32> (0 <= dim < 2), axis2? = a non-empty string, dim2? = a dimension of tensor<4x8xf32> (0 <= dim < 2)}, got {axis = "tp", dim = 0 : i64, size = 2 : i64}}}
 func.func @sharding_extra(%w: tensor<4x8xf32> {nn.param = "w", dist.sharding = {axis = "tp", dim = 0, size = 2}}) {
   return
 }

@@ -27,3 +27,23 @@ func.func @splits(%y: tensor<32x8xf32>, %splits: tensor<2x1xi32>, %counts: tenso
   %back = dist.expert_combine %y, %splits, %counts on @mesh "ep" : tensor<32x8xf32>, tensor<2x1xi32>, tensor<4xi32> -> tensor<16x8xf32>
   return %back : tensor<16x8xf32>
 }
+
+// -----
+
+dist.mesh @mesh {ep = 2, etp = 2, dp = 4}
+
+func.func @etp(%rows: tensor<16x8xf32>, %counts: tensor<4xi32>) -> tensor<64x8xf32> {
+  // expected-error @+1 {{'dist.expert_dispatch' op expects etp (3) to divide the group's 4 ranks}}
+  %recv, %local, %splits = dist.expert_dispatch %rows, %counts on @mesh "etp-ep" {etp = 3 : i64} : tensor<16x8xf32>, tensor<4xi32> -> tensor<64x8xf32>, tensor<2xi32>, tensor<4x2xi32>
+  return %recv : tensor<64x8xf32>
+}
+
+// -----
+
+dist.mesh @mesh {ep = 2, etp = 2, dp = 4}
+
+func.func @etp_splits(%y: tensor<64x8xf32>, %splits: tensor<2x2xi32>, %counts: tensor<4xi32>) -> tensor<16x8xf32> {
+  // expected-error @+1 {{'dist.expert_combine' op expects splits [4, 2] and local counts [2]}}
+  %back = dist.expert_combine %y, %splits, %counts on @mesh "etp-ep" {etp = 2 : i64} : tensor<64x8xf32>, tensor<2x2xi32>, tensor<4xi32> -> tensor<16x8xf32>
+  return %back : tensor<16x8xf32>
+}

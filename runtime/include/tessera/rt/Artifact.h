@@ -71,6 +71,21 @@ struct GroupPosition {
 GroupPosition findGroupPosition(const fb::Artifact &artifact,
                                 std::string_view kind, int rank);
 
+/// One split of a parameter as world rank `rank` holds it: dim `dim` over
+/// the rank group of kind `axis`, in which the rank is `index` of `count`.
+struct ParameterSplit {
+  int dim = -1;
+  std::string axis;
+  int index = 0, count = 1;
+};
+/// The splits of `buffer` (shard_dim over shard_axis, then shard2_dim over
+/// shard2_axis; none for a replicated one) for `rank`. Errors (a dim out of
+/// range or split twice, an axis without a group holding the rank) name
+/// the field.
+StatusOr<std::vector<ParameterSplit>>
+parameterSplits(const fb::Artifact &artifact, const fb::Buffer &buffer,
+                int rank);
+
 /// True for the kinds whose instances need not cover the world: "embedding"
 /// (first and last rank of each pp group) and "position-embedding" (first
 /// rank). Every other kind partitions [0, world_size).

@@ -96,6 +96,18 @@ Status initParameterShard(fb::InitKind init, float scale, uint64_t seed,
                           const std::vector<int64_t> &globalShape, int shardDim,
                           int shardIndex, int shardCount, float *out);
 
+/// The block of a global tensor a rank holds: per dimension, its first
+/// index `lo` and its extent.
+struct TensorBlock {
+  std::vector<int64_t> lo, extent;
+};
+/// As initParameterShard, for any block of the global tensor (a parameter
+/// split along two dimensions).
+Status initParameterBlock(fb::InitKind init, float scale, uint64_t seed,
+                          std::string_view name,
+                          const std::vector<int64_t> &globalShape,
+                          const TensorBlock &block, float *out);
+
 /// Initialises param `buffer` of `artifact` as seen by world rank `rank`
 /// into host memory `out` (numElements(buffer.shape()) floats). A BF16
 /// parameter gets the same f32 values (the caller rounds them to bf16).

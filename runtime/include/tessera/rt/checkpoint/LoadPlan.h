@@ -74,6 +74,8 @@ struct TensorBox {
 /// Shard `index` of `count` along `dim` (-1 or count 1: the whole tensor).
 TensorBox shardBox(const std::vector<int64_t> &globalShape, int dim, int index,
                    int count);
+/// Shard `j` of saved tensor `t` (both of its splits).
+TensorBox shardBox(const ManifestTensor &t, int j);
 /// Copies the elements of `region` (inside both boxes) from `src`, a dense
 /// row-major tensor covering `srcBox`, to `dst`, covering `dstBox`.
 void copyTensorBox(const uint8_t *src, const TensorBox &srcBox, uint8_t *dst,

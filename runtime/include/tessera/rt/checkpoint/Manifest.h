@@ -43,7 +43,13 @@ struct ManifestTensor {
   std::vector<int64_t> shape, globalShape;
   int shardDim = -1;
   std::string shardAxis;
+  /// Shards of both splits together; shard j is block j / numShards2 of
+  /// shardDim and, within it, block j % numShards2 of shard2Dim.
   int numShards = 1;
+  /// A second split (-1: none), of numShards2 blocks.
+  int shard2Dim = -1;
+  std::string shard2Axis;
+  int numShards2 = 1;
   /// OptState: the parameter (or bucket view) it belongs to.
   std::string param;
   bool reshardable = true;
