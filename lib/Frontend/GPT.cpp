@@ -185,7 +185,7 @@ Value GPTBuilder::moe(int64_t i, Value x, const std::string &outInit) {
   Value probs = route.getProbs(), indices = route.getIndices();
   if (c.moeAuxLossCoeff > 0) {
     Value aux = mark(nn::MoEAuxLossOp::create(
-        b, loc(p + "router.aux_loss"), logits, indices,
+        b, loc(p + "router.aux_loss"), logits, indices, /*counts=*/Value(),
         b.getF32FloatAttr(float(c.moeAuxLossCoeff))));
     probs = mark(nn::AddAuxLossOp::create(b, loc(p + "router.aux_loss_scaler"),
                                           probs, aux));

@@ -358,18 +358,25 @@ public:
     return inner->moeRouterGrad(probs, indices, dprobs, dlogits, tokens,
                                 experts, k);
   }
-  Status moeAuxLoss(const float *logits, const int32_t *indices, float *y,
-                    int64_t tokens, int64_t experts, int64_t k,
-                    float coeff) override {
+  Status moeAuxLoss(const float *logits, const int32_t *indices,
+                    const float *allCounts, float *y, int64_t tokens,
+                    int64_t experts, int64_t k, float coeff) override {
     note("moeAuxLoss");
-    return inner->moeAuxLoss(logits, indices, y, tokens, experts, k, coeff);
+    return inner->moeAuxLoss(logits, indices, allCounts, y, tokens, experts, k,
+                             coeff);
   }
   Status moeAuxLossGrad(const float *logits, const int32_t *indices,
-                        const float *dy, float *dlogits, int64_t tokens,
-                        int64_t experts, int64_t k, float coeff) override {
+                        const float *allCounts, const float *dy,
+                        float *dlogits, int64_t tokens, int64_t experts,
+                        int64_t k, float coeff) override {
     note("moeAuxLossGrad");
-    return inner->moeAuxLossGrad(logits, indices, dy, dlogits, tokens, experts,
-                                 k, coeff);
+    return inner->moeAuxLossGrad(logits, indices, allCounts, dy, dlogits,
+                                 tokens, experts, k, coeff);
+  }
+  Status moeTokenCounts(const int32_t *indices, float *counts, int64_t choices,
+                        int64_t experts) override {
+    note("moeTokenCounts");
+    return inner->moeTokenCounts(indices, counts, choices, experts);
   }
   Status moeDispatch(const float *x, const int32_t *indices, float *rows,
                      int32_t *counts, int64_t tokens, int64_t k,

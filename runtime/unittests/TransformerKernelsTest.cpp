@@ -1466,16 +1466,59 @@ TEST_F(TransformerKernelsTest, MoEAuxLossMatchesReferenceAndGrad) {
     return s * coeff * E / double(K * T * T);
   };
   float y = 0;
-  ASSERT_TRUE(backend->moeAuxLoss(logits.data(), idx.data(), &y, T, E, K, coeff).ok());
+  ASSERT_TRUE(backend->moeAuxLoss(logits.data(), idx.data(), nullptr, &y, T, E,
+                                  K, coeff)
+                  .ok());
   EXPECT_NEAR(y, loss(toDouble(logits)), 1e-6);
   const float dy = 0.5f;
   Vec dl(size_t(T * E));
-  ASSERT_TRUE(backend->moeAuxLossGrad(logits.data(), idx.data(), &dy,
+  ASSERT_TRUE(backend->moeAuxLossGrad(logits.data(), idx.data(), nullptr, &dy,
                                       dl.data(), T, E, K, coeff)
                   .ok());
   auto half = [&](const DVec &l) { return 0.5 * loss(l); };
   expectClose(dl, finiteDifferences(half, toDouble(logits), allIndices(logits.size())),
               1e-4, "aux loss grad");
+
+  // Tokens split over two ranks (sequence or context parallelism): each
+  // half's share with the all-reduced counts; the shares add up to the
+  // loss, and the gradients, taken half by half, to its gradient.
+  const int64_t H = T / 2;
+  Vec all(static_cast<size_t>(E), 0.0f), part(static_cast<size_t>(E));
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(backend->moeTokenCounts(idx.data() + r * H * K, part.data(),
+                                        H * K, E)
+                    .ok());
+    for (int64_t e = 0; e < E; ++e)
+      all[size_t(e)] += part[size_t(e)];
+  }
+  EXPECT_EQ(all, (Vec{4.0f, 5.0f, 3.0f}));
+  float shares = 0;
+  Vec dsplit(size_t(T * E));
+  for (int r = 0; r < 2; ++r) {
+    float share = 0;
+    ASSERT_TRUE(backend->moeAuxLoss(logits.data() + r * H * E,
+                                    idx.data() + r * H * K, all.data(), &share,
+                                    H, E, K, coeff)
+                    .ok());
+    shares += share;
+    ASSERT_TRUE(backend->moeAuxLossGrad(logits.data() + r * H * E,
+                                        idx.data() + r * H * K, all.data(),
+                                        &dy, dsplit.data() + r * H * E, H, E,
+                                        K, coeff)
+                    .ok());
+  }
+  EXPECT_NEAR(shares, y, 1e-6);
+  for (size_t i = 0; i < dl.size(); ++i)
+    EXPECT_NEAR(dsplit[i], dl[i], 1e-7) << "element " << i;
+  // A dropped choice (-1) counts for no expert; any other index outside
+  // the experts is an error naming it.
+  std::vector<int32_t> dropped = {0, -1, 2, 2};
+  ASSERT_TRUE(backend->moeTokenCounts(dropped.data(), part.data(), 4, E).ok());
+  EXPECT_EQ(part, (Vec{1.0f, 0.0f, 2.0f}));
+  dropped[1] = 3;
+  Status st = backend->moeTokenCounts(dropped.data(), part.data(), 4, E);
+  EXPECT_NE(st.message().find("expert index 3"), std::string::npos)
+      << st.message();
 }
 
 // Tokens permuted expert-major (token order within an expert), one GEMM

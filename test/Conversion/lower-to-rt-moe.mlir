@@ -22,3 +22,12 @@
 // CHECK: rt.moe_dispatch_grad {{.*}} {iattrs = array<i64: 3>}
 // CHECK: rt.moe_aux_loss_grad %[[L]], %[[I]], {{.*}} {value = 0.00999999977 : f32}
 // CHECK: rt.moe_router_grad %[[P]], %[[I]], {{.*}} : memref<4x2x2xf32>, memref<4x2x2xi32>, memref<4x2x2xf32>, memref<4x2x3xf32>
+
+// Under sequence parallelism (tp = 2) the loss takes all tp ranks' counts:
+// MoETokenCounts, an all-reduce over tp, then MoEAuxLossOver and its
+// backward with the counts after dy.
+// RUN: tessera-opt %t.mlir --tessera-train-pipeline="tp=2 sequence-parallel=1 micro-batch-size=2 global-batch-size=4 make-vocab-size-divisible-by=1" | FileCheck %s --check-prefix=SP
+// SP: rt.moe_token_counts %[[I:.*]], %[[C:.*]] : memref<2x2x2xi32>, memref<3xf32>
+// SP-NEXT: rt.all_reduce %[[C]] {group = "tp"}
+// SP-NEXT: rt.moe_aux_loss_over %{{.*}}, %[[I]], %[[C]], %{{.*}} {value = 0.00999999977 : f32}
+// SP: rt.moe_aux_loss_over_grad %{{.*}}, %[[I]], %{{.*}}, %[[C]], %{{.*}} {value = 0.00999999977 : f32}

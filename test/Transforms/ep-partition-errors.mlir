@@ -10,7 +10,7 @@
 
 
 // DIV: error: 'nn.moe_dispatch' op 4 experts do not split evenly over ep = 3
-// TP: error: expert parallelism (ep 2, etp 1) with tensor or context parallelism (tp 2, cp 1) is not built yet; use ep and etp with dp and pp
+// TP: error: expert parallelism (ep 2, etp 1) with tensor parallelism (tp 2) needs sequence parallelism (--sequence-parallel)
 // DENSE: error: expert parallelism (ep 2, etp 1) needs mixture-of-experts layers (tessera-gen gpt --num-experts)
 
 // An expert MLP that is not grouped linears between the permutation and

@@ -78,11 +78,6 @@ struct CPPartitionPass
     bool hasAttention = false;
     for (Operation &op : body.without_terminator()) {
       hasAttention |= isa<nn::AttentionOp>(op);
-      if (isa<nn::MoERouterOp>(op))
-        return op.emitOpError()
-               << "mixture-of-experts layers do not support context "
-                  "parallelism yet: the router's token counts would have to "
-                  "be summed over cp";
       if (isa<nn::MeanOp, nn::SoftmaxCrossEntropyGradOp>(op))
         return op.emitOpError()
                << "is not supported under context parallelism: the loss must "
@@ -149,6 +144,30 @@ struct CPPartitionPass
           ring->setAttr(kLayerAttr, layer);
         attn.replaceAllUsesWith(ring.getResult());
         attn.erase();
+      } else if (auto aux = dyn_cast<nn::MoEAuxLossOp>(op)) {
+        // The load-balancing loss counts the choices of the whole
+        // sequence: summed over cp, or over tp-cp where sequence
+        // parallelism already sums them over tp (Megatron's
+        // sequence_partition_group).
+        if (Value counts = aux.getCounts()) {
+          auto sum = counts.getDefiningOp<AllReduceOp>();
+          if (!sum || sum.getGroup() != "tp")
+            return aux.emitOpError()
+                   << "context parallelism expects the load-balancing "
+                      "loss's counts summed over tp (sequence parallelism) "
+                      "or not given";
+          sum.setGroupAttr(b.getStringAttr("tp-cp"));
+          continue;
+        }
+        ob.setInsertionPoint(aux);
+        auto logits = cast<RankedTensorType>(aux.getLogits().getType());
+        Value counts = nn::MoETokenCountsOp::create(
+            ob, aux.getLoc(), aux.getIndices(),
+            b.getI64IntegerAttr(logits.getShape().back()));
+        Value all = AllReduceOp::create(ob, aux.getLoc(), counts.getType(),
+                                        counts, meshRef, cpGroup,
+                                        enumAttr(ob, Reduction::Sum));
+        aux.getCountsMutable().assign(all);
       } else if (auto mean = dyn_cast<nn::TokenMeanOp>(op)) {
         if (mean.getCount())
           continue;

@@ -42,12 +42,25 @@ struct EPPartitionPass
 
   LogicalResult partition(func::FuncOp model, MeshOp mesh) {
     const int64_t ep = mesh.getEp(), etp = mesh.getEtp();
-    if (mesh.getTp() > 1 || mesh.getCp() > 1)
+    if (mesh.getCp() > 1)
       return model.emitError()
              << "expert parallelism (ep " << ep << ", etp " << etp
-             << ") with tensor or context parallelism (tp " << mesh.getTp()
-             << ", cp " << mesh.getCp()
-             << ") is not built yet; use ep and etp with dp and pp";
+             << ") with context parallelism (cp " << mesh.getCp()
+             << ") is not built yet; use ep and etp with tp, dp and pp";
+    // Under tp the experts must see each token once: the tp ranks hold
+    // different tokens only with sequence parallelism (Megatron requires
+    // it for MoE with tp as well).
+    bool sequenceShards = false;
+    model.walk([&](ScatterToRegionOp s) {
+      sequenceShards |= s.getGroup() == "tp";
+    });
+    if (mesh.getTp() > 1 && !sequenceShards)
+      return model.emitError()
+             << "expert parallelism (ep " << ep << ", etp " << etp
+             << ") with tensor parallelism (tp " << mesh.getTp()
+             << ") needs sequence parallelism (--sequence-parallel): "
+                "without it every tp rank would send the same tokens to the "
+                "experts";
     SmallVector<nn::MoEDispatchOp> dispatches;
     model.walk([&](nn::MoEDispatchOp d) { dispatches.push_back(d); });
     if (dispatches.empty())
@@ -65,7 +78,9 @@ struct EPPartitionPass
       if (failed(partitionLayer(model, d, ep, etp, meshRef, group, sharded)))
         return failure();
     for (Operation &op : model.getBody().front().without_terminator())
-      if (!isa<ExpertDispatchOp, ExpertCombineOp>(op) &&
+      // The exchanges and the sequence collectives state their types.
+      if (!isa<ExpertDispatchOp, ExpertCombineOp, AllGatherOp, ReduceScatterOp,
+               ScatterToRegionOp, GatherFromRegionOp>(op) &&
           failed(reinferResultTypes(&op)))
         return op.emitOpError()
                << "cannot re-infer its types with the experts split over ep";

@@ -88,17 +88,6 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
     if (tp == 1)
       return;
     if (sequenceParallel) {
-      // Mixture of experts on sequence shards needs the router's token
-      // counts summed over tp (Megatron's sequence_partition_group), which
-      // this version does not do yet.
-      WalkResult moe = model.walk([&](nn::MoERouterOp r) {
-        r.emitOpError() << "mixture-of-experts layers do not support "
-                           "sequence parallelism yet (run them without "
-                           "--sequence-parallel)";
-        return WalkResult::interrupt();
-      });
-      if (moe.wasInterrupted())
-        return signalPassFailure();
       // Check the configuration before rewriting anything.
       WalkResult walk = model.walk([&](nn::AddPositionEmbeddingOp p) {
         int64_t seq = p.getType().getDimSize(0);
@@ -223,14 +212,49 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
     });
 
     SmallVector<OpOperand *> shardedParamUses;
-    model.walk([&](Operation *op) {
-      if (!isa<nn::LayerNormOp, nn::BiasAddOp>(op) || !onShard(op->getOperand(0)))
-        return;
+    auto addParamUses = [&](Operation *op) {
       for (OpOperand &use : op->getOpOperands().drop_front())
         if (auto arg = dyn_cast<BlockArgument>(use.get()))
           if (model.getArgAttr(arg.getArgNumber(), kParamAttr))
             shardedParamUses.push_back(&use);
+    };
+    model.walk([&](Operation *op) {
+      if (isa<nn::LayerNormOp, nn::BiasAddOp>(op) && onShard(op->getOperand(0)))
+        addParamUses(op);
     });
+    // Mixture of experts on sequence shards: the router (and, while the
+    // experts are not split over ep or etp, the experts) see this rank's
+    // tokens only, so their weights get partial gradients too; the
+    // load-balancing loss counts the choices of all tp ranks' tokens
+    // (Megatron's sequence_partition_group).
+    const bool expertsWhole = mesh.getEp() == 1 && mesh.getEtp() == 1;
+    SmallVector<nn::MoEAuxLossOp> auxLosses;
+    model.walk([&](Operation *op) {
+      if (auto router = dyn_cast<nn::MoERouterOp>(op)) {
+        if (Operation *logits = router.getLogits().getDefiningOp();
+            logits && onShard(router.getLogits()))
+          addParamUses(logits);
+      } else if (auto dispatch = dyn_cast<nn::MoEDispatchOp>(op)) {
+        if (expertsWhole && onShard(dispatch.getInput()))
+          for (Operation *user : dispatch.getCounts().getUsers())
+            if (isa<nn::GroupedLinearOp>(user))
+              addParamUses(user);
+      } else if (auto aux = dyn_cast<nn::MoEAuxLossOp>(op)) {
+        if (!aux.getCounts() && onShard(aux.getLogits()))
+          auxLosses.push_back(aux);
+      }
+    });
+    for (nn::MoEAuxLossOp aux : auxLosses) {
+      b.setInsertionPoint(aux);
+      auto logits = cast<RankedTensorType>(aux.getLogits().getType());
+      Value counts = nn::MoETokenCountsOp::create(
+          b, aux.getLoc(), aux.getIndices(),
+          b.getI64IntegerAttr(logits.getShape().back()));
+      Value all = AllReduceOp::create(b, aux.getLoc(), counts.getType(), counts,
+                                      meshRef, group,
+                                      enumAttr(b, Reduction::Sum));
+      aux.getCountsMutable().assign(all);
+    }
     for (OpOperand *use : shardedParamUses) {
       b.setInsertionPoint(use->getOwner());
       Value p = use->get();

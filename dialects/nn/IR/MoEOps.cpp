@@ -121,14 +121,36 @@ LogicalResult MoEAuxLossOp::inferReturnTypes(MLIRContext *ctx,
   return success();
 }
 
+LogicalResult MoEAuxLossOp::verify() {
+  if (!getCounts())
+    return success();
+  auto logits = cast<RankedTensorType>(getLogits().getType());
+  auto counts = cast<RankedTensorType>(getCounts().getType());
+  const int64_t experts = logits.getRank() ? logits.getShape().back() : 0;
+  if (!ShapedType::isDynamic(experts) &&
+      counts.getShape() != ArrayRef<int64_t>{experts})
+    return emitOpError() << "expects counts [" << experts
+                         << "] (one per expert), got " << counts;
+  return success();
+}
+
 LogicalResult MoEAuxLossOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
                                          ArrayRef<bool> needed,
                                          SmallVectorImpl<Value> &adj) {
-  adj.assign(2, Value());
+  adj.assign(getNumOperands(), Value());
   if (needed[0] && resultAdj[0])
     adj[0] = MoEAuxLossGradOp::create(b, getLoc(), getLogits().getType(),
                                       getLogits(), getIndices(), resultAdj[0],
-                                      getCoeffAttr());
+                                      getCounts(), getCoeffAttr());
+  return success();
+}
+
+LogicalResult MoETokenCountsOp::inferReturnTypes(MLIRContext *ctx,
+                                                 std::optional<Location>,
+                                                 Adaptor adaptor,
+                                                 SmallVectorImpl<Type> &types) {
+  types.push_back(RankedTensorType::get({int64_t(adaptor.getNumExperts())},
+                                        Float32Type::get(ctx)));
   return success();
 }
 

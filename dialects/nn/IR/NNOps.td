@@ -866,14 +866,39 @@ def NN_MoEAuxLossOp : NN_Op<"moe_aux_loss", [InferTypeOpAdaptor,
     them chose expert e (from `indices`),
     `coeff * E / (k * T * T) * sum_e (sum_t p[t, e]) * c_e`.
 
+    With `counts` (f32 [E]: nn.moe_token_counts all-reduced over the ranks
+    that split the tokens, Megatron's sequence_partition_group) `c_e` are
+    those counts and `T = sum_e c_e / k` all ranks' tokens, while `p` sums
+    this rank's: the result is this rank's share of the loss of all the
+    tokens, and the shares add up to it.
+
     ```mlir
     %aux = nn.moe_aux_loss %logits, %idx {coeff = 1.0e-02 : f32} : (tensor<64x4x8xf32>, tensor<64x4x2xi32>) -> tensor<f32>
+    %share = nn.moe_aux_loss %logits, %idx, %counts {coeff = 1.0e-02 : f32} : (tensor<32x4x8xf32>, tensor<32x4x2xi32>, tensor<8xf32>) -> tensor<f32>
     ```
   }];
   let arguments = (ins NN_F32Tensor:$logits, NN_I32Tensor:$indices,
-                       F32Attr:$coeff);
+                       Optional<1DTensorOf<[F32]>>:$counts, F32Attr:$coeff);
   let results = (outs 0DTensorOf<[F32]>:$result);
-  let assemblyFormat = "$logits `,` $indices attr-dict `:` functional-type(operands, results)";
+  let assemblyFormat = "$logits `,` $indices (`,` $counts^)? attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def NN_MoETokenCountsOp : NN_Op<"moe_token_counts", [InferTypeOpAdaptor,
+    Tessera_NonDifferentiable]> {
+  let summary = "the routing choices per expert, as f32";
+  let description = [{
+    `result[e]` counts the entries of `indices` equal to e (a dropped
+    choice, -1, counts for none): the counts the load-balancing loss
+    all-reduces when ranks split the tokens.
+
+    ```mlir
+    %c = nn.moe_token_counts %idx {num_experts = 8 : i64} : (tensor<32x4x2xi32>) -> tensor<8xf32>
+    ```
+  }];
+  let arguments = (ins NN_I32Tensor:$indices, I64Attr:$num_experts);
+  let results = (outs 1DTensorOf<[F32]>:$result);
+  let assemblyFormat = "$indices attr-dict `:` functional-type(operands, results)";
 }
 
 def NN_MoEAuxLossGradOp : NN_Op<"moe_aux_loss_grad", [
@@ -885,9 +910,10 @@ def NN_MoEAuxLossGradOp : NN_Op<"moe_aux_loss_grad", [
     ```
   }];
   let arguments = (ins NN_F32Tensor:$logits, NN_I32Tensor:$indices,
-                       0DTensorOf<[F32]>:$result_grad, F32Attr:$coeff);
+                       0DTensorOf<[F32]>:$result_grad,
+                       Optional<1DTensorOf<[F32]>>:$counts, F32Attr:$coeff);
   let results = (outs NN_F32Tensor:$result);
-  let assemblyFormat = "$logits `,` $indices `,` $result_grad attr-dict `:` type($logits) `,` type($indices) `,` type($result_grad)";
+  let assemblyFormat = "$logits `,` $indices `,` $result_grad (`,` $counts^)? attr-dict `:` type($logits) `,` type($indices) `,` type($result_grad) (`,` type($counts)^)?";
 }
 
 def NN_AddAuxLossOp : NN_Op<"add_aux_loss", [InferTypeOpAdaptor,

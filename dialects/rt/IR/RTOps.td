@@ -258,6 +258,9 @@ def RT_ExpertDispatchOp : RT_KernelOp<"expert_dispatch", "ExpertDispatch", "MoE 
 def RT_ExpertCombineOp : RT_KernelOp<"expert_combine", "ExpertCombine", "MoE rows back to their ranks">;
 def RT_MoECapacityDropOp : RT_KernelOp<"moe_capacity_drop", "MoECapacityDrop", "drop the choices past each expert's capacity (value = factor)">;
 def RT_MoECapacityDropGradOp : RT_KernelOp<"moe_capacity_drop_grad", "MoECapacityDropGrad", "zero the dropped choices' gradient">;
+def RT_MoETokenCountsOp : RT_KernelOp<"moe_token_counts", "MoETokenCounts", "choices per expert, as f32">;
+def RT_MoEAuxLossOverOp : RT_KernelOp<"moe_aux_loss_over", "MoEAuxLossOver", "load-balancing loss with all ranks' counts (value = coeff)">;
+def RT_MoEAuxLossOverGradOp : RT_KernelOp<"moe_aux_loss_over_grad", "MoEAuxLossOverGrad", "backward of moe_aux_loss_over">;
 // Pipeline p2p over group "pp", iattrs = [peer (+1 next, -1 prev), tag]; they
 // join the open batch, completed before the next other instruction.
 def RT_SendOp : RT_KernelOp<"send", "Send", "isend to a pipeline neighbour">;

@@ -252,12 +252,6 @@ KERNEL_ATTRS(nn::PositionEmbeddingGradOp) {
 KERNEL_ATTRS(nn::AddPositionEmbeddingOp) {
   return p.withGroup(b, {}, o.getSequenceShardGroupAttr());
 }
-KERNEL_ATTRS(nn::MoEAuxLossOp) {
-  return {b.getNamedAttr("value", o.getCoeffAttr())};
-}
-KERNEL_ATTRS(nn::MoEAuxLossGradOp) {
-  return {b.getNamedAttr("value", o.getCoeffAttr())};
-}
 KERNEL_ATTRS(nn::MoECapacityDropOp) {
   return {b.getNamedAttr("value", o.getCapacityFactorAttr()),
           p.iattrs(b, {int64_t(o.getNumExperts()),
@@ -390,18 +384,42 @@ static SmallVector<Value> crossEntropyStats(EmitState &state, OpBuilder &b,
   return {z, t, m, se, pl};
 }
 
-/// A token mean (or its gradient) with the whole sequence's count (context
-/// parallelism) is TokenMeanOver(Grad); operands then results either way.
+/// An op that takes an optional all-ranks operand (the whole sequence's
+/// token count of a token mean, all ranks' counts of a load-balancing
+/// loss) becomes the Over opcode with it, the plain one without; operands
+/// then results either way.
+template <typename OverOp, typename PlainOp, typename SourceOp, typename Pattern>
+static void lowerOverOrPlain(const Pattern &p, ConversionPatternRewriter &b,
+                             SourceOp o, bool over, NamedAttribute attr) {
+  SmallVector<Value> operands = p.operandsThenResults(b, o);
+  if (over)
+    OverOp::create(b, o.getLoc(), TypeRange{}, operands, attr);
+  else
+    PlainOp::create(b, o.getLoc(), TypeRange{}, operands, attr);
+}
+
 template <typename OverOp, typename PlainOp, typename SourceOp, typename Pattern>
 static void lowerTokenMean(const Pattern &p, ConversionPatternRewriter &b,
                            SourceOp o) {
-  SmallVector<NamedAttribute> attrs{p.iattrs(b, {int64_t(o.getIgnoreIndex())})};
-  if (o.getCount())
-    OverOp::create(b, o.getLoc(), TypeRange{}, p.operandsThenResults(b, o),
-                   attrs);
-  else
-    PlainOp::create(b, o.getLoc(), TypeRange{}, p.operandsThenResults(b, o),
-                    attrs);
+  lowerOverOrPlain<OverOp, PlainOp>(p, b, o, bool(o.getCount()),
+                                    p.iattrs(b, {int64_t(o.getIgnoreIndex())}));
+}
+
+template <typename OverOp, typename PlainOp, typename SourceOp, typename Pattern>
+static void lowerAuxLoss(const Pattern &p, ConversionPatternRewriter &b,
+                         SourceOp o) {
+  lowerOverOrPlain<OverOp, PlainOp>(p, b, o, bool(o.getCounts()),
+                                    b.getNamedAttr("value", o.getCoeffAttr()));
+}
+
+PATTERN(MoEAuxLossPattern, nn::MoEAuxLossOp) {
+  lowerAuxLoss<rt::MoEAuxLossOverOp, rt::MoEAuxLossOp>(*this, b, o);
+  return Value();
+}
+
+PATTERN(MoEAuxLossGradPattern, nn::MoEAuxLossGradOp) {
+  lowerAuxLoss<rt::MoEAuxLossOverGradOp, rt::MoEAuxLossGradOp>(*this, b, o);
+  return Value();
 }
 
 PATTERN(TokenMeanPattern, nn::TokenMeanOp) {
@@ -576,7 +594,7 @@ PATTERN(ExpertDispatchPattern, dist::ExpertDispatchOp) {
                  state.bufferOf(b, o.getResult()),
                  state.bufferOf(b, o.getLocalCounts()),
                  state.bufferOf(b, o.getSplits()), w},
-      withGroup(b, {iattrs(b, {expertsOf(o.getCounts()), o.getEtp()})},
+      withGroup(b, {iattrs(b, {expertsOf(o.getCounts()), int64_t(o.getEtp())})},
                 o.getGroupAttr()));
   return Value();
 }
@@ -587,7 +605,7 @@ PATTERN(ExpertCombinePattern, dist::ExpertCombineOp) {
       b, o.getLoc(), TypeRange{},
       ValueRange{state.operand(b, o, 0), state.operand(b, o, 1),
                  state.operand(b, o, 2), state.bufferOf(b, o.getResult()), w},
-      withGroup(b, {iattrs(b, {expertsOf(o.getCounts()), o.getEtp()})},
+      withGroup(b, {iattrs(b, {expertsOf(o.getCounts()), int64_t(o.getEtp())})},
                 o.getGroupAttr()));
   return Value();
 }
@@ -812,8 +830,7 @@ LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
       KernelPattern<nn::TokenCountOp, rt::TokenCountOp>,
       KernelPattern<nn::MoERouterOp, rt::MoERouterOp>,
       KernelPattern<nn::MoERouterGradOp, rt::MoERouterGradOp>,
-      KernelPattern<nn::MoEAuxLossOp, rt::MoEAuxLossOp>,
-      KernelPattern<nn::MoEAuxLossGradOp, rt::MoEAuxLossGradOp>,
+      KernelPattern<nn::MoETokenCountsOp, rt::MoETokenCountsOp>,
       KernelPattern<nn::MoECapacityDropOp, rt::MoECapacityDropOp>,
       KernelPattern<nn::MoECapacityDropGradOp, rt::MoECapacityDropGradOp>,
       KernelPattern<nn::MoEDispatchOp, rt::MoEDispatchOp>,
@@ -833,7 +850,8 @@ LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
       KernelPattern<nn::ScaleOp, rt::ScaleOp>,
       // nn ops with their own expansion.
       LinearPattern, MatmulPattern, SoftmaxCrossEntropyPattern,
-      TokenMeanPattern, TokenMeanGradPattern, RingAttentionPattern,
+      TokenMeanPattern, TokenMeanGradPattern, MoEAuxLossPattern,
+      MoEAuxLossGradPattern, RingAttentionPattern,
       RingAttentionGradPattern,
       SoftmaxCrossEntropyGradPattern, CrossEntropyFromStatsPattern,
       AdamPattern, SgdPattern,

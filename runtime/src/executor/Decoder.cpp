@@ -410,6 +410,9 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
   case O::MoERouterGrad:
   case O::MoEAuxLoss:
   case O::MoEAuxLossGrad:
+  case O::MoEAuxLossOver:
+  case O::MoEAuxLossOverGrad:
+  case O::MoETokenCounts:
   case O::MoEDispatch:
   case O::MoEDispatchGrad:
   case O::GroupedLinear:
@@ -466,17 +469,34 @@ Status Decoder::decodeMoEInstr(const fb::Instr &in, Thunk &t) {
     break;
   }
   case O::MoEAuxLoss:
-  case O::MoEAuxLossGrad: {
+  case O::MoEAuxLossGrad:
+  case O::MoEAuxLossOver:
+  case O::MoEAuxLossOverGrad: {
+    // Over: all ranks' counts follow y (the forward) or dy (the backward).
+    const bool over =
+        in.op() == O::MoEAuxLossOver || in.op() == O::MoEAuxLossOverGrad;
+    const bool grad =
+        in.op() == O::MoEAuxLossGrad || in.op() == O::MoEAuxLossOverGrad;
+    const int y = over && !grad ? 3 : 2, counts = grad ? 3 : 2;
     experts = last(0);
     tokens = experts > 0 ? numel(ref(in, 0)) / experts : 0;
     TESSERA_RETURN_IF_ERROR(routing(1, tokens, k));
-    if (numel(ref(in, 2)) != 1)
-      return invalidArgument(in.op() == O::MoEAuxLoss ? "y " : "dy ",
-                             desc(ref(in, 2)), " must be a scalar");
-    if (in.op() == O::MoEAuxLossGrad)
-      TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 3}));
+    if (over && numel(ref(in, counts)) != experts)
+      return invalidArgument("counts ", desc(ref(in, counts)),
+                             " must hold one for each of ", experts,
+                             " experts");
+    if (numel(ref(in, y)) != 1)
+      return invalidArgument(grad ? "dy " : "y ", desc(ref(in, y)),
+                             " must be a scalar");
+    if (grad)
+      TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, over ? 4 : 3}));
     break;
   }
+  case O::MoETokenCounts:
+    // m = the choices, i[1] = the experts.
+    t.m = numel(ref(in, 0));
+    t.i[1] = numel(ref(in, 1));
+    return Status();
   case O::MoEDispatch:
   case O::MoEDispatchGrad: {
     bool grad = in.op() == O::MoEDispatchGrad;

@@ -541,10 +541,19 @@ Status Executor::execute(const Thunk &t) {
   case O::MoERouterGrad:
     return be->moeRouterGrad(F(0), I(1), F(2), F(3), t.i[0], t.i[1], t.i[2]);
   case O::MoEAuxLoss:
-    return be->moeAuxLoss(F(0), I(1), F(2), t.i[0], t.i[1], t.i[2], t.f[0]);
+    return be->moeAuxLoss(F(0), I(1), nullptr, F(2), t.i[0], t.i[1], t.i[2],
+                          t.f[0]);
   case O::MoEAuxLossGrad:
-    return be->moeAuxLossGrad(F(0), I(1), F(2), F(3), t.i[0], t.i[1], t.i[2],
-                              t.f[0]);
+    return be->moeAuxLossGrad(F(0), I(1), nullptr, F(2), F(3), t.i[0], t.i[1],
+                              t.i[2], t.f[0]);
+  case O::MoEAuxLossOver:
+    return be->moeAuxLoss(F(0), I(1), F(2), F(3), t.i[0], t.i[1], t.i[2],
+                          t.f[0]);
+  case O::MoEAuxLossOverGrad:
+    return be->moeAuxLossGrad(F(0), I(1), F(3), F(2), F(4), t.i[0], t.i[1],
+                              t.i[2], t.f[0]);
+  case O::MoETokenCounts:
+    return be->moeTokenCounts(I(0), F(1), t.m, t.i[1]);
   case O::MoEDispatch:
     return be->moeDispatch(F(0), I(1), F(2), static_cast<int32_t *>(t.ptr[3]),
                            t.i[0], t.i[2], t.i[1], t.i[3]);

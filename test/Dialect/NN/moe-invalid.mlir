@@ -93,3 +93,11 @@ func.func @shapes(%p: tensor<4x2xf32>, %i: tensor<4x1xi32>) -> tensor<4x2xf32> {
   %kp, %ki = nn.moe_capacity_drop %p, %i {num_experts = 3 : i64, capacity_factor = 1.0 : f32} : tensor<4x2xf32>, tensor<4x1xi32>
   return %kp : tensor<4x2xf32>
 }
+
+// -----
+
+func.func @aux_counts(%l: tensor<4x2x3xf32>, %i: tensor<4x2x2xi32>, %c: tensor<4xf32>) -> tensor<f32> {
+  // expected-error @+1 {{'nn.moe_aux_loss' op expects counts [3] (one per expert), got 'tensor<4xf32>'}}
+  %a = nn.moe_aux_loss %l, %i, %c {coeff = 0.01 : f32} : (tensor<4x2x3xf32>, tensor<4x2x2xi32>, tensor<4xf32>) -> tensor<f32>
+  return %a : tensor<f32>
+}

@@ -34,5 +34,12 @@ func.func @moe(%x: tensor<4x2x8xf32>, %wr: tensor<3x8xf32>, %w1: tensor<3x16x8xf
   %dl = nn.moe_router_grad %probs, %idx, %dp : tensor<4x2x2xf32>, tensor<4x2x2xi32> -> tensor<4x2x3xf32>
   // CHECK: nn.moe_aux_loss_grad
   %da = nn.moe_aux_loss_grad %logits, %idx, %aux {coeff = 0.01 : f32} : tensor<4x2x3xf32>, tensor<4x2x2xi32>, tensor<f32>
+  // With all ranks' counts (tokens split over ranks).
+  // CHECK: %[[C:.*]] = nn.moe_token_counts %{{.*}} {num_experts = 3 : i64} : (tensor<4x2x2xi32>) -> tensor<3xf32>
+  %c = nn.moe_token_counts %idx {num_experts = 3 : i64} : (tensor<4x2x2xi32>) -> tensor<3xf32>
+  // CHECK: nn.moe_aux_loss %{{.*}}, %{{.*}}, %[[C]] {coeff = {{.*}}} : (tensor<4x2x3xf32>, tensor<4x2x2xi32>, tensor<3xf32>) -> tensor<f32>
+  %share = nn.moe_aux_loss %logits, %idx, %c {coeff = 0.01 : f32} : (tensor<4x2x3xf32>, tensor<4x2x2xi32>, tensor<3xf32>) -> tensor<f32>
+  // CHECK: nn.moe_aux_loss_grad %{{.*}}, %{{.*}}, %{{.*}}, %[[C]] {coeff = {{.*}}} : tensor<4x2x3xf32>, tensor<4x2x2xi32>, tensor<f32>, tensor<3xf32>
+  %dshare = nn.moe_aux_loss_grad %logits, %idx, %share, %c {coeff = 0.01 : f32} : tensor<4x2x3xf32>, tensor<4x2x2xi32>, tensor<f32>, tensor<3xf32>
   return %dx : tensor<4x2x8xf32>
 }

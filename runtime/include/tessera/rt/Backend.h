@@ -354,15 +354,21 @@ public:
                                const float *dprobs, float *dlogits,
                                int64_t tokens, int64_t experts, int64_t k) = 0;
   /// y[0] = the load-balancing loss (Megatron's
-  /// switch_load_balancing_loss_func).
+  /// switch_load_balancing_loss_func); with `allCounts` (f32 [experts], or
+  /// null) this rank's share of the loss over all ranks' tokens, whose
+  /// choices per expert they are.
   virtual Status moeAuxLoss(const float *logits, const int32_t *indices,
-                            float *y, int64_t tokens, int64_t experts,
-                            int64_t k, float coeff) = 0;
+                            const float *allCounts, float *y, int64_t tokens,
+                            int64_t experts, int64_t k, float coeff) = 0;
   /// dlogits (overwritten) of the load-balancing loss times dy[0].
   virtual Status moeAuxLossGrad(const float *logits, const int32_t *indices,
-                                const float *dy, float *dlogits,
-                                int64_t tokens, int64_t experts, int64_t k,
-                                float coeff) = 0;
+                                const float *allCounts, const float *dy,
+                                float *dlogits, int64_t tokens,
+                                int64_t experts, int64_t k, float coeff) = 0;
+  /// counts[e] (f32) = the entries of indices [choices] equal to e; -1
+  /// (dropped) counts for none.
+  virtual Status moeTokenCounts(const int32_t *indices, float *counts,
+                                int64_t choices, int64_t experts) = 0;
   /// rows from X [tokens, features]; counts [experts].
   virtual Status moeDispatch(const float *x, const int32_t *indices,
                              float *rows, int32_t *counts, int64_t tokens,

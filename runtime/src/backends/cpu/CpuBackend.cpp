@@ -1122,32 +1122,48 @@ public:
     return Status();
   }
 
-  Status moeAuxLoss(const float *logits, const int32_t *indices, float *y,
-                    int64_t tokens, int64_t experts, int64_t k,
-                    float coeff) override {
+  /// The counts and token count the loss uses: this rank's (counted from
+  /// the choices), or all ranks' (`all`, with T = sum / k).
+  static double auxTerms(const float *all, int64_t tokens, int64_t experts,
+                         int64_t k, std::vector<double> &counts) {
+    if (!all)
+      return double(tokens);
+    double sum = 0.0;
+    for (int64_t e = 0; e < experts; ++e)
+      sum += counts[size_t(e)] = double(all[e]);
+    return sum / double(k);
+  }
+
+  Status moeAuxLoss(const float *logits, const int32_t *indices,
+                    const float *allCounts, float *y, int64_t tokens,
+                    int64_t experts, int64_t k, float coeff) override {
     std::vector<double> counts;
     std::vector<float> p;
     TESSERA_RETURN_IF_ERROR(
         moeAuxTerms(logits, indices, tokens, experts, k, counts, p));
+    const double total = auxTerms(allCounts, tokens, experts, k, counts);
     double sum = 0.0;
     for (int64_t t = 0; t < tokens; ++t)
       for (int64_t e = 0; e < experts; ++e)
         sum += double(p[size_t(t * experts + e)]) * counts[size_t(e)];
-    y[0] = tokens ? float(sum * double(math::moeAuxScale(coeff, experts, k,
-                                                          tokens)))
-                  : 0.0f;
+    y[0] = total > 0 ? float(sum * math::moeAuxScale(coeff, experts, k, total))
+                     : 0.0f;
     return Status();
   }
 
   Status moeAuxLossGrad(const float *logits, const int32_t *indices,
-                        const float *dy, float *dlogits, int64_t tokens,
-                        int64_t experts, int64_t k, float coeff) override {
+                        const float *allCounts, const float *dy,
+                        float *dlogits, int64_t tokens, int64_t experts,
+                        int64_t k, float coeff) override {
     std::vector<double> counts;
     std::vector<float> p;
     TESSERA_RETURN_IF_ERROR(
         moeAuxTerms(logits, indices, tokens, experts, k, counts, p));
+    const double total = auxTerms(allCounts, tokens, experts, k, counts);
     const float scale =
-        tokens ? dy[0] * math::moeAuxScale(coeff, experts, k, tokens) : 0.0f;
+        total > 0
+            ? dy[0] * float(math::moeAuxScale(coeff, experts, k, total))
+            : 0.0f;
     // d/dlogits of sum_e p[t, e] g_e (g_e = scale count_e): the softmax
     // backward p (g - p . g).
     for (int64_t t = 0; t < tokens; ++t) {
@@ -1158,6 +1174,20 @@ public:
       for (int64_t e = 0; e < experts; ++e)
         dlogits[t * experts + e] =
             pt[e] * (float(counts[size_t(e)]) * scale - dot);
+    }
+    return Status();
+  }
+
+  Status moeTokenCounts(const int32_t *indices, float *counts, int64_t choices,
+                        int64_t experts) override {
+    std::fill(counts, counts + experts, 0.0f);
+    for (int64_t n = 0; n < choices; ++n) {
+      if (indices[n] == -1) // dropped
+        continue;
+      if (indices[n] < 0 || indices[n] >= experts)
+        return outOfRange("expert index ", indices[n], " of routing choice ",
+                          n, " is out of range for ", experts, " experts");
+      counts[indices[n]] += 1.0f;
     }
     return Status();
   }

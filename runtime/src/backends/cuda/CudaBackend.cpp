@@ -678,7 +678,10 @@ Status CudaBackend::supports(std::string_view opcode) const {
       {"ExpertDispatch", "expert parallelism"},
       {"ExpertCombine", "expert parallelism"},
       {"MoECapacityDrop", "mixture of experts"},
-      {"MoECapacityDropGrad", "mixture of experts"}};
+      {"MoECapacityDropGrad", "mixture of experts"},
+      {"MoETokenCounts", "mixture of experts"},
+      {"MoEAuxLossOver", "mixture of experts"},
+      {"MoEAuxLossOverGrad", "mixture of experts"}};
   for (const auto &[name, feature] : kMissing)
     if (opcode == name)
       return unimplemented("the cuda backend does not implement ", name, " (",
@@ -729,13 +732,17 @@ Status CudaBackend::moeRouterGrad(const float *, const int32_t *, const float *,
                                   float *, int64_t, int64_t, int64_t) {
   return moeUnimplemented();
 }
-Status CudaBackend::moeAuxLoss(const float *, const int32_t *, float *, int64_t,
-                               int64_t, int64_t, float) {
+Status CudaBackend::moeAuxLoss(const float *, const int32_t *, const float *,
+                               float *, int64_t, int64_t, int64_t, float) {
   return moeUnimplemented();
 }
 Status CudaBackend::moeAuxLossGrad(const float *, const int32_t *,
-                                   const float *, float *, int64_t, int64_t,
-                                   int64_t, float) {
+                                   const float *, const float *, float *,
+                                   int64_t, int64_t, int64_t, float) {
+  return moeUnimplemented();
+}
+Status CudaBackend::moeTokenCounts(const int32_t *, float *, int64_t,
+                                   int64_t) {
   return moeUnimplemented();
 }
 Status CudaBackend::moeDispatch(const float *, const int32_t *, float *,

@@ -201,12 +201,15 @@ public:
   Status moeRouterGrad(const float *probs, const int32_t *indices,
                        const float *dprobs, float *dlogits, int64_t tokens,
                        int64_t experts, int64_t k) override;
-  Status moeAuxLoss(const float *logits, const int32_t *indices, float *y,
-                    int64_t tokens, int64_t experts, int64_t k,
-                    float coeff) override;
+  Status moeAuxLoss(const float *logits, const int32_t *indices,
+                    const float *allCounts, float *y, int64_t tokens,
+                    int64_t experts, int64_t k, float coeff) override;
   Status moeAuxLossGrad(const float *logits, const int32_t *indices,
-                        const float *dy, float *dlogits, int64_t tokens,
-                        int64_t experts, int64_t k, float coeff) override;
+                        const float *allCounts, const float *dy,
+                        float *dlogits, int64_t tokens, int64_t experts,
+                        int64_t k, float coeff) override;
+  Status moeTokenCounts(const int32_t *indices, float *counts,
+                        int64_t choices, int64_t experts) override;
   Status moeDispatch(const float *x, const int32_t *indices, float *rows,
                      int32_t *counts, int64_t tokens, int64_t k,
                      int64_t experts, int64_t features) override;

@@ -58,11 +58,12 @@ TESSERA_HD void moeTopKGrad(const float *probs, const int32_t *indices,
 }
 
 /// The load-balancing loss's scale: coeff * E / (k * T * T)
-/// (Megatron's switch_load_balancing_loss_func).
+/// (Megatron's switch_load_balancing_loss_func); T may be all ranks'
+/// tokens, sum_e counts_e / k, when ranks split them.
 TESSERA_HD float moeAuxScale(float coeff, int64_t experts, int64_t k,
-                             int64_t tokens) {
+                             double tokens) {
   return float(double(coeff) * double(experts) /
-               (double(k) * double(tokens) * double(tokens)));
+               (double(k) * tokens * tokens));
 }
 
 } // namespace tessera::rt::math
