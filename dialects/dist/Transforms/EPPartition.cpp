@@ -42,11 +42,6 @@ struct EPPartitionPass
 
   LogicalResult partition(func::FuncOp model, MeshOp mesh) {
     const int64_t ep = mesh.getEp(), etp = mesh.getEtp();
-    if (mesh.getCp() > 1)
-      return model.emitError()
-             << "expert parallelism (ep " << ep << ", etp " << etp
-             << ") with context parallelism (cp " << mesh.getCp()
-             << ") is not built yet; use ep and etp with tp, dp and pp";
     // Under tp the experts must see each token once: the tp ranks hold
     // different tokens only with sequence parallelism (Megatron requires
     // it for MoE with tp as well).
@@ -78,9 +73,10 @@ struct EPPartitionPass
       if (failed(partitionLayer(model, d, ep, etp, meshRef, group, sharded)))
         return failure();
     for (Operation &op : model.getBody().front().without_terminator())
-      // The exchanges and the sequence collectives state their types.
-      if (!isa<ExpertDispatchOp, ExpertCombineOp, AllGatherOp, ReduceScatterOp,
-               ScatterToRegionOp, GatherFromRegionOp>(op) &&
+      // Only the nn ops between the exchanges change; the dist ops (the
+      // exchanges, the sequence collectives, ring attention) state their
+      // types.
+      if (isa<nn::NNDialect>(op.getDialect()) &&
           failed(reinferResultTypes(&op)))
         return op.emitOpError()
                << "cannot re-infer its types with the experts split over ep";

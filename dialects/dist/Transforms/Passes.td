@@ -136,8 +136,9 @@ def EPPartitionPass : Pass<"tessera-ep-partition", "mlir::ModuleOp"> {
     of their own, reduced over "edp". Runs after tessera-cp-partition;
     nothing with ep = etp = 1. Errors: experts not divisible by ep, an etp
     that does not divide the expert FFN, a model without MoE layers, ep or
-    etp with tp or cp (not built yet), an expert MLP other than grouped
-    linears between the permutation and the combine (two with etp).
+    etp with tp but without sequence parallelism (every tp rank would send
+    the same tokens), an expert MLP other than grouped linears between the
+    permutation and the combine (two with etp).
   }];
   let dependentDialects = ["::tessera::dist::DistDialect", "::tessera::nn::NNDialect"];
 }
