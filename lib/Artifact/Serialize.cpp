@@ -315,6 +315,9 @@ Writer::writeProgram(ModuleOp module, int64_t ppRank) {
     auto axis = fbb.CreateString(buf.getShardAxis().value_or("").str());
     if (buf.getShardDim() >= 0 && buf.getShardAxis())
       groupsUsed.insert(buf.getShardAxis()->str());
+    flatbuffers::Offset<flatbuffers::String> rankGroup;
+    if (auto group = buf.getRankGroupAttr())
+      rankGroup = fbb.CreateString(group.getValue().str());
     flatbuffers::Offset<flatbuffers::String> axis2;
     if (buf.getShard2Dim() >= 0) {
       axis2 = fbb.CreateString(buf.getShard2Axis().value_or("").str());
@@ -347,6 +350,8 @@ Writer::writeProgram(ModuleOp module, int64_t ppRank) {
       bb.add_shard2_dim(buf.getShard2Dim());
       bb.add_shard2_axis(axis2);
     }
+    if (!rankGroup.IsNull())
+      bb.add_rank_group(rankGroup);
     bb.add_init(init);
     bb.add_init_scale(scale);
     bb.add_of(of);

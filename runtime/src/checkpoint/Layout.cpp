@@ -77,9 +77,25 @@ const fb::Buffer *bufferAt(const fb::Program &program, int index) {
              : nullptr;
 }
 
-/// A flat 1/dp shard of `viewNumel` elements (a bucket) of this rank's dp
-/// group: distributed-optimizer state, loadable only where it was saved.
+/// The group that splits bucket view `bucket` ("pbuf:B:k") of `program`:
+/// the rank group of its shard view ("pshard:B:k"; "dp-cp" under context
+/// parallelism, "edp" for the experts' buffers), "dp" where the artifact
+/// does not say.
+std::string bucketGroup(const fb::Program &program, const std::string &bucket) {
+  const std::string shard =
+      startsWith(bucket, "pbuf:") ? "pshard:" + bucket.substr(5) : "";
+  if (!shard.empty() && program.buffers())
+    for (const fb::Buffer *b : *program.buffers())
+      if (nameOf(*b) == shard && b->rank_group() && b->rank_group()->size())
+        return b->rank_group()->str();
+  return "dp";
+}
+
+/// A flat shard of `viewNumel` elements (a bucket) of this rank's group
+/// of the bucket: distributed-optimizer state, loadable only where it was
+/// saved.
 TensorLayout bucketShardLayout(const LoadedArtifact &artifact,
+                               const fb::Program &program,
                                std::vector<int64_t> local, int64_t viewNumel,
                                std::string bucket, int rank) {
   TensorLayout l;
@@ -88,13 +104,14 @@ TensorLayout bucketShardLayout(const LoadedArtifact &artifact,
   l.distOpt = true;
   l.param = std::move(bucket);
   if (l.local.size() == 1) {
-    GroupPosition dp = findGroupPosition(*artifact.root(), "dp", rank);
-    if (viewNumel == l.local[0] * dp.size) {
+    const std::string group = bucketGroup(program, l.param);
+    GroupPosition pos = findGroupPosition(*artifact.root(), group, rank);
+    if (viewNumel == l.local[0] * pos.size) {
       l.global = {viewNumel};
       l.shardDim = 0;
-      l.axis = "dp";
-      l.index = dp.index;
-      l.count = dp.size;
+      l.axis = group;
+      l.index = pos.index;
+      l.count = pos.size;
     }
   }
   return l;
@@ -125,9 +142,11 @@ StatusOr<TensorLayout> layoutOf(const LoadedArtifact &artifact,
       // This rank's 1/dp of a parameter bucket: the same layout as the
       // distributed optimizer's Adam state of the bucket. It is that by
       // construction, so the bucket's view need not exist.
-      GroupPosition dp = findGroupPosition(*artifact.root(), "dp", rank);
-      return bucketShardLayout(artifact, local, local[0] * dp.size,
-                               name.substr(kMainPrefix.size()), rank);
+      std::string bucket = name.substr(kMainPrefix.size());
+      GroupPosition pos = findGroupPosition(
+          *artifact.root(), bucketGroup(program, bucket), rank);
+      return bucketShardLayout(artifact, program, local, local[0] * pos.size,
+                               std::move(bucket), rank);
     }
     TensorLayout l;
     l.local = l.global = local;
@@ -155,8 +174,8 @@ StatusOr<TensorLayout> layoutOf(const LoadedArtifact &artifact,
     // A flat shard of a bucket view (the distributed optimizer) or state of
     // an unknown layout: only loadable where it was saved.
     if (of && of->kind() == fb::BufferKind::View)
-      return bucketShardLayout(artifact, local, numElements(of->shape()),
-                               nameOf(*of), rank);
+      return bucketShardLayout(artifact, program, local,
+                               numElements(of->shape()), nameOf(*of), rank);
     TensorLayout l;
     l.local = l.global = local;
     l.reshardable = false;

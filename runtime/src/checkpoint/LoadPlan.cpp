@@ -232,11 +232,14 @@ SavedTensors savedTensors(const CheckpointManifest &m, int preferRank) {
   std::map<std::tuple<std::string, int, int>, const ManifestTensor *> shards;
   std::map<std::pair<int, std::string>, std::map<std::string, fb::BufferKind>>
       prefixes;
+  // The group whose ranks split each bucket (dp, dp-cp or edp).
+  std::map<std::pair<int, std::string>, std::string> groupOf;
   for (const ManifestTensor &t : m.tensors)
     if (isBucketShard(t)) {
       shards[{t.name, t.stage, t.holders[0].first}] = &t;
       prefixes[{t.stage, t.param}][t.name.substr(
           0, t.name.size() - t.param.size())] = t.kind;
+      groupOf[{t.stage, t.param}] = t.shardAxis.empty() ? "dp" : t.shardAxis;
     }
   for (const ManifestBucket &bucket : m.buckets) {
     auto pre = prefixes.find({bucket.stage, bucket.name});
@@ -255,20 +258,21 @@ SavedTensors savedTensors(const CheckpointManifest &m, int preferRank) {
           continue;
         ManifestTensor view;
         std::map<int, std::vector<FlatRun>> runsOf;
+        const std::string &group = groupOf[{bucket.stage, bucket.name}];
         for (int j = 0; j < p.numShards; ++j) {
-          // Holders of shard j on this bucket's stage; the one whose dp
-          // group holds the loading rank first.
+          // Holders of shard j on this bucket's stage; the one whose group
+          // of the bucket holds the loading rank first.
           std::vector<int> holders;
           for (const auto &[q, index] : p.holders)
             if (index == j && manifestStage(m, q) == bucket.stage)
               holders.push_back(q);
           std::sort(holders.begin(), holders.end());
           std::stable_partition(holders.begin(), holders.end(), [&](int q) {
-            const std::vector<int> *g = manifestGroup(m, "dp", q);
+            const std::vector<int> *g = manifestGroup(m, group, q);
             return g && std::count(g->begin(), g->end(), preferRank);
           });
           for (int q : holders) {
-            const std::vector<int> *g = manifestGroup(m, "dp", q);
+            const std::vector<int> *g = manifestGroup(m, group, q);
             std::vector<int> members = g ? *g : std::vector<int>{q};
             std::vector<FlatRun> runs;
             int64_t covered = 0;
