@@ -190,18 +190,25 @@ namespace fb = tessera::artifact;
 /// An artifact with a tp group {0, 1} and one parameter of global shape
 /// `global` split along `shardDim` over tp, initialised from `data`
 /// (inline) or from `file` at `offset`.
+/// With `shard2Dim` >= 0 there are four ranks, tp groups {0, 1} and
+/// {2, 3}, and a second split of `shard2Dim` over the cp groups {0, 2} and
+/// {1, 3}.
 std::string dataParamArtifact(std::vector<int64_t> global, int shardDim,
                               std::vector<int64_t> dataShape,
                               const std::vector<float> &data,
-                              const std::string &file = "", int64_t offset = 0) {
+                              const std::string &file = "", int64_t offset = 0,
+                              int shard2Dim = -1) {
   flatbuffers::FlatBufferBuilder fbb;
   std::vector<int64_t> local = global;
   if (shardDim >= 0)
     local[size_t(shardDim)] /= 2;
+  if (shard2Dim >= 0 && shard2Dim != shardDim)
+    local[size_t(shard2Dim)] /= 2;
   auto name = fbb.CreateString("w");
   auto shape = fbb.CreateVector(local);
   auto globalVec = fbb.CreateVector(global);
   auto axis = fbb.CreateString("tp");
+  auto axis2 = fbb.CreateString("cp");
   auto dataShapeVec = fbb.CreateVector(dataShape);
   flatbuffers::Offset<flatbuffers::Vector<uint8_t>> bytes;
   flatbuffers::Offset<flatbuffers::String> fileName;
@@ -217,6 +224,10 @@ std::string dataParamArtifact(std::vector<int64_t> global, int shardDim,
   bb.add_global_shape(globalVec);
   bb.add_shard_dim(shardDim);
   bb.add_shard_axis(axis);
+  if (shard2Dim >= 0) {
+    bb.add_shard2_dim(shard2Dim);
+    bb.add_shard2_axis(axis2);
+  }
   bb.add_init(fb::InitKind::Data);
   bb.add_data_shape(dataShapeVec);
   if (file.empty())
@@ -229,9 +240,18 @@ std::string dataParamArtifact(std::vector<int64_t> global, int shardDim,
   auto buffers = fbb.CreateVector(std::vector{buffer});
   auto program = fb::CreateProgram(fbb, 0, 0, 0, buffers);
   auto programs = fbb.CreateVector(std::vector{program});
-  auto group = fb::CreateRankGroup(fbb, fbb.CreateString("tp"),
-                                   fbb.CreateVector(std::vector<int>{0, 1}));
-  auto groups = fbb.CreateVector(std::vector{group});
+  std::vector<flatbuffers::Offset<fb::RankGroup>> list;
+  auto add = [&](const char *kind, std::vector<int> ranks) {
+    list.push_back(fb::CreateRankGroup(fbb, fbb.CreateString(kind),
+                                       fbb.CreateVector(ranks)));
+  };
+  add("tp", {0, 1});
+  if (shard2Dim >= 0) {
+    add("tp", {2, 3});
+    add("cp", {0, 2});
+    add("cp", {1, 3});
+  }
+  auto groups = fbb.CreateVector(list);
   fb::ArtifactBuilder ab(fbb);
   ab.add_groups(groups);
   ab.add_programs(programs);
@@ -276,6 +296,44 @@ TEST(DataInitTest, ShardsOfInlineDataWithPaddedRows) {
         }
     }
   }
+}
+
+// Split along two dims (the experts over ep and their FFN over etp):
+// each of four ranks gets its block of the global tensor; a dim split
+// twice, or an axis without a group holding the rank, is an error.
+TEST(DataInitTest, BlocksOfTwoSplits) {
+  std::vector<float> data(24);
+  for (size_t i = 0; i < data.size(); ++i)
+    data[i] = float(i);
+  std::string payload =
+      dataParamArtifact({4, 6}, 1, {4, 6}, data, "", 0, /*shard2Dim=*/0);
+  for (int rank = 0; rank < 4; ++rank) {
+    // tp index rank % 2 along dim 1, cp index rank / 2 along dim 0.
+    std::vector<float> out;
+    Status st = initRank(payload, rank, out);
+    ASSERT_TRUE(st.ok()) << st.message();
+    ASSERT_EQ(out.size(), 6u);
+    for (int64_t r = 0; r < 2; ++r)
+      for (int64_t c = 0; c < 3; ++c)
+        EXPECT_EQ(out[size_t(r * 3 + c)],
+                  data[size_t((r + 2 * (rank / 2)) * 6 + c + 3 * (rank % 2))])
+            << "rank " << rank << " at " << r << "," << c;
+  }
+  std::vector<float> out;
+  Status st = initRank(
+      dataParamArtifact({4, 6}, 1, {4, 6}, data, "", 0, /*shard2Dim=*/1), 0,
+      out);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("shard dim 1 (over 'cp') is out of range or split "
+                              "twice"),
+            std::string::npos)
+      << st.message();
+  // Rank 5 is in no group of the axes.
+  st = initRank(payload, 5, out);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("no rank group of shard axis 'tp' contains rank 5"),
+            std::string::npos)
+      << st.message();
 }
 
 TEST(DataInitTest, ExternalFileIsMappedAtItsOffset) {

@@ -873,6 +873,15 @@ TEST(TransformerExecutorTest, LoaderAndDecoderRejectBadInstructions) {
          f.push_back(d);
        },
        "etp 2 does not divide the 1 ranks of group 'ep'", false},
+      // The load-balancing loss over split tokens takes one count per
+      // expert.
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         f.push_back(op(O::MoEAuxLossOver,
+                        {f32(p, {4, 3}), i32(p, {4, 2}), f32(p, {2}),
+                         f32(p, {})},
+                        "aux.over", {}, {0.01f}));
+       },
+       "counts F32[2] must hold one for each of 3 experts", false},
       // Context parallelism.
       {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
          f.push_back(op(O::TokenMeanOver,

@@ -67,9 +67,7 @@ struct CPPartitionPass
       shape[0] = s / cp;
       arg.setType(RankedTensorType::get(shape, type.getElementType()));
       model.setArgAttr(arg.getArgNumber(), kShardingAttr,
-                       b.getDictionaryAttr(
-                           {b.getNamedAttr("axis", cpGroup),
-                            b.getNamedAttr("dim", b.getI64IntegerAttr(0))}));
+                       makeSharding(model.getContext(), {{"cp", 0}}));
     }
     if (ShapedType::isDynamic(seq))
       return model.emitError()
@@ -134,7 +132,7 @@ struct CPPartitionPass
         ob.setInsertionPoint(attn);
         auto qkv = attn.getQkv().getType();
         auto lseType = RankedTensorType::get(
-            {qkv.getDimSize(0), qkv.getDimSize(1), attn.getNumHeads()},
+            {qkv.getDimSize(0), qkv.getDimSize(1), int64_t(attn.getNumHeads())},
             b.getF32Type());
         auto ring = RingAttentionOp::create(
             ob, attn.getLoc(), TypeRange{attn.getType(), lseType},
@@ -159,15 +157,7 @@ struct CPPartitionPass
           sum.setGroupAttr(b.getStringAttr("tp-cp"));
           continue;
         }
-        ob.setInsertionPoint(aux);
-        auto logits = cast<RankedTensorType>(aux.getLogits().getType());
-        Value counts = nn::MoETokenCountsOp::create(
-            ob, aux.getLoc(), aux.getIndices(),
-            b.getI64IntegerAttr(logits.getShape().back()));
-        Value all = AllReduceOp::create(ob, aux.getLoc(), counts.getType(),
-                                        counts, meshRef, cpGroup,
-                                        enumAttr(ob, Reduction::Sum));
-        aux.getCountsMutable().assign(all);
+        sumAuxLossCounts(ob, aux, meshRef, cpGroup);
       } else if (auto mean = dyn_cast<nn::TokenMeanOp>(op)) {
         if (mean.getCount())
           continue;
@@ -192,3 +182,16 @@ struct CPPartitionPass
   }
 };
 } // namespace
+
+void tessera::dist::sumAuxLossCounts(OpBuilder &b, nn::MoEAuxLossOp aux,
+                                     FlatSymbolRefAttr mesh, StringAttr group) {
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPoint(aux);
+  auto logits = cast<RankedTensorType>(aux.getLogits().getType());
+  Value counts = nn::MoETokenCountsOp::create(
+      b, aux.getLoc(), aux.getIndices(),
+      b.getI64IntegerAttr(logits.getShape().back()));
+  Value all = AllReduceOp::create(b, aux.getLoc(), counts.getType(), counts,
+                                  mesh, group, enumAttr(b, Reduction::Sum));
+  aux.getCountsMutable().assign(all);
+}

@@ -30,6 +30,14 @@ struct TPRegion {
 /// divisibility before anything is rewritten.
 llvm::SmallVector<TPRegion> findTPRegions(mlir::func::FuncOp func);
 
+/// Makes load-balancing loss `aux` count the choices of all ranks of
+/// `group` (the ranks that split the tokens: Megatron's
+/// sequence_partition_group): nn.moe_token_counts of its indices, summed by
+/// a dist.all_reduce over `group`, become its `counts`. Used by
+/// tp-partition (sequence parallelism) and cp-partition.
+void sumAuxLossCounts(mlir::OpBuilder &b, nn::MoEAuxLossOp aux,
+                      mlir::FlatSymbolRefAttr mesh, mlir::StringAttr group);
+
 } // namespace tessera::dist
 
 #endif // TESSERA_DIALECTS_DIST_TRANSFORMS_PASSES_H

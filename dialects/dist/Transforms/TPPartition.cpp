@@ -244,17 +244,8 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
           auxLosses.push_back(aux);
       }
     });
-    for (nn::MoEAuxLossOp aux : auxLosses) {
-      b.setInsertionPoint(aux);
-      auto logits = cast<RankedTensorType>(aux.getLogits().getType());
-      Value counts = nn::MoETokenCountsOp::create(
-          b, aux.getLoc(), aux.getIndices(),
-          b.getI64IntegerAttr(logits.getShape().back()));
-      Value all = AllReduceOp::create(b, aux.getLoc(), counts.getType(), counts,
-                                      meshRef, group,
-                                      enumAttr(b, Reduction::Sum));
-      aux.getCountsMutable().assign(all);
-    }
+    for (nn::MoEAuxLossOp aux : auxLosses)
+      sumAuxLossCounts(b, aux, meshRef, group);
     for (OpOperand *use : shardedParamUses) {
       b.setInsertionPoint(use->getOwner());
       Value p = use->get();
@@ -286,9 +277,8 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
     SmallVector<int64_t> shape(type.getShape());
     shape[dim] /= tp;
     arg.setType(RankedTensorType::get(shape, type.getElementType()));
-    shardings[arg.getArgNumber()] = b.getDictionaryAttr(
-        {b.getNamedAttr("axis", b.getStringAttr("tp")),
-         b.getNamedAttr("dim", b.getI64IntegerAttr(dim))});
+    shardings[arg.getArgNumber()] =
+        makeSharding(model.getContext(), {{"tp", dim}});
     return success();
   }
 
