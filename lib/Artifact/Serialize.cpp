@@ -313,13 +313,13 @@ Writer::writeProgram(ModuleOp module, int64_t ppRank) {
     auto globalVec = fbb.CreateVector(global);
     // The runtime places a shard by its rank's position in each axis.
     auto axis = fbb.CreateString(buf.getShardAxis().value_or("").str());
-    if (buf.getShardDim() >= 0 && buf.getShardAxis())
+    if (int64_t(buf.getShardDim()) >= 0 && buf.getShardAxis())
       groupsUsed.insert(buf.getShardAxis()->str());
     flatbuffers::Offset<flatbuffers::String> rankGroup;
     if (auto group = buf.getRankGroupAttr())
       rankGroup = fbb.CreateString(group.getValue().str());
     flatbuffers::Offset<flatbuffers::String> axis2;
-    if (buf.getShard2Dim() >= 0) {
+    if (int64_t(buf.getShard2Dim()) >= 0) {
       axis2 = fbb.CreateString(buf.getShard2Axis().value_or("").str());
       if (buf.getShard2Axis())
         groupsUsed.insert(buf.getShard2Axis()->str());
@@ -346,7 +346,7 @@ Writer::writeProgram(ModuleOp module, int64_t ppRank) {
     bb.add_global_shape(globalVec);
     bb.add_shard_dim(buf.getShardDim());
     bb.add_shard_axis(axis);
-    if (buf.getShard2Dim() >= 0) {
+    if (int64_t(buf.getShard2Dim()) >= 0) {
       bb.add_shard2_dim(buf.getShard2Dim());
       bb.add_shard2_axis(axis2);
     }
@@ -369,7 +369,8 @@ Writer::writeProgram(ModuleOp module, int64_t ppRank) {
       auto inName = fbb.CreateString(buf.getSymName().str());
       inputs.push_back(fa::CreateInputSpec(
           fbb, inName, i, buf.getNumClasses() ? *buf.getNumClasses() : 0,
-          buf.getVocabSize() ? *buf.getVocabSize() : 0));
+          buf.getVocabSize() ? *buf.getVocabSize() : 0,
+          buf.getChunk() ? int(*buf.getChunk()) : -1));
     }
     if (buf.getKind() == rt::BufferKind::Loss)
       lossBuffer = i;

@@ -82,9 +82,9 @@ TEST_F(ArtifactTest, BadMagic) {
 
 TEST_F(ArtifactTest, WrongVersion) {
   std::string file = buildFile(buildPayload(softmaxRegression()));
-  file[4] = 10;
-  expectError(file, "unsupported format version 10 (this runtime supports "
-                    "version 9)");
+  file[4] = 11;
+  expectError(file, "unsupported format version 11 (this runtime supports "
+                    "version 10)");
 }
 
 TEST_F(ArtifactTest, Truncated) {
@@ -402,6 +402,16 @@ TEST_F(ArtifactTest, BadScheduleSteps) {
                 "which still holds microbatch 0 (its backward runs at step "
                 "2)");
   }
+}
+
+// The chunk whose forwards fill a slotted input: under an interleaved
+// schedule another chunk may hold the slot, so the input names its own.
+TEST_F(ArtifactTest, SlottedInputNamesItsChunk) {
+  ArtifactDesc desc = slottedSchedule(2);
+  desc.programs[0].inputs[0].chunk = -1;
+  expectError(buildFile(buildPayload(desc)),
+              "input 'features' lies in the slot region of chunk 0 but names "
+              "chunk -1 (InputSpec.chunk: the chunk whose forwards fill it)");
 }
 
 TEST_F(ArtifactTest, SlotRegionMustFitTheArena) {

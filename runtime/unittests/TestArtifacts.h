@@ -80,6 +80,7 @@ struct InputDesc {
   int buffer = -1;
   int64_t numClasses = 0;
   int64_t vocabSize = 0;
+  int chunk = -1; // the chunk whose slot region holds it
 };
 
 /// Pipeline attributes of a function (see Function in artifact.fbs).
@@ -211,7 +212,8 @@ inline std::string buildPayload(const ArtifactDesc &desc) {
     std::vector<flatbuffers::Offset<fb::InputSpec>> inputs;
     for (const InputDesc &in : p.inputs)
       inputs.push_back(fb::CreateInputSpecDirect(
-          fbb, in.name.c_str(), in.buffer, in.numClasses, in.vocabSize));
+          fbb, in.name.c_str(), in.buffer, in.numClasses, in.vocabSize,
+          in.chunk));
     std::vector<flatbuffers::Offset<fb::Function>> functions;
     for (const auto &[name, instrs] : p.functions) {
       std::vector<flatbuffers::Offset<fb::Instr>> list;
@@ -600,7 +602,7 @@ inline ArtifactDesc slottedSchedule(int numSlots = 2, int64_t microbatches = 2,
   RefDesc act = p.scratch({features});
   int64_t slotBytes = (p.arenaBytes - slotBase + 63) / 64 * 64;
   p.arenaBytes = slotBase + std::max(1, numSlots) * slotBytes;
-  p.inputs = {{"features", x, 4}};
+  p.inputs = {{"features", x, 4, 0, 0}};
   p.lossBuffer = loss;
   p.iterationBuffer = it;
 
@@ -672,7 +674,7 @@ inline ArtifactDesc twoStagePipeline(int64_t microbatches = 2, int64_t b = 2,
     RefDesc grad = p.scratch({b, features});
     int64_t slotBytes = (p.arenaBytes - slotBase + 63) / 64 * 64;
     p.arenaBytes = slotBase + 2 * slotBytes;
-    p.inputs = {{"features", x, 4}};
+    p.inputs = {{"features", x, 4, 0, 0}};
     auto &fwd = p.function("forward_c0");
     fwd.push_back(instr(O::Copy, {p.ref(x), act}, "stage0.act"));
     fwd.push_back(p2p(O::Send, act, +1, 0, "send.act"));

@@ -9,7 +9,7 @@
 
 // CHECK-LABEL: module @pp0
 // CHECK-SAME: rt.arena_bytes
-// CHECK-DAG: rt.buffer @features : memref<4x8xf32> {kind = "input", offset = [[IN:[0-9]+]] : i64}
+// CHECK-DAG: rt.buffer @features : memref<4x8xf32> {chunk = 0 : i64, kind = "input", offset = [[IN:[0-9]+]] : i64}
 // CHECK-DAG: rt.buffer @"stash:c0:0" : memref<4x8xf32> {kind = "activation", offset = {{[0-9]+}} : i64}
 // CHECK-DAG: rt.buffer @"p2p.send:forward_c0:0" : memref<4x8xf32> {kind = "activation"
 // CHECK-DAG: rt.buffer @"p2p.recv:backward_c0:0" : memref<4x8xf32> {kind = "activation"

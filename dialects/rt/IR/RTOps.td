@@ -102,7 +102,11 @@ def RT_BufferOp : RT_Op<"buffer", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     over `shard_axis` (or -1), a second split `shard2_dim` over
     `shard2_axis` where there is one (the experts over "ep" and their FFN
     over "etp"), and their init spec (`normal:<std>`, `zeros`, `ones`).
-    Gradients and optimizer state name their parameter in `of`.
+    Gradients and optimizer state name their parameter in `of`. An input
+    that lies in a pipeline chunk's slot region names that chunk in
+    `chunk`: the runtime fills it, at the slot's copy, before each forward
+    of that chunk (the chunks of an interleaved schedule share their slots,
+    so no other chunk's forward may write there).
 
     ```mlir
     rt.buffer @"fc1.weight" : memref<512x256xf32> {kind = "param", offset = 0 : i64,
@@ -122,7 +126,8 @@ def RT_BufferOp : RT_Op<"buffer", [Symbol, HasParent<"::mlir::ModuleOp">]> {
                        OptionalAttr<I64Attr>:$num_classes,
                        OptionalAttr<I64Attr>:$vocab_size,
                        OptionalAttr<StrAttr>:$rank_group,
-                       OptionalAttr<I64Attr>:$rank_stride);
+                       OptionalAttr<I64Attr>:$rank_stride,
+                       OptionalAttr<I64Attr>:$chunk);
   let assemblyFormat = "$sym_name `:` $type attr-dict";
   let hasVerifier = 1;
 }

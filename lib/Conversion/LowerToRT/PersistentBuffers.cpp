@@ -290,8 +290,13 @@ PersistentBuffers::layout(ModuleOp module,
   offset = slotLayout.end;
   bool pooled = slotLayout.pooled;
   for (auto &p : buffers)
-    if (auto it = slotChunk.find(p.get()); it != slotChunk.end())
+    if (auto it = slotChunk.find(p.get()); it != slotChunk.end()) {
       p->offset += regions[it->second].base;
+      if (p->kind == rt::BufferKind::Input)
+        p->attrs.push_back(Builder(module.getContext())
+                               .getNamedAttr("chunk", Builder(module.getContext())
+                                                          .getI64IntegerAttr(it->second)));
+    }
   if (!pooled)
     for (Operation *op : scheduleRuns)
       if (auto run = cast<dist::RunOp>(op);

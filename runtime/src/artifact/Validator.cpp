@@ -597,6 +597,26 @@ Status Validator::checkSlots(const std::string &prog, const fb::Program &p) {
                        base + bytes, ")");
       }
   }
+  // An input in a slot region is filled by the forwards of the chunk it
+  // names (InputSpec.chunk), which must be one whose region holds it.
+  if (p.inputs())
+    for (const fb::InputSpec *in : *p.inputs()) {
+      int64_t offset = p.buffers()->Get(in->buffer())->offset();
+      std::set<int> holders;
+      for (const fb::Function *f : *p.functions())
+        if (f->num_slots() > 0 && offset >= f->slot_base() &&
+            offset < f->slot_base() + f->slot_bytes())
+          holders.insert(f->chunk());
+      if (!holders.empty() && !holders.count(in->chunk())) {
+        std::string chunks;
+        for (int c : holders)
+          chunks += (chunks.empty() ? "" : ", ") + std::to_string(c);
+        return error(prog, ": input '", fbString(in->name()),
+                     "' lies in the slot region of chunk ", chunks,
+                     " but names chunk ", in->chunk(),
+                     " (InputSpec.chunk: the chunk whose forwards fill it)");
+      }
+    }
   return Status();
 }
 

@@ -33,6 +33,9 @@ struct Executor::DecodedFunction {
   int numSlots = 0;
   /// Not a backward, and some instruction has the loss buffer as an operand.
   bool writesLoss = false;
+  /// A forward's inputs in its slot region: those its chunk's functions
+  /// read (filled at the slot's copy before each of its schedule steps).
+  std::vector<const fb::InputSpec *> slotInputs;
   std::vector<std::vector<Thunk>> slots;
 };
 
@@ -177,14 +180,22 @@ Status Executor::bindFunctions() {
     }
   for (const fb::Program *p : *art->root()->programs())
     artifactHasLoss |= p->loss_buffer() >= 0;
-  // Inputs in no forward's slot region are filled in place by every forward.
+  // Inputs in no forward's slot region are filled in place by every forward;
+  // one in a chunk's slot region by that chunk's forwards, at the slot's
+  // copy, and by no other: the chunks of an interleaved schedule share one
+  // pool of slots, and another chunk holding the slot may have a receive
+  // pending into the same bytes.
   if (prog->inputs())
     for (const fb::InputSpec *spec : *prog->inputs()) {
       int64_t offset = prog->buffers()->Get(spec->buffer())->offset();
       bool slotted = false;
-      for (const DecodedFunction &f : functions)
-        slotted |= f.forward && f.numSlots > 0 && offset >= f.slotBase &&
-                   offset < f.slotBase + f.slotBytes;
+      for (DecodedFunction &f : functions)
+        if (f.forward && f.numSlots > 0 && offset >= f.slotBase &&
+            offset < f.slotBase + f.slotBytes) {
+          slotted = true;
+          if (spec->chunk() == f.chunk)
+            f.slotInputs.push_back(spec);
+        }
       if (!slotted)
         unslottedInputs.push_back(spec);
     }
@@ -902,12 +913,12 @@ StatusOr<double> Executor::runSchedule(int64_t iteration) {
                           " (microbatch " + std::to_string(step.microbatch()) +
                           ", slot " + std::to_string(slot) + ")";
     if (fn.forward) {
-      // A forward fills the inputs in its slot region at the slot's copy,
-      // and those in no forward's slot region in place.
+      // A forward fills its chunk's inputs at the slot's copy, and those in
+      // no forward's slot region in place.
       Status st;
-      if (fn.numSlots > 0)
-        st = fillInputs(iteration, step.microbatch(), displacement, fn.slotBase,
-                        fn.slotBase + fn.slotBytes);
+      for (const fb::InputSpec *spec : fn.slotInputs)
+        if (st.ok())
+          st = fillInput(*spec, iteration, step.microbatch(), displacement);
       for (const fb::InputSpec *spec : unslottedInputs)
         if (st.ok())
           st = fillInput(*spec, iteration, step.microbatch(), 0);
