@@ -67,6 +67,15 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
     pm.addPass(nn::createMixedPrecisionPass(mp));
   }
 
+  if (!options.recomputeGranularity.empty() ||
+      !options.recomputeMethod.empty() || options.recomputeNumLayers != 0) {
+    nn::RecomputePassOptions recompute;
+    recompute.granularity = options.recomputeGranularity;
+    recompute.method = options.recomputeMethod;
+    recompute.numLayers = options.recomputeNumLayers;
+    pm.addPass(nn::createRecomputePass(recompute));
+  }
+
   if (options.fuseBiasGelu)
     pm.addPass(nn::createFuseBiasGeluPass());
   if (options.fuseCrossEntropy)

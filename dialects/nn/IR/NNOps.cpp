@@ -27,7 +27,8 @@ void NNDialect::initialize() {
 }
 
 //===----------------------------------------------------------------------===//
-// Attributes: nn.param, nn.init, nn.input, nn.batch_dim, nn.layer
+// Attributes: nn.param, nn.init, nn.input, nn.batch_dim, nn.layer,
+// nn.recompute
 //===----------------------------------------------------------------------===//
 
 namespace {
@@ -56,6 +57,7 @@ const AttrContract kNNAttrs[] = {
      enumString<InputKind, symbolizeInputKind, getMaxEnumValForInputKind>},
     {kBatchDimAttr, Argument, dimensionOf},
     {kLayerAttr, AnyOp, nonNegativeInt},
+    {kRecomputeAttr, AnyOp, nonNegativeInt},
 };
 } // namespace
 

@@ -57,6 +57,81 @@ static RankedTensorType gradTypeOf(BlockArgument p) {
   return RankedTensorType::get(type.getShape(), element);
 }
 
+/// Activation recompute (groups marked by tessera-recompute, Megatron's
+/// full recompute): for each group, the values its ops produce that the
+/// rest of the forward does not read but the backward does are computed
+/// again right before the backward first reads one of them, by clones of
+/// the group's ops that lead to them (in order, from the group's inputs and
+/// the parameters), and the backward reads the clones. The forward's copies
+/// then die inside the forward, so a pipeline chunk no longer stashes them
+/// and the memory plan no longer keeps them across the backward: the group
+/// keeps only its inputs. The clones compute the same values (dropout's
+/// masks are keyed by position, not drawn), so training is bit-identical.
+static void recomputeGroups(ArrayRef<Operation *> forward) {
+  DenseSet<Operation *> isForward(forward.begin(), forward.end());
+  llvm::MapVector<int64_t, SmallVector<Operation *>> groups;
+  for (Operation *op : forward)
+    if (auto g = op->getAttrOfType<IntegerAttr>(kRecomputeAttr))
+      groups[g.getInt()].push_back(op);
+  for (auto &[id, ops] : groups) {
+    DenseSet<Operation *> inGroup(ops.begin(), ops.end());
+    // A value is internal when only the group's ops read it in the forward.
+    auto internal = [&](Value v) {
+      Operation *def = v.getDefiningOp();
+      return def && inGroup.contains(def) &&
+             llvm::all_of(v.getUsers(), [&](Operation *u) {
+               return !isForward.contains(u) || inGroup.contains(u);
+             });
+    };
+    SmallVector<Value> needed;
+    Operation *first = nullptr; // the backward's first reader of one
+    for (Operation *op : ops)
+      for (Value r : op->getResults()) {
+        if (!internal(r))
+          continue;
+        bool read = false;
+        for (Operation *u : r.getUsers())
+          if (!isForward.contains(u)) {
+            read = true;
+            if (!first || u->isBeforeInBlock(first))
+              first = u;
+          }
+        if (read)
+          needed.push_back(r);
+      }
+    if (needed.empty())
+      continue;
+    // The group's ops those values depend on through internal values.
+    DenseSet<Operation *> slice;
+    SmallVector<Operation *> work;
+    for (Value v : needed)
+      if (slice.insert(v.getDefiningOp()).second)
+        work.push_back(v.getDefiningOp());
+    while (!work.empty()) {
+      Operation *op = work.pop_back_val();
+      for (Value operand : op->getOperands())
+        if (internal(operand) && slice.insert(operand.getDefiningOp()).second)
+          work.push_back(operand.getDefiningOp());
+    }
+    OpBuilder b(first);
+    IRMapping map;
+    DenseSet<Operation *> clones;
+    for (Operation *op : ops) {
+      if (!slice.contains(op))
+        continue;
+      // Operands the group does not recompute are read as they are.
+      Operation *clone = b.clone(*op, map);
+      clone->removeAttr(kRecomputeAttr);
+      clones.insert(clone);
+    }
+    for (Value v : needed)
+      v.replaceUsesWithIf(map.lookup(v), [&](OpOperand &use) {
+        return !isForward.contains(use.getOwner()) &&
+               !clones.contains(use.getOwner());
+      });
+  }
+}
+
 LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
                                 ArrayRef<BlockArgument> params,
                                 int64_t numMicrobatches,
@@ -165,6 +240,8 @@ LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
       dist::SendOp::create(b, recv.getLoc(), g, enumAttr(b, dist::Peer::Prev),
                            b.getI64IntegerAttr(recv.getTag() + 1));
     }
+
+  recomputeGroups(forward);
 
   // Mixed precision: the backward casts a bf16 parameter to f32 again right
   // before it first needs it, so the forward's f32 copy dies with its last

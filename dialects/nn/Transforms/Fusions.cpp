@@ -64,6 +64,8 @@ struct FuseBiasGeluPass
     if (!in.hasOneUse())
       return;
     Operation *def = in.getDefiningOp();
+    if (def && !sameRecomputeGroup(def, gelu))
+      return;
     OpBuilder b(gelu);
     Value unbiased, bias;
     if (auto linear = dyn_cast_or_null<LinearOp>(def)) {
@@ -136,7 +138,9 @@ struct FuseAddLayerNormPass
       for (LayerNormOp ln : norms) {
         // Another layer norm of the same sum may have fused it already.
         auto add = ln.getInput().getDefiningOp<AddOp>();
-        if (!add)
+        // A recomputed group starts from one saved tensor: the residual
+        // add ending one group stays apart from the next group's norm.
+        if (!add || !sameRecomputeGroup(add, ln))
           continue;
         // At the layer norm when the sum's other readers follow it (its
         // weight and bias, which tessera-mixed-precision may cast right

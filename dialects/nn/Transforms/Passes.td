@@ -44,6 +44,39 @@ def MixedPrecisionPass : Pass<"tessera-mixed-precision", "mlir::ModuleOp"> {
   ];
 }
 
+def RecomputePass : Pass<"tessera-recompute", "mlir::ModuleOp"> {
+  let summary = "choose the layers whose activations the backward recomputes";
+  let description = [{
+    Megatron's activation recompute (`--recompute-granularity`,
+    `--recompute-method`, `--recompute-num-layers`; TransformerBlock's
+    `_checkpointed_forward`). With `granularity=full` the transformer layers
+    of each model function (each pipeline chunk after tessera-pp-split) are
+    grouped: `method=uniform` makes groups of `num-layers` consecutive
+    layers, `method=block` makes each of the first `num-layers` layers a
+    group and leaves the others alone. Every op from a group's first layer
+    op to its last gets `nn.recompute = <group>`; tessera-autodiff then
+    recomputes the group's values in the backward, right before it first
+    reads them, so the forward keeps only the group's inputs. The fusions
+    never merge ops of different groups (a residual add at the end of one
+    layer stays apart from the next layer's layer norm), so a group's input
+    is one tensor. `granularity=selective` recomputes attention's core,
+    which nn.attention and dist.ring_attention already do inside their
+    backward (they keep no s x s scores), so it marks nothing. Runs on the
+    model, after tp-partition, pp-split and mixed-precision and before the
+    fusions and autodiff.
+  }];
+  let dependentDialects = ["::tessera::nn::NNDialect"];
+  let options = [
+    Option<"granularity", "granularity", "std::string", "\"\"",
+           "full or selective (empty: no recompute)">,
+    Option<"method", "method", "std::string", "\"\"",
+           "with full: uniform or block">,
+    Option<"numLayers", "num-layers", "int64_t", "0",
+           "with full: layers per group (uniform) or recomputed layers per "
+           "model chunk (block)">
+  ];
+}
+
 def FuseBiasGeluPass : Pass<"tessera-fuse-bias-gelu", "mlir::ModuleOp"> {
   let summary = "add a bias inside the GELU after it (Megatron's bias_gelu_impl)";
   let description = [{

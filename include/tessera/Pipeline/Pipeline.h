@@ -140,6 +140,26 @@ public:
       *this, "grad-reduce-in-bf16",
       llvm::cl::desc("with --bf16: accumulate and reduce gradients in bf16"),
       llvm::cl::init(false), onCommandLine};
+  Option<std::string> recomputeGranularity{
+      *this, "recompute-granularity",
+      llvm::cl::desc("activation recompute (Megatron's): full recomputes "
+                     "whole layers in the backward from their inputs "
+                     "(with --recompute-method and --recompute-num-layers); "
+                     "selective, attention's core, is what the attention "
+                     "kernels always do"),
+      llvm::cl::init(nn::RecomputePassOptions().granularity), onCommandLine};
+  Option<std::string> recomputeMethod{
+      *this, "recompute-method",
+      llvm::cl::desc("with --recompute-granularity full: uniform (groups of "
+                     "--recompute-num-layers layers, each keeping its input) "
+                     "or block (only the first --recompute-num-layers layers "
+                     "of each pipeline chunk, one by one)"),
+      llvm::cl::init(nn::RecomputePassOptions().method), onCommandLine};
+  Option<int64_t> recomputeNumLayers{
+      *this, "recompute-num-layers",
+      llvm::cl::desc("with --recompute-granularity full: layers per group "
+                     "(uniform) or recomputed layers per chunk (block)"),
+      llvm::cl::init(nn::RecomputePassOptions().numLayers), onCommandLine};
   Option<bool> fuseBiasGelu{
       *this, "fuse-bias-gelu",
       llvm::cl::desc("add the first MLP projection's bias inside the GELU "
@@ -235,8 +255,9 @@ public:
 /// "": --grad-reduce-in-bf16 needs --bf16 and excludes --grad-reduce-in-fp32.
 std::string checkTrainPipelineOptions(const TrainPipelineOptions &options);
 
-/// attach-mesh, set-batch, pad-vocab, tp-partition, pp-split,
-/// mixed-precision (with bf16), the fusions (unless turned off), autodiff,
+/// attach-mesh, set-batch, pad-vocab, tp-partition, cp-partition,
+/// ep-partition, pp-split, mixed-precision (with bf16), recompute (with a
+/// recompute option), the fusions (unless turned off), autodiff,
 /// dp-grad-allreduce, optimizer, pp-schedule, verify-schedule, lower-to-rt
 /// (serialisation is left to the caller).
 void buildTrainPipeline(mlir::OpPassManager &pm,

@@ -30,6 +30,17 @@ constexpr llvm::StringLiteral kShardingAttr = "dist.sharding";
 /// On a model op: the transformer layer it belongs to (tessera-gen marks
 /// them; tessera-pp-split places ops by them).
 constexpr llvm::StringLiteral kLayerAttr = "nn.layer";
+/// On a model op: the activation-recompute group it belongs to
+/// (tessera-recompute marks the ops of the layers it recomputes;
+/// tessera-autodiff recomputes each group in its backward, and the fusions
+/// never merge ops of different groups).
+constexpr llvm::StringLiteral kRecomputeAttr = "nn.recompute";
+
+/// Whether `a` and `b` may be fused: both in the same recompute group, or
+/// neither in any.
+inline bool sameRecomputeGroup(mlir::Operation *a, mlir::Operation *b) {
+  return a->getAttr(kRecomputeAttr) == b->getAttr(kRecomputeAttr);
+}
 
 // Module attributes: what tessera-compile records for the artifact, and
 // tessera-pad-vocab's {size, padded}.
