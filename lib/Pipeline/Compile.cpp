@@ -68,6 +68,12 @@ tessera::CompileOptions::CompileOptions()
            cl::desc("for an ONNX model that returns logits: the loss to add "
                     "(cross-entropy: the mean token cross-entropy over a "
                     "labels input)"),
+           cl::init(""), cl::cat(getCompileCategory())),
+      plan("plan",
+           cl::desc("cluster description (JSON): compile the layout "
+                    "tessera-plan ranks first for it (--world-size GPUs, or "
+                    "the file's); parallel flags given too restrict the "
+                    "search"),
            cl::init(""), cl::cat(getCompileCategory())) {}
 
 namespace {
@@ -310,6 +316,13 @@ int tessera::compile(const CompileOptions &options,
   (*module)->setAttr(kModelNameAttr,
                      b.getStringAttr(llvm::sys::path::stem(options.input)));
 
+  if (!options.plan.empty()) {
+    if (!options.planLayout)
+      return fail("--plan is not available in this driver");
+    if (failed(options.planLayout(*module, options.pipeline, pipeline,
+                                  options.plan, options.worldSize)))
+      return 1;
+  }
   if (std::string error = checkTrainPipelineOptions(options.pipeline);
       !error.empty())
     return fail(error);

@@ -471,6 +471,23 @@ static mlir::FailureOr<MemoryRows> memoryRows(mlir::ModuleOp module) {
   return out;
 }
 
+mlir::FailureOr<std::vector<tessera::ProgramMemory>>
+tessera::programMemory(mlir::ModuleOp module) {
+  std::vector<ProgramMemory> out;
+  for (mlir::ModuleOp program : getPrograms(module)) {
+    auto rows = memoryRows(program);
+    if (mlir::failed(rows))
+      return mlir::failure();
+    ProgramMemory m;
+    m.ppRank = rows->ppRank;
+    for (auto &[name, n] : rows->rows)
+      m.bytes[name] = n;
+    m.inFlight = rows->slots;
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
 mlir::LogicalResult tessera::printMemory(mlir::ModuleOp module,
                                          llvm::StringRef format,
                                          llvm::raw_ostream &os) {

@@ -145,8 +145,25 @@ Simulation tessera::schedule::simulate(const PipelineConfig &c,
                                        double forwardCost, double backwardCost) {
   Simulation sim;
   const int64_t pp = int64_t(ranks.size()), v = c.vpp;
-  // Finish time of (forward?, rank, microbatch, chunk).
-  std::map<std::tuple<bool, int64_t, int64_t, int64_t>, double> done;
+  // Finish time of (forward?, rank, microbatch, chunk), -1 until it ran: a
+  // flat table, as the planner simulates thousands of long schedules.
+  int64_t m = 0;
+  for (auto &rs : ranks)
+    for (const Step &st : rs.order)
+      m = std::max(m, st.microbatch + 1);
+  struct Done {
+    std::vector<double> time;
+    int64_t pp, m, v;
+    double *find(bool fwd, int64_t r, int64_t mb, int64_t ch) {
+      if (r < 0 || r >= pp || mb < 0 || mb >= m || ch < 0 || ch >= v)
+        return nullptr;
+      double &t = time[size_t(((int64_t(fwd) * pp + r) * m + mb) * v + ch)];
+      return t < 0 ? nullptr : &t;
+    }
+    void set(bool fwd, int64_t r, int64_t mb, int64_t ch, double end) {
+      time[size_t(((int64_t(fwd) * pp + r) * m + mb) * v + ch)] = end;
+    }
+  } done{std::vector<double>(size_t(2 * pp * m * v), -1.0), pp, m, v};
   std::vector<size_t> next(size_t(pp), 0);
   std::vector<double> freeAt(size_t(pp), 0.0);
   double busy = 0;
@@ -178,16 +195,17 @@ Simulation tessera::schedule::simulate(const PipelineConfig &c,
       const Step &s = ranks[size_t(r)].order[next[size_t(r)]];
       double start = freeAt[size_t(r)];
       if (auto dep = dependency(r, s)) {
-        auto it = done.find(*dep);
-        if (it == done.end())
+        auto [fwd, dr, dm, dc] = *dep;
+        double *t = done.find(fwd, dr, dm, dc);
+        if (!t)
           continue;
-        start = std::max(start, it->second);
+        start = std::max(start, *t);
       }
       if (!s.forward) {
-        auto own = done.find(std::make_tuple(true, r, s.microbatch, s.chunk));
-        if (own == done.end())
+        double *own = done.find(true, r, s.microbatch, s.chunk);
+        if (!own)
           continue;
-        start = std::max(start, own->second);
+        start = std::max(start, *own);
       }
       if (best < 0 || start < bestStart) {
         best = r;
@@ -214,7 +232,7 @@ Simulation tessera::schedule::simulate(const PipelineConfig &c,
     double end = bestStart + cost;
     busy += cost;
     freeAt[size_t(best)] = end;
-    done[std::make_tuple(s.forward, best, s.microbatch, s.chunk)] = end;
+    done.set(s.forward, best, s.microbatch, s.chunk, end);
     sim.steps.push_back({best, s, bestStart, end});
     sim.makespan = std::max(sim.makespan, end);
   }

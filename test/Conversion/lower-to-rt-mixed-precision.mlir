@@ -45,7 +45,7 @@
 // CHECK-NEXT: rt.all_gather %[[S16]], %[[PB]] {group = "dp"} : memref<128xbf16>, memref<256xbf16>
 
 // The init entry: this rank's block of the bf16 parameter bucket, in f32.
-// CHECK-LABEL: func.func @init() attributes {rt.entry, tessera.phase = "init"}
+// CHECK-LABEL: func.func @init() attributes {rt.dense_flops = 0 : i64, rt.entry, rt.flops = {{[0-9]+}} : i64, rt.light_bytes = {{[0-9]+}} : i64, tessera.phase = "init"}
 // CHECK-DAG: %[[IM:.*]] = rt.get @"main:pbuf:gbuf:0" : memref<128xf32>
 // CHECK-DAG: %[[IS:.*]] = rt.get @"pshard:gbuf:0" : memref<128xbf16>
 // CHECK-NOT: rt.copy

@@ -13,7 +13,7 @@
 // CHECK-DAG: rt.buffer @"stash:c0:0" : memref<4x8xf32> {kind = "activation", offset = {{[0-9]+}} : i64}
 // CHECK-DAG: rt.buffer @"p2p.send:forward_c0:0" : memref<4x8xf32> {kind = "activation"
 // CHECK-DAG: rt.buffer @"p2p.recv:backward_c0:0" : memref<4x8xf32> {kind = "activation"
-// CHECK: func.func @forward_c0() attributes {rt.chunk = 0 : i64, rt.entry, rt.num_slots = 2 : i64, rt.slot_base = [[IN]] : i64, rt.slot_bytes = 256 : i64, tessera.phase = "forward"}
+// CHECK: func.func @forward_c0() attributes {rt.chunk = 0 : i64, rt.dense_flops = 0 : i64, rt.entry, rt.flops = 544 : i64, rt.light_bytes = 768 : i64, rt.num_slots = 2 : i64, rt.slot_base = [[IN]] : i64, rt.slot_bytes = 256 : i64, tessera.phase = "forward"}
 // CHECK-NOT: rt.send
 // CHECK: return
 // CHECK: func.func @"send:forward_c0"() attributes {{{.*}}rt.part = "send"
@@ -27,7 +27,7 @@
 // CHECK: func.func @step()
 
 // CHECK-LABEL: module @pp1
-// CHECK: func.func @forward_c0() attributes {rt.chunk = 0 : i64, rt.entry, rt.num_slots = 1 : i64
+// CHECK: func.func @forward_c0() attributes {rt.chunk = 0 : i64, rt.dense_flops = 0 : i64, rt.entry, rt.flops = 709 : i64, rt.light_bytes = 884 : i64, rt.num_slots = 1 : i64
 // CHECK: func.func @"recv:forward_c0"()
 // The received activation is saved for the backward: it lands in the slot.
 // CHECK-NEXT: %[[A:.*]] = rt.get @"stash:c0:{{[0-9]+}}"

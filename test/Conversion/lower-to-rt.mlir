@@ -24,7 +24,9 @@
 // CHECK: rt.buffer @"bucket.exp_avg:gbuf:0" : memref<100xf32> {kind = "view", offset = 896 : i64}
 // CHECK: rt.buffer @"bucket.exp_avg_sq:gbuf:0" : memref<100xf32> {kind = "view", offset = 1344 : i64}
 
-// CHECK-LABEL: func.func @microbatch() attributes {rt.entry, tessera.phase = "microbatch"}
+// Each entry records its cost per run (tessera-plan): no op of this tiny
+// MLP reaches 16 FLOPs a byte, so none counts as compute-bound.
+// CHECK-LABEL: func.func @microbatch() attributes {rt.dense_flops = 0 : i64, rt.entry, rt.flops = 1902 : i64, rt.light_bytes = 3148 : i64, tessera.phase = "microbatch"}
 // CHECK-DAG: %[[X:.*]] = rt.get @features : memref<4x8xf32>
 // CHECK-DAG: %[[W1:.*]] = rt.get @fc1.weight : memref<8x8xf32>
 // CHECK-DAG: %[[GW1:.*]] = rt.get @"grad:fc1.weight" : memref<8x8xf32>
@@ -40,7 +42,7 @@
 // CHECK-NOT: rt.axpy
 // CHECK: return
 
-// CHECK-LABEL: func.func @step() attributes {rt.entry, tessera.phase = "step"}
+// CHECK-LABEL: func.func @step() attributes {rt.dense_flops = 0 : i64, rt.entry, rt.flops = 1600 : i64, rt.light_bytes = 4024 : i64, tessera.phase = "step"}
 // CHECK-DAG: %[[T:.*]] = rt.get @iteration
 // CHECK-DAG: %[[B:.*]] = rt.get @"gbuf:gbuf:0" : memref<100xf32>
 // Scaling and the dp all-reduce run once on the whole bucket, in place

@@ -1,19 +1,98 @@
 //===- tessera-compile.cpp - Model to .tsr artifact -----------------------===//
 //
 // Parses the flags (the training pipeline's options and the tool's own,
-// declared in tessera/Pipeline) and runs the compile driver.
+// declared in tessera/Pipeline) and runs the compile driver; --plan asks
+// tessera-plan's search (lib/Plan) for the layout first.
 //
 //===----------------------------------------------------------------------===//
 
 #include "tessera/Pipeline/Compile.h"
+#include "tessera/Plan/Planner.h"
 
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
+
+using namespace tessera;
+
+/// --plan: the best layout of the cluster for `model`; explicit parallel
+/// flags restrict the search.
+static mlir::LogicalResult planLayout(mlir::ModuleOp model,
+                                      const TrainPipelineOptions &given,
+                                      TrainPipelineOptions &p,
+                                      llvm::StringRef clusterFile,
+                                      int64_t worldSize) {
+  auto fail = [](const llvm::Twine &msg) {
+    llvm::errs() << "tessera-compile: error: " << msg << "\n";
+    return mlir::failure();
+  };
+  llvm::Expected<plan::Cluster> cluster = plan::readCluster(clusterFile.str());
+  if (!cluster)
+    return fail(llvm::toString(cluster.takeError()));
+  if (worldSize > 0) {
+    if (worldSize % cluster->gpusPerNode)
+      return fail(llvm::formatv("--world-size {0} is not a multiple of the "
+                                "cluster's {1} GPUs per node",
+                                worldSize, cluster->gpusPerNode));
+    cluster->nodes = worldSize / cluster->gpusPerNode;
+  }
+  plan::PlanOptions options;
+  options.module = model;
+  options.globalBatch = p.globalBatchSize;
+  options.bf16 = p.bf16;
+  options.gradReduceBf16 = p.gradReduceInBf16;
+  options.verifyTop = 0;
+  if (given.tp.getNumOccurrences())
+    options.tp = given.tp;
+  if (given.cp.getNumOccurrences())
+    options.cp = given.cp;
+  if (given.pp.getNumOccurrences())
+    options.pp = given.pp;
+  if (given.vpp.getNumOccurrences())
+    options.vpp = given.vpp;
+  if (given.microBatchSize.getNumOccurrences())
+    options.microBatch = given.microBatchSize;
+  if (p.globalBatchSize <= 0)
+    return fail("--plan needs --global-batch-size");
+  llvm::Expected<plan::PlanResult> result = plan::plan(*cluster, options);
+  if (!result)
+    return fail(llvm::toString(result.takeError()));
+  if (result->ranked.empty() || !result->ranked.front().feasible)
+    return fail(llvm::formatv("--plan: none of {0} layouts fits {1} GPUs of "
+                              "{2} GiB",
+                              result->candidates, cluster->gpus(),
+                              int64_t(cluster->memoryBytes / double(1 << 30))));
+  const plan::Prediction &best = result->ranked.front();
+  const plan::Layout &l = best.layout;
+  p.tp = l.tp;
+  p.cp = l.cp;
+  p.pp = l.pp;
+  p.vpp = l.vpp;
+  p.dp = l.dp;
+  p.microBatchSize = l.microBatch;
+  p.sequenceParallel = l.tp > 1;
+  p.distributedOptimizer = l.distributedOptimizer;
+  p.overlapGradReduce = l.dp > 1;
+  if (l.recompute == "full") {
+    p.recomputeGranularity = "full";
+    p.recomputeMethod = "uniform";
+    p.recomputeNumLayers = 1;
+  }
+  std::string flags;
+  for (const std::string &f : l.flags(p.globalBatchSize))
+    flags += " " + f;
+  llvm::errs() << llvm::formatv(
+      "tessera-compile: plan for {0} GPUs ({1}):{2}; predicted {3:F3} s/step, "
+      "MFU {4:F3}, {5:F1} GiB on the fullest rank\n",
+      cluster->gpus(), cluster->name, flags, best.stepSeconds, best.mfu,
+      best.memoryBytes / double(1 << 30));
+  return mlir::success();
+}
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
-  tessera::CompileOptions options;
+  CompileOptions options;
+  options.planLayout = planLayout;
   llvm::cl::ParseCommandLineOptions(argc, argv, "Tessera compiler\n");
-  return tessera::compile(options,
-                          llvm::ArrayRef<const char *>(argv + 1, argv + argc));
+  return compile(options, llvm::ArrayRef<const char *>(argv + 1, argv + argc));
 }

@@ -13,6 +13,8 @@
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/CommandLine.h"
 
+#include <functional>
+
 namespace tessera {
 
 /// The flags of tessera-compile. Constructing it registers them on the
@@ -34,6 +36,19 @@ struct CompileOptions {
   llvm::cl::opt<std::string> emitFormat;
   /// ONNX models that return logits: the loss to add ("cross-entropy").
   llvm::cl::opt<std::string> loss;
+  /// --plan cluster.json: compile the layout tessera-plan ranks first.
+  llvm::cl::opt<std::string> plan;
+  /// Chooses the layout for --plan: sets `pipeline`'s parallel options for
+  /// `model` on the cluster of `clusterFile` (`worldSize` GPUs when not 0),
+  /// searching only the sizes `given` (the command line) leaves open, or
+  /// reports an error and fails. Set by the tool (lib/Plan links the
+  /// pipeline library, not the other way round).
+  std::function<mlir::LogicalResult(mlir::ModuleOp model,
+                                    const TrainPipelineOptions &given,
+                                    TrainPipelineOptions &pipeline,
+                                    llvm::StringRef clusterFile,
+                                    int64_t worldSize)>
+      planLayout;
 };
 
 /// tessera-compile once its flags are parsed: checks them, then writes the

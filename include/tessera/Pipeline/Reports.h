@@ -15,6 +15,10 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <map>
+#include <string>
+#include <vector>
+
 namespace tessera {
 
 /// --emit=rank-groups: every standard group kind of `mesh` and each rank's
@@ -34,6 +38,18 @@ mlir::LogicalResult printBuckets(mlir::ModuleOp module, llvm::StringRef format,
 
 mlir::LogicalResult printMemory(mlir::ModuleOp module, llvm::StringRef format,
                                 llvm::raw_ostream &os);
+
+/// One pipeline rank's static memory plan by kind (the rows of
+/// --emit=memory: "params", ..., "peak_activations", "total") and the
+/// microbatches each chunk has in flight.
+struct ProgramMemory {
+  int64_t ppRank = 0;
+  std::map<std::string, int64_t> bytes;
+  std::map<int64_t, int64_t> inFlight;
+};
+
+/// The memory plan of every program of an rt-level module.
+mlir::FailureOr<std::vector<ProgramMemory>> programMemory(mlir::ModuleOp module);
 
 /// --emit=schedule: every layer's pipeline rank and chunk and every rank's
 /// order of forwards and backwards. The configuration must be valid.

@@ -170,6 +170,20 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
                                       builder.getFunctionType({}, {}));
     entry->setAttr("rt.entry", builder.getUnitAttr());
     entry->setAttr(kPhaseAttr, source->getAttr(kPhaseAttr));
+    // The cost of one run of the phase (CostOpInterface), for tessera-plan:
+    // all FLOPs, those of the compute-bound ops (GEMMs, attention: at least
+    // 16 FLOPs a byte), and the bytes the other ops move.
+    int64_t denseFlops = 0, lightBytes = 0;
+    source.walk([&](CostOpInterface op) {
+      int64_t flops = op.getFlops(), bytes = op.getBytes();
+      if (flops >= 16 * bytes)
+        denseFlops += flops;
+      else
+        lightBytes += bytes;
+    });
+    entry->setAttr("rt.flops", builder.getI64IntegerAttr(phaseFlops(source)));
+    entry->setAttr("rt.dense_flops", builder.getI64IntegerAttr(denseFlops));
+    entry->setAttr("rt.light_bytes", builder.getI64IntegerAttr(lightBytes));
     if (int64_t c = chunkOf(source); c >= 0) {
       entry->setAttr("rt.chunk", builder.getI64IntegerAttr(c));
       SlotRegion r = buffers.regions[c];

@@ -1,0 +1,138 @@
+//===- Planner.h - Choose a parallel layout from the compiler's numbers -*- C++ -*-===//
+//
+// tessera-plan: for a GPT model and a cluster, every layout of tp, cp, pp,
+// vpp, dp, micro-batch size, activation recompute and the distributed
+// optimizer that the compiler accepts, ranked by predicted step time. The
+// per-layer numbers come from the compiler itself: a calibration compiles
+// the model at its real width with 1 and 2 layers per pipeline stage (pp 2)
+// for each (tp, cp, recompute) and reads, per stage, the FLOPs of the
+// forward and backward phases (CostOpInterface), the saved activations and
+// transient peak of the memory plan, the parameters, and the bytes of every
+// collective and point-to-point transfer the phases emit. A candidate's
+// stages are then sums of layers plus the embedding (first stage) and the
+// head (last); the bubble comes from running the verified schedule
+// (lib/Schedule) with the stages' times, and the microbatches in flight per
+// chunk from the same schedule. The best few candidates are compiled whole
+// to report the exact per-rank memory next to the prediction.
+//
+// The device model is deliberately small (docs/ARCHITECTURE.md, section
+// "tessera-plan"): GEMM time is FLOPs / (peak x efficiency(h / tp)), with
+// efficiency = max x d / (d + half_size); a collective over n ranks costs
+// alpha + bytes x factor / bandwidth, factor 2(n-1)/n for an all-reduce and
+// (n-1)/n for an all-gather or reduce-scatter (NCCL's ring), with the
+// intra-node bandwidth when the group stays inside a node.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_PLAN_PLANNER_H
+#define TESSERA_PLAN_PLANNER_H
+
+#include "tessera/Frontend/GPT.h"
+
+#include "mlir/IR/BuiltinOps.h"
+
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tessera::plan {
+
+/// A cluster description (examples/clusters/*.json).
+struct Cluster {
+  std::string name;
+  int64_t gpusPerNode = 8;
+  int64_t nodes = 1;
+  double memoryBytes = 80e9;
+  /// The fraction of memory the plan may fill (CUDA context, NCCL buffers
+  /// and fragmentation take the rest).
+  double usableMemory = 0.9;
+  /// Dense peak, FLOP/s, per dtype ("bf16", "fp32").
+  std::map<std::string, double> peakFlops;
+  double hbmBandwidth = 2e12; ///< bytes/s, for the optimizer's pass
+  double intraBandwidth = 150e9, intraLatency = 5e-6; ///< per GPU, bytes/s, s
+  double interBandwidth = 25e9, interLatency = 10e-6;
+  /// GEMM efficiency: gemmMax x d / (d + gemmHalf), d = hidden / tp.
+  double gemmMax = 0.8, gemmHalf = 256;
+  /// Seconds each instruction adds (launch and scheduling gaps).
+  double kernelOverhead = 0;
+
+  int64_t gpus() const { return gpusPerNode * nodes; }
+};
+
+/// Reads a cluster file; the error names the file and the key.
+llvm::Expected<Cluster> readCluster(const std::string &path);
+
+/// One layout. `recompute` is "none" or "full" (uniform, one layer per
+/// group); selective recompute is what the attention kernels always do.
+struct Layout {
+  int64_t tp = 1, cp = 1, pp = 1, vpp = 1, dp = 1, microBatch = 1;
+  std::string recompute = "none";
+  bool distributedOptimizer = false;
+  bool overlapGradReduce = true; ///< --overlap-grad-reduce (with dp > 1)
+  bool gradReduceBf16 = false;   ///< --grad-reduce-in-bf16
+
+  /// The tessera-compile flags of this layout.
+  std::vector<std::string> flags(int64_t globalBatch) const;
+};
+
+struct Prediction {
+  Layout layout;
+  bool feasible = false;
+  std::string reason; ///< why not feasible
+  double stepSeconds = 0;
+  double tflopsPerGpu = 0;  ///< hardware FLOPs (recompute included) / s / GPU
+  double mfu = 0;           ///< model FLOPs (no recompute) / (time x peak)
+  double bubbleFraction = 0;
+  double exposedCommSeconds = 0; ///< tp, cp and p2p in the stages, dp after
+  double memoryBytes = 0;        ///< the fullest rank's predicted arena
+  int64_t fullestPpRank = 0;
+  /// Filled for the best few: the compiled plan's bytes for that rank.
+  double compiledMemoryBytes = 0;
+};
+
+struct PlanOptions {
+  /// The model: a GPT by its configuration, or (when set) an nn-level
+  /// module (tessera-gen's, an imported ONNX model), which the calibration
+  /// compiles whole at pp 3 with one layer on the first and last stage.
+  GPTConfig model;
+  mlir::ModuleOp module;
+  int64_t globalBatch = 0;
+  bool bf16 = true;
+  /// Restrict the search (0 or empty: search).
+  int64_t tp = 0, cp = 0, pp = 0, vpp = 0, microBatch = 0;
+  std::string recompute;
+  int distributedOptimizer = -1; ///< -1: both
+  /// How the data-parallel gradients are reduced (Tessera's defaults:
+  /// overlapped with the backward, in fp32).
+  bool overlapGradReduce = true, gradReduceBf16 = false;
+  /// Bytes of an activation element: 4, Tessera's (activations, and so
+  /// the tp, cp and pipeline transfers, are fp32 even under bf16), or 2 to
+  /// model a runtime that keeps them in 16 bits as Megatron does.
+  double activationBytes = 4;
+  /// Compile the best `verifyTop` candidates whole for their exact memory.
+  int64_t verifyTop = 3;
+};
+
+struct PlanResult {
+  std::vector<Prediction> ranked; ///< feasible first, fastest first
+  int64_t candidates = 0, calibrationCompiles = 0;
+  std::string compileError; ///< the first calibration that did not compile
+  GPTConfig model;          ///< the sizes planned for
+  double seconds = 0;
+};
+
+llvm::Expected<PlanResult> plan(const Cluster &cluster,
+                                const PlanOptions &options);
+
+/// JSON of `result` (the top `top` feasible layouts, and the count of
+/// infeasible ones by reason).
+void printPlan(const PlanResult &result, const Cluster &cluster,
+               const PlanOptions &options, int64_t top, bool text,
+               llvm::raw_ostream &os);
+
+} // namespace tessera::plan
+
+#endif // TESSERA_PLAN_PLANNER_H

@@ -1,0 +1,962 @@
+//===- Planner.cpp - tessera-plan's search and cost model -----------------===//
+//
+// See include/tessera/Plan/Planner.h. Three parts:
+//   1. calibration: compile the model (its real width) at pp 3 with one
+//      layer on the first and the last stage and the rest in the middle,
+//      per (tp, cp, recompute) at micro-batch size 1, and read each stage's
+//      phase FLOPs, parameters, slot bytes (inputs and saved activations of
+//      one microbatch), transient peak and emitted transfers; the middle
+//      stage divided by its layers is one layer, the first stage less a
+//      layer the embedding, the last less a layer the head. Everything read
+//      scales with the micro-batch size.
+//   2. evaluation of a layout: each virtual stage's forward and backward
+//      time, the schedule (lib/Schedule) run with them for the bubble and
+//      the microbatches in flight, the data-parallel reductions after the
+//      last backward, the optimizer's pass, and each pipeline rank's memory;
+//   3. the search over the layouts the mesh and the model allow, and a whole
+//      compile of the best few for their exact memory.
+//
+//===----------------------------------------------------------------------===//
+
+#include "tessera/Plan/Planner.h"
+#include "tessera/InitAll.h"
+#include "tessera/Pipeline/Pipeline.h"
+#include "tessera/Pipeline/Reports.h"
+#include "tessera/Schedule/PipelineSchedule.h"
+#include "tessera/Support/Model.h"
+
+#include "dialects/rt/IR/RTOps.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+#include "llvm/Support/MemoryBuffer.h"
+
+#include <chrono>
+#include <cmath>
+
+using namespace mlir;
+using namespace tessera;
+using namespace tessera::plan;
+
+//===----------------------------------------------------------------------===//
+// Cluster files
+//===----------------------------------------------------------------------===//
+
+llvm::Expected<Cluster> tessera::plan::readCluster(const std::string &path) {
+  auto fail = [&](const llvm::Twine &msg) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "cluster file '" + path + "': " + msg);
+  };
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  if (!buffer)
+    return fail(buffer.getError().message());
+  llvm::Expected<llvm::json::Value> json =
+      llvm::json::parse((*buffer)->getBuffer());
+  if (!json)
+    return fail(llvm::toString(json.takeError()));
+  const llvm::json::Object *root = json->getAsObject();
+  if (!root)
+    return fail("expected a JSON object");
+  Cluster c;
+  // A positive number at `key` of `obj` (`where` names it in errors).
+  auto number = [&](const llvm::json::Object &obj, llvm::StringRef key,
+                    llvm::StringRef where, double &out,
+                    bool required = true) -> llvm::Error {
+    const llvm::json::Value *v = obj.get(key);
+    if (!v) {
+      if (!required)
+        return llvm::Error::success();
+      return fail("missing '" + where + key + "'");
+    }
+    std::optional<double> d = v->getAsNumber();
+    if (!d || !(*d > 0) || !std::isfinite(*d))
+      return fail("'" + where + key + "' must be a positive number");
+    out = *d;
+    return llvm::Error::success();
+  };
+  if (auto name = root->getString("name"))
+    c.name = name->str();
+  double gpusPerNode = 0, nodes = 0, memoryGiB = 0, hbm = 0;
+  if (auto e = number(*root, "gpus_per_node", "", gpusPerNode))
+    return std::move(e);
+  if (auto e = number(*root, "nodes", "", nodes))
+    return std::move(e);
+  if (gpusPerNode != std::floor(gpusPerNode) || nodes != std::floor(nodes))
+    return fail("'gpus_per_node' and 'nodes' must be integers");
+  c.gpusPerNode = int64_t(gpusPerNode);
+  c.nodes = int64_t(nodes);
+  if (auto e = number(*root, "memory_gib", "", memoryGiB))
+    return std::move(e);
+  c.memoryBytes = memoryGiB * double(1 << 30);
+  if (auto e = number(*root, "usable_memory_fraction", "", c.usableMemory,
+                      /*required=*/false))
+    return std::move(e);
+  if (c.usableMemory > 1)
+    return fail("'usable_memory_fraction' must be at most 1");
+  if (auto e = number(*root, "hbm_bandwidth_gbps", "", hbm))
+    return std::move(e);
+  c.hbmBandwidth = hbm * 1e9;
+  const llvm::json::Object *peak = root->getObject("peak_tflops");
+  if (!peak)
+    return fail("missing 'peak_tflops' (an object of dtype: TFLOP/s)");
+  for (const char *dtype : {"bf16", "fp32"}) {
+    double tflops = 0;
+    if (auto e = number(*peak, dtype, "peak_tflops.", tflops))
+      return std::move(e);
+    c.peakFlops[dtype] = tflops * 1e12;
+  }
+  for (auto [key, bw, lat] :
+       {std::tuple{"intra_node", &c.intraBandwidth, &c.intraLatency},
+        std::tuple{"inter_node", &c.interBandwidth, &c.interLatency}}) {
+    const llvm::json::Object *link = root->getObject(key);
+    if (!link)
+      return fail(llvm::Twine("missing '") + key +
+                  "' (bandwidth_gbps per GPU and latency_us)");
+    std::string where = std::string(key) + ".";
+    double gbps = 0, us = 0;
+    if (auto e = number(*link, "bandwidth_gbps", where, gbps))
+      return std::move(e);
+    if (auto e = number(*link, "latency_us", where, us))
+      return std::move(e);
+    *bw = gbps * 1e9;
+    *lat = us * 1e-6;
+  }
+  double kernelUs = 0;
+  if (auto e = number(*root, "kernel_overhead_us", "", kernelUs,
+                      /*required=*/false))
+    return std::move(e);
+  c.kernelOverhead = kernelUs * 1e-6;
+  if (const llvm::json::Object *gemm = root->getObject("gemm_efficiency")) {
+    if (auto e = number(*gemm, "max", "gemm_efficiency.", c.gemmMax))
+      return std::move(e);
+    if (auto e = number(*gemm, "half_size", "gemm_efficiency.", c.gemmHalf))
+      return std::move(e);
+    if (c.gemmMax > 1)
+      return fail("'gemm_efficiency.max' must be at most 1");
+  }
+  return c;
+}
+
+std::vector<std::string> Layout::flags(int64_t globalBatch) const {
+  std::vector<std::string> f = {
+      "--tp", std::to_string(tp), "--cp", std::to_string(cp), "--pp",
+      std::to_string(pp), "--dp", std::to_string(dp), "--micro-batch-size",
+      std::to_string(microBatch), "--global-batch-size",
+      std::to_string(globalBatch)};
+  if (vpp > 1)
+    f.insert(f.end(), {"--vpp", std::to_string(vpp)});
+  if (tp > 1)
+    f.push_back("--sequence-parallel");
+  if (recompute == "full")
+    f.insert(f.end(), {"--recompute-granularity", "full", "--recompute-method",
+                       "uniform", "--recompute-num-layers", "1"});
+  if (distributedOptimizer)
+    f.push_back("--use-distributed-optimizer");
+  if (dp > 1 && overlapGradReduce)
+    f.push_back("--overlap-grad-reduce");
+  if (gradReduceBf16)
+    f.push_back("--grad-reduce-in-bf16");
+  return f;
+}
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// Calibration
+//===----------------------------------------------------------------------===//
+
+/// What one stage (or one layer, or the embedding, or the head) costs per
+/// microbatch of one sample.
+struct Part {
+  double fwdFlops = 0, bwdFlops = 0;
+  /// Of those, the compute-bound ops' FLOPs; the bytes the others move.
+  double fwdDense = 0, bwdDense = 0, fwdLight = 0, bwdLight = 0;
+  double fwdKernels = 0, bwdKernels = 0; ///< instructions the phases run
+  double params = 0;    ///< elements, this rank's shard
+  double slotBytes = 0; ///< inputs and saved activations of a microbatch
+  double transient = 0; ///< the stage's transient peak
+  /// Collective bytes per microbatch by group kind, with the ring factor
+  /// applied later: (all-reduce bytes, gather/scatter bytes, count).
+  std::map<std::string, std::array<double, 3>> comm;
+  double p2pBytes = 0; ///< sent per microbatch, forward and backward
+  /// Ring attention's K/V exchange per microbatch: (cp - 1) K/V blocks
+  /// forward, K/V and their gradients backward (cp is applied later).
+  double ringFwd = 0, ringBwd = 0;
+
+  Part operator-(const Part &o) const {
+    Part r = *this;
+    r.fwdFlops -= o.fwdFlops;
+    r.bwdFlops -= o.bwdFlops;
+    r.fwdDense -= o.fwdDense;
+    r.bwdDense -= o.bwdDense;
+    r.fwdLight -= o.fwdLight;
+    r.bwdLight -= o.bwdLight;
+    r.fwdKernels -= o.fwdKernels;
+    r.bwdKernels -= o.bwdKernels;
+    r.params -= o.params;
+    r.slotBytes -= o.slotBytes;
+    for (auto &[k, v] : o.comm)
+      for (int i = 0; i < 3; ++i)
+        r.comm[k][i] -= v[i];
+    r.p2pBytes -= o.p2pBytes;
+    r.ringFwd -= o.ringFwd;
+    r.ringBwd -= o.ringBwd;
+    return r;
+  }
+  Part scaled(double f) const {
+    Part r = *this;
+    r.fwdFlops *= f;
+    r.bwdFlops *= f;
+    r.fwdDense *= f;
+    r.bwdDense *= f;
+    r.fwdLight *= f;
+    r.bwdLight *= f;
+    r.fwdKernels *= f;
+    r.bwdKernels *= f;
+    r.params *= f;
+    r.slotBytes *= f;
+    for (auto &[k, v] : r.comm)
+      for (int i = 0; i < 3; ++i)
+        v[i] *= f;
+    r.p2pBytes *= f;
+    r.ringFwd *= f;
+    r.ringBwd *= f;
+    return r;
+  }
+};
+
+struct Calibration {
+  Part embedding, layer, head;
+  double p2pBytes = 0; ///< a middle stage's sends per microbatch (both ways)
+  double firstTransient = 0, middleTransient = 0, lastTransient = 0;
+};
+
+int64_t bytesOf(Type t) {
+  auto m = dyn_cast<MemRefType>(t);
+  if (!m || !m.hasStaticShape())
+    return 0;
+  return m.getNumElements() * int64_t(m.getElementTypeBitWidth() / 8);
+}
+
+/// One pipeline rank's numbers from the rt-level program.
+Part readStage(ModuleOp program) {
+  Part p;
+  for (auto buf : program.getOps<rt::BufferOp>())
+    if (buf.getKind() == rt::BufferKind::Param)
+      p.params += double(cast<MemRefType>(buf.getType()).getNumElements());
+  for (auto f : program.getOps<func::FuncOp>()) {
+    StringRef name = f.getSymName();
+    bool fwd = name.contains("forward_c"), bwd = name.contains("backward_c");
+    if (!fwd && !bwd)
+      continue;
+    auto read = [&](StringRef attr, double &fwdOut, double &bwdOut) {
+      if (auto a = f->getAttrOfType<IntegerAttr>(attr))
+        (fwd ? fwdOut : bwdOut) += double(a.getInt());
+    };
+    // The receive and send parts ("recv:forward_c0") hold only transfers.
+    if (!name.contains(':')) {
+      read("rt.flops", p.fwdFlops, p.bwdFlops);
+      read("rt.dense_flops", p.fwdDense, p.bwdDense);
+      read("rt.light_bytes", p.fwdLight, p.bwdLight);
+      f.walk([&](Operation *op) {
+        if (op->getDialect() && op->getDialect()->getNamespace() == "rt" &&
+            !isa<rt::GetOp, rt::AllocOp>(op))
+          (fwd ? p.fwdKernels : p.bwdKernels) += 1;
+      });
+    }
+    if (auto slot = f->getAttrOfType<IntegerAttr>("rt.slot_bytes"))
+      p.slotBytes = double(slot.getInt());
+    f.walk([&](Operation *op) {
+      StringRef kind = op->getName().getStringRef();
+      int64_t bytes = 0;
+      for (Value v : op->getOperands())
+        bytes = std::max(bytes, bytesOf(v.getType()));
+      if (kind == "rt.send") {
+        p.p2pBytes += double(bytes);
+        return;
+      }
+      // The K and V thirds of the QKV operand go around the ring.
+      if (kind == "rt.ring_attention" || kind == "rt.ring_attention_grad") {
+        double kv = 2.0 / 3.0 * double(bytesOf(op->getOperand(0).getType()));
+        (kind == "rt.ring_attention" ? p.ringFwd : p.ringBwd) +=
+            kind == "rt.ring_attention" ? kv : 2 * kv;
+        return;
+      }
+      auto group = op->getAttrOfType<StringAttr>("group");
+      if (!group)
+        return;
+      if (kind == "rt.all_reduce" || kind == "rt.all_reduce_start") {
+        p.comm[group.str()][0] += double(bytes);
+        p.comm[group.str()][2] += 1;
+      } else if (kind == "rt.all_gather" || kind == "rt.reduce_scatter" ||
+                 kind == "rt.reduce_scatter_start" || kind == "rt.all_to_all") {
+        p.comm[group.str()][1] += double(bytes);
+        p.comm[group.str()][2] += 1;
+      }
+    });
+  }
+  int64_t arena = program->getAttrOfType<IntegerAttr>("rt.arena_bytes").getInt();
+  int64_t persistent =
+      program->getAttrOfType<IntegerAttr>("rt.persistent_bytes").getInt();
+  p.transient = double(arena - persistent);
+  return p;
+}
+
+/// Builds the model for a compile: a copy of the given module, or the GPT
+/// of the options with `layers` layers.
+OwningOpRef<ModuleOp> buildModel(MLIRContext &ctx, const PlanOptions &options,
+                                 int64_t layers) {
+  if (options.module)
+    return cast<ModuleOp>(options.module->clone());
+  GPTConfig config = options.model;
+  config.layers = layers;
+  return buildGPT(&ctx, config);
+}
+
+/// The sizes the search needs from an nn-level module: its layers, and from
+/// its first attention the heads, the sequence and the hidden size.
+llvm::Error describeModule(ModuleOp module, GPTConfig &g) {
+  auto fail = [](const llvm::Twine &msg) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+  };
+  FailureOr<int64_t> layers = getNumLayers(module);
+  if (failed(layers))
+    return fail("the model's layer marks (nn.layer) are not contiguous");
+  if (*layers < 3)
+    return fail("tessera-plan needs a model of at least 3 layers (nn.layer); "
+                "it has " + llvm::Twine(*layers));
+  Operation *attention = nullptr;
+  module.walk([&](Operation *op) {
+    if (!attention && op->getName().getStringRef() == "nn.attention")
+      attention = op;
+  });
+  auto heads = attention ? attention->getAttrOfType<IntegerAttr>("num_heads")
+                         : IntegerAttr();
+  auto qkv = attention ? dyn_cast<RankedTensorType>(attention->getOperand(0).getType())
+                       : RankedTensorType();
+  if (!heads || !qkv || qkv.getRank() != 3 || qkv.isDynamicDim(0) ||
+      qkv.isDynamicDim(2))
+    return fail("tessera-plan plans transformers: the model has no nn.attention "
+                "with a static [seq, batch, 3 x hidden] input");
+  g.layers = *layers;
+  g.heads = heads.getInt();
+  g.seq = qkv.getDimSize(0);
+  g.hidden = qkv.getDimSize(2) / 3;
+  g.vocab = 0;
+  return llvm::Error::success();
+}
+
+/// Runs the training pipeline on `module`; the diagnostics are collected.
+LogicalResult compileModule(MLIRContext &ctx, ModuleOp module,
+                            const TrainPipelineOptions &options,
+                            std::string &error) {
+  ScopedDiagnosticHandler handler(&ctx, [&](Diagnostic &d) {
+    if (d.getSeverity() == DiagnosticSeverity::Error && error.empty())
+      error = d.str();
+    return success();
+  });
+  PassManager pm(&ctx);
+  buildTrainPipeline(pm, options);
+  return pm.run(module);
+}
+
+void setLayout(TrainPipelineOptions &o, const Layout &l, int64_t globalBatch,
+               bool bf16) {
+  o.tp = l.tp;
+  o.cp = l.cp;
+  o.pp = l.pp;
+  o.vpp = l.vpp;
+  o.dp = l.dp;
+  o.microBatchSize = l.microBatch;
+  o.globalBatchSize = globalBatch;
+  o.sequenceParallel = l.tp > 1;
+  o.bf16 = bf16;
+  o.distributedOptimizer = l.distributedOptimizer;
+  o.overlapGradReduce = l.dp > 1 && l.overlapGradReduce;
+  o.gradReduceInBf16 = bf16 && l.gradReduceBf16;
+  if (l.recompute == "full") {
+    o.recomputeGranularity = "full";
+    o.recomputeMethod = "uniform";
+    o.recomputeNumLayers = 1;
+  }
+}
+
+/// Compiles the model at pp 3 (one layer, the middle, one layer) for
+/// (tp, cp, recompute) at micro-batch size 1 and splits it into parts.
+llvm::Expected<Calibration> calibrate(MLIRContext &ctx,
+                                      const PlanOptions &options, int64_t tp,
+                                      int64_t cp, const std::string &recompute) {
+  // A module is compiled whole (its layers are not ours to remove).
+  int64_t middle = 1;
+  if (options.module) {
+    FailureOr<int64_t> layers = getNumLayers(options.module);
+    middle = succeeded(layers) ? *layers - 2 : 1;
+  }
+  OwningOpRef<ModuleOp> module = buildModel(ctx, options, middle + 2);
+  Layout l;
+  l.tp = tp;
+  l.cp = cp;
+  l.pp = 3;
+  l.recompute = recompute;
+  TrainPipelineOptions o;
+  setLayout(o, l, /*globalBatch=*/3, /*bf16=*/false);
+  o.ppLayers = llvm::ArrayRef<int64_t>{1, middle, 1};
+  std::string error;
+  if (failed(compileModule(ctx, *module, o, error)))
+    return llvm::createStringError(
+        llvm::inconvertibleErrorCode(),
+        "calibration compile (tp %lld, cp %lld, recompute %s) failed: %s",
+        (long long)tp, (long long)cp, recompute.c_str(), error.c_str());
+  std::map<int64_t, Part> stages;
+  // Activation bytes as the options model them (the compile's are fp32).
+  const double act = options.activationBytes / 4.0;
+  for (ModuleOp program : getPrograms(*module)) {
+    Part p = readStage(program);
+    p.fwdLight *= act;
+    p.bwdLight *= act;
+    p.slotBytes *= act;
+    p.transient *= act;
+    p.p2pBytes *= act;
+    p.ringFwd *= act;
+    p.ringBwd *= act;
+    for (auto &[kind, v] : p.comm)
+      for (double &x : v)
+        x *= act;
+    stages[program->getAttrOfType<IntegerAttr>(kPpRankAttr).getInt()] = p;
+  }
+  // Per microbatch: the compile ran 3 microbatches of one sample.
+  Calibration c;
+  c.layer = stages[1].scaled(1.0 / double(middle));
+  c.embedding = stages[0] - c.layer;
+  c.head = stages[2] - c.layer;
+  c.p2pBytes = stages[1].p2pBytes;
+  c.firstTransient = stages[0].transient;
+  c.middleTransient = stages[1].transient;
+  c.lastTransient = stages[2].transient;
+  return c;
+}
+
+//===----------------------------------------------------------------------===//
+// Evaluation
+//===----------------------------------------------------------------------===//
+
+struct ScheduleFacts {
+  std::vector<schedule::RankSchedule> ranks;
+  /// Microbatches in flight per (pp rank, chunk).
+  std::vector<std::vector<int64_t>> inFlight;
+};
+
+class Evaluator {
+public:
+  Evaluator(const Cluster &cluster, const PlanOptions &options)
+      : cluster(cluster), options(options) {}
+
+  /// The time of one collective over `n` ranks of `bytes`, by kind.
+  double collective(double allReduceBytes, double gatherBytes, double count,
+                    int64_t n, bool intra) const {
+    if (n <= 1)
+      return 0;
+    double bw = intra ? cluster.intraBandwidth : cluster.interBandwidth;
+    double lat = intra ? cluster.intraLatency : cluster.interLatency;
+    double f = double(n - 1) / double(n);
+    return count * lat * double(n - 1) +
+           (2 * f * allReduceBytes + f * gatherBytes) / bw;
+  }
+
+  static schedule::PipelineConfig scheduleConfig(int64_t pp, int64_t vpp,
+                                                 int64_t m) {
+    schedule::PipelineConfig config;
+    config.pp = pp;
+    config.vpp = vpp;
+    config.microbatches = m;
+    config.layers = pp * vpp;
+    config.kind = pp == 1   ? schedule::Kind::None
+                  : vpp > 1 ? schedule::Kind::Interleaved
+                            : schedule::Kind::OneFOneB;
+    return config;
+  }
+
+  /// The schedule's order per rank, and the microbatches each (rank, chunk)
+  /// has in flight at most.
+  const ScheduleFacts &orders(int64_t pp, int64_t vpp, int64_t m) {
+    auto [it, inserted] =
+        orderCache.try_emplace(std::make_tuple(pp, vpp, m), ScheduleFacts());
+    if (!inserted)
+      return it->second;
+    ScheduleFacts &f = it->second;
+    f.ranks = schedule::buildSchedule(scheduleConfig(pp, vpp, m));
+    f.inFlight.assign(size_t(pp), std::vector<int64_t>(size_t(vpp), 0));
+    for (const schedule::RankSchedule &r : f.ranks) {
+      std::vector<int64_t> now(size_t(vpp), 0);
+      for (const schedule::Step &s : r.order) {
+        int64_t &n = now[size_t(s.chunk)];
+        n += s.forward ? 1 : -1;
+        int64_t &peak = f.inFlight[size_t(r.ppRank)][size_t(s.chunk)];
+        peak = std::max(peak, n);
+      }
+    }
+    return f;
+  }
+
+  /// The schedule run with backward/forward time `ratio` (in steps of
+  /// 1/20): makespan in forward times, and the bubble.
+  std::pair<double, double> simulation(int64_t pp, int64_t vpp, int64_t m,
+                                       double ratio) {
+    int64_t key = std::max<int64_t>(1, std::lround(ratio * 20));
+    auto [it, inserted] =
+        simCache.try_emplace(std::make_tuple(pp, vpp, m, key), 0.0, 0.0);
+    if (!inserted)
+      return it->second;
+    schedule::Simulation sim =
+        schedule::simulate(scheduleConfig(pp, vpp, m), orders(pp, vpp, m).ranks,
+                           1.0, double(key) / 20.0);
+    it->second = {sim.makespan, sim.bubbleFraction};
+    return it->second;
+  }
+
+  Prediction evaluate(const Layout &l, const Calibration &cal,
+                      const Calibration &modelCal) {
+    Prediction p;
+    p.layout = l;
+    const GPTConfig &g = options.model;
+    const int64_t stages = l.pp * l.vpp, perChunk = g.layers / stages;
+    const int64_t m = options.globalBatch / (l.microBatch * l.dp);
+    const double mb = double(l.microBatch);
+    const double peak =
+        cluster.peakFlops.at(options.bf16 ? "bf16" : "fp32");
+    // The GEMMs' smaller side: the hidden shard, or the tokens of a
+    // microbatch on this rank (the whole sequence share under sequence
+    // parallelism, which gathers it before each GEMM).
+    double d = std::min(double(g.hidden) / double(l.tp),
+                        double(g.seq) * mb / double(l.cp));
+    double eff = cluster.gemmMax * d / (d + cluster.gemmHalf);
+    // A group's ranks are consecutive world ranks times its stride (order
+    // tp-cp-ep-dp-pp): inside a node while stride x size fits one.
+    auto intra = [&](int64_t stride, int64_t size) {
+      return stride * size <= cluster.gpusPerNode;
+    };
+    auto groupSize = [&](StringRef kind) -> std::pair<int64_t, bool> {
+      if (kind == "tp")
+        return {l.tp, intra(1, l.tp)};
+      if (kind == "cp")
+        return {l.cp, intra(l.tp, l.cp)};
+      if (kind == "tp-cp")
+        return {l.tp * l.cp, intra(1, l.tp * l.cp)};
+      return {1, true};
+    };
+    // One virtual stage's parts, per microbatch of one sample.
+    auto stagePart = [&](int64_t s, const Calibration &c) {
+      Part part = c.layer.scaled(double(perChunk));
+      auto add = [&](const Part &x) {
+        part.fwdFlops += x.fwdFlops;
+        part.bwdFlops += x.bwdFlops;
+        part.fwdDense += x.fwdDense;
+        part.bwdDense += x.bwdDense;
+        part.fwdLight += x.fwdLight;
+        part.bwdLight += x.bwdLight;
+        part.fwdKernels += x.fwdKernels;
+        part.bwdKernels += x.bwdKernels;
+        part.params += x.params;
+        part.slotBytes += x.slotBytes;
+        part.ringFwd += x.ringFwd;
+        part.ringBwd += x.ringBwd;
+        for (auto &[k, v] : x.comm)
+          for (int i = 0; i < 3; ++i)
+            part.comm[k][i] += v[i];
+      };
+      if (s == 0)
+        add(c.embedding);
+      if (s == stages - 1)
+        add(c.head);
+      return part;
+    };
+    double tf = 0, tb = 0, commInStage = 0;
+    const bool ppIntra = intra(l.tp * l.cp * l.dp, 2);
+    for (int64_t s = 0; s < stages; ++s) {
+      Part part = stagePart(s, cal);
+      double comm = 0;
+      for (auto &[kind, v] : part.comm) {
+        auto [n, in] = groupSize(kind);
+        comm += collective(v[0] * mb, v[1] * mb, v[2], n, in);
+      }
+      // Each direction receives one boundary's activation or gradient.
+      double p2p = stages > 1
+                       ? (ppIntra ? cluster.intraLatency : cluster.interLatency) +
+                             cal.p2pBytes / 2 * mb /
+                                 (ppIntra ? cluster.intraBandwidth
+                                          : cluster.interBandwidth)
+                       : 0;
+      // Ring attention's exchange, counted as not overlapped with the
+      // attention blocks (pessimistic for long sequences).
+      double ringF = 0, ringB = 0;
+      if (l.cp > 1) {
+        bool in = intra(l.tp, l.cp);
+        double bw = in ? cluster.intraBandwidth : cluster.interBandwidth;
+        double lat = in ? cluster.intraLatency : cluster.interLatency;
+        double hops = double(l.cp - 1);
+        ringF = part.ringFwd * mb * hops / bw + lat * hops * perChunk;
+        ringB = part.ringBwd * mb * hops / bw + lat * hops * perChunk;
+        comm += ringF + ringB;
+      }
+      // Collectives split between the directions like the FLOPs.
+      double total = part.fwdFlops + part.bwdFlops;
+      double fwdShare = total > 0 ? part.fwdFlops / total : 0.5;
+      // Compute-bound ops at the GEMM efficiency, the others at the memory
+      // bandwidth (their FLOPs are noise next to their bytes).
+      double coll = comm - ringF - ringB;
+      double f = part.fwdDense * mb / (peak * eff) +
+                 part.fwdLight * mb / cluster.hbmBandwidth +
+                 part.fwdKernels * cluster.kernelOverhead + coll * fwdShare +
+                 ringF + p2p;
+      double b = part.bwdDense * mb / (peak * eff) +
+                 part.bwdLight * mb / cluster.hbmBandwidth +
+                 part.bwdKernels * cluster.kernelOverhead +
+                 coll * (1 - fwdShare) + ringB + p2p;
+      tf = std::max(tf, f);
+      tb = std::max(tb, b);
+      commInStage = std::max(commInStage, comm + 2 * p2p);
+    }
+    const ScheduleFacts &sf = orders(l.pp, l.vpp, m);
+
+    // Per pipeline rank: parameters, memory; the fullest rank counts.
+    double worstMem = 0, worstDp = 0, worstOpt = 0;
+    const double gradBytes = options.gradReduceBf16 ? 2 : 4,
+                 paramBytes = options.bf16 ? 2 : 4;
+    const double stateBytes = options.bf16 ? 12 : 8; // main fp32 + Adam
+    const int64_t dpOpt = l.distributedOptimizer ? l.dp : 1;
+    for (int64_t r = 0; r < l.pp; ++r) {
+      double params = 0, act = 0, transient = 0;
+      for (int64_t c = 0; c < l.vpp; ++c) {
+        int64_t s = c * l.pp + r;
+        Part part = stagePart(s, cal);
+        params += part.params;
+        act += double(sf.inFlight[size_t(r)][size_t(c)]) * mb * part.slotBytes;
+        double t = s == stages - 1 ? cal.lastTransient
+                   : s == 0        ? cal.firstTransient
+                                   : cal.middleTransient;
+        transient = std::max(transient, t * mb);
+      }
+      double mem = params * (paramBytes + gradBytes + stateBytes / double(dpOpt)) +
+                   act + transient;
+      if (mem > worstMem) {
+        worstMem = mem;
+        p.fullestPpRank = r;
+      }
+      // Data-parallel reductions of this rank's gradients (and the
+      // parameters' all-gather with the distributed optimizer).
+      bool dpIntra = intra(l.tp * l.cp, l.dp);
+      // The gradients' all-reduce, or with the distributed optimizer their
+      // reduce-scatter, overlaps the last microbatch's backward on this
+      // rank (--overlap-grad-reduce) or follows it; the distributed
+      // optimizer's all-gather of the updated parameters runs in the step.
+      double reduce =
+          l.distributedOptimizer
+              ? collective(0, params * gradBytes, 1, l.dp, dpIntra)
+              : collective(params * gradBytes, 0, 1, l.dp, dpIntra);
+      double gather = l.distributedOptimizer
+                          ? collective(0, params * paramBytes, 1, l.dp, dpIntra)
+                          : 0.0;
+      double hidden = options.overlapGradReduce ? double(l.vpp) * tb : 0.0;
+      worstDp = std::max(worstDp, std::max(0.0, reduce - hidden) + gather);
+      worstOpt = std::max(worstOpt, params / double(dpOpt) * 30.0 /
+                                        cluster.hbmBandwidth);
+    }
+    p.memoryBytes = worstMem;
+    double usable = cluster.memoryBytes * cluster.usableMemory;
+    p.feasible = worstMem <= usable;
+    if (!p.feasible) {
+      // Not simulated: a layout that does not fit has no time.
+      p.reason = "memory";
+      return p;
+    }
+    auto [makespanUnits, bubble] = simulation(l.pp, l.vpp, m, tb / tf);
+    p.bubbleFraction = bubble;
+    p.stepSeconds = makespanUnits * tf + worstDp + worstOpt;
+    p.exposedCommSeconds =
+        commInStage * double(m) * double(l.vpp) + worstDp;
+
+    // FLOPs of a step over all GPUs: each rank's share times tp x cp.
+    auto stepFlops = [&](const Calibration &c) {
+      double f = 0;
+      for (int64_t s = 0; s < stages; ++s) {
+        Part part = stagePart(s, c);
+        f += part.fwdFlops + part.bwdFlops;
+      }
+      return f * mb * double(m) * double(l.dp) * double(l.tp * l.cp);
+    };
+    double gpus = double(l.tp * l.cp * l.pp * l.dp);
+    p.tflopsPerGpu = stepFlops(cal) / p.stepSeconds / gpus / 1e12;
+    p.mfu = stepFlops(modelCal) / p.stepSeconds / gpus / peak;
+    return p;
+  }
+
+private:
+  const Cluster &cluster;
+  const PlanOptions &options;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, ScheduleFacts> orderCache;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>,
+           std::pair<double, double>>
+      simCache;
+};
+
+std::vector<int64_t> divisors(int64_t n) {
+  std::vector<int64_t> d;
+  for (int64_t i = 1; i <= n; ++i)
+    if (n % i == 0)
+      d.push_back(i);
+  return d;
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Search
+//===----------------------------------------------------------------------===//
+
+llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
+                                               const PlanOptions &options) {
+  auto start = std::chrono::steady_clock::now();
+  auto fail = [](const llvm::Twine &msg) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
+  };
+  GPTConfig g = options.model;
+  if (options.module) {
+    if (llvm::Error e = describeModule(options.module, g))
+      return std::move(e);
+  } else if (std::string e = validateGPTConfig(g); !e.empty()) {
+    return fail("invalid model: " + e);
+  }
+  if (g.numExperts > 0)
+    return fail("tessera-plan does not plan mixture-of-experts models yet");
+  // From here on, the options with the model's sizes.
+  PlanOptions resolved = options;
+  resolved.model = g;
+  if (options.globalBatch <= 0)
+    return fail("give --global-batch-size");
+  const int64_t n = cluster.gpus();
+  if (!cluster.peakFlops.count(options.bf16 ? "bf16" : "fp32"))
+    return fail("the cluster has no peak for the training dtype");
+
+  // The module's context, or one of our own for a GPT by flags.
+  std::unique_ptr<MLIRContext> owned;
+  if (!options.module) {
+    DialectRegistry registry;
+    tessera::registerAllDialects(registry);
+    owned = std::make_unique<MLIRContext>(registry);
+    owned->loadAllAvailableDialects();
+    owned->printOpOnDiagnostic(false);
+  }
+  MLIRContext &ctx = owned ? *owned : *options.module->getContext();
+
+  PlanResult result;
+  std::map<std::tuple<int64_t, int64_t, std::string>, Calibration> cals;
+  // A layout whose calibration does not compile is not feasible (the
+  // compiler's error is its reason).
+  std::map<std::tuple<int64_t, int64_t, std::string>, std::string> calErrors;
+  auto calibration = [&](int64_t tp, int64_t cp,
+                         const std::string &rc) -> const Calibration * {
+    auto key = std::make_tuple(tp, cp, rc);
+    if (auto it = cals.find(key); it != cals.end())
+      return &it->second;
+    if (calErrors.count(key))
+      return nullptr;
+    llvm::Expected<Calibration> c = calibrate(ctx, resolved, tp, cp, rc);
+    ++result.calibrationCompiles;
+    if (!c) {
+      calErrors[key] = llvm::toString(c.takeError());
+      return nullptr;
+    }
+    return &cals.emplace(key, *c).first->second;
+  };
+
+  Evaluator eval(cluster, resolved);
+  std::vector<Prediction> all;
+  std::vector<std::string> recomputes =
+      options.recompute.empty() ? std::vector<std::string>{"none", "full"}
+                                : std::vector<std::string>{options.recompute};
+  for (int64_t tp : divisors(cluster.gpusPerNode)) {
+    if (n % tp || g.heads % tp || (options.tp && tp != options.tp))
+      continue;
+    for (int64_t cp : divisors(n / tp)) {
+      if ((options.cp ? cp != options.cp : cp > 8) || g.seq % (2 * cp) ||
+          (cp > 1 && tp > 1 && g.seq % (cp * tp)))
+        continue;
+      for (int64_t pp : divisors(n / (tp * cp))) {
+        if (g.layers % pp || (options.pp && pp != options.pp) ||
+            (pp > 1 && g.layers / pp < 1))
+          continue;
+        int64_t dp = n / (tp * cp * pp);
+        for (int64_t vpp : divisors(g.layers / pp)) {
+          if ((options.vpp ? vpp != options.vpp : vpp > 8) ||
+              (vpp > 1 && pp == 1))
+            continue;
+          for (int64_t mb : {1, 2, 4, 8}) {
+            if ((options.microBatch && mb != options.microBatch) ||
+                options.globalBatch % (mb * dp))
+              continue;
+            int64_t m = options.globalBatch / (mb * dp);
+            if (vpp > 1 && m % pp)
+              continue;
+            for (const std::string &rc : recomputes)
+              for (bool dist : {false, true}) {
+                if (options.distributedOptimizer >= 0 &&
+                    dist != bool(options.distributedOptimizer))
+                  continue;
+                if (dist && dp == 1)
+                  continue;
+                Layout l{tp, cp, pp, vpp, dp, mb, rc, dist};
+                l.overlapGradReduce = options.overlapGradReduce;
+                l.gradReduceBf16 = options.gradReduceBf16;
+                ++result.candidates;
+                const Calibration *cal = calibration(tp, cp, rc);
+                const Calibration *modelCal = calibration(tp, cp, "none");
+                if (!cal || !modelCal) {
+                  Prediction p;
+                  p.layout = l;
+                  p.reason = "does not compile";
+                  const std::string &e = calErrors[std::make_tuple(
+                      tp, cp, cal ? std::string("none") : rc)];
+                  if (result.compileError.empty())
+                    result.compileError = e;
+                  all.push_back(p);
+                  continue;
+                }
+                all.push_back(eval.evaluate(l, *cal, *modelCal));
+              }
+          }
+        }
+      }
+    }
+  }
+  std::stable_sort(all.begin(), all.end(),
+                   [](const Prediction &a, const Prediction &b) {
+                     if (a.feasible != b.feasible)
+                       return a.feasible;
+                     return a.stepSeconds < b.stepSeconds;
+                   });
+  // The best few, compiled whole: the memory plan's bytes of the rank the
+  // prediction found fullest.
+  // (Only for Tessera's own activations: a plan modelling 16-bit ones has
+  // no compiled counterpart.)
+  const int64_t verify = options.activationBytes == 4 ? options.verifyTop : 0;
+  for (int64_t i = 0; i < int64_t(all.size()) && i < verify; ++i) {
+    Prediction &p = all[size_t(i)];
+    if (!p.feasible)
+      break;
+    OwningOpRef<ModuleOp> module = buildModel(ctx, resolved, g.layers);
+    TrainPipelineOptions o;
+    setLayout(o, p.layout, options.globalBatch, options.bf16);
+    std::string error;
+    if (failed(compileModule(ctx, *module, o, error)))
+      return fail("compiling the planned layout failed: " + error);
+    auto memory = programMemory(*module);
+    if (failed(memory))
+      return fail("no memory plan for the planned layout");
+    for (const ProgramMemory &pm : *memory)
+      if (pm.ppRank == p.fullestPpRank)
+        p.compiledMemoryBytes = double(pm.bytes.at("total"));
+  }
+  result.ranked = std::move(all);
+  result.model = g;
+  result.seconds = std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - start)
+                       .count();
+  return result;
+}
+
+void tessera::plan::printPlan(const PlanResult &result, const Cluster &cluster,
+                              const PlanOptions &options, int64_t top,
+                              bool text, llvm::raw_ostream &os) {
+  const GPTConfig &g = result.model;
+  std::map<std::string, int64_t> infeasible;
+  for (const Prediction &p : result.ranked)
+    if (!p.feasible)
+      ++infeasible[p.reason];
+  auto gib = [](double b) { return b / double(1 << 30); };
+  if (text) {
+    os << llvm::formatv("{0} layouts of {1} GPUs ({2}), {3} calibration "
+                        "compiles, {4:F2} s\n",
+                        result.candidates, cluster.gpus(), cluster.name,
+                        result.calibrationCompiles, result.seconds);
+    int64_t shown = 0;
+    for (const Prediction &p : result.ranked) {
+      if (!p.feasible || shown++ >= top)
+        break;
+      const Layout &l = p.layout;
+      os << llvm::formatv(
+          "{0,2}. tp {1} cp {2} pp {3} vpp {4} dp {5} mb {6} recompute {7}{8}: "
+          "{9:F3} s/step, {10:F1} TFLOP/s/GPU, MFU {11:F3}, bubble {12:F3}, "
+          "{13:F1} GiB",
+          shown, l.tp, l.cp, l.pp, l.vpp, l.dp, l.microBatch, l.recompute,
+          l.distributedOptimizer ? " distopt" : "", p.stepSeconds,
+          p.tflopsPerGpu, p.mfu, p.bubbleFraction, gib(p.memoryBytes));
+      if (p.compiledMemoryBytes > 0)
+        os << llvm::formatv(" (compiled: {0:F1} GiB)", gib(p.compiledMemoryBytes));
+      os << "\n";
+    }
+    for (auto &[reason, count] : infeasible)
+      os << llvm::formatv("{0} layouts infeasible: {1}\n", count, reason);
+    if (!result.compileError.empty())
+      os << "first compile error: " << result.compileError << "\n";
+    return;
+  }
+  llvm::json::OStream j(os, 1);
+  j.object([&] {
+    j.attribute("cluster", cluster.name);
+    j.attribute("gpus", cluster.gpus());
+    j.attributeObject("model", [&] {
+      j.attribute("layers", g.layers);
+      j.attribute("hidden", g.hidden);
+      j.attribute("heads", g.heads);
+      j.attribute("seq", g.seq);
+      j.attribute("vocab", g.vocab);
+      j.attribute("global_batch", options.globalBatch);
+    });
+    j.attribute("candidates", result.candidates);
+    j.attribute("calibration_compiles", result.calibrationCompiles);
+    j.attribute("seconds", result.seconds);
+    j.attributeArray("ranked", [&] {
+      int64_t shown = 0;
+      for (const Prediction &p : result.ranked) {
+        if (!p.feasible || shown++ >= top)
+          break;
+        const Layout &l = p.layout;
+        j.object([&] {
+          j.attribute("tp", l.tp);
+          j.attribute("cp", l.cp);
+          j.attribute("pp", l.pp);
+          j.attribute("vpp", l.vpp);
+          j.attribute("dp", l.dp);
+          j.attribute("micro_batch", l.microBatch);
+          j.attribute("recompute", l.recompute);
+          j.attribute("distributed_optimizer", l.distributedOptimizer);
+          j.attribute("step_seconds", p.stepSeconds);
+          j.attribute("tflops_per_gpu", p.tflopsPerGpu);
+          j.attribute("mfu", p.mfu);
+          j.attribute("bubble", p.bubbleFraction);
+          j.attribute("exposed_comm_seconds", p.exposedCommSeconds);
+          j.attribute("memory_gib", gib(p.memoryBytes));
+          if (p.compiledMemoryBytes > 0) {
+            j.attribute("compiled_memory_gib", gib(p.compiledMemoryBytes));
+            j.attribute("memory_fit_error",
+                        p.memoryBytes / p.compiledMemoryBytes - 1);
+          }
+          std::string flags;
+          for (const std::string &f : l.flags(options.globalBatch))
+            flags += (flags.empty() ? "" : " ") + f;
+          j.attribute("flags", flags);
+        });
+      }
+    });
+    j.attributeObject("infeasible", [&] {
+      for (auto &[reason, count] : infeasible)
+        j.attribute(reason, count);
+    });
+    if (!result.compileError.empty())
+      j.attribute("first_compile_error", result.compileError);
+  });
+  os << "\n";
+}

@@ -1,0 +1,153 @@
+//===- tessera-plan.cpp - Rank parallel layouts for a model and cluster ---===//
+//
+// tessera-plan gpt --layers 96 --hidden 12288 --heads 96 --seq 2048
+//     --vocab 51200 --global-batch-size 1536 --cluster dgx-a100-80gb.json
+//     [--nodes 128] [--tp 8 --pp 8 ...] [--top 10] [--outputFormat text]
+//
+// Prints the feasible layouts, fastest first, with the predicted step time,
+// TFLOP/s per GPU, MFU, bubble, exposed communication and memory per GPU,
+// and the tessera-compile flags of each (lib/Plan).
+//
+//===----------------------------------------------------------------------===//
+
+#include "tessera/Plan/Planner.h"
+
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace llvm;
+
+static cl::OptionCategory category("tessera-plan options");
+static cl::opt<std::string> model(cl::Positional, cl::desc("<model: gpt>"),
+                                  cl::Required, cl::cat(category));
+static cl::opt<std::string> clusterFile("cluster",
+                                        cl::desc("cluster description (JSON)"),
+                                        cl::Required, cl::cat(category));
+static cl::opt<int64_t> nodes("nodes",
+                              cl::desc("nodes to plan for (default: the "
+                                       "cluster file's)"),
+                              cl::init(0), cl::cat(category));
+static cl::opt<int64_t> layers("layers", cl::desc("transformer layers"),
+                               cl::init(24), cl::cat(category));
+static cl::opt<int64_t> hidden("hidden", cl::desc("hidden size"),
+                               cl::init(2048), cl::cat(category));
+static cl::opt<int64_t> heads("heads", cl::desc("attention heads"),
+                              cl::init(16), cl::cat(category));
+static cl::opt<int64_t> vocab("vocab", cl::desc("vocabulary size"),
+                              cl::init(51200), cl::cat(category));
+static cl::opt<int64_t> seqLength("seq", cl::desc("sequence length"), cl::init(2048),
+                            cl::cat(category));
+static cl::opt<int64_t> ffn("ffn", cl::desc("MLP hidden size (default 4 x hidden)"),
+                            cl::init(0), cl::cat(category));
+static cl::opt<int64_t> globalBatch("global-batch-size",
+                                    cl::desc("samples per step"), cl::Required,
+                                    cl::cat(category));
+static cl::opt<bool> fp32("fp32",
+                          cl::desc("plan fp32 training (default: bf16 mixed "
+                                   "precision, Megatron's --bf16)"),
+                          cl::init(false), cl::cat(category));
+static cl::opt<int64_t> tp("tp", cl::desc("only this tensor-parallel size"),
+                           cl::init(0), cl::cat(category));
+static cl::opt<int64_t> cp("cp", cl::desc("only this context-parallel size"),
+                           cl::init(0), cl::cat(category));
+static cl::opt<int64_t> pp("pp", cl::desc("only this pipeline-parallel size"),
+                           cl::init(0), cl::cat(category));
+static cl::opt<int64_t> vpp("vpp", cl::desc("only this virtual pipeline size"),
+                            cl::init(0), cl::cat(category));
+static cl::opt<int64_t> microBatch("micro-batch-size",
+                                   cl::desc("only this micro-batch size"),
+                                   cl::init(0), cl::cat(category));
+static cl::opt<std::string> recompute("recompute",
+                                      cl::desc("only none or full"),
+                                      cl::init(""), cl::cat(category));
+static cl::opt<int> distOpt("distributed-optimizer",
+                            cl::desc("only with (1) or without (0) the "
+                                     "distributed optimizer"),
+                            cl::init(-1), cl::cat(category));
+static cl::opt<bool> noOverlap(
+    "no-overlap-grad-reduce",
+    cl::desc("reduce the data-parallel gradients after the backward instead "
+             "of overlapping them with it"),
+    cl::init(false), cl::cat(category));
+static cl::opt<bool> gradBf16("grad-reduce-in-bf16",
+                              cl::desc("reduce gradients in bf16"),
+                              cl::init(false), cl::cat(category));
+static cl::opt<std::string> activations(
+    "activations",
+    cl::desc("fp32 (default: Tessera's activations and transfers) or bf16 "
+             "(to model a runtime keeping them in 16 bits, as Megatron)"),
+    cl::init("fp32"), cl::cat(category));
+static cl::opt<int64_t> top("top", cl::desc("layouts to print (default 10)"),
+                            cl::init(10), cl::cat(category));
+static cl::opt<int64_t> verifyTop(
+    "verify-top",
+    cl::desc("compile the best N layouts whole for their exact memory "
+             "(default 3)"),
+    cl::init(3), cl::cat(category));
+static cl::opt<std::string> outputFormat("format", cl::desc("json (default) or text"),
+                                   cl::init("json"), cl::cat(category));
+
+static int fail(const Twine &message) {
+  errs() << "tessera-plan: error: " << message << "\n";
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  InitLLVM init(argc, argv);
+  cl::HideUnrelatedOptions(category);
+  cl::ParseCommandLineOptions(argc, argv, "Tessera parallel-layout planner\n");
+  if (model != "gpt")
+    return fail("unknown model '" + model +
+                "' (tessera-plan plans a GPT given by its flags)");
+  if (outputFormat != "json" && outputFormat != "text")
+    return fail("unknown --format=" + outputFormat + " (json or text)");
+  if (!recompute.empty() && recompute != "none" && recompute != "full")
+    return fail("--recompute must be none or full, got '" + recompute + "'");
+  Expected<tessera::plan::Cluster> cluster =
+      tessera::plan::readCluster(clusterFile);
+  if (!cluster)
+    return fail(toString(cluster.takeError()));
+  if (nodes < 0)
+    return fail("--nodes must be positive");
+  if (nodes > 0)
+    cluster->nodes = nodes;
+  tessera::plan::PlanOptions options;
+  options.model.layers = layers;
+  options.model.hidden = hidden;
+  options.model.heads = heads;
+  options.model.vocab = vocab;
+  options.model.seq = seqLength;
+  options.model.ffn = ffn;
+  options.globalBatch = globalBatch;
+  options.bf16 = !fp32;
+  options.tp = tp;
+  options.cp = cp;
+  options.pp = pp;
+  options.vpp = vpp;
+  options.microBatch = microBatch;
+  options.recompute = recompute;
+  options.distributedOptimizer = distOpt;
+  options.verifyTop = verifyTop;
+  options.overlapGradReduce = !noOverlap;
+  if (activations != "fp32" && activations != "bf16")
+    return fail("--activations must be fp32 or bf16, got '" + activations + "'");
+  options.activationBytes = activations == "bf16" ? 2 : 4;
+  options.gradReduceBf16 = gradBf16;
+  if (gradBf16 && fp32)
+    return fail("--grad-reduce-in-bf16 needs bf16 training (no --fp32)");
+  Expected<tessera::plan::PlanResult> result =
+      tessera::plan::plan(*cluster, options);
+  if (!result)
+    return fail(toString(result.takeError()));
+  if (result->ranked.empty() || !result->ranked.front().feasible) {
+    tessera::plan::printPlan(*result, *cluster, options, top, outputFormat == "text",
+                             outs());
+    return fail(Twine(result->candidates) + " layouts considered, none fits " +
+                Twine(cluster->gpus()) + " GPUs of " +
+                Twine(int64_t(cluster->memoryBytes / double(1 << 30))) + " GiB");
+  }
+  tessera::plan::printPlan(*result, *cluster, options, top, outputFormat == "text",
+                           outs());
+  return 0;
+}
