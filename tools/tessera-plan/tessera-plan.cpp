@@ -2,7 +2,8 @@
 //
 // tessera-plan gpt --layers 96 --hidden 12288 --heads 96 --seq 2048
 //     --vocab 51200 --global-batch-size 1536 --cluster dgx-a100-80gb.json
-//     [--nodes 128] [--tp 8 --pp 8 ...] [--top 10] [--outputFormat text]
+//     [--nodes 128] [--tp 8 --pp 8 ...] [--top 10] [--format text]
+// tessera-plan model.mlir|model.onnx [--loss cross-entropy] --cluster ...
 //
 // Prints the feasible layouts, fastest first, with the predicted step time,
 // TFLOP/s per GPU, MFU, bubble, exposed communication and memory per GPU,
@@ -10,7 +11,14 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "tessera/Import/OnnxImport.h"
+#include "tessera/InitAll.h"
 #include "tessera/Plan/Planner.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/SourceMgr.h"
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/InitLLVM.h"
@@ -19,8 +27,14 @@
 using namespace llvm;
 
 static cl::OptionCategory category("tessera-plan options");
-static cl::opt<std::string> model(cl::Positional, cl::desc("<model: gpt>"),
-                                  cl::Required, cl::cat(category));
+static cl::opt<std::string> model(
+    cl::Positional,
+    cl::desc("<model: gpt (by the flags below), or a .mlir or .onnx file>"),
+    cl::Required, cl::cat(category));
+static cl::opt<std::string> loss("loss",
+                                 cl::desc("for an ONNX model that returns "
+                                          "logits: cross-entropy"),
+                                 cl::init(""), cl::cat(category));
 static cl::opt<std::string> clusterFile("cluster",
                                         cl::desc("cluster description (JSON)"),
                                         cl::Required, cl::cat(category));
@@ -97,9 +111,34 @@ int main(int argc, char **argv) {
   InitLLVM init(argc, argv);
   cl::HideUnrelatedOptions(category);
   cl::ParseCommandLineOptions(argc, argv, "Tessera parallel-layout planner\n");
-  if (model != "gpt")
-    return fail("unknown model '" + model +
-                "' (tessera-plan plans a GPT given by its flags)");
+  // A model file is planned as it is; "gpt" is built from the flags.
+  mlir::DialectRegistry registry;
+  tessera::registerAllDialects(registry);
+  mlir::MLIRContext context(registry);
+  context.loadAllAvailableDialects();
+  context.printOpOnDiagnostic(false);
+  llvm::SourceMgr sourceMgr;
+  mlir::SourceMgrDiagnosticHandler handler(sourceMgr, &context);
+  mlir::OwningOpRef<mlir::ModuleOp> module;
+  if (model != "gpt") {
+    if (tessera::isOnnxFile(model)) {
+      tessera::OnnxImportOptions onnx;
+      onnx.loss = loss;
+      module = tessera::importOnnxModel(&context, model, onnx);
+    } else if (StringRef(model).ends_with(".mlir")) {
+      std::string error;
+      auto file = mlir::openInputFile(model, &error);
+      if (!file)
+        return fail(error);
+      sourceMgr.AddNewSourceBuffer(std::move(file), SMLoc());
+      module = mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, &context);
+    } else {
+      return fail("unknown model '" + model +
+                  "' (gpt with its flags, or a .mlir or .onnx file)");
+    }
+    if (!module)
+      return 1;
+  }
   if (outputFormat != "json" && outputFormat != "text")
     return fail("unknown --format=" + outputFormat + " (json or text)");
   if (!recompute.empty() && recompute != "none" && recompute != "full")
@@ -113,6 +152,7 @@ int main(int argc, char **argv) {
   if (nodes > 0)
     cluster->nodes = nodes;
   tessera::plan::PlanOptions options;
+  options.module = module ? *module : mlir::ModuleOp();
   options.model.layers = layers;
   options.model.hidden = hidden;
   options.model.heads = heads;
