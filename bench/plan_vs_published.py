@@ -106,9 +106,14 @@ def why(best, published, tp, pp):
             best["recompute"] == "full":
         return "the published tp and pp with full recompute"
     reasons = []
-    if best["recompute"] != "full":
+    if best["recompute"] == "none":
         reasons.append("no recompute: it fits in %.0f GiB without it, saving "
                        "the forward run again in each backward" % best["memory_gib"])
+    elif best["recompute"] == "selective":
+        reasons.append("selective instead of full recompute: keeping sequence "
+                       "parallelism's shards (gathered again in the backward) "
+                       "fits in %.0f GiB without running each layer's forward "
+                       "twice" % best["memory_gib"])
     if best["tp"] != tp:
         reasons.append("tp %d instead of %d: less tensor-parallel communication "
                        "and larger GEMMs per GPU" % (best["tp"], tp)

@@ -23,8 +23,11 @@ Tessera's choices, which the "expected" column applies to the paper's terms:
   the backward (the paper's two sbh mask terms are 0);
 - nn.attention keeps no s x s scores, softmax or dropout output: its
   backward recomputes them from the QKV projection (the paper's 5as/h term
-  is 0, with or without selective recompute, which is why selective
-  recompute changes nothing here);
+  is 0, with or without selective recompute);
+- under sequence parallelism, without recompute, the all-gathered inputs of
+  the QKV and fc1 weight gradients are kept whole (selective recompute
+  gathers the shard again in the backward, as Megatron always does), so
+  "none" there is expected above the paper's accounting;
 - full recompute keeps each layer's input, in fp32.
 
 A benchmark, not a test: nothing is asserted. Prints one JSON object.

@@ -153,6 +153,8 @@ std::vector<std::string> Layout::flags(int64_t globalBatch) const {
   if (recompute == "full")
     f.insert(f.end(), {"--recompute-granularity", "full", "--recompute-method",
                        "uniform", "--recompute-num-layers", "1"});
+  else if (recompute == "selective")
+    f.insert(f.end(), {"--recompute-granularity", "selective"});
   if (distributedOptimizer)
     f.push_back("--use-distributed-optimizer");
   if (dp > 1 && overlapGradReduce)
@@ -381,6 +383,8 @@ void setLayout(TrainPipelineOptions &o, const Layout &l, int64_t globalBatch,
     o.recomputeGranularity = "full";
     o.recomputeMethod = "uniform";
     o.recomputeNumLayers = 1;
+  } else if (l.recompute == "selective") {
+    o.recomputeGranularity = "selective";
   }
 }
 
@@ -775,8 +779,9 @@ llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
   Evaluator eval(cluster, resolved);
   std::vector<Prediction> all;
   std::vector<std::string> recomputes =
-      options.recompute.empty() ? std::vector<std::string>{"none", "full"}
-                                : std::vector<std::string>{options.recompute};
+      options.recompute.empty()
+          ? std::vector<std::string>{"none", "selective", "full"}
+          : std::vector<std::string>{options.recompute};
   for (int64_t tp : divisors(cluster.gpusPerNode)) {
     if (n % tp || g.heads % tp || (options.tp && tp != options.tp))
       continue;
@@ -802,6 +807,10 @@ llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
               continue;
             for (const std::string &rc : recomputes)
               for (bool dist : {false, true}) {
+                // Without sequence parallelism selective recompute is what
+                // the attention kernels do anyway: the same layout as none.
+                if (rc == "selective" && tp == 1 && options.recompute.empty())
+                  continue;
                 if (options.distributedOptimizer >= 0 &&
                     dist != bool(options.distributedOptimizer))
                   continue;

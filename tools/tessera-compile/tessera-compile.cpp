@@ -77,6 +77,8 @@ static mlir::LogicalResult planLayout(mlir::ModuleOp model,
     p.recomputeGranularity = "full";
     p.recomputeMethod = "uniform";
     p.recomputeNumLayers = 1;
+  } else if (l.recompute == "selective") {
+    p.recomputeGranularity = "selective";
   }
   std::string flags;
   for (const std::string &f : l.flags(p.globalBatchSize))

@@ -73,7 +73,7 @@ static cl::opt<int64_t> microBatch("micro-batch-size",
                                    cl::desc("only this micro-batch size"),
                                    cl::init(0), cl::cat(category));
 static cl::opt<std::string> recompute("recompute",
-                                      cl::desc("only none or full"),
+                                      cl::desc("only none, selective or full"),
                                       cl::init(""), cl::cat(category));
 static cl::opt<int> distOpt("distributed-optimizer",
                             cl::desc("only with (1) or without (0) the "
@@ -141,8 +141,10 @@ int main(int argc, char **argv) {
   }
   if (outputFormat != "json" && outputFormat != "text")
     return fail("unknown --format=" + outputFormat + " (json or text)");
-  if (!recompute.empty() && recompute != "none" && recompute != "full")
-    return fail("--recompute must be none or full, got '" + recompute + "'");
+  if (!recompute.empty() && recompute != "none" && recompute != "selective" &&
+      recompute != "full")
+    return fail("--recompute must be none, selective or full, got '" +
+                recompute + "'");
   Expected<tessera::plan::Cluster> cluster =
       tessera::plan::readCluster(clusterFile);
   if (!cluster)

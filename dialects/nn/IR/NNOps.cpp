@@ -28,7 +28,7 @@ void NNDialect::initialize() {
 
 //===----------------------------------------------------------------------===//
 // Attributes: nn.param, nn.init, nn.input, nn.batch_dim, nn.layer,
-// nn.recompute
+// nn.recompute, nn.recompute_in_backward
 //===----------------------------------------------------------------------===//
 
 namespace {
@@ -58,6 +58,7 @@ const AttrContract kNNAttrs[] = {
     {kBatchDimAttr, Argument, dimensionOf},
     {kLayerAttr, AnyOp, nonNegativeInt},
     {kRecomputeAttr, AnyOp, nonNegativeInt},
+    {kRecomputeInBackwardAttr, AnyOp, unit},
 };
 } // namespace
 

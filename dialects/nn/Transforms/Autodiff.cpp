@@ -243,26 +243,31 @@ LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
 
   recomputeGroups(forward);
 
-  // Mixed precision: the backward casts a bf16 parameter to f32 again right
-  // before it first needs it, so the forward's f32 copy dies with its last
-  // forward reader instead of living through the whole backward (and a
-  // pipeline chunk's backward does not take it as a saved activation: one
-  // f32 copy of the weights per microbatch in flight).
+  // Ops the backward computes again where it first needs them instead of
+  // keeping their results, so the forward's copy dies with its last forward
+  // reader (and a pipeline chunk's backward does not take it as a saved
+  // activation):
+  // - mixed precision: the f32 cast of a bf16 parameter (otherwise one f32
+  //   copy of the weights per microbatch in flight);
+  // - ops marked nn.recompute_in_backward (selective recompute: sequence
+  //   parallelism's all-gathers, of which the backward keeps the shard).
   DenseSet<Operation *> isForward(forward.begin(), forward.end());
   for (Operation *op : forward) {
     auto c = dyn_cast<CastOp>(op);
-    if (!c || !isa<BlockArgument>(c.getInput()))
+    bool paramCast = c && isa<BlockArgument>(c.getInput());
+    if (!paramCast && !op->hasAttr(kRecomputeInBackwardAttr))
       continue;
     Operation *first = nullptr;
-    for (Operation *user : c.getResult().getUsers())
+    for (Operation *user : op->getUsers())
       if (!isForward.contains(user) && (!first || user->isBeforeInBlock(first)))
         first = user;
     if (!first)
       continue;
     b.setInsertionPoint(first);
-    auto again = CastOp::create(b, c.getLoc(), c.getType(), c.getInput());
-    c.getResult().replaceUsesWithIf(again.getResult(), [&](OpOperand &use) {
-      return !isForward.contains(use.getOwner());
+    Operation *again = b.clone(*op);
+    again->removeAttr(kRecomputeInBackwardAttr);
+    op->replaceUsesWithIf(again->getResults(), [&](OpOperand &use) {
+      return !isForward.contains(use.getOwner()) && use.getOwner() != again;
     });
   }
   return success();

@@ -61,7 +61,10 @@ def RecomputePass : Pass<"tessera-recompute", "mlir::ModuleOp"> {
     layer stays apart from the next layer's layer norm), so a group's input
     is one tensor. `granularity=selective` recomputes attention's core,
     which nn.attention and dist.ring_attention already do inside their
-    backward (they keep no s x s scores), so it marks nothing. Runs on the
+    backward (they keep no s x s scores); under sequence parallelism it
+    marks the all-gathers `nn.recompute_in_backward`, so that the backward
+    gathers the shard again for the weight gradients instead of keeping
+    the whole sequence (Megatron's linear layers keep the shard). Runs on the
     model, after tp-partition, pp-split and mixed-precision and before the
     fusions and autodiff.
   }];

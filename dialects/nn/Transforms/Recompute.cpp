@@ -16,7 +16,9 @@
 // Selective recompute (attention's core) needs no marks: nn.attention and
 // dist.ring_attention keep no s x s activations and recompute their
 // scores inside their backward (nn.attention_grad takes only the QKV
-// projection), which is what Megatron's selective recompute achieves.
+// projection), which is what Megatron's selective recompute achieves. It
+// marks sequence parallelism's all-gathers `nn.recompute_in_backward`, so
+// that only their shards are kept, as Megatron's linear layers do.
 //
 //===----------------------------------------------------------------------===//
 
@@ -46,6 +48,10 @@ struct RecomputePass : tessera::nn::impl::RecomputePassBase<RecomputePass> {
     ModuleOp root = getOperation();
     if (failed(checkOptions(root)))
       return signalPassFailure();
+    if (granularity == "selective") {
+      markSelective(root);
+      return;
+    }
     if (granularity != "full")
       return;
     for (ModuleOp program : getPrograms(root)) {
@@ -84,6 +90,19 @@ struct RecomputePass : tessera::nn::impl::RecomputePassBase<RecomputePass> {
         if (failed(markGroups(f)))
           return signalPassFailure();
     }
+  }
+
+  /// Selective recompute: attention's core needs nothing (its kernels keep
+  /// no s x s scores); under sequence parallelism the all-gathered inputs of
+  /// the column-parallel GEMMs are gathered again in the backward, for the
+  /// weight gradients, instead of being kept whole (Megatron keeps the
+  /// shard: LinearWithGradAccumulationAndAsyncCommunication).
+  void markSelective(ModuleOp root) {
+    Builder b(root.getContext());
+    for (ModuleOp program : getPrograms(root))
+      program.walk([&](dist::AllGatherOp gather) {
+        gather->setAttr(kRecomputeInBackwardAttr, b.getUnitAttr());
+      });
   }
 
   /// Megatron's checks of the three options (TransformerConfig).

@@ -145,8 +145,9 @@ public:
       llvm::cl::desc("activation recompute (Megatron's): full recomputes "
                      "whole layers in the backward from their inputs "
                      "(with --recompute-method and --recompute-num-layers); "
-                     "selective, attention's core, is what the attention "
-                     "kernels always do"),
+                     "selective keeps only the shards of sequence "
+                     "parallelism's all-gathers (attention's core the "
+                     "kernels always recompute)"),
       llvm::cl::init(nn::RecomputePassOptions().granularity), onCommandLine};
   Option<std::string> recomputeMethod{
       *this, "recompute-method",

@@ -65,8 +65,10 @@ struct Cluster {
 /// Reads a cluster file; the error names the file and the key.
 llvm::Expected<Cluster> readCluster(const std::string &path);
 
-/// One layout. `recompute` is "none" or "full" (uniform, one layer per
-/// group); selective recompute is what the attention kernels always do.
+/// One layout. `recompute` is "none", "selective" (under sequence
+/// parallelism: the all-gathered GEMM inputs gathered again in the backward;
+/// otherwise what the attention kernels always do) or "full" (uniform, one
+/// layer per group).
 struct Layout {
   int64_t tp = 1, cp = 1, pp = 1, vpp = 1, dp = 1, microBatch = 1;
   std::string recompute = "none";

@@ -36,6 +36,13 @@ constexpr llvm::StringLiteral kLayerAttr = "nn.layer";
 /// never merge ops of different groups).
 constexpr llvm::StringLiteral kRecomputeAttr = "nn.recompute";
 
+/// On a forward op (a unit attribute): the backward does not keep its
+/// result but computes it again where it first needs it (tessera-recompute
+/// selective marks sequence parallelism's all-gathers: Megatron keeps the
+/// shard and gathers it again in the backward).
+constexpr llvm::StringLiteral kRecomputeInBackwardAttr =
+    "nn.recompute_in_backward";
+
 /// Whether `a` and `b` may be fused: both in the same recompute group, or
 /// neither in any.
 inline bool sameRecomputeGroup(mlir::Operation *a, mlir::Operation *b) {
