@@ -266,6 +266,9 @@ int tessera::compile(const CompileOptions &options,
                   " (expected 0 for its default, or a positive count up to "
                   "2^40)");
 
+  if (!options.plan.empty() && (emit == "rank-groups" || emit == "schedule"))
+    return fail("--plan chooses the layout of a model to compile; it does "
+                "not apply to --emit=" + emit);
   // The mesh, checked once for every kind of output.
   FailureOr<mesh::MeshConfig> mesh = resolveMesh(options);
   if (failed(mesh))
@@ -316,6 +319,9 @@ int tessera::compile(const CompileOptions &options,
   (*module)->setAttr(kModelNameAttr,
                      b.getStringAttr(llvm::sys::path::stem(options.input)));
 
+  if (std::string error = checkTrainPipelineOptions(options.pipeline);
+      !error.empty())
+    return fail(error);
   if (!options.plan.empty()) {
     if (!options.planLayout)
       return fail("--plan is not available in this driver");
@@ -323,9 +329,6 @@ int tessera::compile(const CompileOptions &options,
                                   options.plan, options.worldSize)))
       return 1;
   }
-  if (std::string error = checkTrainPipelineOptions(options.pipeline);
-      !error.empty())
-    return fail(error);
   // The gradient buffers do not depend on the batch: --emit=buckets needs no
   // batch flags, a model with a dynamic batch is laid out with one sample.
   if (options.emit == "buckets" && pipeline.microBatchSize == 0 &&

@@ -96,7 +96,7 @@ llvm::Expected<Cluster> tessera::plan::readCluster(const std::string &path) {
     return std::move(e);
   if (c.usableMemory > 1)
     return fail("'usable_memory_fraction' must be at most 1");
-  if (auto e = number(*root, "hbm_bandwidth_gbps", "", hbm))
+  if (auto e = number(*root, "hbm_bandwidth_gb_per_s", "", hbm))
     return std::move(e);
   c.hbmBandwidth = hbm * 1e9;
   const llvm::json::Object *peak = root->getObject("peak_tflops");
@@ -114,10 +114,10 @@ llvm::Expected<Cluster> tessera::plan::readCluster(const std::string &path) {
     const llvm::json::Object *link = root->getObject(key);
     if (!link)
       return fail(llvm::Twine("missing '") + key +
-                  "' (bandwidth_gbps per GPU and latency_us)");
+                  "' (bandwidth_gb_per_s per GPU and latency_us)");
     std::string where = std::string(key) + ".";
     double gbps = 0, us = 0;
-    if (auto e = number(*link, "bandwidth_gbps", where, gbps))
+    if (auto e = number(*link, "bandwidth_gb_per_s", where, gbps))
       return std::move(e);
     if (auto e = number(*link, "latency_us", where, us))
       return std::move(e);
@@ -157,8 +157,10 @@ std::vector<std::string> Layout::flags(int64_t globalBatch) const {
     f.insert(f.end(), {"--recompute-granularity", "selective"});
   if (distributedOptimizer)
     f.push_back("--use-distributed-optimizer");
-  if (dp > 1 && overlapGradReduce)
+  if (dp * cp > 1 && overlapGradReduce)
     f.push_back("--overlap-grad-reduce");
+  if (bf16)
+    f.push_back("--bf16");
   if (gradReduceBf16)
     f.push_back("--grad-reduce-in-bf16");
   return f;
@@ -377,7 +379,7 @@ void setLayout(TrainPipelineOptions &o, const Layout &l, int64_t globalBatch,
   o.sequenceParallel = l.tp > 1;
   o.bf16 = bf16;
   o.distributedOptimizer = l.distributedOptimizer;
-  o.overlapGradReduce = l.dp > 1 && l.overlapGradReduce;
+  o.overlapGradReduce = l.dp * l.cp > 1 && l.overlapGradReduce;
   o.gradReduceInBf16 = bf16 && l.gradReduceBf16;
   if (l.recompute == "full") {
     o.recomputeGranularity = "full";
@@ -426,9 +428,10 @@ llvm::Expected<Calibration> calibrate(MLIRContext &ctx,
     p.p2pBytes *= act;
     p.ringFwd *= act;
     p.ringBwd *= act;
-    for (auto &[kind, v] : p.comm)
-      for (double &x : v)
-        x *= act;
+    for (auto &[kind, v] : p.comm) {
+      v[0] *= act; // bytes, not the count of collectives
+      v[1] *= act;
+    }
     stages[program->getAttrOfType<IntegerAttr>(kPpRankAttr).getInt()] = p;
   }
   // Per microbatch: the compile ran 3 microbatches of one sample.
@@ -623,6 +626,10 @@ public:
       tb = std::max(tb, b);
       commInStage = std::max(commInStage, comm + 2 * p2p);
     }
+    if (!(tf > 0) || !(tb > 0)) {
+      p.reason = "no cost (the phases have no costed ops)";
+      return p;
+    }
     const ScheduleFacts &sf = orders(l.pp, l.vpp, m);
 
     // Per pipeline rank: parameters, memory; the fullest rank counts.
@@ -630,7 +637,11 @@ public:
     const double gradBytes = options.gradReduceBf16 ? 2 : 4,
                  paramBytes = options.bf16 ? 2 : 4;
     const double stateBytes = options.bf16 ? 12 : 8; // main fp32 + Adam
-    const int64_t dpOpt = l.distributedOptimizer ? l.dp : 1;
+    // Gradients are reduced over dp x cp ("dp-cp", Megatron's
+    // data-parallel group with context parallelism), which also shards the
+    // distributed optimizer's state.
+    const int64_t gradGroup = l.dp * l.cp;
+    const int64_t dpOpt = l.distributedOptimizer ? gradGroup : 1;
     for (int64_t r = 0; r < l.pp; ++r) {
       double params = 0, act = 0, transient = 0;
       for (int64_t c = 0; c < l.vpp; ++c) {
@@ -651,17 +662,18 @@ public:
       }
       // Data-parallel reductions of this rank's gradients (and the
       // parameters' all-gather with the distributed optimizer).
-      bool dpIntra = intra(l.tp * l.cp, l.dp);
+      bool dpIntra = intra(l.tp, gradGroup);
       // The gradients' all-reduce, or with the distributed optimizer their
       // reduce-scatter, overlaps the last microbatch's backward on this
       // rank (--overlap-grad-reduce) or follows it; the distributed
       // optimizer's all-gather of the updated parameters runs in the step.
       double reduce =
           l.distributedOptimizer
-              ? collective(0, params * gradBytes, 1, l.dp, dpIntra)
-              : collective(params * gradBytes, 0, 1, l.dp, dpIntra);
+              ? collective(0, params * gradBytes, 1, gradGroup, dpIntra)
+              : collective(params * gradBytes, 0, 1, gradGroup, dpIntra);
       double gather = l.distributedOptimizer
-                          ? collective(0, params * paramBytes, 1, l.dp, dpIntra)
+                          ? collective(0, params * paramBytes, 1, gradGroup,
+                                       dpIntra)
                           : 0.0;
       double hidden = options.overlapGradReduce ? double(l.vpp) * tb : 0.0;
       worstDp = std::max(worstDp, std::max(0.0, reduce - hidden) + gather);
@@ -730,6 +742,12 @@ llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
   if (options.module) {
     if (llvm::Error e = describeModule(options.module, g))
       return std::move(e);
+    bool moe = false;
+    options.module->walk([&](Operation *op) {
+      moe |= op->getName().getStringRef().starts_with("nn.moe_");
+    });
+    if (moe)
+      return fail("tessera-plan does not plan mixture-of-experts models yet");
   } else if (std::string e = validateGPTConfig(g); !e.empty()) {
     return fail("invalid model: " + e);
   }
@@ -814,11 +832,12 @@ llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
                 if (options.distributedOptimizer >= 0 &&
                     dist != bool(options.distributedOptimizer))
                   continue;
-                if (dist && dp == 1)
+                if (dist && dp * cp == 1)
                   continue;
                 Layout l{tp, cp, pp, vpp, dp, mb, rc, dist};
                 l.overlapGradReduce = options.overlapGradReduce;
                 l.gradReduceBf16 = options.gradReduceBf16;
+                l.bf16 = options.bf16;
                 ++result.candidates;
                 const Calibration *cal = calibration(tp, cp, rc);
                 const Calibration *modelCal = calibration(tp, cp, "none");
@@ -849,31 +868,76 @@ llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
   // The best few, compiled whole: the memory plan's bytes of the rank the
   // prediction found fullest.
   // (Only for Tessera's own activations: a plan modelling 16-bit ones has
-  // no compiled counterpart.)
+  // no compiled counterpart.) A layout that does not compile whole is not
+  // feasible; the next one is verified instead.
   const int64_t verify = options.activationBytes == 4 ? options.verifyTop : 0;
-  for (int64_t i = 0; i < int64_t(all.size()) && i < verify; ++i) {
-    Prediction &p = all[size_t(i)];
-    if (!p.feasible)
+  int64_t verified = 0;
+  bool failedAny = false;
+  for (Prediction &p : all) {
+    if (verified >= verify || !p.feasible)
       break;
     OwningOpRef<ModuleOp> module = buildModel(ctx, resolved, g.layers);
     TrainPipelineOptions o;
     setLayout(o, p.layout, options.globalBatch, options.bf16);
     std::string error;
-    if (failed(compileModule(ctx, *module, o, error)))
-      return fail("compiling the planned layout failed: " + error);
-    auto memory = programMemory(*module);
-    if (failed(memory))
-      return fail("no memory plan for the planned layout");
+    FailureOr<std::vector<ProgramMemory>> memory = failure();
+    if (succeeded(compileModule(ctx, *module, o, error)))
+      memory = programMemory(*module);
+    if (failed(memory)) {
+      p.feasible = false;
+      p.reason = "does not compile";
+      if (result.compileError.empty())
+        result.compileError = error;
+      failedAny = true;
+      continue;
+    }
+    ++verified;
     for (const ProgramMemory &pm : *memory)
       if (pm.ppRank == p.fullestPpRank)
         p.compiledMemoryBytes = double(pm.bytes.at("total"));
   }
+  if (failedAny)
+    std::stable_sort(all.begin(), all.end(),
+                     [](const Prediction &a, const Prediction &b) {
+                       return a.feasible && !b.feasible;
+                     });
   result.ranked = std::move(all);
   result.model = g;
   result.seconds = std::chrono::duration<double>(
                        std::chrono::steady_clock::now() - start)
                        .count();
   return result;
+}
+
+std::string tessera::plan::explainNoLayout(const PlanResult &result,
+                                          const Cluster &cluster) {
+  double usable = cluster.memoryBytes * cluster.usableMemory / double(1 << 30);
+  if (result.candidates == 0)
+    return llvm::formatv(
+        "no layout of {0} GPUs meets the restrictions (tp dividing the GPUs "
+        "per node and the heads; cp up to 8, dividing seq / 2; pp dividing "
+        "the layers; micro-batch size 1, 2, 4 or 8 dividing the batch of a "
+        "dp rank; vpp > 1 only with pp > 1 and microbatches divisible by pp; "
+        "the distributed optimizer only with dp x cp > 1) and the flags "
+        "given",
+        cluster.gpus());
+  double smallest = 0;
+  int64_t compileFailures = 0;
+  for (const Prediction &p : result.ranked) {
+    if (p.reason == "memory" &&
+        (smallest == 0 || p.memoryBytes < smallest))
+      smallest = p.memoryBytes;
+    compileFailures += p.reason == "does not compile";
+  }
+  if (compileFailures == result.candidates)
+    return "no layout compiles: " + result.compileError;
+  if (smallest == 0)
+    return llvm::formatv("none of {0} layouts is feasible", result.candidates);
+  return llvm::formatv("none of {0} layouts fits {1} GPUs: {2:F1} GiB usable "
+                       "each ({3:F0} GiB x {4}), the smallest needs {5:F1} GiB",
+                       result.candidates, cluster.gpus(), usable,
+                       cluster.memoryBytes / double(1 << 30),
+                       cluster.usableMemory, smallest / double(1 << 30));
 }
 
 void tessera::plan::printPlan(const PlanResult &result, const Cluster &cluster,

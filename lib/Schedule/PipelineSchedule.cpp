@@ -147,10 +147,20 @@ Simulation tessera::schedule::simulate(const PipelineConfig &c,
   const int64_t pp = int64_t(ranks.size()), v = c.vpp;
   // Finish time of (forward?, rank, microbatch, chunk), -1 until it ran: a
   // flat table, as the planner simulates thousands of long schedules.
-  int64_t m = 0;
+  // The table's extent, from the orders themselves (a step outside
+  // [0, m) x [0, v) could not be stored).
+  int64_t m = 0, chunks = v;
   for (auto &rs : ranks)
-    for (const Step &st : rs.order)
+    for (const Step &st : rs.order) {
+      if (st.microbatch < 0 || st.chunk < 0) {
+        sim.deadlock = "invalid step: microbatch " +
+                       std::to_string(st.microbatch) + ", chunk " +
+                       std::to_string(st.chunk);
+        return sim;
+      }
       m = std::max(m, st.microbatch + 1);
+      chunks = std::max(chunks, st.chunk + 1);
+    }
   struct Done {
     std::vector<double> time;
     int64_t pp, m, v;
@@ -163,7 +173,7 @@ Simulation tessera::schedule::simulate(const PipelineConfig &c,
     void set(bool fwd, int64_t r, int64_t mb, int64_t ch, double end) {
       time[size_t(((int64_t(fwd) * pp + r) * m + mb) * v + ch)] = end;
     }
-  } done{std::vector<double>(size_t(2 * pp * m * v), -1.0), pp, m, v};
+  } done{std::vector<double>(size_t(2 * pp * m * chunks), -1.0), pp, m, chunks};
   std::vector<size_t> next(size_t(pp), 0);
   std::vector<double> freeAt(size_t(pp), 0.0);
   double busy = 0;

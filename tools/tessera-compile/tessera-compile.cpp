@@ -52,16 +52,29 @@ static mlir::LogicalResult planLayout(mlir::ModuleOp model,
     options.vpp = given.vpp;
   if (given.microBatchSize.getNumOccurrences())
     options.microBatch = given.microBatchSize;
+  // The planner's own choices may not be given as well.
+  if (given.dp.getNumOccurrences() || given.ppLayers.getNumOccurrences())
+    return fail("--plan chooses dp and an even layer split: drop --dp and "
+                "--pp-layers, or compile without --plan");
+  if (given.recomputeGranularity.getNumOccurrences()) {
+    options.recompute = given.recomputeGranularity;
+    if (given.recomputeGranularity == "full" &&
+        (given.recomputeMethod != "uniform" || given.recomputeNumLayers != 1))
+      return fail("--plan plans full recompute as --recompute-method uniform "
+                  "--recompute-num-layers 1; give those, or compile without "
+                  "--plan");
+  }
+  if (given.distributedOptimizer.getNumOccurrences())
+    options.distributedOptimizer = given.distributedOptimizer ? 1 : 0;
+  if (given.overlapGradReduce.getNumOccurrences())
+    options.overlapGradReduce = given.overlapGradReduce;
   if (p.globalBatchSize <= 0)
     return fail("--plan needs --global-batch-size");
   llvm::Expected<plan::PlanResult> result = plan::plan(*cluster, options);
   if (!result)
     return fail(llvm::toString(result.takeError()));
   if (result->ranked.empty() || !result->ranked.front().feasible)
-    return fail(llvm::formatv("--plan: none of {0} layouts fits {1} GPUs of "
-                              "{2} GiB",
-                              result->candidates, cluster->gpus(),
-                              int64_t(cluster->memoryBytes / double(1 << 30))));
+    return fail("--plan: " + plan::explainNoLayout(*result, *cluster));
   const plan::Prediction &best = result->ranked.front();
   const plan::Layout &l = best.layout;
   p.tp = l.tp;
@@ -72,14 +85,10 @@ static mlir::LogicalResult planLayout(mlir::ModuleOp model,
   p.microBatchSize = l.microBatch;
   p.sequenceParallel = l.tp > 1;
   p.distributedOptimizer = l.distributedOptimizer;
-  p.overlapGradReduce = l.dp > 1;
-  if (l.recompute == "full") {
-    p.recomputeGranularity = "full";
-    p.recomputeMethod = "uniform";
-    p.recomputeNumLayers = 1;
-  } else if (l.recompute == "selective") {
-    p.recomputeGranularity = "selective";
-  }
+  p.overlapGradReduce = l.dp * l.cp > 1 && options.overlapGradReduce;
+  p.recomputeGranularity = l.recompute == "none" ? "" : l.recompute;
+  p.recomputeMethod = l.recompute == "full" ? "uniform" : "";
+  p.recomputeNumLayers = l.recompute == "full" ? 1 : 0;
   std::string flags;
   for (const std::string &f : l.flags(p.globalBatchSize))
     flags += " " + f;

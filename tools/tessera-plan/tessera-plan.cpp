@@ -97,8 +97,8 @@ static cl::opt<int64_t> top("top", cl::desc("layouts to print (default 10)"),
 static cl::opt<int64_t> verifyTop(
     "verify-top",
     cl::desc("compile the best N layouts whole for their exact memory "
-             "(default 3)"),
-    cl::init(3), cl::cat(category));
+             "(default 1)"),
+    cl::init(1), cl::cat(category));
 static cl::opt<std::string> outputFormat("format", cl::desc("json (default) or text"),
                                    cl::init("json"), cl::cat(category));
 
@@ -183,11 +183,9 @@ int main(int argc, char **argv) {
   if (!result)
     return fail(toString(result.takeError()));
   if (result->ranked.empty() || !result->ranked.front().feasible) {
-    tessera::plan::printPlan(*result, *cluster, options, top, outputFormat == "text",
-                             outs());
-    return fail(Twine(result->candidates) + " layouts considered, none fits " +
-                Twine(cluster->gpus()) + " GPUs of " +
-                Twine(int64_t(cluster->memoryBytes / double(1 << 30))) + " GiB");
+    tessera::plan::printPlan(*result, *cluster, options, top,
+                             outputFormat == "text", outs());
+    return fail(tessera::plan::explainNoLayout(*result, *cluster));
   }
   tessera::plan::printPlan(*result, *cluster, options, top, outputFormat == "text",
                            outs());

@@ -4,11 +4,12 @@
 // vpp, dp, micro-batch size, activation recompute and the distributed
 // optimizer that the compiler accepts, ranked by predicted step time. The
 // per-layer numbers come from the compiler itself: a calibration compiles
-// the model at its real width with 1 and 2 layers per pipeline stage (pp 2)
-// for each (tp, cp, recompute) and reads, per stage, the FLOPs of the
-// forward and backward phases (CostOpInterface), the saved activations and
-// transient peak of the memory plan, the parameters, and the bytes of every
-// collective and point-to-point transfer the phases emit. A candidate's
+// the model at its real width at pp 3, one layer on the first and the last
+// stage and the rest in the middle, for each (tp, cp, recompute), and reads,
+// per stage, the FLOPs of the forward and backward phases
+// (CostOpInterface), the saved activations and transient peak of the
+// memory plan, the parameters, and the bytes of every collective and
+// point-to-point transfer the phases emit. A candidate's
 // stages are then sums of layers plus the embedding (first stage) and the
 // head (last); the bubble comes from running the verified schedule
 // (lib/Schedule) with the stages' times, and the microbatches in flight per
@@ -16,11 +17,13 @@
 // to report the exact per-rank memory next to the prediction.
 //
 // The device model is deliberately small (docs/ARCHITECTURE.md, section
-// "tessera-plan"): GEMM time is FLOPs / (peak x efficiency(h / tp)), with
-// efficiency = max x d / (d + half_size); a collective over n ranks costs
-// alpha + bytes x factor / bandwidth, factor 2(n-1)/n for an all-reduce and
-// (n-1)/n for an all-gather or reduce-scatter (NCCL's ring), with the
-// intra-node bandwidth when the group stays inside a node.
+// "tessera-plan"): a compute-bound op's time is FLOPs / (peak x
+// efficiency(d)), efficiency = max x d / (d + half_size) with d the GEMMs'
+// smaller side (h / tp, or the microbatch's tokens s x b / cp), the other
+// ops' bytes go at the HBM bandwidth; a collective over n ranks costs
+// alpha (n - 1) + bytes x factor / bandwidth, factor 2(n-1)/n for an
+// all-reduce and (n-1)/n for an all-gather or reduce-scatter (NCCL's ring),
+// with the intra-node bandwidth when the group stays inside a node.
 //
 //===----------------------------------------------------------------------===//
 
@@ -51,10 +54,12 @@ struct Cluster {
   double usableMemory = 0.9;
   /// Dense peak, FLOP/s, per dtype ("bf16", "fp32").
   std::map<std::string, double> peakFlops;
-  double hbmBandwidth = 2e12; ///< bytes/s, for the optimizer's pass
+  /// Bytes/s: the memory-bound ops and the optimizer's pass.
+  double hbmBandwidth = 2e12;
   double intraBandwidth = 150e9, intraLatency = 5e-6; ///< per GPU, bytes/s, s
   double interBandwidth = 25e9, interLatency = 10e-6;
-  /// GEMM efficiency: gemmMax x d / (d + gemmHalf), d = hidden / tp.
+  /// GEMM efficiency: gemmMax x d / (d + gemmHalf), d the GEMMs' smaller
+  /// side (hidden / tp, or tokens per microbatch / cp).
   double gemmMax = 0.8, gemmHalf = 256;
   /// Seconds each instruction adds (launch and scheduling gaps).
   double kernelOverhead = 0;
@@ -75,6 +80,7 @@ struct Layout {
   bool distributedOptimizer = false;
   bool overlapGradReduce = true; ///< --overlap-grad-reduce (with dp > 1)
   bool gradReduceBf16 = false;   ///< --grad-reduce-in-bf16
+  bool bf16 = true;              ///< --bf16 (mixed precision)
 
   /// The tessera-compile flags of this layout.
   std::vector<std::string> flags(int64_t globalBatch) const;
@@ -115,7 +121,7 @@ struct PlanOptions {
   /// model a runtime that keeps them in 16 bits as Megatron does.
   double activationBytes = 4;
   /// Compile the best `verifyTop` candidates whole for their exact memory.
-  int64_t verifyTop = 3;
+  int64_t verifyTop = 1;
 };
 
 struct PlanResult {
@@ -128,6 +134,11 @@ struct PlanResult {
 
 llvm::Expected<PlanResult> plan(const Cluster &cluster,
                                 const PlanOptions &options);
+
+/// Why `result` has no feasible layout, in words: no layout met the
+/// restrictions, none compiled (the compiler's error), or none fits (the
+/// usable memory and what the smallest needs).
+std::string explainNoLayout(const PlanResult &result, const Cluster &cluster);
 
 /// JSON of `result` (the top `top` feasible layouts, and the count of
 /// infeasible ones by reason).

@@ -289,6 +289,11 @@ PersistentBuffers::layout(ModuleOp module,
   regions = slotLayout.regions;
   offset = slotLayout.end;
   bool pooled = slotLayout.pooled;
+  // (Before the lookups below, which would create an empty region.)
+  for (auto &[p, c] : slotChunk)
+    if (!regions.count(c))
+      return emitError(module.getLoc())
+             << "chunk " << c << " has buffers but no step in the schedule";
   for (auto &p : buffers)
     if (auto it = slotChunk.find(p.get()); it != slotChunk.end()) {
       p->offset += regions[it->second].base;
@@ -302,10 +307,6 @@ PersistentBuffers::layout(ModuleOp module,
       if (auto run = cast<dist::RunOp>(op);
           auto a = run->getAttrOfType<IntegerAttr>(kChunkSlotAttr))
         run.setSlot(a.getInt());
-  for (auto &[p, c] : slotChunk)
-    if (!regions.count(c))
-      return emitError(module.getLoc())
-             << "chunk " << c << " has buffers but no step in the schedule";
   bytes = offset;
   return success();
 }
