@@ -14,6 +14,13 @@ number of threads, one after the other in this run:
   betas 0.9/0.999, eps 1e-8, no weight decay); fp32; activations
   [seq, batch, hidden]; Megatron's init.
 
+Losses: each side initialises the weights with its own generator (same
+distributions, different numbers), so the first and last losses printed
+are not comparable step by step; a jump in both at the same step is the
+data (at hidden 256 the step-7 batch lifts the loss to 7.27 in Tessera and
+in PyTorch started from Tessera's weights alike).
+test/E2E/gpt-vs-torch.test is the check on shared weights (1e-5).
+
 Tokens: tessera-preprocess turns examples/data/northanger_abbey_vol1.txt
 into a Megatron indexed dataset; tessera-run reads it with --data and the
 PyTorch side reads the same .bin/.idx with numpy and samples the token

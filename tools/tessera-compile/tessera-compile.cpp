@@ -104,6 +104,8 @@ int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   CompileOptions options;
   options.planLayout = planLayout;
+  // --help lists tessera-compile's flags, not every LLVM option linked in.
+  llvm::cl::HideUnrelatedOptions(getCompileCategory());
   llvm::cl::ParseCommandLineOptions(argc, argv, "Tessera compiler\n");
   return compile(options, llvm::ArrayRef<const char *>(argv + 1, argv + argc));
 }
