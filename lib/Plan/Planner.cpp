@@ -624,6 +624,8 @@ public:
                  coll * (1 - fwdShare) + ringB + p2p;
       tf = std::max(tf, f);
       tb = std::max(tb, b);
+      p.stageForward.push_back(f);
+      p.stageBackward.push_back(b);
       commInStage = std::max(commInStage, comm + 2 * p2p);
     }
     if (!(tf > 0) || !(tb > 0)) {
@@ -690,7 +692,8 @@ public:
     }
     auto [makespanUnits, bubble] = simulation(l.pp, l.vpp, m, tb / tf);
     p.bubbleFraction = bubble;
-    p.stepSeconds = makespanUnits * tf + worstDp + worstOpt;
+    p.afterPipelineSeconds = worstDp + worstOpt;
+    p.stepSeconds = makespanUnits * tf + p.afterPipelineSeconds;
     p.exposedCommSeconds =
         commInStage * double(m) * double(l.vpp) + worstDp;
 
@@ -707,6 +710,26 @@ public:
     p.tflopsPerGpu = stepFlops(cal) / p.stepSeconds / gpus / 1e12;
     p.mfu = stepFlops(modelCal) / p.stepSeconds / gpus / peak;
     return p;
+  }
+
+  /// Simulates the schedule again with each stage's own times (the search
+  /// runs every stage at the slowest one's), and rescales the rates.
+  void refine(Prediction &p) {
+    const Layout &l = p.layout;
+    if (l.pp == 1 || p.stageForward.empty())
+      return;
+    const int64_t m = options.globalBatch / (l.microBatch * l.dp);
+    schedule::Simulation sim =
+        schedule::simulate(scheduleConfig(l.pp, l.vpp, m),
+                           orders(l.pp, l.vpp, m).ranks, p.stageForward,
+                           p.stageBackward);
+    if (!sim.deadlock.empty())
+      return;
+    double step = sim.makespan + p.afterPipelineSeconds;
+    p.tflopsPerGpu *= p.stepSeconds / step;
+    p.mfu *= p.stepSeconds / step;
+    p.stepSeconds = step;
+    p.bubbleFraction = sim.bubbleFraction;
   }
 
 private:
@@ -859,12 +882,17 @@ llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
       }
     }
   }
-  std::stable_sort(all.begin(), all.end(),
-                   [](const Prediction &a, const Prediction &b) {
-                     if (a.feasible != b.feasible)
-                       return a.feasible;
-                     return a.stepSeconds < b.stepSeconds;
-                   });
+  auto byTime = [](const Prediction &a, const Prediction &b) {
+    if (a.feasible != b.feasible)
+      return a.feasible;
+    return a.stepSeconds < b.stepSeconds;
+  };
+  std::stable_sort(all.begin(), all.end(), byTime);
+  // The best pipelines again, each stage at its own times (the embedding's
+  // and the head's stages differ from the middle ones).
+  for (size_t i = 0; i < all.size() && i < 64 && all[i].feasible; ++i)
+    eval.refine(all[i]);
+  std::stable_sort(all.begin(), all.end(), byTime);
   // The best few, compiled whole: the memory plan's bytes of the rank the
   // prediction found fullest.
   // (Only for Tessera's own activations: a plan modelling 16-bit ones has

@@ -143,6 +143,16 @@ tessera::schedule::buildSchedule(const PipelineConfig &c) {
 Simulation tessera::schedule::simulate(const PipelineConfig &c,
                                        const std::vector<RankSchedule> &ranks,
                                        double forwardCost, double backwardCost) {
+  size_t stages = size_t(std::max<int64_t>(1, int64_t(ranks.size()) *
+                                                  std::max<int64_t>(1, c.vpp)));
+  return simulate(c, ranks, std::vector<double>(stages, forwardCost),
+                  std::vector<double>(stages, backwardCost));
+}
+
+Simulation tessera::schedule::simulate(const PipelineConfig &c,
+                                       const std::vector<RankSchedule> &ranks,
+                                       const std::vector<double> &forwardCosts,
+                                       const std::vector<double> &backwardCosts) {
   Simulation sim;
   const int64_t pp = int64_t(ranks.size()), v = c.vpp;
   // Finish time of (forward?, rank, microbatch, chunk), -1 until it ran: a
@@ -238,7 +248,13 @@ Simulation tessera::schedule::simulate(const PipelineConfig &c,
       return sim;
     }
     const Step &s = ranks[size_t(best)].order[next[size_t(best)]++];
-    double cost = s.forward ? forwardCost : backwardCost;
+    size_t stage = size_t(s.chunk * pp + best);
+    const std::vector<double> &costs = s.forward ? forwardCosts : backwardCosts;
+    if (stage >= costs.size()) {
+      sim.deadlock = "no cost given for virtual stage " + std::to_string(stage);
+      return sim;
+    }
+    double cost = costs[stage];
     double end = bestStart + cost;
     busy += cost;
     freeAt[size_t(best)] = end;

@@ -99,6 +99,12 @@ struct Prediction {
   int64_t fullestPpRank = 0;
   /// Filled for the best few: the compiled plan's bytes for that rank.
   double compiledMemoryBytes = 0;
+  /// Each virtual stage's forward and backward seconds per microbatch, and
+  /// what follows the pipeline (exposed data-parallel reductions, the
+  /// optimizer): the search simulates the schedule with every stage at the
+  /// slowest one's times, the best layouts again with their own.
+  std::vector<double> stageForward, stageBackward;
+  double afterPipelineSeconds = 0;
 };
 
 struct PlanOptions {

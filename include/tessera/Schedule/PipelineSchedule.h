@@ -98,6 +98,13 @@ Simulation simulate(const PipelineConfig &config,
                     const std::vector<RankSchedule> &ranks,
                     double forwardCost = 1.0, double backwardCost = 2.0);
 
+/// The same with each virtual stage's own costs: `forwardCosts[s]` and
+/// `backwardCosts[s]` for stage s = chunk * pp + rank (pp * vpp entries).
+Simulation simulate(const PipelineConfig &config,
+                    const std::vector<RankSchedule> &ranks,
+                    const std::vector<double> &forwardCosts,
+                    const std::vector<double> &backwardCosts);
+
 } // namespace tessera::schedule
 
 #endif // TESSERA_SCHEDULE_PIPELINESCHEDULE_H
