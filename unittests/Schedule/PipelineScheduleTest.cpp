@@ -142,3 +142,40 @@ TEST(PipelineSchedule, SimulationFindsADeadlock) {
             "chunk 0 (step 2 of its order); pipeline rank 1 waits at backward "
             "of microbatch 0, chunk 0 (step 0 of its order)");
 }
+
+// Each virtual stage at its own costs (tessera-plan's refinement): one
+// microbatch through two stages takes the sum of both directions' costs,
+// equal costs give the uniform simulation, and a missing cost is reported.
+TEST(PipelineSchedule, SimulationWithPerStageCosts) {
+  PipelineConfig c;
+  c.pp = 2;
+  c.microbatches = 1;
+  c.layers = 2;
+  auto ranks = buildSchedule(c);
+  Simulation sim = simulate(c, ranks, std::vector<double>{1, 3},
+                            std::vector<double>{2, 6});
+  ASSERT_EQ(sim.deadlock, "");
+  EXPECT_DOUBLE_EQ(sim.makespan, 1 + 3 + 6 + 2);
+
+  c.pp = 4;
+  c.vpp = 2;
+  c.microbatches = 8;
+  c.layers = 8;
+  c.kind = Kind::Interleaved;
+  ranks = buildSchedule(c);
+  Simulation uniform = simulate(c, ranks, 0.5, 1.0);
+  Simulation staged = simulate(c, ranks, std::vector<double>(8, 0.5),
+                               std::vector<double>(8, 1.0));
+  EXPECT_DOUBLE_EQ(staged.makespan, uniform.makespan);
+  EXPECT_DOUBLE_EQ(staged.bubbleFraction, uniform.bubbleFraction);
+  // Slower last stages only lengthen the schedule.
+  std::vector<double> f(8, 0.5), b(8, 1.0);
+  f[7] = 1.0;
+  b[7] = 2.0;
+  EXPECT_GT(simulate(c, ranks, f, b).makespan, uniform.makespan);
+
+  Simulation missing = simulate(c, ranks, std::vector<double>(3, 1.0),
+                                std::vector<double>(3, 2.0));
+  EXPECT_EQ(missing.deadlock.rfind("no cost given for virtual stage ", 0), 0u)
+      << missing.deadlock;
+}
