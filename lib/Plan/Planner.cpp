@@ -349,7 +349,11 @@ llvm::Error describeModule(ModuleOp module, GPTConfig &g) {
   g.heads = heads.getInt();
   g.seq = qkv.getDimSize(0);
   g.hidden = qkv.getDimSize(2) / 3;
-  g.vocab = 0;
+  g.vocab = 0; // reported only: the vocabulary of the first embedding
+  module.walk([&](Operation *op) {
+    if (auto v = op->getAttrOfType<IntegerAttr>("vocab_size"); v && !g.vocab)
+      g.vocab = v.getInt();
+  });
   return llvm::Error::success();
 }
 
