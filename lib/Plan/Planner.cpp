@@ -190,45 +190,28 @@ struct Part {
   /// forward, K/V and their gradients backward (cp is applied later).
   double ringFwd = 0, ringBwd = 0;
 
-  Part operator-(const Part &o) const {
-    Part r = *this;
-    r.fwdFlops -= o.fwdFlops;
-    r.bwdFlops -= o.bwdFlops;
-    r.fwdDense -= o.fwdDense;
-    r.bwdDense -= o.bwdDense;
-    r.fwdLight -= o.fwdLight;
-    r.bwdLight -= o.bwdLight;
-    r.fwdKernels -= o.fwdKernels;
-    r.bwdKernels -= o.bwdKernels;
-    r.params -= o.params;
-    r.slotBytes -= o.slotBytes;
+  /// this += f x o, for every quantity that adds up over layers (the
+  /// transient peak is a stage's, not a sum).
+  Part &axpy(double f, const Part &o) {
+    for (auto [mine, theirs] :
+         {std::pair{&fwdFlops, o.fwdFlops}, {&bwdFlops, o.bwdFlops},
+          {&fwdDense, o.fwdDense}, {&bwdDense, o.bwdDense},
+          {&fwdLight, o.fwdLight}, {&bwdLight, o.bwdLight},
+          {&fwdKernels, o.fwdKernels}, {&bwdKernels, o.bwdKernels},
+          {&params, o.params}, {&slotBytes, o.slotBytes},
+          {&p2pBytes, o.p2pBytes}, {&ringFwd, o.ringFwd},
+          {&ringBwd, o.ringBwd}})
+      *mine += f * theirs;
     for (auto &[k, v] : o.comm)
       for (int i = 0; i < 3; ++i)
-        r.comm[k][i] -= v[i];
-    r.p2pBytes -= o.p2pBytes;
-    r.ringFwd -= o.ringFwd;
-    r.ringBwd -= o.ringBwd;
-    return r;
+        comm[k][i] += f * v[i];
+    return *this;
   }
+  Part operator-(const Part &o) const { return Part(*this).axpy(-1, o); }
   Part scaled(double f) const {
-    Part r = *this;
-    r.fwdFlops *= f;
-    r.bwdFlops *= f;
-    r.fwdDense *= f;
-    r.bwdDense *= f;
-    r.fwdLight *= f;
-    r.bwdLight *= f;
-    r.fwdKernels *= f;
-    r.bwdKernels *= f;
-    r.params *= f;
-    r.slotBytes *= f;
-    for (auto &[k, v] : r.comm)
-      for (int i = 0; i < 3; ++i)
-        v[i] *= f;
-    r.p2pBytes *= f;
-    r.ringFwd *= f;
-    r.ringBwd *= f;
-    return r;
+    Part r;
+    r.transient = transient;
+    return r.axpy(f, *this);
   }
 };
 
@@ -561,27 +544,10 @@ public:
     // One virtual stage's parts, per microbatch of one sample.
     auto stagePart = [&](int64_t s, const Calibration &c) {
       Part part = c.layer.scaled(double(perChunk));
-      auto add = [&](const Part &x) {
-        part.fwdFlops += x.fwdFlops;
-        part.bwdFlops += x.bwdFlops;
-        part.fwdDense += x.fwdDense;
-        part.bwdDense += x.bwdDense;
-        part.fwdLight += x.fwdLight;
-        part.bwdLight += x.bwdLight;
-        part.fwdKernels += x.fwdKernels;
-        part.bwdKernels += x.bwdKernels;
-        part.params += x.params;
-        part.slotBytes += x.slotBytes;
-        part.ringFwd += x.ringFwd;
-        part.ringBwd += x.ringBwd;
-        for (auto &[k, v] : x.comm)
-          for (int i = 0; i < 3; ++i)
-            part.comm[k][i] += v[i];
-      };
       if (s == 0)
-        add(c.embedding);
+        part.axpy(1, c.embedding);
       if (s == stages - 1)
-        add(c.head);
+        part.axpy(1, c.head);
       return part;
     };
     double tf = 0, tb = 0, commInStage = 0;
