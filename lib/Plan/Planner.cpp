@@ -584,14 +584,19 @@ public:
       // Compute-bound ops at the GEMM efficiency, the others at the memory
       // bandwidth (their FLOPs are noise next to their bytes).
       double coll = comm - ringF - ringB;
-      double f = part.fwdDense * mb / (peak * eff) +
-                 part.fwdLight * mb / cluster.hbmBandwidth +
-                 part.fwdKernels * cluster.kernelOverhead + coll * fwdShare +
-                 ringF + p2p;
-      double b = part.bwdDense * mb / (peak * eff) +
-                 part.bwdLight * mb / cluster.hbmBandwidth +
-                 part.bwdKernels * cluster.kernelOverhead +
-                 coll * (1 - fwdShare) + ringB + p2p;
+      double denseF = part.fwdDense * mb / (peak * eff),
+             denseB = part.bwdDense * mb / (peak * eff);
+      // What-if (--tp-comm-overlap, Megatron's): the collectives hidden
+      // behind the GEMMs, only what they exceed exposed.
+      double collF = coll * fwdShare, collB = coll * (1 - fwdShare);
+      if (options.tpCommOverlap) {
+        collF = std::max(0.0, collF - denseF);
+        collB = std::max(0.0, collB - denseB);
+      }
+      double f = denseF + part.fwdLight * mb / cluster.hbmBandwidth +
+                 part.fwdKernels * cluster.kernelOverhead + collF + ringF + p2p;
+      double b = denseB + part.bwdLight * mb / cluster.hbmBandwidth +
+                 part.bwdKernels * cluster.kernelOverhead + collB + ringB + p2p;
       tf = std::max(tf, f);
       tb = std::max(tb, b);
       p.stageForward.push_back(f);
@@ -648,6 +653,10 @@ public:
                                        dpIntra)
                           : 0.0;
       double hidden = options.overlapGradReduce ? double(l.vpp) * tb : 0.0;
+      // What-if (--overlap-param-gather, Megatron's): the all-gather runs
+      // behind the next iteration's first forward on this rank.
+      if (options.overlapParamGather)
+        gather = std::max(0.0, gather - double(l.vpp) * tf);
       worstDp = std::max(worstDp, std::max(0.0, reduce - hidden) + gather);
       worstOpt = std::max(worstOpt, params / double(dpOpt) * 30.0 /
                                         cluster.hbmBandwidth);

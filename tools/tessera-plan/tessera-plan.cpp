@@ -92,6 +92,17 @@ static cl::opt<std::string> activations(
     cl::desc("fp32 (default: Tessera's activations and transfers) or bf16 "
              "(to model a runtime keeping them in 16 bits, as Megatron)"),
     cl::init("fp32"), cl::cat(category));
+static cl::opt<bool> overlapParamGather(
+    "overlap-param-gather",
+    cl::desc("what-if: model the distributed optimizer's all-gather hidden "
+             "behind the next forward (Megatron's; Tessera's runtime does "
+             "not do it)"),
+    cl::init(false), cl::cat(category));
+static cl::opt<bool> tpCommOverlap(
+    "tp-comm-overlap",
+    cl::desc("what-if: model the tensor-parallel collectives hidden behind "
+             "the GEMMs (Megatron's; Tessera's runtime does not do it)"),
+    cl::init(false), cl::cat(category));
 static cl::opt<int64_t> top("top", cl::desc("layouts to print (default 10)"),
                             cl::init(10), cl::cat(category));
 static cl::opt<int64_t> verifyTop(
@@ -172,6 +183,8 @@ int main(int argc, char **argv) {
   options.distributedOptimizer = distOpt;
   options.verifyTop = verifyTop;
   options.overlapGradReduce = !noOverlap;
+  options.overlapParamGather = overlapParamGather;
+  options.tpCommOverlap = tpCommOverlap;
   if (activations != "fp32" && activations != "bf16")
     return fail("--activations must be fp32 or bf16, got '" + activations + "'");
   options.activationBytes = activations == "bf16" ? 2 : 4;

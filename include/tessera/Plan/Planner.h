@@ -126,6 +126,12 @@ struct PlanOptions {
   /// the tp, cp and pipeline transfers, are fp32 even under bf16), or 2 to
   /// model a runtime that keeps them in 16 bits as Megatron does.
   double activationBytes = 4;
+  /// What-ifs: overlaps Megatron has and Tessera's runtime does not (the
+  /// planned flags cannot ask for them): the distributed optimizer's
+  /// parameter all-gather behind the next forward (--overlap-param-gather)
+  /// and the tensor-parallel collectives behind the GEMMs
+  /// (--tp-comm-overlap).
+  bool overlapParamGather = false, tpCommOverlap = false;
   /// Compile the best `verifyTop` candidates whole for their exact memory.
   int64_t verifyTop = 1;
 };
