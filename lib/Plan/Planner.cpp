@@ -124,11 +124,6 @@ llvm::Expected<Cluster> tessera::plan::readCluster(const std::string &path) {
     *bw = gbps * 1e9;
     *lat = us * 1e-6;
   }
-  double kernelUs = 0;
-  if (auto e = number(*root, "kernel_overhead_us", "", kernelUs,
-                      /*required=*/false))
-    return std::move(e);
-  c.kernelOverhead = kernelUs * 1e-6;
   if (const llvm::json::Object *gemm = root->getObject("gemm_efficiency")) {
     if (auto e = number(*gemm, "max", "gemm_efficiency.", c.gemmMax))
       return std::move(e);
@@ -166,6 +161,24 @@ std::vector<std::string> Layout::flags(int64_t globalBatch) const {
   return f;
 }
 
+void Layout::apply(TrainPipelineOptions &o, int64_t globalBatch) const {
+  o.tp = tp;
+  o.cp = cp;
+  o.pp = pp;
+  o.vpp = vpp;
+  o.dp = dp;
+  o.microBatchSize = microBatch;
+  o.globalBatchSize = globalBatch;
+  o.sequenceParallel = tp > 1;
+  o.bf16 = bf16;
+  o.distributedOptimizer = distributedOptimizer;
+  o.overlapGradReduce = dp * cp > 1 && overlapGradReduce;
+  o.gradReduceInBf16 = bf16 && gradReduceBf16;
+  o.recomputeGranularity = recompute == "none" ? "" : recompute;
+  o.recomputeMethod = recompute == "full" ? "uniform" : "";
+  o.recomputeNumLayers = recompute == "full" ? 1 : 0;
+}
+
 namespace {
 
 //===----------------------------------------------------------------------===//
@@ -178,7 +191,6 @@ struct Part {
   double fwdFlops = 0, bwdFlops = 0;
   /// Of those, the compute-bound ops' FLOPs; the bytes the others move.
   double fwdDense = 0, bwdDense = 0, fwdLight = 0, bwdLight = 0;
-  double fwdKernels = 0, bwdKernels = 0; ///< instructions the phases run
   double params = 0;    ///< elements, this rank's shard
   double slotBytes = 0; ///< inputs and saved activations of a microbatch
   double transient = 0; ///< the stage's transient peak
@@ -197,7 +209,6 @@ struct Part {
          {std::pair{&fwdFlops, o.fwdFlops}, {&bwdFlops, o.bwdFlops},
           {&fwdDense, o.fwdDense}, {&bwdDense, o.bwdDense},
           {&fwdLight, o.fwdLight}, {&bwdLight, o.bwdLight},
-          {&fwdKernels, o.fwdKernels}, {&bwdKernels, o.bwdKernels},
           {&params, o.params}, {&slotBytes, o.slotBytes},
           {&p2pBytes, o.p2pBytes}, {&ringFwd, o.ringFwd},
           {&ringBwd, o.ringBwd}})
@@ -237,7 +248,9 @@ Part readStage(ModuleOp program) {
   for (auto f : program.getOps<func::FuncOp>()) {
     StringRef name = f.getSymName();
     bool fwd = name.contains("forward_c"), bwd = name.contains("backward_c");
-    if (!fwd && !bwd)
+    // A last microbatch's variant ("backward_c0:last") replaces a run; it
+    // adds none.
+    if ((!fwd && !bwd) || name.ends_with(":last"))
       continue;
     auto read = [&](StringRef attr, double &fwdOut, double &bwdOut) {
       if (auto a = f->getAttrOfType<IntegerAttr>(attr))
@@ -248,11 +261,6 @@ Part readStage(ModuleOp program) {
       read("rt.flops", p.fwdFlops, p.bwdFlops);
       read("rt.dense_flops", p.fwdDense, p.bwdDense);
       read("rt.light_bytes", p.fwdLight, p.bwdLight);
-      f.walk([&](Operation *op) {
-        if (op->getDialect() && op->getDialect()->getNamespace() == "rt" &&
-            !isa<rt::GetOp, rt::AllocOp>(op))
-          (fwd ? p.fwdKernels : p.bwdKernels) += 1;
-      });
     }
     if (auto slot = f->getAttrOfType<IntegerAttr>("rt.slot_bytes"))
       p.slotBytes = double(slot.getInt());
@@ -354,29 +362,6 @@ LogicalResult compileModule(MLIRContext &ctx, ModuleOp module,
   return pm.run(module);
 }
 
-void setLayout(TrainPipelineOptions &o, const Layout &l, int64_t globalBatch,
-               bool bf16) {
-  o.tp = l.tp;
-  o.cp = l.cp;
-  o.pp = l.pp;
-  o.vpp = l.vpp;
-  o.dp = l.dp;
-  o.microBatchSize = l.microBatch;
-  o.globalBatchSize = globalBatch;
-  o.sequenceParallel = l.tp > 1;
-  o.bf16 = bf16;
-  o.distributedOptimizer = l.distributedOptimizer;
-  o.overlapGradReduce = l.dp * l.cp > 1 && l.overlapGradReduce;
-  o.gradReduceInBf16 = bf16 && l.gradReduceBf16;
-  if (l.recompute == "full") {
-    o.recomputeGranularity = "full";
-    o.recomputeMethod = "uniform";
-    o.recomputeNumLayers = 1;
-  } else if (l.recompute == "selective") {
-    o.recomputeGranularity = "selective";
-  }
-}
-
 /// Compiles the model at pp 3 (one layer, the middle, one layer) for
 /// (tp, cp, recompute) at micro-batch size 1 and splits it into parts.
 llvm::Expected<Calibration> calibrate(MLIRContext &ctx,
@@ -394,8 +379,10 @@ llvm::Expected<Calibration> calibrate(MLIRContext &ctx,
   l.cp = cp;
   l.pp = 3;
   l.recompute = recompute;
+  l.bf16 = false;
+  l.overlapGradReduce = false; // the dp reductions are modelled, not read
   TrainPipelineOptions o;
-  setLayout(o, l, /*globalBatch=*/3, /*bf16=*/false);
+  l.apply(o, /*globalBatch=*/3);
   o.ppLayers = llvm::ArrayRef<int64_t>{1, middle, 1};
   std::string error;
   if (failed(compileModule(ctx, *module, o, error)))
@@ -594,9 +581,9 @@ public:
         collB = std::max(0.0, collB - denseB);
       }
       double f = denseF + part.fwdLight * mb / cluster.hbmBandwidth +
-                 part.fwdKernels * cluster.kernelOverhead + collF + ringF + p2p;
+                 collF + ringF + p2p;
       double b = denseB + part.bwdLight * mb / cluster.hbmBandwidth +
-                 part.bwdKernels * cluster.kernelOverhead + collB + ringB + p2p;
+                 collB + ringB + p2p;
       tf = std::max(tf, f);
       tb = std::max(tb, b);
       p.stageForward.push_back(f);
@@ -885,7 +872,7 @@ llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
       break;
     OwningOpRef<ModuleOp> module = buildModel(ctx, resolved, g.layers);
     TrainPipelineOptions o;
-    setLayout(o, p.layout, options.globalBatch, options.bf16);
+    p.layout.apply(o, options.globalBatch);
     std::string error;
     FailureOr<std::vector<ProgramMemory>> memory = failure();
     if (succeeded(compileModule(ctx, *module, o, error)))

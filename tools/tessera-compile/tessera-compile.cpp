@@ -77,18 +77,7 @@ static mlir::LogicalResult planLayout(mlir::ModuleOp model,
     return fail("--plan: " + plan::explainNoLayout(*result, *cluster));
   const plan::Prediction &best = result->ranked.front();
   const plan::Layout &l = best.layout;
-  p.tp = l.tp;
-  p.cp = l.cp;
-  p.pp = l.pp;
-  p.vpp = l.vpp;
-  p.dp = l.dp;
-  p.microBatchSize = l.microBatch;
-  p.sequenceParallel = l.tp > 1;
-  p.distributedOptimizer = l.distributedOptimizer;
-  p.overlapGradReduce = l.dp * l.cp > 1 && options.overlapGradReduce;
-  p.recomputeGranularity = l.recompute == "none" ? "" : l.recompute;
-  p.recomputeMethod = l.recompute == "full" ? "uniform" : "";
-  p.recomputeNumLayers = l.recompute == "full" ? 1 : 0;
+  l.apply(p, p.globalBatchSize);
   std::string flags;
   for (const std::string &f : l.flags(p.globalBatchSize))
     flags += " " + f;

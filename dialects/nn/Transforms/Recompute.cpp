@@ -97,6 +97,8 @@ struct RecomputePass : tessera::nn::impl::RecomputePassBase<RecomputePass> {
   /// the column-parallel GEMMs are gathered again in the backward, for the
   /// weight gradients, instead of being kept whole (Megatron keeps the
   /// shard: LinearWithGradAccumulationAndAsyncCommunication).
+  /// (Before autodiff, tp-partition's sequence-parallel gathers are the
+  /// model's only all-gathers.)
   void markSelective(ModuleOp root) {
     Builder b(root.getContext());
     for (ModuleOp program : getPrograms(root))

@@ -31,6 +31,7 @@
 #define TESSERA_PLAN_PLANNER_H
 
 #include "tessera/Frontend/GPT.h"
+#include "tessera/Pipeline/Pipeline.h"
 
 #include "mlir/IR/BuiltinOps.h"
 
@@ -61,8 +62,6 @@ struct Cluster {
   /// GEMM efficiency: gemmMax x d / (d + gemmHalf), d the GEMMs' smaller
   /// side (hidden / tp, or tokens per microbatch / cp).
   double gemmMax = 0.8, gemmHalf = 256;
-  /// Seconds each instruction adds (launch and scheduling gaps).
-  double kernelOverhead = 0;
 
   int64_t gpus() const { return gpusPerNode * nodes; }
 };
@@ -84,6 +83,9 @@ struct Layout {
 
   /// The tessera-compile flags of this layout.
   std::vector<std::string> flags(int64_t globalBatch) const;
+  /// Sets the training pipeline's options to this layout (every parallel,
+  /// batch, precision, reduction and recompute option it plans).
+  void apply(TrainPipelineOptions &options, int64_t globalBatch) const;
 };
 
 struct Prediction {
