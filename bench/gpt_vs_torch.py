@@ -44,6 +44,12 @@ kernel), and one PyTorch run under torch.autograd.profiler gives PyTorch's
 per-op self time for comparison, as shares of the summed op self time (the
 profiler's own overhead inflates the profiled step).
 
+GEMM bound: the profile also gives Tessera's GEMM seconds per step and
+gemm_bound_ratio = PyTorch's step / those seconds (passive PyTorch for
+T > 1), the ratio Tessera would reach if nothing but its GEMMs took time.
+Both sides call the same sgemm for the same shapes, so it bounds the
+ratio.
+
 Fusions: each size is also compiled with the fusion passes turned off
 (FUSIONS_OFF: bias-GELU, cross-entropy statistics, residual add + layer norm,
 one optimizer kernel per bucket), run in the same rounds; the row gives its
@@ -51,15 +57,24 @@ tokens/s and fusion_speedup = unfused step / fused step, and the profile
 section gives the unfused per-opcode shares too (tessera_profile_unfused).
 --no-unfused skips it.
 
+OpenBLAS kernels: both sides run the same OpenBLAS, with the kernels it
+picks (or the environment's OPENBLAS_CORETYPE). --blas-core NAME runs both
+on the kernels NAME (tessera-run --blas-core, OPENBLAS_CORETYPE for
+PyTorch), e.g. SkylakeX on an AVX-512 CPU that the installed OpenBLAS
+predates; "openblas_kernels" reports what each side ran.
+
 Prints one JSON object. A benchmark, not a test: nothing is asserted.
 
 usage: bench/gpt_vs_torch.py [--build build] [--threads 1,2] [--steps 5]
            [--warmup 2] [--rounds 2] [--sizes 256:4:2,512:8:2,1024:16:2]
            [--seq 128] [--micro-batch 8] [--python /usr/bin/python3]
+           [--blas-core NAME]
 """
 import argparse
+import ctypes
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -175,7 +190,8 @@ def torch_worker(cfg):
         t0 = time.perf_counter()
         losses.append(step(i))
         times.append(time.perf_counter() - t0)
-    result = {"step_time_s": times, "loss": losses}
+    result = {"step_time_s": times, "loss": losses,
+              "openblas_kernels": openblas_core()}
     if cfg.get("profile"):
         from torch.autograd import profiler
         t0 = time.perf_counter()
@@ -192,6 +208,18 @@ def torch_worker(cfg):
 
 # ---------------------------------------------------------------- driver --
 
+def openblas_core():
+    """The OpenBLAS core this process runs (torch's OpenBLAS), or None."""
+    for name in ("libopenblas.so.0", "libopenblas.so"):
+        try:
+            lib = ctypes.CDLL(name)
+            lib.openblas_get_corename.restype = ctypes.c_char_p
+            return lib.openblas_get_corename().decode()
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
 def torch_python(requested):
     candidates = [requested] if requested else ["/usr/bin/python3", sys.executable]
     for py in candidates:
@@ -204,6 +232,8 @@ def torch_python(requested):
 
 def run_torch(python, cfg, passive=False):
     env = dict(os.environ)
+    if cfg.get("blas_core"):
+        env["OPENBLAS_CORETYPE"] = cfg["blas_core"]
     t = str(cfg["threads"])
     env.update(OMP_NUM_THREADS=t, OPENBLAS_NUM_THREADS=t, MKL_NUM_THREADS=t)
     env.pop("OMP_WAIT_POLICY", None)
@@ -215,12 +245,21 @@ def run_torch(python, cfg, passive=False):
     return json.loads(out)
 
 
-def run_tessera(bindir, art, data, steps, threads, metrics, profile=False):
+TESSERA_KERNELS = {}  # the OpenBLAS core tessera-run's banner names
+
+
+def run_tessera(bindir, art, data, steps, threads, metrics, profile=False,
+                blas_core=None):
     cmd = [os.path.join(bindir, "tessera-run"), "-n", "1", art, "--data", data,
            "--steps", str(steps), "--threads", str(threads), "--metrics", metrics]
     if profile:
         cmd.append("--profile")
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    if blas_core:
+        cmd += ["--blas-core", blas_core]
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+    m = re.search(r"\| OpenBLAS \S+ \((\w+) kernels\)", out)
+    if m:
+        TESSERA_KERNELS["core"] = m.group(1)
     return [json.loads(line) for line in open(metrics)]
 
 
@@ -252,6 +291,8 @@ def main():
     ap.add_argument("--text", default=os.path.join(REPO, "examples", "data",
                                                    "northanger_abbey_vol1.txt"))
     ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--blas-core", default=None,
+                    help="OpenBLAS kernels for both sides (OPENBLAS_CORETYPE)")
     ap.add_argument("--no-unfused", action="store_true",
                     help="skip the run with the fusion passes off")
     ap.add_argument("--torch-worker", help=argparse.SUPPRESS)
@@ -273,6 +314,7 @@ def main():
 
     load_before = os.getloadavg()[0]
     results = []
+    torch_kernels = None
     with tempfile.TemporaryDirectory() as tmp:
         prefix = os.path.join(tmp, "austen")
         subprocess.run([os.path.join(bindir, "tessera-preprocess"), "--input", args.text,
@@ -302,7 +344,7 @@ def main():
                      "threads": {}}
             cfg = {"layers": layers, "hidden": hidden, "heads": heads, "seq": S,
                    "batch": B, "data": data, "warmup": args.warmup,
-                   "steps": args.steps}
+                   "steps": args.steps, "blas_core": args.blas_core}
             for t in threads:
                 # Rounds alternate the two, so a burst of load from another
                 # process hits both; the best round's median is reported.
@@ -310,15 +352,18 @@ def main():
                 for r in range(args.rounds):
                     if unfused:
                         ulines = run_tessera(bindir, unfused, data, total, t,
-                                             os.path.join(tmp, f"u{hidden}-{t}-{r}.jsonl"))
+                                             os.path.join(tmp, f"u{hidden}-{t}-{r}.jsonl"),
+                                             blas_core=args.blas_core)
                         tu_rounds.append(statistics.median(
                             l["step_time_s"] for l in ulines[args.warmup:]))
                     lines = run_tessera(bindir, art, data, total, t,
-                                        os.path.join(tmp, f"m{hidden}-{t}-{r}.jsonl"))
+                                        os.path.join(tmp, f"m{hidden}-{t}-{r}.jsonl"),
+                                        blas_core=args.blas_core)
                     ts_rounds.append(statistics.median(
                         l["step_time_s"] for l in lines[args.warmup:]))
                     tr = run_torch(python, dict(cfg, threads=t))
                     tr_rounds.append(statistics.median(tr["step_time_s"][args.warmup:]))
+                    torch_kernels = tr.get("openblas_kernels")
                     if t > 1:
                         trp = run_torch(python, dict(cfg, threads=t), passive=True)
                         trp_rounds.append(statistics.median(trp["step_time_s"][args.warmup:]))
@@ -355,7 +400,7 @@ def main():
                         continue
                     lines = run_tessera(bindir, artifact, data, total, t,
                                         os.path.join(tmp, f"p{hidden}.jsonl"),
-                                        profile=True)
+                                        profile=True, blas_core=args.blas_core)
                     timed = lines[args.warmup:]
                     # Means (not medians) so that the shares add up to the step.
                     step = statistics.mean(l["step_time_s"] for l in timed)
@@ -364,6 +409,15 @@ def main():
                            for k in timed[0]["kernel_time_s"]}
                     entry[key] = {"threads": t, "step_s": round(step, 4),
                                   "opcode_share": shares(ops, step)}
+                    if key == "tessera_profile" and ops.get("Gemm"):
+                        # The ratio Tessera would reach if everything but its
+                        # GEMMs took no time: the same BLAS on both sides
+                        # bounds the comparison by the GEMM time.
+                        row = entry["threads"][str(t)]
+                        torch_step = tokens_per_step / row.get(
+                            "torch_passive_tokens_per_s", row["torch_tokens_per_s"])
+                        entry[key]["gemm_s"] = round(ops["Gemm"], 4)
+                        entry[key]["gemm_bound_ratio"] = round(torch_step / ops["Gemm"], 3)
                 tr = run_torch(python, dict(cfg, threads=t, steps=0, profile=3),
                                passive=t > 1)
                 tr_step = tr["profile_step_s"]
@@ -387,6 +441,8 @@ def main():
                "loadavg_1min_before_after": [round(load_before, 2),
                                              round(os.getloadavg()[0], 2)],
                "cores": os.cpu_count(),
+               "openblas_kernels": {"tessera": TESSERA_KERNELS.get("core"),
+                                    "torch": torch_kernels},
                "ratio": "tessera tokens/s / torch tokens/s (> 1: Tessera faster)",
                "results": results}, sys.stdout, indent=2)
     print()

@@ -1,6 +1,7 @@
 //===- LauncherTest.cpp - tessera-run command line and end to end ---------===//
 
 #include "TestArtifacts.h"
+#include "backends/cpu/BlasCore.h"
 
 #include "tessera/rt/Launcher.h"
 
@@ -200,6 +201,80 @@ TEST_F(LauncherTest, DataParallelRunMatchesSingleRank) {
   EXPECT_NE(first.find("\"all_reduce\": {\"dp\": 144"), std::string::npos)
       << first;
   EXPECT_NE(first.find("\"step\": 1"), std::string::npos);
+}
+
+TEST(BlasCoreTest, SuggestsAvx512KernelsOnlyOverOlderOnes) {
+  cpu::CpuFeatures avx2{/*avx=*/true, /*avx2=*/true, /*fma=*/true,
+                        /*fma4=*/false, /*avx512=*/false,
+                        /*avx512bf16=*/false};
+  cpu::CpuFeatures avx512 = avx2;
+  avx512.avx512 = true;
+  cpu::CpuFeatures bf16 = avx512;
+  bf16.avx512bf16 = true;
+  EXPECT_EQ(cpu::suggestedBlasCore(avx2, "Haswell"), "");
+  EXPECT_EQ(cpu::suggestedBlasCore(avx512, "Haswell"), "SkylakeX");
+  EXPECT_EQ(cpu::suggestedBlasCore(avx512, "Zen"), "SkylakeX");
+  EXPECT_EQ(cpu::suggestedBlasCore(bf16, "Zen"), "Cooperlake");
+  EXPECT_EQ(cpu::suggestedBlasCore(bf16, "sandybridge"), "Cooperlake");
+  // Already AVX-512, or a core this table does not know (newer than it).
+  EXPECT_EQ(cpu::suggestedBlasCore(bf16, "SkylakeX"), "");
+  EXPECT_EQ(cpu::suggestedBlasCore(bf16, "Cooperlake"), "");
+  EXPECT_EQ(cpu::suggestedBlasCore(bf16, "Zen5"), "");
+}
+
+TEST(BlasCoreTest, ChecksNamesAndWhatTheCpuLacks) {
+  cpu::CpuFeatures avx2{true, true, true, false, false, false};
+  EXPECT_TRUE(cpu::checkBlasCore("Haswell", avx2).ok());
+  EXPECT_TRUE(cpu::checkBlasCore("haswell", avx2).ok());
+  EXPECT_TRUE(cpu::checkBlasCore("Prescott", cpu::CpuFeatures()).ok());
+  Status s = cpu::checkBlasCore("Skylake", avx2);
+  EXPECT_NE(s.message().find("--blas-core: 'Skylake' is not an OpenBLAS "
+                             "x86-64 core (one of Prescott"),
+            std::string::npos)
+      << s.message();
+  s = cpu::checkBlasCore("skylakex", avx2);
+  EXPECT_NE(s.message().find("--blas-core SkylakeX: this CPU lacks AVX-512"),
+            std::string::npos)
+      << s.message();
+  s = cpu::checkBlasCore("Cooperlake", cpu::CpuFeatures{true, true, true,
+                                                        false, true, false});
+  EXPECT_NE(s.message().find("lacks AVX-512 with AVX512_BF16"),
+            std::string::npos)
+      << s.message();
+  EXPECT_FALSE(cpu::checkBlasCore("Zen", cpu::CpuFeatures()).ok());
+  EXPECT_FALSE(cpu::checkBlasCore("Bulldozer", avx2).ok());
+  EXPECT_TRUE(cpu::sameBlasCore("SkylakeX", "SKYLAKEX"));
+  EXPECT_FALSE(cpu::sameBlasCore("Zen", "Zen4"));
+}
+
+// --blas-core names the kernels the ranks run: the one OpenBLAS runs here
+// already (the test keeps this machine's OPENBLAS_CORETYPE), which the
+// banner reports; names that are no core, or a core the CPU cannot run,
+// stop before the ranks start.
+TEST_F(LauncherTest, BlasCoreFlag) {
+  std::string path = write("s.tsr", softmaxRegression());
+  std::string running = cpu::runningBlasCore();
+  RunResult r = runTool("-n 1 " + path + " --steps 1 --threads 1 --blas-core " +
+                        running);
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_NE(r.output.find("| OpenBLAS "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(" + running + " kernels)"), std::string::npos)
+      << r.output;
+  r = runTool("-n 1 " + path + " --steps 1 --blas-core Skylake");
+  EXPECT_EQ(r.exitCode, 1);
+  EXPECT_NE(r.output.find("tessera-run: error: --blas-core: 'Skylake' is not "
+                          "an OpenBLAS x86-64 core"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("iteration"), std::string::npos) << r.output;
+  if (!cpu::hostCpuFeatures().fma4) {
+    r = runTool("-n 1 " + path + " --steps 1 --blas-core Bulldozer");
+    EXPECT_EQ(r.exitCode, 1);
+    EXPECT_NE(r.output.find("--blas-core Bulldozer: this CPU lacks FMA4"),
+              std::string::npos)
+        << r.output;
+  }
+  EXPECT_FALSE(parse({"m.tsr", "--steps", "1", "--blas-core", ""}).ok());
 }
 
 TEST_F(LauncherTest, RuntimeErrorOnRankAbortsWithExitOne) {

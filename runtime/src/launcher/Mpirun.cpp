@@ -5,11 +5,13 @@
 // directory, the --load checkpoint against the artifact with every shard
 // header it will read, -n against the world size, the backend), then the
 // process replaces itself with `mpirun -n N` of the same command line, with
-// the BLAS and OpenMP thread settings exported to every rank.
+// the BLAS and OpenMP thread settings and the OpenBLAS kernel choice
+// (--blas-core) exported to every rank.
 //
 //===----------------------------------------------------------------------===//
 
 #include "LauncherInternal.h"
+#include "backends/cpu/BlasCore.h"
 
 #include "tessera/rt/Backend.h"
 #include "tessera/rt/Executor.h"
@@ -31,6 +33,18 @@ bool insideMpiJob() {
 }
 
 namespace launcher {
+
+/// --blas-core for the cpu backend's ranks: OpenBLAS picks its kernels when
+/// it loads, from OPENBLAS_CORETYPE, so the choice is exported before they
+/// start.
+static Status exportBlasCore(const LaunchOptions &o) {
+  if (o.blasCore.empty())
+    return Status();
+  TESSERA_RETURN_IF_ERROR(
+      cpu::checkBlasCore(o.blasCore, cpu::hostCpuFeatures()));
+  setenv("OPENBLAS_CORETYPE", o.blasCore.c_str(), 1);
+  return Status();
+}
 
 static std::string selfExecutable() {
   char buf[PATH_MAX];
@@ -84,6 +98,11 @@ int launchUnderMpirun(const LaunchOptions &o, int argc, char **argv) {
     if (!backend.ok())
       return errorExit(backend.status().message());
   }
+  if (o.backend == "cpu") {
+    st = exportBlasCore(o);
+    if (!st.ok())
+      return errorExit(st.message());
+  }
   int threads = o.threads ? o.threads : defaultThreads(n);
   if (o.threads || !std::getenv("OPENBLAS_NUM_THREADS"))
     setenv("OPENBLAS_NUM_THREADS", std::to_string(threads).c_str(), 1);
@@ -100,7 +119,10 @@ int launchUnderMpirun(const LaunchOptions &o, int argc, char **argv) {
   if (geteuid() == 0)
     args.push_back("--allow-run-as-root");
   args.insert(args.end(),
-              {"-x", "OPENBLAS_NUM_THREADS", "-x", "OMP_WAIT_POLICY", self});
+              {"-x", "OPENBLAS_NUM_THREADS", "-x", "OMP_WAIT_POLICY"});
+  if (std::getenv("OPENBLAS_CORETYPE"))
+    args.insert(args.end(), {"-x", "OPENBLAS_CORETYPE"});
+  args.push_back(self);
   for (int i = 1; i < argc; ++i)
     args.push_back(argv[i]);
   std::vector<char *> cargs;

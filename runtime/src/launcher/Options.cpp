@@ -32,7 +32,7 @@ namespace tessera::rt {
 std::string launchUsage(const char *argv0) {
   return std::string("usage: ") + argv0 +
          " -n N FILE.tsr --steps S [--seed S] [--metrics FILE]\n"
-         "       [--backend cpu] [--threads T] [--data PREFIX]\n"
+         "       [--backend cpu] [--threads T] [--blas-core NAME] [--data PREFIX]\n"
          "       [--save DIR [--save-interval K]] [--load DIR "
          "[--no-load-optim]]\n"
          "       " +
@@ -102,6 +102,12 @@ std::string launchUsage(const char *argv0) {
          "                   tensor cores (off by default: an fp32 run then\n"
          "                   matches the CPU's losses)\n"
          "  --threads T      BLAS threads per rank (default: cores / N)\n"
+         "  --blas-core NAME OpenBLAS kernels of the cpu backend ranks\n"
+         "                   (exported as OPENBLAS_CORETYPE), e.g.\n"
+         "                   SkylakeX: AVX-512 GEMMs on a CPU newer than\n"
+         "                   the installed OpenBLAS, which runs it on older\n"
+         "                   kernels (default: OpenBLAS's choice; the\n"
+         "                   banner names the kernels that run)\n"
          "  --print-summary  print the artifact manifest and exit\n";
 }
 
@@ -171,6 +177,10 @@ StatusOr<LaunchOptions> parseLaunchOptions(int argc, char **argv) {
       TESSERA_ASSIGN_OR_RETURN(std::string v, next());
       TESSERA_ASSIGN_OR_RETURN(int64_t t, parseInt(arg, v, 1));
       o.threads = int(std::min<int64_t>(t, 1024));
+    } else if (arg == "--blas-core") {
+      TESSERA_ASSIGN_OR_RETURN(o.blasCore, next());
+      if (o.blasCore.empty())
+        return invalidArgument("empty --blas-core name");
     } else if (arg == "--timeout") {
       TESSERA_ASSIGN_OR_RETURN(std::string v, next());
       char *end = nullptr;

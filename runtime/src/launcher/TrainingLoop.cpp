@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "LauncherInternal.h"
+#include "backends/cpu/BlasCore.h"
 
 #include "tessera/rt/Executor.h"
 #include "tessera/rt/MpiCommunicator.h"
@@ -158,6 +159,7 @@ public:
 
 private:
   Status setUp();
+  Status checkBlasCore();
   Status resume();
   void printHeader() const;
   Status openMetrics();
@@ -185,6 +187,8 @@ private:
   /// Aborts a device backend's communicators (the watchdog's last act).
   std::function<void()> abortCommunicators;
   int blasThreads = 0;
+  /// The backend's kernel libraries, for the banner.
+  std::string kernelLibraries;
   /// The steps of a checkpoint save or load, for the watchdog.
   WaitMonitor checkpointSteps;
   std::optional<Watchdog> watchdog;
@@ -257,6 +261,8 @@ Status RankRun::setUp() {
   else
     bo.numThreads = defaultThreads(size);
   blasThreads = bo.numThreads;
+  if (o.backend == "cpu")
+    TESSERA_RETURN_IF_ERROR(checkBlasCore());
   bo.allowTf32 = o.allowTf32;
   // The rank's index among the ranks of its node picks its GPU.
   MPI_Comm node = MPI_COMM_NULL;
@@ -266,6 +272,7 @@ Status RankRun::setUp() {
   MPI_Comm_free(&node);
   TESSERA_ASSIGN_OR_RETURN(auto backend,
                            BackendRegistry::global().create(o.backend, bo));
+  kernelLibraries = backend->kernelLibraries();
   // A device backend's collectives run on its own communicators (NCCL);
   // the MPI ones keep the host-side loss reductions and barriers.
   TESSERA_ASSIGN_OR_RETURN(
@@ -288,6 +295,25 @@ Status RankRun::setUp() {
   TESSERA_ASSIGN_OR_RETURN(executor,
                            Executor::create(artifact, std::move(backend),
                                             std::move(comms), rank, eo));
+  return Status();
+}
+
+/// --blas-core NAME: OpenBLAS runs that core's kernels here. The launcher
+/// exports OPENBLAS_CORETYPE; under an mpirun of the user's own it must be
+/// exported, and an OpenBLAS without that core runs another one.
+Status RankRun::checkBlasCore() {
+  if (o.blasCore.empty())
+    return Status();
+  TESSERA_RETURN_IF_ERROR(
+      cpu::checkBlasCore(o.blasCore, cpu::hostCpuFeatures()));
+  std::string running = cpu::runningBlasCore();
+  if (!cpu::sameBlasCore(running, o.blasCore))
+    return failedPrecondition(
+        "--blas-core ", o.blasCore, ": OpenBLAS runs its ", running,
+        " kernels (this OpenBLAS has no ", o.blasCore,
+        " kernels, or an mpirun started without tessera-run did not export "
+        "OPENBLAS_CORETYPE=",
+        o.blasCore, ")");
   return Status();
 }
 
@@ -335,9 +361,23 @@ void RankRun::printHeader() const {
               artifact->name().c_str(), a.model() ? a.model()->c_str() : "?",
               a.producer() ? a.producer()->c_str() : "?");
   std::printf("tessera-run: world size %d | mesh %s | programs %u | "
-              "backend %s | seed %llu | BLAS threads/rank %d\n",
+              "backend %s | seed %llu | BLAS threads/rank %d%s%s\n",
               a.world_size(), meshString(a).c_str(), a.programs()->size(),
-              o.backend.c_str(), (unsigned long long)o.seed, blasThreads);
+              o.backend.c_str(), (unsigned long long)o.seed, blasThreads,
+              kernelLibraries.empty() ? "" : " | ", kernelLibraries.c_str());
+  // OpenBLAS chose the kernels itself (no --blas-core, no
+  // OPENBLAS_CORETYPE): say when it chose older ones than the CPU runs.
+  if (o.backend == "cpu" && o.blasCore.empty() &&
+      !std::getenv("OPENBLAS_CORETYPE")) {
+    std::string running = cpu::runningBlasCore();
+    std::string faster =
+        cpu::suggestedBlasCore(cpu::hostCpuFeatures(), running);
+    if (!faster.empty())
+      std::printf("tessera-run: note: this CPU has AVX-512, OpenBLAS runs its "
+                  "%s kernels, without AVX-512; --blas-core %s runs its "
+                  "AVX-512 GEMMs\n",
+                  running.c_str(), faster.c_str());
+  }
   std::printf("tessera-run: batch: micro %lld x %lld microbatches x dp %d "
               "= global %lld\n",
               (long long)batch.micro_batch_size(),

@@ -79,6 +79,9 @@ public:
   /// schema's name); otherwise an error saying so, which the executor
   /// reports when it loads a program, before anything runs.
   virtual Status supports(std::string_view opcode) const { return Status(); }
+  /// The libraries its kernels run on, for tessera-run's banner ("OpenBLAS
+  /// 0.3.21 (SkylakeX kernels)"); empty when there is nothing to say.
+  virtual std::string kernelLibraries() const { return std::string(); }
 
   /// Communicators that operate on this backend's memory, ordered on its
   /// stream, for the rank-group kinds `kinds` of `artifact`: one per kind

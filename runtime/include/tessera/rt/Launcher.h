@@ -3,7 +3,8 @@
 // The logic behind the `tessera-run` tool:
 //
 //   tessera-run -n N FILE.tsr --steps S [--seed S] [--metrics FILE]
-//               [--backend cpu] [--threads T] [--print-summary]
+//               [--backend cpu] [--threads T] [--blas-core NAME]
+//               [--print-summary]
 //               [--data PREFIX] [--save DIR [--save-interval K]]
 //               [--load DIR [--no-load-optim]]
 //
@@ -52,6 +53,9 @@ struct LaunchOptions {
   /// --tf32: fp32 GEMMs of a GPU backend may use TF32 (BackendOptions).
   bool allowTf32 = false;
   int threads = 0; ///< 0: $OPENBLAS_NUM_THREADS or max(1, cores / N)
+  /// --blas-core: the OpenBLAS kernel set of the cpu backend's ranks
+  /// (OPENBLAS_CORETYPE; backends/cpu/BlasCore.h); empty: OpenBLAS's choice.
+  std::string blasCore;
   bool printSummary = false;
   bool profile = false; ///< --profile: per-opcode kernel time in the metrics
   /// Stop with an error when an iteration's loss is NaN or inf, before a

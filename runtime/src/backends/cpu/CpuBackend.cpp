@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "backends/cpu/BlasCore.h"
 #include "tessera/rt/BF16.h"
 #include "tessera/rt/Backend.h"
 #include "tessera/rt/Rng.h"
@@ -278,6 +279,9 @@ private:
 public:
 
   const char *name() const override { return "cpu"; }
+  std::string kernelLibraries() const override {
+    return cpu::blasDescription();
+  }
 
   StatusOr<void *> allocate(int64_t bytes) override {
     size_t size = size_t(std::max<int64_t>(bytes, 1) + 63) / 64 * 64;
