@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Reports the CUDA backend's register use and spills: compiles Kernels.cu
-# with ptxas's resource report for each target architecture (80 and 90,
+# Reports the CUDA backend's register use and spills: compiles its kernel
+# files (runtime/src/backends/cuda/*.cu) with ptxas's resource report for each target architecture (80 and 90,
 # or $CUDA_ARCHS) and prints one line per architecture with the number of
 # kernels, the most registers any uses, and every kernel that spills.
 # Exits 1 if any kernel spills (the build itself only warns, -warn-spills).
@@ -16,9 +16,12 @@ gen=build/runtime/include
 [ -d "$gen" ] || gen=$(mktemp -d)
 status=0
 for arch in ${CUDA_ARCHS:-80 90}; do
-  report=$("$nvcc" -std=c++17 -O3 -arch=sm_$arch -Xptxas=-v -c \
-    -I runtime/include -I "$gen" -o /dev/null \
-    runtime/src/backends/cuda/Kernels.cu 2>&1)
+  report=""
+  for cu in runtime/src/backends/cuda/*.cu; do
+    report+=$("$nvcc" -std=c++17 -O3 -arch=sm_$arch -Xptxas=-v -c \
+      -I runtime/include -I runtime/src/backends/cuda -I "$gen" -o /dev/null \
+      "$cu" 2>&1)$'\n'
+  done
   kernels=$(grep -c "Compiling entry function" <<<"$report" || true)
   maxreg=$(grep -o "Used [0-9]* registers" <<<"$report" |
            awk '{ if ($2 > m) m = $2 } END { print m + 0 }')

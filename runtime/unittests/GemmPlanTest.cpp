@@ -6,8 +6,11 @@
 // time with the plan's strides, and must reproduce the CPU backend: the
 // dense Gemm opcode in every transpose, and attention and its gradient
 // assembled exactly as CudaBackend::attention(Grad) assembles them (chunks
-// of heads, strided-batched plans around the row softmax), so the operand
-// swap, leading dimensions and batch strides are checked without a GPU.
+// of heads, strided-batched plans around the row softmax), and the ring
+// attention steps as CudaBackend::ringAttention(Grad)Step assemble them
+// (chunk pairs, groups of heads, the row kernels of
+// RingAttentionKernels.cu on the host), so the operand swap, leading
+// dimensions, batch strides and pointer offsets are checked without a GPU.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +18,7 @@
 
 #include "tessera/rt/Backend.h"
 #include "tessera/rt/math/Kernels.h"
+#include "tessera/rt/math/SequenceLayout.h"
 
 #include <cblas.h>
 #include <gtest/gtest.h>
@@ -214,4 +218,203 @@ TEST_F(GemmPlanTest, AttentionPlansMatchTheCpuBackend) {
         expectClose(out, want, 2e-5f, "attention " + what);
         expectClose(dqkv, wantGrad, 5e-5f, "attention gradient " + what);
       }
+}
+
+namespace {
+
+// RingAttentionKernels.cu's row kernels, on the host.
+void ringForwardRows(float *probs, float *m, float *l, float *o, int64_t count,
+                     int64_t chunk, int64_t seq, int64_t q0, int64_t ldo,
+                     int64_t D, bool diagonal) {
+  for (int64_t z = 0; z < count; ++z)
+    for (int64_t i = 0; i < chunk; ++i) {
+      float *row = probs + (z * chunk + i) * chunk;
+      const int64_t valid = diagonal ? i + 1 : chunk, r = z * seq + q0 + i;
+      float mx = -INFINITY;
+      for (int64_t j = 0; j < valid; ++j)
+        mx = math::selectf(row[j] > mx, row[j], mx);
+      const float old = m[r];
+      mx = math::selectf(old > mx, old, mx);
+      float sum = 0.0f;
+      for (int64_t j = 0; j < chunk; ++j) {
+        row[j] = j < valid ? math::expApprox(row[j] - mx) : 0.0f;
+        sum += row[j];
+      }
+      const float alpha = old == -INFINITY ? 0.0f : math::expApprox(old - mx);
+      for (int64_t j = 0; j < D; ++j)
+        o[(q0 + i) * ldo + z * D + j] *= alpha;
+      l[r] = l[r] * alpha + sum;
+      m[r] = mx;
+    }
+}
+
+/// CudaBackend::ringAttentionStep on the host, `group` heads at a time.
+void ringStep(const float *qkv, const float *kv, float *o, float *stats,
+              float *lse, const math::RingAttentionDims &d, int64_t source,
+              bool first, int64_t group) {
+  const int64_t S = d.seq, total = d.batch * d.heads, D = d.headDim;
+  const int64_t chunk = S / 2;
+  float *m = stats, *l = stats + total * S;
+  if (first) {
+    std::fill(o, o + S * total * D, 0.0f);
+    std::fill(m, m + total * S, -INFINITY);
+    std::fill(l, l + total * S, 0.0f);
+  }
+  Vec probs(size_t(group * chunk * chunk));
+  const float scale = float(1.0 / std::sqrt(double(D)));
+  const math::RingChunkPairs pairs = math::ringChunkPairs(d, source);
+  for (int64_t z0 = 0; z0 < total; z0 += group) {
+    const int64_t count = std::min(group, total - z0);
+    const RingAttentionPlans p =
+        ringAttentionPlans(chunk, d.batch, d.heads, D, count);
+    for (int i = 0; i < pairs.count; ++i) {
+      const math::RingChunkPair &c = pairs.pair[i];
+      const float *q = qkv + c.q0 * p.ld + z0 * p.qkvHeadStride;
+      const float *k = kv + c.k0 * p.ldkv + z0 * p.kvHeadStride;
+      runRowMajor(p.scores, q, k, probs.data(), scale, 0.0f);
+      ringForwardRows(probs.data(), m + z0 * S, l + z0 * S,
+                      o + z0 * p.outHeadStride, count, chunk, S, c.q0, p.ldo,
+                      D, c.diagonal);
+      runRowMajor(p.context, probs.data(), k + D,
+                  o + c.q0 * p.ldo + z0 * p.outHeadStride, 1.0f, 1.0f);
+    }
+  }
+  if (!lse)
+    return;
+  for (int64_t z = 0; z < total; ++z)
+    for (int64_t r = 0; r < S; ++r) {
+      for (int64_t j = 0; j < D; ++j)
+        o[r * total * D + z * D + j] *= 1.0f / l[z * S + r];
+      lse[r * total + z] = m[z * S + r] + std::log(l[z * S + r]);
+    }
+}
+
+/// CudaBackend::ringAttentionGradStep on the host.
+void ringGradStep(const float *qkv, const float *o, const float *lse,
+                  const float *dout, const float *kv, float *dkv, float *delta,
+                  float *dqkv, const math::RingAttentionDims &d,
+                  int64_t source, bool first, int64_t group) {
+  const int64_t S = d.seq, total = d.batch * d.heads, D = d.headDim;
+  const int64_t chunk = S / 2;
+  if (first) {
+    std::fill(dqkv, dqkv + S * total * 3 * D, 0.0f);
+    for (int64_t z = 0; z < total; ++z)
+      for (int64_t r = 0; r < S; ++r) {
+        float sum = 0.0f;
+        for (int64_t j = 0; j < D; ++j)
+          sum += o[r * total * D + z * D + j] * dout[r * total * D + z * D + j];
+        delta[z * S + r] = sum;
+      }
+  }
+  Vec probs(size_t(group * chunk * chunk)), dprobs(probs.size());
+  const float scale = float(1.0 / std::sqrt(double(D)));
+  const math::RingChunkPairs pairs = math::ringChunkPairs(d, source);
+  for (int64_t z0 = 0; z0 < total; z0 += group) {
+    const int64_t count = std::min(group, total - z0);
+    const RingAttentionPlans p =
+        ringAttentionPlans(chunk, d.batch, d.heads, D, count);
+    for (int i = 0; i < pairs.count; ++i) {
+      const math::RingChunkPair &c = pairs.pair[i];
+      const float *q = qkv + c.q0 * p.ld + z0 * p.qkvHeadStride;
+      const float *k = kv + c.k0 * p.ldkv + z0 * p.kvHeadStride;
+      float *dk = dkv + c.k0 * p.ldkv + z0 * p.kvHeadStride;
+      const float *dO = dout + c.q0 * p.ldo + z0 * p.outHeadStride;
+      runRowMajor(p.scores, q, k, probs.data(), scale, 0.0f);
+      for (int64_t x = 0; x < count * chunk * chunk; ++x) {
+        const int64_t j = x % chunk, r = (x / chunk) % chunk,
+                      z = x / (chunk * chunk);
+        probs[size_t(x)] =
+            !c.diagonal || j <= r
+                ? math::expApprox(probs[size_t(x)] -
+                                  lse[(c.q0 + r) * total + z0 + z])
+                : 0.0f;
+      }
+      runRowMajor(p.gradV, probs.data(), dO, dk + D, 1.0f, 1.0f);
+      runRowMajor(p.gradProbs, dO, k + D, dprobs.data(), 1.0f, 0.0f);
+      for (int64_t x = 0; x < count * chunk * chunk; ++x) {
+        const int64_t r = (x / chunk) % chunk, z = x / (chunk * chunk);
+        dprobs[size_t(x)] = probs[size_t(x)] *
+                            (dprobs[size_t(x)] - delta[(z0 + z) * S + c.q0 + r]);
+      }
+      runRowMajor(p.gradQ, dprobs.data(), k,
+                  dqkv + c.q0 * p.ld + z0 * p.qkvHeadStride, scale, 1.0f);
+      runRowMajor(p.gradK, dprobs.data(), q, dk, scale, 1.0f);
+    }
+  }
+}
+
+} // namespace
+
+/// Whole rings (every step, each rank's view) through the ring plans
+/// against the CPU backend's steps: the output, LSE, dQKV and each step's
+/// dK/dV block.
+TEST_F(GemmPlanTest, RingAttentionPlansMatchTheCpuBackend) {
+  struct Shape {
+    int64_t S, B, A, D, cp;
+  };
+  for (Shape sh : {Shape{2, 1, 1, 4, 2}, Shape{6, 2, 3, 5, 2},
+                   Shape{8, 1, 2, 16, 3}})
+    for (bool causal : {true, false})
+      for (int64_t rank = 0; rank < sh.cp; ++rank)
+        for (int64_t group : {int64_t(1), int64_t(2), sh.B * sh.A}) {
+          math::RingAttentionDims d;
+          d.seq = sh.S;
+          d.batch = sh.B;
+          d.heads = sh.A;
+          d.headDim = sh.D;
+          d.causal = causal;
+          d.cpRank = rank;
+          d.cpSize = sh.cp;
+          const std::string what =
+              "S=" + std::to_string(sh.S) + " cp=" + std::to_string(sh.cp) +
+              " rank=" + std::to_string(rank) + " causal=" +
+              std::to_string(causal) + " group=" + std::to_string(group);
+          const int64_t total = sh.B * sh.A, n = sh.cp;
+          Vec qkv = random(size_t(sh.S * total * 3 * sh.D));
+          Vec dout = random(size_t(sh.S * total * sh.D));
+          std::vector<Vec> kv(static_cast<size_t>(n));
+          for (Vec &block : kv)
+            block = random(size_t(d.kvBlock()));
+          ASSERT_TRUE(cpu->ringPackKeysValues(qkv.data(), kv[size_t(rank)].data(),
+                                              d)
+                          .ok());
+          // Forward: the blocks in ring order, rank's own first.
+          Vec o(dout.size()), stats(size_t(2 * d.rowStats())),
+              lse(size_t(d.rowStats()));
+          Vec o2 = o, stats2 = stats, lse2 = lse;
+          for (int64_t i = 0; i < n; ++i) {
+            const int64_t source = (rank - i + n) % n;
+            const bool last = i + 1 == n;
+            ASSERT_TRUE(cpu->ringAttentionStep(qkv.data(),
+                                               kv[size_t(source)].data(),
+                                               o.data(), stats.data(),
+                                               last ? lse.data() : nullptr, d,
+                                               source, i == 0)
+                            .ok());
+            ringStep(qkv.data(), kv[size_t(source)].data(), o2.data(),
+                     stats2.data(), last ? lse2.data() : nullptr, d, source,
+                     i == 0, group);
+          }
+          expectClose(o2, o, 2e-5f, "ring output " + what);
+          expectClose(lse2, lse, 2e-5f, "ring LSE " + what);
+          // Backward: each step's block gradient on its own.
+          Vec dqkv(qkv.size()), delta(size_t(d.rowStats()));
+          Vec dqkv2 = dqkv, delta2 = delta;
+          for (int64_t i = 0; i < n; ++i) {
+            const int64_t source = (rank - i + n) % n;
+            Vec dkv(size_t(d.kvBlock()), 0.0f), dkv2 = dkv;
+            ASSERT_TRUE(cpu->ringAttentionGradStep(
+                               qkv.data(), o.data(), lse.data(), dout.data(),
+                               kv[size_t(source)].data(), dkv.data(),
+                               delta.data(), dqkv.data(), d, source, i == 0)
+                            .ok());
+            ringGradStep(qkv.data(), o.data(), lse.data(), dout.data(),
+                         kv[size_t(source)].data(), dkv2.data(), delta2.data(),
+                         dqkv2.data(), d, source, i == 0, group);
+            expectClose(dkv2, dkv, 5e-5f,
+                        "ring dK/dV step " + std::to_string(i) + " " + what);
+          }
+          expectClose(delta2, delta, 2e-5f, "ring delta " + what);
+          expectClose(dqkv2, dqkv, 5e-5f, "ring dQKV " + what);
+        }
 }

@@ -136,6 +136,8 @@ struct Run {
   /// The backend's launches (RecordingBackend through traceInto).
   std::vector<Launch> launches;
   std::unique_ptr<Executor> ex;
+  /// The executor's backend (owned by it).
+  RecordingBackend *backend = nullptr;
 
   int computeId() const { return fake->streamId(compute); }
   /// Empties the log, so that it holds what follows.
@@ -158,7 +160,7 @@ std::shared_ptr<const LoadedArtifact> load(const ArtifactDesc &desc,
 /// (Mpi). Collective. Null on error (alike on every rank, but for executor
 /// creation errors, which the tests expect not to happen).
 std::unique_ptr<Run> makeRun(const std::shared_ptr<const LoadedArtifact> &art,
-                             Wiring wiring) {
+                             Wiring wiring, bool deviceMemory = false) {
   if (!art)
     return nullptr;
   auto run = std::make_unique<Run>();
@@ -194,7 +196,9 @@ std::unique_ptr<Run> makeRun(const std::shared_ptr<const LoadedArtifact> &art,
   if (!cpu.ok())
     return nullptr;
   auto backend = std::make_unique<RecordingBackend>(
-      std::move(*cpu), traceInto(*run->fake, run->compute, run->launches));
+      std::move(*cpu), traceInto(*run->fake, run->compute, run->launches),
+      deviceMemory);
+  run->backend = backend.get();
   auto ex =
       Executor::create(art, std::move(backend), std::move(*comms), worldRank());
   EXPECT_TRUE(ex.ok()) << ex.status().toString();
@@ -677,6 +681,84 @@ TEST(NcclExecutorTest, InPlaceBucketCollectivesMatchMpi) {
                    (bf16 ? " bf16" : " f32"));
       checkBuckets(tp, dp, bf16);
     }
+}
+
+//===----------------------------------------------------------------------===//
+// Expert parallelism's exchange
+//===----------------------------------------------------------------------===//
+
+/// ExpertDispatch and ExpertCombine over NCCL with a device-memory backend
+/// (the CUDA backend's path: the counts' all-to-all staged through device
+/// memory, since NCCL cannot read host vectors) against the MPI run: the
+/// received rows, counts and splits, and the rows back, bit for bit; every
+/// row comes back where it came from.
+TEST(NcclExecutorTest, ExpertExchangeMatchesMpi) {
+  const int n = worldSize(), r = worldRank();
+  const int64_t experts = 2 * n, rows = 12, features = 5;
+  auto art = load(expertExchange(n, experts, rows, features), "ep.tsr");
+  auto nccl = makeRun(art, Wiring::Nccl, /*deviceMemory=*/true);
+  auto mpi = makeRun(art, Wiring::Mpi);
+  if (!nccl || !mpi)
+    return;
+  // Rank r routes (e + r) % 4 rows to expert e (some none), fewer than its
+  // rows in all.
+  std::vector<int32_t> counts(static_cast<size_t>(experts));
+  int64_t routed = 0;
+  for (int64_t e = 0; e < experts; ++e) {
+    counts[size_t(e)] = int32_t((e + r) % 4);
+    if (routed + counts[size_t(e)] > rows)
+      counts[size_t(e)] = 0;
+    routed += counts[size_t(e)];
+  }
+  std::vector<float> x(size_t(rows * features));
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = float(r * 1000 + int(i));
+  for (::Run *run : {nccl.get(), mpi.get()}) {
+    EXPECT_TRUE(run->ex->writeBuffer("x", x.data(), int64_t(x.size() * 4)).ok());
+    EXPECT_TRUE(run->ex->writeBuffer("counts", counts.data(),
+                                     int64_t(counts.size() * 4))
+                    .ok());
+  }
+  for (const char *fn : {"dispatch", "combine"}) {
+    SCOPED_TRACE(fn);
+    nccl->startLog();
+    Status a = nccl->ex->runFunction(fn);
+    Status b = mpi->ex->runFunction(fn);
+    ASSERT_TRUE(a.ok()) << a.toString();
+    ASSERT_TRUE(b.ok()) << b.toString();
+    // NCCL reads and writes device memory only: the counts' exchange too.
+    int p2p = 0;
+    for (const FakeNcclCall &c : nccl->fake->log()) {
+      if (c.name != "send" && c.name != "recv")
+        continue;
+      ++p2p;
+      const void *buffer = c.name == "send" ? c.send : c.recv;
+      EXPECT_TRUE(nccl->backend->owns(buffer, int64_t(c.count) * 4))
+          << c.name << " of " << c.count << " elements to/from peer "
+          << c.peer << " is not in the backend's memory";
+    }
+    EXPECT_GT(p2p, 0);
+  }
+  auto bytes = [](::Run &run, const char *name) {
+    auto v = run.ex->readBuffer(name);
+    EXPECT_TRUE(v.ok()) << name;
+    return v.ok() ? *v : std::vector<uint8_t>();
+  };
+  for (const char *name : {"recv", "local", "splits", "out"})
+    EXPECT_TRUE(bytes(*nccl, name) == bytes(*mpi, name)) << name;
+  std::vector<uint8_t> back = bytes(*nccl, "out");
+  ASSERT_EQ(back.size(), x.size() * 4);
+  EXPECT_EQ(std::memcmp(back.data(), x.data(), size_t(routed * features) * 4),
+            0);
+  // What every rank received for its experts: the splits sum to the rows
+  // all ranks routed to them.
+  std::vector<uint8_t> split = bytes(*nccl, "splits");
+  ASSERT_EQ(split.size(), size_t(n * 2 * 4));
+  const int32_t *s = reinterpret_cast<const int32_t *>(split.data());
+  for (int src = 0; src < n; ++src)
+    for (int e = 0; e < 2; ++e)
+      EXPECT_EQ(s[src * 2 + e], (2 * r + e + src) % 4)
+          << "source " << src << " expert " << e;
 }
 
 //===----------------------------------------------------------------------===//

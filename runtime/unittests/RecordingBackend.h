@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +51,18 @@ public:
     return int64_t(std::count(calls.begin(), calls.end(), name));
   }
 
+  /// Whether [ptr, ptr + bytes) lies in memory allocate() returned (the
+  /// "device" memory of a deviceMemory backend), not freed since.
+  bool owns(const void *ptr, int64_t bytes) const {
+    auto it = allocations.upper_bound(const_cast<void *>(ptr));
+    if (it == allocations.begin())
+      return false;
+    --it;
+    const char *base = static_cast<const char *>(it->first);
+    const char *p = static_cast<const char *>(ptr);
+    return p >= base && p + bytes <= base + it->second;
+  }
+
   const char *name() const override { return inner->name(); }
   bool hostMemory() const override {
     return !deviceMemory && inner->hostMemory();
@@ -66,10 +79,14 @@ public:
   }
   StatusOr<void *> allocate(int64_t bytes) override {
     note("allocate");
-    return inner->allocate(bytes);
+    StatusOr<void *> ptr = inner->allocate(bytes);
+    if (ptr.ok())
+      allocations[*ptr] = bytes;
+    return ptr;
   }
   void deallocate(void *ptr) override {
     note("deallocate");
+    allocations.erase(ptr);
     inner->deallocate(ptr);
   }
   StatusOr<void *> allocateHost(int64_t bytes) override {
@@ -455,6 +472,8 @@ private:
   std::unique_ptr<Backend> inner;
   Observer observer;
   bool deviceMemory;
+  /// allocate()'s blocks and their sizes.
+  std::map<void *, int64_t> allocations;
 };
 
 } // namespace tessera::rt::test

@@ -10,9 +10,11 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "tessera/rt/Backend.h"
 #include "tessera/rt/Data.h"
 #include "tessera/rt/Rng.h"
 #include "tessera/rt/math/Kernels.h"
+#include "tessera/rt/math/MoE.h"
 #include "tessera/rt/math/Philox.h"
 
 #include <gtest/gtest.h>
@@ -208,5 +210,47 @@ TEST(SharedMathTest, LayerNormAndCrossEntropyRowFormulas) {
     EXPECT_NEAR(math::crossEntropyGrad(z[j], float(mx), float(dl / se), j == 2,
                                        dl),
                 ref, 1e-6);
+  }
+}
+
+// Expert capacity: the definition the CUDA kernel evaluates (moeCapacityKeeps,
+// O(n) per choice) keeps exactly the choices the CPU backend keeps by
+// sorting each expert's choices, for both policies, with ties in
+// probability and choices dropped before (index -1).
+TEST(SharedMathTest, ExpertCapacityIsTheCpuBackendsDrop) {
+  auto cpu = BackendRegistry::global().create("cpu", {});
+  ASSERT_TRUE(cpu.ok());
+  std::mt19937 gen(5);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int64_t tokens = 1 + gen() % 60, k = 1 + gen() % 3,
+                  experts = 1 + gen() % 6, n = tokens * k;
+    const int64_t capacity = int64_t(gen() % 8) - 1;
+    std::vector<float> probs(static_cast<size_t>(n));
+    std::vector<int32_t> indices(static_cast<size_t>(n));
+    for (int64_t c = 0; c < n; ++c) {
+      // Few distinct values, so ties are common.
+      probs[size_t(c)] = float(gen() % 5) * 0.25f;
+      indices[size_t(c)] =
+          gen() % 7 == 0 ? -1 : int32_t(gen() % uint32_t(experts));
+    }
+    for (bool byPosition : {false, true}) {
+      std::vector<float> keptProbs(static_cast<size_t>(n));
+      std::vector<int32_t> keptIndices(static_cast<size_t>(n));
+      ASSERT_TRUE((*cpu)
+                      ->moeCapacityDrop(probs.data(), indices.data(),
+                                        keptProbs.data(), keptIndices.data(),
+                                        tokens, k, experts, capacity,
+                                        byPosition)
+                      .ok());
+      for (int64_t c = 0; c < n; ++c) {
+        const bool keeps = math::moeCapacityKeeps(
+            probs.data(), indices.data(), n, c, capacity, byPosition);
+        const int32_t e = indices[size_t(c)];
+        EXPECT_EQ(keptIndices[size_t(c)], keeps ? e : -1)
+            << "trial " << trial << " choice " << c;
+        EXPECT_EQ(keptProbs[size_t(c)],
+                  keeps || e < 0 ? probs[size_t(c)] : 0.0f);
+      }
+    }
   }
 }

@@ -796,6 +796,51 @@ inline ArtifactDesc shardedBuckets(int tp, int dp, int64_t block,
   return a;
 }
 
+/// Expert parallelism's exchange on its own: `ep` ranks (one "ep" group of
+/// all of them, expert tensor parallelism 1), `experts` experts, each rank
+/// `rows` routed rows of `features` in expert order. "dispatch" is
+/// ExpertDispatch (x, counts -> recv, local, splits); "combine" is
+/// ExpertCombine (recv, splits, counts -> out), which brings every row back
+/// where it came from.
+inline ArtifactDesc expertExchange(int ep, int64_t experts, int64_t rows,
+                                   int64_t features) {
+  using K = fb::BufferKind;
+  using O = fb::Opcode;
+  const auto I32 = fb::DType::I32;
+  ArtifactDesc a;
+  a.worldSize = ep;
+  a.mesh = {{"tp", 1}, {"dp", ep}};
+  addTpDpGroups(a, 1, ep);
+  std::vector<int> all;
+  for (int r = 0; r < ep; ++r)
+    all.push_back(r);
+  a.groups.push_back({"ep", all});
+  a.globalBatch = ep;
+  ProgramDesc p;
+  const int64_t local = experts / ep;
+  RefDesc x = p.ref(p.add("x", K::Activation, {rows, features}));
+  RefDesc counts = p.ref(p.add("counts", K::Activation, {experts}, I32));
+  RefDesc recv = p.ref(p.add("recv", K::Activation, {ep * rows, features}));
+  RefDesc localCounts = p.ref(p.add("local", K::Activation, {local}, I32));
+  RefDesc splits = p.ref(p.add("splits", K::Activation, {ep, local}, I32));
+  RefDesc work = p.ref(p.add("work", K::Activation, {ep * rows * features}));
+  RefDesc out = p.ref(p.add("out", K::Activation, {rows, features}));
+  RefDesc work2 = p.ref(p.add("work2", K::Activation, {ep * rows * features}));
+  p.function("microbatch");
+  InstrDesc d = instr(O::ExpertDispatch,
+                      {x, counts, recv, localCounts, splits, work}, "dispatch");
+  d.iattrs = {experts, 1};
+  d.group = "ep";
+  p.function("dispatch").push_back(d);
+  InstrDesc c =
+      instr(O::ExpertCombine, {recv, splits, counts, out, work2}, "combine");
+  c.iattrs = {experts, 1};
+  c.group = "ep";
+  p.function("combine").push_back(c);
+  a.programs.push_back(std::move(p));
+  return a;
+}
+
 } // namespace tessera::rt::test
 
 #endif // TESSERA_RT_UNITTESTS_TESTARTIFACTS_H

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The MLP and a 2-layer GPT (with dropout) trained 10 Adam steps on one GPU
-# with the cuda backend and on the CPU, from the same artifact: the losses
-# must agree within 1e-4 relative at every step (the GPT in bf16 with the
-# distributed optimizer within 1e-2). Needs a GPU: without one it
+# The MLP, a 2-layer GPT (with dropout) and a 2-layer mixture-of-experts
+# GPT (4 experts, top-2, capacity factor 1.5) trained 10 Adam steps on one
+# GPU with the cuda backend and on the CPU, from the same artifact: the
+# losses must agree within 1e-4 relative at every step (the GPT in bf16
+# with the distributed optimizer within 1e-2). Needs a GPU: without one it
 # exits 77, which ctest reports as Skipped (label "gpu").
 #
 # usage: cuda-vs-cpu.sh BINDIR SOURCE_DIR
@@ -37,7 +38,14 @@ fi
 # values may differ by an ulp, hence the looser bound.
 "$bin/tessera-compile" "$tmp/gpt.mlir" --micro-batch-size 4 \
   --global-batch-size 8 --bf16 --use-distributed-optimizer -o "$tmp/gpt-bf16.tsr"
+"$bin/tessera-gen" gpt --layers 2 --hidden 128 --heads 4 --vocab 257 --seq 64 \
+  --num-experts 4 --moe-router-topk 2 --moe-expert-capacity-factor 1.5 \
+  -o "$tmp/moe.mlir"
+"$bin/tessera-compile" "$tmp/moe.mlir" --micro-batch-size 4 \
+  --global-batch-size 8 -o "$tmp/moe.tsr"
 for backend in cpu cuda; do
+  "$bin/tessera-run" -n 1 "$tmp/moe.tsr" --steps 10 --backend $backend \
+    --data "$tmp/austen" --metrics "$tmp/moe-$backend.jsonl" > /dev/null
   "$bin/tessera-run" -n 1 "$tmp/gpt.tsr" --steps 10 --backend $backend \
     --data "$tmp/austen" --metrics "$tmp/gpt-$backend.jsonl" > /dev/null
   "$bin/tessera-run" -n 1 "$tmp/gpt-bf16.tsr" --steps 10 --backend $backend \
@@ -50,3 +58,5 @@ python3 "$src/test/E2E/Inputs/compare_losses.py" --rtol 1e-4 --steps 10 \
   "$tmp/gpt-cpu.jsonl" "$tmp/gpt-cuda.jsonl"
 python3 "$src/test/E2E/Inputs/compare_losses.py" --rtol 1e-2 --steps 10 \
   "$tmp/gpt-bf16-cpu.jsonl" "$tmp/gpt-bf16-cuda.jsonl"
+python3 "$src/test/E2E/Inputs/compare_losses.py" --rtol 1e-4 --steps 10 \
+  "$tmp/moe-cpu.jsonl" "$tmp/moe-cuda.jsonl"

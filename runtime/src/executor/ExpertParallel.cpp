@@ -18,7 +18,9 @@
 // ranks of its run as partial sums, added in rank order (Megatron's
 // reduce-scatter over etp). The counts travel through host memory (one
 // device-to-host copy per dispatch, as Megatron's dispatcher synchronises
-// on its token counts), which is what the all-to-all's counts need anyway.
+// on its token counts), which is what the all-to-all's counts need anyway;
+// on a device backend their exchange is staged through device memory,
+// which NCCL needs.
 //
 //===----------------------------------------------------------------------===//
 
@@ -134,6 +136,27 @@ Status checkCounts(const std::vector<int32_t> &counts, int64_t rows,
   return Status();
 }
 
+/// The all-to-all of the per-expert counts (El per rank) into x.splits.
+/// A host-memory backend's communicator (MPI) reads the host vectors; a
+/// device backend's (NCCL) needs device memory: the counts go out from the
+/// workspace (the rows land there only afterwards) into the splits operand
+/// (overwritten with the splits at the end), and come back to the host.
+Status exchangeCounts(Backend &be, const Thunk &t, ExpertExchange &x) {
+  std::vector<int32_t> send = x.countsByRank();
+  const int64_t n = int64_t(send.size());
+  if (be.hostMemory())
+    return t.comm->allToAll(send.data(), x.splits.data(), x.local,
+                            ElementType::I32);
+  if (n > x.size * t.m * x.features)
+    return internalError("ExpertDispatch: the workspace of ", t.m,
+                         " rows cannot stage ", n, " counts");
+  void *staged = t.ptr[5], *received = t.ptr[4];
+  TESSERA_RETURN_IF_ERROR(be.copyToDevice(staged, send.data(), n * 4));
+  TESSERA_RETURN_IF_ERROR(
+      t.comm->allToAll(staged, received, x.local, ElementType::I32));
+  return be.copyToHost(x.splits.data(), received, n * 4);
+}
+
 } // namespace
 
 Status Executor::expertDispatch(const Thunk &t) {
@@ -142,9 +165,7 @@ Status Executor::expertDispatch(const Thunk &t) {
   TESSERA_RETURN_IF_ERROR(be->copyToHost(x.counts.data(), t.ptr[1], experts * 4));
   TESSERA_RETURN_IF_ERROR(checkCounts(x.counts, rows, "the routed counts"));
   // 1. Each rank's counts for run j's experts go to run j's ranks.
-  TESSERA_RETURN_IF_ERROR(t.comm->allToAll(x.countsByRank().data(),
-                                           x.splits.data(), x.local,
-                                           ElementType::I32));
+  TESSERA_RETURN_IF_ERROR(exchangeCounts(*be, t, x));
   TESSERA_RETURN_IF_ERROR(
       checkCounts(x.splits, x.size * rows, "the received counts"));
   x.plan();

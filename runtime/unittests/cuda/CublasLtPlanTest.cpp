@@ -97,6 +97,19 @@ TEST(CublasLtPlanTest, AttentionDescriptorsAreStridedBatched) {
   }
 }
 
+TEST(CublasLtPlanTest, RingAttentionDescriptorsAreStridedBatched) {
+  RingAttentionPlans r = ringAttentionPlans(/*chunk=*/512, /*batch=*/2,
+                                            /*heads=*/16, /*headDim=*/128,
+                                            /*count=*/8);
+  for (const RowMajorGemm *g : {&r.scores, &r.context, &r.gradV,
+                                &r.gradProbs, &r.gradQ, &r.gradK}) {
+    GemmPlan p = columnMajorPlan(*g);
+    EXPECT_EQ(p.batch, 8);
+    EXPECT_TRUE(isValidPlan(p));
+    expectDescriptorsOf(p, false);
+  }
+}
+
 TEST(CublasLtPlanTest, MalformedPlanIsAnError) {
   GemmPlan p = columnMajorPlan(denseRowMajorGemm(false, false, 4, 3, 2));
   p.ldc = 1;

@@ -11,6 +11,7 @@
 
 #include "tessera/rt/BF16.h"
 #include "tessera/rt/Backend.h"
+#include "tessera/rt/math/SequenceLayout.h"
 
 #include <gtest/gtest.h>
 
@@ -46,6 +47,7 @@ template <typename T> Arg arg(Kind kind, const std::vector<T> &v, bool output) {
 Arg in(const std::vector<float> &v) { return arg(Kind::F32, v, false); }
 Arg out(const std::vector<float> &v) { return arg(Kind::F32, v, true); }
 Arg ids(const std::vector<int32_t> &v) { return arg(Kind::I32, v, false); }
+Arg outIds(const std::vector<int32_t> &v) { return arg(Kind::I32, v, true); }
 Arg i64(const std::vector<int64_t> &v) { return arg(Kind::I64, v, false); }
 Arg bf16(const std::vector<float> &v, bool output) {
   std::vector<uint16_t> h(v.size());
@@ -489,6 +491,214 @@ TEST(CudaConformanceTest, DropoutMasksAreBitIdentical) {
                                1234, 3, rate);
             },
             0.0);
+}
+
+// Mixture of experts: routing from random logits (computed on the CPU for
+// the kernels that take indices), every kernel in both directions, with
+// dropped choices (index -1) from the capacity drop.
+TEST(CudaConformanceTest, MixtureOfExperts) {
+  const int64_t tokens = 37, experts = 6, k = 2, features = 24, ffn = 16;
+  const int64_t n = tokens * k;
+  auto logits = random(size_t(tokens * experts));
+  std::vector<float> probs(static_cast<size_t>(n));
+  std::vector<int32_t> indices(static_cast<size_t>(n));
+  ASSERT_TRUE(cpu->moeRouter(logits.data(), probs.data(), indices.data(),
+                             tokens, experts, k)
+                  .ok());
+  compare("moeRouter", {in(logits), out(random(size_t(n))),
+                        outIds(std::vector<int32_t>(size_t(n), 0))},
+          [&](Backend &b, std::vector<void *> &p) {
+            return b.moeRouter(F(0), F(1), static_cast<int32_t *>(p[2]),
+                               tokens, experts, k);
+          });
+  compare("moeRouterGrad", {in(probs), ids(indices), in(random(size_t(n))),
+                            out(random(size_t(tokens * experts)))},
+          [&](Backend &b, std::vector<void *> &p) {
+            return b.moeRouterGrad(F(0), I(1), F(2), F(3), tokens, experts, k);
+          });
+  std::vector<float> all = {30, 5, 12, 0, 20, 7};
+  for (bool over : {false, true}) {
+    std::vector<Arg> lossArgs = {in(logits), ids(indices), in(all),
+                                 out({0.0f})};
+    compare(std::string("moeAuxLoss over=") + (over ? "1" : "0"), lossArgs,
+            [&](Backend &b, std::vector<void *> &p) {
+              return b.moeAuxLoss(F(0), I(1), over ? F(2) : nullptr, F(3),
+                                  tokens, experts, k, 0.01f);
+            });
+    compare(std::string("moeAuxLossGrad over=") + (over ? "1" : "0"),
+            {in(logits), ids(indices), in(all), in({1.5f}),
+             out(random(size_t(tokens * experts)))},
+            [&](Backend &b, std::vector<void *> &p) {
+              return b.moeAuxLossGrad(F(0), I(1), over ? F(2) : nullptr, F(3),
+                                      F(4), tokens, experts, k, 0.01f);
+            });
+  }
+  for (bool byPosition : {false, true})
+    compare(std::string("moeCapacityDrop byPosition=") +
+                (byPosition ? "1" : "0"),
+            {in(probs), ids(indices), out(random(size_t(n))),
+             outIds(std::vector<int32_t>(size_t(n), 0))},
+            [&](Backend &b, std::vector<void *> &p) {
+              return b.moeCapacityDrop(F(0), I(1), F(2),
+                                       static_cast<int32_t *>(p[3]), tokens,
+                                       k, experts, 9, byPosition);
+            },
+            0.0);
+  // The kernels below see dropped choices too.
+  std::vector<float> kept(static_cast<size_t>(n));
+  std::vector<int32_t> keptIndices(static_cast<size_t>(n));
+  ASSERT_TRUE(cpu->moeCapacityDrop(probs.data(), indices.data(), kept.data(),
+                                   keptIndices.data(), tokens, k, experts, 9,
+                                   false)
+                  .ok());
+  compare("moeCapacityDropGrad",
+          {in(random(size_t(n))), ids(keptIndices), out(random(size_t(n)))},
+          [&](Backend &b, std::vector<void *> &p) {
+            return b.moeCapacityDropGrad(F(0), I(1), F(2), n);
+          },
+          0.0);
+  compare("moeTokenCounts", {ids(keptIndices), out(random(size_t(experts)))},
+          [&](Backend &b, std::vector<void *> &p) {
+            return b.moeTokenCounts(I(0), F(1), n, experts);
+          },
+          0.0);
+  auto x = random(size_t(tokens * features));
+  compare("moeDispatch",
+          {in(x), ids(keptIndices), out(random(size_t(n * features))),
+           outIds(std::vector<int32_t>(size_t(experts), -5))},
+          [&](Backend &b, std::vector<void *> &p) {
+            return b.moeDispatch(F(0), I(1), F(2), static_cast<int32_t *>(p[3]),
+                                 tokens, k, experts, features);
+          },
+          0.0);
+  compare("moeDispatchGrad",
+          {in(random(size_t(n * features))), ids(keptIndices),
+           out(random(size_t(tokens * features)))},
+          [&](Backend &b, std::vector<void *> &p) {
+            return b.moeDispatchGrad(F(0), I(1), F(2), tokens, k, experts,
+                                     features);
+          });
+  std::vector<float> rows(size_t(n * features));
+  std::vector<int32_t> counts(static_cast<size_t>(experts));
+  ASSERT_TRUE(cpu->moeDispatch(x.data(), keptIndices.data(), rows.data(),
+                               counts.data(), tokens, k, experts, features)
+                  .ok());
+  auto w = random(size_t(experts * ffn * features), 0.2f);
+  compare("groupedLinear",
+          {in(rows), ids(counts), in(w), out(random(size_t(n * ffn)))},
+          [&](Backend &b, std::vector<void *> &p) {
+            return b.groupedLinear(F(0), I(1), F(2), F(3), n, features, ffn,
+                                   experts);
+          });
+  for (float beta : {0.0f, 1.0f})
+    compare("groupedLinearGrad beta=" + std::to_string(beta),
+            {in(rows), ids(counts), in(w), in(random(size_t(n * ffn))),
+             out(random(size_t(n * features))), out(random(w.size()))},
+            [&](Backend &b, std::vector<void *> &p) {
+              return b.groupedLinearGrad(F(0), I(1), F(2), F(3), F(4), F(5), n,
+                                         features, ffn, experts, beta);
+            });
+  compare("moeCombine",
+          {in(rows), in(kept), ids(keptIndices),
+           out(random(size_t(tokens * features)))},
+          [&](Backend &b, std::vector<void *> &p) {
+            return b.moeCombine(F(0), F(1), I(2), F(3), tokens, k, experts,
+                                features);
+          });
+  compare("moeCombineGrad",
+          {in(rows), in(kept), ids(keptIndices),
+           in(random(size_t(tokens * features))),
+           out(random(size_t(n * features))), out(random(size_t(n)))},
+          [&](Backend &b, std::vector<void *> &p) {
+            return b.moeCombineGrad(F(0), F(1), I(2), F(3), F(4), F(5), tokens,
+                                    k, experts, features);
+          });
+}
+
+TEST(CudaConformanceTest, OutOfRangeExpertIsReportedAtSynchronize) {
+  std::vector<int32_t> indices = {0, 1, 9, 2};
+  std::vector<float> counts(4);
+  void *dIdx = *gpu->allocate(16), *dCounts = *gpu->allocate(16);
+  ASSERT_TRUE(gpu->copyToDevice(dIdx, indices.data(), 16).ok());
+  ASSERT_TRUE(gpu->moeTokenCounts(static_cast<int32_t *>(dIdx),
+                                  static_cast<float *>(dCounts), 4, 4)
+                  .ok());
+  Status st = gpu->synchronize();
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.getCode(), StatusCode::OutOfRange);
+  EXPECT_NE(st.message().find("expert index 9 of routing choice 2 is out of "
+                              "range for 4 experts"),
+            std::string::npos)
+      << st.message();
+  EXPECT_TRUE(gpu->synchronize().ok()) << "the error is reported once";
+  gpu->deallocate(dIdx);
+  gpu->deallocate(dCounts);
+}
+
+// Ring attention: every step of a ring from each rank's view, the blocks'
+// K/V random (as received from the other ranks), forward and backward.
+TEST(CudaConformanceTest, RingAttention) {
+  struct Shape {
+    int64_t S, B, A, D, cp;
+  };
+  for (Shape sh : {Shape{8, 2, 3, 16, 2}, Shape{130, 1, 2, 64, 3}})
+    for (bool causal : {true, false})
+      for (int64_t rank = 0; rank < sh.cp; ++rank) {
+        math::RingAttentionDims d;
+        d.seq = sh.S;
+        d.batch = sh.B;
+        d.heads = sh.A;
+        d.headDim = sh.D;
+        d.causal = causal;
+        d.cpRank = rank;
+        d.cpSize = sh.cp;
+        const std::string what = "S=" + std::to_string(sh.S) + " rank=" +
+                                 std::to_string(rank) + " causal=" +
+                                 std::to_string(causal);
+        const size_t qkvN = size_t(sh.S * sh.B * sh.A * 3 * sh.D),
+                     outN = size_t(sh.S * sh.B * sh.A * sh.D);
+        auto qkv = random(qkvN), dout = random(outN);
+        std::vector<std::vector<float>> kv;
+        for (int64_t i = 0; i < sh.cp; ++i)
+          kv.push_back(random(size_t(d.kvBlock())));
+        // The whole ring in one call per backend: pack, every step, and the
+        // backward's steps with a dK/dV block each.
+        std::vector<Arg> args = {in(qkv), in(dout)};
+        for (auto &block : kv)
+          args.push_back(in(block));
+        args.push_back(out(random(outN)));                  // O
+        args.push_back(out(random(size_t(2 * d.rowStats())))); // stats
+        args.push_back(out(random(size_t(d.rowStats()))));  // LSE
+        args.push_back(out(random(qkvN)));                  // dQKV
+        args.push_back(out(random(size_t(d.rowStats()))));  // delta
+        args.push_back(out(random(size_t(d.kvBlock()))));   // own K/V
+        for (int64_t i = 0; i < sh.cp; ++i)
+          args.push_back(out(std::vector<float>(size_t(d.kvBlock()), 0.0f)));
+        const int64_t n = sh.cp, blocks = 2;
+        compare("ring attention " + what, args,
+                [&](Backend &b, std::vector<void *> &p) -> Status {
+                  const int64_t o = blocks + n;
+                  float *own = F(o + 5);
+                  TESSERA_RETURN_IF_ERROR(b.ringPackKeysValues(F(0), own, d));
+                  auto block = [&](int64_t source) {
+                    return source == rank ? own : F(blocks + source);
+                  };
+                  for (int64_t i = 0; i < n; ++i) {
+                    const int64_t source = (rank - i + n) % n;
+                    TESSERA_RETURN_IF_ERROR(b.ringAttentionStep(
+                        F(0), block(source), F(o), F(o + 1),
+                        i + 1 == n ? F(o + 2) : nullptr, d, source, i == 0));
+                  }
+                  for (int64_t i = 0; i < n; ++i) {
+                    const int64_t source = (rank - i + n) % n;
+                    TESSERA_RETURN_IF_ERROR(b.ringAttentionGradStep(
+                        F(0), F(o), F(o + 2), F(1), block(source),
+                        F(o + 6 + i), F(o + 4), F(o + 3), d, source, i == 0));
+                  }
+                  return Status();
+                },
+                5e-5);
+      }
 }
 
 int main(int argc, char **argv) {

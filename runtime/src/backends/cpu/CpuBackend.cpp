@@ -891,15 +891,9 @@ public:
   template <typename Body>
   static void forEachChunkPair(const RingAttentionDims &d, int64_t source,
                                Body body) {
-    const int64_t chunk = d.seq / 2;
-    for (int a = 0; a < 2; ++a)
-      for (int c = 0; c < 2; ++c) {
-        int64_t gq = math::cpChunkIndex(d.cpRank, d.cpSize, a);
-        int64_t gk = math::cpChunkIndex(source, d.cpSize, c);
-        if (d.causal && gk > gq)
-          continue;
-        body(a * chunk, c * chunk, d.causal && gk == gq);
-      }
+    const math::RingChunkPairs pairs = math::ringChunkPairs(d, source);
+    for (int i = 0; i < pairs.count; ++i)
+      body(pairs.pair[i].q0, pairs.pair[i].k0, pairs.pair[i].diagonal);
   }
 
   static Status checkRingDims(const RingAttentionDims &d) {

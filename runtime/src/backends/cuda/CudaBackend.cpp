@@ -8,6 +8,7 @@
 #include "tessera/rt/Rng.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -203,6 +204,14 @@ Status CudaBackend::synchronize() {
                       " classes (ignore_index ", error.extra, ")");
   case kAdamIteration:
     return invalidArgument("Adam: iteration must be >= 1, got ", error.value);
+  case kExpertIndex:
+    return outOfRange("expert index ", error.value, " of routing choice ",
+                      error.row, " is out of range for ", error.limit,
+                      " experts");
+  case kExpertIndexOfToken:
+    return outOfRange("MoERouterGrad: expert index ", error.value,
+                      " of token ", error.row, " is out of range for ",
+                      error.limit, " experts");
   default:
     return internalError("unknown device error kind ", error.kind);
   }
@@ -661,126 +670,364 @@ Status CudaBackend::tokenMeanGrad(const float *dy, const int32_t *t, float *dl,
       "TokenMeanGrad");
 }
 
-Status CudaBackend::supports(std::string_view opcode) const {
-  static const std::pair<std::string_view, const char *> kMissing[] = {
-      {"RingAttention", "context parallelism"},
-      {"RingAttentionGrad", "context parallelism"},
-      {"MoERouter", "mixture of experts"},
-      {"MoERouterGrad", "mixture of experts"},
-      {"MoEAuxLoss", "mixture of experts"},
-      {"MoEAuxLossGrad", "mixture of experts"},
-      {"MoEDispatch", "mixture of experts"},
-      {"MoEDispatchGrad", "mixture of experts"},
-      {"GroupedLinear", "mixture of experts"},
-      {"GroupedLinearGrad", "mixture of experts"},
-      {"MoECombine", "mixture of experts"},
-      {"MoECombineGrad", "mixture of experts"},
-      {"ExpertDispatch", "expert parallelism"},
-      {"ExpertCombine", "expert parallelism"},
-      {"MoECapacityDrop", "mixture of experts"},
-      {"MoECapacityDropGrad", "mixture of experts"},
-      {"MoETokenCounts", "mixture of experts"},
-      {"MoEAuxLossOver", "mixture of experts"},
-      {"MoEAuxLossOverGrad", "mixture of experts"}};
-  for (const auto &[name, feature] : kMissing)
-    if (opcode == name)
-      return unimplemented("the cuda backend does not implement ", name, " (",
-                           feature, ") yet; run this model with --backend cpu");
+//===----------------------------------------------------------------------===//
+// Ring attention (context parallelism): per pair of a query chunk and a key
+// chunk (math::ringChunkPairs) and per group of heads that fits the
+// scratch, strided-batched GEMMs (RingAttentionPlans) around the row
+// kernels of RingAttentionKernels.cu, the CPU backend's steps. The
+// executor passes the K/V blocks around the ring on the NCCL communicator.
+//===----------------------------------------------------------------------===//
+
+static Status checkRingSeq(const Backend::RingAttentionDims &d) {
+  if (d.seq % 2 != 0)
+    return invalidArgument("ring attention needs an even local sequence, got ",
+                           d.seq);
   return Status();
 }
 
-// Ring attention (context parallelism) runs on the CPU backend only so far:
-// the executor's ring also needs its K/V exchange ordered on the NCCL
-// stream. tessera-run reports this before training.
-static Status ringAttentionUnimplemented() {
-  return unimplemented("ring attention (context parallelism, --cp > 1) is "
-                       "not implemented on the cuda backend yet; run it with "
-                       "--backend cpu");
+Status CudaBackend::ringPackKeysValues(const float *qkv, float *kv,
+                                       const RingAttentionDims &d) {
+  return launched(launchRingPack(computeStream, qkv, kv,
+                                 d.seq * d.batch * d.heads, d.headDim),
+                  "RingAttention");
 }
-Status CudaBackend::ringPackKeysValues(const float *, float *,
-                                       const RingAttentionDims &) {
-  return ringAttentionUnimplemented();
-}
-Status CudaBackend::ringAttentionStep(const float *, const float *, float *,
-                                      float *, float *,
-                                      const RingAttentionDims &, int64_t,
-                                      bool) {
-  return ringAttentionUnimplemented();
-}
-Status CudaBackend::ringAttentionGradStep(const float *, const float *,
-                                          const float *, const float *,
-                                          const float *, float *, float *,
-                                          float *, const RingAttentionDims &,
-                                          int64_t, bool) {
-  return ringAttentionUnimplemented();
-}
-Status CudaBackend::ringUnpackKeyValueGrads(const float *, float *,
-                                            const RingAttentionDims &) {
-  return ringAttentionUnimplemented();
+Status CudaBackend::ringUnpackKeyValueGrads(const float *dkv, float *dqkv,
+                                            const RingAttentionDims &d) {
+  return launched(launchRingUnpack(computeStream, dkv, dqkv,
+                                   d.seq * d.batch * d.heads, d.headDim),
+                  "RingAttentionGrad");
 }
 
-// Mixture of experts runs on the CPU backend only so far.
-static Status moeUnimplemented() {
-  return unimplemented("mixture-of-experts kernels are not implemented on the "
-                       "cuda backend yet; run the model with --backend cpu");
+Status CudaBackend::ringAttentionStep(const float *qkv, const float *kv,
+                                      float *o, float *stats, float *lse,
+                                      const RingAttentionDims &d,
+                                      int64_t source, bool first) {
+  TESSERA_RETURN_IF_ERROR(checkRingSeq(d));
+  const int64_t S = d.seq, total = d.batch * d.heads, D = d.headDim;
+  const int64_t chunk = S / 2;
+  float *m = stats, *l = stats + total * S;
+  if (first) {
+    TESSERA_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(
+        o, 0, size_t(S * total * D) * 4, computeStream));
+    TESSERA_RETURN_IF_ERROR(
+        launched(launchRingInit(computeStream, m, l, total * S),
+                 "RingAttention"));
+  }
+  if (chunk > 0 && D > 0) {
+    const int64_t group =
+        attentionChunk(chunk, total, 1, kAttentionScratchBytes);
+    TESSERA_ASSIGN_OR_RETURN(float *probs,
+                             scratch(0, group * chunk * chunk * 4));
+    const float scale = float(1.0 / std::sqrt(double(D)));
+    const math::RingChunkPairs pairs = math::ringChunkPairs(d, source);
+    for (int64_t z0 = 0; z0 < total; z0 += group) {
+      const int64_t count = std::min(group, total - z0);
+      const RingAttentionPlans p =
+          ringAttentionPlans(chunk, d.batch, d.heads, D, count);
+      for (int i = 0; i < pairs.count; ++i) {
+        const math::RingChunkPair &c = pairs.pair[i];
+        const float *q = qkv + c.q0 * p.ld + z0 * p.qkvHeadStride;
+        const float *k = kv + c.k0 * p.ldkv + z0 * p.kvHeadStride;
+        TESSERA_RETURN_IF_ERROR(runRowMajor(p.scores, q, k, probs, scale, 0.0f));
+        TESSERA_RETURN_IF_ERROR(launched(
+            launchRingForwardRows(computeStream, probs, m + z0 * S, l + z0 * S,
+                                  o + z0 * p.outHeadStride, count, chunk, S,
+                                  c.q0, p.ldo, D, c.diagonal),
+            "RingAttention"));
+        TESSERA_RETURN_IF_ERROR(
+            runRowMajor(p.context, probs, k + D,
+                        o + c.q0 * p.ldo + z0 * p.outHeadStride, 1.0f, 1.0f));
+      }
+    }
+  }
+  if (!lse)
+    return Status();
+  return launched(launchRingNormalize(computeStream, o, m, l, lse, S, total, D,
+                                      total * D),
+                  "RingAttention");
 }
-Status CudaBackend::moeRouter(const float *, float *, int32_t *, int64_t,
-                              int64_t, int64_t) {
-  return moeUnimplemented();
+
+Status CudaBackend::ringAttentionGradStep(const float *qkv, const float *o,
+                                          const float *lse, const float *dout,
+                                          const float *kv, float *dkv,
+                                          float *delta, float *dqkv,
+                                          const RingAttentionDims &d,
+                                          int64_t source, bool first) {
+  TESSERA_RETURN_IF_ERROR(checkRingSeq(d));
+  const int64_t S = d.seq, total = d.batch * d.heads, D = d.headDim;
+  const int64_t chunk = S / 2;
+  if (first) {
+    TESSERA_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(
+        dqkv, 0, size_t(S * total * 3 * D) * 4, computeStream));
+    TESSERA_RETURN_IF_ERROR(launched(
+        launchRingDelta(computeStream, o, dout, delta, S, total, D, total * D),
+        "RingAttentionGrad"));
+  }
+  if (chunk == 0 || D == 0)
+    return Status();
+  const int64_t group = attentionChunk(chunk, total, 2, kAttentionScratchBytes);
+  TESSERA_ASSIGN_OR_RETURN(float *probs, scratch(0, group * chunk * chunk * 4));
+  TESSERA_ASSIGN_OR_RETURN(float *dprobs,
+                           scratch(1, group * chunk * chunk * 4));
+  const float scale = float(1.0 / std::sqrt(double(D)));
+  const math::RingChunkPairs pairs = math::ringChunkPairs(d, source);
+  for (int64_t z0 = 0; z0 < total; z0 += group) {
+    const int64_t count = std::min(group, total - z0);
+    const RingAttentionPlans p =
+        ringAttentionPlans(chunk, d.batch, d.heads, D, count);
+    for (int i = 0; i < pairs.count; ++i) {
+      const math::RingChunkPair &c = pairs.pair[i];
+      const float *q = qkv + c.q0 * p.ld + z0 * p.qkvHeadStride;
+      const float *k = kv + c.k0 * p.ldkv + z0 * p.kvHeadStride;
+      float *dk = dkv + c.k0 * p.ldkv + z0 * p.kvHeadStride;
+      const float *dO = dout + c.q0 * p.ldo + z0 * p.outHeadStride;
+      // P = exp(scale Q K^T - LSE); dV += P^T dO; dP = dO V^T;
+      // dS = P (dP - delta); dQ += scale dS K; dK += scale dS^T Q.
+      TESSERA_RETURN_IF_ERROR(runRowMajor(p.scores, q, k, probs, scale, 0.0f));
+      TESSERA_RETURN_IF_ERROR(launched(
+          launchRingGradProbs(computeStream, probs, lse + z0, count, chunk,
+                              c.q0, total, c.diagonal),
+          "RingAttentionGrad"));
+      TESSERA_RETURN_IF_ERROR(
+          runRowMajor(p.gradV, probs, dO, dk + D, 1.0f, 1.0f));
+      TESSERA_RETURN_IF_ERROR(
+          runRowMajor(p.gradProbs, dO, k + D, dprobs, 1.0f, 0.0f));
+      TESSERA_RETURN_IF_ERROR(launched(
+          launchRingGradScores(computeStream, probs, dprobs, delta + z0 * S,
+                               count, chunk, S, c.q0),
+          "RingAttentionGrad"));
+      TESSERA_RETURN_IF_ERROR(runRowMajor(
+          p.gradQ, dprobs, k, dqkv + c.q0 * p.ld + z0 * p.qkvHeadStride, scale,
+          1.0f));
+      TESSERA_RETURN_IF_ERROR(runRowMajor(p.gradK, dprobs, q, dk, scale, 1.0f));
+    }
+  }
+  return Status();
 }
-Status CudaBackend::moeRouterGrad(const float *, const int32_t *, const float *,
-                                  float *, int64_t, int64_t, int64_t) {
-  return moeUnimplemented();
+
+//===----------------------------------------------------------------------===//
+// Mixture of experts (MoEKernels.cu). The row map (each routing choice's
+// row in expert order) is rebuilt by every kernel that needs it, from the
+// indices, as the CPU backend does: two small kernels, no state between
+// instructions.
+//===----------------------------------------------------------------------===//
+
+StatusOr<const int32_t *> CudaBackend::moeRowMap(const int32_t *indices,
+                                                 int64_t n, int64_t experts,
+                                                 int32_t *counts,
+                                                 const char *opcode) {
+  if (n > INT_MAX || experts > INT_MAX)
+    return unimplemented(opcode, ": ", n, " routing choices over ", experts,
+                         " experts exceed the 32-bit row map");
+  if (!counts) {
+    TESSERA_ASSIGN_OR_RETURN(
+        float *c, scratch(kMoeCountsScratch, std::max<int64_t>(1, experts) * 4));
+    counts = reinterpret_cast<int32_t *>(c);
+  }
+  TESSERA_ASSIGN_OR_RETURN(float *rows,
+                           scratch(kMoeRowsScratch, std::max<int64_t>(1, n) * 4));
+  int32_t *rowOf = reinterpret_cast<int32_t *>(rows);
+  TESSERA_RETURN_IF_ERROR(launched(launchMoeRows(computeStream, indices, n,
+                                                 experts, counts, rowOf,
+                                                 deviceError),
+                                   opcode));
+  moeCounts = counts;
+  return rowOf;
 }
-Status CudaBackend::moeAuxLoss(const float *, const int32_t *, const float *,
-                               float *, int64_t, int64_t, int64_t, float) {
-  return moeUnimplemented();
+
+Status CudaBackend::moeRouter(const float *logits, float *probs,
+                              int32_t *indices, int64_t tokens,
+                              int64_t experts, int64_t k) {
+  if (k < 1 || k > experts)
+    return invalidArgument("router topk ", k, " is not in [1, ", experts, "]");
+  return launched(launchMoeRouter(computeStream, logits, probs, indices,
+                                  tokens, experts, k),
+                  "MoERouter");
 }
-Status CudaBackend::moeAuxLossGrad(const float *, const int32_t *,
-                                   const float *, const float *, float *,
-                                   int64_t, int64_t, int64_t, float) {
-  return moeUnimplemented();
+Status CudaBackend::moeRouterGrad(const float *probs, const int32_t *indices,
+                                  const float *dprobs, float *dlogits,
+                                  int64_t tokens, int64_t experts, int64_t k) {
+  return launched(launchMoeRouterGrad(computeStream, probs, indices, dprobs,
+                                      dlogits, tokens, experts, k,
+                                      deviceError),
+                  "MoERouterGrad");
 }
-Status CudaBackend::moeTokenCounts(const int32_t *, float *, int64_t,
-                                   int64_t) {
-  return moeUnimplemented();
+
+Status CudaBackend::moeAuxCounts(const int32_t *indices, const float *allCounts,
+                                 int64_t tokens, int64_t experts, int64_t k,
+                                 const int32_t **counts, const char *opcode) {
+  if (experts > maxRouterExperts())
+    return unimplemented(opcode, ": ", experts,
+                         " experts; the cuda backend's load-balancing loss "
+                         "holds at most ",
+                         maxRouterExperts());
+  TESSERA_ASSIGN_OR_RETURN(
+      float *c, scratch(kMoeCountsScratch, std::max<int64_t>(1, experts) * 4));
+  int32_t *ic = reinterpret_cast<int32_t *>(c);
+  *counts = ic;
+  // The counts are checked (and, without allCounts, used) as on the CPU.
+  return launched(launchMoeAuxCounts(computeStream, indices, tokens * k,
+                                     experts, ic, deviceError),
+                  opcode);
 }
-Status CudaBackend::moeDispatch(const float *, const int32_t *, float *,
-                                int32_t *, int64_t, int64_t, int64_t, int64_t) {
-  return moeUnimplemented();
+
+Status CudaBackend::moeAuxLoss(const float *logits, const int32_t *indices,
+                               const float *allCounts, float *y,
+                               int64_t tokens, int64_t experts, int64_t k,
+                               float coeff) {
+  const int32_t *counts = nullptr;
+  TESSERA_RETURN_IF_ERROR(moeAuxCounts(indices, allCounts, tokens, experts, k,
+                                       &counts, "MoEAuxLoss"));
+  TESSERA_ASSIGN_OR_RETURN(
+      float *partial, scratch(kMoeRowsScratch, std::max<int64_t>(1, tokens) * 8));
+  return launched(launchMoeAuxLoss(computeStream, logits, allCounts, counts,
+                                   reinterpret_cast<double *>(partial), y,
+                                   tokens, experts, k, coeff),
+                  "MoEAuxLoss");
 }
-Status CudaBackend::moeDispatchGrad(const float *, const int32_t *, float *,
-                                    int64_t, int64_t, int64_t, int64_t) {
-  return moeUnimplemented();
+Status CudaBackend::moeAuxLossGrad(const float *logits, const int32_t *indices,
+                                   const float *allCounts, const float *dy,
+                                   float *dlogits, int64_t tokens,
+                                   int64_t experts, int64_t k, float coeff) {
+  const int32_t *counts = nullptr;
+  TESSERA_RETURN_IF_ERROR(moeAuxCounts(indices, allCounts, tokens, experts, k,
+                                       &counts, "MoEAuxLossGrad"));
+  return launched(launchMoeAuxLossGrad(computeStream, logits, allCounts,
+                                       counts, dy, dlogits, tokens, experts, k,
+                                       coeff),
+                  "MoEAuxLossGrad");
 }
-Status CudaBackend::groupedLinear(const float *, const int32_t *, const float *,
-                                  float *, int64_t, int64_t, int64_t, int64_t) {
-  return moeUnimplemented();
+Status CudaBackend::moeTokenCounts(const int32_t *indices, float *counts,
+                                   int64_t choices, int64_t experts) {
+  return launched(launchMoeTokenCounts(computeStream, indices, counts, choices,
+                                       experts, deviceError),
+                  "MoETokenCounts");
 }
-Status CudaBackend::groupedLinearGrad(const float *, const int32_t *,
-                                      const float *, const float *, float *,
-                                      float *, int64_t, int64_t, int64_t,
-                                      int64_t, float) {
-  return moeUnimplemented();
+Status CudaBackend::moeDispatch(const float *x, const int32_t *indices,
+                                float *rows, int32_t *counts, int64_t tokens,
+                                int64_t k, int64_t experts, int64_t features) {
+  TESSERA_ASSIGN_OR_RETURN(const int32_t *rowOf,
+                           moeRowMap(indices, tokens * k, experts, counts,
+                                     "MoEDispatch"));
+  return launched(launchMoeDispatch(computeStream, x, rowOf, counts, rows,
+                                    tokens, k, experts, features),
+                  "MoEDispatch");
 }
-Status CudaBackend::moeCapacityDrop(const float *, const int32_t *, float *,
-                                    int32_t *, int64_t, int64_t, int64_t,
-                                    int64_t, bool) {
-  return moeUnimplemented();
+Status CudaBackend::moeDispatchGrad(const float *drows, const int32_t *indices,
+                                    float *dx, int64_t tokens, int64_t k,
+                                    int64_t experts, int64_t features) {
+  TESSERA_ASSIGN_OR_RETURN(const int32_t *rowOf,
+                           moeRowMap(indices, tokens * k, experts, nullptr,
+                                     "MoEDispatchGrad"));
+  return launched(launchMoeDispatchGrad(computeStream, drows, rowOf, dx,
+                                        tokens, k, features),
+                  "MoEDispatchGrad");
 }
-Status CudaBackend::moeCapacityDropGrad(const float *, const int32_t *, float *,
-                                        int64_t) {
-  return moeUnimplemented();
+
+/// The experts' row counts on the host, checked as the CPU backend checks
+/// them; the offsets of their groups. The grouped GEMMs' shapes are these
+/// counts, so this is the one place an MoE layer waits for the device
+/// (Megatron's GroupedMLP likewise copies tokens_per_expert to the host).
+StatusOr<std::vector<int64_t>>
+CudaBackend::groupOffsets(const int32_t *counts, int64_t experts,
+                          int64_t rows) {
+  std::vector<int32_t> host(static_cast<size_t>(experts));
+  TESSERA_RETURN_IF_ERROR(copyToHost(host.data(), counts, experts * 4));
+  std::vector<int64_t> offsets(size_t(experts) + 1, 0);
+  for (int64_t e = 0; e < experts; ++e) {
+    if (host[size_t(e)] < 0)
+      return outOfRange("expert ", e, " has a negative row count ",
+                        host[size_t(e)]);
+    offsets[size_t(e) + 1] = offsets[size_t(e)] + host[size_t(e)];
+  }
+  if (offsets.back() > rows)
+    return outOfRange("the experts' row counts add up to ", offsets.back(),
+                      ", more than the ", rows, " rows");
+  return offsets;
 }
-Status CudaBackend::moeCombine(const float *, const float *, const int32_t *,
-                               float *, int64_t, int64_t, int64_t, int64_t) {
-  return moeUnimplemented();
+
+Status CudaBackend::groupedLinear(const float *x, const int32_t *counts,
+                                  const float *w, float *y, int64_t rows,
+                                  int64_t in, int64_t out, int64_t experts) {
+  TESSERA_ASSIGN_OR_RETURN(std::vector<int64_t> off,
+                           groupOffsets(counts, experts, rows));
+  for (int64_t e = 0; e < experts; ++e) {
+    const int64_t r0 = off[size_t(e)], n = off[size_t(e) + 1] - r0;
+    if (n > 0)
+      TESSERA_RETURN_IF_ERROR(gemm(false, true, n, out, in, 1.0f, x + r0 * in,
+                                   w + e * out * in, 0.0f, y + r0 * out));
+  }
+  const int64_t tail = (rows - off.back()) * out;
+  return tail > 0 ? cudaStatus(cudaMemsetAsync(y + off.back() * out, 0,
+                                               size_t(tail) * 4, computeStream),
+                               "cudaMemsetAsync")
+                  : Status();
 }
-Status CudaBackend::moeCombineGrad(const float *, const float *,
-                                   const int32_t *, const float *, float *,
-                                   float *, int64_t, int64_t, int64_t,
-                                   int64_t) {
-  return moeUnimplemented();
+Status CudaBackend::groupedLinearGrad(const float *x, const int32_t *counts,
+                                      const float *w, const float *dy,
+                                      float *dx, float *dw, int64_t rows,
+                                      int64_t in, int64_t out, int64_t experts,
+                                      float beta) {
+  TESSERA_ASSIGN_OR_RETURN(std::vector<int64_t> off,
+                           groupOffsets(counts, experts, rows));
+  for (int64_t e = 0; e < experts; ++e) {
+    const int64_t r0 = off[size_t(e)], n = off[size_t(e) + 1] - r0;
+    float *dwe = dw + e * out * in;
+    // An expert without rows: dW = beta dW (zeros for beta 0), as on the
+    // CPU; gemm with k = 0 does exactly that.
+    TESSERA_RETURN_IF_ERROR(gemm(true, false, out, in, n, 1.0f, dy + r0 * out,
+                                 x + r0 * in, beta, dwe));
+    if (n > 0)
+      TESSERA_RETURN_IF_ERROR(gemm(false, false, n, in, out, 1.0f,
+                                   dy + r0 * out, w + e * out * in, 0.0f,
+                                   dx + r0 * in));
+  }
+  const int64_t tail = (rows - off.back()) * in;
+  return tail > 0 ? cudaStatus(cudaMemsetAsync(dx + off.back() * in, 0,
+                                               size_t(tail) * 4, computeStream),
+                               "cudaMemsetAsync")
+                  : Status();
+}
+Status CudaBackend::moeCapacityDrop(const float *probs, const int32_t *indices,
+                                    float *keptProbs, int32_t *keptIndices,
+                                    int64_t tokens, int64_t k, int64_t experts,
+                                    int64_t capacity, bool byPosition) {
+  return launched(launchMoeCapacityDrop(computeStream, probs, indices,
+                                        keptProbs, keptIndices, tokens * k,
+                                        experts, capacity, byPosition,
+                                        deviceError),
+                  "MoECapacityDrop");
+}
+Status CudaBackend::moeCapacityDropGrad(const float *dkept,
+                                        const int32_t *keptIndices,
+                                        float *dprobs, int64_t n) {
+  return launched(
+      launchMoeCapacityDropGrad(computeStream, dkept, keptIndices, dprobs, n),
+      "MoECapacityDropGrad");
+}
+Status CudaBackend::moeCombine(const float *rows, const float *probs,
+                               const int32_t *indices, float *y,
+                               int64_t tokens, int64_t k, int64_t experts,
+                               int64_t features) {
+  TESSERA_ASSIGN_OR_RETURN(const int32_t *rowOf,
+                           moeRowMap(indices, tokens * k, experts, nullptr,
+                                     "MoECombine"));
+  return launched(launchMoeCombine(computeStream, rows, probs, rowOf, y,
+                                   tokens, k, features),
+                  "MoECombine");
+}
+Status CudaBackend::moeCombineGrad(const float *rows, const float *probs,
+                                   const int32_t *indices, const float *dy,
+                                   float *drows, float *dprobs, int64_t tokens,
+                                   int64_t k, int64_t experts,
+                                   int64_t features) {
+  TESSERA_ASSIGN_OR_RETURN(const int32_t *rowOf,
+                           moeRowMap(indices, tokens * k, experts, nullptr,
+                                     "MoECombineGrad"));
+  return launched(launchMoeCombineGrad(computeStream, rows, probs, rowOf,
+                                       moeCounts, dy, drows, dprobs, tokens, k,
+                                       experts, features),
+                  "MoECombineGrad");
 }
 
 Status CudaBackend::dropout(const float *x, float *y, int64_t seq,

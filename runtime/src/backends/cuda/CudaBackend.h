@@ -32,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <tuple>
+#include <vector>
 
 namespace tessera::rt::cuda {
 
@@ -51,7 +52,6 @@ StatusOr<std::unique_ptr<Backend>> createCudaBackend(const BackendOptions &);
 class CudaBackend final : public Backend {
 public:
   ~CudaBackend() override;
-  Status supports(std::string_view opcode) const override;
   static StatusOr<std::unique_ptr<CudaBackend>>
   create(int device, const BackendOptions &options);
 
@@ -261,8 +261,22 @@ private:
                         float *probs, int64_t heads, int64_t seq, float scale,
                         bool causal);
   /// At least `bytes` of scratch in `slot` (0: attention probabilities, 1:
-  /// their gradient, 2: layer-norm statistics), grown in stream order.
+  /// their gradient, 2: layer-norm statistics, kMoeCountsScratch and
+  /// kMoeRowsScratch: the MoE row map), grown in stream order.
   StatusOr<float *> scratch(int slot, int64_t bytes);
+  static constexpr int kMoeCountsScratch = 3, kMoeRowsScratch = 4,
+                       kScratchSlots = 5;
+  /// The row map of `n` routing choices (launchMoeRows) in scratch, with
+  /// the counts in `counts` (scratch when null); `opcode` names errors.
+  StatusOr<const int32_t *> moeRowMap(const int32_t *indices, int64_t n,
+                                      int64_t experts, int32_t *counts,
+                                      const char *opcode);
+  /// The load-balancing loss's counts (checked) in scratch.
+  Status moeAuxCounts(const int32_t *indices, const float *allCounts,
+                      int64_t tokens, int64_t experts, int64_t k,
+                      const int32_t **counts, const char *opcode);
+  StatusOr<std::vector<int64_t>> groupOffsets(const int32_t *counts,
+                                              int64_t experts, int64_t rows);
   /// The launch error of the last kernel, named after `what`.
   Status launched(cudaError_t error, const char *what);
 
@@ -274,13 +288,15 @@ private:
   int64_t workspaceBytes = 0;
   DeviceError *deviceError = nullptr;
   std::map<PlanKey, std::unique_ptr<CachedGemm>> gemms;
-  void *scratchPtr[3] = {nullptr, nullptr, nullptr};
+  void *scratchPtr[kScratchSlots] = {};
+  /// The counts of the last row map (moeRowMap).
+  const int32_t *moeCounts = nullptr;
   /// The world NCCL communicator (the groups' parent) and the groups handed
   /// to the executor, for abortCommunicators (which the watchdog calls
   /// while the executor, and so the groups, are alive).
   std::unique_ptr<NcclCommunicator> ncclWorld;
   std::vector<NcclCommunicator *> ncclGroups;
-  int64_t scratchBytes[3] = {0, 0, 0};
+  int64_t scratchBytes[kScratchSlots] = {};
 };
 
 } // namespace tessera::rt::cuda

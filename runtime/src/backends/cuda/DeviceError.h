@@ -1,7 +1,8 @@
 //===- DeviceError.h - Errors recorded by CUDA kernels ----------*- C++ -*-===//
 //
 // A kernel that meets bad data (a token id outside the vocabulary, a label
-// outside the classes, an Adam iteration below 1) cannot return a Status:
+// outside the classes, an Adam iteration below 1, an expert index outside
+// the experts) cannot return a Status:
 // it records the first such error in one DeviceError in device memory and
 // the backend turns it into a Status at the next synchronize(), once per
 // iteration, instead of the host waiting for the device after every kernel.
@@ -28,6 +29,11 @@ enum DeviceErrorKind : int {
   kLabelWithIgnore = 3,
   /// Adam: value = the iteration.
   kAdamIteration = 4,
+  /// MoE kernels: value = expert index, row = routing choice, limit =
+  /// experts.
+  kExpertIndex = 5,
+  /// MoERouterGrad: value = expert index, row = token, limit = experts.
+  kExpertIndexOfToken = 6,
 };
 
 /// The first error since the last synchronize(). `kind` is claimed with an

@@ -103,6 +103,29 @@ inline bool isValidPlan(const GemmPlan &p) {
          p.strideB >= 0 && p.strideC >= 0;
 }
 
+/// A strided-batched row-major product: `batch` products op(A) op(B) of
+/// [m, k] x [k, n], each operand `stride*` elements after the last.
+inline RowMajorGemm stridedBatchedGemm(bool transA, bool transB, int64_t m,
+                                       int64_t n, int64_t k, int64_t lda,
+                                       int64_t ldb, int64_t ldc, int64_t batch,
+                                       int64_t strideA, int64_t strideB,
+                                       int64_t strideC) {
+  RowMajorGemm g;
+  g.transA = transA;
+  g.transB = transB;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.lda = lda;
+  g.ldb = ldb;
+  g.ldc = ldc;
+  g.batch = batch;
+  g.strideA = strideA;
+  g.strideB = strideB;
+  g.strideC = strideC;
+  return g;
+}
+
 //===----------------------------------------------------------------------===//
 // Multi-head attention as strided-batched GEMMs (Megatron's
 // CoreAttention: baddbmm for the scores, bmm for the context). QKV is
@@ -145,23 +168,11 @@ inline AttentionPlans attentionPlans(int64_t seq, int64_t batch, int64_t heads,
   a.qkvHeadStride = 3 * headDim;
   a.outHeadStride = headDim;
   a.probsHeadStride = seq * seq;
-  auto make = [&](bool ta, bool tb, int64_t m, int64_t n, int64_t k,
-                  int64_t lda, int64_t ldb, int64_t ldc, int64_t sa,
-                  int64_t sb, int64_t sc) {
-    RowMajorGemm g;
-    g.transA = ta;
-    g.transB = tb;
-    g.m = m;
-    g.n = n;
-    g.k = k;
-    g.lda = lda;
-    g.ldb = ldb;
-    g.ldc = ldc;
-    g.batch = count;
-    g.strideA = sa;
-    g.strideB = sb;
-    g.strideC = sc;
-    return g;
+  auto make = [count](bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      int64_t lda, int64_t ldb, int64_t ldc, int64_t sa,
+                      int64_t sb, int64_t sc) {
+    return stridedBatchedGemm(ta, tb, m, n, k, lda, ldb, ldc, count, sa, sb,
+                              sc);
   };
   const int64_t sq = a.qkvHeadStride, so = a.outHeadStride,
                 sp = a.probsHeadStride;
@@ -178,6 +189,64 @@ inline AttentionPlans attentionPlans(int64_t seq, int64_t batch, int64_t heads,
   // dS^T x Q -> dK (ld).
   a.gradK = make(true, false, seq, headDim, seq, seq, ld, ld, sp, sq, sq);
   return a;
+}
+
+//===----------------------------------------------------------------------===//
+// Ring attention (the RingAttention opcodes) as strided-batched GEMMs per
+// pair of a local query chunk and a key chunk (math::ringChunkPairs), for
+// `count` heads z = b * heads + h at a time. A packed K/V block is
+// [seq, batch, heads, 2, D]: head z's k at z * 2D, its v at z * 2D + D.
+// The caller offsets the pointers to the pair's first rows and the head
+// group's first head; the plans give the strides.
+//===----------------------------------------------------------------------===//
+
+struct RingAttentionPlans {
+  /// S = scale * Q K^T, [chunk, chunk] per head.
+  RowMajorGemm scores;
+  /// O += P V into the unnormalised output.
+  RowMajorGemm context;
+  /// dV += P^T dO into the block's gradient.
+  RowMajorGemm gradV;
+  /// dP = dO V^T.
+  RowMajorGemm gradProbs;
+  /// dQ += scale * dS K into dQKV's q part.
+  RowMajorGemm gradQ;
+  /// dK += scale * dS^T Q into the block's gradient.
+  RowMajorGemm gradK;
+  /// Row strides of (d)QKV, the K/V blocks and the output.
+  int64_t ld = 0, ldkv = 0, ldo = 0;
+  /// Element strides between heads.
+  int64_t qkvHeadStride = 0, kvHeadStride = 0, outHeadStride = 0,
+          probsHeadStride = 0;
+};
+
+inline RingAttentionPlans ringAttentionPlans(int64_t chunk, int64_t batch,
+                                             int64_t heads, int64_t headDim,
+                                             int64_t count) {
+  RingAttentionPlans r;
+  r.ld = batch * heads * 3 * headDim;
+  r.ldkv = batch * heads * 2 * headDim;
+  r.ldo = batch * heads * headDim;
+  r.qkvHeadStride = 3 * headDim;
+  r.kvHeadStride = 2 * headDim;
+  r.outHeadStride = headDim;
+  r.probsHeadStride = chunk * chunk;
+  auto make = [count](bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      int64_t lda, int64_t ldb, int64_t ldc, int64_t sa,
+                      int64_t sb, int64_t sc) {
+    return stridedBatchedGemm(ta, tb, m, n, k, lda, ldb, ldc, count, sa, sb,
+                              sc);
+  };
+  const int64_t c = chunk, D = headDim, sq = r.qkvHeadStride,
+                skv = r.kvHeadStride, so = r.outHeadStride,
+                sp = r.probsHeadStride;
+  r.scores = make(false, true, c, c, D, r.ld, r.ldkv, c, sq, skv, sp);
+  r.context = make(false, false, c, D, c, c, r.ldkv, r.ldo, sp, skv, so);
+  r.gradV = make(true, false, c, D, c, c, r.ldo, r.ldkv, sp, so, skv);
+  r.gradProbs = make(false, true, c, c, D, r.ldo, r.ldkv, c, so, skv, sp);
+  r.gradQ = make(false, false, c, D, c, c, r.ldkv, r.ld, sp, skv, sq);
+  r.gradK = make(true, false, c, D, c, c, r.ld, r.ldkv, sp, sq, skv);
+  return r;
 }
 
 /// Heads per attention chunk so that its [seq, seq] probabilities (and,

@@ -140,6 +140,102 @@ cudaError_t launchDropout(cudaStream_t s, const float *x, float *y,
                           int64_t firstSample, uint64_t seed,
                           uint64_t streamHash, float rate);
 
+//===----------------------------------------------------------------------===//
+// Ring attention's row kernels (RingAttentionKernels.cu); heads z = b *
+// heads + h, the per-head statistics [heads, seq], LSE [seq, heads].
+//===----------------------------------------------------------------------===//
+
+/// kv [groups, 2, D] = the k and v of qkv [groups, 3, D], and back.
+cudaError_t launchRingPack(cudaStream_t s, const float *qkv, float *kv,
+                           int64_t groups, int64_t headDim);
+cudaError_t launchRingUnpack(cudaStream_t s, const float *dkv, float *dqkv,
+                             int64_t groups, int64_t headDim);
+/// m = -inf, l = 0 over n rows.
+cudaError_t launchRingInit(cudaStream_t s, float *m, float *l, int64_t n);
+/// The online-softmax update of `count` heads' [chunk, chunk] scores (in
+/// place: their exponentials) for query rows q0.. of the chunk pair; m, l
+/// and o point at the group's first head.
+cudaError_t launchRingForwardRows(cudaStream_t s, float *probs, float *m,
+                                  float *l, float *o, int64_t count,
+                                  int64_t chunk, int64_t seq, int64_t q0,
+                                  int64_t ldo, int64_t headDim, bool diagonal);
+cudaError_t launchRingNormalize(cudaStream_t s, float *o, const float *m,
+                                const float *l, float *lse, int64_t seq,
+                                int64_t heads, int64_t headDim, int64_t ldo);
+cudaError_t launchRingDelta(cudaStream_t s, const float *o, const float *dout,
+                            float *delta, int64_t seq, int64_t heads,
+                            int64_t headDim, int64_t ldo);
+cudaError_t launchRingGradProbs(cudaStream_t s, float *probs, const float *lse,
+                                int64_t count, int64_t chunk, int64_t q0,
+                                int64_t totalHeads, bool diagonal);
+cudaError_t launchRingGradScores(cudaStream_t s, const float *probs,
+                                 float *dprobs, const float *delta,
+                                 int64_t count, int64_t chunk, int64_t seq,
+                                 int64_t q0);
+
+//===----------------------------------------------------------------------===//
+// Mixture of experts (MoEKernels.cu)
+//===----------------------------------------------------------------------===//
+
+/// The most experts the router's per-token softmax holds (one warp, its
+/// lanes' registers).
+int64_t maxRouterExperts();
+/// counts [experts] (int32) and rowOf [n]: each routing choice's row in
+/// expert order (math/MoE.h's layout), -1 for a dropped choice (index -1).
+cudaError_t launchMoeRows(cudaStream_t s, const int32_t *indices, int64_t n,
+                          int64_t experts, int32_t *counts, int32_t *rowOf,
+                          DeviceError *err);
+/// The MoE kernels over a row map from launchMoeRows.
+cudaError_t launchMoeDispatch(cudaStream_t s, const float *x,
+                              const int32_t *rowOf, const int32_t *counts,
+                              float *rows, int64_t tokens, int64_t k,
+                              int64_t experts, int64_t features);
+cudaError_t launchMoeDispatchGrad(cudaStream_t s, const float *drows,
+                                  const int32_t *rowOf, float *dx,
+                                  int64_t tokens, int64_t k, int64_t features);
+cudaError_t launchMoeCombine(cudaStream_t s, const float *rows,
+                             const float *probs, const int32_t *rowOf,
+                             float *y, int64_t tokens, int64_t k,
+                             int64_t features);
+cudaError_t launchMoeCombineGrad(cudaStream_t s, const float *rows,
+                                 const float *probs, const int32_t *rowOf,
+                                 const int32_t *counts, const float *dy,
+                                 float *drows, float *dprobs, int64_t tokens,
+                                 int64_t k, int64_t experts, int64_t features);
+cudaError_t launchMoeRouter(cudaStream_t s, const float *logits, float *probs,
+                            int32_t *indices, int64_t tokens, int64_t experts,
+                            int64_t k);
+cudaError_t launchMoeRouterGrad(cudaStream_t s, const float *probs,
+                                const int32_t *indices, const float *dprobs,
+                                float *dlogits, int64_t tokens,
+                                int64_t experts, int64_t k, DeviceError *err);
+/// counts [experts] (int32) of the routing choices, every index checked.
+cudaError_t launchMoeAuxCounts(cudaStream_t s, const int32_t *indices,
+                               int64_t n, int64_t experts, int32_t *counts,
+                               DeviceError *err);
+/// The load-balancing loss from the counts (or `allCounts`, f32, when not
+/// null); `partial` is device scratch of `tokens` doubles.
+cudaError_t launchMoeAuxLoss(cudaStream_t s, const float *logits,
+                             const float *allCounts, const int32_t *counts,
+                             double *partial, float *y, int64_t tokens,
+                             int64_t experts, int64_t k, float coeff);
+cudaError_t launchMoeAuxLossGrad(cudaStream_t s, const float *logits,
+                                 const float *allCounts, const int32_t *counts,
+                                 const float *dy, float *dlogits,
+                                 int64_t tokens, int64_t experts, int64_t k,
+                                 float coeff);
+cudaError_t launchMoeTokenCounts(cudaStream_t s, const int32_t *indices,
+                                 float *counts, int64_t n, int64_t experts,
+                                 DeviceError *err);
+cudaError_t launchMoeCapacityDrop(cudaStream_t s, const float *probs,
+                                  const int32_t *indices, float *keptProbs,
+                                  int32_t *keptIndices, int64_t n,
+                                  int64_t experts, int64_t capacity,
+                                  bool byPosition, DeviceError *err);
+cudaError_t launchMoeCapacityDropGrad(cudaStream_t s, const float *dkept,
+                                      const int32_t *keptIndices,
+                                      float *dprobs, int64_t n);
+
 } // namespace tessera::rt::cuda
 
 #endif // TESSERA_RT_BACKENDS_CUDA_KERNELS_H

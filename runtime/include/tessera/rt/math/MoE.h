@@ -66,6 +66,33 @@ TESSERA_HD float moeAuxScale(float coeff, int64_t experts, int64_t k,
                (double(k) * tokens * tokens));
 }
 
+/// Expert capacity's order among one expert's routing choices: whether
+/// choice `a` (probability pa) goes before choice `b` (pb). By position the
+/// earlier choice first; by probability the more probable first, ties to
+/// the earlier choice (a stable sort by descending probability).
+TESSERA_HD bool moeCapacityBefore(float pa, int64_t a, float pb, int64_t b,
+                                  bool byPosition) {
+  return byPosition ? a < b : (pa > pb || (pa == pb && a < b));
+}
+
+/// Whether routing choice c of `n` keeps its expert under `capacity`: fewer
+/// than `capacity` choices of its expert go before it. A dropped choice
+/// (index -1) keeps nothing. O(n): the definition, which the CUDA kernel
+/// evaluates in shared-memory tiles and the CPU backend by sorting each
+/// expert's choices.
+TESSERA_HD bool moeCapacityKeeps(const float *probs, const int32_t *indices,
+                                 int64_t n, int64_t c, int64_t capacity,
+                                 bool byPosition) {
+  const int32_t e = indices[c];
+  if (e < 0)
+    return false;
+  int64_t before = 0;
+  for (int64_t o = 0; o < n; ++o)
+    before += indices[o] == e &&
+              moeCapacityBefore(probs[o], o, probs[c], c, byPosition);
+  return before < capacity;
+}
+
 } // namespace tessera::rt::math
 
 #endif // TESSERA_RT_MATH_MOE_H

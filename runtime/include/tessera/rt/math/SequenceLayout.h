@@ -98,6 +98,40 @@ struct RingAttentionDims {
   }
 };
 
+/// A pair of a local query chunk and a key chunk of one ring step that is
+/// not wholly masked: their local row offsets, and whether the pair lies on
+/// the causal diagonal (query row i then sees key rows [0, i]).
+struct RingChunkPair {
+  int64_t q0 = 0, k0 = 0;
+  bool diagonal = false;
+};
+struct RingChunkPairs {
+  RingChunkPair pair[4];
+  int count = 0;
+};
+
+/// The chunk pairs of this cp rank's queries against the K/V block of cp
+/// rank `source`: every pair of its two query chunks and the block's two
+/// key chunks, without the pairs whose keys all follow the queries
+/// (causal).
+TESSERA_HD RingChunkPairs ringChunkPairs(const RingAttentionDims &d,
+                                         int64_t source) {
+  RingChunkPairs out;
+  const int64_t chunk = d.seq / 2;
+  for (int a = 0; a < 2; ++a)
+    for (int c = 0; c < 2; ++c) {
+      const int64_t gq = cpChunkIndex(d.cpRank, d.cpSize, a);
+      const int64_t gk = cpChunkIndex(source, d.cpSize, c);
+      if (d.causal && gk > gq)
+        continue;
+      out.pair[out.count].q0 = a * chunk;
+      out.pair[out.count].k0 = c * chunk;
+      out.pair[out.count].diagonal = d.causal && gk == gq;
+      ++out.count;
+    }
+  return out;
+}
+
 } // namespace tessera::rt::math
 
 #endif // TESSERA_RT_MATH_SEQUENCELAYOUT_H

@@ -1,0 +1,535 @@
+//===- MoEKernels.cu - CUDA kernels of the mixture-of-experts opcodes -----===//
+//
+// The routing math per token (top-k, its gradient, the capacity order) is
+// tessera/rt/math/MoE.h, which the CPU backend uses too; here is only the
+// parallel decomposition:
+//   - the row map (each routing choice's row in expert order, a stable
+//     counting sort): counts by atomics (integer sums, so their order does
+//     not matter), then one block per expert that scans the choices in
+//     token order (a block-wide prefix sum per tile), so every expert's rows
+//     keep the token order the CPU's sort gives;
+//   - rows (dispatch, combine and their gradients): grid-stride loops over
+//     (choice or token, feature), each token's k choices added in order;
+//   - routing and the load-balancing loss: one thread per token for top-k,
+//     one warp per token for the softmax over the experts, and the loss
+//     summed in double in one block, in a fixed order;
+//   - expert capacity: each choice counts the choices of its expert that go
+//     before it (math::moeCapacityBefore) over shared-memory tiles, O(n^2 /
+//     threads) for n choices.
+// Indices outside [-1, experts) go to the DeviceError record (kExpertIndex).
+//
+//===----------------------------------------------------------------------===//
+
+#include "DeviceCommon.cuh"
+#include "Kernels.h"
+
+#include "tessera/rt/math/Kernels.h"
+#include "tessera/rt/math/MoE.h"
+
+#include <cub/block/block_scan.cuh>
+
+namespace tessera::rt::cuda {
+namespace {
+
+/// Threads of the row-map and capacity blocks.
+constexpr int kMoeThreads = 512;
+
+/// counts[e] += the choices routed to e; an index outside [0, experts)
+/// (other than -1 when `allowDropped`) is recorded.
+__global__ void moeCountKernel(const int32_t *indices, int64_t n,
+                               int64_t experts, int32_t *counts,
+                               bool allowDropped, DeviceError *err) {
+  TESSERA_GRID_LOOP(c, n) {
+    const int32_t e = indices[c];
+    if (e == -1 && allowDropped)
+      continue;
+    if (e < 0 || e >= experts) {
+      recordError(err, kExpertIndex, e, c, experts, 0);
+      continue;
+    }
+    atomicAdd(counts + e, 1);
+  }
+}
+
+/// rowOf[c] = the row of choice c in expert order, -1 for a dropped (or
+/// invalid) choice. Block e scans the choices in tiles; its rows start
+/// after the experts before it.
+__global__ void moeRowsKernel(const int32_t *indices, int64_t n,
+                              int64_t experts, const int32_t *counts,
+                              int32_t *rowOf) {
+  using Scan = cub::BlockScan<int, kMoeThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  __shared__ int base;
+  const int32_t e = int32_t(blockIdx.x);
+  if (threadIdx.x == 0) {
+    int offset = 0;
+    for (int32_t i = 0; i < e; ++i)
+      offset += counts[i];
+    base = offset;
+  }
+  __syncthreads();
+  int running = base;
+  for (int64_t t0 = 0; t0 < n; t0 += kMoeThreads) {
+    const int64_t c = t0 + threadIdx.x;
+    const int32_t idx = c < n ? indices[c] : -1;
+    const int flag = c < n && idx == e ? 1 : 0;
+    int prefix = 0, total = 0;
+    Scan(temp).ExclusiveSum(flag, prefix, total);
+    if (flag)
+      rowOf[c] = running + prefix;
+    else if (e == 0 && c < n && (idx < 0 || idx >= experts))
+      rowOf[c] = -1;
+    running += total;
+    __syncthreads(); // temp is reused by the next tile
+  }
+}
+
+/// rows[row of c] = X[token of c].
+__global__ void moeDispatchKernel(const float *x, const int32_t *rowOf,
+                                  float *rows, int64_t n, int64_t k,
+                                  int64_t features) {
+  TESSERA_GRID_LOOP(i, n * features) {
+    const int64_t c = i / features, f = i % features;
+    const int32_t r = rowOf[c];
+    if (r >= 0)
+      rows[r * features + f] = x[(c / k) * features + f];
+  }
+}
+
+/// Zeroes the rows of `rows` [n, features] past the routed ones (the sum
+/// of counts).
+__global__ void moeZeroTailKernel(float *rows, const int32_t *counts,
+                                  int64_t experts, int64_t n,
+                                  int64_t features) {
+  __shared__ int64_t kept;
+  if (threadIdx.x == 0) {
+    int64_t sum = 0;
+    for (int64_t e = 0; e < experts; ++e)
+      sum += counts[e];
+    kept = sum;
+  }
+  __syncthreads();
+  TESSERA_GRID_LOOP(i, n * features) {
+    if (i / features >= kept)
+      rows[i] = 0.0f;
+  }
+}
+
+/// dX[t, f] = sum over t's choices (in order) of dRows[row, f].
+__global__ void moeDispatchGradKernel(const float *drows,
+                                      const int32_t *rowOf, float *dx,
+                                      int64_t tokens, int64_t k,
+                                      int64_t features) {
+  TESSERA_GRID_LOOP(i, tokens * features) {
+    const int64_t t = i / features, f = i % features;
+    float acc = 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t r = rowOf[t * k + j];
+      if (r >= 0)
+        acc += drows[r * features + f];
+    }
+    dx[i] = acc;
+  }
+}
+
+/// Y[t, f] = sum over t's choices (in order) of p * rows[row, f].
+__global__ void moeCombineKernel(const float *rows, const float *probs,
+                                 const int32_t *rowOf, float *y,
+                                 int64_t tokens, int64_t k, int64_t features) {
+  TESSERA_GRID_LOOP(i, tokens * features) {
+    const int64_t t = i / features, f = i % features;
+    float acc = 0.0f;
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t r = rowOf[t * k + j];
+      if (r >= 0)
+        acc += probs[t * k + j] * rows[r * features + f];
+    }
+    y[i] = acc;
+  }
+}
+
+/// dRows[row of c] = p_c dY[token of c].
+__global__ void moeCombineGradRowsKernel(const float *probs,
+                                         const int32_t *rowOf, const float *dy,
+                                         float *drows, int64_t n, int64_t k,
+                                         int64_t features) {
+  TESSERA_GRID_LOOP(i, n * features) {
+    const int64_t c = i / features, f = i % features;
+    const int32_t r = rowOf[c];
+    if (r >= 0)
+      drows[r * features + f] = probs[c] * dy[(c / k) * features + f];
+  }
+}
+
+/// dProbs[c] = rows[row of c] . dY[token of c] (0 for a dropped choice):
+/// one block per choice.
+__global__ void moeCombineGradProbsKernel(const float *rows,
+                                          const int32_t *rowOf,
+                                          const float *dy, float *dprobs,
+                                          int64_t k, int64_t features) {
+  const int64_t c = blockIdx.x;
+  const int32_t r = rowOf[c];
+  float acc = 0.0f;
+  if (r >= 0)
+    for (int64_t f = threadIdx.x; f < features; f += blockDim.x)
+      acc += rows[r * features + f] * dy[(c / k) * features + f];
+  acc = blockSum(acc);
+  if (threadIdx.x == 0)
+    dprobs[c] = r >= 0 ? acc : 0.0f;
+}
+
+/// One thread per token: the top-k routing (math::moeTopK).
+__global__ void moeRouterKernel(const float *logits, float *probs,
+                                int32_t *indices, int64_t tokens,
+                                int64_t experts, int64_t k) {
+  TESSERA_GRID_LOOP(t, tokens) {
+    math::moeTopK(logits + t * experts, experts, k, probs + t * k,
+                  indices + t * k);
+  }
+}
+
+__global__ void moeRouterGradKernel(const float *probs, const int32_t *indices,
+                                    const float *dprobs, float *dlogits,
+                                    int64_t tokens, int64_t experts, int64_t k,
+                                    DeviceError *err) {
+  TESSERA_GRID_LOOP(t, tokens) {
+    bool valid = true;
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t e = indices[t * k + j];
+      if (e < 0 || e >= experts) {
+        recordError(err, kExpertIndexOfToken, e, t, experts, 0);
+        valid = false;
+      }
+    }
+    if (valid)
+      math::moeTopKGrad(probs + t * k, indices + t * k, dprobs + t * k,
+                        experts, k, dlogits + t * experts);
+    else
+      for (int64_t e = 0; e < experts; ++e)
+        dlogits[t * experts + e] = 0.0f;
+  }
+}
+
+/// The count of expert e the load-balancing loss uses, and its token
+/// count: all ranks' (`all`, T = sum / k) or this rank's.
+__device__ float auxCount(const float *all, const int32_t *counts, int64_t e) {
+  return all ? all[e] : float(counts[e]);
+}
+__device__ double auxTokens(const float *all, int64_t tokens, int64_t experts,
+                            int64_t k) {
+  if (!all)
+    return double(tokens);
+  double sum = 0.0;
+  for (int64_t e = 0; e < experts; ++e)
+    sum += double(all[e]);
+  return sum / double(k);
+}
+
+/// The softmax over the experts of token t, one warp per token: returns
+/// this lane's probabilities of experts lane, lane + 32, ... through `p`
+/// (at most kMaxExpertsPerLane of them).
+constexpr int kMaxExpertsPerLane = 32;
+__device__ void warpSoftmax(const float *logits, int64_t experts, int lane,
+                            float *p) {
+  float mx = -INFINITY;
+  for (int64_t e = lane, i = 0; e < experts; e += 32, ++i)
+    mx = math::selectf(logits[e] > mx, logits[e], mx);
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float o = __shfl_xor_sync(0xffffffffu, mx, offset);
+    mx = math::selectf(o > mx, o, mx);
+  }
+  float sum = 0.0f;
+  for (int64_t e = lane, i = 0; e < experts; e += 32, ++i) {
+    p[i] = math::expApprox(logits[e] - mx);
+    sum += p[i];
+  }
+  for (int offset = 16; offset > 0; offset >>= 1)
+    sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  const float inv = 1.0f / sum;
+  for (int64_t e = lane, i = 0; e < experts; e += 32, ++i)
+    p[i] *= inv;
+}
+
+/// partial[t] = sum_e softmax(logits[t])_e count_e (the loss before its
+/// scale), one warp per token.
+__global__ void moeAuxPartialKernel(const float *logits, const float *all,
+                                    const int32_t *counts, double *partial,
+                                    int64_t tokens, int64_t experts) {
+  const int64_t t = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (t >= tokens)
+    return;
+  float p[kMaxExpertsPerLane];
+  warpSoftmax(logits + t * experts, experts, lane, p);
+  double sum = 0.0;
+  for (int64_t e = lane, i = 0; e < experts; e += 32, ++i)
+    sum += double(p[i]) * double(auxCount(all, counts, e));
+  for (int offset = 16; offset > 0; offset >>= 1)
+    sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (lane == 0)
+    partial[t] = sum;
+}
+
+/// y[0] = scale * sum_t partial[t], in one block.
+__global__ void moeAuxLossKernel(const double *partial, const float *all,
+                                 float *y, int64_t tokens, int64_t experts,
+                                 int64_t k, float coeff) {
+  double sum = 0.0;
+  for (int64_t t = threadIdx.x; t < tokens; t += blockDim.x)
+    sum += partial[t];
+  sum = blockSumD(sum);
+  if (threadIdx.x == 0) {
+    const double total = auxTokens(all, tokens, experts, k);
+    y[0] = total > 0 ? float(sum * math::moeAuxScale(coeff, experts, k, total))
+                     : 0.0f;
+  }
+}
+
+/// dLogits of the load-balancing loss times dy[0], one warp per token: the
+/// softmax backward p (g - p . g) with g_e = scale count_e.
+__global__ void moeAuxLossGradKernel(const float *logits, const float *all,
+                                     const int32_t *counts, const float *dy,
+                                     float *dlogits, int64_t tokens,
+                                     int64_t experts, int64_t k, float coeff) {
+  const int64_t t = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (t >= tokens)
+    return;
+  const double total = auxTokens(all, tokens, experts, k);
+  const float scale =
+      total > 0 ? dy[0] * float(math::moeAuxScale(coeff, experts, k, total))
+                : 0.0f;
+  float p[kMaxExpertsPerLane];
+  warpSoftmax(logits + t * experts, experts, lane, p);
+  float dot = 0.0f;
+  for (int64_t e = lane, i = 0; e < experts; e += 32, ++i)
+    dot += p[i] * auxCount(all, counts, e) * scale;
+  for (int offset = 16; offset > 0; offset >>= 1)
+    dot += __shfl_xor_sync(0xffffffffu, dot, offset);
+  for (int64_t e = lane, i = 0; e < experts; e += 32, ++i)
+    dlogits[t * experts + e] = p[i] * (auxCount(all, counts, e) * scale - dot);
+}
+
+/// counts[e] (f32) += choices routed to e; -1 (dropped) counts for none.
+__global__ void moeTokenCountsKernel(const int32_t *indices, float *counts,
+                                     int64_t n, int64_t experts,
+                                     DeviceError *err) {
+  TESSERA_GRID_LOOP(c, n) {
+    const int32_t e = indices[c];
+    if (e == -1)
+      continue;
+    if (e < 0 || e >= experts) {
+      recordError(err, kExpertIndex, e, c, experts, 0);
+      continue;
+    }
+    // Integer sums below 2^24 are exact in f32, in any order.
+    atomicAdd(counts + e, 1.0f);
+  }
+}
+
+/// Expert capacity: choice c keeps its expert when fewer than `capacity`
+/// choices of that expert go before it; one thread per choice, the other
+/// choices read in shared-memory tiles.
+__global__ void moeCapacityDropKernel(const float *probs,
+                                      const int32_t *indices, float *keptProbs,
+                                      int32_t *keptIndices, int64_t n,
+                                      int64_t experts, int64_t capacity,
+                                      bool byPosition, DeviceError *err) {
+  __shared__ float tileProbs[kMoeThreads];
+  __shared__ int32_t tileIndices[kMoeThreads];
+  const int64_t c = int64_t(blockIdx.x) * kMoeThreads + threadIdx.x;
+  const bool active = c < n;
+  const int32_t e = active ? indices[c] : -1;
+  const float p = active ? probs[c] : 0.0f;
+  if (active && (e < -1 || e >= experts))
+    recordError(err, kExpertIndex, e, c, experts, 0);
+  const bool routed = active && e >= 0 && e < experts;
+  int64_t before = 0;
+  for (int64_t t0 = 0; t0 < n; t0 += kMoeThreads) {
+    __syncthreads();
+    if (t0 + threadIdx.x < n) {
+      tileProbs[threadIdx.x] = probs[t0 + threadIdx.x];
+      tileIndices[threadIdx.x] = indices[t0 + threadIdx.x];
+    }
+    __syncthreads();
+    const int64_t m = n - t0 < kMoeThreads ? n - t0 : kMoeThreads;
+    if (routed)
+      for (int64_t j = 0; j < m; ++j)
+        before += tileIndices[j] == e &&
+                  math::moeCapacityBefore(tileProbs[j], t0 + j, p, c,
+                                          byPosition);
+  }
+  if (active) {
+    const bool keep = routed && before < capacity;
+    keptIndices[c] = keep ? e : -1;
+    // A choice dropped before keeps its probability, as on the CPU.
+    keptProbs[c] = keep || e == -1 ? p : 0.0f;
+  }
+}
+
+__global__ void moeCapacityDropGradKernel(const float *dkept,
+                                          const int32_t *keptIndices,
+                                          float *dprobs, int64_t n) {
+  TESSERA_GRID_LOOP(c, n) { dprobs[c] = keptIndices[c] >= 0 ? dkept[c] : 0.0f; }
+}
+
+/// Blocks of kThreads holding one warp per token.
+unsigned warpBlocksFor(int64_t tokens) {
+  return unsigned((tokens * 32 + kThreads - 1) / kThreads);
+}
+
+} // namespace
+
+#define TESSERA_MOE_LAUNCH(kernel, n, stream, ...)                              \
+  do {                                                                         \
+    if ((n) > 0)                                                               \
+      kernel<<<blocksFor(n), kThreads, 0, stream>>>(__VA_ARGS__);              \
+  } while (false)
+
+int64_t maxRouterExperts() { return int64_t(kMaxExpertsPerLane) * 32; }
+
+cudaError_t launchMoeRows(cudaStream_t s, const int32_t *indices, int64_t n,
+                          int64_t experts, int32_t *counts, int32_t *rowOf,
+                          DeviceError *err) {
+  cudaError_t e = cudaMemsetAsync(counts, 0, size_t(experts) * 4, s);
+  if (e != cudaSuccess || n == 0)
+    return e;
+  TESSERA_MOE_LAUNCH(moeCountKernel, n, s, indices, n, experts, counts, true,
+                    err);
+  if (experts > 0)
+    moeRowsKernel<<<unsigned(experts), kMoeThreads, 0, s>>>(
+        indices, n, experts, counts, rowOf);
+  return cudaGetLastError();
+}
+
+cudaError_t launchMoeDispatch(cudaStream_t s, const float *x,
+                              const int32_t *rowOf, const int32_t *counts,
+                              float *rows, int64_t tokens, int64_t k,
+                              int64_t experts, int64_t features) {
+  const int64_t n = tokens * k;
+  TESSERA_MOE_LAUNCH(moeDispatchKernel, n * features, s, x, rowOf, rows, n, k,
+                    features);
+  TESSERA_MOE_LAUNCH(moeZeroTailKernel, n * features, s, rows, counts, experts,
+                    n, features);
+  return cudaGetLastError();
+}
+
+cudaError_t launchMoeDispatchGrad(cudaStream_t s, const float *drows,
+                                  const int32_t *rowOf, float *dx,
+                                  int64_t tokens, int64_t k,
+                                  int64_t features) {
+  TESSERA_MOE_LAUNCH(moeDispatchGradKernel, tokens * features, s, drows, rowOf,
+                    dx, tokens, k, features);
+  return cudaGetLastError();
+}
+
+cudaError_t launchMoeCombine(cudaStream_t s, const float *rows,
+                             const float *probs, const int32_t *rowOf,
+                             float *y, int64_t tokens, int64_t k,
+                             int64_t features) {
+  TESSERA_MOE_LAUNCH(moeCombineKernel, tokens * features, s, rows, probs, rowOf,
+                    y, tokens, k, features);
+  return cudaGetLastError();
+}
+
+cudaError_t launchMoeCombineGrad(cudaStream_t s, const float *rows,
+                                 const float *probs, const int32_t *rowOf,
+                                 const int32_t *counts, const float *dy,
+                                 float *drows, float *dprobs, int64_t tokens,
+                                 int64_t k, int64_t experts,
+                                 int64_t features) {
+  const int64_t n = tokens * k;
+  TESSERA_MOE_LAUNCH(moeCombineGradRowsKernel, n * features, s, probs, rowOf,
+                    dy, drows, n, k, features);
+  TESSERA_MOE_LAUNCH(moeZeroTailKernel, n * features, s, drows, counts, experts,
+                    n, features);
+  if (n > 0)
+    moeCombineGradProbsKernel<<<unsigned(n), features >= 256 ? 256 : 64, 0,
+                                s>>>(rows, rowOf, dy, dprobs, k, features);
+  return cudaGetLastError();
+}
+
+cudaError_t launchMoeRouter(cudaStream_t s, const float *logits, float *probs,
+                            int32_t *indices, int64_t tokens, int64_t experts,
+                            int64_t k) {
+  TESSERA_MOE_LAUNCH(moeRouterKernel, tokens, s, logits, probs, indices, tokens,
+                    experts, k);
+  return cudaGetLastError();
+}
+
+cudaError_t launchMoeRouterGrad(cudaStream_t s, const float *probs,
+                                const int32_t *indices, const float *dprobs,
+                                float *dlogits, int64_t tokens,
+                                int64_t experts, int64_t k, DeviceError *err) {
+  TESSERA_MOE_LAUNCH(moeRouterGradKernel, tokens, s, probs, indices, dprobs,
+                    dlogits, tokens, experts, k, err);
+  return cudaGetLastError();
+}
+
+cudaError_t launchMoeAuxCounts(cudaStream_t s, const int32_t *indices,
+                               int64_t n, int64_t experts, int32_t *counts,
+                               DeviceError *err) {
+  cudaError_t e = cudaMemsetAsync(counts, 0, size_t(experts) * 4, s);
+  if (e != cudaSuccess)
+    return e;
+  TESSERA_MOE_LAUNCH(moeCountKernel, n, s, indices, n, experts, counts, false,
+                    err);
+  return cudaGetLastError();
+}
+
+cudaError_t launchMoeAuxLoss(cudaStream_t s, const float *logits,
+                             const float *allCounts, const int32_t *counts,
+                             double *partial, float *y, int64_t tokens,
+                             int64_t experts, int64_t k, float coeff) {
+  if (tokens > 0)
+    moeAuxPartialKernel<<<warpBlocksFor(tokens), kThreads, 0, s>>>(
+        logits, allCounts, counts, partial, tokens, experts);
+  moeAuxLossKernel<<<1, kReduceThreads, 0, s>>>(partial, allCounts, y, tokens,
+                                               experts, k, coeff);
+  return cudaGetLastError();
+}
+
+cudaError_t launchMoeAuxLossGrad(cudaStream_t s, const float *logits,
+                                 const float *allCounts, const int32_t *counts,
+                                 const float *dy, float *dlogits,
+                                 int64_t tokens, int64_t experts, int64_t k,
+                                 float coeff) {
+  if (tokens > 0)
+    moeAuxLossGradKernel<<<warpBlocksFor(tokens), kThreads, 0, s>>>(
+        logits, allCounts, counts, dy, dlogits, tokens, experts, k, coeff);
+  return cudaGetLastError();
+}
+
+cudaError_t launchMoeTokenCounts(cudaStream_t s, const int32_t *indices,
+                                 float *counts, int64_t n, int64_t experts,
+                                 DeviceError *err) {
+  cudaError_t e = cudaMemsetAsync(counts, 0, size_t(experts) * 4, s);
+  if (e != cudaSuccess)
+    return e;
+  TESSERA_MOE_LAUNCH(moeTokenCountsKernel, n, s, indices, counts, n, experts,
+                    err);
+  return cudaGetLastError();
+}
+
+cudaError_t launchMoeCapacityDrop(cudaStream_t s, const float *probs,
+                                  const int32_t *indices, float *keptProbs,
+                                  int32_t *keptIndices, int64_t n,
+                                  int64_t experts, int64_t capacity,
+                                  bool byPosition, DeviceError *err) {
+  if (n > 0)
+    moeCapacityDropKernel<<<unsigned((n + kMoeThreads - 1) / kMoeThreads),
+                            kMoeThreads, 0, s>>>(probs, indices, keptProbs,
+                                                 keptIndices, n, experts,
+                                                 capacity, byPosition, err);
+  return cudaGetLastError();
+}
+
+cudaError_t launchMoeCapacityDropGrad(cudaStream_t s, const float *dkept,
+                                      const int32_t *keptIndices,
+                                      float *dprobs, int64_t n) {
+  TESSERA_MOE_LAUNCH(moeCapacityDropGradKernel, n, s, dkept, keptIndices,
+                    dprobs, n);
+  return cudaGetLastError();
+}
+
+} // namespace tessera::rt::cuda
