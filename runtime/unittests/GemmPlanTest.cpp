@@ -143,6 +143,15 @@ TEST_F(GemmPlanTest, DensePlansMatchTheCpuGemm) {
         }
 }
 
+TEST_F(GemmPlanTest, OperandAlignment) {
+  EXPECT_EQ(operandAlignment(0), 256u);
+  EXPECT_EQ(operandAlignment(4096), 256u);
+  EXPECT_EQ(operandAlignment(4096 + 128), 128u);
+  EXPECT_EQ(operandAlignment(4096 + 96), 32u); // an expert's rows of 24 floats
+  EXPECT_EQ(operandAlignment(4096 + 4), 4u);
+  EXPECT_EQ(operandAlignment(2), 2u);
+}
+
 TEST_F(GemmPlanTest, MalformedPlansAreRejected) {
   GemmPlan p = columnMajorPlan(denseRowMajorGemm(false, false, 4, 3, 2));
   EXPECT_TRUE(isValidPlan(p));

@@ -46,6 +46,8 @@ struct Executor::DecodedFunction {
 Executor::Executor() = default;
 
 Executor::~Executor() {
+  if (expertCounts && be)
+    be->deallocate(expertCounts);
   if (transfer && be)
     be->deallocateHost(transfer);
   if (staging && be)

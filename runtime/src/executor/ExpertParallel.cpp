@@ -32,8 +32,6 @@
 
 namespace tessera::rt {
 
-namespace {
-
 /// The exchange of one dispatch: per (source rank, local expert) row counts
 /// and the per-rank element counts and offsets of both directions.
 struct ExpertExchange {
@@ -90,6 +88,8 @@ struct ExpertExchange {
   }
 };
 
+namespace {
+
 /// Copies the chunks between source-major order (src: for each source i,
 /// its rows for each local expert e) and expert-major order (for each
 /// expert e, each source's rows), in the direction `toExpertMajor`.
@@ -136,28 +136,33 @@ Status checkCounts(const std::vector<int32_t> &counts, int64_t rows,
   return Status();
 }
 
+} // namespace
+
 /// The all-to-all of the per-expert counts (El per rank) into x.splits.
 /// A host-memory backend's communicator (MPI) reads the host vectors; a
-/// device backend's (NCCL) needs device memory: the counts go out from the
-/// workspace (the rows land there only afterwards) into the splits operand
-/// (overwritten with the splits at the end), and come back to the host.
-Status exchangeCounts(Backend &be, const Thunk &t, ExpertExchange &x) {
+/// device backend's (NCCL) needs device memory: the counts go through
+/// expertCounts, and come back to the host.
+Status Executor::exchangeExpertCounts(const Thunk &t, ExpertExchange &x) {
   std::vector<int32_t> send = x.countsByRank();
   const int64_t n = int64_t(send.size());
-  if (be.hostMemory())
+  if (be->hostMemory())
     return t.comm->allToAll(send.data(), x.splits.data(), x.local,
                             ElementType::I32);
-  if (n > x.size * t.m * x.features)
-    return internalError("ExpertDispatch: the workspace of ", t.m,
-                         " rows cannot stage ", n, " counts");
-  void *staged = t.ptr[5], *received = t.ptr[4];
-  TESSERA_RETURN_IF_ERROR(be.copyToDevice(staged, send.data(), n * 4));
+  if (expertCountsBytes < 2 * n * 4) {
+    if (expertCounts)
+      be->deallocate(expertCounts);
+    expertCounts = nullptr;
+    expertCountsBytes = 0;
+    TESSERA_ASSIGN_OR_RETURN(void *mem, be->allocate(2 * n * 4));
+    expertCounts = static_cast<uint8_t *>(mem);
+    expertCountsBytes = 2 * n * 4;
+  }
+  uint8_t *staged = expertCounts, *received = expertCounts + n * 4;
+  TESSERA_RETURN_IF_ERROR(be->copyToDevice(staged, send.data(), n * 4));
   TESSERA_RETURN_IF_ERROR(
       t.comm->allToAll(staged, received, x.local, ElementType::I32));
-  return be.copyToHost(x.splits.data(), received, n * 4);
+  return be->copyToHost(x.splits.data(), received, n * 4);
 }
-
-} // namespace
 
 Status Executor::expertDispatch(const Thunk &t) {
   ExpertExchange x(t);
@@ -165,7 +170,7 @@ Status Executor::expertDispatch(const Thunk &t) {
   TESSERA_RETURN_IF_ERROR(be->copyToHost(x.counts.data(), t.ptr[1], experts * 4));
   TESSERA_RETURN_IF_ERROR(checkCounts(x.counts, rows, "the routed counts"));
   // 1. Each rank's counts for run j's experts go to run j's ranks.
-  TESSERA_RETURN_IF_ERROR(exchangeCounts(*be, t, x));
+  TESSERA_RETURN_IF_ERROR(exchangeExpertCounts(t, x));
   TESSERA_RETURN_IF_ERROR(
       checkCounts(x.splits, x.size * rows, "the received counts"));
   x.plan();

@@ -395,7 +395,9 @@ public:
   /// routed to it, the most probable (ties to the earlier token) or, with
   /// `byPosition`, the first; keptProbs/keptIndices are probs/indices with
   /// the dropped choices' index -1 and probability 0. Index -1 (a dropped
-  /// choice) is allowed in every MoE kernel's indices: it has no row.
+  /// choice) is allowed in the indices of every MoE kernel after the
+  /// capacity drop (it has no row), not in the router's gradient and the
+  /// load-balancing loss, which come before it.
   virtual Status moeCapacityDrop(const float *probs, const int32_t *indices,
                                  float *keptProbs, int32_t *keptIndices,
                                  int64_t tokens, int64_t k, int64_t experts,

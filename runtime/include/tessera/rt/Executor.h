@@ -77,6 +77,9 @@ struct TraceEvent {
 
 struct Thunk;
 
+/// One ExpertDispatch/ExpertCombine's sizes (ExpertParallel.cpp).
+struct ExpertExchange;
+
 /// The interpreter for one rank.
 class Executor {
 public:
@@ -208,6 +211,8 @@ private:
   /// ExpertDispatch and ExpertCombine (ExpertParallel.cpp).
   Status expertDispatch(const Thunk &thunk);
   Status expertCombine(const Thunk &thunk);
+  /// ExpertDispatch's all-to-all of the per-expert counts.
+  Status exchangeExpertCounts(const Thunk &thunk, ExpertExchange &x);
   /// Runs the thunks of `fn` on `slot`, recording phase `phase` when
   /// tracing; `context` is appended to an instruction's location in errors.
   /// With `drainP2p`, completes the open p2p batch before returning.
@@ -271,6 +276,11 @@ private:
   Status copyIn(void *dst, const void *src, int64_t bytes);
   StatusOr<uint8_t *> transferChunk() const;
   mutable uint8_t *transfer = nullptr;
+  /// Device memory through which ExpertDispatch exchanges its counts on a
+  /// backend whose memory is not host memory (NCCL reads device memory
+  /// only): sent and received counts, grown on first use.
+  uint8_t *expertCounts = nullptr;
+  int64_t expertCountsBytes = 0;
   /// The open p2p batch and what opened it ("function 'forward_c0'
   /// microbatch 3").
   std::vector<P2pOp> p2pBatch;

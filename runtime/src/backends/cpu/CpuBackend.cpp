@@ -900,6 +900,9 @@ public:
     if (d.seq % 2 != 0)
       return invalidArgument("ring attention needs an even local sequence, got ",
                              d.seq);
+    if (d.headDim < 1)
+      return invalidArgument("ring attention needs a head dimension >= 1, got ",
+                             d.headDim);
     return checkAttentionDims(d.seq, d.batch, d.heads, d.headDim);
   }
 

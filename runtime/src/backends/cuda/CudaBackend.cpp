@@ -258,10 +258,11 @@ StatusOr<float *> CudaBackend::scratch(int slot, int64_t bytes) {
 //===----------------------------------------------------------------------===//
 
 StatusOr<CudaBackend::CachedGemm *>
-CudaBackend::cachedGemm(const GemmPlan &plan) {
+CudaBackend::cachedGemm(const GemmPlan &plan, const uint32_t align[3]) {
   PlanKey key{plan.transA,  plan.transB,  plan.m,       plan.n,
               plan.k,       plan.lda,     plan.ldb,     plan.ldc,
-              plan.batch,   plan.strideA, plan.strideB, plan.strideC};
+              plan.batch,   plan.strideA, plan.strideB, plan.strideC,
+              align[0],     align[1],     align[2]};
   auto it = gemms.find(key);
   if (it != gemms.end())
     return it->second.get();
@@ -278,6 +279,17 @@ CudaBackend::cachedGemm(const GemmPlan &plan) {
       cublasLtMatmulPreferenceSetAttribute(
           pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &limit, sizeof(limit)),
       "setting CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES");
+  // Only kernels that work at the operands' alignments (C is also D).
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] =
+      {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, align[0]},
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, align[1]},
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, align[2]},
+       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, align[2]}};
+  for (const auto &[attribute, bytes] : alignments)
+    if (st.ok())
+      st = cublasStatus(cublasLtMatmulPreferenceSetAttribute(
+                            pref, attribute, &bytes, sizeof(bytes)),
+                        "setting CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES");
   const LtGemmDescriptors &d = entry->descriptors;
   if (st.ok())
     st = cublasStatus(cublasLtMatmulAlgoGetHeuristic(lt, d.matmul, d.a, d.b,
@@ -299,10 +311,14 @@ Status CudaBackend::runRowMajor(const RowMajorGemm &g, const float *a,
                                 const float *b, float *c, float alpha,
                                 float beta) {
   GemmPlan plan = columnMajorPlan(g);
-  TESSERA_ASSIGN_OR_RETURN(CachedGemm * cached, cachedGemm(plan));
   // The plan's A is the row-major B (swapOperands).
   const float *colA = plan.swapOperands ? b : a;
   const float *colB = plan.swapOperands ? a : b;
+  const uint32_t align[3] = {
+      operandAlignment(reinterpret_cast<uintptr_t>(colA)),
+      operandAlignment(reinterpret_cast<uintptr_t>(colB)),
+      operandAlignment(reinterpret_cast<uintptr_t>(c))};
+  TESSERA_ASSIGN_OR_RETURN(CachedGemm * cached, cachedGemm(plan, align));
   const LtGemmDescriptors &d = cached->descriptors;
   return cublasStatus(cublasLtMatmul(lt, d.matmul, &alpha, colA, d.a, colB,
                                      d.b, &beta, c, d.c, c, d.c, &cached->algo,
@@ -682,6 +698,9 @@ static Status checkRingSeq(const Backend::RingAttentionDims &d) {
   if (d.seq % 2 != 0)
     return invalidArgument("ring attention needs an even local sequence, got ",
                            d.seq);
+  if (d.headDim < 1)
+    return invalidArgument("ring attention needs a head dimension >= 1, got ",
+                           d.headDim);
   return Status();
 }
 
@@ -713,7 +732,7 @@ Status CudaBackend::ringAttentionStep(const float *qkv, const float *kv,
         launched(launchRingInit(computeStream, m, l, total * S),
                  "RingAttention"));
   }
-  if (chunk > 0 && D > 0) {
+  if (chunk > 0) {
     const int64_t group =
         attentionChunk(chunk, total, 1, kAttentionScratchBytes);
     TESSERA_ASSIGN_OR_RETURN(float *probs,
@@ -763,7 +782,7 @@ Status CudaBackend::ringAttentionGradStep(const float *qkv, const float *o,
         launchRingDelta(computeStream, o, dout, delta, S, total, D, total * D),
         "RingAttentionGrad"));
   }
-  if (chunk == 0 || D == 0)
+  if (chunk == 0)
     return Status();
   const int64_t group = attentionChunk(chunk, total, 2, kAttentionScratchBytes);
   TESSERA_ASSIGN_OR_RETURN(float *probs, scratch(0, group * chunk * chunk * 4));
@@ -856,11 +875,6 @@ Status CudaBackend::moeRouterGrad(const float *probs, const int32_t *indices,
 Status CudaBackend::moeAuxCounts(const int32_t *indices, const float *allCounts,
                                  int64_t tokens, int64_t experts, int64_t k,
                                  const int32_t **counts, const char *opcode) {
-  if (experts > maxRouterExperts())
-    return unimplemented(opcode, ": ", experts,
-                         " experts; the cuda backend's load-balancing loss "
-                         "holds at most ",
-                         maxRouterExperts());
   TESSERA_ASSIGN_OR_RETURN(
       float *c, scratch(kMoeCountsScratch, std::max<int64_t>(1, experts) * 4));
   int32_t *ic = reinterpret_cast<int32_t *>(c);

@@ -246,15 +246,19 @@ private:
     LtGemmDescriptors descriptors;
     cublasLtMatmulAlgo_t algo;
   };
+  /// The plan and the alignments of its A, B and C (operandAlignment).
   using PlanKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t,
                              int64_t, int64_t, int64_t, int64_t, int64_t,
-                             int64_t>;
+                             int64_t, uint32_t, uint32_t, uint32_t>;
 
   /// Runs row-major product `g` on A, B, C (swapped into the column-major
   /// plan's operand order).
   Status runRowMajor(const RowMajorGemm &g, const float *a, const float *b,
                      float *c, float alpha, float beta);
-  StatusOr<CachedGemm *> cachedGemm(const GemmPlan &plan);
+  /// The descriptors and algorithm of `plan` for operands of alignments
+  /// `align` (bytes: A, B, C), found once per plan and alignments.
+  StatusOr<CachedGemm *> cachedGemm(const GemmPlan &plan,
+                                    const uint32_t align[3]);
   /// The softmax(scale * Q K^T) probabilities of `heads` heads whose QKV
   /// starts at `qkv`, into `probs` ([heads, seq, seq]).
   Status attentionProbs(const AttentionPlans &p, const float *qkv,

@@ -6,7 +6,9 @@
 // it records the first such error in one DeviceError in device memory and
 // the backend turns it into a Status at the next synchronize(), once per
 // iteration, instead of the host waiting for the device after every kernel.
-// The message is the CPU backend's, prefixed with the kernel's opcode.
+// The message is the CPU backend's, prefixed with the kernel's opcode;
+// where several elements are bad, it names one of them (the first thread to
+// record wins), not necessarily the first the CPU would name.
 //
 //===----------------------------------------------------------------------===//
 

@@ -92,6 +92,18 @@ inline GemmPlan columnMajorPlan(const RowMajorGemm &g) {
   return p;
 }
 
+/// The alignment a GEMM kernel may assume for an operand at `address`: the
+/// largest power of two up to 256 bytes that divides it. cuBLASLt's
+/// heuristic assumes 256 unless told (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*),
+/// and the executor's operands need not be: a head's q, k, v within QKV, an
+/// expert's rows after the rows of the experts before it.
+inline uint32_t operandAlignment(uintptr_t address) {
+  uint32_t align = 256;
+  while (align > 1 && address % align != 0)
+    align /= 2;
+  return align;
+}
+
 /// Whether `p` is a well-formed column-major call: positive leading
 /// dimensions at least the stored rows, batch >= 1 and non-negative
 /// strides. (Empty products, m, n or k == 0, are handled by the caller.)

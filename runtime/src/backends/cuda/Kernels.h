@@ -177,9 +177,6 @@ cudaError_t launchRingGradScores(cudaStream_t s, const float *probs,
 // Mixture of experts (MoEKernels.cu)
 //===----------------------------------------------------------------------===//
 
-/// The most experts the router's per-token softmax holds (one warp, its
-/// lanes' registers).
-int64_t maxRouterExperts();
 /// counts [experts] (int32) and rowOf [n]: each routing choice's row in
 /// expert order (math/MoE.h's layout), -1 for a dropped choice (index -1).
 cudaError_t launchMoeRows(cudaStream_t s, const int32_t *indices, int64_t n,

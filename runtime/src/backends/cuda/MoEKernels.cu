@@ -35,25 +35,28 @@ namespace {
 constexpr int kMoeThreads = 512;
 
 /// counts[e] += the choices routed to e; an index outside [0, experts)
-/// (other than -1 when `allowDropped`) is recorded.
+/// (other than -1 when `allowDropped`) is recorded. With a row map, a
+/// choice without a row (dropped or invalid) gets -1 in it.
 __global__ void moeCountKernel(const int32_t *indices, int64_t n,
                                int64_t experts, int32_t *counts,
-                               bool allowDropped, DeviceError *err) {
+                               int32_t *rowOf, bool allowDropped,
+                               DeviceError *err) {
   TESSERA_GRID_LOOP(c, n) {
     const int32_t e = indices[c];
-    if (e == -1 && allowDropped)
-      continue;
     if (e < 0 || e >= experts) {
-      recordError(err, kExpertIndex, e, c, experts, 0);
+      if (rowOf)
+        rowOf[c] = -1;
+      if (e != -1 || !allowDropped)
+        recordError(err, kExpertIndex, e, c, experts, 0);
       continue;
     }
     atomicAdd(counts + e, 1);
   }
 }
 
-/// rowOf[c] = the row of choice c in expert order, -1 for a dropped (or
-/// invalid) choice. Block e scans the choices in tiles; its rows start
-/// after the experts before it.
+/// rowOf[c] = the row of choice c in expert order (the choices routed to
+/// an expert; moeCountKernel gave the others -1). Block e scans the
+/// choices in tiles; its rows start after the experts before it.
 __global__ void moeRowsKernel(const int32_t *indices, int64_t n,
                               int64_t experts, const int32_t *counts,
                               int32_t *rowOf) {
@@ -77,8 +80,6 @@ __global__ void moeRowsKernel(const int32_t *indices, int64_t n,
     Scan(temp).ExclusiveSum(flag, prefix, total);
     if (flag)
       rowOf[c] = running + prefix;
-    else if (e == 0 && c < n && (idx < 0 || idx >= experts))
-      rowOf[c] = -1;
     running += total;
     __syncthreads(); // temp is reused by the next tile
   }
@@ -225,30 +226,33 @@ __device__ double auxTokens(const float *all, int64_t tokens, int64_t experts,
   return sum / double(k);
 }
 
-/// The softmax over the experts of token t, one warp per token: returns
-/// this lane's probabilities of experts lane, lane + 32, ... through `p`
-/// (at most kMaxExpertsPerLane of them).
-constexpr int kMaxExpertsPerLane = 32;
-__device__ void warpSoftmax(const float *logits, int64_t experts, int lane,
-                            float *p) {
-  float mx = -INFINITY;
-  for (int64_t e = lane, i = 0; e < experts; e += 32, ++i)
-    mx = math::selectf(logits[e] > mx, logits[e], mx);
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    const float o = __shfl_xor_sync(0xffffffffu, mx, offset);
-    mx = math::selectf(o > mx, o, mx);
+/// The softmax over the experts of one token, for one warp: the max and
+/// 1 / sum of the exponentials; prob(e) recomputes each probability, so
+/// nothing per expert is held and any number of experts fits.
+struct WarpSoftmax {
+  const float *logits;
+  float mx, inv;
+  __device__ WarpSoftmax(const float *row, int64_t experts, int lane)
+      : logits(row) {
+    float m = -INFINITY;
+    for (int64_t e = lane; e < experts; e += 32)
+      m = math::selectf(row[e] > m, row[e], m);
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      const float o = __shfl_xor_sync(0xffffffffu, m, offset);
+      m = math::selectf(o > m, o, m);
+    }
+    float sum = 0.0f;
+    for (int64_t e = lane; e < experts; e += 32)
+      sum += math::expApprox(row[e] - m);
+    for (int offset = 16; offset > 0; offset >>= 1)
+      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    mx = m;
+    inv = 1.0f / sum;
   }
-  float sum = 0.0f;
-  for (int64_t e = lane, i = 0; e < experts; e += 32, ++i) {
-    p[i] = math::expApprox(logits[e] - mx);
-    sum += p[i];
+  __device__ float prob(int64_t e) const {
+    return math::expApprox(logits[e] - mx) * inv;
   }
-  for (int offset = 16; offset > 0; offset >>= 1)
-    sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  const float inv = 1.0f / sum;
-  for (int64_t e = lane, i = 0; e < experts; e += 32, ++i)
-    p[i] *= inv;
-}
+};
 
 /// partial[t] = sum_e softmax(logits[t])_e count_e (the loss before its
 /// scale), one warp per token.
@@ -259,11 +263,10 @@ __global__ void moeAuxPartialKernel(const float *logits, const float *all,
   const int lane = threadIdx.x & 31;
   if (t >= tokens)
     return;
-  float p[kMaxExpertsPerLane];
-  warpSoftmax(logits + t * experts, experts, lane, p);
+  const WarpSoftmax p(logits + t * experts, experts, lane);
   double sum = 0.0;
-  for (int64_t e = lane, i = 0; e < experts; e += 32, ++i)
-    sum += double(p[i]) * double(auxCount(all, counts, e));
+  for (int64_t e = lane; e < experts; e += 32)
+    sum += double(p.prob(e)) * double(auxCount(all, counts, e));
   for (int offset = 16; offset > 0; offset >>= 1)
     sum += __shfl_xor_sync(0xffffffffu, sum, offset);
   if (lane == 0)
@@ -299,15 +302,14 @@ __global__ void moeAuxLossGradKernel(const float *logits, const float *all,
   const float scale =
       total > 0 ? dy[0] * float(math::moeAuxScale(coeff, experts, k, total))
                 : 0.0f;
-  float p[kMaxExpertsPerLane];
-  warpSoftmax(logits + t * experts, experts, lane, p);
+  const WarpSoftmax p(logits + t * experts, experts, lane);
   float dot = 0.0f;
-  for (int64_t e = lane, i = 0; e < experts; e += 32, ++i)
-    dot += p[i] * auxCount(all, counts, e) * scale;
+  for (int64_t e = lane; e < experts; e += 32)
+    dot += p.prob(e) * auxCount(all, counts, e) * scale;
   for (int offset = 16; offset > 0; offset >>= 1)
     dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-  for (int64_t e = lane, i = 0; e < experts; e += 32, ++i)
-    dlogits[t * experts + e] = p[i] * (auxCount(all, counts, e) * scale - dot);
+  for (int64_t e = lane; e < experts; e += 32)
+    dlogits[t * experts + e] = p.prob(e) * (auxCount(all, counts, e) * scale - dot);
 }
 
 /// counts[e] (f32) += choices routed to e; -1 (dropped) counts for none.
@@ -386,16 +388,14 @@ unsigned warpBlocksFor(int64_t tokens) {
       kernel<<<blocksFor(n), kThreads, 0, stream>>>(__VA_ARGS__);              \
   } while (false)
 
-int64_t maxRouterExperts() { return int64_t(kMaxExpertsPerLane) * 32; }
-
 cudaError_t launchMoeRows(cudaStream_t s, const int32_t *indices, int64_t n,
                           int64_t experts, int32_t *counts, int32_t *rowOf,
                           DeviceError *err) {
   cudaError_t e = cudaMemsetAsync(counts, 0, size_t(experts) * 4, s);
   if (e != cudaSuccess || n == 0)
     return e;
-  TESSERA_MOE_LAUNCH(moeCountKernel, n, s, indices, n, experts, counts, true,
-                    err);
+  TESSERA_MOE_LAUNCH(moeCountKernel, n, s, indices, n, experts, counts, rowOf,
+                     true, err);
   if (experts > 0)
     moeRowsKernel<<<unsigned(experts), kMoeThreads, 0, s>>>(
         indices, n, experts, counts, rowOf);
@@ -472,8 +472,8 @@ cudaError_t launchMoeAuxCounts(cudaStream_t s, const int32_t *indices,
   cudaError_t e = cudaMemsetAsync(counts, 0, size_t(experts) * 4, s);
   if (e != cudaSuccess)
     return e;
-  TESSERA_MOE_LAUNCH(moeCountKernel, n, s, indices, n, experts, counts, false,
-                    err);
+  TESSERA_MOE_LAUNCH(moeCountKernel, n, s, indices, n, experts, counts,
+                     static_cast<int32_t *>(nullptr), false, err);
   return cudaGetLastError();
 }
 
