@@ -226,6 +226,42 @@ TEST_F(CpuBackendTest, BiasGeluEqualsBiasAddThenGeluBitForBit) {
   }
 }
 
+TEST_F(CpuBackendTest, AttentionOnThreadsIsBitIdentical) {
+  // With several threads the heads run on OpenMP threads (each head's GEMMs
+  // on one BLAS thread): the same bits as one thread, for head counts that
+  // split evenly and not, causal or not.
+  struct Shape {
+    int64_t S, B, A, D;
+  };
+  BackendOptions one, two;
+  one.numThreads = 1;
+  two.numThreads = 2;
+  auto b1 = BackendRegistry::global().create("cpu", one);
+  auto b2 = BackendRegistry::global().create("cpu", two);
+  ASSERT_TRUE(b1.ok() && b2.ok());
+  for (Shape s : {Shape{70, 3, 1, 16}, Shape{33, 2, 2, 8}, Shape{5, 1, 1, 4}})
+    for (bool causal : {true, false}) {
+      const size_t qkvN = size_t(s.S * s.B * s.A * 3 * s.D),
+                   outN = size_t(s.S * s.B * s.A * s.D);
+      auto qkv = random(qkvN), dout = random(outN);
+      std::vector<float> o1(outN), o2(outN), d1(qkvN), d2(qkvN);
+      for (auto &[be, o, d] :
+           {std::tie(*b1, o1, d1), std::tie(*b2, o2, d2)}) {
+        ASSERT_TRUE(
+            be->attention(qkv.data(), o.data(), s.S, s.B, s.A, s.D, causal)
+                .ok());
+        ASSERT_TRUE(be->attentionGrad(qkv.data(), dout.data(), d.data(), s.S,
+                                      s.B, s.A, s.D, causal)
+                        .ok());
+      }
+      std::string what = "S " + std::to_string(s.S) + " heads " +
+                         std::to_string(s.B * s.A) + " causal " +
+                         std::to_string(causal);
+      EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), outN * 4)) << what;
+      EXPECT_EQ(0, std::memcmp(d1.data(), d2.data(), qkvN * 4)) << what;
+    }
+}
+
 TEST_F(CpuBackendTest, LogitsStatsEqualsMaxThenStatsBitForBit) {
   // One pass per row gives LogitsMax's max and CrossEntropyStats' sum and
   // label logit exactly, ignored rows included, on 1 and 2 threads; a label

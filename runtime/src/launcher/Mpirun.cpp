@@ -106,9 +106,15 @@ int launchUnderMpirun(const LaunchOptions &o, int argc, char **argv) {
   int threads = o.threads ? o.threads : defaultThreads(n);
   if (o.threads || !std::getenv("OPENBLAS_NUM_THREADS"))
     setenv("OPENBLAS_NUM_THREADS", std::to_string(threads).c_str(), 1);
-  // Idle OpenMP workers must not spin on the cores the BLAS threads use.
+  // Idle OpenMP workers must not spin on the cores the BLAS threads use,
+  // nor idle OpenBLAS workers (by default they spin 2^28 cycles after each
+  // GEMM) on the cores of the OpenMP team that runs the attention heads
+  // and elementwise kernels: 2^4 cycles, then they sleep until the next
+  // GEMM.
   if (!std::getenv("OMP_WAIT_POLICY"))
     setenv("OMP_WAIT_POLICY", "passive", 1);
+  if (!std::getenv("OPENBLAS_THREAD_TIMEOUT"))
+    setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
 
   std::string self = selfExecutable();
   if (self.empty())
@@ -118,8 +124,8 @@ int launchUnderMpirun(const LaunchOptions &o, int argc, char **argv) {
                                    "--bind-to",       "none"};
   if (geteuid() == 0)
     args.push_back("--allow-run-as-root");
-  args.insert(args.end(),
-              {"-x", "OPENBLAS_NUM_THREADS", "-x", "OMP_WAIT_POLICY"});
+  args.insert(args.end(), {"-x", "OPENBLAS_NUM_THREADS", "-x",
+                           "OMP_WAIT_POLICY", "-x", "OPENBLAS_THREAD_TIMEOUT"});
   if (std::getenv("OPENBLAS_CORETYPE"))
     args.insert(args.end(), {"-x", "OPENBLAS_CORETYPE"});
   args.push_back(self);

@@ -799,6 +799,24 @@ public:
     return Status();
   }
 
+  /// Runs body(begin, end) over the `count` (batch, head) pairs of an
+  /// attention: with several threads, one contiguous range per OpenMP
+  /// thread, OpenBLAS on one thread meanwhile (its GEMMs per head are too
+  /// small to split); each head's arithmetic is the same either way.
+  template <typename Body> void forEachHead(int64_t count, Body body) {
+    if (threads <= 1 || count < 2) {
+      body(int64_t(0), count);
+      return;
+    }
+    openblas_set_num_threads(1);
+#pragma omp parallel num_threads(threads)
+    {
+      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+      body(count * t / nt, count * (t + 1) / nt);
+    }
+    openblas_set_num_threads(threads);
+  }
+
   /// Probabilities of query rows [i0, i0 + rows) against keys [0, kEnd)
   /// into p [rows, kEnd].
   static void attentionProbs(const float *q, const float *k, int64_t ld,
@@ -819,12 +837,12 @@ public:
     const int64_t ldo = batch * heads * headDim;
     const float scale = float(1.0 / std::sqrt(double(headDim)));
     const int64_t block = std::min(seq, kAttentionBlock);
-    std::vector<float> probs(size_t(block * seq));
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t h = 0; h < heads; ++h) {
-        const float *q = qkv + (b * heads + h) * 3 * headDim;
+    forEachHead(batch * heads, [&](int64_t bh0, int64_t bh1) {
+      std::vector<float> probs(size_t(block * seq));
+      for (int64_t bh = bh0; bh < bh1; ++bh) {
+        const float *q = qkv + bh * 3 * headDim;
         const float *k = q + headDim, *v = q + 2 * headDim;
-        float *o = out + (b * heads + h) * headDim;
+        float *o = out + bh * headDim;
         for (int64_t i0 = 0; i0 < seq; i0 += block) {
           int64_t rows = std::min(block, seq - i0);
           int64_t kEnd = causal ? i0 + rows : seq;
@@ -834,6 +852,7 @@ public:
                 ld, 0.0f, o + i0 * ldo, ldo);
         }
       }
+    });
     return Status();
   }
 
@@ -848,14 +867,14 @@ public:
       return Status();
     const float scale = float(1.0 / std::sqrt(double(headDim)));
     const int64_t block = std::min(seq, kAttentionBlock);
-    std::vector<float> probs(size_t(block * seq)), dprobs(size_t(block * seq));
-    float *p = probs.data(), *dp = dprobs.data();
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t h = 0; h < heads; ++h) {
-        const int64_t off = (b * heads + h) * 3 * headDim;
+    forEachHead(batch * heads, [&](int64_t bh0, int64_t bh1) {
+      std::vector<float> probs(size_t(block * seq)), dprobs(size_t(block * seq));
+      float *p = probs.data(), *dp = dprobs.data();
+      for (int64_t bh = bh0; bh < bh1; ++bh) {
+        const int64_t off = bh * 3 * headDim;
         const float *q = qkv + off, *k = q + headDim, *v = q + 2 * headDim;
         float *dq = dqkv + off, *dk = dq + headDim, *dv = dq + 2 * headDim;
-        const float *dO = dout + (b * heads + h) * headDim;
+        const float *dO = dout + bh * headDim;
         for (int64_t i0 = 0; i0 < seq; i0 += block) {
           int64_t rows = std::min(block, seq - i0);
           int64_t kEnd = causal ? i0 + rows : seq;
@@ -876,6 +895,7 @@ public:
                 ld, 1.0f, dk, ld);
         }
       }
+    });
     return Status();
   }
 
