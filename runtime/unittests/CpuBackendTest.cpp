@@ -259,6 +259,44 @@ TEST_F(CpuBackendTest, AttentionOnThreadsIsBitIdentical) {
                          std::to_string(causal);
       EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), outN * 4)) << what;
       EXPECT_EQ(0, std::memcmp(d1.data(), d2.data(), qkvN * 4)) << what;
+      // Ring attention's steps (cp 2, rank 1 against its own block and
+      // rank 0's) likewise.
+      if (s.S % 2 != 0)
+        continue;
+      Backend::RingAttentionDims rd;
+      rd.seq = s.S;
+      rd.batch = s.B;
+      rd.heads = s.A;
+      rd.headDim = s.D;
+      rd.causal = causal;
+      rd.cpRank = 1;
+      rd.cpSize = 2;
+      auto other = random(size_t(rd.kvBlock()));
+      std::vector<std::vector<float>> out(2);
+      for (int t = 0; t < 2; ++t) {
+        Backend &be = t == 0 ? **b1 : **b2;
+        std::vector<float> own(size_t(rd.kvBlock())), o(outN),
+            stats(size_t(2 * rd.rowStats())), lse(size_t(rd.rowStats())),
+            delta(size_t(rd.rowStats())), dq(qkvN), dkv(size_t(rd.kvBlock()));
+        ASSERT_TRUE(be.ringPackKeysValues(qkv.data(), own.data(), rd).ok());
+        ASSERT_TRUE(be.ringAttentionStep(qkv.data(), own.data(), o.data(),
+                                         stats.data(), nullptr, rd, 1, true)
+                        .ok());
+        ASSERT_TRUE(be.ringAttentionStep(qkv.data(), other.data(), o.data(),
+                                         stats.data(), lse.data(), rd, 0,
+                                         false)
+                        .ok());
+        ASSERT_TRUE(be.ringAttentionGradStep(qkv.data(), o.data(), lse.data(),
+                                             dout.data(), other.data(),
+                                             dkv.data(), delta.data(),
+                                             dq.data(), rd, 0, true)
+                        .ok());
+        for (auto *v : {&o, &lse, &dq, &dkv})
+          out[size_t(t)].insert(out[size_t(t)].end(), v->begin(), v->end());
+      }
+      EXPECT_EQ(0, std::memcmp(out[0].data(), out[1].data(),
+                               out[0].size() * 4))
+          << "ring " << what;
     }
 }
 

@@ -956,10 +956,9 @@ public:
     }
     const float scale = float(1.0 / std::sqrt(double(D)));
     const int64_t chunk = S / 2, block = std::min(chunk, kAttentionBlock);
-    std::vector<float> sc(size_t(std::max<int64_t>(1, block * chunk)));
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t h = 0; h < H; ++h) {
-        const int64_t bh = b * H + h;
+    forEachHead(B * H, [&](int64_t bh0, int64_t bh1) {
+      std::vector<float> sc(size_t(std::max<int64_t>(1, block * chunk)));
+      for (int64_t bh = bh0; bh < bh1; ++bh) {
         const float *q = qkv + bh * 3 * D;
         const float *k = kv + bh * 2 * D, *v = k + D;
         float *ob = o + bh * D, *m = mAll + bh * S, *l = lAll + bh * S;
@@ -998,9 +997,10 @@ public:
           float *orow = ob + r * ldo;
           for (int64_t j = 0; j < D; ++j)
             orow[j] *= inv;
-          lse[(r * B + b) * H + h] = m[r] + std::log(l[r]);
+          lse[r * B * H + bh] = m[r] + std::log(l[r]);
         }
       }
+    });
     return Status();
   }
 
@@ -1022,10 +1022,9 @@ public:
     const float scale = float(1.0 / std::sqrt(double(D)));
     const int64_t chunk = S / 2, block = std::min(chunk, kAttentionBlock);
     const size_t tile = size_t(std::max<int64_t>(1, block * chunk));
-    std::vector<float> probs(tile), dprobs(tile);
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t h = 0; h < H; ++h) {
-        const int64_t bh = b * H + h;
+    forEachHead(B * H, [&](int64_t bh0, int64_t bh1) {
+      std::vector<float> probs(tile), dprobs(tile);
+      for (int64_t bh = bh0; bh < bh1; ++bh) {
         const float *q = qkv + bh * 3 * D;
         float *dq = dqkv + bh * 3 * D;
         const float *k = kv + bh * 2 * D, *v = k + D;
@@ -1042,7 +1041,7 @@ public:
                   k + k0 * ldkv, ldkv, 0.0f, p, kEnd);
             for (int64_t i = 0; i < rows; ++i) {
               float *row = p + i * kEnd;
-              const float rowLse = lse[((r0 + i) * B + b) * H + h];
+              const float rowLse = lse[(r0 + i) * B * H + bh];
               const int64_t valid = diag ? i0 + i + 1 : kEnd;
               for (int64_t j = 0; j < valid; ++j)
                 row[j] = expApprox(row[j] - rowLse);
@@ -1070,6 +1069,7 @@ public:
           }
         });
       }
+    });
     return Status();
   }
 
