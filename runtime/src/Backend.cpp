@@ -23,6 +23,16 @@ StatusOr<void *> Backend::allocateHost(int64_t bytes) {
 
 void Backend::deallocateHost(void *ptr) { std::free(ptr); }
 
+Status Backend::checkRingAttentionDims(const RingAttentionDims &d) {
+  if (d.seq % 2 != 0)
+    return invalidArgument("ring attention needs an even local sequence, got ",
+                           d.seq);
+  if (d.headDim < 1)
+    return invalidArgument("ring attention needs a head dimension >= 1, got ",
+                           d.headDim);
+  return Status();
+}
+
 BackendRegistry &BackendRegistry::global() {
   static BackendRegistry *registry = [] {
     auto *r = new BackendRegistry();

@@ -318,6 +318,9 @@ public:
   /// sequence (math/SequenceLayout.h); a K/V block is [S, B, heads, 2, D]
   /// (k then v per head), as packed from QKV.
   using RingAttentionDims = math::RingAttentionDims;
+  /// The sizes every backend's ring kernels take: an even local sequence
+  /// (two chunks) and a head dimension of at least 1.
+  static Status checkRingAttentionDims(const RingAttentionDims &d);
   /// kv = the K and V of QKV, packed.
   virtual Status ringPackKeysValues(const float *qkv, float *kv,
                                     const RingAttentionDims &d) = 0;

@@ -917,12 +917,7 @@ public:
   }
 
   static Status checkRingDims(const RingAttentionDims &d) {
-    if (d.seq % 2 != 0)
-      return invalidArgument("ring attention needs an even local sequence, got ",
-                             d.seq);
-    if (d.headDim < 1)
-      return invalidArgument("ring attention needs a head dimension >= 1, got ",
-                             d.headDim);
+    TESSERA_RETURN_IF_ERROR(checkRingAttentionDims(d));
     return checkAttentionDims(d.seq, d.batch, d.heads, d.headDim);
   }
 

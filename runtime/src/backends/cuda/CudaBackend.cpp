@@ -694,16 +694,6 @@ Status CudaBackend::tokenMeanGrad(const float *dy, const int32_t *t, float *dl,
 // executor passes the K/V blocks around the ring on the NCCL communicator.
 //===----------------------------------------------------------------------===//
 
-static Status checkRingSeq(const Backend::RingAttentionDims &d) {
-  if (d.seq % 2 != 0)
-    return invalidArgument("ring attention needs an even local sequence, got ",
-                           d.seq);
-  if (d.headDim < 1)
-    return invalidArgument("ring attention needs a head dimension >= 1, got ",
-                           d.headDim);
-  return Status();
-}
-
 Status CudaBackend::ringPackKeysValues(const float *qkv, float *kv,
                                        const RingAttentionDims &d) {
   return launched(launchRingPack(computeStream, qkv, kv,
@@ -721,7 +711,7 @@ Status CudaBackend::ringAttentionStep(const float *qkv, const float *kv,
                                       float *o, float *stats, float *lse,
                                       const RingAttentionDims &d,
                                       int64_t source, bool first) {
-  TESSERA_RETURN_IF_ERROR(checkRingSeq(d));
+  TESSERA_RETURN_IF_ERROR(checkRingAttentionDims(d));
   const int64_t S = d.seq, total = d.batch * d.heads, D = d.headDim;
   const int64_t chunk = S / 2;
   float *m = stats, *l = stats + total * S;
@@ -772,7 +762,7 @@ Status CudaBackend::ringAttentionGradStep(const float *qkv, const float *o,
                                           float *delta, float *dqkv,
                                           const RingAttentionDims &d,
                                           int64_t source, bool first) {
-  TESSERA_RETURN_IF_ERROR(checkRingSeq(d));
+  TESSERA_RETURN_IF_ERROR(checkRingAttentionDims(d));
   const int64_t S = d.seq, total = d.batch * d.heads, D = d.headDim;
   const int64_t chunk = S / 2;
   if (first) {
