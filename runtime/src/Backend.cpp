@@ -33,6 +33,21 @@ Status Backend::checkRingAttentionDims(const RingAttentionDims &d) {
   return Status();
 }
 
+StatusOr<std::vector<int64_t>>
+Backend::expertGroupOffsets(const int32_t *counts, int64_t experts,
+                            int64_t rows) {
+  std::vector<int64_t> offsets(static_cast<size_t>(experts) + 1, 0);
+  for (int64_t e = 0; e < experts; ++e) {
+    if (counts[e] < 0)
+      return outOfRange("expert ", e, " has a negative row count ", counts[e]);
+    offsets[size_t(e) + 1] = offsets[size_t(e)] + counts[e];
+  }
+  if (offsets.back() > rows)
+    return outOfRange("the experts' row counts add up to ", offsets.back(),
+                      ", more than the ", rows, " rows");
+  return offsets;
+}
+
 BackendRegistry &BackendRegistry::global() {
   static BackendRegistry *registry = [] {
     auto *r = new BackendRegistry();

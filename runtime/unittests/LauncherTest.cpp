@@ -36,8 +36,9 @@ struct RunResult {
   std::string output;
 };
 
-RunResult runTool(const std::string &args) {
-  std::string cmd = std::string(TESSERA_RUN_PATH) + " " + args + " 2>&1";
+/// Runs the shell command `cmd` (stderr with stdout).
+RunResult runCommand(const std::string &command) {
+  std::string cmd = command + " 2>&1";
   RunResult result;
   FILE *pipe = popen(cmd.c_str(), "r");
   if (!pipe)
@@ -49,6 +50,10 @@ RunResult runTool(const std::string &args) {
   int status = pclose(pipe);
   result.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
+}
+
+RunResult runTool(const std::string &args) {
+  return runCommand(std::string(TESSERA_RUN_PATH) + " " + args);
 }
 
 class LauncherTest : public ::testing::Test {
@@ -283,6 +288,25 @@ TEST_F(LauncherTest, BlasCoreFlag) {
         << r.output;
   }
   EXPECT_FALSE(parse({"m.tsr", "--steps", "1", "--blas-core", ""}).ok());
+}
+
+// Inside an MPI job started without tessera-run nothing exports the core:
+// a rank whose OpenBLAS runs another one stops before training, naming
+// both (the environment's OPENBLAS_CORETYPE is left as it is).
+TEST_F(LauncherTest, BlasCoreNotRunningIsAnErrorOnTheRank) {
+  std::string path = write("s.tsr", softmaxRegression());
+  const std::string running = cpu::runningBlasCore();
+  const std::string other = cpu::sameBlasCore(running, "Core2") ? "Prescott"
+                                                                 : "Core2";
+  RunResult r = runCommand("mpirun --allow-run-as-root --oversubscribe -n 1 " +
+                           std::string(TESSERA_RUN_PATH) + " " + path +
+                           " --steps 1 --threads 1 --blas-core " + other);
+  EXPECT_NE(r.exitCode, 0) << r.output;
+  EXPECT_NE(r.output.find("--blas-core " + other + ": OpenBLAS runs its " +
+                          running + " kernels"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("iteration "), std::string::npos) << r.output;
 }
 
 TEST_F(LauncherTest, RuntimeErrorOnRankAbortsWithExitOne) {

@@ -383,6 +383,11 @@ public:
   virtual Status moeDispatchGrad(const float *drows, const int32_t *indices,
                                  float *dx, int64_t tokens, int64_t k,
                                  int64_t experts, int64_t features) = 0;
+  /// The row offset of each expert's group from the experts' row counts
+  /// (host memory): experts + 1 offsets, or an OutOfRange error for a
+  /// negative count or counts that add up to more than `rows`.
+  static StatusOr<std::vector<int64_t>>
+  expertGroupOffsets(const int32_t *counts, int64_t experts, int64_t rows);
   /// Y [rows, out]: counts[e] consecutive rows per expert, Y_e = X_e W[e]^T,
   /// W [experts, out, in]; rows past the counts' sum are zero.
   virtual Status groupedLinear(const float *x, const int32_t *counts,

@@ -1286,28 +1286,11 @@ public:
     return Status();
   }
 
-  /// The row offset of each expert's group; fails when the counts do not
-  /// fit `rows`.
-  static Status groupOffsets(const int32_t *counts, int64_t experts,
-                             int64_t rows, std::vector<int64_t> &offsets) {
-    offsets.assign(size_t(experts) + 1, 0);
-    for (int64_t e = 0; e < experts; ++e) {
-      if (counts[e] < 0)
-        return outOfRange("expert ", e, " has a negative row count ",
-                          counts[e]);
-      offsets[size_t(e) + 1] = offsets[size_t(e)] + counts[e];
-    }
-    if (offsets.back() > rows)
-      return outOfRange("the experts' row counts add up to ", offsets.back(),
-                        ", more than the ", rows, " rows");
-    return Status();
-  }
-
   Status groupedLinear(const float *x, const int32_t *counts, const float *w,
                        float *y, int64_t rows, int64_t in, int64_t out,
                        int64_t experts) override {
-    std::vector<int64_t> off;
-    TESSERA_RETURN_IF_ERROR(groupOffsets(counts, experts, rows, off));
+    TESSERA_ASSIGN_OR_RETURN(std::vector<int64_t> off,
+                             expertGroupOffsets(counts, experts, rows));
     for (int64_t e = 0; e < experts; ++e) {
       const int64_t r0 = off[size_t(e)], n = off[size_t(e) + 1] - r0;
       if (n > 0)
@@ -1322,8 +1305,8 @@ public:
                            const float *w, const float *dy, float *dx,
                            float *dw, int64_t rows, int64_t in, int64_t out,
                            int64_t experts, float beta) override {
-    std::vector<int64_t> off;
-    TESSERA_RETURN_IF_ERROR(groupOffsets(counts, experts, rows, off));
+    TESSERA_ASSIGN_OR_RETURN(std::vector<int64_t> off,
+                             expertGroupOffsets(counts, experts, rows));
     for (int64_t e = 0; e < experts; ++e) {
       const int64_t r0 = off[size_t(e)], n = off[size_t(e) + 1] - r0;
       float *dwe = dw + e * out * in;

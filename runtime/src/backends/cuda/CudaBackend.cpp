@@ -821,10 +821,9 @@ Status CudaBackend::ringAttentionGradStep(const float *qkv, const float *o,
 // instructions.
 //===----------------------------------------------------------------------===//
 
-StatusOr<const int32_t *> CudaBackend::moeRowMap(const int32_t *indices,
-                                                 int64_t n, int64_t experts,
-                                                 int32_t *counts,
-                                                 const char *opcode) {
+StatusOr<CudaBackend::MoeRowMap>
+CudaBackend::moeRowMap(const int32_t *indices, int64_t n, int64_t experts,
+                       int32_t *counts, const char *opcode) {
   if (n > INT_MAX || experts > INT_MAX)
     return unimplemented(opcode, ": ", n, " routing choices over ", experts,
                          " experts exceed the 32-bit row map");
@@ -840,8 +839,7 @@ StatusOr<const int32_t *> CudaBackend::moeRowMap(const int32_t *indices,
                                                  experts, counts, rowOf,
                                                  deviceError),
                                    opcode));
-  moeCounts = counts;
-  return rowOf;
+  return MoeRowMap{rowOf, counts};
 }
 
 Status CudaBackend::moeRouter(const float *logits, float *probs,
@@ -862,14 +860,15 @@ Status CudaBackend::moeRouterGrad(const float *probs, const int32_t *indices,
                   "MoERouterGrad");
 }
 
-Status CudaBackend::moeAuxCounts(const int32_t *indices, const float *allCounts,
-                                 int64_t tokens, int64_t experts, int64_t k,
+Status CudaBackend::moeAuxCounts(const int32_t *indices, int64_t tokens,
+                                 int64_t experts, int64_t k,
                                  const int32_t **counts, const char *opcode) {
   TESSERA_ASSIGN_OR_RETURN(
       float *c, scratch(kMoeCountsScratch, std::max<int64_t>(1, experts) * 4));
   int32_t *ic = reinterpret_cast<int32_t *>(c);
   *counts = ic;
-  // The counts are checked (and, without allCounts, used) as on the CPU.
+  // The counts are checked (and, without all ranks' counts, used) as on
+  // the CPU.
   return launched(launchMoeAuxCounts(computeStream, indices, tokens * k,
                                      experts, ic, deviceError),
                   opcode);
@@ -880,7 +879,7 @@ Status CudaBackend::moeAuxLoss(const float *logits, const int32_t *indices,
                                int64_t tokens, int64_t experts, int64_t k,
                                float coeff) {
   const int32_t *counts = nullptr;
-  TESSERA_RETURN_IF_ERROR(moeAuxCounts(indices, allCounts, tokens, experts, k,
+  TESSERA_RETURN_IF_ERROR(moeAuxCounts(indices, tokens, experts, k,
                                        &counts, "MoEAuxLoss"));
   TESSERA_ASSIGN_OR_RETURN(
       float *partial, scratch(kMoeRowsScratch, std::max<int64_t>(1, tokens) * 8));
@@ -894,7 +893,7 @@ Status CudaBackend::moeAuxLossGrad(const float *logits, const int32_t *indices,
                                    float *dlogits, int64_t tokens,
                                    int64_t experts, int64_t k, float coeff) {
   const int32_t *counts = nullptr;
-  TESSERA_RETURN_IF_ERROR(moeAuxCounts(indices, allCounts, tokens, experts, k,
+  TESSERA_RETURN_IF_ERROR(moeAuxCounts(indices, tokens, experts, k,
                                        &counts, "MoEAuxLossGrad"));
   return launched(launchMoeAuxLossGrad(computeStream, logits, allCounts,
                                        counts, dy, dlogits, tokens, experts, k,
@@ -910,44 +909,34 @@ Status CudaBackend::moeTokenCounts(const int32_t *indices, float *counts,
 Status CudaBackend::moeDispatch(const float *x, const int32_t *indices,
                                 float *rows, int32_t *counts, int64_t tokens,
                                 int64_t k, int64_t experts, int64_t features) {
-  TESSERA_ASSIGN_OR_RETURN(const int32_t *rowOf,
+  TESSERA_ASSIGN_OR_RETURN(MoeRowMap map,
                            moeRowMap(indices, tokens * k, experts, counts,
                                      "MoEDispatch"));
-  return launched(launchMoeDispatch(computeStream, x, rowOf, counts, rows,
+  return launched(launchMoeDispatch(computeStream, x, map.rowOf, map.counts, rows,
                                     tokens, k, experts, features),
                   "MoEDispatch");
 }
 Status CudaBackend::moeDispatchGrad(const float *drows, const int32_t *indices,
                                     float *dx, int64_t tokens, int64_t k,
                                     int64_t experts, int64_t features) {
-  TESSERA_ASSIGN_OR_RETURN(const int32_t *rowOf,
+  TESSERA_ASSIGN_OR_RETURN(MoeRowMap map,
                            moeRowMap(indices, tokens * k, experts, nullptr,
                                      "MoEDispatchGrad"));
-  return launched(launchMoeDispatchGrad(computeStream, drows, rowOf, dx,
+  return launched(launchMoeDispatchGrad(computeStream, drows, map.rowOf, dx,
                                         tokens, k, features),
                   "MoEDispatchGrad");
 }
 
-/// The experts' row counts on the host, checked as the CPU backend checks
-/// them; the offsets of their groups. The grouped GEMMs' shapes are these
-/// counts, so this is the one place an MoE layer waits for the device
-/// (Megatron's GroupedMLP likewise copies tokens_per_expert to the host).
+/// The offsets of the experts' groups from their row counts copied to the
+/// host. The grouped GEMMs' shapes are these counts, so this is the one
+/// place an MoE layer waits for the device (Megatron's GroupedMLP likewise
+/// copies tokens_per_expert to the host).
 StatusOr<std::vector<int64_t>>
 CudaBackend::groupOffsets(const int32_t *counts, int64_t experts,
                           int64_t rows) {
   std::vector<int32_t> host(static_cast<size_t>(experts));
   TESSERA_RETURN_IF_ERROR(copyToHost(host.data(), counts, experts * 4));
-  std::vector<int64_t> offsets(size_t(experts) + 1, 0);
-  for (int64_t e = 0; e < experts; ++e) {
-    if (host[size_t(e)] < 0)
-      return outOfRange("expert ", e, " has a negative row count ",
-                        host[size_t(e)]);
-    offsets[size_t(e) + 1] = offsets[size_t(e)] + host[size_t(e)];
-  }
-  if (offsets.back() > rows)
-    return outOfRange("the experts' row counts add up to ", offsets.back(),
-                      ", more than the ", rows, " rows");
-  return offsets;
+  return expertGroupOffsets(host.data(), experts, rows);
 }
 
 Status CudaBackend::groupedLinear(const float *x, const int32_t *counts,
@@ -1013,10 +1002,10 @@ Status CudaBackend::moeCombine(const float *rows, const float *probs,
                                const int32_t *indices, float *y,
                                int64_t tokens, int64_t k, int64_t experts,
                                int64_t features) {
-  TESSERA_ASSIGN_OR_RETURN(const int32_t *rowOf,
+  TESSERA_ASSIGN_OR_RETURN(MoeRowMap map,
                            moeRowMap(indices, tokens * k, experts, nullptr,
                                      "MoECombine"));
-  return launched(launchMoeCombine(computeStream, rows, probs, rowOf, y,
+  return launched(launchMoeCombine(computeStream, rows, probs, map.rowOf, y,
                                    tokens, k, features),
                   "MoECombine");
 }
@@ -1025,11 +1014,11 @@ Status CudaBackend::moeCombineGrad(const float *rows, const float *probs,
                                    float *drows, float *dprobs, int64_t tokens,
                                    int64_t k, int64_t experts,
                                    int64_t features) {
-  TESSERA_ASSIGN_OR_RETURN(const int32_t *rowOf,
+  TESSERA_ASSIGN_OR_RETURN(MoeRowMap map,
                            moeRowMap(indices, tokens * k, experts, nullptr,
                                      "MoECombineGrad"));
-  return launched(launchMoeCombineGrad(computeStream, rows, probs, rowOf,
-                                       moeCounts, dy, drows, dprobs, tokens, k,
+  return launched(launchMoeCombineGrad(computeStream, rows, probs, map.rowOf,
+                                       map.counts, dy, drows, dprobs, tokens, k,
                                        experts, features),
                   "MoECombineGrad");
 }

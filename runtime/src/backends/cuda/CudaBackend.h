@@ -270,15 +270,19 @@ private:
   StatusOr<float *> scratch(int slot, int64_t bytes);
   static constexpr int kMoeCountsScratch = 3, kMoeRowsScratch = 4,
                        kScratchSlots = 5;
-  /// The row map of `n` routing choices (launchMoeRows) in scratch, with
-  /// the counts in `counts` (scratch when null); `opcode` names errors.
-  StatusOr<const int32_t *> moeRowMap(const int32_t *indices, int64_t n,
-                                      int64_t experts, int32_t *counts,
-                                      const char *opcode);
+  /// The row of each routing choice (-1 for none) and the rows per expert.
+  struct MoeRowMap {
+    const int32_t *rowOf;
+    const int32_t *counts;
+  };
+  /// The row map of `n` routing choices (launchMoeRows), rows in scratch,
+  /// counts in `counts` (scratch when null); `opcode` names errors.
+  StatusOr<MoeRowMap> moeRowMap(const int32_t *indices, int64_t n,
+                                int64_t experts, int32_t *counts,
+                                const char *opcode);
   /// The load-balancing loss's counts (checked) in scratch.
-  Status moeAuxCounts(const int32_t *indices, const float *allCounts,
-                      int64_t tokens, int64_t experts, int64_t k,
-                      const int32_t **counts, const char *opcode);
+  Status moeAuxCounts(const int32_t *indices, int64_t tokens, int64_t experts,
+                      int64_t k, const int32_t **counts, const char *opcode);
   StatusOr<std::vector<int64_t>> groupOffsets(const int32_t *counts,
                                               int64_t experts, int64_t rows);
   /// The launch error of the last kernel, named after `what`.
@@ -293,8 +297,6 @@ private:
   DeviceError *deviceError = nullptr;
   std::map<PlanKey, std::unique_ptr<CachedGemm>> gemms;
   void *scratchPtr[kScratchSlots] = {};
-  /// The counts of the last row map (moeRowMap).
-  const int32_t *moeCounts = nullptr;
   /// The world NCCL communicator (the groups' parent) and the groups handed
   /// to the executor, for abortCommunicators (which the watchdog calls
   /// while the executor, and so the groups, are alive).
