@@ -24,6 +24,10 @@ tessera::checkTrainPipelineOptions(const TrainPipelineOptions &options) {
       (!options.bf16 || options.gradReduceInFp32.getNumOccurrences()))
     return "--grad-reduce-in-bf16 needs --bf16 and excludes "
            "--grad-reduce-in-fp32";
+  if (options.gemmDtype.getNumOccurrences() && !options.bf16)
+    return "--gemm-dtype needs --bf16 (without it every GEMM is f32)";
+  if (options.gemmDtype != "bf16" && options.gemmDtype != "f32")
+    return "--gemm-dtype must be bf16 or f32, got '" + options.gemmDtype + "'";
   return "";
 }
 
@@ -64,6 +68,7 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
     nn::MixedPrecisionPassOptions mp;
     mp.paramsDtype = "bf16";
     mp.gradReduceInFp32 = options.gradReduceInFp32 && !options.gradReduceInBf16;
+    mp.gemmDtype = options.gemmDtype;
     pm.addPass(nn::createMixedPrecisionPass(mp));
   }
 

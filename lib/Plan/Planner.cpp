@@ -379,7 +379,9 @@ llvm::Expected<Calibration> calibrate(MLIRContext &ctx,
   l.cp = cp;
   l.pp = 3;
   l.recompute = recompute;
-  l.bf16 = false;
+  // In the planned precision: under bf16 the GEMMs keep bf16 copies of
+  // their activation operands for the backward, the rest stays fp32.
+  l.bf16 = options.bf16;
   l.overlapGradReduce = false; // the dp reductions are modelled, not read
   TrainPipelineOptions o;
   l.apply(o, /*globalBatch=*/3);
@@ -391,7 +393,8 @@ llvm::Expected<Calibration> calibrate(MLIRContext &ctx,
         "calibration compile (tp %lld, cp %lld, recompute %s) failed: %s",
         (long long)tp, (long long)cp, recompute.c_str(), error.c_str());
   std::map<int64_t, Part> stages;
-  // Activation bytes as the options model them (the compile's are fp32).
+  // Activation bytes as the options model them (the compile's are fp32,
+  // but for the GEMMs' bf16 operand copies under bf16).
   const double act = options.activationBytes / 4.0;
   for (ModuleOp program : getPrograms(*module)) {
     Part p = readStage(program);

@@ -130,6 +130,20 @@ TEST_F(ArtifactTest, WrongOperandCount) {
   expectError(buildFile(buildPayload(desc)), "Gemm expects 3 operands, got 2");
 }
 
+TEST_F(ArtifactTest, GemmOperandsShareAFloatFormat) {
+  // A and B are both F32 or both BF16 (SameFloatDType); C is F32.
+  ArtifactDesc desc = softmaxRegression();
+  desc.programs[0].function("microbatch")[0].operands[0].dtype = fb::DType::BF16;
+  expectError(buildFile(buildPayload(desc)),
+              "Gemm operands A BF16");
+  expectError(buildFile(buildPayload(desc)),
+              "must be both F32 or both BF16 (mix formats with a Cast)");
+  desc.programs[0].function("microbatch")[0].operands[1].dtype = fb::DType::BF16;
+  desc.programs[0].function("microbatch")[0].operands[2].dtype = fb::DType::BF16;
+  expectError(buildFile(buildPayload(desc)),
+              "Gemm operand 2 (C) must be F32, got BF16");
+}
+
 TEST_F(ArtifactTest, BufferIndexOutOfRange) {
   ArtifactDesc desc = softmaxRegression();
   desc.programs[0].lossBuffer = 99;

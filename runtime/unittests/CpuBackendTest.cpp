@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <tuple>
 #include <vector>
 
 using namespace tessera::rt;
@@ -82,6 +83,42 @@ TEST_F(CpuBackendTest, GemmAllTransposesAndBetas) {
                      << "ta=" << ta << " tb=" << tb << " beta=" << beta);
         expectNear(c, ref, 1e-5f);
       }
+}
+
+TEST_F(CpuBackendTest, GemmBf16IsTheF32GemmOfTheWidenedOperands) {
+  // bf16 x bf16 -> f32: every product of two bf16 values is exact in f32,
+  // so the bf16 GEMM is the f32 GEMM of the exactly widened operands, bit
+  // for bit; shapes shrink and grow so the widening scratch is reused.
+  for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{7, 5, 9},
+                         {64, 300, 200}, {3, 2, 4}, {128, 96, 384}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (float beta : {0.0f, 1.0f}) {
+          auto a32 = random(size_t(m * k)), b32 = random(size_t(k * n));
+          std::vector<uint16_t> a(a32.size()), b(b32.size());
+          for (size_t i = 0; i < a.size(); ++i) {
+            a[i] = floatToBf16(a32[i]);
+            a32[i] = bf16ToFloat(a[i]);
+          }
+          for (size_t i = 0; i < b.size(); ++i) {
+            b[i] = floatToBf16(b32[i]);
+            b32[i] = bf16ToFloat(b[i]);
+          }
+          auto c = random(size_t(m * n));
+          std::vector<float> ref = c;
+          ASSERT_TRUE(backend
+                          ->gemm(ta, tb, m, n, k, 0.5f, a32.data(), b32.data(),
+                                 beta, ref.data())
+                          .ok());
+          ASSERT_TRUE(backend
+                          ->gemmBf16(ta, tb, m, n, k, 0.5f, a.data(), b.data(),
+                                     beta, c.data())
+                          .ok());
+          SCOPED_TRACE(testing::Message() << "m=" << m << " n=" << n << " k="
+                                          << k << " ta=" << ta << " tb=" << tb
+                                          << " beta=" << beta);
+          ASSERT_EQ(0, std::memcmp(c.data(), ref.data(), c.size() * 4));
+        }
 }
 
 TEST_F(CpuBackendTest, BiasAddAndAdd) {

@@ -115,6 +115,12 @@ public:
     note("gemm");
     return inner->gemm(transA, transB, m, n, k, alpha, a, b, beta, c);
   }
+  Status gemmBf16(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+                  float alpha, const uint16_t *a, const uint16_t *b, float beta,
+                  float *c) override {
+    note("gemmBf16");
+    return inner->gemmBf16(transA, transB, m, n, k, alpha, a, b, beta, c);
+  }
   Status biasAdd(const float *x, const float *bias, float *y, int64_t rows,
                  int64_t cols) override {
     note("biasAdd");

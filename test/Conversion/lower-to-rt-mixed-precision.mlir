@@ -1,4 +1,5 @@
 // RUN: tessera-opt %s --tessera-attach-mesh="dp=2" --tessera-set-batch="micro-batch-size=4 global-batch-size=8" --tessera-mixed-precision --tessera-autodiff --tessera-dp-grad-allreduce=distributed-optimizer=true --tessera-optimizer --tessera-lower-to-rt | FileCheck %s
+// RUN: tessera-opt %s --tessera-attach-mesh="dp=2" --tessera-set-batch="micro-batch-size=4 global-batch-size=8" --tessera-mixed-precision=gemm-dtype=f32 --tessera-autodiff --tessera-dp-grad-allreduce=distributed-optimizer=true --tessera-optimizer --tessera-lower-to-rt | FileCheck %s --check-prefix=F32GEMM
 // RUN: tessera-opt %s --tessera-attach-mesh="dp=2" --tessera-set-batch="micro-batch-size=4 global-batch-size=8" --tessera-mixed-precision=grad-reduce-in-fp32=false --tessera-autodiff --tessera-dp-grad-allreduce --tessera-optimizer --tessera-lower-to-rt | FileCheck %s --check-prefix=BF16GRAD
 
 // bf16 parameters with the distributed optimizer: the f32 gradients fill
@@ -19,14 +20,29 @@
 // CHECK-DAG: rt.buffer @"gshard:gbuf:0" : memref<128xf32> {kind = "view", offset = 0 : i64, rank_group = "dp", rank_stride = 512 : i64}
 // CHECK-DAG: rt.buffer @"pshard:gbuf:0" : memref<128xbf16> {kind = "view", offset = 1024 : i64, rank_group = "dp", rank_stride = 256 : i64}
 
-// The model reads its parameters through casts to f32 transients; the
-// gradients accumulate in f32 directly (GEMM beta = 1).
+// bf16 GEMMs: the forward GEMM reads the bf16 parameter buffer itself and
+// a bf16 transient of its input; the wgrad GEMM reads that transient and
+// dy rounded to bf16, accumulating in f32 straight into the f32 gradient
+// (beta = 1). Only the bias, which no GEMM reads, is cast to f32.
 // CHECK-LABEL: func.func @microbatch
 // CHECK-DAG: %[[W:.*]] = rt.get @head.weight : memref<3x8xbf16>
-// CHECK-DAG: %[[W32:.*]] = rt.alloc offset {{[0-9]+}} : memref<3x8xf32>
-// CHECK: rt.cast %[[W]], %[[W32]] : memref<3x8xbf16>, memref<3x8xf32>
-// CHECK: rt.gemm %{{.*}}, %[[W32]], %{{.*}} {trans_b}
-// CHECK: rt.gemm %{{.*}}, %{{.*}}, %{{.*}} {beta = 1.000000e+00 : f32, trans_a} : memref<4x3xf32>, memref<4x8xf32>, memref<3x8xf32>
+// CHECK-DAG: %[[DW:.*]] = rt.get @"grad:head.weight" : memref<3x8xf32>
+// CHECK-DAG: %[[X16:.*]] = rt.alloc offset {{[0-9]+}} : memref<4x8xbf16>
+// CHECK-DAG: %[[X:.*]] = rt.get @features : memref<4x8xf32>
+// CHECK: rt.cast %[[X]], %[[X16]] : memref<4x8xf32>, memref<4x8xbf16>
+// CHECK-NEXT: rt.gemm %[[X16]], %[[W]], %{{.*}} {trans_b} : memref<4x8xbf16>, memref<3x8xbf16>, memref<4x3xf32>
+// CHECK: rt.cast %[[DY:.*]], %[[DY16:.*]] : memref<4x3xf32>, memref<4x3xbf16>
+// CHECK-NEXT: rt.gemm %[[DY16]], %[[X16]], %[[DW]] {beta = 1.000000e+00 : f32, trans_a} : memref<4x3xbf16>, memref<4x8xbf16>, memref<3x8xf32>
+// CHECK-NOT: memref<3x8xbf16>, memref<3x8xf32>
+
+// f32 GEMMs: the model reads its parameters through casts to f32
+// transients; the gradients accumulate in f32 directly (GEMM beta = 1).
+// F32GEMM-LABEL: func.func @microbatch
+// F32GEMM-DAG: %[[W:.*]] = rt.get @head.weight : memref<3x8xbf16>
+// F32GEMM-DAG: %[[W32:.*]] = rt.alloc offset {{[0-9]+}} : memref<3x8xf32>
+// F32GEMM: rt.cast %[[W]], %[[W32]] : memref<3x8xbf16>, memref<3x8xf32>
+// F32GEMM: rt.gemm %{{.*}}, %[[W32]], %{{.*}} {trans_b}
+// F32GEMM: rt.gemm %{{.*}}, %{{.*}}, %{{.*}} {beta = 1.000000e+00 : f32, trans_a} : memref<4x3xf32>, memref<4x8xf32>, memref<3x8xf32>
 
 // The step works in the buffers, as Megatron's distributed optimizer:
 // reduce-scatter the f32 bucket in place into this rank's block, Adam on
@@ -60,7 +76,7 @@
 // BF16GRAD-DAG: rt.buffer @"main:head.weight" : memref<3x8xf32> {kind = "main_param", of = @head.weight
 // BF16GRAD-DAG: rt.buffer @"gbuf:gbuf:0" : memref<32xbf16> {kind = "view", offset = 0 : i64}
 // BF16GRAD-LABEL: func.func @microbatch
-// BF16GRAD: rt.gemm %{{.*}}, %{{.*}}, %[[DW:.*]] {trans_a} : memref<4x3xf32>, memref<4x8xf32>, memref<3x8xf32>
+// BF16GRAD: rt.gemm %{{.*}}, %{{.*}}, %[[DW:.*]] {trans_a} : memref<4x3xbf16>, memref<4x8xbf16>, memref<3x8xf32>
 // BF16GRAD: rt.cast %[[DW]], %{{.*}} {beta = 1.000000e+00 : f32} : memref<3x8xf32>, memref<3x8xbf16>
 // BF16GRAD-LABEL: func.func @step
 // BF16GRAD: rt.scale %[[V:.*]], %[[V]] {alpha = 5.000000e-01 : f32} : memref<32xbf16>, memref<32xbf16>

@@ -1,6 +1,8 @@
 // RUN: tessera-opt %s -split-input-file --tessera-mixed-precision -verify-diagnostics
 // RUN: echo 'module {}' | not tessera-opt --tessera-mixed-precision=params-dtype=fp16 2>&1 | FileCheck %s --check-prefix=DTYPE
 // DTYPE: error: unsupported params-dtype 'fp16' (expected bf16)
+// RUN: echo 'module {}' | not tessera-opt --tessera-mixed-precision=gemm-dtype=fp16 2>&1 | FileCheck %s --check-prefix=GEMM
+// GEMM: error: unsupported gemm-dtype 'fp16' (expected f32 or bf16)
 
 // expected-error @+1 {{the module is in mixed precision already}}
 module attributes {tessera.mixed_precision = {grads = "f32", params = "bf16"}} {

@@ -1,6 +1,6 @@
-// RUN: tessera-opt %s --tessera-mixed-precision --tessera-autodiff | FileCheck %s
+// RUN: tessera-opt %s --tessera-mixed-precision=gemm-dtype=f32 --tessera-autodiff | FileCheck %s
 
-// The backward casts a bf16 parameter to f32 again right before it first
+// With f32 GEMMs, the backward casts a bf16 parameter to f32 again right before it first
 // needs it (the head's weight, for the gradient of its input), so the
 // forward's f32 copy dies with the forward linear instead of living
 // through the backward; the first layer's weight is not needed by the

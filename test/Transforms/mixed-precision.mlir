@@ -1,34 +1,48 @@
-// RUN: tessera-opt %s --tessera-mixed-precision | FileCheck %s
+// RUN: tessera-opt %s --tessera-mixed-precision=gemm-dtype=f32 | FileCheck %s
+// RUN: tessera-opt %s --tessera-mixed-precision | FileCheck %s --check-prefix=GEMM
 // RUN: tessera-opt %s --tessera-mixed-precision --tessera-autodiff | FileCheck %s --check-prefix=GRAD32
 // RUN: tessera-opt %s --tessera-mixed-precision=grad-reduce-in-fp32=false --tessera-autodiff | FileCheck %s --check-prefix=GRAD16
 // RUN: tessera-opt %s --tessera-attach-mesh="dp=2" --tessera-mixed-precision --tessera-autodiff --tessera-dp-grad-allreduce --tessera-optimizer | FileCheck %s --check-prefix=MAIN
 // RUN: tessera-opt %s --tessera-attach-mesh="dp=2" --tessera-mixed-precision --tessera-autodiff --tessera-dp-grad-allreduce=distributed-optimizer=true --tessera-optimizer | FileCheck %s --check-prefix=ZERO
 // RUN: tessera-opt %s --tessera-attach-mesh="dp=2" --tessera-mixed-precision=grad-reduce-in-fp32=false --tessera-autodiff --tessera-dp-grad-allreduce=distributed-optimizer=true --tessera-optimizer | FileCheck %s --check-prefix=ZERO16
 
-// Parameters are stored in bf16 and read through one cast to f32, right
-// before their first reader; inputs stay as they are.
+// With f32 GEMMs, parameters are stored in bf16 and read through one cast
+// to f32, right before their first reader; inputs stay as they are.
 // CHECK: module attributes {tessera.mixed_precision = {grads = "f32", params = "bf16"}}
 // CHECK: func.func @head(%[[X:[^:]*]]: tensor<4x8xf32> {nn.input = "features"}, %{{[^:]*}}: tensor<4xi32> {nn.input = "labels"}, %[[W:[^:]*]]: tensor<3x8xbf16> {nn.param = "head.weight"}, %[[B:[^:]*]]: tensor<3xbf16> {nn.param = "head.bias"}, %{{[^:]*}}: tensor<5xbf16> {nn.param = "unused"}) -> tensor<f32>
 // CHECK-NEXT: %[[W32:.*]] = nn.cast %[[W]] : tensor<3x8xbf16> to tensor<3x8xf32>
 // CHECK-NEXT: %[[B32:.*]] = nn.cast %[[B]] : tensor<3xbf16> to tensor<3xf32>
-// CHECK-NEXT: nn.linear %[[X]], %[[W32]], %[[B32]] : (tensor<4x8xf32>, tensor<3x8xf32>, tensor<3xf32>) -> tensor<4x3xf32>
+// CHECK-NEXT: nn.linear %[[X]], %[[W32]], %[[B32]] {nn.layer = 0 : i64} : (tensor<4x8xf32>, tensor<3x8xf32>, tensor<3xf32>) -> tensor<4x3xf32>
 // CHECK-NOT: nn.cast
 
-// With grad-reduce-in-fp32 (the default) a gradient is the f32 adjoint of
-// the cast's result itself: no rounding to bf16 and back. An unused
-// parameter's zero gradient is f32 too.
+// With bf16 GEMMs (the default) the linear reads its bf16 weight as it is
+// and its input cast to bf16 (in its own layer), and accumulates in f32;
+// the bias, which no GEMM reads, is cast to f32.
+// GEMM: func.func @head(%[[X:[^:]*]]: tensor<4x8xf32> {nn.input = "features"}, %{{[^:]*}}: tensor<4xi32> {nn.input = "labels"}, %[[W:[^:]*]]: tensor<3x8xbf16> {nn.param = "head.weight"}, %[[B:[^:]*]]: tensor<3xbf16> {nn.param = "head.bias"}
+// GEMM-NEXT: %[[B32:.*]] = nn.cast %[[B]] : tensor<3xbf16> to tensor<3xf32>
+// GEMM-NEXT: %[[X16:.*]] = nn.cast %[[X]] {nn.layer = 0 : i64} : tensor<4x8xf32> to tensor<4x8xbf16>
+// GEMM-NEXT: nn.linear %[[X16]], %[[W]], %[[B32]] {nn.layer = 0 : i64} : (tensor<4x8xbf16>, tensor<3x8xbf16>, tensor<3xf32>) -> tensor<4x3xf32>
+// GEMM-NOT: nn.cast
+
+// With grad-reduce-in-fp32 (the default) a gradient is the f32 adjoint
+// itself: the wgrad GEMM's f32 result (Megatron's main_grad), the bias's
+// f32 row sums of dy. The GEMM takes dy rounded to bf16 and the saved bf16
+// input. An unused parameter's zero gradient is f32 too.
 // GRAD32: -> (tensor<f32> {tessera.buffer = "loss"}, tensor<3x8xf32> {tessera.grad_of = "head.weight"}, tensor<3xf32> {tessera.grad_of = "head.bias"}, tensor<5xf32> {tessera.grad_of = "unused"})
-// GRAD32: %[[DW:.*]] = nn.matmul %{{.*}}, %{{.*}} {transpose_lhs} : (tensor<4x3xf32>, tensor<4x8xf32>) -> tensor<3x8xf32>
-// GRAD32-NEXT: %[[DB:.*]] = nn.reduce_rows
+// GRAD32: %[[X16:.*]] = nn.cast %{{.*}} {nn.layer = 0 : i64} : tensor<4x8xf32> to tensor<4x8xbf16>
+// GRAD32: %[[DY:.*]] = nn.softmax_cross_entropy_grad
+// GRAD32-NEXT: %[[DY16:.*]] = nn.cast %[[DY]] : tensor<4x3xf32> to tensor<4x3xbf16>
+// GRAD32-NEXT: %[[DW:.*]] = nn.matmul %[[DY16]], %[[X16]] {transpose_lhs} : (tensor<4x3xbf16>, tensor<4x8xbf16>) -> tensor<3x8xf32>
+// GRAD32-NEXT: %[[DB:.*]] = nn.reduce_rows %[[DY]]
 // GRAD32-NEXT: %[[DU:.*]] = nn.fill 0.000000e+00 : tensor<5xf32>
 // GRAD32-NEXT: return %{{.*}}, %[[DW]], %[[DB]], %[[DU]]
 
-// Gradients in bf16: the cast's adjoint casts back.
+// Gradients in bf16: each f32 gradient is rounded once, at the end.
 // GRAD16: -> (tensor<f32> {tessera.buffer = "loss"}, tensor<3x8xbf16> {tessera.grad_of = "head.weight"}, tensor<3xbf16> {tessera.grad_of = "head.bias"}, tensor<5xbf16> {tessera.grad_of = "unused"})
 // GRAD16: %[[DW:.*]] = nn.matmul %{{.*}}, %{{.*}} {transpose_lhs}
 // GRAD16-NEXT: %[[DB:.*]] = nn.reduce_rows
-// GRAD16-NEXT: %[[DB16:.*]] = nn.cast %[[DB]] : tensor<3xf32> to tensor<3xbf16>
 // GRAD16-NEXT: %[[DW16:.*]] = nn.cast %[[DW]] : tensor<3x8xf32> to tensor<3x8xbf16>
+// GRAD16-NEXT: %[[DB16:.*]] = nn.cast %[[DB]] : tensor<3xf32> to tensor<3xbf16>
 // GRAD16-NEXT: %[[DU:.*]] = nn.fill 0.000000e+00 : tensor<5xbf16>
 // GRAD16-NEXT: return %{{.*}}, %[[DW16]], %[[DB16]], %[[DU]]
 
@@ -90,7 +104,7 @@ func.func @head(%x: tensor<4x8xf32> {nn.input = "features"},
                 %w: tensor<3x8xf32> {nn.param = "head.weight"},
                 %b: tensor<3xf32> {nn.param = "head.bias"},
                 %u: tensor<5xf32> {nn.param = "unused"}) -> tensor<f32> {
-  %z = nn.linear %x, %w, %b : (tensor<4x8xf32>, tensor<3x8xf32>, tensor<3xf32>) -> tensor<4x3xf32>
+  %z = nn.linear %x, %w, %b {nn.layer = 0 : i64} : (tensor<4x8xf32>, tensor<3x8xf32>, tensor<3xf32>) -> tensor<4x3xf32>
   %l = nn.softmax_cross_entropy %z, %t : (tensor<4x3xf32>, tensor<4xi32>) -> tensor<4xf32>
   %m = nn.mean %l : (tensor<4xf32>) -> tensor<f32>
   return %m : tensor<f32>

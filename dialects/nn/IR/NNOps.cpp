@@ -117,9 +117,23 @@ LogicalResult LinearOp::inferReturnTypes(MLIRContext *ctx,
   return success();
 }
 
+/// A GEMM's two operands: both f32, or both bf16 (a bf16 x bf16 product
+/// accumulated in f32, as cuBLASLt and Megatron compute it).
+static LogicalResult verifyGemmOperands(Operation *op, Type a, Type b) {
+  Type ea = cast<RankedTensorType>(a).getElementType();
+  Type eb = cast<RankedTensorType>(b).getElementType();
+  if (ea != eb)
+    return op->emitOpError() << "operands must be both f32 or both bf16, got "
+                             << a << " and " << b
+                             << " (cast one with nn.cast)";
+  return success();
+}
+
 LogicalResult LinearOp::verify() {
   auto x = getInput().getType();
   auto w = getWeight().getType();
+  if (failed(verifyGemmOperands(*this, x, w)))
+    return failure();
   if (!dimsCompatible(x.getDimSize(x.getRank() - 1), w.getDimSize(1)))
     return emitOpError() << "input features (" << x.getDimSize(x.getRank() - 1)
                          << ") do not match the weight's in-features ("
@@ -138,10 +152,20 @@ LogicalResult LinearOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
   Value dy = resultAdj[0];
   Location loc = getLoc();
   adj.assign(getNumOperands(), Value());
+  // bf16 GEMMs: the backward's products take dy rounded to bf16 too
+  // (Megatron's dgrad and wgrad GEMMs on bf16 tensors), accumulating in f32
+  // (the wgrad into fp32 main_grad); the bias gradient sums dy itself.
+  Value gemmDy = dy;
+  Type element = getWeight().getType().getElementType();
+  if ((needed[0] || needed[1]) && !element.isF32()) {
+    auto t = cast<RankedTensorType>(dy.getType());
+    gemmDy = CastOp::create(
+        b, loc, RankedTensorType::get(t.getShape(), element), dy);
+  }
   if (needed[0]) // dx = dy @ W
-    adj[0] = MatmulOp::create(b, loc, dy, getWeight(), false, false);
+    adj[0] = MatmulOp::create(b, loc, gemmDy, getWeight(), false, false);
   if (needed[1]) // dW = dy^T @ x
-    adj[1] = MatmulOp::create(b, loc, dy, getInput(), true, false);
+    adj[1] = MatmulOp::create(b, loc, gemmDy, getInput(), true, false);
   if (getBias() && needed[2])
     adj[2] = ReduceRowsOp::create(b, loc, dy);
   return success();
@@ -212,6 +236,10 @@ LogicalResult MatmulOp::inferReturnTypes(MLIRContext *ctx,
     types.push_back(f32Tensor(ctx, {m, n}));
   }
   return success();
+}
+
+LogicalResult MatmulOp::verify() {
+  return verifyGemmOperands(*this, getLhs().getType(), getRhs().getType());
 }
 
 //===----------------------------------------------------------------------===//
@@ -330,9 +358,17 @@ LogicalResult CastOp::verify() {
 LogicalResult CastOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
                                    ArrayRef<bool> needed,
                                    SmallVectorImpl<Value> &adj) {
+  // Adjoints are f32 whatever the value's dtype: the input's adjoint is
+  // the result's, widened if it arrived in bf16.
   adj.assign(1, Value());
-  if (needed[0])
-    adj[0] = CastOp::create(b, getLoc(), getInput().getType(), resultAdj[0]);
+  if (!needed[0])
+    return success();
+  Value dy = resultAdj[0];
+  auto t = cast<RankedTensorType>(dy.getType());
+  if (!t.getElementType().isF32())
+    dy = CastOp::create(
+        b, getLoc(), RankedTensorType::get(t.getShape(), b.getF32Type()), dy);
+  adj[0] = dy;
   return success();
 }
 

@@ -72,8 +72,16 @@ def NN_LinearOp : NN_Op<"linear", [InferTypeOpAdaptor,
     ```mlir
     %y = nn.linear %x, %w, %b : (tensor<8x256xf32>, tensor<1024x256xf32>, tensor<1024xf32>) -> tensor<8x1024xf32>
     ```
+
+    Under mixed precision with bf16 GEMMs (tessera-mixed-precision) the
+    input and the weight are both bf16 and the product accumulates in f32
+    (Megatron's bf16 linear layers); the bias and the result stay f32.
+
+    ```mlir
+    %y = nn.linear %x16, %w16, %b : (tensor<8x256xbf16>, tensor<1024x256xbf16>, tensor<1024xf32>) -> tensor<8x1024xf32>
+    ```
   }];
-  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$weight,
+  let arguments = (ins NN_FloatTensor:$input, NN_FloatTensor:$weight,
                        Optional<NN_F32Tensor>:$bias);
   let results = (outs NN_F32Tensor:$result);
   let assemblyFormat = [{
@@ -90,16 +98,18 @@ def NN_MatmulOp : NN_Op<"matmul", [InferTypeOpAdaptor], NN_CustomFlops> {
     and `op` transposes when the matching flag is set. Without
     `transpose_lhs` the result keeps lhs's leading dimensions
     (`[..., n]`); with it the result is 2-d. Produced by autodiff for the
-    backward of `nn.linear`.
+    backward of `nn.linear`. The operands are both f32 or both bf16; the
+    result is f32 (a bf16 product accumulates in f32).
 
     ```mlir
     %dw = nn.matmul %dy, %x {transpose_lhs} : (tensor<8x16xf32>, tensor<8x256xf32>) -> tensor<16x256xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$lhs, NN_F32Tensor:$rhs,
+  let arguments = (ins NN_FloatTensor:$lhs, NN_FloatTensor:$rhs,
                        UnitAttr:$transpose_lhs, UnitAttr:$transpose_rhs);
   let results = (outs NN_F32Tensor:$result);
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
 }
 
 class NN_UnaryOp<string mnemonic, list<Trait> traits = []>
@@ -352,9 +362,12 @@ def NN_CastOp : NN_Op<"cast", [
   let summary = "converts between f32 and bf16 (round to nearest even)";
   let description = [{
     Mixed precision (tessera-mixed-precision): a bf16 parameter is cast to
-    f32 where the model reads it, so the stored copy is bf16 and the
-    computation f32; the optimizer casts its fp32 main parameters back.
-    The adjoint casts the result's adjoint back to the operand's type.
+    f32 where an op other than a GEMM reads it, and a GEMM's f32 operand to
+    bf16, so the stored copy is bf16; the optimizer casts its fp32 main
+    parameters back. Adjoints are f32 whatever the value's dtype (a bf16
+    value's gradient is accumulated in f32), so the adjoint of a cast is
+    its result's adjoint itself; autodiff rounds a parameter's gradient to
+    the grad dtype once, at the end.
 
     ```mlir
     %w32 = nn.cast %w : tensor<1024x256xbf16> to tensor<1024x256xf32>

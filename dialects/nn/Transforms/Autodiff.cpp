@@ -198,16 +198,10 @@ LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
     }
     if (!anyNeeded)
       continue;
-    // Mixed precision: the f32 gradient of a bf16 parameter read through
-    // one cast is the adjoint of the cast's result itself (Megatron's fp32
-    // main_grad), not that adjoint rounded to bf16 and back.
-    if (auto c = dyn_cast<CastOp>(op))
-      if (auto arg = dyn_cast<BlockArgument>(c.getInput());
-          arg && c.getInput().hasOneUse() && llvm::is_contained(params, arg) &&
-          gradTypeOf(arg) == c.getType()) {
-        accumulate(arg, resultAdj[0]);
-        continue;
-      }
+    // Mixed precision: adjoints are f32 whatever the value's dtype
+    // (nn.cast's rule passes them through), so a bf16 parameter's gradient
+    // is accumulated in f32 (Megatron's fp32 main_grad) and rounded to the
+    // grad dtype once, below.
     auto diff = dyn_cast<DifferentiableOpInterface>(op);
     if (!diff)
       return op->emitOpError() << "has no gradient rule (DifferentiableOpInterface)";
@@ -250,11 +244,16 @@ LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
   // - mixed precision: the f32 cast of a bf16 parameter (otherwise one f32
   //   copy of the weights per microbatch in flight);
   // - ops marked nn.recompute_in_backward (selective recompute: sequence
-  //   parallelism's all-gathers, of which the backward keeps the shard).
+  //   parallelism's all-gathers, of which the backward keeps the shard,
+  //   and the bf16 casts of their results for the GEMMs).
+  // Last to first, so that a chain of them (an all-gather and its cast) is
+  // cloned whole: the clone of the later one reads the earlier one, which
+  // is then cloned before it.
   DenseSet<Operation *> isForward(forward.begin(), forward.end());
-  for (Operation *op : forward) {
+  for (Operation *op : llvm::reverse(forward)) {
     auto c = dyn_cast<CastOp>(op);
-    bool paramCast = c && isa<BlockArgument>(c.getInput());
+    auto arg = c ? dyn_cast<BlockArgument>(c.getInput()) : BlockArgument();
+    bool paramCast = arg && llvm::is_contained(params, arg);
     if (!paramCast && !op->hasAttr(kRecomputeInBackwardAttr))
       continue;
     Operation *first = nullptr;

@@ -1,9 +1,15 @@
 //===- MixedPrecision.cpp - bf16 parameters, f32 computation --------------===//
 //
 // Megatron's --bf16 (Float16Module) for the model as IR: parameters are
-// stored in bf16 and cast to f32 where the model reads them. Gradients,
-// main parameters and the optimizer follow from the recorded dtypes in the
-// later passes (autodiff, dp-grad-allreduce, optimizer).
+// stored in bf16. With bf16 GEMMs (gemm-dtype=bf16, the default) every
+// nn.linear and nn.matmul that reads a parameter takes bf16 operands, the
+// parameter itself and its other operand cast to bf16, and accumulates in
+// f32, as Megatron's bf16 linear layers do on tensor cores; every other
+// reader of a parameter gets it cast to f32. With gemm-dtype=f32 all of
+// them do (bf16 storage, f32 computation). Activations between the ops stay
+// f32. Gradients, main parameters and the optimizer follow from the
+// recorded dtypes in the later passes (autodiff, dp-grad-allreduce,
+// optimizer).
 //
 //===----------------------------------------------------------------------===//
 
@@ -37,6 +43,13 @@ struct MixedPrecisionPass
       emitError(root.getLoc()) << "the module is in mixed precision already";
       return signalPassFailure();
     }
+    std::optional<FloatDtype> gemm = symbolizeFloatDtype(gemmDtype);
+    if (!gemm) {
+      emitError(root.getLoc()) << "unsupported gemm-dtype '"
+                               << std::string(gemmDtype)
+                               << "' (expected f32 or bf16)";
+      return signalPassFailure();
+    }
     Builder b(root.getContext());
     Type bf16 = b.getBF16Type();
     for (ModuleOp program : getPrograms(root))
@@ -48,6 +61,8 @@ struct MixedPrecisionPass
         }
         if (failed(convert(f, bf16)))
           return signalPassFailure();
+        if (*gemm == FloatDtype::BF16)
+          gemmsInBf16(f);
       }
     std::string params = paramsDtype;
     std::string grads =
@@ -90,6 +105,62 @@ struct MixedPrecisionPass
     }
     updateFunctionType(f);
     return success();
+  }
+
+  /// The parameter `v` is the f32 cast of, if it is one.
+  static BlockArgument castParam(Value v) {
+    auto c = v.getDefiningOp<CastOp>();
+    if (!c)
+      return {};
+    auto arg = dyn_cast<BlockArgument>(c.getInput());
+    auto f = arg ? dyn_cast<func::FuncOp>(arg.getOwner()->getParentOp())
+                 : func::FuncOp();
+    if (!f || !f.getArgAttr(arg.getArgNumber(), kParamAttr))
+      return {};
+    return arg;
+  }
+
+  /// bf16 GEMMs: a linear or matmul reading a parameter takes the bf16
+  /// parameter itself and its other operand cast to bf16 (one cast per
+  /// value, right before its first such reader, in that reader's layer);
+  /// casts of parameters left without readers go.
+  static void gemmsInBf16(func::FuncOp f) {
+    if (f.isExternal())
+      return;
+    Block &entry = f.getBody().front();
+    OpBuilder b(f.getContext());
+    DenseMap<Value, Value> narrowed;
+    SmallVector<CastOp> paramCasts;
+    for (Operation &op : llvm::make_early_inc_range(entry)) {
+      if (auto c = dyn_cast<CastOp>(op); c && castParam(c.getResult()))
+        paramCasts.push_back(c);
+      if (!isa<LinearOp, MatmulOp>(op))
+        continue;
+      if (!castParam(op.getOperand(0)) && !castParam(op.getOperand(1)))
+        continue;
+      for (unsigned i = 0; i < 2; ++i) {
+        Value v = op.getOperand(i);
+        if (BlockArgument param = castParam(v)) {
+          op.setOperand(i, param);
+          continue;
+        }
+        Value &low = narrowed[v];
+        if (!low) {
+          b.setInsertionPoint(&op);
+          auto t = cast<RankedTensorType>(v.getType());
+          auto c = CastOp::create(
+              b, op.getLoc(),
+              RankedTensorType::get(t.getShape(), b.getBF16Type()), v);
+          if (Attribute layer = op.getAttr(kLayerAttr))
+            c->setAttr(kLayerAttr, layer);
+          low = c.getResult();
+        }
+        op.setOperand(i, low);
+      }
+    }
+    for (CastOp c : paramCasts)
+      if (c->use_empty())
+        c.erase();
   }
 };
 } // namespace

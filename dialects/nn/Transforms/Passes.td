@@ -22,12 +22,15 @@ def AutodiffPass : Pass<"tessera-autodiff", "mlir::ModuleOp"> {
 }
 
 def MixedPrecisionPass : Pass<"tessera-mixed-precision", "mlir::ModuleOp"> {
-  let summary = "store parameters in bf16, compute in f32 (Megatron's --bf16)";
+  let summary = "bf16 parameters and GEMMs, f32 elsewhere (Megatron's --bf16)";
   let description = [{
     Every f32 parameter of the model (of each pipeline chunk after
-    tessera-pp-split) becomes a bf16 argument and is cast to f32 once, at
-    the top of the function, for the ops that read it: bf16 is stored, f32
-    computed. The dtypes are recorded in `tessera.mixed_precision` on the
+    tessera-pp-split) becomes a bf16 argument. With `gemm-dtype=bf16` (the
+    default) every nn.linear and nn.matmul that reads a parameter reads it
+    as it is, its other operand cast to bf16 right before it, and
+    accumulates in f32 (Megatron's bf16 GEMMs); every other reader gets the
+    parameter cast to f32 once, before the first of them. With
+    `gemm-dtype=f32` all readers do: bf16 is stored, f32 computed. The dtypes are recorded in `tessera.mixed_precision` on the
     root module: tessera-autodiff then returns each parameter's gradient in
     the grad dtype (f32 with `grad-reduce-in-fp32`, taken before the cast
     back, so gradients accumulate and are reduced in f32 as Megatron's
@@ -40,7 +43,10 @@ def MixedPrecisionPass : Pass<"tessera-mixed-precision", "mlir::ModuleOp"> {
     Option<"paramsDtype", "params-dtype", "std::string", "\"bf16\"",
            "stored parameter dtype (bf16)">,
     Option<"gradReduceInFp32", "grad-reduce-in-fp32", "bool", "true",
-           "accumulate and reduce gradients in f32 (else in the param dtype)">
+           "accumulate and reduce gradients in f32 (else in the param dtype)">,
+    Option<"gemmDtype", "gemm-dtype", "std::string", "\"bf16\"",
+           "operand dtype of the GEMMs that read parameters: bf16 (f32 "
+           "accumulation) or f32">
   ];
 }
 

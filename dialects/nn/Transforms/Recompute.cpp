@@ -17,8 +17,9 @@
 // dist.ring_attention keep no s x s activations and recompute their
 // scores inside their backward (nn.attention_grad takes only the QKV
 // projection), which is what Megatron's selective recompute achieves. It
-// marks sequence parallelism's all-gathers `nn.recompute_in_backward`, so
-// that only their shards are kept, as Megatron's linear layers do.
+// marks sequence parallelism's all-gathers `nn.recompute_in_backward` (and
+// the bf16 casts of their results that bf16 GEMMs read), so that only
+// their shards are kept, as Megatron's linear layers do.
 //
 //===----------------------------------------------------------------------===//
 
@@ -104,6 +105,12 @@ struct RecomputePass : tessera::nn::impl::RecomputePassBase<RecomputePass> {
     for (ModuleOp program : getPrograms(root))
       program.walk([&](dist::AllGatherOp gather) {
         gather->setAttr(kRecomputeInBackwardAttr, b.getUnitAttr());
+        // Its bf16 copy for the GEMMs (bf16 GEMMs under mixed precision)
+        // is gathered data too: cast again from the gathered shard.
+        for (Operation *user : gather->getUsers())
+          if (auto c = dyn_cast<CastOp>(user);
+              c && c.getType().getElementType().isBF16())
+            c->setAttr(kRecomputeInBackwardAttr, b.getUnitAttr());
       });
   }
 

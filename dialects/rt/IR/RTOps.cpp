@@ -139,6 +139,21 @@ LogicalResult tessera::rt::verifyInstruction(Operation *op) {
       return op->emitOpError() << "buffers " << buffers.front() << " and "
                                << type << " must have the same element type";
   }
+  if (info.has(SameFloatDType)) {
+    std::optional<size_t> first;
+    for (auto [i, type] : llvm::enumerate(buffers)) {
+      if (info.operands[i] != 'h')
+        continue;
+      if (!first)
+        first = i;
+      else if (type.getElementType() != buffers[*first].getElementType())
+        return op->emitOpError()
+               << "buffers " << *first << " (" << info.operandName(int(*first))
+               << ") and " << i << " (" << info.operandName(int(i))
+               << ") must be both f32 or both bf16, got " << buffers[*first]
+               << " and " << type;
+    }
+  }
   InstrAttrs attrs = instr.getInstrAttrs();
   if (int(attrs.iattrs.size()) != info.numIAttrs)
     return op->emitOpError() << "takes " << info.numIAttrs

@@ -167,12 +167,14 @@ def RT_GemmOp : RT_InstrOp<"gemm", "Gemm"> {
   let summary = "c = alpha * op(a) @ op(b) + beta * c";
   let description = [{
     `beta = 1` accumulates into `c` (gradient accumulation over microbatches).
+    `a` and `b` are both f32, or both bf16 (mixed precision's GEMMs: the
+    products accumulate in f32).
 
     ```mlir
     rt.gemm %a, %b, %c {trans_b, alpha = 1.0 : f32, beta = 0.0 : f32} : memref<8x256xf32>, memref<512x256xf32>, memref<8x512xf32>
     ```
   }];
-  let arguments = (ins RT_F32Buf:$a, RT_F32Buf:$b, RT_F32Buf:$c,
+  let arguments = (ins RT_FloatBuf:$a, RT_FloatBuf:$b, RT_F32Buf:$c,
                        UnitAttr:$trans_a, UnitAttr:$trans_b,
                        DefaultValuedAttr<F32Attr, "1.0f">:$alpha,
                        DefaultValuedAttr<F32Attr, "0.0f">:$beta);

@@ -126,10 +126,18 @@ public:
       llvm::cl::init(dist::TPPartitionPassOptions().sequenceParallel),
       onCommandLine};
   Option<bool> bf16{*this, "bf16",
-                    llvm::cl::desc("mixed precision: bf16 parameters, f32 "
-                                   "computation, fp32 main parameters for the "
-                                   "optimizer (Megatron's --bf16)"),
+                    llvm::cl::desc("mixed precision: bf16 parameters and "
+                                   "GEMMs (f32 accumulation), f32 elsewhere, "
+                                   "fp32 main parameters for the optimizer "
+                                   "(Megatron's --bf16)"),
                     llvm::cl::init(false), onCommandLine};
+  Option<std::string> gemmDtype{
+      *this, "gemm-dtype",
+      llvm::cl::desc("with --bf16: the operand dtype of the GEMMs that read "
+                     "parameters, bf16 (the default) or f32 (bf16 storage, "
+                     "f32 computation throughout)"),
+      llvm::cl::init(nn::MixedPrecisionPassOptions().gemmDtype),
+      onCommandLine};
   Option<bool> gradReduceInFp32{
       *this, "grad-reduce-in-fp32",
       llvm::cl::desc("with --bf16: accumulate and reduce gradients in f32 "

@@ -326,6 +326,21 @@ Status Validator::checkInstr(const std::string &where, const fb::Instr &in,
                          ? " must be both F32 or both BF16 (mix formats with "
                            "a Cast)"
                          : " must have the same dtype");
+  if (info->has(SameFloatDType)) {
+    int first = -1;
+    for (int i = 0; i < got; ++i) {
+      if (info->operands[size_t(i)] != 'h')
+        continue;
+      if (first < 0)
+        first = i;
+      else if (in.operands()->Get(flatbuffers::uoffset_t(i))->dtype() !=
+               in.operands()->Get(flatbuffers::uoffset_t(first))->dtype())
+        return error(where, ": ", name, " operands ", info->operandName(first),
+                     " ", desc(first), " and ", info->operandName(i), " ",
+                     desc(i), " must be both F32 or both BF16 (mix formats "
+                     "with a Cast)");
+    }
+  }
   const int iattrs = in.iattrs() ? int(in.iattrs()->size()) : 0;
   if (iattrs != info->numIAttrs)
     return error(where, ": ", name, " expects ", info->numIAttrs,

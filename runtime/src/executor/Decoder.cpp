@@ -100,6 +100,8 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
     t.m = m;
     t.n = n;
     t.k = ka;
+    // A and B share a dtype (the validator's SameFloatDType).
+    t.type = isBf16(in, 0) ? ElementType::BF16 : ElementType::F32;
     return Status();
   }
   case O::BiasAdd: {

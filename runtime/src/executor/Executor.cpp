@@ -344,6 +344,9 @@ Status Executor::execute(const Thunk &t) {
   auto H = [&](int i) { return static_cast<uint16_t *>(t.ptr[i]); };
   switch (t.op) {
   case O::Gemm:
+    if (t.type == ElementType::BF16)
+      return be->gemmBf16(t.transA, t.transB, t.m, t.n, t.k, t.alpha, H(0),
+                          H(1), t.beta, F(2));
     return be->gemm(t.transA, t.transB, t.m, t.n, t.k, t.alpha, F(0), F(1),
                     t.beta, F(2));
   case O::BiasAdd:

@@ -39,14 +39,14 @@ T matmulAttribute(cublasLtMatmulDesc_t desc,
   return value;
 }
 
-/// The layout holds `rows` x `cols` f32 with leading dimension `ld`, and
-/// `batch` matrices `stride` apart.
+/// The layout holds `rows` x `cols` elements of `type` with leading
+/// dimension `ld`, and `batch` matrices `stride` apart.
 void expectLayout(cublasLtMatrixLayout_t layout, int64_t rows, int64_t cols,
                   int64_t ld, int64_t batch, int64_t stride,
-                  const char *which) {
+                  const char *which, cudaDataType_t type = CUDA_R_32F) {
   SCOPED_TRACE(which);
   EXPECT_EQ(layoutAttribute<uint32_t>(layout, CUBLASLT_MATRIX_LAYOUT_TYPE),
-            uint32_t(CUDA_R_32F));
+            uint32_t(type));
   EXPECT_EQ(layoutAttribute<uint64_t>(layout, CUBLASLT_MATRIX_LAYOUT_ROWS),
             uint64_t(rows));
   EXPECT_EQ(layoutAttribute<uint64_t>(layout, CUBLASLT_MATRIX_LAYOUT_COLS),
@@ -64,15 +64,23 @@ void expectLayout(cublasLtMatrixLayout_t layout, int64_t rows, int64_t cols,
 void expectDescriptorsOf(const GemmPlan &p, bool tf32) {
   auto d = LtGemmDescriptors::create(p, tf32);
   ASSERT_TRUE(d.ok()) << d.status().toString();
+  // bf16 operands accumulate in plain f32: TF32 rounds f32 inputs only.
   EXPECT_EQ(matmulAttribute<int32_t>(d->matmul,
                                      CUBLASLT_MATMUL_DESC_COMPUTE_TYPE),
-            int32_t(tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F));
+            int32_t(tf32 && !p.bf16Inputs ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                          : CUBLAS_COMPUTE_32F));
+  EXPECT_EQ(matmulAttribute<int32_t>(d->matmul,
+                                     CUBLASLT_MATMUL_DESC_SCALE_TYPE),
+            int32_t(CUDA_R_32F));
   EXPECT_EQ(matmulAttribute<int32_t>(d->matmul, CUBLASLT_MATMUL_DESC_TRANSA),
             int32_t(p.transA ? CUBLAS_OP_T : CUBLAS_OP_N));
   EXPECT_EQ(matmulAttribute<int32_t>(d->matmul, CUBLASLT_MATMUL_DESC_TRANSB),
             int32_t(p.transB ? CUBLAS_OP_T : CUBLAS_OP_N));
-  expectLayout(d->a, p.rowsA(), p.colsA(), p.lda, p.batch, p.strideA, "A");
-  expectLayout(d->b, p.rowsB(), p.colsB(), p.ldb, p.batch, p.strideB, "B");
+  const cudaDataType_t inputs = p.bf16Inputs ? CUDA_R_16BF : CUDA_R_32F;
+  expectLayout(d->a, p.rowsA(), p.colsA(), p.lda, p.batch, p.strideA, "A",
+               inputs);
+  expectLayout(d->b, p.rowsB(), p.colsB(), p.ldb, p.batch, p.strideB, "B",
+               inputs);
   expectLayout(d->c, p.m, p.n, p.ldc, p.batch, p.strideC, "C");
 }
 
@@ -84,6 +92,17 @@ TEST(CublasLtPlanTest, DenseGemmDescriptors) {
       for (bool tf32 : {false, true})
         expectDescriptorsOf(
             columnMajorPlan(denseRowMajorGemm(ta, tb, 7, 5, 9)), tf32);
+}
+
+TEST(CublasLtPlanTest, Bf16GemmDescriptors) {
+  // Mixed precision's GEMMs: bf16 A and B, f32 C, f32 accumulation.
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (bool tf32 : {false, true}) {
+        GemmPlan p = columnMajorPlan(denseRowMajorGemm(ta, tb, 7, 5, 9));
+        p.bf16Inputs = true;
+        expectDescriptorsOf(p, tf32);
+      }
 }
 
 TEST(CublasLtPlanTest, AttentionDescriptorsAreStridedBatched) {

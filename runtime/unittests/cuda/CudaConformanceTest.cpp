@@ -156,6 +156,27 @@ TEST(CudaConformanceTest, Gemm) {
         }
 }
 
+TEST(CudaConformanceTest, GemmBf16) {
+  // bf16 A and B, f32 C and accumulation: exact products, so CUDA and CPU
+  // differ only in summation order, as for f32 (cuBLASLt with TF32 off).
+  for (bool ta : {false, true})
+    for (bool tb : {false, true})
+      for (float beta : {0.0f, 1.0f})
+        for (int64_t k : {int64_t(0), int64_t(1), int64_t(37), int64_t(512)}) {
+          const int64_t m = 33, n = 65;
+          compare("gemmBf16 ta=" + std::to_string(ta) + " tb=" +
+                      std::to_string(tb) + " beta=" + std::to_string(beta) +
+                      " k=" + std::to_string(k),
+                  {bf16(random(size_t(m * k)), false),
+                   bf16(random(size_t(k * n)), false),
+                   out(random(size_t(m * n)))},
+                  [&](Backend &b, std::vector<void *> &p) {
+                    return b.gemmBf16(ta, tb, m, n, k, 0.75f, H(0), H(1), beta,
+                                      F(2));
+                  });
+        }
+}
+
 TEST(CudaConformanceTest, Elementwise) {
   const int64_t rows = 129, cols = 300, n = rows * cols;
   auto x = random(size_t(n), 3.0f), y = random(size_t(n)), bias = random(cols);

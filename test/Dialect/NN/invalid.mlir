@@ -8,6 +8,22 @@ func.func @linear_features(%x: tensor<8x128xf32>, %w: tensor<16x256xf32>) {
 
 // -----
 
+func.func @linear_mixed(%x: tensor<8x256xf32>, %w: tensor<16x256xbf16>) {
+  // expected-error @+1 {{'nn.linear' op operands must be both f32 or both bf16, got 'tensor<8x256xf32>' and 'tensor<16x256xbf16>' (cast one with nn.cast)}}
+  %y = nn.linear %x, %w : (tensor<8x256xf32>, tensor<16x256xbf16>) -> tensor<8x16xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_mixed(%a: tensor<8x16xbf16>, %b: tensor<16x32xf32>) {
+  // expected-error @+1 {{'nn.matmul' op operands must be both f32 or both bf16, got 'tensor<8x16xbf16>' and 'tensor<16x32xf32>' (cast one with nn.cast)}}
+  %c = nn.matmul %a, %b : (tensor<8x16xbf16>, tensor<16x32xf32>) -> tensor<8x32xf32>
+  return
+}
+
+// -----
+
 func.func @linear_bias(%x: tensor<8x256xf32>, %w: tensor<16x256xf32>, %b: tensor<8xf32>) {
   // expected-error @+1 {{bias must be 1-d of size 16}}
   %y = nn.linear %x, %w, %b : (tensor<8x256xf32>, tensor<16x256xf32>, tensor<8xf32>) -> tensor<8x16xf32>

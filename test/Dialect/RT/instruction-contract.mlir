@@ -21,6 +21,22 @@ func.func @f(%ids: memref<4xf32>, %t: memref<10x8xf32>, %y: memref<4x8xf32>) {
 
 // -----
 
+func.func @f(%a: memref<2x8xbf16>, %b: memref<4x8xf32>, %c: memref<2x4xf32>) {
+  // expected-error @+1 {{buffers 0 (A) and 1 (B) must be both f32 or both bf16, got 'memref<2x8xbf16>' and 'memref<4x8xf32>'}}
+  rt.gemm %a, %b, %c {trans_b} : memref<2x8xbf16>, memref<4x8xf32>, memref<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<2x8xbf16>, %b: memref<4x8xbf16>, %c: memref<2x4xbf16>) {
+  // expected-error @+1 {{operand #2 must be memref of 32-bit float values, but got 'memref<2x4xbf16>'}}
+  rt.gemm %a, %b, %c {trans_b} : memref<2x8xbf16>, memref<4x8xbf16>, memref<2x4xbf16>
+  return
+}
+
+// -----
+
 func.func @f(%x: memref<8xf32>, %y: memref<8xbf16>) {
   // expected-error @+1 {{buffers 'memref<8xf32>' and 'memref<8xbf16>' must have the same element type}}
   rt.scale %x, %y {alpha = 2.0 : f32} : memref<8xf32>, memref<8xbf16>

@@ -16,6 +16,11 @@ func.func @f() attributes {rt.entry} {
   %y = rt.alloc offset 576 : memref<2x4xf32>
   // CHECK: rt.gemm %{{.*}}, %{{.*}}, %{{.*}} {trans_b} : memref<2x8xf32>, memref<4x8xf32>, memref<2x4xf32>
   rt.gemm %x, %w, %y {trans_b} : memref<2x8xf32>, memref<4x8xf32>, memref<2x4xf32>
+  // A bf16 x bf16 product accumulates into f32.
+  %x16 = rt.alloc offset 640 : memref<2x8xbf16>
+  %w16 = rt.alloc offset 704 : memref<4x8xbf16>
+  // CHECK: rt.gemm %{{.*}}, %{{.*}}, %{{.*}} {trans_b} : memref<2x8xbf16>, memref<4x8xbf16>, memref<2x4xf32>
+  rt.gemm %x16, %w16, %y {trans_b} : memref<2x8xbf16>, memref<4x8xbf16>, memref<2x4xf32>
   // CHECK: rt.gelu
   rt.gelu %y, %y {iattrs = array<i64: 1>} : memref<2x4xf32>, memref<2x4xf32>
   // CHECK: rt.scale %{{.*}}, %{{.*}} {alpha = 5.000000e-01 : f32}

@@ -121,6 +121,12 @@ public:
   virtual Status gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
                       float alpha, const float *a, const float *b, float beta,
                       float *c) = 0;
+  /// The same product with bf16 A and B (mixed precision's GEMMs): the
+  /// products of the bf16 values are exact in f32 and accumulate in f32,
+  /// into the f32 C.
+  virtual Status gemmBf16(bool transA, bool transB, int64_t m, int64_t n,
+                          int64_t k, float alpha, const uint16_t *a,
+                          const uint16_t *b, float beta, float *c) = 0;
   /// Y[i, j] = X[i, j] + bias[j]; Y may alias X.
   virtual Status biasAdd(const float *x, const float *bias, float *y,
                          int64_t rows, int64_t cols) = 0;

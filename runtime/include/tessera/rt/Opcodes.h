@@ -31,6 +31,7 @@ enum OpFlags : uint8_t {
   Async = 1 << 1,
   HasEvent = 1 << 2,
   Transposes = 1 << 3,
+  SameFloatDType = 1 << 4,
 };
 
 /// One row of Opcodes.def.

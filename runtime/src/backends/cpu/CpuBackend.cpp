@@ -275,6 +275,8 @@ public:
 private:
   /// Threads for the elementwise kernels (the same as the BLAS threads).
   int threads = 1;
+  /// gemmBf16's widened A and B, grown to the largest pair seen.
+  std::vector<float> gemmInputs;
 
 public:
 
@@ -320,6 +322,25 @@ public:
                 transB ? CblasTrans : CblasNoTrans, int(m), int(n), int(k),
                 alpha, a, lda, b, ldb, beta, c, int(n));
     return Status();
+  }
+
+  /// bf16 A and B widened (exactly) into f32 scratch, then the f32 GEMM:
+  /// each product of two bf16 values is exact in f32 and the sums are
+  /// sgemm's, which is a bf16 x bf16 -> f32 GEMM.
+  Status gemmBf16(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+                  float alpha, const uint16_t *a, const uint16_t *b, float beta,
+                  float *c) override {
+    const int64_t na = m * k, nb = k * n;
+    if (size_t(na + nb) > gemmInputs.size())
+      gemmInputs.resize(size_t(na + nb));
+    float *wideA = gemmInputs.data(), *wideB = wideA + na;
+    parallelSpans(threads, na, [&](int64_t begin, int64_t end) {
+      bf16ToFloats(a + begin, wideA + begin, end - begin);
+    });
+    parallelSpans(threads, nb, [&](int64_t begin, int64_t end) {
+      bf16ToFloats(b + begin, wideB + begin, end - begin);
+    });
+    return gemm(transA, transB, m, n, k, alpha, wideA, wideB, beta, c);
   }
 
   Status biasAdd(const float *x, const float *bias, float *y, int64_t rows,

@@ -38,14 +38,14 @@ void LtGemmDescriptors::reset() {
   a = b = c = nullptr;
 }
 
-/// A column-major f32 layout of `rows` x `cols` with leading dimension
-/// `ld`, and `batch` matrices `stride` elements apart.
-static StatusOr<cublasLtMatrixLayout_t> makeLayout(int64_t rows, int64_t cols,
-                                                   int64_t ld, int64_t batch,
-                                                   int64_t stride) {
+/// A column-major layout of `type` elements, `rows` x `cols` with leading
+/// dimension `ld`, and `batch` matrices `stride` elements apart.
+static StatusOr<cublasLtMatrixLayout_t>
+makeLayout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld,
+           int64_t batch, int64_t stride) {
   cublasLtMatrixLayout_t layout = nullptr;
   TESSERA_RETURN_IF_ERROR(cublasStatus(
-      cublasLtMatrixLayoutCreate(&layout, CUDA_R_32F, uint64_t(rows),
+      cublasLtMatrixLayoutCreate(&layout, type, uint64_t(rows),
                                  uint64_t(cols), ld),
       "cublasLtMatrixLayoutCreate"));
   if (batch > 1) {
@@ -77,10 +77,14 @@ StatusOr<LtGemmDescriptors> LtGemmDescriptors::create(const GemmPlan &plan,
   if (plan.batch > INT32_MAX)
     return unimplemented("GEMM batch ", plan.batch, " exceeds cuBLASLt's int32");
   LtGemmDescriptors d;
+  // bf16 x bf16 accumulates in f32 (TF32 is about rounding f32 inputs, so
+  // it does not apply); alpha and beta are f32 either way.
+  const cudaDataType_t inputs = plan.bf16Inputs ? CUDA_R_16BF : CUDA_R_32F;
   TESSERA_RETURN_IF_ERROR(cublasStatus(
       cublasLtMatmulDescCreate(&d.matmul,
-                               allowTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                         : CUBLAS_COMPUTE_32F,
+                               allowTf32 && !plan.bf16Inputs
+                                   ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                   : CUBLAS_COMPUTE_32F,
                                CUDA_R_32F),
       "cublasLtMatmulDescCreate"));
   cublasOperation_t ta = plan.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -93,12 +97,14 @@ StatusOr<LtGemmDescriptors> LtGemmDescriptors::create(const GemmPlan &plan,
       cublasLtMatmulDescSetAttribute(d.matmul, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
                                      sizeof(tb)),
       "setting CUBLASLT_MATMUL_DESC_TRANSB"));
-  TESSERA_ASSIGN_OR_RETURN(d.a, makeLayout(plan.rowsA(), plan.colsA(),
-                                           plan.lda, plan.batch, plan.strideA));
-  TESSERA_ASSIGN_OR_RETURN(d.b, makeLayout(plan.rowsB(), plan.colsB(),
-                                           plan.ldb, plan.batch, plan.strideB));
-  TESSERA_ASSIGN_OR_RETURN(
-      d.c, makeLayout(plan.m, plan.n, plan.ldc, plan.batch, plan.strideC));
+  TESSERA_ASSIGN_OR_RETURN(d.a,
+                           makeLayout(inputs, plan.rowsA(), plan.colsA(),
+                                      plan.lda, plan.batch, plan.strideA));
+  TESSERA_ASSIGN_OR_RETURN(d.b,
+                           makeLayout(inputs, plan.rowsB(), plan.colsB(),
+                                      plan.ldb, plan.batch, plan.strideB));
+  TESSERA_ASSIGN_OR_RETURN(d.c, makeLayout(CUDA_R_32F, plan.m, plan.n,
+                                           plan.ldc, plan.batch, plan.strideC));
   return StatusOr<LtGemmDescriptors>(std::move(d));
 }
 

@@ -262,7 +262,7 @@ CudaBackend::cachedGemm(const GemmPlan &plan, const uint32_t align[3]) {
   PlanKey key{plan.transA,  plan.transB,  plan.m,       plan.n,
               plan.k,       plan.lda,     plan.ldb,     plan.ldc,
               plan.batch,   plan.strideA, plan.strideB, plan.strideC,
-              align[0],     align[1],     align[2]};
+              align[0],     align[1],     align[2],     plan.bf16Inputs};
   auto it = gemms.find(key);
   if (it != gemms.end())
     return it->second.get();
@@ -307,13 +307,14 @@ CudaBackend::cachedGemm(const GemmPlan &plan, const uint32_t align[3]) {
   return raw;
 }
 
-Status CudaBackend::runRowMajor(const RowMajorGemm &g, const float *a,
-                                const float *b, float *c, float alpha,
-                                float beta) {
+Status CudaBackend::runRowMajor(const RowMajorGemm &g, const void *a,
+                                const void *b, float *c, float alpha,
+                                float beta, bool bf16Inputs) {
   GemmPlan plan = columnMajorPlan(g);
+  plan.bf16Inputs = bf16Inputs;
   // The plan's A is the row-major B (swapOperands).
-  const float *colA = plan.swapOperands ? b : a;
-  const float *colB = plan.swapOperands ? a : b;
+  const void *colA = plan.swapOperands ? b : a;
+  const void *colB = plan.swapOperands ? a : b;
   const uint32_t align[3] = {
       operandAlignment(reinterpret_cast<uintptr_t>(colA)),
       operandAlignment(reinterpret_cast<uintptr_t>(colB)),
@@ -327,9 +328,10 @@ Status CudaBackend::runRowMajor(const RowMajorGemm &g, const float *a,
                       "cublasLtMatmul");
 }
 
-Status CudaBackend::gemm(bool transA, bool transB, int64_t m, int64_t n,
-                         int64_t k, float alpha, const float *a, const float *b,
-                         float beta, float *c) {
+Status CudaBackend::denseGemm(bool transA, bool transB, int64_t m, int64_t n,
+                              int64_t k, float alpha, const void *a,
+                              const void *b, float beta, float *c,
+                              bool bf16Inputs) {
   if (m == 0 || n == 0)
     return Status();
   if (k == 0) {
@@ -340,7 +342,19 @@ Status CudaBackend::gemm(bool transA, bool transB, int64_t m, int64_t n,
     return launched(launchScale(computeStream, c, c, beta, m * n), "Scale");
   }
   return runRowMajor(denseRowMajorGemm(transA, transB, m, n, k), a, b, c,
-                     alpha, beta);
+                     alpha, beta, bf16Inputs);
+}
+
+Status CudaBackend::gemm(bool transA, bool transB, int64_t m, int64_t n,
+                         int64_t k, float alpha, const float *a, const float *b,
+                         float beta, float *c) {
+  return denseGemm(transA, transB, m, n, k, alpha, a, b, beta, c, false);
+}
+
+Status CudaBackend::gemmBf16(bool transA, bool transB, int64_t m, int64_t n,
+                             int64_t k, float alpha, const uint16_t *a,
+                             const uint16_t *b, float beta, float *c) {
+  return denseGemm(transA, transB, m, n, k, alpha, a, b, beta, c, true);
 }
 
 //===----------------------------------------------------------------------===//

@@ -80,6 +80,9 @@ public:
   Status gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
               float alpha, const float *a, const float *b, float beta,
               float *c) override;
+  Status gemmBf16(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+                  float alpha, const uint16_t *a, const uint16_t *b, float beta,
+                  float *c) override;
   Status biasAdd(const float *x, const float *bias, float *y, int64_t rows,
                  int64_t cols) override;
   Status add(const float *a, const float *b, float *c, int64_t n) override;
@@ -249,12 +252,17 @@ private:
   /// The plan and the alignments of its A, B and C (operandAlignment).
   using PlanKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t,
                              int64_t, int64_t, int64_t, int64_t, int64_t,
-                             int64_t, uint32_t, uint32_t, uint32_t>;
+                             int64_t, uint32_t, uint32_t, uint32_t, bool>;
 
+  /// gemm and gemmBf16: one dense product, A and B f32 or bf16.
+  Status denseGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
+                   float alpha, const void *a, const void *b, float beta,
+                   float *c, bool bf16Inputs);
   /// Runs row-major product `g` on A, B, C (swapped into the column-major
-  /// plan's operand order).
-  Status runRowMajor(const RowMajorGemm &g, const float *a, const float *b,
-                     float *c, float alpha, float beta);
+  /// plan's operand order); A and B are bf16 with `bf16Inputs`, else f32.
+  Status runRowMajor(const RowMajorGemm &g, const void *a, const void *b,
+                     float *c, float alpha, float beta,
+                     bool bf16Inputs = false);
   /// The descriptors and algorithm of `plan` for operands of alignments
   /// `align` (bytes: A, B, C), found once per plan and alignments.
   StatusOr<CachedGemm *> cachedGemm(const GemmPlan &plan,

@@ -61,6 +61,9 @@ struct GemmPlan {
   int64_t batch = 1;
   int64_t strideA = 0, strideB = 0, strideC = 0;
   bool swapOperands = false;
+  /// A and B are bf16 (mixed precision's GEMMs), C f32: the products
+  /// accumulate in f32. Otherwise all three are f32.
+  bool bf16Inputs = false;
 
   /// Rows and columns of the stored (untransposed) A and B, column-major.
   int64_t rowsA() const { return transA ? k : m; }
