@@ -4,7 +4,8 @@
 For each GPT-3 size (Brown et al. 2020, table 2.1; seq 2048, vocab 50257,
 tied embeddings) at --tp 8, micro batch 1: the wall time and peak resident
 memory of tessera-gen and, separately, of tessera-compile, plus the
-per-rank arena the compiler planned. Then tessera-compile at the 175B width
+per-rank arena the compiler planned, in fp32 and again under --bf16 (bf16
+parameters and GEMMs, fp32 main parameters and Adam: Megatron's). Then tessera-compile at the 175B width
 (hidden 12288, 96 heads) with a growing number of layers: a linear fit of
 time against layers, the log-log growth exponent between successive points,
 and the per-pass times of the same pipeline from `tessera-opt
@@ -82,9 +83,10 @@ def gen_cmd(bindir, out, layers, hidden, heads, tied):
     return cmd + (["--tie-embeddings"] if tied else [])
 
 
-def compile_cmd(bindir, model, out, tp):
+def compile_cmd(bindir, model, out, tp, extra=()):
     return [os.path.join(bindir, "tessera-compile"), model, "--tp", str(tp),
-            "--micro-batch-size", "1", "--global-batch-size", "1", "-o", out]
+            "--micro-batch-size", "1", "--global-batch-size", "1", "-o",
+            out] + list(extra)
 
 
 def arena(bindir, artifact):
@@ -198,6 +200,13 @@ def main():
             comp_t, comp_m = repeated(compile_cmd(bindir, model, art, args.tp),
                                       args.repeats)
             arena_b, persistent_b = arena(bindir, art)
+            # Megatron's precision (--bf16: bf16 parameters and GEMMs, fp32
+            # main parameters and Adam): its own compile time and arena.
+            art16 = os.path.join(tmp, f"gpt3-{name}-bf16.tsr")
+            comp16_t, comp16_m = repeated(
+                compile_cmd(bindir, model, art16, args.tp, ["--bf16"]),
+                args.repeats)
+            arena16_b, persistent16_b = arena(bindir, art16)
             models.append({
                 "model": name, "layers": layers, "hidden": hidden,
                 "heads": heads, "paper_heads": paper_heads,
@@ -209,6 +218,11 @@ def main():
                 "artifact_bytes": os.path.getsize(art),
                 "rank_arena_gib": round(arena_b / 2**30, 2) if arena_b else None,
                 "rank_persistent_gib": round(persistent_b / 2**30, 2) if persistent_b else None,
+                "bf16_compile_time_s": round(comp16_t, 4),
+                "bf16_compile_peak_rss_mib": round(comp16_m, 1),
+                "bf16_rank_arena_gib": round(arena16_b / 2**30, 2) if arena16_b else None,
+                "bf16_rank_persistent_gib":
+                    round(persistent16_b / 2**30, 2) if persistent16_b else None,
             })
 
         have_opt = os.path.exists(os.path.join(bindir, "tessera-opt"))

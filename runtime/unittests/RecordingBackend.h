@@ -415,19 +415,22 @@ public:
     return inner->moeDispatchGrad(drows, indices, dx, tokens, k, experts,
                                   features);
   }
-  Status groupedLinear(const float *x, const int32_t *counts, const float *w,
-                       float *y, int64_t rows, int64_t in, int64_t out,
+  Status groupedLinear(FloatFormat inputs, const void *x,
+                       const int32_t *counts, const void *w, float *y,
+                       int64_t rows, int64_t in, int64_t out,
                        int64_t experts) override {
     note("groupedLinear");
-    return inner->groupedLinear(x, counts, w, y, rows, in, out, experts);
+    return inner->groupedLinear(inputs, x, counts, w, y, rows, in, out,
+                                experts);
   }
-  Status groupedLinearGrad(const float *x, const int32_t *counts,
-                           const float *w, const float *dy, float *dx,
-                           float *dw, int64_t rows, int64_t in, int64_t out,
-                           int64_t experts, float beta) override {
+  Status groupedLinearGrad(FloatFormat inputs, const void *x,
+                           const int32_t *counts, const void *w,
+                           const void *dy, float *dx, float *dw, int64_t rows,
+                           int64_t in, int64_t out, int64_t experts,
+                           float beta) override {
     note("groupedLinearGrad");
-    return inner->groupedLinearGrad(x, counts, w, dy, dx, dw, rows, in, out,
-                                    experts, beta);
+    return inner->groupedLinearGrad(inputs, x, counts, w, dy, dx, dw, rows, in,
+                                    out, experts, beta);
   }
   Status moeCapacityDrop(const float *probs, const int32_t *indices,
                          float *keptProbs, int32_t *keptIndices, int64_t tokens,

@@ -10,6 +10,7 @@
 
 #include "TestArtifacts.h"
 
+#include "tessera/rt/BF16.h"
 #include "tessera/rt/Backend.h"
 #include "tessera/rt/Executor.h"
 #include "tessera/rt/math/SequenceLayout.h"
@@ -1549,8 +1550,9 @@ TEST_F(TransformerKernelsTest, MoEDispatchGroupedLinearCombine) {
           << "row " << r;
   // Grouped GEMM against one GEMM per expert.
   Vec w = random(size_t(E * F * H)), y(size_t(T * K * F), 9.0f);
-  ASSERT_TRUE(backend->groupedLinear(rows.data(), counts.data(), w.data(),
-                                     y.data(), T * K, H, F, E)
+  ASSERT_TRUE(backend->groupedLinear(FloatFormat::F32, rows.data(),
+                                     counts.data(), w.data(), y.data(), T * K,
+                                     H, F, E)
                   .ok());
   const int64_t expertOfRow[] = {0, 0, 0, 1, 1, 2, 2, 2};
   DVec want(y.size());
@@ -1562,9 +1564,10 @@ TEST_F(TransformerKernelsTest, MoEDispatchGroupedLinearCombine) {
   expectClose(y, want, 1e-5, "grouped linear");
   // Its backward: dX per expert and dW accumulated with beta 1.
   Vec dy = random(y.size()), dx(rows.size()), dw(w.size(), 1.0f);
-  ASSERT_TRUE(backend->groupedLinearGrad(rows.data(), counts.data(), w.data(),
-                                         dy.data(), dx.data(), dw.data(),
-                                         T * K, H, F, E, 1.0f)
+  ASSERT_TRUE(backend->groupedLinearGrad(FloatFormat::F32, rows.data(),
+                                         counts.data(), w.data(), dy.data(),
+                                         dx.data(), dw.data(), T * K, H, F, E,
+                                         1.0f)
                   .ok());
   DVec wantDx(dx.size()), wantDw(dw.size(), 1.0);
   for (int64_t r = 0; r < T * K; ++r)
@@ -1576,6 +1579,44 @@ TEST_F(TransformerKernelsTest, MoEDispatchGroupedLinearCombine) {
       }
   expectClose(dx, wantDx, 1e-5, "grouped linear dX");
   expectClose(dw, wantDw, 1e-5, "grouped linear dW");
+  // bf16 rows, weights and dY (mixed precision's GEMMs): bit for bit the
+  // f32 kernels on the exactly widened values.
+  {
+    auto narrow = [](const Vec &v, Vec &widened) {
+      std::vector<uint16_t> h(v.size());
+      floatsToBf16(v.data(), h.data(), int64_t(v.size()));
+      widened.resize(v.size());
+      bf16ToFloats(h.data(), widened.data(), int64_t(v.size()));
+      return h;
+    };
+    Vec rows32, w32, dy32;
+    auto rows16 = narrow(rows, rows32), w16 = narrow(w, w32),
+         dy16 = narrow(dy, dy32);
+    Vec y32(y.size()), y16(y.size(), 7.0f);
+    ASSERT_TRUE(backend->groupedLinear(FloatFormat::F32, rows32.data(),
+                                       counts.data(), w32.data(), y32.data(),
+                                       T * K, H, F, E)
+                    .ok());
+    ASSERT_TRUE(backend->groupedLinear(FloatFormat::BF16, rows16.data(),
+                                       counts.data(), w16.data(), y16.data(),
+                                       T * K, H, F, E)
+                    .ok());
+    EXPECT_EQ(y16, y32);
+    Vec dx32(dx.size()), dw32(dw.size(), 0.5f), dx16(dx.size(), 3.0f),
+        dw16(dw.size(), 0.5f);
+    ASSERT_TRUE(backend->groupedLinearGrad(FloatFormat::F32, rows32.data(),
+                                           counts.data(), w32.data(),
+                                           dy32.data(), dx32.data(),
+                                           dw32.data(), T * K, H, F, E, 1.0f)
+                    .ok());
+    ASSERT_TRUE(backend->groupedLinearGrad(FloatFormat::BF16, rows16.data(),
+                                           counts.data(), w16.data(),
+                                           dy16.data(), dx16.data(),
+                                           dw16.data(), T * K, H, F, E, 1.0f)
+                    .ok());
+    EXPECT_EQ(dx16, dx32);
+    EXPECT_EQ(dw16, dw32);
+  }
   // Combine: weighted sum of each token's rows; and its backward.
   Vec probs = random(size_t(T * K)), out(size_t(T * F));
   Vec expertOut = random(size_t(T * K * H));
@@ -1620,8 +1661,8 @@ TEST_F(TransformerKernelsTest, MoEDispatchGroupedLinearCombine) {
                   1e-6);
   // Counts that overflow the rows are an error.
   std::vector<int32_t> bad = {5, 2, 3};
-  Status st = backend->groupedLinear(rows.data(), bad.data(), w.data(),
-                                     y.data(), T * K, H, F, E);
+  Status st = backend->groupedLinear(FloatFormat::F32, rows.data(), bad.data(),
+                                     w.data(), y.data(), T * K, H, F, E);
   EXPECT_EQ(st.getCode(), StatusCode::OutOfRange);
   EXPECT_NE(st.message().find("add up to 10, more than the 8 rows"),
             std::string::npos)

@@ -42,3 +42,18 @@
 // NOAUX-NOT: nn.moe_aux_loss
 // NOAUX: nn.moe_router_grad
 // NOAUX-NOT: nn.moe_aux_loss_grad
+
+// RUN: tessera-opt %t.mlir --tessera-set-batch="micro-batch-size=2 global-batch-size=4" --tessera-mixed-precision --tessera-autodiff | FileCheck %s --check-prefix=BF16
+// With bf16 GEMMs the experts' grouped GEMMs read their bf16 weights and
+// rows cast to bf16; their backward takes dy cast to bf16 and gives f32
+// gradients (the weights' accumulate as fp32 main_grad).
+// BF16: %[[ROWS:.*]], %[[COUNTS:.*]] = nn.moe_dispatch
+// BF16: %[[R16:.*]] = nn.cast %[[ROWS]] {nn.layer = 0 : i64} : tensor<16x16xf32> to tensor<16x16xbf16>
+// BF16-NEXT: nn.grouped_linear %[[R16]], %[[COUNTS]], %[[W1:[^ ]*]] {nn.layer = 0 : i64} : (tensor<16x16xbf16>, tensor<3xi32>, tensor<3x64x16xbf16>) -> tensor<16x64xf32>
+// BF16: %[[G16:.*]] = nn.cast %{{.*}} {nn.layer = 0 : i64} : tensor<16x64xf32> to tensor<16x64xbf16>
+// BF16-NEXT: nn.grouped_linear %[[G16]], %[[COUNTS]], %[[W2:[^ ]*]] {nn.layer = 0 : i64} : (tensor<16x64xbf16>, tensor<3xi32>, tensor<3x16x64xbf16>) -> tensor<16x16xf32>
+// BF16: %[[DY:.*]], %{{.*}} = nn.moe_combine_grad
+// BF16-NEXT: %[[DY16:.*]] = nn.cast %[[DY]] : tensor<16x16xf32> to tensor<16x16xbf16>
+// BF16-NEXT: %[[DG:.*]], %[[DW2:.*]] = nn.grouped_linear_grad %[[G16]], %[[COUNTS]], %[[W2]], %[[DY16]] : tensor<16x64xbf16>, tensor<3xi32>, tensor<3x16x64xbf16>, tensor<16x16xbf16>
+// BF16: %[[DROWS:.*]], %[[DW1:.*]] = nn.grouped_linear_grad %[[R16]], %[[COUNTS]], %[[W1]], %{{.*}} : tensor<16x16xbf16>, tensor<3xi32>, tensor<3x64x16xbf16>, tensor<16x64xbf16>
+// BF16: return {{.*}}%[[DW1]], %[[DW2]], {{.*}} : {{.*}}tensor<3x64x16xf32>, tensor<3x16x64xf32>

@@ -309,6 +309,8 @@ LogicalResult GroupedLinearOp::inferReturnTypes(
 
 LogicalResult GroupedLinearOp::verify() {
   auto x = getInput().getType(), w = getWeight().getType();
+  if (failed(verifyGemmOperands(*this, x, w)))
+    return failure();
   if (x.getDimSize(1) != w.getDimSize(2))
     return emitOpError() << "rows " << x << " do not match the weights " << w
                          << " (in features)";
@@ -325,13 +327,46 @@ LogicalResult GroupedLinearOp::buildAdjoint(OpBuilder &b,
   adj.assign(getNumOperands(), Value());
   if (!resultAdj[0])
     return success();
-  auto grad = GroupedLinearGradOp::create(
-      b, getLoc(), getInput().getType(), getWeight().getType(), getInput(),
-      getCounts(), getWeight(), resultAdj[0]);
+  // bf16 GEMMs: dy rounded to bf16 for both products, as nn.linear's rule.
+  Value dy = resultAdj[0];
+  Type element = getWeight().getType().getElementType();
+  if (!element.isF32())
+    dy = CastOp::create(
+        b, getLoc(),
+        RankedTensorType::get(cast<RankedTensorType>(dy.getType()).getShape(),
+                              element),
+        dy);
+  auto grad = GroupedLinearGradOp::create(b, getLoc(), getInput(), getCounts(),
+                                          getWeight(), dy);
   if (needed[0])
     adj[0] = grad.getInputGrad();
   if (needed[2])
     adj[2] = grad.getWeightGrad();
+  return success();
+}
+
+LogicalResult GroupedLinearGradOp::inferReturnTypes(
+    MLIRContext *ctx, std::optional<Location> loc, Adaptor adaptor,
+    SmallVectorImpl<Type> &types) {
+  Type f32 = Float32Type::get(ctx);
+  for (Value v : {adaptor.getInput(), adaptor.getWeight()})
+    types.push_back(RankedTensorType::get(
+        cast<RankedTensorType>(v.getType()).getShape(), f32));
+  return success();
+}
+
+LogicalResult GroupedLinearGradOp::verify() {
+  auto x = getInput().getType(), w = getWeight().getType();
+  auto dy = getResultGrad().getType();
+  if (failed(verifyGemmOperands(*this, x, w)) ||
+      failed(verifyGemmOperands(*this, w, dy)))
+    return failure();
+  if (x.getRank() != 2 || w.getRank() != 3 || dy.getRank() != 2 ||
+      x.getDimSize(1) != w.getDimSize(2) ||
+      dy.getShape() != ArrayRef<int64_t>{x.getDimSize(0), w.getDimSize(1)})
+    return emitOpError() << "expects rows [n, in], weights [experts, out, in] "
+                            "and their result's gradient [n, out], got "
+                         << x << ", " << w << " and " << dy;
   return success();
 }
 

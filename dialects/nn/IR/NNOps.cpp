@@ -117,9 +117,7 @@ LogicalResult LinearOp::inferReturnTypes(MLIRContext *ctx,
   return success();
 }
 
-/// A GEMM's two operands: both f32, or both bf16 (a bf16 x bf16 product
-/// accumulated in f32, as cuBLASLt and Megatron compute it).
-static LogicalResult verifyGemmOperands(Operation *op, Type a, Type b) {
+LogicalResult tessera::nn::verifyGemmOperands(Operation *op, Type a, Type b) {
   Type ea = cast<RankedTensorType>(a).getElementType();
   Type eb = cast<RankedTensorType>(b).getElementType();
   if (ea != eb)

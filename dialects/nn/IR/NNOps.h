@@ -18,4 +18,13 @@
 #define GET_OP_CLASSES
 #include "dialects/nn/IR/NNOps.h.inc"
 
+namespace tessera::nn {
+/// A GEMM's two operands `a` and `b` (nn.linear, nn.matmul,
+/// nn.grouped_linear): both f32, or both bf16 (a bf16 x bf16 product
+/// accumulated in f32, as cuBLASLt and Megatron compute it). Emits the
+/// error on `op` otherwise.
+mlir::LogicalResult verifyGemmOperands(mlir::Operation *op, mlir::Type a,
+                                       mlir::Type b);
+} // namespace tessera::nn
+
 #endif // TESSERA_DIALECTS_NN_IR_NNOPS_H

@@ -993,29 +993,34 @@ def NN_GroupedLinearOp : NN_Op<"grouped_linear", [InferTypeOpAdaptor,
     ```mlir
     %h = nn.grouped_linear %xp, %counts, %w1 : (tensor<512x128xf32>, tensor<8xi32>, tensor<8x512x128xf32>) -> tensor<512x512xf32>
     ```
+
+    Rows and weights are both f32 or both bf16 (mixed precision's GEMMs,
+    accumulating in f32); the result is f32.
   }];
-  let arguments = (ins NN_F32Tensor:$input, NN_I32Tensor:$counts,
-                       NN_F32Tensor:$weight);
+  let arguments = (ins NN_FloatTensor:$input, NN_I32Tensor:$counts,
+                       NN_FloatTensor:$weight);
   let results = (outs NN_F32Tensor:$result);
   let assemblyFormat = "$input `,` $counts `,` $weight attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
 
-def NN_GroupedLinearGradOp : NN_Op<"grouped_linear_grad", [
-    AllTypesMatch<["input", "input_grad"]>, AllTypesMatch<["weight", "weight_grad"]>],
+def NN_GroupedLinearGradOp : NN_Op<"grouped_linear_grad", [InferTypeOpAdaptor],
     NN_CustomFlops> {
   let summary = "backward of nn.grouped_linear";
   let description = [{
     Per expert: `dx_e = dy_e @ weight[e]` and `dweight[e] = dy_e^T @ x_e`.
+    The gradients are f32 and shaped as the input and the weights; the
+    three operands are all f32 or all bf16 (mixed precision's GEMMs).
 
     ```mlir
     %dx, %dw = nn.grouped_linear_grad %xp, %counts, %w1, %dh : tensor<512x128xf32>, tensor<8xi32>, tensor<8x512x128xf32>, tensor<512x512xf32>
     ```
   }];
-  let arguments = (ins NN_F32Tensor:$input, NN_I32Tensor:$counts,
-                       NN_F32Tensor:$weight, NN_F32Tensor:$result_grad);
+  let arguments = (ins NN_FloatTensor:$input, NN_I32Tensor:$counts,
+                       NN_FloatTensor:$weight, NN_FloatTensor:$result_grad);
   let results = (outs NN_F32Tensor:$input_grad, NN_F32Tensor:$weight_grad);
   let assemblyFormat = "$input `,` $counts `,` $weight `,` $result_grad attr-dict `:` type($input) `,` type($counts) `,` type($weight) `,` type($result_grad)";
+  let hasVerifier = 1;
 }
 
 def NN_MoECombineOp : NN_Op<"moe_combine", [InferTypeOpAdaptor,

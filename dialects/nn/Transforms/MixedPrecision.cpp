@@ -2,7 +2,8 @@
 //
 // Megatron's --bf16 (Float16Module) for the model as IR: parameters are
 // stored in bf16. With bf16 GEMMs (gemm-dtype=bf16, the default) every
-// nn.linear and nn.matmul that reads a parameter takes bf16 operands, the
+// nn.linear, nn.matmul and nn.grouped_linear (the experts' GEMMs) that
+// reads a parameter takes bf16 operands, the
 // parameter itself and its other operand cast to bf16, and accumulates in
 // f32, as Megatron's bf16 linear layers do on tensor cores; every other
 // reader of a parameter gets it cast to f32. With gemm-dtype=f32 all of
@@ -17,6 +18,9 @@
 #include "tessera/Support/Model.h"
 
 #include "mlir/IR/Builders.h"
+
+#include <optional>
+#include <utility>
 
 namespace tessera::nn {
 #define GEN_PASS_DEF_MIXEDPRECISIONPASS
@@ -120,10 +124,20 @@ struct MixedPrecisionPass
     return arg;
   }
 
-  /// bf16 GEMMs: a linear or matmul reading a parameter takes the bf16
-  /// parameter itself and its other operand cast to bf16 (one cast per
-  /// value, right before its first such reader, in that reader's layer);
-  /// casts of parameters left without readers go.
+  /// The operands of `op`'s product, if it is a GEMM (nn.linear,
+  /// nn.matmul, the experts' nn.grouped_linear).
+  static std::optional<std::pair<unsigned, unsigned>> gemmOperands(Operation &op) {
+    if (isa<LinearOp, MatmulOp>(op))
+      return std::make_pair(0u, 1u);
+    if (isa<GroupedLinearOp>(op))
+      return std::make_pair(0u, 2u);
+    return std::nullopt;
+  }
+
+  /// bf16 GEMMs: a GEMM reading a parameter takes the bf16 parameter itself
+  /// and its other operand cast to bf16 (one cast per value, right before
+  /// its first such reader, in that reader's layer); casts of parameters
+  /// left without readers go.
   static void gemmsInBf16(func::FuncOp f) {
     if (f.isExternal())
       return;
@@ -134,11 +148,11 @@ struct MixedPrecisionPass
     for (Operation &op : llvm::make_early_inc_range(entry)) {
       if (auto c = dyn_cast<CastOp>(op); c && castParam(c.getResult()))
         paramCasts.push_back(c);
-      if (!isa<LinearOp, MatmulOp>(op))
+      std::optional<std::pair<unsigned, unsigned>> gemm = gemmOperands(op);
+      if (!gemm || (!castParam(op.getOperand(gemm->first)) &&
+                    !castParam(op.getOperand(gemm->second))))
         continue;
-      if (!castParam(op.getOperand(0)) && !castParam(op.getOperand(1)))
-        continue;
-      for (unsigned i = 0; i < 2; ++i) {
+      for (unsigned i : {gemm->first, gemm->second}) {
         Value v = op.getOperand(i);
         if (BlockArgument param = castParam(v)) {
           op.setOperand(i, param);

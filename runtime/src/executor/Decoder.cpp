@@ -570,6 +570,8 @@ Status Decoder::decodeMoEInstr(const fb::Instr &in, Thunk &t) {
       TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 4}));
       TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {2, 5}));
     }
+    // The float inputs share a dtype (the validator's SameFloatDType).
+    t.type = isBf16(in, 0) ? ElementType::BF16 : ElementType::F32;
     break;
   }
   default:

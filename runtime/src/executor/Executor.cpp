@@ -337,6 +337,11 @@ Status Executor::syncForHostComm(const Thunk &t) {
   return be->synchronize();
 }
 
+/// The storage format of a GEMM's float inputs from the thunk's type.
+static FloatFormat floatFormat(ElementType type) {
+  return type == ElementType::BF16 ? FloatFormat::BF16 : FloatFormat::F32;
+}
+
 Status Executor::execute(const Thunk &t) {
   using O = fb::Opcode;
   auto F = [&](int i) { return static_cast<float *>(t.ptr[i]); };
@@ -577,10 +582,12 @@ Status Executor::execute(const Thunk &t) {
     return be->moeDispatchGrad(F(0), I(1), F(2), t.i[0], t.i[2], t.i[1],
                                t.i[3]);
   case O::GroupedLinear:
-    return be->groupedLinear(F(0), I(1), F(2), F(3), t.m, t.k, t.n, t.i[1]);
+    return be->groupedLinear(floatFormat(t.type), t.ptr[0], I(1), t.ptr[2],
+                             F(3), t.m, t.k, t.n, t.i[1]);
   case O::GroupedLinearGrad:
-    return be->groupedLinearGrad(F(0), I(1), F(2), F(3), F(4), F(5), t.m, t.k,
-                                 t.n, t.i[1], t.beta);
+    return be->groupedLinearGrad(floatFormat(t.type), t.ptr[0], I(1), t.ptr[2],
+                                 t.ptr[3], F(4), F(5), t.m, t.k, t.n, t.i[1],
+                                 t.beta);
   case O::MoECapacityDrop:
     return be->moeCapacityDrop(F(0), I(1), F(2), static_cast<int32_t *>(t.ptr[3]),
                                t.i[0], t.i[2], t.i[1], t.m, t.k != 0);

@@ -605,20 +605,29 @@ TEST(CudaConformanceTest, MixtureOfExperts) {
                                counts.data(), tokens, k, experts, features)
                   .ok());
   auto w = random(size_t(experts * ffn * features), 0.2f);
-  compare("groupedLinear",
-          {in(rows), ids(counts), in(w), out(random(size_t(n * ffn)))},
-          [&](Backend &b, std::vector<void *> &p) {
-            return b.groupedLinear(F(0), I(1), F(2), F(3), n, features, ffn,
-                                   experts);
-          });
-  for (float beta : {0.0f, 1.0f})
-    compare("groupedLinearGrad beta=" + std::to_string(beta),
-            {in(rows), ids(counts), in(w), in(random(size_t(n * ffn))),
-             out(random(size_t(n * features))), out(random(w.size()))},
+  for (FloatFormat format : {FloatFormat::F32, FloatFormat::BF16}) {
+    const bool b16 = format == FloatFormat::BF16;
+    auto input = [&](const std::vector<float> &v) {
+      return b16 ? bf16(v, false) : in(v);
+    };
+    const std::string suffix = b16 ? " bf16" : "";
+    compare("groupedLinear" + suffix,
+            {input(rows), ids(counts), input(w), out(random(size_t(n * ffn)))},
             [&](Backend &b, std::vector<void *> &p) {
-              return b.groupedLinearGrad(F(0), I(1), F(2), F(3), F(4), F(5), n,
-                                         features, ffn, experts, beta);
+              return b.groupedLinear(format, p[0], I(1), p[2], F(3), n,
+                                     features, ffn, experts);
             });
+    for (float beta : {0.0f, 1.0f})
+      compare("groupedLinearGrad beta=" + std::to_string(beta) + suffix,
+              {input(rows), ids(counts), input(w),
+               input(random(size_t(n * ffn))),
+               out(random(size_t(n * features))), out(random(w.size()))},
+              [&](Backend &b, std::vector<void *> &p) {
+                return b.groupedLinearGrad(format, p[0], I(1), p[2], p[3],
+                                           F(4), F(5), n, features, ffn,
+                                           experts, beta);
+              });
+  }
   compare("moeCombine",
           {in(rows), in(kept), ids(keptIndices),
            out(random(size_t(tokens * features)))},

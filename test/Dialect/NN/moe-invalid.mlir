@@ -56,6 +56,30 @@ func.func @groups(%x: tensor<8x8xf32>, %c: tensor<2xi32>, %w: tensor<3x16x8xf32>
 
 // -----
 
+func.func @grouped_mixed(%x: tensor<8x8xbf16>, %c: tensor<3xi32>, %w: tensor<3x16x8xf32>) -> tensor<8x16xf32> {
+  // expected-error @+1 {{'nn.grouped_linear' op operands must be both f32 or both bf16, got 'tensor<8x8xbf16>' and 'tensor<3x16x8xf32>' (cast one with nn.cast)}}
+  %y = nn.grouped_linear %x, %c, %w : (tensor<8x8xbf16>, tensor<3xi32>, tensor<3x16x8xf32>) -> tensor<8x16xf32>
+  return %y : tensor<8x16xf32>
+}
+
+// -----
+
+func.func @grouped_grad_mixed(%x: tensor<8x8xbf16>, %c: tensor<3xi32>, %w: tensor<3x16x8xbf16>, %dy: tensor<8x16xf32>) {
+  // expected-error @+1 {{'nn.grouped_linear_grad' op operands must be both f32 or both bf16, got 'tensor<3x16x8xbf16>' and 'tensor<8x16xf32>' (cast one with nn.cast)}}
+  %dx, %dw = nn.grouped_linear_grad %x, %c, %w, %dy : tensor<8x8xbf16>, tensor<3xi32>, tensor<3x16x8xbf16>, tensor<8x16xf32>
+  return
+}
+
+// -----
+
+func.func @grouped_grad_shapes(%x: tensor<8x8xf32>, %c: tensor<3xi32>, %w: tensor<3x16x8xf32>, %dy: tensor<8x12xf32>) {
+  // expected-error @+1 {{'nn.grouped_linear_grad' op expects rows [n, in], weights [experts, out, in] and their result's gradient [n, out], got 'tensor<8x8xf32>', 'tensor<3x16x8xf32>' and 'tensor<8x12xf32>'}}
+  %dx, %dw = nn.grouped_linear_grad %x, %c, %w, %dy : tensor<8x8xf32>, tensor<3xi32>, tensor<3x16x8xf32>, tensor<8x12xf32>
+  return
+}
+
+// -----
+
 func.func @combine(%y: tensor<8x8xf32>, %p: tensor<4x2xf32>, %i: tensor<4x1xi32>) -> tensor<4x8xf32> {
   // expected-error @+1 {{'nn.moe_combine' op probs 'tensor<4x2xf32>' must match the indices 'tensor<4x1xi32>'}}
   %o = "nn.moe_combine"(%y, %p, %i) {num_experts = 3 : i64} : (tensor<8x8xf32>, tensor<4x2xf32>, tensor<4x1xi32>) -> tensor<4x8xf32>

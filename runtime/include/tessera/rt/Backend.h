@@ -395,16 +395,20 @@ public:
   static StatusOr<std::vector<int64_t>>
   expertGroupOffsets(const int32_t *counts, int64_t experts, int64_t rows);
   /// Y [rows, out]: counts[e] consecutive rows per expert, Y_e = X_e W[e]^T,
-  /// W [experts, out, in]; rows past the counts' sum are zero.
-  virtual Status groupedLinear(const float *x, const int32_t *counts,
-                               const float *w, float *y, int64_t rows,
-                               int64_t in, int64_t out, int64_t experts) = 0;
-  /// dX_e = dY_e W[e] (overwritten); dW[e] = beta dW[e] + dY_e^T X_e.
-  virtual Status groupedLinearGrad(const float *x, const int32_t *counts,
-                                   const float *w, const float *dy, float *dx,
-                                   float *dw, int64_t rows, int64_t in,
-                                   int64_t out, int64_t experts,
-                                   float beta) = 0;
+  /// W [experts, out, in]; rows past the counts' sum are zero. X and W are
+  /// in `inputs` (both f32, or both bf16 accumulating in f32, as gemmBf16);
+  /// Y is f32.
+  virtual Status groupedLinear(FloatFormat inputs, const void *x,
+                               const int32_t *counts, const void *w, float *y,
+                               int64_t rows, int64_t in, int64_t out,
+                               int64_t experts) = 0;
+  /// dX_e = dY_e W[e] (overwritten); dW[e] = beta dW[e] + dY_e^T X_e. X, W
+  /// and dY are in `inputs`; dX and dW are f32.
+  virtual Status groupedLinearGrad(FloatFormat inputs, const void *x,
+                                   const int32_t *counts, const void *w,
+                                   const void *dy, float *dx, float *dw,
+                                   int64_t rows, int64_t in, int64_t out,
+                                   int64_t experts, float beta) = 0;
   /// Expert capacity: each expert keeps at most `capacity` of the choices
   /// routed to it, the most probable (ties to the earlier token) or, with
   /// `byPosition`, the first; keptProbs/keptIndices are probs/indices with

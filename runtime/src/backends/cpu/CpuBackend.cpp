@@ -275,7 +275,8 @@ public:
 private:
   /// Threads for the elementwise kernels (the same as the BLAS threads).
   int threads = 1;
-  /// gemmBf16's widened A and B, grown to the largest pair seen.
+  /// The widened operands of the bf16 GEMMs (widenedInputs), grown to the
+  /// largest set seen.
   std::vector<float> gemmInputs;
 
 public:
@@ -324,23 +325,45 @@ public:
     return Status();
   }
 
+  /// The f32 operands of a GEMM given in `format`: f32 ones as they are,
+  /// bf16 ones (pointer, elements) widened exactly into gemmInputs, which
+  /// the returned pointers then point into until the next call.
+  std::vector<const float *>
+  widenedInputs(FloatFormat format,
+                std::initializer_list<std::pair<const void *, int64_t>> ops) {
+    std::vector<const float *> f32;
+    if (format == FloatFormat::F32) {
+      for (auto [p, n] : ops)
+        f32.push_back(static_cast<const float *>(p));
+      return f32;
+    }
+    int64_t total = 0;
+    for (auto [p, n] : ops)
+      total += n;
+    if (size_t(total) > gemmInputs.size())
+      gemmInputs.resize(size_t(total));
+    float *next = gemmInputs.data();
+    for (auto [p, n] : ops) {
+      const auto *h = static_cast<const uint16_t *>(p);
+      float *wide = next;
+      parallelSpans(threads, n, [&](int64_t begin, int64_t end) {
+        bf16ToFloats(h + begin, wide + begin, end - begin);
+      });
+      f32.push_back(wide);
+      next += n;
+    }
+    return f32;
+  }
+
   /// bf16 A and B widened (exactly) into f32 scratch, then the f32 GEMM:
   /// each product of two bf16 values is exact in f32 and the sums are
   /// sgemm's, which is a bf16 x bf16 -> f32 GEMM.
   Status gemmBf16(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
                   float alpha, const uint16_t *a, const uint16_t *b, float beta,
                   float *c) override {
-    const int64_t na = m * k, nb = k * n;
-    if (size_t(na + nb) > gemmInputs.size())
-      gemmInputs.resize(size_t(na + nb));
-    float *wideA = gemmInputs.data(), *wideB = wideA + na;
-    parallelSpans(threads, na, [&](int64_t begin, int64_t end) {
-      bf16ToFloats(a + begin, wideA + begin, end - begin);
-    });
-    parallelSpans(threads, nb, [&](int64_t begin, int64_t end) {
-      bf16ToFloats(b + begin, wideB + begin, end - begin);
-    });
-    return gemm(transA, transB, m, n, k, alpha, wideA, wideB, beta, c);
+    std::vector<const float *> f32 =
+        widenedInputs(FloatFormat::BF16, {{a, m * k}, {b, k * n}});
+    return gemm(transA, transB, m, n, k, alpha, f32[0], f32[1], beta, c);
   }
 
   Status biasAdd(const float *x, const float *bias, float *y, int64_t rows,
@@ -1307,11 +1330,16 @@ public:
     return Status();
   }
 
-  Status groupedLinear(const float *x, const int32_t *counts, const float *w,
-                       float *y, int64_t rows, int64_t in, int64_t out,
+  Status groupedLinear(FloatFormat inputs, const void *xIn,
+                       const int32_t *counts, const void *wIn, float *y,
+                       int64_t rows, int64_t in, int64_t out,
                        int64_t experts) override {
     TESSERA_ASSIGN_OR_RETURN(std::vector<int64_t> off,
                              expertGroupOffsets(counts, experts, rows));
+    // bf16 rows and weights widened exactly, as in gemmBf16.
+    std::vector<const float *> f32 =
+        widenedInputs(inputs, {{xIn, rows * in}, {wIn, experts * out * in}});
+    const float *x = f32[0], *w = f32[1];
     for (int64_t e = 0; e < experts; ++e) {
       const int64_t r0 = off[size_t(e)], n = off[size_t(e) + 1] - r0;
       if (n > 0)
@@ -1322,12 +1350,18 @@ public:
     return Status();
   }
 
-  Status groupedLinearGrad(const float *x, const int32_t *counts,
-                           const float *w, const float *dy, float *dx,
-                           float *dw, int64_t rows, int64_t in, int64_t out,
+  Status groupedLinearGrad(FloatFormat inputs, const void *xIn,
+                           const int32_t *counts, const void *wIn,
+                           const void *dyIn, float *dx, float *dw,
+                           int64_t rows, int64_t in, int64_t out,
                            int64_t experts, float beta) override {
     TESSERA_ASSIGN_OR_RETURN(std::vector<int64_t> off,
                              expertGroupOffsets(counts, experts, rows));
+    std::vector<const float *> f32 =
+        widenedInputs(inputs, {{xIn, rows * in},
+                               {wIn, experts * out * in},
+                               {dyIn, rows * out}});
+    const float *x = f32[0], *w = f32[1], *dy = f32[2];
     for (int64_t e = 0; e < experts; ++e) {
       const int64_t r0 = off[size_t(e)], n = off[size_t(e) + 1] - r0;
       float *dwe = dw + e * out * in;

@@ -953,16 +953,25 @@ CudaBackend::groupOffsets(const int32_t *counts, int64_t experts,
   return expertGroupOffsets(host.data(), experts, rows);
 }
 
-Status CudaBackend::groupedLinear(const float *x, const int32_t *counts,
-                                  const float *w, float *y, int64_t rows,
-                                  int64_t in, int64_t out, int64_t experts) {
+/// Element `i` of a GEMM input array in `format`.
+static const void *inputAt(const void *base, FloatFormat format, int64_t i) {
+  return static_cast<const char *>(base) +
+         i * (format == FloatFormat::BF16 ? 2 : 4);
+}
+
+Status CudaBackend::groupedLinear(FloatFormat inputs, const void *x,
+                                  const int32_t *counts, const void *w,
+                                  float *y, int64_t rows, int64_t in,
+                                  int64_t out, int64_t experts) {
   TESSERA_ASSIGN_OR_RETURN(std::vector<int64_t> off,
                            groupOffsets(counts, experts, rows));
+  const bool bf16 = inputs == FloatFormat::BF16;
   for (int64_t e = 0; e < experts; ++e) {
     const int64_t r0 = off[size_t(e)], n = off[size_t(e) + 1] - r0;
     if (n > 0)
-      TESSERA_RETURN_IF_ERROR(gemm(false, true, n, out, in, 1.0f, x + r0 * in,
-                                   w + e * out * in, 0.0f, y + r0 * out));
+      TESSERA_RETURN_IF_ERROR(denseGemm(
+          false, true, n, out, in, 1.0f, inputAt(x, inputs, r0 * in),
+          inputAt(w, inputs, e * out * in), 0.0f, y + r0 * out, bf16));
   }
   const int64_t tail = (rows - off.back()) * out;
   return tail > 0 ? cudaStatus(cudaMemsetAsync(y + off.back() * out, 0,
@@ -970,24 +979,27 @@ Status CudaBackend::groupedLinear(const float *x, const int32_t *counts,
                                "cudaMemsetAsync")
                   : Status();
 }
-Status CudaBackend::groupedLinearGrad(const float *x, const int32_t *counts,
-                                      const float *w, const float *dy,
-                                      float *dx, float *dw, int64_t rows,
-                                      int64_t in, int64_t out, int64_t experts,
-                                      float beta) {
+Status CudaBackend::groupedLinearGrad(FloatFormat inputs, const void *x,
+                                      const int32_t *counts, const void *w,
+                                      const void *dy, float *dx, float *dw,
+                                      int64_t rows, int64_t in, int64_t out,
+                                      int64_t experts, float beta) {
   TESSERA_ASSIGN_OR_RETURN(std::vector<int64_t> off,
                            groupOffsets(counts, experts, rows));
+  const bool bf16 = inputs == FloatFormat::BF16;
   for (int64_t e = 0; e < experts; ++e) {
     const int64_t r0 = off[size_t(e)], n = off[size_t(e) + 1] - r0;
     float *dwe = dw + e * out * in;
+    const void *dye = inputAt(dy, inputs, r0 * out);
     // An expert without rows: dW = beta dW (zeros for beta 0), as on the
-    // CPU; gemm with k = 0 does exactly that.
-    TESSERA_RETURN_IF_ERROR(gemm(true, false, out, in, n, 1.0f, dy + r0 * out,
-                                 x + r0 * in, beta, dwe));
+    // CPU; a GEMM with k = 0 does exactly that.
+    TESSERA_RETURN_IF_ERROR(denseGemm(true, false, out, in, n, 1.0f, dye,
+                                      inputAt(x, inputs, r0 * in), beta, dwe,
+                                      bf16));
     if (n > 0)
-      TESSERA_RETURN_IF_ERROR(gemm(false, false, n, in, out, 1.0f,
-                                   dy + r0 * out, w + e * out * in, 0.0f,
-                                   dx + r0 * in));
+      TESSERA_RETURN_IF_ERROR(denseGemm(false, false, n, in, out, 1.0f, dye,
+                                        inputAt(w, inputs, e * out * in), 0.0f,
+                                        dx + r0 * in, bf16));
   }
   const int64_t tail = (rows - off.back()) * in;
   return tail > 0 ? cudaStatus(cudaMemsetAsync(dx + off.back() * in, 0,

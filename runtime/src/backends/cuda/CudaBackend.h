@@ -219,13 +219,15 @@ public:
   Status moeDispatchGrad(const float *drows, const int32_t *indices, float *dx,
                          int64_t tokens, int64_t k, int64_t experts,
                          int64_t features) override;
-  Status groupedLinear(const float *x, const int32_t *counts, const float *w,
-                       float *y, int64_t rows, int64_t in, int64_t out,
+  Status groupedLinear(FloatFormat inputs, const void *x,
+                       const int32_t *counts, const void *w, float *y,
+                       int64_t rows, int64_t in, int64_t out,
                        int64_t experts) override;
-  Status groupedLinearGrad(const float *x, const int32_t *counts,
-                           const float *w, const float *dy, float *dx,
-                           float *dw, int64_t rows, int64_t in, int64_t out,
-                           int64_t experts, float beta) override;
+  Status groupedLinearGrad(FloatFormat inputs, const void *x,
+                           const int32_t *counts, const void *w,
+                           const void *dy, float *dx, float *dw, int64_t rows,
+                           int64_t in, int64_t out, int64_t experts,
+                           float beta) override;
   Status moeCapacityDrop(const float *probs, const int32_t *indices,
                          float *keptProbs, int32_t *keptIndices, int64_t tokens,
                          int64_t k, int64_t experts, int64_t capacity,
