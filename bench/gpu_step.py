@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """GPT training step on one GPU with the cuda backend: tokens/s, MFU, GEMM share.
 
-For each size, tessera-gen gpt -> tessera-compile -> tessera-run -n 1
---backend cuda on the Northanger Abbey tokens (tessera-preprocess), fp32:
-W warm-up steps, then the median step time over S timed steps gives
+For each size and precision (fp32, and --bf16: bf16 parameters and GEMMs
+on tensor cores with f32 accumulation, Megatron's), tessera-gen gpt ->
+tessera-compile -> tessera-run -n 1 --backend cuda on the Northanger Abbey
+tokens (tessera-preprocess): W warm-up steps, then the median step time over S timed steps gives
 tokens/s (micro batch x seq / step) and TFLOP/s from the compiler's FLOP
 count of a step (the artifact's flops_per_step, which tessera-run reports
 as tflops_per_rank). MFU is that against H100's dense bf16 peak of
@@ -11,14 +12,15 @@ as tflops_per_rank). MFU is that against H100's dense bf16 peak of
 TF32 is bounded by the far lower fp32 peak, which this also reports). A
 second run with --profile gives the per-opcode share of the step (profiling
 synchronises after every kernel) and the GEMM share (Gemm, Attention and
-AttentionGrad, whose work is cuBLASLt calls).
+AttentionGrad, and the experts' GroupedLinear(Grad), whose work is
+cuBLASLt calls).
 
 Without a GPU it prints {"skipped": "<why>"} and exits 0: a benchmark, not
 a test. Prints one JSON object.
 
 usage: bench/gpu_step.py [--build build] [--steps 10] [--warmup 3]
            [--sizes 1024:16:4,2048:16:4] [--seq 1024] [--micro-batch 8]
-           [--peak-tflops 989]
+           [--peak-tflops 989] [--precisions fp32,bf16]
 """
 import argparse
 import json
@@ -29,7 +31,8 @@ import tempfile
 
 VOCAB = 257
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-GEMM_OPS = ("Gemm", "Attention", "AttentionGrad")
+GEMM_OPS = ("Gemm", "Attention", "AttentionGrad", "GroupedLinear",
+            "GroupedLinearGrad")
 
 
 def run(cmd, **kw):
@@ -47,6 +50,8 @@ def main():
     ap.add_argument("--micro-batch", type=int, default=8)
     ap.add_argument("--peak-tflops", type=float, default=989.0,
                     help="dense bf16 peak of the GPU (H100 SXM: 989)")
+    ap.add_argument("--precisions", default="fp32,bf16",
+                    help="fp32 and/or bf16 (tessera-compile --bf16)")
     ap.add_argument("--text", default=os.path.join(REPO, "examples", "data",
                                                    "northanger_abbey_vol1.txt"))
     args = ap.parse_args()
@@ -59,19 +64,25 @@ def main():
         data = os.path.join(tmp, "austen")
         run([tool("tessera-preprocess"), "--input", args.text, "--output-prefix",
              data, "--append-eod"])
-        for size in args.sizes.split(","):
+        configs = [(size, precision) for size in args.sizes.split(",")
+                   for precision in args.precisions.split(",")]
+        for size, precision in configs:
             hidden, heads, layers = (int(x) for x in size.split(":"))
+            if precision not in ("fp32", "bf16"):
+                raise SystemExit(f"--precisions: unknown precision '{precision}'")
             mlir = os.path.join(tmp, f"gpt{hidden}.mlir")
-            art = os.path.join(tmp, f"gpt{hidden}.tsr")
+            art = os.path.join(tmp, f"gpt{hidden}-{precision}.tsr")
             run([tool("tessera-gen"), "gpt", "--layers", str(layers), "--hidden",
                  str(hidden), "--heads", str(heads), "--vocab", str(VOCAB),
                  "--seq", str(args.seq), "-o", mlir])
             run([tool("tessera-compile"), mlir, "--micro-batch-size",
                  str(args.micro_batch), "--global-batch-size",
-                 str(args.micro_batch), "-o", art])
-            entry = {"hidden": hidden, "heads": heads, "layers": layers}
+                 str(args.micro_batch), "-o", art] +
+                (["--bf16"] if precision == "bf16" else []))
+            entry = {"hidden": hidden, "heads": heads, "layers": layers,
+                     "precision": precision}
             steps = args.warmup + args.steps
-            metrics = os.path.join(tmp, f"m{hidden}.jsonl")
+            metrics = os.path.join(tmp, f"m{hidden}-{precision}.jsonl")
             proc = subprocess.run(
                 [tool("tessera-run"), "-n", "1", art, "--backend", "cuda",
                  "--data", data, "--steps", str(steps), "--metrics", metrics],
@@ -92,7 +103,7 @@ def main():
                 "mfu_vs_bf16_peak": round(tflops / args.peak_tflops, 4),
                 "final_loss": lines[-1]["loss"],
             })
-            pmetrics = os.path.join(tmp, f"p{hidden}.jsonl")
+            pmetrics = os.path.join(tmp, f"p{hidden}-{precision}.jsonl")
             run([tool("tessera-run"), "-n", "1", art, "--backend", "cuda",
                  "--data", data, "--steps", str(args.warmup + 2), "--metrics",
                  pmetrics, "--profile"])
