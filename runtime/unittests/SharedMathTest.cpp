@@ -19,6 +19,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -250,6 +251,85 @@ TEST(SharedMathTest, ExpertCapacityIsTheCpuBackendsDrop) {
             << "trial " << trial << " choice " << c;
         EXPECT_EQ(keptProbs[size_t(c)],
                   keeps || e < 0 ? probs[size_t(c)] : 0.0f);
+      }
+    }
+  }
+}
+
+// The CUDA backend's row map and expert capacity sort the choices once by
+// moeChoiceSortKey (a stable radix sort over bits [32 or 0, end)); the
+// steps after the sort, mirrored here, must give the definitions: each
+// expert's rows in token order after the experts before it, and
+// moeCapacityKeeps for both policies, with ties, zeros of both signs,
+// subnormals and choices routed nowhere (-1, or out of range).
+TEST(SharedMathTest, ChoiceSortKeysGiveTheRowMapAndTheCapacity) {
+  std::mt19937 gen(11);
+  const float values[] = {0.0f, -0.0f, 1e-40f, 1e-30f, 0.25f, 0.5f, 0.75f,
+                          1.0f, 0.5f + 1e-7f};
+  for (int trial = 0; trial < 60; ++trial) {
+    const int64_t n = 1 + gen() % 200, experts = 1 + gen() % 9;
+    const int64_t capacity = int64_t(gen() % 10) - 1;
+    std::vector<float> probs(static_cast<size_t>(n));
+    std::vector<int32_t> indices(static_cast<size_t>(n));
+    for (int64_t c = 0; c < n; ++c) {
+      probs[size_t(c)] = values[gen() % (sizeof(values) / sizeof(float))];
+      const uint32_t r = gen() % 12;
+      indices[size_t(c)] = r == 0   ? -1
+                           : r == 1 ? int32_t(experts + gen() % 3)
+                                    : int32_t(gen() % uint32_t(experts));
+    }
+    const int endBit = math::moeSortKeyEndBit(experts);
+    ASSERT_LE(endBit, 64);
+    for (bool byPosition : {false, true}) {
+      std::vector<uint64_t> keys(static_cast<size_t>(n));
+      std::vector<int32_t> order(static_cast<size_t>(n));
+      for (int64_t c = 0; c < n; ++c) {
+        keys[size_t(c)] = math::moeChoiceSortKey(
+            probs[size_t(c)], indices[size_t(c)], experts, byPosition);
+        ASSERT_LT(keys[size_t(c)] >> endBit, 1u) << "key past the sorted bits";
+        order[size_t(c)] = int32_t(c);
+      }
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+        return keys[size_t(a)] < keys[size_t(b)];
+      });
+      // The kernels: each expert's first sorted position, then each
+      // position's rank within its expert.
+      std::vector<int64_t> start(static_cast<size_t>(experts + 1), -1);
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t e = math::moeSortKeyExpert(keys[size_t(order[size_t(i)])]);
+        if (i == 0 ||
+            e != math::moeSortKeyExpert(keys[size_t(order[size_t(i - 1)])]))
+          start[size_t(e)] = i;
+      }
+      std::vector<int32_t> rowOf(static_cast<size_t>(n), -2);
+      std::vector<bool> keeps(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        const int32_t c = order[size_t(i)];
+        const int64_t e = math::moeSortKeyExpert(keys[size_t(c)]);
+        rowOf[size_t(c)] = e < experts ? int32_t(i) : -1;
+        keeps[size_t(c)] = e < experts && i - start[size_t(e)] < capacity;
+      }
+      for (int64_t c = 0; c < n; ++c) {
+        SCOPED_TRACE(testing::Message() << "trial " << trial << " choice " << c
+                                        << " byPosition " << byPosition);
+        const int32_t e = indices[size_t(c)];
+        const bool routed = e >= 0 && e < experts;
+        if (byPosition) {
+          // The row map: the rows of the experts before e, then e's
+          // choices before c in token order.
+          int64_t row = 0;
+          for (int64_t o = 0; o < n; ++o) {
+            const int32_t eo = indices[size_t(o)];
+            row += eo >= 0 && eo < experts && (eo < e || (eo == e && o < c));
+          }
+          EXPECT_EQ(rowOf[size_t(c)], routed ? row : -1);
+        }
+        // Out-of-range indices are errors for the kernels; the definition
+        // is only about valid ones.
+        if (e < experts)
+          EXPECT_EQ(bool(keeps[size_t(c)]),
+                    math::moeCapacityKeeps(probs.data(), indices.data(), n, c,
+                                           capacity, byPosition));
       }
     }
   }

@@ -849,11 +849,24 @@ CudaBackend::moeRowMap(const int32_t *indices, int64_t n, int64_t experts,
   TESSERA_ASSIGN_OR_RETURN(float *rows,
                            scratch(kMoeRowsScratch, std::max<int64_t>(1, n) * 4));
   int32_t *rowOf = reinterpret_cast<int32_t *>(rows);
+  TESSERA_ASSIGN_OR_RETURN(void *sort, moeSortScratch(n, experts, opcode));
   TESSERA_RETURN_IF_ERROR(launched(launchMoeRows(computeStream, indices, n,
-                                                 experts, counts, rowOf,
+                                                 experts, counts, rowOf, sort,
                                                  deviceError),
                                    opcode));
   return MoeRowMap{rowOf, counts};
+}
+
+StatusOr<void *> CudaBackend::moeSortScratch(int64_t n, int64_t experts,
+                                             const char *opcode) {
+  cudaError_t status = cudaSuccess;
+  const size_t bytes = moeChoiceSortBytes(n, experts, status);
+  if (status != cudaSuccess)
+    return cudaStatus(status, opcode);
+  TESSERA_ASSIGN_OR_RETURN(float *p,
+                           scratch(kMoeSortScratch,
+                                   std::max<int64_t>(1, int64_t(bytes))));
+  return static_cast<void *>(p);
 }
 
 Status CudaBackend::moeRouter(const float *logits, float *probs,
@@ -1011,9 +1024,15 @@ Status CudaBackend::moeCapacityDrop(const float *probs, const int32_t *indices,
                                     float *keptProbs, int32_t *keptIndices,
                                     int64_t tokens, int64_t k, int64_t experts,
                                     int64_t capacity, bool byPosition) {
+  const int64_t n = tokens * k;
+  if (n > INT_MAX || experts > INT_MAX)
+    return unimplemented("MoECapacityDrop: ", n, " routing choices over ",
+                         experts, " experts exceed the 32-bit sort");
+  TESSERA_ASSIGN_OR_RETURN(void *sort,
+                           moeSortScratch(n, experts, "MoECapacityDrop"));
   return launched(launchMoeCapacityDrop(computeStream, probs, indices,
-                                        keptProbs, keptIndices, tokens * k,
-                                        experts, capacity, byPosition,
+                                        keptProbs, keptIndices, n, experts,
+                                        capacity, byPosition, sort,
                                         deviceError),
                   "MoECapacityDrop");
 }

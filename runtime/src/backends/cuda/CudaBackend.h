@@ -276,10 +276,15 @@ private:
                         bool causal);
   /// At least `bytes` of scratch in `slot` (0: attention probabilities, 1:
   /// their gradient, 2: layer-norm statistics, kMoeCountsScratch and
-  /// kMoeRowsScratch: the MoE row map), grown in stream order.
+  /// kMoeRowsScratch: the MoE row map, kMoeSortScratch: the sort of the
+  /// routing choices), grown in stream order.
   StatusOr<float *> scratch(int slot, int64_t bytes);
   static constexpr int kMoeCountsScratch = 3, kMoeRowsScratch = 4,
-                       kScratchSlots = 5;
+                       kMoeSortScratch = 5, kScratchSlots = 6;
+  /// The scratch of the routing choices' sort (moeChoiceSortBytes) for
+  /// `n` choices over `experts`.
+  StatusOr<void *> moeSortScratch(int64_t n, int64_t experts,
+                                  const char *opcode);
   /// The row of each routing choice (-1 for none) and the rows per expert.
   struct MoeRowMap {
     const int32_t *rowOf;

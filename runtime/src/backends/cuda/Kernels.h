@@ -177,11 +177,17 @@ cudaError_t launchRingGradScores(cudaStream_t s, const float *probs,
 // Mixture of experts (MoEKernels.cu)
 //===----------------------------------------------------------------------===//
 
+/// Bytes of device scratch launchMoeRows and launchMoeCapacityDrop need
+/// for `n` routing choices over `experts` (the choices' sort: keys and
+/// values in and out, the capacity's expert starts and cub's temporary
+/// storage), or 0 with `status` set when cub cannot size it.
+size_t moeChoiceSortBytes(int64_t n, int64_t experts, cudaError_t &status);
 /// counts [experts] (int32) and rowOf [n]: each routing choice's row in
 /// expert order (math/MoE.h's layout), -1 for a dropped choice (index -1).
+/// `sortScratch` holds moeChoiceSortBytes(n, experts).
 cudaError_t launchMoeRows(cudaStream_t s, const int32_t *indices, int64_t n,
                           int64_t experts, int32_t *counts, int32_t *rowOf,
-                          DeviceError *err);
+                          void *sortScratch, DeviceError *err);
 /// The MoE kernels over a row map from launchMoeRows.
 cudaError_t launchMoeDispatch(cudaStream_t s, const float *x,
                               const int32_t *rowOf, const int32_t *counts,
@@ -224,11 +230,13 @@ cudaError_t launchMoeAuxLossGrad(cudaStream_t s, const float *logits,
 cudaError_t launchMoeTokenCounts(cudaStream_t s, const int32_t *indices,
                                  float *counts, int64_t n, int64_t experts,
                                  DeviceError *err);
+/// `sortScratch` holds moeChoiceSortBytes(n, experts).
 cudaError_t launchMoeCapacityDrop(cudaStream_t s, const float *probs,
                                   const int32_t *indices, float *keptProbs,
                                   int32_t *keptIndices, int64_t n,
                                   int64_t experts, int64_t capacity,
-                                  bool byPosition, DeviceError *err);
+                                  bool byPosition, void *sortScratch,
+                                  DeviceError *err);
 cudaError_t launchMoeCapacityDropGrad(cudaStream_t s, const float *dkept,
                                       const int32_t *keptIndices,
                                       float *dprobs, int64_t n);

@@ -3,19 +3,22 @@
 // The routing math per token (top-k, its gradient, the capacity order) is
 // tessera/rt/math/MoE.h, which the CPU backend uses too; here is only the
 // parallel decomposition:
-//   - the row map (each routing choice's row in expert order, a stable
-//     counting sort): counts by atomics (integer sums, so their order does
-//     not matter), then one block per expert that scans the choices in
-//     token order (a block-wide prefix sum per tile), so every expert's rows
-//     keep the token order the CPU's sort gives;
+//   - the row map (each routing choice's row in expert order): counts by
+//     atomics (integer sums, so their order does not matter), and one
+//     stable radix sort (cub) of the choices by math::moeChoiceSortKey's
+//     expert bits, so every expert's rows keep the token order the CPU's
+//     sort gives: a choice's row is its sorted position;
 //   - rows (dispatch, combine and their gradients): grid-stride loops over
 //     (choice or token, feature), each token's k choices added in order;
 //   - routing and the load-balancing loss: one thread per token for top-k,
 //     one warp per token for the softmax over the experts, and the loss
 //     summed in double in one block, in a fixed order;
-//   - expert capacity: each choice counts the choices of its expert that go
-//     before it (math::moeCapacityBefore) over shared-memory tiles, O(n^2 /
-//     threads) for n choices.
+//   - expert capacity: the same stable sort over all of
+//     math::moeChoiceSortKey's bits puts each expert's choices in
+//     math::moeCapacityBefore's order; a choice keeps its expert when its
+//     position minus its expert's first position is below the capacity.
+//     O(n) passes for n choices (SharedMathTest mirrors the steps after the
+//     sort against the definition, math::moeCapacityKeeps).
 // Indices outside [-1, experts) go to the DeviceError record (kExpertIndex).
 //
 //===----------------------------------------------------------------------===//
@@ -26,13 +29,10 @@
 #include "tessera/rt/math/Kernels.h"
 #include "tessera/rt/math/MoE.h"
 
-#include <cub/block/block_scan.cuh>
+#include <cub/device/device_radix_sort.cuh>
 
 namespace tessera::rt::cuda {
 namespace {
-
-/// Threads of the row-map and capacity blocks.
-constexpr int kMoeThreads = 512;
 
 /// counts[e] += the choices routed to e; an index outside [0, experts)
 /// (other than -1 when `allowDropped`) is recorded. With a row map, a
@@ -54,34 +54,39 @@ __global__ void moeCountKernel(const int32_t *indices, int64_t n,
   }
 }
 
-/// rowOf[c] = the row of choice c in expert order (the choices routed to
-/// an expert; moeCountKernel gave the others -1). Block e scans the
-/// choices in tiles; its rows start after the experts before it.
-__global__ void moeRowsKernel(const int32_t *indices, int64_t n,
-                              int64_t experts, const int32_t *counts,
-                              int32_t *rowOf) {
-  using Scan = cub::BlockScan<int, kMoeThreads>;
-  __shared__ typename Scan::TempStorage temp;
-  __shared__ int base;
-  const int32_t e = int32_t(blockIdx.x);
-  if (threadIdx.x == 0) {
-    int offset = 0;
-    for (int32_t i = 0; i < e; ++i)
-      offset += counts[i];
-    base = offset;
+/// keys[c] = choice c's math::moeChoiceSortKey, vals[c] = c; with `err`,
+/// an index outside [-1, experts) is recorded.
+__global__ void moeSortKeysKernel(const float *probs, const int32_t *indices,
+                                  int64_t n, int64_t experts, bool byPosition,
+                                  uint64_t *keys, int32_t *vals,
+                                  DeviceError *err) {
+  TESSERA_GRID_LOOP(c, n) {
+    const int32_t e = indices[c];
+    if (err && (e < -1 || e >= experts))
+      recordError(err, kExpertIndex, e, c, experts, 0);
+    keys[c] = math::moeChoiceSortKey(probs ? probs[c] : 0.0f, e, experts,
+                                     byPosition);
+    vals[c] = int32_t(c);
   }
-  __syncthreads();
-  int running = base;
-  for (int64_t t0 = 0; t0 < n; t0 += kMoeThreads) {
-    const int64_t c = t0 + threadIdx.x;
-    const int32_t idx = c < n ? indices[c] : -1;
-    const int flag = c < n && idx == e ? 1 : 0;
-    int prefix = 0, total = 0;
-    Scan(temp).ExclusiveSum(flag, prefix, total);
-    if (flag)
-      rowOf[c] = running + prefix;
-    running += total;
-    __syncthreads(); // temp is reused by the next tile
+}
+
+/// rowOf[choice at sorted position i] = i, -1 for one routed nowhere.
+__global__ void moeRowsFromSortKernel(const uint64_t *keys,
+                                      const int32_t *vals, int64_t n,
+                                      int64_t experts, int32_t *rowOf) {
+  TESSERA_GRID_LOOP(i, n) {
+    rowOf[vals[i]] =
+        math::moeSortKeyExpert(keys[i]) < experts ? int32_t(i) : -1;
+  }
+}
+
+/// start[e] = the first sorted position of expert e's choices.
+__global__ void moeExpertStartKernel(const uint64_t *keys, int64_t n,
+                                     int32_t *start) {
+  TESSERA_GRID_LOOP(i, n) {
+    const int64_t e = math::moeSortKeyExpert(keys[i]);
+    if (i == 0 || e != math::moeSortKeyExpert(keys[i - 1]))
+      start[e] = int32_t(i);
   }
 }
 
@@ -329,43 +334,22 @@ __global__ void moeTokenCountsKernel(const int32_t *indices, float *counts,
   }
 }
 
-/// Expert capacity: choice c keeps its expert when fewer than `capacity`
-/// choices of that expert go before it; one thread per choice, the other
-/// choices read in shared-memory tiles.
-__global__ void moeCapacityDropKernel(const float *probs,
-                                      const int32_t *indices, float *keptProbs,
-                                      int32_t *keptIndices, int64_t n,
+/// Expert capacity after the sort: the choice at sorted position i keeps
+/// its expert when fewer than `capacity` of that expert's choices sort
+/// before it.
+__global__ void moeCapacityKeepKernel(const uint64_t *keys,
+                                      const int32_t *vals,
+                                      const int32_t *start, const float *probs,
+                                      const int32_t *indices, int64_t n,
                                       int64_t experts, int64_t capacity,
-                                      bool byPosition, DeviceError *err) {
-  __shared__ float tileProbs[kMoeThreads];
-  __shared__ int32_t tileIndices[kMoeThreads];
-  const int64_t c = int64_t(blockIdx.x) * kMoeThreads + threadIdx.x;
-  const bool active = c < n;
-  const int32_t e = active ? indices[c] : -1;
-  const float p = active ? probs[c] : 0.0f;
-  if (active && (e < -1 || e >= experts))
-    recordError(err, kExpertIndex, e, c, experts, 0);
-  const bool routed = active && e >= 0 && e < experts;
-  int64_t before = 0;
-  for (int64_t t0 = 0; t0 < n; t0 += kMoeThreads) {
-    __syncthreads();
-    if (t0 + threadIdx.x < n) {
-      tileProbs[threadIdx.x] = probs[t0 + threadIdx.x];
-      tileIndices[threadIdx.x] = indices[t0 + threadIdx.x];
-    }
-    __syncthreads();
-    const int64_t m = n - t0 < kMoeThreads ? n - t0 : kMoeThreads;
-    if (routed)
-      for (int64_t j = 0; j < m; ++j)
-        before += tileIndices[j] == e &&
-                  math::moeCapacityBefore(tileProbs[j], t0 + j, p, c,
-                                          byPosition);
-  }
-  if (active) {
-    const bool keep = routed && before < capacity;
-    keptIndices[c] = keep ? e : -1;
+                                      float *keptProbs, int32_t *keptIndices) {
+  TESSERA_GRID_LOOP(i, n) {
+    const int32_t c = vals[i];
+    const int64_t e = math::moeSortKeyExpert(keys[i]);
+    const bool keep = e < experts && i - start[e] < capacity;
+    keptIndices[c] = keep ? int32_t(e) : -1;
     // A choice dropped before keeps its probability, as on the CPU.
-    keptProbs[c] = keep || e == -1 ? p : 0.0f;
+    keptProbs[c] = keep || indices[c] == -1 ? probs[c] : 0.0f;
   }
 }
 
@@ -388,17 +372,88 @@ unsigned warpBlocksFor(int64_t tokens) {
       kernel<<<blocksFor(n), kThreads, 0, stream>>>(__VA_ARGS__);              \
   } while (false)
 
+namespace {
+
+/// The choices' sort in `scratch` (moeChoiceSortBytes): keys and values
+/// in and out, the experts' first positions, then cub's storage.
+struct ChoiceSort {
+  uint64_t *keysIn = nullptr, *keysOut = nullptr;
+  int32_t *valsIn = nullptr, *valsOut = nullptr, *start = nullptr;
+  void *temp = nullptr;
+  size_t tempBytes = 0;
+  size_t totalBytes = 0;
+};
+
+size_t alignUp(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+/// The layout of the sort's scratch at `base` (null: sizes only).
+cudaError_t choiceSortLayout(char *base, int64_t n, int64_t experts,
+                             ChoiceSort &cs) {
+  size_t tempBytes = 0;
+  // Sized for the widest sort (all key bits); fewer bits need no more.
+  cudaError_t e = cub::DeviceRadixSort::SortPairs(
+      nullptr, tempBytes, static_cast<const uint64_t *>(nullptr),
+      static_cast<uint64_t *>(nullptr), static_cast<const int32_t *>(nullptr),
+      static_cast<int32_t *>(nullptr), n, 0, math::moeSortKeyEndBit(experts));
+  if (e != cudaSuccess)
+    return e;
+  const size_t keys = alignUp(size_t(n) * 8), vals = alignUp(size_t(n) * 4),
+               starts = alignUp(size_t(experts + 1) * 4);
+  size_t at = 0;
+  auto take = [&](size_t bytes) {
+    char *p = base ? base + at : nullptr;
+    at += bytes;
+    return p;
+  };
+  cs.keysIn = reinterpret_cast<uint64_t *>(take(keys));
+  cs.keysOut = reinterpret_cast<uint64_t *>(take(keys));
+  cs.valsIn = reinterpret_cast<int32_t *>(take(vals));
+  cs.valsOut = reinterpret_cast<int32_t *>(take(vals));
+  cs.start = reinterpret_cast<int32_t *>(take(starts));
+  cs.temp = take(alignUp(tempBytes));
+  cs.tempBytes = tempBytes;
+  cs.totalBytes = at;
+  return cudaSuccess;
+}
+
+/// Sorts the choices by math::moeChoiceSortKey, stably, over key bits
+/// [beginBit, end): the sorted keys and choice indices land in keysOut and
+/// valsOut.
+cudaError_t sortChoices(cudaStream_t s, const float *probs,
+                        const int32_t *indices, int64_t n, int64_t experts,
+                        bool byPosition, ChoiceSort &cs, DeviceError *err) {
+  TESSERA_MOE_LAUNCH(moeSortKeysKernel, n, s, probs, indices, n, experts,
+                     byPosition, cs.keysIn, cs.valsIn, err);
+  // By position the low 32 bits are 0: only the expert's bits are sorted.
+  return cub::DeviceRadixSort::SortPairs(
+      cs.temp, cs.tempBytes, cs.keysIn, cs.keysOut, cs.valsIn, cs.valsOut, n,
+      byPosition ? 32 : 0, math::moeSortKeyEndBit(experts), s);
+}
+
+} // namespace
+
+size_t moeChoiceSortBytes(int64_t n, int64_t experts, cudaError_t &status) {
+  ChoiceSort cs;
+  status = choiceSortLayout(nullptr, n, experts, cs);
+  return status == cudaSuccess ? cs.totalBytes : 0;
+}
+
 cudaError_t launchMoeRows(cudaStream_t s, const int32_t *indices, int64_t n,
                           int64_t experts, int32_t *counts, int32_t *rowOf,
-                          DeviceError *err) {
+                          void *sortScratch, DeviceError *err) {
   cudaError_t e = cudaMemsetAsync(counts, 0, size_t(experts) * 4, s);
   if (e != cudaSuccess || n == 0)
     return e;
   TESSERA_MOE_LAUNCH(moeCountKernel, n, s, indices, n, experts, counts, rowOf,
                      true, err);
-  if (experts > 0)
-    moeRowsKernel<<<unsigned(experts), kMoeThreads, 0, s>>>(
-        indices, n, experts, counts, rowOf);
+  ChoiceSort cs;
+  if ((e = choiceSortLayout(static_cast<char *>(sortScratch), n, experts,
+                            cs)) != cudaSuccess ||
+      (e = sortChoices(s, nullptr, indices, n, experts, true, cs, nullptr)) !=
+          cudaSuccess)
+    return e;
+  TESSERA_MOE_LAUNCH(moeRowsFromSortKernel, n, s, cs.keysOut, cs.valsOut, n,
+                     experts, rowOf);
   return cudaGetLastError();
 }
 
@@ -515,12 +570,21 @@ cudaError_t launchMoeCapacityDrop(cudaStream_t s, const float *probs,
                                   const int32_t *indices, float *keptProbs,
                                   int32_t *keptIndices, int64_t n,
                                   int64_t experts, int64_t capacity,
-                                  bool byPosition, DeviceError *err) {
-  if (n > 0)
-    moeCapacityDropKernel<<<unsigned((n + kMoeThreads - 1) / kMoeThreads),
-                            kMoeThreads, 0, s>>>(probs, indices, keptProbs,
-                                                 keptIndices, n, experts,
-                                                 capacity, byPosition, err);
+                                  bool byPosition, void *sortScratch,
+                                  DeviceError *err) {
+  if (n == 0)
+    return cudaSuccess;
+  ChoiceSort cs;
+  cudaError_t e;
+  if ((e = choiceSortLayout(static_cast<char *>(sortScratch), n, experts,
+                            cs)) != cudaSuccess ||
+      (e = sortChoices(s, probs, indices, n, experts, byPosition, cs, err)) !=
+          cudaSuccess)
+    return e;
+  TESSERA_MOE_LAUNCH(moeExpertStartKernel, n, s, cs.keysOut, n, cs.start);
+  TESSERA_MOE_LAUNCH(moeCapacityKeepKernel, n, s, cs.keysOut, cs.valsOut,
+                     cs.start, probs, indices, n, experts, capacity, keptProbs,
+                     keptIndices);
   return cudaGetLastError();
 }
 

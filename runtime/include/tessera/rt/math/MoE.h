@@ -77,9 +77,9 @@ TESSERA_HD bool moeCapacityBefore(float pa, int64_t a, float pb, int64_t b,
 
 /// Whether routing choice c of `n` keeps its expert under `capacity`: fewer
 /// than `capacity` choices of its expert go before it. A dropped choice
-/// (index -1) keeps nothing. O(n): the definition, which the CUDA kernel
-/// evaluates in shared-memory tiles and the CPU backend by sorting each
-/// expert's choices.
+/// (index -1) keeps nothing. O(n): the definition, which the CPU backend
+/// evaluates by sorting each expert's choices and the CUDA backend by one
+/// radix sort of moeChoiceSortKey.
 TESSERA_HD bool moeCapacityKeeps(const float *probs, const int32_t *indices,
                                  int64_t n, int64_t c, int64_t capacity,
                                  bool byPosition) {
@@ -91,6 +91,44 @@ TESSERA_HD bool moeCapacityKeeps(const float *probs, const int32_t *indices,
     before += indices[o] == e &&
               moeCapacityBefore(probs[o], o, probs[c], c, byPosition);
   return before < capacity;
+}
+
+/// The routing choices in expert order by one stable sort (the CUDA
+/// backend's row map and expert capacity): a 64-bit key per choice whose
+/// ascending order puts each expert's choices together, in
+/// moeCapacityBefore's order, when ties keep the choices' order. The
+/// expert is the high 32 bits (`experts` for a choice routed nowhere: -1,
+/// or an index out of range, so those sort last); by position the low
+/// bits are 0 and the stable sort keeps token order; by probability they
+/// are the probability's bits mapped so that a larger probability sorts
+/// first (the usual order-preserving map of IEEE floats, inverted; -0
+/// taken as +0, which compares equal to it). Probabilities are a softmax's,
+/// never NaN.
+TESSERA_HD uint64_t moeChoiceSortKey(float prob, int32_t expert,
+                                     int64_t experts, bool byPosition) {
+  const uint64_t high = expert < 0 || expert >= experts ? uint64_t(experts)
+                                                        : uint64_t(expert);
+  uint32_t low = 0;
+  if (!byPosition) {
+    const uint32_t bits = floatBits(prob == 0.0f ? 0.0f : prob);
+    const uint32_t ascending =
+        (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+    low = ~ascending;
+  }
+  return (high << 32) | low;
+}
+
+/// The expert of a sorted moeChoiceSortKey (`experts` for none).
+TESSERA_HD int64_t moeSortKeyExpert(uint64_t key) { return int64_t(key >> 32); }
+
+/// The bits a radix sort of moeChoiceSortKey over `experts` must look at,
+/// from bit `begin` (32 by position: the low bits are 0) to `end` (the
+/// high word up to `experts` itself).
+TESSERA_HD int moeSortKeyEndBit(int64_t experts) {
+  int bits = 1;
+  while ((uint64_t(1) << bits) <= uint64_t(experts))
+    ++bits;
+  return 32 + bits;
 }
 
 } // namespace tessera::rt::math
