@@ -14,6 +14,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "dialects/dist/IR/DistOps.h"
 #include "dialects/nn/Transforms/Passes.h"
 #include "tessera/Support/Model.h"
 
@@ -124,6 +125,36 @@ struct MixedPrecisionPass
     return arg;
   }
 
+  /// The parameter behind a GEMM operand: the f32 cast of one, or that
+  /// cast entering a tensor-parallel region (dist.copy_to_region, which
+  /// tp-partition puts on a parameter that ops on sequence shards read:
+  /// the MoE router's and the unsplit experts' weights, whose gradients
+  /// then sum over tp).
+  static BlockArgument paramOf(Value v) {
+    if (auto copy = v.getDefiningOp<dist::CopyToRegionOp>())
+      return castParam(copy.getInput());
+    return castParam(v);
+  }
+
+  /// The bf16 form of GEMM operand `v`, which paramOf says reads a
+  /// parameter: the parameter itself, or (one per region entry) the bf16
+  /// parameter entering the same region.
+  static Value bf16Param(OpBuilder &b, Value v,
+                         DenseMap<Operation *, Value> &entries) {
+    auto copy = v.getDefiningOp<dist::CopyToRegionOp>();
+    if (!copy)
+      return castParam(v);
+    Value &entry = entries[copy];
+    if (!entry) {
+      b.setInsertionPoint(copy);
+      BlockArgument param = castParam(copy.getInput());
+      entry = dist::CopyToRegionOp::create(b, copy.getLoc(), param.getType(),
+                                           param, copy.getMeshAttr(),
+                                           copy.getGroupAttr());
+    }
+    return entry;
+  }
+
   /// The operands of `op`'s product, if it is a GEMM (nn.linear,
   /// nn.matmul, the experts' nn.grouped_linear).
   static std::optional<std::pair<unsigned, unsigned>> gemmOperands(Operation &op) {
@@ -144,18 +175,19 @@ struct MixedPrecisionPass
     Block &entry = f.getBody().front();
     OpBuilder b(f.getContext());
     DenseMap<Value, Value> narrowed;
+    DenseMap<Operation *, Value> entries;
     SmallVector<CastOp> paramCasts;
     for (Operation &op : llvm::make_early_inc_range(entry)) {
       if (auto c = dyn_cast<CastOp>(op); c && castParam(c.getResult()))
         paramCasts.push_back(c);
       std::optional<std::pair<unsigned, unsigned>> gemm = gemmOperands(op);
-      if (!gemm || (!castParam(op.getOperand(gemm->first)) &&
-                    !castParam(op.getOperand(gemm->second))))
+      if (!gemm || (!paramOf(op.getOperand(gemm->first)) &&
+                    !paramOf(op.getOperand(gemm->second))))
         continue;
       for (unsigned i : {gemm->first, gemm->second}) {
         Value v = op.getOperand(i);
-        if (BlockArgument param = castParam(v)) {
-          op.setOperand(i, param);
+        if (paramOf(v)) {
+          op.setOperand(i, bf16Param(b, v, entries));
           continue;
         }
         Value &low = narrowed[v];
@@ -172,6 +204,10 @@ struct MixedPrecisionPass
         op.setOperand(i, low);
       }
     }
+    // The f32 region entries and casts left without readers go.
+    for (auto &[copy, bf16] : entries)
+      if (copy->use_empty())
+        copy->erase();
     for (CastOp c : paramCasts)
       if (c->use_empty())
         c.erase();

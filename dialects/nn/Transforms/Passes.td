@@ -26,7 +26,8 @@ def MixedPrecisionPass : Pass<"tessera-mixed-precision", "mlir::ModuleOp"> {
   let description = [{
     Every f32 parameter of the model (of each pipeline chunk after
     tessera-pp-split) becomes a bf16 argument. With `gemm-dtype=bf16` (the
-    default) every nn.linear and nn.matmul that reads a parameter reads it
+    default) every nn.linear, nn.matmul and nn.grouped_linear that reads a
+    parameter (or a parameter entering a tensor-parallel region) reads it
     as it is, its other operand cast to bf16 right before it, and
     accumulates in f32 (Megatron's bf16 GEMMs); every other reader gets the
     parameter cast to f32 once, before the first of them. With

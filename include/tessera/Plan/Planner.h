@@ -125,8 +125,9 @@ struct PlanOptions {
   /// overlapped with the backward, in fp32).
   bool overlapGradReduce = true, gradReduceBf16 = false;
   /// Bytes of an activation element: 4, Tessera's (activations, and so
-  /// the tp, cp and pipeline transfers, are fp32 even under bf16), or 2 to
-  /// model a runtime that keeps them in 16 bits as Megatron does.
+  /// the tp, cp and pipeline transfers, are fp32 even under bf16, but for
+  /// the bf16 copies the GEMMs read), or 2 to model a runtime that keeps
+  /// them all in 16 bits as Megatron does.
   double activationBytes = 4;
   /// What-ifs: overlaps Megatron has and Tessera's runtime does not (the
   /// planned flags cannot ask for them): the distributed optimizer's

@@ -41,8 +41,9 @@ struct Thunk {
   float alpha = 1.0f, beta = 0.0f;
   float f[5] = {};
   Communicator *comm = nullptr;
-  /// Collectives and Send/Recv: the element type; Fill, Scale, Axpy and
-  /// Gemm (its A and B): BF16 selects the bf16 kernel.
+  /// Collectives and Send/Recv: the element type; Fill, Scale, Axpy, Gemm
+  /// and GroupedLinear(Grad) (their float inputs): BF16 selects the bf16
+  /// kernel.
   ElementType type = ElementType::F32;
   ReduceKind reduce = ReduceKind::Sum;
   int event = -1;

@@ -300,7 +300,10 @@ CudaBackend::cachedGemm(const GemmPlan &plan, const uint32_t align[3]) {
   TESSERA_RETURN_IF_ERROR(st);
   if (found == 0)
     return unimplemented("cuBLASLt has no algorithm for the GEMM m=", plan.m,
-                         " n=", plan.n, " k=", plan.k, " batch=", plan.batch);
+                         " n=", plan.n, " k=", plan.k, " batch=", plan.batch,
+                         plan.bf16Inputs ? " (bf16 A and B)" : " (f32)",
+                         " with operands aligned to ", align[0], ", ",
+                         align[1], " and ", align[2], " bytes");
   entry->algo = result.algo;
   CachedGemm *raw = entry.get();
   gemms.emplace(key, std::move(entry));
@@ -831,8 +834,8 @@ Status CudaBackend::ringAttentionGradStep(const float *qkv, const float *o,
 //===----------------------------------------------------------------------===//
 // Mixture of experts (MoEKernels.cu). The row map (each routing choice's
 // row in expert order) is rebuilt by every kernel that needs it, from the
-// indices, as the CPU backend does: two small kernels, no state between
-// instructions.
+// indices, as the CPU backend does (counts, sort keys, one radix sort and
+// the rows), with no state between instructions.
 //===----------------------------------------------------------------------===//
 
 StatusOr<CudaBackend::MoeRowMap>

@@ -389,14 +389,20 @@ size_t alignUp(size_t bytes) { return (bytes + 255) / 256 * 256; }
 /// The layout of the sort's scratch at `base` (null: sizes only).
 cudaError_t choiceSortLayout(char *base, int64_t n, int64_t experts,
                              ChoiceSort &cs) {
+  // Sized for both sorts that use it (all key bits, and the expert bits
+  // alone), whichever needs more.
   size_t tempBytes = 0;
-  // Sized for the widest sort (all key bits); fewer bits need no more.
-  cudaError_t e = cub::DeviceRadixSort::SortPairs(
-      nullptr, tempBytes, static_cast<const uint64_t *>(nullptr),
-      static_cast<uint64_t *>(nullptr), static_cast<const int32_t *>(nullptr),
-      static_cast<int32_t *>(nullptr), n, 0, math::moeSortKeyEndBit(experts));
-  if (e != cudaSuccess)
-    return e;
+  for (int begin : {0, 32}) {
+    size_t bytes = 0;
+    cudaError_t e = cub::DeviceRadixSort::SortPairs(
+        nullptr, bytes, static_cast<const uint64_t *>(nullptr),
+        static_cast<uint64_t *>(nullptr),
+        static_cast<const int32_t *>(nullptr), static_cast<int32_t *>(nullptr),
+        n, begin, math::moeSortKeyEndBit(experts));
+    if (e != cudaSuccess)
+      return e;
+    tempBytes = bytes > tempBytes ? bytes : tempBytes;
+  }
   const size_t keys = alignUp(size_t(n) * 8), vals = alignUp(size_t(n) * 4),
                starts = alignUp(size_t(experts + 1) * 4);
   size_t at = 0;
