@@ -28,6 +28,10 @@ tessera::checkTrainPipelineOptions(const TrainPipelineOptions &options) {
     return "--gemm-dtype needs --bf16 (without it every GEMM is f32)";
   if (options.gemmDtype != "bf16" && options.gemmDtype != "f32")
     return "--gemm-dtype must be bf16 or f32, got '" + options.gemmDtype + "'";
+  if (!options.moeRouterDtype.empty() && options.moeRouterDtype != "fp32")
+    return "--moe-router-dtype must be fp32 (the router's GEMM is otherwise "
+           "in the GEMM dtype), got '" +
+           options.moeRouterDtype + "'";
   return "";
 }
 
@@ -69,6 +73,7 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
     mp.paramsDtype = "bf16";
     mp.gradReduceInFp32 = options.gradReduceInFp32 && !options.gradReduceInBf16;
     mp.gemmDtype = options.gemmDtype;
+    mp.moeRouterDtype = options.moeRouterDtype;
     pm.addPass(nn::createMixedPrecisionPass(mp));
   }
 

@@ -1,6 +1,9 @@
 // RUN: tessera-gen gpt --layers 1 --hidden 16 --heads 2 --vocab 257 --seq 4 --num-experts 3 --moe-router-topk 2 -o %t.mlir
 // RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2" --tessera-set-batch="micro-batch-size=2" --tessera-pad-vocab --tessera-tp-partition="sequence-parallel=true" --tessera-mixed-precision | FileCheck %s
 // RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2" --tessera-set-batch="micro-batch-size=2" --tessera-pad-vocab --tessera-tp-partition="sequence-parallel=true" --tessera-mixed-precision --tessera-autodiff | FileCheck %s --check-prefix=GRAD
+// RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2" --tessera-set-batch="micro-batch-size=2" --tessera-pad-vocab --tessera-tp-partition="sequence-parallel=true" --tessera-mixed-precision=moe-router-dtype=fp32 | FileCheck %s --check-prefix=ROUTER32
+// RUN: echo 'module {}' | not tessera-opt --tessera-mixed-precision=moe-router-dtype=fp64 2>&1 | FileCheck %s --check-prefix=FP64
+// RUN: not tessera-compile %t.mlir --bf16 --moe-router-dtype bf16 --micro-batch-size 2 -o %t.tsr 2>&1 | FileCheck %s --check-prefix=FLAG
 
 // bf16 GEMMs on sequence shards: tp-partition makes the router's and the
 // (unsplit) experts' weights enter the tensor-parallel region
@@ -28,3 +31,14 @@
 // GRAD: %{{.*}}, %[[DW1:.*]] = nn.grouped_linear_grad {{.*}} : tensor<8x16xbf16>, tensor<3xi32>, tensor<3x64x16xbf16>, tensor<8x64xbf16>
 // GRAD-NEXT: dist.all_reduce %[[DW1]] on @mesh "tp" : tensor<3x64x16xf32>
 // GRAD: dist.all_reduce %{{.*}} on @mesh "tp" : tensor<3x16xf32>
+
+// With moe-router-dtype=fp32 (Megatron's --moe-router-dtype fp32) the
+// router's GEMM stays in f32: the f32 weight enters the region and the
+// linear reads f32 hidden states; the experts' GEMMs are still bf16.
+// ROUTER32: %[[R32:.*]] = nn.cast %[[ROUTER:[^ ]*]] : tensor<3x16xbf16> to tensor<3x16xf32>
+// ROUTER32-NEXT: %[[R:.*]] = dist.copy_to_region %[[R32]] on @mesh "tp" : tensor<3x16xf32>
+// ROUTER32: %[[LOGITS:.*]] = nn.linear %{{.*}}, %[[R]] {nn.layer = 0 : i64} : (tensor<2x2x16xf32>, tensor<3x16xf32>) -> tensor<2x2x3xf32>
+// ROUTER32-NEXT: nn.moe_router %[[LOGITS]]
+// ROUTER32: nn.grouped_linear {{.*}} : (tensor<8x16xbf16>, tensor<3xi32>, tensor<3x64x16xbf16>) -> tensor<8x64xf32>
+// FP64: error: unsupported moe-router-dtype 'fp64' (expected fp32; the router's GEMM is otherwise in the gemm-dtype)
+// FLAG: tessera-compile: error: --moe-router-dtype must be fp32 (the router's GEMM is otherwise in the GEMM dtype), got 'bf16'

@@ -55,6 +55,13 @@ struct MixedPrecisionPass
                                << "' (expected f32 or bf16)";
       return signalPassFailure();
     }
+    if (!moeRouterDtype.empty() && moeRouterDtype != "fp32") {
+      emitError(root.getLoc())
+          << "unsupported moe-router-dtype '" << std::string(moeRouterDtype)
+          << "' (expected fp32; the router's GEMM is otherwise in the "
+             "gemm-dtype)";
+      return signalPassFailure();
+    }
     Builder b(root.getContext());
     Type bf16 = b.getBF16Type();
     for (ModuleOp program : getPrograms(root))
@@ -67,7 +74,7 @@ struct MixedPrecisionPass
         if (failed(convert(f, bf16)))
           return signalPassFailure();
         if (*gemm == FloatDtype::BF16)
-          gemmsInBf16(f);
+          gemmsInBf16(f, /*routerInF32=*/moeRouterDtype == "fp32");
       }
     std::string params = paramsDtype;
     std::string grads =
@@ -165,11 +172,20 @@ struct MixedPrecisionPass
     return std::nullopt;
   }
 
+  /// Whether `op` is an MoE router's GEMM: a linear whose logits
+  /// nn.moe_router reads.
+  static bool isRouterGemm(Operation &op) {
+    return isa<LinearOp>(op) &&
+           llvm::any_of(op.getResult(0).getUsers(),
+                        [](Operation *u) { return isa<MoERouterOp>(u); });
+  }
+
   /// bf16 GEMMs: a GEMM reading a parameter takes the bf16 parameter itself
   /// and its other operand cast to bf16 (one cast per value, right before
   /// its first such reader, in that reader's layer); casts of parameters
-  /// left without readers go.
-  static void gemmsInBf16(func::FuncOp f) {
+  /// left without readers go. With `routerInF32` the MoE routers' GEMMs
+  /// stay as they are (Megatron's --moe-router-dtype fp32).
+  static void gemmsInBf16(func::FuncOp f, bool routerInF32) {
     if (f.isExternal())
       return;
     Block &entry = f.getBody().front();
@@ -182,7 +198,8 @@ struct MixedPrecisionPass
         paramCasts.push_back(c);
       std::optional<std::pair<unsigned, unsigned>> gemm = gemmOperands(op);
       if (!gemm || (!paramOf(op.getOperand(gemm->first)) &&
-                    !paramOf(op.getOperand(gemm->second))))
+                    !paramOf(op.getOperand(gemm->second))) ||
+          (routerInF32 && isRouterGemm(op)))
         continue;
       for (unsigned i : {gemm->first, gemm->second}) {
         Value v = op.getOperand(i);

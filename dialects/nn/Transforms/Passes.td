@@ -47,7 +47,11 @@ def MixedPrecisionPass : Pass<"tessera-mixed-precision", "mlir::ModuleOp"> {
            "accumulate and reduce gradients in f32 (else in the param dtype)">,
     Option<"gemmDtype", "gemm-dtype", "std::string", "\"bf16\"",
            "operand dtype of the GEMMs that read parameters: bf16 (f32 "
-           "accumulation) or f32">
+           "accumulation) or f32">,
+    Option<"moeRouterDtype", "moe-router-dtype", "std::string", "\"\"",
+           "the MoE router's GEMM (the linear whose logits nn.moe_router "
+           "reads): fp32 keeps it in f32 under bf16 GEMMs (Megatron's "
+           "--moe-router-dtype); empty: as the other GEMMs">
   ];
 }
 

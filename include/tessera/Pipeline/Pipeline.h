@@ -138,6 +138,14 @@ public:
                      "f32 computation throughout)"),
       llvm::cl::init(nn::MixedPrecisionPassOptions().gemmDtype),
       onCommandLine};
+  Option<std::string> moeRouterDtype{
+      *this, "moe-router-dtype",
+      llvm::cl::desc("with --bf16: fp32 computes the MoE router's GEMM in "
+                     "f32 (Megatron's --moe-router-dtype fp32), so that "
+                     "routing does not turn on bf16 rounding; by default it "
+                     "is in the GEMM dtype"),
+      llvm::cl::init(nn::MixedPrecisionPassOptions().moeRouterDtype),
+      onCommandLine};
   Option<bool> gradReduceInFp32{
       *this, "grad-reduce-in-fp32",
       llvm::cl::desc("with --bf16: accumulate and reduce gradients in f32 "
