@@ -21,6 +21,7 @@ a test. Prints one JSON object.
 usage: bench/gpu_step.py [--build build] [--steps 10] [--warmup 3]
            [--sizes 1024:16:4,2048:16:4] [--seq 1024] [--micro-batch 8]
            [--peak-tflops 989] [--precisions fp32,bf16]
+           [--prepare DIR | --artifacts DIR]
 """
 import argparse
 import json
@@ -54,31 +55,53 @@ def main():
                     help="fp32 and/or bf16 (tessera-compile --bf16)")
     ap.add_argument("--text", default=os.path.join(REPO, "examples", "data",
                                                    "northanger_abbey_vol1.txt"))
+    ap.add_argument("--prepare", metavar="DIR",
+                    help="only compile the artifacts and the data into DIR "
+                         "(for a GPU machine without the compiler: "
+                         "scripts/gpu-kit.sh)")
+    ap.add_argument("--artifacts", metavar="DIR",
+                    help="use DIR's artifacts and data (from --prepare): "
+                         "needs only tessera-run")
     args = ap.parse_args()
     bindir = os.path.join(args.build, "bin")
     tool = lambda name: os.path.join(bindir, name)
-    result = {"benchmark": "gpu_step", "seq": args.seq,
-              "micro_batch": args.micro_batch, "peak_tflops": args.peak_tflops,
-              "configs": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        data = os.path.join(tmp, "austen")
-        run([tool("tessera-preprocess"), "--input", args.text, "--output-prefix",
-             data, "--append-eod"])
-        configs = [(size, precision) for size in args.sizes.split(",")
-                   for precision in args.precisions.split(",")]
-        for size, precision in configs:
-            hidden, heads, layers = (int(x) for x in size.split(":"))
+    configs = []
+    for size in args.sizes.split(","):
+        for precision in args.precisions.split(","):
             if precision not in ("fp32", "bf16"):
                 raise SystemExit(f"--precisions: unknown precision '{precision}'")
-            mlir = os.path.join(tmp, f"gpt{hidden}.mlir")
-            art = os.path.join(tmp, f"gpt{hidden}-{precision}.tsr")
+            hidden, heads, layers = (int(x) for x in size.split(":"))
+            configs.append((hidden, heads, layers, precision))
+    artifact = lambda d, hidden, precision: os.path.join(
+        d, f"gpt{hidden}-{precision}.tsr")
+
+    def prepare(d):
+        os.makedirs(d, exist_ok=True)
+        run([tool("tessera-preprocess"), "--input", args.text, "--output-prefix",
+             os.path.join(d, "austen"), "--append-eod"])
+        for hidden, heads, layers, precision in configs:
+            mlir = os.path.join(d, f"gpt{hidden}.mlir")
             run([tool("tessera-gen"), "gpt", "--layers", str(layers), "--hidden",
                  str(hidden), "--heads", str(heads), "--vocab", str(VOCAB),
                  "--seq", str(args.seq), "-o", mlir])
             run([tool("tessera-compile"), mlir, "--micro-batch-size",
                  str(args.micro_batch), "--global-batch-size",
-                 str(args.micro_batch), "-o", art] +
+                 str(args.micro_batch), "-o", artifact(d, hidden, precision)] +
                 (["--bf16"] if precision == "bf16" else []))
+
+    if args.prepare:
+        prepare(args.prepare)
+        return
+    result = {"benchmark": "gpu_step", "seq": args.seq,
+              "micro_batch": args.micro_batch, "peak_tflops": args.peak_tflops,
+              "configs": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        d = args.artifacts or tmp
+        if not args.artifacts:
+            prepare(d)
+        data = os.path.join(d, "austen")
+        for hidden, heads, layers, precision in configs:
+            art = artifact(d, hidden, precision)
             entry = {"hidden": hidden, "heads": heads, "layers": layers,
                      "precision": precision}
             steps = args.warmup + args.steps
@@ -116,7 +139,6 @@ def main():
                                  sorted(kernels.items(), key=lambda kv: -kv[1])[:8]}
             result["configs"].append(entry)
     print(json.dumps(result, indent=1))
-
 
 if __name__ == "__main__":
     main()
