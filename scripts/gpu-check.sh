@@ -39,7 +39,8 @@ cuda=""
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
   $(python3 -c 'import glob, site, sys
 for p in site.getsitepackages() + [site.getusersitepackages()] + sys.path:
-    for d in glob.glob(p + "/nvidia/*/lib"): print(d)' 2>/dev/null | sort -u); do
+    for d in glob.glob(p + "/nvidia/*/lib") + glob.glob(p + "/nvidia/*/*/lib"):
+        print(d)' 2>/dev/null | sort -u); do
   [[ -d $d ]] && cuda=$cuda:$d
 done
 export LD_LIBRARY_PATH=$kit/lib$cuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
