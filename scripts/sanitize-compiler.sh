@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The compiler tools (tessera-opt, tessera-compile, tessera-gen,
-# tessera-translate) and
+# tessera-translate, tessera-plan) and
 # tessera-run / tessera-preprocess built with AddressSanitizer and
 # UndefinedBehaviorSanitizer into build-asan-compiler/, then the whole lit
 # suite run with them (dialect, pass and error tests and the end-to-end
@@ -24,7 +24,7 @@ if [ ! -f $B/build.ninja ]; then
     "-DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=address,undefined"
 fi
 cmake --build $B -j2 --target tessera-opt tessera-compile tessera-gen tessera-translate \
-  tessera-run tessera-preprocess
+  tessera-plan tessera-run tessera-preprocess
 ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   /usr/lib/llvm-22/bin/lit -sv "$@" $B/test
