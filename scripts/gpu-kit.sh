@@ -16,7 +16,8 @@
 # scripts/gpu-check.sh runs the checks from it there.
 #
 # usage: scripts/gpu-kit.sh [BUILD_DIR] [KIT_DIR]   (default: build .gpu-kit)
-# makes KIT_DIR and KIT_DIR.tar.xz, which is what a GPU machine is sent.
+# makes KIT_DIR and KIT_DIR.tar.xz, which is what a GPU machine is sent
+# (GPU_KIT_PACK=0: the directory only).
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:-$src/build}" && pwd)
@@ -85,5 +86,9 @@ rm -f "$kit"/cuda-vs-cpu/*.mlir "$kit"/gpu-step/*.mlir
 
 # What travels: the device tool carries at most 64 MiB with the tree, and
 # OpenBLAS alone is 36 MB; xz makes the whole kit about 10 MB.
+if [[ ${GPU_KIT_PACK:-1} == 0 ]]; then
+  echo "gpu-kit: $kit ($(du -sh "$kit" | cut -f1)), not packed"
+  exit 0
+fi
 tar -C "$(dirname "$kit")" -cJf "$kit.tar.xz" "$(basename "$kit")"
 echo "gpu-kit: $kit ($(du -sh "$kit" | cut -f1)), packed as $kit.tar.xz ($(du -sh "$kit.tar.xz" | cut -f1))"
