@@ -328,14 +328,8 @@ LogicalResult GroupedLinearOp::buildAdjoint(OpBuilder &b,
   if (!resultAdj[0])
     return success();
   // bf16 GEMMs: dy rounded to bf16 for both products, as nn.linear's rule.
-  Value dy = resultAdj[0];
-  Type element = getWeight().getType().getElementType();
-  if (!element.isF32())
-    dy = CastOp::create(
-        b, getLoc(),
-        RankedTensorType::get(cast<RankedTensorType>(dy.getType()).getShape(),
-                              element),
-        dy);
+  Value dy = castElements(b, getLoc(), resultAdj[0],
+                          getWeight().getType().getElementType());
   auto grad = GroupedLinearGradOp::create(b, getLoc(), getInput(), getCounts(),
                                           getWeight(), dy);
   if (needed[0])

@@ -117,6 +117,15 @@ LogicalResult LinearOp::inferReturnTypes(MLIRContext *ctx,
   return success();
 }
 
+Value tessera::nn::castElements(OpBuilder &b, Location loc, Value v,
+                                Type element) {
+  auto t = cast<RankedTensorType>(v.getType());
+  if (t.getElementType() == element)
+    return v;
+  return CastOp::create(b, loc, RankedTensorType::get(t.getShape(), element),
+                        v);
+}
+
 LogicalResult tessera::nn::verifyGemmOperands(Operation *op, Type a, Type b) {
   Type ea = cast<RankedTensorType>(a).getElementType();
   Type eb = cast<RankedTensorType>(b).getElementType();
@@ -153,13 +162,10 @@ LogicalResult LinearOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
   // bf16 GEMMs: the backward's products take dy rounded to bf16 too
   // (Megatron's dgrad and wgrad GEMMs on bf16 tensors), accumulating in f32
   // (the wgrad into fp32 main_grad); the bias gradient sums dy itself.
-  Value gemmDy = dy;
-  Type element = getWeight().getType().getElementType();
-  if ((needed[0] || needed[1]) && !element.isF32()) {
-    auto t = cast<RankedTensorType>(dy.getType());
-    gemmDy = CastOp::create(
-        b, loc, RankedTensorType::get(t.getShape(), element), dy);
-  }
+  Value gemmDy =
+      needed[0] || needed[1]
+          ? castElements(b, loc, dy, getWeight().getType().getElementType())
+          : dy;
   if (needed[0]) // dx = dy @ W
     adj[0] = MatmulOp::create(b, loc, gemmDy, getWeight(), false, false);
   if (needed[1]) // dW = dy^T @ x
@@ -359,14 +365,8 @@ LogicalResult CastOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
   // Adjoints are f32 whatever the value's dtype: the input's adjoint is
   // the result's, widened if it arrived in bf16.
   adj.assign(1, Value());
-  if (!needed[0])
-    return success();
-  Value dy = resultAdj[0];
-  auto t = cast<RankedTensorType>(dy.getType());
-  if (!t.getElementType().isF32())
-    dy = CastOp::create(
-        b, getLoc(), RankedTensorType::get(t.getShape(), b.getF32Type()), dy);
-  adj[0] = dy;
+  if (needed[0])
+    adj[0] = castElements(b, getLoc(), resultAdj[0], b.getF32Type());
   return success();
 }
 

@@ -25,6 +25,10 @@ namespace tessera::nn {
 /// error on `op` otherwise.
 mlir::LogicalResult verifyGemmOperands(mlir::Operation *op, mlir::Type a,
                                        mlir::Type b);
+/// `v` with elements of type `element`: `v` itself when they already are,
+/// else an nn.cast of it (mixed precision's one conversion).
+mlir::Value castElements(mlir::OpBuilder &b, mlir::Location loc, mlir::Value v,
+                         mlir::Type element);
 } // namespace tessera::nn
 
 #endif // TESSERA_DIALECTS_NN_IR_NNOPS_H

@@ -221,8 +221,8 @@ LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
     RankedTensorType type = gradTypeOf(p);
     if (!g) // unused parameter: zero gradient
       g = FillOp::create(b, p.getLoc(), type, b.getF32FloatAttr(0));
-    else if (g.getType() != type)
-      g = CastOp::create(b, p.getLoc(), type, g);
+    else
+      g = castElements(b, p.getLoc(), g, type.getElementType());
     grads.push_back(g);
   }
   // Gradients of received values go back to the previous stage last.

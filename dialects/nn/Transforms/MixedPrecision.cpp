@@ -210,13 +210,9 @@ struct MixedPrecisionPass
         Value &low = narrowed[v];
         if (!low) {
           b.setInsertionPoint(&op);
-          auto t = cast<RankedTensorType>(v.getType());
-          auto c = CastOp::create(
-              b, op.getLoc(),
-              RankedTensorType::get(t.getShape(), b.getBF16Type()), v);
+          low = castElements(b, op.getLoc(), v, b.getBF16Type());
           if (Attribute layer = op.getAttr(kLayerAttr))
-            c->setAttr(kLayerAttr, layer);
-          low = c.getResult();
+            low.getDefiningOp()->setAttr(kLayerAttr, layer);
         }
         op.setOperand(i, low);
       }

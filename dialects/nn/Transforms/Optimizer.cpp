@@ -166,11 +166,7 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
     auto isMixed = [](Type t) {
       return !cast<RankedTensorType>(t).getElementType().isF32();
     };
-    auto toF32 = [&](Value v) -> Value {
-      if (!isMixed(v.getType()))
-        return v;
-      return CastOp::create(b, loc, withElement(v.getType(), b.getF32Type()), v);
-    };
+    auto toF32 = [&](Value v) { return castElements(b, loc, v, b.getF32Type()); };
     SmallVector<MainInit> mainInits;
     for (unsigned i = 0; i < numResults; ++i) {
       Value grad = ret.getOperand(i);

@@ -35,17 +35,13 @@ namespace tessera::rt::cuda {
 namespace {
 
 /// counts[e] += the choices routed to e; an index outside [0, experts)
-/// (other than -1 when `allowDropped`) is recorded. With a row map, a
-/// choice without a row (dropped or invalid) gets -1 in it.
+/// (other than -1 when `allowDropped`) is recorded.
 __global__ void moeCountKernel(const int32_t *indices, int64_t n,
                                int64_t experts, int32_t *counts,
-                               int32_t *rowOf, bool allowDropped,
-                               DeviceError *err) {
+                               bool allowDropped, DeviceError *err) {
   TESSERA_GRID_LOOP(c, n) {
     const int32_t e = indices[c];
     if (e < 0 || e >= experts) {
-      if (rowOf)
-        rowOf[c] = -1;
       if (e != -1 || !allowDropped)
         recordError(err, kExpertIndex, e, c, experts, 0);
       continue;
@@ -450,8 +446,8 @@ cudaError_t launchMoeRows(cudaStream_t s, const int32_t *indices, int64_t n,
   cudaError_t e = cudaMemsetAsync(counts, 0, size_t(experts) * 4, s);
   if (e != cudaSuccess || n == 0)
     return e;
-  TESSERA_MOE_LAUNCH(moeCountKernel, n, s, indices, n, experts, counts, rowOf,
-                     true, err);
+  TESSERA_MOE_LAUNCH(moeCountKernel, n, s, indices, n, experts, counts, true,
+                     err);
   ChoiceSort cs;
   if ((e = choiceSortLayout(static_cast<char *>(sortScratch), n, experts,
                             cs)) != cudaSuccess ||
@@ -533,8 +529,8 @@ cudaError_t launchMoeAuxCounts(cudaStream_t s, const int32_t *indices,
   cudaError_t e = cudaMemsetAsync(counts, 0, size_t(experts) * 4, s);
   if (e != cudaSuccess)
     return e;
-  TESSERA_MOE_LAUNCH(moeCountKernel, n, s, indices, n, experts, counts,
-                     static_cast<int32_t *>(nullptr), false, err);
+  TESSERA_MOE_LAUNCH(moeCountKernel, n, s, indices, n, experts, counts, false,
+                     err);
   return cudaGetLastError();
 }
 
