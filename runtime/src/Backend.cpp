@@ -58,9 +58,14 @@ BackendRegistry &BackendRegistry::global() {
 }
 
 void BackendRegistry::registerBackend(const std::string &name,
-                                      BackendFactory factory) {
+                                      BackendFactory factory,
+                                      BackendProbe probe) {
   std::lock_guard<std::mutex> lock(mutex);
   factories[name] = std::move(factory);
+  if (probe)
+    probes[name] = std::move(probe);
+  else
+    probes.erase(name);
 }
 
 bool BackendRegistry::contains(const std::string &name) const {
@@ -99,34 +104,50 @@ static std::string executableDir() {
   return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
+Status BackendRegistry::ensureRegistered(const std::string &name) {
+  if (contains(name))
+    return Status();
+  std::string lib = "libTesseraBackend_" + name + ".so";
+  std::string dir = executableDir();
+  std::string errors;
+  for (const std::string &candidate :
+       {lib, dir + "/" + lib, dir + "/../lib/" + lib}) {
+    Status st = loadPlugin(candidate);
+    if (st.ok() && contains(name))
+      return Status();
+    errors += "\n  " + st.message();
+  }
+  std::string known;
+  for (auto &n : names())
+    known += (known.empty() ? "" : ", ") + n;
+  return notFound("unknown backend '", name, "' (available: ", known,
+                  "); plugin search:", errors);
+}
+
 StatusOr<std::unique_ptr<Backend>>
 BackendRegistry::create(const std::string &name,
                         const BackendOptions &options) {
-  if (!contains(name)) {
-    std::string lib = "libTesseraBackend_" + name + ".so";
-    std::string dir = executableDir();
-    std::string errors;
-    for (const std::string &candidate :
-         {lib, dir + "/" + lib, dir + "/../lib/" + lib}) {
-      Status st = loadPlugin(candidate);
-      if (st.ok() && contains(name))
-        break;
-      errors += "\n  " + st.message();
-    }
-    if (!contains(name)) {
-      std::string known;
-      for (auto &n : names())
-        known += (known.empty() ? "" : ", ") + n;
-      return notFound("unknown backend '", name, "' (available: ", known,
-                      "); plugin search:", errors);
-    }
-  }
+  TESSERA_RETURN_IF_ERROR(ensureRegistered(name));
   BackendFactory factory;
   {
     std::lock_guard<std::mutex> lock(mutex);
     factory = factories[name];
   }
   return factory(options);
+}
+
+Status BackendRegistry::probe(const std::string &name) {
+  TESSERA_RETURN_IF_ERROR(ensureRegistered(name));
+  BackendProbe check;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = probes.find(name);
+    if (it != probes.end())
+      check = it->second;
+  }
+  if (check)
+    return check();
+  return create(name, {}).status();
 }
 
 } // namespace tessera::rt

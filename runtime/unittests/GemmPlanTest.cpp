@@ -150,6 +150,14 @@ TEST_F(GemmPlanTest, OperandAlignment) {
   EXPECT_EQ(operandAlignment(4096 + 96), 32u); // an expert's rows of 24 floats
   EXPECT_EQ(operandAlignment(4096 + 4), 4u);
   EXPECT_EQ(operandAlignment(2), 2u);
+  // The leading dimension and the batch stride count too: every column of
+  // every batch starts a kernel's loads.
+  EXPECT_EQ(operandAlignment(4096, 4 * 1024), 256u);
+  EXPECT_EQ(operandAlignment(4096, 4 * 37), 4u);       // ld 37 floats
+  EXPECT_EQ(operandAlignment(4096, 4 * 3 * 64), 256u); // QKV rows of 3 x 64
+  EXPECT_EQ(operandAlignment(4096, 2 * 24), 16u);      // bf16 ld 24
+  EXPECT_EQ(operandAlignment(4096, 4 * 1024, 4 * 72), 32u); // stride 72
+  EXPECT_EQ(operandAlignment(4096 + 64, 4 * 1024, 4 * 1024), 64u);
 }
 
 TEST_F(GemmPlanTest, MalformedPlansAreRejected) {

@@ -997,6 +997,34 @@ TEST(NcclGroupsTest, SplitsByTheArtifactsGroups) {
   EXPECT_EQ(twice.status().getCode(), StatusCode::InvalidArgument);
 }
 
+// Run alone (ctest TesseraNcclCommunicatorTest.np1): a one-rank world makes
+// no NCCL call unless asked to, and then the communicators NCCL would make.
+TEST(NcclGroupsTest, OneRankWorldNeedsNoNcclUnlessAsked) {
+  if (worldSize() != 1)
+    GTEST_SKIP() << "needs a world of one rank";
+  auto artifact = load(tpDpMeshArtifact(1, 1));
+  ASSERT_TRUE(artifact);
+  FakeNccl fake;
+  void *compute = *fake.api().streamCreate();
+  fake.clearLog();
+  auto none = createNcclCommunicators(fake.api(), compute, *artifact->root(),
+                                      {"tp", "dp"});
+  ASSERT_TRUE(none.ok()) << none.status().toString();
+  EXPECT_FALSE(none->world);
+  EXPECT_TRUE(none->groups.empty());
+  EXPECT_TRUE(fake.log().empty());
+
+  auto asked = createNcclCommunicators(fake.api(), compute, *artifact->root(),
+                                       {"tp", "dp"}, /*atOneRank=*/true);
+  ASSERT_TRUE(asked.ok()) << asked.status().toString();
+  ASSERT_TRUE(asked->world);
+  EXPECT_EQ(asked->world->size(), 1);
+  EXPECT_EQ(asked->groups.size(), 2u);
+  EXPECT_EQ(callsNamed(fake.log(), "getUniqueId").size(), 1u);
+  EXPECT_EQ(callsNamed(fake.log(), "commInitRank").size(), 1u);
+  EXPECT_EQ(callsNamed(fake.log(), "commSplit").size(), 2u);
+}
+
 TEST(NcclGroupsTest, MembershipMismatchIsReportedAfterAllSplits) {
   const int r = worldRank(), n = worldSize();
   ArtifactDesc good = tpDpMeshArtifact(2, n / 2);

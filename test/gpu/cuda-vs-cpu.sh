@@ -6,26 +6,43 @@
 # with the distributed optimizer within 1e-2). Needs a GPU: without one it
 # exits 77, which ctest reports as Skipped (label "gpu").
 #
+# Every run and every comparison runs and reports its own result, whatever
+# failed before it: one line each on stdout ("mlp cuda: ok (2.1 s)",
+# "gpt compare: FAILED (exit 1)"), its output in LOGDIR. Every run is
+# bounded twice: tessera-run --timeout (the watchdog names the stuck
+# instruction, or NCCL's set-up) and an outer `timeout` (a hang the
+# watchdog cannot see). A cuda run that fails is run once more with
+# --profile, which synchronises after every instruction, so that its log
+# names the faulting opcode rather than the step's last synchronize(). One
+# more run, "mlp cuda nccl", makes the NCCL communicators at one rank
+# (TESSERA_NCCL_ONE_RANK=1; one-rank runs need none otherwise), so that an
+# NCCL problem shows as such.
+#
 # usage: cuda-vs-cpu.sh BINDIR SOURCE_DIR          compile, then check
 #        cuda-vs-cpu.sh --prepare BINDIR SOURCE_DIR DIR
 #                                                  compile the artifacts and
 #                                                  the data into DIR only
-#        cuda-vs-cpu.sh --check BINDIR SOURCE_DIR DIR
+#        cuda-vs-cpu.sh --check BINDIR SOURCE_DIR DIR [LOGDIR]
 #                                                  check with DIR's (needs
 #                                                  only tessera-run: what a
 #                                                  GPU machine without the
 #                                                  compiler runs, see
-#                                                  scripts/gpu-kit.sh)
-set -euo pipefail
+#                                                  scripts/gpu-kit.sh); logs
+#                                                  and metrics stay in LOGDIR
+# Exits 0 when everything passed, 77 when the first cuda run found no GPU,
+# else 1. TESSERA_RUN_LIMIT (seconds, default 180) bounds each run.
+set -uo pipefail
 mode=all
 case "${1:-}" in
 --prepare | --check) mode=${1#--}; shift ;;
 esac
 bin=$1
 src=$2
+limit=${TESSERA_RUN_LIMIT:-180}
 
 prepare() {
   local dir=$1
+  set -e
   mkdir -p "$dir"
   "$bin/tessera-compile" "$src/examples/mlp.mlir" --micro-batch-size 32 \
     --global-batch-size 64 -o "$dir/mlp.tsr"
@@ -47,43 +64,109 @@ prepare() {
     -o "$dir/moe.mlir"
   "$bin/tessera-compile" "$dir/moe.mlir" --micro-batch-size 4 \
     --global-batch-size 8 -o "$dir/moe.tsr"
+  set +e
 }
 
-out=$(mktemp -d)
-trap 'rm -rf "$out"' EXIT
+failed=0
+# result NAME RC SECONDS: one line on stdout.
+result() {
+  local verdict="ok"
+  if [[ $2 == 124 || $2 == 137 ]]; then
+    verdict="TIMED OUT (after $limit s)"
+  elif [[ $2 != 0 ]]; then
+    verdict="FAILED (exit $2)"
+  fi
+  [[ $2 == 0 ]] || failed=1
+  printf '%s: %s (%s s)\n' "$1" "$verdict" "$3"
+}
+
+# run NAME BACKEND MODEL [ARGS...]: one training run of 10 steps into
+# $logs/NAME.{log,jsonl}; returns its exit status.
+run() {
+  local name=$1 backend=$2 model=$3
+  shift 3
+  local data=()
+  [[ $model == mlp ]] || data=(--data "$dir/austen")
+  local t0=$SECONDS
+  timeout -k 10 "$limit" "$bin/tessera-run" -n 1 "$dir/$model.tsr" --steps 10 \
+    --backend "$backend" --timeout 60 "${data[@]}" \
+    --metrics "$logs/$name.jsonl" "$@" > "$logs/$name.log" 2>&1
+  local rc=$?
+  result "$name" $rc $((SECONDS - t0))
+  if [[ $rc != 0 && $backend == cuda && " $* " != *" --profile "* ]]; then
+    # Once more with every instruction synchronised: the log names the
+    # opcode that faulted.
+    t0=$SECONDS
+    timeout -k 10 "$limit" "$bin/tessera-run" -n 1 "$dir/$model.tsr" --steps 2 \
+      --backend cuda --timeout 60 --profile "${data[@]}" \
+      --metrics "$logs/$name-profile.jsonl" "$@" > "$logs/$name-profile.log" 2>&1
+    local prc=$?
+    printf '%s (rerun with --profile, diagnosis only): exit %s (%s s)\n' \
+      "$name" $prc $((SECONDS - t0))
+    tail -n 5 "$logs/$name-profile.log" | sed 's/^/    /'
+  fi
+  return $rc
+}
+
+compare() {
+  local name=$1 rtol=$2 t0=$SECONDS
+  python3 "$src/test/E2E/Inputs/compare_losses.py" --rtol "$rtol" --steps 10 \
+    "$logs/$name-cpu.jsonl" "$logs/$name-cuda.jsonl" > "$logs/$name-compare.log" 2>&1
+  local rc=$?
+  result "$name compare (rtol $rtol)" $rc $((SECONDS - t0))
+  [[ $rc == 0 ]] || sed 's/^/    /' "$logs/$name-compare.log"
+}
 
 check() {
-  local dir=$1
-  if ! "$bin/tessera-run" -n 1 "$dir/mlp.tsr" --steps 10 --backend cuda \
-       --metrics "$out/mlp-cuda.jsonl" > "$out/mlp-cuda.log" 2> "$out/err.log"; then
-    if grep -q "no GPU to run on" "$out/err.log"; then
-      echo "SKIPPED: $(cat "$out/err.log")"
-      return 77
-    fi
-    cat "$out/err.log" >&2
-    return 1
+  dir=$1
+  logs=$2
+  mkdir -p "$logs"
+  run mlp-cuda cuda mlp
+  if [[ $? != 0 ]] && grep -q "no GPU to run on" "$logs/mlp-cuda.log"; then
+    echo "SKIPPED: $(grep "no GPU to run on" "$logs/mlp-cuda.log" | head -n 1)"
+    return 77
   fi
-  "$bin/tessera-run" -n 1 "$dir/mlp.tsr" --steps 10 \
-    --metrics "$out/mlp-cpu.jsonl" > /dev/null
-  for backend in cpu cuda; do
-    for model in moe gpt gpt-bf16; do
-      "$bin/tessera-run" -n 1 "$dir/$model.tsr" --steps 10 --backend $backend \
-        --data "$dir/austen" --metrics "$out/$model-$backend.jsonl" > /dev/null
-    done
+  [[ -s $logs/mlp-cuda.log ]] && tail -n 3 "$logs/mlp-cuda.log" | sed 's/^/    /'
+  TESSERA_NCCL_ONE_RANK=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN} \
+    run mlp-cuda-nccl cuda mlp
+  run mlp-cpu cpu mlp
+  compare mlp 1e-4
+  for model in gpt gpt-bf16 moe; do
+    run "$model-cpu" cpu "$model"
+    run "$model-cuda" cuda "$model"
   done
-  local compare="$src/test/E2E/Inputs/compare_losses.py"
-  python3 "$compare" --rtol 1e-4 --steps 10 "$out/mlp-cpu.jsonl" "$out/mlp-cuda.jsonl"
-  python3 "$compare" --rtol 1e-4 --steps 10 "$out/gpt-cpu.jsonl" "$out/gpt-cuda.jsonl"
-  python3 "$compare" --rtol 1e-2 --steps 10 \
-    "$out/gpt-bf16-cpu.jsonl" "$out/gpt-bf16-cuda.jsonl"
-  python3 "$compare" --rtol 1e-4 --steps 10 "$out/moe-cpu.jsonl" "$out/moe-cuda.jsonl"
+  compare gpt 1e-4
+  compare gpt-bf16 1e-2
+  compare moe 1e-4
+  return $failed
 }
 
 case $mode in
 prepare) prepare "$3" ;;
-check) check "$3" ;;
+check)
+  if [[ -n ${4:-} ]]; then
+    check "$3" "$4"
+  else
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    check "$3" "$tmp"
+    rc=$?
+    # No LOGDIR to keep them: the failures' logs go to stderr.
+    if [[ $rc == 1 ]]; then
+      for f in "$tmp"/*.log; do echo "== $f" >&2; tail -n 20 "$f" >&2; done
+    fi
+    exit $rc
+  fi
+  ;;
 all)
-  prepare "$out/artifacts"
-  check "$out/artifacts"
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  prepare "$tmp/artifacts" || exit 1
+  check "$tmp/artifacts" "$tmp/logs"
+  rc=$?
+  if [[ $rc == 1 ]]; then
+    for f in "$tmp"/logs/*.log; do echo "== $f" >&2; tail -n 20 "$f" >&2; done
+  fi
+  exit $rc
   ;;
 esac

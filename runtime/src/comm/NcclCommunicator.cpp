@@ -508,16 +508,20 @@ createNcclWorldCommunicator(const NcclApi &api, void *computeStream) {
 StatusOr<NcclCommunicators>
 createNcclCommunicators(const NcclApi &api, void *computeStream,
                         const fb::Artifact &artifact,
-                        const std::vector<std::string> &kinds) {
+                        const std::vector<std::string> &kinds,
+                        bool atOneRank) {
   // Every rank passes the same list, so they all return here alike.
   for (size_t i = 0; i < kinds.size(); ++i)
     if (std::find(kinds.begin(), kinds.begin() + long(i), kinds[i]) !=
         kinds.begin() + long(i))
       return invalidArgument("group kind '", kinds[i], "' is listed twice");
-  int worldRank = 0;
+  int worldRank = 0, worldSize = 0;
   TESSERA_RETURN_IF_MPI_ERROR(MPI_Comm_rank(MPI_COMM_WORLD, &worldRank));
+  TESSERA_RETURN_IF_MPI_ERROR(MPI_Comm_size(MPI_COMM_WORLD, &worldSize));
 
   NcclCommunicators set;
+  if (worldSize == 1 && !atOneRank)
+    return set;
   TESSERA_ASSIGN_OR_RETURN(set.world,
                            createNcclWorldCommunicator(api, computeStream));
   Status firstMismatch;

@@ -93,11 +93,11 @@ int launchUnderMpirun(const LaunchOptions &o, int argc, char **argv) {
                      "size " +
                      std::to_string(world) + " of " + o.artifactPath +
                      " (mesh " + meshString(*artifact.root()) + ")");
-  {
-    auto backend = BackendRegistry::global().create(o.backend, {});
-    if (!backend.ok())
-      return errorExit(backend.status().message());
-  }
+  // The backend can run here (its plugin loads, a GPU exists): checked
+  // cheaply before any rank starts.
+  st = BackendRegistry::global().probe(o.backend);
+  if (!st.ok())
+    return errorExit(st.message());
   if (o.backend == "cpu") {
     st = exportBlasCore(o);
     if (!st.ok())

@@ -35,6 +35,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <thread>
 
 namespace tessera::rt::launcher {
@@ -74,6 +75,9 @@ std::string timestamp() {
 struct DebugHooks {
   /// TESSERA_DEBUG_STALL_RANK: this world rank sleeps before its first step.
   int stallRank = -1;
+  /// TESSERA_DEBUG_STALL_IN_SETUP: this world rank sleeps in set-up, where
+  /// the backend's communicators start.
+  int stallInSetUp = -1;
   /// TESSERA_DEBUG_EXIT_AFTER_STEP: every rank _exit(9)s after iteration N.
   int64_t exitAfterStep = -1;
   /// TESSERA_DEBUG_EXIT_IN_SAVE (CheckpointSaveOptions::debugExitAfterShard).
@@ -86,6 +90,8 @@ struct DebugHooks {
     DebugHooks h;
     if (const char *env = std::getenv("TESSERA_DEBUG_STALL_RANK"))
       h.stallRank = std::atoi(env);
+    if (const char *env = std::getenv("TESSERA_DEBUG_STALL_IN_SETUP"))
+      h.stallInSetUp = std::atoi(env);
     if (const char *env = std::getenv("TESSERA_DEBUG_EXIT_AFTER_STEP"))
       h.exitAfterStep = std::atoll(env);
     if (const char *env = std::getenv("TESSERA_DEBUG_EXIT_IN_SAVE"))
@@ -98,40 +104,19 @@ struct DebugHooks {
   }
 };
 
-/// The watchdog: a collective whose peer died or stalled would block
-/// forever; after `timeout` seconds in one instruction, in the iteration's
-/// wait for a device backend (where stream-ordered NCCL collectives hang),
-/// or in one step of a checkpoint save or load, the rank reports it, aborts
-/// the backend's communicators (`abort`, e.g. ncclCommAbort) and exits, and
-/// mpirun then ends every other rank. Stopped (joined) when destroyed.
-class Watchdog {
+/// A thread that calls `check` every `period` until destroyed (joined).
+class PeriodicCheck {
 public:
-  Watchdog(const Executor &executor, const WaitMonitor &checkpointSteps,
-           double timeout, int rank, std::function<void()> abort)
-      : thread([this, &executor, &checkpointSteps, timeout, rank,
-                abort = std::move(abort)] {
+  PeriodicCheck(std::chrono::milliseconds period, std::function<void()> check)
+      : thread([this, period, check = std::move(check)] {
           while (!finished.load()) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(200));
-            WaitMonitor::On on = WaitMonitor::On::Peers;
-            std::string stuck = executor.stalledInstruction(timeout);
-            if (stuck.empty())
-              stuck = checkpointSteps.stalled(timeout, &on);
-            if (!stuck.empty()) {
-              std::fflush(stdout);
-              std::fprintf(
-                  stderr,
-                  "tessera-run: error: rank %d: %s (timeout %g s): %s\n", rank,
-                  stuck.c_str(), timeout, WaitMonitor::likelyCause(on));
-              std::fflush(stderr);
-              if (abort)
-                abort();
-              std::_Exit(1);
-            }
+            std::this_thread::sleep_for(period);
+            check();
           }
         }) {}
-  Watchdog(const Watchdog &) = delete;
-  Watchdog &operator=(const Watchdog &) = delete;
-  ~Watchdog() {
+  PeriodicCheck(const PeriodicCheck &) = delete;
+  PeriodicCheck &operator=(const PeriodicCheck &) = delete;
+  ~PeriodicCheck() {
     finished.store(true);
     if (thread.joinable())
       thread.join();
@@ -141,6 +126,74 @@ private:
   std::atomic<bool> finished{false};
   std::thread thread;
 };
+
+/// Reports why rank `rank` stops and ends the process (mpirun then ends
+/// every other rank).
+[[noreturn]] void stopRank(int rank, const std::string &why) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "tessera-run: error: rank %d: %s\n", rank, why.c_str());
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
+/// The watchdog: a collective whose peer died or stalled would block
+/// forever; after `timeout` seconds in one instruction, in the iteration's
+/// wait for a device backend (where stream-ordered NCCL collectives hang),
+/// or in one step of a checkpoint save or load, the rank reports it, aborts
+/// the backend's communicators (`abort`, e.g. ncclCommAbort) and exits.
+/// Stopped when destroyed.
+std::unique_ptr<PeriodicCheck> startWatchdog(const Executor &executor,
+                                             const WaitMonitor &checkpointSteps,
+                                             double timeout, int rank,
+                                             std::function<void()> abort) {
+  return std::make_unique<PeriodicCheck>(
+      std::chrono::milliseconds(200),
+      [&executor, &checkpointSteps, timeout, rank, abort = std::move(abort)] {
+        WaitMonitor::On on = WaitMonitor::On::Peers;
+        std::string stuck = executor.stalledInstruction(timeout);
+        if (stuck.empty())
+          stuck = checkpointSteps.stalled(timeout, &on);
+        if (stuck.empty())
+          return;
+        std::ostringstream why;
+        why << stuck << " (timeout " << timeout
+            << " s): " << WaitMonitor::likelyCause(on);
+        if (abort)
+          abort();
+        stopRank(rank, why.str());
+      });
+}
+
+/// The watchdog of set-up, which runs before the executor exists: after
+/// `timeout` seconds in one phase (`phase`, which setUp moves along), the
+/// rank reports that phase and exits. A device backend's communicators
+/// start here: ncclCommInitRank waits for every rank and for NCCL's
+/// bootstrap network, and a rank that never arrives, or a network NCCL
+/// cannot use, would otherwise block forever. Stopped when destroyed.
+std::unique_ptr<PeriodicCheck>
+startSetUpWatchdog(const std::atomic<const char *> &phase, double timeout,
+                   int rank) {
+  return std::make_unique<PeriodicCheck>(
+      std::chrono::milliseconds(100),
+      [&phase, timeout, rank, current = phase.load(),
+       since = std::chrono::steady_clock::now()]() mutable {
+        const char *now = phase.load();
+        if (now != current) {
+          current = now;
+          since = std::chrono::steady_clock::now();
+          return;
+        }
+        double waited = std::chrono::duration<double>(
+                            std::chrono::steady_clock::now() - since)
+                            .count();
+        if (waited > timeout) {
+          std::ostringstream why;
+          why << current << " made no progress for " << waited
+              << " s (timeout " << timeout << " s)";
+          stopRank(rank, why.str());
+        }
+      });
+}
 
 struct FileCloser {
   void operator()(FILE *f) const { std::fclose(f); }
@@ -191,7 +244,9 @@ private:
   std::string kernelLibraries;
   /// The steps of a checkpoint save or load, for the watchdog.
   WaitMonitor checkpointSteps;
-  std::optional<Watchdog> watchdog;
+  std::unique_ptr<PeriodicCheck> watchdog;
+  /// What setUp is doing, for the set-up watchdog.
+  std::atomic<const char *> setUpPhase{"loading the artifact"};
 
   /// The iteration the run continues after (0, or --load's).
   int64_t startIteration = 0;
@@ -210,10 +265,15 @@ private:
 };
 
 Status RankRun::run() {
-  TESSERA_RETURN_IF_ERROR(setUp());
+  {
+    std::unique_ptr<PeriodicCheck> guard;
+    if (o.timeout > 0)
+      guard = startSetUpWatchdog(setUpPhase, o.timeout, rank);
+    TESSERA_RETURN_IF_ERROR(setUp());
+  }
   if (o.timeout > 0)
-    watchdog.emplace(*executor, checkpointSteps, o.timeout, rank,
-                     abortCommunicators);
+    watchdog = startWatchdog(*executor, checkpointSteps, o.timeout, rank,
+                             abortCommunicators);
   TESSERA_RETURN_IF_ERROR(executor->initializeParameters());
   TESSERA_RETURN_IF_ERROR(resume());
   if (rank == 0) {
@@ -250,6 +310,7 @@ Status RankRun::setUp() {
     return failedPrecondition("-n ", o.numRanks, " but the MPI job has ", size,
                               " ranks");
 
+  setUpPhase = "creating the MPI communicators (MPI_Comm_split)";
   TESSERA_ASSIGN_OR_RETURN(CommunicatorSet comms, createMpiCommunicators(a));
   world = std::move(comms.world);
 
@@ -270,18 +331,27 @@ Status RankRun::setUp() {
       MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
   MPI_Comm_rank(node, &bo.localRank);
   MPI_Comm_free(&node);
+  setUpPhase = "creating the backend";
   TESSERA_ASSIGN_OR_RETURN(auto backend,
                            BackendRegistry::global().create(o.backend, bo));
   kernelLibraries = backend->kernelLibraries();
   // A device backend's collectives run on its own communicators (NCCL);
   // the MPI ones keep the host-side loss reductions and barriers.
+  setUpPhase = backend->hostMemory()
+                   ? "creating the backend's communicators"
+                   : "creating the device communicators (NCCL: "
+                     "ncclGetUniqueId, ncclCommInitRank, ncclCommSplit; "
+                     "NCCL_DEBUG=INFO says where it waits)";
+  if (hooks.stallInSetUp == rank)
+    std::this_thread::sleep_for(std::chrono::hours(1));
   TESSERA_ASSIGN_OR_RETURN(
       auto deviceComms,
       backend->createCommunicators(a, collectiveGroupKinds(a)));
-  for (auto &[kind, comm] : deviceComms)
-    comms.groups[kind] = std::move(comm);
-  if (!backend->hostMemory())
+  if (!backend->hostMemory()) {
+    useDeviceCommunicators(comms, std::move(deviceComms));
     abortCommunicators = [be = backend.get()] { be->abortCommunicators(); };
+  }
+  setUpPhase = "opening the dataset and creating the executor";
   ExecutorOptions eo;
   eo.seed = o.seed;
   eo.profile = o.profile;

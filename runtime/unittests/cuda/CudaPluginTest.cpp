@@ -24,7 +24,14 @@ TEST(CudaPluginTest, LoadsAndReportsAvailability) {
       << "the plugin did not register 'cuda': "
       << (backend.ok() ? "" : backend.status().message());
   const bool gpu = access("/dev/nvidiactl", F_OK) == 0;
+  // The cheap check tessera-run makes before it starts the ranks agrees.
+  Status probe = registry.probe("cuda");
+  EXPECT_EQ(probe.ok(), backend.ok()) << probe.toString();
   if (!gpu) {
+    EXPECT_EQ(probe.getCode(), StatusCode::Unavailable);
+    EXPECT_NE(probe.message().find("the cuda backend has no GPU to run on"),
+              std::string::npos)
+        << probe.message();
     ASSERT_FALSE(backend.ok());
     EXPECT_EQ(backend.status().getCode(), StatusCode::Unavailable);
     EXPECT_NE(backend.status().message().find(

@@ -439,13 +439,20 @@ public:
 
 using BackendFactory =
     std::function<StatusOr<std::unique_ptr<Backend>>(const BackendOptions &)>;
+/// A cheap check that a backend could be created here (the cuda backend:
+/// a device exists and the driver answers), without what creating it costs
+/// (a CUDA context, a cuBLASLt handle, a workspace).
+using BackendProbe = std::function<Status()>;
 
 /// Name -> factory map. `global()` always contains "cpu".
 class BackendRegistry {
 public:
   static BackendRegistry &global();
 
-  void registerBackend(const std::string &name, BackendFactory factory);
+  /// `probe` (optional) answers probe(name); without one, probe creates
+  /// the backend.
+  void registerBackend(const std::string &name, BackendFactory factory,
+                       BackendProbe probe = {});
   bool contains(const std::string &name) const;
   std::vector<std::string> names() const;
 
@@ -455,6 +462,11 @@ public:
   StatusOr<std::unique_ptr<Backend>> create(const std::string &name,
                                             const BackendOptions &options);
 
+  /// Whether backend `name` can run here, as cheaply as its plugin allows
+  /// (tessera-run's check before it starts the ranks): the errors create
+  /// would give for a missing plugin, driver or device.
+  Status probe(const std::string &name);
+
   /// dlopens `path` and calls its
   /// `extern "C" void tesseraRegisterBackends(tessera::rt::BackendRegistry *)`.
   Status loadPlugin(const std::string &path);
@@ -462,6 +474,9 @@ public:
 private:
   mutable std::mutex mutex;
   std::map<std::string, BackendFactory> factories;
+  std::map<std::string, BackendProbe> probes;
+  /// Loads the plugin of `name` if it is not registered yet.
+  Status ensureRegistered(const std::string &name);
 };
 
 /// Plugin entry point type.

@@ -195,6 +195,17 @@ struct CommunicatorSet {
   std::unique_ptr<Communicator> world;
 };
 
+/// A device backend's rank groups in `set`: every group communicator is
+/// replaced by the backend's (`device`, e.g. NCCL's), and a kind it has none
+/// for keeps none, since the MPI communicators read and write host memory
+/// only; the executor then runs a one-rank group on a self communicator
+/// that copies through the backend (a one-rank run needs no NCCL), and
+/// refuses a larger one. The loss channels and the world stay MPI's: they
+/// carry host values.
+void useDeviceCommunicators(
+    CommunicatorSet &set,
+    std::map<std::string, std::unique_ptr<Communicator>> device);
+
 } // namespace tessera::rt
 
 #endif // TESSERA_RT_COMMUNICATOR_H

@@ -17,6 +17,8 @@
 //
 // Fault-injection hooks for tests (environment):
 //   TESSERA_DEBUG_STALL_RANK=R      rank R sleeps before its first step
+//   TESSERA_DEBUG_STALL_IN_SETUP=R  rank R sleeps in set-up, where the
+//                                   backend's communicators (NCCL) start
 //   TESSERA_DEBUG_EXIT_AFTER_STEP=N every rank _exit(9)s right after
 //                                   iteration N (and its checkpoint, if
 //                                   one is due), after a barrier

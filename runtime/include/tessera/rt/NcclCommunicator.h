@@ -240,10 +240,17 @@ struct NcclCommunicators {
 /// both rank lists, returned only after every kind is split so that the
 /// ranks never disagree about the collectives they enter. Collective over
 /// MPI_COMM_WORLD.
+///
+/// A one-rank world needs no NCCL at all: every group is a one-rank
+/// instance, which the executor runs on self communicators, so unless
+/// `atOneRank` asks for them (a check that NCCL itself starts, e.g.
+/// tessera-run's TESSERA_NCCL_ONE_RANK=1) it returns an empty set without
+/// calling NCCL.
 StatusOr<NcclCommunicators>
 createNcclCommunicators(const NcclApi &api, void *computeStream,
                         const fb::Artifact &artifact,
-                        const std::vector<std::string> &kinds);
+                        const std::vector<std::string> &kinds,
+                        bool atOneRank = false);
 
 } // namespace tessera::rt
 

@@ -7,6 +7,8 @@
 
 #include "tessera/rt/Rng.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -83,6 +85,45 @@ CudaBackend::create(int device, const BackendOptions &options) {
   TESSERA_RETURN_IF_CUDA_ERROR(cudaMemsetAsync(
       be->deviceError, 0, sizeof(DeviceError), be->computeStream));
   return be;
+}
+
+namespace {
+
+/// The file of the shared library that defines `symbol` ("?" if unknown).
+std::string libraryFile(const void *symbol) {
+  Dl_info info;
+  if (dladdr(symbol, &info) && info.dli_fname)
+    return info.dli_fname;
+  return "?";
+}
+
+/// CUDA's version numbers (1000 * major + 10 * minor) as "major.minor".
+std::string cudaVersion(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+}
+
+} // namespace
+
+std::string CudaBackend::kernelLibraries() const {
+  std::string s;
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, deviceIndex) == cudaSuccess)
+    s += "GPU " + std::to_string(deviceIndex) + " " + prop.name + " (sm_" +
+         std::to_string(prop.major) + std::to_string(prop.minor) + ", " +
+         std::to_string(prop.totalGlobalMem >> 20) + " MiB)";
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  s += " | driver CUDA " + cudaVersion(driver) + " | cudart " +
+       cudaVersion(runtime) + " (" +
+       libraryFile(reinterpret_cast<const void *>(&cudaRuntimeGetVersion)) +
+       ")";
+  size_t lt = cublasLtGetVersion();
+  s += " | cuBLASLt " + std::to_string(lt / 10000) + "." +
+       std::to_string(lt / 100 % 100) + "." + std::to_string(lt % 100) + " (" +
+       libraryFile(reinterpret_cast<const void *>(&cublasLtGetVersion)) + ")";
+  s += " | " + ncclLibrary();
+  return s;
 }
 
 CudaBackend::~CudaBackend() {
@@ -221,9 +262,14 @@ StatusOr<std::map<std::string, std::unique_ptr<Communicator>>>
 CudaBackend::createCommunicators(const artifact::Artifact &artifact,
                                  const std::vector<std::string> &kinds) {
   TESSERA_RETURN_IF_CUDA_ERROR(cudaSetDevice(deviceIndex));
+  // A one-rank run makes no NCCL communicator (its groups run on self
+  // communicators) unless TESSERA_NCCL_ONE_RANK=1 asks for them, to check
+  // that NCCL starts on this machine.
+  const char *oneRank = std::getenv("TESSERA_NCCL_ONE_RANK");
   TESSERA_ASSIGN_OR_RETURN(
       NcclCommunicators nccl,
-      createNcclCommunicators(cudaNcclApi(), computeStream, artifact, kinds));
+      createNcclCommunicators(cudaNcclApi(), computeStream, artifact, kinds,
+                              oneRank && std::string(oneRank) == "1"));
   ncclWorld = std::move(nccl.world);
   std::map<std::string, std::unique_ptr<Communicator>> groups;
   for (auto &[kind, comm] : nccl.groups) {
@@ -318,10 +364,16 @@ Status CudaBackend::runRowMajor(const RowMajorGemm &g, const void *a,
   // The plan's A is the row-major B (swapOperands).
   const void *colA = plan.swapOperands ? b : a;
   const void *colB = plan.swapOperands ? a : b;
+  // Base, leading dimension and batch stride, in bytes.
+  const int64_t in = bf16Inputs ? 2 : 4;
+  const bool batched = plan.batch > 1;
   const uint32_t align[3] = {
-      operandAlignment(reinterpret_cast<uintptr_t>(colA)),
-      operandAlignment(reinterpret_cast<uintptr_t>(colB)),
-      operandAlignment(reinterpret_cast<uintptr_t>(c))};
+      operandAlignment(reinterpret_cast<uintptr_t>(colA), plan.lda * in,
+                       batched ? plan.strideA * in : 0),
+      operandAlignment(reinterpret_cast<uintptr_t>(colB), plan.ldb * in,
+                       batched ? plan.strideB * in : 0),
+      operandAlignment(reinterpret_cast<uintptr_t>(c), plan.ldc * 4,
+                       batched ? plan.strideC * 4 : 0)};
   TESSERA_ASSIGN_OR_RETURN(CachedGemm * cached, cachedGemm(plan, align));
   const LtGemmDescriptors &d = cached->descriptors;
   return cublasStatus(cublasLtMatmul(lt, d.matmul, &alpha, colA, d.a, colB,
@@ -1094,5 +1146,9 @@ Status CudaBackend::dropout(const float *x, float *y, int64_t seq,
 
 extern "C" __attribute__((visibility("default"))) void
 tesseraRegisterBackends(tessera::rt::BackendRegistry *registry) {
-  registry->registerBackend("cuda", tessera::rt::cuda::createCudaBackend);
+  // The probe (tessera-run's check before it starts the ranks) asks only
+  // for a device: no context, cuBLASLt handle or workspace.
+  registry->registerBackend("cuda", tessera::rt::cuda::createCudaBackend, [] {
+    return tessera::rt::cuda::selectDevice(-1).status();
+  });
 }

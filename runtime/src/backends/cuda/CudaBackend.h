@@ -56,6 +56,10 @@ public:
   create(int device, const BackendOptions &options);
 
   const char *name() const override { return "cuda"; }
+  /// The GPU, the driver and the CUDA runtime, cuBLASLt and NCCL this
+  /// process runs, each with its version and the file it was loaded from
+  /// (a mismatched library on LD_LIBRARY_PATH shows in the banner).
+  std::string kernelLibraries() const override;
   bool hostMemory() const override { return false; }
   int device() const { return deviceIndex; }
   /// The compute stream (collectives are ordered against it).

@@ -95,14 +95,20 @@ inline GemmPlan columnMajorPlan(const RowMajorGemm &g) {
   return p;
 }
 
-/// The alignment a GEMM kernel may assume for an operand at `address`: the
-/// largest power of two up to 256 bytes that divides it. cuBLASLt's
-/// heuristic assumes 256 unless told (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*),
-/// and the executor's operands need not be: a head's q, k, v within QKV, an
-/// expert's rows after the rows of the experts before it.
-inline uint32_t operandAlignment(uintptr_t address) {
+/// The alignment a GEMM kernel may assume for an operand at `address` whose
+/// columns are `ldBytes` apart and whose batches are `strideBytes` apart (0:
+/// one column, or one batch): the largest power of two up to 256 bytes that
+/// divides all three, since a kernel's vector loads start at every column
+/// of every batch, not only at the base. cuBLASLt's heuristic assumes 256
+/// unless told (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*), and the executor's
+/// operands need not be: a head's q, k, v within QKV, an expert's rows
+/// after the rows of the experts before it, a leading dimension of 3 x 37
+/// floats.
+inline uint32_t operandAlignment(uintptr_t address, int64_t ldBytes = 0,
+                                 int64_t strideBytes = 0) {
+  uint64_t all = uint64_t(address) | uint64_t(ldBytes) | uint64_t(strideBytes);
   uint32_t align = 256;
-  while (align > 1 && address % align != 0)
+  while (align > 1 && all % align != 0)
     align /= 2;
   return align;
 }

@@ -17,6 +17,8 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <dlfcn.h>
+
 #include <cstring>
 #include <string>
 
@@ -235,6 +237,23 @@ NcclApi makeCudaNcclApi() {
 const NcclApi &cudaNcclApi() {
   static const NcclApi api = makeCudaNcclApi();
   return api;
+}
+
+std::string ncclLibrary() {
+  int v = 0;
+  std::string s = "NCCL ";
+  if (ncclGetVersion(&v) == ncclSuccess)
+    s += std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+         std::to_string(v % 100);
+  else
+    s += "?";
+  Dl_info info;
+  s += " (";
+  s += dladdr(reinterpret_cast<const void *>(&ncclGetVersion), &info) &&
+               info.dli_fname
+           ? info.dli_fname
+           : "?";
+  return s + ")";
 }
 
 } // namespace tessera::rt

@@ -11,10 +11,15 @@
 
 #include "tessera/rt/NcclApi.h"
 
+#include <string>
+
 namespace tessera::rt {
 
 /// The table binding NCCL and the CUDA runtime (built once, never freed).
 const NcclApi &cudaNcclApi();
+
+/// "NCCL <version> (<file it was loaded from>)", for tessera-run's banner.
+std::string ncclLibrary();
 
 } // namespace tessera::rt
 
