@@ -26,6 +26,8 @@
 #include "llvm/Support/SourceMgr.h"
 #include "llvm/Support/ToolOutputFile.h"
 
+#include <cstdio>
+#include <deque>
 #include <set>
 
 using namespace mlir;
@@ -156,7 +158,8 @@ resolveMesh(const tessera::CompileOptions &options) {
   mesh.tp = p.tp;
   mesh.cp = p.cp;
   mesh.ep = p.ep;
-  mesh.etp = p.etp;
+  // 0: Megatron's default, each expert split over tp like the dense layers.
+  mesh.etp = p.etp > 0 ? int64_t(p.etp) : int64_t(p.tp);
   mesh.dp = p.dp == 0 ? 1 : int64_t(p.dp);
   mesh.pp = p.pp;
   mesh.vpp = p.vpp;
@@ -168,8 +171,13 @@ resolveMesh(const tessera::CompileOptions &options) {
     error = tessera::mesh::completeOrder(mesh);
     if (error.empty())
       error = tessera::mesh::validateMesh(mesh);
-    if (!error.empty())
+    if (!error.empty()) {
       error = "invalid mesh: " + error;
+      if (p.etp == 0 && mesh.etp > 1 && error.find("etp") != std::string::npos)
+        error += " (--etp defaults to --tp, as Megatron's "
+                 "--expert-tensor-parallel-size; --etp 1 keeps every "
+                 "expert whole)";
+    }
   }
   if (!error.empty()) {
     fail(error);
@@ -319,6 +327,23 @@ int tessera::compile(const CompileOptions &options,
   (*module)->setAttr(kModelNameAttr,
                      b.getStringAttr(llvm::sys::path::stem(options.input)));
 
+  // A pass's error about the options or the whole model is located at the
+  // module itself: say it as the tool's error (naming the options), not as
+  // a place in the input with its first line quoted.
+  Location moduleLoc = (*module)->getLoc();
+  ScopedDiagnosticHandler optionErrors(&context, [&](Diagnostic &diag) {
+    if (diag.getLocation() != moduleLoc)
+      return failure();
+    const char *kind = diag.getSeverity() == DiagnosticSeverity::Error ? "error"
+                       : diag.getSeverity() == DiagnosticSeverity::Warning
+                           ? "warning"
+                           : "note";
+    llvm::errs() << "tessera-compile: " << kind << ": " << diag.str() << "\n";
+    for (const Diagnostic &note : diag.getNotes())
+      llvm::errs() << "tessera-compile: note: " << note.str() << "\n";
+    return success();
+  });
+
   if (std::string error = checkTrainPipelineOptions(options.pipeline);
       !error.empty())
     return fail(error);
@@ -362,4 +387,39 @@ int tessera::compile(const CompileOptions &options,
     return 0;
   }
   return writeArtifactFile(*module, options.output);
+}
+
+void tessera::describeDefaults(CompileOptions &options) {
+  // The pipeline's options print as "{name=value name=value ...}" with their
+  // values, which before parsing are the defaults.
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  options.pipeline.print(os);
+  llvm::StringRef list = llvm::StringRef(text).trim().trim("{}");
+  // The descriptions must outlive the options that point to them.
+  static std::deque<std::string> descriptions;
+  auto &registered = llvm::cl::getRegisteredOptions();
+  llvm::SmallVector<llvm::StringRef> entries;
+  list.split(entries, ' ', -1, /*KeepEmpty=*/false);
+  for (llvm::StringRef entry : entries) {
+    auto [name, value] = entry.split('=');
+    auto it = registered.find(name);
+    if (value.empty() || it == registered.end())
+      continue;
+    llvm::cl::Option *opt = it->second;
+    // Flags off by default say nothing; descriptions that already give
+    // their default keep their own words.
+    if (value == "false" || opt->HelpStr.contains_insensitive("default"))
+      continue;
+    std::string shown = value.str();
+    double number;
+    if (!value.getAsDouble(number) && value.contains_insensitive("e")) {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%g", number);
+      shown = buf;
+    }
+    descriptions.push_back(
+        (opt->HelpStr + " (default: " + shown + ")").str());
+    opt->setDescription(descriptions.back());
+  }
 }

@@ -1,7 +1,7 @@
 // RUN: tessera-gen gpt --layers 1 --hidden 16 --heads 2 --vocab 257 --seq 4 --num-experts 4 --moe-router-topk 2 -o %t.mlir
 
 // RUN: not tessera-opt %t.mlir --tessera-attach-mesh="ep=3 dp=3" --tessera-set-batch="micro-batch-size=2" --tessera-ep-partition 2>&1 | FileCheck %s --check-prefix=DIV
-// RUN: not tessera-opt %t.mlir --tessera-attach-mesh="ep=2 tp=2" --tessera-set-batch="micro-batch-size=2" --tessera-ep-partition 2>&1 | FileCheck %s --check-prefix=TP
+// RUN: not tessera-opt %t.mlir --tessera-attach-mesh="ep=2 tp=2 etp=1" --tessera-set-batch="micro-batch-size=2" --tessera-ep-partition 2>&1 | FileCheck %s --check-prefix=TP
 // RUN: tessera-gen gpt --layers 1 --hidden 16 --heads 2 --vocab 257 --seq 4 -o %t.dense.mlir
 // RUN: not tessera-opt %t.dense.mlir --tessera-attach-mesh="ep=2 dp=2" --tessera-ep-partition 2>&1 | FileCheck %s --check-prefix=DENSE
 // RUN: tessera-opt %s -split-input-file --tessera-attach-mesh="ep=2 dp=2" --tessera-ep-partition -verify-diagnostics
@@ -10,7 +10,7 @@
 
 
 // DIV: error: 'nn.moe_dispatch' op 4 experts do not split evenly over ep = 3
-// TP: error: expert parallelism (ep 2, etp 1) with tensor parallelism (tp 2) needs sequence parallelism (--sequence-parallel)
+// TP: error: expert parallelism (ep 2, etp 1) with tensor parallelism (tp 2) needs sequence parallelism (--sequence-parallel, as Megatron's MoELayer)
 // DENSE: error: expert parallelism (ep 2, etp 1) needs mixture-of-experts layers (tessera-gen gpt --num-experts)
 
 // An expert MLP that is not grouped linears between the permutation and

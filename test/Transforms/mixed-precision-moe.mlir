@@ -1,7 +1,7 @@
 // RUN: tessera-gen gpt --layers 1 --hidden 16 --heads 2 --vocab 257 --seq 4 --num-experts 3 --moe-router-topk 2 -o %t.mlir
-// RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2" --tessera-set-batch="micro-batch-size=2" --tessera-pad-vocab --tessera-tp-partition="sequence-parallel=true" --tessera-mixed-precision | FileCheck %s
-// RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2" --tessera-set-batch="micro-batch-size=2" --tessera-pad-vocab --tessera-tp-partition="sequence-parallel=true" --tessera-mixed-precision --tessera-autodiff | FileCheck %s --check-prefix=GRAD
-// RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2" --tessera-set-batch="micro-batch-size=2" --tessera-pad-vocab --tessera-tp-partition="sequence-parallel=true" --tessera-mixed-precision=moe-router-dtype=fp32 | FileCheck %s --check-prefix=ROUTER32
+// RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2 etp=1" --tessera-set-batch="micro-batch-size=2" --tessera-pad-vocab --tessera-tp-partition="sequence-parallel=true" --tessera-mixed-precision | FileCheck %s
+// RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2 etp=1" --tessera-set-batch="micro-batch-size=2" --tessera-pad-vocab --tessera-tp-partition="sequence-parallel=true" --tessera-mixed-precision --tessera-autodiff | FileCheck %s --check-prefix=GRAD
+// RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2 etp=1" --tessera-set-batch="micro-batch-size=2" --tessera-pad-vocab --tessera-tp-partition="sequence-parallel=true" --tessera-mixed-precision=moe-router-dtype=fp32 | FileCheck %s --check-prefix=ROUTER32
 // RUN: echo 'module {}' | not tessera-opt --tessera-mixed-precision=moe-router-dtype=fp64 2>&1 | FileCheck %s --check-prefix=FP64
 // RUN: not tessera-compile %t.mlir --bf16 --moe-router-dtype bf16 --micro-batch-size 2 -o %t.tsr 2>&1 | FileCheck %s --check-prefix=FLAG
 

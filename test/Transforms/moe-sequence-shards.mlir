@@ -1,9 +1,9 @@
 // RUN: tessera-gen gpt --layers 1 --hidden 16 --heads 2 --vocab 256 --seq 8 --num-experts 4 --moe-router-topk 2 --moe-aux-loss-coeff 0.01 -o %t.mlir
-// RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2" --tessera-set-batch="micro-batch-size=2" --tessera-tp-partition="sequence-parallel=1" | FileCheck %s --check-prefix=SP
-// RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2 ep=2" --tessera-set-batch="micro-batch-size=2" --tessera-tp-partition="sequence-parallel=1" --tessera-ep-partition | FileCheck %s --check-prefix=SPEP
+// RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2 etp=1" --tessera-set-batch="micro-batch-size=2" --tessera-tp-partition="sequence-parallel=1" | FileCheck %s --check-prefix=SP
+// RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2 ep=2 etp=1" --tessera-set-batch="micro-batch-size=2" --tessera-tp-partition="sequence-parallel=1" --tessera-ep-partition | FileCheck %s --check-prefix=SPEP
 // RUN: tessera-opt %t.mlir --tessera-attach-mesh="cp=2" --tessera-set-batch="micro-batch-size=2" --tessera-cp-partition | FileCheck %s --check-prefix=CP
-// RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2 cp=2" --tessera-set-batch="micro-batch-size=2" --tessera-tp-partition="sequence-parallel=1" --tessera-cp-partition | FileCheck %s --check-prefix=SPCP
-// RUN: not tessera-opt %t.mlir --tessera-attach-mesh="tp=2 ep=2" --tessera-set-batch="micro-batch-size=2" --tessera-tp-partition --tessera-ep-partition 2>&1 | FileCheck %s --check-prefix=NOSP
+// RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2 cp=2 etp=1" --tessera-set-batch="micro-batch-size=2" --tessera-tp-partition="sequence-parallel=1" --tessera-cp-partition | FileCheck %s --check-prefix=SPCP
+// RUN: not tessera-opt %t.mlir --tessera-attach-mesh="tp=2 ep=2 etp=1" --tessera-set-batch="micro-batch-size=2" --tessera-tp-partition --tessera-ep-partition 2>&1 | FileCheck %s --check-prefix=NOSP
 // RUN: tessera-opt %t.mlir --tessera-attach-mesh="cp=2 ep=2" --tessera-set-batch="micro-batch-size=2" --tessera-cp-partition --tessera-ep-partition | FileCheck %s --check-prefix=EPCP
 
 // Mixture of experts on sequence shards (Megatron's sequence_partition_group):
@@ -39,7 +39,7 @@
 // SPCP-NEXT: %[[ALL:.*]] = dist.all_reduce %[[C]] on @mesh "tp-cp" : tensor<4xf32>
 // SPCP-NEXT: nn.moe_aux_loss %{{.*}}, %{{.*}}, %[[ALL]]
 
-// NOSP: error: expert parallelism (ep 2, etp 1) with tensor parallelism (tp 2) needs sequence parallelism (--sequence-parallel): without it every tp rank would send the same tokens to the experts
+// NOSP: error: expert parallelism (ep 2, etp 1) with tensor parallelism (tp 2) needs sequence parallelism (--sequence-parallel, as Megatron's MoELayer): without it every tp rank would send the same tokens to the experts; or --ep 1 --etp 1 to replicate the experts over tp
 // Expert parallelism on a context-parallel share: the rows of this rank's
 // 4 x 2 tokens go to the experts' ranks.
 // EPCP: dist.ring_attention

@@ -95,6 +95,7 @@ int main(int argc, char **argv) {
   options.planLayout = planLayout;
   // --help lists tessera-compile's flags, not every LLVM option linked in.
   llvm::cl::HideUnrelatedOptions(getCompileCategory());
+  describeDefaults(options);
   llvm::cl::ParseCommandLineOptions(argc, argv, "Tessera compiler\n");
   return compile(options, llvm::ArrayRef<const char *>(argv + 1, argv + argc));
 }

@@ -30,7 +30,8 @@ struct AttachMeshPass : tessera::dist::impl::AttachMeshPassBase<AttachMeshPass> 
     config.tp = tp;
     config.cp = cp;
     config.ep = ep;
-    config.etp = etp;
+    // Megatron's default: each expert split like the dense layers.
+    config.etp = etp > 0 ? int64_t(etp) : int64_t(tp);
     config.dp = dp;
     config.pp = pp;
     config.vpp = vpp;
@@ -79,7 +80,7 @@ struct AttachMeshPass : tessera::dist::impl::AttachMeshPassBase<AttachMeshPass> 
     set("tp", tp);
     set("cp", cp);
     set("ep", ep);
-    set("etp", etp);
+    set("etp", config.etp);
     set("dp", dp);
     set("pp", pp);
     set("vpp", vpp);

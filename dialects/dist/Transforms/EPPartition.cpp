@@ -42,6 +42,12 @@ struct EPPartitionPass
 
   LogicalResult partition(func::FuncOp model, MeshOp mesh) {
     const int64_t ep = mesh.getEp(), etp = mesh.getEtp();
+    SmallVector<nn::MoEDispatchOp> dispatches;
+    model.walk([&](nn::MoEDispatchOp d) { dispatches.push_back(d); });
+    // etp alone (by default tp, as Megatron's) concerns only experts: a
+    // dense model has none to split.
+    if (dispatches.empty() && ep == 1)
+      return success();
     // Under tp the experts must see each token once: the tp ranks hold
     // different tokens only with sequence parallelism (Megatron requires
     // it for MoE with tp as well).
@@ -53,11 +59,10 @@ struct EPPartitionPass
       return model.emitError()
              << "expert parallelism (ep " << ep << ", etp " << etp
              << ") with tensor parallelism (tp " << mesh.getTp()
-             << ") needs sequence parallelism (--sequence-parallel): "
-                "without it every tp rank would send the same tokens to the "
-                "experts";
-    SmallVector<nn::MoEDispatchOp> dispatches;
-    model.walk([&](nn::MoEDispatchOp d) { dispatches.push_back(d); });
+             << ") needs sequence parallelism (--sequence-parallel, as "
+                "Megatron's MoELayer): without it every tp rank would send "
+                "the same tokens to the experts; or --ep 1 --etp 1 to "
+                "replicate the experts over tp";
     if (dispatches.empty())
       return model.emitError()
              << "expert parallelism (ep " << ep << ", etp " << etp

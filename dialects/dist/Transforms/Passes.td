@@ -18,7 +18,9 @@ def AttachMeshPass : Pass<"tessera-attach-mesh", "mlir::ModuleOp"> {
     Option<"tp", "tp", "int64_t", "1", "tensor-parallel size">,
     Option<"cp", "cp", "int64_t", "1", "context-parallel size">,
     Option<"ep", "ep", "int64_t", "1", "expert-parallel size">,
-    Option<"etp", "etp", "int64_t", "1", "expert tensor-parallel size">,
+    Option<"etp", "etp", "int64_t", "0",
+           "expert tensor-parallel size (0: tp, as Megatron's "
+           "--expert-tensor-parallel-size)">,
     Option<"dp", "dp", "int64_t", "1", "data-parallel size">,
     Option<"pp", "pp", "int64_t", "1", "pipeline-parallel size">,
     Option<"vpp", "vpp", "int64_t", "1", "virtual pipeline chunks per pp rank">,

@@ -57,6 +57,11 @@ struct CompileOptions {
 /// in the artifact. Returns the process's exit code.
 int compile(const CompileOptions &options, llvm::ArrayRef<const char *> args);
 
+/// Appends "(default: VALUE)" to the --help text of every training-pipeline
+/// flag that has a default (lr, optimizer, schedule, bucket size, ...). Call
+/// once, before parsing the command line.
+void describeDefaults(CompileOptions &options);
+
 } // namespace tessera
 
 #endif // TESSERA_PIPELINE_COMPILE_H

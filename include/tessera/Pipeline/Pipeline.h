@@ -73,7 +73,9 @@ public:
   Option<int64_t> etp{*this, "etp",
                       llvm::cl::desc("expert tensor-parallel size (each "
                                      "expert's FFN split over etp ranks, "
-                                     "Megatron's --expert-tensor-parallel-size)"),
+                                     "Megatron's --expert-tensor-parallel-size; "
+                                     "default: tp, as Megatron's; 1 keeps "
+                                     "every expert whole)"),
                       llvm::cl::init(dist::AttachMeshPassOptions().etp),
                       onCommandLine};
   /// 0 stands for 1 in the pipeline; tessera-compile derives it from

@@ -63,7 +63,7 @@ int runLauncher(int argc, char **argv) {
   }
   if (!insideMpiJob())
     return launchUnderMpirun(o, argc, argv);
-  return runInsideMpi(o);
+  return runInsideMpi(o, argc, argv);
 }
 
 } // namespace tessera::rt

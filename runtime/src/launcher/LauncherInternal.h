@@ -24,6 +24,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace tessera::rt {
 
@@ -44,8 +45,28 @@ std::string meshString(const fb::Artifact &a);
 // Options.cpp
 //===----------------------------------------------------------------------===//
 
-/// BLAS threads per rank without --threads: max(1, cores / numRanks).
+/// BLAS threads per rank without --threads: max(1, cores / numRanks),
+/// numRanks being the ranks that share this node.
 int defaultThreads(int numRanks);
+
+/// A rank's place among the ranks of its node: its index (which picks its
+/// GPU) and their count (which shares the node's cores).
+struct NodePlace {
+  int index = 0;
+  int count = 1;
+};
+/// The place of world rank `rank` given every rank's node name (MPI's
+/// processor name): the index among the ranks of the same name, in world
+/// order.
+NodePlace nodePlaceAmong(const std::vector<std::string> &names, int rank);
+
+/// The launcher environment tessera-run gives the ranks it starts
+/// (Mpirun.cpp) and, inside an MPI job it did not start, gives itself:
+/// OMP_WAIT_POLICY=passive and OPENBLAS_THREAD_TIMEOUT=4 unless set, and
+/// OPENBLAS_CORETYPE for --blas-core (checked against the CPU; the flag
+/// wins over the environment). Returns the names it set; an error for a
+/// bad --blas-core.
+StatusOr<std::vector<std::string>> exportRankEnvironment(const LaunchOptions &o);
 /// Opens the --data dataset (null if none was given) and checks it against
 /// every program's token inputs. A program with token inputs but no --data
 /// is a FailedPrecondition (a usage error).
@@ -65,6 +86,9 @@ bool startsFromScratch(const LaunchOptions &o, const Status &st);
 // Mpirun.cpp
 //===----------------------------------------------------------------------===//
 
+/// The path of the running executable ("" if unknown).
+std::string selfExecutable();
+
 /// Outside MPI: validates the artifact, --data, --save, --load and -n, then
 /// replaces the process with `mpirun -n N` of itself; returns only on error.
 int launchUnderMpirun(const LaunchOptions &o, int argc, char **argv);
@@ -74,8 +98,11 @@ int launchUnderMpirun(const LaunchOptions &o, int argc, char **argv);
 //===----------------------------------------------------------------------===//
 
 /// Inside MPI: runs this rank; on any error prints it and aborts the job
-/// (MPI_Abort, so every rank exits with code 1).
-int runInsideMpi(const LaunchOptions &o);
+/// (MPI_Abort, so every rank exits with code 1). In a job tessera-run did
+/// not start, the rank first sets the environment the launcher would have
+/// (exportRankEnvironment) and re-executes itself, before MPI_Init, since
+/// OpenBLAS and OpenMP read it only when they load.
+int runInsideMpi(const LaunchOptions &o, int argc, char **argv);
 
 //===----------------------------------------------------------------------===//
 // Trace.cpp

@@ -36,17 +36,33 @@ namespace launcher {
 
 /// --blas-core for the cpu backend's ranks: OpenBLAS picks its kernels when
 /// it loads, from OPENBLAS_CORETYPE, so the choice is exported before they
-/// start.
-static Status exportBlasCore(const LaunchOptions &o) {
-  if (o.blasCore.empty())
-    return Status();
-  TESSERA_RETURN_IF_ERROR(
-      cpu::checkBlasCore(o.blasCore, cpu::hostCpuFeatures()));
-  setenv("OPENBLAS_CORETYPE", o.blasCore.c_str(), 1);
-  return Status();
+/// start (the flag wins over the environment).
+StatusOr<std::vector<std::string>> exportRankEnvironment(const LaunchOptions &o) {
+  std::vector<std::string> set;
+  if (o.backend == "cpu" && !o.blasCore.empty()) {
+    TESSERA_RETURN_IF_ERROR(
+        cpu::checkBlasCore(o.blasCore, cpu::hostCpuFeatures()));
+    const char *env = std::getenv("OPENBLAS_CORETYPE");
+    if (!env || !cpu::sameBlasCore(env, o.blasCore)) {
+      setenv("OPENBLAS_CORETYPE", o.blasCore.c_str(), 1);
+      set.push_back("OPENBLAS_CORETYPE");
+    }
+  }
+  // Idle OpenMP workers must not spin on the cores the BLAS threads use,
+  // nor idle OpenBLAS workers (by default they spin 2^28 cycles after each
+  // GEMM) on the cores of the OpenMP team that runs the attention heads
+  // and elementwise kernels: 2^4 cycles, then they sleep until the next
+  // GEMM.
+  for (auto [name, value] : {std::pair{"OMP_WAIT_POLICY", "passive"},
+                             std::pair{"OPENBLAS_THREAD_TIMEOUT", "4"}})
+    if (!std::getenv(name)) {
+      setenv(name, value, 1);
+      set.push_back(name);
+    }
+  return set;
 }
 
-static std::string selfExecutable() {
+std::string selfExecutable() {
   char buf[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   if (n <= 0)
@@ -98,23 +114,12 @@ int launchUnderMpirun(const LaunchOptions &o, int argc, char **argv) {
   st = BackendRegistry::global().probe(o.backend);
   if (!st.ok())
     return errorExit(st.message());
-  if (o.backend == "cpu") {
-    st = exportBlasCore(o);
-    if (!st.ok())
-      return errorExit(st.message());
-  }
+  auto exported = exportRankEnvironment(o);
+  if (!exported.ok())
+    return errorExit(exported.status().message());
   int threads = o.threads ? o.threads : defaultThreads(n);
   if (o.threads || !std::getenv("OPENBLAS_NUM_THREADS"))
     setenv("OPENBLAS_NUM_THREADS", std::to_string(threads).c_str(), 1);
-  // Idle OpenMP workers must not spin on the cores the BLAS threads use,
-  // nor idle OpenBLAS workers (by default they spin 2^28 cycles after each
-  // GEMM) on the cores of the OpenMP team that runs the attention heads
-  // and elementwise kernels: 2^4 cycles, then they sleep until the next
-  // GEMM.
-  if (!std::getenv("OMP_WAIT_POLICY"))
-    setenv("OMP_WAIT_POLICY", "passive", 1);
-  if (!std::getenv("OPENBLAS_THREAD_TIMEOUT"))
-    setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
 
   std::string self = selfExecutable();
   if (self.empty())

@@ -238,6 +238,17 @@ StatusOr<LaunchOptions> parseLaunchOptions(int argc, char **argv) {
 
 namespace launcher {
 
+NodePlace nodePlaceAmong(const std::vector<std::string> &names, int rank) {
+  NodePlace place;
+  place.count = 0;
+  for (size_t r = 0; r < names.size(); ++r)
+    if (names[r] == names[size_t(rank)]) {
+      place.index += int(r) < rank;
+      ++place.count;
+    }
+  return place;
+}
+
 int defaultThreads(int numRanks) {
   unsigned cores = std::thread::hardware_concurrency();
   return std::max(1, int(cores ? cores : 1) / std::max(1, numRanks));

@@ -24,6 +24,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <functional>
 #include <cstdio>
@@ -134,6 +135,56 @@ private:
   std::fprintf(stderr, "tessera-run: error: rank %d: %s\n", rank, why.c_str());
   std::fflush(stderr);
   std::_Exit(1);
+}
+
+/// An integer environment variable, or -1 when unset or not a number >= 0.
+int envInt(const char *name) {
+  const char *v = std::getenv(name);
+  if (!v || !*v)
+    return -1;
+  char *end = nullptr;
+  long n = std::strtol(v, &end, 10);
+  return *end == '\0' && n >= 0 && n <= INT_MAX ? int(n) : -1;
+}
+
+/// This rank's place on its node. Every rank all-gathers its node name
+/// (MPI_Get_processor_name; a collective every rank takes part in alike);
+/// where the launcher exports its own count of the node's ranks (Open MPI's
+/// OMPI_COMM_WORLD_LOCAL_RANK/_SIZE, MPICH Hydra's MPI_LOCALRANKID and
+/// MPI_LOCALNRANKS, Slurm's SLURM_LOCALID) that wins: it knows the nodes as
+/// the job placed them, where names can repeat (containers or network
+/// namespaces of one machine). Not MPI_Comm_split_type(MPI_COMM_TYPE_SHARED):
+/// Open MPI 4.1 hangs or crashes in it when two of the job's hosts share a
+/// kernel (a plain MPI program does too), which stopped every multi-host
+/// run on network namespaces at its first collective.
+StatusOr<NodePlace> findNodePlace(int rank, int size) {
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  TESSERA_RETURN_IF_MPI_ERROR(MPI_Get_processor_name(name, &length));
+  std::vector<char> all(size_t(size) * MPI_MAX_PROCESSOR_NAME);
+  TESSERA_RETURN_IF_MPI_ERROR(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME,
+                                            MPI_CHAR, all.data(),
+                                            MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+                                            MPI_COMM_WORLD));
+  std::vector<std::string> names;
+  for (int r = 0; r < size; ++r) {
+    const char *n = all.data() + size_t(r) * MPI_MAX_PROCESSOR_NAME;
+    names.emplace_back(n, strnlen(n, MPI_MAX_PROCESSOR_NAME));
+  }
+  NodePlace place = nodePlaceAmong(names, rank);
+  for (auto [index, count] :
+       {std::pair{"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+        std::pair{"MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+        std::pair{"SLURM_LOCALID", ""}}) {
+    int i = envInt(index);
+    if (i < 0)
+      continue;
+    place.index = i;
+    if (int c = *count ? envInt(count) : -1; c > i)
+      place.count = c;
+    break;
+  }
+  return place;
 }
 
 /// The watchdog: a collective whose peer died or stalled would block
@@ -314,23 +365,22 @@ Status RankRun::setUp() {
   TESSERA_ASSIGN_OR_RETURN(CommunicatorSet comms, createMpiCommunicators(a));
   world = std::move(comms.world);
 
+  // The rank's place on its node: its index picks its GPU, the count
+  // shares the node's cores.
+  setUpPhase = "finding the rank's node (MPI_Allgather of node names)";
+  TESSERA_ASSIGN_OR_RETURN(NodePlace place, findNodePlace(rank, size));
   BackendOptions bo;
+  bo.localRank = place.index;
   if (o.threads)
     bo.numThreads = o.threads;
   else if (const char *env = std::getenv("OPENBLAS_NUM_THREADS"))
     bo.numThreads = std::max(1, std::atoi(env));
   else
-    bo.numThreads = defaultThreads(size);
+    bo.numThreads = defaultThreads(place.count);
   blasThreads = bo.numThreads;
   if (o.backend == "cpu")
     TESSERA_RETURN_IF_ERROR(checkBlasCore());
   bo.allowTf32 = o.allowTf32;
-  // The rank's index among the ranks of its node picks its GPU.
-  MPI_Comm node = MPI_COMM_NULL;
-  TESSERA_RETURN_IF_MPI_ERROR(MPI_Comm_split_type(
-      MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
-  MPI_Comm_rank(node, &bo.localRank);
-  MPI_Comm_free(&node);
   setUpPhase = "creating the backend";
   TESSERA_ASSIGN_OR_RETURN(auto backend,
                            BackendRegistry::global().create(o.backend, bo));
@@ -685,7 +735,28 @@ Status runRank(const LaunchOptions &o, int rank, int size) {
 
 } // namespace
 
-int runInsideMpi(const LaunchOptions &o) {
+int runInsideMpi(const LaunchOptions &o, int argc, char **argv) {
+  // In a job tessera-run did not start (the user's mpirun or srun), the
+  // ranks lack the environment its launcher exports: set it and start this
+  // process again, before MPI_Init (OpenBLAS and OpenMP read it only when
+  // they load). TESSERA_RUN_RANK_ENV marks the second start.
+  if (!std::getenv("TESSERA_RUN_RANK_ENV")) {
+    auto exported = exportRankEnvironment(o);
+    if (!exported.ok())
+      return errorExit(exported.status().message());
+    if (!exported->empty()) {
+      setenv("TESSERA_RUN_RANK_ENV", "1", 1);
+      std::string self = selfExecutable();
+      std::fflush(stdout);
+      std::fflush(stderr);
+      if (!self.empty() && argc > 0)
+        execv(self.c_str(), argv);
+      return errorExit("cannot restart tessera-run with " +
+                       exported->front() + " set: " +
+                       (self.empty() ? std::string("no path to itself")
+                                     : std::strerror(errno)));
+    }
+  }
   int provided = 0;
   if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) !=
       MPI_SUCCESS)

@@ -226,6 +226,8 @@ def main():
     ap.add_argument("--float64", action="store_true",
                     help="compute in float64 (a check of float32 rounding)")
     args = ap.parse_args()
+    # The margins of the current step's discrete decisions (see below).
+    margins = []
 
     import torch
     import torch.nn.functional as F
@@ -322,7 +324,16 @@ def main():
             # load-balancing loss through MoEAuxLossAutoScaler, tokens
             # permuted expert-major by a stable argsort, one GEMM per expert.
             elif op == "moe_router":
-                top, idx = torch.topk(x[0], o["ints"]["topk"], dim=-1)
+                k = o["ints"]["topk"]
+                if x[0].shape[-1] > k:
+                    # The decision's margin: the k-th logit over the next.
+                    ranked = torch.topk(x[0].detach(), k + 1, dim=-1).values
+                    gaps = ranked[..., k - 1] - ranked[..., k]
+                    # Exact ties (identical rows: the same token first in two
+                    # samples) are decided alike by any implementation.
+                    if (gaps > 0).any():
+                        margins.append(gaps[gaps > 0].min().item())
+                top, idx = torch.topk(x[0], k, dim=-1)
                 y = (torch.softmax(top, dim=-1), idx)
             elif op == "moe_aux_loss":
                 e = x[0].shape[-1]
@@ -345,6 +356,12 @@ def main():
                     if len(sel) > cap:
                         if o["strings"].get("drop_policy", "probs") == "probs":
                             sel = sorted(sel, key=lambda c: (-flat_p[c].item(), c))
+                            # The last kept probability over the first
+                            # dropped (exact ties go to the earlier token in
+                            # any implementation).
+                            gap = flat_p[sel[cap - 1]].item() - flat_p[sel[cap]].item()
+                            if gap > 0:
+                                margins.append(gap)
                         keep[sel[cap:]] = False
                 y = ((flat_p * keep).view(x[0].shape),
                      torch.where(keep, flat_i, torch.full_like(flat_i, -1)).view(x[1].shape))
@@ -404,6 +421,7 @@ def main():
         raise SystemExit("global batch size must be a multiple of the micro batch")
     nmb = gb // b
     for it in range(1, args.steps + 1):
+        margins.clear()
         opt.zero_grad(set_to_none=True)
         total = 0.0
         for m in range(nmb):
@@ -413,7 +431,13 @@ def main():
             (loss / nmb).backward()
             total += loss.item()
         opt.step()
-        print(json.dumps({"step": it, "loss": total / nmb}), flush=True)
+        record = {"step": it, "loss": total / nmb}
+        if margins:
+            # The smallest margin of the step's discrete decisions (router
+            # top-k, capacity drops): how far the data is from a near-tie
+            # that another summation order could decide the other way.
+            record["min_decision_margin"] = min(margins)
+        print(json.dumps(record), flush=True)
 
 
 if __name__ == "__main__":
