@@ -87,7 +87,8 @@ private:
     std::vector<int64_t> shape;
     ArrayRef<char> bytes;
     std::vector<char> owned; ///< the bytes of a splat
-    std::string file;
+    /// External data: `file`, relative to the directory `dir`.
+    std::string dir, file;
     int64_t offset = 0;
   };
   LogicalResult initData(rt::BufferOp buf, ArrayRef<int64_t> global,
@@ -121,11 +122,14 @@ LogicalResult Writer::initData(rt::BufferOp buf, ArrayRef<int64_t> global,
     return buf.emitOpError() << "has init \"data\" but the module's "
                              << kWeightsAttr << " has no value for it";
   if (auto file = dyn_cast<DictionaryAttr>(entry)) {
+    auto dir = file.getAs<StringAttr>("dir");
     auto path = file.getAs<StringAttr>("file");
     auto offset = file.getAs<IntegerAttr>("offset");
     auto shape = file.getAs<DenseI64ArrayAttr>("shape");
-    if (!path || !offset || !shape)
-      return buf.emitOpError() << "external data needs {file, offset, shape}";
+    if (!dir || !path || !offset || !shape)
+      return buf.emitOpError()
+             << "external data needs {dir, file, offset, shape}";
+    data.dir = dir.str();
     data.file = path.str();
     data.offset = offset.getInt();
     data.shape.assign(shape.asArrayRef().begin(), shape.asArrayRef().end());
@@ -327,15 +331,17 @@ Writer::writeProgram(ModuleOp module, int64_t ppRank) {
     int of = buf.getOfAttr() ? index.lookup(buf.getOfAttr().getValue()) : -1;
     flatbuffers::Offset<flatbuffers::Vector<uint8_t>> dataVec;
     flatbuffers::Offset<flatbuffers::Vector<int64_t>> dataShapeVec;
-    flatbuffers::Offset<flatbuffers::String> dataFile;
+    flatbuffers::Offset<flatbuffers::String> dataFile, dataDir;
     if (init == fa::InitKind::Data) {
       dataShapeVec = fbb.CreateVector(data.shape);
       if (data.file.empty())
         dataVec = fbb.CreateVector(
             reinterpret_cast<const uint8_t *>(data.bytes.data()),
             data.bytes.size());
-      else
+      else {
         dataFile = fbb.CreateString(data.file);
+        dataDir = fbb.CreateString(data.dir);
+      }
     }
     fa::BufferBuilder bb(fbb);
     bb.add_name(name);
@@ -361,6 +367,7 @@ Writer::writeProgram(ModuleOp module, int64_t ppRank) {
         bb.add_data(dataVec);
       else {
         bb.add_data_file(dataFile);
+        bb.add_data_dir(dataDir);
         bb.add_data_offset(data.offset);
       }
     }

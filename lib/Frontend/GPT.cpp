@@ -7,10 +7,20 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <tuple>
 
 using namespace mlir;
 using namespace tessera;
+
+/// `v` as %g writes it ("0.1", "nan", "inf").
+static std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
+}
 
 std::string tessera::validateGPTConfig(const GPTConfig &c) {
   auto positive = [](const char *name, int64_t v) -> std::string {
@@ -25,6 +35,41 @@ std::string tessera::validateGPTConfig(const GPTConfig &c) {
                          {"seq", c.seq}})
     if (std::string e = positive(name, v); !e.empty())
       return e;
+  // Sizes past any model trained: a dimension up to 2^31, a sequence up to
+  // 2^24 tokens (16M, past every trained context), and no parameter or
+  // activation of a microbatch sample over 2^48 elements, so that nothing
+  // downstream overflows or plans terabytes.
+  constexpr int64_t kMaxDim = int64_t(1) << 31, kMaxSeq = int64_t(1) << 24,
+                    kMaxElements = int64_t(1) << 48;
+  for (auto [name, v] : {std::pair<const char *, int64_t>{"layers", c.layers},
+                         {"hidden", c.hidden},
+                         {"heads", c.heads},
+                         {"vocab", c.vocab},
+                         {"ffn", c.ffn},
+                         {"max-position-embeddings", c.maxPositions},
+                         {"num-experts", c.numExperts},
+                         {"moe-ffn-hidden", c.moeFfn}})
+    if (v > kMaxDim)
+      return std::string("--") + name + " " + std::to_string(v) +
+             " exceeds the largest supported size of 2^31";
+  if (c.seq > kMaxSeq)
+    return "--seq " + std::to_string(c.seq) +
+           " exceeds the longest supported sequence of 2^24 tokens";
+  const int64_t ffn = c.ffn ? c.ffn : 4 * c.hidden;
+  const int64_t moeFfn = c.moeFfn ? c.moeFfn : ffn;
+  for (auto [what, a, b] :
+       {std::tuple<const char *, int64_t, int64_t>{"--vocab x --hidden",
+                                                   c.vocab, c.hidden},
+        {"--ffn x --hidden", ffn, c.hidden},
+        {"--seq x --hidden", std::max(c.seq, c.maxPositions), c.hidden},
+        {"--seq x --seq (attention scores)", c.seq, c.seq},
+        {"--num-experts x --moe-ffn-hidden", std::max<int64_t>(c.numExperts, 1),
+         moeFfn}}) {
+    if (a > kMaxElements / b)
+      return std::string(what) + " = " + std::to_string(a) + " x " +
+             std::to_string(b) +
+             " elements exceeds the largest supported tensor of 2^48";
+  }
   if (c.hidden % c.heads != 0)
     return "--hidden " + std::to_string(c.hidden) +
            " is not divisible by --heads " + std::to_string(c.heads);
@@ -33,8 +78,9 @@ std::string tessera::validateGPTConfig(const GPTConfig &c) {
            " is smaller than --seq " + std::to_string(c.seq);
   if (c.ffn < 0)
     return "--ffn must be positive";
-  if (c.dropout < 0 || c.dropout >= 1)
-    return "--dropout must be in [0, 1)";
+  // Comparisons written so that NaN fails them.
+  if (!(c.dropout >= 0 && c.dropout < 1))
+    return "--dropout must be in [0, 1), got " + number(c.dropout);
   if (c.numExperts < 0)
     return "--num-experts must not be negative";
   if (c.numExperts > 0) {
@@ -46,10 +92,13 @@ std::string tessera::validateGPTConfig(const GPTConfig &c) {
       return "--moe-ffn-hidden must be positive";
     if (c.moeLayerFreq < 1)
       return "--moe-layer-freq must be positive";
-    if (c.moeAuxLossCoeff < 0)
-      return "--moe-aux-loss-coeff must not be negative";
-    if (c.moeCapacityFactor < 0)
-      return "--moe-expert-capacity-factor must not be negative";
+    if (!(c.moeAuxLossCoeff >= 0 && std::isfinite(c.moeAuxLossCoeff)))
+      return "--moe-aux-loss-coeff must be a finite number >= 0, got " +
+             number(c.moeAuxLossCoeff);
+    if (!(c.moeCapacityFactor >= 0 && std::isfinite(c.moeCapacityFactor)))
+      return "--moe-expert-capacity-factor must be a finite number >= 0, "
+             "got " +
+             number(c.moeCapacityFactor);
     if (c.moeDropPolicy != "probs" && c.moeDropPolicy != "position")
       return "--moe-token-drop-policy must be probs or position, got " +
              c.moeDropPolicy;

@@ -1699,9 +1699,17 @@ Attribute Importer::weightsAttr() {
                 << "its shape";
         return {};
       }
+      if (t->externalOffset > t->externalFileBytes - bytes) {
+        error() << "parameter '" << name << "': its " << bytes
+                << " bytes at offset " << t->externalOffset << " run past the "
+                << "end of " << t->externalPath() << " ("
+                << t->externalFileBytes << " bytes)";
+        return {};
+      }
       entries.push_back(b.getNamedAttr(
           name, b.getDictionaryAttr(
-                    {b.getNamedAttr("file", b.getStringAttr(t->externalFile)),
+                    {b.getNamedAttr("dir", b.getStringAttr(t->externalDir)),
+                     b.getNamedAttr("file", b.getStringAttr(t->externalFile)),
                      b.getNamedAttr("offset",
                                     b.getI64IntegerAttr(t->externalOffset)),
                      b.getNamedAttr("shape", b.getDenseI64ArrayAttr(

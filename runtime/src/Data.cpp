@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -396,6 +397,45 @@ private:
 
 } // namespace
 
+StatusOr<std::string> resolveDataFile(const std::string &file,
+                                      const std::string &dataDir,
+                                      const std::string &artifactPath) {
+  namespace fs = std::filesystem;
+  fs::path rel(file);
+  if (file.empty() || rel.is_absolute())
+    return invalidArgument("data file '", file,
+                           "' is not a path relative to its data directory");
+  for (const fs::path &part : rel)
+    if (part == "..")
+      return invalidArgument("data file '", file,
+                             "' leaves its data directory ('..')");
+  // The directory recorded at compile time, else the artifact's own (an
+  // artifact moved with its data beside it).
+  std::error_code ec;
+  fs::path base;
+  if (!dataDir.empty() && fs::is_directory(dataDir, ec) &&
+      fs::exists(fs::path(dataDir) / rel, ec))
+    base = dataDir;
+  else
+    base = fs::absolute(fs::path(artifactPath), ec).parent_path();
+  fs::path realBase = fs::canonical(base, ec);
+  fs::path real = ec ? fs::path() : fs::canonical(realBase / rel, ec);
+  if (ec)
+    return notFound("cannot find the data file '", file, "' in '",
+                    dataDir.empty() ? std::string("(none)") : dataDir,
+                    "' nor next to the artifact in '", base.string(), "'");
+  auto [b, r] =
+      std::mismatch(realBase.begin(), realBase.end(), real.begin(), real.end());
+  if (b != realBase.end())
+    return invalidArgument("data file '", file, "' resolves to '",
+                           real.string(), "', outside its directory '",
+                           realBase.string(), "'");
+  if (!fs::is_regular_file(real, ec))
+    return invalidArgument("data file '", real.string(),
+                           "' is not a regular file");
+  return real.string();
+}
+
 template <typename ErrorFn>
 static Status initShardFromData(const fb::Buffer &buffer,
                                 const std::vector<int64_t> &global,
@@ -424,22 +464,13 @@ static Status initShardFromData(const fb::Buffer &buffer,
   const uint8_t *src = nullptr;
   MappedRange mapped;
   if (buffer.data_file() && buffer.data_file()->size()) {
-    std::string path = buffer.data_file()->str();
-    size_t slash = fileName.rfind('/');
-    std::string artifactDir =
-        slash == std::string::npos ? "" : fileName.substr(0, slash + 1);
-    if (path[0] != '/') {
-      path = artifactDir + path;
-    } else if (::access(path.c_str(), F_OK) != 0) {
-      // The compiler records where the data was; an artifact moved with its
-      // data next to it finds the file by name in its own directory.
-      std::string moved = artifactDir + path.substr(path.rfind('/') + 1);
-      if (::access(moved.c_str(), F_OK) == 0)
-        path = moved;
-      else
-        return error("cannot find the data file '", path, "' (nor '", moved,
-                     "' next to the artifact)");
-    }
+    auto resolved =
+        resolveDataFile(buffer.data_file()->str(),
+                        buffer.data_dir() ? buffer.data_dir()->str() : "",
+                        fileName);
+    if (!resolved.ok())
+      return error(resolved.status().message());
+    std::string path = *resolved;
     // Each rank maps the file and touches only its shard's pages.
     Status st = mapped.map(path, buffer.data_offset(), limit * 4);
     if (!st.ok())

@@ -3,11 +3,13 @@
 #include "TestArtifacts.h"
 
 #include "tessera/rt/Artifact.h"
+#include "tessera/rt/Data.h"
 #include "tessera/rt/Executor.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <unistd.h>
@@ -82,9 +84,9 @@ TEST_F(ArtifactTest, BadMagic) {
 
 TEST_F(ArtifactTest, WrongVersion) {
   std::string file = buildFile(buildPayload(softmaxRegression()));
-  file[4] = 11;
-  expectError(file, "unsupported format version 11 (this runtime supports "
-                    "version 10)");
+  file[4] = 12;
+  expectError(file, "unsupported format version 12 (this runtime supports "
+                    "version 11)");
 }
 
 TEST_F(ArtifactTest, Truncated) {
@@ -773,4 +775,43 @@ TEST_F(ArtifactTest, ExecutorValidateDoesNotDecodeEverySlot) {
   Status st = Executor::validate(**loaded);
   EXPECT_TRUE(st.ok()) << st.toString();
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+// An artifact's initial-value data file (data_file, relative to data_dir):
+// read only inside its directory, with symbolic links resolved; an artifact
+// moved with its data finds it beside itself; nothing else is opened.
+TEST(DataFileTest, StaysInsideItsDirectory) {
+  namespace fs = std::filesystem;
+  fs::path root = fs::temp_directory_path() /
+                  ("tessera-data-file-" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "model");
+  fs::create_directories(root / "run");
+  std::ofstream(root / "model/w.data") << "weights";
+  std::ofstream(root / "secret.data") << "secret";
+  const std::string model = (root / "model").string();
+  const std::string artifact = (root / "run/a.tsr").string();
+
+  auto ok = resolveDataFile("w.data", model, artifact);
+  ASSERT_TRUE(ok.ok()) << ok.status().toString();
+  EXPECT_EQ(*ok, fs::canonical(root / "model/w.data").string());
+
+  auto expectError = [&](const std::string &file, const std::string &part) {
+    auto r = resolveDataFile(file, model, artifact);
+    ASSERT_FALSE(r.ok()) << file;
+    EXPECT_NE(r.status().message().find(part), std::string::npos)
+        << r.status().message();
+  };
+  expectError((root / "secret.data").string(), "is not a path relative");
+  expectError("../secret.data", "leaves its data directory ('..')");
+  fs::create_symlink(root / "secret.data", root / "model/link.data");
+  expectError("link.data", "outside its directory");
+  expectError("none.data", "cannot find the data file 'none.data'");
+
+  // Moved: the recorded directory no longer holds it, the artifact's does.
+  fs::rename(root / "model/w.data", root / "run/w.data");
+  ok = resolveDataFile("w.data", model, artifact);
+  ASSERT_TRUE(ok.ok()) << ok.status().toString();
+  EXPECT_EQ(*ok, fs::canonical(root / "run/w.data").string());
+  fs::remove_all(root);
 }

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 
@@ -1204,4 +1205,50 @@ TEST(SaveLoadTest, StepsEndWhenSaveAndLoadReturn) {
   EXPECT_EQ(monitor.stalled(0), "");
   EXPECT_FALSE(loadCheckpoint(*ex, dir.path + "/none", lo, nullptr).ok());
   EXPECT_EQ(monitor.stalled(0), "");
+}
+
+// What interrupted saves leave in --save DIR goes at the next start: iter_
+// directories without a manifest (but the one `latest` names) and atomic
+// writes' temporary files; nothing else.
+TEST(CleanInterruptedSavesTest, RemovesOnlyWhatSavesLeft) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() /
+                 ("tessera-clean-saves-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  auto touch = [](const fs::path &p) { std::ofstream(p) << "x"; };
+  fs::create_directories(dir / "iter_0000001");
+  touch(dir / "iter_0000001/manifest.json");
+  touch(dir / "iter_0000001/rank_00000.bin");
+  touch(dir / "iter_0000001/rank_00001.bin.tmp.77");
+  fs::create_directories(dir / "iter_0000002"); // latest names it: kept
+  touch(dir / "iter_0000002/rank_00000.bin");
+  fs::create_directories(dir / "iter_0000003"); // interrupted
+  touch(dir / "iter_0000003/rank_00000.bin");
+  fs::create_directories(dir / "iter_other"); // not a checkpoint's name
+  std::ofstream(dir / "latest") << "2\n";
+  touch(dir / "latest.tmp.12");
+  touch(dir / "notes.tmp.txt");
+  touch(dir / "data.tmp.1x");
+
+  auto cleaned = cleanInterruptedSaves(dir.string());
+  ASSERT_TRUE(cleaned.ok()) << cleaned.status().toString();
+  ASSERT_EQ(cleaned->iterDirs.size(), 1u);
+  EXPECT_EQ(cleaned->iterDirs[0], (dir / "iter_0000003").string());
+  EXPECT_EQ(cleaned->tempFiles, 2);
+  EXPECT_FALSE(fs::exists(dir / "iter_0000003"));
+  EXPECT_FALSE(fs::exists(dir / "latest.tmp.12"));
+  EXPECT_FALSE(fs::exists(dir / "iter_0000001/rank_00001.bin.tmp.77"));
+  for (const char *kept :
+       {"iter_0000001/manifest.json", "iter_0000001/rank_00000.bin",
+        "iter_0000002/rank_00000.bin", "iter_other", "latest",
+        "notes.tmp.txt", "data.tmp.1x"})
+    EXPECT_TRUE(fs::exists(dir / kept)) << kept;
+
+  // Nothing left to clean; a directory that does not exist is fine.
+  cleaned = cleanInterruptedSaves(dir.string());
+  ASSERT_TRUE(cleaned.ok());
+  EXPECT_TRUE(cleaned->iterDirs.empty());
+  EXPECT_EQ(cleaned->tempFiles, 0);
+  EXPECT_TRUE(cleanInterruptedSaves((dir / "none").string()).ok());
+  fs::remove_all(dir);
 }

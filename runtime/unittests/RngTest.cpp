@@ -197,7 +197,8 @@ std::string dataParamArtifact(std::vector<int64_t> global, int shardDim,
                               std::vector<int64_t> dataShape,
                               const std::vector<float> &data,
                               const std::string &file = "", int64_t offset = 0,
-                              int shard2Dim = -1) {
+                              int shard2Dim = -1,
+                              const std::string &dataDir = "") {
   flatbuffers::FlatBufferBuilder fbb;
   std::vector<int64_t> local = global;
   if (shardDim >= 0)
@@ -211,12 +212,14 @@ std::string dataParamArtifact(std::vector<int64_t> global, int shardDim,
   auto axis2 = fbb.CreateString("cp");
   auto dataShapeVec = fbb.CreateVector(dataShape);
   flatbuffers::Offset<flatbuffers::Vector<uint8_t>> bytes;
-  flatbuffers::Offset<flatbuffers::String> fileName;
-  if (file.empty())
+  flatbuffers::Offset<flatbuffers::String> fileName, dirName;
+  if (file.empty()) {
     bytes = fbb.CreateVector(reinterpret_cast<const uint8_t *>(data.data()),
                              data.size() * 4);
-  else
+  } else {
     fileName = fbb.CreateString(file);
+    dirName = fbb.CreateString(dataDir);
+  }
   fb::BufferBuilder bb(fbb);
   bb.add_name(name);
   bb.add_kind(fb::BufferKind::Param);
@@ -234,6 +237,7 @@ std::string dataParamArtifact(std::vector<int64_t> global, int shardDim,
     bb.add_data(bytes);
   else {
     bb.add_data_file(fileName);
+    bb.add_data_dir(dirName);
     bb.add_data_offset(offset);
   }
   auto buffer = bb.Finish();
@@ -350,28 +354,38 @@ TEST(DataInitTest, ExternalFileIsMappedAtItsOffset) {
     std::fwrite(data.data(), 4, data.size(), f);
     std::fclose(f);
   }
-  // Relative to the artifact's directory; shard 1 of dim 0 is rows 3..5.
-  std::string payload = dataParamArtifact({6, 4}, 0, {6, 4}, {}, "weights.bin", 10);
+  // In its data directory; shard 1 of dim 0 is rows 3..5.
+  std::string payload =
+      dataParamArtifact({6, 4}, 0, {6, 4}, {}, "weights.bin", 10, -1, dir);
   std::vector<float> out;
-  Status st = initRank(payload, 1, out, dir + "/model.tsr");
+  Status st = initRank(payload, 1, out, "/elsewhere/model.tsr");
   ASSERT_TRUE(st.ok()) << st.message();
   for (size_t i = 0; i < out.size(); ++i)
     EXPECT_EQ(out[i], data[12 + i]);
   // A file shorter than the tensor, and a missing file, are errors naming it.
   std::string shortPayload =
-      dataParamArtifact({6, 4}, 0, {6, 4}, {}, path, 20);
+      dataParamArtifact({6, 4}, 0, {6, 4}, {}, "weights.bin", 20, -1, dir);
   st = initRank(shortPayload, 0, out);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("weights.bin' holds 106 bytes"), std::string::npos)
       << st.message();
-  st = initRank(dataParamArtifact({6, 4}, 0, {6, 4}, {}, dir + "/none.bin"), 0, out);
+  st = initRank(dataParamArtifact({6, 4}, 0, {6, 4}, {}, "none.bin", 0, -1, dir),
+                0, out);
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("cannot find the data file"), std::string::npos)
+  EXPECT_NE(st.message().find("cannot find the data file 'none.bin'"),
+            std::string::npos)
       << st.message();
-  // An absolute path that no longer exists: the file of that name next to
+  // An absolute path (a crafted artifact) is refused.
+  st = initRank(dataParamArtifact({6, 4}, 0, {6, 4}, {}, path, 10, -1, "/"), 0,
+                out);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("is not a path relative to its data directory"),
+            std::string::npos)
+      << st.message();
+  // A data directory that no longer holds it: the file of that name next to
   // the artifact (an artifact moved together with its data).
-  std::string moved =
-      dataParamArtifact({6, 4}, 0, {6, 4}, {}, "/no/such/dir/weights.bin", 10);
+  std::string moved = dataParamArtifact({6, 4}, 0, {6, 4}, {}, "weights.bin",
+                                        10, -1, "/no/such/dir");
   st = initRank(moved, 1, out, dir + "/model.tsr");
   ASSERT_TRUE(st.ok()) << st.message();
   for (size_t i = 0; i < out.size(); ++i)

@@ -152,6 +152,11 @@ int main(int argc, char **argv) {
   }
   if (outputFormat != "json" && outputFormat != "text")
     return fail("unknown --format=" + outputFormat + " (json or text)");
+  if (top < 1)
+    return fail("--top must be at least 1, got " + Twine(top));
+  if (verifyTop < 0)
+    return fail("--verify-top must be 0 (no compile) or more, got " +
+                Twine(verifyTop));
   if (!recompute.empty() && recompute != "none" && recompute != "selective" &&
       recompute != "full")
     return fail("--recompute must be none, selective or full, got '" +

@@ -11,6 +11,8 @@
 
 #include "mlir/IR/Builders.h"
 
+#include <cmath>
+
 using namespace mlir;
 using namespace tessera;
 using namespace tessera::nn;
@@ -88,8 +90,9 @@ LogicalResult MoECapacityDropOp::verify() {
   if (getProbs().getType().getShape() != getIndices().getType().getShape())
     return emitOpError() << "probs " << getProbs().getType()
                          << " must match the indices " << getIndices().getType();
-  if (!(getCapacityFactor().convertToFloat() > 0.0f))
-    return emitOpError() << "capacity_factor must be positive, got "
+  if (!(getCapacityFactor().convertToFloat() > 0.0f) ||
+      !std::isfinite(getCapacityFactor().convertToFloat()))
+    return emitOpError() << "capacity_factor must be positive and finite, got "
                          << getCapacityFactor().convertToFloat();
   if (getDropPolicy() != "probs" && getDropPolicy() != "position")
     return emitOpError() << "drop_policy must be \"probs\" or \"position\", got \""
@@ -122,6 +125,9 @@ LogicalResult MoEAuxLossOp::inferReturnTypes(MLIRContext *ctx,
 }
 
 LogicalResult MoEAuxLossOp::verify() {
+  const float coeff = getCoeff().convertToFloat();
+  if (!(coeff >= 0.0f) || !std::isfinite(coeff))
+    return emitOpError() << "coeff must be finite and >= 0, got " << coeff;
   if (!getCounts())
     return success();
   auto logits = cast<RankedTensorType>(getLogits().getType());

@@ -750,7 +750,8 @@ LogicalResult AttentionOp::adjustForShard(int64_t dim, int64_t parts) {
 
 LogicalResult DropoutOp::verify() {
   float rate = getRate().convertToFloat();
-  if (rate < 0.0f || rate >= 1.0f)
+  // Written so that NaN fails.
+  if (!(rate >= 0.0f && rate < 1.0f))
     return emitOpError() << "rate must be in [0, 1), got " << rate;
   if (getInput().getType().getRank() != 3)
     return emitOpError() << "expects [seq, batch, hidden] activations";

@@ -168,9 +168,18 @@ LogicalResult tessera::verifyAttr(ArrayRef<AttrContract> contracts,
            << where << "has '" << name << "', an attribute of "
            << sitesText(contract->sites);
   std::string expected = contract->check(attr.getValue(), type);
-  if (!expected.empty())
+  if (!expected.empty()) {
+    // The value as written, shortened: a model's weights would fill pages.
+    std::string got;
+    llvm::raw_string_ostream os(got);
+    os << attr.getValue();
+    constexpr size_t kShown = 200;
+    if (got.size() > kShown)
+      got = got.substr(0, kShown) + "... (" + std::to_string(got.size()) +
+            " characters)";
     return op->emitOpError() << where << "attribute '" << name << "' must be "
-                             << expected << ", got " << attr.getValue();
+                             << expected << ", got " << got;
+  }
   return success();
 }
 
@@ -240,23 +249,29 @@ const AttrContract kTesseraAttrs[] = {
     {kWeightsAttr, Module,
      [](Attribute a, Type t) -> std::string {
        std::string expected =
-           "a dictionary from parameter names to f32 elements or {file = "
-           "<path>, offset = <bytes>, shape = <the data's shape>}";
+           "a dictionary from parameter names to f32 elements or {dir = "
+           "<directory>, file = <path relative to it>, offset = <bytes>, "
+           "shape = <the data's shape>}";
        auto dict = dyn_cast_if_present<DictionaryAttr>(a);
        if (!dict)
          return expected;
+       // A bad entry is named, with what it should be.
        for (NamedAttribute entry : dict) {
+         std::string entryName = entry.getName().str();
          if (auto elements = dyn_cast<ElementsAttr>(entry.getValue())) {
            if (!elements.getElementType().isF32())
-             return expected;
+             return expected + "; the value of '" + entryName +
+                    "' is not f32";
            continue;
          }
-         if (!dictionary(entry.getValue(), t,
-                         {{"file", string},
-                          {"offset", nonNegativeInt},
-                          {"shape", i64Array}})
-                  .empty())
-           return expected;
+         std::string why = dictionary(entry.getValue(), t,
+                                      {{"dir", string},
+                                       {"file", string},
+                                       {"offset", nonNegativeInt},
+                                       {"shape", i64Array}});
+         if (!why.empty())
+           return expected + "; the entry of '" + entryName + "' must be " +
+                  why;
        }
        return "";
      }},

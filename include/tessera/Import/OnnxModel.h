@@ -34,17 +34,24 @@ const char *elemTypeName(int32_t type);
 
 /// An initializer or a constant. Inline data is held in `data` (raw little
 /// endian, row major); external data (ONNX's external-data files) is named
-/// by `externalFile` (an absolute path), `externalOffset` and
-/// `externalLength` and not read.
+/// by `externalDir` (the model's directory, symlinks resolved),
+/// `externalFile` (its `location`: a path relative to that directory that
+/// stays inside it, symlinks resolved), `externalOffset` and
+/// `externalLength`, and not read.
 struct Tensor {
   std::string name;
   int32_t elemType = kUndefined;
   std::vector<int64_t> shape;
   std::string data;
   bool hasData = false;
+  std::string externalDir;
   std::string externalFile;
   int64_t externalOffset = 0;
   int64_t externalLength = -1;
+  /// The file's size in bytes (external data).
+  int64_t externalFileBytes = 0;
+  /// externalDir/externalFile.
+  std::string externalPath() const { return externalDir + "/" + externalFile; }
 
   int64_t numElements() const;
   bool isExternal() const { return !externalFile.empty(); }

@@ -13,6 +13,9 @@
 #include "onnx/onnx_pb.h"
 #include "onnx/shape_inference/implementation.h"
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -105,6 +108,82 @@ void checkDims(const onnx::TensorProto &t) {
   }
 }
 
+/// A non-negative integer of an external-data entry (offset, length).
+int64_t parseExternalNumber(const onnx::TensorProto &t, const std::string &key,
+                            const std::string &value) {
+  int64_t n = 0;
+  bool ok = !value.empty() && value.size() <= 19;
+  for (char c : value)
+    ok = ok && c >= '0' && c <= '9';
+  if (ok) {
+    errno = 0;
+    long long parsed = std::strtoll(value.c_str(), nullptr, 10);
+    ok = errno == 0 && parsed >= 0;
+    n = int64_t(parsed);
+  }
+  if (!ok)
+    throw LoadError{"tensor '" + t.name() + "': external data " + key + " '" +
+                    value + "' is not an integer in [0, 2^63)"};
+  return n;
+}
+
+/// The external data of `t`, checked before anything opens a file: its
+/// location is relative to the model's directory `realBase` (symlinks
+/// resolved), names no parent directory, and its file (symlinks resolved)
+/// is a regular file inside that directory holding the tensor's bytes. An
+/// ONNX model is input: its `location` must not read files elsewhere (the
+/// onnx checker only checks that a file exists, and stats `dir//abs` for an
+/// absolute one).
+void resolveExternalData(const onnx::TensorProto &t,
+                         const std::filesystem::path &realBase, Tensor &out) {
+  namespace fs = std::filesystem;
+  std::string location;
+  for (const onnx::StringStringEntryProto &e : t.external_data()) {
+    if (e.key() == "location")
+      location = e.value();
+    else if (e.key() == "offset")
+      out.externalOffset = parseExternalNumber(t, "offset", e.value());
+    else if (e.key() == "length")
+      out.externalLength = parseExternalNumber(t, "length", e.value());
+  }
+  auto reject = [&](const std::string &why) -> LoadError {
+    return LoadError{"tensor '" + t.name() + "': external data location '" +
+                     location + "' " + why};
+  };
+  if (location.empty())
+    throw LoadError{"tensor '" + t.name() +
+                    "' has external data without a location"};
+  fs::path rel(location);
+  if (rel.is_absolute() || location[0] == '/' || location[0] == '\\')
+    throw reject("is absolute; ONNX locations are relative to the model's "
+                 "directory");
+  for (const fs::path &part : rel)
+    if (part == "..")
+      throw reject("leaves the model's directory ('..')");
+  std::error_code ec;
+  fs::path real = fs::canonical(realBase / rel, ec);
+  if (ec)
+    throw reject("cannot be opened: " + ec.message());
+  // Inside the model's directory after symlinks too.
+  auto [b, r] = std::mismatch(realBase.begin(), realBase.end(), real.begin(),
+                              real.end());
+  if (b != realBase.end())
+    throw reject("resolves (through a symbolic link) to '" + real.string() +
+                 "', outside the model's directory '" + realBase.string() +
+                 "'");
+  if (!fs::is_regular_file(real, ec))
+    throw reject("is not a regular file");
+  uintmax_t size = fs::file_size(real, ec);
+  if (ec)
+    throw reject("cannot be read: " + ec.message());
+  out.externalDir = realBase.string();
+  out.externalFile = real.lexically_relative(realBase).string();
+  out.externalFileBytes = int64_t(size);
+  if (out.externalOffset > out.externalFileBytes)
+    throw reject("is " + std::to_string(size) + " bytes, less than the offset " +
+                 std::to_string(out.externalOffset));
+}
+
 /// `t` as a Tensor; with `take`, its raw bytes are moved out of the
 /// protobuf (weights: one copy of the model in memory, not two).
 Tensor convertTensor(const onnx::TensorProto &t, bool loadData,
@@ -116,22 +195,7 @@ Tensor convertTensor(const onnx::TensorProto &t, bool loadData,
   out.elemType = t.data_type();
   out.shape.assign(t.dims().begin(), t.dims().end());
   if (t.data_location() == onnx::TensorProto::EXTERNAL) {
-    std::string location;
-    for (const onnx::StringStringEntryProto &e : t.external_data()) {
-      if (e.key() == "location")
-        location = e.value();
-      else if (e.key() == "offset")
-        out.externalOffset = std::stoll(e.value());
-      else if (e.key() == "length")
-        out.externalLength = std::stoll(e.value());
-    }
-    if (location.empty())
-      throw LoadError{"tensor '" + t.name() +
-                      "' has external data without a location"};
-    std::filesystem::path file(location);
-    if (file.is_relative())
-      file = baseDir / file;
-    out.externalFile = std::filesystem::absolute(file).lexically_normal();
+    resolveExternalData(t, baseDir, out);
     out.hasData = true;
     return out;
   }
@@ -184,6 +248,26 @@ void load(const std::string &path, bool loadWeights, Model &model) {
   }
   if (!proto.has_graph())
     throw LoadError{"the model has no graph"};
+  // The model's directory, symlinks resolved: external data must stay
+  // inside it. Checked before the onnx checker opens any location.
+  std::error_code dirError;
+  std::filesystem::path baseDir = std::filesystem::canonical(
+      std::filesystem::absolute(std::filesystem::path(path)).parent_path(),
+      dirError);
+  if (dirError)
+    throw LoadError{"cannot resolve the model's directory: " +
+                    dirError.message()};
+  for (const onnx::TensorProto &t : proto.graph().initializer())
+    if (t.data_location() == onnx::TensorProto::EXTERNAL) {
+      Tensor scratch;
+      resolveExternalData(t, baseDir, scratch);
+    }
+  for (const onnx::NodeProto &n : proto.graph().node())
+    for (const onnx::AttributeProto &a : n.attribute())
+      if (a.has_t() && a.t().data_location() == onnx::TensorProto::EXTERNAL) {
+        Tensor scratch;
+        resolveExternalData(a.t(), baseDir, scratch);
+      }
   // The onnx checker: node input counts, attributes, topological order (no
   // cycles), external-data locations inside the model's directory.
   try {
@@ -193,9 +277,7 @@ void load(const std::string &path, bool loadWeights, Model &model) {
     for (const onnx::OperatorSetIdProto &o : proto.opset_import())
       opsets[o.domain()] = int(o.version());
     ctx.set_opset_imports(opsets);
-    ctx.set_model_dir(std::filesystem::absolute(std::filesystem::path(path))
-                          .parent_path()
-                          .string());
+    ctx.set_model_dir(baseDir.string());
     onnx::checker::LexicalScopeContext lex;
     onnx::checker::check_graph(proto.graph(), ctx, lex);
   } catch (const std::exception &e) {
@@ -241,8 +323,6 @@ void load(const std::string &path, bool loadWeights, Model &model) {
   }
 
   const onnx::GraphProto &g = proto.graph();
-  std::filesystem::path baseDir =
-      std::filesystem::absolute(std::filesystem::path(path)).parent_path();
   for (onnx::TensorProto &t : *proto.mutable_graph()->mutable_initializer())
     model.initializers.push_back(convertTensor(
         t, loadWeights, baseDir, t.has_raw_data() ? t.mutable_raw_data() : nullptr));

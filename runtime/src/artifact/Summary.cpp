@@ -78,8 +78,8 @@ std::string summarizeArtifact(const LoadedArtifact &artifact) {
               b->init() == fb::InitKind::Data) {
             os << " init Data" << shapeToString(b->data_shape());
             if (b->data_file() && b->data_file()->size())
-              os << " from " << fbString(b->data_file()) << " @"
-                 << b->data_offset();
+              os << " from " << fbString(b->data_file()) << " in "
+                 << fbString(b->data_dir()) << " @" << b->data_offset();
             else
               os << " inline";
           } else if (b->kind() == fb::BufferKind::Param) {

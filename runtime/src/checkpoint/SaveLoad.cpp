@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <thread>
@@ -46,6 +47,65 @@ using ckpt::toVector;
 //===----------------------------------------------------------------------===//
 // Locating
 //===----------------------------------------------------------------------===//
+
+namespace {
+/// "<name>.tmp.<digits>": writeFileAtomic's temporary name.
+bool isTempFile(const std::string &name) {
+  size_t at = name.rfind(".tmp.");
+  if (at == std::string::npos || at + 5 >= name.size())
+    return false;
+  return std::all_of(name.begin() + long(at) + 5, name.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
+}
+/// "iter_" and digits.
+bool isIterDir(const std::string &name) {
+  return name.size() > 5 && name.rfind("iter_", 0) == 0 &&
+         std::all_of(name.begin() + 5, name.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
+}
+} // namespace
+
+StatusOr<CleanedSaves> cleanInterruptedSaves(const std::string &dir) {
+  namespace fs = std::filesystem;
+  CleanedSaves cleaned;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    return cleaned;
+  // The iteration `latest` names is kept, complete or not.
+  std::string latest;
+  if (auto text = readWholeFile(dir + "/latest"); text.ok())
+    latest = iterationDirName(std::atoll(text->c_str()));
+  auto removeTemps = [&](const fs::path &in) -> Status {
+    for (const fs::directory_entry &e : fs::directory_iterator(in, ec)) {
+      if (!e.is_regular_file(ec) || !isTempFile(e.path().filename().string()))
+        continue;
+      if (!fs::remove(e.path(), ec) && ec)
+        return dataLoss("cannot remove ", e.path().string(), ": ",
+                        ec.message());
+      ++cleaned.tempFiles;
+    }
+    return Status();
+  };
+  TESSERA_RETURN_IF_ERROR(removeTemps(dir));
+  for (const fs::directory_entry &e : fs::directory_iterator(dir, ec)) {
+    std::string name = e.path().filename().string();
+    if (!e.is_directory(ec) || !isIterDir(name))
+      continue;
+    if (!fs::exists(e.path() / "manifest.json", ec) && name != latest) {
+      fs::remove_all(e.path(), ec);
+      if (ec)
+        return dataLoss("cannot remove ", e.path().string(), ": ",
+                        ec.message());
+      cleaned.iterDirs.push_back(e.path().string());
+      continue;
+    }
+    TESSERA_RETURN_IF_ERROR(removeTemps(e.path()));
+  }
+  if (ec)
+    return dataLoss("cannot list ", dir, ": ", ec.message());
+  std::sort(cleaned.iterDirs.begin(), cleaned.iterDirs.end());
+  return cleaned;
+}
 
 StatusOr<CheckpointLocation> locateCheckpoint(const std::string &dirIn) {
   std::string dir = dirIn;

@@ -97,9 +97,32 @@ Executor::create(std::shared_ptr<const LoadedArtifact> artifact,
     TESSERA_RETURN_IF_ERROR(checkTokenInputs(
         *ex->prog, ex->layout.microBatch, *options.dataset, ex->art->name()));
 
-  TESSERA_ASSIGN_OR_RETURN(void *mem,
-                           ex->be->allocate(ex->prog->arena_bytes()));
-  ex->arena = static_cast<uint8_t *>(mem);
+  auto mem = ex->be->allocate(ex->prog->arena_bytes());
+  if (!mem.ok()) {
+    // Name what is too big: the arena holds every buffer of the memory
+    // plan; its largest buffer is usually the answer.
+    std::string largest;
+    int64_t largestBytes = 0;
+    if (ex->prog->buffers())
+      for (const fb::Buffer *b : *ex->prog->buffers()) {
+        int64_t bytes = numElements(b->shape()) * dtypeSize(b->dtype());
+        if (bytes > largestBytes && b->name()) {
+          largestBytes = bytes;
+          largest = b->name()->str();
+        }
+      }
+    return Status(mem.status().getCode(),
+                  ex->art->name() + ": program " +
+                      std::to_string(ex->prog->pp_rank()) +
+                      ": cannot allocate its memory arena of " +
+                      std::to_string(ex->prog->arena_bytes()) +
+                      " bytes (largest buffer '" + largest + "', " +
+                      std::to_string(largestBytes) +
+                      " bytes; tessera-compile --emit=memory shows the "
+                      "plan): " +
+                      mem.status().message());
+  }
+  ex->arena = static_cast<uint8_t *>(*mem);
   TESSERA_RETURN_IF_ERROR(ex->bindFunctions());
   // One f32 per loss an iteration computes, gathered on the device and read
   // back once per iteration.

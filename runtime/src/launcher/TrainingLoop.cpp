@@ -265,6 +265,7 @@ private:
   Status setUp();
   Status checkBlasCore();
   Status resume();
+  Status cleanSaveDirectory();
   void printHeader() const;
   Status openMetrics();
   Status startTraining();
@@ -330,7 +331,11 @@ Status RankRun::run() {
   if (rank == 0) {
     printHeader();
     TESSERA_RETURN_IF_ERROR(openMetrics());
+    TESSERA_RETURN_IF_ERROR(cleanSaveDirectory());
   }
+  // No rank saves before rank 0 has cleaned the --save directory.
+  if (!o.saveDir.empty() && world)
+    TESSERA_RETURN_IF_ERROR(world->barrier());
   TESSERA_RETURN_IF_ERROR(startTraining());
   for (int64_t it = startIteration + 1; it <= o.steps; ++it) {
     TESSERA_RETURN_IF_ERROR(trainIteration(it));
@@ -434,6 +439,25 @@ Status RankRun::checkBlasCore() {
         " kernels, or an mpirun started without tessera-run did not export "
         "OPENBLAS_CORETYPE=",
         o.blasCore, ")");
+  return Status();
+}
+
+/// --save DIR: what interrupted saves left there (iter_ directories
+/// without a manifest, temporary files) goes, with a note.
+Status RankRun::cleanSaveDirectory() {
+  if (o.saveDir.empty())
+    return Status();
+  TESSERA_ASSIGN_OR_RETURN(CleanedSaves cleaned,
+                           cleanInterruptedSaves(o.saveDir));
+  for (const std::string &dir : cleaned.iterDirs)
+    std::printf("tessera-run: removed %s, an interrupted save (no "
+                "manifest.json)\n",
+                dir.c_str());
+  if (cleaned.tempFiles)
+    std::printf("tessera-run: removed %lld temporary file(s) of interrupted "
+                "writes in %s\n",
+                (long long)cleaned.tempFiles, o.saveDir.c_str());
+  std::fflush(stdout);
   return Status();
 }
 

@@ -97,7 +97,7 @@ func.func @experts(%x: tensor<4x8xf32>, %i: tensor<4x2xi32>) -> tensor<8x8xf32> 
 // -----
 
 func.func @factor(%p: tensor<4x2xf32>, %i: tensor<4x2xi32>) -> tensor<4x2xf32> {
-  // expected-error @+1 {{'nn.moe_capacity_drop' op capacity_factor must be positive, got 0}}
+  // expected-error @+1 {{'nn.moe_capacity_drop' op capacity_factor must be positive and finite, got 0}}
   %kp, %ki = nn.moe_capacity_drop %p, %i {num_experts = 3 : i64, capacity_factor = 0.0 : f32} : tensor<4x2xf32>, tensor<4x2xi32>
   return %kp : tensor<4x2xf32>
 }
@@ -123,5 +123,29 @@ func.func @shapes(%p: tensor<4x2xf32>, %i: tensor<4x1xi32>) -> tensor<4x2xf32> {
 func.func @aux_counts(%l: tensor<4x2x3xf32>, %i: tensor<4x2x2xi32>, %c: tensor<4xf32>) -> tensor<f32> {
   // expected-error @+1 {{'nn.moe_aux_loss' op expects counts [3] (one per expert), got 'tensor<4xf32>'}}
   %a = nn.moe_aux_loss %l, %i, %c {coeff = 0.01 : f32} : (tensor<4x2x3xf32>, tensor<4x2x2xi32>, tensor<4xf32>) -> tensor<f32>
+  return %a : tensor<f32>
+}
+
+// -----
+
+func.func @factor_inf(%p: tensor<4x2xf32>, %i: tensor<4x2xi32>) -> tensor<4x2xf32> {
+  // expected-error @+1 {{'nn.moe_capacity_drop' op capacity_factor must be positive and finite, got INF}}
+  %kp, %ki = nn.moe_capacity_drop %p, %i {num_experts = 3 : i64, capacity_factor = 0x7F800000 : f32} : tensor<4x2xf32>, tensor<4x2xi32>
+  return %kp : tensor<4x2xf32>
+}
+
+// -----
+
+func.func @aux_coeff_nan(%l: tensor<4x2x3xf32>, %i: tensor<4x2x2xi32>) -> tensor<f32> {
+  // expected-error @+1 {{'nn.moe_aux_loss' op coeff must be finite and >= 0, got nan}}
+  %a = nn.moe_aux_loss %l, %i {coeff = 0x7FC00000 : f32} : (tensor<4x2x3xf32>, tensor<4x2x2xi32>) -> tensor<f32>
+  return %a : tensor<f32>
+}
+
+// -----
+
+func.func @aux_coeff_negative(%l: tensor<4x2x3xf32>, %i: tensor<4x2x2xi32>) -> tensor<f32> {
+  // expected-error @+1 {{'nn.moe_aux_loss' op coeff must be finite and >= 0, got -1}}
+  %a = nn.moe_aux_loss %l, %i {coeff = -1.0 : f32} : (tensor<4x2x3xf32>, tensor<4x2x2xi32>) -> tensor<f32>
   return %a : tensor<f32>
 }

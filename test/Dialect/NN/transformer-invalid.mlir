@@ -40,6 +40,14 @@ func.func @dropout(%x: tensor<16x2x64xf32>) {
 
 // -----
 
+func.func @dropout_nan(%x: tensor<16x2x64xf32>) {
+  // expected-error @+1 {{rate must be in [0, 1), got nan}}
+  %y = nn.dropout %x {rate = 0x7FC00000 : f32, stream = 0 : i64} : tensor<16x2x64xf32>
+  return
+}
+
+// -----
+
 func.func @add_layer_norm_params(%x: tensor<16x2x64xf32>, %g: tensor<32xf32>) {
   // expected-error @+1 {{weight and bias must be 1-d of the input's last dimension 64, got 'tensor<32xf32>'}}
   %s, %y = nn.add_layer_norm %x, %x, %g, %g : tensor<16x2x64xf32>, tensor<32xf32>

@@ -69,20 +69,27 @@ module attributes {tessera.vocab = {size = 257}} {
 
 // -----
 
-// expected-error @+1 {{attribute 'tessera.weights' must be a dictionary from parameter names to f32 elements or {file = <path>, offset = <bytes>, shape = <the data's shape>}, got {w = dense<1> : tensor<2xi32>}}}
+// expected-error @+1 {{attribute 'tessera.weights' must be a dictionary from parameter names to f32 elements or {dir = <directory>, file = <path relative to it>, offset = <bytes>, shape = <the data's shape>}; the value of 'w' is not f32, got {w = dense<1> : tensor<2xi32>}}}
 module attributes {tessera.weights = {w = dense<1> : tensor<2xi32>}} {
 }
 
 // -----
 
-// expected-error @+1 {{attribute 'tessera.weights' must be a dictionary from parameter names to f32 elements or {file = <path>, offset = <bytes>, shape = <the data's shape>}, got {w = {file = "/w.bin"}}}}
+// expected-error @+1 {{attribute 'tessera.weights' must be a dictionary from parameter names to f32 elements or {dir = <directory>, file = <path relative to it>, offset = <bytes>, shape = <the data's shape>}; the entry of 'w' must be {dir = a string, file = a string, offset = a non-negative integer, shape = an array<i64: ...>}, got {w = {file = "/w.bin"}}}}
 module attributes {tessera.weights = {w = {file = "/w.bin"}}} {
 }
 
 // -----
 
-// expected-error @+1 {{attribute 'tessera.weights' must be a dictionary from parameter names to f32 elements or {file = <path>, offset = <bytes>, shape = <the data's shape>}, got {w = {file = "/w.bin", offset = -4 : i64, shape = array<i64: 2>}}}}
-module attributes {tessera.weights = {w = {file = "/w.bin", offset = -4, shape = array<i64: 2>}}} {
+// expected-error @+1 {{attribute 'tessera.weights' must be a dictionary from parameter names to f32 elements or {dir = <directory>, file = <path relative to it>, offset = <bytes>, shape = <the data's shape>}; the entry of 'w' must be {dir = a string, file = a string, offset = a non-negative integer, shape = an array<i64: ...>}, got {w = {dir = "/d", file = "w.bin", offset = -4 : i64, shape = array<i64: 2>}}}}
+module attributes {tessera.weights = {w = {dir = "/d", file = "w.bin", offset = -4, shape = array<i64: 2>}}} {
+}
+
+// -----
+
+// A long value is shortened: a model's weights would fill pages.
+// expected-error @+1 {{the value of 'b' is not f32, got {a = dense<[1.000000e+00, 2.000000e+00, 3.000000e+00, 4.000000e+00, 5.000000e+00, 6.000000e+00, 7.000000e+00, 8.000000e+00]> : tensor<8xf32>, b = dense<[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, ... (242 characters)}}
+module attributes {tessera.weights = {a = dense<[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]> : tensor<8xf32>, b = dense<[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]> : tensor<20xi32>}} {
 }
 
 // -----

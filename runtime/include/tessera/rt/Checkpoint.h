@@ -66,6 +66,20 @@ StatusOr<CheckpointLocation> locateCheckpoint(const std::string &dir);
 /// against `latest`'s).
 StatusOr<CheckpointManifest> readManifest(const CheckpointLocation &location);
 
+/// What cleanInterruptedSaves removed.
+struct CleanedSaves {
+  std::vector<std::string> iterDirs; ///< iter_ directories without a manifest
+  int64_t tempFiles = 0;             ///< writeFileAtomic's "*.tmp.<pid>"
+};
+/// Removes what interrupted saves left in --save DIR: iter_NNNNNNN
+/// directories without a manifest.json (the manifest is written last, once
+/// every shard is on disk, so such a directory was never a checkpoint; the
+/// one `latest` names is kept whatever it holds) and the temporary files of
+/// atomic writes ("<name>.tmp.<pid>") in DIR and its iter_ directories.
+/// Nothing else is touched. Call on one rank, before any rank saves; a DIR
+/// that does not exist is fine.
+StatusOr<CleanedSaves> cleanInterruptedSaves(const std::string &dir);
+
 struct CheckpointSaveOptions {
   std::string dir;
   CheckpointRunInfo info;

@@ -108,6 +108,16 @@ Status initParameterBlock(fb::InitKind init, float scale, uint64_t seed,
                           const std::vector<int64_t> &globalShape,
                           const TensorBlock &block, float *out);
 
+/// The path of an initial-value data file (fb::Buffer::data_file, relative
+/// to data_dir): inside `dataDir` where that holds the file, else inside the
+/// directory of the artifact at `artifactPath` (moved with its data). A path
+/// that is absolute, names a parent directory, or resolves (symbolic links
+/// followed) outside its directory is an error: an artifact reads no file
+/// outside the directory it names.
+StatusOr<std::string> resolveDataFile(const std::string &file,
+                                      const std::string &dataDir,
+                                      const std::string &artifactPath);
+
 /// Initialises param `buffer` of `artifact` as seen by world rank `rank`
 /// into host memory `out` (numElements(buffer.shape()) floats). A BF16
 /// parameter gets the same f32 values (the caller rounds them to bf16).
