@@ -10,9 +10,12 @@ number of threads, one after the other in this run:
   softmax(q k^T / sqrt(d)) v -> proj linear (bias) -> residual, LN -> fc1
   (4h, bias) -> exact-erf GELU -> fc2 (bias) -> residual; final LN; untied LM
   head without bias over the vocabulary padded to 384 (257 -> multiple of
-  128, the embedding padded alike); mean token cross-entropy; Adam (lr 1e-3,
-  betas 0.9/0.999, eps 1e-8, no weight decay); fp32; activations
-  [seq, batch, hidden]; Megatron's init.
+  128, the embedding padded alike); mean token cross-entropy; tessera-
+  compile's default optimizer, Megatron's: AdamW (lr 1e-3, betas
+  0.9/0.999, eps 1e-8, weight decay 0.01 on all but biases and LayerNorm
+  weights) after clipping the gradients to a global norm of 1.0 (PyTorch:
+  torch.optim.AdamW with two parameter groups and clip_grad_norm_); fp32;
+  activations [seq, batch, hidden]; Megatron's init.
 
 Losses: each side initialises the weights with its own generator (same
 distributions, different numbers), so the first and last losses printed
@@ -165,8 +168,11 @@ def torch_worker(cfg):
                                    ignore_index=-100)
 
     model = GPT()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999),
-                           eps=1e-8, weight_decay=0.0)
+    decay = [p for n, p in model.named_parameters() if p.ndim > 1 and not n.endswith("bias")]
+    no_decay = [p for n, p in model.named_parameters() if not (p.ndim > 1 and not n.endswith("bias"))]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
     stream = read_tokens(cfg["data"])
     span = len(stream) - S
 
@@ -181,6 +187,7 @@ def torch_worker(cfg):
         opt.zero_grad(set_to_none=True)
         loss = model(tokens, labels)
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         return loss.item()
 

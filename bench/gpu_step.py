@@ -17,7 +17,9 @@ and the experts' GroupedLinear(Grad), whose work is cuBLASLt calls).
 The same GPT (Megatron's GPTModel as tessera-gen emits it: learned
 positions, pre-LayerNorm blocks with fused QKV, GELU MLP of 4 x hidden,
 biases, an untied output layer over the vocabulary padded to 128) is also
-trained in PyTorch on the same GPU, same shapes and Adam: eager, and
+trained in PyTorch on the same GPU, same shapes and optimizer (AdamW with
+Megatron's no-decay group, gradients clipped to norm 1.0, as tessera-compile
+defaults to): eager, and
 torch.compile'd where that works (--torch-compile), with bf16 autocast for
 bf16 and TF32 off for fp32. Its attention is
 torch.nn.functional.scaled_dot_product_attention (flash or memory-efficient
@@ -148,7 +150,14 @@ def torch_step(spec, seq, micro_batch, warmup, steps, compile_too):
     def measure(compiled):
         torch.manual_seed(1234)
         model = GPT().cuda()
-        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+        # tessera-compile's default optimizer: AdamW, no decay on biases
+        # and norms, gradients clipped to norm 1.0.
+        named = list(model.named_parameters())
+        opt = torch.optim.AdamW(
+            [{"params": [p for n, p in named if p.ndim > 1 and not n.endswith("bias")],
+              "weight_decay": 0.01},
+             {"params": [p for n, p in named if not (p.ndim > 1 and not n.endswith("bias"))],
+              "weight_decay": 0.0}], lr=1e-4)
         fn = torch.compile(model) if compiled else model
         gen = torch.Generator(device="cuda").manual_seed(1)
         tokens = torch.randint(0, VOCAB, (micro_batch, seq + 1), device="cuda",
@@ -163,6 +172,7 @@ def torch_step(spec, seq, micro_batch, warmup, steps, compile_too):
                                 enabled=precision == "bf16"):
                 loss = fn(x, y)
             loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             opt.zero_grad(set_to_none=True)
             torch.cuda.synchronize()

@@ -65,6 +65,8 @@ static fa::BufferKind kindOf(rt::BufferKind kind) {
     return fa::BufferKind::Activation;
   case rt::BufferKind::View:
     return fa::BufferKind::View;
+  case rt::BufferKind::Metric:
+    return fa::BufferKind::Metric;
   }
   llvm_unreachable("unknown rt buffer kind");
 }
@@ -536,7 +538,10 @@ LogicalResult Writer::write(llvm::raw_ostream &os) {
     optOff = fa::CreateOptimizer(fbb, kind, f("lr"), f("beta1"), f("beta2"),
                                  f("eps"), f("weight_decay"),
                                  i("lr_warmup_iters"), i("lr_decay_iters"),
-                                 styleStr, minLr);
+                                 styleStr, minLr,
+                                 opt.getAs<FloatAttr>("clip_grad")
+                                     ? f("clip_grad")
+                                     : 0.0f);
   }
   std::string flags;
   if (auto a = module->getAttrOfType<StringAttr>(kCompileFlagsAttr))

@@ -107,6 +107,10 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   opt.optimizer = options.optimizer;
   opt.lr = options.lr;
   opt.weightDecay = options.weightDecay;
+  opt.beta1 = options.adamBeta1;
+  opt.beta2 = options.adamBeta2;
+  opt.eps = options.adamEps;
+  opt.clipGrad = options.clipGrad;
   opt.lrWarmupIters = options.lrWarmupIters;
   opt.lrDecayIters = options.lrDecayIters;
   opt.lrDecayStyle = options.lrDecayStyle;

@@ -433,8 +433,8 @@ static mlir::FailureOr<MemoryRows> memoryRows(mlir::ModuleOp module) {
     }
     if (kind == "activation")
       kind = "p2p_buffers";
-    if (kind == "iteration" || kind == "loss")
-      kind = "other";
+    if (kind == "iteration" || kind == "loss" || kind == "metric")
+      kind = "other"; // the step counter, the loss, the gradient norm
     bytes[kind] += n;
     used += n;
   }

@@ -84,9 +84,9 @@ TEST_F(ArtifactTest, BadMagic) {
 
 TEST_F(ArtifactTest, WrongVersion) {
   std::string file = buildFile(buildPayload(softmaxRegression()));
-  file[4] = 12;
-  expectError(file, "unsupported format version 12 (this runtime supports "
-                    "version 11)");
+  file[4] = 13;
+  expectError(file, "unsupported format version 13 (this runtime supports "
+                    "version 12)");
 }
 
 TEST_F(ArtifactTest, Truncated) {

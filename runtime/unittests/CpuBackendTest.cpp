@@ -556,6 +556,58 @@ TEST_F(CpuBackendTest, Sgd) {
   expectNear(p, ref, 1e-6f);
 }
 
+// Gradient clipping's kernels: the sum of squares (in f64, rounded once:
+// within one f32 rounding of the exact sum, every length's tail included,
+// f32 and bf16 storage, accumulating), the norm and coefficient, the
+// scaling.
+TEST_F(CpuBackendTest, SumSquaresClipGradNormScaleBy) {
+  for (int64_t n : {1, 7, 8, 9, 37, 1000}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    auto x = random(size_t(n));
+    long double exact = 0;
+    for (float v : x)
+      exact += (long double)v * v;
+    float y = 5.0f;
+    ASSERT_TRUE(backend->sumSquares(x.data(), FloatFormat::F32, n, &y, false)
+                    .ok());
+    EXPECT_NEAR(y, double(exact), double(exact) * 6e-8);
+    ASSERT_TRUE(
+        backend->sumSquares(x.data(), FloatFormat::F32, n, &y, true).ok());
+    EXPECT_NEAR(y, 2.0 * double(exact), 2.0 * double(exact) * 1.2e-7);
+    std::vector<uint16_t> h(static_cast<size_t>(n));
+    floatsToBf16(x.data(), h.data(), n);
+    long double exact16 = 0;
+    for (uint16_t b : h)
+      exact16 += (long double)bf16ToFloat(b) * bf16ToFloat(b);
+    ASSERT_TRUE(
+        backend->sumSquares(h.data(), FloatFormat::BF16, n, &y, false).ok());
+    EXPECT_NEAR(y, double(exact16), double(exact16) * 6e-8);
+  }
+  // Norm 5 (3-4-5): clipped to 1 by 1 / (5 + 1e-6); not clipped under 10;
+  // max_norm 0 is off; a NaN norm leaves the gradients as they are.
+  for (auto [maxNorm, sumsq, coeff] :
+       {std::tuple{1.0f, 25.0f, 1.0f / (5.0f + 1e-6f)},
+        {10.0f, 25.0f, 1.0f},
+        {0.0f, 25.0f, 1.0f},
+        {1.0f, std::nanf(""), 1.0f}}) {
+    float norm = 0, c = 0;
+    ASSERT_TRUE(backend->clipGradNorm(&sumsq, &norm, &c, maxNorm).ok());
+    if (std::isnan(sumsq))
+      EXPECT_TRUE(std::isnan(norm));
+    else
+      EXPECT_EQ(norm, 5.0f);
+    EXPECT_EQ(c, coeff) << "max_norm " << maxNorm;
+  }
+  auto x = random(19);
+  std::vector<float> y(19);
+  const float s = 0.375f;
+  ASSERT_TRUE(backend->scaleBy(x.data(), &s, y.data(), 19).ok());
+  for (size_t i = 0; i < 19; ++i)
+    EXPECT_EQ(y[i], x[i] * s);
+  ASSERT_TRUE(backend->scaleBy(x.data(), &s, x.data(), 19).ok()); // in place
+  EXPECT_EQ(x, y);
+}
+
 //===----------------------------------------------------------------------===//
 // bf16 (mixed precision)
 //===----------------------------------------------------------------------===//

@@ -997,3 +997,110 @@ TEST(ExecutorTest, UnsupportedInstructionFailsAtLoad) {
             std::string::npos)
       << ex.status().message();
 }
+
+//===----------------------------------------------------------------------===//
+// Gradient clipping and weight-decay runs (Megatron's clip_grad_norm_fp32
+// and its no-decay parameter group)
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// One rank's step over a 12-element parameter: the sum of squares of the
+/// gradient's runs `normRuns`, the norm and coefficient for `maxNorm`, the
+/// gradient scaled, then Adam (weight decay 0.1) without decay on `noDecay`.
+ArtifactDesc clippedStep(std::vector<int64_t> normRuns,
+                         std::vector<int64_t> noDecay, float maxNorm) {
+  ArtifactDesc desc;
+  ProgramDesc p;
+  using K = fb::BufferKind;
+  int param = p.add("w", K::Param, {12});
+  int grad = p.add("grad:w", K::Grad, {12}, fb::DType::F32,
+                   fb::InitKind::Zeros, 0.0f, param);
+  int m = p.add("adam.exp_avg:w", K::OptState, {12});
+  int v = p.add("adam.exp_avg_sq:w", K::OptState, {12});
+  int it = p.add("iteration", K::Iteration, {}, fb::DType::I64);
+  int norm = p.add("grad_norm", K::Metric, {});
+  p.iterationBuffer = it;
+  RefDesc sumsq = p.scratch({}), coeff = p.scratch({});
+  p.function("microbatch"); // nothing: the test writes the gradient
+  std::vector<InstrDesc> &step = p.function("step");
+  InstrDesc ss = instr(fb::Opcode::SumSquares, {p.ref(grad), sumsq}, "ss");
+  ss.iattrs = std::move(normRuns);
+  step.push_back(ss);
+  InstrDesc clip = instr(fb::Opcode::ClipGradNorm,
+                         {sumsq, p.ref(norm), coeff}, "clip");
+  clip.fattrs = {maxNorm};
+  step.push_back(clip);
+  step.push_back(instr(fb::Opcode::ScaleBy, {p.ref(grad), coeff, p.ref(grad)},
+                       "scale"));
+  InstrDesc adam = instr(fb::Opcode::Adam,
+                         {p.ref(param), p.ref(grad), p.ref(m), p.ref(v),
+                          p.ref(it)},
+                         "adam");
+  adam.fattrs = {0.01f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  adam.iattrs = std::move(noDecay);
+  step.push_back(adam);
+  desc.programs.push_back(std::move(p));
+  return desc;
+}
+
+} // namespace
+
+// The norm reads only the runs, the coefficient clips it to max_norm, every
+// gradient element is scaled, and Adam decays outside its runs only: each
+// element against a scalar reference.
+TEST(ExecutorTest, ClippingAndWeightDecayRuns) {
+  std::vector<float> w(12), g(12);
+  for (int i = 0; i < 12; ++i) {
+    w[size_t(i)] = 0.5f + 0.1f * float(i);
+    g[size_t(i)] = 0.25f * float(i % 5) - 0.4f;
+  }
+  const int64_t one = 1;
+  // Runs [0, 3) and [8, 12) in the norm; [3, 8) without decay.
+  for (float maxNorm : {0.5f, 100.0f, 0.0f}) {
+    SCOPED_TRACE("max_norm " + std::to_string(maxNorm));
+    auto ex = createForRank(clippedStep({12, 0, 3, 8, 12}, {12, 3, 8}, maxNorm),
+                            0, "clip.tsr");
+    ASSERT_TRUE(ex.ok()) << ex.status().toString();
+    ASSERT_TRUE((*ex)->writeBuffer("w", w.data(), 48).ok());
+    ASSERT_TRUE((*ex)->writeBuffer("grad:w", g.data(), 48).ok());
+    ASSERT_TRUE((*ex)->writeBuffer("iteration", &one, 8).ok());
+    ASSERT_TRUE((*ex)->runFunction("step").ok());
+    double sumsq = 0;
+    for (int i : {0, 1, 2, 8, 9, 10, 11})
+      sumsq += double(g[size_t(i)]) * g[size_t(i)];
+    const float norm = float(std::sqrt(sumsq));
+    EXPECT_FLOAT_EQ((*(*ex)->readFloatBuffer("grad_norm"))[0], norm);
+    const float c = math::clipCoefficient(norm, maxNorm);
+    if (maxNorm == 0.5f)
+      EXPECT_LT(c, 1.0f); // it binds
+    else
+      EXPECT_EQ(c, 1.0f);
+    std::vector<float> got = *(*ex)->readFloatBuffer("w");
+    for (int i = 0; i < 12; ++i) {
+      float p = w[size_t(i)], mi = 0, vi = 0;
+      const bool decays = i < 3 || i >= 8;
+      math::adamUpdate(p, g[size_t(i)] * c, mi, vi, 0.9f, 0.95f,
+                       math::adamBiasCorrection(0.9f, 1),
+                       math::adamBiasCorrection(0.95f, 1), 0.01f,
+                       1e-8f, decays ? 0.1f : 0.0f);
+      EXPECT_FLOAT_EQ(got[size_t(i)], p) << "element " << i;
+    }
+  }
+}
+
+// Runs must be well formed and within the operand's shard; the validator
+// names the instruction.
+TEST(ExecutorTest, BadRunsFailToValidate) {
+  for (auto [runs, why] :
+       {std::pair<std::vector<int64_t>, const char *>{
+            {12, 5, 3}, "runs must be non-empty, ascending and disjoint"},
+        {{12, 0}, "runs are [shard_elements] followed by [start, end) pairs"},
+        {{0, 0, 4}, "runs need shard_elements >= 1"}}) {
+    SCOPED_TRACE(why);
+    auto ex = createForRank(clippedStep(runs, {}, 1.0f), 0, "bad.tsr");
+    ASSERT_FALSE(ex.ok());
+    EXPECT_NE(ex.status().message().find(why), std::string::npos)
+        << ex.status().message();
+  }
+}

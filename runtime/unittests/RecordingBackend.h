@@ -227,6 +227,20 @@ public:
     note("sgd");
     return inner->sgd(p, g, n, lr, weightDecay);
   }
+  Status sumSquares(const void *x, FloatFormat format, int64_t n, float *y,
+                    bool accumulate) override {
+    note("sumSquares");
+    return inner->sumSquares(x, format, n, y, accumulate);
+  }
+  Status clipGradNorm(const float *sumsq, float *norm, float *coeff,
+                      float maxNorm) override {
+    note("clipGradNorm");
+    return inner->clipGradNorm(sumsq, norm, coeff, maxNorm);
+  }
+  Status scaleBy(const float *x, const float *s, float *y, int64_t n) override {
+    note("scaleBy");
+    return inner->scaleBy(x, s, y, n);
+  }
   Status layerNorm(const float *x, const float *gamma, const float *bias,
                    float *y, int64_t rows, int64_t cols, float eps) override {
     note("layerNorm");

@@ -1,4 +1,4 @@
-// RUN: tessera-opt %s --tessera-train-pipeline="micro-batch-size=4 global-batch-size=8" | FileCheck %s
+// RUN: tessera-opt %s --tessera-train-pipeline="micro-batch-size=4 global-batch-size=8 clip-grad=0 weight-decay=0" | FileCheck %s
 
 // The step's FLOPs summed from each op's CostOpInterface, per microbatch:
 //   linear 2*4*3*8 + 12 (bias) = 204, cross-entropy 4, mean 1, seed fill 1,

@@ -1,6 +1,6 @@
-// RUN: tessera-opt %s --tessera-attach-mesh="dp=2" --tessera-set-batch="micro-batch-size=4 global-batch-size=8" --tessera-mixed-precision --tessera-autodiff --tessera-dp-grad-allreduce=distributed-optimizer=true --tessera-optimizer --tessera-lower-to-rt | FileCheck %s
-// RUN: tessera-opt %s --tessera-attach-mesh="dp=2" --tessera-set-batch="micro-batch-size=4 global-batch-size=8" --tessera-mixed-precision=gemm-dtype=f32 --tessera-autodiff --tessera-dp-grad-allreduce=distributed-optimizer=true --tessera-optimizer --tessera-lower-to-rt | FileCheck %s --check-prefix=F32GEMM
-// RUN: tessera-opt %s --tessera-attach-mesh="dp=2" --tessera-set-batch="micro-batch-size=4 global-batch-size=8" --tessera-mixed-precision=grad-reduce-in-fp32=false --tessera-autodiff --tessera-dp-grad-allreduce --tessera-optimizer --tessera-lower-to-rt | FileCheck %s --check-prefix=BF16GRAD
+// RUN: tessera-opt %s --tessera-attach-mesh="dp=2" --tessera-set-batch="micro-batch-size=4 global-batch-size=8" --tessera-mixed-precision --tessera-autodiff --tessera-dp-grad-allreduce=distributed-optimizer=true --tessera-optimizer="clip-grad=0 weight-decay=0" --tessera-lower-to-rt | FileCheck %s
+// RUN: tessera-opt %s --tessera-attach-mesh="dp=2" --tessera-set-batch="micro-batch-size=4 global-batch-size=8" --tessera-mixed-precision=gemm-dtype=f32 --tessera-autodiff --tessera-dp-grad-allreduce=distributed-optimizer=true --tessera-optimizer="clip-grad=0 weight-decay=0" --tessera-lower-to-rt | FileCheck %s --check-prefix=F32GEMM
+// RUN: tessera-opt %s --tessera-attach-mesh="dp=2" --tessera-set-batch="micro-batch-size=4 global-batch-size=8" --tessera-mixed-precision=grad-reduce-in-fp32=false --tessera-autodiff --tessera-dp-grad-allreduce --tessera-optimizer="clip-grad=0 weight-decay=0" --tessera-lower-to-rt | FileCheck %s --check-prefix=BF16GRAD
 
 // bf16 parameters with the distributed optimizer: the f32 gradients fill
 // the grad buffer's region (4 bytes an element, 256 elements), the bf16
@@ -81,8 +81,10 @@
 // BF16GRAD-LABEL: func.func @step
 // BF16GRAD: rt.scale %[[V:.*]], %[[V]] {alpha = 5.000000e-01 : f32} : memref<32xbf16>, memref<32xbf16>
 // BF16GRAD-NEXT: rt.all_reduce %[[V]] {group = "dp"} : memref<32xbf16>
+// The f32 gradients first (the clipping, when on, scales them before any
+// update), then the updates.
 // BF16GRAD-NEXT: rt.cast %{{.*}}, %[[G32:.*]] : memref<3x8xbf16>, memref<3x8xf32>
-// BF16GRAD-NEXT: rt.adam %[[M:.*]], %[[G32]],
+// BF16GRAD: rt.adam %[[M:.*]], %[[G32]],
 // BF16GRAD-NEXT: rt.cast %[[M]], %{{.*}} : memref<3x8xf32>, memref<3x8xbf16>
 // BF16GRAD: rt.fill %[[V]] {value = 0.000000e+00 : f32} : memref<32xbf16>
 // BF16GRAD-LABEL: func.func @init

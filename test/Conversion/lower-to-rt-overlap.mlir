@@ -1,5 +1,5 @@
-// RUN: tessera-opt %s --tessera-train-pipeline="dp=4 micro-batch-size=4 global-batch-size=32 bucket-size=2 overlap-grad-reduce=true" | FileCheck %s
-// RUN: tessera-opt %s --tessera-train-pipeline="dp=4 micro-batch-size=4 global-batch-size=32 overlap-grad-reduce=true distributed-optimizer=true" | FileCheck %s --check-prefix=DIST
+// RUN: tessera-opt %s --tessera-train-pipeline="dp=4 micro-batch-size=4 global-batch-size=32 bucket-size=2 overlap-grad-reduce=true clip-grad=0 weight-decay=0" | FileCheck %s
+// RUN: tessera-opt %s --tessera-train-pipeline="dp=4 micro-batch-size=4 global-batch-size=32 overlap-grad-reduce=true distributed-optimizer=true clip-grad=0 weight-decay=0" | FileCheck %s --check-prefix=DIST
 
 // ZeRO-1: the bucket is reduce-scattered in place during the last
 // backward, into this rank's block of it (the rank-relative view

@@ -1,5 +1,5 @@
-// RUN: tessera-opt %s --tessera-train-pipeline="tp=2 dp=2 micro-batch-size=4 global-batch-size=16" | FileCheck %s
-// RUN: tessera-opt %s --tessera-train-pipeline="tp=2 dp=2 micro-batch-size=4 global-batch-size=16 fuse-bucket-optimizer=false" | FileCheck %s --check-prefix=PERPARAM
+// RUN: tessera-opt %s --tessera-train-pipeline="tp=2 dp=2 micro-batch-size=4 global-batch-size=16 clip-grad=0 weight-decay=0" | FileCheck %s
+// RUN: tessera-opt %s --tessera-train-pipeline="tp=2 dp=2 micro-batch-size=4 global-batch-size=16 fuse-bucket-optimizer=false clip-grad=0 weight-decay=0" | FileCheck %s --check-prefix=PERPARAM
 
 // Persistent buffers first, with their manifest entries: the grad buffer
 // (Megatron's _ParamAndGradBuffer: gradients in reverse order, back to back) at

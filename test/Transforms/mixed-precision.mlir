@@ -2,9 +2,9 @@
 // RUN: tessera-opt %s --tessera-mixed-precision | FileCheck %s --check-prefix=GEMM
 // RUN: tessera-opt %s --tessera-mixed-precision --tessera-autodiff | FileCheck %s --check-prefix=GRAD32
 // RUN: tessera-opt %s --tessera-mixed-precision=grad-reduce-in-fp32=false --tessera-autodiff | FileCheck %s --check-prefix=GRAD16
-// RUN: tessera-opt %s --tessera-attach-mesh="dp=2" --tessera-mixed-precision --tessera-autodiff --tessera-dp-grad-allreduce --tessera-optimizer | FileCheck %s --check-prefix=MAIN
-// RUN: tessera-opt %s --tessera-attach-mesh="dp=2" --tessera-mixed-precision --tessera-autodiff --tessera-dp-grad-allreduce=distributed-optimizer=true --tessera-optimizer | FileCheck %s --check-prefix=ZERO
-// RUN: tessera-opt %s --tessera-attach-mesh="dp=2" --tessera-mixed-precision=grad-reduce-in-fp32=false --tessera-autodiff --tessera-dp-grad-allreduce=distributed-optimizer=true --tessera-optimizer | FileCheck %s --check-prefix=ZERO16
+// RUN: tessera-opt %s --tessera-attach-mesh="dp=2" --tessera-mixed-precision --tessera-autodiff --tessera-dp-grad-allreduce --tessera-optimizer="clip-grad=0 weight-decay=0" | FileCheck %s --check-prefix=MAIN
+// RUN: tessera-opt %s --tessera-attach-mesh="dp=2" --tessera-mixed-precision --tessera-autodiff --tessera-dp-grad-allreduce=distributed-optimizer=true --tessera-optimizer="clip-grad=0 weight-decay=0" | FileCheck %s --check-prefix=ZERO
+// RUN: tessera-opt %s --tessera-attach-mesh="dp=2" --tessera-mixed-precision=grad-reduce-in-fp32=false --tessera-autodiff --tessera-dp-grad-allreduce=distributed-optimizer=true --tessera-optimizer="clip-grad=0 weight-decay=0" | FileCheck %s --check-prefix=ZERO16
 
 // With f32 GEMMs, parameters are stored in bf16 and read through one cast
 // to f32, right before their first reader; inputs stay as they are.

@@ -1,5 +1,5 @@
-// RUN: tessera-opt %s --tessera-autodiff --tessera-dp-grad-allreduce --tessera-optimizer="optimizer=adam lr=0.01" | FileCheck %s --check-prefix=ADAM
-// RUN: tessera-opt %s --tessera-autodiff --tessera-dp-grad-allreduce --tessera-optimizer="optimizer=sgd lr=0.5 weight-decay=0.1" | FileCheck %s --check-prefix=SGD
+// RUN: tessera-opt %s --tessera-autodiff --tessera-dp-grad-allreduce --tessera-optimizer="optimizer=adam lr=0.01 clip-grad=0 weight-decay=0" | FileCheck %s --check-prefix=ADAM
+// RUN: tessera-opt %s --tessera-autodiff --tessera-dp-grad-allreduce --tessera-optimizer="optimizer=sgd lr=0.5 weight-decay=0.1 clip-grad=0" | FileCheck %s --check-prefix=SGD
 
 // ADAM: tessera.optimizer = {beta1 = {{.*}}, kind = "adam", lr = 0.00999999977 : f32
 // ADAM-LABEL: func.func @step

@@ -7,10 +7,13 @@
 
 #include "dialects/nn/IR/NNOps.h"
 #include "tessera/Support/Model.h"
+#include "tessera/rt/Runs.h"
 
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/OpImplementation.h"
+
+#include <cmath>
 
 using namespace mlir;
 using namespace tessera;
@@ -747,6 +750,45 @@ LogicalResult AttentionOp::adjustForShard(int64_t dim, int64_t parts) {
 //===----------------------------------------------------------------------===//
 // DropoutOp
 //===----------------------------------------------------------------------===//
+
+/// An optimizer's or a sum of squares' `runs` (see nn.adam): well formed,
+/// with a shard of at least the operand's elements.
+static LogicalResult verifyRuns(Operation *op, DenseI64ArrayAttr runs,
+                                Type operand) {
+  if (!runs)
+    return success();
+  ArrayRef<int64_t> a = runs.asArrayRef();
+  if (std::string_view why = tessera::rt::runsError(a.data(), a.size());
+      !why.empty())
+    return op->emitOpError() << "runs " << runs << ": " << why;
+  auto type = cast<RankedTensorType>(operand);
+  if (!a.empty() && type.hasStaticShape() && type.getNumElements() > a[0])
+    return op->emitOpError() << "runs' shard of " << a[0]
+                             << " elements is smaller than the operand "
+                             << type;
+  return success();
+}
+
+LogicalResult AdamOp::verify() {
+  return verifyRuns(*this, getRunsAttr(), getParam().getType());
+}
+
+LogicalResult SgdOp::verify() {
+  return verifyRuns(*this, getRunsAttr(), getParam().getType());
+}
+
+LogicalResult SumSquaresOp::verify() {
+  return verifyRuns(*this, getRunsAttr(), getX().getType());
+}
+
+LogicalResult ClipGradNormOp::verify() {
+  float maxNorm = getMaxNorm().convertToFloat();
+  if (!(maxNorm >= 0.0f) || !std::isfinite(maxNorm))
+    return emitOpError() << "max_norm must be finite and >= 0 (0: no "
+                            "clipping), got "
+                         << maxNorm;
+  return success();
+}
 
 LogicalResult DropoutOp::verify() {
   float rate = getRate().convertToFloat();

@@ -391,9 +391,12 @@ def NN_SgdOp : NN_Op<"sgd", [AllTypesMatch<["param", "grad", "result"]>]> {
     ```
   }];
   let arguments = (ins NN_F32Tensor:$param, NN_F32Tensor:$grad, F32Attr:$lr,
-                       F32Attr:$weight_decay);
+                       F32Attr:$weight_decay,
+                       OptionalAttr<DenseI64ArrayAttr>:$runs,
+                       OptionalAttr<StrAttr>:$group);
   let results = (outs NN_F32Tensor:$result);
   let assemblyFormat = "$param `,` $grad attr-dict `:` type($result)";
+  let hasVerifier = 1;
 }
 
 def NN_AdamOp : NN_Op<"adam", [AllTypesMatch<["param", "grad", "exp_avg",
@@ -402,7 +405,11 @@ def NN_AdamOp : NN_Op<"adam", [AllTypesMatch<["param", "grad", "exp_avg",
   let description = [{
     With `t` the 1-based iteration: `m = b1 m + (1-b1) g`, `v = b2 v + (1-b2) g^2`,
     `p -= lr * (m / (1-b1^t) / (sqrt(v / (1-b2^t)) + eps) + wd * p)`.
-    Optimizer state is fp32.
+    Optimizer state is fp32. `runs` (with nn.sgd's): the elements with no
+    weight decay (biases and norm weights inside a gradient bucket), as
+    [shard_elements, start0, end0, ...] in the bucket's coordinates, `param`
+    being the shard of index (this rank's index in `group`); see the
+    artifact opcode SumSquares.
 
     ```mlir
     %p1, %m1, %v1 = nn.adam %p, %g, %m, %v, %t {lr = 1.0e-03 : f32, beta1 = 0.9 : f32,
@@ -413,13 +420,64 @@ def NN_AdamOp : NN_Op<"adam", [AllTypesMatch<["param", "grad", "exp_avg",
   let arguments = (ins NN_F32Tensor:$param, NN_F32Tensor:$grad, NN_F32Tensor:$exp_avg,
                        NN_F32Tensor:$exp_avg_sq, 0DTensorOf<[I64]>:$iteration,
                        F32Attr:$lr, F32Attr:$beta1, F32Attr:$beta2,
-                       F32Attr:$eps, F32Attr:$weight_decay);
+                       F32Attr:$eps, F32Attr:$weight_decay,
+                       OptionalAttr<DenseI64ArrayAttr>:$runs,
+                       OptionalAttr<StrAttr>:$group);
   let results = (outs NN_F32Tensor:$new_param, NN_F32Tensor:$new_exp_avg,
                       NN_F32Tensor:$new_exp_avg_sq);
   let assemblyFormat = [{
     $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $iteration attr-dict
     `:` type($param) `,` type($iteration)
   }];
+  let hasVerifier = 1;
+}
+
+def NN_SumSquaresOp : NN_Op<"sum_squares", []> {
+  let summary = "sum of squares of a gradient (or of runs of a bucket shard)";
+  let description = [{
+    `y = sum x^2`, summed in f64, over all of `x`, or over the `runs` of the
+    bucket `x` is the shard of (as nn.adam's `runs`, with `group`). The
+    pieces of Megatron's global gradient norm (clip_grad_norm_fp32).
+
+    ```mlir
+    %s = nn.sum_squares %g : tensor<16x256xf32> -> tensor<f32>
+    ```
+  }];
+  let arguments = (ins NN_FloatTensor:$x,
+                       OptionalAttr<DenseI64ArrayAttr>:$runs,
+                       OptionalAttr<StrAttr>:$group);
+  let results = (outs 0DTensorOf<[F32]>:$result);
+  let assemblyFormat = "$x attr-dict `:` type($x) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def NN_ClipGradNormOp : NN_Op<"clip_grad_norm", []> {
+  let summary = "global gradient norm and the clipping coefficient";
+  let description = [{
+    From the sum of squares of every gradient: `norm = sqrt(sumsq)` and
+    `coeff = min(1, max_norm / (norm + 1e-6))` (1 when `max_norm` is 0), as
+    Megatron's clip_grad_norm_fp32.
+
+    ```mlir
+    %norm, %coeff = nn.clip_grad_norm %sumsq {max_norm = 1.0 : f32} : tensor<f32> -> tensor<f32>, tensor<f32>
+    ```
+  }];
+  let arguments = (ins 0DTensorOf<[F32]>:$sumsq, F32Attr:$max_norm);
+  let results = (outs 0DTensorOf<[F32]>:$norm, 0DTensorOf<[F32]>:$coeff);
+  let assemblyFormat = "$sumsq attr-dict `:` type($sumsq) `->` type($norm) `,` type($coeff)";
+  let hasVerifier = 1;
+}
+
+def NN_ScaleByOp : NN_Op<"scale_by", [AllTypesMatch<["x", "result"]>]> {
+  let summary = "y = x * s (s a scalar tensor: the clipping coefficient)";
+  let description = [{
+    ```mlir
+    %g1 = nn.scale_by %g, %coeff : tensor<16x256xf32>, tensor<f32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$x, 0DTensorOf<[F32]>:$scale);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$x `,` $scale attr-dict `:` type($x) `,` type($scale)";
 }
 
 //===----------------------------------------------------------------------===//

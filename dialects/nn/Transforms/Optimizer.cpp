@@ -1,13 +1,17 @@
 //===- Optimizer.cpp - SGD / Adam update in the step phase ----------------===//
 
 #include "dialects/nn/Transforms/Passes.h"
-#include "tessera/Support/Model.h"
 #include "dialects/dist/IR/DistOps.h"
+#include "tessera/Mesh/RankGroups.h"
+#include "tessera/Support/Model.h"
 
 #include "mlir/IR/Builders.h"
-#include <cmath>
-#include <sstream>
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
+
+#include <cmath>
+#include <set>
+#include <sstream>
 
 namespace tessera::nn {
 #define GEN_PASS_DEF_OPTIMIZERPASS
@@ -29,6 +33,31 @@ struct MainInit {
   int64_t bucket = -1;
 };
 
+/// What the optimizer needs to know of a parameter.
+struct ParamInfo {
+  Type type;
+  SmallVector<ShardSplit, 2> splits;
+  /// Held by several pipeline ranks (the tied embedding).
+  bool tied = false;
+};
+
+/// Megatron's get_param_groups: no weight decay on biases and 1-D
+/// parameters (norm weights).
+bool decays(StringRef name, const ParamInfo &p) {
+  auto type = dyn_cast<RankedTensorType>(p.type);
+  return !name.ends_with(".bias") && type && type.getRank() > 1;
+}
+
+/// One piece of the global gradient norm: the sum of squares of step
+/// result `result` (a gradient, or a bucket shard's `runs`), to be summed
+/// over the ranks of `kind` ("" when no other rank holds a distinct part).
+struct NormTerm {
+  unsigned result;
+  std::string kind;
+  SmallVector<int64_t> runs;
+  StringAttr group;
+};
+
 struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
   using OptimizerPassBase::OptimizerPassBase;
 
@@ -36,10 +65,214 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
     ModuleOp root = getOperation();
     if (failed(checkOptions(root)))
       return signalPassFailure();
+    // The norm's reductions, the same in every pipeline program (they
+    // cross the stages): every kind any program needs, in one order.
+    normKinds.clear();
+    if (clipGrad > 0) {
+      std::set<std::string> kinds;
+      for (ModuleOp program : getPrograms(root)) {
+        FailureOr<SmallVector<NormTerm>> terms = normTerms(program);
+        if (failed(terms))
+          return signalPassFailure();
+        for (const NormTerm &t : *terms)
+          kinds.insert(t.kind);
+      }
+      normKinds.assign(kinds.begin(), kinds.end());
+    }
     for (ModuleOp program : getPrograms(root))
       if (failed(runOnProgram(program)))
         return signalPassFailure();
     setOptimizerAttr(root);
+  }
+
+  /// The kinds of normKinds' reductions, in order.
+  SmallVector<std::string> normKinds;
+
+  /// Every parameter of `program` by name: its type and sharding, from the
+  /// functions that take parameters.
+  static llvm::StringMap<ParamInfo> paramInfos(ModuleOp program) {
+    llvm::StringMap<ParamInfo> infos;
+    for (auto f : program.getOps<func::FuncOp>())
+      for (unsigned i = 0, e = f.getNumArguments(); i < e; ++i)
+        if (auto name = f.getArgAttrOfType<StringAttr>(i, kParamAttr)) {
+          ParamInfo &p = infos[name.getValue()];
+          if (!p.type)
+            p.type = f.getArgumentTypes()[i];
+          if (auto sharding = f.getArgAttrOfType<DictionaryAttr>(i, kShardingAttr))
+            p.splits = getShardSplits(sharding);
+          p.tied |= bool(f.getArgAttr(i, kTiedAttr));
+        }
+    return infos;
+  }
+
+  /// The rank group over which a gradient's sum of squares adds up: the
+  /// axes along which ranks hold distinct parts of it (tp when split over
+  /// tp, ep and etp for experts, the axes of `shardGroup` for a
+  /// distributed-optimizer shard, and pp), dropping axes of size 1 but pp:
+  /// the kinds then end in "pp" ("tp-pp", "dp-pp", "pp"), so that the
+  /// norm's few bytes are counted apart from the tensor- and data-parallel
+  /// traffic in the metrics (over "pp" itself they join the pipeline's).
+  static FailureOr<std::string> reduceKind(dist::MeshOp mesh,
+                                           const ParamInfo &p,
+                                           StringRef shardGroup,
+                                           Operation *where) {
+    if (!mesh) // one rank
+      return std::string();
+    mesh::MeshConfig config = mesh.getConfig();
+    std::set<std::string> axes;
+    bool expert = false;
+    for (const ShardSplit &s : p.splits) {
+      axes.insert(s.axis.str());
+      expert |= s.axis == "ep" || s.axis == "etp";
+    }
+    SmallVector<StringRef> shardAxes;
+    shardGroup.split(shardAxes, '-');
+    for (StringRef a : shardAxes)
+      if (!a.empty())
+        axes.insert(a.str());
+    axes.insert("pp");
+    auto sizeOf = [&](const std::string &axis) -> int64_t {
+      if (axis == "tp") return config.tp;
+      if (axis == "cp") return config.cp;
+      if (axis == "dp") return config.dp;
+      if (axis == "pp") return config.pp;
+      if (axis == "ep") return config.ep;
+      if (axis == "etp") return config.etp;
+      if (axis == "edp") return config.edp();
+      return 1;
+    };
+    // Expert parameters use the expert layout's axes, dense ones the
+    // dense layout's (tp of a dense param split over "tp" only).
+    SmallVector<std::string> kept;
+    for (const std::string &a : axes) {
+      if (expert && (a == "tp" || a == "cp" || a == "dp"))
+        continue;
+      if (sizeOf(a) > 1 || a == "pp")
+        kept.push_back(a);
+    }
+    std::string error;
+    std::string kind =
+        mesh::canonicalKind(config, llvm::join(kept, "-"), error);
+    if (!error.empty())
+      return where->emitOpError()
+             << "no rank group sums the gradient norm over "
+             << llvm::join(kept, "-") << ": " << error;
+    return kind;
+  }
+
+  /// The pieces of `program`'s gradient norm, one per gradient, or per
+  /// class of parameters in a bucket shard (runs in the bucket's
+  /// coordinates); the tied embedding counts only on pipeline rank 0.
+  FailureOr<SmallVector<NormTerm>> normTerms(ModuleOp program) {
+    SmallVector<NormTerm> terms;
+    func::FuncOp step = getPhaseFunc(program, kStepPhase);
+    auto mesh = dist::lookupMesh(program);
+    if (!step)
+      return terms; // runOnProgram reports a missing step phase
+    llvm::StringMap<ParamInfo> infos = paramInfos(program);
+    auto ppRank = program->getAttrOfType<IntegerAttr>(kPpRankAttr);
+    const bool firstStage = !ppRank || ppRank.getInt() == 0;
+    auto counted = [&](StringRef name) {
+      auto it = infos.find(name);
+      return it != infos.end() && (!it->second.tied || firstStage);
+    };
+    auto ret = cast<func::ReturnOp>(step.getBody().front().getTerminator());
+    for (unsigned i = 0; i < ret.getNumOperands(); ++i) {
+      if (auto shard =
+              step.getResultAttrOfType<DictionaryAttr>(i, kGradShardAttr)) {
+        auto ref = shard.getAs<FlatSymbolRefAttr>("buffer");
+        int64_t k = shard.getAs<IntegerAttr>("bucket").getInt();
+        auto gb = SymbolTable::lookupNearestSymbolFrom<dist::GradBufferOp>(
+            step, ref);
+        if (!gb)
+          return step.emitOpError()
+                 << "result #" << i << " is a shard of an unknown grad buffer";
+        buckets::Buffer layout = gb.getLayout();
+        const buckets::Bucket &bucket = layout.buckets[size_t(k)];
+        const int64_t shardElements =
+            (bucket.end - bucket.start) / gb.getDp();
+        // Each class's runs, in bucket coordinates.
+        std::map<std::string, SmallVector<std::pair<int64_t, int64_t>>> runs;
+        for (const buckets::ParamRange &r : layout.params) {
+          if (r.bucket != k || !counted(r.name))
+            continue;
+          FailureOr<std::string> kind =
+              reduceKind(mesh, infos.lookup(r.name), gb.getGroup(), step);
+          if (failed(kind))
+            return failure();
+          runs[*kind].push_back({r.start - bucket.start, r.end - bucket.start});
+        }
+        for (auto &[kind, ranges] : runs) {
+          llvm::sort(ranges);
+          NormTerm t{i, kind, {shardElements}, gb.getGroupAttr()};
+          for (auto [b, e] : ranges) {
+            if (t.runs.size() > 1 && t.runs.back() == b)
+              t.runs.back() = e; // adjacent: one run
+            else
+              t.runs.append({b, e});
+          }
+          terms.push_back(std::move(t));
+        }
+        continue;
+      }
+      auto binding = step.getResultAttrOfType<StringAttr>(i, kBufferAttr);
+      if (!binding || !binding.getValue().starts_with("grad:"))
+        continue; // runOnProgram reports it
+      StringRef name = binding.getValue().drop_front(5);
+      if (!counted(name))
+        continue;
+      FailureOr<std::string> kind =
+          reduceKind(mesh, infos.lookup(name), "", step);
+      if (failed(kind))
+        return failure();
+      terms.push_back({i, *kind, {}, StringAttr()});
+    }
+    return terms;
+  }
+
+  /// Global gradient-norm clipping, before any update: the sums of squares,
+  /// their reductions in normKinds' order (none over a group of one rank),
+  /// the norm (bound "grad_norm") and the coefficient every gradient is
+  /// scaled by.
+  FailureOr<Value> clipCoefficient(ModuleOp program, func::FuncOp step,
+                                   OpBuilder &b, SmallVector<Value> &results,
+                                   SmallVector<std::string> &bindings) {
+    Location loc = step.getLoc();
+    auto ret = cast<func::ReturnOp>(step.getBody().front().getTerminator());
+    FailureOr<SmallVector<NormTerm>> terms = normTerms(program);
+    if (failed(terms))
+      return failure();
+    auto scalar = RankedTensorType::get({}, b.getF32Type());
+    std::map<std::string, Value> byKind;
+    for (const NormTerm &t : *terms) {
+      Value s = SumSquaresOp::create(
+          b, loc, scalar, ret.getOperand(t.result),
+          t.runs.empty() ? DenseI64ArrayAttr() : b.getDenseI64ArrayAttr(t.runs),
+          t.runs.empty() ? StringAttr() : t.group);
+      Value &sum = byKind[t.kind];
+      sum = sum ? AddOp::create(b, loc, sum, s).getResult() : s;
+    }
+    auto mesh = dist::lookupMesh(program);
+    Value total;
+    for (const std::string &kind : normKinds) {
+      Value sum = byKind[kind];
+      if (!sum) // this program has none of these: it still takes part
+        sum = FillOp::create(b, loc, scalar, b.getF32FloatAttr(0));
+      std::string error;
+      if (!kind.empty() &&
+          mesh::groupSize(mesh.getConfig(), kind, error) > 1)
+        sum = dist::AllReduceOp::create(
+            b, loc, scalar, sum, FlatSymbolRefAttr::get(mesh.getSymNameAttr()),
+            b.getStringAttr(kind), enumAttr(b, dist::Reduction::Sum));
+      total = total ? AddOp::create(b, loc, total, sum).getResult() : sum;
+    }
+    if (!total)
+      total = FillOp::create(b, loc, scalar, b.getF32FloatAttr(0));
+    auto clip = ClipGradNormOp::create(b, loc, scalar, scalar, total,
+                                       b.getF32FloatAttr(clipGrad));
+    results.push_back(clip.getNorm());
+    bindings.push_back("grad_norm");
+    return clip.getCoeff();
   }
 
   LogicalResult checkOptions(ModuleOp module) {
@@ -58,16 +291,17 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
     const Hyper hypers[] = {{"lr", lr, false},
                             {"min-lr", minLr, false},
                             {"weight-decay", weightDecay, false},
-                            {"beta1", beta1, true},
-                            {"beta2", beta2, true},
-                            {"eps", eps, false}};
+                            {"clip-grad", clipGrad, false},
+                            {"adam-beta1", beta1, true},
+                            {"adam-beta2", beta2, true},
+                            {"adam-eps", eps, false}};
     for (const Hyper &h : hypers)
       if (!std::isfinite(h.value) || h.value < 0 ||
           (h.belowOne && h.value >= 1)) {
         std::ostringstream value;
         value << h.value;
         emitError(module.getLoc())
-            << "invalid " << h.name << " " << value.str()
+            << "invalid --" << h.name << " " << value.str()
             << " (expected a finite value in "
             << (h.belowOne ? "[0, 1))" : "[0, inf))");
         return failure();
@@ -134,11 +368,15 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
       stateResults.clear();
       stateBindings.clear();
     };
-    auto update = [&](Value param, Value grad, StringRef stateKey) -> Value {
+    // `wd` the weight decay; `runs` (with `group`) the elements of a bucket
+    // shard that take none.
+    auto update = [&](Value param, Value grad, StringRef stateKey, double wd,
+                      DenseI64ArrayAttr runs = {},
+                      StringAttr group = {}) -> Value {
       Type type = param.getType();
       if (!adam)
         return SgdOp::create(b, loc, param, grad, b.getF32FloatAttr(lr),
-                             b.getF32FloatAttr(weightDecay));
+                             b.getF32FloatAttr(wd), runs, group);
       Value m = body.addArgument(type, loc);
       Value v = body.addArgument(type, loc);
       argBindings.push_back(("adam.exp_avg:" + stateKey).str());
@@ -146,8 +384,8 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
       auto op = AdamOp::create(b, loc, type, type, type, param, grad, m, v,
                                iteration, b.getF32FloatAttr(lr),
                                b.getF32FloatAttr(beta1), b.getF32FloatAttr(beta2),
-                               b.getF32FloatAttr(eps),
-                               b.getF32FloatAttr(weightDecay));
+                               b.getF32FloatAttr(eps), b.getF32FloatAttr(wd),
+                               runs, group);
       stateResults.append({op.getNewExpAvg(), op.getNewExpAvgSq()});
       stateBindings.append({("adam.exp_avg:" + stateKey).str(),
                             ("adam.exp_avg_sq:" + stateKey).str()});
@@ -167,6 +405,32 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
       return !cast<RankedTensorType>(t).getElementType().isF32();
     };
     auto toF32 = [&](Value v) { return castElements(b, loc, v, b.getF32Type()); };
+    llvm::StringMap<ParamInfo> infos = paramInfos(module);
+    // Clipping: every gradient scaled by the coefficient before any update
+    // (in f32, as the updates take it).
+    Value coeff;
+    if (clipGrad > 0) {
+      FailureOr<Value> c =
+          clipCoefficient(module, step, b, newResults, newBindings);
+      if (failed(c))
+        return failure();
+      coeff = *c;
+    }
+    SmallVector<Value> updateGrads(numResults);
+    for (unsigned i = 0; i < numResults; ++i) {
+      Value g = ret.getOperand(i);
+      auto binding = step.getResultAttrOfType<StringAttr>(i, kBufferAttr);
+      bool shard = bool(step.getResultAttrOfType<DictionaryAttr>(i, kGradShardAttr));
+      bool f32Update = shard;
+      if (!shard && binding && binding.getValue().starts_with("grad:"))
+        if (Type type = paramTypes.lookup(binding.getValue().drop_front(5)))
+          f32Update = isMixed(type);
+      if (f32Update)
+        g = toF32(g);
+      if (coeff)
+        g = ScaleByOp::create(b, loc, g.getType(), g, coeff);
+      updateGrads[i] = g;
+    }
     SmallVector<MainInit> mainInits;
     for (unsigned i = 0; i < numResults; ++i) {
       Value grad = ret.getOperand(i);
@@ -224,7 +488,30 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
                                                  gb.getGroupAttr(),
                                                  b.getI64IntegerAttr(0));
         }
-        Value updated = update(mine, toF32(grad), key);
+        // No weight decay on the bucket's biases and 1-D parameters.
+        SmallVector<int64_t> noDecay;
+        {
+          buckets::Buffer layout = gb.getLayout();
+          const buckets::Bucket &bucket = layout.buckets[size_t(k)];
+          SmallVector<std::pair<int64_t, int64_t>> ranges;
+          for (const buckets::ParamRange &r : layout.params)
+            if (r.bucket == k && !decays(r.name, infos.lookup(r.name)))
+              ranges.push_back({r.start - bucket.start, r.end - bucket.start});
+          llvm::sort(ranges);
+          if (!ranges.empty())
+            noDecay.push_back(shardType.getDimSize(0));
+          for (auto [rb, re] : ranges) {
+            if (noDecay.size() > 1 && noDecay.back() == rb)
+              noDecay.back() = re;
+            else
+              noDecay.append({rb, re});
+          }
+        }
+        Value updated = update(
+            mine, updateGrads[i], key, weightDecay,
+            noDecay.empty() ? DenseI64ArrayAttr()
+                            : b.getDenseI64ArrayAttr(noDecay),
+            noDecay.empty() ? StringAttr() : gb.getGroupAttr());
         Value stored = updated;
         if (mixed)
           stored = CastOp::create(
@@ -255,10 +542,11 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
       if (!type)
         return step.emitOpError() << "gradient of unknown parameter '" << name
                                   << "'";
+      const double wd = decays(name, infos.lookup(name)) ? weightDecay : 0.0;
       if (isMixed(type)) {
         Value main = body.addArgument(withElement(type, f32), loc);
         argBindings.push_back("main:" + name);
-        Value updated = update(main, toF32(grad), name);
+        Value updated = update(main, updateGrads[i], name, wd);
         newResults.push_back(CastOp::create(b, loc, type, updated));
         newBindings.push_back(name);
         newResults.push_back(updated);
@@ -267,7 +555,7 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
       } else {
         Value param = body.addArgument(type, loc);
         argBindings.push_back(name);
-        newResults.push_back(update(param, grad, name));
+        newResults.push_back(update(param, updateGrads[i], name, wd));
         newBindings.push_back(name);
       }
       flushState();
@@ -403,6 +691,7 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
             b.getNamedAttr("beta2", b.getF32FloatAttr(beta2)),
             b.getNamedAttr("eps", b.getF32FloatAttr(eps)),
             b.getNamedAttr("weight_decay", b.getF32FloatAttr(weightDecay)),
+            b.getNamedAttr("clip_grad", b.getF32FloatAttr(clipGrad)),
             b.getNamedAttr("lr_warmup_iters", b.getI64IntegerAttr(lrWarmupIters)),
             b.getNamedAttr("lr_decay_iters", b.getI64IntegerAttr(lrDecayIters)),
             b.getNamedAttr("lr_decay_style", b.getStringAttr(lrDecayStyle)),

@@ -157,15 +157,32 @@ def OptimizerPass : Pass<"tessera-optimizer", "mlir::ModuleOp"> {
     optimizer this rank's shard of the bucket, `main:pbuf:<buffer>:<k>`),
     cast back to bf16; an `init` phase creates the main parameters from the
     parameters once.
+
+    Weight decay (Megatron's get_param_groups): none on biases and 1-D
+    parameters (norm weights); inside a distributed-optimizer bucket shard
+    those elements are the update's `runs`. Gradient clipping
+    (`clip-grad` > 0, Megatron's clip_grad_norm_fp32): before any update,
+    each gradient's sum of squares (`nn.sum_squares`, over the runs of its
+    class in a shard) is all-reduced over the ranks that hold distinct
+    parts of it (tp if split over tp, the shard group, pp; ep/etp for
+    experts), so that every element of every distinct parameter counts
+    once: a tensor-parallel duplicate once, the tied embedding once (on
+    pipeline rank 0), a ZeRO-1 shard over dp; the classes are the same, in
+    the same order, in every pipeline program. `nn.clip_grad_norm` gives
+    the norm (the step's `grad_norm` result) and min(1, clip / (norm +
+    1e-6)), which scales every gradient (`nn.scale_by`).
   }];
   let dependentDialects = ["::tessera::nn::NNDialect"];
   let options = [
     Option<"optimizer", "optimizer", "std::string", "\"adam\"", "sgd or adam">,
     Option<"lr", "lr", "double", "1.0e-3", "learning rate">,
-    Option<"beta1", "beta1", "double", "0.9", "Adam beta1">,
-    Option<"beta2", "beta2", "double", "0.999", "Adam beta2">,
-    Option<"eps", "eps", "double", "1.0e-8", "Adam epsilon">,
-    Option<"weightDecay", "weight-decay", "double", "0.0", "decoupled weight decay">,
+    Option<"beta1", "adam-beta1", "double", "0.9", "Adam beta1">,
+    Option<"beta2", "adam-beta2", "double", "0.999", "Adam beta2">,
+    Option<"eps", "adam-eps", "double", "1.0e-8", "Adam epsilon">,
+    Option<"weightDecay", "weight-decay", "double", "0.01",
+           "decoupled weight decay (none on biases and 1-D parameters)">,
+    Option<"clipGrad", "clip-grad", "double", "1.0",
+           "clip gradients to this global L2 norm (0: no clipping)">,
     Option<"lrWarmupIters", "lr-warmup-iters", "int64_t", "0",
            "iterations of linear learning-rate warmup">,
     Option<"lrDecayIters", "lr-decay-iters", "int64_t", "0",

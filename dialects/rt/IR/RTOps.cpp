@@ -155,7 +155,12 @@ LogicalResult tessera::rt::verifyInstruction(Operation *op) {
     }
   }
   InstrAttrs attrs = instr.getInstrAttrs();
-  if (int(attrs.iattrs.size()) != info.numIAttrs)
+  if (info.has(Runs)) {
+    if (std::string_view why =
+            runsError(attrs.iattrs.data(), attrs.iattrs.size());
+        !why.empty())
+      return op->emitOpError() << why;
+  } else if (int(attrs.iattrs.size()) != info.numIAttrs)
     return op->emitOpError() << "takes " << info.numIAttrs
                              << " integer attributes (iattrs), got "
                              << attrs.iattrs.size();
@@ -198,6 +203,10 @@ InstrAttrs AdamOp::getInstrAttrs() {
   attrs.fattrs = {getLr().convertToFloat(), getBeta1().convertToFloat(),
                   getBeta2().convertToFloat(), getEps().convertToFloat(),
                   getWeightDecay().convertToFloat()};
+  if (auto runs = getRunsAttr())
+    attrs.iattrs.assign(runs.asArrayRef().begin(), runs.asArrayRef().end());
+  if (auto group = getGroupAttr())
+    attrs.group = group.getValue();
   return attrs;
 }
 
@@ -205,6 +214,10 @@ InstrAttrs SgdOp::getInstrAttrs() {
   InstrAttrs attrs;
   attrs.fattrs = {getLr().convertToFloat(),
                   getWeightDecay().convertToFloat()};
+  if (auto runs = getRunsAttr())
+    attrs.iattrs.assign(runs.asArrayRef().begin(), runs.asArrayRef().end());
+  if (auto group = getGroupAttr())
+    attrs.group = group.getValue();
   return attrs;
 }
 

@@ -216,6 +216,12 @@ def RT_MeanOp : RT_KernelOp<"mean", "Mean", "y = mean(x)">;
 def RT_MeanGradOp : RT_KernelOp<"mean_grad", "MeanGrad", "dx = dy / numel(dx)">;
 def RT_FillOp : RT_KernelOp<"fill", "Fill", "y = value">;
 def RT_ScaleOp : RT_KernelOp<"scale", "Scale", "y = alpha * x">;
+// Gradient clipping: `iattrs` the opcode's Runs, `group` the shard group;
+// `value` ClipGradNorm's max_norm.
+def RT_SumSquaresOp : RT_KernelOp<"sum_squares", "SumSquares", "y = sum of x^2 (over runs)">;
+def RT_ClipGradNormOp : RT_KernelOp<"clip_grad_norm", "ClipGradNorm",
+    "norm = sqrt(sumsq), coeff = min(1, max_norm / (norm + 1e-6))">;
+def RT_ScaleByOp : RT_KernelOp<"scale_by", "ScaleBy", "y = x * s[0]">;
 def RT_CopyOp : RT_KernelOp<"copy", "Copy", "y = x">;
 def RT_AxpyOp : RT_KernelOp<"axpy", "Axpy", "y += alpha * x">;
 def RT_CastOp : RT_KernelOp<"cast", "Cast", "y = convert(x + beta * y) between f32 and bf16"> {
@@ -282,10 +288,14 @@ def RT_AdamOp : RT_InstrOp<"adam", "Adam"> {
         : memref<512x256xf32>, memref<512x256xf32>, memref<512x256xf32>, memref<512x256xf32>, memref<i64>
     ```
   }];
+  // `runs`: the elements with no weight decay, as the opcode's Runs (in
+  // the coordinates of the bucket `param` is a shard of over `group`).
   let arguments = (ins RT_F32Buf:$param, RT_F32Buf:$grad, RT_F32Buf:$exp_avg,
                        RT_F32Buf:$exp_avg_sq, MemRefOf<[I64]>:$iteration,
                        F32Attr:$lr, F32Attr:$beta1, F32Attr:$beta2,
-                       F32Attr:$eps, F32Attr:$weight_decay);
+                       F32Attr:$eps, F32Attr:$weight_decay,
+                       OptionalAttr<DenseI64ArrayAttr>:$runs,
+                       OptionalAttr<StrAttr>:$group);
   let assemblyFormat = [{
     $param `,` $grad `,` $exp_avg `,` $exp_avg_sq `,` $iteration attr-dict `:`
     type($param) `,` type($grad) `,` type($exp_avg) `,` type($exp_avg_sq) `,` type($iteration)
@@ -300,7 +310,9 @@ def RT_SgdOp : RT_InstrOp<"sgd", "Sgd"> {
     ```
   }];
   let arguments = (ins RT_F32Buf:$param, RT_F32Buf:$grad, F32Attr:$lr,
-                       F32Attr:$weight_decay);
+                       F32Attr:$weight_decay,
+                       OptionalAttr<DenseI64ArrayAttr>:$runs,
+                       OptionalAttr<StrAttr>:$group);
   let assemblyFormat = "$param `,` $grad attr-dict `:` type($param) `,` type($grad)";
 }
 

@@ -229,6 +229,7 @@ const AttrContract kTesseraAttrs[] = {
             {"beta2", floatValue},
             {"eps", floatValue},
             {"weight_decay", floatValue},
+            {"clip_grad", floatValue, /*optional=*/true},
             {"lr_warmup_iters", nonNegativeInt, /*optional=*/true},
             {"lr_decay_iters", nonNegativeInt, /*optional=*/true},
             {"lr_decay_style",

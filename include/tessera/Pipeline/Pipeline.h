@@ -251,8 +251,24 @@ public:
                     llvm::cl::init(nn::OptimizerPassOptions().lr),
                     onCommandLine};
   Option<double> weightDecay{
-      *this, "weight-decay", llvm::cl::desc("decoupled weight decay"),
+      *this, "weight-decay",
+      llvm::cl::desc("decoupled weight decay, none on biases and 1-D "
+                     "parameters (Megatron's param groups)"),
       llvm::cl::init(nn::OptimizerPassOptions().weightDecay), onCommandLine};
+  Option<double> adamBeta1{
+      *this, "adam-beta1", llvm::cl::desc("Adam's beta1 (Megatron's)"),
+      llvm::cl::init(nn::OptimizerPassOptions().beta1), onCommandLine};
+  Option<double> adamBeta2{
+      *this, "adam-beta2", llvm::cl::desc("Adam's beta2 (Megatron's)"),
+      llvm::cl::init(nn::OptimizerPassOptions().beta2), onCommandLine};
+  Option<double> adamEps{
+      *this, "adam-eps", llvm::cl::desc("Adam's epsilon (Megatron's)"),
+      llvm::cl::init(nn::OptimizerPassOptions().eps), onCommandLine};
+  Option<double> clipGrad{
+      *this, "clip-grad",
+      llvm::cl::desc("clip the gradients to this global L2 norm (Megatron's "
+                     "--clip-grad; 0: no clipping, no norm)"),
+      llvm::cl::init(nn::OptimizerPassOptions().clipGrad), onCommandLine};
   Option<int64_t> lrWarmupIters{
       *this, "lr-warmup-iters",
       llvm::cl::desc("linear learning-rate warmup iterations"),

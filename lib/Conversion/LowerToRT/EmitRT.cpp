@@ -231,6 +231,15 @@ struct KernelPattern : PhasePattern<SourceOp> {
                                           SourceOp o)
 
 KERNEL_ATTRS(nn::ReduceRowsOp) { return {p.beta(b, o.getResult())}; }
+KERNEL_ATTRS(nn::SumSquaresOp) {
+  SmallVector<NamedAttribute> attrs;
+  if (o.getRunsAttr())
+    attrs.push_back(b.getNamedAttr("iattrs", o.getRunsAttr()));
+  return p.withGroup(b, attrs, o.getGroupAttr());
+}
+KERNEL_ATTRS(nn::ClipGradNormOp) {
+  return {b.getNamedAttr("value", o.getMaxNormAttr())};
+}
 KERNEL_ATTRS(nn::GeluOp) {
   return {p.iattrs(b, {o.getApproximate() == "tanh" ? 1 : 0})};
 }
@@ -505,14 +514,15 @@ PATTERN(AdamPattern, nn::AdamOp) {
                      state.operand(b, o, 1), state.operand(b, o, 2),
                      state.operand(b, o, 3), state.operand(b, o, 4),
                      o.getLrAttr(), o.getBeta1Attr(), o.getBeta2Attr(),
-                     o.getEpsAttr(), o.getWeightDecayAttr());
+                     o.getEpsAttr(), o.getWeightDecayAttr(), o.getRunsAttr(),
+                     o.getGroupAttr());
   return Value();
 }
 
 PATTERN(SgdPattern, nn::SgdOp) {
   rt::SgdOp::create(b, o.getLoc(), state.operand(b, o, 0),
                     state.operand(b, o, 1), o.getLrAttr(),
-                    o.getWeightDecayAttr());
+                    o.getWeightDecayAttr(), o.getRunsAttr(), o.getGroupAttr());
   return Value();
 }
 
@@ -808,6 +818,9 @@ LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
   addPatterns<
       // nn kernels over operands then results.
       KernelPattern<nn::GeluOp, rt::GeluOp>,
+      KernelPattern<nn::SumSquaresOp, rt::SumSquaresOp>,
+      KernelPattern<nn::ClipGradNormOp, rt::ClipGradNormOp>,
+      KernelPattern<nn::ScaleByOp, rt::ScaleByOp>,
       KernelPattern<nn::ReluOp, rt::ReluOp>,
       KernelPattern<nn::GeluGradOp, rt::GeluGradOp>,
       KernelPattern<nn::BiasGeluOp, rt::BiasGeluOp>,

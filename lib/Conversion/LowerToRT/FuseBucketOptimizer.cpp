@@ -109,27 +109,59 @@ struct FuseBucketOptimizerPass
     }
     if (group.size() != bucket.params.size() || group.empty())
       return;
-    // One kind of update with the same hyper-parameters and iteration.
+    // One kind of update with the same hyper-parameters and iteration; the
+    // weight decay is one value, or 0 (biases and norm weights: the fused
+    // update's runs).
     Operation *first = group.front();
+    auto decayOf = [](Operation *op) {
+      if (auto a = dyn_cast<rt::AdamOp>(op))
+        return a.getWeightDecay().convertToFloat();
+      return cast<rt::SgdOp>(op).getWeightDecay().convertToFloat();
+    };
+    float decay = 0.0f;
+    for (Operation *op : group)
+      decay = std::max(decay, decayOf(op));
     auto sameUpdate = [&](Operation *op) {
       if (op->getName() != first->getName() ||
           !op->getDiscardableAttrs().empty())
         return false;
+      if (decayOf(op) != 0.0f && decayOf(op) != decay)
+        return false;
       if (auto a = dyn_cast<rt::AdamOp>(op)) {
         auto f = cast<rt::AdamOp>(first);
-        return a.getIteration() == f.getIteration() &&
+        return !a.getRunsAttr() && !a.getGroupAttr() &&
+               a.getIteration() == f.getIteration() &&
                a.getLrAttr() == f.getLrAttr() &&
                a.getBeta1Attr() == f.getBeta1Attr() &&
                a.getBeta2Attr() == f.getBeta2Attr() &&
-               a.getEpsAttr() == f.getEpsAttr() &&
-               a.getWeightDecayAttr() == f.getWeightDecayAttr();
+               a.getEpsAttr() == f.getEpsAttr();
       }
       auto g = cast<rt::SgdOp>(op), f = cast<rt::SgdOp>(first);
-      return g.getLrAttr() == f.getLrAttr() &&
-             g.getWeightDecayAttr() == f.getWeightDecayAttr();
+      return !g.getRunsAttr() && !g.getGroupAttr() &&
+             g.getLrAttr() == f.getLrAttr();
     };
     if (!llvm::all_of(group, sameUpdate))
       return;
+    // The parameters without weight decay, as runs of the bucket (one
+    // shard: the whole bucket).
+    SmallVector<std::pair<int64_t, int64_t>> noDecay;
+    if (decay != 0.0f)
+      for (auto [op, name] : llvm::zip(group, bucket.params))
+        if (decayOf(op) == 0.0f) {
+          auto type = cast<MemRefType>(bufferOf(op->getOperand(0)).getType());
+          int64_t start = startOf.lookup(name) - bucket.start;
+          noDecay.push_back({start, start + type.getNumElements()});
+        }
+    llvm::sort(noDecay);
+    SmallVector<int64_t> runs;
+    if (!noDecay.empty())
+      runs.push_back(bucket.end - bucket.start);
+    for (auto [b, e] : noDecay) {
+      if (runs.size() > 1 && runs.back() == b)
+        runs.back() = e;
+      else
+        runs.append({b, e});
+    }
     // Each tensor operand (parameter, gradient, Adam state) of every
     // parameter at the same offset from its region's base: the bucket is
     // one range [base + start, base + end) of each region.
@@ -213,16 +245,19 @@ struct FuseBucketOptimizerPass
       }
       operands.push_back(get.getResult());
     }
+    DenseI64ArrayAttr runsAttr =
+        runs.empty() ? DenseI64ArrayAttr() : at.getDenseI64ArrayAttr(runs);
+    FloatAttr decayAttr = at.getF32FloatAttr(decay);
     if (auto adam = dyn_cast<rt::AdamOp>(first)) {
       rt::AdamOp::create(at, first->getLoc(), operands[0], operands[1],
                          operands[2], operands[3], adam.getIteration(),
                          adam.getLrAttr(), adam.getBeta1Attr(),
-                         adam.getBeta2Attr(), adam.getEpsAttr(),
-                         adam.getWeightDecayAttr());
+                         adam.getBeta2Attr(), adam.getEpsAttr(), decayAttr,
+                         runsAttr, StringAttr());
     } else {
       auto sgd = cast<rt::SgdOp>(first);
       rt::SgdOp::create(at, first->getLoc(), operands[0], operands[1],
-                        sgd.getLrAttr(), sgd.getWeightDecayAttr());
+                        sgd.getLrAttr(), decayAttr, runsAttr, StringAttr());
     }
     SmallVector<Operation *> gets;
     for (Operation *op : group) {

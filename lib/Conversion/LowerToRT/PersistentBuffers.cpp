@@ -175,6 +175,11 @@ LogicalResult PersistentBuffers::collect(ModuleOp module,
     for (unsigned i = 0, e = micro.getNumResults(); i < e; ++i)
       if (auto bnd = micro.getResultAttrOfType<StringAttr>(i, kBufferAttr))
         add(bnd.getValue(), rt::BufferKind::Loss, micro.getResultTypes()[i]);
+  // What the step reports to the host: the gradient norm.
+  for (unsigned i = 0, e = step.getNumResults(); i < e; ++i)
+    if (auto bnd = step.getResultAttrOfType<StringAttr>(i, kBufferAttr);
+        bnd && bnd.getValue() == "grad_norm")
+      add(bnd.getValue(), rt::BufferKind::Metric, step.getResultTypes()[i]);
   for (func::FuncOp f : phases)
     if (f->getAttrOfType<StringAttr>(kPhaseAttr).getValue() == kForwardPhase)
       for (unsigned i = 0, e = f.getNumResults(); i < e; ++i)

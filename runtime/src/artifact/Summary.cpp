@@ -53,7 +53,8 @@ std::string summarizeArtifact(const LoadedArtifact &artifact) {
   if (const fb::Optimizer *o = a.optimizer())
     os << "  optimizer: " << fbString(o->kind()) << " lr=" << o->lr()
        << " beta1=" << o->beta1() << " beta2=" << o->beta2()
-       << " eps=" << o->eps() << " weight_decay=" << o->weight_decay() << "\n";
+       << " eps=" << o->eps() << " weight_decay=" << o->weight_decay()
+       << " clip_grad=" << o->clip_grad() << "\n";
   if (a.programs())
     for (const fb::Program *p : *a.programs()) {
       os << "  program pp_rank " << p->pp_rank() << ": arena "

@@ -342,9 +342,15 @@ Status Validator::checkInstr(const std::string &where, const fb::Instr &in,
     }
   }
   const int iattrs = in.iattrs() ? int(in.iattrs()->size()) : 0;
-  if (iattrs != info->numIAttrs)
+  if (info->has(Runs)) {
+    if (std::string_view why =
+            runsError(iattrs ? in.iattrs()->data() : nullptr, size_t(iattrs));
+        !why.empty())
+      return error(where, ": ", name, ": ", std::string(why));
+  } else if (iattrs != info->numIAttrs) {
     return error(where, ": ", name, " expects ", info->numIAttrs,
                  " iattrs, got ", iattrs);
+  }
   const int fattrs = in.fattrs() ? int(in.fattrs()->size()) : 0;
   if (fattrs != info->numFAttrs)
     return error(where, ": ", name, " expects ", info->numFAttrs,

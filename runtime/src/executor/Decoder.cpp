@@ -73,6 +73,7 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
   t.alpha = in.alpha();
   t.beta = in.beta();
   t.event = in.event();
+  t.group = in.group() ? in.group()->str() : std::string();
   t.reduce =
       in.reduce() == fb::ReduceOp::Max ? ReduceKind::Max : ReduceKind::Sum;
   if (in.fattrs())
@@ -83,6 +84,8 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
     t.ptr[i] = ptrOf(i);
   if (count)
     t.n = numel(ref(in, 0));
+  if (opcodeInfo(in.op()).has(Runs))
+    TESSERA_RETURN_IF_ERROR(decodeRuns(in, t));
 
   switch (in.op()) {
   case O::Gemm: {
@@ -144,6 +147,25 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
   case O::Relu:
   case O::Sgd:
     return requireSameNumel(in, {0, 1});
+  case O::SumSquares:
+    t.type = isBf16(in, 0) ? ElementType::BF16 : ElementType::F32;
+    if (numel(ref(in, 1)) != 1)
+      return invalidArgument("the sum ", desc(ref(in, 1)),
+                             " must be one element");
+    return Status();
+  case O::ClipGradNorm:
+    for (int i = 0; i < 3; ++i)
+      if (numel(ref(in, i)) != 1)
+        return invalidArgument("ClipGradNorm's operands are scalars, got ",
+                               desc(ref(in, i)));
+    if (!(t.f[0] >= 0) || !std::isfinite(t.f[0]))
+      return invalidArgument("ClipGradNorm needs max_norm >= 0, got ", t.f[0]);
+    return Status();
+  case O::ScaleBy:
+    if (numel(ref(in, 1)) != 1)
+      return invalidArgument("the scale ", desc(ref(in, 1)),
+                             " must be one element");
+    return requireSameNumel(in, {0, 2});
   case O::Scale:
   case O::Axpy: {
     // f32, or both bf16 (computed in f32, rounded once).
@@ -581,6 +603,36 @@ Status Decoder::decodeMoEInstr(const fb::Instr &in, Thunk &t) {
   t.i[1] = experts;
   t.i[2] = k;
   t.i[3] = features;
+  return Status();
+}
+
+Status Decoder::decodeRuns(const fb::Instr &in, Thunk &t) {
+  const int64_t *a = in.iattrs() ? in.iattrs()->data() : nullptr;
+  size_t n = in.iattrs() ? in.iattrs()->size() : 0;
+  if (std::string_view why = runsError(a, n); !why.empty())
+    return invalidArgument(std::string(why));
+  t.hasRuns = n > 0;
+  t.runs.clear();
+  if (!t.hasRuns)
+    return Status();
+  // This rank's shard of the whole tensor: its index in `group`.
+  int64_t index = 0;
+  if (in.group() && in.group()->size()) {
+    GroupPosition pos = position(in.group()->str());
+    if (!pos.group && worldRank >= 0)
+      return invalidArgument("rank ", worldRank, " is in no rank group of kind '",
+                             in.group()->str(), "', which shards this operand");
+    index = pos.index;
+  }
+  if (t.n > a[0])
+    return invalidArgument("the operand's ", t.n,
+                           " elements exceed the shard size ", a[0]);
+  int64_t offset = 0;
+  if (__builtin_mul_overflow(index, a[0], &offset))
+    return invalidArgument("the shard offset overflows int64");
+  forEachLocalRun(a, n, offset, t.n, [&](int64_t b, int64_t e) {
+    t.runs.push_back({b, e});
+  });
   return Status();
 }
 

@@ -221,6 +221,9 @@ private:
   /// ("tp", "cp" or "tp-cp"; none: the whole sequence), into t.seq and
   /// t.seqTotal.
   Status sequenceShard(const fb::Instr &in, int64_t rows, Thunk &t);
+  /// Opcodes with Runs: checks iattrs and keeps in t.runs the runs that
+  /// meet this rank's shard (its index in `group`), as ranges of operand 0.
+  Status decodeRuns(const fb::Instr &in, Thunk &t);
   Status decodeMoEInstr(const fb::Instr &in, Thunk &t);
   Status vocabShard(const fb::Instr &in, int64_t localVocab, int64_t &offset,
                     int64_t &shards);

@@ -360,6 +360,26 @@ Status Executor::syncForHostComm(const Thunk &t) {
   return be->synchronize();
 }
 
+/// Calls f(begin, end, decays) over the optimizer thunk `t`'s elements in
+/// spans: the runs (no weight decay: biases, norm weights) and the spans
+/// between them; one span for all of them without runs. Stops at the first
+/// error.
+template <typename F>
+static Status forEachDecaySpan(const Thunk &t, F &&f) {
+  if (!t.hasRuns || t.runs.empty())
+    return f(int64_t(0), t.n, !t.hasRuns || t.runs.empty());
+  int64_t at = 0;
+  for (auto [b, e] : t.runs) {
+    if (b > at)
+      TESSERA_RETURN_IF_ERROR(f(at, b, true));
+    TESSERA_RETURN_IF_ERROR(f(b, e, false));
+    at = e;
+  }
+  if (at < t.n)
+    TESSERA_RETURN_IF_ERROR(f(at, t.n, true));
+  return Status();
+}
+
 /// The storage format of a GEMM's float inputs from the thunk's type.
 static FloatFormat floatFormat(ElementType type) {
   return type == ElementType::BF16 ? FloatFormat::BF16 : FloatFormat::F32;
@@ -500,11 +520,42 @@ Status Executor::execute(const Thunk &t) {
   case O::Adam: {
     // The iteration stays on the device (no read-back per bucket).
     AdamParams hp{float(t.f[0] * lrFactor), t.f[1], t.f[2], t.f[3], t.f[4]};
-    return be->adam(F(0), F(1), F(2), F(3), t.n,
-                    static_cast<const int64_t *>(t.ptr[4]), hp);
+    const int64_t *iteration = static_cast<const int64_t *>(t.ptr[4]);
+    return forEachDecaySpan(t, [&](int64_t b, int64_t e, bool decays) {
+      AdamParams span = hp;
+      span.weightDecay = decays ? hp.weightDecay : 0.0f;
+      return be->adam(F(0) + b, F(1) + b, F(2) + b, F(3) + b, e - b, iteration,
+                      span);
+    });
   }
-  case O::Sgd:
-    return be->sgd(F(0), F(1), t.n, float(t.f[0] * lrFactor), t.f[1]);
+  case O::Sgd: {
+    const float lr = float(t.f[0] * lrFactor);
+    return forEachDecaySpan(t, [&](int64_t b, int64_t e, bool decays) {
+      return be->sgd(F(0) + b, F(1) + b, e - b, lr, decays ? t.f[1] : 0.0f);
+    });
+  }
+  case O::SumSquares: {
+    const FloatFormat format =
+        t.type == ElementType::BF16 ? FloatFormat::BF16 : FloatFormat::F32;
+    const int64_t size = t.type == ElementType::BF16 ? 2 : 4;
+    const uint8_t *x = static_cast<const uint8_t *>(t.ptr[0]);
+    if (!t.hasRuns)
+      return be->sumSquares(x, format, t.n, F(1), false);
+    // The runs of this rank's shard; none gives 0.
+    if (t.runs.empty())
+      return be->fill(F(1), 0.0f, 1);
+    bool first = true;
+    for (auto [b, e] : t.runs) {
+      TESSERA_RETURN_IF_ERROR(
+          be->sumSquares(x + b * size, format, e - b, F(1), !first));
+      first = false;
+    }
+    return Status();
+  }
+  case O::ClipGradNorm:
+    return be->clipGradNorm(F(0), F(1), F(2), t.f[0]);
+  case O::ScaleBy:
+    return be->scaleBy(F(0), F(1), F(2), t.n);
   case O::LayerNorm:
     return be->layerNorm(F(0), F(1), F(2), F(3), t.m, t.n, t.f[0]);
   case O::LayerNormGrad:
@@ -789,7 +840,8 @@ Status Executor::runThunks(const DecodedFunction &fn, int slot,
                          : t.comm ? "communication"
                                   : "compute",
                          sinceEpochUs(start),
-                         sinceEpochUs(end) - sinceEpochUs(start)});
+                         sinceEpochUs(end) - sinceEpochUs(start),
+                         t.comm && !p2p ? t.group : std::string()});
     }
     if (!st.ok())
       return Status(st.getCode(), art->name() + ": " + t.where + context +

@@ -17,6 +17,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace tessera::rt {
 
@@ -48,9 +50,14 @@ struct Thunk {
   ReduceKind reduce = ReduceKind::Sum;
   int event = -1;
   std::string where; ///< "function 'f' instruction i (Op at loc)"
+  std::string group; ///< the instruction's rank-group kind, if any (trace)
   /// Send/Recv: "send to pp rank 2 tag 5, [4, 2, 8] f32 at loc" (watchdog)
   /// and "send→pp2" (trace). Peer index, tag and own index are i[0..2].
   std::string p2pDetail, p2pLabel;
+  /// Opcodes with Runs (Opcodes.def): whether iattrs gave runs, and the runs
+  /// that meet this rank's shard, as [begin, end) of the first operand.
+  bool hasRuns = false;
+  std::vector<std::pair<int64_t, int64_t>> runs;
 };
 
 } // namespace tessera::rt

@@ -64,7 +64,11 @@ Status writeTrace(const std::string &path, const Executor &executor,
             jsonString(e.track) + ", \"ph\": \"X\", \"pid\": " +
             std::to_string(rank) + ", \"tid\": " + std::to_string(tid) +
             ", \"ts\": " + jsonNumber(e.startUs) +
-            ", \"dur\": " + jsonNumber(e.durationUs) + "},\n";
+            ", \"dur\": " + jsonNumber(e.durationUs) +
+            (e.group.empty()
+                 ? std::string()
+                 : ", \"args\": {\"group\": " + jsonString(e.group) + "}") +
+            "},\n";
   }
   int size = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &size);

@@ -285,6 +285,11 @@ private:
   std::shared_ptr<const LoadedArtifact> artifact;
   /// Some program computes a loss (else iterations report NaN by design).
   bool hasLoss = false;
+  /// The step computes the global gradient norm (clipping on): the
+  /// "grad_norm" buffer, read back after each iteration.
+  bool hasGradNorm = false;
+  /// This iteration's gradient norm (NaN without one).
+  double gradNorm = std::nan("");
   std::unique_ptr<Communicator> world;
   /// The --data dataset when the artifact has token inputs, else null.
   std::shared_ptr<const IndexedDataset> dataset;
@@ -420,6 +425,7 @@ Status RankRun::setUp() {
   TESSERA_ASSIGN_OR_RETURN(executor,
                            Executor::create(artifact, std::move(backend),
                                             std::move(comms), rank, eo));
+  hasGradNorm = executor->hasBuffer("grad_norm");
   return Status();
 }
 
@@ -541,9 +547,10 @@ void RankRun::printHeader() const {
                 tokenDTypeName(dataset->dtype()));
   if (opt)
     std::printf("tessera-run: optimizer %s lr=%g beta1=%g beta2=%g eps=%g "
-                "weight_decay=%g\n",
+                "weight_decay=%g clip_grad=%g\n",
                 opt->kind() ? opt->kind()->c_str() : "?", opt->lr(),
-                opt->beta1(), opt->beta2(), opt->eps(), opt->weight_decay());
+                opt->beta1(), opt->beta2(), opt->eps(), opt->weight_decay(),
+                opt->clip_grad());
   if (opt && (opt->lr_warmup_iters() > 0 ||
               (opt->lr_decay_style() &&
                opt->lr_decay_style()->str() != "constant")))
@@ -616,6 +623,12 @@ Status RankRun::trainIteration(int64_t it) {
   TESSERA_ASSIGN_OR_RETURN(double loss, executor->runIteration(it));
   auto t1 = std::chrono::steady_clock::now();
   double seconds = std::chrono::duration<double>(t1 - t0).count();
+  if (hasGradNorm) {
+    // One f32, the same on every rank (the norm's reductions span them).
+    TESSERA_ASSIGN_OR_RETURN(std::vector<float> norm,
+                             executor->readFloatBuffer("grad_norm"));
+    gradNorm = norm.empty() ? std::nan("") : double(norm[0]);
+  }
   std::map<std::string, CommCounters> after = executor->commCounters();
   if (rank == 0)
     TESSERA_RETURN_IF_ERROR(report(it, loss, seconds, after));
@@ -629,6 +642,14 @@ Status RankRun::trainIteration(int64_t it) {
         std::isnan(loss) ? "NaN" : "inf",
         "; stopping before any checkpoint of this state is saved (Megatron's "
         "check for NaN in the loss; --no-check-for-nan-in-loss trains on)");
+  // Megatron's check_for_nan_in_loss_and_grad: the gradients too.
+  if (o.checkForNanInLoss && hasGradNorm && !std::isfinite(gradNorm))
+    return failedPrecondition(
+        artifact->name(), ": iteration ", it, ": the gradient norm is ",
+        std::isnan(gradNorm) ? "NaN" : "inf",
+        "; stopping before any checkpoint of this state is saved (Megatron's "
+        "check for NaN in the gradients; --no-check-for-nan-in-loss trains "
+        "on)");
   return Status();
 }
 
@@ -643,15 +664,21 @@ Status RankRun::report(int64_t it, double loss, double seconds,
           ? double(batch.global_batch_size() * tokensPerSample) / seconds
           : 0.0;
   double tflops = seconds > 0 ? a.flops_per_step() / seconds / 1e12 : 0.0;
+  // Megatron's training_log fields, with its grad norm after the loss.
+  char norm[64] = "";
+  if (hasGradNorm)
+    std::snprintf(norm, sizeof(norm), " grad norm: %.3f |",
+                  std::isnan(gradNorm) ? std::nan("") : gradNorm); // not -nan
   std::printf(" [%s] iteration %8lld/%8lld | consumed samples: %12lld | "
               "elapsed time per iteration (ms): %.1f | throughput per "
               "rank (TFLOP/s): %.3f | learning rate: "
-              "%.3E | global batch size: %5lld | loss: %.6E | tokens per "
+              "%.3E | global batch size: %5lld | loss: %.6E |%s tokens per "
               "second: %.1f |\n",
               timestamp().c_str(), (long long)it, (long long)o.steps,
               (long long)(it * batch.global_batch_size()), seconds * 1000.0,
               tflops, executor->learningRate(it),
-              (long long)batch.global_batch_size(), loss, tokensPerSecond);
+              (long long)batch.global_batch_size(), loss, norm,
+              tokensPerSecond);
   std::fflush(stdout);
   if (!metrics)
     return Status();
@@ -676,6 +703,8 @@ std::string RankRun::metricsLine(int64_t it, double loss,
                      ", \"lr\": " + jsonNumber(executor->learningRate(it)) +
                      ", \"step_time_s\": " + jsonNumber(seconds) +
                      ", \"tflops_per_rank\": " + jsonNumber(tflops) +
+                     (hasGradNorm ? ", \"grad_norm\": " + jsonNumber(gradNorm)
+                                  : std::string()) +
                      ", \"comm_bytes\": {";
   for (int c = 0; c < kNumCollectiveNames; ++c) {
     line += std::string(c ? ", " : "") + "\"" + kCollectiveNames[c] + "\": {";

@@ -329,6 +329,47 @@ TEST(CudaConformanceTest, Adam) {
   }
 }
 
+// Gradient clipping: the device's two-stage f64 sum of squares (many
+// blocks for the larger lengths) against the CPU's, f32 and bf16,
+// accumulating; the norm and coefficient (binding, not, off, NaN); the
+// scaling by a device scalar, in place.
+TEST(CudaConformanceTest, GradientClipping) {
+  for (int64_t n : {int64_t(1), int64_t(1000), int64_t(1) << 20 | 3}) {
+    auto x = random(size_t(n));
+    for (bool accumulate : {false, true}) {
+      std::string tag = " n=" + std::to_string(n) +
+                        (accumulate ? " accumulate" : "");
+      compare("sumSquares" + tag, {in(x), out({2.5f})},
+              [&](Backend &b, std::vector<void *> &p) {
+                return b.sumSquares(p[0], FloatFormat::F32, n, F(1),
+                                    accumulate);
+              },
+              2e-7);
+      compare("sumSquares bf16" + tag, {bf16(x, false), out({2.5f})},
+              [&](Backend &b, std::vector<void *> &p) {
+                return b.sumSquares(p[0], FloatFormat::BF16, n, F(1),
+                                    accumulate);
+              },
+              2e-7);
+    }
+  }
+  for (auto [maxNorm, sumsq] : {std::pair{1.0f, 25.0f}, {10.0f, 25.0f},
+                                {0.0f, 25.0f}, {1.0f, std::nanf("")}})
+    compare("clipGradNorm max_norm=" + std::to_string(maxNorm) +
+                " sumsq=" + std::to_string(sumsq),
+            {in({sumsq}), out({0.0f}), out({0.0f})},
+            [&, maxNorm = maxNorm](Backend &b, std::vector<void *> &p) {
+              return b.clipGradNorm(F(0), F(1), F(2), maxNorm);
+            },
+            0.0);
+  const int64_t n = 100003;
+  compare("scaleBy", {out(random(size_t(n))), in({0.375f})},
+          [&](Backend &b, std::vector<void *> &p) {
+            return b.scaleBy(F(0), F(1), F(0), n);
+          },
+          0.0);
+}
+
 TEST(CudaConformanceTest, LayerNorm) {
   for (int64_t cols : {int64_t(5), int64_t(256), int64_t(1600)}) {
     const int64_t rows = 67;

@@ -143,3 +143,35 @@ func.func @logits_stats_labels(%z: tensor<8x16xf32>, %t: tensor<4xi32>) {
   %m, %se, %pl = nn.logits_stats %z, %t : (tensor<8x16xf32>, tensor<4xi32>) -> (tensor<8xf32>, tensor<8xf32>, tensor<8xf32>)
   return
 }
+
+// -----
+
+func.func @sum_squares_runs(%g: tensor<8xf32>) {
+  // expected-error @+1 {{runs array<i64: 8, 4, 2>: runs must be non-empty, ascending and disjoint, from 0}}
+  %s = nn.sum_squares %g {runs = array<i64: 8, 4, 2>} : tensor<8xf32> -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @sum_squares_shard(%g: tensor<8xf32>) {
+  // expected-error @+1 {{runs' shard of 4 elements is smaller than the operand 'tensor<8xf32>'}}
+  %s = nn.sum_squares %g {runs = array<i64: 4, 0, 2>} : tensor<8xf32> -> tensor<f32>
+  return
+}
+
+// -----
+
+func.func @adam_runs(%p: tensor<8xf32>, %t: tensor<i64>) {
+  // expected-error @+1 {{runs array<i64: 8, 0>: runs are [shard_elements] followed by [start, end) pairs}}
+  %a, %b, %c = nn.adam %p, %p, %p, %p, %t {lr = 1.0e-3 : f32, beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-8 : f32, weight_decay = 0.1 : f32, runs = array<i64: 8, 0>} : tensor<8xf32>, tensor<i64>
+  return
+}
+
+// -----
+
+func.func @clip_negative(%s: tensor<f32>) {
+  // expected-error @+1 {{max_norm must be finite and >= 0 (0: no clipping), got -1}}
+  %n, %c = nn.clip_grad_norm %s {max_norm = -1.0 : f32} : tensor<f32> -> tensor<f32>, tensor<f32>
+  return
+}

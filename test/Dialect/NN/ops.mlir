@@ -53,5 +53,16 @@ func.func @backward(%dy: tensor<8x16xf32>, %x: tensor<8x256xf32>, %z: tensor<8x1
   %p1 = nn.sgd %p, %h {lr = 0.01 : f32, weight_decay = 0.0 : f32} : tensor<16x256xf32>
   // CHECK: nn.adam
   %p2, %m2, %v2 = nn.adam %p1, %h, %p, %p, %it {lr = 1.0e-3 : f32, beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-8 : f32, weight_decay = 0.0 : f32} : tensor<16x256xf32>, tensor<i64>
+  // Gradient clipping: sums of squares (here over runs of a bucket shard),
+  // the norm and coefficient, the scaled gradient; Adam with no decay on
+  // the runs given.
+  // CHECK: nn.sum_squares %{{.*}} {group = "dp", runs = array<i64: 4096, 0, 16, 256, 4096>} : tensor<16x256xf32> -> tensor<f32>
+  %ss = nn.sum_squares %h {runs = array<i64: 4096, 0, 16, 256, 4096>, group = "dp"} : tensor<16x256xf32> -> tensor<f32>
+  // CHECK: nn.clip_grad_norm %{{.*}} {max_norm = 1.000000e+00 : f32} : tensor<f32> -> tensor<f32>, tensor<f32>
+  %norm, %coeff = nn.clip_grad_norm %ss {max_norm = 1.0 : f32} : tensor<f32> -> tensor<f32>, tensor<f32>
+  // CHECK: nn.scale_by %{{.*}}, %{{.*}} : tensor<16x256xf32>, tensor<f32>
+  %hc = nn.scale_by %h, %coeff : tensor<16x256xf32>, tensor<f32>
+  // CHECK: nn.adam {{.*}}runs = array<i64: 4096, 0, 16>
+  %p3, %m3, %v3 = nn.adam %p2, %hc, %m2, %v2, %it {lr = 1.0e-3 : f32, beta1 = 0.9 : f32, beta2 = 0.95 : f32, eps = 1.0e-8 : f32, weight_decay = 0.1 : f32, runs = array<i64: 4096, 0, 16>, group = "dp"} : tensor<16x256xf32>, tensor<i64>
   return
 }

@@ -106,3 +106,35 @@ func.func @f(%x: memref<8xf32>) {
   rt.all_reduce %x {group = ""} : memref<8xf32>
   return
 }
+
+// -----
+
+func.func @f(%p: memref<8xf32>, %g: memref<8xf32>, %m: memref<8xf32>, %v: memref<8xf32>, %t: memref<i64>) {
+  // expected-error @+1 {{runs must be non-empty, ascending and disjoint, from 0}}
+  rt.adam %p, %g, %m, %v, %t {lr = 1.0e-03 : f32, beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-08 : f32, weight_decay = 0.1 : f32, runs = array<i64: 8, 4, 6, 5, 7>} : memref<8xf32>, memref<8xf32>, memref<8xf32>, memref<8xf32>, memref<i64>
+  return
+}
+
+// -----
+
+func.func @f(%g: memref<8xf32>) {
+  // expected-error @+1 {{runs are [shard_elements] followed by [start, end) pairs}}
+  rt.sgd %g, %g {lr = 1.0e-02 : f32, weight_decay = 0.1 : f32, runs = array<i64: 8, 4>} : memref<8xf32>, memref<8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%g: memref<8xf32>, %s: memref<1xf32>) {
+  // expected-error @+1 {{runs need shard_elements >= 1}}
+  rt.sum_squares %g, %s {iattrs = array<i64: 0, 0, 4>} : memref<8xf32>, memref<1xf32>
+  return
+}
+
+// -----
+
+func.func @f(%s: memref<1xf32>) {
+  // expected-error @+1 {{takes 1 float attributes, got 0}}
+  rt.clip_grad_norm %s, %s, %s : memref<1xf32>, memref<1xf32>, memref<1xf32>
+  return
+}

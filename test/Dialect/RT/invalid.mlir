@@ -1,6 +1,6 @@
 // RUN: tessera-opt %s -split-input-file -verify-diagnostics
 
-// expected-error @+1 {{attribute 'kind' failed to satisfy constraint: buffer kind: param, grad, main_param, opt_state, input, loss, iteration, activation or view}}
+// expected-error @+1 {{attribute 'kind' failed to satisfy constraint: buffer kind: param, grad, main_param, opt_state, input, loss, iteration, activation, view or metric}}
 rt.buffer @w : memref<4x8xf32> {kind = "weights", offset = 0 : i64}
 
 // -----

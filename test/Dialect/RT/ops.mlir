@@ -31,6 +31,21 @@ func.func @f() attributes {rt.entry} {
   rt.wait %e
   // CHECK: rt.adam
   rt.adam %w, %g, %w, %w, %t {lr = 1.0e-3 : f32, beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-8 : f32, weight_decay = 0.0 : f32} : memref<4x8xf32>, memref<4x8xf32>, memref<4x8xf32>, memref<4x8xf32>, memref<i64>
+  // Weight decay skips runs [0, 8) and [24, 32) of the bucket whose shard
+  // over "dp" the operands are; the gradient norm reads the same runs.
+  // CHECK: rt.adam {{.*}} {beta1 = {{.*}}, group = "dp", {{.*}}, runs = array<i64: 32, 0, 8, 24, 32>, weight_decay = 1.000000e-01 : f32}
+  rt.adam %w, %g, %w, %w, %t {lr = 1.0e-3 : f32, beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-8 : f32, weight_decay = 0.1 : f32, runs = array<i64: 32, 0, 8, 24, 32>, group = "dp"} : memref<4x8xf32>, memref<4x8xf32>, memref<4x8xf32>, memref<4x8xf32>, memref<i64>
+  // CHECK: rt.sgd {{.*}} {group = "dp", lr = {{.*}}, runs = array<i64: 32, 0, 8>, weight_decay = 1.000000e-01 : f32}
+  rt.sgd %w, %g {lr = 1.0e-2 : f32, weight_decay = 0.1 : f32, runs = array<i64: 32, 0, 8>, group = "dp"} : memref<4x8xf32>, memref<4x8xf32>
+  %ss = rt.alloc offset 1024 : memref<1xf32>
+  %nrm = rt.alloc offset 1088 : memref<1xf32>
+  %cf = rt.alloc offset 1152 : memref<1xf32>
+  // CHECK: rt.sum_squares %{{.*}}, %{{.*}} {group = "dp", iattrs = array<i64: 32, 0, 8>}
+  rt.sum_squares %g, %ss {iattrs = array<i64: 32, 0, 8>, group = "dp"} : memref<4x8xf32>, memref<1xf32>
+  // CHECK: rt.clip_grad_norm %{{.*}}, %{{.*}}, %{{.*}} {value = 1.000000e+00 : f32}
+  rt.clip_grad_norm %ss, %nrm, %cf {value = 1.0 : f32} : memref<1xf32>, memref<1xf32>, memref<1xf32>
+  // CHECK: rt.scale_by %{{.*}}, %{{.*}}, %{{.*}} :
+  rt.scale_by %g, %cf, %g : memref<4x8xf32>, memref<1xf32>, memref<4x8xf32>
   // CHECK: rt.fill %{{.*}} {value = 0.000000e+00 : f32}
   rt.fill %g {value = 0.0 : f32} : memref<4x8xf32>
   // CHECK: rt.cast %{{.*}}, %{{.*}} {beta = 1.000000e+00 : f32} : memref<4x8xf32>, memref<4x8xbf16>

@@ -15,7 +15,10 @@ first (virtual stage 0 has no predecessor):
 exchanges 2 * M * act bytes per step, half of them counted on each side).
 Under tensor parallelism every tp rank sends the whole activation (no
 scatter/gather optimisation). Nothing else travels point to point, and
-nothing is all-reduced over "pp".
+nothing but the gradient norm is all-reduced over "pp": with clipping on
+(tessera-compile's default) each step all-reduces --norm-reduces scalars
+(the sums of squares of the parameters no other axis splits), each counted
+as a ring all-reduce of 4 bytes over the --pp ranks, 2 (p-1)/p * 4.
 
 With --tied-vocab V (the padded vocabulary of a tied-embedding model) the
 word embedding's gradient, [V/tp, hidden] f32 on rank 0, is all-reduced once
@@ -25,6 +28,7 @@ buffer for n = 2. Without it no "embedding" bytes may be counted.
 
 usage: check_pp_bytes.py METRICS.jsonl --micro-batch b --seq s --hidden h
                          --microbatches M [--vpp v] [--tp t] [--tied-vocab V]
+                         [--pp p] [--norm-reduces K]
 """
 import argparse
 import json
@@ -37,11 +41,14 @@ for flag in ["micro-batch", "seq", "hidden", "microbatches"]:
 ap.add_argument("--vpp", type=int, default=1)
 ap.add_argument("--tp", type=int, default=1)
 ap.add_argument("--tied-vocab", type=int, default=0)
+ap.add_argument("--pp", type=int, default=2)
+ap.add_argument("--norm-reduces", type=int, default=1)
 a = ap.parse_args()
 
 act = a.seq * a.micro_batch * a.hidden * 4
 p2p = (2 * a.vpp - 1) * a.microbatches * act
 embedding = a.tied_vocab // a.tp * a.hidden * 4 if a.tied_vocab else 0
+norm = a.norm_reduces * (2 * (a.pp - 1) * 4 // a.pp)
 ok = True
 steps = 0
 for line in open(a.metrics):
@@ -50,7 +57,7 @@ for line in open(a.metrics):
     cb = rec["comm_bytes"]
     checks = {
         "p2p pp": (cb["p2p"].get("pp"), p2p),
-        "all_reduce pp": (cb["all_reduce"].get("pp"), 0),
+        "all_reduce pp": (cb["all_reduce"].get("pp"), norm),
         "embedding all_reduce": (cb["all_reduce"].get("embedding", 0), embedding),
     }
     for kind in ["all_gather", "reduce_scatter"]:

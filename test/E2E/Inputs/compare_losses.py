@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Compares per-step losses of tessera-run --metrics files against a reference.
 
-Usage: compare_losses.py --rtol R --steps S [--min-decision-margin M]
-           REF.jsonl RUN.jsonl [RUN.jsonl ...]
+Usage: compare_losses.py --rtol R --steps S [--grad-norm-rtol G]
+           [--min-decision-margin M] REF.jsonl RUN.jsonl [RUN.jsonl ...]
 
 Fails (exit 1) with a line per mismatching step when any run's loss differs
 from the reference's by more than R relative, when a file lacks a step, or
 when the reference loss does not fall over the run (a run that learns
 nothing would make the comparison meaningless).
+
+--grad-norm-rtol G: the gradient norms ("grad_norm", the norm before
+clipping that Megatron logs) must agree within G relative as well.
 
 --min-decision-margin M: the reference (Inputs/torch_reference.py) reports
 each step's smallest margin of a discrete decision (an MoE router's top-k,
@@ -25,26 +28,47 @@ def records(path):
         return [json.loads(line) for line in f]
 
 
-def losses(path, steps):
+def values(path, steps, field="loss"):
     by_step = {}
     for rec in records(path):
-        by_step[rec["step"]] = rec["loss"]
+        if field in rec:
+            by_step[rec["step"]] = rec[field]
     missing = [s for s in range(1, steps + 1) if s not in by_step]
     if missing:
-        sys.exit(f"FAIL: {path} has no loss for steps {missing}")
+        sys.exit(f"FAIL: {path} has no {field} for steps {missing}")
     return [by_step[s] for s in range(1, steps + 1)]
+
+
+def compare(run, got, ref, field, rtol, steps):
+    """Prints each step where got differs from ref by more than rtol;
+    returns whether any did."""
+    worst = 0.0
+    failed = False
+    for step, (a, b) in enumerate(zip(got, ref), start=1):
+        rel = abs(a - b) / abs(b) if b != 0 else abs(a)
+        worst = max(worst, rel)
+        if rel > rtol:
+            print(f"FAIL: {run} step {step}: {field} {a!r} vs reference {b!r} "
+                  f"(relative difference {rel:.3e} > {rtol:.0e})")
+            failed = True
+    label = "" if field == "loss" else f" ({field})"
+    print(f"{run}: max relative difference{label} {worst:.3e} over {steps} steps")
+    return failed
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rtol", type=float, required=True)
     ap.add_argument("--steps", type=int, required=True)
+    ap.add_argument("--grad-norm-rtol", type=float, default=None)
     ap.add_argument("--min-decision-margin", type=float, default=None)
     ap.add_argument("reference")
     ap.add_argument("runs", nargs="+")
     args = ap.parse_args()
 
-    ref = losses(args.reference, args.steps)
+    ref = values(args.reference, args.steps)
+    ref_norm = (values(args.reference, args.steps, "grad_norm")
+                if args.grad_norm_rtol is not None else None)
     if args.min_decision_margin is not None:
         margins = [(r["step"], r.get("min_decision_margin"))
                    for r in records(args.reference) if r["step"] <= args.steps]
@@ -61,16 +85,12 @@ def main():
         sys.exit(f"FAIL: reference loss does not fall: {ref[0]} -> {ref[-1]}")
     failed = False
     for run in args.runs:
-        got = losses(run, args.steps)
-        worst = 0.0
-        for step, (a, b) in enumerate(zip(got, ref), start=1):
-            rel = abs(a - b) / abs(b)
-            worst = max(worst, rel)
-            if rel > args.rtol:
-                print(f"FAIL: {run} step {step}: loss {a!r} vs reference {b!r} "
-                      f"(relative difference {rel:.3e} > {args.rtol:.0e})")
-                failed = True
-        print(f"{run}: max relative difference {worst:.3e} over {args.steps} steps")
+        got = values(run, args.steps)
+        failed |= compare(run, got, ref, "loss", args.rtol, args.steps)
+        if ref_norm is not None:
+            got = values(run, args.steps, "grad_norm")
+            failed |= compare(run, got, ref_norm, "grad_norm",
+                              args.grad_norm_rtol, args.steps)
     print(f"reference loss {ref[0]:.6f} -> {ref[-1]:.6f}")
     if failed:
         sys.exit(1)

@@ -34,9 +34,12 @@ of tessera-run --metrics (compare the two with compare_losses.py).
    emitted. The loss of
    an iteration is the mean over its microbatches; gradients are summed with
    weight 1/num_microbatches.
- * Optimizer: Adam (torch.optim.Adam; lr 1e-3, betas 0.9/0.999, eps 1e-8,
-   no weight decay by default, bias-corrected), like tessera-compile's
-   default.
+ * Optimizer: AdamW (torch.optim.AdamW; lr 1e-3, betas 0.9/0.999, eps 1e-8,
+   bias-corrected) on Megatron's two parameter groups: weight decay
+   (--weight-decay, 0.01) on matrices, none on biases and 1-D parameters;
+   gradients clipped to the global norm --clip-grad (1.0; 0: off) with
+   torch.nn.utils.clip_grad_norm_, whose norm each step's record carries as
+   "grad_norm": tessera-compile's defaults, Megatron-LM's.
 """
 import argparse
 import json
@@ -221,7 +224,8 @@ def main():
     ap.add_argument("--beta1", type=float, default=0.9)
     ap.add_argument("--beta2", type=float, default=0.999)
     ap.add_argument("--eps", type=float, default=1e-8)
-    ap.add_argument("--weight-decay", type=float, default=0.0)
+    ap.add_argument("--weight-decay", type=float, default=0.01)
+    ap.add_argument("--clip-grad", type=float, default=1.0)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--float64", action="store_true",
                     help="compute in float64 (a check of float32 rounding)")
@@ -411,9 +415,17 @@ def main():
             (aux,) = ctx.saved_tensors
             return grad, torch.ones_like(aux) / nmb
 
-    opt = torch.optim.Adam(weights.values(), lr=args.lr,
-                           betas=(args.beta1, args.beta2), eps=args.eps,
-                           weight_decay=args.weight_decay)
+    # Megatron's get_param_groups: no decay on biases and 1-D parameters.
+    names = {arg: spec["nn.param"] for arg, spec in params_spec.items()
+             if "nn.param" in spec}
+    decay = [w for arg, w in weights.items()
+             if not names[arg].endswith(".bias") and w.dim() > 1]
+    no_decay = [w for arg, w in weights.items()
+                if names[arg].endswith(".bias") or w.dim() <= 1]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": args.weight_decay},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
     stream = read_tokens(args.data)
     b = args.micro_batch_size
     gb = args.global_batch_size or b
@@ -430,8 +442,14 @@ def main():
             loss = forward(torch.from_numpy(tok), torch.from_numpy(lab))
             (loss / nmb).backward()
             total += loss.item()
+        grad_norm = None
+        if args.clip_grad > 0:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(
+                list(weights.values()), args.clip_grad))
         opt.step()
         record = {"step": it, "loss": total / nmb}
+        if grad_norm is not None:
+            record["grad_norm"] = grad_norm
         if margins:
             # The smallest margin of the step's discrete decisions (router
             # top-k, capacity drops): how far the data is from a near-tie

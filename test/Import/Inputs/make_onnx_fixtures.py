@@ -11,10 +11,11 @@ dataset tessera-preprocess makes from examples/data/northanger_abbey_vol1.txt
 Each model is exported the way users export for training: the TorchScript
 exporter (torch.onnx.export), opset 17, training mode, constant folding
 off, weights inline. For each <name>.onnx the script also writes
-<name>.torch.jsonl: PyTorch's loss at each of --steps Adam steps (lr 1e-3,
-betas 0.9/0.999, eps 1e-8, no weight decay) from the exported weights, one
-JSON line {"step": i, "loss": l} per step, the format of tessera-run
---metrics. A step is a global batch of 8 samples in 2 microbatches of 4,
+<name>.torch.jsonl: PyTorch's loss and gradient norm at each of --steps
+AdamW steps with tessera-compile's defaults (lr 1e-3, betas 0.9/0.999, eps
+1e-8, weight decay 0.01 except on biases and 1-D parameters, gradients
+clipped to norm 1.0) from the exported weights, one JSON line {"step": i,
+"loss": l, "grad_norm": g} per step, the format of tessera-run --metrics. A step is a global batch of 8 samples in 2 microbatches of 4,
 each microbatch's loss its own mean, the step's loss the mean over the
 microbatches (Megatron's accumulation; tessera-run --micro-batch-size 4
 --global-batch-size 8 runs the same).
@@ -283,8 +284,15 @@ def main():
                           output_names=["loss"])
 
     def train(model, batches, path, micro=MICRO, global_batch=GLOBAL):
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999),
-                               eps=1e-8, weight_decay=0.0)
+        # tessera-compile's defaults, which are Megatron's: AdamW with
+        # weight decay 0.01 on all but biases and 1-D parameters (norms),
+        # the gradients clipped to a global norm of 1.0.
+        named = list(model.named_parameters())
+        decay = [p for n, p in named if p.ndim > 1 and not n.endswith(".bias")]
+        no_decay = [p for n, p in named if not (p.ndim > 1 and not n.endswith(".bias"))]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                                 {"params": no_decay, "weight_decay": 0.0}],
+                                lr=1e-3, betas=(0.9, 0.999), eps=1e-8)
         with open(path, "w") as f:
             for step in range(1, args.steps + 1):
                 opt.zero_grad()
@@ -293,8 +301,10 @@ def main():
                     loss = model(*mb) / (global_batch // micro)
                     loss.backward()
                     total += loss.item()
+                norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
                 opt.step()
-                f.write(json.dumps({"step": step, "loss": total}) + "\n")
+                f.write(json.dumps({"step": step, "loss": total,
+                                    "grad_norm": float(norm)}) + "\n")
 
     # The MLP on tessera-run's synthetic task: label of sample g from
     # uniform(seed, "data.labels", g); features from the "data.centres" and

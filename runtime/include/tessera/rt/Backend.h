@@ -196,6 +196,18 @@ public:
   /// p -= lr * (g + weightDecay * p).
   virtual Status sgd(float *p, const float *g, int64_t n, float lr,
                      float weightDecay) = 0;
+  /// y[0] = sum of x[i]^2 over n elements of `format` (f32 or bf16), summed
+  /// in f64 and rounded once; with `accumulate`, y[0] += that sum instead.
+  /// y is one f32 on the device.
+  virtual Status sumSquares(const void *x, FloatFormat format, int64_t n,
+                            float *y, bool accumulate) = 0;
+  /// norm[0] = sqrt(sumsq[0]) (in f64, rounded once) and coeff[0] =
+  /// math::clipCoefficient(norm, maxNorm); device scalars.
+  virtual Status clipGradNorm(const float *sumsq, float *norm, float *coeff,
+                              float maxNorm) = 0;
+  /// y = x * s[0], s a device scalar; y may alias x.
+  virtual Status scaleBy(const float *x, const float *s, float *y,
+                         int64_t n) = 0;
 
   //===--------------------------------------------------------------------===//
   // Transformer kernels. Activations are sequence-major [S, B, H]; "rows" is

@@ -73,6 +73,8 @@ struct TraceEvent {
   std::string name;
   std::string track; ///< "phase", "compute", "communication" or "p2p"
   double startUs, durationUs;
+  /// A collective's rank-group kind ("dp", "tp-pp"), shown as its args.
+  std::string group = {};
 };
 
 struct Thunk;
@@ -151,6 +153,10 @@ public:
   StatusOr<std::vector<uint8_t>> readBuffer(const std::string &name) const;
   /// Host copy of an f32 or bf16 buffer as floats (bf16 widened exactly).
   StatusOr<std::vector<float>> readFloatBuffer(const std::string &name) const;
+  /// Whether this rank's program has a buffer of that name ("grad_norm").
+  bool hasBuffer(const std::string &name) const {
+    return findBuffer(name) != nullptr;
+  }
   /// Overwrites buffer `name` with `bytes` raw bytes (its exact size). A
   /// MainParam buffer written here counts as restored for runInit.
   Status writeBuffer(const std::string &name, const void *data, int64_t bytes);

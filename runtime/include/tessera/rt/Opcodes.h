@@ -12,6 +12,7 @@
 #define TESSERA_RT_OPCODES_H
 
 #include "tessera/artifact/artifact_generated.h"
+#include "tessera/rt/Runs.h"
 
 #include <cstddef>
 #include <cstdint>
@@ -32,6 +33,7 @@ enum OpFlags : uint8_t {
   HasEvent = 1 << 2,
   Transposes = 1 << 3,
   SameFloatDType = 1 << 4,
+  Runs = 1 << 5,
 };
 
 /// One row of Opcodes.def.

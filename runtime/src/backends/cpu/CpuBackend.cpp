@@ -639,6 +639,55 @@ public:
     return Status();
   }
 
+  Status sumSquares(const void *x, FloatFormat format, int64_t n, float *y,
+                    bool accumulate) override {
+    // In f64, in eight interleaved partial sums added in a fixed order: the
+    // same sum on every CPU and thread count (no reassociation), and loops
+    // the compiler vectorises (AVX2 or AVX-512 lanes hold the partials).
+    constexpr int kLanes = 8;
+    double part[kLanes] = {};
+    const int64_t body = n / kLanes * kLanes;
+    if (format == FloatFormat::BF16) {
+      const uint16_t *h = static_cast<const uint16_t *>(x);
+      for (int64_t i = 0; i < body; i += kLanes)
+        for (int j = 0; j < kLanes; ++j) {
+          double v = bf16ToFloat(h[i + j]);
+          part[j] += v * v;
+        }
+      for (int64_t i = body; i < n; ++i) {
+        double v = bf16ToFloat(h[i]);
+        part[i - body] += v * v;
+      }
+    } else {
+      const float *f = static_cast<const float *>(x);
+      for (int64_t i = 0; i < body; i += kLanes)
+        for (int j = 0; j < kLanes; ++j)
+          part[j] += double(f[i + j]) * double(f[i + j]);
+      for (int64_t i = body; i < n; ++i)
+        part[i - body] += double(f[i]) * double(f[i]);
+    }
+    double sum = 0.0;
+    for (double v : part)
+      sum += v;
+    y[0] = accumulate ? float(double(y[0]) + sum) : float(sum);
+    return Status();
+  }
+
+  Status clipGradNorm(const float *sumsq, float *norm, float *coeff,
+                      float maxNorm) override {
+    norm[0] = float(std::sqrt(double(sumsq[0])));
+    coeff[0] = math::clipCoefficient(norm[0], maxNorm);
+    return Status();
+  }
+
+  Status scaleBy(const float *x, const float *s, float *y, int64_t n) override {
+    const float alpha = s[0];
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i)
+      y[i] = x[i] * alpha;
+    return Status();
+  }
+
   //===--------------------------------------------------------------------===//
   // Transformer kernels
   //===--------------------------------------------------------------------===//

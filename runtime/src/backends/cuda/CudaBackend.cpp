@@ -616,6 +616,28 @@ Status CudaBackend::sgd(float *p, const float *g, int64_t n, float lr,
   return launched(launchSgd(computeStream, p, g, n, lr, weightDecay), "Sgd");
 }
 
+Status CudaBackend::sumSquares(const void *x, FloatFormat format, int64_t n,
+                               float *y, bool accumulate) {
+  TESSERA_ASSIGN_OR_RETURN(
+      float *partial,
+      scratch(kSumSquaresScratch, int64_t(kSumSquaresBlocks) * 8));
+  return launched(launchSumSquares(computeStream, x, format == FloatFormat::BF16,
+                                   n, y, accumulate,
+                                   reinterpret_cast<double *>(partial)),
+                  "SumSquares");
+}
+
+Status CudaBackend::clipGradNorm(const float *sumsq, float *norm, float *coeff,
+                                 float maxNorm) {
+  return launched(launchClipGradNorm(computeStream, sumsq, norm, coeff, maxNorm),
+                  "ClipGradNorm");
+}
+
+Status CudaBackend::scaleBy(const float *x, const float *s, float *y,
+                            int64_t n) {
+  return launched(launchScaleBy(computeStream, x, s, y, n), "ScaleBy");
+}
+
 Status CudaBackend::layerNorm(const float *x, const float *gamma,
                               const float *bias, float *y, int64_t rows,
                               int64_t cols, float eps) {

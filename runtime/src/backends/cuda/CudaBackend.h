@@ -124,6 +124,11 @@ public:
               const int64_t *iteration, const AdamParams &params) override;
   Status sgd(float *p, const float *g, int64_t n, float lr,
              float weightDecay) override;
+  Status sumSquares(const void *x, FloatFormat format, int64_t n, float *y,
+                    bool accumulate) override;
+  Status clipGradNorm(const float *sumsq, float *norm, float *coeff,
+                      float maxNorm) override;
+  Status scaleBy(const float *x, const float *s, float *y, int64_t n) override;
   Status layerNorm(const float *x, const float *gamma, const float *bias,
                    float *y, int64_t rows, int64_t cols, float eps) override;
   Status addLayerNorm(const float *a, const float *b, const float *gamma,
@@ -284,7 +289,8 @@ private:
   /// routing choices), grown in stream order.
   StatusOr<float *> scratch(int slot, int64_t bytes);
   static constexpr int kMoeCountsScratch = 3, kMoeRowsScratch = 4,
-                       kMoeSortScratch = 5, kScratchSlots = 6;
+                       kMoeSortScratch = 5, kSumSquaresScratch = 6,
+                       kScratchSlots = 7;
   /// The scratch of the routing choices' sort (moeChoiceSortBytes) for
   /// `n` choices over `experts`.
   StatusOr<void *> moeSortScratch(int64_t n, int64_t experts,

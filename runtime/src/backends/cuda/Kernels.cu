@@ -152,6 +152,64 @@ __global__ void sgdKernel(float *p, const float *g, int64_t n, float lr,
 }
 
 //===----------------------------------------------------------------------===//
+// Gradient clipping: a sum of squares in f64 over a fixed grid (so the same
+// sum on every run of the same size: kSumBlocks partials, each a fixed
+// stride of the elements, then one block summing the partials in order),
+// the norm and coefficient, and the scaling by a device scalar.
+//===----------------------------------------------------------------------===//
+
+template <bool Bf16>
+__global__ void sumSquaresPartialKernel(const void *x, int64_t n,
+                                        double *partial) {
+  __shared__ double lanes[kThreads];
+  double sum = 0.0;
+  TESSERA_GRID_LOOP(i, n) {
+    double v = Bf16 ? double(bf16ToFloat(static_cast<const uint16_t *>(x)[i]))
+                    : double(static_cast<const float *>(x)[i]);
+    sum += v * v;
+  }
+  lanes[threadIdx.x] = sum;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w /= 2) {
+    if (int(threadIdx.x) < w)
+      lanes[threadIdx.x] += lanes[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    partial[blockIdx.x] = lanes[0];
+}
+
+__global__ void sumSquaresFinalKernel(const double *partial, int blocks,
+                                      float *y, bool accumulate) {
+  __shared__ double lanes[kThreads];
+  double sum = 0.0;
+  for (int b = int(threadIdx.x); b < blocks; b += kThreads)
+    sum += partial[b];
+  lanes[threadIdx.x] = sum;
+  __syncthreads();
+  for (int w = kThreads / 2; w > 0; w /= 2) {
+    if (int(threadIdx.x) < w)
+      lanes[threadIdx.x] += lanes[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0)
+    y[0] = accumulate ? float(double(y[0]) + lanes[0]) : float(lanes[0]);
+}
+
+__global__ void clipGradNormKernel(const float *sumsq, float *norm,
+                                   float *coeff, float maxNorm) {
+  float n = float(sqrt(double(sumsq[0])));
+  norm[0] = n;
+  coeff[0] = math::clipCoefficient(n, maxNorm);
+}
+
+__global__ void scaleByKernel(const float *x, const float *s, float *y,
+                              int64_t n) {
+  const float alpha = s[0];
+  TESSERA_GRID_LOOP(i, n) { y[i] = x[i] * alpha; }
+}
+
+//===----------------------------------------------------------------------===//
 // Column reductions: block (32 columns, 8 row lanes), each lane summing
 // every 8th row, then the lanes summed in shared memory.
 //===----------------------------------------------------------------------===//
@@ -728,6 +786,32 @@ cudaError_t launchAdam(cudaStream_t s, float *p, const float *g, float *m,
 cudaError_t launchSgd(cudaStream_t s, float *p, const float *g, int64_t n,
                       float lr, float weightDecay) {
   TESSERA_LAUNCH_1D(sgdKernel, n, s, p, g, n, lr, weightDecay);
+}
+
+int sumSquaresBlocks(int64_t n) {
+  return int(std::max<int64_t>(
+      1, std::min<int64_t>((n + kThreads * 8 - 1) / (kThreads * 8),
+                           kSumSquaresBlocks)));
+}
+cudaError_t launchSumSquares(cudaStream_t s, const void *x, bool bf16,
+                             int64_t n, float *y, bool accumulate,
+                             double *partial) {
+  const int blocks = sumSquaresBlocks(n);
+  if (bf16)
+    sumSquaresPartialKernel<true><<<blocks, kThreads, 0, s>>>(x, n, partial);
+  else
+    sumSquaresPartialKernel<false><<<blocks, kThreads, 0, s>>>(x, n, partial);
+  sumSquaresFinalKernel<<<1, kThreads, 0, s>>>(partial, blocks, y, accumulate);
+  return cudaGetLastError();
+}
+cudaError_t launchClipGradNorm(cudaStream_t s, const float *sumsq, float *norm,
+                               float *coeff, float maxNorm) {
+  clipGradNormKernel<<<1, 1, 0, s>>>(sumsq, norm, coeff, maxNorm);
+  return cudaGetLastError();
+}
+cudaError_t launchScaleBy(cudaStream_t s, const float *x, const float *scale,
+                          float *y, int64_t n) {
+  TESSERA_LAUNCH_1D(scaleByKernel, n, s, x, scale, y, n);
 }
 
 cudaError_t launchReduceRows(cudaStream_t s, const float *x, float *y,

@@ -69,6 +69,19 @@ cudaError_t launchAdam(cudaStream_t s, float *p, const float *g, float *m,
                        float weightDecay, DeviceError *err);
 cudaError_t launchSgd(cudaStream_t s, float *p, const float *g, int64_t n,
                       float lr, float weightDecay);
+/// The most partial sums launchSumSquares uses (its scratch: that many
+/// doubles).
+inline constexpr int kSumSquaresBlocks = 256;
+/// y[0] (+)= sum of x^2 in f64, deterministic for a given n: a fixed grid
+/// of partial sums into `partial` (kSumSquaresBlocks doubles of device
+/// scratch), then one block adding them in order.
+cudaError_t launchSumSquares(cudaStream_t s, const void *x, bool bf16,
+                             int64_t n, float *y, bool accumulate,
+                             double *partial);
+cudaError_t launchClipGradNorm(cudaStream_t s, const float *sumsq, float *norm,
+                               float *coeff, float maxNorm);
+cudaError_t launchScaleBy(cudaStream_t s, const float *x, const float *scale,
+                          float *y, int64_t n);
 cudaError_t launchLayerNorm(cudaStream_t s, const float *x, const float *gamma,
                             const float *bias, float *y, int64_t rows,
                             int64_t cols, float eps);

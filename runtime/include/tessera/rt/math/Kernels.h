@@ -149,6 +149,17 @@ TESSERA_HD void adamUpdate(float &p, float g, float &m, float &v, float beta1,
   p -= lr * (mhat / (sqrtf(vhat) + eps) + weightDecay * p);
 }
 
+/// The gradient-clipping coefficient of Megatron's clip_grad_norm_fp32 (and
+/// torch.nn.utils.clip_grad_norm_): max_norm / (norm + 1e-6), at most 1;
+/// 1 when max_norm is 0 (clipping off). A NaN norm gives 1: the gradients
+/// stay as they are, and the run stops on the norm.
+TESSERA_HD float clipCoefficient(float norm, float maxNorm) {
+  if (!(maxNorm > 0.0f))
+    return 1.0f;
+  float c = maxNorm / (norm + 1.0e-6f);
+  return c < 1.0f ? c : 1.0f;
+}
+
 /// One SGD element update with decoupled weight decay.
 TESSERA_HD void sgdUpdate(float &p, float g, float lr, float weightDecay) {
   p -= lr * (g + weightDecay * p);
