@@ -541,6 +541,9 @@ LogicalResult Writer::write(llvm::raw_ostream &os) {
                                  styleStr, minLr,
                                  opt.getAs<FloatAttr>("clip_grad")
                                      ? f("clip_grad")
+                                     : 0.0f,
+                                 opt.getAs<FloatAttr>("momentum")
+                                     ? f("momentum")
                                      : 0.0f);
   }
   std::string flags;

@@ -111,6 +111,8 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   opt.beta2 = options.adamBeta2;
   opt.eps = options.adamEps;
   opt.clipGrad = options.clipGrad;
+  opt.sgdMomentum = options.sgdMomentum;
+  opt.logParamsNorm = options.logParamsNorm;
   opt.lrWarmupIters = options.lrWarmupIters;
   opt.lrDecayIters = options.lrDecayIters;
   opt.lrDecayStyle = options.lrDecayStyle;

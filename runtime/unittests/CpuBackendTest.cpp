@@ -556,6 +556,30 @@ TEST_F(CpuBackendTest, Sgd) {
   expectNear(p, ref, 1e-6f);
 }
 
+// torch.optim.SGD(momentum=0.9, weight_decay=0.01), dampening 0: the first
+// step's buffer is the decayed gradient itself, later ones accumulate.
+TEST_F(CpuBackendTest, SgdMomentumMatchesTorchsRule) {
+  const int64_t n = 21;
+  auto p = random(size_t(n));
+  std::vector<float> b(size_t(n), 0.0f);
+  std::vector<double> rp(p.begin(), p.end()), rb(size_t(n), 0.0);
+  for (int step = 1; step <= 4; ++step) {
+    auto g = random(size_t(n));
+    ASSERT_TRUE(
+        backend->sgdMomentum(p.data(), g.data(), b.data(), n, 0.1f, 0.01f, 0.9f)
+            .ok());
+    for (size_t i = 0; i < size_t(n); ++i) {
+      double d = g[i] + 0.01 * rp[i];
+      rb[i] = step == 1 ? d : 0.9 * rb[i] + d;
+      rp[i] -= 0.1 * rb[i];
+    }
+  }
+  for (size_t i = 0; i < size_t(n); ++i) {
+    EXPECT_NEAR(p[i], rp[i], 1e-5 * (1 + std::fabs(rp[i]))) << i;
+    EXPECT_NEAR(b[i], rb[i], 1e-5 * (1 + std::fabs(rb[i]))) << i;
+  }
+}
+
 // Gradient clipping's kernels: the sum of squares (in f64, rounded once:
 // within one f32 rounding of the exact sum, every length's tail included,
 // f32 and bf16 storage, accumulating), the norm and coefficient, the

@@ -227,6 +227,11 @@ public:
     note("sgd");
     return inner->sgd(p, g, n, lr, weightDecay);
   }
+  Status sgdMomentum(float *p, const float *g, float *b, int64_t n, float lr,
+                     float weightDecay, float momentum) override {
+    note("sgdMomentum");
+    return inner->sgdMomentum(p, g, b, n, lr, weightDecay, momentum);
+  }
   Status sumSquares(const void *x, FloatFormat format, int64_t n, float *y,
                     bool accumulate) override {
     note("sumSquares");

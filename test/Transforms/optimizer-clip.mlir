@@ -44,6 +44,21 @@
 // ZERO: %[[G:.*]] = nn.scale_by %[[RS]], %[[C]]
 // ZERO: nn.adam %{{.*}}, %[[G]], {{.*}}group = "dp", {{.*}}runs = array<i64: 64, 0, 3>, weight_decay = 0.00999999977 : f32}
 
+// SGD with momentum under the distributed optimizer: a buffer per bucket
+// shard, no decay on the bias's run. With log-params-norm (Megatron's
+// --log-params-norm) the updated shard's norm, over the same runs and
+// group as the gradients', after the update: the step's "params_norm".
+// RUN: tessera-opt %s --tessera-attach-mesh="dp=2" --tessera-autodiff --tessera-dp-grad-allreduce="distributed-optimizer=true" --tessera-optimizer="optimizer=sgd log-params-norm=true" | FileCheck %s --check-prefix=PNORM
+// PNORM-LABEL: func.func @step
+// PNORM-SAME: %[[B:[^:]*]]: tensor<64xf32> {tessera.buffer = "sgd.momentum_buffer:pbuf:gbuf:0"}
+// PNORM-SAME: tensor<f32> {tessera.buffer = "params_norm"}
+// PNORM: %[[NP:.*]], %[[NB:.*]] = nn.sgd_momentum %{{.*}}, %{{.*}}, %[[B]] {group = "dp", lr = {{.*}}, momentum = 0.899999976 : f32, runs = array<i64: 64, 0, 3>, weight_decay = 0.00999999977 : f32}
+// PNORM: dist.all_gather %[[NP]]
+// PNORM: %[[SS:.*]] = nn.sum_squares %[[NP]] {group = "dp", runs = array<i64: 64, 0, 3, 64, 88>}
+// PNORM: %[[AR:.*]] = dist.all_reduce %[[SS]] on @mesh "dp-pp"
+// PNORM: %[[N:.*]], %{{.*}} = nn.clip_grad_norm %[[AR]] {max_norm = 0.000000e+00 : f32}
+// PNORM: return {{.*}}%[[NB]], %[[N]],
+
 // Tensor parallelism: a gradient split over tp adds up over tp (and pp,
 // the whole model's norm: the group "tp-pp", Megatron's model-parallel
 // group); a replicated one is the same on every tp rank and adds up over

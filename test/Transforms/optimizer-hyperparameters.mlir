@@ -11,6 +11,7 @@
 // RUN: not tessera-opt %s --tessera-optimizer="adam-eps=-1e-8" 2>&1 | FileCheck %s --check-prefix=EPS
 // RUN: not tessera-opt %s --tessera-optimizer="clip-grad=-1" 2>&1 | FileCheck %s --check-prefix=CLIP
 // RUN: not tessera-opt %s --tessera-optimizer="clip-grad=inf" 2>&1 | FileCheck %s --check-prefix=CLIPINF
+// RUN: not tessera-opt %s --tessera-optimizer="optimizer=sgd sgd-momentum=1" 2>&1 | FileCheck %s --check-prefix=MOMENTUM
 
 // LR: error: invalid --lr nan (expected a finite value in [0, inf))
 // LRINF: error: invalid --lr inf (expected a finite value in [0, inf))
@@ -22,6 +23,7 @@
 // EPS: error: invalid --adam-eps -1e-08 (expected a finite value in [0, inf))
 // CLIP: error: invalid --clip-grad -1 (expected a finite value in [0, inf))
 // CLIPINF: error: invalid --clip-grad inf (expected a finite value in [0, inf))
+// MOMENTUM: error: invalid --sgd-momentum 1 (expected a finite value in [0, 1))
 module {
   func.func @m(%x: tensor<4xf32>) -> tensor<4xf32> {
     return %x : tensor<4xf32>

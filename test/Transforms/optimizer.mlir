@@ -1,5 +1,6 @@
 // RUN: tessera-opt %s --tessera-autodiff --tessera-dp-grad-allreduce --tessera-optimizer="optimizer=adam lr=0.01 clip-grad=0 weight-decay=0" | FileCheck %s --check-prefix=ADAM
-// RUN: tessera-opt %s --tessera-autodiff --tessera-dp-grad-allreduce --tessera-optimizer="optimizer=sgd lr=0.5 weight-decay=0.1 clip-grad=0" | FileCheck %s --check-prefix=SGD
+// RUN: tessera-opt %s --tessera-autodiff --tessera-dp-grad-allreduce --tessera-optimizer="optimizer=sgd lr=0.5 weight-decay=0.1 clip-grad=0 sgd-momentum=0" | FileCheck %s --check-prefix=SGD
+// RUN: tessera-opt %s --tessera-autodiff --tessera-dp-grad-allreduce --tessera-optimizer="optimizer=sgd lr=0.5 weight-decay=0.1 clip-grad=0" | FileCheck %s --check-prefix=MOM
 
 // ADAM: tessera.optimizer = {beta1 = {{.*}}, kind = "adam", lr = 0.00999999977 : f32
 // ADAM-LABEL: func.func @step
@@ -20,6 +21,15 @@
 // SGD-SAME: %[[G:[^:]*]]: tensor<3x8xf32> {tessera.buffer = "grad:head.weight"}, %[[P:[^:]*]]: tensor<3x8xf32> {tessera.buffer = "head.weight"}
 // SGD: %[[NP:.*]] = nn.sgd %[[P]], %[[G]] {lr = 5.000000e-01 : f32, weight_decay = 1.000000e-01 : f32}
 // SGD: return %[[NP]], %{{.*}}
+
+// SGD with Megatron's default momentum (0.9): an fp32 buffer per
+// parameter, kept between steps.
+// MOM: tessera.optimizer = {{{.*}}kind = "sgd", {{.*}}momentum = 0.899999976 : f32
+// MOM-LABEL: func.func @step
+// MOM-SAME: %[[G:[^:]*]]: tensor<3x8xf32> {tessera.buffer = "grad:head.weight"}, %[[P:[^:]*]]: tensor<3x8xf32> {tessera.buffer = "head.weight"}, %[[B:[^:]*]]: tensor<3x8xf32> {tessera.buffer = "sgd.momentum_buffer:head.weight"}
+// MOM-SAME: -> (tensor<3x8xf32> {tessera.buffer = "head.weight"}, tensor<3x8xf32> {tessera.buffer = "sgd.momentum_buffer:head.weight"}
+// MOM: %[[NP:.*]], %[[NB:.*]] = nn.sgd_momentum %[[P]], %[[G]], %[[B]] {lr = 5.000000e-01 : f32, momentum = 0.899999976 : f32, weight_decay = 1.000000e-01 : f32}
+// MOM: return %[[NP]], %[[NB]],
 func.func @head(%x: tensor<4x8xf32> {nn.input = "features"},
                 %t: tensor<4xi32> {nn.input = "labels"},
                 %w: tensor<3x8xf32> {nn.param = "head.weight"}) -> tensor<f32> {

@@ -777,6 +777,14 @@ LogicalResult SgdOp::verify() {
   return verifyRuns(*this, getRunsAttr(), getParam().getType());
 }
 
+LogicalResult SgdMomentumOp::verify() {
+  float momentum = getMomentum().convertToFloat();
+  if (!(momentum > 0.0f && momentum < 1.0f))
+    return emitOpError() << "momentum must be in (0, 1) (nn.sgd has none), got "
+                         << momentum;
+  return verifyRuns(*this, getRunsAttr(), getParam().getType());
+}
+
 LogicalResult SumSquaresOp::verify() {
   return verifyRuns(*this, getRunsAttr(), getX().getType());
 }

@@ -399,6 +399,30 @@ def NN_SgdOp : NN_Op<"sgd", [AllTypesMatch<["param", "grad", "result"]>]> {
   let hasVerifier = 1;
 }
 
+def NN_SgdMomentumOp : NN_Op<"sgd_momentum", [AllTypesMatch<["param", "grad",
+    "momentum_buffer", "new_param", "new_momentum_buffer"]>]> {
+  let summary = "SGD with momentum: b = momentum b + (g + wd p), p - lr b";
+  let description = [{
+    torch.optim.SGD's update (dampening 0, not Nesterov), Megatron's
+    `--optimizer sgd` with `--sgd-momentum`: the weight decay is added to
+    the gradient, the buffer (fp32, zero before the first step) keeps the
+    velocity. `runs` and `group` as nn.adam's.
+
+    ```mlir
+    %p1, %b1 = nn.sgd_momentum %p, %g, %b {lr = 1.0e-02 : f32, weight_decay = 0.0 : f32,
+        momentum = 0.9 : f32} : tensor<16x256xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$param, NN_F32Tensor:$grad,
+                       NN_F32Tensor:$momentum_buffer, F32Attr:$lr,
+                       F32Attr:$weight_decay, F32Attr:$momentum,
+                       OptionalAttr<DenseI64ArrayAttr>:$runs,
+                       OptionalAttr<StrAttr>:$group);
+  let results = (outs NN_F32Tensor:$new_param, NN_F32Tensor:$new_momentum_buffer);
+  let assemblyFormat = "$param `,` $grad `,` $momentum_buffer attr-dict `:` type($param)";
+  let hasVerifier = 1;
+}
+
 def NN_AdamOp : NN_Op<"adam", [AllTypesMatch<["param", "grad", "exp_avg",
     "exp_avg_sq", "new_param", "new_exp_avg", "new_exp_avg_sq"]>], NN_CustomFlops> {
   let summary = "Adam step (decoupled weight decay, bias-corrected)";

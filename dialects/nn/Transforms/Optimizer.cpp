@@ -68,7 +68,7 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
     // The norm's reductions, the same in every pipeline program (they
     // cross the stages): every kind any program needs, in one order.
     normKinds.clear();
-    if (clipGrad > 0) {
+    if (clipGrad > 0 || logParamsNorm) {
       std::set<std::string> kinds;
       for (ModuleOp program : getPrograms(root)) {
         FailureOr<SmallVector<NormTerm>> terms = normTerms(program);
@@ -230,23 +230,19 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
     return terms;
   }
 
-  /// Global gradient-norm clipping, before any update: the sums of squares,
-  /// their reductions in normKinds' order (none over a group of one rank),
-  /// the norm (bound "grad_norm") and the coefficient every gradient is
-  /// scaled by.
-  FailureOr<Value> clipCoefficient(ModuleOp program, func::FuncOp step,
-                                   OpBuilder &b, SmallVector<Value> &results,
-                                   SmallVector<std::string> &bindings) {
-    Location loc = step.getLoc();
-    auto ret = cast<func::ReturnOp>(step.getBody().front().getTerminator());
-    FailureOr<SmallVector<NormTerm>> terms = normTerms(program);
-    if (failed(terms))
-      return failure();
+  /// The global L2 norm of `of(t.result)` over `terms`: the sums of squares
+  /// (over each term's runs), reduced in normKinds' order (none over a
+  /// group of one rank), then nn.clip_grad_norm with `maxNorm` (0: the norm
+  /// alone, its coefficient 1).
+  ClipGradNormOp globalNorm(ModuleOp program, OpBuilder &b, Location loc,
+                            ArrayRef<NormTerm> terms,
+                            llvm::function_ref<Value(unsigned)> of,
+                            double maxNorm) {
     auto scalar = RankedTensorType::get({}, b.getF32Type());
     std::map<std::string, Value> byKind;
-    for (const NormTerm &t : *terms) {
+    for (const NormTerm &t : terms) {
       Value s = SumSquaresOp::create(
-          b, loc, scalar, ret.getOperand(t.result),
+          b, loc, scalar, of(t.result),
           t.runs.empty() ? DenseI64ArrayAttr() : b.getDenseI64ArrayAttr(t.runs),
           t.runs.empty() ? StringAttr() : t.group);
       Value &sum = byKind[t.kind];
@@ -268,11 +264,8 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
     }
     if (!total)
       total = FillOp::create(b, loc, scalar, b.getF32FloatAttr(0));
-    auto clip = ClipGradNormOp::create(b, loc, scalar, scalar, total,
-                                       b.getF32FloatAttr(clipGrad));
-    results.push_back(clip.getNorm());
-    bindings.push_back("grad_norm");
-    return clip.getCoeff();
+    return ClipGradNormOp::create(b, loc, scalar, scalar, total,
+                                  b.getF32FloatAttr(maxNorm));
   }
 
   LogicalResult checkOptions(ModuleOp module) {
@@ -294,7 +287,8 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
                             {"clip-grad", clipGrad, false},
                             {"adam-beta1", beta1, true},
                             {"adam-beta2", beta2, true},
-                            {"adam-eps", eps, false}};
+                            {"adam-eps", eps, false},
+                            {"sgd-momentum", sgdMomentum, true}};
     for (const Hyper &h : hypers)
       if (!std::isfinite(h.value) || h.value < 0 ||
           (h.belowOne && h.value >= 1)) {
@@ -374,9 +368,19 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
                       DenseI64ArrayAttr runs = {},
                       StringAttr group = {}) -> Value {
       Type type = param.getType();
-      if (!adam)
+      if (!adam && sgdMomentum == 0)
         return SgdOp::create(b, loc, param, grad, b.getF32FloatAttr(lr),
                              b.getF32FloatAttr(wd), runs, group);
+      if (!adam) {
+        Value buf = body.addArgument(type, loc);
+        argBindings.push_back(("sgd.momentum_buffer:" + stateKey).str());
+        auto op = SgdMomentumOp::create(
+            b, loc, type, type, param, grad, buf, b.getF32FloatAttr(lr),
+            b.getF32FloatAttr(wd), b.getF32FloatAttr(sgdMomentum), runs, group);
+        stateResults.push_back(op.getNewMomentumBuffer());
+        stateBindings.push_back(("sgd.momentum_buffer:" + stateKey).str());
+        return op.getNewParam();
+      }
       Value m = body.addArgument(type, loc);
       Value v = body.addArgument(type, loc);
       argBindings.push_back(("adam.exp_avg:" + stateKey).str());
@@ -406,16 +410,30 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
     };
     auto toF32 = [&](Value v) { return castElements(b, loc, v, b.getF32Type()); };
     llvm::StringMap<ParamInfo> infos = paramInfos(module);
-    // Clipping: every gradient scaled by the coefficient before any update
-    // (in f32, as the updates take it).
+    // The pieces of the global norms (of the gradients, and of the updated
+    // parameters with log-params-norm), by step result.
+    SmallVector<NormTerm> terms;
+    if (clipGrad > 0 || logParamsNorm) {
+      FailureOr<SmallVector<NormTerm>> t = normTerms(module);
+      if (failed(t))
+        return failure();
+      terms = std::move(*t);
+    }
+    // Clipping (Megatron's clip_grad_norm_fp32): every gradient scaled by
+    // the coefficient before any update (in f32, as the updates take it);
+    // the norm before clipping is the step's "grad_norm".
     Value coeff;
     if (clipGrad > 0) {
-      FailureOr<Value> c =
-          clipCoefficient(module, step, b, newResults, newBindings);
-      if (failed(c))
-        return failure();
-      coeff = *c;
+      ClipGradNormOp clip = globalNorm(
+          module, b, loc, terms,
+          [&](unsigned i) { return ret.getOperand(i); }, clipGrad);
+      newResults.push_back(clip.getNorm());
+      newBindings.push_back("grad_norm");
+      coeff = clip.getCoeff();
     }
+    // What the update made of each result's parameters (f32: the
+    // parameter, its main parameter, or this rank's shard of the bucket).
+    SmallVector<Value> updatedOf(numResults);
     SmallVector<Value> updateGrads(numResults);
     for (unsigned i = 0; i < numResults; ++i) {
       Value g = ret.getOperand(i);
@@ -512,6 +530,7 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
             noDecay.empty() ? DenseI64ArrayAttr()
                             : b.getDenseI64ArrayAttr(noDecay),
             noDecay.empty() ? StringAttr() : gb.getGroupAttr());
+        updatedOf[i] = updated;
         Value stored = updated;
         if (mixed)
           stored = CastOp::create(
@@ -547,6 +566,7 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
         Value main = body.addArgument(withElement(type, f32), loc);
         argBindings.push_back("main:" + name);
         Value updated = update(main, updateGrads[i], name, wd);
+        updatedOf[i] = updated;
         newResults.push_back(CastOp::create(b, loc, type, updated));
         newBindings.push_back(name);
         newResults.push_back(updated);
@@ -555,7 +575,8 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
       } else {
         Value param = body.addArgument(type, loc);
         argBindings.push_back(name);
-        newResults.push_back(update(param, updateGrads[i], name, wd));
+        updatedOf[i] = update(param, updateGrads[i], name, wd);
+        newResults.push_back(updatedOf[i]);
         newBindings.push_back(name);
       }
       flushState();
@@ -564,6 +585,14 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
     }
     if (adam)
       argBindings.insert(argBindings.begin(), "iteration");
+    // Megatron's --log-params-norm (calc_params_l2_norm, after the update):
+    // the parameters counted as their gradients are, in f32.
+    if (logParamsNorm) {
+      ClipGradNormOp norm = globalNorm(
+          module, b, loc, terms, [&](unsigned i) { return updatedOf[i]; }, 0.0);
+      newResults.push_back(norm.getNorm());
+      newBindings.push_back("params_norm");
+    }
     // Gradients start from zero in the next step: one fill per bucket of
     // a grad buffer (unpacked into its parameters' gradients, which lower
     // to views of the bucket), one per gradient otherwise.
@@ -680,6 +709,10 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
     init.setAllResultAttrs(resultAttrs);
   }
 
+  bool isAdam() const {
+    return symbolizeOptimizerKind(optimizer) == OptimizerKind::Adam;
+  }
+
   void setOptimizerAttr(ModuleOp module) {
     Builder b(module.getContext());
     module->setAttr(
@@ -692,6 +725,8 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
             b.getNamedAttr("eps", b.getF32FloatAttr(eps)),
             b.getNamedAttr("weight_decay", b.getF32FloatAttr(weightDecay)),
             b.getNamedAttr("clip_grad", b.getF32FloatAttr(clipGrad)),
+            b.getNamedAttr("momentum",
+                           b.getF32FloatAttr(isAdam() ? 0.0 : sgdMomentum)),
             b.getNamedAttr("lr_warmup_iters", b.getI64IntegerAttr(lrWarmupIters)),
             b.getNamedAttr("lr_decay_iters", b.getI64IntegerAttr(lrDecayIters)),
             b.getNamedAttr("lr_decay_style", b.getStringAttr(lrDecayStyle)),

@@ -170,7 +170,12 @@ def OptimizerPass : Pass<"tessera-optimizer", "mlir::ModuleOp"> {
     pipeline rank 0), a ZeRO-1 shard over dp; the classes are the same, in
     the same order, in every pipeline program. `nn.clip_grad_norm` gives
     the norm (the step's `grad_norm` result) and min(1, clip / (norm +
-    1e-6)), which scales every gradient (`nn.scale_by`).
+    1e-6)), which scales every gradient (`nn.scale_by`). SGD with
+    `sgd-momentum` > 0 (Megatron's default 0.9) is `nn.sgd_momentum` with an
+    fp32 buffer per parameter (`sgd.momentum_buffer:<param>`, or per bucket
+    shard). `log-params-norm` (Megatron's --log-params-norm): the updated
+    fp32 parameters' (main parameters', shards') global norm, counted as the
+    gradients' (the step's `params_norm` result).
   }];
   let dependentDialects = ["::tessera::nn::NNDialect"];
   let options = [
@@ -179,6 +184,11 @@ def OptimizerPass : Pass<"tessera-optimizer", "mlir::ModuleOp"> {
     Option<"beta1", "adam-beta1", "double", "0.9", "Adam beta1">,
     Option<"beta2", "adam-beta2", "double", "0.999", "Adam beta2">,
     Option<"eps", "adam-eps", "double", "1.0e-8", "Adam epsilon">,
+    Option<"sgdMomentum", "sgd-momentum", "double", "0.9",
+           "SGD momentum (torch.optim.SGD's; 0: none)">,
+    Option<"logParamsNorm", "log-params-norm", "bool", "false",
+           "compute the parameters' global L2 norm after each update (the "
+           "step's params_norm result)">,
     Option<"weightDecay", "weight-decay", "double", "0.01",
            "decoupled weight decay (none on biases and 1-D parameters)">,
     Option<"clipGrad", "clip-grad", "double", "1.0",

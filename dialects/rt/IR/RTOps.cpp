@@ -210,6 +210,17 @@ InstrAttrs AdamOp::getInstrAttrs() {
   return attrs;
 }
 
+InstrAttrs SgdMomentumOp::getInstrAttrs() {
+  InstrAttrs attrs;
+  attrs.fattrs = {getLr().convertToFloat(), getWeightDecay().convertToFloat(),
+                  getMomentum().convertToFloat()};
+  if (auto runs = getRunsAttr())
+    attrs.iattrs.assign(runs.asArrayRef().begin(), runs.asArrayRef().end());
+  if (auto group = getGroupAttr())
+    attrs.group = group.getValue();
+  return attrs;
+}
+
 InstrAttrs SgdOp::getInstrAttrs() {
   InstrAttrs attrs;
   attrs.fattrs = {getLr().convertToFloat(),

@@ -316,6 +316,25 @@ def RT_SgdOp : RT_InstrOp<"sgd", "Sgd"> {
   let assemblyFormat = "$param `,` $grad attr-dict `:` type($param) `,` type($grad)";
 }
 
+def RT_SgdMomentumOp : RT_InstrOp<"sgd_momentum", "SgdMomentum"> {
+  let summary = "SGD with momentum: b = momentum * b + (g + wd * p), p -= lr * b";
+  let description = [{
+    torch.optim.SGD's update (dampening 0, not Nesterov), which Megatron's
+    `--optimizer sgd --sgd-momentum` runs; `runs` and `group` as rt.sgd's.
+    ```mlir
+    rt.sgd_momentum %p, %g, %b {lr = 1.0e-02 : f32, weight_decay = 1.0e-02 : f32, momentum = 0.9 : f32}
+        : memref<512x256xf32>, memref<512x256xf32>, memref<512x256xf32>
+    ```
+  }];
+  let arguments = (ins RT_F32Buf:$param, RT_F32Buf:$grad, RT_F32Buf:$momentum_buffer,
+                       F32Attr:$lr, F32Attr:$weight_decay, F32Attr:$momentum,
+                       OptionalAttr<DenseI64ArrayAttr>:$runs,
+                       OptionalAttr<StrAttr>:$group);
+  let assemblyFormat = [{
+    $param `,` $grad `,` $momentum_buffer attr-dict `:` type($param) `,` type($grad) `,` type($momentum_buffer)
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Collectives
 //===----------------------------------------------------------------------===//

@@ -230,6 +230,7 @@ const AttrContract kTesseraAttrs[] = {
             {"eps", floatValue},
             {"weight_decay", floatValue},
             {"clip_grad", floatValue, /*optional=*/true},
+            {"momentum", floatValue, /*optional=*/true},
             {"lr_warmup_iters", nonNegativeInt, /*optional=*/true},
             {"lr_decay_iters", nonNegativeInt, /*optional=*/true},
             {"lr_decay_style",

@@ -264,6 +264,15 @@ public:
   Option<double> adamEps{
       *this, "adam-eps", llvm::cl::desc("Adam's epsilon (Megatron's)"),
       llvm::cl::init(nn::OptimizerPassOptions().eps), onCommandLine};
+  Option<double> sgdMomentum{
+      *this, "sgd-momentum",
+      llvm::cl::desc("SGD's momentum (Megatron's; 0: plain SGD)"),
+      llvm::cl::init(nn::OptimizerPassOptions().sgdMomentum), onCommandLine};
+  Option<bool> logParamsNorm{
+      *this, "log-params-norm",
+      llvm::cl::desc("compute and log the parameters' global L2 norm after "
+                     "each update (Megatron's --log-params-norm)"),
+      llvm::cl::init(nn::OptimizerPassOptions().logParamsNorm), onCommandLine};
   Option<double> clipGrad{
       *this, "clip-grad",
       llvm::cl::desc("clip the gradients to this global L2 norm (Megatron's "

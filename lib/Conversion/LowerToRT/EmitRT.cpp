@@ -526,6 +526,15 @@ PATTERN(SgdPattern, nn::SgdOp) {
   return Value();
 }
 
+PATTERN(SgdMomentumPattern, nn::SgdMomentumOp) {
+  rt::SgdMomentumOp::create(b, o.getLoc(), state.operand(b, o, 0),
+                            state.operand(b, o, 1), state.operand(b, o, 2),
+                            o.getLrAttr(), o.getWeightDecayAttr(),
+                            o.getMomentumAttr(), o.getRunsAttr(),
+                            o.getGroupAttr());
+  return Value();
+}
+
 //===----------------------------------------------------------------------===//
 // dist ops
 //===----------------------------------------------------------------------===//
@@ -867,7 +876,7 @@ LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
       MoEAuxLossGradPattern, RingAttentionPattern,
       RingAttentionGradPattern,
       SoftmaxCrossEntropyGradPattern, CrossEntropyFromStatsPattern,
-      AdamPattern, SgdPattern,
+      AdamPattern, SgdPattern, SgdMomentumPattern,
       // dist ops.
       CopyToRegionPattern, AddAuxLossPattern, ReduceFromRegionPattern,
       AllReducePattern,

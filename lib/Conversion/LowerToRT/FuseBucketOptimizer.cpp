@@ -1,9 +1,9 @@
 //===- FuseBucketOptimizer.cpp - One optimizer kernel per bucket ----------===//
 //
-// After lower-to-rt: the per-parameter rt.adam / rt.sgd of a gradient
+// After lower-to-rt: the per-parameter rt.adam / rt.sgd(_momentum) of a gradient
 // bucket become one instruction over the bucket, on views of the regions
 // that lower-to-rt laid out in the grad buffer's layout (PersistentBuffers:
-// gradients, the tensors the optimizer updates and their Adam state). Every
+// gradients, the tensors the optimizer updates and their state). Every
 // condition is checked on the program itself (offsets, attributes, what runs
 // between the updates), so a bucket that does not qualify keeps its
 // per-parameter updates.
@@ -67,7 +67,7 @@ struct FuseBucketOptimizerPass
     // The update of each gradient buffer (a parameter's, by its grad).
     llvm::StringMap<SmallVector<Operation *>> updateOf;
     step.walk([&](Operation *op) {
-      if (isa<rt::AdamOp, rt::SgdOp>(op))
+      if (isa<rt::AdamOp, rt::SgdOp, rt::SgdMomentumOp>(op))
         if (rt::BufferOp g = bufferOf(op->getOperand(1)))
           updateOf[g.getSymName()].push_back(op);
     });
@@ -116,6 +116,8 @@ struct FuseBucketOptimizerPass
     auto decayOf = [](Operation *op) {
       if (auto a = dyn_cast<rt::AdamOp>(op))
         return a.getWeightDecay().convertToFloat();
+      if (auto m = dyn_cast<rt::SgdMomentumOp>(op))
+        return m.getWeightDecay().convertToFloat();
       return cast<rt::SgdOp>(op).getWeightDecay().convertToFloat();
     };
     float decay = 0.0f;
@@ -135,6 +137,12 @@ struct FuseBucketOptimizerPass
                a.getBeta1Attr() == f.getBeta1Attr() &&
                a.getBeta2Attr() == f.getBeta2Attr() &&
                a.getEpsAttr() == f.getEpsAttr();
+      }
+      if (auto m = dyn_cast<rt::SgdMomentumOp>(op)) {
+        auto f = cast<rt::SgdMomentumOp>(first);
+        return !m.getRunsAttr() && !m.getGroupAttr() &&
+               m.getLrAttr() == f.getLrAttr() &&
+               m.getMomentumAttr() == f.getMomentumAttr();
       }
       auto g = cast<rt::SgdOp>(op), f = cast<rt::SgdOp>(first);
       return !g.getRunsAttr() && !g.getGroupAttr() &&
@@ -165,7 +173,9 @@ struct FuseBucketOptimizerPass
     // Each tensor operand (parameter, gradient, Adam state) of every
     // parameter at the same offset from its region's base: the bucket is
     // one range [base + start, base + end) of each region.
-    unsigned numTensors = isa<rt::AdamOp>(first) ? 4 : 2;
+    unsigned numTensors = isa<rt::AdamOp>(first)           ? 4
+                          : isa<rt::SgdMomentumOp>(first) ? 3
+                                                          : 2;
     SmallVector<std::optional<int64_t>> bases(numTensors);
     llvm::DenseSet<Operation *> members(group.begin(), group.end());
     for (auto [op, name] : llvm::zip(group, bucket.params))
@@ -202,8 +212,10 @@ struct FuseBucketOptimizerPass
       return;
     }
     // The views, declared with the other buffers.
-    static constexpr const char *kRoles[] = {"param", "grad", "exp_avg",
-                                             "exp_avg_sq"};
+    const bool momentum = isa<rt::SgdMomentumOp>(first);
+    const char *const kRoles[] = {"param", "grad",
+                                  momentum ? "momentum_buffer" : "exp_avg",
+                                  "exp_avg_sq"};
     OpBuilder b(program.getContext());
     b.setInsertionPointAfter(lastBuffer);
     int64_t numel = bucket.end - bucket.start;
@@ -254,6 +266,10 @@ struct FuseBucketOptimizerPass
                          adam.getLrAttr(), adam.getBeta1Attr(),
                          adam.getBeta2Attr(), adam.getEpsAttr(), decayAttr,
                          runsAttr, StringAttr());
+    } else if (auto mom = dyn_cast<rt::SgdMomentumOp>(first)) {
+      rt::SgdMomentumOp::create(at, first->getLoc(), operands[0], operands[1],
+                                operands[2], mom.getLrAttr(), decayAttr,
+                                mom.getMomentumAttr(), runsAttr, StringAttr());
     } else {
       auto sgd = cast<rt::SgdOp>(first);
       rt::SgdOp::create(at, first->getLoc(), operands[0], operands[1],

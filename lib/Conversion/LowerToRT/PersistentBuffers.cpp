@@ -175,10 +175,11 @@ LogicalResult PersistentBuffers::collect(ModuleOp module,
     for (unsigned i = 0, e = micro.getNumResults(); i < e; ++i)
       if (auto bnd = micro.getResultAttrOfType<StringAttr>(i, kBufferAttr))
         add(bnd.getValue(), rt::BufferKind::Loss, micro.getResultTypes()[i]);
-  // What the step reports to the host: the gradient norm.
+  // What the step reports to the host: the gradient norm, the parameters'.
   for (unsigned i = 0, e = step.getNumResults(); i < e; ++i)
     if (auto bnd = step.getResultAttrOfType<StringAttr>(i, kBufferAttr);
-        bnd && bnd.getValue() == "grad_norm")
+        bnd && (bnd.getValue() == "grad_norm" ||
+                bnd.getValue() == "params_norm"))
       add(bnd.getValue(), rt::BufferKind::Metric, step.getResultTypes()[i]);
   for (func::FuncOp f : phases)
     if (f->getAttrOfType<StringAttr>(kPhaseAttr).getValue() == kForwardPhase)
@@ -251,7 +252,8 @@ PersistentBuffers::layout(ModuleOp module,
     // tessera-fuse-bucket-optimizer updates with one kernel. A region is
     // laid out only if every parameter of the buffer has that tensor.
     if (!gb.getDistributed()) {
-      for (StringRef prefix : {"main:", "", "adam.exp_avg:", "adam.exp_avg_sq:"}) {
+      for (StringRef prefix : {"main:", "", "adam.exp_avg:", "adam.exp_avg_sq:",
+                               "sgd.momentum_buffer:"}) {
         SmallVector<std::pair<Persistent *, int64_t>> members;
         for (const buckets::ParamRange &p : layout.params) {
           Persistent *q = byName.lookup((prefix + p.name).str());

@@ -395,6 +395,17 @@ LogicalResult PhasePlan::planOp(Operation *op) {
     }
     return success();
   }
+  if (auto sgd = dyn_cast<nn::SgdMomentumOp>(op)) {
+    for (auto [operand, result] :
+         llvm::zip(ValueRange{sgd.getParam(), sgd.getMomentumBuffer()},
+                   sgd.getResults())) {
+      if (!clobberable(operand, op))
+        return op->emitOpError() << "updates a value that is read later; "
+                                    "the optimizer must be its last reader";
+      assign(result, storageOf.lookup(operand));
+    }
+    return success();
+  }
   if (auto sgd = dyn_cast<nn::SgdOp>(op)) {
     if (!clobberable(sgd.getParam(), op))
       return op->emitOpError() << "updates a value that is read later";

@@ -147,6 +147,8 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
   case O::Relu:
   case O::Sgd:
     return requireSameNumel(in, {0, 1});
+  case O::SgdMomentum:
+    return requireSameNumel(in, {0, 1, 2});
   case O::SumSquares:
     t.type = isBf16(in, 0) ? ElementType::BF16 : ElementType::F32;
     if (numel(ref(in, 1)) != 1)

@@ -534,6 +534,13 @@ Status Executor::execute(const Thunk &t) {
       return be->sgd(F(0) + b, F(1) + b, e - b, lr, decays ? t.f[1] : 0.0f);
     });
   }
+  case O::SgdMomentum: {
+    const float lr = float(t.f[0] * lrFactor);
+    return forEachDecaySpan(t, [&](int64_t b, int64_t e, bool decays) {
+      return be->sgdMomentum(F(0) + b, F(1) + b, F(2) + b, e - b, lr,
+                             decays ? t.f[1] : 0.0f, t.f[2]);
+    });
+  }
   case O::SumSquares: {
     const FloatFormat format =
         t.type == ElementType::BF16 ? FloatFormat::BF16 : FloatFormat::F32;

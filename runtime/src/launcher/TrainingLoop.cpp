@@ -290,6 +290,15 @@ private:
   bool hasGradNorm = false;
   /// This iteration's gradient norm (NaN without one).
   double gradNorm = std::nan("");
+  /// --log-params-norm compiled in: the "params_norm" buffer, the
+  /// parameters' global norm after the update.
+  bool hasParamsNorm = false;
+  double paramsNorm = std::nan("");
+  /// Megatron's counters of the log line: iterations whose update was
+  /// skipped (none without fp16's loss scaling) and whose loss or gradient
+  /// norm was NaN or inf (they train on only with
+  /// --no-check-for-nan-in-loss), since the previous line.
+  int64_t skippedIterations = 0, nanIterations = 0;
   std::unique_ptr<Communicator> world;
   /// The --data dataset when the artifact has token inputs, else null.
   std::shared_ptr<const IndexedDataset> dataset;
@@ -426,6 +435,7 @@ Status RankRun::setUp() {
                            Executor::create(artifact, std::move(backend),
                                             std::move(comms), rank, eo));
   hasGradNorm = executor->hasBuffer("grad_norm");
+  hasParamsNorm = executor->hasBuffer("params_norm");
   return Status();
 }
 
@@ -545,7 +555,12 @@ void RankRun::printHeader() const {
                 (long long)dataset->numSequences(),
                 (long long)dataset->numTokens(),
                 tokenDTypeName(dataset->dtype()));
-  if (opt)
+  if (opt && opt->kind() && opt->kind()->str() == "sgd")
+    std::printf("tessera-run: optimizer sgd lr=%g momentum=%g "
+                "weight_decay=%g clip_grad=%g\n",
+                opt->lr(), opt->momentum(), opt->weight_decay(),
+                opt->clip_grad());
+  else if (opt)
     std::printf("tessera-run: optimizer %s lr=%g beta1=%g beta2=%g eps=%g "
                 "weight_decay=%g clip_grad=%g\n",
                 opt->kind() ? opt->kind()->c_str() : "?", opt->lr(),
@@ -629,6 +644,14 @@ Status RankRun::trainIteration(int64_t it) {
                              executor->readFloatBuffer("grad_norm"));
     gradNorm = norm.empty() ? std::nan("") : double(norm[0]);
   }
+  if (hasParamsNorm) {
+    TESSERA_ASSIGN_OR_RETURN(std::vector<float> norm,
+                             executor->readFloatBuffer("params_norm"));
+    paramsNorm = norm.empty() ? std::nan("") : double(norm[0]);
+  }
+  nanIterations = (hasLoss && !std::isfinite(loss)) ||
+                  (hasGradNorm && !std::isfinite(gradNorm));
+  skippedIterations = 0;
   std::map<std::string, CommCounters> after = executor->commCounters();
   if (rank == 0)
     TESSERA_RETURN_IF_ERROR(report(it, loss, seconds, after));
@@ -664,11 +687,21 @@ Status RankRun::report(int64_t it, double loss, double seconds,
           ? double(batch.global_batch_size() * tokensPerSample) / seconds
           : 0.0;
   double tflops = seconds > 0 ? a.flops_per_step() / seconds / 1e12 : 0.0;
-  // Megatron's training_log fields, with its grad norm after the loss.
-  char norm[64] = "";
+  // Megatron's training_log fields after the loss: grad norm, params norm,
+  // the skipped and NaN iterations.
+  auto finite = [](double v) { return std::isnan(v) ? std::nan("") : v; };
+  char norm[192] = "";
+  int at = 0;
   if (hasGradNorm)
-    std::snprintf(norm, sizeof(norm), " grad norm: %.3f |",
-                  std::isnan(gradNorm) ? std::nan("") : gradNorm); // not -nan
+    at += std::snprintf(norm + at, sizeof(norm) - at, " grad norm: %.3f |",
+                        finite(gradNorm)); // nan, not -nan
+  if (hasParamsNorm)
+    at += std::snprintf(norm + at, sizeof(norm) - at, " params norm: %.3f |",
+                        finite(paramsNorm));
+  std::snprintf(norm + at, sizeof(norm) - at,
+                " number of skipped iterations: %3lld | number of nan "
+                "iterations: %3lld |",
+                (long long)skippedIterations, (long long)nanIterations);
   std::printf(" [%s] iteration %8lld/%8lld | consumed samples: %12lld | "
               "elapsed time per iteration (ms): %.1f | throughput per "
               "rank (TFLOP/s): %.3f | learning rate: "
@@ -705,6 +738,12 @@ std::string RankRun::metricsLine(int64_t it, double loss,
                      ", \"tflops_per_rank\": " + jsonNumber(tflops) +
                      (hasGradNorm ? ", \"grad_norm\": " + jsonNumber(gradNorm)
                                   : std::string()) +
+                     (hasParamsNorm
+                          ? ", \"params_norm\": " + jsonNumber(paramsNorm)
+                          : std::string()) +
+                     ", \"skipped_iterations\": " +
+                     std::to_string(skippedIterations) +
+                     ", \"nan_iterations\": " + std::to_string(nanIterations) +
                      ", \"comm_bytes\": {";
   for (int c = 0; c < kNumCollectiveNames; ++c) {
     line += std::string(c ? ", " : "") + "\"" + kCollectiveNames[c] + "\": {";

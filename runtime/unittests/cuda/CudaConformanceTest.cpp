@@ -285,6 +285,10 @@ TEST(CudaConformanceTest, Elementwise) {
   compare("sgd", {out(y), in(x)}, [&](Backend &b, std::vector<void *> &p) {
     return b.sgd(F(0), F(1), n, 0.01f, 0.1f);
   });
+  compare("sgdMomentum", {out(y), in(x), out(random(size_t(n)))},
+          [&](Backend &b, std::vector<void *> &p) {
+            return b.sgdMomentum(F(0), F(1), F(2), n, 0.01f, 0.1f, 0.9f);
+          });
 }
 
 TEST(CudaConformanceTest, MixedPrecision) {

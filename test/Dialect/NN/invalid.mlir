@@ -175,3 +175,11 @@ func.func @clip_negative(%s: tensor<f32>) {
   %n, %c = nn.clip_grad_norm %s {max_norm = -1.0 : f32} : tensor<f32> -> tensor<f32>, tensor<f32>
   return
 }
+
+// -----
+
+func.func @sgd_momentum_range(%p: tensor<8xf32>) {
+  // expected-error @+1 {{momentum must be in (0, 1) (nn.sgd has none), got 1}}
+  %a, %b = nn.sgd_momentum %p, %p, %p {lr = 1.0e-2 : f32, weight_decay = 0.0 : f32, momentum = 1.0 : f32} : tensor<8xf32>
+  return
+}

@@ -62,6 +62,8 @@ func.func @backward(%dy: tensor<8x16xf32>, %x: tensor<8x256xf32>, %z: tensor<8x1
   %norm, %coeff = nn.clip_grad_norm %ss {max_norm = 1.0 : f32} : tensor<f32> -> tensor<f32>, tensor<f32>
   // CHECK: nn.scale_by %{{.*}}, %{{.*}} : tensor<16x256xf32>, tensor<f32>
   %hc = nn.scale_by %h, %coeff : tensor<16x256xf32>, tensor<f32>
+  // CHECK: nn.sgd_momentum {{.*}} {lr = {{.*}}, momentum = 0.899999976 : f32, weight_decay = 1.000000e-01 : f32} : tensor<16x256xf32>
+  %p4, %b4 = nn.sgd_momentum %p2, %hc, %m2 {lr = 1.0e-2 : f32, weight_decay = 0.1 : f32, momentum = 0.9 : f32} : tensor<16x256xf32>
   // CHECK: nn.adam {{.*}}runs = array<i64: 4096, 0, 16>
   %p3, %m3, %v3 = nn.adam %p2, %hc, %m2, %v2, %it {lr = 1.0e-3 : f32, beta1 = 0.9 : f32, beta2 = 0.95 : f32, eps = 1.0e-8 : f32, weight_decay = 0.1 : f32, runs = array<i64: 4096, 0, 16>, group = "dp"} : tensor<16x256xf32>, tensor<i64>
   return

@@ -138,3 +138,11 @@ func.func @f(%s: memref<1xf32>) {
   rt.clip_grad_norm %s, %s, %s : memref<1xf32>, memref<1xf32>, memref<1xf32>
   return
 }
+
+// -----
+
+func.func @f(%p: memref<8xf32>, %b: memref<4xf32>) {
+  // expected-error @+1 {{runs are [shard_elements] followed by [start, end) pairs}}
+  rt.sgd_momentum %p, %p, %p {lr = 1.0e-02 : f32, weight_decay = 0.1 : f32, momentum = 0.9 : f32, runs = array<i64: 8, 2>} : memref<8xf32>, memref<8xf32>, memref<8xf32>
+  return
+}

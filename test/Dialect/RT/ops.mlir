@@ -37,6 +37,8 @@ func.func @f() attributes {rt.entry} {
   rt.adam %w, %g, %w, %w, %t {lr = 1.0e-3 : f32, beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-8 : f32, weight_decay = 0.1 : f32, runs = array<i64: 32, 0, 8, 24, 32>, group = "dp"} : memref<4x8xf32>, memref<4x8xf32>, memref<4x8xf32>, memref<4x8xf32>, memref<i64>
   // CHECK: rt.sgd {{.*}} {group = "dp", lr = {{.*}}, runs = array<i64: 32, 0, 8>, weight_decay = 1.000000e-01 : f32}
   rt.sgd %w, %g {lr = 1.0e-2 : f32, weight_decay = 0.1 : f32, runs = array<i64: 32, 0, 8>, group = "dp"} : memref<4x8xf32>, memref<4x8xf32>
+  // CHECK: rt.sgd_momentum {{.*}} {lr = {{.*}}, momentum = 0.899999976 : f32, weight_decay = 1.000000e-01 : f32} : memref<4x8xf32>, memref<4x8xf32>, memref<4x8xf32>
+  rt.sgd_momentum %w, %g, %g {lr = 1.0e-2 : f32, weight_decay = 0.1 : f32, momentum = 0.9 : f32} : memref<4x8xf32>, memref<4x8xf32>, memref<4x8xf32>
   %ss = rt.alloc offset 1024 : memref<1xf32>
   %nrm = rt.alloc offset 1088 : memref<1xf32>
   %cf = rt.alloc offset 1152 : memref<1xf32>

@@ -2,7 +2,8 @@
 """Compares per-step losses of tessera-run --metrics files against a reference.
 
 Usage: compare_losses.py --rtol R --steps S [--grad-norm-rtol G]
-           [--min-decision-margin M] REF.jsonl RUN.jsonl [RUN.jsonl ...]
+           [--params-norm-rtol P] [--min-decision-margin M]
+           REF.jsonl RUN.jsonl [RUN.jsonl ...]
 
 Fails (exit 1) with a line per mismatching step when any run's loss differs
 from the reference's by more than R relative, when a file lacks a step, or
@@ -10,7 +11,9 @@ when the reference loss does not fall over the run (a run that learns
 nothing would make the comparison meaningless).
 
 --grad-norm-rtol G: the gradient norms ("grad_norm", the norm before
-clipping that Megatron logs) must agree within G relative as well.
+clipping that Megatron logs) must agree within G relative as well;
+--params-norm-rtol P: likewise the parameters' norms ("params_norm",
+tessera-compile --log-params-norm).
 
 --min-decision-margin M: the reference (Inputs/torch_reference.py) reports
 each step's smallest margin of a discrete decision (an MoE router's top-k,
@@ -61,14 +64,17 @@ def main():
     ap.add_argument("--rtol", type=float, required=True)
     ap.add_argument("--steps", type=int, required=True)
     ap.add_argument("--grad-norm-rtol", type=float, default=None)
+    ap.add_argument("--params-norm-rtol", type=float, default=None)
     ap.add_argument("--min-decision-margin", type=float, default=None)
     ap.add_argument("reference")
     ap.add_argument("runs", nargs="+")
     args = ap.parse_args()
 
     ref = values(args.reference, args.steps)
-    ref_norm = (values(args.reference, args.steps, "grad_norm")
-                if args.grad_norm_rtol is not None else None)
+    extra = [(field, rtol, values(args.reference, args.steps, field))
+             for field, rtol in (("grad_norm", args.grad_norm_rtol),
+                                 ("params_norm", args.params_norm_rtol))
+             if rtol is not None]
     if args.min_decision_margin is not None:
         margins = [(r["step"], r.get("min_decision_margin"))
                    for r in records(args.reference) if r["step"] <= args.steps]
@@ -87,10 +93,9 @@ def main():
     for run in args.runs:
         got = values(run, args.steps)
         failed |= compare(run, got, ref, "loss", args.rtol, args.steps)
-        if ref_norm is not None:
-            got = values(run, args.steps, "grad_norm")
-            failed |= compare(run, got, ref_norm, "grad_norm",
-                              args.grad_norm_rtol, args.steps)
+        for field, rtol, want in extra:
+            got = values(run, args.steps, field)
+            failed |= compare(run, got, want, field, rtol, args.steps)
     print(f"reference loss {ref[0]:.6f} -> {ref[-1]:.6f}")
     if failed:
         sys.exit(1)

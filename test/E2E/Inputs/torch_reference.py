@@ -39,7 +39,10 @@ of tessera-run --metrics (compare the two with compare_losses.py).
    (--weight-decay, 0.01) on matrices, none on biases and 1-D parameters;
    gradients clipped to the global norm --clip-grad (1.0; 0: off) with
    torch.nn.utils.clip_grad_norm_, whose norm each step's record carries as
-   "grad_norm": tessera-compile's defaults, Megatron-LM's.
+   "grad_norm": tessera-compile's defaults, Megatron-LM's. --optimizer sgd:
+   torch.optim.SGD with --sgd-momentum (0.9) on the same groups.
+   --log-params-norm: each record's "params_norm", the parameters' global
+   L2 norm after the update (Megatron's calc_params_l2_norm).
 """
 import argparse
 import json
@@ -226,6 +229,9 @@ def main():
     ap.add_argument("--eps", type=float, default=1e-8)
     ap.add_argument("--weight-decay", type=float, default=0.01)
     ap.add_argument("--clip-grad", type=float, default=1.0)
+    ap.add_argument("--optimizer", choices=["adam", "sgd"], default="adam")
+    ap.add_argument("--sgd-momentum", type=float, default=0.9)
+    ap.add_argument("--log-params-norm", action="store_true")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--float64", action="store_true",
                     help="compute in float64 (a check of float32 rounding)")
@@ -422,10 +428,13 @@ def main():
              if not names[arg].endswith(".bias") and w.dim() > 1]
     no_decay = [w for arg, w in weights.items()
                 if names[arg].endswith(".bias") or w.dim() <= 1]
-    opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": args.weight_decay},
-         {"params": no_decay, "weight_decay": 0.0}],
-        lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
+    groups = [{"params": decay, "weight_decay": args.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    if args.optimizer == "sgd":
+        opt = torch.optim.SGD(groups, lr=args.lr, momentum=args.sgd_momentum)
+    else:
+        opt = torch.optim.AdamW(groups, lr=args.lr,
+                                betas=(args.beta1, args.beta2), eps=args.eps)
     stream = read_tokens(args.data)
     b = args.micro_batch_size
     gb = args.global_batch_size or b
@@ -450,6 +459,10 @@ def main():
         record = {"step": it, "loss": total / nmb}
         if grad_norm is not None:
             record["grad_norm"] = grad_norm
+        if args.log_params_norm:
+            with torch.no_grad():
+                record["params_norm"] = math.sqrt(sum(
+                    float(w.double().pow(2).sum()) for w in weights.values()))
         if margins:
             # The smallest margin of the step's discrete decisions (router
             # top-k, capacity drops): how far the data is from a near-tie

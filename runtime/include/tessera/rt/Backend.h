@@ -196,6 +196,9 @@ public:
   /// p -= lr * (g + weightDecay * p).
   virtual Status sgd(float *p, const float *g, int64_t n, float lr,
                      float weightDecay) = 0;
+  /// SGD with momentum buffer b (math::sgdMomentumUpdate per element).
+  virtual Status sgdMomentum(float *p, const float *g, float *b, int64_t n,
+                             float lr, float weightDecay, float momentum) = 0;
   /// y[0] = sum of x[i]^2 over n elements of `format` (f32 or bf16), summed
   /// in f64 and rounded once; with `accumulate`, y[0] += that sum instead.
   /// y is one f32 on the device.

@@ -639,6 +639,14 @@ public:
     return Status();
   }
 
+  Status sgdMomentum(float *p, const float *g, float *b, int64_t n, float lr,
+                     float weightDecay, float momentum) override {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i)
+      math::sgdMomentumUpdate(p[i], g[i], b[i], lr, weightDecay, momentum);
+    return Status();
+  }
+
   Status sumSquares(const void *x, FloatFormat format, int64_t n, float *y,
                     bool accumulate) override {
     // In f64, in eight interleaved partial sums added in a fixed order: the

@@ -615,6 +615,12 @@ Status CudaBackend::sgd(float *p, const float *g, int64_t n, float lr,
                         float weightDecay) {
   return launched(launchSgd(computeStream, p, g, n, lr, weightDecay), "Sgd");
 }
+Status CudaBackend::sgdMomentum(float *p, const float *g, float *b, int64_t n,
+                                float lr, float weightDecay, float momentum) {
+  return launched(launchSgdMomentum(computeStream, p, g, b, n, lr, weightDecay,
+                                    momentum),
+                  "SgdMomentum");
+}
 
 Status CudaBackend::sumSquares(const void *x, FloatFormat format, int64_t n,
                                float *y, bool accumulate) {

@@ -124,6 +124,8 @@ public:
               const int64_t *iteration, const AdamParams &params) override;
   Status sgd(float *p, const float *g, int64_t n, float lr,
              float weightDecay) override;
+  Status sgdMomentum(float *p, const float *g, float *b, int64_t n, float lr,
+                     float weightDecay, float momentum) override;
   Status sumSquares(const void *x, FloatFormat format, int64_t n, float *y,
                     bool accumulate) override;
   Status clipGradNorm(const float *sumsq, float *norm, float *coeff,

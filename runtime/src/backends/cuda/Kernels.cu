@@ -151,6 +151,17 @@ __global__ void sgdKernel(float *p, const float *g, int64_t n, float lr,
   }
 }
 
+__global__ void sgdMomentumKernel(float *p, const float *g, float *b,
+                                  int64_t n, float lr, float weightDecay,
+                                  float momentum) {
+  TESSERA_GRID_LOOP(i, n) {
+    float pi = p[i], bi = b[i];
+    math::sgdMomentumUpdate(pi, g[i], bi, lr, weightDecay, momentum);
+    p[i] = pi;
+    b[i] = bi;
+  }
+}
+
 //===----------------------------------------------------------------------===//
 // Gradient clipping: a sum of squares in f64 over a fixed grid (so the same
 // sum on every run of the same size: kSumBlocks partials, each a fixed
@@ -786,6 +797,12 @@ cudaError_t launchAdam(cudaStream_t s, float *p, const float *g, float *m,
 cudaError_t launchSgd(cudaStream_t s, float *p, const float *g, int64_t n,
                       float lr, float weightDecay) {
   TESSERA_LAUNCH_1D(sgdKernel, n, s, p, g, n, lr, weightDecay);
+}
+cudaError_t launchSgdMomentum(cudaStream_t s, float *p, const float *g,
+                              float *b, int64_t n, float lr, float weightDecay,
+                              float momentum) {
+  TESSERA_LAUNCH_1D(sgdMomentumKernel, n, s, p, g, b, n, lr, weightDecay,
+                    momentum);
 }
 
 int sumSquaresBlocks(int64_t n) {

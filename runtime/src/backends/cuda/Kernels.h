@@ -69,6 +69,9 @@ cudaError_t launchAdam(cudaStream_t s, float *p, const float *g, float *m,
                        float weightDecay, DeviceError *err);
 cudaError_t launchSgd(cudaStream_t s, float *p, const float *g, int64_t n,
                       float lr, float weightDecay);
+cudaError_t launchSgdMomentum(cudaStream_t s, float *p, const float *g,
+                              float *b, int64_t n, float lr, float weightDecay,
+                              float momentum);
 /// The most partial sums launchSumSquares uses (its scratch: that many
 /// doubles).
 inline constexpr int kSumSquaresBlocks = 256;

@@ -160,9 +160,21 @@ TESSERA_HD float clipCoefficient(float norm, float maxNorm) {
   return c < 1.0f ? c : 1.0f;
 }
 
-/// One SGD element update with decoupled weight decay.
+/// One SGD element update with weight decay added to the gradient
+/// (torch.optim.SGD's).
 TESSERA_HD void sgdUpdate(float &p, float g, float lr, float weightDecay) {
   p -= lr * (g + weightDecay * p);
+}
+
+/// One SGD-with-momentum element update (torch.optim.SGD, dampening 0, not
+/// Nesterov): d = g + wd * p, b = momentum * b + d, p -= lr * b. b starts
+/// at zero, so the first step's b is d, as torch's clone of d.
+TESSERA_HD void sgdMomentumUpdate(float &p, float g, float &b, float lr,
+                                  float weightDecay, float momentum) {
+  float d = g + weightDecay * p;
+  float bi = momentum * b + d;
+  b = bi;
+  p -= lr * bi;
 }
 
 //===----------------------------------------------------------------------===//
