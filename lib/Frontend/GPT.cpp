@@ -81,6 +81,11 @@ std::string tessera::validateGPTConfig(const GPTConfig &c) {
   // Comparisons written so that NaN fails them.
   if (!(c.dropout >= 0 && c.dropout < 1))
     return "--dropout must be in [0, 1), got " + number(c.dropout);
+  if (c.normalization != "LayerNorm" && c.normalization != "RMSNorm")
+    return "--normalization must be LayerNorm or RMSNorm, got " +
+           c.normalization;
+  if (!(c.layerNormEps > 0 && c.layerNormEps < 1))
+    return "--norm-epsilon must be in (0, 1), got " + number(c.layerNormEps);
   if (c.numExperts < 0)
     return "--num-experts must not be negative";
   if (c.numExperts > 0) {
@@ -141,6 +146,21 @@ private:
     return NameLoc::get(b.getStringAttr(name));
   }
   Value layer(int64_t i, Value h);
+  /// Megatron's norm (--normalization): LayerNorm's weight and bias or
+  /// RMSNorm's weight, named `<name>.weight` / `.bias`.
+  Value norm(const std::string &name, Value h) {
+    int64_t H = c.hidden;
+    auto eps = b.getF32FloatAttr(float(c.layerNormEps));
+    Value g = param(name + ".weight", {H}, "ones");
+    if (c.normalization == "RMSNorm")
+      return nn::RMSNormOp::create(b, loc(name), h, g, eps);
+    Value bias = param(name + ".bias", {H}, "zeros");
+    return nn::LayerNormOp::create(b, loc(name), h, g, bias, eps);
+  }
+  /// A linear layer's bias, none under --disable-bias-linear.
+  Value bias(const std::string &name, int64_t n) {
+    return c.disableBiasLinear ? Value() : param(name, {n}, "zeros");
+  }
   Value moe(int64_t i, Value x, const std::string &outInit);
   /// Megatron's hidden dropout (none at rate 0); each site its own stream.
   Value dropout(Value v, const Twine &name) {
@@ -165,25 +185,22 @@ Value GPTBuilder::layer(int64_t i, Value h) {
   int64_t H = c.hidden, F = c.ffn ? c.ffn : 4 * c.hidden;
   // Megatron scales the init of the residual-branch outputs by 1/sqrt(2L).
   std::string outInit = normal(c.initStd / std::sqrt(2.0 * double(c.layers)));
-  auto eps = b.getF32FloatAttr(c.layerNormEps);
   auto mark = [&](Value v) {
     v.getDefiningOp()->setAttr(kLayerAttr, b.getI64IntegerAttr(i));
     return v;
   };
 
-  Value g1 = param(p + "input_layernorm.weight", {H}, "ones");
-  Value b1 = param(p + "input_layernorm.bias", {H}, "zeros");
-  Value x = mark(nn::LayerNormOp::create(b, loc(p + "input_layernorm"), h, g1, b1, eps));
+  Value x = mark(norm(p + "input_layernorm", h));
   Value wqkv = param(p + "self_attention.linear_qkv.weight", {3 * H, H},
                      normal(c.initStd));
-  Value bqkv = param(p + "self_attention.linear_qkv.bias", {3 * H}, "zeros");
+  Value bqkv = bias(p + "self_attention.linear_qkv.bias", 3 * H);
   Value qkv = mark(nn::LinearOp::create(b, loc(p + "self_attention.linear_qkv"),
                                         x, wqkv, bqkv));
   Value ctxv = mark(nn::AttentionOp::create(
       b, loc(p + "self_attention.core_attention"), qkv,
       b.getI64IntegerAttr(c.heads), b.getBoolAttr(true)));
   Value wproj = param(p + "self_attention.linear_proj.weight", {H, H}, outInit);
-  Value bproj = param(p + "self_attention.linear_proj.bias", {H}, "zeros");
+  Value bproj = bias(p + "self_attention.linear_proj.bias", H);
   Value attn = mark(nn::LinearOp::create(b, loc(p + "self_attention.linear_proj"),
                                          ctxv, wproj, bproj));
   attn = dropout(attn, p + "self_attention.dropout");
@@ -191,9 +208,7 @@ Value GPTBuilder::layer(int64_t i, Value h) {
     mark(attn);
   h = mark(nn::AddOp::create(b, loc(p + "self_attention.residual"), h, attn));
 
-  Value g2 = param(p + "pre_mlp_layernorm.weight", {H}, "ones");
-  Value b2 = param(p + "pre_mlp_layernorm.bias", {H}, "zeros");
-  x = mark(nn::LayerNormOp::create(b, loc(p + "pre_mlp_layernorm"), h, g2, b2, eps));
+  x = mark(norm(p + "pre_mlp_layernorm", h));
   if (c.numExperts > 0 && i % c.moeLayerFreq == 0) {
     Value m = moe(i, x, outInit);
     m = dropout(m, p + "mlp.dropout");
@@ -202,11 +217,11 @@ Value GPTBuilder::layer(int64_t i, Value h) {
     return mark(nn::AddOp::create(b, loc(p + "mlp.residual"), h, m));
   }
   Value w1 = param(p + "mlp.linear_fc1.weight", {F, H}, normal(c.initStd));
-  Value bb1 = param(p + "mlp.linear_fc1.bias", {F}, "zeros");
+  Value bb1 = bias(p + "mlp.linear_fc1.bias", F);
   Value u = mark(nn::LinearOp::create(b, loc(p + "mlp.linear_fc1"), x, w1, bb1));
   u = mark(nn::GeluOp::create(b, loc(p + "mlp.activation"), u));
   Value w2 = param(p + "mlp.linear_fc2.weight", {H, F}, outInit);
-  Value bb2 = param(p + "mlp.linear_fc2.bias", {H}, "zeros");
+  Value bb2 = bias(p + "mlp.linear_fc2.bias", H);
   Value m = mark(nn::LinearOp::create(b, loc(p + "mlp.linear_fc2"), u, w2, bb2));
   m = dropout(m, p + "mlp.dropout");
   if (m.getDefiningOp<nn::DropoutOp>())
@@ -290,10 +305,7 @@ OwningOpRef<ModuleOp> GPTBuilder::build() {
   h = dropout(h, "embedding.dropout");
   for (int64_t i = 0; i < c.layers; ++i)
     h = layer(i, h);
-  Value gf = param("decoder.final_layernorm.weight", {H}, "ones");
-  Value bf = param("decoder.final_layernorm.bias", {H}, "zeros");
-  h = nn::LayerNormOp::create(b, loc("decoder.final_layernorm"), h, gf, bf,
-                              b.getF32FloatAttr(c.layerNormEps));
+  h = norm("decoder.final_layernorm", h);
   Value out = c.tieEmbeddings ? wte
                               : param("output_layer.weight", {c.vocab, H},
                                       normal(c.initStd));

@@ -265,6 +265,24 @@ public:
     return inner->addLayerNormGrad(x, gamma, dy, dr, dx, dgamma, dbias, rows,
                                    cols, eps, beta);
   }
+  Status rmsNorm(const float *x, const float *gamma, float *y, int64_t rows,
+                 int64_t cols, float eps) override {
+    note("rmsNorm");
+    return inner->rmsNorm(x, gamma, y, rows, cols, eps);
+  }
+  Status addRmsNorm(const float *a, const float *b, const float *gamma,
+                    float *s, float *y, int64_t rows, int64_t cols,
+                    float eps) override {
+    note("addRmsNorm");
+    return inner->addRmsNorm(a, b, gamma, s, y, rows, cols, eps);
+  }
+  Status rmsNormGrad(const float *x, const float *gamma, const float *dy,
+                     const float *dr, float *dx, float *dgamma, int64_t rows,
+                     int64_t cols, float eps, float beta) override {
+    note("rmsNormGrad");
+    return inner->rmsNormGrad(x, gamma, dy, dr, dx, dgamma, rows, cols, eps,
+                              beta);
+  }
   Status layerNormGrad(const float *x, const float *gamma, const float *dy,
                        float *dx, float *dgamma, float *dbias, int64_t rows,
                        int64_t cols, float eps, float beta) override {

@@ -116,6 +116,21 @@ DVec refLayerNorm(const DVec &x, const DVec &g, const DVec &b, int64_t rows,
   return y;
 }
 
+/// Megatron's RMSNorm: x / sqrt(mean(x^2) + eps) * g per row.
+DVec refRMSNorm(const DVec &x, const DVec &g, int64_t rows, int64_t cols,
+                double eps) {
+  DVec y(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    double sq = 0;
+    for (int64_t j = 0; j < cols; ++j)
+      sq += x[size_t(r * cols + j)] * x[size_t(r * cols + j)];
+    double rstd = 1.0 / std::sqrt(sq / double(cols) + eps);
+    for (int64_t j = 0; j < cols; ++j)
+      y[size_t(r * cols + j)] = x[size_t(r * cols + j)] * rstd * g[size_t(j)];
+  }
+  return y;
+}
+
 /// QKV [S, B, A*3*D] -> O [S, B, A*D].
 DVec refAttention(const DVec &qkv, int64_t S, int64_t B, int64_t A, int64_t D,
                   bool causal) {
@@ -238,6 +253,87 @@ TEST_F(TransformerKernelsTest, LayerNormGradVsFiniteDifferences) {
       expectClose(dx, fdx, 1e-4, "dX " + shape);
       expectClose(dg, refg, 1e-4, "dgamma " + shape);
       expectClose(db, refb, 1e-4, "dbeta " + shape);
+    }
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// RMSNorm
+//===----------------------------------------------------------------------===//
+
+TEST_F(TransformerKernelsTest, RMSNormMatchesReference) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1},
+                            {1, 5},
+                            {6, 7},
+                            {12, 33},
+                            {3, 100}}) {
+    auto x = random(size_t(rows * cols), 2.0f);
+    for (float &v : x)
+      v += 3.0f; // non-zero mean: RMSNorm does not subtract it
+    auto g = random(static_cast<size_t>(cols));
+    Vec y(x.size());
+    ASSERT_TRUE(
+        backend->rmsNorm(x.data(), g.data(), y.data(), rows, cols, 1e-6f).ok());
+    std::string shape = std::to_string(rows) + "x" + std::to_string(cols);
+    expectClose(y, refRMSNorm(toDouble(x), toDouble(g), rows, cols, 1e-6), 2e-5,
+                "rms norm " + shape);
+    // The fused form: the sum, and the norm of it bit for bit as rmsNorm's.
+    auto a = random(x.size());
+    Vec b(x.size()), s(x.size()), ys(x.size()), yn(x.size());
+    for (size_t i = 0; i < x.size(); ++i)
+      b[i] = x[i] - a[i];
+    ASSERT_TRUE(backend
+                    ->addRmsNorm(a.data(), b.data(), g.data(), s.data(),
+                                 ys.data(), rows, cols, 1e-6f)
+                    .ok());
+    ASSERT_TRUE(
+        backend->rmsNorm(s.data(), g.data(), yn.data(), rows, cols, 1e-6f)
+            .ok());
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(s[i], a[i] + b[i]) << shape << " sum " << i;
+      ASSERT_EQ(ys[i], yn[i]) << shape << " norm " << i;
+    }
+  }
+}
+
+TEST_F(TransformerKernelsTest, RMSNormGradVsFiniteDifferences) {
+  for (auto [rows, cols] :
+       {std::pair<int64_t, int64_t>{1, 4}, {5, 7}, {4, 33}}) {
+    const double eps = 1e-3;
+    auto x = random(size_t(rows * cols)), g = random(static_cast<size_t>(cols)),
+         w = random(size_t(rows * cols)), dr = random(size_t(rows * cols));
+    // loss = sum(Y * W), so dY = W.
+    auto loss = [&](const DVec &xx, const DVec &gg) {
+      return dot(refRMSNorm(xx, gg, rows, cols, eps), w);
+    };
+    DVec xd = toDouble(x), gd = toDouble(g);
+    DVec fdx = finiteDifferences([&](const DVec &v) { return loss(v, gd); }, xd,
+                                 allIndices(x.size()));
+    DVec fdg = finiteDifferences([&](const DVec &v) { return loss(xd, v); }, gd,
+                                 allIndices(g.size()));
+    Vec dg0 = random(static_cast<size_t>(cols));
+    for (float beta : {0.0f, 1.0f}) {
+      // Without dR (nn.rms_norm_grad), and with it (the fused form: dX plus
+      // the residual's gradient).
+      for (bool withResidual : {false, true}) {
+        Vec dx(x.size()), dg = dg0;
+        ASSERT_TRUE(backend
+                        ->rmsNormGrad(x.data(), g.data(), w.data(),
+                                      withResidual ? dr.data() : nullptr,
+                                      dx.data(), dg.data(), rows, cols,
+                                      float(eps), beta)
+                        .ok());
+        DVec refx = fdx, refg = fdg;
+        for (size_t i = 0; withResidual && i < x.size(); ++i)
+          refx[i] += dr[i];
+        for (size_t j = 0; j < size_t(cols); ++j)
+          refg[j] += beta * dg0[j];
+        std::string shape = std::to_string(rows) + "x" + std::to_string(cols) +
+                            " beta " + std::to_string(beta) +
+                            (withResidual ? " with dR" : "");
+        expectClose(dx, refx, 1e-4, "dX " + shape);
+        expectClose(dg, refg, 1e-4, "dgamma " + shape);
+      }
     }
   }
 }

@@ -1,4 +1,4 @@
-// RUN: tessera-opt %s --tessera-autodiff | FileCheck %s
+// RUN: tessera-opt %s --split-input-file --tessera-autodiff | FileCheck %s
 
 // The gradient rules of the fused ops (what the fusion passes create):
 // - nn.logits_stats has none: nn.cross_entropy_from_stats' adjoint is the
@@ -34,6 +34,32 @@ func.func @m(%x: tensor<4x8xf32> {nn.input = "features"},
   %o = nn.linear %y2, %w2 : (tensor<4x8xf32>, tensor<5x8xf32>) -> tensor<4x5xf32>
   %m, %se, %pl = nn.logits_stats %o, %t : (tensor<4x5xf32>, tensor<4xi32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>)
   %l = nn.cross_entropy_from_stats %o, %t, %m, %se, %pl : (tensor<4x5xf32>, tensor<4xi32>, tensor<4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %loss = nn.token_mean %l, %t : (tensor<4xf32>, tensor<4xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}
+
+// -----
+
+// RMSNorm's rules, as LayerNorm's without a bias: nn.rms_norm gives
+// nn.rms_norm_grad (input and weight gradients); nn.add_rms_norm whose sum
+// another op reads gives one nn.add_rms_norm_grad, and a plain
+// nn.rms_norm_grad when nothing else reads it. The weight's gradients of
+// its three uses are summed.
+// CHECK-LABEL: func.func @rms
+// CHECK: %[[DS2:.*]], %[[DG2:.*]] = nn.rms_norm_grad %[[S2:[^,]*]], %arg1, %{{.*}} {eps = 9.99999997E-7 : f32}
+// CHECK: %[[DS1:.*]], %[[DG1:.*]] = nn.add_rms_norm_grad %[[S1:[^,]*]], %arg1, %[[DS2]], %[[DS2]]
+// CHECK: %[[DX:.*]], %[[DG0:.*]] = nn.rms_norm_grad %arg0, %arg1, %[[DS1]]
+// CHECK-NOT: nn.layer_norm_grad
+// CHECK: return
+func.func @rms(%x: tensor<4x8xf32> {nn.input = "features"},
+               %g: tensor<8xf32> {nn.param = "norm.weight", nn.init = "ones"},
+               %w2: tensor<5x8xf32> {nn.param = "head.weight", nn.init = "normal:0.02"},
+               %t: tensor<4xi32> {nn.input = "labels"}) -> tensor<f32> {
+  %y0 = nn.rms_norm %x, %g : tensor<4x8xf32>, tensor<8xf32>
+  %s1, %y1 = nn.add_rms_norm %x, %y0, %g : tensor<4x8xf32>, tensor<8xf32>
+  %s2, %y2 = nn.add_rms_norm %s1, %y1, %g {eps = 1.0e-6 : f32} : tensor<4x8xf32>, tensor<8xf32>
+  %o = nn.linear %y2, %w2 : (tensor<4x8xf32>, tensor<5x8xf32>) -> tensor<4x5xf32>
+  %l = nn.softmax_cross_entropy %o, %t : (tensor<4x5xf32>, tensor<4xi32>) -> tensor<4xf32>
   %loss = nn.token_mean %l, %t : (tensor<4xf32>, tensor<4xi32>) -> tensor<f32>
   return %loss : tensor<f32>
 }

@@ -20,6 +20,22 @@ func.func @block(%x: tensor<4x2x8xf32>, %a: tensor<4x2x8xf32>, %g: tensor<8xf32>
 
 // -----
 
+// RMSNorm (Megatron's --normalization RMSNorm) fuses the same way, its eps
+// kept.
+// CHECK-LABEL: func.func @rms_block
+// CHECK: %[[S:.*]], %[[Y:.*]] = nn.add_rms_norm %arg0, %arg1, %arg2 {eps = 9.99999997E-7 : f32, nn.layer = 0 : i64} : tensor<4x2x8xf32>, tensor<8xf32>
+// CHECK-NEXT: %[[O:.*]] = nn.add %[[S]], %[[Y]]
+// CHECK-NEXT: return %[[O]]
+// CHECK-NOT: nn.rms_norm
+func.func @rms_block(%x: tensor<4x2x8xf32>, %a: tensor<4x2x8xf32>, %g: tensor<8xf32>) -> tensor<4x2x8xf32> {
+  %s = nn.add %x, %a : tensor<4x2x8xf32>
+  %y = nn.rms_norm %s, %g {eps = 1.0e-6 : f32, nn.layer = 0 : i64} : tensor<4x2x8xf32>, tensor<8xf32>
+  %o = nn.add %s, %y : tensor<4x2x8xf32>
+  return %o : tensor<4x2x8xf32>
+}
+
+// -----
+
 // Mixed precision casts a layer norm's weight right before it, after the
 // add: the fused op goes where the layer norm was, since the sum's other
 // reader comes later.

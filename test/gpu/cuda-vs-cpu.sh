@@ -64,6 +64,13 @@ prepare() {
     -o "$dir/moe.mlir"
   "$bin/tessera-compile" "$dir/moe.mlir" --micro-batch-size 4 \
     --global-batch-size 8 -o "$dir/moe.tsr"
+  # RMSNorm (fused with the residual add), no linear biases, SGD with
+  # momentum, gradient clipping and the parameter norm.
+  "$bin/tessera-gen" gpt --layers 2 --hidden 128 --heads 4 --vocab 257 --seq 64 \
+    --normalization RMSNorm --disable-bias-linear -o "$dir/rms.mlir"
+  "$bin/tessera-compile" "$dir/rms.mlir" --micro-batch-size 4 \
+    --global-batch-size 8 --optimizer sgd --lr 0.05 --log-params-norm \
+    -o "$dir/rms.tsr"
   set +e
 }
 
@@ -131,13 +138,14 @@ check() {
     run mlp-cuda-nccl cuda mlp
   run mlp-cpu cpu mlp
   compare mlp 1e-4
-  for model in gpt gpt-bf16 moe; do
+  for model in gpt gpt-bf16 moe rms; do
     run "$model-cpu" cpu "$model"
     run "$model-cuda" cuda "$model"
   done
   compare gpt 1e-4
   compare gpt-bf16 1e-2
   compare moe 1e-4
+  compare rms 1e-4
   return $failed
 }
 

@@ -2,6 +2,8 @@
 //
 // tessera-gen gpt --layers L --hidden H --heads A --vocab V --seq S
 //     [--ffn F] [--max-position-embeddings P] [--tie-embeddings] [--dropout P]
+//     [--normalization LayerNorm|RMSNorm] [--norm-epsilon E]
+//     [--disable-bias-linear]
 //     [--num-experts E --moe-router-topk K [--moe-ffn-hidden F]
 //      [--moe-layer-freq N] [--moe-aux-loss-coeff C]
 //      [--moe-expert-capacity-factor F [--moe-token-drop-policy probs|position]]]
@@ -73,6 +75,18 @@ static cl::opt<bool> tie("tie-embeddings",
                          cl::desc("share the word embedding with the LM head"),
                          cl::init(false));
 
+static cl::opt<std::string> normalization(
+    "normalization",
+    cl::desc("LayerNorm (default) or RMSNorm, as Megatron's --normalization"),
+    cl::init("LayerNorm"));
+static cl::opt<double> normEpsilon("norm-epsilon",
+                                   cl::desc("the norms' epsilon (default 1e-5)"),
+                                   cl::init(1e-5));
+static cl::opt<bool> disableBiasLinear(
+    "disable-bias-linear",
+    cl::desc("no biases in the attention and MLP linear layers"),
+    cl::init(false));
+
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   cl::ParseCommandLineOptions(argc, argv, "Tessera model generator\n");
@@ -91,6 +105,9 @@ int main(int argc, char **argv) {
   config.maxPositions = maxPositions;
   config.tieEmbeddings = tie;
   config.dropout = dropoutRate;
+  config.normalization = normalization;
+  config.layerNormEps = normEpsilon;
+  config.disableBiasLinear = disableBiasLinear;
   config.numExperts = numExperts;
   config.moeTopk = moeTopk;
   config.moeFfn = moeFfn;

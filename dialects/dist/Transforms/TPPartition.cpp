@@ -219,7 +219,8 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
             shardedParamUses.push_back(&use);
     };
     model.walk([&](Operation *op) {
-      if (isa<nn::LayerNormOp, nn::BiasAddOp>(op) && onShard(op->getOperand(0)))
+      if (isa<nn::LayerNormOp, nn::RMSNormOp, nn::BiasAddOp>(op) &&
+          onShard(op->getOperand(0)))
         addParamUses(op);
     });
     // Mixture of experts on sequence shards: the router (and, while the

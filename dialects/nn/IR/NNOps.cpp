@@ -611,16 +611,17 @@ LogicalResult AddPositionEmbeddingOp::buildAdjoint(
 // LayerNormOp
 //===----------------------------------------------------------------------===//
 
-/// Layer-norm weight and bias: 1-d of the input's last dimension.
+/// Norm weight (and LayerNorm's bias): 1-d of the input's last dimension.
 static LogicalResult verifyNormParams(Operation *op, RankedTensorType x,
                                       ValueRange params) {
   int64_t h = x.getDimSize(x.getRank() - 1);
   for (Value v : params) {
     auto t = cast<RankedTensorType>(v.getType());
     if (t.getRank() != 1 || !dimsCompatible(t.getDimSize(0), h))
-      return op->emitOpError() << "weight and bias must be 1-d of the input's "
-                                  "last dimension "
-                               << h << ", got " << t;
+      return op->emitOpError()
+             << (params.size() > 1 ? "weight and bias" : "weight")
+             << " must be 1-d of the input's last dimension " << h << ", got "
+             << t;
   }
   return success();
 }
@@ -677,6 +678,71 @@ LogicalResult LayerNormOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
   adj.assign({needed[0] ? grad.getInputGrad() : Value(),
               needed[1] ? grad.getWeightGrad() : Value(),
               needed[2] ? grad.getBiasGrad() : Value()});
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// RMSNormOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult RMSNormOp::inferReturnTypes(MLIRContext *,
+                                          std::optional<Location>,
+                                          Adaptor adaptor,
+                                          SmallVectorImpl<Type> &types) {
+  types.push_back(adaptor.getInput().getType());
+  return success();
+}
+
+LogicalResult RMSNormOp::verify() {
+  return verifyNormParams(*this, getInput().getType(), {getWeight()});
+}
+
+LogicalResult RMSNormOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
+                                      ArrayRef<bool> needed,
+                                      SmallVectorImpl<Value> &adj) {
+  auto grad = RMSNormGradOp::create(b, getLoc(), getInput().getType(),
+                                    getWeight().getType(), getInput(),
+                                    getWeight(), resultAdj[0], getEpsAttr());
+  adj.assign({needed[0] ? grad.getInputGrad() : Value(),
+              needed[1] ? grad.getWeightGrad() : Value()});
+  return success();
+}
+
+LogicalResult AddRMSNormOp::inferReturnTypes(MLIRContext *,
+                                             std::optional<Location>,
+                                             Adaptor adaptor,
+                                             SmallVectorImpl<Type> &types) {
+  types.assign(2, adaptor.getLhs().getType());
+  return success();
+}
+
+LogicalResult AddRMSNormOp::verify() {
+  return verifyNormParams(*this, getLhs().getType(), {getWeight()});
+}
+
+LogicalResult AddRMSNormOp::buildAdjoint(OpBuilder &b,
+                                         ArrayRef<Value> resultAdj,
+                                         ArrayRef<bool> needed,
+                                         SmallVectorImpl<Value> &adj) {
+  // As AddLayerNormOp's: the sum's gradient is the norm's input gradient
+  // plus what its other readers give it.
+  Value dSum = resultAdj[0], dY = resultAdj[1];
+  Value dWeight;
+  if (dY) {
+    Operation *grad;
+    if (dSum)
+      grad = AddRMSNormGradOp::create(b, getLoc(), getSum().getType(),
+                                      getWeight().getType(), getSum(),
+                                      getWeight(), dY, dSum, getEpsAttr());
+    else
+      grad = RMSNormGradOp::create(b, getLoc(), getSum().getType(),
+                                   getWeight().getType(), getSum(),
+                                   getWeight(), dY, getEpsAttr());
+    dSum = grad->getResult(0);
+    dWeight = grad->getResult(1);
+  }
+  adj.assign({needed[0] ? dSum : Value(), needed[1] ? dSum : Value(),
+              needed[2] ? dWeight : Value()});
   return success();
 }
 
@@ -948,6 +1014,13 @@ int64_t LayerNormGradOp::getFlops() { return 14 * numel(getInput().getType()); }
 int64_t AddLayerNormOp::getFlops() { return 9 * numel(getLhs().getType()); }
 int64_t AddLayerNormGradOp::getFlops() {
   return 15 * numel(getInput().getType());
+}
+// RMS norm: square, sum, scale and weight per element (no mean pass).
+int64_t RMSNormOp::getFlops() { return 5 * numel(getType()); }
+int64_t RMSNormGradOp::getFlops() { return 10 * numel(getInput().getType()); }
+int64_t AddRMSNormOp::getFlops() { return 6 * numel(getLhs().getType()); }
+int64_t AddRMSNormGradOp::getFlops() {
+  return 11 * numel(getInput().getType());
 }
 int64_t AdamOp::getFlops() { return 14 * numel(getParam().getType()); }
 

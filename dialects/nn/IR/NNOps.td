@@ -659,6 +659,84 @@ def NN_AddLayerNormGradOp : NN_Op<"add_layer_norm_grad", [
   let assemblyFormat = "$input `,` $weight `,` $result_grad `,` $sum_grad attr-dict `:` type($input) `,` type($weight)";
 }
 
+def NN_RMSNormOp : NN_Op<"rms_norm", [InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>], NN_CustomFlops> {
+  let summary = "RMS normalisation over the last dimension";
+  let description = [{
+    `result = input / sqrt(mean(input^2) + eps) * weight` over the last
+    dimension, statistics in f32: Megatron's RMSNorm (`--normalization
+    RMSNorm`), Hugging Face's LlamaRMSNorm. No bias and no mean subtraction.
+
+    ```mlir
+    %y = nn.rms_norm %x, %g {eps = 1.0e-05 : f32} : tensor<64x4x128xf32>, tensor<128xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$weight,
+                       DefaultValuedAttr<F32Attr, "1.0e-5f">:$eps);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$input `,` $weight attr-dict `:` type($input) `,` type($weight)";
+  let hasVerifier = 1;
+}
+
+def NN_RMSNormGradOp : NN_Op<"rms_norm_grad", [
+    AllTypesMatch<["input", "result_grad", "input_grad"]>,
+    AllTypesMatch<["weight", "weight_grad"]>], NN_CustomFlops> {
+  let summary = "backward of nn.rms_norm: input and weight gradients";
+  let description = [{
+    With `r = 1 / sqrt(mean(x^2) + eps)` and `xhat = x * r`:
+    `input_grad = r * (dy * weight - xhat * mean(dy * weight * xhat))`,
+    `weight_grad = sum over rows of dy * xhat`.
+
+    ```mlir
+    %dx, %dg = nn.rms_norm_grad %x, %g, %dy {eps = 1.0e-05 : f32} : tensor<64x4x128xf32>, tensor<128xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$weight,
+                       NN_F32Tensor:$result_grad, DefaultValuedAttr<F32Attr, "1.0e-5f">:$eps);
+  let results = (outs NN_F32Tensor:$input_grad, NN_F32Tensor:$weight_grad);
+  let assemblyFormat = "$input `,` $weight `,` $result_grad attr-dict `:` type($input) `,` type($weight)";
+}
+
+def NN_AddRMSNormOp : NN_Op<"add_rms_norm", [InferTypeOpAdaptor,
+    AllTypesMatch<["lhs", "rhs", "sum"]>,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>], NN_CustomFlops> {
+  let summary = "residual add and the RMS norm of the sum, in one pass";
+  let description = [{
+    `sum = lhs + rhs` and `result = rms_norm(sum)` (as nn.rms_norm), both
+    returned, as nn.add_layer_norm for LayerNorm. Created by
+    tessera-fuse-add-layer-norm.
+
+    ```mlir
+    %s, %y = nn.add_rms_norm %x, %h, %g {eps = 1.0e-05 : f32} : tensor<64x4x128xf32>, tensor<128xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$lhs, NN_F32Tensor:$rhs,
+                       NN_F32Tensor:$weight,
+                       DefaultValuedAttr<F32Attr, "1.0e-5f">:$eps);
+  let results = (outs NN_F32Tensor:$sum, NN_F32Tensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs `,` $weight attr-dict `:` type($lhs) `,` type($weight)";
+  let hasVerifier = 1;
+}
+
+def NN_AddRMSNormGradOp : NN_Op<"add_rms_norm_grad", [
+    AllTypesMatch<["input", "result_grad", "sum_grad", "input_grad"]>,
+    AllTypesMatch<["weight", "weight_grad"]>], NN_CustomFlops> {
+  let summary = "backward of nn.add_rms_norm";
+  let description = [{
+    As nn.rms_norm_grad on `input` (the sum), with `sum_grad` added to the
+    input gradient.
+
+    ```mlir
+    %ds, %dg = nn.add_rms_norm_grad %s, %g, %dy, %dr {eps = 1.0e-05 : f32} : tensor<64x4x128xf32>, tensor<128xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$weight,
+                       NN_F32Tensor:$result_grad, NN_F32Tensor:$sum_grad,
+                       DefaultValuedAttr<F32Attr, "1.0e-5f">:$eps);
+  let results = (outs NN_F32Tensor:$input_grad, NN_F32Tensor:$weight_grad);
+  let assemblyFormat = "$input `,` $weight `,` $result_grad `,` $sum_grad attr-dict `:` type($input) `,` type($weight)";
+}
+
 def NN_AttentionOp : NN_Op<"attention", [InferTypeOpAdaptor,
     DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>,
     DeclareOpInterfaceMethods<Tessera_TPSplitOpInterface,

@@ -130,38 +130,46 @@ struct FuseAddLayerNormPass
     if (failed(funcs))
       return signalPassFailure();
     for (func::FuncOp f : *funcs) {
-      SmallVector<LayerNormOp> norms;
-      f.walk([&](LayerNormOp ln) {
-        if (ln.getInput().getDefiningOp<AddOp>())
-          norms.push_back(ln);
+      SmallVector<Operation *> norms;
+      f.walk([&](Operation *op) {
+        if (isa<LayerNormOp, RMSNormOp>(op) &&
+            op->getOperand(0).getDefiningOp<AddOp>())
+          norms.push_back(op);
       });
-      for (LayerNormOp ln : norms) {
-        // Another layer norm of the same sum may have fused it already.
-        auto add = ln.getInput().getDefiningOp<AddOp>();
+      for (Operation *norm : norms) {
+        // Another norm of the same sum may have fused it already.
+        auto add = norm->getOperand(0).getDefiningOp<AddOp>();
         // A recomputed group starts from one saved tensor: the residual
         // add ending one group stays apart from the next group's norm.
-        if (!add || !sameRecomputeGroup(add, ln))
+        if (!add || !sameRecomputeGroup(add, norm))
           continue;
-        // At the layer norm when the sum's other readers follow it (its
-        // weight and bias, which tessera-mixed-precision may cast right
-        // before it, are defined there); else at the add, if they are
-        // defined there already.
-        OpBuilder b(ln);
+        // At the norm when the sum's other readers follow it (its weight
+        // and bias, which tessera-mixed-precision may cast right before it,
+        // are defined there); else at the add, if they are defined there
+        // already.
+        OpBuilder b(norm);
         if (!llvm::all_of(add->getUsers(), [&](Operation *u) {
-              return u == ln || ln->isBeforeInBlock(u);
+              return u == norm || norm->isBeforeInBlock(u);
             })) {
-          if (!definedBefore(ln.getWeight(), add) ||
-              !definedBefore(ln.getBias(), add))
+          if (!llvm::all_of(norm->getOperands().drop_front(),
+                            [&](Value v) { return definedBefore(v, add); }))
             continue;
           b.setInsertionPoint(add);
         }
-        auto fused = AddLayerNormOp::create(b, add.getLoc(), add.getLhs(),
-                                            add.getRhs(), ln.getWeight(),
-                                            ln.getBias(), ln.getEpsAttr());
-        fused->setDiscardableAttrs(ln->getDiscardableAttrDictionary());
-        ln.replaceAllUsesWith(fused.getResult());
-        ln.erase();
-        add.replaceAllUsesWith(fused.getSum());
+        Operation *fused;
+        if (auto ln = dyn_cast<LayerNormOp>(norm))
+          fused = AddLayerNormOp::create(b, add.getLoc(), add.getLhs(),
+                                         add.getRhs(), ln.getWeight(),
+                                         ln.getBias(), ln.getEpsAttr());
+        else
+          fused = AddRMSNormOp::create(
+              b, add.getLoc(), add.getLhs(), add.getRhs(),
+              cast<RMSNormOp>(norm).getWeight(),
+              cast<RMSNormOp>(norm).getEpsAttr());
+        fused->setDiscardableAttrs(norm->getDiscardableAttrDictionary());
+        norm->getResult(0).replaceAllUsesWith(fused->getResult(1));
+        norm->erase();
+        add.replaceAllUsesWith(fused->getResult(0));
         add.erase();
       }
     }

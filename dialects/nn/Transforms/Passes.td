@@ -132,7 +132,9 @@ def FuseAddLayerNormPass : Pass<"tessera-fuse-add-layer-norm", "mlir::ModuleOp">
     An `nn.layer_norm` of an `nn.add` (the residual stream) becomes one
     `nn.add_layer_norm` that returns the sum (for its other readers, the
     next residual add) and the normalised value, as Megatron fuses the
-    residual add into the following LayerNorm. The runtime then writes the
+    residual add into the following LayerNorm; an `nn.rms_norm` of one
+    becomes `nn.add_rms_norm` (and its backward `nn.add_rms_norm_grad`) the
+    same way. The runtime then writes the
     sum while normalising it instead of reading it back, and the backward
     (nn.add_layer_norm_grad) adds the residual's gradient in the layer-norm
     gradient's pass instead of a separate nn.add. The same formulas, so

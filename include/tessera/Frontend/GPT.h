@@ -1,7 +1,7 @@
 //===- GPT.h - GPT model generator --------------------------------*- C++ -*-===//
 //
-// Builds a Megatron-style GPT (pre-LayerNorm decoder) in the nn dialect with
-// Megatron's parameter names; `tessera-gen gpt` prints it.
+// Builds a Megatron-style GPT (pre-norm decoder: LayerNorm or RMSNorm) in
+// the nn dialect with Megatron's parameter names; `tessera-gen gpt` prints it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,7 +25,12 @@ struct GPTConfig {
   int64_t maxPositions = 0;    ///< 0: seq
   bool tieEmbeddings = false;  ///< share the word embedding with the LM head
   double initStd = 0.02;
+  /// Megatron's --normalization (LayerNorm or RMSNorm) and --norm-epsilon.
+  std::string normalization = "LayerNorm";
   double layerNormEps = 1e-5;
+  /// Megatron's --disable-bias-linear: no biases in the attention and MLP
+  /// linears (the Llama family's).
+  bool disableBiasLinear = false;
   double dropout = 0.0;        ///< embedding and hidden dropout (Megatron's)
   int64_t ignoreIndex = -100;
   /// Mixture of experts (Megatron's MoELayer in place of the MLP): experts

@@ -301,6 +301,20 @@ KERNEL_ATTRS(nn::AddLayerNormGradOp) {
   return {b.getNamedAttr("value", o.getEpsAttr()),
           p.beta(b, o.getWeightGrad())};
 }
+KERNEL_ATTRS(nn::RMSNormOp) {
+  return {b.getNamedAttr("value", o.getEpsAttr())};
+}
+KERNEL_ATTRS(nn::RMSNormGradOp) {
+  return {b.getNamedAttr("value", o.getEpsAttr()),
+          p.beta(b, o.getWeightGrad())};
+}
+KERNEL_ATTRS(nn::AddRMSNormOp) {
+  return {b.getNamedAttr("value", o.getEpsAttr())};
+}
+KERNEL_ATTRS(nn::AddRMSNormGradOp) {
+  return {b.getNamedAttr("value", o.getEpsAttr()),
+          p.beta(b, o.getWeightGrad())};
+}
 KERNEL_ATTRS(nn::EmbeddingOp) {
   return p.withGroup(b, {p.iattrs(b, {int64_t(o.getVocabSize())})},
                      o.getVocabShardGroupAttr());
@@ -847,6 +861,10 @@ LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
       KernelPattern<nn::PositionEmbeddingGradOp, rt::PositionEmbeddingGradOp>,
       KernelPattern<nn::LayerNormOp, rt::LayerNormOp>,
       KernelPattern<nn::LayerNormGradOp, rt::LayerNormGradOp>,
+      KernelPattern<nn::RMSNormOp, rt::RMSNormOp>,
+      KernelPattern<nn::RMSNormGradOp, rt::RMSNormGradOp>,
+      KernelPattern<nn::AddRMSNormOp, rt::AddRMSNormOp>,
+      KernelPattern<nn::AddRMSNormGradOp, rt::AddRMSNormGradOp>,
       KernelPattern<nn::AttentionOp, rt::AttentionOp>,
       KernelPattern<nn::AttentionGradOp, rt::AttentionGradOp>,
       KernelPattern<nn::TokenCountOp, rt::TokenCountOp>,

@@ -412,6 +412,10 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
   case O::LayerNormGrad:
   case O::AddLayerNorm:
   case O::AddLayerNormGrad:
+  case O::RMSNorm:
+  case O::RMSNormGrad:
+  case O::AddRMSNorm:
+  case O::AddRMSNormGrad:
   case O::Embedding:
   case O::EmbeddingGrad:
   case O::AddPositionEmbedding:
@@ -754,6 +758,36 @@ Status Decoder::decodeTransformerInstr(const fb::Instr &in, Thunk &t) {
     TESSERA_RETURN_IF_ERROR(requireNumel(1, x.cols, "gamma"));
     TESSERA_RETURN_IF_ERROR(requireNumel(5, x.cols, "dgamma"));
     TESSERA_RETURN_IF_ERROR(requireNumel(6, x.cols, "dbeta"));
+    t.m = x.rows;
+    t.n = x.cols;
+    return Status();
+  }
+  case O::RMSNorm:
+  case O::RMSNormGrad:
+  case O::AddRMSNorm:
+  case O::AddRMSNormGrad: {
+    // Operands: X (or A, B), gamma, then dY (and dR), the outputs and,
+    // for the gradients, dgamma last.
+    TESSERA_ASSIGN_OR_RETURN(Matrix x, rowsCols(in, 0));
+    switch (in.op()) {
+    case O::RMSNorm:
+      TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 2}));
+      TESSERA_RETURN_IF_ERROR(requireNumel(1, x.cols, "gamma"));
+      break;
+    case O::RMSNormGrad:
+      TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 2, 3}));
+      TESSERA_RETURN_IF_ERROR(requireNumel(1, x.cols, "gamma"));
+      TESSERA_RETURN_IF_ERROR(requireNumel(4, x.cols, "dgamma"));
+      break;
+    case O::AddRMSNorm:
+      TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 1, 3, 4}));
+      TESSERA_RETURN_IF_ERROR(requireNumel(2, x.cols, "gamma"));
+      break;
+    default:
+      TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 2, 3, 4}));
+      TESSERA_RETURN_IF_ERROR(requireNumel(1, x.cols, "gamma"));
+      TESSERA_RETURN_IF_ERROR(requireNumel(5, x.cols, "dgamma"));
+    }
     t.m = x.rows;
     t.n = x.cols;
     return Status();

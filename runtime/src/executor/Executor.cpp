@@ -574,6 +574,16 @@ Status Executor::execute(const Thunk &t) {
   case O::AddLayerNormGrad:
     return be->addLayerNormGrad(F(0), F(1), F(2), F(3), F(4), F(5), F(6), t.m,
                                 t.n, t.f[0], t.beta);
+  case O::RMSNorm:
+    return be->rmsNorm(F(0), F(1), F(2), t.m, t.n, t.f[0]);
+  case O::RMSNormGrad:
+    return be->rmsNormGrad(F(0), F(1), F(2), nullptr, F(3), F(4), t.m, t.n,
+                           t.f[0], t.beta);
+  case O::AddRMSNorm:
+    return be->addRmsNorm(F(0), F(1), F(2), F(3), F(4), t.m, t.n, t.f[0]);
+  case O::AddRMSNormGrad:
+    return be->rmsNormGrad(F(0), F(1), F(2), F(3), F(4), F(5), t.m, t.n,
+                           t.f[0], t.beta);
   case O::Embedding:
     return be->embedding(I(0), F(1), F(2), t.m, t.i[0], t.n, t.i[1], t.i[2]);
   case O::EmbeddingGrad:

@@ -416,6 +416,45 @@ TEST(CudaConformanceTest, LayerNorm) {
   }
 }
 
+TEST(CudaConformanceTest, RMSNorm) {
+  for (int64_t cols : {int64_t(5), int64_t(256), int64_t(1600)}) {
+    const int64_t rows = 67;
+    auto x = random(size_t(rows * cols), 2.0f);
+    compare("rmsNorm cols=" + std::to_string(cols),
+            {in(x), in(random(cols)), out(random(size_t(rows * cols)))},
+            [&](Backend &b, std::vector<void *> &p) {
+              return b.rmsNorm(F(0), F(1), F(2), rows, cols, 1e-6f);
+            });
+    compare("addRmsNorm cols=" + std::to_string(cols),
+            {in(x), in(random(size_t(rows * cols))), in(random(cols)),
+             out(random(size_t(rows * cols))),
+             out(random(size_t(rows * cols)))},
+            [&](Backend &b, std::vector<void *> &p) {
+              return b.addRmsNorm(F(0), F(1), F(2), F(3), F(4), rows, cols,
+                                  1e-6f);
+            });
+    for (float beta : {0.0f, 1.0f}) {
+      compare("rmsNormGrad cols=" + std::to_string(cols),
+              {in(x), in(random(cols)), in(random(size_t(rows * cols))),
+               out(random(size_t(rows * cols))), out(random(cols))},
+              [&](Backend &b, std::vector<void *> &p) {
+                return b.rmsNormGrad(F(0), F(1), F(2), nullptr, F(3), F(4),
+                                     rows, cols, 1e-6f, beta);
+              },
+              2e-5);
+      compare("addRmsNormGrad cols=" + std::to_string(cols),
+              {in(x), in(random(cols)), in(random(size_t(rows * cols))),
+               in(random(size_t(rows * cols))),
+               out(random(size_t(rows * cols))), out(random(cols))},
+              [&](Backend &b, std::vector<void *> &p) {
+                return b.rmsNormGrad(F(0), F(1), F(2), F(3), F(4), F(5), rows,
+                                     cols, 1e-6f, beta);
+              },
+              2e-5);
+    }
+  }
+}
+
 TEST(CudaConformanceTest, Embeddings) {
   const int64_t rows = 96, dim = 40, vocab = 50, localVocab = 25;
   auto t = labels(rows, int32_t(vocab));

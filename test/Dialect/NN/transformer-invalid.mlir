@@ -48,6 +48,22 @@ func.func @dropout_nan(%x: tensor<16x2x64xf32>) {
 
 // -----
 
+func.func @rms_norm_weight(%x: tensor<16x2x64xf32>, %g: tensor<64x1xf32>) {
+  // expected-error @+1 {{weight must be 1-d of the input's last dimension 64, got 'tensor<64x1xf32>'}}
+  %y = nn.rms_norm %x, %g : tensor<16x2x64xf32>, tensor<64x1xf32>
+  return
+}
+
+// -----
+
+func.func @add_rms_norm_weight(%x: tensor<16x2x64xf32>, %g: tensor<32xf32>) {
+  // expected-error @+1 {{weight must be 1-d of the input's last dimension 64, got 'tensor<32xf32>'}}
+  %s, %y = nn.add_rms_norm %x, %x, %g : tensor<16x2x64xf32>, tensor<32xf32>
+  return
+}
+
+// -----
+
 func.func @add_layer_norm_params(%x: tensor<16x2x64xf32>, %g: tensor<32xf32>) {
   // expected-error @+1 {{weight and bias must be 1-d of the input's last dimension 64, got 'tensor<32xf32>'}}
   %s, %y = nn.add_layer_norm %x, %x, %g, %g : tensor<16x2x64xf32>, tensor<32xf32>

@@ -15,6 +15,14 @@ func.func @layer(%ids: tensor<16x2xi32>, %wte: tensor<384x64xf32>, %wpe: tensor<
   %xs, %xn = nn.add_layer_norm %h2, %x, %g, %b {eps = 1.0e-6 : f32} : tensor<16x2x64xf32>, tensor<64xf32>
   // CHECK: nn.add_layer_norm_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : tensor<16x2x64xf32>, tensor<64xf32>
   %dxs, %dg, %dbb = nn.add_layer_norm_grad %xs, %g, %xn, %x : tensor<16x2x64xf32>, tensor<64xf32>
+  // CHECK: nn.rms_norm %{{.*}}, %{{.*}} {eps = 9.99999997E-7 : f32} : tensor<16x2x64xf32>, tensor<64xf32>
+  %r = nn.rms_norm %h2, %g {eps = 1.0e-6 : f32} : tensor<16x2x64xf32>, tensor<64xf32>
+  // CHECK: nn.rms_norm_grad %{{.*}}, %{{.*}}, %{{.*}} : tensor<16x2x64xf32>, tensor<64xf32>
+  %dr, %drg = nn.rms_norm_grad %h2, %g, %r : tensor<16x2x64xf32>, tensor<64xf32>
+  // CHECK: nn.add_rms_norm %{{.*}}, %{{.*}}, %{{.*}} : tensor<16x2x64xf32>, tensor<64xf32>
+  %rs, %rn = nn.add_rms_norm %h2, %r, %g : tensor<16x2x64xf32>, tensor<64xf32>
+  // CHECK: nn.add_rms_norm_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : tensor<16x2x64xf32>, tensor<64xf32>
+  %drs, %drsg = nn.add_rms_norm_grad %rs, %g, %rn, %r : tensor<16x2x64xf32>, tensor<64xf32>
   // CHECK: nn.linear {{.*}} -> tensor<16x2x192xf32>
   %qkv = nn.linear %x, %wqkv : (tensor<16x2x64xf32>, tensor<192x64xf32>) -> tensor<16x2x192xf32>
   // CHECK: nn.attention %{{.*}} {num_heads = 4 : i64} : (tensor<16x2x192xf32>) -> tensor<16x2x64xf32>

@@ -69,6 +69,22 @@ func.func @f(%x: memref<3x8xf32>, %g: memref<8xf32>, %b: memref<8xf32>, %y: memr
 
 // -----
 
+func.func @f(%x: memref<3x8xf32>, %g: memref<8xf32>, %y: memref<3x8xf32>) {
+  // expected-error @+1 {{takes 1 float attributes, got 0}}
+  rt.rms_norm %x, %g, %y : memref<3x8xf32>, memref<8xf32>, memref<3x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: memref<3x8xf32>, %g: memref<8xf32>, %y: memref<3x8xf32>) {
+  // expected-error @+1 {{takes 3 buffers, got 4}}
+  rt.rms_norm %x, %g, %g, %y {value = 1.0e-5 : f32} : memref<3x8xf32>, memref<8xf32>, memref<8xf32>, memref<3x8xf32>
+  return
+}
+
+// -----
+
 func.func @f(%x: memref<8xf32>, %y: memref<8xf32>) {
   // expected-error @+1 {{takes no group, got 'tp'}}
   rt.gelu %x, %y {iattrs = array<i64: 0>, group = "tp"} : memref<8xf32>, memref<8xf32>

@@ -39,6 +39,16 @@ func.func @f() attributes {rt.entry} {
   rt.sgd %w, %g {lr = 1.0e-2 : f32, weight_decay = 0.1 : f32, runs = array<i64: 32, 0, 8>, group = "dp"} : memref<4x8xf32>, memref<4x8xf32>
   // CHECK: rt.sgd_momentum {{.*}} {lr = {{.*}}, momentum = 0.899999976 : f32, weight_decay = 1.000000e-01 : f32} : memref<4x8xf32>, memref<4x8xf32>, memref<4x8xf32>
   rt.sgd_momentum %w, %g, %g {lr = 1.0e-2 : f32, weight_decay = 0.1 : f32, momentum = 0.9 : f32} : memref<4x8xf32>, memref<4x8xf32>, memref<4x8xf32>
+  // RMSNorm's kernels: eps as the value, beta for the weight gradient.
+  %n = rt.alloc offset 2048 : memref<8xf32>
+  // CHECK: rt.rms_norm %{{.*}}, %{{.*}}, %{{.*}} {value = 9.99999997E-7 : f32} : memref<4x8xf32>, memref<8xf32>, memref<4x8xf32>
+  rt.rms_norm %w, %n, %w {value = 1.0e-6 : f32} : memref<4x8xf32>, memref<8xf32>, memref<4x8xf32>
+  // CHECK: rt.rms_norm_grad {{.*}} {beta = 1.000000e+00 : f32, value = {{.*}}}
+  rt.rms_norm_grad %w, %n, %g, %g, %n {value = 1.0e-5 : f32, beta = 1.0 : f32} : memref<4x8xf32>, memref<8xf32>, memref<4x8xf32>, memref<4x8xf32>, memref<8xf32>
+  // CHECK: rt.add_rms_norm
+  rt.add_rms_norm %w, %g, %n, %w, %g {value = 1.0e-5 : f32} : memref<4x8xf32>, memref<4x8xf32>, memref<8xf32>, memref<4x8xf32>, memref<4x8xf32>
+  // CHECK: rt.add_rms_norm_grad
+  rt.add_rms_norm_grad %w, %n, %g, %g, %w, %n {value = 1.0e-5 : f32} : memref<4x8xf32>, memref<8xf32>, memref<4x8xf32>, memref<4x8xf32>, memref<4x8xf32>, memref<8xf32>
   %ss = rt.alloc offset 1024 : memref<1xf32>
   %nrm = rt.alloc offset 1088 : memref<1xf32>
   %cf = rt.alloc offset 1152 : memref<1xf32>

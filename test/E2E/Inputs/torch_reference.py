@@ -25,7 +25,7 @@ of tessera-run --metrics (compare the two with compare_losses.py).
    (g * S) mod (T - S); tokens [S, B] sequence-major, labels shifted by one
    (runtime/include/tessera/rt/Data.h, IndexedDataset.cpp).
  * Model: the nn ops of the function body are interpreted one by one in
-   float32 (embedding, add_position_embedding, layer_norm, linear, attention,
+   float32 (embedding, add_position_embedding, layer_norm, rms_norm, linear, attention,
    gelu, relu, add, softmax_cross_entropy, token_mean, and the MoE layer's
    moe_router, moe_aux_loss, add_aux_loss, moe_capacity_drop, moe_dispatch,
    grouped_linear and moe_combine, written as Megatron's MoELayer computes
@@ -247,7 +247,7 @@ def main():
 
     params_spec, ops, ret = parse_model(args.model)
     unknown = sorted({o["op"] for o in ops} - {
-        "embedding", "add_position_embedding", "layer_norm", "linear",
+        "embedding", "add_position_embedding", "layer_norm", "rms_norm", "linear",
         "attention", "gelu", "relu", "add", "softmax_cross_entropy",
         "token_mean", "moe_router", "moe_aux_loss", "add_aux_loss",
         "moe_dispatch", "grouped_linear", "moe_combine", "moe_capacity_drop"})
@@ -300,6 +300,10 @@ def main():
                 y = x[0] + x[1][:x[0].shape[0], None, :]
             elif op == "layer_norm":
                 y = F.layer_norm(x[0], x[0].shape[-1:], x[1], x[2], eps=1e-5)
+            elif op == "rms_norm":
+                # Megatron's RMSNorm (Hugging Face's LlamaRMSNorm).
+                eps = o["floats"].get("eps", 1e-5)
+                y = x[0] * torch.rsqrt(x[0].pow(2).mean(-1, keepdim=True) + eps) * x[1]
             elif op == "linear":
                 y = F.linear(x[0], x[1], x[2] if len(x) > 2 else None)
             elif op == "attention":

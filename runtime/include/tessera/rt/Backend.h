@@ -242,6 +242,21 @@ public:
                                   const float *dy, const float *dr, float *dx,
                                   float *dgamma, float *dbias, int64_t rows,
                                   int64_t cols, float eps, float beta) = 0;
+  /// Y[r, :] = X[r, :] * rstd * gamma, rstd = 1 / sqrt(mean(X[r, :]^2) +
+  /// eps): Megatron's RMSNorm.
+  virtual Status rmsNorm(const float *x, const float *gamma, float *y,
+                         int64_t rows, int64_t cols, float eps) = 0;
+  /// S = A + B, then Y = rmsNorm(S), in one pass.
+  virtual Status addRmsNorm(const float *a, const float *b, const float *gamma,
+                            float *s, float *y, int64_t rows, int64_t cols,
+                            float eps) = 0;
+  /// dX (overwritten; plus dR when dR is not null: the residual's gradient
+  /// of the fused form) and dgamma = beta * old + sum over rows of dY *
+  /// xhat; rstd is recomputed from X.
+  virtual Status rmsNormGrad(const float *x, const float *gamma,
+                             const float *dy, const float *dr, float *dx,
+                             float *dgamma, int64_t rows, int64_t cols,
+                             float eps, float beta) = 0;
   /// Vocabulary-parallel lookup in a shard T [localVocab, dim] holding ids
   /// [vocabOffset, vocabOffset + localVocab): Y[r, :] = T[ids[r] - offset, :]
   /// or 0 for ids of other shards. Ids outside [0, vocabSize) are an

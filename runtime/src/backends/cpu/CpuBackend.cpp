@@ -825,6 +825,77 @@ public:
     return Status();
   }
 
+  /// A row's 1 / sqrt(mean(x^2) + eps) (RMSNorm's statistics).
+  static float rmsRstd(const float *xr, int64_t cols, float eps) {
+    float sq = 0.0f;
+#pragma omp simd reduction(+ : sq)
+    for (int64_t j = 0; j < cols; ++j)
+      sq += xr[j] * xr[j];
+    return math::layerNormRstd(sq, cols, eps);
+  }
+
+  Status rmsNorm(const float *x, const float *gamma, float *y, int64_t rows,
+                 int64_t cols, float eps) override {
+    return addRmsNorm(x, nullptr, gamma, nullptr, y, rows, cols, eps);
+  }
+
+  /// rmsNorm of A + B (writing the sum to S), or of A alone when B is null.
+  Status addRmsNorm(const float *a, const float *b, const float *gamma,
+                    float *s, float *y, int64_t rows, int64_t cols,
+                    float eps) override {
+    if (cols == 0)
+      return Status();
+#pragma omp parallel for num_threads(threads) if (rows * cols >= kParallelMin)
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *xr = a + r * cols;
+      if (b) {
+        const float *ar = a + r * cols, *br = b + r * cols;
+        float *sr = s + r * cols;
+#pragma omp simd
+        for (int64_t j = 0; j < cols; ++j)
+          sr[j] = ar[j] + br[j];
+        xr = sr;
+      }
+      float *yr = y + r * cols;
+      float rstd = rmsRstd(xr, cols, eps);
+#pragma omp simd
+      for (int64_t j = 0; j < cols; ++j)
+        yr[j] = math::layerNormOut(xr[j], 0.0f, rstd, gamma[j], 0.0f);
+    }
+    return Status();
+  }
+
+  Status rmsNormGrad(const float *x, const float *gamma, const float *dy,
+                     const float *dr, float *dx, float *dgamma, int64_t rows,
+                     int64_t cols, float eps, float beta) override {
+    scaleOrZero(dgamma, cols, beta);
+    if (cols == 0)
+      return Status();
+    const float invN = 1.0f / float(cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *xr = x + r * cols;
+      const float *dyr = dy + r * cols;
+      float *dxr = dx + r * cols;
+      float rstd = rmsRstd(xr, cols, eps);
+      float sgx = 0.0f;
+#pragma omp simd reduction(+ : sgx)
+      for (int64_t j = 0; j < cols; ++j) {
+        float xhat = xr[j] * rstd;
+        sgx += dyr[j] * gamma[j] * xhat;
+        dgamma[j] += dyr[j] * xhat;
+      }
+      float mgx = sgx * invN;
+      const float *drr = dr ? dr + r * cols : nullptr;
+#pragma omp simd
+      for (int64_t j = 0; j < cols; ++j) {
+        float d = math::layerNormGradX(xr[j] * rstd, dyr[j], gamma[j], rstd,
+                                       0.0f, mgx);
+        dxr[j] = drr ? d + drr[j] : d;
+      }
+    }
+    return Status();
+  }
+
   Status embedding(const int32_t *ids, const float *table, float *y,
                    int64_t rows, int64_t localVocab, int64_t dim,
                    int64_t vocabOffset, int64_t vocabSize) override {

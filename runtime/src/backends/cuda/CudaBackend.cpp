@@ -693,6 +693,29 @@ Status CudaBackend::addLayerNormGrad(const float *x, const float *gamma,
                   "AddLayerNormGrad");
 }
 
+Status CudaBackend::rmsNorm(const float *x, const float *gamma, float *y,
+                            int64_t rows, int64_t cols, float eps) {
+  return launched(launchLayerNorm(computeStream, x, gamma, /*bias=*/nullptr, y,
+                                  rows, cols, eps),
+                  "RMSNorm");
+}
+
+Status CudaBackend::addRmsNorm(const float *a, const float *b,
+                               const float *gamma, float *s, float *y,
+                               int64_t rows, int64_t cols, float eps) {
+  return launched(launchAddLayerNorm(computeStream, a, b, gamma,
+                                     /*bias=*/nullptr, s, y, rows, cols, eps),
+                  "AddRMSNorm");
+}
+
+Status CudaBackend::rmsNormGrad(const float *x, const float *gamma,
+                                const float *dy, const float *dr, float *dx,
+                                float *dgamma, int64_t rows, int64_t cols,
+                                float eps, float beta) {
+  return normGrad(x, gamma, dy, dr, dx, dgamma, /*dbias=*/nullptr, rows, cols,
+                  eps, beta, dr ? "AddRMSNormGrad" : "RMSNormGrad");
+}
+
 Status CudaBackend::embedding(const int32_t *ids, const float *table, float *y,
                               int64_t rows, int64_t localVocab, int64_t dim,
                               int64_t vocabOffset, int64_t vocabSize) {

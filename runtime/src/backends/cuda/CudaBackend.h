@@ -140,9 +140,17 @@ public:
                           const float *dr, float *dx, float *dgamma,
                           float *dbias, int64_t rows, int64_t cols, float eps,
                           float beta) override;
+  Status rmsNorm(const float *x, const float *gamma, float *y, int64_t rows,
+                 int64_t cols, float eps) override;
+  Status addRmsNorm(const float *a, const float *b, const float *gamma,
+                    float *s, float *y, int64_t rows, int64_t cols,
+                    float eps) override;
+  Status rmsNormGrad(const float *x, const float *gamma, const float *dy,
+                     const float *dr, float *dx, float *dgamma, int64_t rows,
+                     int64_t cols, float eps, float beta) override;
 
 private:
-  /// The layer-norm backward, plus dR (when given) in dX; `opcode` names
+  /// The layer-norm (and, with dbias null, RMS-norm) backward, plus dR (when given) in dX; `opcode` names
   /// the instruction in errors.
   Status normGrad(const float *x, const float *gamma, const float *dy,
                   const float *dr, float *dx, float *dgamma, float *dbias,

@@ -335,13 +335,18 @@ __global__ void crossEntropyGradKernel(const float *z, const int32_t *t,
 }
 
 /// The mean and 1 / sqrt(var + eps) of row `xr` (two passes, biased
-/// variance, as the CPU's rowStats), in every thread of the block.
+/// variance, as the CPU's rowStats), in every thread of the block; for RMS
+/// (RMSNorm) the mean is 0 and rstd = 1 / sqrt(mean(x^2) + eps).
+template <bool RMS>
 __device__ void rowMeanRstd(const float *xr, int64_t cols, float eps,
                             float &mean, float &rstd) {
-  float sum = 0.0f;
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-    sum += xr[j];
-  mean = blockSum(sum) / float(cols);
+  mean = 0.0f;
+  if (!RMS) {
+    float sum = 0.0f;
+    for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
+      sum += xr[j];
+    mean = blockSum(sum) / float(cols);
+  }
   float sq = 0.0f;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
     float d = xr[j] - mean;
@@ -350,6 +355,8 @@ __device__ void rowMeanRstd(const float *xr, int64_t cols, float eps,
   rstd = math::layerNormRstd(blockSum(sq), cols, eps);
 }
 
+/// LayerNorm (RMS false) or RMSNorm (RMS true: no bias) of each row.
+template <bool RMS>
 __global__ void layerNormKernel(const float *x, const float *gamma,
                                 const float *bias, float *y, int64_t cols,
                                 float eps) {
@@ -357,13 +364,15 @@ __global__ void layerNormKernel(const float *x, const float *gamma,
   const float *xr = x + row * cols;
   float *yr = y + row * cols;
   float mean, rstd;
-  rowMeanRstd(xr, cols, eps, mean, rstd);
+  rowMeanRstd<RMS>(xr, cols, eps, mean, rstd);
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-    yr[j] = math::layerNormOut(xr[j], mean, rstd, gamma[j], bias[j]);
+    yr[j] = math::layerNormOut(xr[j], mean, rstd, gamma[j],
+                               RMS ? 0.0f : bias[j]);
 }
 
-/// S = A + B and the layer norm of S, per row (each thread reads back only
-/// the sums it wrote).
+/// S = A + B and the layer (or RMS) norm of S, per row (each thread reads
+/// back only the sums it wrote).
+template <bool RMS>
 __global__ void addLayerNormKernel(const float *a, const float *b,
                                    const float *gamma, const float *bias,
                                    float *s, float *y, int64_t cols, float eps) {
@@ -373,13 +382,16 @@ __global__ void addLayerNormKernel(const float *a, const float *b,
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
     sr[j] = ar[j] + br[j];
   float mean, rstd;
-  rowMeanRstd(sr, cols, eps, mean, rstd);
+  rowMeanRstd<RMS>(sr, cols, eps, mean, rstd);
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-    yr[j] = math::layerNormOut(sr[j], mean, rstd, gamma[j], bias[j]);
+    yr[j] = math::layerNormOut(sr[j], mean, rstd, gamma[j],
+                               RMS ? 0.0f : bias[j]);
 }
 
 /// dX per row (plus dR when given), and the row's mean and rstd into
-/// stats[row], stats[rows + row] for the parameter gradients.
+/// stats[row], stats[rows + row] for the parameter gradients. RMSNorm's
+/// gradient is LayerNorm's with the mean and mean(dy * gamma) terms 0.
+template <bool RMS>
 __global__ void layerNormGradXKernel(const float *x, const float *gamma,
                                      const float *dy, const float *dr,
                                      float *dx, int64_t rows, int64_t cols,
@@ -388,7 +400,7 @@ __global__ void layerNormGradXKernel(const float *x, const float *gamma,
   const float *xr = x + row * cols, *dyr = dy + row * cols;
   float *dxr = dx + row * cols;
   float mean, rstd;
-  rowMeanRstd(xr, cols, eps, mean, rstd);
+  rowMeanRstd<RMS>(xr, cols, eps, mean, rstd);
   float sg = 0.0f, sgx = 0.0f;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
     float g = dyr[j] * gamma[j];
@@ -396,7 +408,8 @@ __global__ void layerNormGradXKernel(const float *x, const float *gamma,
     sgx += g * (xr[j] - mean) * rstd;
   }
   const float invN = 1.0f / float(cols);
-  const float meanG = blockSum(sg) * invN, meanGX = blockSum(sgx) * invN;
+  const float meanGX = blockSum(sgx) * invN;
+  const float meanG = RMS ? 0.0f : blockSum(sg) * invN;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
     float xhat = (xr[j] - mean) * rstd;
     float d = math::layerNormGradX(xhat, dyr[j], gamma[j], rstd, meanG, meanGX);
@@ -411,7 +424,8 @@ __global__ void layerNormGradXKernel(const float *x, const float *gamma,
 }
 
 /// dgamma[j] = beta * dgamma[j] + sum_r dy[r, j] xhat[r, j], dbias[j] =
-/// beta * dbias[j] + sum_r dy[r, j] (beta == 0: not read).
+/// beta * dbias[j] + sum_r dy[r, j] (beta == 0: not read; dbias null for
+/// RMSNorm).
 __global__ void layerNormGradParamsKernel(const float *x, const float *dy,
                                           const float *stats, float *dgamma,
                                           float *dbias, int64_t rows,
@@ -435,7 +449,8 @@ __global__ void layerNormGradParamsKernel(const float *x, const float *dy,
       sb += pb[l][threadIdx.x];
     }
     dgamma[j] = beta == 0.0f ? sg : beta * dgamma[j] + sg;
-    dbias[j] = beta == 0.0f ? sb : beta * dbias[j] + sb;
+    if (dbias)
+      dbias[j] = beta == 0.0f ? sb : beta * dbias[j] + sb;
   }
 }
 
@@ -877,16 +892,22 @@ cudaError_t launchLayerNorm(cudaStream_t s, const float *x, const float *gamma,
                             int64_t cols, float eps) {
   if (cols == 0)
     return cudaSuccess;
-  TESSERA_LAUNCH_ROWS(layerNormKernel, rows, cols, s, x, gamma, bias, y, cols,
-                      eps);
+  if (bias)
+    TESSERA_LAUNCH_ROWS(layerNormKernel<false>, rows, cols, s, x, gamma, bias,
+                        y, cols, eps);
+  TESSERA_LAUNCH_ROWS(layerNormKernel<true>, rows, cols, s, x, gamma, bias, y,
+                      cols, eps);
 }
 cudaError_t launchAddLayerNorm(cudaStream_t s, const float *a, const float *b,
                                const float *gamma, const float *bias, float *sum,
                                float *y, int64_t rows, int64_t cols, float eps) {
   if (cols == 0)
     return cudaSuccess;
-  TESSERA_LAUNCH_ROWS(addLayerNormKernel, rows, cols, s, a, b, gamma, bias, sum,
-                      y, cols, eps);
+  if (bias)
+    TESSERA_LAUNCH_ROWS(addLayerNormKernel<false>, rows, cols, s, a, b, gamma,
+                        bias, sum, y, cols, eps);
+  TESSERA_LAUNCH_ROWS(addLayerNormKernel<true>, rows, cols, s, a, b, gamma,
+                      bias, sum, y, cols, eps);
 }
 cudaError_t launchLayerNormGrad(cudaStream_t s, const float *x,
                                 const float *gamma, const float *dy,
@@ -895,9 +916,14 @@ cudaError_t launchLayerNormGrad(cudaStream_t s, const float *x,
                                 float eps, float beta, float *stats) {
   if (cols == 0)
     return cudaSuccess;
-  if (rows > 0)
-    layerNormGradXKernel<<<unsigned(rows), rowThreads(cols), 0, s>>>(
-        x, gamma, dy, dr, dx, rows, cols, eps, stats);
+  if (rows > 0) {
+    if (dbias)
+      layerNormGradXKernel<false><<<unsigned(rows), rowThreads(cols), 0, s>>>(
+          x, gamma, dy, dr, dx, rows, cols, eps, stats);
+    else
+      layerNormGradXKernel<true><<<unsigned(rows), rowThreads(cols), 0, s>>>(
+          x, gamma, dy, dr, dx, rows, cols, eps, stats);
+  }
   layerNormGradParamsKernel<<<unsigned((cols + kColumns - 1) / kColumns),
                               dim3(kColumns, kRowLanes), 0, s>>>(
       x, dy, stats, dgamma, dbias, rows, cols, beta);

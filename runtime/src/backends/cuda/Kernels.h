@@ -85,6 +85,8 @@ cudaError_t launchClipGradNorm(cudaStream_t s, const float *sumsq, float *norm,
                                float *coeff, float maxNorm);
 cudaError_t launchScaleBy(cudaStream_t s, const float *x, const float *scale,
                           float *y, int64_t n);
+/// The layer-norm launchers run RMSNorm (Megatron's RMSNorm: no mean, no
+/// bias) where `bias` (`dbias` for the gradient) is null.
 cudaError_t launchLayerNorm(cudaStream_t s, const float *x, const float *gamma,
                             const float *bias, float *y, int64_t rows,
                             int64_t cols, float eps);
