@@ -86,6 +86,28 @@ std::string tessera::validateGPTConfig(const GPTConfig &c) {
            c.normalization;
   if (!(c.layerNormEps > 0 && c.layerNormEps < 1))
     return "--norm-epsilon must be in (0, 1), got " + number(c.layerNormEps);
+  if (!(c.initStd > 0 && std::isfinite(c.initStd)))
+    return "--init-method-std must be a finite number > 0, got " +
+           number(c.initStd);
+  if (c.positionEmbeddingType != "learned_absolute" &&
+      c.positionEmbeddingType != "rope" && c.positionEmbeddingType != "none")
+    return "--position-embedding-type must be learned_absolute, rope or "
+           "none, got " +
+           c.positionEmbeddingType;
+  if (c.positionEmbeddingType == "rope") {
+    if (!(c.rotaryBase > 1 && std::isfinite(c.rotaryBase)))
+      return "--rotary-base must be a finite number > 1, got " +
+             number(c.rotaryBase);
+    if (!(c.rotaryPercent > 0 && c.rotaryPercent <= 1))
+      return "--rotary-percent must be in (0, 1], got " +
+             number(c.rotaryPercent);
+    int64_t headDim = c.hidden / c.heads;
+    int64_t rot = int64_t(double(headDim) * c.rotaryPercent);
+    if (rot < 2 || rot % 2 != 0)
+      return "--rotary-percent " + number(c.rotaryPercent) + " of head dim " +
+             std::to_string(headDim) + " gives " + std::to_string(rot) +
+             " rotary features; RoPE rotates an even number, at least 2";
+  }
   if (c.numExperts < 0)
     return "--num-experts must not be negative";
   if (c.numExperts > 0) {
@@ -196,6 +218,16 @@ Value GPTBuilder::layer(int64_t i, Value h) {
   Value bqkv = bias(p + "self_attention.linear_qkv.bias", 3 * H);
   Value qkv = mark(nn::LinearOp::create(b, loc(p + "self_attention.linear_qkv"),
                                         x, wqkv, bqkv));
+  if (c.positionEmbeddingType == "rope") {
+    // Megatron's rotary_pos_emb on q and k: rotary_dim = int(kv_channels x
+    // rotary_percent) features of each head.
+    int64_t rot = int64_t(double(H / c.heads) * c.rotaryPercent);
+    qkv = mark(nn::RotaryEmbeddingOp::create(
+        b, loc(p + "self_attention.rotary_pos_emb"), qkv,
+        b.getI64IntegerAttr(c.heads), b.getI64IntegerAttr(rot),
+        b.getF32FloatAttr(float(c.rotaryBase)), b.getBoolAttr(false),
+        StringAttr()));
+  }
   Value ctxv = mark(nn::AttentionOp::create(
       b, loc(p + "self_attention.core_attention"), qkv,
       b.getI64IntegerAttr(c.heads), b.getBoolAttr(true)));
@@ -294,14 +326,16 @@ OwningOpRef<ModuleOp> GPTBuilder::build() {
   Value labels = input("labels");
   Value wte = param("embedding.word_embeddings.weight", {c.vocab, H},
                     normal(c.initStd));
-  Value wpe = param("embedding.position_embeddings.weight",
-                    {c.maxPositions ? c.maxPositions : c.seq, H},
-                    normal(c.initStd));
   Value h = nn::EmbeddingOp::create(b, loc("embedding.word_embeddings"), tokens,
                                     wte, b.getI64IntegerAttr(c.vocab),
                                     StringAttr());
-  h = nn::AddPositionEmbeddingOp::create(
-      b, loc("embedding.position_embeddings"), h, wpe, StringAttr());
+  if (c.positionEmbeddingType == "learned_absolute") {
+    Value wpe = param("embedding.position_embeddings.weight",
+                      {c.maxPositions ? c.maxPositions : c.seq, H},
+                      normal(c.initStd));
+    h = nn::AddPositionEmbeddingOp::create(
+        b, loc("embedding.position_embeddings"), h, wpe, StringAttr());
+  }
   h = dropout(h, "embedding.dropout");
   for (int64_t i = 0; i < c.layers; ++i)
     h = layer(i, h);

@@ -497,6 +497,13 @@ public:
     return inner->moeCombineGrad(rows, probs, indices, dy, drows, dprobs,
                                  tokens, k, experts, features);
   }
+  Status rotaryEmbedding(const float *x, float *y, int64_t seq, int64_t batch,
+                         int64_t features, int64_t heads, int64_t rotDim,
+                         float base, int64_t posBegin, bool inverse) override {
+    note("rotaryEmbedding");
+    return inner->rotaryEmbedding(x, y, seq, batch, features, heads, rotDim,
+                                  base, posBegin, inverse);
+  }
   Status dropout(const float *x, float *y, int64_t seq, int64_t batch,
                  int64_t hidden, int64_t seqOffset, int64_t seqTotal,
                  int64_t firstSample, uint64_t seed, int64_t stream,

@@ -63,3 +63,22 @@ func.func @rms(%x: tensor<4x8xf32> {nn.input = "features"},
   %loss = nn.token_mean %l, %t : (tensor<4xf32>, tensor<4xi32>) -> tensor<f32>
   return %loss : tensor<f32>
 }
+
+// -----
+
+// RoPE's adjoint is the inverse rotation (the same op, inverse = true),
+// with the op's attributes (and sequence shard group) kept.
+// CHECK-LABEL: func.func @rope
+// CHECK: %[[R:.*]] = nn.rotary_embedding %[[Q:[^ ]*]] {base = 5.000000e+05 : f32, num_heads = 2 : i64, rotary_dim = 4 : i64, sequence_shard_group = "cp"}
+// CHECK: %[[DC:.*]] = nn.attention_grad %[[R]]
+// CHECK-NEXT: nn.rotary_embedding %[[DC]] {base = 5.000000e+05 : f32, inverse = true, num_heads = 2 : i64, rotary_dim = 4 : i64, sequence_shard_group = "cp"}
+func.func @rope(%x: tensor<4x2x8xf32> {nn.input = "features"},
+                %w: tensor<24x8xf32> {nn.param = "qkv.weight", nn.init = "normal:0.02"},
+                %t: tensor<4x2xi32> {nn.input = "labels"}) -> tensor<f32> {
+  %q = nn.linear %x, %w : (tensor<4x2x8xf32>, tensor<24x8xf32>) -> tensor<4x2x24xf32>
+  %r = nn.rotary_embedding %q {num_heads = 2 : i64, rotary_dim = 4 : i64, base = 5.0e5 : f32, sequence_shard_group = "cp"} : tensor<4x2x24xf32>
+  %c = nn.attention %r {num_heads = 2 : i64} : (tensor<4x2x24xf32>) -> tensor<4x2x8xf32>
+  %l = nn.softmax_cross_entropy %c, %t : (tensor<4x2x8xf32>, tensor<4x2xi32>) -> tensor<4x2xf32>
+  %loss = nn.token_mean %l, %t : (tensor<4x2xf32>, tensor<4x2xi32>) -> tensor<f32>
+  return %loss : tensor<f32>
+}

@@ -36,3 +36,13 @@
 // NONE-NOT: dist.ring_attention
 // NONE: nn.attention
 // NONE-NOT: nn.token_count
+
+// RoPE rotates each row of the share by its global position: the op takes
+// the sequence's shard group, as dropout does, and ring attention reads the
+// rotated QKV.
+// RUN: tessera-gen gpt --layers 1 --hidden 32 --heads 4 --vocab 257 --seq 8 --position-embedding-type rope -o %t.rope.mlir
+// RUN: tessera-opt %t.rope.mlir --tessera-attach-mesh="cp=2" --tessera-set-batch="micro-batch-size=2" --tessera-pad-vocab --tessera-tp-partition --tessera-cp-partition | FileCheck %s --check-prefix=ROPE
+// ROPE-NOT: position_embedding
+// ROPE: %[[QKV:.*]] = nn.linear {{.*}} -> tensor<4x2x96xf32>
+// ROPE-NEXT: %[[R:.*]] = nn.rotary_embedding %[[QKV]] {nn.layer = 0 : i64, num_heads = 4 : i64, rotary_dim = 8 : i64, sequence_shard_group = "cp"} : tensor<4x2x96xf32>
+// ROPE-NEXT: dist.ring_attention %[[R]] on @mesh "cp"

@@ -42,3 +42,18 @@
 // RUN: tessera-opt %t.drop.mlir --tessera-attach-mesh="tp=2" --tessera-set-batch="micro-batch-size=2" --tessera-pad-vocab --tessera-tp-partition="sequence-parallel=1" | FileCheck %s --check-prefix=DROP
 // DROP: nn.dropout %{{.*}} {rate = 1.000000e-01 : f32, sequence_shard_group = "tp", stream = 0 : i64} : tensor<4x2x32xf32>
 // DROP: nn.dropout %{{.*}} {nn.layer = 0 : i64, rate = 1.000000e-01 : f32, sequence_shard_group = "tp", stream = 1 : i64} : tensor<4x2x32xf32>
+
+// Without learned positions (Megatron's --position-embedding-type rope):
+// the word embeddings' reduced output is what is scattered onto sequence
+// shards; RoPE runs on the gathered QKV with the rank's heads (2 of 4).
+// RUN: tessera-gen gpt --layers 1 --hidden 32 --heads 4 --vocab 257 --seq 8 --normalization RMSNorm --disable-bias-linear --position-embedding-type rope -o %t.rope.mlir
+// RUN: tessera-opt %t.rope.mlir --tessera-attach-mesh="tp=2" --tessera-set-batch="micro-batch-size=2" --tessera-pad-vocab --tessera-tp-partition="sequence-parallel=1" | FileCheck %s --check-prefix=ROPE
+// ROPE: %[[E:.*]] = nn.embedding
+// ROPE-NEXT: %[[ER:.*]] = dist.reduce_from_region %[[E]] on @mesh "tp" : tensor<8x2x32xf32>
+// ROPE-NEXT: %[[S:.*]] = dist.scatter_to_region %[[ER]] on @mesh "tp" {dim = 0 : i64} : tensor<8x2x32xf32> -> tensor<4x2x32xf32>
+// ROPE-NEXT: %[[G:.*]] = dist.copy_to_region %{{.*}} on @mesh "tp" : tensor<32xf32>
+// ROPE-NEXT: nn.rms_norm %[[S]], %[[G]] {nn.layer = 0 : i64} : tensor<4x2x32xf32>, tensor<32xf32>
+// ROPE-NEXT: %[[XG:.*]] = dist.all_gather
+// ROPE-NEXT: %[[QKV:.*]] = nn.linear %[[XG]]
+// ROPE-NEXT: %[[R:.*]] = nn.rotary_embedding %[[QKV]] {nn.layer = 0 : i64, num_heads = 2 : i64, rotary_dim = 8 : i64} : tensor<8x2x48xf32>
+// ROPE-NEXT: nn.attention %[[R]] {nn.layer = 0 : i64, num_heads = 2 : i64}

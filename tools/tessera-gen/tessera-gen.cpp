@@ -3,7 +3,8 @@
 // tessera-gen gpt --layers L --hidden H --heads A --vocab V --seq S
 //     [--ffn F] [--max-position-embeddings P] [--tie-embeddings] [--dropout P]
 //     [--normalization LayerNorm|RMSNorm] [--norm-epsilon E]
-//     [--disable-bias-linear]
+//     [--disable-bias-linear] [--init-method-std S] [--position-embedding-type
+//      learned_absolute|rope|none [--rotary-base B] [--rotary-percent P]]
 //     [--num-experts E --moe-router-topk K [--moe-ffn-hidden F]
 //      [--moe-layer-freq N] [--moe-aux-loss-coeff C]
 //      [--moe-expert-capacity-factor F [--moe-token-drop-policy probs|position]]]
@@ -87,6 +88,23 @@ static cl::opt<bool> disableBiasLinear(
     cl::desc("no biases in the attention and MLP linear layers"),
     cl::init(false));
 
+static cl::opt<std::string> positionEmbeddingType(
+    "position-embedding-type",
+    cl::desc("learned_absolute (default), rope or none, as Megatron's"),
+    cl::init("learned_absolute"));
+static cl::opt<double> rotaryBase("rotary-base",
+                                  cl::desc("RoPE's base (default 10000)"),
+                                  cl::init(10000.0));
+static cl::opt<double> rotaryPercent(
+    "rotary-percent",
+    cl::desc("the fraction of each head's features RoPE rotates (default 1)"),
+    cl::init(1.0));
+
+static cl::opt<double> initMethodStd(
+    "init-method-std",
+    cl::desc("the weights' normal init std (default 0.02, Megatron's)"),
+    cl::init(0.02));
+
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   cl::ParseCommandLineOptions(argc, argv, "Tessera model generator\n");
@@ -108,6 +126,10 @@ int main(int argc, char **argv) {
   config.normalization = normalization;
   config.layerNormEps = normEpsilon;
   config.disableBiasLinear = disableBiasLinear;
+  config.positionEmbeddingType = positionEmbeddingType;
+  config.rotaryBase = rotaryBase;
+  config.rotaryPercent = rotaryPercent;
+  config.initStd = initMethodStd;
   config.numExperts = numExperts;
   config.moeTopk = moeTopk;
   config.moeFfn = moeFfn;

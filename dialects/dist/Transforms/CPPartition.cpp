@@ -122,6 +122,13 @@ struct CPPartitionPass
                  << "runs on a sequence shard already; context parallelism "
                     "expects the position embedding on the whole sequence";
         pos.setSequenceShardGroupAttr(cpGroup);
+      } else if (auto rope = dyn_cast<nn::RotaryEmbeddingOp>(op)) {
+        // Each row rotates by its global position (Megatron's
+        // get_pos_emb_on_this_cp_rank).
+        StringAttr group = rope.getSequenceShardGroupAttr();
+        rope.setSequenceShardGroupAttr(
+            group && group.getValue() == "tp" ? b.getStringAttr("tp-cp")
+                                              : cpGroup);
       } else if (auto drop = dyn_cast<nn::DropoutOp>(op)) {
         StringAttr group = drop.getSequenceShardGroupAttr();
         drop.setSequenceShardGroupAttr(

@@ -89,17 +89,15 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
       return;
     if (sequenceParallel) {
       // Check the configuration before rewriting anything.
-      WalkResult walk = model.walk([&](nn::AddPositionEmbeddingOp p) {
-        int64_t seq = p.getType().getDimSize(0);
+      for (Value h : embeddingOutputs(model)) {
+        int64_t seq = cast<RankedTensorType>(h.getType()).getDimSize(0);
         if (!ShapedType::isDynamic(seq) && seq % tp == 0)
-          return WalkResult::advance();
-        p.emitOpError() << "sequence length " << seq
-                        << " is not divisible by tp = " << tp
-                        << " (sequence parallelism)";
-        return WalkResult::interrupt();
-      });
-      if (walk.wasInterrupted())
+          continue;
+        h.getDefiningOp()->emitOpError()
+            << "sequence length " << seq << " is not divisible by tp = " << tp
+            << " (sequence parallelism)";
         return signalPassFailure();
+      }
     }
 
     for (TPRegion &region : findTPRegions(model)) {
@@ -125,6 +123,25 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
     updateFunctionType(model);
   }
 
+  /// The values that enter the decoder layers: the position embeddings'
+  /// sums, or, for a model without learned positions (RoPE, none), the
+  /// word embeddings (after their vocabulary-parallel reduction).
+  static SmallVector<Value> embeddingOutputs(func::FuncOp model) {
+    SmallVector<Value> outs;
+    model.walk([&](nn::AddPositionEmbeddingOp p) {
+      outs.push_back(p.getResult());
+    });
+    if (!outs.empty())
+      return outs;
+    model.walk([&](nn::EmbeddingOp e) {
+      Value v = e.getResult();
+      if (v.hasOneUse() && isa<ReduceFromRegionOp>(*v.getUsers().begin()))
+        v = v.getUsers().begin()->getResult(0);
+      outs.push_back(v);
+    });
+    return outs;
+  }
+
   /// Megatron's sequence parallelism on top of the tensor-parallel regions:
   /// f (copy_to_region) becomes an all-gather along the sequence and g
   /// (reduce_from_region) a reduce-scatter, so the same bytes move while
@@ -144,22 +161,22 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
 
     // The embeddings enter the layers on sequence shards (Megatron computes
     // them in full, then scatters).
-    SmallVector<nn::AddPositionEmbeddingOp> positions;
-    model.walk([&](nn::AddPositionEmbeddingOp p) { positions.push_back(p); });
+    SmallVector<Value> positions = embeddingOutputs(model);
     if (positions.empty())
       return model.emitOpError()
              << "sequence parallelism needs a transformer with embeddings";
-    for (nn::AddPositionEmbeddingOp p : positions) {
-      int64_t seq = p.getType().getDimSize(0);
+    for (Value p : positions) {
+      Operation *def = p.getDefiningOp();
+      int64_t seq = cast<RankedTensorType>(p.getType()).getDimSize(0);
       if (ShapedType::isDynamic(seq) || seq % tp != 0)
-        return p.emitOpError() << "sequence length " << seq
-                               << " is not divisible by tp = " << tp
-                               << " (sequence parallelism)";
-      b.setInsertionPointAfter(p);
-      auto scatter = ScatterToRegionOp::create(b, p.getLoc(),
+        return def->emitOpError() << "sequence length " << seq
+                                  << " is not divisible by tp = " << tp
+                                  << " (sequence parallelism)";
+      b.setInsertionPointAfter(def);
+      auto scatter = ScatterToRegionOp::create(b, def->getLoc(),
                                                shardType(p.getType()), p,
                                                meshRef, group, dim0);
-      p.getResult().replaceAllUsesExcept(scatter, scatter);
+      p.replaceAllUsesExcept(scatter, scatter);
     }
 
     // Region entries and exits.
@@ -201,8 +218,9 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
     // Parameters used on shards get partial gradients: all-reduce them.
     auto onShard = [&](Value v) {
       auto t = cast<RankedTensorType>(v.getType());
-      return llvm::any_of(positions, [&](nn::AddPositionEmbeddingOp p) {
-        return t.getDimSize(0) * tp == p.getType().getDimSize(0);
+      return llvm::any_of(positions, [&](Value p) {
+        return t.getDimSize(0) * tp ==
+               cast<RankedTensorType>(p.getType()).getDimSize(0);
       });
     };
     // Dropout on shards offsets its mask by the shard's sequence position.

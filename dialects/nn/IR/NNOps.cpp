@@ -814,6 +814,79 @@ LogicalResult AttentionOp::adjustForShard(int64_t dim, int64_t parts) {
 }
 
 //===----------------------------------------------------------------------===//
+// RotaryEmbeddingOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult RotaryEmbeddingOp::verify() {
+  auto x = getInput().getType();
+  if (x.getRank() != 3)
+    return emitOpError() << "expects a fused [seq, batch, heads * 3 * "
+                            "head_dim] input, got "
+                         << x;
+  int64_t heads = getNumHeads(), rot = getRotaryDim();
+  if (heads < 1)
+    return emitOpError() << "num_heads must be positive";
+  int64_t features = x.getDimSize(2);
+  if (!ShapedType::isDynamic(features)) {
+    if (features % (3 * heads) != 0)
+      return emitOpError() << "qkv features " << features
+                           << " are not 3 x num_heads (" << heads
+                           << ") x head_dim";
+    int64_t headDim = features / (3 * heads);
+    if (rot < 2 || rot % 2 != 0 || rot > headDim)
+      return emitOpError() << "rotary_dim " << rot
+                           << " must be even and in [2, head_dim " << headDim
+                           << "]";
+  }
+  float base = getBase().convertToFloat();
+  if (!(base > 1.0f) || !std::isfinite(base))
+    return emitOpError() << "base must be finite and > 1, got " << base;
+  return success();
+}
+
+LogicalResult RotaryEmbeddingOp::buildAdjoint(OpBuilder &b,
+                                              ArrayRef<Value> resultAdj,
+                                              ArrayRef<bool> needed,
+                                              SmallVectorImpl<Value> &adj) {
+  // A rotation's adjoint is its inverse: the same op by minus the angle.
+  adj.assign(1, Value());
+  if (needed[0])
+    adj[0] = RotaryEmbeddingOp::create(
+        b, getLoc(), resultAdj[0], getNumHeadsAttr(), getRotaryDimAttr(),
+        getBaseAttr(), b.getBoolAttr(!getInverse()),
+        getSequenceShardGroupAttr());
+  return success();
+}
+
+FailureOr<int64_t> RotaryEmbeddingOp::getSplitDims(TPSplitKind,
+                                                   SmallVectorImpl<int64_t> &,
+                                                   bool &) {
+  return failure();
+}
+
+FailureOr<int64_t> RotaryEmbeddingOp::propagateShardedDim(unsigned,
+                                                          int64_t dim) {
+  // Whole heads per shard, as nn.attention's.
+  if (dim != 2)
+    return failure();
+  return dim;
+}
+
+LogicalResult RotaryEmbeddingOp::checkShard(int64_t, int64_t parts) {
+  if (getNumHeads() % parts != 0)
+    return emitOpError() << "cannot split " << getNumHeads()
+                         << " attention heads over tp = " << parts;
+  return success();
+}
+
+LogicalResult RotaryEmbeddingOp::adjustForShard(int64_t dim, int64_t parts) {
+  if (failed(checkShard(dim, parts)))
+    return failure();
+  setNumHeads(getNumHeads() / parts);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // DropoutOp
 //===----------------------------------------------------------------------===//
 
@@ -998,6 +1071,15 @@ static int64_t attentionFlops(RankedTensorType qkv, int64_t heads,
   int64_t s = qkv.getDimSize(0), b = qkv.getDimSize(1);
   int64_t d = qkv.getDimSize(2) / (3 * heads);
   return b * heads * (matmuls * 2 * s * s * d + 5 * s * s);
+}
+
+// Per rotated feature: the angle's product, its sine and cosine (counted as
+// one each) and the rotation's two products and a sum.
+int64_t RotaryEmbeddingOp::getFlops() {
+  auto x = getInput().getType();
+  int64_t heads = getNumHeads();
+  return 6 * (numel(x) / (x.getDimSize(2) > 0 ? x.getDimSize(2) : 1)) *
+         heads * 2 * getRotaryDim();
 }
 
 int64_t AttentionOp::getFlops() {

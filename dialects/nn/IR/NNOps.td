@@ -760,6 +760,38 @@ def NN_AttentionOp : NN_Op<"attention", [InferTypeOpAdaptor,
   let hasVerifier = 1;
 }
 
+def NN_RotaryEmbeddingOp : NN_Op<"rotary_embedding", [SameOperandsAndResultType,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>,
+    DeclareOpInterfaceMethods<Tessera_TPSplitOpInterface,
+                              ["propagateShardedDim", "checkShard", "adjustForShard"]>], NN_CustomFlops> {
+  let summary = "rotary position embedding of the queries and keys in a fused QKV";
+  let description = [{
+    Megatron's RoPE (`--position-embedding-type rope`, non-interleaved:
+    Hugging Face's `rotate_half`) on nn.attention's fused, head-major
+    `[seq, batch, heads * 3 * head_dim]` input: the first `rotary_dim`
+    features of every head's query and key rotate by the angle
+    `position * base^(-2i / rotary_dim)` of their pair i (features i and
+    i + rotary_dim / 2), values and the other features pass through:
+    `y1 = x1 cos - x2 sin`, `y2 = x2 cos + x1 sin`, computed in f32 as
+    Megatron's RotaryEmbedding does. `inverse` rotates by minus the angle
+    (the op's own adjoint). Positions are global: under context
+    parallelism (`sequence_shard_group` "cp") each row takes its position
+    in Megatron's load-balanced layout.
+
+    ```mlir
+    %r = nn.rotary_embedding %qkv {num_heads = 4 : i64, rotary_dim = 32 : i64, base = 1.0e+04 : f32} : tensor<64x4x384xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, I64Attr:$num_heads,
+                       I64Attr:$rotary_dim,
+                       DefaultValuedAttr<F32Attr, "10000.0f">:$base,
+                       DefaultValuedAttr<BoolAttr, "false">:$inverse,
+                       OptionalAttr<StrAttr>:$sequence_shard_group);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
 def NN_AttentionGradOp : NN_Op<"attention_grad", [AllTypesMatch<["qkv", "result"]>], NN_CustomFlops> {
   let summary = "backward of nn.attention (recomputes the probabilities)";
   let description = [{

@@ -234,6 +234,7 @@ def RT_LayerNormOp : RT_KernelOp<"layer_norm", "LayerNorm", "layer norm over the
 def RT_LayerNormGradOp : RT_KernelOp<"layer_norm_grad", "LayerNormGrad", "layer norm backward">;
 def RT_AddLayerNormOp : RT_KernelOp<"add_layer_norm", "AddLayerNorm", "s = a + b, layer norm of s">;
 def RT_AddLayerNormGradOp : RT_KernelOp<"add_layer_norm_grad", "AddLayerNormGrad", "layer norm backward plus the residual gradient">;
+def RT_RotaryEmbeddingOp : RT_KernelOp<"rotary_embedding", "RotaryEmbedding", "rotary position embedding of q and k in a fused QKV">;
 def RT_RMSNormOp : RT_KernelOp<"rms_norm", "RMSNorm", "RMS norm over the last dim">;
 def RT_RMSNormGradOp : RT_KernelOp<"rms_norm_grad", "RMSNormGrad", "RMS norm backward">;
 def RT_AddRMSNormOp : RT_KernelOp<"add_rms_norm", "AddRMSNorm", "s = a + b, RMS norm of s">;

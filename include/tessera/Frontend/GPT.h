@@ -28,6 +28,12 @@ struct GPTConfig {
   /// Megatron's --normalization (LayerNorm or RMSNorm) and --norm-epsilon.
   std::string normalization = "LayerNorm";
   double layerNormEps = 1e-5;
+  /// Megatron's --position-embedding-type (learned_absolute, rope or none),
+  /// --rotary-base and --rotary-percent (RoPE over that fraction of each
+  /// head's features).
+  std::string positionEmbeddingType = "learned_absolute";
+  double rotaryBase = 10000.0;
+  double rotaryPercent = 1.0;
   /// Megatron's --disable-bias-linear: no biases in the attention and MLP
   /// linears (the Llama family's).
   bool disableBiasLinear = false;

@@ -335,6 +335,14 @@ KERNEL_ATTRS(nn::DropoutOp) {
                       p.iattrs(b, {int64_t(o.getStream())})},
                      o.getSequenceShardGroupAttr());
 }
+KERNEL_ATTRS(nn::RotaryEmbeddingOp) {
+  return p.withGroup(b,
+                     {b.getNamedAttr("value", o.getBaseAttr()),
+                      p.iattrs(b, {int64_t(o.getNumHeads()),
+                                   int64_t(o.getRotaryDim()),
+                                   int64_t(o.getInverse())})},
+                     o.getSequenceShardGroupAttr());
+}
 KERNEL_ATTRS(nn::LogitsStatsOp) {
   return {p.iattrs(b, {int64_t(o.getIgnoreIndex())})};
 }
@@ -861,6 +869,7 @@ LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
       KernelPattern<nn::PositionEmbeddingGradOp, rt::PositionEmbeddingGradOp>,
       KernelPattern<nn::LayerNormOp, rt::LayerNormOp>,
       KernelPattern<nn::LayerNormGradOp, rt::LayerNormGradOp>,
+      KernelPattern<nn::RotaryEmbeddingOp, rt::RotaryEmbeddingOp>,
       KernelPattern<nn::RMSNormOp, rt::RMSNormOp>,
       KernelPattern<nn::RMSNormGradOp, rt::RMSNormGradOp>,
       KernelPattern<nn::AddRMSNormOp, rt::AddRMSNormOp>,

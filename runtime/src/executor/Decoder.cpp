@@ -435,6 +435,7 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
   case O::RingAttention:
   case O::RingAttentionGrad:
   case O::Dropout:
+  case O::RotaryEmbedding:
     return decodeTransformerInstr(in, t);
   case O::MoERouter:
   case O::MoERouterGrad:
@@ -924,6 +925,34 @@ Status Decoder::decodeTransformerInstr(const fb::Instr &in, Thunk &t) {
     t.k = dim(0, 2);
     TESSERA_RETURN_IF_ERROR(sequenceShard(in, t.m, t));
     t.i[2] = iattr(0);
+    return Status();
+  }
+  case O::RotaryEmbedding: {
+    TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 1}));
+    if (rankOf(0) != 3)
+      return invalidArgument("RotaryEmbedding expects [seq, batch, heads * 3 "
+                             "* head_dim], got ",
+                             desc(ref(in, 0)));
+    t.m = dim(0, 0);
+    t.n = dim(0, 1);
+    t.k = dim(0, 2);
+    const int64_t heads = iattr(0), rot = iattr(1);
+    if (heads < 1 || t.k % (3 * heads) != 0)
+      return invalidArgument("RotaryEmbedding: ", t.k,
+                             " features are not 3 x num_heads (", heads,
+                             ") x head_dim");
+    if (rot < 2 || rot % 2 != 0 || rot > t.k / (3 * heads))
+      return invalidArgument("RotaryEmbedding: rotary_dim ", rot,
+                             " must be even and in [2, head_dim ",
+                             t.k / (3 * heads), "]");
+    if (!(t.f[0] > 1.0f) || !std::isfinite(t.f[0]))
+      return invalidArgument("RotaryEmbedding: base must be finite and > 1, "
+                             "got ",
+                             t.f[0]);
+    TESSERA_RETURN_IF_ERROR(sequenceShard(in, t.m, t));
+    t.i[0] = heads;
+    t.i[1] = rot;
+    t.i[2] = iattr(2);
     return Status();
   }
   case O::TokenCount: {

@@ -694,6 +694,18 @@ Status Executor::execute(const Thunk &t) {
     return ringAttention(t);
   case O::RingAttentionGrad:
     return ringAttentionGrad(t);
+  case O::RotaryEmbedding: {
+    // Each piece of the sequence at its global positions.
+    const int64_t rowFloats = t.n * t.k;
+    for (int p = 0; p < t.seq.count; ++p) {
+      const math::SequencePiece &piece = t.seq.piece[p];
+      TESSERA_RETURN_IF_ERROR(be->rotaryEmbedding(
+          F(0) + piece.localBegin * rowFloats,
+          F(1) + piece.localBegin * rowFloats, piece.rows, t.n, t.k, t.i[0],
+          t.i[1], t.f[0], piece.globalBegin, t.i[2] != 0));
+    }
+    return Status();
+  }
   case O::Dropout: {
     // Masks are keyed by the global sample of each batch column (column b
     // holds sample first + b) and the global position of each row.

@@ -48,6 +48,46 @@ func.func @dropout_nan(%x: tensor<16x2x64xf32>) {
 
 // -----
 
+func.func @rope_features(%q: tensor<16x2x100xf32>) {
+  // expected-error @+1 {{qkv features 100 are not 3 x num_heads (4) x head_dim}}
+  %r = nn.rotary_embedding %q {num_heads = 4 : i64, rotary_dim = 8 : i64} : tensor<16x2x100xf32>
+  return
+}
+
+// -----
+
+func.func @rope_odd_dim(%q: tensor<16x2x96xf32>) {
+  // expected-error @+1 {{rotary_dim 7 must be even and in [2, head_dim 8]}}
+  %r = nn.rotary_embedding %q {num_heads = 4 : i64, rotary_dim = 7 : i64} : tensor<16x2x96xf32>
+  return
+}
+
+// -----
+
+func.func @rope_wide(%q: tensor<16x2x96xf32>) {
+  // expected-error @+1 {{rotary_dim 10 must be even and in [2, head_dim 8]}}
+  %r = nn.rotary_embedding %q {num_heads = 4 : i64, rotary_dim = 10 : i64} : tensor<16x2x96xf32>
+  return
+}
+
+// -----
+
+func.func @rope_base(%q: tensor<16x2x96xf32>) {
+  // expected-error @+1 {{base must be finite and > 1, got 1}}
+  %r = nn.rotary_embedding %q {num_heads = 4 : i64, rotary_dim = 8 : i64, base = 1.0 : f32} : tensor<16x2x96xf32>
+  return
+}
+
+// -----
+
+func.func @rope_rank(%q: tensor<16x96xf32>) {
+  // expected-error @+1 {{expects a fused [seq, batch, heads * 3 * head_dim] input, got 'tensor<16x96xf32>'}}
+  %r = nn.rotary_embedding %q {num_heads = 4 : i64, rotary_dim = 8 : i64} : tensor<16x96xf32>
+  return
+}
+
+// -----
+
 func.func @rms_norm_weight(%x: tensor<16x2x64xf32>, %g: tensor<64x1xf32>) {
   // expected-error @+1 {{weight must be 1-d of the input's last dimension 64, got 'tensor<64x1xf32>'}}
   %y = nn.rms_norm %x, %g : tensor<16x2x64xf32>, tensor<64x1xf32>

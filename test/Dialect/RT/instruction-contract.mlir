@@ -69,6 +69,14 @@ func.func @f(%x: memref<3x8xf32>, %g: memref<8xf32>, %b: memref<8xf32>, %y: memr
 
 // -----
 
+func.func @f(%x: memref<4x2x24xf32>) {
+  // expected-error @+1 {{takes 3 integer attributes (iattrs), got 2}}
+  rt.rotary_embedding %x, %x {iattrs = array<i64: 2, 4>, value = 1.0e4 : f32} : memref<4x2x24xf32>, memref<4x2x24xf32>
+  return
+}
+
+// -----
+
 func.func @f(%x: memref<3x8xf32>, %g: memref<8xf32>, %y: memref<3x8xf32>) {
   // expected-error @+1 {{takes 1 float attributes, got 0}}
   rt.rms_norm %x, %g, %y : memref<3x8xf32>, memref<8xf32>, memref<3x8xf32>

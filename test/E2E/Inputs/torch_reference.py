@@ -248,6 +248,7 @@ def main():
     params_spec, ops, ret = parse_model(args.model)
     unknown = sorted({o["op"] for o in ops} - {
         "embedding", "add_position_embedding", "layer_norm", "rms_norm", "linear",
+        "rotary_embedding",
         "attention", "gelu", "relu", "add", "softmax_cross_entropy",
         "token_mean", "moe_router", "moe_aux_loss", "add_aux_loss",
         "moe_dispatch", "grouped_linear", "moe_combine", "moe_capacity_drop"})
@@ -304,6 +305,30 @@ def main():
                 # Megatron's RMSNorm (Hugging Face's LlamaRMSNorm).
                 eps = o["floats"].get("eps", 1e-5)
                 y = x[0] * torch.rsqrt(x[0].pow(2).mean(-1, keepdim=True) + eps) * x[1]
+            elif op == "rotary_embedding":
+                # Rotary embeddings as Hugging Face's Llama computes them:
+                # inv_freq from the base, cos/sin of positions x inv_freq
+                # repeated over both halves, q * cos + rotate_half(q) * sin
+                # on each head's first rotary_dim features of q and k.
+                a, rot = o["ints"]["num_heads"], o["ints"]["rotary_dim"]
+                base = o["floats"].get("base", 10000.0)
+                s, b, f = x[0].shape
+                d = f // (3 * a)
+                inv_freq = 1.0 / (base ** (torch.arange(0, rot, 2, dtype=torch.int64).to(dtype) / rot))
+                freqs = torch.outer(torch.arange(s, dtype=dtype), inv_freq)
+                emb = torch.cat((freqs, freqs), dim=-1)
+                cos, sin = emb.cos()[:, None, None, :], emb.sin()[:, None, None, :]
+                qkv = x[0].view(s, b, a, 3, d)
+
+                def rotate_half(t):
+                    t1, t2 = t[..., :rot // 2], t[..., rot // 2:]
+                    return torch.cat((-t2, t1), dim=-1)
+
+                def rope(t):
+                    r = t[..., :rot]
+                    return torch.cat((r * cos + rotate_half(r) * sin, t[..., rot:]), dim=-1)
+                y = torch.stack((rope(qkv[:, :, :, 0]), rope(qkv[:, :, :, 1]),
+                                 qkv[:, :, :, 2]), dim=3).reshape(s, b, f)
             elif op == "linear":
                 y = F.linear(x[0], x[1], x[2] if len(x) > 2 else None)
             elif op == "attention":

@@ -896,6 +896,34 @@ public:
     return Status();
   }
 
+  Status rotaryEmbedding(const float *x, float *y, int64_t seq, int64_t batch,
+                         int64_t features, int64_t heads, int64_t rotDim,
+                         float base, int64_t posBegin, bool inverse) override {
+    const int64_t d = features / (3 * heads), half = rotDim / 2;
+    if (x != y)
+      std::memcpy(y, x, size_t(seq * batch * features) * 4);
+    std::vector<float> cs(size_t(2 * half));
+    for (int64_t r = 0; r < seq; ++r) {
+      for (int64_t i = 0; i < half; ++i) {
+        float a = math::ropeAngle(posBegin + r, i, rotDim, base);
+        cs[size_t(i)] = cosf(a);
+        cs[size_t(half + i)] = inverse ? -sinf(a) : sinf(a);
+      }
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t h = 0; h < heads; ++h)
+          for (int64_t which = 0; which < 2; ++which) { // q, then k
+            const int64_t off =
+                (r * batch + b) * features + h * 3 * d + which * d;
+            const float *xs = x + off;
+            float *ys = y + off;
+            for (int64_t i = 0; i < half; ++i)
+              math::ropeRotate(xs[i], xs[i + half], cs[size_t(i)],
+                               cs[size_t(half + i)], ys[i], ys[i + half]);
+          }
+    }
+    return Status();
+  }
+
   Status embedding(const int32_t *ids, const float *table, float *y,
                    int64_t rows, int64_t localVocab, int64_t dim,
                    int64_t vocabOffset, int64_t vocabSize) override {

@@ -1174,6 +1174,16 @@ Status CudaBackend::moeCombineGrad(const float *rows, const float *probs,
                   "MoECombineGrad");
 }
 
+Status CudaBackend::rotaryEmbedding(const float *x, float *y, int64_t seq,
+                                    int64_t batch, int64_t features,
+                                    int64_t heads, int64_t rotDim, float base,
+                                    int64_t posBegin, bool inverse) {
+  return launched(launchRotaryEmbedding(computeStream, x, y, seq, batch,
+                                        features, heads, rotDim, base, posBegin,
+                                        inverse),
+                  "RotaryEmbedding");
+}
+
 Status CudaBackend::dropout(const float *x, float *y, int64_t seq,
                             int64_t batch, int64_t hidden, int64_t seqOffset,
                             int64_t seqTotal, int64_t firstSample,

@@ -715,6 +715,29 @@ __global__ void dropoutKernel(const float *x, float *y, int64_t n,
   }
 }
 
+/// RoPE: one thread per rotated pair (row, batch, head, q or k, i), which
+/// reads both features before writing them (so Y may be X); X's other
+/// features are copied by the launcher when Y is not X.
+__global__ void rotaryKernel(const float *x, float *y, int64_t pairs,
+                             int64_t batch, int64_t features, int64_t heads,
+                             int64_t rotDim, float base, int64_t posBegin,
+                             float sign) {
+  const int64_t half = rotDim / 2, d = features / (3 * heads);
+  TESSERA_GRID_LOOP(p, pairs) {
+    const int64_t i = p % half, which = (p / half) % 2,
+                  h = (p / (2 * half)) % heads,
+                  rb = p / (2 * half * heads); // row * batch + b
+    const int64_t row = rb / batch;
+    const int64_t off = rb * features + h * 3 * d + which * d;
+    float s, c;
+    sincosf(math::ropeAngle(posBegin + row, i, rotDim, base), &s, &c);
+    float y1, y2;
+    math::ropeRotate(x[off + i], x[off + i + half], c, sign * s, y1, y2);
+    y[off + i] = y1;
+    y[off + i + half] = y2;
+  }
+}
+
 /// Threads per row block: enough for the row, a multiple of 32.
 unsigned rowThreads(int64_t cols) {
   return cols >= 1024 ? 1024u : cols >= 256 ? 256u : 128u;
@@ -1044,6 +1067,23 @@ cudaError_t launchDropout(cudaStream_t s, const float *x, float *y,
   TESSERA_LAUNCH_1D(dropoutKernel, seq * batch * hidden, s, x, y,
                     seq * batch * hidden, batch, hidden, seqOffset, seqTotal,
                     firstSample, seed, streamHash, threshold, scale);
+}
+
+cudaError_t launchRotaryEmbedding(cudaStream_t s, const float *x, float *y,
+                                  int64_t seq, int64_t batch, int64_t features,
+                                  int64_t heads, int64_t rotDim, float base,
+                                  int64_t posBegin, bool inverse) {
+  if (x != y) {
+    cudaError_t e = cudaMemcpyAsync(y, x, size_t(seq * batch * features) * 4,
+                                    cudaMemcpyDeviceToDevice, s);
+    if (e != cudaSuccess)
+      return e;
+  }
+  const int64_t pairs = seq * batch * heads * rotDim;
+  if (pairs == 0)
+    return cudaSuccess;
+  TESSERA_LAUNCH_1D(rotaryKernel, pairs, s, x, y, pairs, batch, features,
+                    heads, rotDim, base, posBegin, inverse ? -1.0f : 1.0f);
 }
 
 } // namespace tessera::rt::cuda

@@ -152,6 +152,11 @@ cudaError_t launchTokenCount(cudaStream_t s, const int32_t *t, float *n,
 cudaError_t launchTokenMeanGrad(cudaStream_t s, const float *dy,
                                 const int32_t *t, float *dl, int64_t rows,
                                 int64_t ignoreIndex, const float *count);
+/// RoPE of the q and k of a fused QKV (Backend::rotaryEmbedding).
+cudaError_t launchRotaryEmbedding(cudaStream_t s, const float *x, float *y,
+                                  int64_t seq, int64_t batch, int64_t features,
+                                  int64_t heads, int64_t rotDim, float base,
+                                  int64_t posBegin, bool inverse);
 cudaError_t launchDropout(cudaStream_t s, const float *x, float *y,
                           int64_t seq, int64_t batch, int64_t hidden,
                           int64_t seqOffset, int64_t seqTotal,

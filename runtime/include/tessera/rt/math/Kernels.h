@@ -202,6 +202,33 @@ TESSERA_HD float layerNormGradX(float xhat, float dy, float gamma, float rstd,
 }
 
 //===----------------------------------------------------------------------===//
+// Rotary position embeddings (Megatron's RotaryEmbedding and
+// apply_rotary_pos_emb, non-interleaved: Hugging Face's rotate_half), in
+// f32 as Megatron computes them.
+//===----------------------------------------------------------------------===//
+
+/// The angle of feature pair i (features i and i + rotDim / 2) at sequence
+/// position `pos`: pos * base^(-2i / rotDim), the product in f32 as
+/// Megatron's (an angle of thousands of radians carries the f32 product's
+/// rounding, the same on every backend). The inverse frequency is the f32
+/// nearest to the exact one (computed in double), so backends whose powf
+/// differ by an ulp still agree: an ulp of it moves the angle at position
+/// 4096 by ~2e-4 radians.
+TESSERA_HD float ropeAngle(int64_t pos, int64_t i, int64_t rotDim, float base) {
+  const float invFreq =
+      float(1.0 / pow(double(base), double(2 * i) / double(rotDim)));
+  return float(pos) * invFreq;
+}
+
+/// Rotates the pair (x1, x2) by the angle with cosine c and sine s (s
+/// negated for the inverse): y1 = x1 c - x2 s, y2 = x2 c + x1 s.
+TESSERA_HD void ropeRotate(float x1, float x2, float c, float s, float &y1,
+                           float &y2) {
+  y1 = x1 * c - x2 * s;
+  y2 = x2 * c + x1 * s;
+}
+
+//===----------------------------------------------------------------------===//
 // Cross-entropy (Megatron's vocab_parallel_cross_entropy: a row's loss from
 // the global max M, the sum of exp(z - M) and the label's logit).
 //===----------------------------------------------------------------------===//
