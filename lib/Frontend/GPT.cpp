@@ -94,6 +94,8 @@ std::string tessera::validateGPTConfig(const GPTConfig &c) {
     return "--position-embedding-type must be learned_absolute, rope or "
            "none, got " +
            c.positionEmbeddingType;
+  if (c.ropeScalingFactor != 0 && c.positionEmbeddingType != "rope")
+    return "--use-rope-scaling needs --position-embedding-type rope";
   if (c.positionEmbeddingType == "rope") {
     if (!(c.rotaryBase > 1 && std::isfinite(c.rotaryBase)))
       return "--rotary-base must be a finite number > 1, got " +
@@ -101,6 +103,10 @@ std::string tessera::validateGPTConfig(const GPTConfig &c) {
     if (!(c.rotaryPercent > 0 && c.rotaryPercent <= 1))
       return "--rotary-percent must be in (0, 1], got " +
              number(c.rotaryPercent);
+    if (c.ropeScalingFactor != 0 &&
+        !(c.ropeScalingFactor >= 1 && std::isfinite(c.ropeScalingFactor)))
+      return "--rope-scaling-factor must be a finite number >= 1, got " +
+             number(c.ropeScalingFactor);
     int64_t headDim = c.hidden / c.heads;
     int64_t rot = int64_t(double(headDim) * c.rotaryPercent);
     if (rot < 2 || rot % 2 != 0)
@@ -226,7 +232,10 @@ Value GPTBuilder::layer(int64_t i, Value h) {
         b, loc(p + "self_attention.rotary_pos_emb"), qkv,
         b.getI64IntegerAttr(c.heads), b.getI64IntegerAttr(rot),
         b.getF32FloatAttr(float(c.rotaryBase)), b.getBoolAttr(false),
-        StringAttr()));
+        StringAttr(),
+        c.ropeScalingFactor != 0
+            ? b.getF32FloatAttr(float(c.ropeScalingFactor))
+            : FloatAttr()));
   }
   Value ctxv = mark(nn::AttentionOp::create(
       b, loc(p + "self_attention.core_attention"), qkv,

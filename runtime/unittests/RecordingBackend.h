@@ -499,10 +499,11 @@ public:
   }
   Status rotaryEmbedding(const float *x, float *y, int64_t seq, int64_t batch,
                          int64_t features, int64_t heads, int64_t rotDim,
-                         float base, int64_t posBegin, bool inverse) override {
+                         float base, float scalingFactor, int64_t posBegin,
+                         bool inverse) override {
     note("rotaryEmbedding");
     return inner->rotaryEmbedding(x, y, seq, batch, features, heads, rotDim,
-                                  base, posBegin, inverse);
+                                  base, scalingFactor, posBegin, inverse);
   }
   Status dropout(const float *x, float *y, int64_t seq, int64_t batch,
                  int64_t hidden, int64_t seqOffset, int64_t seqTotal,

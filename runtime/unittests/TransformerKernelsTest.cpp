@@ -345,8 +345,8 @@ TEST_F(TransformerKernelsTest, RMSNormGradVsFiniteDifferences) {
 /// RoPE of a fused QKV [seq, batch, heads * 3 * d] in double: rotate-half
 /// over the first rot features of each q and k at positions pos0 + row.
 DVec refRotary(const DVec &x, int64_t seq, int64_t batch, int64_t heads,
-               int64_t d, int64_t rot, double base, int64_t pos0,
-               double sign) {
+               int64_t d, int64_t rot, double base, int64_t pos0, double sign,
+               double factor = 0) {
   DVec y = x;
   const int64_t f = heads * 3 * d, half = rot / 2;
   for (int64_t s = 0; s < seq; ++s)
@@ -354,7 +354,18 @@ DVec refRotary(const DVec &x, int64_t seq, int64_t batch, int64_t heads,
       for (int64_t h = 0; h < heads; ++h)
         for (int64_t w = 0; w < 2; ++w)
           for (int64_t i = 0; i < half; ++i) {
-            double a = double(pos0 + s) * std::pow(base, -2.0 * i / rot);
+            double freq = std::pow(base, -2.0 * i / rot);
+            if (factor != 0) {
+              // Llama 3.1 (Hugging Face's _compute_llama3_parameters).
+              double wavelen = 2 * M_PI / freq;
+              if (wavelen > 8192)
+                freq /= factor;
+              else if (wavelen >= 2048) {
+                double smooth = (8192 / wavelen - 1) / 3;
+                freq = (1 - smooth) * freq / factor + smooth * freq;
+              }
+            }
+            double a = double(pos0 + s) * freq;
             size_t o = size_t((s * batch + b) * f + h * 3 * d + w * d + i);
             double x1 = x[o], x2 = x[o + size_t(half)];
             y[o] = x1 * std::cos(a) - sign * x2 * std::sin(a);
@@ -366,23 +377,29 @@ DVec refRotary(const DVec &x, int64_t seq, int64_t batch, int64_t heads,
 TEST_F(TransformerKernelsTest, RotaryEmbeddingMatchesReference) {
   struct Case {
     int64_t seq, batch, heads, d, rot, pos0;
-    float base;
+    float base, factor;
   };
-  for (Case c : {Case{5, 2, 2, 8, 8, 0, 10000.0f},
-                 Case{7, 3, 4, 16, 8, 61, 500000.0f},
-                 Case{3, 1, 1, 4, 2, 1000, 10000.0f}}) {
+  // The last two with Llama 3.1's scaling: at head dim 16 and base 1e4 the
+  // wavelengths run from 2 pi to 2.0e4, so pairs fall in each of its three
+  // bands (kept, interpolated, divided by the factor).
+  for (Case c : {Case{5, 2, 2, 8, 8, 0, 10000.0f, 0.0f},
+                 Case{7, 3, 4, 16, 8, 61, 500000.0f, 0.0f},
+                 Case{3, 1, 1, 4, 2, 1000, 10000.0f, 0.0f},
+                 Case{6, 2, 2, 16, 16, 3000, 10000.0f, 8.0f},
+                 Case{4, 1, 1, 32, 32, 100, 500000.0f, 32.0f}}) {
     const int64_t n = c.seq * c.batch * c.heads * 3 * c.d;
     auto x = random(size_t(n));
     std::string shape = std::to_string(c.seq) + "x" + std::to_string(c.batch) +
                         " heads " + std::to_string(c.heads) + " d " +
                         std::to_string(c.d) + " rot " + std::to_string(c.rot) +
-                        " from " + std::to_string(c.pos0);
+                        " from " + std::to_string(c.pos0) + " scaling " +
+                        std::to_string(c.factor);
     for (bool inverse : {false, true}) {
       Vec y(x.size());
       ASSERT_TRUE(backend
                       ->rotaryEmbedding(x.data(), y.data(), c.seq, c.batch,
                                         c.heads * 3 * c.d, c.heads, c.rot,
-                                        c.base, c.pos0, inverse)
+                                        c.base, c.factor, c.pos0, inverse)
                       .ok());
       // The angle is pos x inv_freq in f32 (as Megatron's): the rounding of
       // inv_freq and of the product put it up to 2 x pos x 2^-24 radians
@@ -390,7 +407,7 @@ TEST_F(TransformerKernelsTest, RotaryEmbeddingMatchesReference) {
       // norm (< 1.5 here).
       expectClose(y,
                   refRotary(toDouble(x), c.seq, c.batch, c.heads, c.d, c.rot,
-                            c.base, c.pos0, inverse ? -1.0 : 1.0),
+                            c.base, c.pos0, inverse ? -1.0 : 1.0, c.factor),
                   1e-6 + 2e-7 * double(c.pos0 + c.seq),
                   "rope " + shape + (inverse ? " inverse" : ""));
     }
@@ -400,7 +417,7 @@ TEST_F(TransformerKernelsTest, RotaryEmbeddingMatchesReference) {
     ASSERT_TRUE(backend
                     ->rotaryEmbedding(y.data(), y.data(), c.seq, c.batch,
                                       c.heads * 3 * c.d, c.heads, c.rot,
-                                      c.base, c.pos0, false)
+                                      c.base, c.factor, c.pos0, false)
                     .ok());
     for (int64_t i = 0; i < n; ++i) {
       int64_t inHead = i % (3 * c.d);
@@ -410,7 +427,7 @@ TEST_F(TransformerKernelsTest, RotaryEmbeddingMatchesReference) {
     ASSERT_TRUE(backend
                     ->rotaryEmbedding(y.data(), y.data(), c.seq, c.batch,
                                       c.heads * 3 * c.d, c.heads, c.rot,
-                                      c.base, c.pos0, true)
+                                      c.base, c.factor, c.pos0, true)
                     .ok());
     expectClose(y, toDouble(x), 1e-5, "rope then inverse " + shape);
   }

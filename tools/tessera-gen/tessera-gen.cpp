@@ -4,7 +4,8 @@
 //     [--ffn F] [--max-position-embeddings P] [--tie-embeddings] [--dropout P]
 //     [--normalization LayerNorm|RMSNorm] [--norm-epsilon E]
 //     [--disable-bias-linear] [--init-method-std S] [--position-embedding-type
-//      learned_absolute|rope|none [--rotary-base B] [--rotary-percent P]]
+//      learned_absolute|rope|none [--rotary-base B] [--rotary-percent P]
+//      [--use-rope-scaling [--rope-scaling-factor F]]]
 //     [--num-experts E --moe-router-topk K [--moe-ffn-hidden F]
 //      [--moe-layer-freq N] [--moe-aux-loss-coeff C]
 //      [--moe-expert-capacity-factor F [--moe-token-drop-policy probs|position]]]
@@ -100,6 +101,14 @@ static cl::opt<double> rotaryPercent(
     cl::desc("the fraction of each head's features RoPE rotates (default 1)"),
     cl::init(1.0));
 
+static cl::opt<bool> useRopeScaling(
+    "use-rope-scaling",
+    cl::desc("Llama 3.1's RoPE frequency scaling (Megatron's)"),
+    cl::init(false));
+static cl::opt<double> ropeScalingFactor(
+    "rope-scaling-factor",
+    cl::desc("the scaling factor of --use-rope-scaling (default 8)"),
+    cl::init(8.0));
 static cl::opt<double> initMethodStd(
     "init-method-std",
     cl::desc("the weights' normal init std (default 0.02, Megatron's)"),
@@ -130,6 +139,7 @@ int main(int argc, char **argv) {
   config.rotaryBase = rotaryBase;
   config.rotaryPercent = rotaryPercent;
   config.initStd = initMethodStd;
+  config.ropeScalingFactor = useRopeScaling ? double(ropeScalingFactor) : 0.0;
   config.numExperts = numExperts;
   config.moeTopk = moeTopk;
   config.moeFfn = moeFfn;

@@ -841,6 +841,12 @@ LogicalResult RotaryEmbeddingOp::verify() {
   float base = getBase().convertToFloat();
   if (!(base > 1.0f) || !std::isfinite(base))
     return emitOpError() << "base must be finite and > 1, got " << base;
+  if (auto f = getScalingFactorAttr()) {
+    float factor = f.getValueAsDouble();
+    if (!(factor >= 1.0f) || !std::isfinite(factor))
+      return emitOpError() << "scaling_factor must be finite and >= 1, got "
+                           << factor;
+  }
   return success();
 }
 
@@ -854,7 +860,7 @@ LogicalResult RotaryEmbeddingOp::buildAdjoint(OpBuilder &b,
     adj[0] = RotaryEmbeddingOp::create(
         b, getLoc(), resultAdj[0], getNumHeadsAttr(), getRotaryDimAttr(),
         getBaseAttr(), b.getBoolAttr(!getInverse()),
-        getSequenceShardGroupAttr());
+        getSequenceShardGroupAttr(), getScalingFactorAttr());
   return success();
 }
 

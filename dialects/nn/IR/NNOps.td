@@ -776,7 +776,11 @@ def NN_RotaryEmbeddingOp : NN_Op<"rotary_embedding", [SameOperandsAndResultType,
     Megatron's RotaryEmbedding does. `inverse` rotates by minus the angle
     (the op's own adjoint). Positions are global: under context
     parallelism (`sequence_shard_group` "cp") each row takes its position
-    in Megatron's load-balanced layout.
+    in Megatron's load-balanced layout. A `scaling_factor` applies Llama
+    3.1's frequency scaling (Megatron's `apply_rope_scaling`, with its
+    low/high frequency factors 1 and 4 over an original context of 8192):
+    wavelengths past 8192 divide their frequency by the factor, those under
+    2048 keep it, and the band between interpolates.
 
     ```mlir
     %r = nn.rotary_embedding %qkv {num_heads = 4 : i64, rotary_dim = 32 : i64, base = 1.0e+04 : f32} : tensor<64x4x384xf32>
@@ -786,7 +790,8 @@ def NN_RotaryEmbeddingOp : NN_Op<"rotary_embedding", [SameOperandsAndResultType,
                        I64Attr:$rotary_dim,
                        DefaultValuedAttr<F32Attr, "10000.0f">:$base,
                        DefaultValuedAttr<BoolAttr, "false">:$inverse,
-                       OptionalAttr<StrAttr>:$sequence_shard_group);
+                       OptionalAttr<StrAttr>:$sequence_shard_group,
+                       OptionalAttr<F32Attr>:$scaling_factor);
   let results = (outs NN_F32Tensor:$result);
   let assemblyFormat = "$input attr-dict `:` type($input)";
   let hasVerifier = 1;

@@ -221,6 +221,16 @@ InstrAttrs SgdMomentumOp::getInstrAttrs() {
   return attrs;
 }
 
+InstrAttrs RotaryEmbeddingOp::getInstrAttrs() {
+  InstrAttrs attrs;
+  attrs.iattrs = {getNumHeads(), getRotaryDim(), getInverse() ? 1 : 0};
+  attrs.fattrs = {getBase().convertToFloat(),
+                  getScalingFactor().convertToFloat()};
+  if (auto group = getGroupAttr())
+    attrs.group = group.getValue();
+  return attrs;
+}
+
 InstrAttrs SgdOp::getInstrAttrs() {
   InstrAttrs attrs;
   attrs.fattrs = {getLr().convertToFloat(),

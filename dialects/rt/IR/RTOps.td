@@ -234,7 +234,6 @@ def RT_LayerNormOp : RT_KernelOp<"layer_norm", "LayerNorm", "layer norm over the
 def RT_LayerNormGradOp : RT_KernelOp<"layer_norm_grad", "LayerNormGrad", "layer norm backward">;
 def RT_AddLayerNormOp : RT_KernelOp<"add_layer_norm", "AddLayerNorm", "s = a + b, layer norm of s">;
 def RT_AddLayerNormGradOp : RT_KernelOp<"add_layer_norm_grad", "AddLayerNormGrad", "layer norm backward plus the residual gradient">;
-def RT_RotaryEmbeddingOp : RT_KernelOp<"rotary_embedding", "RotaryEmbedding", "rotary position embedding of q and k in a fused QKV">;
 def RT_RMSNormOp : RT_KernelOp<"rms_norm", "RMSNorm", "RMS norm over the last dim">;
 def RT_RMSNormGradOp : RT_KernelOp<"rms_norm_grad", "RMSNormGrad", "RMS norm backward">;
 def RT_AddRMSNormOp : RT_KernelOp<"add_rms_norm", "AddRMSNorm", "s = a + b, RMS norm of s">;
@@ -319,6 +318,27 @@ def RT_SgdOp : RT_InstrOp<"sgd", "Sgd"> {
                        OptionalAttr<DenseI64ArrayAttr>:$runs,
                        OptionalAttr<StrAttr>:$group);
   let assemblyFormat = "$param `,` $grad attr-dict `:` type($param) `,` type($grad)";
+}
+
+def RT_RotaryEmbeddingOp : RT_InstrOp<"rotary_embedding", "RotaryEmbedding"> {
+  let summary = "rotary position embedding of the q and k of a fused QKV";
+  let description = [{
+    As nn.rotary_embedding: iattrs [num_heads, rotary_dim, inverse], fattrs
+    [base, scaling_factor (0: none)], `group` the sequence's shard group.
+    ```mlir
+    rt.rotary_embedding %x, %y {num_heads = 4 : i64, rotary_dim = 32 : i64, base = 1.0e+04 : f32, group = "cp"}
+        : memref<64x4x384xf32>, memref<64x4x384xf32>
+    ```
+  }];
+  let arguments = (ins RT_F32Buf:$input, RT_F32Buf:$result,
+                       I64Attr:$num_heads, I64Attr:$rotary_dim,
+                       DefaultValuedAttr<BoolAttr, "false">:$inverse,
+                       F32Attr:$base,
+                       DefaultValuedAttr<F32Attr, "0.0f">:$scaling_factor,
+                       OptionalAttr<StrAttr>:$group);
+  let assemblyFormat = [{
+    $input `,` $result attr-dict `:` type($input) `,` type($result)
+  }];
 }
 
 def RT_SgdMomentumOp : RT_InstrOp<"sgd_momentum", "SgdMomentum"> {

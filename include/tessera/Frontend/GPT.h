@@ -34,6 +34,9 @@ struct GPTConfig {
   std::string positionEmbeddingType = "learned_absolute";
   double rotaryBase = 10000.0;
   double rotaryPercent = 1.0;
+  /// Megatron's --use-rope-scaling and --rope-scaling-factor (Llama 3.1's
+  /// frequency scaling; 0: none).
+  double ropeScalingFactor = 0.0;
   /// Megatron's --disable-bias-linear: no biases in the attention and MLP
   /// linears (the Llama family's).
   bool disableBiasLinear = false;

@@ -336,12 +336,14 @@ KERNEL_ATTRS(nn::DropoutOp) {
                      o.getSequenceShardGroupAttr());
 }
 KERNEL_ATTRS(nn::RotaryEmbeddingOp) {
-  return p.withGroup(b,
-                     {b.getNamedAttr("value", o.getBaseAttr()),
-                      p.iattrs(b, {int64_t(o.getNumHeads()),
-                                   int64_t(o.getRotaryDim()),
-                                   int64_t(o.getInverse())})},
-                     o.getSequenceShardGroupAttr());
+  SmallVector<NamedAttribute> attrs = {
+      b.getNamedAttr("num_heads", o.getNumHeadsAttr()),
+      b.getNamedAttr("rotary_dim", o.getRotaryDimAttr()),
+      b.getNamedAttr("inverse", b.getBoolAttr(o.getInverse())),
+      b.getNamedAttr("base", o.getBaseAttr())};
+  if (auto factor = o.getScalingFactorAttr())
+    attrs.push_back(b.getNamedAttr("scaling_factor", factor));
+  return p.withGroup(b, attrs, o.getSequenceShardGroupAttr());
 }
 KERNEL_ATTRS(nn::LogitsStatsOp) {
   return {p.iattrs(b, {int64_t(o.getIgnoreIndex())})};

@@ -949,6 +949,10 @@ Status Decoder::decodeTransformerInstr(const fb::Instr &in, Thunk &t) {
       return invalidArgument("RotaryEmbedding: base must be finite and > 1, "
                              "got ",
                              t.f[0]);
+    if (t.f[1] != 0.0f && !(t.f[1] >= 1.0f && std::isfinite(t.f[1])))
+      return invalidArgument("RotaryEmbedding: scaling factor must be 0 "
+                             "(none) or finite and >= 1, got ",
+                             t.f[1]);
     TESSERA_RETURN_IF_ERROR(sequenceShard(in, t.m, t));
     t.i[0] = heads;
     t.i[1] = rot;

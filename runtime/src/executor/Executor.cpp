@@ -702,7 +702,7 @@ Status Executor::execute(const Thunk &t) {
       TESSERA_RETURN_IF_ERROR(be->rotaryEmbedding(
           F(0) + piece.localBegin * rowFloats,
           F(1) + piece.localBegin * rowFloats, piece.rows, t.n, t.k, t.i[0],
-          t.i[1], t.f[0], piece.globalBegin, t.i[2] != 0));
+          t.i[1], t.f[0], t.f[1], piece.globalBegin, t.i[2] != 0));
     }
     return Status();
   }

@@ -457,7 +457,8 @@ TEST(CudaConformanceTest, RMSNorm) {
 
 TEST(CudaConformanceTest, RotaryEmbedding) {
   // Llama's head dim 128 at positions past 4096 (the angle's f32 product
-  // and sincosf against the CPU's cosf/sinf), half rotated, and in place.
+  // and sincosf against the CPU's cosf/sinf) with Llama 3.1's scaling,
+  // half rotated, and in place.
   const int64_t seq = 9, batch = 3, heads = 4, d = 128;
   const int64_t features = heads * 3 * d, n = seq * batch * features;
   for (int64_t rot : {int64_t(128), int64_t(64)})
@@ -467,13 +468,15 @@ TEST(CudaConformanceTest, RotaryEmbedding) {
       compare(name, {in(random(size_t(n))), out(random(size_t(n)))},
               [&](Backend &b, std::vector<void *> &p) {
                 return b.rotaryEmbedding(F(0), F(1), seq, batch, features,
-                                         heads, rot, 500000.0f, 4093, inverse);
+                                         heads, rot, 500000.0f, 8.0f, 4093,
+                                         inverse);
               },
               2e-5);
       compare(name + " in place", {out(random(size_t(n)))},
               [&](Backend &b, std::vector<void *> &p) {
                 return b.rotaryEmbedding(F(0), F(0), seq, batch, features,
-                                         heads, rot, 10000.0f, 0, inverse);
+                                         heads, rot, 10000.0f, 0.0f, 0,
+                                         inverse);
               },
               2e-5);
     }

@@ -80,6 +80,14 @@ func.func @rope_base(%q: tensor<16x2x96xf32>) {
 
 // -----
 
+func.func @rope_scaling(%q: tensor<16x2x96xf32>) {
+  // expected-error @+1 {{scaling_factor must be finite and >= 1, got 5.000000e-01}}
+  %r = nn.rotary_embedding %q {num_heads = 4 : i64, rotary_dim = 8 : i64, scaling_factor = 0.5 : f32} : tensor<16x2x96xf32>
+  return
+}
+
+// -----
+
 func.func @rope_rank(%q: tensor<16x96xf32>) {
   // expected-error @+1 {{expects a fused [seq, batch, heads * 3 * head_dim] input, got 'tensor<16x96xf32>'}}
   %r = nn.rotary_embedding %q {num_heads = 4 : i64, rotary_dim = 8 : i64} : tensor<16x96xf32>

@@ -24,9 +24,9 @@ func.func @layer(%ids: tensor<16x2xi32>, %wte: tensor<384x64xf32>, %wpe: tensor<
   // CHECK: nn.add_rms_norm_grad %{{.*}}, %{{.*}}, %{{.*}}, %{{.*}} : tensor<16x2x64xf32>, tensor<64xf32>
   %drs, %drsg = nn.add_rms_norm_grad %rs, %g, %rn, %r : tensor<16x2x64xf32>, tensor<64xf32>
   // CHECK: nn.linear {{.*}} -> tensor<16x2x192xf32>
-  // CHECK: nn.rotary_embedding %{{.*}} {base = 5.000000e+05 : f32, inverse = true, num_heads = 4 : i64, rotary_dim = 8 : i64, sequence_shard_group = "cp"} : tensor<16x2x192xf32>
+  // CHECK: nn.rotary_embedding %{{.*}} {base = 5.000000e+05 : f32, inverse = true, num_heads = 4 : i64, rotary_dim = 8 : i64, scaling_factor = 8.000000e+00 : f32, sequence_shard_group = "cp"} : tensor<16x2x192xf32>
   %rq = nn.linear %x, %wqkv : (tensor<16x2x64xf32>, tensor<192x64xf32>) -> tensor<16x2x192xf32>
-  %rr = nn.rotary_embedding %rq {num_heads = 4 : i64, rotary_dim = 8 : i64, base = 5.0e5 : f32, inverse = true, sequence_shard_group = "cp"} : tensor<16x2x192xf32>
+  %rr = nn.rotary_embedding %rq {num_heads = 4 : i64, rotary_dim = 8 : i64, base = 5.0e5 : f32, inverse = true, sequence_shard_group = "cp", scaling_factor = 8.0 : f32} : tensor<16x2x192xf32>
   // CHECK: nn.linear {{.*}} -> tensor<16x2x192xf32>
   %qkv = nn.linear %x, %wqkv : (tensor<16x2x64xf32>, tensor<192x64xf32>) -> tensor<16x2x192xf32>
   // CHECK: nn.attention %{{.*}} {num_heads = 4 : i64} : (tensor<16x2x192xf32>) -> tensor<16x2x64xf32>

@@ -69,9 +69,9 @@ func.func @f(%x: memref<3x8xf32>, %g: memref<8xf32>, %b: memref<8xf32>, %y: memr
 
 // -----
 
-func.func @f(%x: memref<4x2x24xf32>) {
-  // expected-error @+1 {{takes 3 integer attributes (iattrs), got 2}}
-  rt.rotary_embedding %x, %x {iattrs = array<i64: 2, 4>, value = 1.0e4 : f32} : memref<4x2x24xf32>, memref<4x2x24xf32>
+func.func @f(%x: memref<4x2x24xbf16>) {
+  // expected-error @+1 {{operand #0 must be memref of 32-bit float values, but got 'memref<4x2x24xbf16>'}}
+  rt.rotary_embedding %x, %x {num_heads = 2 : i64, rotary_dim = 4 : i64, base = 1.0e4 : f32} : memref<4x2x24xbf16>, memref<4x2x24xbf16>
   return
 }
 

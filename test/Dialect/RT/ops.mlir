@@ -49,11 +49,10 @@ func.func @f() attributes {rt.entry} {
   rt.add_rms_norm %w, %g, %n, %w, %g {value = 1.0e-5 : f32} : memref<4x8xf32>, memref<4x8xf32>, memref<8xf32>, memref<4x8xf32>, memref<4x8xf32>
   // CHECK: rt.add_rms_norm_grad
   rt.add_rms_norm_grad %w, %n, %g, %g, %w, %n {value = 1.0e-5 : f32} : memref<4x8xf32>, memref<8xf32>, memref<4x8xf32>, memref<4x8xf32>, memref<4x8xf32>, memref<8xf32>
-  // RoPE: iattrs [num_heads, rotary_dim, inverse], the base as the value,
-  // rows over the sequence shards of "cp".
+  // RoPE: rows over the sequence shards of "cp"; Llama 3.1's scaling.
   %qkv = rt.alloc offset 4096 : memref<4x2x24xf32>
-  // CHECK: rt.rotary_embedding %{{.*}}, %{{.*}} {group = "cp", iattrs = array<i64: 2, 4, 1>, value = 5.000000e+05 : f32} : memref<4x2x24xf32>, memref<4x2x24xf32>
-  rt.rotary_embedding %qkv, %qkv {iattrs = array<i64: 2, 4, 1>, value = 5.0e5 : f32, group = "cp"} : memref<4x2x24xf32>, memref<4x2x24xf32>
+  // CHECK: rt.rotary_embedding %{{.*}}, %{{.*}} {base = 5.000000e+05 : f32, group = "cp", inverse = true, num_heads = 2 : i64, rotary_dim = 4 : i64, scaling_factor = 8.000000e+00 : f32} : memref<4x2x24xf32>, memref<4x2x24xf32>
+  rt.rotary_embedding %qkv, %qkv {num_heads = 2 : i64, rotary_dim = 4 : i64, inverse = true, base = 5.0e5 : f32, scaling_factor = 8.0 : f32, group = "cp"} : memref<4x2x24xf32>, memref<4x2x24xf32>
   %ss = rt.alloc offset 1024 : memref<1xf32>
   %nrm = rt.alloc offset 1088 : memref<1xf32>
   %cf = rt.alloc offset 1152 : memref<1xf32>

@@ -315,6 +315,18 @@ def main():
                 s, b, f = x[0].shape
                 d = f // (3 * a)
                 inv_freq = 1.0 / (base ** (torch.arange(0, rot, 2, dtype=torch.int64).to(dtype) / rot))
+                factor = o["floats"].get("scaling_factor")
+                if factor:
+                    # Llama 3.1's scaling (Hugging Face's
+                    # _compute_llama3_parameters): low/high frequency
+                    # factors 1 and 4 over an original context of 8192.
+                    old, low, high = 8192.0, 1.0, 4.0
+                    wavelen = 2 * math.pi / inv_freq
+                    scaled = torch.where(wavelen > old / low, inv_freq / factor, inv_freq)
+                    smooth = (old / wavelen - low) / (high - low)
+                    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+                    medium = ~(wavelen < old / high) & ~(wavelen > old / low)
+                    inv_freq = torch.where(medium, smoothed, scaled)
                 freqs = torch.outer(torch.arange(s, dtype=dtype), inv_freq)
                 emb = torch.cat((freqs, freqs), dim=-1)
                 cos, sin = emb.cos()[:, None, None, :], emb.sin()[:, None, None, :]

@@ -345,11 +345,13 @@ public:
   /// RoPE of a fused QKV [seq, batch, heads * 3 * d] (see the
   /// RotaryEmbedding opcode): the first rotDim features of each head's q and
   /// k rotate by math::ropeAngle at position posBegin + row (by minus it when
-  /// `inverse`), the rest is copied. Y may be X.
+  /// `inverse`; with Llama 3.1's scaling by `scalingFactor` when it is not
+  /// 0), the rest is copied. Y may be X.
   virtual Status rotaryEmbedding(const float *x, float *y, int64_t seq,
                                  int64_t batch, int64_t features,
                                  int64_t heads, int64_t rotDim, float base,
-                                 int64_t posBegin, bool inverse) = 0;
+                                 float scalingFactor, int64_t posBegin,
+                                 bool inverse) = 0;
   /// dL[r] = dy[0] / count where t[r] != ignoreIndex, else 0; count as in
   /// tokenMean.
   virtual Status tokenMeanGrad(const float *dy, const int32_t *t, float *dl,

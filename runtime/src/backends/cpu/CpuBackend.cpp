@@ -898,14 +898,15 @@ public:
 
   Status rotaryEmbedding(const float *x, float *y, int64_t seq, int64_t batch,
                          int64_t features, int64_t heads, int64_t rotDim,
-                         float base, int64_t posBegin, bool inverse) override {
+                         float base, float scalingFactor, int64_t posBegin,
+                         bool inverse) override {
     const int64_t d = features / (3 * heads), half = rotDim / 2;
     if (x != y)
       std::memcpy(y, x, size_t(seq * batch * features) * 4);
     std::vector<float> cs(size_t(2 * half));
     for (int64_t r = 0; r < seq; ++r) {
       for (int64_t i = 0; i < half; ++i) {
-        float a = math::ropeAngle(posBegin + r, i, rotDim, base);
+        float a = math::ropeAngle(posBegin + r, i, rotDim, base, scalingFactor);
         cs[size_t(i)] = cosf(a);
         cs[size_t(half + i)] = inverse ? -sinf(a) : sinf(a);
       }

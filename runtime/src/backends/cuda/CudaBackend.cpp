@@ -1177,10 +1177,11 @@ Status CudaBackend::moeCombineGrad(const float *rows, const float *probs,
 Status CudaBackend::rotaryEmbedding(const float *x, float *y, int64_t seq,
                                     int64_t batch, int64_t features,
                                     int64_t heads, int64_t rotDim, float base,
-                                    int64_t posBegin, bool inverse) {
+                                    float scalingFactor, int64_t posBegin,
+                                    bool inverse) {
   return launched(launchRotaryEmbedding(computeStream, x, y, seq, batch,
-                                        features, heads, rotDim, base, posBegin,
-                                        inverse),
+                                        features, heads, rotDim, base,
+                                        scalingFactor, posBegin, inverse),
                   "RotaryEmbedding");
 }
 

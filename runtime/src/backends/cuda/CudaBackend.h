@@ -201,7 +201,8 @@ public:
                     int64_t ignoreIndex) override;
   Status rotaryEmbedding(const float *x, float *y, int64_t seq, int64_t batch,
                          int64_t features, int64_t heads, int64_t rotDim,
-                         float base, int64_t posBegin, bool inverse) override;
+                         float base, float scalingFactor, int64_t posBegin,
+                         bool inverse) override;
   Status dropout(const float *x, float *y, int64_t seq, int64_t batch,
                  int64_t hidden, int64_t seqOffset, int64_t seqTotal,
                  int64_t firstSample, uint64_t seed, int64_t stream,

@@ -720,8 +720,8 @@ __global__ void dropoutKernel(const float *x, float *y, int64_t n,
 /// features are copied by the launcher when Y is not X.
 __global__ void rotaryKernel(const float *x, float *y, int64_t pairs,
                              int64_t batch, int64_t features, int64_t heads,
-                             int64_t rotDim, float base, int64_t posBegin,
-                             float sign) {
+                             int64_t rotDim, float base, float scalingFactor,
+                             int64_t posBegin, float sign) {
   const int64_t half = rotDim / 2, d = features / (3 * heads);
   TESSERA_GRID_LOOP(p, pairs) {
     const int64_t i = p % half, which = (p / half) % 2,
@@ -730,7 +730,8 @@ __global__ void rotaryKernel(const float *x, float *y, int64_t pairs,
     const int64_t row = rb / batch;
     const int64_t off = rb * features + h * 3 * d + which * d;
     float s, c;
-    sincosf(math::ropeAngle(posBegin + row, i, rotDim, base), &s, &c);
+    sincosf(math::ropeAngle(posBegin + row, i, rotDim, base, scalingFactor),
+            &s, &c);
     float y1, y2;
     math::ropeRotate(x[off + i], x[off + i + half], c, sign * s, y1, y2);
     y[off + i] = y1;
@@ -1072,7 +1073,8 @@ cudaError_t launchDropout(cudaStream_t s, const float *x, float *y,
 cudaError_t launchRotaryEmbedding(cudaStream_t s, const float *x, float *y,
                                   int64_t seq, int64_t batch, int64_t features,
                                   int64_t heads, int64_t rotDim, float base,
-                                  int64_t posBegin, bool inverse) {
+                                  float scalingFactor, int64_t posBegin,
+                                  bool inverse) {
   if (x != y) {
     cudaError_t e = cudaMemcpyAsync(y, x, size_t(seq * batch * features) * 4,
                                     cudaMemcpyDeviceToDevice, s);
@@ -1083,7 +1085,8 @@ cudaError_t launchRotaryEmbedding(cudaStream_t s, const float *x, float *y,
   if (pairs == 0)
     return cudaSuccess;
   TESSERA_LAUNCH_1D(rotaryKernel, pairs, s, x, y, pairs, batch, features,
-                    heads, rotDim, base, posBegin, inverse ? -1.0f : 1.0f);
+                    heads, rotDim, base, scalingFactor, posBegin,
+                    inverse ? -1.0f : 1.0f);
 }
 
 } // namespace tessera::rt::cuda

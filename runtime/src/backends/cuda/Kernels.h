@@ -156,7 +156,8 @@ cudaError_t launchTokenMeanGrad(cudaStream_t s, const float *dy,
 cudaError_t launchRotaryEmbedding(cudaStream_t s, const float *x, float *y,
                                   int64_t seq, int64_t batch, int64_t features,
                                   int64_t heads, int64_t rotDim, float base,
-                                  int64_t posBegin, bool inverse);
+                                  float scalingFactor, int64_t posBegin,
+                                  bool inverse);
 cudaError_t launchDropout(cudaStream_t s, const float *x, float *y,
                           int64_t seq, int64_t batch, int64_t hidden,
                           int64_t seqOffset, int64_t seqTotal,

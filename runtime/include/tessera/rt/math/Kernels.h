@@ -214,10 +214,27 @@ TESSERA_HD float layerNormGradX(float xhat, float dy, float gamma, float rstd,
 /// nearest to the exact one (computed in double), so backends whose powf
 /// differ by an ulp still agree: an ulp of it moves the angle at position
 /// 4096 by ~2e-4 radians.
-TESSERA_HD float ropeAngle(int64_t pos, int64_t i, int64_t rotDim, float base) {
-  const float invFreq =
-      float(1.0 / pow(double(base), double(2 * i) / double(rotDim)));
-  return float(pos) * invFreq;
+///
+/// A scaling factor (not 0) applies Llama 3.1's frequency scaling
+/// (Megatron's apply_rope_scaling, Hugging Face's
+/// _compute_llama3_parameters: low/high frequency factors 1 and 4 over an
+/// original context of 8192): wavelengths past 8192 divide the frequency by
+/// the factor, those under 2048 keep it, and the band between interpolates.
+TESSERA_HD float ropeAngle(int64_t pos, int64_t i, int64_t rotDim, float base,
+                           float scalingFactor = 0.0f) {
+  double invFreq = 1.0 / pow(double(base), double(2 * i) / double(rotDim));
+  if (scalingFactor != 0.0f) {
+    const double pi = 3.14159265358979323846, old = 8192.0, low = 1.0,
+                 high = 4.0, factor = double(scalingFactor);
+    const double wavelen = 2.0 * pi / invFreq;
+    if (wavelen > old / low) {
+      invFreq /= factor;
+    } else if (!(wavelen < old / high)) {
+      const double smooth = (old / wavelen - low) / (high - low);
+      invFreq = (1.0 - smooth) * invFreq / factor + smooth * invFreq;
+    }
+  }
+  return float(pos) * float(invFreq);
 }
 
 /// Rotates the pair (x1, x2) by the angle with cosine c and sine s (s
