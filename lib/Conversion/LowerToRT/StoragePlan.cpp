@@ -378,7 +378,8 @@ LogicalResult PhasePlan::planOp(Operation *op) {
   // In-place kernels reuse operand 0's storage.
   bool aliasOnly = isa<dist::CopyToRegionOp, nn::AddAuxLossOp>(op);
   bool inPlace = isa<dist::ReduceFromRegionOp, dist::AllReduceOp,
-                     dist::AllReduceStartOp, nn::ScaleOp, nn::ScaleByOp>(op);
+                     dist::AllReduceStartOp, nn::ScaleOp, nn::ScaleByOp,
+                     nn::RotaryEmbeddingOp>(op);
   if (aliasOnly || isa<dist::WaitOp>(op)) {
     assign(op->getResult(0), storageOf.lookup(op->getOperand(0)));
     return success();

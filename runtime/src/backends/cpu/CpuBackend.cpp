@@ -901,26 +901,35 @@ public:
                          float base, float scalingFactor, int64_t posBegin,
                          bool inverse) override {
     const int64_t d = features / (3 * heads), half = rotDim / 2;
-    if (x != y)
-      std::memcpy(y, x, size_t(seq * batch * features) * 4);
-    std::vector<float> cs(size_t(2 * half));
-    for (int64_t r = 0; r < seq; ++r) {
+    // The angles of the rows: cos then sin (negated for the inverse).
+    std::vector<float> cs(size_t(seq * 2 * half));
+    for (int64_t r = 0; r < seq; ++r)
       for (int64_t i = 0; i < half; ++i) {
         float a = math::ropeAngle(posBegin + r, i, rotDim, base, scalingFactor);
-        cs[size_t(i)] = cosf(a);
-        cs[size_t(half + i)] = inverse ? -sinf(a) : sinf(a);
+        cs[size_t(r * 2 * half + i)] = cosf(a);
+        cs[size_t(r * 2 * half + half + i)] = inverse ? -sinf(a) : sinf(a);
       }
-      for (int64_t b = 0; b < batch; ++b)
+#pragma omp parallel for num_threads(threads) if (seq * batch * features >= kParallelMin)
+    for (int64_t r = 0; r < seq; ++r) {
+      const float *c = cs.data() + r * 2 * half, *s = c + half;
+      for (int64_t b = 0; b < batch; ++b) {
+        const float *xr = x + (r * batch + b) * features;
+        float *yr = y + (r * batch + b) * features;
+        if (x != y)
+          std::memcpy(yr, xr, size_t(features) * 4);
         for (int64_t h = 0; h < heads; ++h)
           for (int64_t which = 0; which < 2; ++which) { // q, then k
-            const int64_t off =
-                (r * batch + b) * features + h * 3 * d + which * d;
-            const float *xs = x + off;
-            float *ys = y + off;
-            for (int64_t i = 0; i < half; ++i)
-              math::ropeRotate(xs[i], xs[i + half], cs[size_t(i)],
-                               cs[size_t(half + i)], ys[i], ys[i + half]);
+            const float *xs = xr + h * 3 * d + which * d;
+            float *ys = yr + h * 3 * d + which * d;
+#pragma omp simd
+            for (int64_t i = 0; i < half; ++i) {
+              float y1, y2;
+              math::ropeRotate(xs[i], xs[i + half], c[i], s[i], y1, y2);
+              ys[i] = y1;
+              ys[i + half] = y2;
+            }
           }
+      }
     }
     return Status();
   }
