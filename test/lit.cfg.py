@@ -17,7 +17,10 @@ llvm_config.with_environment("PATH", config.tessera_tools_dir, append_path=True)
 llvm_config.with_environment("PATH", config.llvm_tools_dir, append_path=True)
 # Ranks share two cores: one BLAS thread each keeps runs predictable.
 config.environment["OPENBLAS_NUM_THREADS"] = "1"
-for var in ["HOME", "TMPDIR"]:
+# OPENBLAS_CORETYPE passes through so that the suite can run on the
+# OpenBLAS kernels of other CPUs (AVX2, AVX-512, another vendor): the
+# bounds must hold on all of them.
+for var in ["HOME", "TMPDIR", "OPENBLAS_CORETYPE"]:
     if var in os.environ:
         config.environment[var] = os.environ[var]
 

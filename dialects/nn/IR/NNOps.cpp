@@ -792,22 +792,32 @@ FailureOr<int64_t> AttentionOp::getSplitDims(TPSplitKind,
   return failure();
 }
 
-FailureOr<int64_t> AttentionOp::propagateShardedDim(unsigned, int64_t dim) {
-  // Whole heads per shard: only the feature dimension can be split.
+/// Ops on a fused, head-major QKV (attention, RoPE) split over tp by whole
+/// heads: only the feature dimension, by a divisor of the heads.
+static FailureOr<int64_t> propagateHeadsDim(int64_t dim) {
   if (dim != 2)
     return failure();
   return dim;
 }
 
-LogicalResult AttentionOp::checkShard(int64_t, int64_t parts) {
-  if (getNumHeads() % parts != 0)
-    return emitOpError() << "cannot split " << getNumHeads()
-                         << " attention heads over tp = " << parts;
+static LogicalResult checkHeadsShard(Operation *op, int64_t heads,
+                                     int64_t parts) {
+  if (heads % parts != 0)
+    return op->emitOpError() << "cannot split " << heads
+                             << " attention heads over tp = " << parts;
   return success();
 }
 
-LogicalResult AttentionOp::adjustForShard(int64_t dim, int64_t parts) {
-  if (failed(checkShard(dim, parts)))
+FailureOr<int64_t> AttentionOp::propagateShardedDim(unsigned, int64_t dim) {
+  return propagateHeadsDim(dim);
+}
+
+LogicalResult AttentionOp::checkShard(int64_t, int64_t parts) {
+  return checkHeadsShard(*this, getNumHeads(), parts);
+}
+
+LogicalResult AttentionOp::adjustForShard(int64_t, int64_t parts) {
+  if (failed(checkHeadsShard(*this, getNumHeads(), parts)))
     return failure();
   setNumHeads(getNumHeads() / parts);
   return success();
@@ -872,21 +882,15 @@ FailureOr<int64_t> RotaryEmbeddingOp::getSplitDims(TPSplitKind,
 
 FailureOr<int64_t> RotaryEmbeddingOp::propagateShardedDim(unsigned,
                                                           int64_t dim) {
-  // Whole heads per shard, as nn.attention's.
-  if (dim != 2)
-    return failure();
-  return dim;
+  return propagateHeadsDim(dim);
 }
 
 LogicalResult RotaryEmbeddingOp::checkShard(int64_t, int64_t parts) {
-  if (getNumHeads() % parts != 0)
-    return emitOpError() << "cannot split " << getNumHeads()
-                         << " attention heads over tp = " << parts;
-  return success();
+  return checkHeadsShard(*this, getNumHeads(), parts);
 }
 
-LogicalResult RotaryEmbeddingOp::adjustForShard(int64_t dim, int64_t parts) {
-  if (failed(checkShard(dim, parts)))
+LogicalResult RotaryEmbeddingOp::adjustForShard(int64_t, int64_t parts) {
+  if (failed(checkHeadsShard(*this, getNumHeads(), parts)))
     return failure();
   setNumHeads(getNumHeads() / parts);
   return success();

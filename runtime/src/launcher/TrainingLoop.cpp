@@ -294,11 +294,12 @@ private:
   /// parameters' global norm after the update.
   bool hasParamsNorm = false;
   double paramsNorm = std::nan("");
-  /// Megatron's counters of the log line: iterations whose update was
-  /// skipped (none without fp16's loss scaling) and whose loss or gradient
-  /// norm was NaN or inf (they train on only with
-  /// --no-check-for-nan-in-loss), since the previous line.
-  int64_t skippedIterations = 0, nanIterations = 0;
+  /// Megatron's "number of nan iterations" since the previous log line
+  /// (every iteration logs): 1 when this one's loss or gradient norm was
+  /// NaN or inf (they train on only with --no-check-for-nan-in-loss). Its
+  /// "number of skipped iterations" is always 0 here: only fp16's loss
+  /// scaling skips updates, and Tessera has no fp16.
+  int64_t nanIterations = 0;
   std::unique_ptr<Communicator> world;
   /// The --data dataset when the artifact has token inputs, else null.
   std::shared_ptr<const IndexedDataset> dataset;
@@ -651,7 +652,6 @@ Status RankRun::trainIteration(int64_t it) {
   }
   nanIterations = (hasLoss && !std::isfinite(loss)) ||
                   (hasGradNorm && !std::isfinite(gradNorm));
-  skippedIterations = 0;
   std::map<std::string, CommCounters> after = executor->commCounters();
   if (rank == 0)
     TESSERA_RETURN_IF_ERROR(report(it, loss, seconds, after));
@@ -689,19 +689,20 @@ Status RankRun::report(int64_t it, double loss, double seconds,
   double tflops = seconds > 0 ? a.flops_per_step() / seconds / 1e12 : 0.0;
   // Megatron's training_log fields after the loss: grad norm, params norm,
   // the skipped and NaN iterations.
-  auto finite = [](double v) { return std::isnan(v) ? std::nan("") : v; };
+  // NaN printed as "nan", not "-nan".
+  auto unsignedNan = [](double v) { return std::isnan(v) ? std::nan("") : v; };
   char norm[192] = "";
   int at = 0;
   if (hasGradNorm)
     at += std::snprintf(norm + at, sizeof(norm) - at, " grad norm: %.3f |",
-                        finite(gradNorm)); // nan, not -nan
+                        unsignedNan(gradNorm));
   if (hasParamsNorm)
     at += std::snprintf(norm + at, sizeof(norm) - at, " params norm: %.3f |",
-                        finite(paramsNorm));
+                        unsignedNan(paramsNorm));
   std::snprintf(norm + at, sizeof(norm) - at,
-                " number of skipped iterations: %3lld | number of nan "
+                " number of skipped iterations:   0 | number of nan "
                 "iterations: %3lld |",
-                (long long)skippedIterations, (long long)nanIterations);
+                (long long)nanIterations);
   std::printf(" [%s] iteration %8lld/%8lld | consumed samples: %12lld | "
               "elapsed time per iteration (ms): %.1f | throughput per "
               "rank (TFLOP/s): %.3f | learning rate: "
@@ -741,9 +742,8 @@ std::string RankRun::metricsLine(int64_t it, double loss,
                      (hasParamsNorm
                           ? ", \"params_norm\": " + jsonNumber(paramsNorm)
                           : std::string()) +
-                     ", \"skipped_iterations\": " +
-                     std::to_string(skippedIterations) +
-                     ", \"nan_iterations\": " + std::to_string(nanIterations) +
+                     ", \"skipped_iterations\": 0, \"nan_iterations\": " +
+                     std::to_string(nanIterations) +
                      ", \"comm_bytes\": {";
   for (int c = 0; c < kNumCollectiveNames; ++c) {
     line += std::string(c ? ", " : "") + "\"" + kCollectiveNames[c] + "\": {";

@@ -700,14 +700,19 @@ public:
   // Transformer kernels
   //===--------------------------------------------------------------------===//
 
-  /// Row mean and 1 / sqrt(var + eps) (two passes, biased variance).
+  /// Row mean and 1 / sqrt(var + eps) (two passes, biased variance); for
+  /// RMS (RMSNorm) the mean is 0 and rstd = 1 / sqrt(mean(x^2) + eps).
+  template <bool RMS>
   static void rowStats(const float *xr, int64_t cols, float eps, float &mean,
                        float &rstd) {
-    float sum = 0.0f;
+    mean = 0.0f;
+    if (!RMS) {
+      float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < cols; ++j)
-      sum += xr[j];
-    mean = sum / float(cols);
+      for (int64_t j = 0; j < cols; ++j)
+        sum += xr[j];
+      mean = sum / float(cols);
+    }
     float sq = 0.0f;
 #pragma omp simd reduction(+ : sq)
     for (int64_t j = 0; j < cols; ++j) {
@@ -728,64 +733,89 @@ public:
     }
   }
 
-  Status layerNorm(const float *x, const float *gamma, const float *bias,
-                   float *y, int64_t rows, int64_t cols, float eps) override {
+  /// The layer norm (RMS false) or RMS norm (RMS true: no mean, no bias) of
+  /// each row of A, or of S = A + B (written) when B is given.
+  template <bool RMS>
+  Status norm(const float *a, const float *b, const float *gamma,
+              const float *bias, float *s, float *y, int64_t rows,
+              int64_t cols, float eps) {
     if (cols == 0)
       return Status();
 #pragma omp parallel for num_threads(threads) if (rows * cols >= kParallelMin)
     for (int64_t r = 0; r < rows; ++r) {
-      const float *xr = x + r * cols;
+      const float *xr = a + r * cols;
+      if (b) {
+        const float *br = b + r * cols;
+        float *sr = s + r * cols;
+#pragma omp simd
+        for (int64_t j = 0; j < cols; ++j)
+          sr[j] = xr[j] + br[j];
+        xr = sr;
+      }
       float *yr = y + r * cols;
       float mean, rstd;
-      rowStats(xr, cols, eps, mean, rstd);
+      rowStats<RMS>(xr, cols, eps, mean, rstd);
 #pragma omp simd
       for (int64_t j = 0; j < cols; ++j)
-        yr[j] = math::layerNormOut(xr[j], mean, rstd, gamma[j], bias[j]);
+        yr[j] = math::layerNormOut(xr[j], mean, rstd, gamma[j],
+                                   RMS ? 0.0f : bias[j]);
     }
     return Status();
+  }
+
+  Status layerNorm(const float *x, const float *gamma, const float *bias,
+                   float *y, int64_t rows, int64_t cols, float eps) override {
+    return norm<false>(x, nullptr, gamma, bias, nullptr, y, rows, cols, eps);
   }
 
   Status addLayerNorm(const float *a, const float *b, const float *gamma,
                       const float *bias, float *s, float *y, int64_t rows,
                       int64_t cols, float eps) override {
-    if (cols == 0)
-      return Status();
-#pragma omp parallel for num_threads(threads) if (rows * cols >= kParallelMin)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float *ar = a + r * cols, *br = b + r * cols;
-      float *sr = s + r * cols, *yr = y + r * cols;
-#pragma omp simd
-      for (int64_t j = 0; j < cols; ++j)
-        sr[j] = ar[j] + br[j];
-      float mean, rstd;
-      rowStats(sr, cols, eps, mean, rstd);
-#pragma omp simd
-      for (int64_t j = 0; j < cols; ++j)
-        yr[j] = math::layerNormOut(sr[j], mean, rstd, gamma[j], bias[j]);
-    }
-    return Status();
+    return norm<false>(a, b, gamma, bias, s, y, rows, cols, eps);
+  }
+
+  Status rmsNorm(const float *x, const float *gamma, float *y, int64_t rows,
+                 int64_t cols, float eps) override {
+    return norm<true>(x, nullptr, gamma, nullptr, nullptr, y, rows, cols, eps);
+  }
+
+  Status addRmsNorm(const float *a, const float *b, const float *gamma,
+                    float *s, float *y, int64_t rows, int64_t cols,
+                    float eps) override {
+    return norm<true>(a, b, gamma, nullptr, s, y, rows, cols, eps);
   }
 
   Status layerNormGrad(const float *x, const float *gamma, const float *dy,
                        float *dx, float *dgamma, float *dbias, int64_t rows,
                        int64_t cols, float eps, float beta) override {
-    return normGrad(x, gamma, dy, nullptr, dx, dgamma, dbias, rows, cols, eps,
-                    beta);
+    return normGrad<false>(x, gamma, dy, nullptr, dx, dgamma, dbias, rows,
+                           cols, eps, beta);
   }
 
   Status addLayerNormGrad(const float *x, const float *gamma, const float *dy,
                           const float *dr, float *dx, float *dgamma,
                           float *dbias, int64_t rows, int64_t cols, float eps,
                           float beta) override {
-    return normGrad(x, gamma, dy, dr, dx, dgamma, dbias, rows, cols, eps, beta);
+    return normGrad<false>(x, gamma, dy, dr, dx, dgamma, dbias, rows, cols,
+                           eps, beta);
   }
 
-  /// The layer-norm backward, plus dR (when given) in dX.
+  Status rmsNormGrad(const float *x, const float *gamma, const float *dy,
+                     const float *dr, float *dx, float *dgamma, int64_t rows,
+                     int64_t cols, float eps, float beta) override {
+    return normGrad<true>(x, gamma, dy, dr, dx, dgamma, nullptr, rows, cols,
+                          eps, beta);
+  }
+
+  /// The layer-norm backward (RMSNorm's: the mean and mean(dy * gamma)
+  /// terms 0, no bias), plus dR (when given) in dX.
+  template <bool RMS>
   Status normGrad(const float *x, const float *gamma, const float *dy,
                   const float *dr, float *dx, float *dgamma, float *dbias,
                   int64_t rows, int64_t cols, float eps, float beta) {
     scaleOrZero(dgamma, cols, beta);
-    scaleOrZero(dbias, cols, beta);
+    if (!RMS)
+      scaleOrZero(dbias, cols, beta);
     if (cols == 0)
       return Status();
     const float invN = 1.0f / float(cols);
@@ -794,7 +824,7 @@ public:
       const float *dyr = dy + r * cols;
       float *dxr = dx + r * cols;
       float mean, rstd;
-      rowStats(xr, cols, eps, mean, rstd);
+      rowStats<RMS>(xr, cols, eps, mean, rstd);
       float sg = 0.0f, sgx = 0.0f;
 #pragma omp simd reduction(+ : sg, sgx)
       for (int64_t j = 0; j < cols; ++j) {
@@ -803,93 +833,15 @@ public:
         sg += g;
         sgx += g * xhat;
         dgamma[j] += dyr[j] * xhat;
-        dbias[j] += dyr[j];
+        if (!RMS)
+          dbias[j] += dyr[j];
       }
-      float mg = sg * invN, mgx = sgx * invN;
-      if (dr) {
-        const float *drr = dr + r * cols;
-#pragma omp simd
-        for (int64_t j = 0; j < cols; ++j) {
-          float xhat = (xr[j] - mean) * rstd;
-          dxr[j] = math::layerNormGradX(xhat, dyr[j], gamma[j], rstd, mg, mgx) +
-                   drr[j];
-        }
-      } else {
-#pragma omp simd
-        for (int64_t j = 0; j < cols; ++j) {
-          float xhat = (xr[j] - mean) * rstd;
-          dxr[j] = math::layerNormGradX(xhat, dyr[j], gamma[j], rstd, mg, mgx);
-        }
-      }
-    }
-    return Status();
-  }
-
-  /// A row's 1 / sqrt(mean(x^2) + eps) (RMSNorm's statistics).
-  static float rmsRstd(const float *xr, int64_t cols, float eps) {
-    float sq = 0.0f;
-#pragma omp simd reduction(+ : sq)
-    for (int64_t j = 0; j < cols; ++j)
-      sq += xr[j] * xr[j];
-    return math::layerNormRstd(sq, cols, eps);
-  }
-
-  Status rmsNorm(const float *x, const float *gamma, float *y, int64_t rows,
-                 int64_t cols, float eps) override {
-    return addRmsNorm(x, nullptr, gamma, nullptr, y, rows, cols, eps);
-  }
-
-  /// rmsNorm of A + B (writing the sum to S), or of A alone when B is null.
-  Status addRmsNorm(const float *a, const float *b, const float *gamma,
-                    float *s, float *y, int64_t rows, int64_t cols,
-                    float eps) override {
-    if (cols == 0)
-      return Status();
-#pragma omp parallel for num_threads(threads) if (rows * cols >= kParallelMin)
-    for (int64_t r = 0; r < rows; ++r) {
-      const float *xr = a + r * cols;
-      if (b) {
-        const float *ar = a + r * cols, *br = b + r * cols;
-        float *sr = s + r * cols;
-#pragma omp simd
-        for (int64_t j = 0; j < cols; ++j)
-          sr[j] = ar[j] + br[j];
-        xr = sr;
-      }
-      float *yr = y + r * cols;
-      float rstd = rmsRstd(xr, cols, eps);
-#pragma omp simd
-      for (int64_t j = 0; j < cols; ++j)
-        yr[j] = math::layerNormOut(xr[j], 0.0f, rstd, gamma[j], 0.0f);
-    }
-    return Status();
-  }
-
-  Status rmsNormGrad(const float *x, const float *gamma, const float *dy,
-                     const float *dr, float *dx, float *dgamma, int64_t rows,
-                     int64_t cols, float eps, float beta) override {
-    scaleOrZero(dgamma, cols, beta);
-    if (cols == 0)
-      return Status();
-    const float invN = 1.0f / float(cols);
-    for (int64_t r = 0; r < rows; ++r) {
-      const float *xr = x + r * cols;
-      const float *dyr = dy + r * cols;
-      float *dxr = dx + r * cols;
-      float rstd = rmsRstd(xr, cols, eps);
-      float sgx = 0.0f;
-#pragma omp simd reduction(+ : sgx)
-      for (int64_t j = 0; j < cols; ++j) {
-        float xhat = xr[j] * rstd;
-        sgx += dyr[j] * gamma[j] * xhat;
-        dgamma[j] += dyr[j] * xhat;
-      }
-      float mgx = sgx * invN;
+      float mg = RMS ? 0.0f : sg * invN, mgx = sgx * invN;
       const float *drr = dr ? dr + r * cols : nullptr;
 #pragma omp simd
       for (int64_t j = 0; j < cols; ++j) {
-        float d = math::layerNormGradX(xr[j] * rstd, dyr[j], gamma[j], rstd,
-                                       0.0f, mgx);
+        float xhat = (xr[j] - mean) * rstd;
+        float d = math::layerNormGradX(xhat, dyr[j], gamma[j], rstd, mg, mgx);
         dxr[j] = drr ? d + drr[j] : d;
       }
     }

@@ -172,39 +172,25 @@ __global__ void sgdMomentumKernel(float *p, const float *g, float *b,
 template <bool Bf16>
 __global__ void sumSquaresPartialKernel(const void *x, int64_t n,
                                         double *partial) {
-  __shared__ double lanes[kThreads];
   double sum = 0.0;
   TESSERA_GRID_LOOP(i, n) {
     double v = Bf16 ? double(bf16ToFloat(static_cast<const uint16_t *>(x)[i]))
                     : double(static_cast<const float *>(x)[i]);
     sum += v * v;
   }
-  lanes[threadIdx.x] = sum;
-  __syncthreads();
-  for (int w = kThreads / 2; w > 0; w /= 2) {
-    if (int(threadIdx.x) < w)
-      lanes[threadIdx.x] += lanes[threadIdx.x + w];
-    __syncthreads();
-  }
+  sum = blockSumD(sum);
   if (threadIdx.x == 0)
-    partial[blockIdx.x] = lanes[0];
+    partial[blockIdx.x] = sum;
 }
 
 __global__ void sumSquaresFinalKernel(const double *partial, int blocks,
                                       float *y, bool accumulate) {
-  __shared__ double lanes[kThreads];
   double sum = 0.0;
   for (int b = int(threadIdx.x); b < blocks; b += kThreads)
     sum += partial[b];
-  lanes[threadIdx.x] = sum;
-  __syncthreads();
-  for (int w = kThreads / 2; w > 0; w /= 2) {
-    if (int(threadIdx.x) < w)
-      lanes[threadIdx.x] += lanes[threadIdx.x + w];
-    __syncthreads();
-  }
+  sum = blockSumD(sum);
   if (threadIdx.x == 0)
-    y[0] = accumulate ? float(double(y[0]) + lanes[0]) : float(lanes[0]);
+    y[0] = accumulate ? float(double(y[0]) + sum) : float(sum);
 }
 
 __global__ void clipGradNormKernel(const float *sumsq, float *norm,
