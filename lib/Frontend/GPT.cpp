@@ -22,6 +22,14 @@ static std::string number(double v) {
   return buf;
 }
 
+int64_t tessera::ffnHidden(const GPTConfig &c) {
+  if (c.ffn)
+    return c.ffn;
+  if (c.swiglu)
+    return int64_t(double(4 * c.hidden) * 2.0 / 3.0 / 64.0) * 64;
+  return 4 * c.hidden;
+}
+
 std::string tessera::validateGPTConfig(const GPTConfig &c) {
   auto positive = [](const char *name, int64_t v) -> std::string {
     return v < 1 ? std::string("--") + name + " must be positive, got " +
@@ -55,7 +63,7 @@ std::string tessera::validateGPTConfig(const GPTConfig &c) {
   if (c.seq > kMaxSeq)
     return "--seq " + std::to_string(c.seq) +
            " exceeds the longest supported sequence of 2^24 tokens";
-  const int64_t ffn = c.ffn ? c.ffn : 4 * c.hidden;
+  const int64_t ffn = std::max<int64_t>(ffnHidden(c), 1);
   const int64_t moeFfn = c.moeFfn ? c.moeFfn : ffn;
   for (auto [what, a, b] :
        {std::tuple<const char *, int64_t, int64_t>{"--vocab x --hidden",
@@ -78,6 +86,17 @@ std::string tessera::validateGPTConfig(const GPTConfig &c) {
            " is smaller than --seq " + std::to_string(c.seq);
   if (c.ffn < 0)
     return "--ffn must be positive";
+  if (ffnHidden(c) < 1)
+    return "--swiglu's default FFN size int(4 x hidden x 2/3 / 64) x 64 is 0 "
+           "for --hidden " +
+           std::to_string(c.hidden) + "; give --ffn";
+  if (c.numQueryGroups < 0 || (c.numQueryGroups > 0 &&
+                                c.heads % c.numQueryGroups != 0))
+    return "--num-query-groups " + std::to_string(c.numQueryGroups) +
+           " must be positive and divide --heads " + std::to_string(c.heads);
+  if (c.swiglu && c.numExperts > 0)
+    return "--swiglu with --num-experts (SwiGLU experts) is not supported "
+           "yet; the experts use GELU";
   // Comparisons written so that NaN fails them.
   if (!(c.dropout >= 0 && c.dropout < 1))
     return "--dropout must be in [0, 1), got " + number(c.dropout);
@@ -210,7 +229,7 @@ private:
 
 Value GPTBuilder::layer(int64_t i, Value h) {
   std::string p = "decoder.layers." + std::to_string(i) + ".";
-  int64_t H = c.hidden, F = c.ffn ? c.ffn : 4 * c.hidden;
+  int64_t H = c.hidden, F = ffnHidden(c);
   // Megatron scales the init of the residual-branch outputs by 1/sqrt(2L).
   std::string outInit = normal(c.initStd / std::sqrt(2.0 * double(c.layers)));
   auto mark = [&](Value v) {
@@ -219,11 +238,20 @@ Value GPTBuilder::layer(int64_t i, Value h) {
   };
 
   Value x = mark(norm(p + "input_layernorm", h));
-  Value wqkv = param(p + "self_attention.linear_qkv.weight", {3 * H, H},
+  // Grouped-query attention: G key/value heads; linear_qkv's features per
+  // group are [q (heads/G x d) | k (d) | v (d)] (Megatron's layout), made
+  // head-major for attention by nn.repeat_kv.
+  const int64_t groups = c.numQueryGroups ? c.numQueryGroups : c.heads;
+  const int64_t qkvFeatures = (c.heads + 2 * groups) * (H / c.heads);
+  Value wqkv = param(p + "self_attention.linear_qkv.weight", {qkvFeatures, H},
                      normal(c.initStd));
-  Value bqkv = bias(p + "self_attention.linear_qkv.bias", 3 * H);
+  Value bqkv = bias(p + "self_attention.linear_qkv.bias", qkvFeatures);
   Value qkv = mark(nn::LinearOp::create(b, loc(p + "self_attention.linear_qkv"),
                                         x, wqkv, bqkv));
+  if (groups != c.heads)
+    qkv = mark(nn::RepeatKVOp::create(
+        b, loc(p + "self_attention.repeat_kv"), qkv,
+        b.getI64IntegerAttr(c.heads), b.getI64IntegerAttr(groups)));
   if (c.positionEmbeddingType == "rope") {
     // Megatron's rotary_pos_emb on q and k: rotary_dim = int(kv_channels x
     // rotary_percent) features of each head.
@@ -257,10 +285,24 @@ Value GPTBuilder::layer(int64_t i, Value h) {
       mark(m);
     return mark(nn::AddOp::create(b, loc(p + "mlp.residual"), h, m));
   }
-  Value w1 = param(p + "mlp.linear_fc1.weight", {F, H}, normal(c.initStd));
-  Value bb1 = bias(p + "mlp.linear_fc1.bias", F);
-  Value u = mark(nn::LinearOp::create(b, loc(p + "mlp.linear_fc1"), x, w1, bb1));
-  u = mark(nn::GeluOp::create(b, loc(p + "mlp.activation"), u));
+  Value u;
+  if (c.swiglu) {
+    // Megatron's linear_fc1 under --swiglu: the gate and up projections
+    // stacked ([2, F, H], gate first; its [2F, H] rows are Megatron's
+    // checkpoint layout and Hugging Face's gate_proj then up_proj), so
+    // that a column split gives each rank [gate shard; up shard].
+    Value w1 = param(p + "mlp.linear_fc1.weight", {2, F, H}, normal(c.initStd));
+    Value bb1 = c.disableBiasLinear
+                    ? Value()
+                    : param(p + "mlp.linear_fc1.bias", {2, F}, "zeros");
+    u = mark(nn::LinearOp::create(b, loc(p + "mlp.linear_fc1"), x, w1, bb1));
+    u = mark(nn::SwiGLUOp::create(b, loc(p + "mlp.activation"), u));
+  } else {
+    Value w1 = param(p + "mlp.linear_fc1.weight", {F, H}, normal(c.initStd));
+    Value bb1 = bias(p + "mlp.linear_fc1.bias", F);
+    u = mark(nn::LinearOp::create(b, loc(p + "mlp.linear_fc1"), x, w1, bb1));
+    u = mark(nn::GeluOp::create(b, loc(p + "mlp.activation"), u));
+  }
   Value w2 = param(p + "mlp.linear_fc2.weight", {H, F}, outInit);
   Value bb2 = bias(p + "mlp.linear_fc2.bias", H);
   Value m = mark(nn::LinearOp::create(b, loc(p + "mlp.linear_fc2"), u, w2, bb2));
@@ -277,7 +319,7 @@ Value GPTBuilder::layer(int64_t i, Value h) {
 Value GPTBuilder::moe(int64_t i, Value x, const std::string &outInit) {
   std::string p = "decoder.layers." + std::to_string(i) + ".mlp.";
   int64_t H = c.hidden, E = c.numExperts;
-  int64_t F = c.moeFfn ? c.moeFfn : (c.ffn ? c.ffn : 4 * c.hidden);
+  int64_t F = c.moeFfn ? c.moeFfn : ffnHidden(c);
   auto mark = [&](Value v) {
     v.getDefiningOp()->setAttr(kLayerAttr, b.getI64IntegerAttr(i));
     return v;

@@ -84,9 +84,9 @@ TEST_F(ArtifactTest, BadMagic) {
 
 TEST_F(ArtifactTest, WrongVersion) {
   std::string file = buildFile(buildPayload(softmaxRegression()));
-  file[4] = 14;
-  expectError(file, "unsupported format version 14 (this runtime supports "
-                    "version 13)");
+  file[4] = 15;
+  expectError(file, "unsupported format version 15 (this runtime supports "
+                    "version 14)");
 }
 
 TEST_F(ArtifactTest, Truncated) {

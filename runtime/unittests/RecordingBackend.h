@@ -150,6 +150,25 @@ public:
     note("biasGeluGrad");
     return inner->biasGeluGrad(x, bias, dy, dx, dbias, rows, cols, tanh, beta);
   }
+  Status swiglu(const float *x, float *y, int64_t rows, int64_t n) override {
+    note("swiglu");
+    return inner->swiglu(x, y, rows, n);
+  }
+  Status swigluGrad(const float *x, const float *dy, float *dx, int64_t rows,
+                    int64_t n) override {
+    note("swigluGrad");
+    return inner->swigluGrad(x, dy, dx, rows, n);
+  }
+  Status repeatKV(const float *x, float *y, int64_t rows, int64_t heads,
+                  int64_t groups, int64_t headDim) override {
+    note("repeatKV");
+    return inner->repeatKV(x, y, rows, heads, groups, headDim);
+  }
+  Status repeatKVGrad(const float *dy, float *dx, int64_t rows, int64_t heads,
+                      int64_t groups, int64_t headDim) override {
+    note("repeatKVGrad");
+    return inner->repeatKVGrad(dy, dx, rows, heads, groups, headDim);
+  }
   Status relu(const float *x, float *y, int64_t n) override {
     note("relu");
     return inner->relu(x, y, n);

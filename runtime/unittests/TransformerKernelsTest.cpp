@@ -296,6 +296,97 @@ TEST_F(TransformerKernelsTest, RMSNormMatchesReference) {
   }
 }
 
+/// SwiGLU in double: rows of [gate | up], silu(g) * u.
+DVec refSwiGLU(const DVec &x, int64_t rows, int64_t n) {
+  DVec y(size_t(rows * n));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      double g = x[size_t(r * 2 * n + j)], u = x[size_t(r * 2 * n + n + j)];
+      y[size_t(r * n + j)] = g / (1.0 + std::exp(-g)) * u;
+    }
+  return y;
+}
+
+TEST_F(TransformerKernelsTest, SwiGLUMatchesReferenceAndFiniteDifferences) {
+  for (auto [rows, n] : {std::pair<int64_t, int64_t>{1, 1},
+                         {3, 5},
+                         {7, 33},
+                         {2, 100}}) {
+    auto x = random(size_t(rows * 2 * n), 3.0f);
+    // The sigmoid's tails: far negative and far positive gates.
+    x[0] = -95.0f;
+    if (n > 1)
+      x[1] = 95.0f;
+    std::string shape = std::to_string(rows) + "x" + std::to_string(n);
+    Vec y(size_t(rows * n));
+    ASSERT_TRUE(backend->swiglu(x.data(), y.data(), rows, n).ok());
+    expectClose(y, refSwiGLU(toDouble(x), rows, n), 1e-6, "swiglu " + shape);
+
+    // The gradient of sum(dy * swiglu(x)) by central differences.
+    auto dy = random(size_t(rows * n));
+    Vec dx(x.size());
+    ASSERT_TRUE(
+        backend->swigluGrad(x.data(), dy.data(), dx.data(), rows, n).ok());
+    DVec ddy = toDouble(dy);
+    auto loss = [&](const DVec &xs) {
+      DVec ys = refSwiGLU(xs, rows, n);
+      double s = 0;
+      for (size_t i = 0; i < ys.size(); ++i)
+        s += ys[i] * ddy[i];
+      return s;
+    };
+    std::vector<size_t> all(x.size());
+    for (size_t i = 0; i < all.size(); ++i)
+      all[i] = i;
+    expectClose(dx, finiteDifferences(loss, toDouble(x), all), 1e-5,
+                "swigluGrad " + shape);
+  }
+}
+
+TEST_F(TransformerKernelsTest, RepeatKVLayoutAndGradientSums) {
+  // heads 6 in 2 groups of 3, head dim 4; and MHA's degenerate G = heads.
+  for (auto [heads, groups] : {std::pair<int64_t, int64_t>{6, 2}, {4, 4}, {4, 1}}) {
+    const int64_t rows = 5, d = 4, r = heads / groups;
+    const int64_t in = groups * (r + 2) * d, out = heads * 3 * d;
+    auto x = random(size_t(rows * in));
+    Vec y(size_t(rows * out));
+    ASSERT_TRUE(
+        backend->repeatKV(x.data(), y.data(), rows, heads, groups, d).ok());
+    // Head h of group g: q is the group's h-th query block, k and v the
+    // group's (the layout of Megatron's linear_qkv per query group).
+    for (int64_t row = 0; row < rows; ++row)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t j = 0; j < d; ++j) {
+          const int64_t g = h / r, base = row * in + g * (r + 2) * d;
+          const float *yh = y.data() + row * out + h * 3 * d;
+          ASSERT_EQ(yh[j], x[size_t(base + (h % r) * d + j)]);
+          ASSERT_EQ(yh[d + j], x[size_t(base + r * d + j)]);
+          ASSERT_EQ(yh[2 * d + j], x[size_t(base + (r + 1) * d + j)]);
+        }
+    // The gradient is the adjoint: <dy, repeat(x)> = <repeatGrad(dy), x>.
+    auto dy = random(size_t(rows * out));
+    Vec dx(x.size());
+    ASSERT_TRUE(backend->repeatKVGrad(dy.data(), dx.data(), rows, heads,
+                                      groups, d)
+                    .ok());
+    double lhs = 0, rhs = 0;
+    for (size_t i = 0; i < y.size(); ++i)
+      lhs += double(dy[i]) * y[i];
+    for (size_t i = 0; i < x.size(); ++i)
+      rhs += double(dx[i]) * x[i];
+    EXPECT_NEAR(lhs, rhs, 1e-5 * (1.0 + std::fabs(lhs)))
+        << heads << " heads, " << groups << " groups";
+    // Each group's dk: its heads' in head order, as float sums.
+    for (int64_t g = 0; g < groups; ++g) {
+      float sum = 0.0f;
+      for (int64_t h = 0; h < r; ++h)
+        sum = h == 0 ? dy[size_t((g * r + h) * 3 * d + d)]
+                     : sum + dy[size_t((g * r + h) * 3 * d + d)];
+      EXPECT_EQ(dx[size_t(g * (r + 2) * d + r * d)], sum);
+    }
+  }
+}
+
 TEST_F(TransformerKernelsTest, RMSNormGradVsFiniteDifferences) {
   for (auto [rows, cols] :
        {std::pair<int64_t, int64_t>{1, 4}, {5, 7}, {4, 33}}) {

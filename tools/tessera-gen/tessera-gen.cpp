@@ -3,7 +3,8 @@
 // tessera-gen gpt --layers L --hidden H --heads A --vocab V --seq S
 //     [--ffn F] [--max-position-embeddings P] [--tie-embeddings] [--dropout P]
 //     [--normalization LayerNorm|RMSNorm] [--norm-epsilon E]
-//     [--disable-bias-linear] [--init-method-std S] [--position-embedding-type
+//     [--disable-bias-linear] [--swiglu]
+//     [--group-query-attention --num-query-groups G] [--init-method-std S] [--position-embedding-type
 //      learned_absolute|rope|none [--rotary-base B] [--rotary-percent P]
 //      [--use-rope-scaling [--rope-scaling-factor F]]]
 //     [--num-experts E --moe-router-topk K [--moe-ffn-hidden F]
@@ -33,7 +34,8 @@ static cl::opt<int64_t> hidden("hidden", cl::desc("hidden size"), cl::init(128))
 static cl::opt<int64_t> heads("heads", cl::desc("attention heads"), cl::init(4));
 static cl::opt<int64_t> vocab("vocab", cl::desc("vocabulary size"), cl::init(257));
 static cl::opt<int64_t> seq("seq", cl::desc("sequence length"), cl::init(64));
-static cl::opt<int64_t> ffn("ffn", cl::desc("MLP hidden size (default 4 x hidden)"),
+static cl::opt<int64_t> ffn("ffn", cl::desc("MLP hidden size (default 4 x hidden; "
+                                            "see --swiglu)"),
                             cl::init(0));
 static cl::opt<int64_t> maxPositions("max-position-embeddings",
                                      cl::desc("position embeddings (default seq)"),
@@ -89,6 +91,22 @@ static cl::opt<bool> disableBiasLinear(
     cl::desc("no biases in the attention and MLP linear layers"),
     cl::init(false));
 
+static cl::opt<bool> swiglu(
+    "swiglu",
+    cl::desc("SwiGLU MLP (Megatron's --swiglu): silu(gate) * up; the FFN "
+             "size defaults to int(4 x hidden x 2/3 / 64) x 64"),
+    cl::init(false));
+
+static cl::opt<bool> groupQueryAttention(
+    "group-query-attention",
+    cl::desc("grouped-query attention (Megatron's): --num-query-groups "
+             "key/value heads"),
+    cl::init(false));
+static cl::opt<int64_t> numQueryGroups(
+    "num-query-groups",
+    cl::desc("key/value heads of --group-query-attention (default 1)"),
+    cl::init(1));
+
 static cl::opt<std::string> positionEmbeddingType(
     "position-embedding-type",
     cl::desc("learned_absolute (default), rope or none, as Megatron's"),
@@ -135,6 +153,14 @@ int main(int argc, char **argv) {
   config.normalization = normalization;
   config.layerNormEps = normEpsilon;
   config.disableBiasLinear = disableBiasLinear;
+  config.swiglu = swiglu;
+  if (groupQueryAttention && numQueryGroups < 1) {
+    llvm::errs() << "tessera-gen: error: --num-query-groups must be positive, "
+                    "got "
+                 << numQueryGroups << "\n";
+    return 1;
+  }
+  config.numQueryGroups = groupQueryAttention ? int64_t(numQueryGroups) : 0;
   config.positionEmbeddingType = positionEmbeddingType;
   config.rotaryBase = rotaryBase;
   config.rotaryPercent = rotaryPercent;

@@ -51,8 +51,9 @@ struct AttachMeshPass : tessera::dist::impl::AttachMeshPassBase<AttachMeshPass> 
     // Every dimension tp-partition will split must divide by tp.
     bool ok = true;
     for (TPRegion &region : findTPRegions(model)) {
+      // The weight's out-features (of each projection of a stacked one).
       auto weight = cast<RankedTensorType>(region.column->getOperand(1).getType());
-      int64_t features = weight.getDimSize(0);
+      int64_t features = weight.getDimSize(weight.getRank() - 2);
       if (features % int64_t(tp) != 0) {
         region.column->emitOpError()
             << "cannot be split column-parallel over tp = " << int64_t(tp) << ": "

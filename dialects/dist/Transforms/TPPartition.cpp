@@ -62,6 +62,13 @@ SmallVector<TPRegion> tessera::dist::findTPRegions(func::FuncOp func) {
     }
     if (!region.row)
       return;
+    // A stacked linear's shard is [proj0 shard | proj1 shard ...]: only an
+    // op that takes the projections apart (SwiGLU) may read it; the row op
+    // would contract the blocks with contiguous rows of its weight.
+    if (auto linear = dyn_cast<nn::LinearOp>(op);
+        linear && linear.getWeight().getType().getRank() == 3 &&
+        (region.chain.empty() || !isa<nn::SwiGLUOp>(region.chain.front())))
+      return;
     claimed.insert(region.column);
     claimed.insert(region.row);
     regions.push_back(region);

@@ -111,13 +111,23 @@ LogicalResult LinearOp::inferReturnTypes(MLIRContext *ctx,
                                          SmallVectorImpl<Type> &types) {
   auto x = cast<RankedTensorType>(adaptor.getInput().getType());
   auto w = cast<RankedTensorType>(adaptor.getWeight().getType());
-  if (x.getRank() < 2 || w.getRank() != 2)
+  if (x.getRank() < 2 || w.getRank() < 2 || w.getRank() > 3)
     return inferError(loc, "nn.linear expects an input of rank >= 2 and a "
-                           "2-d weight");
+                           "[out, in] or stacked [k, out, in] weight");
   SmallVector<int64_t> shape(x.getShape().drop_back());
-  shape.push_back(w.getDimSize(0));
+  shape.push_back(linearOutFeatures(w));
   types.push_back(f32Tensor(ctx, shape));
   return success();
+}
+
+int64_t tessera::nn::linearOutFeatures(RankedTensorType weight) {
+  int64_t out = 1;
+  for (int64_t d : weight.getShape().drop_back()) {
+    if (ShapedType::isDynamic(d))
+      return ShapedType::kDynamic;
+    out *= d;
+  }
+  return out;
 }
 
 Value tessera::nn::castElements(OpBuilder &b, Location loc, Value v,
@@ -144,14 +154,26 @@ LogicalResult LinearOp::verify() {
   auto w = getWeight().getType();
   if (failed(verifyGemmOperands(*this, x, w)))
     return failure();
-  if (!dimsCompatible(x.getDimSize(x.getRank() - 1), w.getDimSize(1)))
+  if (w.getRank() < 2 || w.getRank() > 3)
+    return emitOpError() << "expects a [out, in] or stacked [k, out, in] "
+                            "weight, got "
+                         << w;
+  int64_t in = w.getDimSize(w.getRank() - 1);
+  if (!dimsCompatible(x.getDimSize(x.getRank() - 1), in))
     return emitOpError() << "input features (" << x.getDimSize(x.getRank() - 1)
-                         << ") do not match the weight's in-features ("
-                         << w.getDimSize(1) << ")";
+                         << ") do not match the weight's in-features (" << in
+                         << ")";
   if (Value b = getBias()) {
     auto bt = cast<RankedTensorType>(b.getType());
-    if (bt.getRank() != 1 || !dimsCompatible(bt.getDimSize(0), w.getDimSize(0)))
-      return emitOpError() << "bias must be 1-d of size " << w.getDimSize(0);
+    ArrayRef<int64_t> out = w.getShape().drop_back();
+    if (bt.getRank() != int64_t(out.size()) ||
+        !llvm::all_of(llvm::zip(bt.getShape(), out), [](auto p) {
+          return dimsCompatible(std::get<0>(p), std::get<1>(p));
+        })) {
+      InFlightDiagnostic d = emitOpError() << "bias must be of shape [";
+      llvm::interleaveComma(out, d);
+      return d << "] (the weight's without its in-features), got " << bt;
+    }
   }
   return success();
 }
@@ -171,10 +193,14 @@ LogicalResult LinearOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
           : dy;
   if (needed[0]) // dx = dy @ W
     adj[0] = MatmulOp::create(b, loc, gemmDy, getWeight(), false, false);
+  // A stacked weight's and bias's gradients take their shapes (the same
+  // elements as the [k * out, in] and [k * out] products).
   if (needed[1]) // dW = dy^T @ x
-    adj[1] = MatmulOp::create(b, loc, gemmDy, getInput(), true, false);
+    adj[1] = MatmulOp::create(b, loc, f32Tensor(getContext(),
+                                                getWeight().getType().getShape()),
+                              gemmDy, getInput(), true, false);
   if (getBias() && needed[2])
-    adj[2] = ReduceRowsOp::create(b, loc, dy);
+    adj[2] = ReduceRowsOp::create(b, loc, getBias().getType(), dy);
   return success();
 }
 
@@ -184,10 +210,11 @@ FailureOr<int64_t> LinearOp::getSplitDims(TPSplitKind kind,
   dims.clear();
   switch (kind) {
   case TPSplitKind::Column:
-    // Y_i = X W_i^T + b_i: weight and bias split along out-features.
-    dims.append({-1, 0});
+    // Y_i = X W_i^T + b_i: weight and bias split along out-features (of
+    // each stacked projection: [k, out, in] splits `out`).
+    dims.append({-1, getWeight().getType().getRank() - 2});
     if (getBias())
-      dims.push_back(0);
+      dims.push_back(getBias().getType().getRank() - 1);
     partial = false;
     return getInput().getType().getRank() - 1;
   case TPSplitKind::Vocab:
@@ -195,6 +222,8 @@ FailureOr<int64_t> LinearOp::getSplitDims(TPSplitKind kind,
   case TPSplitKind::Row:
     // Y = sum_i X_i W_i^T: input split along features, weight along in.
     // A bias stays replicated and must be added after the reduction.
+    if (getWeight().getType().getRank() != 2)
+      return failure();
     dims.append({getInput().getType().getRank() - 1, 1});
     if (getBias())
       dims.push_back(-1);
@@ -249,6 +278,20 @@ LogicalResult MatmulOp::verify() {
   return verifyGemmOperands(*this, getLhs().getType(), getRhs().getType());
 }
 
+/// The same f32 matrix view: equal rows and columns once the leading
+/// dimensions are flattened.
+bool MatmulOp::isCompatibleReturnTypes(TypeRange inferred, TypeRange actual) {
+  if (inferred.size() != 1 || actual.size() != 1)
+    return false;
+  if (inferred[0] == actual[0])
+    return true;
+  auto a = dyn_cast<RankedTensorType>(inferred[0]);
+  auto b = dyn_cast<RankedTensorType>(actual[0]);
+  return a && b && a.getElementType() == b.getElementType() &&
+         a.hasStaticShape() && b.hasStaticShape() && b.getRank() >= 2 &&
+         asMatrix(a) == asMatrix(b);
+}
+
 //===----------------------------------------------------------------------===//
 // Elementwise ops
 //===----------------------------------------------------------------------===//
@@ -271,6 +314,91 @@ LogicalResult GeluOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
   if (needed[0])
     adj[0] = GeluGradOp::create(b, getLoc(), getInput(), resultAdj[0],
                                 getApproximate());
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
+// SwiGLUOp, SwiGLUGradOp
+//===----------------------------------------------------------------------===//
+
+/// A [..., 2n] input (gate and up stacked): its result shape [..., n].
+static FailureOr<SmallVector<int64_t>> swigluResultShape(RankedTensorType x) {
+  if (x.getRank() < 1)
+    return failure();
+  SmallVector<int64_t> shape(x.getShape());
+  int64_t &last = shape.back();
+  if (!ShapedType::isDynamic(last)) {
+    if (last % 2 != 0)
+      return failure();
+    last /= 2;
+  }
+  return shape;
+}
+
+static LogicalResult verifySwiGLUInput(Operation *op, RankedTensorType x) {
+  if (failed(swigluResultShape(x)))
+    return op->emitOpError()
+           << "expects a [..., 2n] input (the gate and up projections "
+              "stacked), got "
+           << x;
+  return success();
+}
+
+LogicalResult SwiGLUOp::inferReturnTypes(MLIRContext *ctx,
+                                         std::optional<Location> loc,
+                                         Adaptor adaptor,
+                                         SmallVectorImpl<Type> &types) {
+  auto x = cast<RankedTensorType>(adaptor.getInput().getType());
+  FailureOr<SmallVector<int64_t>> shape = swigluResultShape(x);
+  if (failed(shape))
+    return inferError(loc, "nn.swiglu expects a [..., 2n] input");
+  types.push_back(f32Tensor(ctx, *shape));
+  return success();
+}
+
+LogicalResult SwiGLUOp::verify() {
+  return verifySwiGLUInput(*this, getInput().getType());
+}
+
+LogicalResult SwiGLUOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
+                                     ArrayRef<bool> needed,
+                                     SmallVectorImpl<Value> &adj) {
+  adj.assign(1, Value());
+  if (needed[0])
+    adj[0] = SwiGLUGradOp::create(b, getLoc(), getInput(), resultAdj[0]);
+  return success();
+}
+
+// On a column-parallel shard ([gate shard | up shard]) the op runs as it is
+// and its result is the rank's contiguous shard of the features.
+FailureOr<int64_t> SwiGLUOp::propagateShardedDim(unsigned, int64_t dim) {
+  return dim;
+}
+
+FailureOr<int64_t> SwiGLUOp::getSplitDims(TPSplitKind,
+                                          SmallVectorImpl<int64_t> &, bool &) {
+  return failure();
+}
+
+LogicalResult SwiGLUOp::checkShard(int64_t dim, int64_t parts) {
+  auto y = getType();
+  int64_t n = y.getDimSize(y.getRank() - 1);
+  if (dim == y.getRank() - 1 && !ShapedType::isDynamic(n) && n % parts != 0)
+    return emitOpError() << "cannot split " << n
+                         << " SwiGLU features (the FFN hidden size) over tp = "
+                         << parts;
+  return success();
+}
+
+LogicalResult SwiGLUGradOp::verify() {
+  auto x = getInput().getType();
+  if (failed(verifySwiGLUInput(*this, x)))
+    return failure();
+  auto dy = getResultGrad().getType();
+  if (failed(verifyCompatibleShape(dy.getShape(), *swigluResultShape(x))))
+    return emitOpError() << "result_grad " << dy
+                         << " must have the forward result's shape (the "
+                            "input's with half its last dimension)";
   return success();
 }
 
@@ -503,6 +631,20 @@ LogicalResult ReduceRowsOp::inferReturnTypes(MLIRContext *ctx,
     return inferError(loc, "nn.reduce_rows expects a ranked input");
   types.push_back(f32Tensor(ctx, {x.getDimSize(x.getRank() - 1)}));
   return success();
+}
+
+/// [n], or any static shape of n f32 elements (a stacked bias's gradient).
+bool ReduceRowsOp::isCompatibleReturnTypes(TypeRange inferred,
+                                           TypeRange actual) {
+  if (inferred.size() != 1 || actual.size() != 1)
+    return false;
+  if (inferred[0] == actual[0])
+    return true;
+  auto a = dyn_cast<RankedTensorType>(inferred[0]);
+  auto b = dyn_cast<RankedTensorType>(actual[0]);
+  return a && b && a.getElementType() == b.getElementType() &&
+         a.hasStaticShape() && b.hasStaticShape() &&
+         a.getNumElements() == b.getNumElements();
 }
 
 LogicalResult SoftmaxCrossEntropyGradOp::inferReturnTypes(
@@ -824,6 +966,137 @@ LogicalResult AttentionOp::adjustForShard(int64_t, int64_t parts) {
 }
 
 //===----------------------------------------------------------------------===//
+// RepeatKVOp, RepeatKVGradOp
+//===----------------------------------------------------------------------===//
+
+/// Head dim of a grouped QKV's `features` (G (heads/G + 2) D), or failure.
+static FailureOr<int64_t> groupedHeadDim(int64_t features, int64_t heads,
+                                         int64_t groups) {
+  if (heads < 1 || groups < 1 || heads % groups != 0)
+    return failure();
+  int64_t per = heads + 2 * groups;
+  if (ShapedType::isDynamic(features) || features % per != 0)
+    return failure();
+  return features / per;
+}
+
+/// Verifies the heads and groups and the grouped and head-major feature
+/// counts of nn.repeat_kv (grouped -> headMajor) or its gradient.
+static LogicalResult verifyRepeatKV(Operation *op, RankedTensorType grouped,
+                                    RankedTensorType headMajor, int64_t heads,
+                                    int64_t groups) {
+  if (heads < 1 || groups < 1 || heads % groups != 0)
+    return op->emitOpError() << "num_heads " << heads
+                             << " must be a positive multiple of "
+                                "num_query_groups "
+                             << groups;
+  if (grouped.getRank() != 3 || headMajor.getRank() != 3)
+    return op->emitOpError() << "expects [seq, batch, features] tensors";
+  int64_t in = grouped.getDimSize(2);
+  if (!ShapedType::isDynamic(in) &&
+      failed(groupedHeadDim(in, heads, groups)))
+    return op->emitOpError()
+           << "grouped qkv features " << in << " are not num_query_groups ("
+           << groups << ") x (num_heads / num_query_groups + 2) x head_dim";
+  return success();
+}
+
+static RankedTensorType headMajorType(MLIRContext *ctx, RankedTensorType x,
+                                      int64_t heads, int64_t groups) {
+  SmallVector<int64_t> shape(x.getShape());
+  FailureOr<int64_t> d = groupedHeadDim(shape[2], heads, groups);
+  shape[2] = succeeded(d) ? heads * 3 * *d : ShapedType::kDynamic;
+  return f32Tensor(ctx, shape);
+}
+
+LogicalResult RepeatKVOp::inferReturnTypes(MLIRContext *ctx,
+                                           std::optional<Location> loc,
+                                           Adaptor adaptor,
+                                           SmallVectorImpl<Type> &types) {
+  auto x = cast<RankedTensorType>(adaptor.getInput().getType());
+  if (x.getRank() != 3)
+    return inferError(loc, "nn.repeat_kv expects a [seq, batch, features] "
+                           "input");
+  types.push_back(headMajorType(ctx, x, adaptor.getNumHeads(),
+                                adaptor.getNumQueryGroups()));
+  return success();
+}
+
+LogicalResult RepeatKVOp::verify() {
+  return verifyRepeatKV(*this, getInput().getType(), getType(), getNumHeads(),
+                        getNumQueryGroups());
+}
+
+LogicalResult RepeatKVOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
+                                       ArrayRef<bool> needed,
+                                       SmallVectorImpl<Value> &adj) {
+  adj.assign(1, Value());
+  if (needed[0])
+    adj[0] = RepeatKVGradOp::create(b, getLoc(), resultAdj[0],
+                                    getNumHeadsAttr(), getNumQueryGroupsAttr());
+  return success();
+}
+
+FailureOr<int64_t> RepeatKVOp::getSplitDims(TPSplitKind,
+                                            SmallVectorImpl<int64_t> &,
+                                            bool &) {
+  return failure();
+}
+
+// Whole query groups per rank: a contiguous block of groups in, the block
+// of their heads out.
+FailureOr<int64_t> RepeatKVOp::propagateShardedDim(unsigned, int64_t dim) {
+  return propagateHeadsDim(dim);
+}
+
+LogicalResult RepeatKVOp::checkShard(int64_t, int64_t parts) {
+  if (getNumQueryGroups() % parts != 0)
+    return emitOpError() << "num_query_groups " << getNumQueryGroups()
+                         << " is not divisible by tp = " << parts
+                         << " (tensor parallelism splits the query groups)";
+  return success();
+}
+
+LogicalResult RepeatKVOp::adjustForShard(int64_t dim, int64_t parts) {
+  if (failed(checkShard(dim, parts)))
+    return failure();
+  setNumHeads(getNumHeads() / parts);
+  setNumQueryGroups(getNumQueryGroups() / parts);
+  return success();
+}
+
+LogicalResult RepeatKVGradOp::inferReturnTypes(MLIRContext *ctx,
+                                               std::optional<Location> loc,
+                                               Adaptor adaptor,
+                                               SmallVectorImpl<Type> &types) {
+  auto dy = cast<RankedTensorType>(adaptor.getInput().getType());
+  if (dy.getRank() != 3)
+    return inferError(loc, "nn.repeat_kv_grad expects a [seq, batch, "
+                           "features] input");
+  int64_t heads = adaptor.getNumHeads(), groups = adaptor.getNumQueryGroups();
+  SmallVector<int64_t> shape(dy.getShape());
+  if (!ShapedType::isDynamic(shape[2]) && heads > 0 && groups > 0 &&
+      shape[2] % (3 * heads) == 0)
+    shape[2] = shape[2] / (3 * heads) * (heads + 2 * groups);
+  else
+    shape[2] = ShapedType::kDynamic;
+  types.push_back(f32Tensor(ctx, shape));
+  return success();
+}
+
+LogicalResult RepeatKVGradOp::verify() {
+  if (failed(verifyRepeatKV(*this, getType(), getInput().getType(),
+                            getNumHeads(), getNumQueryGroups())))
+    return failure();
+  int64_t features = getInput().getType().getDimSize(2);
+  if (!ShapedType::isDynamic(features) && features % (3 * getNumHeads()) != 0)
+    return emitOpError() << "qkv gradient features " << features
+                         << " are not 3 x num_heads (" << getNumHeads()
+                         << ") x head_dim";
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // RotaryEmbeddingOp
 //===----------------------------------------------------------------------===//
 
@@ -1063,10 +1336,14 @@ static int64_t numel(Type t) {
 
 int64_t LinearOp::getFlops() {
   auto w = getWeight().getType();
-  int64_t rows = numel(getType()) / std::max<int64_t>(w.getDimSize(0), 1);
-  return 2 * rows * w.getDimSize(0) * w.getDimSize(1) +
+  int64_t out = std::max<int64_t>(linearOutFeatures(w), 1);
+  int64_t rows = numel(getType()) / out;
+  return 2 * rows * out * w.getShape().back() +
          (getBias() ? numel(getType()) : 0);
 }
+
+/// silu(g) * u: the sigmoid's exp, add and divide, two products.
+int64_t SwiGLUOp::getFlops() { return 5 * numel(getType()); }
 
 int64_t MatmulOp::getFlops() {
   auto a = getLhs().getType();

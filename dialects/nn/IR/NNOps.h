@@ -29,6 +29,9 @@ mlir::LogicalResult verifyGemmOperands(mlir::Operation *op, mlir::Type a,
 /// else an nn.cast of it (mixed precision's one conversion).
 mlir::Value castElements(mlir::OpBuilder &b, mlir::Location loc, mlir::Value v,
                          mlir::Type element);
+/// nn.linear's out-features for `weight`: `out` of `[out, in]`, `k * out` of
+/// a stacked `[k, out, in]` (dynamic if any leading dim is).
+int64_t linearOutFeatures(mlir::RankedTensorType weight);
 } // namespace tessera::nn
 
 #endif // TESSERA_DIALECTS_NN_IR_NNOPS_H

@@ -69,6 +69,18 @@ def NN_LinearOp : NN_Op<"linear", [InferTypeOpAdaptor,
     dimension, and the result is a partial sum (the bias stays replicated and
     tp-partition moves it after the reduction).
 
+    A stacked weight `[k, out, in]` (bias `[k, out]`) holds k projections
+    of the same input as one GEMM of `k * out` features, in the order
+    stacked: SwiGLU's gate and up projections (Megatron's `linear_fc1` under
+    `--swiglu`). A column split shards `out`, so each rank computes
+    `[proj0 shard | proj1 shard | ...]` (Megatron's per-rank
+    `[gate_shard; up_shard]`), which only an op that takes the k blocks
+    apart (nn.swiglu) may consume.
+
+    ```mlir
+    %gu = nn.linear %x, %w : (tensor<8x256xf32>, tensor<2x512x256xf32>) -> tensor<8x1024xf32>
+    ```
+
     ```mlir
     %y = nn.linear %x, %w, %b : (tensor<8x256xf32>, tensor<1024x256xf32>, tensor<1024xf32>) -> tensor<8x1024xf32>
     ```
@@ -99,7 +111,9 @@ def NN_MatmulOp : NN_Op<"matmul", [InferTypeOpAdaptor], NN_CustomFlops> {
     `transpose_lhs` the result keeps lhs's leading dimensions
     (`[..., n]`); with it the result is 2-d. Produced by autodiff for the
     backward of `nn.linear`. The operands are both f32 or both bf16; the
-    result is f32 (a bf16 product accumulates in f32).
+    result is f32 (a bf16 product accumulates in f32). A result may be given
+    any shape of the same matrix view (`[..., n]` flattened to the same rows
+    and columns): a stacked weight's gradient `[k, out, in]`.
 
     ```mlir
     %dw = nn.matmul %dy, %x {transpose_lhs} : (tensor<8x16xf32>, tensor<8x256xf32>) -> tensor<16x256xf32>
@@ -110,6 +124,10 @@ def NN_MatmulOp : NN_Op<"matmul", [InferTypeOpAdaptor], NN_CustomFlops> {
   let results = (outs NN_F32Tensor:$result);
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual);
+  }];
 }
 
 class NN_UnaryOp<string mnemonic, list<Trait> traits = []>
@@ -158,6 +176,30 @@ def NN_BiasGeluOp : NN_Op<"bias_gelu", [InferTypeOpAdaptor,
                        DefaultValuedStrAttr<StrAttr, "none">:$approximate);
   let results = (outs NN_F32Tensor:$result);
   let assemblyFormat = "$input `,` $bias attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def NN_SwiGLUOp : NN_Op<"swiglu", [InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>,
+    DeclareOpInterfaceMethods<Tessera_TPSplitOpInterface,
+                              ["propagateShardedDim", "checkShard"]>], NN_CustomFlops> {
+  let summary = "SwiGLU: silu(gate) * up from the stacked gate and up projections";
+  let description = [{
+    Megatron's `--swiglu` activation (its `swiglu`, and Hugging Face's
+    LlamaMLP `act_fn(gate_proj(x)) * up_proj(x)`): the `[..., 2n]` input is
+    the output of a linear with a stacked `[2, n, in]` weight, gate first;
+    the result is `silu(x[..., :n]) * x[..., n:]`, `[..., n]`, in one pass.
+    On a column-parallel shard the input is `[gate shard | up shard]`
+    (Megatron's per-rank layout of linear_fc1), so the op runs unchanged on
+    it and its result is the rank's contiguous shard.
+
+    ```mlir
+    %h = nn.swiglu %gu : (tensor<8x1024xf32>) -> tensor<8x512xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
 
@@ -279,6 +321,23 @@ def NN_BiasGeluGradOp : NN_Op<"bias_gelu_grad", [InferTypeOpAdaptor]> {
   let hasVerifier = 1;
 }
 
+def NN_SwiGLUGradOp : NN_Op<"swiglu_grad", [AllTypesMatch<["input", "result"]>]> {
+  let summary = "backward of nn.swiglu: the gate and up gradients in one pass";
+  let description = [{
+    From the forward's `[..., 2n]` input and the `[..., n]` result gradient
+    `dy`: `d gate = dy * up * silu'(gate)` and `d up = dy * silu(gate)`,
+    stacked as the input is (`[..., 2n]`, gate first).
+
+    ```mlir
+    %dgu = nn.swiglu_grad %gu, %dh : (tensor<8x1024xf32>, tensor<8x512xf32>) -> tensor<8x1024xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$result_grad);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$input `,` $result_grad attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
 def NN_ReluGradOp : NN_ActivationGradOp<"relu_grad"> {
   let summary = "backward of nn.relu: dy * (x > 0)";
   let description = [{
@@ -291,7 +350,8 @@ def NN_ReluGradOp : NN_ActivationGradOp<"relu_grad"> {
 def NN_ReduceRowsOp : NN_Op<"reduce_rows", [InferTypeOpAdaptor]> {
   let summary = "sum over all leading dimensions: [..., n] -> [n]";
   let description = [{
-    The bias gradient of `nn.linear` and `nn.bias_add`.
+    The bias gradient of `nn.linear` and `nn.bias_add`. The result may be
+    given any shape of `n` elements: a stacked bias's gradient `[k, out]`.
 
     ```mlir
     %db = nn.reduce_rows %dy : (tensor<8x16xf32>) -> tensor<16xf32>
@@ -300,6 +360,10 @@ def NN_ReduceRowsOp : NN_Op<"reduce_rows", [InferTypeOpAdaptor]> {
   let arguments = (ins NN_F32Tensor:$input);
   let results = (outs NN_F32Tensor:$result);
   let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
+  let extraClassDeclaration = [{
+    static bool isCompatibleReturnTypes(::mlir::TypeRange inferred,
+                                        ::mlir::TypeRange actual);
+  }];
 }
 
 def NN_SoftmaxCrossEntropyGradOp : NN_Op<"softmax_cross_entropy_grad",
@@ -757,6 +821,53 @@ def NN_AttentionOp : NN_Op<"attention", [InferTypeOpAdaptor,
                        DefaultValuedAttr<BoolAttr, "true">:$causal);
   let results = (outs NN_F32Tensor:$result);
   let assemblyFormat = "$qkv attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def NN_RepeatKVOp : NN_Op<"repeat_kv", [InferTypeOpAdaptor,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>,
+    DeclareOpInterfaceMethods<Tessera_TPSplitOpInterface,
+                              ["propagateShardedDim", "checkShard", "adjustForShard"]>]> {
+  let summary = "grouped-query attention's keys and values repeated for every query head";
+  let description = [{
+    Megatron's grouped-query attention (`--group-query-attention
+    --num-query-groups G`): the fused QKV of its linear_qkv is laid out per
+    query group, `[q (heads/G x head_dim) | k (head_dim) | v (head_dim)]`
+    for each of the G groups. The result is nn.attention's head-major
+    `[seq, batch, heads * 3 * head_dim]`, each group's key and value
+    repeated for its heads/G query heads, as Megatron's
+    DotProductAttention repeats them (`repeat_interleave`) and Hugging
+    Face's `repeat_kv` does. The adjoint (nn.repeat_kv_grad) sums the keys'
+    and values' gradients over each group's heads. Tensor parallelism
+    splits whole groups: G must divide by tp.
+
+    ```mlir
+    %qkv = nn.repeat_kv %x {num_heads = 8 : i64, num_query_groups = 2 : i64} : (tensor<64x4x192xf32>) -> tensor<64x4x384xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, I64Attr:$num_heads,
+                       I64Attr:$num_query_groups);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def NN_RepeatKVGradOp : NN_Op<"repeat_kv_grad", [InferTypeOpAdaptor]> {
+  let summary = "backward of nn.repeat_kv: key and value gradients summed per group";
+  let description = [{
+    From the head-major `[seq, batch, heads * 3 * head_dim]` gradient, the
+    grouped `[seq, batch, G * (heads/G + 2) * head_dim]` one: the queries'
+    gradients moved back, each group's key and value gradients summed over
+    its heads in head order.
+
+    ```mlir
+    %dx = nn.repeat_kv_grad %dqkv {num_heads = 8 : i64, num_query_groups = 2 : i64} : (tensor<64x4x384xf32>) -> tensor<64x4x192xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, I64Attr:$num_heads,
+                       I64Attr:$num_query_groups);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
 }
 

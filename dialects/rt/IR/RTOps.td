@@ -205,6 +205,10 @@ def RT_AddOp : RT_KernelOp<"add", "Add", "c = a + b">;
 def RT_GeluOp : RT_KernelOp<"gelu", "Gelu", "y = gelu(x)">;
 def RT_GeluGradOp : RT_KernelOp<"gelu_grad", "GeluGrad", "dx = dy * gelu'(x)">;
 def RT_ReluOp : RT_KernelOp<"relu", "Relu", "y = relu(x)">;
+def RT_SwiGLUOp : RT_KernelOp<"swiglu", "SwiGLU", "y = silu(gate) * up, x = [gate | up] by rows">;
+def RT_SwiGLUGradOp : RT_KernelOp<"swiglu_grad", "SwiGLUGrad", "backward of swiglu">;
+def RT_RepeatKVOp : RT_KernelOp<"repeat_kv", "RepeatKV", "grouped QKV to head-major, K/V repeated per head">;
+def RT_RepeatKVGradOp : RT_KernelOp<"repeat_kv_grad", "RepeatKVGrad", "backward of repeat_kv: dK, dV summed per group">;
 def RT_BiasGeluOp : RT_KernelOp<"bias_gelu", "BiasGelu", "y = gelu(x + b)">;
 def RT_BiasGeluGradOp : RT_KernelOp<"bias_gelu_grad", "BiasGeluGrad",
     "dx = dy * gelu'(x + b), db = beta * db + sum_rows(dx)">;

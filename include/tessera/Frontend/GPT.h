@@ -21,7 +21,7 @@ struct GPTConfig {
   int64_t heads = 4;
   int64_t vocab = 257;
   int64_t seq = 64;
-  int64_t ffn = 0;             ///< 0: 4 * hidden
+  int64_t ffn = 0;             ///< 0: ffnHidden's default
   int64_t maxPositions = 0;    ///< 0: seq
   bool tieEmbeddings = false;  ///< share the word embedding with the LM head
   double initStd = 0.02;
@@ -40,6 +40,15 @@ struct GPTConfig {
   /// Megatron's --disable-bias-linear: no biases in the attention and MLP
   /// linears (the Llama family's).
   bool disableBiasLinear = false;
+  /// Megatron's --swiglu: the MLP is linear_fc1 with a stacked [2, ffn,
+  /// hidden] weight (gate, up), silu(gate) * up, then linear_fc2 (the Llama
+  /// family's, Hugging Face's gate_proj / up_proj / down_proj).
+  bool swiglu = false;
+  /// Megatron's --group-query-attention --num-query-groups: G key/value
+  /// heads, each shared by heads/G query heads; linear_qkv's output is laid
+  /// out per group [q (heads/G x d) | k (d) | v (d)]. 0: multi-head
+  /// attention (G = heads).
+  int64_t numQueryGroups = 0;
   double dropout = 0.0;        ///< embedding and hidden dropout (Megatron's)
   int64_t ignoreIndex = -100;
   /// Mixture of experts (Megatron's MoELayer in place of the MLP): experts
@@ -56,6 +65,11 @@ struct GPTConfig {
   double moeCapacityFactor = 0.0;
   std::string moeDropPolicy = "probs";
 };
+
+/// The MLP's hidden size: `ffn`, or Megatron's default, 4 x hidden, and
+/// under --swiglu int(4 x hidden x 2/3 / 64) x 64 (the same parameters as
+/// the GELU MLP, rounded down to a multiple of 64).
+int64_t ffnHidden(const GPTConfig &config);
 
 /// Checks the configuration; returns an error message or an empty string.
 std::string validateGPTConfig(const GPTConfig &config);

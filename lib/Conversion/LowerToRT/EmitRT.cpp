@@ -329,6 +329,12 @@ KERNEL_ATTRS(nn::AttentionOp) {
 KERNEL_ATTRS(nn::AttentionGradOp) {
   return {p.iattrs(b, {int64_t(o.getNumHeads()), o.getCausal() ? 1 : 0})};
 }
+KERNEL_ATTRS(nn::RepeatKVOp) {
+  return {p.iattrs(b, {int64_t(o.getNumHeads()), int64_t(o.getNumQueryGroups())})};
+}
+KERNEL_ATTRS(nn::RepeatKVGradOp) {
+  return {p.iattrs(b, {int64_t(o.getNumHeads()), int64_t(o.getNumQueryGroups())})};
+}
 KERNEL_ATTRS(nn::DropoutOp) {
   return p.withGroup(b,
                      {b.getNamedAttr("value", o.getRateAttr()),
@@ -855,6 +861,10 @@ LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
       KernelPattern<nn::ClipGradNormOp, rt::ClipGradNormOp>,
       KernelPattern<nn::ScaleByOp, rt::ScaleByOp>,
       KernelPattern<nn::ReluOp, rt::ReluOp>,
+      KernelPattern<nn::SwiGLUOp, rt::SwiGLUOp>,
+      KernelPattern<nn::SwiGLUGradOp, rt::SwiGLUGradOp>,
+      KernelPattern<nn::RepeatKVOp, rt::RepeatKVOp>,
+      KernelPattern<nn::RepeatKVGradOp, rt::RepeatKVGradOp>,
       KernelPattern<nn::GeluGradOp, rt::GeluGradOp>,
       KernelPattern<nn::BiasGeluOp, rt::BiasGeluOp>,
       KernelPattern<nn::BiasGeluGradOp, rt::BiasGeluGradOp>,

@@ -135,6 +135,48 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
     t.i[0] = in.iattrs()->Get(0);
     return Status();
   }
+  case O::SwiGLU:
+  case O::SwiGLUGrad: {
+    // X [rows, 2n] (gate | up per row); Y or dY [rows, n]; dX as X.
+    TESSERA_ASSIGN_OR_RETURN(Matrix x, rowsCols(in, 0));
+    if (x.cols % 2 != 0 || numel(ref(in, 1)) * 2 != numel(ref(in, 0)))
+      return invalidArgument(
+          "SwiGLU input ", desc(ref(in, 0)),
+          " must be [rows, 2n] (gate and up side by side) and ",
+          in.op() == O::SwiGLU ? "Y " : "dY ", desc(ref(in, 1)),
+          " [rows, n]");
+    if (in.op() == O::SwiGLUGrad)
+      TESSERA_RETURN_IF_ERROR(requireSameNumel(in, {0, 2}));
+    t.m = x.rows;
+    t.n = x.cols / 2;
+    return Status();
+  }
+  case O::RepeatKV:
+  case O::RepeatKVGrad: {
+    // i = [heads, groups]; m rows, n head dim. The grouped side is operand
+    // 0 of RepeatKV and 1 of its gradient.
+    const bool grad = in.op() == O::RepeatKVGrad;
+    const int64_t heads = in.iattrs()->Get(0), groups = in.iattrs()->Get(1);
+    if (heads < 1 || groups < 1 || heads % groups != 0)
+      return invalidArgument("num_heads ", heads,
+                             " must be a positive multiple of "
+                             "num_query_groups ",
+                             groups);
+    TESSERA_ASSIGN_OR_RETURN(Matrix g, rowsCols(in, grad ? 1 : 0));
+    const int64_t per = heads + 2 * groups;
+    const int64_t d = g.cols / per;
+    if (d < 1 || g.cols != per * d ||
+        numel(ref(in, grad ? 0 : 1)) != g.rows * heads * 3 * d)
+      return invalidArgument(
+          "grouped qkv ", desc(ref(in, grad ? 1 : 0)), " must be [rows, ",
+          groups, " x (", heads / groups, " + 2) x head_dim] and head-major ",
+          desc(ref(in, grad ? 0 : 1)), " [rows, ", heads, " x 3 x head_dim]");
+    t.m = g.rows;
+    t.n = d;
+    t.i[0] = heads;
+    t.i[1] = groups;
+    return Status();
+  }
   case O::GeluGrad:
     t.i[0] = in.iattrs()->Get(0); // the form: 1 = tanh, 0 = erf
     return requireSameNumel(in, {0, 1, 2});

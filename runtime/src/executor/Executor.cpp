@@ -410,6 +410,14 @@ Status Executor::execute(const Thunk &t) {
   case O::BiasGeluGrad:
     return be->biasGeluGrad(F(0), F(1), F(2), F(3), F(4), t.m, t.n,
                             t.i[0] != 0, t.beta);
+  case O::SwiGLU:
+    return be->swiglu(F(0), F(1), t.m, t.n);
+  case O::SwiGLUGrad:
+    return be->swigluGrad(F(0), F(1), F(2), t.m, t.n);
+  case O::RepeatKV:
+    return be->repeatKV(F(0), F(1), t.m, t.i[0], t.i[1], t.n);
+  case O::RepeatKVGrad:
+    return be->repeatKVGrad(F(0), F(1), t.m, t.i[0], t.i[1], t.n);
   case O::Relu:
     return be->relu(F(0), F(1), t.n);
   case O::ReluGrad:

@@ -455,6 +455,46 @@ TEST(CudaConformanceTest, RMSNorm) {
   }
 }
 
+TEST(CudaConformanceTest, SwiGLU) {
+  // Gates far out in both tails (sigmoid's saturation) and a row width
+  // that is no multiple of a warp.
+  for (int64_t n : {int64_t(5), int64_t(1376)}) {
+    const int64_t rows = 67;
+    auto x = random(size_t(rows * 2 * n), 4.0f);
+    compare("swiglu n=" + std::to_string(n),
+            {in(x), out(random(size_t(rows * n)))},
+            [&](Backend &b, std::vector<void *> &p) {
+              return b.swiglu(F(0), F(1), rows, n);
+            });
+    compare("swigluGrad n=" + std::to_string(n),
+            {in(x), in(random(size_t(rows * n))),
+             out(random(size_t(rows * 2 * n)))},
+            [&](Backend &b, std::vector<void *> &p) {
+              return b.swigluGrad(F(0), F(1), F(2), rows, n);
+            });
+  }
+}
+
+TEST(CudaConformanceTest, RepeatKV) {
+  // Llama 3's 8 query heads per group at head dim 128, and MHA's G = heads.
+  for (auto [heads, groups] :
+       {std::pair<int64_t, int64_t>{32, 4}, {6, 6}}) {
+    const int64_t rows = 37, d = 128;
+    const int64_t nIn = rows * groups * (heads / groups + 2) * d;
+    const int64_t nOut = rows * heads * 3 * d;
+    std::string shape = std::to_string(heads) + "/" + std::to_string(groups);
+    compare("repeatKV " + shape, {in(random(size_t(nIn))), out(random(size_t(nOut)))},
+            [&](Backend &b, std::vector<void *> &p) {
+              return b.repeatKV(F(0), F(1), rows, heads, groups, d);
+            });
+    compare("repeatKVGrad " + shape,
+            {in(random(size_t(nOut))), out(random(size_t(nIn)))},
+            [&](Backend &b, std::vector<void *> &p) {
+              return b.repeatKVGrad(F(0), F(1), rows, heads, groups, d);
+            });
+  }
+}
+
 TEST(CudaConformanceTest, RotaryEmbedding) {
   // Llama's head dim 128 at positions past 4096 (the angle's f32 product
   // and sincosf against the CPU's cosf/sinf) with Llama 3.1's scaling,

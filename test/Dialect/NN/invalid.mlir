@@ -25,8 +25,58 @@ func.func @matmul_mixed(%a: tensor<8x16xbf16>, %b: tensor<16x32xf32>) {
 // -----
 
 func.func @linear_bias(%x: tensor<8x256xf32>, %w: tensor<16x256xf32>, %b: tensor<8xf32>) {
-  // expected-error @+1 {{bias must be 1-d of size 16}}
+  // expected-error @+1 {{bias must be of shape [16] (the weight's without its in-features), got 'tensor<8xf32>'}}
   %y = nn.linear %x, %w, %b : (tensor<8x256xf32>, tensor<16x256xf32>, tensor<8xf32>) -> tensor<8x16xf32>
+  return
+}
+
+// -----
+
+func.func @linear_stacked_bias(%x: tensor<8x256xf32>, %w: tensor<2x16x256xf32>, %b: tensor<32xf32>) {
+  // expected-error @+1 {{bias must be of shape [2, 16] (the weight's without its in-features), got 'tensor<32xf32>'}}
+  %y = nn.linear %x, %w, %b : (tensor<8x256xf32>, tensor<2x16x256xf32>, tensor<32xf32>) -> tensor<8x32xf32>
+  return
+}
+
+// -----
+
+func.func @linear_weight_rank(%x: tensor<8x256xf32>, %w: tensor<2x2x16x256xf32>) {
+  // expected-error @+1 {{'nn.linear' op expects a [out, in] or stacked [k, out, in] weight, got 'tensor<2x2x16x256xf32>'}}
+  %y = nn.linear %x, %w : (tensor<8x256xf32>, tensor<2x2x16x256xf32>) -> tensor<8x64xf32>
+  return
+}
+
+// -----
+
+func.func @matmul_view(%a: tensor<8x32xf32>, %b: tensor<8x16xf32>) {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{'nn.matmul' op inferred type(s) 'tensor<32x16xf32>' are incompatible with return type(s) of operation 'tensor<2x8x32xf32>'}}
+  %c = nn.matmul %a, %b {transpose_lhs} : (tensor<8x32xf32>, tensor<8x16xf32>) -> tensor<2x8x32xf32>
+  return
+}
+
+// -----
+
+func.func @reduce_rows_size(%a: tensor<8x32xf32>) {
+  // expected-error @+2 {{failed to infer returned types}}
+  // expected-error @+1 {{'nn.reduce_rows' op inferred type(s) 'tensor<32xf32>' are incompatible with return type(s) of operation 'tensor<2x8xf32>'}}
+  %c = nn.reduce_rows %a : (tensor<8x32xf32>) -> tensor<2x8xf32>
+  return
+}
+
+// -----
+
+func.func @swiglu_odd(%x: tensor<8x33xf32>) {
+  // expected-error @+1 {{'nn.swiglu' op expects a [..., 2n] input (the gate and up projections stacked), got 'tensor<8x33xf32>'}}
+  %y = nn.swiglu %x : (tensor<8x33xf32>) -> tensor<8x16xf32>
+  return
+}
+
+// -----
+
+func.func @swiglu_grad_shape(%x: tensor<8x32xf32>, %dy: tensor<8x32xf32>) {
+  // expected-error @+1 {{'nn.swiglu_grad' op result_grad 'tensor<8x32xf32>' must have the forward result's shape (the input's with half its last dimension)}}
+  %dx = nn.swiglu_grad %x, %dy : (tensor<8x32xf32>, tensor<8x32xf32>) -> tensor<8x32xf32>
   return
 }
 
@@ -181,5 +231,21 @@ func.func @clip_negative(%s: tensor<f32>) {
 func.func @sgd_momentum_range(%p: tensor<8xf32>) {
   // expected-error @+1 {{momentum must be in (0, 1) (nn.sgd has none), got 1}}
   %a, %b = nn.sgd_momentum %p, %p, %p {lr = 1.0e-2 : f32, weight_decay = 0.0 : f32, momentum = 1.0 : f32} : tensor<8xf32>
+  return
+}
+
+// -----
+
+func.func @repeat_kv_groups(%x: tensor<8x2x64xf32>) {
+  // expected-error @+1 {{'nn.repeat_kv' op num_heads 6 must be a positive multiple of num_query_groups 4}}
+  %y = nn.repeat_kv %x {num_heads = 6 : i64, num_query_groups = 4 : i64} : (tensor<8x2x64xf32>) -> tensor<8x2x72xf32>
+  return
+}
+
+// -----
+
+func.func @repeat_kv_features(%x: tensor<8x2x60xf32>) {
+  // expected-error @+1 {{'nn.repeat_kv' op grouped qkv features 60 are not num_query_groups (2) x (num_heads / num_query_groups + 2) x head_dim}}
+  %y = nn.repeat_kv %x {num_heads = 4 : i64, num_query_groups = 2 : i64} : (tensor<8x2x60xf32>) -> tensor<8x2x?xf32>
   return
 }

@@ -2,11 +2,30 @@
 
 // CHECK-LABEL: func.func @forward
 func.func @forward(%x: tensor<8x256xf32>, %w: tensor<16x256xf32>, %b: tensor<16xf32>,
-                   %t: tensor<8xi32>) -> tensor<f32> {
+                   %t: tensor<8xi32>, %w2s: tensor<2x8x256xf32>,
+                   %b2s: tensor<2x8xf32>, %gqkv: tensor<8x2x48xf32>) -> tensor<f32> {
   // CHECK: nn.linear %{{.*}}, %{{.*}}, %{{.*}} : (tensor<8x256xf32>, tensor<16x256xf32>, tensor<16xf32>) -> tensor<8x16xf32>
   %y = nn.linear %x, %w, %b : (tensor<8x256xf32>, tensor<16x256xf32>, tensor<16xf32>) -> tensor<8x16xf32>
   // CHECK: nn.linear %{{.*}}, %{{.*}} : (tensor<8x256xf32>, tensor<16x256xf32>) -> tensor<8x16xf32>
   %y2 = nn.linear %x, %w : (tensor<8x256xf32>, tensor<16x256xf32>) -> tensor<8x16xf32>
+  // SwiGLU: a stacked [2, out, in] weight (gate, up) and its [..., 2n] ->
+  // [..., n] activation; the gradients of a stacked weight and bias.
+  // CHECK: nn.linear %{{.*}}, %{{.*}}, %{{.*}} : (tensor<8x256xf32>, tensor<2x8x256xf32>, tensor<2x8xf32>) -> tensor<8x16xf32>
+  %gu = nn.linear %x, %w2s, %b2s : (tensor<8x256xf32>, tensor<2x8x256xf32>, tensor<2x8xf32>) -> tensor<8x16xf32>
+  // CHECK: nn.swiglu %{{.*}} : (tensor<8x16xf32>) -> tensor<8x8xf32>
+  %sw = nn.swiglu %gu : (tensor<8x16xf32>) -> tensor<8x8xf32>
+  // CHECK: nn.swiglu_grad %{{.*}}, %{{.*}} : (tensor<8x16xf32>, tensor<8x8xf32>) -> tensor<8x16xf32>
+  %dsw = nn.swiglu_grad %gu, %sw : (tensor<8x16xf32>, tensor<8x8xf32>) -> tensor<8x16xf32>
+  // CHECK: nn.matmul %{{.*}}, %{{.*}} {transpose_lhs} : (tensor<8x16xf32>, tensor<8x256xf32>) -> tensor<2x8x256xf32>
+  %dws = nn.matmul %dsw, %x {transpose_lhs} : (tensor<8x16xf32>, tensor<8x256xf32>) -> tensor<2x8x256xf32>
+  // CHECK: nn.reduce_rows %{{.*}} : (tensor<8x16xf32>) -> tensor<2x8xf32>
+  %dbs = nn.reduce_rows %dsw : (tensor<8x16xf32>) -> tensor<2x8xf32>
+  // Grouped-query attention: 8 heads in 2 groups of head dim 4, grouped
+  // [q (4 heads) | k | v] per group -> head-major [q | k | v] per head.
+  // CHECK: nn.repeat_kv %{{.*}} {num_heads = 8 : i64, num_query_groups = 2 : i64} : (tensor<8x2x48xf32>) -> tensor<8x2x96xf32>
+  %rep = nn.repeat_kv %gqkv {num_heads = 8 : i64, num_query_groups = 2 : i64} : (tensor<8x2x48xf32>) -> tensor<8x2x96xf32>
+  // CHECK: nn.repeat_kv_grad %{{.*}} {num_heads = 8 : i64, num_query_groups = 2 : i64} : (tensor<8x2x96xf32>) -> tensor<8x2x48xf32>
+  %drep = nn.repeat_kv_grad %rep {num_heads = 8 : i64, num_query_groups = 2 : i64} : (tensor<8x2x96xf32>) -> tensor<8x2x48xf32>
   // CHECK: nn.gelu
   %g = nn.gelu %y : tensor<8x16xf32>
   // CHECK: nn.gelu %{{.*}} {approximate = "tanh"}

@@ -45,6 +45,19 @@ func.func @f() attributes {rt.entry} {
   rt.rms_norm %w, %n, %w {value = 1.0e-6 : f32} : memref<4x8xf32>, memref<8xf32>, memref<4x8xf32>
   // CHECK: rt.rms_norm_grad {{.*}} {beta = 1.000000e+00 : f32, value = {{.*}}}
   rt.rms_norm_grad %w, %n, %g, %g, %n {value = 1.0e-5 : f32, beta = 1.0 : f32} : memref<4x8xf32>, memref<8xf32>, memref<4x8xf32>, memref<4x8xf32>, memref<8xf32>
+  // SwiGLU over rows of [gate | up].
+  %h4 = rt.alloc offset 4096 : memref<4x4xf32>
+  // CHECK: rt.swiglu %{{.*}}, %{{.*}} : memref<4x8xf32>, memref<4x4xf32>
+  rt.swiglu %w, %h4 : memref<4x8xf32>, memref<4x4xf32>
+  // CHECK: rt.swiglu_grad %{{.*}}, %{{.*}}, %{{.*}} : memref<4x8xf32>, memref<4x4xf32>, memref<4x8xf32>
+  rt.swiglu_grad %w, %h4, %g : memref<4x8xf32>, memref<4x4xf32>, memref<4x8xf32>
+  // Grouped-query attention's K/V repeat: 4 heads in 2 groups, head dim 2.
+  %gq = rt.alloc offset 4608 : memref<2x16xf32>
+  %hm = rt.alloc offset 4736 : memref<2x24xf32>
+  // CHECK: rt.repeat_kv %{{.*}}, %{{.*}} {iattrs = array<i64: 4, 2>} : memref<2x16xf32>, memref<2x24xf32>
+  rt.repeat_kv %gq, %hm {iattrs = array<i64: 4, 2>} : memref<2x16xf32>, memref<2x24xf32>
+  // CHECK: rt.repeat_kv_grad
+  rt.repeat_kv_grad %hm, %gq {iattrs = array<i64: 4, 2>} : memref<2x24xf32>, memref<2x16xf32>
   // CHECK: rt.add_rms_norm
   rt.add_rms_norm %w, %g, %n, %w, %g {value = 1.0e-5 : f32} : memref<4x8xf32>, memref<4x8xf32>, memref<8xf32>, memref<4x8xf32>, memref<4x8xf32>
   // CHECK: rt.add_rms_norm_grad

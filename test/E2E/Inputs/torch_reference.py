@@ -26,7 +26,7 @@ of tessera-run --metrics (compare the two with compare_losses.py).
    (runtime/include/tessera/rt/Data.h, IndexedDataset.cpp).
  * Model: the nn ops of the function body are interpreted one by one in
    float32 (embedding, add_position_embedding, layer_norm, rms_norm, linear, attention,
-   gelu, relu, add, softmax_cross_entropy, token_mean, and the MoE layer's
+   repeat_kv, gelu, relu, swiglu, add, softmax_cross_entropy, token_mean, and the MoE layer's
    moe_router, moe_aux_loss, add_aux_loss, moe_capacity_drop, moe_dispatch,
    grouped_linear and moe_combine, written as Megatron's MoELayer computes
    them), so tied
@@ -249,7 +249,8 @@ def main():
     unknown = sorted({o["op"] for o in ops} - {
         "embedding", "add_position_embedding", "layer_norm", "rms_norm", "linear",
         "rotary_embedding",
-        "attention", "gelu", "relu", "add", "softmax_cross_entropy",
+        "attention", "repeat_kv", "gelu", "relu", "swiglu", "add",
+        "softmax_cross_entropy",
         "token_mean", "moe_router", "moe_aux_loss", "add_aux_loss",
         "moe_dispatch", "grouped_linear", "moe_combine", "moe_capacity_drop"})
     if unknown:
@@ -342,7 +343,24 @@ def main():
                 y = torch.stack((rope(qkv[:, :, :, 0]), rope(qkv[:, :, :, 1]),
                                  qkv[:, :, :, 2]), dim=3).reshape(s, b, f)
             elif op == "linear":
-                y = F.linear(x[0], x[1], x[2] if len(x) > 2 else None)
+                # A stacked [k, out, in] weight (SwiGLU's gate and up) is
+                # the [k * out, in] matrix of its projections in order.
+                w = x[1].reshape(-1, x[1].shape[-1])
+                y = F.linear(x[0], w, x[2].reshape(-1) if len(x) > 2 else None)
+            elif op == "repeat_kv":
+                # Grouped-query attention: linear_qkv's features per query
+                # group [q (r heads) | k | v]; each group's k and v repeated
+                # for its r query heads (Hugging Face's repeat_kv: expand,
+                # then reshape), laid out head-major [q | k | v] per head.
+                a, g = o["ints"]["num_heads"], o["ints"]["num_query_groups"]
+                s, b, f = x[0].shape
+                r = a // g
+                d = f // (a + 2 * g)
+                grouped = x[0].view(s, b, g, r + 2, d)
+                q = grouped[:, :, :, :r]
+                k = grouped[:, :, :, r:r + 1].expand(s, b, g, r, d)
+                v = grouped[:, :, :, r + 1:].expand(s, b, g, r, d)
+                y = torch.stack((q, k, v), dim=4).reshape(s, b, a * 3 * d)
             elif op == "attention":
                 a = o["ints"]["num_heads"]
                 s, b, f = x[0].shape
@@ -359,6 +377,11 @@ def main():
                 y = F.gelu(x[0], approximate=o["strings"].get("approximate", "none"))
             elif op == "relu":
                 y = F.relu(x[0])
+            elif op == "swiglu":
+                # Hugging Face's LlamaMLP: act_fn(gate_proj(x)) * up_proj(x)
+                # with act_fn = SiLU, the gate projection first.
+                gate, up = x[0].chunk(2, dim=-1)
+                y = F.silu(gate) * up
             elif op == "add":
                 y = x[0] + x[1]
             elif op == "softmax_cross_entropy":

@@ -148,6 +148,24 @@ public:
                               const float *dy, float *dx, float *dbias,
                               int64_t rows, int64_t cols, bool tanh,
                               float beta) = 0;
+  /// SwiGLU: X is [rows, 2n], each row the gate then the up projection;
+  /// Y[i, j] = silu(X[i, j]) * X[i, n + j] (math::swiglu).
+  virtual Status swiglu(const float *x, float *y, int64_t rows, int64_t n) = 0;
+  /// Its backward (math::swigluGrad): dX[i, j] the gate's gradient,
+  /// dX[i, n + j] the up projection's, from X and dY [rows, n].
+  virtual Status swigluGrad(const float *x, const float *dy, float *dx,
+                            int64_t rows, int64_t n) = 0;
+  /// Grouped-query attention (the RepeatKV opcode): X [rows, groups *
+  /// (heads/groups + 2) * headDim], each group [q of its heads | k | v], to
+  /// the head-major Y [rows, heads * 3 * headDim] with each group's k and v
+  /// repeated for its heads.
+  virtual Status repeatKV(const float *x, float *y, int64_t rows,
+                          int64_t heads, int64_t groups, int64_t headDim) = 0;
+  /// Its backward: dX from the head-major dY, each group's dk and dv the
+  /// sum of its heads' in head order.
+  virtual Status repeatKVGrad(const float *dy, float *dx, int64_t rows,
+                              int64_t heads, int64_t groups,
+                              int64_t headDim) = 0;
   virtual Status relu(const float *x, float *y, int64_t n) = 0;
   virtual Status reluGrad(const float *x, const float *dy, float *dx,
                           int64_t n) = 0;

@@ -113,6 +113,20 @@ TESSERA_SIMD_CLONES void geluTanhGradSpan(const float *x, const float *dy,
     dx[i] = math::geluTanhGrad(x[i], dy[i]);
 }
 
+/// One row of SwiGLU (gate and up projections side by side) and of its
+/// backward.
+TESSERA_SIMD_CLONES void swigluRow(const float *x, float *y, int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j)
+    y[j] = math::swiglu(x[j], x[n + j]);
+}
+TESSERA_SIMD_CLONES void swigluGradRow(const float *x, const float *dy,
+                                       float *dx, int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j)
+    math::swigluGrad(x[j], x[n + j], dy[j], dx[j], dx[n + j]);
+}
+
 /// One row of the fused bias-GELU, y = gelu(x + b) over n columns, and of
 /// its backward: dx = dy * gelu'(x + b) and the bias gradient's column sums
 /// acc += dx (elementwise over the columns, so every clone adds the rows in
@@ -398,6 +412,68 @@ public:
       (tanh ? geluTanhGradSpan : geluGradSpan)(x + begin, dy + begin,
                                                dx + begin, end - begin);
     });
+    return Status();
+  }
+
+  Status swiglu(const float *x, float *y, int64_t rows, int64_t n) override {
+#pragma omp parallel for num_threads(threads) if (rows * n >= kParallelMin)
+    for (int64_t r = 0; r < rows; ++r)
+      swigluRow(x + r * 2 * n, y + r * n, n);
+    return Status();
+  }
+
+  Status swigluGrad(const float *x, const float *dy, float *dx, int64_t rows,
+                    int64_t n) override {
+#pragma omp parallel for num_threads(threads) if (rows * n >= kParallelMin)
+    for (int64_t r = 0; r < rows; ++r)
+      swigluGradRow(x + r * 2 * n, dy + r * n, dx + r * 2 * n, n);
+    return Status();
+  }
+
+  Status repeatKV(const float *x, float *y, int64_t rows, int64_t heads,
+                  int64_t groups, int64_t headDim) override {
+    const int64_t r = heads / groups, D = headDim;
+    const int64_t in = groups * (r + 2) * D, out = heads * 3 * D;
+    const size_t bytes = size_t(D) * sizeof(float);
+#pragma omp parallel for num_threads(threads) if (rows * out >= kParallelMin)
+    for (int64_t row = 0; row < rows; ++row)
+      for (int64_t g = 0; g < groups; ++g) {
+        const float *src = x + row * in + g * (r + 2) * D;
+        for (int64_t h = 0; h < r; ++h) {
+          float *dst = y + row * out + (g * r + h) * 3 * D;
+          std::memcpy(dst, src + h * D, bytes);
+          std::memcpy(dst + D, src + r * D, bytes);
+          std::memcpy(dst + 2 * D, src + (r + 1) * D, bytes);
+        }
+      }
+    return Status();
+  }
+
+  Status repeatKVGrad(const float *dy, float *dx, int64_t rows, int64_t heads,
+                      int64_t groups, int64_t headDim) override {
+    const int64_t r = heads / groups, D = headDim;
+    const int64_t in = groups * (r + 2) * D, out = heads * 3 * D;
+#pragma omp parallel for num_threads(threads) if (rows * out >= kParallelMin)
+    for (int64_t row = 0; row < rows; ++row)
+      for (int64_t g = 0; g < groups; ++g) {
+        float *dst = dx + row * in + g * (r + 2) * D;
+        float *dk = dst + r * D, *dv = dst + (r + 1) * D;
+        for (int64_t h = 0; h < r; ++h) {
+          const float *src = dy + row * out + (g * r + h) * 3 * D;
+          std::memcpy(dst + h * D, src, size_t(D) * sizeof(float));
+          // Heads in order: the same sums whatever the thread count.
+          if (h == 0) {
+            std::memcpy(dk, src + D, size_t(D) * sizeof(float));
+            std::memcpy(dv, src + 2 * D, size_t(D) * sizeof(float));
+            continue;
+          }
+#pragma omp simd
+          for (int64_t j = 0; j < D; ++j) {
+            dk[j] += src[D + j];
+            dv[j] += src[2 * D + j];
+          }
+        }
+      }
     return Status();
   }
 

@@ -519,6 +519,27 @@ Status CudaBackend::biasGeluGrad(const float *x, const float *bias,
                                      rows, cols, tanh, beta),
                   "BiasGeluGrad");
 }
+Status CudaBackend::swiglu(const float *x, float *y, int64_t rows, int64_t n) {
+  return launched(launchSwiGLU(computeStream, x, y, rows, n), "SwiGLU");
+}
+Status CudaBackend::swigluGrad(const float *x, const float *dy, float *dx,
+                               int64_t rows, int64_t n) {
+  return launched(launchSwiGLUGrad(computeStream, x, dy, dx, rows, n),
+                  "SwiGLUGrad");
+}
+Status CudaBackend::repeatKV(const float *x, float *y, int64_t rows,
+                             int64_t heads, int64_t groups, int64_t headDim) {
+  return launched(
+      launchRepeatKV(computeStream, x, y, rows, heads, groups, headDim),
+      "RepeatKV");
+}
+Status CudaBackend::repeatKVGrad(const float *dy, float *dx, int64_t rows,
+                                 int64_t heads, int64_t groups,
+                                 int64_t headDim) {
+  return launched(
+      launchRepeatKVGrad(computeStream, dy, dx, rows, heads, groups, headDim),
+      "RepeatKVGrad");
+}
 Status CudaBackend::relu(const float *x, float *y, int64_t n) {
   return launched(launchRelu(computeStream, x, y, n), "Relu");
 }

@@ -98,6 +98,13 @@ public:
   Status biasGeluGrad(const float *x, const float *bias, const float *dy,
                       float *dx, float *dbias, int64_t rows, int64_t cols,
                       bool tanh, float beta) override;
+  Status swiglu(const float *x, float *y, int64_t rows, int64_t n) override;
+  Status swigluGrad(const float *x, const float *dy, float *dx, int64_t rows,
+                    int64_t n) override;
+  Status repeatKV(const float *x, float *y, int64_t rows, int64_t heads,
+                  int64_t groups, int64_t headDim) override;
+  Status repeatKVGrad(const float *dy, float *dx, int64_t rows, int64_t heads,
+                      int64_t groups, int64_t headDim) override;
   Status relu(const float *x, float *y, int64_t n) override;
   Status reluGrad(const float *x, const float *dy, float *dx,
                   int64_t n) override;

@@ -61,6 +61,57 @@ __global__ void biasGeluKernel(const float *x, const float *bias, float *y,
     TESSERA_GRID_LOOP(i, n) { y[i] = math::gelu(x[i] + bias[i % cols]); }
   }
 }
+// Element i of the [rows, n] result: row i / n, column i % n.
+__global__ void swigluKernel(const float *x, float *y, int64_t total,
+                             int64_t n) {
+  TESSERA_GRID_LOOP(i, total) {
+    const float *row = x + (i / n) * 2 * n;
+    int64_t j = i % n;
+    y[i] = math::swiglu(row[j], row[n + j]);
+  }
+}
+__global__ void swigluGradKernel(const float *x, const float *dy, float *dx,
+                                 int64_t total, int64_t n) {
+  TESSERA_GRID_LOOP(i, total) {
+    int64_t r = i / n, j = i % n;
+    const float *row = x + r * 2 * n;
+    float *drow = dx + r * 2 * n;
+    math::swigluGrad(row[j], row[n + j], dy[i], drow[j], drow[n + j]);
+  }
+}
+// One thread per element of the head-major y [rows, heads, 3, d]: a copy
+// from the grouped x [rows, groups, heads/groups + 2, d].
+__global__ void repeatKVKernel(const float *x, float *y, int64_t total,
+                               int64_t heads, int64_t groups, int64_t d) {
+  const int64_t r = heads / groups;
+  TESSERA_GRID_LOOP(i, total) {
+    const int64_t j = i % d, part = (i / d) % 3, head = (i / (3 * d)) % heads;
+    const int64_t row = i / (3 * d * heads);
+    const int64_t g = head / r, slot = part == 0 ? head % r : r + part - 1;
+    y[i] = x[(row * groups + g) * (r + 2) * d + slot * d + j];
+  }
+}
+// One thread per element of the grouped dx: a query's gradient copied, a
+// key's or value's summed over the group's heads in head order.
+__global__ void repeatKVGradKernel(const float *dy, float *dx, int64_t total,
+                                   int64_t heads, int64_t groups, int64_t d) {
+  const int64_t r = heads / groups;
+  TESSERA_GRID_LOOP(i, total) {
+    const int64_t j = i % d, slot = (i / d) % (r + 2);
+    const int64_t g = (i / ((r + 2) * d)) % groups;
+    const int64_t row = i / ((r + 2) * d * groups);
+    const float *base = dy + row * heads * 3 * d;
+    if (slot < r) {
+      dx[i] = base[((g * r + slot) * 3) * d + j];
+    } else {
+      const int64_t part = slot - r + 1;
+      float sum = 0.0f;
+      for (int64_t h = 0; h < r; ++h)
+        sum += base[((g * r + h) * 3 + part) * d + j];
+      dx[i] = sum;
+    }
+  }
+}
 __global__ void reluKernel(const float *x, float *y, int64_t n) {
   TESSERA_GRID_LOOP(i, n) { y[i] = x[i] > 0.0f ? x[i] : 0.0f; }
 }
@@ -764,6 +815,28 @@ cudaError_t launchBiasGelu(cudaStream_t s, const float *x, const float *bias,
                            float *y, int64_t rows, int64_t cols, bool tanh) {
   TESSERA_LAUNCH_1D(biasGeluKernel, rows * cols, s, x, bias, y, rows * cols,
                     cols, tanh);
+}
+cudaError_t launchSwiGLU(cudaStream_t s, const float *x, float *y, int64_t rows,
+                         int64_t n) {
+  TESSERA_LAUNCH_1D(swigluKernel, rows * n, s, x, y, rows * n, n);
+}
+cudaError_t launchSwiGLUGrad(cudaStream_t s, const float *x, const float *dy,
+                             float *dx, int64_t rows, int64_t n) {
+  TESSERA_LAUNCH_1D(swigluGradKernel, rows * n, s, x, dy, dx, rows * n, n);
+}
+cudaError_t launchRepeatKV(cudaStream_t s, const float *x, float *y,
+                           int64_t rows, int64_t heads, int64_t groups,
+                           int64_t headDim) {
+  const int64_t total = rows * heads * 3 * headDim;
+  TESSERA_LAUNCH_1D(repeatKVKernel, total, s, x, y, total, heads, groups,
+                    headDim);
+}
+cudaError_t launchRepeatKVGrad(cudaStream_t s, const float *dy, float *dx,
+                               int64_t rows, int64_t heads, int64_t groups,
+                               int64_t headDim) {
+  const int64_t total = rows * groups * (heads / groups + 2) * headDim;
+  TESSERA_LAUNCH_1D(repeatKVGradKernel, total, s, dy, dx, total, heads,
+                    groups, headDim);
 }
 cudaError_t launchRelu(cudaStream_t s, const float *x, float *y, int64_t n) {
   TESSERA_LAUNCH_1D(reluKernel, n, s, x, y, n);

@@ -33,6 +33,20 @@ cudaError_t launchBiasGeluGrad(cudaStream_t s, const float *x,
                                const float *bias, const float *dy, float *dx,
                                float *dbias, int64_t rows, int64_t cols,
                                bool tanh, float beta);
+/// SwiGLU over rows of [gate | up] (x [rows, 2n], y [rows, n]) and its
+/// backward (dx [rows, 2n]).
+cudaError_t launchSwiGLU(cudaStream_t s, const float *x, float *y, int64_t rows,
+                         int64_t n);
+cudaError_t launchSwiGLUGrad(cudaStream_t s, const float *x, const float *dy,
+                             float *dx, int64_t rows, int64_t n);
+/// Grouped-query attention's K/V repeat (x [rows, G (heads/G + 2) d] ->
+/// y [rows, heads 3 d]) and its backward (dK, dV summed per group).
+cudaError_t launchRepeatKV(cudaStream_t s, const float *x, float *y,
+                           int64_t rows, int64_t heads, int64_t groups,
+                           int64_t headDim);
+cudaError_t launchRepeatKVGrad(cudaStream_t s, const float *dy, float *dx,
+                               int64_t rows, int64_t heads, int64_t groups,
+                               int64_t headDim);
 cudaError_t launchRelu(cudaStream_t s, const float *x, float *y, int64_t n);
 cudaError_t launchReluGrad(cudaStream_t s, const float *x, const float *dy,
                            float *dx, int64_t n);

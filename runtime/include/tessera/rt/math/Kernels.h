@@ -123,6 +123,22 @@ TESSERA_HD float geluTanhGrad(float x, float dy) {
 /// ReLU's gradient: dy where x > 0, else 0 (also for NaN x).
 TESSERA_HD float reluGrad(float x, float dy) { return selectf(x > 0.0f, dy, 0.0f); }
 
+/// The logistic sigmoid 1 / (1 + exp(-x)) with expApprox (0 below x = -88
+/// where exp saturates, 1 above 87).
+TESSERA_HD float sigmoidApprox(float x) { return 1.0f / (1.0f + expApprox(-x)); }
+
+/// SwiGLU (Megatron's swiglu, Hugging Face's LlamaMLP): silu(g) * u with
+/// silu(g) = g * sigmoid(g).
+TESSERA_HD float swiglu(float g, float u) { return g * sigmoidApprox(g) * u; }
+
+/// SwiGLU's gradients for the result gradient dy: dg = dy u silu'(g), with
+/// silu'(g) = s (1 + g (1 - s)) for s = sigmoid(g), and du = dy silu(g).
+TESSERA_HD void swigluGrad(float g, float u, float dy, float &dg, float &du) {
+  float s = sigmoidApprox(g);
+  dg = dy * u * (s * (1.0f + g * (1.0f - s)));
+  du = dy * (g * s);
+}
+
 //===----------------------------------------------------------------------===//
 // Optimizers (Megatron's Adam is torch.optim.AdamW / apex FusedAdam with
 // adam_w_mode: bias correction and decoupled weight decay).
