@@ -15,7 +15,11 @@ largest layer count, the peak memory each pass adds (tessera-opt running
 the pipeline's first k passes, for every k) with its growth exponent.
 Last, the 175B model in Megatron's 3-D layout (--tp 8 --pp 8 --vpp 2
 --dp 16) at a growing number of microbatches per step (24, 48, 96), with
-the time's growth exponent between successive counts.
+the time's growth exponent between successive counts. And Llama 3.1 405B
+(tessera-gen llama3.1-405b: 126 layers, hidden 16384, 128 heads in 8
+query groups, SwiGLU 53248, vocab 128256, seq 8192) at tp 8 alone and at tp
+8 x pp 14 (9 layers a stage) x dp 8 with 32, 64 and 128 microbatches, in
+bf16 with sequence parallelism and the distributed optimizer.
 
 The compiler only works on shapes, so every size compiles in well under a
 second; what this measures is how the passes scale with the op count.
@@ -24,7 +28,7 @@ Prints one JSON object. A benchmark, not a test: nothing is asserted.
 
 usage: bench/compile_scaling.py [--build build] [--repeats 5]
            [--layers 12,24,48,96,192,384,768] [--tp 8] [--untied]
-           [--pipeline-microbatches 24,48,96]
+           [--pipeline-microbatches 24,48,96] [--llama-microbatches 32,64,128]
 """
 import argparse
 import json
@@ -181,6 +185,10 @@ def main():
                     type=lambda v: [int(x) for x in v.split(",")],
                     help="microbatches per step of the 175B tp8 x pp8 (vpp 2) "
                          "x dp16 compiles (global batch 16 x each)")
+    ap.add_argument("--llama-microbatches", default="32,64,128",
+                    type=lambda s: [int(x) for x in s.split(",")],
+                    help="microbatches per step of Llama 3.1 405B at tp 8 x "
+                         "pp 14 x dp 8")
     ap.add_argument("--untied", action="store_true",
                     help="separate LM head (GPT-3 ties it to the embedding)")
     args = ap.parse_args()
@@ -317,6 +325,43 @@ def main():
             a["microbatches"], a["compile_time_s"], b["microbatches"],
             b["compile_time_s"])
 
+    # Llama 3.1 405B (the preset's published shapes), bf16 with sequence
+    # parallelism and the distributed optimizer: tp 8 alone, and tp 8 x
+    # pp 14 x dp 8 at a growing number of microbatches.
+    llama = {"model": "llama3.1-405b"}
+    with tempfile.TemporaryDirectory() as tmp:
+        model = os.path.join(tmp, "llama3.1-405b.mlir")
+        t, m = measure([os.path.join(bindir, "tessera-gen"), "llama3.1-405b",
+                        "-o", model])
+        llama["gen_time_s"] = round(t, 4)
+        llama["gen_peak_rss_mib"] = round(m, 1)
+        common = ["--bf16", "--sequence-parallel", "--use-distributed-optimizer",
+                  "--micro-batch-size", "1"]
+        art = os.path.join(tmp, "tp8.tsr")
+        cmd = [os.path.join(bindir, "tessera-compile"), model, "--tp", "8",
+               "--global-batch-size", "1", *common, "-o", art]
+        t, m = repeated(cmd, args.repeats)
+        total, persistent = arena(bindir, art)
+        llama["tp8"] = {"compile_time_s": round(t, 4),
+                        "compile_peak_rss_mib": round(m, 1),
+                        "arena_gib": round(total / 2**30, 2) if total else None,
+                        "persistent_gib": round(persistent / 2**30, 2)
+                        if persistent else None}
+        points = []
+        for micro in args.llama_microbatches:
+            art = os.path.join(tmp, f"3d-{micro}.tsr")
+            cmd = [os.path.join(bindir, "tessera-compile"), model, "--tp", "8",
+                   "--pp", "14", "--dp", "8",
+                   "--global-batch-size", str(8 * micro), *common, "-o", art]
+            t, m = repeated(cmd, args.repeats)
+            points.append({"microbatches": micro, "compile_time_s": round(t, 4),
+                           "compile_peak_rss_mib": round(m, 1)})
+        for a, b in zip(points, points[1:]):
+            b["time_exponent_vs_previous"] = exponent(
+                a["microbatches"], a["compile_time_s"], b["microbatches"],
+                b["compile_time_s"])
+        llama["tp8_pp14_dp8"] = points
+
     result = {
         "benchmark": "compile_scaling",
         "tp": args.tp, "micro_batch": 1, "seq": SEQ, "vocab": VOCAB,
@@ -332,6 +377,7 @@ def main():
             "rss_by_pass": memory,
         },
         "pipeline_175b_tp8_pp8_vpp2_dp16": pipeline,
+        "llama3_1_405b": llama,
     }
     json.dump(result, sys.stdout, indent=2)
     print()

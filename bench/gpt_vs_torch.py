@@ -17,6 +17,17 @@ number of threads, one after the other in this run:
   torch.optim.AdamW with two parameter groups and clip_grad_norm_); fp32;
   activations [seq, batch, hidden]; Megatron's init.
 
+--arch llama: the Llama architecture instead (tessera-gen gpt
+--normalization RMSNorm --disable-bias-linear --swiglu
+--position-embedding-type rope --group-query-attention --num-query-groups
+heads/4 or 1): per layer RMSNorm -> grouped QKV linear (Megatron's
+per-group [q (4 heads) | k | v] layout) -> RoPE on q and k (rotate-half,
+base 10000) -> each group's k, v repeated for its heads -> causal
+attention -> proj -> residual, RMSNorm -> fc1 (gate and up stacked, FFN
+int(4h x 2/3 / 64) x 64) -> silu(gate) * up -> fc2 -> residual; no biases,
+no position table. PyTorch writes it as Hugging Face's LlamaDecoderLayer
+does (RoPE before repeating k and v).
+
 Losses: each side initialises the weights with its own generator (same
 distributions, different numbers), so the first and last losses printed
 are not comparable step by step; a jump in both at the same step is the
@@ -93,6 +104,16 @@ REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 
 # ---------------------------------------------------------------- PyTorch --
 
+def llama_groups(heads):
+    """--arch llama's query groups: 4 query heads a group (1 group below 4)."""
+    return max(1, heads // 4)
+
+
+def llama_ffn(hidden):
+    """Megatron's --swiglu FFN default: int(4 h x 2/3 / 64) x 64."""
+    return int(4 * hidden * 2 / 3 / 64) * 64
+
+
 def read_tokens(prefix):
     """The token stream of a Megatron indexed dataset: the reader of the
     PyTorch reference the lit tests use (test/E2E/Inputs/torch_reference.py)."""
@@ -118,6 +139,10 @@ def torch_worker(cfg):
     D = H // A
     std = 0.02
     out_std = std / math.sqrt(2.0 * L)
+    llama = cfg.get("arch") == "llama"
+    G = llama_groups(A)
+    R = A // G
+    FF = llama_ffn(H)
 
     def linear(i, o, bias=True, init_std=std):
         m = nn.Linear(i, o, bias=bias)
@@ -150,17 +175,61 @@ def torch_worker(cfg):
             h = h + self.proj(ctx)
             return h + self.fc2(F.gelu(self.fc1(self.ln2(h))))
 
+    class RMSNorm(nn.Module):
+        # Hugging Face's LlamaRMSNorm (torch 1.13 has no nn.RMSNorm).
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(H))
+
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * self.weight
+
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, D, 2).float() / D))
+    emb = torch.cat((torch.outer(torch.arange(S).float(), inv_freq),) * 2, dim=-1)
+    cos, sin = emb.cos()[:, None, None, :], emb.sin()[:, None, None, :]
+
+    def rope(t):  # [S, B, heads, D], Hugging Face's rotate_half
+        t1, t2 = t[..., :D // 2], t[..., D // 2:]
+        return t * cos + torch.cat((-t2, t1), dim=-1) * sin
+
+    class LlamaLayer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.n1, self.n2 = RMSNorm(), RMSNorm()
+            self.qkv = linear(H, (A + 2 * G) * D, bias=False)
+            self.proj = linear(A * D, H, bias=False, init_std=out_std)
+            self.fc1 = linear(H, 2 * FF, bias=False)
+            self.fc2 = linear(FF, H, bias=False, init_std=out_std)
+            self.register_buffer(
+                "mask", torch.triu(torch.ones(S, S, dtype=torch.bool), 1))
+
+        def forward(self, h):
+            qkv = self.qkv(self.n1(h)).view(S, B, G, R + 2, D)
+            q = rope(qkv[:, :, :, :R].reshape(S, B, A, D))
+            k = rope(qkv[:, :, :, R]).repeat_interleave(R, dim=2)
+            v = qkv[:, :, :, R + 1].repeat_interleave(R, dim=2)
+            q, k, v = (t.permute(1, 2, 0, 3).reshape(B * A, S, D) for t in (q, k, v))
+            scores = torch.bmm(q, k.transpose(1, 2)) * (1.0 / math.sqrt(D))
+            p = torch.softmax(scores.masked_fill(self.mask, float("-inf")), dim=-1)
+            ctx = torch.bmm(p, v).view(B, A, S, D).permute(2, 0, 1, 3).reshape(S, B, H)
+            h = h + self.proj(ctx)
+            gate, up = self.fc1(self.n2(h)).chunk(2, dim=-1)
+            return h + self.fc2(F.silu(gate) * up)
+
     class GPT(nn.Module):
         def __init__(self):
             super().__init__()
             self.wte = nn.Parameter(torch.empty(V, H).normal_(0.0, std))
-            self.wpe = nn.Parameter(torch.empty(S, H).normal_(0.0, std))
-            self.layers = nn.ModuleList([Layer() for _ in range(L)])
-            self.ln_f = nn.LayerNorm(H, eps=1e-5)
+            self.wpe = None if llama else nn.Parameter(torch.empty(S, H).normal_(0.0, std))
+            self.layers = nn.ModuleList([LlamaLayer() if llama else Layer()
+                                         for _ in range(L)])
+            self.ln_f = RMSNorm() if llama else nn.LayerNorm(H, eps=1e-5)
             self.head = linear(H, V, bias=False)
 
         def forward(self, tokens, labels):
-            h = F.embedding(tokens, self.wte) + self.wpe[:, None, :]
+            h = F.embedding(tokens, self.wte)
+            if self.wpe is not None:
+                h = h + self.wpe[:, None, :]
             for layer in self.layers:
                 h = layer(h)
             logits = self.head(self.ln_f(h))
@@ -302,6 +371,9 @@ def main():
                     help="OpenBLAS kernels for both sides (OPENBLAS_CORETYPE)")
     ap.add_argument("--no-unfused", action="store_true",
                     help="skip the run with the fusion passes off")
+    ap.add_argument("--arch", choices=["gpt", "llama"], default="gpt",
+                    help="GPT-2/3 layers, or Llama's (RMSNorm, GQA, RoPE, SwiGLU, "
+                         "no biases)")
     ap.add_argument("--torch-worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.torch_worker:
@@ -331,10 +403,17 @@ def main():
         for hidden, heads, layers in sizes:
             model = os.path.join(tmp, f"gpt{hidden}.mlir")
             art = os.path.join(tmp, f"gpt{hidden}.tsr")
+            arch_flags = []
+            if args.arch == "llama":
+                arch_flags = ["--normalization", "RMSNorm", "--disable-bias-linear",
+                              "--swiglu", "--position-embedding-type", "rope"]
+                if llama_groups(heads) != heads:
+                    arch_flags += ["--group-query-attention", "--num-query-groups",
+                                   str(llama_groups(heads))]
             subprocess.run([os.path.join(bindir, "tessera-gen"), "gpt",
                             "--layers", str(layers), "--hidden", str(hidden),
                             "--heads", str(heads), "--vocab", str(VOCAB),
-                            "--seq", str(S), "-o", model], check=True)
+                            "--seq", str(S), *arch_flags, "-o", model], check=True)
             compile_cmd = [os.path.join(bindir, "tessera-compile"), model,
                            "--micro-batch-size", str(B), "--global-batch-size", str(B),
                            "--optimizer", "adam", "--lr", "1e-3"]
@@ -344,12 +423,19 @@ def main():
                 unfused = os.path.join(tmp, f"gpt{hidden}-unfused.tsr")
                 subprocess.run(compile_cmd + FUSIONS_OFF + ["-o", unfused],
                                check=True)
-            params = (layers * (12 * hidden * hidden + 13 * hidden)
-                      + 2 * PADDED_VOCAB * hidden + S * hidden + 2 * hidden)
+            if args.arch == "llama":
+                d, g, ff = hidden // heads, llama_groups(heads), llama_ffn(hidden)
+                params = (layers * (hidden * (heads + 2 * g) * d + hidden * hidden
+                                    + 3 * hidden * ff + 2 * hidden)
+                          + 2 * PADDED_VOCAB * hidden + hidden)
+            else:
+                params = (layers * (12 * hidden * hidden + 13 * hidden)
+                          + 2 * PADDED_VOCAB * hidden + S * hidden + 2 * hidden)
             entry = {"hidden": hidden, "heads": heads, "layers": layers, "seq": S,
                      "micro_batch": B, "padded_vocab": PADDED_VOCAB, "params": params,
                      "threads": {}}
-            cfg = {"layers": layers, "hidden": hidden, "heads": heads, "seq": S,
+            cfg = {"arch": args.arch,
+                   "layers": layers, "hidden": hidden, "heads": heads, "seq": S,
                    "batch": B, "data": data, "warmup": args.warmup,
                    "steps": args.steps, "blas_core": args.blas_core}
             for t in threads:
@@ -441,7 +527,8 @@ def main():
             results.append(entry)
             print(f"gpt_vs_torch: hidden {hidden} done", file=sys.stderr)
 
-    json.dump({"benchmark": "gpt_vs_torch", "ranks": 1, "torch": torch_version,
+    json.dump({"benchmark": "gpt_vs_torch", "arch": args.arch, "ranks": 1,
+               "torch": torch_version,
                "torch_python": python, "warmup_steps": args.warmup,
                "timed_steps": args.steps, "rounds": args.rounds,
                "statistic": "median step time of the best round",

@@ -22,6 +22,65 @@ static std::string number(double v) {
   return buf;
 }
 
+llvm::ArrayRef<llvm::StringRef> tessera::gptPresetNames() {
+  static const llvm::StringRef names[] = {"llama3-8b", "llama3-70b",
+                                          "llama3.1-405b", "mistral-7b",
+                                          "mixtral-8x7b"};
+  return names;
+}
+
+std::optional<GPTConfig> tessera::gptPreset(llvm::StringRef name) {
+  // The Llama family's common architecture: RMSNorm, SwiGLU, RoPE,
+  // grouped-query attention, no biases, an untied output layer.
+  auto llama = [](int64_t layers, int64_t hidden, int64_t heads,
+                  int64_t groups, int64_t ffn) {
+    GPTConfig c;
+    c.layers = layers;
+    c.hidden = hidden;
+    c.heads = heads;
+    c.numQueryGroups = groups;
+    c.ffn = ffn;
+    c.normalization = "RMSNorm";
+    c.layerNormEps = 1e-5;
+    c.disableBiasLinear = true;
+    c.swiglu = true;
+    c.positionEmbeddingType = "rope";
+    c.tieEmbeddings = false;
+    c.initStd = 0.02;
+    return c;
+  };
+  std::optional<GPTConfig> c;
+  if (name == "llama3-8b" || name == "llama3-70b" || name == "llama3.1-405b") {
+    if (name == "llama3-8b")
+      c = llama(32, 4096, 32, 8, 14336);
+    else if (name == "llama3-70b")
+      c = llama(80, 8192, 64, 8, 28672);
+    else
+      c = llama(126, 16384, 128, 8, 53248);
+    c->vocab = 128256;
+    c->seq = 8192;
+    c->rotaryBase = 500000;
+    if (name == "llama3.1-405b")
+      c->ropeScalingFactor = 8.0;
+  } else if (name == "mistral-7b") {
+    c = llama(32, 4096, 32, 8, 14336);
+    c->vocab = 32000;
+    c->seq = 4096;
+    c->rotaryBase = 10000;
+  } else if (name == "mixtral-8x7b") {
+    // Mistral 7B's attention with 8 SwiGLU experts a layer, 2 per token
+    // (Megatron's Mixtral example: top-2, load-balancing loss 1e-2).
+    c = llama(32, 4096, 32, 8, 14336);
+    c->vocab = 32000;
+    c->seq = 4096;
+    c->rotaryBase = 1000000;
+    c->numExperts = 8;
+    c->moeTopk = 2;
+    c->moeAuxLossCoeff = 1e-2;
+  }
+  return c;
+}
+
 int64_t tessera::ffnHidden(const GPTConfig &c) {
   if (c.ffn)
     return c.ffn;
@@ -94,9 +153,6 @@ std::string tessera::validateGPTConfig(const GPTConfig &c) {
                                 c.heads % c.numQueryGroups != 0))
     return "--num-query-groups " + std::to_string(c.numQueryGroups) +
            " must be positive and divide --heads " + std::to_string(c.heads);
-  if (c.swiglu && c.numExperts > 0)
-    return "--swiglu with --num-experts (SwiGLU experts) is not supported "
-           "yet; the experts use GELU";
   // Comparisons written so that NaN fails them.
   if (!(c.dropout >= 0 && c.dropout < 1))
     return "--dropout must be in [0, 1), got " + number(c.dropout);
@@ -352,12 +408,20 @@ Value GPTBuilder::moe(int64_t i, Value x, const std::string &outInit) {
   auto dispatch = nn::MoEDispatchOp::create(
       b, loc(p + "token_dispatcher.permute"), x, indices, experts);
   mark(dispatch.getResult());
-  Value w1 = param(p + "experts.linear_fc1.weight", {E, F, H}, normal(c.initStd));
+  // SwiGLU experts (Mixtral's): each expert's linear_fc1 stacks its gate
+  // and up projections as the dense MLP's does.
+  Value w1 = c.swiglu ? param(p + "experts.linear_fc1.weight", {E, 2, F, H},
+                              normal(c.initStd))
+                      : param(p + "experts.linear_fc1.weight", {E, F, H},
+                              normal(c.initStd));
   Value w2 = param(p + "experts.linear_fc2.weight", {E, H, F}, outInit);
   Value u = mark(nn::GroupedLinearOp::create(b, loc(p + "experts.linear_fc1"),
                                              dispatch.getResult(),
                                              dispatch.getCounts(), w1));
-  u = mark(nn::GeluOp::create(b, loc(p + "experts.activation"), u));
+  if (c.swiglu)
+    u = mark(nn::SwiGLUOp::create(b, loc(p + "experts.activation"), u));
+  else
+    u = mark(nn::GeluOp::create(b, loc(p + "experts.activation"), u));
   Value y = mark(nn::GroupedLinearOp::create(b, loc(p + "experts.linear_fc2"),
                                              u, dispatch.getCounts(), w2));
   return mark(nn::MoECombineOp::create(b, loc(p + "token_dispatcher.unpermute"),

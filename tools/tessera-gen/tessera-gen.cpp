@@ -1,6 +1,7 @@
 //===- tessera-gen.cpp - Model generators ---------------------------------===//
 //
-// tessera-gen gpt --layers L --hidden H --heads A --vocab V --seq S
+// tessera-gen gpt|llama3-8b|llama3-70b|llama3.1-405b|mistral-7b|mixtral-8x7b
+//     [--layers L --hidden H --heads A --vocab V --seq S]
 //     [--ffn F] [--max-position-embeddings P] [--tie-embeddings] [--dropout P]
 //     [--normalization LayerNorm|RMSNorm] [--norm-epsilon E]
 //     [--disable-bias-linear] [--swiglu]
@@ -26,7 +27,10 @@
 
 namespace cl = llvm::cl;
 
-static cl::opt<std::string> model(cl::Positional, cl::desc("<model: gpt>"),
+static cl::opt<std::string> model(
+    cl::Positional,
+    cl::desc("<model: gpt (by the flags below), or a preset: llama3-8b, "
+             "llama3-70b, llama3.1-405b, mistral-7b, mixtral-8x7b>"),
                                   cl::Required);
 static cl::opt<std::string> output("o", cl::desc("output file"), cl::init("-"));
 static cl::opt<int64_t> layers("layers", cl::desc("transformer layers"), cl::init(2));
@@ -135,44 +139,64 @@ static cl::opt<double> initMethodStd(
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
   cl::ParseCommandLineOptions(argc, argv, "Tessera model generator\n");
-  if (model != "gpt") {
+  // A preset's shapes and architecture, or the flags' defaults for "gpt";
+  // every flag given on the command line overrides.
+  std::optional<tessera::GPTConfig> preset = tessera::gptPreset(model);
+  if (model != "gpt" && !preset) {
+    std::string names = "gpt";
+    for (llvm::StringRef name : tessera::gptPresetNames())
+      names += ", " + name.str();
     llvm::errs() << "tessera-gen: error: unknown model '" << model
-                 << "' (available: gpt)\n";
+                 << "' (available: " << names << ")\n";
     return 1;
   }
   tessera::GPTConfig config;
-  config.layers = layers;
-  config.hidden = hidden;
-  config.heads = heads;
-  config.vocab = vocab;
-  config.seq = seq;
-  config.ffn = ffn;
-  config.maxPositions = maxPositions;
-  config.tieEmbeddings = tie;
-  config.dropout = dropoutRate;
-  config.normalization = normalization;
-  config.layerNormEps = normEpsilon;
-  config.disableBiasLinear = disableBiasLinear;
-  config.swiglu = swiglu;
-  if (groupQueryAttention && numQueryGroups < 1) {
+  auto set = [&](auto &field, const auto &opt) {
+    if (!preset || opt.getNumOccurrences() > 0)
+      field = opt;
+  };
+  if (preset)
+    config = *preset;
+  set(config.layers, layers);
+  set(config.hidden, hidden);
+  set(config.heads, heads);
+  set(config.vocab, vocab);
+  set(config.seq, seq);
+  set(config.ffn, ffn);
+  set(config.maxPositions, maxPositions);
+  set(config.tieEmbeddings, tie);
+  set(config.dropout, dropoutRate);
+  set(config.normalization, normalization);
+  set(config.layerNormEps, normEpsilon);
+  set(config.disableBiasLinear, disableBiasLinear);
+  set(config.swiglu, swiglu);
+  if ((groupQueryAttention || numQueryGroups.getNumOccurrences()) &&
+      numQueryGroups < 1) {
     llvm::errs() << "tessera-gen: error: --num-query-groups must be positive, "
                     "got "
                  << numQueryGroups << "\n";
     return 1;
   }
-  config.numQueryGroups = groupQueryAttention ? int64_t(numQueryGroups) : 0;
-  config.positionEmbeddingType = positionEmbeddingType;
-  config.rotaryBase = rotaryBase;
-  config.rotaryPercent = rotaryPercent;
-  config.initStd = initMethodStd;
-  config.ropeScalingFactor = useRopeScaling ? double(ropeScalingFactor) : 0.0;
-  config.numExperts = numExperts;
-  config.moeTopk = moeTopk;
-  config.moeFfn = moeFfn;
-  config.moeLayerFreq = moeLayerFreq;
-  config.moeAuxLossCoeff = moeAuxLossCoeff;
-  config.moeCapacityFactor = moeCapacityFactor;
-  config.moeDropPolicy = moeDropPolicy;
+  if (!preset || groupQueryAttention.getNumOccurrences())
+    config.numQueryGroups = groupQueryAttention ? int64_t(numQueryGroups) : 0;
+  else if (numQueryGroups.getNumOccurrences())
+    config.numQueryGroups = numQueryGroups;
+  set(config.positionEmbeddingType, positionEmbeddingType);
+  set(config.rotaryBase, rotaryBase);
+  set(config.rotaryPercent, rotaryPercent);
+  set(config.initStd, initMethodStd);
+  if (!preset || useRopeScaling.getNumOccurrences())
+    config.ropeScalingFactor =
+        useRopeScaling ? double(ropeScalingFactor) : 0.0;
+  else if (ropeScalingFactor.getNumOccurrences() && config.ropeScalingFactor)
+    config.ropeScalingFactor = ropeScalingFactor;
+  set(config.numExperts, numExperts);
+  set(config.moeTopk, moeTopk);
+  set(config.moeFfn, moeFfn);
+  set(config.moeLayerFreq, moeLayerFreq);
+  set(config.moeAuxLossCoeff, moeAuxLossCoeff);
+  set(config.moeCapacityFactor, moeCapacityFactor);
+  set(config.moeDropPolicy, moeDropPolicy);
   if (std::string error = tessera::validateGPTConfig(config); !error.empty()) {
     llvm::errs() << "tessera-gen: error: " << error << "\n";
     return 1;

@@ -3,6 +3,8 @@
 // tessera-plan gpt --layers 96 --hidden 12288 --heads 96 --seq 2048
 //     --vocab 51200 --global-batch-size 1536 --cluster dgx-a100-80gb.json
 //     [--nodes 128] [--tp 8 --pp 8 ...] [--top 10] [--format text]
+// tessera-plan llama3-8b|llama3-70b|llama3.1-405b|mistral-7b [--layers ...]
+//     --global-batch-size 1024 --cluster ...
 // tessera-plan model.mlir|model.onnx [--loss cross-entropy] --cluster ...
 //
 // Prints the feasible layouts, fastest first, with the predicted step time,
@@ -29,7 +31,9 @@ using namespace llvm;
 static cl::OptionCategory category("tessera-plan options");
 static cl::opt<std::string> model(
     cl::Positional,
-    cl::desc("<model: gpt (by the flags below), or a .mlir or .onnx file>"),
+    cl::desc("<model: gpt (by the flags below), a preset (llama3-8b, "
+             "llama3-70b, llama3.1-405b, mistral-7b), or a .mlir or .onnx "
+             "file>"),
     cl::Required, cl::cat(category));
 static cl::opt<std::string> loss("loss",
                                  cl::desc("for an ONNX model that returns "
@@ -131,7 +135,8 @@ int main(int argc, char **argv) {
   llvm::SourceMgr sourceMgr;
   mlir::SourceMgrDiagnosticHandler handler(sourceMgr, &context);
   mlir::OwningOpRef<mlir::ModuleOp> module;
-  if (model != "gpt") {
+  std::optional<tessera::GPTConfig> preset = tessera::gptPreset(model);
+  if (model != "gpt" && !preset) {
     if (tessera::isOnnxFile(model)) {
       tessera::OnnxImportOptions onnx;
       onnx.loss = loss;
@@ -145,7 +150,8 @@ int main(int argc, char **argv) {
       module = mlir::parseSourceFile<mlir::ModuleOp>(sourceMgr, &context);
     } else {
       return fail("unknown model '" + model +
-                  "' (gpt with its flags, or a .mlir or .onnx file)");
+                  "' (gpt with its flags, a preset such as llama3-8b, or a "
+                  ".mlir or .onnx file)");
     }
     if (!module)
       return 1;
@@ -171,12 +177,19 @@ int main(int argc, char **argv) {
     cluster->nodes = nodes;
   tessera::plan::PlanOptions options;
   options.module = module ? *module : mlir::ModuleOp();
-  options.model.layers = layers;
-  options.model.hidden = hidden;
-  options.model.heads = heads;
-  options.model.vocab = vocab;
-  options.model.seq = seqLength;
-  options.model.ffn = ffn;
+  // A preset's model (tessera-gen's), its sizes overridden by those given.
+  if (preset)
+    options.model = *preset;
+  auto set = [&](int64_t &field, const cl::opt<int64_t> &opt) {
+    if (!preset || opt.getNumOccurrences() > 0)
+      field = opt;
+  };
+  set(options.model.layers, layers);
+  set(options.model.hidden, hidden);
+  set(options.model.heads, heads);
+  set(options.model.vocab, vocab);
+  set(options.model.seq, seqLength);
+  set(options.model.ffn, ffn);
   options.globalBatch = globalBatch;
   options.bf16 = !fp32;
   options.tp = tp;

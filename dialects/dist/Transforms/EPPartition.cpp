@@ -137,8 +137,18 @@ struct EPPartitionPass
                << ") expects two grouped linears per expert (the FFN's two "
                   "GEMMs), found "
                << gemms.size();
-      const int64_t ffn =
-          cast<RankedTensorType>(first.getWeight().getType()).getDimSize(1);
+      // The FFN features of the first GEMM (of each projection of a
+      // stacked one: SwiGLU's [experts, 2, ffn, hidden]).
+      auto firstType = cast<RankedTensorType>(first.getWeight().getType());
+      const int64_t ffn = firstType.getDimSize(firstType.getRank() - 2);
+      // A stacked GEMM's slice is [gate slice | up slice]: only SwiGLU
+      // may read it (the second GEMM would contract the blocks).
+      if (firstType.getRank() == 4 &&
+          (!first.getResult().hasOneUse() ||
+           !isa<nn::SwiGLUOp>(*first.getResult().getUsers().begin())))
+        return first.emitOpError()
+               << "expert tensor parallelism splits a stacked [experts, k, "
+                  "ffn, hidden] weight only before nn.swiglu";
       if (ffn % etp != 0)
         return first.emitOpError() << "etp " << etp
                                    << " does not divide the experts' FFN "
@@ -165,7 +175,7 @@ struct EPPartitionPass
         splits.push_back({"ep", 0});
       }
       if (etp > 1) {
-        const int64_t dim = g == first ? 1 : 2;
+        const int64_t dim = g == first ? type.getRank() - 2 : 2;
         shape[dim] /= etp;
         splits.push_back({"etp", dim});
       }

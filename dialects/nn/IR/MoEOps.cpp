@@ -305,19 +305,25 @@ LogicalResult GroupedLinearOp::inferReturnTypes(
     SmallVectorImpl<Type> &types) {
   auto x = cast<RankedTensorType>(adaptor.getInput().getType());
   auto w = cast<RankedTensorType>(adaptor.getWeight().getType());
-  if (x.getRank() != 2 || w.getRank() != 3)
+  if (x.getRank() != 2 || w.getRank() < 3 || w.getRank() > 4)
     return emitOptionalError(loc, "nn.grouped_linear expects rows [n, in] and "
-                                  "weights [experts, out, in]");
-  types.push_back(
-      RankedTensorType::get({x.getDimSize(0), w.getDimSize(1)}, Float32Type::get(ctx)));
+                                  "weights [experts, out, in] or stacked "
+                                  "[experts, k, out, in]");
+  types.push_back(RankedTensorType::get(
+      {x.getDimSize(0), groupedOutFeatures(w)}, Float32Type::get(ctx)));
   return success();
+}
+
+int64_t tessera::nn::groupedOutFeatures(RankedTensorType weight) {
+  return linearOutFeatures(RankedTensorType::get(
+      weight.getShape().drop_front(), weight.getElementType()));
 }
 
 LogicalResult GroupedLinearOp::verify() {
   auto x = getInput().getType(), w = getWeight().getType();
   if (failed(verifyGemmOperands(*this, x, w)))
     return failure();
-  if (x.getDimSize(1) != w.getDimSize(2))
+  if (x.getDimSize(1) != w.getDimSize(w.getRank() - 1))
     return emitOpError() << "rows " << x << " do not match the weights " << w
                          << " (in features)";
   if (getCounts().getType().getShape() != ArrayRef<int64_t>{w.getDimSize(0)})
@@ -361,21 +367,23 @@ LogicalResult GroupedLinearGradOp::verify() {
   if (failed(verifyGemmOperands(*this, x, w)) ||
       failed(verifyGemmOperands(*this, w, dy)))
     return failure();
-  if (x.getRank() != 2 || w.getRank() != 3 || dy.getRank() != 2 ||
-      x.getDimSize(1) != w.getDimSize(2) ||
-      dy.getShape() != ArrayRef<int64_t>{x.getDimSize(0), w.getDimSize(1)})
+  if (x.getRank() != 2 || w.getRank() < 3 || w.getRank() > 4 ||
+      dy.getRank() != 2 || x.getDimSize(1) != w.getDimSize(w.getRank() - 1) ||
+      dy.getShape() !=
+          ArrayRef<int64_t>{x.getDimSize(0), groupedOutFeatures(w)})
     return emitOpError() << "expects rows [n, in], weights [experts, out, in] "
-                            "and their result's gradient [n, out], got "
+                            "(or stacked [experts, k, out, in]) and their "
+                            "result's gradient [n, out], got "
                          << x << ", " << w << " and " << dy;
   return success();
 }
 
 int64_t GroupedLinearOp::getFlops() {
   auto x = getInput().getType(), w = getWeight().getType();
-  return 2 * x.getDimSize(0) * x.getDimSize(1) * w.getDimSize(1);
+  return 2 * x.getDimSize(0) * x.getDimSize(1) * groupedOutFeatures(w);
 }
 
 int64_t GroupedLinearGradOp::getFlops() {
   auto x = getInput().getType(), w = getWeight().getType();
-  return 4 * x.getDimSize(0) * x.getDimSize(1) * w.getDimSize(1);
+  return 4 * x.getDimSize(0) * x.getDimSize(1) * groupedOutFeatures(w);
 }

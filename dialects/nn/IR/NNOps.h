@@ -32,6 +32,9 @@ mlir::Value castElements(mlir::OpBuilder &b, mlir::Location loc, mlir::Value v,
 /// nn.linear's out-features for `weight`: `out` of `[out, in]`, `k * out` of
 /// a stacked `[k, out, in]` (dynamic if any leading dim is).
 int64_t linearOutFeatures(mlir::RankedTensorType weight);
+/// nn.grouped_linear's out-features for `weight`: `out` of `[experts, out,
+/// in]`, `k * out` of a stacked `[experts, k, out, in]` (SwiGLU experts).
+int64_t groupedOutFeatures(mlir::RankedTensorType weight);
 } // namespace tessera::nn
 
 #endif // TESSERA_DIALECTS_NN_IR_NNOPS_H

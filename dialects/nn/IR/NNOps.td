@@ -1296,7 +1296,9 @@ def NN_GroupedLinearOp : NN_Op<"grouped_linear", [InferTypeOpAdaptor,
   let description = [{
     Megatron's GroupedMLP GEMMs (no bias): rows are grouped by expert as
     nn.moe_dispatch leaves them (`counts[e]` rows of expert e, in order);
-    group e is `x_e @ weight[e]^T`. Weights are `[experts, out, in]`.
+    group e is `x_e @ weight[e]^T`. Weights are `[experts, out, in]`, or
+    stacked `[experts, k, out, in]` as nn.linear's (SwiGLU experts: gate
+    and up, `k * out` features; expert tensor parallelism splits `out`).
 
     ```mlir
     %h = nn.grouped_linear %xp, %counts, %w1 : (tensor<512x128xf32>, tensor<8xi32>, tensor<8x512x128xf32>) -> tensor<512x512xf32>

@@ -11,6 +11,10 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
 
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/StringRef.h"
+
+#include <optional>
 #include <string>
 
 namespace tessera {
@@ -65,6 +69,16 @@ struct GPTConfig {
   double moeCapacityFactor = 0.0;
   std::string moeDropPolicy = "probs";
 };
+
+/// A published model's shapes and architecture as Megatron-LM's flags set
+/// them (its examples and Megatron-Bridge's model providers): "llama3-8b",
+/// "llama3-70b", "llama3.1-405b", "mistral-7b", "mixtral-8x7b"; nullopt for
+/// another name.
+/// The sequence is the pretraining length (8192 for Llama 3, 4096 for
+/// Mistral 7B, whose 4096-token sliding window then covers the sequence).
+std::optional<GPTConfig> gptPreset(llvm::StringRef name);
+/// The names gptPreset knows, in order.
+llvm::ArrayRef<llvm::StringRef> gptPresetNames();
 
 /// The MLP's hidden size: `ffn`, or Megatron's default, 4 x hidden, and
 /// under --swiglu int(4 x hidden x 2/3 / 64) x 64 (the same parameters as

@@ -625,12 +625,16 @@ Status Decoder::decodeMoEInstr(const fb::Instr &in, Thunk &t) {
     break;
   case O::GroupedLinear:
   case O::GroupedLinearGrad: {
+    // A stacked [experts, k, out, in] weight (SwiGLU experts) has k * out
+    // out-features.
     const auto *w = ref(in, 2).shape();
-    if (!w || w->size() != 3)
-      return invalidArgument("W ", desc(ref(in, 2)), " must be [experts, out, in]");
+    if (!w || w->size() < 3 || w->size() > 4)
+      return invalidArgument("W ", desc(ref(in, 2)),
+                             " must be [experts, out, in] or [experts, k, out, "
+                             "in]");
     experts = w->Get(0);
-    t.n = w->Get(1);
-    t.k = w->Get(2);
+    t.k = w->Get(w->size() - 1);
+    t.n = w->Get(1) * (w->size() == 4 ? w->Get(2) : 1);
     if (numel(ref(in, 1)) != experts)
       return invalidArgument("counts ", desc(ref(in, 1)), " must have one "
                              "element per expert (", experts, ")");

@@ -73,7 +73,7 @@ func.func @grouped_grad_mixed(%x: tensor<8x8xbf16>, %c: tensor<3xi32>, %w: tenso
 // -----
 
 func.func @grouped_grad_shapes(%x: tensor<8x8xf32>, %c: tensor<3xi32>, %w: tensor<3x16x8xf32>, %dy: tensor<8x12xf32>) {
-  // expected-error @+1 {{'nn.grouped_linear_grad' op expects rows [n, in], weights [experts, out, in] and their result's gradient [n, out], got 'tensor<8x8xf32>', 'tensor<3x16x8xf32>' and 'tensor<8x12xf32>'}}
+  // expected-error @+1 {{'nn.grouped_linear_grad' op expects rows [n, in], weights [experts, out, in] (or stacked [experts, k, out, in]) and their result's gradient [n, out], got 'tensor<8x8xf32>', 'tensor<3x16x8xf32>' and 'tensor<8x12xf32>'}}
   %dx, %dw = nn.grouped_linear_grad %x, %c, %w, %dy : tensor<8x8xf32>, tensor<3xi32>, tensor<3x16x8xf32>, tensor<8x12xf32>
   return
 }

@@ -453,8 +453,11 @@ def main():
                 # Rows past the experts' (dropped choices) give zeros.
                 n = int(x[1].sum())
                 parts = torch.split(x[0][:n], x[1].tolist())
-                y = torch.cat([p @ x[2][e].t() for e, p in enumerate(parts)] +
-                              [x[0].new_zeros(x[0].shape[0] - n, x[2].shape[1])])
+                # A stacked [experts, k, out, in] weight (SwiGLU experts) is
+                # each expert's [k * out, in] matrix.
+                w = x[2].reshape(x[2].shape[0], -1, x[2].shape[-1])
+                y = torch.cat([p @ w[e].t() for e, p in enumerate(parts)] +
+                              [x[0].new_zeros(x[0].shape[0] - n, w.shape[1])])
             elif op == "moe_combine":
                 flat = x[2].reshape(-1)
                 valid = (flat >= 0).nonzero().flatten()
