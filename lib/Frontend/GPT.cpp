@@ -23,9 +23,9 @@ static std::string number(double v) {
 }
 
 llvm::ArrayRef<llvm::StringRef> tessera::gptPresetNames() {
-  static const llvm::StringRef names[] = {"llama3-8b", "llama3-70b",
-                                          "llama3.1-405b", "mistral-7b",
-                                          "mixtral-8x7b"};
+  static const llvm::StringRef names[] = {"llama3-8b",  "llama3-70b",
+                                          "llama3.1-405b", "qwen3-8b",
+                                          "mistral-7b", "mixtral-8x7b"};
   return names;
 }
 
@@ -62,6 +62,14 @@ std::optional<GPTConfig> tessera::gptPreset(llvm::StringRef name) {
     c->rotaryBase = 500000;
     if (name == "llama3.1-405b")
       c->ropeScalingFactor = 8.0;
+  } else if (name == "qwen3-8b") {
+    // Qwen 3 8B: Llama's architecture with QK-norm, head dim 128.
+    c = llama(36, 4096, 32, 8, 12288);
+    c->vocab = 151936;
+    c->seq = 4096;
+    c->rotaryBase = 1000000;
+    c->layerNormEps = 1e-6;
+    c->qkLayernorm = true;
   } else if (name == "mistral-7b") {
     c = llama(32, 4096, 32, 8, 14336);
     c->vocab = 32000;
@@ -149,6 +157,10 @@ std::string tessera::validateGPTConfig(const GPTConfig &c) {
     return "--swiglu's default FFN size int(4 x hidden x 2/3 / 64) x 64 is 0 "
            "for --hidden " +
            std::to_string(c.hidden) + "; give --ffn";
+  if (c.qkLayernorm && c.normalization != "RMSNorm")
+    return "--qk-layernorm is supported with --normalization RMSNorm (Qwen 3's "
+           "and OLMo 2's), not " +
+           c.normalization;
   if (c.numQueryGroups < 0 || (c.numQueryGroups > 0 &&
                                 c.heads % c.numQueryGroups != 0))
     return "--num-query-groups " + std::to_string(c.numQueryGroups) +
@@ -304,6 +316,16 @@ Value GPTBuilder::layer(int64_t i, Value h) {
   Value bqkv = bias(p + "self_attention.linear_qkv.bias", qkvFeatures);
   Value qkv = mark(nn::LinearOp::create(b, loc(p + "self_attention.linear_qkv"),
                                         x, wqkv, bqkv));
+  if (c.qkLayernorm) {
+    // Megatron's q_layernorm and k_layernorm over each head's features.
+    int64_t d = H / c.heads;
+    Value wq = param(p + "self_attention.q_layernorm.weight", {d}, "ones");
+    Value wk = param(p + "self_attention.k_layernorm.weight", {d}, "ones");
+    qkv = mark(nn::QKNormOp::create(
+        b, loc(p + "self_attention.qk_layernorm"), qkv, wq, wk,
+        b.getI64IntegerAttr(c.heads), b.getI64IntegerAttr(groups),
+        b.getF32FloatAttr(float(c.layerNormEps))));
+  }
   if (groups != c.heads)
     qkv = mark(nn::RepeatKVOp::create(
         b, loc(p + "self_attention.repeat_kv"), qkv,

@@ -169,6 +169,20 @@ public:
     note("repeatKVGrad");
     return inner->repeatKVGrad(dy, dx, rows, heads, groups, headDim);
   }
+  Status qkNorm(const float *x, const float *wq, const float *wk, float *y,
+                int64_t rows, int64_t heads, int64_t groups, int64_t headDim,
+                float eps) override {
+    note("qkNorm");
+    return inner->qkNorm(x, wq, wk, y, rows, heads, groups, headDim, eps);
+  }
+  Status qkNormGrad(const float *x, const float *wq, const float *wk,
+                    const float *dy, float *dx, float *dwq, float *dwk,
+                    int64_t rows, int64_t heads, int64_t groups,
+                    int64_t headDim, float eps, float beta) override {
+    note("qkNormGrad");
+    return inner->qkNormGrad(x, wq, wk, dy, dx, dwq, dwk, rows, heads, groups,
+                             headDim, eps, beta);
+  }
   Status relu(const float *x, float *y, int64_t n) override {
     note("relu");
     return inner->relu(x, y, n);

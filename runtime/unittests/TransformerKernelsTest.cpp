@@ -387,6 +387,80 @@ TEST_F(TransformerKernelsTest, RepeatKVLayoutAndGradientSums) {
   }
 }
 
+TEST_F(TransformerKernelsTest, QKNormMatchesReferenceAndFiniteDifferences) {
+  // 6 heads in 2 groups of head dim 5: q heads, then k, then v per group.
+  const int64_t rows = 3, heads = 6, groups = 2, d = 5, r = heads / groups;
+  const int64_t per = r + 2, n = rows * groups * per * d;
+  const float eps = 1e-6f;
+  auto x = random(size_t(n), 2.0f);
+  auto wq = random(size_t(d)), wk = random(size_t(d));
+  // The reference: every vector of d features, q (slot < r), k or v.
+  auto forward = [&](const DVec &xs, const DVec &q, const DVec &k) {
+    DVec y(xs.size());
+    for (int64_t v = 0; v < n / d; ++v) {
+      const int64_t slot = v % per;
+      double ss = 0;
+      for (int64_t j = 0; j < d; ++j)
+        ss += xs[size_t(v * d + j)] * xs[size_t(v * d + j)];
+      const double rs = 1.0 / std::sqrt(ss / double(d) + eps);
+      for (int64_t j = 0; j < d; ++j) {
+        const double xv = xs[size_t(v * d + j)];
+        y[size_t(v * d + j)] = slot == r + 1 ? xv
+                               : slot < r    ? xv * rs * q[size_t(j)]
+                                             : xv * rs * k[size_t(j)];
+      }
+    }
+    return y;
+  };
+  Vec y(static_cast<size_t>(n));
+  ASSERT_TRUE(backend
+                  ->qkNorm(x.data(), wq.data(), wk.data(), y.data(), rows,
+                           heads, groups, d, eps)
+                  .ok());
+  expectClose(y, forward(toDouble(x), toDouble(wq), toDouble(wk)), 2e-6,
+              "qkNorm");
+
+  auto dy = random(size_t(n));
+  Vec dx(static_cast<size_t>(n)), dwq(static_cast<size_t>(d), 0.5f),
+      dwk(static_cast<size_t>(d), 0.25f);
+  Vec dwq0 = dwq, dwk0 = dwk;
+  // beta 1: the weight gradients accumulate onto what the buffers hold.
+  ASSERT_TRUE(backend
+                  ->qkNormGrad(x.data(), wq.data(), wk.data(), dy.data(),
+                               dx.data(), dwq.data(), dwk.data(), rows, heads,
+                               groups, d, eps, 1.0f)
+                  .ok());
+  DVec ddy = toDouble(dy);
+  auto loss = [&](const DVec &xs, const DVec &q, const DVec &k) {
+    DVec ys = forward(xs, q, k);
+    double s = 0;
+    for (size_t i = 0; i < ys.size(); ++i)
+      s += ys[i] * ddy[i];
+    return s;
+  };
+  std::vector<size_t> all(static_cast<size_t>(n)),
+      allW(static_cast<size_t>(d));
+  for (size_t i = 0; i < all.size(); ++i)
+    all[i] = i;
+  for (size_t i = 0; i < allW.size(); ++i)
+    allW[i] = i;
+  DVec dq = toDouble(wq), dk = toDouble(wk), dxs = toDouble(x);
+  expectClose(dx,
+              finiteDifferences([&](const DVec &xs) { return loss(xs, dq, dk); },
+                                dxs, all),
+              1e-5, "qkNormGrad dx");
+  DVec fq = finiteDifferences([&](const DVec &q) { return loss(dxs, q, dk); },
+                              dq, allW);
+  DVec fk = finiteDifferences([&](const DVec &k) { return loss(dxs, dq, k); },
+                              dk, allW);
+  for (int64_t j = 0; j < d; ++j) {
+    fq[size_t(j)] += dwq0[size_t(j)];
+    fk[size_t(j)] += dwk0[size_t(j)];
+  }
+  expectClose(dwq, fq, 1e-5, "qkNormGrad dwq");
+  expectClose(dwk, fk, 1e-5, "qkNormGrad dwk");
+}
+
 TEST_F(TransformerKernelsTest, RMSNormGradVsFiniteDifferences) {
   for (auto [rows, cols] :
        {std::pair<int64_t, int64_t>{1, 4}, {5, 7}, {4, 33}}) {

@@ -65,11 +65,12 @@ prepare() {
   "$bin/tessera-compile" "$dir/moe.mlir" --micro-batch-size 4 \
     --global-batch-size 8 -o "$dir/moe.tsr"
   # RMSNorm (fused with the residual add), no linear biases, RoPE, SwiGLU,
-  # grouped-query attention, SGD with momentum, gradient clipping and the
+  # grouped-query attention, QK-norm, SGD with momentum, gradient clipping and the
   # parameter norm.
   "$bin/tessera-gen" gpt --layers 2 --hidden 128 --heads 4 --vocab 257 --seq 64 \
     --normalization RMSNorm --disable-bias-linear --position-embedding-type rope \
-    --swiglu --group-query-attention --num-query-groups 2 -o "$dir/rms.mlir"
+    --swiglu --group-query-attention --num-query-groups 2 --qk-layernorm \
+    -o "$dir/rms.mlir"
   "$bin/tessera-compile" "$dir/rms.mlir" --micro-batch-size 4 \
     --global-batch-size 8 --optimizer sgd --lr 0.05 --log-params-norm \
     -o "$dir/rms.tsr"

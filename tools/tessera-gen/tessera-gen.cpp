@@ -1,10 +1,11 @@
 //===- tessera-gen.cpp - Model generators ---------------------------------===//
 //
-// tessera-gen gpt|llama3-8b|llama3-70b|llama3.1-405b|mistral-7b|mixtral-8x7b
+// tessera-gen gpt|llama3-8b|llama3-70b|llama3.1-405b|qwen3-8b|mistral-7b|
+//             mixtral-8x7b
 //     [--layers L --hidden H --heads A --vocab V --seq S]
 //     [--ffn F] [--max-position-embeddings P] [--tie-embeddings] [--dropout P]
 //     [--normalization LayerNorm|RMSNorm] [--norm-epsilon E]
-//     [--disable-bias-linear] [--swiglu]
+//     [--disable-bias-linear] [--swiglu] [--qk-layernorm]
 //     [--group-query-attention --num-query-groups G] [--init-method-std S] [--position-embedding-type
 //      learned_absolute|rope|none [--rotary-base B] [--rotary-percent P]
 //      [--use-rope-scaling [--rope-scaling-factor F]]]
@@ -30,7 +31,8 @@ namespace cl = llvm::cl;
 static cl::opt<std::string> model(
     cl::Positional,
     cl::desc("<model: gpt (by the flags below), or a preset: llama3-8b, "
-             "llama3-70b, llama3.1-405b, mistral-7b, mixtral-8x7b>"),
+             "llama3-70b, llama3.1-405b, qwen3-8b, mistral-7b, "
+             "mixtral-8x7b>"),
                                   cl::Required);
 static cl::opt<std::string> output("o", cl::desc("output file"), cl::init("-"));
 static cl::opt<int64_t> layers("layers", cl::desc("transformer layers"), cl::init(2));
@@ -111,6 +113,12 @@ static cl::opt<int64_t> numQueryGroups(
     cl::desc("key/value heads of --group-query-attention (default 1)"),
     cl::init(1));
 
+static cl::opt<bool> qkLayernorm(
+    "qk-layernorm",
+    cl::desc("RMSNorm of each query and key head before RoPE (Megatron's; "
+             "Qwen 3's)"),
+    cl::init(false));
+
 static cl::opt<std::string> positionEmbeddingType(
     "position-embedding-type",
     cl::desc("learned_absolute (default), rope or none, as Megatron's"),
@@ -170,6 +178,7 @@ int main(int argc, char **argv) {
   set(config.layerNormEps, normEpsilon);
   set(config.disableBiasLinear, disableBiasLinear);
   set(config.swiglu, swiglu);
+  set(config.qkLayernorm, qkLayernorm);
   if ((groupQueryAttention || numQueryGroups.getNumOccurrences()) &&
       numQueryGroups < 1) {
     llvm::errs() << "tessera-gen: error: --num-query-groups must be positive, "

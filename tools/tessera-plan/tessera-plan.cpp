@@ -3,7 +3,8 @@
 // tessera-plan gpt --layers 96 --hidden 12288 --heads 96 --seq 2048
 //     --vocab 51200 --global-batch-size 1536 --cluster dgx-a100-80gb.json
 //     [--nodes 128] [--tp 8 --pp 8 ...] [--top 10] [--format text]
-// tessera-plan llama3-8b|llama3-70b|llama3.1-405b|mistral-7b [--layers ...]
+// tessera-plan llama3-8b|llama3-70b|llama3.1-405b|qwen3-8b|mistral-7b
+//     [--layers ...]
 //     --global-batch-size 1024 --cluster ...
 // tessera-plan model.mlir|model.onnx [--loss cross-entropy] --cluster ...
 //
@@ -32,8 +33,8 @@ static cl::OptionCategory category("tessera-plan options");
 static cl::opt<std::string> model(
     cl::Positional,
     cl::desc("<model: gpt (by the flags below), a preset (llama3-8b, "
-             "llama3-70b, llama3.1-405b, mistral-7b), or a .mlir or .onnx "
-             "file>"),
+             "llama3-70b, llama3.1-405b, qwen3-8b, mistral-7b), or a .mlir "
+             "or .onnx file>"),
     cl::Required, cl::cat(category));
 static cl::opt<std::string> loss("loss",
                                  cl::desc("for an ONNX model that returns "

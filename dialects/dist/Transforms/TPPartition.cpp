@@ -51,8 +51,15 @@ SmallVector<TPRegion> tessera::dist::findTPRegions(func::FuncOp func) {
         region.row = user;
         break;
       }
+      // Ops of one activation; further operands may only be parameters,
+      // which stay whole (QK-norm's weights).
       auto split = dyn_cast<TPSplitOpInterface>(user);
-      if (!split || user->getNumOperands() != 1 || user->getNumResults() != 1)
+      if (!split || use.getOperandNumber() != 0 ||
+          user->getNumResults() != 1 ||
+          !llvm::all_of(user->getOperands().drop_front(), [&](Value v) {
+            auto arg = dyn_cast<BlockArgument>(v);
+            return arg && func.getArgAttr(arg.getArgNumber(), kParamAttr);
+          }))
         break;
       FailureOr<int64_t> next = split.propagateShardedDim(0, dim);
       if (failed(next) || *next != dim)
@@ -116,6 +123,16 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
         if (failed(cast<TPSplitOpInterface>(op).adjustForShard(dim, tp)))
           return signalPassFailure();
         (void)reinferResultTypes(op);
+        // Whole parameters used on the rank's heads (QK-norm's weights)
+        // get partial gradients: they enter through copy_to_region (f),
+        // whose backward all-reduces them over tp, as Megatron all-reduces
+        // its q_layernorm and k_layernorm gradients.
+        OpBuilder b(op);
+        auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
+        for (OpOperand &param : op->getOpOperands().drop_front())
+          param.set(CopyToRegionOp::create(b, op->getLoc(),
+                                           param.get().getType(), param.get(),
+                                           meshRef, b.getStringAttr("tp")));
       }
       if (failed(splitOp(model, region.row, TPSplitKind::Row, tp, mesh)))
         return signalPassFailure();
@@ -188,8 +205,14 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
 
     // Region entries and exits.
     SmallVector<Operation *> entries, exits;
+    auto isParam = [&](Value v) {
+      auto arg = dyn_cast<BlockArgument>(v);
+      return arg && model.getArgAttr(arg.getArgNumber(), kParamAttr);
+    };
     model.walk([&](Operation *op) {
-      if (isa<CopyToRegionOp>(op))
+      // (A whole parameter entering a region, QK-norm's weights, stays
+      // a copy: it is not an activation on sequence shards.)
+      if (isa<CopyToRegionOp>(op) && !isParam(op->getOperand(0)))
         entries.push_back(op);
       else if (isa<ReduceFromRegionOp>(op) &&
                !isa_and_nonnull<nn::EmbeddingOp>(

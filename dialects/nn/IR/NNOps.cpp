@@ -1097,6 +1097,78 @@ LogicalResult RepeatKVGradOp::verify() {
 }
 
 //===----------------------------------------------------------------------===//
+// QKNormOp
+//===----------------------------------------------------------------------===//
+
+LogicalResult QKNormOp::verify() {
+  auto x = getInput().getType();
+  int64_t heads = getNumHeads(), groups = getNumQueryGroups();
+  if (heads < 1 || groups < 1 || heads % groups != 0)
+    return emitOpError() << "num_heads " << heads
+                         << " must be a positive multiple of num_query_groups "
+                         << groups;
+  if (x.getRank() != 3)
+    return emitOpError() << "expects a fused [seq, batch, features] QKV, got "
+                         << x;
+  auto w = getQWeight().getType();
+  FailureOr<int64_t> d = groupedHeadDim(x.getDimSize(2), heads, groups);
+  if (!ShapedType::isDynamic(x.getDimSize(2)) && failed(d))
+    return emitOpError() << "qkv features " << x.getDimSize(2)
+                         << " are not num_query_groups (" << groups
+                         << ") x (num_heads / num_query_groups + 2) x head_dim";
+  if (w.getRank() != 1 || (succeeded(d) && w.getDimSize(0) != *d))
+    return emitOpError() << "q_weight and k_weight must be [head_dim"
+                         << (succeeded(d) ? " = " + std::to_string(*d) : "")
+                         << "], got " << w;
+  float eps = getEps().convertToFloat();
+  if (!(eps > 0.0f) || !std::isfinite(eps))
+    return emitOpError() << "eps must be finite and > 0, got " << eps;
+  return success();
+}
+
+LogicalResult QKNormOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
+                                     ArrayRef<bool> needed,
+                                     SmallVectorImpl<Value> &adj) {
+  auto grad = QKNormGradOp::create(
+      b, getLoc(), getInput().getType(), getQWeight().getType(),
+      getQWeight().getType(), getInput(), getQWeight(), getKWeight(),
+      resultAdj[0], getNumHeadsAttr(), getNumQueryGroupsAttr(), getEpsAttr());
+  adj.assign({needed[0] ? grad.getInputGrad() : Value(),
+              needed[1] ? grad.getQWeightGrad() : Value(),
+              needed[2] ? grad.getKWeightGrad() : Value()});
+  return success();
+}
+
+FailureOr<int64_t> QKNormOp::getSplitDims(TPSplitKind,
+                                          SmallVectorImpl<int64_t> &, bool &) {
+  return failure();
+}
+
+// Whole query groups per rank, as nn.repeat_kv; the weights stay whole.
+FailureOr<int64_t> QKNormOp::propagateShardedDim(unsigned operand,
+                                                 int64_t dim) {
+  if (operand != 0)
+    return failure();
+  return propagateHeadsDim(dim);
+}
+
+LogicalResult QKNormOp::checkShard(int64_t, int64_t parts) {
+  if (getNumQueryGroups() % parts != 0)
+    return emitOpError() << "num_query_groups " << getNumQueryGroups()
+                         << " is not divisible by tp = " << parts
+                         << " (tensor parallelism splits the query groups)";
+  return success();
+}
+
+LogicalResult QKNormOp::adjustForShard(int64_t dim, int64_t parts) {
+  if (failed(checkShard(dim, parts)))
+    return failure();
+  setNumHeads(getNumHeads() / parts);
+  setNumQueryGroups(getNumQueryGroups() / parts);
+  return success();
+}
+
+//===----------------------------------------------------------------------===//
 // RotaryEmbeddingOp
 //===----------------------------------------------------------------------===//
 

@@ -871,6 +871,58 @@ def NN_RepeatKVGradOp : NN_Op<"repeat_kv_grad", [InferTypeOpAdaptor]> {
   let hasVerifier = 1;
 }
 
+def NN_QKNormOp : NN_Op<"qk_norm", [AllTypesMatch<["input", "result"]>,
+    AllTypesMatch<["q_weight", "k_weight"]>,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>,
+    DeclareOpInterfaceMethods<Tessera_TPSplitOpInterface,
+                              ["propagateShardedDim", "checkShard", "adjustForShard"]>]> {
+  let summary = "RMSNorm of every query and key head in a fused, grouped QKV";
+  let description = [{
+    Megatron's `--qk-layernorm` with RMSNorm (its q_layernorm and
+    k_layernorm; Qwen 3's and OLMo 2's q_norm and k_norm): on linear_qkv's
+    output, laid out per query group `[q (heads/G x head_dim) | k | v]`
+    (G = num_heads without grouped-query attention), each query head's
+    head_dim features are RMS-normalised with `q_weight` and each key
+    head's with `k_weight` (both `[head_dim]`); values pass through.
+    Statistics in f32. Before RoPE, as Megatron and Hugging Face apply it.
+    Tensor parallelism splits whole groups; the weights stay whole, their
+    gradients summed over tp.
+
+    ```mlir
+    %n = nn.qk_norm %qkv, %wq, %wk {num_heads = 8 : i64, num_query_groups = 2 : i64, eps = 1.0e-06 : f32} : tensor<64x4x96xf32>, tensor<8xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$q_weight,
+                       NN_F32Tensor:$k_weight, I64Attr:$num_heads,
+                       I64Attr:$num_query_groups,
+                       DefaultValuedAttr<F32Attr, "1.0e-5f">:$eps);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$input `,` $q_weight `,` $k_weight attr-dict `:` type($input) `,` type($q_weight)";
+  let hasVerifier = 1;
+}
+
+def NN_QKNormGradOp : NN_Op<"qk_norm_grad", [
+    AllTypesMatch<["input", "result_grad", "input_grad"]>,
+    AllTypesMatch<["q_weight", "k_weight", "q_weight_grad", "k_weight_grad"]>]> {
+  let summary = "backward of nn.qk_norm: the input's and both weights' gradients";
+  let description = [{
+    Each normalised head as nn.rms_norm_grad's row; `q_weight_grad` and
+    `k_weight_grad` sum over every query (key) head of every row, in row
+    order.
+
+    ```mlir
+    %dx, %dwq, %dwk = nn.qk_norm_grad %qkv, %wq, %wk, %dy {num_heads = 8 : i64, num_query_groups = 2 : i64, eps = 1.0e-06 : f32} : tensor<64x4x96xf32>, tensor<8xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, NN_F32Tensor:$q_weight,
+                       NN_F32Tensor:$k_weight, NN_F32Tensor:$result_grad,
+                       I64Attr:$num_heads, I64Attr:$num_query_groups,
+                       DefaultValuedAttr<F32Attr, "1.0e-5f">:$eps);
+  let results = (outs NN_F32Tensor:$input_grad, NN_F32Tensor:$q_weight_grad,
+                      NN_F32Tensor:$k_weight_grad);
+  let assemblyFormat = "$input `,` $q_weight `,` $k_weight `,` $result_grad attr-dict `:` type($input) `,` type($q_weight)";
+}
+
 def NN_RotaryEmbeddingOp : NN_Op<"rotary_embedding", [SameOperandsAndResultType,
     DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>,
     DeclareOpInterfaceMethods<Tessera_TPSplitOpInterface,

@@ -209,6 +209,8 @@ def RT_SwiGLUOp : RT_KernelOp<"swiglu", "SwiGLU", "y = silu(gate) * up, x = [gat
 def RT_SwiGLUGradOp : RT_KernelOp<"swiglu_grad", "SwiGLUGrad", "backward of swiglu">;
 def RT_RepeatKVOp : RT_KernelOp<"repeat_kv", "RepeatKV", "grouped QKV to head-major, K/V repeated per head">;
 def RT_RepeatKVGradOp : RT_KernelOp<"repeat_kv_grad", "RepeatKVGrad", "backward of repeat_kv: dK, dV summed per group">;
+def RT_QKNormOp : RT_KernelOp<"qk_norm", "QKNorm", "RMSNorm of each query and key head">;
+def RT_QKNormGradOp : RT_KernelOp<"qk_norm_grad", "QKNormGrad", "backward of qk_norm">;
 def RT_BiasGeluOp : RT_KernelOp<"bias_gelu", "BiasGelu", "y = gelu(x + b)">;
 def RT_BiasGeluGradOp : RT_KernelOp<"bias_gelu_grad", "BiasGeluGrad",
     "dx = dy * gelu'(x + b), db = beta * db + sum_rows(dx)">;

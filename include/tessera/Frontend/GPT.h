@@ -53,6 +53,10 @@ struct GPTConfig {
   /// out per group [q (heads/G x d) | k (d) | v (d)]. 0: multi-head
   /// attention (G = heads).
   int64_t numQueryGroups = 0;
+  /// Megatron's --qk-layernorm (Qwen 3, OLMo 2): each query and key head
+  /// RMS-normalised over its features before RoPE (q_layernorm,
+  /// k_layernorm; RMSNorm models only).
+  bool qkLayernorm = false;
   double dropout = 0.0;        ///< embedding and hidden dropout (Megatron's)
   int64_t ignoreIndex = -100;
   /// Mixture of experts (Megatron's MoELayer in place of the MLP): experts
@@ -72,8 +76,8 @@ struct GPTConfig {
 
 /// A published model's shapes and architecture as Megatron-LM's flags set
 /// them (its examples and Megatron-Bridge's model providers): "llama3-8b",
-/// "llama3-70b", "llama3.1-405b", "mistral-7b", "mixtral-8x7b"; nullopt for
-/// another name.
+/// "llama3-70b", "llama3.1-405b", "qwen3-8b", "mistral-7b", "mixtral-8x7b";
+/// nullopt for another name.
 /// The sequence is the pretraining length (8192 for Llama 3, 4096 for
 /// Mistral 7B, whose 4096-token sliding window then covers the sequence).
 std::optional<GPTConfig> gptPreset(llvm::StringRef name);

@@ -335,6 +335,15 @@ KERNEL_ATTRS(nn::RepeatKVOp) {
 KERNEL_ATTRS(nn::RepeatKVGradOp) {
   return {p.iattrs(b, {int64_t(o.getNumHeads()), int64_t(o.getNumQueryGroups())})};
 }
+KERNEL_ATTRS(nn::QKNormOp) {
+  return {p.iattrs(b, {int64_t(o.getNumHeads()), int64_t(o.getNumQueryGroups())}),
+          b.getNamedAttr("value", o.getEpsAttr())};
+}
+KERNEL_ATTRS(nn::QKNormGradOp) {
+  return {p.iattrs(b, {int64_t(o.getNumHeads()), int64_t(o.getNumQueryGroups())}),
+          b.getNamedAttr("value", o.getEpsAttr()),
+          p.beta(b, o.getQWeightGrad())};
+}
 KERNEL_ATTRS(nn::DropoutOp) {
   return p.withGroup(b,
                      {b.getNamedAttr("value", o.getRateAttr()),
@@ -865,6 +874,8 @@ LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
       KernelPattern<nn::SwiGLUGradOp, rt::SwiGLUGradOp>,
       KernelPattern<nn::RepeatKVOp, rt::RepeatKVOp>,
       KernelPattern<nn::RepeatKVGradOp, rt::RepeatKVGradOp>,
+      KernelPattern<nn::QKNormOp, rt::QKNormOp>,
+      KernelPattern<nn::QKNormGradOp, rt::QKNormGradOp>,
       KernelPattern<nn::GeluGradOp, rt::GeluGradOp>,
       KernelPattern<nn::BiasGeluOp, rt::BiasGeluOp>,
       KernelPattern<nn::BiasGeluGradOp, rt::BiasGeluGradOp>,

@@ -437,7 +437,7 @@ LogicalResult PhasePlan::planOp(Operation *op) {
         (isa<nn::BiasGeluGradOp, nn::GroupedLinearGradOp>(op) &&
          result == op->getResult(1)) ||
         (isa<nn::LayerNormGradOp, nn::AddLayerNormGradOp, nn::RMSNormGradOp,
-             nn::AddRMSNormGradOp>(op) &&
+             nn::AddRMSNormGradOp, nn::QKNormGradOp>(op) &&
          result != op->getResult(0) &&
          llvm::all_of(op->getResults().drop_front(), [&](Value r) {
            return llvm::count_if(r.getUsers(), [](Operation *u) {

@@ -153,28 +153,29 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
   }
   case O::RepeatKV:
   case O::RepeatKVGrad: {
-    // i = [heads, groups]; m rows, n head dim. The grouped side is operand
-    // 0 of RepeatKV and 1 of its gradient.
+    // The grouped side is operand 0 of RepeatKV and 1 of its gradient.
     const bool grad = in.op() == O::RepeatKVGrad;
-    const int64_t heads = in.iattrs()->Get(0), groups = in.iattrs()->Get(1);
-    if (heads < 1 || groups < 1 || heads % groups != 0)
-      return invalidArgument("num_heads ", heads,
-                             " must be a positive multiple of "
-                             "num_query_groups ",
-                             groups);
-    TESSERA_ASSIGN_OR_RETURN(Matrix g, rowsCols(in, grad ? 1 : 0));
-    const int64_t per = heads + 2 * groups;
-    const int64_t d = g.cols / per;
-    if (d < 1 || g.cols != per * d ||
-        numel(ref(in, grad ? 0 : 1)) != g.rows * heads * 3 * d)
-      return invalidArgument(
-          "grouped qkv ", desc(ref(in, grad ? 1 : 0)), " must be [rows, ",
-          groups, " x (", heads / groups, " + 2) x head_dim] and head-major ",
-          desc(ref(in, grad ? 0 : 1)), " [rows, ", heads, " x 3 x head_dim]");
-    t.m = g.rows;
-    t.n = d;
-    t.i[0] = heads;
-    t.i[1] = groups;
+    TESSERA_RETURN_IF_ERROR(decodeGroupedQkv(in, grad ? 1 : 0, t));
+    if (numel(ref(in, grad ? 0 : 1)) != t.m * t.i[0] * 3 * t.n)
+      return invalidArgument("head-major ", desc(ref(in, grad ? 0 : 1)),
+                             " must be [rows, ", t.i[0], " x 3 x head_dim ",
+                             t.n, "]");
+    return Status();
+  }
+  case O::QKNorm:
+  case O::QKNormGrad: {
+    // f[0] eps; the weights are [head_dim].
+    const bool grad = in.op() == O::QKNormGrad;
+    TESSERA_RETURN_IF_ERROR(decodeGroupedQkv(in, 0, t));
+    const int64_t d = t.n;
+    const int weights[] = {1, 2, 5, 6};
+    for (int w = 0; w < (grad ? 4 : 2); ++w)
+      if (const int i = weights[w]; numel(ref(in, i)) != d)
+        return invalidArgument("operand ", i, " ", desc(ref(in, i)),
+                               " must hold head_dim = ", d, " weights");
+    TESSERA_RETURN_IF_ERROR(grad ? requireSameNumel(in, {0, 3, 4})
+                                 : requireSameNumel(in, {0, 3}));
+    t.f[0] = in.fattrs()->Get(0);
     return Status();
   }
   case O::GeluGrad:
@@ -497,6 +498,28 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
     return decodeMoEInstr(in, t);
   }
   return unimplemented("unknown opcode ", int(in.op()));
+}
+
+/// A grouped QKV (grouped-query attention's and QK-norm's operand `grouped`,
+/// [rows, groups * (heads/groups + 2) * head_dim]) with iattrs [heads,
+/// groups]: t.m rows, t.n head dim, t.i = [heads, groups].
+Status Decoder::decodeGroupedQkv(const fb::Instr &in, int grouped, Thunk &t) {
+  const int64_t heads = in.iattrs()->Get(0), groups = in.iattrs()->Get(1);
+  if (heads < 1 || groups < 1 || heads % groups != 0)
+    return invalidArgument("num_heads ", heads,
+                           " must be a positive multiple of num_query_groups ",
+                           groups);
+  TESSERA_ASSIGN_OR_RETURN(Matrix g, rowsCols(in, grouped));
+  const int64_t per = heads + 2 * groups, d = g.cols / per;
+  if (d < 1 || g.cols != per * d)
+    return invalidArgument("grouped qkv ", desc(ref(in, grouped)),
+                           " must be [rows, ", groups, " x (", heads / groups,
+                           " + 2) x head_dim]");
+  t.m = g.rows;
+  t.n = d;
+  t.i[0] = heads;
+  t.i[1] = groups;
+  return Status();
 }
 
 /// Integer parameters of the MoE kernels: i = [tokens, experts, k,

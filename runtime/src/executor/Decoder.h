@@ -225,6 +225,7 @@ private:
   /// meet this rank's shard (its index in `group`), as ranges of operand 0.
   Status decodeRuns(const fb::Instr &in, Thunk &t);
   Status decodeMoEInstr(const fb::Instr &in, Thunk &t);
+  Status decodeGroupedQkv(const fb::Instr &in, int grouped, Thunk &t);
   Status vocabShard(const fb::Instr &in, int64_t localVocab, int64_t &offset,
                     int64_t &shards);
 

@@ -414,6 +414,11 @@ Status Executor::execute(const Thunk &t) {
     return be->swiglu(F(0), F(1), t.m, t.n);
   case O::SwiGLUGrad:
     return be->swigluGrad(F(0), F(1), F(2), t.m, t.n);
+  case O::QKNorm:
+    return be->qkNorm(F(0), F(1), F(2), F(3), t.m, t.i[0], t.i[1], t.n, t.f[0]);
+  case O::QKNormGrad:
+    return be->qkNormGrad(F(0), F(1), F(2), F(3), F(4), F(5), F(6), t.m,
+                          t.i[0], t.i[1], t.n, t.f[0], t.beta);
   case O::RepeatKV:
     return be->repeatKV(F(0), F(1), t.m, t.i[0], t.i[1], t.n);
   case O::RepeatKVGrad:

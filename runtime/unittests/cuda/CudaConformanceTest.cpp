@@ -495,6 +495,27 @@ TEST(CudaConformanceTest, RepeatKV) {
   }
 }
 
+TEST(CudaConformanceTest, QKNorm) {
+  // Qwen 3's 4 query heads per group at head dim 128.
+  const int64_t rows = 37, heads = 16, groups = 4, d = 128;
+  const int64_t n = rows * groups * (heads / groups + 2) * d;
+  auto x = random(size_t(n), 2.0f);
+  compare("qkNorm", {in(x), in(random(d)), in(random(d)), out(random(size_t(n)))},
+          [&](Backend &b, std::vector<void *> &p) {
+            return b.qkNorm(F(0), F(1), F(2), F(3), rows, heads, groups, d,
+                            1e-6f);
+          });
+  for (float beta : {0.0f, 1.0f})
+    compare("qkNormGrad beta=" + std::to_string(int(beta)),
+            {in(x), in(random(d)), in(random(d)), in(random(size_t(n))),
+             out(random(size_t(n))), out(random(d)), out(random(d))},
+            [&](Backend &b, std::vector<void *> &p) {
+              return b.qkNormGrad(F(0), F(1), F(2), F(3), F(4), F(5), F(6),
+                                  rows, heads, groups, d, 1e-6f, beta);
+            },
+            2e-5);
+}
+
 TEST(CudaConformanceTest, RotaryEmbedding) {
   // Llama's head dim 128 at positions past 4096 (the angle's f32 product
   // and sincosf against the CPU's cosf/sinf) with Llama 3.1's scaling,

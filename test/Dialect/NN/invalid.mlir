@@ -249,3 +249,19 @@ func.func @repeat_kv_features(%x: tensor<8x2x60xf32>) {
   %y = nn.repeat_kv %x {num_heads = 4 : i64, num_query_groups = 2 : i64} : (tensor<8x2x60xf32>) -> tensor<8x2x?xf32>
   return
 }
+
+// -----
+
+func.func @qk_norm_weight(%x: tensor<8x2x96xf32>, %w: tensor<16xf32>) {
+  // expected-error @+1 {{'nn.qk_norm' op q_weight and k_weight must be [head_dim = 8], got 'tensor<16xf32>'}}
+  %y = nn.qk_norm %x, %w, %w {num_heads = 8 : i64, num_query_groups = 2 : i64} : tensor<8x2x96xf32>, tensor<16xf32>
+  return
+}
+
+// -----
+
+func.func @qk_norm_features(%x: tensor<8x2x90xf32>, %w: tensor<8xf32>) {
+  // expected-error @+1 {{'nn.qk_norm' op qkv features 90 are not num_query_groups (2) x (num_heads / num_query_groups + 2) x head_dim}}
+  %y = nn.qk_norm %x, %w, %w {num_heads = 8 : i64, num_query_groups = 2 : i64} : tensor<8x2x90xf32>, tensor<8xf32>
+  return
+}

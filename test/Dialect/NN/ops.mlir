@@ -3,7 +3,8 @@
 // CHECK-LABEL: func.func @forward
 func.func @forward(%x: tensor<8x256xf32>, %w: tensor<16x256xf32>, %b: tensor<16xf32>,
                    %t: tensor<8xi32>, %w2s: tensor<2x8x256xf32>,
-                   %b2s: tensor<2x8xf32>, %gqkv: tensor<8x2x48xf32>) -> tensor<f32> {
+                   %b2s: tensor<2x8xf32>, %gqkv: tensor<8x2x48xf32>,
+                   %qkw: tensor<4xf32>) -> tensor<f32> {
   // CHECK: nn.linear %{{.*}}, %{{.*}}, %{{.*}} : (tensor<8x256xf32>, tensor<16x256xf32>, tensor<16xf32>) -> tensor<8x16xf32>
   %y = nn.linear %x, %w, %b : (tensor<8x256xf32>, tensor<16x256xf32>, tensor<16xf32>) -> tensor<8x16xf32>
   // CHECK: nn.linear %{{.*}}, %{{.*}} : (tensor<8x256xf32>, tensor<16x256xf32>) -> tensor<8x16xf32>
@@ -24,6 +25,11 @@ func.func @forward(%x: tensor<8x256xf32>, %w: tensor<16x256xf32>, %b: tensor<16x
   // [q (4 heads) | k | v] per group -> head-major [q | k | v] per head.
   // CHECK: nn.repeat_kv %{{.*}} {num_heads = 8 : i64, num_query_groups = 2 : i64} : (tensor<8x2x48xf32>) -> tensor<8x2x96xf32>
   %rep = nn.repeat_kv %gqkv {num_heads = 8 : i64, num_query_groups = 2 : i64} : (tensor<8x2x48xf32>) -> tensor<8x2x96xf32>
+  // QK-norm on the grouped QKV (head dim 4).
+  // CHECK: nn.qk_norm %{{.*}}, %{{.*}}, %{{.*}} {eps = 9.99999997E-7 : f32, num_heads = 8 : i64, num_query_groups = 2 : i64} : tensor<8x2x48xf32>, tensor<4xf32>
+  %qn = nn.qk_norm %gqkv, %qkw, %qkw {num_heads = 8 : i64, num_query_groups = 2 : i64, eps = 1.0e-6 : f32} : tensor<8x2x48xf32>, tensor<4xf32>
+  // CHECK: nn.qk_norm_grad
+  %dqn, %dwq, %dwk = nn.qk_norm_grad %gqkv, %qkw, %qkw, %qn {num_heads = 8 : i64, num_query_groups = 2 : i64} : tensor<8x2x48xf32>, tensor<4xf32>
   // CHECK: nn.repeat_kv_grad %{{.*}} {num_heads = 8 : i64, num_query_groups = 2 : i64} : (tensor<8x2x96xf32>) -> tensor<8x2x48xf32>
   %drep = nn.repeat_kv_grad %rep {num_heads = 8 : i64, num_query_groups = 2 : i64} : (tensor<8x2x96xf32>) -> tensor<8x2x48xf32>
   // CHECK: nn.gelu

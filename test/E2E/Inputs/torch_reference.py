@@ -26,7 +26,7 @@ of tessera-run --metrics (compare the two with compare_losses.py).
    (runtime/include/tessera/rt/Data.h, IndexedDataset.cpp).
  * Model: the nn ops of the function body are interpreted one by one in
    float32 (embedding, add_position_embedding, layer_norm, rms_norm, linear, attention,
-   repeat_kv, gelu, relu, swiglu, add, softmax_cross_entropy, token_mean, and the MoE layer's
+   repeat_kv, qk_norm, gelu, relu, swiglu, add, softmax_cross_entropy, token_mean, and the MoE layer's
    moe_router, moe_aux_loss, add_aux_loss, moe_capacity_drop, moe_dispatch,
    grouped_linear and moe_combine, written as Megatron's MoELayer computes
    them), so tied
@@ -249,7 +249,7 @@ def main():
     unknown = sorted({o["op"] for o in ops} - {
         "embedding", "add_position_embedding", "layer_norm", "rms_norm", "linear",
         "rotary_embedding",
-        "attention", "repeat_kv", "gelu", "relu", "swiglu", "add",
+        "attention", "repeat_kv", "qk_norm", "gelu", "relu", "swiglu", "add",
         "softmax_cross_entropy",
         "token_mean", "moe_router", "moe_aux_loss", "add_aux_loss",
         "moe_dispatch", "grouped_linear", "moe_combine", "moe_capacity_drop"})
@@ -347,6 +347,22 @@ def main():
                 # the [k * out, in] matrix of its projections in order.
                 w = x[1].reshape(-1, x[1].shape[-1])
                 y = F.linear(x[0], w, x[2].reshape(-1) if len(x) > 2 else None)
+            elif op == "qk_norm":
+                # Qwen 3's q_norm and k_norm (Hugging Face's Qwen3RMSNorm)
+                # over each query and key head's features; values as they
+                # are.
+                a, g = o["ints"]["num_heads"], o["ints"]["num_query_groups"]
+                eps = o["floats"].get("eps", 1e-5)
+                s, b, f = x[0].shape
+                r = a // g
+                d = f // (a + 2 * g)
+                grouped = x[0].view(s, b, g, r + 2, d)
+
+                def rms(t, w):
+                    return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + eps) * w
+                y = torch.cat((rms(grouped[:, :, :, :r], x[1]),
+                               rms(grouped[:, :, :, r:r + 1], x[2]),
+                               grouped[:, :, :, r + 1:]), dim=3).reshape(s, b, f)
             elif op == "repeat_kv":
                 # Grouped-query attention: linear_qkv's features per query
                 # group [q (r heads) | k | v]; each group's k and v repeated

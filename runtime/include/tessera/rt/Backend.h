@@ -166,6 +166,19 @@ public:
   virtual Status repeatKVGrad(const float *dy, float *dx, int64_t rows,
                               int64_t heads, int64_t groups,
                               int64_t headDim) = 0;
+  /// QK-norm (the QKNorm opcode): X [rows, groups * (heads/groups + 2) *
+  /// headDim] per group [q of its heads | k | v]; each q head's headDim
+  /// features RMS-normalised with wq, each k with wk (as rmsNorm's rows),
+  /// v copied.
+  virtual Status qkNorm(const float *x, const float *wq, const float *wk,
+                        float *y, int64_t rows, int64_t heads, int64_t groups,
+                        int64_t headDim, float eps) = 0;
+  /// Its backward: dX as rmsNormGrad's per head (dY for v); dwq and dwk =
+  /// beta * dw + the sums over the query (key) heads of all rows, in order.
+  virtual Status qkNormGrad(const float *x, const float *wq, const float *wk,
+                            const float *dy, float *dx, float *dwq, float *dwk,
+                            int64_t rows, int64_t heads, int64_t groups,
+                            int64_t headDim, float eps, float beta) = 0;
   virtual Status relu(const float *x, float *y, int64_t n) = 0;
   virtual Status reluGrad(const float *x, const float *dy, float *dx,
                           int64_t n) = 0;

@@ -924,6 +924,69 @@ public:
     return Status();
   }
 
+  Status qkNorm(const float *x, const float *wq, const float *wk, float *y,
+                int64_t rows, int64_t heads, int64_t groups, int64_t headDim,
+                float eps) override {
+    const int64_t r = heads / groups, d = headDim;
+    const int64_t vectors = rows * groups * (r + 2);
+#pragma omp parallel for num_threads(threads) if (vectors * d >= kParallelMin)
+    for (int64_t v = 0; v < vectors; ++v) {
+      const int64_t c = v % (r + 2);
+      const float *xr = x + v * d;
+      float *yr = y + v * d;
+      if (c == r + 1) {
+        std::memcpy(yr, xr, size_t(d) * sizeof(float));
+        continue;
+      }
+      const float *w = c < r ? wq : wk;
+      float mean, rstd;
+      rowStats<true>(xr, d, eps, mean, rstd);
+#pragma omp simd
+      for (int64_t j = 0; j < d; ++j)
+        yr[j] = math::layerNormOut(xr[j], 0.0f, rstd, w[j], 0.0f);
+    }
+    return Status();
+  }
+
+  Status qkNormGrad(const float *x, const float *wq, const float *wk,
+                    const float *dy, float *dx, float *dwq, float *dwk,
+                    int64_t rows, int64_t heads, int64_t groups,
+                    int64_t headDim, float eps, float beta) override {
+    const int64_t r = heads / groups, d = headDim;
+    const int64_t vectors = rows * groups * (r + 2);
+    scaleOrZero(dwq, d, beta);
+    scaleOrZero(dwk, d, beta);
+    // Heads one by one in order, as normGrad's rows: the weight gradients'
+    // sums do not depend on the thread count.
+    const float invN = 1.0f / float(d);
+    for (int64_t v = 0; v < vectors; ++v) {
+      const int64_t c = v % (r + 2);
+      const float *xr = x + v * d, *dyr = dy + v * d;
+      float *dxr = dx + v * d;
+      if (c == r + 1) {
+        std::memcpy(dxr, dyr, size_t(d) * sizeof(float));
+        continue;
+      }
+      const float *w = c < r ? wq : wk;
+      float *dw = c < r ? dwq : dwk;
+      float mean, rstd;
+      rowStats<true>(xr, d, eps, mean, rstd);
+      float sgx = 0.0f;
+#pragma omp simd reduction(+ : sgx)
+      for (int64_t j = 0; j < d; ++j) {
+        float xhat = xr[j] * rstd;
+        sgx += dyr[j] * w[j] * xhat;
+        dw[j] += dyr[j] * xhat;
+      }
+      const float mgx = sgx * invN;
+#pragma omp simd
+      for (int64_t j = 0; j < d; ++j)
+        dxr[j] = math::layerNormGradX(xr[j] * rstd, dyr[j], w[j], rstd, 0.0f,
+                                      mgx);
+    }
+    return Status();
+  }
+
   Status rotaryEmbedding(const float *x, float *y, int64_t seq, int64_t batch,
                          int64_t features, int64_t heads, int64_t rotDim,
                          float base, float scalingFactor, int64_t posBegin,

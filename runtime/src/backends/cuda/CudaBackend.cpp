@@ -540,6 +540,22 @@ Status CudaBackend::repeatKVGrad(const float *dy, float *dx, int64_t rows,
       launchRepeatKVGrad(computeStream, dy, dx, rows, heads, groups, headDim),
       "RepeatKVGrad");
 }
+Status CudaBackend::qkNorm(const float *x, const float *wq, const float *wk,
+                           float *y, int64_t rows, int64_t heads,
+                           int64_t groups, int64_t headDim, float eps) {
+  return launched(launchQKNorm(computeStream, x, wq, wk, y, rows, heads,
+                               groups, headDim, eps),
+                  "QKNorm");
+}
+Status CudaBackend::qkNormGrad(const float *x, const float *wq,
+                               const float *wk, const float *dy, float *dx,
+                               float *dwq, float *dwk, int64_t rows,
+                               int64_t heads, int64_t groups, int64_t headDim,
+                               float eps, float beta) {
+  return launched(launchQKNormGrad(computeStream, x, wq, wk, dy, dx, dwq, dwk,
+                                   rows, heads, groups, headDim, eps, beta),
+                  "QKNormGrad");
+}
 Status CudaBackend::relu(const float *x, float *y, int64_t n) {
   return launched(launchRelu(computeStream, x, y, n), "Relu");
 }

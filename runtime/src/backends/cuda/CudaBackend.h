@@ -105,6 +105,13 @@ public:
                   int64_t groups, int64_t headDim) override;
   Status repeatKVGrad(const float *dy, float *dx, int64_t rows, int64_t heads,
                       int64_t groups, int64_t headDim) override;
+  Status qkNorm(const float *x, const float *wq, const float *wk, float *y,
+                int64_t rows, int64_t heads, int64_t groups, int64_t headDim,
+                float eps) override;
+  Status qkNormGrad(const float *x, const float *wq, const float *wk,
+                    const float *dy, float *dx, float *dwq, float *dwk,
+                    int64_t rows, int64_t heads, int64_t groups,
+                    int64_t headDim, float eps, float beta) override;
   Status relu(const float *x, float *y, int64_t n) override;
   Status reluGrad(const float *x, const float *dy, float *dx,
                   int64_t n) override;

@@ -112,6 +112,75 @@ __global__ void repeatKVGradKernel(const float *dy, float *dx, int64_t total,
     }
   }
 }
+// QK-norm: one thread per head vector of d features (q, k or v); the
+// weight gradients one thread per (q or k, feature), over the vectors in
+// order.
+__device__ float qkRstd(const float *xr, int64_t d, float eps) {
+  float sq = 0.0f;
+  for (int64_t j = 0; j < d; ++j)
+    sq += xr[j] * xr[j];
+  return math::layerNormRstd(sq, d, eps);
+}
+__global__ void qkNormKernel(const float *x, const float *wq, const float *wk,
+                             float *y, int64_t vectors, int64_t per,
+                             int64_t d, float eps) {
+  TESSERA_GRID_LOOP(v, vectors) {
+    const int64_t c = v % per;
+    const float *xr = x + v * d;
+    float *yr = y + v * d;
+    if (c == per - 1) {
+      for (int64_t j = 0; j < d; ++j)
+        yr[j] = xr[j];
+      continue;
+    }
+    const float *w = c < per - 2 ? wq : wk;
+    const float rstd = qkRstd(xr, d, eps);
+    for (int64_t j = 0; j < d; ++j)
+      yr[j] = math::layerNormOut(xr[j], 0.0f, rstd, w[j], 0.0f);
+  }
+}
+__global__ void qkNormGradXKernel(const float *x, const float *wq,
+                                  const float *wk, const float *dy, float *dx,
+                                  int64_t vectors, int64_t per, int64_t d,
+                                  float eps) {
+  TESSERA_GRID_LOOP(v, vectors) {
+    const int64_t c = v % per;
+    const float *xr = x + v * d, *dyr = dy + v * d;
+    float *dxr = dx + v * d;
+    if (c == per - 1) {
+      for (int64_t j = 0; j < d; ++j)
+        dxr[j] = dyr[j];
+      continue;
+    }
+    const float *w = c < per - 2 ? wq : wk;
+    const float rstd = qkRstd(xr, d, eps);
+    float sgx = 0.0f;
+    for (int64_t j = 0; j < d; ++j)
+      sgx += dyr[j] * w[j] * xr[j] * rstd;
+    const float mgx = sgx / float(d);
+    for (int64_t j = 0; j < d; ++j)
+      dxr[j] = math::layerNormGradX(xr[j] * rstd, dyr[j], w[j], rstd, 0.0f,
+                                    mgx);
+  }
+}
+__global__ void qkNormGradWKernel(const float *x, const float *dy, float *dwq,
+                                  float *dwk, int64_t vectors, int64_t per,
+                                  int64_t d, float eps, float beta) {
+  TESSERA_GRID_LOOP(i, 2 * d) {
+    const bool key = i >= d;
+    const int64_t j = i % d;
+    float acc = 0.0f;
+    for (int64_t v = 0; v < vectors; ++v) {
+      const int64_t c = v % per;
+      if (c == per - 1 || (c == per - 2) != key)
+        continue;
+      const float *xr = x + v * d;
+      acc += dy[v * d + j] * xr[j] * qkRstd(xr, d, eps);
+    }
+    float *dw = key ? dwk : dwq;
+    dw[j] = beta == 0.0f ? acc : beta * dw[j] + acc;
+  }
+}
 __global__ void reluKernel(const float *x, float *y, int64_t n) {
   TESSERA_GRID_LOOP(i, n) { y[i] = x[i] > 0.0f ? x[i] : 0.0f; }
 }
@@ -837,6 +906,28 @@ cudaError_t launchRepeatKVGrad(cudaStream_t s, const float *dy, float *dx,
   const int64_t total = rows * groups * (heads / groups + 2) * headDim;
   TESSERA_LAUNCH_1D(repeatKVGradKernel, total, s, dy, dx, total, heads,
                     groups, headDim);
+}
+cudaError_t launchQKNorm(cudaStream_t s, const float *x, const float *wq,
+                         const float *wk, float *y, int64_t rows,
+                         int64_t heads, int64_t groups, int64_t headDim,
+                         float eps) {
+  const int64_t per = heads / groups + 2, vectors = rows * groups * per;
+  TESSERA_LAUNCH_1D(qkNormKernel, vectors, s, x, wq, wk, y, vectors, per,
+                    headDim, eps);
+}
+cudaError_t launchQKNormGrad(cudaStream_t s, const float *x, const float *wq,
+                             const float *wk, const float *dy, float *dx,
+                             float *dwq, float *dwk, int64_t rows,
+                             int64_t heads, int64_t groups, int64_t headDim,
+                             float eps, float beta) {
+  const int64_t per = heads / groups + 2, vectors = rows * groups * per;
+  if (vectors > 0)
+    qkNormGradXKernel<<<blocksFor(vectors), kThreads, 0, s>>>(
+        x, wq, wk, dy, dx, vectors, per, headDim, eps);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess)
+    return e;
+  TESSERA_LAUNCH_1D(qkNormGradWKernel, 2 * headDim, s, x, dy, dwq, dwk,
+                    vectors, per, headDim, eps, beta);
 }
 cudaError_t launchRelu(cudaStream_t s, const float *x, float *y, int64_t n) {
   TESSERA_LAUNCH_1D(reluKernel, n, s, x, y, n);

@@ -47,6 +47,17 @@ cudaError_t launchRepeatKV(cudaStream_t s, const float *x, float *y,
 cudaError_t launchRepeatKVGrad(cudaStream_t s, const float *dy, float *dx,
                                int64_t rows, int64_t heads, int64_t groups,
                                int64_t headDim);
+/// QK-norm over a grouped QKV and its backward (the weight gradients summed
+/// over the heads in row order, one thread per weight).
+cudaError_t launchQKNorm(cudaStream_t s, const float *x, const float *wq,
+                         const float *wk, float *y, int64_t rows,
+                         int64_t heads, int64_t groups, int64_t headDim,
+                         float eps);
+cudaError_t launchQKNormGrad(cudaStream_t s, const float *x, const float *wq,
+                             const float *wk, const float *dy, float *dx,
+                             float *dwq, float *dwk, int64_t rows,
+                             int64_t heads, int64_t groups, int64_t headDim,
+                             float eps, float beta);
 cudaError_t launchRelu(cudaStream_t s, const float *x, float *y, int64_t n);
 cudaError_t launchReluGrad(cudaStream_t s, const float *x, const float *dy,
                            float *dx, int64_t n);
