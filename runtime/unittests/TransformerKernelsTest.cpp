@@ -1126,6 +1126,48 @@ TEST(TransformerExecutorTest, LoaderAndDecoderRejectBadInstructions) {
                         "attn.bad-heads", {5, 1}));
        },
        "not divisible by 3 * num_heads (5)", false},
+      // SwiGLU: [rows, 2n] in, [rows, n] out.
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         f.push_back(op(O::SwiGLU, {f32(p, {4, 7}), f32(p, {4, 3})},
+                        "swiglu.odd"));
+       },
+       "SwiGLU input F32[4, 7] must be [rows, 2n]", false},
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         f.push_back(op(O::SwiGLUGrad,
+                        {f32(p, {4, 8}), f32(p, {4, 4}), f32(p, {4, 6})},
+                        "swiglu.dx"));
+       },
+       "must have the same number of elements", false},
+      // Grouped QKV: 4 heads in 2 groups of head dim 2 are 16 features.
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         f.push_back(op(O::RepeatKV, {f32(p, {3, 16}), f32(p, {3, 24})},
+                        "repeat.groups", {4, 3}));
+       },
+       "num_heads 4 must be a positive multiple of num_query_groups 3", false},
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         f.push_back(op(O::RepeatKV, {f32(p, {3, 15}), f32(p, {3, 24})},
+                        "repeat.features", {4, 2}));
+       },
+       "grouped qkv F32[3, 15] must be [rows, 2 x (2 + 2) x head_dim]", false},
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         f.push_back(op(O::RepeatKVGrad, {f32(p, {3, 20}), f32(p, {3, 16})},
+                        "repeat.head-major", {4, 2}));
+       },
+       "head-major F32[3, 20] must be [rows, 4 x 3 x head_dim 2]", false},
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         f.push_back(op(O::QKNorm,
+                        {f32(p, {3, 16}), f32(p, {3}), f32(p, {2}),
+                         f32(p, {3, 16})},
+                        "qknorm.weight", {4, 2}, {1e-6f}));
+       },
+       "operand 1 F32[3] must hold head_dim = 2 weights", false},
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         f.push_back(op(O::QKNorm,
+                        {f32(p, {3, 16}), f32(p, {2}), f32(p, {2}),
+                         f32(p, {3, 16})},
+                        "qknorm.eps", {4, 2}));
+       },
+       "QKNorm expects 1 fattrs, got 0", true},
       {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
          f.push_back(op(O::Attention, {f32(p, {4, 2, 36}), f32(p, {4, 2, 10})},
                         "attn.bad-out", {2, 1}));

@@ -223,7 +223,8 @@ InstrAttrs SgdMomentumOp::getInstrAttrs() {
 
 InstrAttrs RotaryEmbeddingOp::getInstrAttrs() {
   InstrAttrs attrs;
-  attrs.iattrs = {getNumHeads(), getRotaryDim(), getInverse() ? 1 : 0};
+  attrs.iattrs = {int64_t(getNumHeads()), int64_t(getRotaryDim()),
+                  getInverse() ? 1 : 0};
   attrs.fattrs = {getBase().convertToFloat(),
                   getScalingFactor().convertToFloat()};
   if (auto group = getGroupAttr())
