@@ -145,7 +145,12 @@ std::string tessera::validateGPTConfig(const GPTConfig &c) {
              std::to_string(b) +
              " elements exceeds the largest supported tensor of 2^48";
   }
-  if (c.hidden % c.heads != 0)
+  if (c.kvChannels < 0)
+    return "--kv-channels must be positive, got " + std::to_string(c.kvChannels);
+  if (c.kvChannels > kMaxDim)
+    return "--kv-channels " + std::to_string(c.kvChannels) +
+           " exceeds the largest supported size of 2^31";
+  if (c.kvChannels == 0 && c.hidden % c.heads != 0)
     return "--hidden " + std::to_string(c.hidden) +
            " is not divisible by --heads " + std::to_string(c.heads);
   if (c.maxPositions != 0 && c.maxPositions < c.seq)
@@ -194,7 +199,7 @@ std::string tessera::validateGPTConfig(const GPTConfig &c) {
         !(c.ropeScalingFactor >= 1 && std::isfinite(c.ropeScalingFactor)))
       return "--rope-scaling-factor must be a finite number >= 1, got " +
              number(c.ropeScalingFactor);
-    int64_t headDim = c.hidden / c.heads;
+    const int64_t headDim = tessera::headDim(c);
     int64_t rot = int64_t(double(headDim) * c.rotaryPercent);
     if (rot < 2 || rot % 2 != 0)
       return "--rotary-percent " + number(c.rotaryPercent) + " of head dim " +
@@ -310,7 +315,8 @@ Value GPTBuilder::layer(int64_t i, Value h) {
   // group are [q (heads/G x d) | k (d) | v (d)] (Megatron's layout), made
   // head-major for attention by nn.repeat_kv.
   const int64_t groups = c.numQueryGroups ? c.numQueryGroups : c.heads;
-  const int64_t qkvFeatures = (c.heads + 2 * groups) * (H / c.heads);
+  const int64_t D = headDim(c);
+  const int64_t qkvFeatures = (c.heads + 2 * groups) * D;
   Value wqkv = param(p + "self_attention.linear_qkv.weight", {qkvFeatures, H},
                      normal(c.initStd));
   Value bqkv = bias(p + "self_attention.linear_qkv.bias", qkvFeatures);
@@ -318,9 +324,8 @@ Value GPTBuilder::layer(int64_t i, Value h) {
                                         x, wqkv, bqkv));
   if (c.qkLayernorm) {
     // Megatron's q_layernorm and k_layernorm over each head's features.
-    int64_t d = H / c.heads;
-    Value wq = param(p + "self_attention.q_layernorm.weight", {d}, "ones");
-    Value wk = param(p + "self_attention.k_layernorm.weight", {d}, "ones");
+    Value wq = param(p + "self_attention.q_layernorm.weight", {D}, "ones");
+    Value wk = param(p + "self_attention.k_layernorm.weight", {D}, "ones");
     qkv = mark(nn::QKNormOp::create(
         b, loc(p + "self_attention.qk_layernorm"), qkv, wq, wk,
         b.getI64IntegerAttr(c.heads), b.getI64IntegerAttr(groups),
@@ -333,7 +338,7 @@ Value GPTBuilder::layer(int64_t i, Value h) {
   if (c.positionEmbeddingType == "rope") {
     // Megatron's rotary_pos_emb on q and k: rotary_dim = int(kv_channels x
     // rotary_percent) features of each head.
-    int64_t rot = int64_t(double(H / c.heads) * c.rotaryPercent);
+    int64_t rot = int64_t(double(D) * c.rotaryPercent);
     qkv = mark(nn::RotaryEmbeddingOp::create(
         b, loc(p + "self_attention.rotary_pos_emb"), qkv,
         b.getI64IntegerAttr(c.heads), b.getI64IntegerAttr(rot),
@@ -346,7 +351,8 @@ Value GPTBuilder::layer(int64_t i, Value h) {
   Value ctxv = mark(nn::AttentionOp::create(
       b, loc(p + "self_attention.core_attention"), qkv,
       b.getI64IntegerAttr(c.heads), b.getBoolAttr(true)));
-  Value wproj = param(p + "self_attention.linear_proj.weight", {H, H}, outInit);
+  Value wproj = param(p + "self_attention.linear_proj.weight",
+                      {H, c.heads * D}, outInit);
   Value bproj = bias(p + "self_attention.linear_proj.bias", H);
   Value attn = mark(nn::LinearOp::create(b, loc(p + "self_attention.linear_proj"),
                                          ctxv, wproj, bproj));

@@ -339,11 +339,20 @@ llvm::Error describeModule(ModuleOp module, GPTConfig &g) {
   g.layers = *layers;
   g.heads = heads.getInt();
   g.seq = qkv.getDimSize(0);
+  // The attention's features (heads x head dim), or the hidden size the
+  // first embedding gives (they differ under --kv-channels).
   g.hidden = qkv.getDimSize(2) / 3;
   g.vocab = 0; // reported only: the vocabulary of the first embedding
+  bool embedded = false;
   module.walk([&](Operation *op) {
     if (auto v = op->getAttrOfType<IntegerAttr>("vocab_size"); v && !g.vocab)
       g.vocab = v.getInt();
+    if (op->getName().getStringRef() == "nn.embedding" && !embedded)
+      if (auto t = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+          t && !t.isDynamicDim(t.getRank() - 1)) {
+        g.hidden = t.getDimSize(t.getRank() - 1);
+        embedded = true;
+      }
   });
   return llvm::Error::success();
 }

@@ -5,7 +5,7 @@
 //     [--layers L --hidden H --heads A --vocab V --seq S]
 //     [--ffn F] [--max-position-embeddings P] [--tie-embeddings] [--dropout P]
 //     [--normalization LayerNorm|RMSNorm] [--norm-epsilon E]
-//     [--disable-bias-linear] [--swiglu] [--qk-layernorm]
+//     [--disable-bias-linear] [--swiglu] [--qk-layernorm] [--kv-channels D]
 //     [--group-query-attention --num-query-groups G] [--init-method-std S] [--position-embedding-type
 //      learned_absolute|rope|none [--rotary-base B] [--rotary-percent P]
 //      [--use-rope-scaling [--rope-scaling-factor F]]]
@@ -119,6 +119,12 @@ static cl::opt<bool> qkLayernorm(
              "Qwen 3's)"),
     cl::init(false));
 
+static cl::opt<int64_t> kvChannels(
+    "kv-channels",
+    cl::desc("each attention head's features (Megatron's; default hidden / "
+             "heads)"),
+    cl::init(0));
+
 static cl::opt<std::string> positionEmbeddingType(
     "position-embedding-type",
     cl::desc("learned_absolute (default), rope or none, as Megatron's"),
@@ -179,6 +185,7 @@ int main(int argc, char **argv) {
   set(config.disableBiasLinear, disableBiasLinear);
   set(config.swiglu, swiglu);
   set(config.qkLayernorm, qkLayernorm);
+  set(config.kvChannels, kvChannels);
   if ((groupQueryAttention || numQueryGroups.getNumOccurrences()) &&
       numQueryGroups < 1) {
     llvm::errs() << "tessera-gen: error: --num-query-groups must be positive, "

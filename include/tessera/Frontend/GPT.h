@@ -57,6 +57,10 @@ struct GPTConfig {
   /// RMS-normalised over its features before RoPE (q_layernorm,
   /// k_layernorm; RMSNorm models only).
   bool qkLayernorm = false;
+  /// Megatron's --kv-channels: each head's features (0: hidden / heads);
+  /// attention then works on heads x kv-channels features, projected back
+  /// to hidden by linear_proj.
+  int64_t kvChannels = 0;
   double dropout = 0.0;        ///< embedding and hidden dropout (Megatron's)
   int64_t ignoreIndex = -100;
   /// Mixture of experts (Megatron's MoELayer in place of the MLP): experts
@@ -88,6 +92,11 @@ llvm::ArrayRef<llvm::StringRef> gptPresetNames();
 /// under --swiglu int(4 x hidden x 2/3 / 64) x 64 (the same parameters as
 /// the GELU MLP, rounded down to a multiple of 64).
 int64_t ffnHidden(const GPTConfig &config);
+
+/// Each attention head's features: --kv-channels, or hidden / heads.
+inline int64_t headDim(const GPTConfig &config) {
+  return config.kvChannels ? config.kvChannels : config.hidden / config.heads;
+}
 
 /// Checks the configuration; returns an error message or an empty string.
 std::string validateGPTConfig(const GPTConfig &config);
