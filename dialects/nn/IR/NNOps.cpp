@@ -982,14 +982,43 @@ static FailureOr<int64_t> groupedHeadDim(int64_t features, int64_t heads,
 
 /// Verifies the heads and groups and the grouped and head-major feature
 /// counts of nn.repeat_kv (grouped -> headMajor) or its gradient.
-static LogicalResult verifyRepeatKV(Operation *op, RankedTensorType grouped,
-                                    RankedTensorType headMajor, int64_t heads,
-                                    int64_t groups) {
+/// num_heads a positive multiple of num_query_groups (nn.repeat_kv,
+/// nn.qk_norm and their gradients).
+static LogicalResult verifyHeadsAndGroups(Operation *op, int64_t heads,
+                                          int64_t groups) {
   if (heads < 1 || groups < 1 || heads % groups != 0)
     return op->emitOpError() << "num_heads " << heads
                              << " must be a positive multiple of "
                                 "num_query_groups "
                              << groups;
+  return success();
+}
+
+/// Ops on a grouped QKV split over tp by whole query groups.
+static LogicalResult checkGroupsShard(Operation *op, int64_t groups,
+                                      int64_t parts) {
+  if (groups % parts != 0)
+    return op->emitOpError() << "num_query_groups " << groups
+                             << " is not divisible by tp = " << parts
+                             << " (tensor parallelism splits the query groups)";
+  return success();
+}
+
+/// The rank's share of the heads and groups of such an op.
+template <typename GroupedOp>
+static LogicalResult adjustGroupsShard(GroupedOp op, int64_t parts) {
+  if (failed(checkGroupsShard(op, op.getNumQueryGroups(), parts)))
+    return failure();
+  op.setNumHeads(op.getNumHeads() / parts);
+  op.setNumQueryGroups(op.getNumQueryGroups() / parts);
+  return success();
+}
+
+static LogicalResult verifyRepeatKV(Operation *op, RankedTensorType grouped,
+                                    RankedTensorType headMajor, int64_t heads,
+                                    int64_t groups) {
+  if (failed(verifyHeadsAndGroups(op, heads, groups)))
+    return failure();
   if (grouped.getRank() != 3 || headMajor.getRank() != 3)
     return op->emitOpError() << "expects [seq, batch, features] tensors";
   int64_t in = grouped.getDimSize(2);
@@ -1050,19 +1079,11 @@ FailureOr<int64_t> RepeatKVOp::propagateShardedDim(unsigned, int64_t dim) {
 }
 
 LogicalResult RepeatKVOp::checkShard(int64_t, int64_t parts) {
-  if (getNumQueryGroups() % parts != 0)
-    return emitOpError() << "num_query_groups " << getNumQueryGroups()
-                         << " is not divisible by tp = " << parts
-                         << " (tensor parallelism splits the query groups)";
-  return success();
+  return checkGroupsShard(*this, getNumQueryGroups(), parts);
 }
 
-LogicalResult RepeatKVOp::adjustForShard(int64_t dim, int64_t parts) {
-  if (failed(checkShard(dim, parts)))
-    return failure();
-  setNumHeads(getNumHeads() / parts);
-  setNumQueryGroups(getNumQueryGroups() / parts);
-  return success();
+LogicalResult RepeatKVOp::adjustForShard(int64_t, int64_t parts) {
+  return adjustGroupsShard(*this, parts);
 }
 
 LogicalResult RepeatKVGradOp::inferReturnTypes(MLIRContext *ctx,
@@ -1103,10 +1124,8 @@ LogicalResult RepeatKVGradOp::verify() {
 LogicalResult QKNormOp::verify() {
   auto x = getInput().getType();
   int64_t heads = getNumHeads(), groups = getNumQueryGroups();
-  if (heads < 1 || groups < 1 || heads % groups != 0)
-    return emitOpError() << "num_heads " << heads
-                         << " must be a positive multiple of num_query_groups "
-                         << groups;
+  if (failed(verifyHeadsAndGroups(*this, heads, groups)))
+    return failure();
   if (x.getRank() != 3)
     return emitOpError() << "expects a fused [seq, batch, features] QKV, got "
                          << x;
@@ -1153,19 +1172,11 @@ FailureOr<int64_t> QKNormOp::propagateShardedDim(unsigned operand,
 }
 
 LogicalResult QKNormOp::checkShard(int64_t, int64_t parts) {
-  if (getNumQueryGroups() % parts != 0)
-    return emitOpError() << "num_query_groups " << getNumQueryGroups()
-                         << " is not divisible by tp = " << parts
-                         << " (tensor parallelism splits the query groups)";
-  return success();
+  return checkGroupsShard(*this, getNumQueryGroups(), parts);
 }
 
-LogicalResult QKNormOp::adjustForShard(int64_t dim, int64_t parts) {
-  if (failed(checkShard(dim, parts)))
-    return failure();
-  setNumHeads(getNumHeads() / parts);
-  setNumQueryGroups(getNumQueryGroups() / parts);
-  return success();
+LogicalResult QKNormOp::adjustForShard(int64_t, int64_t parts) {
+  return adjustGroupsShard(*this, parts);
 }
 
 //===----------------------------------------------------------------------===//
