@@ -87,10 +87,129 @@ public:
     return Status();
   }
 
-private:
-  const fb::TensorRef &ref(const fb::Instr &in, int i) {
+  //===--------------------------------------------------------------------===//
+  // For the opcodes' decode functions (executor/ops): the operands of the
+  // instruction being decoded and the shape rules they share.
+  //===--------------------------------------------------------------------===//
+
+  const fb::TensorRef &ref(const fb::Instr &in, int i) const {
     return *in.operands()->Get(flatbuffers::uoffset_t(i));
   }
+  static int64_t numel(const fb::TensorRef &r) {
+    return numElements(r.shape());
+  }
+  int64_t numel(const fb::Instr &in, int i) const { return numel(ref(in, i)); }
+  /// "F32[4, 8]": operand i's dtype and shape, for messages.
+  static std::string desc(const fb::TensorRef &r) {
+    return std::string(fb::EnumNameDType(r.dtype())) + shapeToString(r.shape());
+  }
+  std::string desc(const fb::Instr &in, int i) const {
+    return desc(ref(in, i));
+  }
+  /// Operand i's rank and dimension d (d < rank).
+  int rankOf(const fb::Instr &in, int i) const {
+    return ref(in, i).shape() ? int(ref(in, i).shape()->size()) : 0;
+  }
+  int64_t dim(const fb::Instr &in, int i, int d) const {
+    return ref(in, i).shape()->Get(flatbuffers::uoffset_t(d));
+  }
+  /// The last dimension of operand i (1 for a scalar).
+  int64_t lastDim(const fb::Instr &in, int i) const {
+    const auto *shape = ref(in, i).shape();
+    return shape && shape->size() ? shape->Get(shape->size() - 1) : 1;
+  }
+  /// iattrs[i] (the loader checked the count).
+  static int64_t iattr(const fb::Instr &in, int i) {
+    return in.iattrs()->Get(flatbuffers::uoffset_t(i));
+  }
+  /// Whether operand `i` is bf16 (the loader admitted only F32 or BF16
+  /// where a kernel takes either).
+  bool isBf16(const fb::Instr &in, int i) const {
+    return ref(in, i).dtype() == fb::DType::BF16;
+  }
+  /// The element type of a communicated operand.
+  static StatusOr<ElementType> elementType(fb::DType t);
+  Status requireSameNumel(const fb::Instr &in,
+                          std::initializer_list<int> idx) const {
+    int first = *idx.begin();
+    for (int i : idx)
+      if (numel(ref(in, i)) != numel(ref(in, first)))
+        return invalidArgument("operands ", first, " ", desc(ref(in, first)),
+                               " and ", i, " ", desc(ref(in, i)),
+                               " must have the same number of elements");
+    return Status();
+  }
+  /// Operand i (`what` in the message) has n elements.
+  Status requireNumel(const fb::Instr &in, int i, int64_t n,
+                      const char *what) const {
+    if (numel(ref(in, i)) != n)
+      return invalidArgument(what, " (operand ", i, ") ", desc(ref(in, i)),
+                             " must have ", n, " elements");
+    return Status();
+  }
+  /// Operand i as [prod(leading), last], rank >= 2.
+  StatusOr<Matrix> matrix(const fb::Instr &in, int i) const {
+    const fb::TensorRef &r = ref(in, i);
+    int rank = r.shape() ? int(r.shape()->size()) : 0;
+    if (rank < 2)
+      return invalidArgument("operand ", i, " ", desc(r),
+                             " must have rank >= 2");
+    Matrix mat;
+    mat.cols = r.shape()->Get(flatbuffers::uoffset_t(rank - 1));
+    mat.rows = mat.cols ? numel(r) / mat.cols : 0;
+    return mat;
+  }
+  /// Operand i as [prod(leading), last], rank >= 1.
+  StatusOr<Matrix> rowsCols(const fb::Instr &in, int i) const {
+    const fb::TensorRef &r = ref(in, i);
+    int rank = r.shape() ? int(r.shape()->size()) : 0;
+    if (rank < 1)
+      return invalidArgument("operand ", i, " ", desc(r),
+                             " must have rank >= 1");
+    Matrix mat;
+    mat.cols = r.shape()->Get(flatbuffers::uoffset_t(rank - 1));
+    mat.rows = mat.cols ? numel(r) / mat.cols : 0;
+    return mat;
+  }
+
+  /// The rank decoded for (< 0: none in particular, validating).
+  int rank() const { return worldRank; }
+  const fb::Artifact &root() const { return *artifact.root(); }
+  /// The position of the rank decoded for in its instance of `kind`: of
+  /// `positionRank` where an instance holds it, else (no rank, or one that
+  /// an embedding kind leaves out) index 0 and the size of any instance,
+  /// `group` null.
+  GroupPosition position(std::string_view kind) const {
+    GroupPosition pos;
+    if (positionRank >= 0)
+      pos = findGroupPosition(*artifact.root(), kind, positionRank);
+    if (!pos.group && worldRank < 0)
+      pos.size = anyGroupSize(*artifact.root(), kind);
+    return pos;
+  }
+  /// The communicator of group kind `kind` on this rank.
+  StatusOr<Communicator *> communicator(const std::string &kind) {
+    return lookup(kind);
+  }
+  /// Arena offset of operand `i` on this rank and the slot being decoded.
+  int64_t finalOffset(int i) const {
+    int64_t offset = offsets[size_t(i)];
+    if (inSlotRegion(offset))
+      offset += int64_t(slotIndex) * slotBytes;
+    return offset;
+  }
+  /// The global sequence positions of the `rows` rows of a sequence-major
+  /// operand of `in`, whose `group` names the axes sharding the sequence
+  /// ("tp", "cp" or "tp-cp"; none: the whole sequence), into t.seq and
+  /// t.seqTotal.
+  Status sequenceShard(const fb::Instr &in, int64_t rows, Thunk &t);
+  /// Vocabulary offset (this rank's index in its instance of the Instr's
+  /// `group` kind times `localVocab`; 0 without a group) and the number of
+  /// shards.
+  Status vocabShard(const fb::Instr &in, int64_t localVocab, int64_t &offset,
+                    int64_t &shards);
+
+private:
   /// Resolves every operand's offset on this rank (rank-relative refs moved
   /// to this rank's shard) into `offsets`, before the slot relocation, the
   /// overlap checks and the pointers use it.
@@ -115,27 +234,8 @@ private:
     }
     return Status();
   }
-  /// The position of the rank decoded for in its instance of `kind`: of
-  /// `positionRank` where an instance holds it, else (no rank, or one that
-  /// an embedding kind leaves out) index 0 and the size of any instance,
-  /// `group` null.
-  GroupPosition position(std::string_view kind) const {
-    GroupPosition pos;
-    if (positionRank >= 0)
-      pos = findGroupPosition(*artifact.root(), kind, positionRank);
-    if (!pos.group && worldRank < 0)
-      pos.size = anyGroupSize(*artifact.root(), kind);
-    return pos;
-  }
   bool inSlotRegion(int64_t offset) const {
     return slotBytes > 0 && offset >= slotBase && offset < slotBase + slotBytes;
-  }
-  /// Arena offset of operand `i` on this rank and the slot being decoded.
-  int64_t finalOffset(int i) const {
-    int64_t offset = offsets[size_t(i)];
-    if (inSlotRegion(offset))
-      offset += int64_t(slotIndex) * slotBytes;
-    return offset;
   }
   /// Arena address of operand `i` on this rank and the slot being decoded;
   /// null when validating without an arena (an offset from a null base is
@@ -168,66 +268,13 @@ private:
     }
     return Status();
   }
-  static int64_t numel(const fb::TensorRef &r) {
-    return numElements(r.shape());
-  }
-  static std::string desc(const fb::TensorRef &r) {
-    return std::string(fb::EnumNameDType(r.dtype())) + shapeToString(r.shape());
-  }
-  /// Whether operand `i` is bf16 (the loader admitted only F32 or BF16
-  /// where a kernel takes either).
-  bool isBf16(const fb::Instr &in, int i) {
-    return ref(in, i).dtype() == fb::DType::BF16;
-  }
-  Status requireSameNumel(const fb::Instr &in, std::initializer_list<int> idx) {
-    int first = *idx.begin();
-    for (int i : idx)
-      if (numel(ref(in, i)) != numel(ref(in, first)))
-        return invalidArgument("operands ", first, " ", desc(ref(in, first)),
-                               " and ", i, " ", desc(ref(in, i)),
-                               " must have the same number of elements");
-    return Status();
-  }
-  StatusOr<Matrix> matrix(const fb::Instr &in, int i) {
-    const fb::TensorRef &r = ref(in, i);
-    int rank = r.shape() ? int(r.shape()->size()) : 0;
-    if (rank < 2)
-      return invalidArgument("operand ", i, " ", desc(r),
-                             " must have rank >= 2");
-    Matrix mat;
-    mat.cols = r.shape()->Get(flatbuffers::uoffset_t(rank - 1));
-    mat.rows = mat.cols ? numel(r) / mat.cols : 0;
-    return mat;
-  }
-  StatusOr<Matrix> rowsCols(const fb::Instr &in, int i) {
-    const fb::TensorRef &r = ref(in, i);
-    int rank = r.shape() ? int(r.shape()->size()) : 0;
-    if (rank < 1)
-      return invalidArgument("operand ", i, " ", desc(r),
-                             " must have rank >= 1");
-    Matrix mat;
-    mat.cols = r.shape()->Get(flatbuffers::uoffset_t(rank - 1));
-    mat.rows = mat.cols ? numel(r) / mat.cols : 0;
-    return mat;
-  }
 
+  /// What every instruction shares (pointers, attributes, runs), then the
+  /// opcode's decode function (executor/ops).
   Status decodeInstr(const fb::Instr &in, Thunk &t);
-  Status decodeTransformerInstr(const fb::Instr &in, Thunk &t);
-  /// Vocabulary offset (this rank's index in its instance of the Instr's
-  /// `group` kind times `localVocab`; 0 without a group) and the number of
-  /// shards.
-  /// The global sequence positions of the `rows` rows of a sequence-major
-  /// operand of `in`, whose `group` names the axes sharding the sequence
-  /// ("tp", "cp" or "tp-cp"; none: the whole sequence), into t.seq and
-  /// t.seqTotal.
-  Status sequenceShard(const fb::Instr &in, int64_t rows, Thunk &t);
   /// Opcodes with Runs: checks iattrs and keeps in t.runs the runs that
   /// meet this rank's shard (its index in `group`), as ranges of operand 0.
   Status decodeRuns(const fb::Instr &in, Thunk &t);
-  Status decodeMoEInstr(const fb::Instr &in, Thunk &t);
-  Status decodeGroupedQkv(const fb::Instr &in, int grouped, Thunk &t);
-  Status vocabShard(const fb::Instr &in, int64_t localVocab, int64_t &offset,
-                    int64_t &shards);
 
   const LoadedArtifact &artifact;
   const fb::Program &program;

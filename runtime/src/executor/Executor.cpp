@@ -1,14 +1,16 @@
 //===- Executor.cpp - Program interpreter ---------------------------------===//
 //
 // XLA-thunk-style interpreter: each function is decoded once per slot into
-// thunks (Decoder.cpp), and execution is one switch per thunk calling the
-// backend or the communicator. Also parameter initialisation, inputs, the
+// thunks (Decoder.cpp), and execution calls each thunk's run function
+// (executor/ops), which calls the backend or the communicator through the
+// executor's RunContext. Also parameter initialisation, inputs, the
 // microbatch loop, pipeline schedules with their p2p batches, the watchdog's
 // view of what is in flight, and buffer access for checkpoints.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Decoder.h"
+#include "ops/Ops.h"
 
 #include "tessera/rt/BF16.h"
 #include "tessera/rt/Executor.h"
@@ -40,14 +42,81 @@ struct Executor::DecodedFunction {
 };
 
 //===----------------------------------------------------------------------===//
+// What the run functions see
+//===----------------------------------------------------------------------===//
+
+class ExecutorRunContext final : public ops::RunContext {
+public:
+  explicit ExecutorRunContext(Executor &ex) : ex(ex) {}
+
+  Backend &backend() override { return *ex.be; }
+  double lrFactor() const override { return ex.lrFactor; }
+  Status syncForHostComm(const Thunk &t) override {
+    return ex.syncForHostComm(t);
+  }
+  Status checkEventFree(int event) override {
+    if (ex.pending.count(event))
+      return failedPrecondition("event ", event, " is already in flight");
+    return Status();
+  }
+  void recordEvent(int event, Communicator *comm,
+                   CommRequest request) override {
+    ex.pending[event] = {comm, request};
+  }
+  StatusOr<std::pair<Communicator *, CommRequest>>
+  takeEvent(int event) override {
+    auto it = ex.pending.find(event);
+    if (it == ex.pending.end())
+      return failedPrecondition("Wait on event ", event,
+                                " which was not started");
+    auto started = it->second;
+    ex.pending.erase(it);
+    return started;
+  }
+  void joinP2pBatch(const Thunk &t, CommRequest request) override {
+    if (ex.p2pBatch.empty()) {
+      const Executor::DecodedFunction *fn = ex.currentFunction;
+      ex.p2pBatchOpener = "function '" + (fn ? fn->name : "?") + "'";
+      if (fn && fn->name != "step")
+        ex.p2pBatchOpener +=
+            " microbatch " + std::to_string(ex.currentMicrobatch);
+      if (fn && fn->numSlots > 0)
+        ex.p2pBatchOpener += " slot " + std::to_string(ex.currentSlot);
+    }
+    ex.p2pBatch.push_back({t.comm, request, &t});
+  }
+  uint64_t seed() const override { return ex.options.seed; }
+  int64_t firstSample() const override {
+    return globalSampleIndex(ex.layout, ex.currentIteration,
+                             ex.currentMicrobatch, 0);
+  }
+  StatusOr<uint8_t *> scratch(int64_t bytes) override {
+    if (ex.scratchBytes < bytes) {
+      if (ex.scratch)
+        ex.be->deallocate(ex.scratch);
+      ex.scratch = nullptr;
+      ex.scratchBytes = 0;
+      TESSERA_ASSIGN_OR_RETURN(void *mem, ex.be->allocate(bytes));
+      ex.scratch = static_cast<uint8_t *>(mem);
+      ex.scratchBytes = bytes;
+    }
+    return ex.scratch;
+  }
+
+private:
+  Executor &ex;
+};
+
+//===----------------------------------------------------------------------===//
 // Executor
 //===----------------------------------------------------------------------===//
 
-Executor::Executor() = default;
+Executor::Executor()
+    : runContext(std::make_unique<ExecutorRunContext>(*this)) {}
 
 Executor::~Executor() {
-  if (expertCounts && be)
-    be->deallocate(expertCounts);
+  if (scratch && be)
+    be->deallocate(scratch);
   if (transfer && be)
     be->deallocateHost(transfer);
   if (staging && be)
@@ -360,383 +429,7 @@ Status Executor::syncForHostComm(const Thunk &t) {
   return be->synchronize();
 }
 
-/// Calls f(begin, end, decays) over the optimizer thunk `t`'s elements in
-/// spans: the runs (no weight decay: biases, norm weights) and the spans
-/// between them; one span for all of them without runs. Stops at the first
-/// error.
-template <typename F>
-static Status forEachDecaySpan(const Thunk &t, F &&f) {
-  if (!t.hasRuns || t.runs.empty())
-    return f(int64_t(0), t.n, !t.hasRuns || t.runs.empty());
-  int64_t at = 0;
-  for (auto [b, e] : t.runs) {
-    if (b > at)
-      TESSERA_RETURN_IF_ERROR(f(at, b, true));
-    TESSERA_RETURN_IF_ERROR(f(b, e, false));
-    at = e;
-  }
-  if (at < t.n)
-    TESSERA_RETURN_IF_ERROR(f(at, t.n, true));
-  return Status();
-}
-
-/// The storage format of a GEMM's float inputs from the thunk's type.
-static FloatFormat floatFormat(ElementType type) {
-  return type == ElementType::BF16 ? FloatFormat::BF16 : FloatFormat::F32;
-}
-
-Status Executor::execute(const Thunk &t) {
-  using O = fb::Opcode;
-  auto F = [&](int i) { return static_cast<float *>(t.ptr[i]); };
-  auto I = [&](int i) { return static_cast<const int32_t *>(t.ptr[i]); };
-  auto H = [&](int i) { return static_cast<uint16_t *>(t.ptr[i]); };
-  switch (t.op) {
-  case O::Gemm:
-    if (t.type == ElementType::BF16)
-      return be->gemmBf16(t.transA, t.transB, t.m, t.n, t.k, t.alpha, H(0),
-                          H(1), t.beta, F(2));
-    return be->gemm(t.transA, t.transB, t.m, t.n, t.k, t.alpha, F(0), F(1),
-                    t.beta, F(2));
-  case O::BiasAdd:
-    return be->biasAdd(F(0), F(1), F(2), t.m, t.n);
-  case O::Add:
-    return be->add(F(0), F(1), F(2), t.n);
-  case O::Gelu:
-    return be->gelu(F(0), F(1), t.n, t.i[0] != 0);
-  case O::GeluGrad:
-    return be->geluGrad(F(0), F(1), F(2), t.n, t.i[0] != 0);
-  case O::BiasGelu:
-    return be->biasGelu(F(0), F(1), F(2), t.m, t.n, t.i[0] != 0);
-  case O::BiasGeluGrad:
-    return be->biasGeluGrad(F(0), F(1), F(2), F(3), F(4), t.m, t.n,
-                            t.i[0] != 0, t.beta);
-  case O::SwiGLU:
-    return be->swiglu(F(0), F(1), t.m, t.n);
-  case O::SwiGLUGrad:
-    return be->swigluGrad(F(0), F(1), F(2), t.m, t.n);
-  case O::QKNorm:
-    return be->qkNorm(F(0), F(1), F(2), F(3), t.m, t.i[0], t.i[1], t.n, t.f[0]);
-  case O::QKNormGrad:
-    return be->qkNormGrad(F(0), F(1), F(2), F(3), F(4), F(5), F(6), t.m,
-                          t.i[0], t.i[1], t.n, t.f[0], t.beta);
-  case O::RepeatKV:
-    return be->repeatKV(F(0), F(1), t.m, t.i[0], t.i[1], t.n);
-  case O::RepeatKVGrad:
-    return be->repeatKVGrad(F(0), F(1), t.m, t.i[0], t.i[1], t.n);
-  case O::Relu:
-    return be->relu(F(0), F(1), t.n);
-  case O::ReluGrad:
-    return be->reluGrad(F(0), F(1), F(2), t.n);
-  case O::ReduceRows:
-    return be->reduceRows(F(0), F(1), t.m, t.n, t.alpha, t.beta);
-  case O::CrossEntropy:
-    return be->crossEntropy(F(0), I(1), F(2), t.m, t.n);
-  case O::CrossEntropyGrad:
-    return be->crossEntropyGrad(F(0), I(1), F(2), F(3), t.m, t.n);
-  case O::Mean:
-    return be->mean(F(0), F(1), t.n);
-  case O::MeanGrad:
-    return be->meanGrad(F(0), F(1), t.n);
-  case O::Fill:
-    if (t.type == ElementType::BF16)
-      return be->fillBf16(H(0), t.f[0], t.n);
-    return be->fill(F(0), t.f[0], t.n);
-  case O::Scale:
-    if (t.type == ElementType::BF16)
-      return be->scaleBf16(H(0), H(1), t.alpha, t.n);
-    return be->scale(F(0), F(1), t.alpha, t.n);
-  case O::Copy:
-    return be->copy(t.ptr[0], t.ptr[1], t.bytes);
-  case O::Axpy:
-    if (t.type == ElementType::BF16)
-      return be->axpyBf16(t.alpha, H(0), H(1), t.n);
-    return be->axpy(t.alpha, F(0), F(1), t.n);
-  case O::Cast:
-    return be->cast(t.ptr[0], t.i[0] ? FloatFormat::BF16 : FloatFormat::F32,
-                    t.ptr[1], t.i[1] ? FloatFormat::BF16 : FloatFormat::F32,
-                    t.n, t.beta);
-  case O::AllReduce:
-    TESSERA_RETURN_IF_ERROR(syncForHostComm(t));
-    return t.comm->allReduce(t.ptr[0], t.n, t.type, t.reduce);
-  case O::AllGather:
-    TESSERA_RETURN_IF_ERROR(syncForHostComm(t));
-    if (t.i[0])
-      return t.comm->allGatherInPlace(t.ptr[1], t.n, t.type);
-    return t.comm->allGather(t.ptr[0], t.ptr[1], t.n, t.type);
-  case O::ExpertDispatch:
-    return expertDispatch(t);
-  case O::ExpertCombine:
-    return expertCombine(t);
-  case O::AllToAll:
-    TESSERA_RETURN_IF_ERROR(syncForHostComm(t));
-    return t.comm->allToAll(t.ptr[0], t.ptr[1], t.n, t.type);
-  case O::ReduceScatter:
-    TESSERA_RETURN_IF_ERROR(syncForHostComm(t));
-    if (t.i[0])
-      return t.comm->reduceScatterInPlace(t.ptr[0], t.n, t.type, t.reduce);
-    return t.comm->reduceScatter(t.ptr[0], t.ptr[1], t.n, t.type, t.reduce);
-  case O::AllReduceStart: {
-    if (pending.count(t.event))
-      return failedPrecondition("event ", t.event, " is already in flight");
-    TESSERA_RETURN_IF_ERROR(syncForHostComm(t));
-    TESSERA_ASSIGN_OR_RETURN(
-        CommRequest req,
-        t.comm->allReduceStart(t.ptr[0], t.n, t.type, t.reduce));
-    pending[t.event] = {t.comm, req};
-    return Status();
-  }
-  case O::ReduceScatterStart: {
-    if (pending.count(t.event))
-      return failedPrecondition("event ", t.event, " is already in flight");
-    TESSERA_RETURN_IF_ERROR(syncForHostComm(t));
-    // In place, the communicator moves the result into this rank's block
-    // when the Wait completes it.
-    TESSERA_ASSIGN_OR_RETURN(
-        CommRequest req,
-        t.i[0] ? t.comm->reduceScatterInPlaceStart(t.ptr[0], t.n, t.type,
-                                                   t.reduce)
-               : t.comm->reduceScatterStart(t.ptr[0], t.ptr[1], t.n, t.type,
-                                            t.reduce));
-    pending[t.event] = {t.comm, req};
-    return Status();
-  }
-  case O::Send:
-  case O::Recv: {
-    // Posted now, completed with the rest of the batch (completeP2pBatch).
-    TESSERA_RETURN_IF_ERROR(syncForHostComm(t));
-    if (p2pBatch.empty()) {
-      p2pBatchOpener =
-          "function '" + (currentFunction ? currentFunction->name : "?") + "'";
-      if (currentFunction && currentFunction->name != "step")
-        p2pBatchOpener += " microbatch " + std::to_string(currentMicrobatch);
-      if (currentFunction && currentFunction->numSlots > 0)
-        p2pBatchOpener += " slot " + std::to_string(currentSlot);
-    }
-    StatusOr<CommRequest> req =
-        t.op == O::Send
-            ? t.comm->isend(t.ptr[0], t.n, t.type, int(t.i[0]), int(t.i[1]))
-            : t.comm->irecv(t.ptr[0], t.n, t.type, int(t.i[0]), int(t.i[1]));
-    if (!req.ok())
-      return req.status();
-    p2pBatch.push_back({t.comm, *req, &t});
-    return Status();
-  }
-  case O::Wait: {
-    auto it = pending.find(t.event);
-    if (it == pending.end())
-      return failedPrecondition("Wait on event ", t.event,
-                                " which was not started");
-    auto [comm, req] = it->second;
-    pending.erase(it);
-    return comm->wait(req);
-  }
-  case O::Adam: {
-    // The iteration stays on the device (no read-back per bucket).
-    AdamParams hp{float(t.f[0] * lrFactor), t.f[1], t.f[2], t.f[3], t.f[4]};
-    const int64_t *iteration = static_cast<const int64_t *>(t.ptr[4]);
-    return forEachDecaySpan(t, [&](int64_t b, int64_t e, bool decays) {
-      AdamParams span = hp;
-      span.weightDecay = decays ? hp.weightDecay : 0.0f;
-      return be->adam(F(0) + b, F(1) + b, F(2) + b, F(3) + b, e - b, iteration,
-                      span);
-    });
-  }
-  case O::Sgd: {
-    const float lr = float(t.f[0] * lrFactor);
-    return forEachDecaySpan(t, [&](int64_t b, int64_t e, bool decays) {
-      return be->sgd(F(0) + b, F(1) + b, e - b, lr, decays ? t.f[1] : 0.0f);
-    });
-  }
-  case O::SgdMomentum: {
-    const float lr = float(t.f[0] * lrFactor);
-    return forEachDecaySpan(t, [&](int64_t b, int64_t e, bool decays) {
-      return be->sgdMomentum(F(0) + b, F(1) + b, F(2) + b, e - b, lr,
-                             decays ? t.f[1] : 0.0f, t.f[2]);
-    });
-  }
-  case O::SumSquares: {
-    const FloatFormat format =
-        t.type == ElementType::BF16 ? FloatFormat::BF16 : FloatFormat::F32;
-    const int64_t size = t.type == ElementType::BF16 ? 2 : 4;
-    const uint8_t *x = static_cast<const uint8_t *>(t.ptr[0]);
-    if (!t.hasRuns)
-      return be->sumSquares(x, format, t.n, F(1), false);
-    // The runs of this rank's shard; none gives 0.
-    if (t.runs.empty())
-      return be->fill(F(1), 0.0f, 1);
-    bool first = true;
-    for (auto [b, e] : t.runs) {
-      TESSERA_RETURN_IF_ERROR(
-          be->sumSquares(x + b * size, format, e - b, F(1), !first));
-      first = false;
-    }
-    return Status();
-  }
-  case O::ClipGradNorm:
-    return be->clipGradNorm(F(0), F(1), F(2), t.f[0]);
-  case O::ScaleBy:
-    return be->scaleBy(F(0), F(1), F(2), t.n);
-  case O::LayerNorm:
-    return be->layerNorm(F(0), F(1), F(2), F(3), t.m, t.n, t.f[0]);
-  case O::LayerNormGrad:
-    return be->layerNormGrad(F(0), F(1), F(2), F(3), F(4), F(5), t.m, t.n,
-                             t.f[0], t.beta);
-  case O::AddLayerNorm:
-    return be->addLayerNorm(F(0), F(1), F(2), F(3), F(4), F(5), t.m, t.n,
-                            t.f[0]);
-  case O::AddLayerNormGrad:
-    return be->addLayerNormGrad(F(0), F(1), F(2), F(3), F(4), F(5), F(6), t.m,
-                                t.n, t.f[0], t.beta);
-  case O::RMSNorm:
-    return be->rmsNorm(F(0), F(1), F(2), t.m, t.n, t.f[0]);
-  case O::RMSNormGrad:
-    return be->rmsNormGrad(F(0), F(1), F(2), nullptr, F(3), F(4), t.m, t.n,
-                           t.f[0], t.beta);
-  case O::AddRMSNorm:
-    return be->addRmsNorm(F(0), F(1), F(2), F(3), F(4), t.m, t.n, t.f[0]);
-  case O::AddRMSNormGrad:
-    return be->rmsNormGrad(F(0), F(1), F(2), F(3), F(4), F(5), t.m, t.n,
-                           t.f[0], t.beta);
-  case O::Embedding:
-    return be->embedding(I(0), F(1), F(2), t.m, t.i[0], t.n, t.i[1], t.i[2]);
-  case O::EmbeddingGrad:
-    return be->embeddingGrad(I(0), F(1), F(2), t.m, t.i[0], t.n, t.i[1],
-                             t.beta);
-  case O::AddPositionEmbedding: {
-    // Rows [localBegin, +rows) add table rows [globalBegin, +rows).
-    const int64_t rowFloats = t.i[1] * t.i[2];
-    for (int p = 0; p < t.seq.count; ++p) {
-      const math::SequencePiece &piece = t.seq.piece[p];
-      TESSERA_RETURN_IF_ERROR(be->addPositionEmbedding(
-          F(0) + piece.localBegin * rowFloats, F(1) + piece.globalBegin * t.i[2],
-          F(2) + piece.localBegin * rowFloats, piece.rows, t.i[1], t.i[2]));
-    }
-    return Status();
-  }
-  case O::PositionEmbeddingGrad: {
-    const math::SequencePiece &first = t.seq.piece[0];
-    if (t.seq.count == 1 && first.globalBegin == 0)
-      return be->positionEmbeddingGrad(F(0), F(1), t.i[0], t.i[1], t.i[2],
-                                       t.i[3], t.beta);
-    // The rows of a context-parallel share: beta applies to the whole
-    // table once, then each run of positions accumulates into its rows.
-    const int64_t tableFloats = t.i[3] * t.i[2], rowFloats = t.i[1] * t.i[2];
-    if (t.beta == 0.0f)
-      TESSERA_RETURN_IF_ERROR(be->fill(F(1), 0.0f, tableFloats));
-    else if (t.beta != 1.0f)
-      TESSERA_RETURN_IF_ERROR(be->scale(F(1), F(1), t.beta, tableFloats));
-    for (int p = 0; p < t.seq.count; ++p) {
-      const math::SequencePiece &piece = t.seq.piece[p];
-      TESSERA_RETURN_IF_ERROR(be->positionEmbeddingGrad(
-          F(0) + piece.localBegin * rowFloats, F(1) + piece.globalBegin * t.i[2],
-          piece.rows, t.i[1], t.i[2], piece.rows, 1.0f));
-    }
-    return Status();
-  }
-  case O::Attention:
-    return be->attention(F(0), F(1), t.i[0], t.i[1], t.i[2], t.i[3], t.k != 0);
-  case O::AttentionGrad:
-    return be->attentionGrad(F(0), F(1), F(2), t.i[0], t.i[1], t.i[2], t.i[3],
-                             t.k != 0);
-  case O::LogitsMax:
-    return be->logitsMax(F(0), F(1), t.m, t.n);
-  case O::LogitsStats:
-    return be->logitsStats(F(0), I(1), F(2), F(3), F(4), t.m, t.n, t.i[2]);
-  case O::CrossEntropyStats:
-    return be->crossEntropyStats(F(0), I(1), F(2), F(3), F(4), t.m, t.n, t.i[0],
-                                 t.i[1], t.i[2]);
-  case O::CrossEntropyFromStats:
-    return be->crossEntropyFromStats(F(0), F(1), F(2), I(3), F(4), t.m, t.i[0]);
-  case O::CrossEntropyStatsGrad:
-    return be->crossEntropyStatsGrad(F(0), I(1), F(2), F(3), F(4), F(5), t.m,
-                                     t.n, t.i[0], t.i[1], t.i[2]);
-  case O::TokenMean:
-    return be->tokenMean(F(0), I(1), F(2), t.m, t.i[0], nullptr);
-  case O::TokenMeanGrad:
-    return be->tokenMeanGrad(F(0), I(1), F(2), t.m, t.i[0], nullptr);
-  case O::TokenCount:
-    return be->tokenCount(I(0), F(1), t.m, t.i[0]);
-  case O::TokenMeanOver:
-    return be->tokenMean(F(0), I(1), F(3), t.m, t.i[0], F(2));
-  case O::TokenMeanOverGrad:
-    return be->tokenMeanGrad(F(0), I(1), F(3), t.m, t.i[0], F(2));
-  case O::MoERouter:
-    return be->moeRouter(F(0), F(1), static_cast<int32_t *>(t.ptr[2]), t.i[0],
-                         t.i[1], t.i[2]);
-  case O::MoERouterGrad:
-    return be->moeRouterGrad(F(0), I(1), F(2), F(3), t.i[0], t.i[1], t.i[2]);
-  case O::MoEAuxLoss:
-    return be->moeAuxLoss(F(0), I(1), nullptr, F(2), t.i[0], t.i[1], t.i[2],
-                          t.f[0]);
-  case O::MoEAuxLossGrad:
-    return be->moeAuxLossGrad(F(0), I(1), nullptr, F(2), F(3), t.i[0], t.i[1],
-                              t.i[2], t.f[0]);
-  case O::MoEAuxLossOver:
-    return be->moeAuxLoss(F(0), I(1), F(2), F(3), t.i[0], t.i[1], t.i[2],
-                          t.f[0]);
-  case O::MoEAuxLossOverGrad:
-    return be->moeAuxLossGrad(F(0), I(1), F(3), F(2), F(4), t.i[0], t.i[1],
-                              t.i[2], t.f[0]);
-  case O::MoETokenCounts:
-    return be->moeTokenCounts(I(0), F(1), t.m, t.i[1]);
-  case O::MoEDispatch:
-    return be->moeDispatch(F(0), I(1), F(2), static_cast<int32_t *>(t.ptr[3]),
-                           t.i[0], t.i[2], t.i[1], t.i[3]);
-  case O::MoEDispatchGrad:
-    return be->moeDispatchGrad(F(0), I(1), F(2), t.i[0], t.i[2], t.i[1],
-                               t.i[3]);
-  case O::GroupedLinear:
-    return be->groupedLinear(floatFormat(t.type), t.ptr[0], I(1), t.ptr[2],
-                             F(3), t.m, t.k, t.n, t.i[1]);
-  case O::GroupedLinearGrad:
-    return be->groupedLinearGrad(floatFormat(t.type), t.ptr[0], I(1), t.ptr[2],
-                                 t.ptr[3], F(4), F(5), t.m, t.k, t.n, t.i[1],
-                                 t.beta);
-  case O::MoECapacityDrop:
-    return be->moeCapacityDrop(F(0), I(1), F(2), static_cast<int32_t *>(t.ptr[3]),
-                               t.i[0], t.i[2], t.i[1], t.m, t.k != 0);
-  case O::MoECapacityDropGrad:
-    return be->moeCapacityDropGrad(F(0), I(1), F(2), t.n);
-  case O::MoECombine:
-    return be->moeCombine(F(0), F(1), I(2), F(3), t.i[0], t.i[2], t.i[1],
-                          t.i[3]);
-  case O::MoECombineGrad:
-    return be->moeCombineGrad(F(0), F(1), I(2), F(3), F(4), F(5), t.i[0],
-                              t.i[2], t.i[1], t.i[3]);
-  case O::RingAttention:
-    return ringAttention(t);
-  case O::RingAttentionGrad:
-    return ringAttentionGrad(t);
-  case O::RotaryEmbedding: {
-    // Each piece of the sequence at its global positions.
-    const int64_t rowFloats = t.n * t.k;
-    for (int p = 0; p < t.seq.count; ++p) {
-      const math::SequencePiece &piece = t.seq.piece[p];
-      TESSERA_RETURN_IF_ERROR(be->rotaryEmbedding(
-          F(0) + piece.localBegin * rowFloats,
-          F(1) + piece.localBegin * rowFloats, piece.rows, t.n, t.k, t.i[0],
-          t.i[1], t.f[0], t.f[1], piece.globalBegin, t.i[2] != 0));
-    }
-    return Status();
-  }
-  case O::Dropout: {
-    // Masks are keyed by the global sample of each batch column (column b
-    // holds sample first + b) and the global position of each row.
-    const int64_t first =
-        globalSampleIndex(layout, currentIteration, currentMicrobatch, 0);
-    const int64_t rowFloats = t.n * t.k;
-    for (int p = 0; p < t.seq.count; ++p) {
-      const math::SequencePiece &piece = t.seq.piece[p];
-      TESSERA_RETURN_IF_ERROR(be->dropout(
-          F(0) + piece.localBegin * rowFloats,
-          F(1) + piece.localBegin * rowFloats, piece.rows, t.n, t.k,
-          piece.globalBegin, t.seqTotal, first, options.seed, t.i[2], t.f[0]));
-    }
-    return Status();
-  }
-  }
-  return unimplemented("unknown opcode ", int(t.op));
-}
+Status Executor::execute(const Thunk &t) { return t.run(*runContext, t); }
 
 static int64_t steadyNowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(

@@ -1,8 +1,9 @@
 //===- Thunk.h - A decoded instruction --------------------------*- C++ -*-===//
 //
 // What the decoder (Decoder.cpp) hands the executor (Executor.cpp) for each
-// instruction: the opcode, resolved arena pointers, sizes, attributes and
-// the bound communicator, all checked once when the program is loaded.
+// instruction: the opcode and its run function, resolved arena pointers,
+// sizes, attributes and the bound communicator, all checked once when the
+// program is loaded.
 // Internal to the executor.
 //
 //===----------------------------------------------------------------------===//
@@ -22,16 +23,22 @@
 
 namespace tessera::rt {
 
+namespace ops {
+class RunContext;
+} // namespace ops
+
 /// A decoded instruction.
 struct Thunk {
   fb::Opcode op = fb::Opcode::Fill;
+  /// The opcode's run function (executor/ops/Ops.h).
+  Status (*run)(ops::RunContext &, const Thunk &) = nullptr;
   void *ptr[maxOperands()] = {};
   /// gemm: m, n, k; matrix ops: rows (m) x cols (n); elementwise: n.
   int64_t m = 0, n = 0, k = 0;
-  /// Integer parameters of the transformer kernels (see decodeInstr); for
-  /// Cast, i[0] and i[1] are 1 when X and Y are bf16; for AllGather and
-  /// ReduceScatter(Start), i[0] is 1 when in place (the shard is this rank's
-  /// block of the full buffer).
+  /// Integer parameters of the kernels (see each opcode's decode function in
+  /// executor/ops); for Cast, i[0] and i[1] are 1 when X and Y are bf16; for
+  /// AllGather and ReduceScatter(Start), i[0] is 1 when in place (the shard
+  /// is this rank's block of the full buffer).
   int64_t i[4] = {};
   int64_t bytes = 0;
   /// Dropout and the position embeddings: the runs of rows whose global

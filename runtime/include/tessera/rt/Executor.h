@@ -78,9 +78,8 @@ struct TraceEvent {
 };
 
 struct Thunk;
-
-/// One ExpertDispatch/ExpertCombine's sizes (ExpertParallel.cpp).
-struct ExpertExchange;
+/// What the opcodes' run functions see of the executor (Executor.cpp).
+class ExecutorRunContext;
 
 /// The interpreter for one rank.
 class Executor {
@@ -207,18 +206,11 @@ private:
   Executor();
   Status bindFunctions();
   const fb::Buffer *findBuffer(const std::string &name) const;
+  /// Runs one thunk: its opcode's run function (executor/ops).
   Status execute(const Thunk &thunk);
   /// Synchronises the backend before a collective or p2p thunk unless its
   /// communicator is stream-ordered.
   Status syncForHostComm(const Thunk &thunk);
-  /// RingAttention and RingAttentionGrad (RingAttention.cpp).
-  Status ringAttention(const Thunk &thunk);
-  Status ringAttentionGrad(const Thunk &thunk);
-  /// ExpertDispatch and ExpertCombine (ExpertParallel.cpp).
-  Status expertDispatch(const Thunk &thunk);
-  Status expertCombine(const Thunk &thunk);
-  /// ExpertDispatch's all-to-all of the per-expert counts.
-  Status exchangeExpertCounts(const Thunk &thunk, ExpertExchange &x);
   /// Runs the thunks of `fn` on `slot`, recording phase `phase` when
   /// tracing; `context` is appended to an instruction's location in errors.
   /// With `drainP2p`, completes the open p2p batch before returning.
@@ -282,11 +274,13 @@ private:
   Status copyIn(void *dst, const void *src, int64_t bytes);
   StatusOr<uint8_t *> transferChunk() const;
   mutable uint8_t *transfer = nullptr;
-  /// Device memory through which ExpertDispatch exchanges its counts on a
-  /// backend whose memory is not host memory (NCCL reads device memory
-  /// only): sent and received counts, grown on first use.
-  uint8_t *expertCounts = nullptr;
-  int64_t expertCountsBytes = 0;
+  /// The run functions' device scratch (ExecutorRunContext::scratch: the
+  /// counts ExpertDispatch exchanges on a backend whose memory is not host
+  /// memory, as NCCL reads device memory only), grown on first use.
+  uint8_t *scratch = nullptr;
+  int64_t scratchBytes = 0;
+  friend class ExecutorRunContext;
+  std::unique_ptr<ExecutorRunContext> runContext;
   /// The open p2p batch and what opened it ("function 'forward_c0'
   /// microbatch 3").
   std::vector<P2pOp> p2pBatch;

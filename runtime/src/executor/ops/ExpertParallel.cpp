@@ -1,6 +1,7 @@
 //===- ExpertParallel.cpp - MoE rows to their experts' ranks and back -----===//
 //
-// The ExpertDispatch and ExpertCombine opcodes: Megatron's
+// Decode and run functions (Ops.h) of the ExpertDispatch and ExpertCombine
+// opcodes (part of the MoE family, MoE.cpp): Megatron's
 // MoEAlltoAllTokenDispatcher without token dropping. The group's ranks come
 // in runs of etp (1 without expert tensor parallelism); run j holds experts
 // [j El, (j + 1) El), El = E etp / size, each rank of the run a 1/etp slice
@@ -24,13 +25,11 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "tessera/rt/Executor.h"
-
-#include "Thunk.h"
+#include "Ops.h"
 
 #include <numeric>
 
-namespace tessera::rt {
+namespace tessera::rt::ops {
 
 /// The exchange of one dispatch: per (source rank, local expert) row counts
 /// and the per-rank element counts and offsets of both directions.
@@ -41,8 +40,8 @@ struct ExpertExchange {
         features(t.n), counts(size_t(t.i[0])), splits(size_t(size * local)) {}
 
   int64_t size = 1, etp = 1, local = 1, features = 0;
-  std::vector<int32_t> counts;  ///< [E] this rank's rows per expert
-  std::vector<int32_t> splits;  ///< [size, El] rows from source i for expert e
+  std::vector<int32_t> counts; ///< [E] this rank's rows per expert
+  std::vector<int32_t> splits; ///< [size, El] rows from source i for expert e
   /// This rank's rows by destination rank (the rows of rank g's run, the
   /// same rows for every rank of a run), and the experts' side by source.
   std::vector<int64_t> mineCounts, mineOffsets;
@@ -114,10 +113,12 @@ Status reorderChunks(Backend &be, const ExpertExchange &x, const float *src,
     const int64_t rows = x.splits[size_t(c)];
     if (rows == 0)
       continue;
-    const int64_t from = toExpertMajor ? sourceMajor[size_t(c)] : expertMajor[size_t(c)];
-    const int64_t to = toExpertMajor ? expertMajor[size_t(c)] : sourceMajor[size_t(c)];
-    TESSERA_RETURN_IF_ERROR(be.copy(src + from * x.features, dst + to * x.features,
-                                    rows * x.features * 4));
+    const int64_t from =
+        toExpertMajor ? sourceMajor[size_t(c)] : expertMajor[size_t(c)];
+    const int64_t to =
+        toExpertMajor ? expertMajor[size_t(c)] : sourceMajor[size_t(c)];
+    TESSERA_RETURN_IF_ERROR(be.copy(
+        src + from * x.features, dst + to * x.features, rows * x.features * 4));
   }
   return Status();
 }
@@ -140,44 +141,91 @@ Status checkCounts(const std::vector<int32_t> &counts, int64_t rows,
 
 /// The all-to-all of the per-expert counts (El per rank) into x.splits.
 /// A host-memory backend's communicator (MPI) reads the host vectors; a
-/// device backend's (NCCL) needs device memory: the counts go through
-/// expertCounts, and come back to the host.
-Status Executor::exchangeExpertCounts(const Thunk &t, ExpertExchange &x) {
+/// device backend's (NCCL) needs device memory: the counts go through the
+/// executor's scratch, and come back to the host.
+static Status exchangeExpertCounts(RunContext &ctx, const Thunk &t,
+                                   ExpertExchange &x) {
+  Backend &be = ctx.backend();
   std::vector<int32_t> send = x.countsByRank();
   const int64_t n = int64_t(send.size());
-  if (be->hostMemory())
+  if (be.hostMemory())
     return t.comm->allToAll(send.data(), x.splits.data(), x.local,
                             ElementType::I32);
-  if (expertCountsBytes < 2 * n * 4) {
-    if (expertCounts)
-      be->deallocate(expertCounts);
-    expertCounts = nullptr;
-    expertCountsBytes = 0;
-    TESSERA_ASSIGN_OR_RETURN(void *mem, be->allocate(2 * n * 4));
-    expertCounts = static_cast<uint8_t *>(mem);
-    expertCountsBytes = 2 * n * 4;
-  }
-  uint8_t *staged = expertCounts, *received = expertCounts + n * 4;
-  TESSERA_RETURN_IF_ERROR(be->copyToDevice(staged, send.data(), n * 4));
+  TESSERA_ASSIGN_OR_RETURN(uint8_t * staged, ctx.scratch(2 * n * 4));
+  uint8_t *received = staged + n * 4;
+  TESSERA_RETURN_IF_ERROR(be.copyToDevice(staged, send.data(), n * 4));
   TESSERA_RETURN_IF_ERROR(
       t.comm->allToAll(staged, received, x.local, ElementType::I32));
-  return be->copyToHost(x.splits.data(), received, n * 4);
+  return be.copyToHost(x.splits.data(), received, n * 4);
 }
 
-Status Executor::expertDispatch(const Thunk &t) {
+/// ExpertDispatch [rows, counts, R, local, splits, W] and ExpertCombine [R,
+/// splits, counts, rows, W]; iattrs [experts, etp]: m rows, n features, i =
+/// [experts, etp].
+static Status decodeExchange(Decoder &d, const fb::Instr &in, Thunk &t,
+                             bool dispatch) {
+  const int rows = dispatch ? 0 : 3, counts = dispatch ? 1 : 2,
+            recv = dispatch ? 2 : 0, splits = dispatch ? 4 : 1,
+            work = dispatch ? 5 : 4;
+  std::string kind = in.group() ? in.group()->str() : "";
+  GroupPosition pos = d.position(kind);
+  if (!pos.group && d.rank() >= 0)
+    return invalidArgument("rank ", d.rank(), " is in no rank group of kind '",
+                           kind, "', over which its experts are split");
+  const int64_t experts = d.iattr(in, 0), etp = d.iattr(in, 1), size = pos.size;
+  if (etp < 1 || size % etp != 0)
+    return invalidArgument("etp ", etp, " does not divide the ", size,
+                           " ranks of group '", kind, "'");
+  const int64_t ep = size / etp;
+  if (experts < 1 || experts % ep != 0)
+    return invalidArgument(experts, " experts do not split evenly over the ",
+                           ep, " expert-parallel ranks of group '", kind, "'");
+  if (d.numel(in, counts) != experts || d.numel(in, splits) != experts * etp ||
+      (dispatch && d.numel(in, 3) != experts / ep))
+    return invalidArgument("counts ", d.desc(in, counts), ", splits ",
+                           d.desc(in, splits),
+                           " must hold one count per expert");
+  if (d.rankOf(in, rows) != 2 || d.rankOf(in, recv) != 2)
+    return invalidArgument("rows ", d.desc(in, rows), " and ", d.desc(in, recv),
+                           " must be [rows, features]");
+  const int64_t n = d.dim(in, rows, 0), h = d.dim(in, rows, 1);
+  if (d.dim(in, recv, 1) != h || d.dim(in, recv, 0) != size * n)
+    return invalidArgument(d.desc(in, recv), " must hold ", size,
+                           " x the rows of ", d.desc(in, rows));
+  // The combine with etp also receives etp partials of each row.
+  const int64_t workFloats =
+      size * n * h + (!dispatch && etp > 1 ? etp * n * h : 0);
+  if (d.numel(in, work) < workFloats)
+    return invalidArgument("workspace ", d.desc(in, work), " holds fewer than ",
+                           workFloats, " floats");
+  t.m = n;
+  t.n = h;
+  t.i[0] = experts;
+  t.i[1] = etp;
+  TESSERA_ASSIGN_OR_RETURN(t.comm, d.communicator(kind));
+  return Status();
+}
+
+Status decodeExpertDispatch(Decoder &d, const fb::Instr &in, Thunk &t) {
+  return decodeExchange(d, in, t, true);
+}
+
+Status runExpertDispatch(RunContext &ctx, const Thunk &t) {
+  Backend *be = &ctx.backend();
   ExpertExchange x(t);
   const int64_t experts = t.i[0], rows = t.m;
-  TESSERA_RETURN_IF_ERROR(be->copyToHost(x.counts.data(), t.ptr[1], experts * 4));
+  TESSERA_RETURN_IF_ERROR(
+      be->copyToHost(x.counts.data(), t.ptr[1], experts * 4));
   TESSERA_RETURN_IF_ERROR(checkCounts(x.counts, rows, "the routed counts"));
   // 1. Each rank's counts for run j's experts go to run j's ranks.
-  TESSERA_RETURN_IF_ERROR(exchangeExpertCounts(t, x));
+  TESSERA_RETURN_IF_ERROR(exchangeExpertCounts(ctx, t, x));
   TESSERA_RETURN_IF_ERROR(
       checkCounts(x.splits, x.size * rows, "the received counts"));
   x.plan();
   // 2. The rows, source by source, into the workspace.
   float *work = static_cast<float *>(t.ptr[5]);
   float *recv = static_cast<float *>(t.ptr[2]);
-  TESSERA_RETURN_IF_ERROR(syncForHostComm(t));
+  TESSERA_RETURN_IF_ERROR(ctx.syncForHostComm(t));
   TESSERA_RETURN_IF_ERROR(t.comm->allToAllV(
       t.ptr[0], x.mineCounts.data(), x.mineOffsets.data(), work,
       x.theirsCounts.data(), x.theirsOffsets.data(), ElementType::F32));
@@ -191,16 +239,24 @@ Status Executor::expertDispatch(const Thunk &t) {
   for (int64_t i = 0; i < x.size; ++i)
     for (int64_t e = 0; e < x.local; ++e)
       local[size_t(e)] += x.splits[size_t(i * x.local + e)];
-  TESSERA_RETURN_IF_ERROR(be->copyToDevice(t.ptr[3], local.data(), x.local * 4));
-  return be->copyToDevice(t.ptr[4], x.splits.data(), int64_t(x.splits.size()) * 4);
+  TESSERA_RETURN_IF_ERROR(
+      be->copyToDevice(t.ptr[3], local.data(), x.local * 4));
+  return be->copyToDevice(t.ptr[4], x.splits.data(),
+                          int64_t(x.splits.size()) * 4);
 }
 
-Status Executor::expertCombine(const Thunk &t) {
+Status decodeExpertCombine(Decoder &d, const fb::Instr &in, Thunk &t) {
+  return decodeExchange(d, in, t, false);
+}
+
+Status runExpertCombine(RunContext &ctx, const Thunk &t) {
+  Backend *be = &ctx.backend();
   ExpertExchange x(t);
   const int64_t experts = t.i[0], rows = t.m;
-  TESSERA_RETURN_IF_ERROR(be->copyToHost(x.splits.data(), t.ptr[1],
-                                         int64_t(x.splits.size()) * 4));
-  TESSERA_RETURN_IF_ERROR(be->copyToHost(x.counts.data(), t.ptr[2], experts * 4));
+  TESSERA_RETURN_IF_ERROR(
+      be->copyToHost(x.splits.data(), t.ptr[1], int64_t(x.splits.size()) * 4));
+  TESSERA_RETURN_IF_ERROR(
+      be->copyToHost(x.counts.data(), t.ptr[2], experts * 4));
   TESSERA_RETURN_IF_ERROR(checkCounts(x.counts, rows, "the routed counts"));
   TESSERA_RETURN_IF_ERROR(checkCounts(x.splits, x.size * rows, "the splits"));
   x.plan();
@@ -208,7 +264,7 @@ Status Executor::expertCombine(const Thunk &t) {
   float *out = static_cast<float *>(t.ptr[3]);
   TESSERA_RETURN_IF_ERROR(
       reorderChunks(*be, x, static_cast<const float *>(t.ptr[0]), work, false));
-  TESSERA_RETURN_IF_ERROR(syncForHostComm(t));
+  TESSERA_RETURN_IF_ERROR(ctx.syncForHostComm(t));
   // The reverse exchange: what this rank's experts hold goes back to each
   // source; what this rank sent comes back to where it was.
   if (x.etp == 1)
@@ -234,4 +290,4 @@ Status Executor::expertCombine(const Thunk &t) {
   return Status();
 }
 
-} // namespace tessera::rt
+} // namespace tessera::rt::ops

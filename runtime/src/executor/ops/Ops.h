@@ -1,0 +1,117 @@
+//===- Ops.h - Each opcode's decode and run functions -----------*- C++ -*-===//
+//
+// The executor's per-opcode code, kept out of the decoder and the executor:
+// every row of the instruction contract (tessera/rt/Opcodes.def) has two
+// functions here,
+//   decode<Name>(Decoder &, const fb::Instr &, Thunk &)
+//       the shape rules that tie the instruction's operands together (the
+//       loader checked the row's counts, dtypes and attributes) and the
+//       sizes the kernel needs, into the thunk;
+//   run<Name>(RunContext &, const Thunk &)
+//       the call into the backend (or the communicator).
+// Table.cpp builds the dispatch table from Opcodes.def, so the decoder and
+// the executor name no opcode: adding one means writing these two functions
+// in the file of its family (below), and an opcode without them does not
+// link ("undefined reference to tessera::rt::ops::decodeSilu").
+//
+// The families, one file each:
+//   Dense.cpp        GEMM, elementwise, activations, SwiGLU, casts, copies
+//   Norm.cpp         LayerNorm, RMSNorm (with the residual add), QK-norm
+//   Attention.cpp    attention, grouped-query attention, ring attention
+//   Sequence.cpp     embeddings, position embeddings, RoPE, dropout
+//   Loss.cpp         cross entropy (vocab-parallel), token means
+//   Optimizer.cpp    Adam, SGD, gradient clipping
+//   MoE.cpp          router, dispatch and combine, grouped GEMMs, expert
+//                    parallelism's exchanges
+//   Collectives.cpp  collectives, async events, pipeline send/recv
+// Internal to the executor.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_RT_EXECUTOR_OPS_OPS_H
+#define TESSERA_RT_EXECUTOR_OPS_OPS_H
+
+#include "executor/Decoder.h"
+#include "executor/Thunk.h"
+
+#include "tessera/rt/Backend.h"
+#include "tessera/rt/Communicator.h"
+
+namespace tessera::rt::ops {
+
+/// What an opcode's run function may use besides its thunk: the backend
+/// and the executor's state across instructions. The Executor implements
+/// it.
+class RunContext {
+public:
+  virtual ~RunContext() = default;
+  virtual Backend &backend() = 0;
+  /// The learning-rate schedule's factor on the optimizers' lr for the
+  /// iteration running.
+  virtual double lrFactor() const = 0;
+  /// Waits for the queued kernels when `t`'s communicator reads memory from
+  /// the host (MPI); nothing when it is ordered on the backend's stream
+  /// (NCCL, a group of one).
+  virtual Status syncForHostComm(const Thunk &t) = 0;
+  /// Async collectives: an error when `event` is already in flight; then
+  /// the started request is recorded under it, and the Wait takes it back.
+  virtual Status checkEventFree(int event) = 0;
+  virtual void recordEvent(int event, Communicator *comm,
+                           CommRequest request) = 0;
+  virtual StatusOr<std::pair<Communicator *, CommRequest>>
+  takeEvent(int event) = 0;
+  /// Send/Recv: the posted request joins the open point-to-point batch,
+  /// completed before the next instruction that is not a Send/Recv.
+  virtual void joinP2pBatch(const Thunk &t, CommRequest request) = 0;
+  /// Dropout's masks: the run's seed and the global sample index of the
+  /// running microbatch's first batch column.
+  virtual uint64_t seed() const = 0;
+  virtual int64_t firstSample() const = 0;
+  /// Device memory of at least `bytes`, kept across instructions and
+  /// reused (expert parallelism stages its counts there).
+  virtual StatusOr<uint8_t *> scratch(int64_t bytes) = 0;
+};
+
+using DecodeFn = Status (*)(Decoder &, const fb::Instr &, Thunk &);
+using RunFn = Status (*)(RunContext &, const Thunk &);
+
+/// The decode and run functions of `op` (from the table Table.cpp builds);
+/// null for a value outside the schema's opcodes.
+DecodeFn decoderOf(fb::Opcode op);
+RunFn runnerOf(fb::Opcode op);
+
+// Every opcode's pair, declared from Opcodes.def (defined in its family's
+// file).
+#define TESSERA_OPCODE(Name, Class, Operands, OperandNames, IAttrs, FAttrs,    \
+                       Group, Flags)                                           \
+  Status decode##Name(Decoder &d, const fb::Instr &in, Thunk &t);              \
+  Status run##Name(RunContext &x, const Thunk &t);
+#include "tessera/rt/Opcodes.def"
+
+//===----------------------------------------------------------------------===//
+// Helpers of the run functions: operand i of a thunk as the kernel's type.
+//===----------------------------------------------------------------------===//
+
+inline float *f32(const Thunk &t, int i) {
+  return static_cast<float *>(t.ptr[i]);
+}
+inline int32_t *i32(const Thunk &t, int i) {
+  return static_cast<int32_t *>(t.ptr[i]);
+}
+inline uint16_t *bf16(const Thunk &t, int i) {
+  return static_cast<uint16_t *>(t.ptr[i]);
+}
+/// The storage format of a kernel's float inputs from the thunk's type.
+inline FloatFormat floatFormat(const Thunk &t) {
+  return t.type == ElementType::BF16 ? FloatFormat::BF16 : FloatFormat::F32;
+}
+
+/// A grouped QKV (grouped-query attention's and QK-norm's operand
+/// `grouped`, [rows, groups * (heads/groups + 2) * head_dim]) with iattrs
+/// [heads, groups]: t.m rows, t.n head dim, t.i = [heads, groups]
+/// (Attention.cpp).
+Status decodeGroupedQkv(Decoder &d, const fb::Instr &in, int grouped, Thunk &t);
+
+} // namespace tessera::rt::ops
+
+#endif // TESSERA_RT_EXECUTOR_OPS_OPS_H
