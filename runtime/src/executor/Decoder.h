@@ -149,27 +149,11 @@ public:
   }
   /// Operand i as [prod(leading), last], rank >= 2.
   StatusOr<Matrix> matrix(const fb::Instr &in, int i) const {
-    const fb::TensorRef &r = ref(in, i);
-    int rank = r.shape() ? int(r.shape()->size()) : 0;
-    if (rank < 2)
-      return invalidArgument("operand ", i, " ", desc(r),
-                             " must have rank >= 2");
-    Matrix mat;
-    mat.cols = r.shape()->Get(flatbuffers::uoffset_t(rank - 1));
-    mat.rows = mat.cols ? numel(r) / mat.cols : 0;
-    return mat;
+    return asMatrix(in, i, 2);
   }
   /// Operand i as [prod(leading), last], rank >= 1.
   StatusOr<Matrix> rowsCols(const fb::Instr &in, int i) const {
-    const fb::TensorRef &r = ref(in, i);
-    int rank = r.shape() ? int(r.shape()->size()) : 0;
-    if (rank < 1)
-      return invalidArgument("operand ", i, " ", desc(r),
-                             " must have rank >= 1");
-    Matrix mat;
-    mat.cols = r.shape()->Get(flatbuffers::uoffset_t(rank - 1));
-    mat.rows = mat.cols ? numel(r) / mat.cols : 0;
-    return mat;
+    return asMatrix(in, i, 1);
   }
 
   /// The rank decoded for (< 0: none in particular, validating).
@@ -210,6 +194,17 @@ public:
                     int64_t &shards);
 
 private:
+  StatusOr<Matrix> asMatrix(const fb::Instr &in, int i, int minRank) const {
+    const fb::TensorRef &r = ref(in, i);
+    int rank = r.shape() ? int(r.shape()->size()) : 0;
+    if (rank < minRank)
+      return invalidArgument("operand ", i, " ", desc(r), " must have rank >= ",
+                             minRank);
+    Matrix mat;
+    mat.cols = r.shape()->Get(flatbuffers::uoffset_t(rank - 1));
+    mat.rows = mat.cols ? numel(r) / mat.cols : 0;
+    return mat;
+  }
   /// Resolves every operand's offset on this rank (rank-relative refs moved
   /// to this rank's shard) into `offsets`, before the slot relocation, the
   /// overlap checks and the pointers use it.

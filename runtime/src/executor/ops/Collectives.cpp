@@ -229,27 +229,23 @@ Status decodeSend(Decoder &d, const fb::Instr &in, Thunk &t) {
   return decodeP2p(d, in, t, true);
 }
 
-// Posted now, completed with the rest of the batch.
-Status runSend(RunContext &x, const Thunk &t) {
+/// Posted now, completed with the rest of the open batch.
+static Status postP2p(RunContext &x, const Thunk &t, bool send) {
   TESSERA_RETURN_IF_ERROR(x.syncForHostComm(t));
+  const int peer = int(t.i[0]), tag = int(t.i[1]);
   TESSERA_ASSIGN_OR_RETURN(
-      CommRequest req,
-      t.comm->isend(t.ptr[0], t.n, t.type, int(t.i[0]), int(t.i[1])));
+      CommRequest req, send ? t.comm->isend(t.ptr[0], t.n, t.type, peer, tag)
+                            : t.comm->irecv(t.ptr[0], t.n, t.type, peer, tag));
   x.joinP2pBatch(t, req);
   return Status();
 }
+
+Status runSend(RunContext &x, const Thunk &t) { return postP2p(x, t, true); }
 
 Status decodeRecv(Decoder &d, const fb::Instr &in, Thunk &t) {
   return decodeP2p(d, in, t, false);
 }
 
-Status runRecv(RunContext &x, const Thunk &t) {
-  TESSERA_RETURN_IF_ERROR(x.syncForHostComm(t));
-  TESSERA_ASSIGN_OR_RETURN(
-      CommRequest req,
-      t.comm->irecv(t.ptr[0], t.n, t.type, int(t.i[0]), int(t.i[1])));
-  x.joinP2pBatch(t, req);
-  return Status();
-}
+Status runRecv(RunContext &x, const Thunk &t) { return postP2p(x, t, false); }
 
 } // namespace tessera::rt::ops
