@@ -445,13 +445,15 @@ Value GPTBuilder::moe(int64_t i, Value x, const std::string &outInit) {
   Value w2 = param(p + "experts.linear_fc2.weight", {E, H, F}, outInit);
   Value u = mark(nn::GroupedLinearOp::create(b, loc(p + "experts.linear_fc1"),
                                              dispatch.getResult(),
-                                             dispatch.getCounts(), w1));
+                                             dispatch.getCounts(), w1,
+                                             IntegerAttr()));
   if (c.swiglu)
     u = mark(nn::SwiGLUOp::create(b, loc(p + "experts.activation"), u));
   else
     u = mark(nn::GeluOp::create(b, loc(p + "experts.activation"), u));
   Value y = mark(nn::GroupedLinearOp::create(b, loc(p + "experts.linear_fc2"),
-                                             u, dispatch.getCounts(), w2));
+                                             u, dispatch.getCounts(), w2,
+                                             IntegerAttr()));
   return mark(nn::MoECombineOp::create(b, loc(p + "token_dispatcher.unpermute"),
                                        y, probs, indices, experts));
 }

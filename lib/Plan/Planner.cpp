@@ -3,16 +3,18 @@
 // See include/tessera/Plan/Planner.h. Three parts:
 //   1. calibration: compile the model (its real width) at pp 3 with one
 //      layer on the first and the last stage and the rest in the middle,
-//      per (tp, cp, recompute) at micro-batch size 1, and read each stage's
-//      phase FLOPs, parameters, slot bytes (inputs and saved activations of
-//      one microbatch), transient peak and emitted transfers; the middle
-//      stage divided by its layers is one layer, the first stage less a
-//      layer the embedding, the last less a layer the head. Everything read
-//      scales with the micro-batch size.
+//      per (tp, cp, ep, etp, recompute) at micro-batch size 1, and read each
+//      stage's phase FLOPs, parameters (the experts' apart), slot bytes
+//      (inputs and saved activations of one microbatch), transient peak and
+//      emitted transfers (expert parallelism's exchanges among them); the
+//      middle stage divided by its layers is one layer, the first stage less
+//      a layer the embedding, the last less a layer the head. Everything
+//      read scales with the micro-batch size.
 //   2. evaluation of a layout: each virtual stage's forward and backward
 //      time, the schedule (lib/Schedule) run with them for the bubble and
 //      the microbatches in flight, the data-parallel reductions after the
-//      last backward, the optimizer's pass, and each pipeline rank's memory;
+//      last backward (the experts' over the expert data-parallel group),
+//      the optimizer's pass, and each pipeline rank's memory;
 //   3. the search over the layouts the mesh and the model allow, and a whole
 //      compile of the best few for their exact memory.
 //
@@ -30,11 +32,14 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
+#include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <chrono>
+#include <numeric>
+#include <set>
 #include <cmath>
 
 using namespace mlir;
@@ -143,6 +148,10 @@ std::vector<std::string> Layout::flags(int64_t globalBatch) const {
       std::to_string(globalBatch)};
   if (vpp > 1)
     f.insert(f.end(), {"--vpp", std::to_string(vpp)});
+  if (ep > 1)
+    f.insert(f.end(), {"--ep", std::to_string(ep)});
+  if (etp > 0)
+    f.insert(f.end(), {"--etp", std::to_string(etp)});
   if (tp > 1)
     f.push_back("--sequence-parallel");
   if (recompute == "full")
@@ -167,6 +176,8 @@ void Layout::apply(TrainPipelineOptions &o, int64_t globalBatch) const {
   o.pp = pp;
   o.vpp = vpp;
   o.dp = dp;
+  o.ep = ep;
+  o.etp = etp;
   o.microBatchSize = microBatch;
   o.globalBatchSize = globalBatch;
   o.sequenceParallel = tp > 1;
@@ -192,6 +203,8 @@ struct Part {
   /// Of those, the compute-bound ops' FLOPs; the bytes the others move.
   double fwdDense = 0, bwdDense = 0, fwdLight = 0, bwdLight = 0;
   double params = 0;    ///< elements, this rank's shard
+  /// Of those, the experts' (reduced over edp, not dp x cp).
+  double expertParams = 0;
   double slotBytes = 0; ///< inputs and saved activations of a microbatch
   double transient = 0; ///< the stage's transient peak
   /// Collective bytes per microbatch by group kind, with the ring factor
@@ -209,7 +222,8 @@ struct Part {
          {std::pair{&fwdFlops, o.fwdFlops}, {&bwdFlops, o.bwdFlops},
           {&fwdDense, o.fwdDense}, {&bwdDense, o.bwdDense},
           {&fwdLight, o.fwdLight}, {&bwdLight, o.bwdLight},
-          {&params, o.params}, {&slotBytes, o.slotBytes},
+          {&params, o.params}, {&expertParams, o.expertParams},
+          {&slotBytes, o.slotBytes},
           {&p2pBytes, o.p2pBytes}, {&ringFwd, o.ringFwd},
           {&ringBwd, o.ringBwd}})
       *mine += f * theirs;
@@ -242,9 +256,19 @@ int64_t bytesOf(Type t) {
 /// One pipeline rank's numbers from the rt-level program.
 Part readStage(ModuleOp program) {
   Part p;
+  // The experts' weights: those the grouped GEMMs read.
+  llvm::StringSet<> experts;
+  program.walk([&](rt::GroupedLinearOp g) {
+    if (auto get = g->getOperand(2).getDefiningOp<rt::GetOp>())
+      experts.insert(get.getBuffer());
+  });
   for (auto buf : program.getOps<rt::BufferOp>())
-    if (buf.getKind() == rt::BufferKind::Param)
-      p.params += double(cast<MemRefType>(buf.getType()).getNumElements());
+    if (buf.getKind() == rt::BufferKind::Param) {
+      double n = double(cast<MemRefType>(buf.getType()).getNumElements());
+      p.params += n;
+      if (experts.contains(buf.getSymName()))
+        p.expertParams += n;
+    }
   for (auto f : program.getOps<func::FuncOp>()) {
     StringRef name = f.getSymName();
     bool fwd = name.contains("forward_c"), bwd = name.contains("backward_c");
@@ -271,6 +295,20 @@ Part readStage(ModuleOp program) {
         bytes = std::max(bytes, bytesOf(v.getType()));
       if (kind == "rt.send") {
         p.p2pBytes += double(bytes);
+        return;
+      }
+      // Expert parallelism's exchanges: this rank's routed rows go to (and
+      // come back from) the etp ranks of their experts' run; the operands
+      // with room for every rank's rows do not count.
+      if (kind == "rt.expert_dispatch" || kind == "rt.expert_combine") {
+        auto iattrs = op->getAttrOfType<DenseI64ArrayAttr>("iattrs");
+        auto group = op->getAttrOfType<StringAttr>("group");
+        const int64_t etp = iattrs && iattrs.size() > 1 ? iattrs[1] : 1;
+        Value rows = op->getOperand(kind == "rt.expert_dispatch" ? 0 : 3);
+        if (group) {
+          p.comm[group.str()][1] += double(bytesOf(rows.getType()) * etp);
+          p.comm[group.str()][2] += 1;
+        }
         return;
       }
       // The K and V thirds of the QKV operand go around the ring.
@@ -343,8 +381,12 @@ llvm::Error describeModule(ModuleOp module, GPTConfig &g) {
   // first embedding gives (they differ under --kv-channels).
   g.hidden = qkv.getDimSize(2) / 3;
   g.vocab = 0; // reported only: the vocabulary of the first embedding
+  g.numExperts = 0;
   bool embedded = false;
   module.walk([&](Operation *op) {
+    if (op->getName().getStringRef() == "nn.moe_dispatch" && !g.numExperts)
+      if (auto e = op->getAttrOfType<IntegerAttr>("num_experts"))
+        g.numExperts = e.getInt();
     if (auto v = op->getAttrOfType<IntegerAttr>("vocab_size"); v && !g.vocab)
       g.vocab = v.getInt();
     if (op->getName().getStringRef() == "nn.embedding" && !embedded)
@@ -375,7 +417,8 @@ LogicalResult compileModule(MLIRContext &ctx, ModuleOp module,
 /// (tp, cp, recompute) at micro-batch size 1 and splits it into parts.
 llvm::Expected<Calibration> calibrate(MLIRContext &ctx,
                                       const PlanOptions &options, int64_t tp,
-                                      int64_t cp, const std::string &recompute) {
+                                      int64_t cp, int64_t ep, int64_t etp,
+                                      const std::string &recompute) {
   // A module is compiled whole (its layers are not ours to remove).
   int64_t middle = 1;
   if (options.module) {
@@ -387,6 +430,13 @@ llvm::Expected<Calibration> calibrate(MLIRContext &ctx,
   l.tp = tp;
   l.cp = cp;
   l.pp = 3;
+  l.ep = ep;
+  l.etp = etp;
+  // Expert parallelism needs ep x etp ranks among tp x cp x dp: the
+  // fewest data-parallel ranks that make room (each runs the same three
+  // microbatches of one sample).
+  const int64_t experts = ep * std::max<int64_t>(etp, 1);
+  l.dp = experts / std::gcd(tp * cp, experts);
   l.recompute = recompute;
   // In the planned precision: under bf16 the GEMMs keep bf16 copies of
   // their activation operands for the backward, the rest stays fp32.
@@ -395,14 +445,16 @@ llvm::Expected<Calibration> calibrate(MLIRContext &ctx,
   l.bf16 = options.bf16 && options.activationBytes == 4;
   l.overlapGradReduce = false; // the dp reductions are modelled, not read
   TrainPipelineOptions o;
-  l.apply(o, /*globalBatch=*/3);
+  l.apply(o, /*globalBatch=*/3 * l.dp);
   o.ppLayers = llvm::ArrayRef<int64_t>{1, middle, 1};
   std::string error;
   if (failed(compileModule(ctx, *module, o, error)))
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
-        "calibration compile (tp %lld, cp %lld, recompute %s) failed: %s",
-        (long long)tp, (long long)cp, recompute.c_str(), error.c_str());
+        "calibration compile (tp %lld, cp %lld, ep %lld, etp %lld, recompute "
+        "%s) failed: %s",
+        (long long)tp, (long long)cp, (long long)ep, (long long)etp,
+        recompute.c_str(), error.c_str());
   std::map<int64_t, Part> stages;
   // Activation bytes as the options model them (the compile's are fp32,
   // but for the GEMMs' bf16 operand copies when it is in bf16).
@@ -533,6 +585,10 @@ public:
     auto intra = [&](int64_t stride, int64_t size) {
       return stride * size <= cluster.gpusPerNode;
     };
+    const int64_t etp = l.etp > 0 ? l.etp : l.tp;
+    // The experts' gradients reduce (and their optimizer state shards)
+    // over the expert data-parallel group.
+    const int64_t edp = l.tp * l.cp * l.dp / (etp * l.ep);
     auto groupSize = [&](StringRef kind) -> std::pair<int64_t, bool> {
       if (kind == "tp")
         return {l.tp, intra(1, l.tp)};
@@ -540,6 +596,14 @@ public:
         return {l.cp, intra(l.tp, l.cp)};
       if (kind == "tp-cp")
         return {l.tp * l.cp, intra(1, l.tp * l.cp)};
+      // The expert layout (etp-ep-edp-pp, etp fastest: the same ranks
+      // folded, as Megatron's).
+      if (kind == "ep")
+        return {l.ep, intra(etp, l.ep)};
+      if (kind == "etp-ep")
+        return {etp * l.ep, intra(1, etp * l.ep)};
+      if (kind == "etp")
+        return {etp, intra(1, etp)};
       return {1, true};
     };
     // One virtual stage's parts, per microbatch of one sample.
@@ -620,19 +684,24 @@ public:
     // distributed optimizer's state.
     const int64_t gradGroup = l.dp * l.cp;
     const int64_t dpOpt = l.distributedOptimizer ? gradGroup : 1;
+    const int64_t edpOpt = l.distributedOptimizer ? edp : 1;
     for (int64_t r = 0; r < l.pp; ++r) {
-      double params = 0, act = 0, transient = 0;
+      double params = 0, expertParams = 0, act = 0, transient = 0;
       for (int64_t c = 0; c < l.vpp; ++c) {
         int64_t s = c * l.pp + r;
         Part part = stagePart(s, cal);
         params += part.params;
+        expertParams += part.expertParams;
         act += double(sf.inFlight[size_t(r)][size_t(c)]) * mb * part.slotBytes;
         double t = s == stages - 1 ? cal.lastTransient
                    : s == 0        ? cal.firstTransient
                                    : cal.middleTransient;
         transient = std::max(transient, t * mb);
       }
-      double mem = params * (paramBytes + gradBytes + stateBytes / double(dpOpt)) +
+      const double dense = params - expertParams;
+      double mem = params * (paramBytes + gradBytes) +
+                   stateBytes * (dense / double(dpOpt) +
+                                 expertParams / double(edpOpt)) +
                    act + transient;
       if (mem > worstMem) {
         worstMem = mem;
@@ -641,26 +710,35 @@ public:
       // Data-parallel reductions of this rank's gradients (and the
       // parameters' all-gather with the distributed optimizer).
       bool dpIntra = intra(l.tp, gradGroup);
+      bool edpIntra = intra(etp * l.ep, edp);
       // The gradients' all-reduce, or with the distributed optimizer their
       // reduce-scatter, overlaps the last microbatch's backward on this
       // rank (--overlap-grad-reduce) or follows it; the distributed
       // optimizer's all-gather of the updated parameters runs in the step.
-      double reduce =
-          l.distributedOptimizer
-              ? collective(0, params * gradBytes, 1, gradGroup, dpIntra)
-              : collective(params * gradBytes, 0, 1, gradGroup, dpIntra);
-      double gather = l.distributedOptimizer
-                          ? collective(0, params * paramBytes, 1, gradGroup,
-                                       dpIntra)
-                          : 0.0;
+      // The experts' run over edp.
+      auto reduceOver = [&](double n, int64_t group, bool in) {
+        return l.distributedOptimizer
+                   ? collective(0, n * gradBytes, 1, group, in)
+                   : collective(n * gradBytes, 0, 1, group, in);
+      };
+      auto gatherOver = [&](double n, int64_t group, bool in) {
+        return l.distributedOptimizer
+                   ? collective(0, n * paramBytes, 1, group, in)
+                   : 0.0;
+      };
+      double reduce = reduceOver(dense, gradGroup, dpIntra) +
+                      reduceOver(expertParams, edp, edpIntra);
+      double gather = gatherOver(dense, gradGroup, dpIntra) +
+                      gatherOver(expertParams, edp, edpIntra);
       double hidden = options.overlapGradReduce ? double(l.vpp) * tb : 0.0;
       // What-if (--overlap-param-gather, Megatron's): the all-gather runs
       // behind the next iteration's first forward on this rank.
       if (options.overlapParamGather)
         gather = std::max(0.0, gather - double(l.vpp) * tf);
       worstDp = std::max(worstDp, std::max(0.0, reduce - hidden) + gather);
-      worstOpt = std::max(worstOpt, params / double(dpOpt) * 30.0 /
-                                        cluster.hbmBandwidth);
+      worstOpt = std::max(worstOpt, (dense / double(dpOpt) +
+                                     expertParams / double(edpOpt)) *
+                                        30.0 / cluster.hbmBandwidth);
     }
     p.memoryBytes = worstMem;
     double usable = cluster.memoryBytes * cluster.usableMemory;
@@ -745,17 +823,13 @@ llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
   if (options.module) {
     if (llvm::Error e = describeModule(options.module, g))
       return std::move(e);
-    bool moe = false;
-    options.module->walk([&](Operation *op) {
-      moe |= op->getName().getStringRef().starts_with("nn.moe_");
-    });
-    if (moe)
-      return fail("tessera-plan does not plan mixture-of-experts models yet");
   } else if (std::string e = validateGPTConfig(g); !e.empty()) {
     return fail("invalid model: " + e);
   }
-  if (g.numExperts > 0)
-    return fail("tessera-plan does not plan mixture-of-experts models yet");
+  const bool moe = g.numExperts > 0;
+  if (!moe && (options.ep > 1 || options.etp > 0))
+    return fail("--ep and --etp plan mixture-of-experts models; this model "
+                "has no experts");
   // From here on, the options with the model's sizes.
   PlanOptions resolved = options;
   resolved.model = g;
@@ -777,18 +851,20 @@ llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
   MLIRContext &ctx = owned ? *owned : *options.module->getContext();
 
   PlanResult result;
-  std::map<std::tuple<int64_t, int64_t, std::string>, Calibration> cals;
+  using CalKey = std::tuple<int64_t, int64_t, int64_t, int64_t, std::string>;
+  std::map<CalKey, Calibration> cals;
   // A layout whose calibration does not compile is not feasible (the
   // compiler's error is its reason).
-  std::map<std::tuple<int64_t, int64_t, std::string>, std::string> calErrors;
-  auto calibration = [&](int64_t tp, int64_t cp,
+  std::map<CalKey, std::string> calErrors;
+  auto calibration = [&](int64_t tp, int64_t cp, int64_t ep, int64_t etp,
                          const std::string &rc) -> const Calibration * {
-    auto key = std::make_tuple(tp, cp, rc);
+    auto key = std::make_tuple(tp, cp, ep, etp, rc);
     if (auto it = cals.find(key); it != cals.end())
       return &it->second;
     if (calErrors.count(key))
       return nullptr;
-    llvm::Expected<Calibration> c = calibrate(ctx, resolved, tp, cp, rc);
+    llvm::Expected<Calibration> c =
+        calibrate(ctx, resolved, tp, cp, ep, etp, rc);
     ++result.calibrationCompiles;
     if (!c) {
       calErrors[key] = llvm::toString(c.takeError());
@@ -815,6 +891,19 @@ llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
             (pp > 1 && g.layers / pp < 1))
           continue;
         int64_t dp = n / (tp * cp * pp);
+        // Mixture of experts: etp 1 or tp (Megatron's default), ep
+        // dividing the experts, ep x etp dividing tp x cp x dp (the same
+        // ranks, folded).
+        std::vector<std::pair<int64_t, int64_t>> expertLayouts;
+        if (!moe)
+          expertLayouts.push_back({1, 0});
+        for (int64_t etp : std::set<int64_t>{1, tp})
+          for (int64_t ep : moe ? divisors(g.numExperts)
+                                : std::vector<int64_t>{})
+            if ((tp * cp * dp) % (ep * etp) == 0 &&
+                (!options.ep || ep == options.ep) &&
+                (!options.etp || etp == options.etp))
+              expertLayouts.push_back({ep, etp});
         for (int64_t vpp : divisors(g.layers / pp)) {
           if ((options.vpp ? vpp != options.vpp : vpp > 8) ||
               (vpp > 1 && pp == 1))
@@ -826,6 +915,7 @@ llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
             int64_t m = options.globalBatch / (mb * dp);
             if (vpp > 1 && m % pp)
               continue;
+            for (auto [ep, etp] : expertLayouts)
             for (const std::string &rc : recomputes)
               for (bool dist : {false, true}) {
                 // Without sequence parallelism selective recompute is what
@@ -837,19 +927,30 @@ llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
                   continue;
                 if (dist && dp * cp == 1)
                   continue;
-                Layout l{tp, cp, pp, vpp, dp, mb, rc, dist};
+                Layout l;
+                l.tp = tp;
+                l.cp = cp;
+                l.pp = pp;
+                l.vpp = vpp;
+                l.dp = dp;
+                l.microBatch = mb;
+                l.ep = ep;
+                l.etp = etp;
+                l.recompute = rc;
+                l.distributedOptimizer = dist;
                 l.overlapGradReduce = options.overlapGradReduce;
                 l.gradReduceBf16 = options.gradReduceBf16;
                 l.bf16 = options.bf16;
                 ++result.candidates;
-                const Calibration *cal = calibration(tp, cp, rc);
-                const Calibration *modelCal = calibration(tp, cp, "none");
+                const Calibration *cal = calibration(tp, cp, ep, etp, rc);
+                const Calibration *modelCal =
+                    calibration(tp, cp, ep, etp, "none");
                 if (!cal || !modelCal) {
                   Prediction p;
                   p.layout = l;
                   p.reason = "does not compile";
                   const std::string &e = calErrors[std::make_tuple(
-                      tp, cp, cal ? std::string("none") : rc)];
+                      tp, cp, ep, etp, cal ? std::string("none") : rc)];
                   if (result.compileError.empty())
                     result.compileError = e;
                   all.push_back(p);
@@ -926,8 +1027,9 @@ std::string tessera::plan::explainNoLayout(const PlanResult &result,
         "per node and the heads; cp up to 8, dividing seq / 2; pp dividing "
         "the layers; micro-batch size 1, 2, 4 or 8 dividing the batch of a "
         "dp rank; vpp > 1 only with pp > 1 and microbatches divisible by pp; "
-        "the distributed optimizer only with dp x cp > 1) and the flags "
-        "given",
+        "the distributed optimizer only with dp x cp > 1; for experts, ep "
+        "dividing them and etp 1 or tp, ep x etp dividing tp x cp x dp) and "
+        "the flags given",
         cluster.gpus());
   double smallest = 0;
   int64_t compileFailures = 0;
@@ -967,13 +1069,19 @@ void tessera::plan::printPlan(const PlanResult &result, const Cluster &cluster,
       if (!p.feasible || shown++ >= top)
         break;
       const Layout &l = p.layout;
+      std::string experts =
+          g.numExperts > 0
+              ? llvm::formatv(" ep {0} etp {1}", l.ep, l.etp > 0 ? l.etp : l.tp)
+                    .str()
+              : std::string();
       os << llvm::formatv(
-          "{0,2}. tp {1} cp {2} pp {3} vpp {4} dp {5} mb {6} recompute {7}{8}: "
-          "{9:F3} s/step, {10:F1} TFLOP/s/GPU, MFU {11:F3}, bubble {12:F3}, "
-          "{13:F1} GiB",
+          "{0,2}. tp {1} cp {2} pp {3} vpp {4} dp {5}{14} mb {6} recompute "
+          "{7}{8}: {9:F3} s/step, {10:F1} TFLOP/s/GPU, MFU {11:F3}, bubble "
+          "{12:F3}, {13:F1} GiB",
           shown, l.tp, l.cp, l.pp, l.vpp, l.dp, l.microBatch, l.recompute,
           l.distributedOptimizer ? " distopt" : "", p.stepSeconds,
-          p.tflopsPerGpu, p.mfu, p.bubbleFraction, gib(p.memoryBytes));
+          p.tflopsPerGpu, p.mfu, p.bubbleFraction, gib(p.memoryBytes),
+          experts);
       if (p.compiledMemoryBytes > 0)
         os << llvm::formatv(" (compiled: {0:F1} GiB)", gib(p.compiledMemoryBytes));
       os << "\n";
@@ -994,6 +1102,8 @@ void tessera::plan::printPlan(const PlanResult &result, const Cluster &cluster,
       j.attribute("heads", g.heads);
       j.attribute("seq", g.seq);
       j.attribute("vocab", g.vocab);
+      if (g.numExperts > 0)
+        j.attribute("experts", g.numExperts);
       j.attribute("global_batch", options.globalBatch);
     });
     j.attribute("candidates", result.candidates);
@@ -1011,6 +1121,10 @@ void tessera::plan::printPlan(const PlanResult &result, const Cluster &cluster,
           j.attribute("pp", l.pp);
           j.attribute("vpp", l.vpp);
           j.attribute("dp", l.dp);
+          if (g.numExperts > 0) {
+            j.attribute("ep", l.ep);
+            j.attribute("etp", l.etp > 0 ? l.etp : l.tp);
+          }
           j.attribute("micro_batch", l.microBatch);
           j.attribute("recompute", l.recompute);
           j.attribute("distributed_optimizer", l.distributedOptimizer);

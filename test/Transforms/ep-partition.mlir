@@ -13,8 +13,10 @@
 // CHECK-SAME: %[[W2:.*]]: tensor<2x16x64xf32> {dist.sharding = {axis = "ep", dim = 0 : i64}
 // CHECK: %[[ROWS:.*]], %[[COUNTS:.*]] = nn.moe_dispatch
 // CHECK-NEXT: %[[RECV:.*]], %[[LOCAL:.*]], %[[SPLITS:.*]] = dist.expert_dispatch %[[ROWS]], %[[COUNTS]] on @mesh "ep" {nn.layer = 0 : i64} : tensor<16x16xf32>, tensor<4xi32> -> tensor<32x16xf32>, tensor<2xi32>, tensor<2x2xi32>
-// CHECK-NEXT: nn.grouped_linear %[[RECV]], %[[LOCAL]], %[[W1]] {{.*}} -> tensor<32x64xf32>
-// CHECK: %[[Y:.*]] = nn.grouped_linear %{{.*}}, %[[LOCAL]], %[[W2]] {{.*}} -> tensor<32x16xf32>
+// The GEMMs' FLOPs count the 16 rows balanced routing brings (expected_rows),
+// not the 32 of room.
+// CHECK-NEXT: nn.grouped_linear %[[RECV]], %[[LOCAL]], %[[W1]] {expected_rows = 16 : i64{{.*}}} {{.*}} -> tensor<32x64xf32>
+// CHECK: %[[Y:.*]] = nn.grouped_linear %{{.*}}, %[[LOCAL]], %[[W2]] {expected_rows = 16 : i64{{.*}}} {{.*}} -> tensor<32x16xf32>
 // CHECK-NEXT: %[[BACK:.*]] = dist.expert_combine %[[Y]], %[[SPLITS]], %[[COUNTS]] on @mesh "ep" {nn.layer = 0 : i64} : tensor<32x16xf32>, tensor<2x2xi32>, tensor<4xi32> -> tensor<16x16xf32>
 // CHECK-NEXT: nn.moe_combine %[[BACK]]
 
@@ -22,6 +24,7 @@
 // ranks (a dispatch), the experts' input gradient comes back (a combine);
 // the experts' gradients get a buffer of their own over "edp".
 // GRAD: dist.expert_dispatch %{{.*}}, %{{.*}} on @mesh "ep" : tensor<16x16xf32>, tensor<4xi32> -> tensor<32x16xf32>, tensor<2xi32>, tensor<2x2xi32>
+// GRAD: nn.grouped_linear_grad {{.*}} {expected_rows = 16 : i64}
 // GRAD: dist.expert_combine %{{.*}}, %{{.*}}, %{{.*}} on @mesh "ep" : tensor<32x16xf32>, tensor<2x2xi32>, tensor<4xi32> -> tensor<16x16xf32>
 // GRAD: dist.grad_buffer @gbuf {{.*}}dp = 2 : i64
 // GRAD: dist.grad_buffer @gbuf_experts {{.*}}dp = 1 : i64, {{.*}}group = "edp"
@@ -29,6 +32,7 @@
 // GRAD: dist.all_reduce %{{.*}} on @mesh "dp"
 
 // NONE-NOT: dist.expert_dispatch
+// NONE-NOT: expected_rows
 
 // Expert tensor parallelism: with ep = 2 x etp = 2 each rank holds its 2
 // experts' halves of the FFN (fc1 split on dim 1, fc2 on dim 2, besides
@@ -43,8 +47,8 @@
 // ETP-SAME: %[[W1:.*]]: tensor<2x32x16xf32> {dist.sharding = {axis = "ep", axis2 = "etp", dim = 0 : i64, dim2 = 1 : i64}
 // ETP-SAME: %[[W2:.*]]: tensor<2x16x32xf32> {dist.sharding = {axis = "ep", axis2 = "etp", dim = 0 : i64, dim2 = 2 : i64}
 // ETP: %[[RECV:.*]], %[[LOCAL:.*]], %[[SPLITS:.*]] = dist.expert_dispatch %{{.*}}, %{{.*}} on @mesh "etp-ep" {etp = 2 : i64, nn.layer = 0 : i64} : tensor<16x16xf32>, tensor<4xi32> -> tensor<64x16xf32>, tensor<2xi32>, tensor<4x2xi32>
-// ETP-NEXT: nn.grouped_linear %[[RECV]], %[[LOCAL]], %[[W1]] {{.*}} -> tensor<64x32xf32>
-// ETP: %[[Y:.*]] = nn.grouped_linear %{{.*}}, %[[LOCAL]], %[[W2]] {{.*}} -> tensor<64x16xf32>
+// ETP-NEXT: nn.grouped_linear %[[RECV]], %[[LOCAL]], %[[W1]] {expected_rows = 32 : i64{{.*}}} {{.*}} -> tensor<64x32xf32>
+// ETP: %[[Y:.*]] = nn.grouped_linear %{{.*}}, %[[LOCAL]], %[[W2]] {expected_rows = 32 : i64{{.*}}} {{.*}} -> tensor<64x16xf32>
 // ETP-NEXT: dist.expert_combine %[[Y]], %[[SPLITS]], %{{.*}} on @mesh "etp-ep" {etp = 2 : i64, nn.layer = 0 : i64} : tensor<64x16xf32>, tensor<4x2xi32>, tensor<4xi32> -> tensor<16x16xf32>
 // ETPGRAD: dist.expert_dispatch %{{.*}}, %{{.*}} on @mesh "etp-ep" {etp = 2 : i64} : tensor<16x16xf32>, tensor<4xi32> -> tensor<64x16xf32>, tensor<2xi32>, tensor<4x2xi32>
 // ETPGRAD: dist.expert_combine %{{.*}}, %{{.*}}, %{{.*}} on @mesh "etp-ep" {etp = 2 : i64} : tensor<64x16xf32>, tensor<4x2xi32>, tensor<4xi32> -> tensor<16x16xf32>

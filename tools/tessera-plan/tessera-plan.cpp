@@ -33,8 +33,8 @@ static cl::OptionCategory category("tessera-plan options");
 static cl::opt<std::string> model(
     cl::Positional,
     cl::desc("<model: gpt (by the flags below), a preset (llama3-8b, "
-             "llama3-70b, llama3.1-405b, qwen3-8b, mistral-7b), or a .mlir "
-             "or .onnx file>"),
+             "llama3-70b, llama3.1-405b, qwen3-8b, mistral-7b, "
+             "mixtral-8x7b), or a .mlir or .onnx file>"),
     cl::Required, cl::cat(category));
 static cl::opt<std::string> loss("loss",
                                  cl::desc("for an ONNX model that returns "
@@ -73,6 +73,15 @@ static cl::opt<int64_t> cp("cp", cl::desc("only this context-parallel size"),
 static cl::opt<int64_t> pp("pp", cl::desc("only this pipeline-parallel size"),
                            cl::init(0), cl::cat(category));
 static cl::opt<int64_t> vpp("vpp", cl::desc("only this virtual pipeline size"),
+                            cl::init(0), cl::cat(category));
+static cl::opt<int64_t> ep("ep",
+                           cl::desc("only this expert-parallel size (models "
+                                    "with experts)"),
+                           cl::init(0), cl::cat(category));
+static cl::opt<int64_t> etp("etp",
+                            cl::desc("only this expert tensor-parallel size "
+                                     "(models with experts; default: 1 and "
+                                     "tp are searched)"),
                             cl::init(0), cl::cat(category));
 static cl::opt<int64_t> microBatch("micro-batch-size",
                                    cl::desc("only this micro-batch size"),
@@ -197,6 +206,10 @@ int main(int argc, char **argv) {
   options.cp = cp;
   options.pp = pp;
   options.vpp = vpp;
+  options.ep = ep;
+  options.etp = etp;
+  if (ep < 0 || etp < 0)
+    return fail("--ep and --etp must be positive");
   options.microBatch = microBatch;
   options.recompute = recompute;
   options.distributedOptimizer = distOpt;

@@ -200,8 +200,14 @@ struct EPPartitionPass
     if (auto layer = d->getAttr(kLayerAttr))
       exchange->setAttr(kLayerAttr, layer);
     first.setOperand(0, exchange.getResult());
-    for (nn::GroupedLinearOp g : gemms)
+    // The received rows have room for every rank's; balanced routing
+    // fills 1/ep of it (each rank's rows for this run's experts, from all
+    // ep x etp ranks): the rows the FLOPs count.
+    auto expected = ob.getI64IntegerAttr(etp * rows.getDimSize(0));
+    for (nn::GroupedLinearOp g : gemms) {
       g.setOperand(1, exchange.getLocalCounts());
+      g.setExpectedRowsAttr(expected);
+    }
 
     ob.setInsertionPoint(combine);
     auto lastType = cast<RankedTensorType>(last.getType());

@@ -319,6 +319,17 @@ int64_t tessera::nn::groupedOutFeatures(RankedTensorType weight) {
       weight.getShape().drop_front(), weight.getElementType()));
 }
 
+/// `expected_rows`, when given, is at most the input's rows.
+static LogicalResult verifyExpectedRows(Operation *op, RankedTensorType x,
+                                        std::optional<uint64_t> expected) {
+  if (expected &&
+      (int64_t(*expected) < 0 || int64_t(*expected) > x.getDimSize(0)))
+    return op->emitOpError()
+           << "expected_rows " << int64_t(*expected)
+           << " must be in [0, " << x.getDimSize(0) << "] (the input's rows)";
+  return success();
+}
+
 LogicalResult GroupedLinearOp::verify() {
   auto x = getInput().getType(), w = getWeight().getType();
   if (failed(verifyGemmOperands(*this, x, w)))
@@ -329,7 +340,7 @@ LogicalResult GroupedLinearOp::verify() {
   if (getCounts().getType().getShape() != ArrayRef<int64_t>{w.getDimSize(0)})
     return emitOpError() << "counts must be [" << w.getDimSize(0)
                          << "], one per expert";
-  return success();
+  return verifyExpectedRows(*this, x, getExpectedRows());
 }
 
 LogicalResult GroupedLinearOp::buildAdjoint(OpBuilder &b,
@@ -343,7 +354,8 @@ LogicalResult GroupedLinearOp::buildAdjoint(OpBuilder &b,
   Value dy = castElements(b, getLoc(), resultAdj[0],
                           getWeight().getType().getElementType());
   auto grad = GroupedLinearGradOp::create(b, getLoc(), getInput(), getCounts(),
-                                          getWeight(), dy);
+                                          getWeight(), dy,
+                                          getExpectedRowsAttr());
   if (needed[0])
     adj[0] = grad.getInputGrad();
   if (needed[2])
@@ -375,15 +387,24 @@ LogicalResult GroupedLinearGradOp::verify() {
                             "(or stacked [experts, k, out, in]) and their "
                             "result's gradient [n, out], got "
                          << x << ", " << w << " and " << dy;
-  return success();
+  return verifyExpectedRows(*this, x, getExpectedRows());
+}
+
+/// The rows a grouped linear computes on: `expected_rows` where the input
+/// has room for more.
+static int64_t countedRows(RankedTensorType x, std::optional<uint64_t> expected) {
+  return expected ? std::min<int64_t>(int64_t(*expected), x.getDimSize(0))
+                  : x.getDimSize(0);
 }
 
 int64_t GroupedLinearOp::getFlops() {
   auto x = getInput().getType(), w = getWeight().getType();
-  return 2 * x.getDimSize(0) * x.getDimSize(1) * groupedOutFeatures(w);
+  return 2 * countedRows(x, getExpectedRows()) * x.getDimSize(1) *
+         groupedOutFeatures(w);
 }
 
 int64_t GroupedLinearGradOp::getFlops() {
   auto x = getInput().getType(), w = getWeight().getType();
-  return 4 * x.getDimSize(0) * x.getDimSize(1) * groupedOutFeatures(w);
+  return 4 * countedRows(x, getExpectedRows()) * x.getDimSize(1) *
+         groupedOutFeatures(w);
 }

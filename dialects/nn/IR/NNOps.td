@@ -1358,9 +1358,15 @@ def NN_GroupedLinearOp : NN_Op<"grouped_linear", [InferTypeOpAdaptor,
 
     Rows and weights are both f32 or both bf16 (mixed precision's GEMMs,
     accumulating in f32); the result is f32.
+
+    `expected_rows` (optional): how many of the input's rows hold routed
+    tokens under balanced routing, when the input is sized for the worst
+    case (expert parallelism receives into room for every rank's rows):
+    the FLOP count (CostOpInterface) uses it. Without it every row counts.
   }];
   let arguments = (ins NN_FloatTensor:$input, NN_I32Tensor:$counts,
-                       NN_FloatTensor:$weight);
+                       NN_FloatTensor:$weight,
+                       OptionalAttr<I64Attr>:$expected_rows);
   let results = (outs NN_F32Tensor:$result);
   let assemblyFormat = "$input `,` $counts `,` $weight attr-dict `:` functional-type(operands, results)";
   let hasVerifier = 1;
@@ -1373,13 +1379,15 @@ def NN_GroupedLinearGradOp : NN_Op<"grouped_linear_grad", [InferTypeOpAdaptor],
     Per expert: `dx_e = dy_e @ weight[e]` and `dweight[e] = dy_e^T @ x_e`.
     The gradients are f32 and shaped as the input and the weights; the
     three operands are all f32 or all bf16 (mixed precision's GEMMs).
+    `expected_rows` as nn.grouped_linear's (its forward's, for the FLOPs).
 
     ```mlir
     %dx, %dw = nn.grouped_linear_grad %xp, %counts, %w1, %dh : tensor<512x128xf32>, tensor<8xi32>, tensor<8x512x128xf32>, tensor<512x512xf32>
     ```
   }];
   let arguments = (ins NN_FloatTensor:$input, NN_I32Tensor:$counts,
-                       NN_FloatTensor:$weight, NN_FloatTensor:$result_grad);
+                       NN_FloatTensor:$weight, NN_FloatTensor:$result_grad,
+                       OptionalAttr<I64Attr>:$expected_rows);
   let results = (outs NN_F32Tensor:$input_grad, NN_F32Tensor:$weight_grad);
   let assemblyFormat = "$input `,` $counts `,` $weight `,` $result_grad attr-dict `:` type($input) `,` type($counts) `,` type($weight) `,` type($result_grad)";
   let hasVerifier = 1;

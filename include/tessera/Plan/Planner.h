@@ -75,6 +75,10 @@ llvm::Expected<Cluster> readCluster(const std::string &path);
 /// layer per group).
 struct Layout {
   int64_t tp = 1, cp = 1, pp = 1, vpp = 1, dp = 1, microBatch = 1;
+  /// Mixture of experts: the experts over ep ranks and their FFN over etp
+  /// (0: the compiler's default, tp, as Megatron's
+  /// --expert-tensor-parallel-size); ep x etp divides tp x cp x dp.
+  int64_t ep = 1, etp = 0;
   std::string recompute = "none";
   bool distributedOptimizer = false;
   bool overlapGradReduce = true; ///< --overlap-grad-reduce (with dp > 1)
@@ -118,7 +122,7 @@ struct PlanOptions {
   int64_t globalBatch = 0;
   bool bf16 = true;
   /// Restrict the search (0 or empty: search).
-  int64_t tp = 0, cp = 0, pp = 0, vpp = 0, microBatch = 0;
+  int64_t tp = 0, cp = 0, pp = 0, vpp = 0, microBatch = 0, ep = 0, etp = 0;
   std::string recompute;
   int distributedOptimizer = -1; ///< -1: both
   /// How the data-parallel gradients are reduced (Tessera's defaults:

@@ -56,6 +56,22 @@ func.func @groups(%x: tensor<8x8xf32>, %c: tensor<2xi32>, %w: tensor<3x16x8xf32>
 
 // -----
 
+func.func @grouped_expected_rows(%x: tensor<8x8xf32>, %c: tensor<3xi32>, %w: tensor<3x16x8xf32>) -> tensor<8x16xf32> {
+  // expected-error @+1 {{'nn.grouped_linear' op expected_rows 9 must be in [0, 8] (the input's rows)}}
+  %y = nn.grouped_linear %x, %c, %w {expected_rows = 9 : i64} : (tensor<8x8xf32>, tensor<3xi32>, tensor<3x16x8xf32>) -> tensor<8x16xf32>
+  return %y : tensor<8x16xf32>
+}
+
+// -----
+
+func.func @grouped_grad_expected_rows(%x: tensor<8x8xf32>, %c: tensor<3xi32>, %w: tensor<3x16x8xf32>, %dy: tensor<8x16xf32>) -> tensor<8x8xf32> {
+  // expected-error @+1 {{'nn.grouped_linear_grad' op expected_rows -1 must be in [0, 8] (the input's rows)}}
+  %dx, %dw = nn.grouped_linear_grad %x, %c, %w, %dy {expected_rows = -1 : i64} : tensor<8x8xf32>, tensor<3xi32>, tensor<3x16x8xf32>, tensor<8x16xf32>
+  return %dx : tensor<8x8xf32>
+}
+
+// -----
+
 func.func @grouped_mixed(%x: tensor<8x8xbf16>, %c: tensor<3xi32>, %w: tensor<3x16x8xf32>) -> tensor<8x16xf32> {
   // expected-error @+1 {{'nn.grouped_linear' op operands must be both f32 or both bf16, got 'tensor<8x8xbf16>' and 'tensor<3x16x8xf32>' (cast one with nn.cast)}}
   %y = nn.grouped_linear %x, %c, %w : (tensor<8x8xbf16>, tensor<3xi32>, tensor<3x16x8xf32>) -> tensor<8x16xf32>

@@ -2,7 +2,9 @@
 ranked fastest first, every layout fits the cluster's usable memory, the
 ranks' GPUs multiply to the cluster, the compiled memory of the verified
 layouts within --max-fit-error of the prediction, and --where constraints
-(key=value) hold for every layout. Prints OK and the first layout's flags."""
+(key=value) hold for every layout; for a model with experts, ep divides
+them and ep x etp divides tp x cp x dp (the expert layout folds onto the
+same ranks). Prints OK and the first layout's flags."""
 import argparse
 import json
 import sys
@@ -24,6 +26,12 @@ for x in ranked:
     assert x["memory_gib"] <= usable, f"{x['memory_gib']} GiB > {usable}"
     gpus = x["tp"] * x["cp"] * x["pp"] * x["dp"]
     assert gpus == r["gpus"], f"layout of {gpus} GPUs on {r['gpus']}"
+    if "ep" in x:
+        experts = r["model"]["experts"]
+        assert experts % x["ep"] == 0, f"ep {x['ep']} of {experts} experts"
+        dense = x["tp"] * x["cp"] * x["dp"]
+        assert dense % (x["ep"] * x["etp"]) == 0, f"ep x etp on {dense}: {x}"
+        assert x["etp"] in (1, x["tp"]), x
     if "compiled_memory_gib" in x:
         assert abs(x["memory_fit_error"]) <= args.max_fit_error, x
     for w in args.where:
