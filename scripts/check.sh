@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: installs what is missing, builds, then runs every
+# The whole test suite: installs what is missing (the Python environment of
+# the Hugging Face checks, .venv, among it), builds, then runs every
 # test (runtime and compiler gtests, MPI gtests on 2, 4 and 8 ranks, and the
 # lit suite: dialect, pass and error tests plus the end-to-end parity runs),
 # then the runtime's gtests and MPI tests again under ASan and UBSan
@@ -10,6 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
+bash scripts/install-python.sh
 bash scripts/build.sh
 bash scripts/cuda-spills.sh
 ctest --test-dir build --output-on-failure

@@ -27,7 +27,7 @@ for var in ["HOME", "TMPDIR", "OPENBLAS_CORETYPE"]:
 config.substitutions.append(("%examples", os.path.join(config.tessera_src_root, "examples")))
 config.substitutions.append(("%python", "python3"))
 
-tools = ["tessera-opt", "tessera-compile", "tessera-run", "tessera-gen", "tessera-preprocess",
+tools = ["tessera-opt", "tessera-compile", "tessera-run", "tessera-gen", "tessera-preprocess", "tessera-export",
          "tessera-translate"]
 llvm_config.add_tool_substitutions(tools, [config.tessera_tools_dir])
 
@@ -42,6 +42,19 @@ try:
 except (OSError, subprocess.TimeoutExpired):
     pass
 config.substitutions.append(("%torch_python", torch_python))
+
+# Checks against Hugging Face transformers (PyTorch 2) in the project's
+# environment, .venv (scripts/install-python.sh, which scripts/check.sh
+# runs).
+hf_python = os.path.join(config.tessera_src_root, ".venv", "bin", "python")
+try:
+    if os.path.exists(hf_python) and subprocess.run(
+            [hf_python, "-c", "import torch, transformers, safetensors"],
+            capture_output=True, timeout=300).returncode == 0:
+        config.available_features.add("transformers")
+except (OSError, subprocess.TimeoutExpired):
+    pass
+config.substitutions.append(("%hf_python", hf_python))
 
 # The CUDA backend plugin was built (TESSERA_ENABLE_CUDA); tests that need a
 # GPU to run on are ctests labelled "gpu" (they report Skipped without one),

@@ -17,6 +17,7 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "llvm/Support/InterleavedRange.h"
+#include "llvm/Support/JSON.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "mlir/Support/FileUtilities.h"
@@ -468,6 +469,26 @@ Writer::writeProgram(ModuleOp module, int64_t ppRank) {
   return pb.Finish();
 }
 
+/// The architecture record as a JSON object: integers, floats, bools and
+/// strings by name.
+static std::string architectureJson(DictionaryAttr arch) {
+  llvm::json::Object o;
+  for (NamedAttribute a : arch) {
+    if (auto v = dyn_cast<BoolAttr>(a.getValue()))
+      o[a.getName().str()] = v.getValue();
+    else if (auto v = dyn_cast<IntegerAttr>(a.getValue()))
+      o[a.getName().str()] = v.getInt();
+    else if (auto v = dyn_cast<FloatAttr>(a.getValue()))
+      o[a.getName().str()] = v.getValueAsDouble();
+    else if (auto v = dyn_cast<StringAttr>(a.getValue()))
+      o[a.getName().str()] = v.str();
+  }
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  os << llvm::json::Value(std::move(o));
+  return text;
+}
+
 LogicalResult Writer::write(llvm::raw_ostream &os) {
   dist::MeshOp meshOp = dist::lookupMesh(module);
   std::vector<flatbuffers::Offset<fa::Program>> programList;
@@ -560,6 +581,9 @@ LogicalResult Writer::write(llvm::raw_ostream &os) {
   auto modelStr = fbb.CreateString(model);
   auto orderStr = fbb.CreateString(config.order);
   auto flagsStr = fbb.CreateString(flags);
+  flatbuffers::Offset<flatbuffers::String> archStr;
+  if (auto arch = module->getAttrOfType<DictionaryAttr>(kArchitectureAttr))
+    archStr = fbb.CreateString(architectureJson(arch));
   fa::ArtifactBuilder ab(fbb);
   ab.add_format_version(fa::kFormatVersion);
   ab.add_producer(producer);
@@ -575,6 +599,8 @@ LogicalResult Writer::write(llvm::raw_ostream &os) {
   ab.add_programs(programs);
   if (auto flops = module->getAttrOfType<IntegerAttr>("rt.flops_per_step"))
     ab.add_flops_per_step(double(flops.getInt()));
+  if (!archStr.IsNull())
+    ab.add_architecture(archStr);
   fbb.Finish(ab.Finish(), fa::ArtifactIdentifier());
 
   const uint8_t *data = fbb.GetBufferPointer();

@@ -238,6 +238,8 @@ public:
   GPTBuilder(MLIRContext *ctx, const GPTConfig &c) : ctx(ctx), c(c), b(ctx) {}
 
   OwningOpRef<ModuleOp> build();
+  /// The architecture record (kArchitectureAttr) of the configuration.
+  DictionaryAttr architecture();
 
 private:
   Value param(StringRef name, ArrayRef<int64_t> shape, StringRef init) {
@@ -497,7 +499,54 @@ OwningOpRef<ModuleOp> GPTBuilder::build() {
   func::ReturnOp::create(b, loc("gpt"), loss);
   func.setType(b.getFunctionType(block->getArgumentTypes(), {loss.getType()}));
   func.setAllArgAttrs(argAttrs);
+  (*module)->setAttr(kArchitectureAttr, architecture());
   return module;
+}
+
+DictionaryAttr GPTBuilder::architecture() {
+  SmallVector<NamedAttribute> a;
+  auto i = [&](StringRef n, int64_t v) {
+    a.push_back(b.getNamedAttr(n, b.getI64IntegerAttr(v)));
+  };
+  auto f = [&](StringRef n, double v) {
+    a.push_back(b.getNamedAttr(n, b.getF64FloatAttr(v)));
+  };
+  auto flag = [&](StringRef n, bool v) {
+    a.push_back(b.getNamedAttr(n, b.getBoolAttr(v)));
+  };
+  auto s = [&](StringRef n, StringRef v) {
+    a.push_back(b.getNamedAttr(n, b.getStringAttr(v)));
+  };
+  i("num_layers", c.layers);
+  i("hidden_size", c.hidden);
+  i("num_attention_heads", c.heads);
+  i("num_query_groups", c.numQueryGroups ? c.numQueryGroups : c.heads);
+  i("kv_channels", headDim(c));
+  i("ffn_hidden_size", ffnHidden(c));
+  i("vocab_size", c.vocab);
+  i("seq_length", c.seq);
+  i("max_position_embeddings", c.maxPositions ? c.maxPositions : c.seq);
+  s("normalization", c.normalization);
+  f("norm_epsilon", c.layerNormEps);
+  s("position_embedding_type", c.positionEmbeddingType);
+  f("rotary_base", c.rotaryBase);
+  f("rotary_percent", c.rotaryPercent);
+  f("rope_scaling_factor", c.ropeScalingFactor);
+  flag("swiglu", c.swiglu);
+  flag("add_bias_linear", !c.disableBiasLinear);
+  flag("untie_embeddings_and_output_weights", !c.tieEmbeddings);
+  flag("qk_layernorm", c.qkLayernorm);
+  s("activation", c.swiglu ? "swiglu" : "gelu");
+  f("init_method_std", c.initStd);
+  i("num_experts", c.numExperts);
+  if (c.numExperts > 0) {
+    i("moe_router_topk", c.moeTopk);
+    i("moe_ffn_hidden_size", c.moeFfn ? c.moeFfn : ffnHidden(c));
+    i("moe_layer_freq", c.moeLayerFreq);
+    f("moe_aux_loss_coeff", c.moeAuxLossCoeff);
+    f("moe_expert_capacity_factor", c.moeCapacityFactor);
+  }
+  return b.getDictionaryAttr(a);
 }
 
 OwningOpRef<ModuleOp> tessera::buildGPT(MLIRContext *context,

@@ -84,9 +84,12 @@ TEST_F(ArtifactTest, BadMagic) {
 
 TEST_F(ArtifactTest, WrongVersion) {
   std::string file = buildFile(buildPayload(softmaxRegression()));
-  file[4] = 15;
-  expectError(file, "unsupported format version 15 (this runtime supports "
-                    "version 14)");
+  file[4] = char(tessera::artifact::kFormatVersion + 1);
+  expectError(file, "unsupported format version " +
+                        std::to_string(tessera::artifact::kFormatVersion + 1) +
+                        " (this runtime supports version " +
+                        std::to_string(tessera::artifact::kFormatVersion) +
+                        ")");
 }
 
 TEST_F(ArtifactTest, Truncated) {

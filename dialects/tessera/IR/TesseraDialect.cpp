@@ -279,6 +279,20 @@ const AttrContract kTesseraAttrs[] = {
      }},
     {kCompileFlagsAttr, Module, string},
     {kModelNameAttr, Module, string},
+    {kArchitectureAttr, Module,
+     [](Attribute a, Type) -> std::string {
+       const std::string expected =
+           "a dictionary of integers, floats, bools and strings (Megatron-LM's "
+           "argument names)";
+       auto dict = dyn_cast_if_present<DictionaryAttr>(a);
+       if (!dict)
+         return expected;
+       for (NamedAttribute entry : dict)
+         if (!isa<IntegerAttr, FloatAttr, BoolAttr, StringAttr>(
+                 entry.getValue()))
+           return expected + "; '" + entry.getName().str() + "' is not one";
+       return "";
+     }},
 };
 } // namespace
 

@@ -54,6 +54,11 @@ inline bool sameRecomputeGroup(mlir::Operation *a, mlir::Operation *b) {
 constexpr llvm::StringLiteral kCompileFlagsAttr = "tessera.compile_flags";
 constexpr llvm::StringLiteral kModelNameAttr = "tessera.model";
 constexpr llvm::StringLiteral kVocabAttr = "tessera.vocab";
+// The architecture of a model tessera-gen built, as Megatron-LM's arguments
+// name it (num_layers, hidden_size, num_query_groups, swiglu, ...): a
+// dictionary of integers, floats, bools and strings that the artifact and
+// its checkpoints carry (as JSON) for tessera-export.
+constexpr llvm::StringLiteral kArchitectureAttr = "tessera.architecture";
 // Initial values of the parameters whose nn.init is "data" (imported
 // models), by parameter name: an f32 elements attribute of the parameter
 // (inline data), or {file = "<absolute path>", offset = <bytes>, shape =

@@ -119,6 +119,7 @@ StatusOr<CheckpointManifest> describeCheckpoint(const LoadedArtifact &artifact,
   m.artifact = artifact.name();
   m.producer = a.producer() ? a.producer()->str() : "";
   m.compileFlags = a.compile_flags() ? a.compile_flags()->str() : "";
+  m.architecture = a.architecture() ? a.architecture()->str() : "";
   m.worldSize = a.world_size();
   if (a.mesh())
     for (const fb::MeshAxis *axis : *a.mesh())
@@ -237,6 +238,9 @@ std::string manifestToJson(const CheckpointManifest &m) {
   j["artifact"] = m.artifact;
   j["producer"] = m.producer;
   j["compile_flags"] = m.compileFlags;
+  // The artifact's architecture record (JSON), when it has one.
+  if (!m.architecture.empty())
+    j["architecture"] = json::parse(m.architecture, nullptr, false);
   j["world_size"] = m.worldSize;
   json mesh = json::array();
   for (const auto &[name, size] : m.mesh)
@@ -427,6 +431,11 @@ StatusOr<CheckpointManifest> parseManifest(const std::string &text,
     m.artifact = j.value("artifact", "");
     m.producer = j.value("producer", "");
     m.compileFlags = j.value("compile_flags", "");
+    if (j.contains("architecture")) {
+      if (!j.at("architecture").is_object())
+        fail("\"architecture\" must be an object");
+      m.architecture = j.at("architecture").dump();
+    }
     m.worldSize = integer<int>(j.at("world_size"), "world_size");
     for (const json &axis : j.at("mesh"))
       m.mesh.emplace_back(axis.at("name").get<std::string>(),

@@ -117,3 +117,15 @@ func.func @batch_on_function() attributes {tessera.batch = {micro_batch_size = 1
 func.func @unknown() attributes {tessera.phases = "step"} {
   return
 }
+
+// -----
+
+// expected-error @+1 {{attribute 'tessera.architecture' must be a dictionary of integers, floats, bools and strings (Megatron-LM's argument names); 'layers' is not one, got {layers = [2]}}}
+module attributes {tessera.architecture = {layers = [2]}} {
+}
+
+// -----
+
+// expected-error @+1 {{attribute 'tessera.architecture' must be a dictionary of integers, floats, bools and strings (Megatron-LM's argument names), got "llama"}}
+module attributes {tessera.architecture = "llama"} {
+}

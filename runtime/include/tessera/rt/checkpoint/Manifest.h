@@ -83,6 +83,10 @@ struct CheckpointManifest {
   int64_t iteration = 0, consumedSamples = 0;
   uint64_t seed = 0;
   std::string model, artifact, producer, compileFlags;
+  /// The model's architecture record (a JSON object in Megatron-LM's
+  /// argument names, from the artifact; empty when it has none):
+  /// tessera-export reads it.
+  std::string architecture;
   int worldSize = 1;
   std::vector<std::pair<std::string, int>> mesh;
   std::string order;
