@@ -352,6 +352,10 @@ Status RankRun::run() {
   if (!o.saveDir.empty() && world)
     TESSERA_RETURN_IF_ERROR(world->barrier());
   TESSERA_RETURN_IF_ERROR(startTraining());
+  // --steps 0 --save DIR: the initial state as iteration 0 (to export the
+  // initialisation with tessera-export, or to start elsewhere from it).
+  if (startIteration == 0 && o.steps == 0)
+    TESSERA_RETURN_IF_ERROR(saveIfDue(0));
   for (int64_t it = startIteration + 1; it <= o.steps; ++it) {
     TESSERA_RETURN_IF_ERROR(trainIteration(it));
     TESSERA_RETURN_IF_ERROR(saveIfDue(it));
