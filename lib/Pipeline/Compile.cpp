@@ -9,6 +9,7 @@
 
 #include "tessera/Pipeline/Compile.h"
 #include "tessera/Conversion/Passes.h"
+#include "tessera/Frontend/HfImport.h"
 #include "tessera/Import/OnnxImport.h"
 #include "tessera/InitAll.h"
 #include "tessera/Pipeline/Reports.h"
@@ -35,8 +36,11 @@ namespace cl = llvm::cl;
 
 tessera::CompileOptions::CompileOptions()
     : input(cl::Positional,
-            cl::desc("<model.mlir or model.onnx (a torch.onnx.export, "
-                     "imported as tessera-translate --import-onnx does)>"),
+            cl::desc("<model.mlir, model.onnx (a torch.onnx.export, "
+                     "imported as tessera-translate --import-onnx does) or "
+                     "a Hugging Face model directory (config.json and "
+                     "safetensors: Llama, Mistral, Qwen3, Mixtral, its "
+                     "weights the initial values)>"),
             cl::Optional,
             cl::cat(getCompileCategory())),
       output("o", cl::desc("output file"), cl::value_desc("file"),
@@ -66,6 +70,10 @@ tessera::CompileOptions::CompileOptions()
                  cl::desc("json (default), text, or trace (a Chrome/Perfetto "
                           "trace of the planned schedule)"),
                  cl::init("json"), cl::cat(getCompileCategory())),
+      seqLength("seq-length",
+                cl::desc("a Hugging Face model's training sequence length "
+                         "(default: its max_position_embeddings)"),
+                cl::init(0), cl::cat(getCompileCategory())),
       loss("loss",
            cl::desc("for an ONNX model that returns logits: the loss to add "
                     "(cross-entropy: the mean token cross-entropy over a "
@@ -90,6 +98,27 @@ int fail(const llvm::Twine &message) {
 OwningOpRef<ModuleOp> loadModel(const tessera::CompileOptions &options,
                                 MLIRContext &context,
                                 llvm::SourceMgr &sourceMgr) {
+  if (tessera::isHfCheckpoint(options.input)) {
+    if (options.output == "-") {
+      fail("a Hugging Face model compiles to an artifact: give -o FILE (its "
+           "weights, converted to Megatron's layouts, go to FILE.weights)");
+      return nullptr;
+    }
+    tessera::HfImportOptions hf;
+    hf.seqLength = options.seqLength;
+    hf.weightsPath = options.output + ".weights";
+    std::string error;
+    OwningOpRef<ModuleOp> module =
+        tessera::importHfCheckpoint(&context, options.input, hf, error);
+    if (!module)
+      fail(error);
+    return module;
+  }
+  if (options.seqLength != 0) {
+    fail("--seq-length applies to Hugging Face model directories; '" +
+         options.input + "' states its sequence in its shapes");
+    return nullptr;
+  }
   if (tessera::isOnnxFile(options.input)) {
     if (!options.loss.empty() && options.loss != "cross-entropy") {
       fail("--loss must be 'cross-entropy', got '" + options.loss + "'");

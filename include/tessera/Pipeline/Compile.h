@@ -34,6 +34,8 @@ struct CompileOptions {
   llvm::cl::opt<int64_t> numLayers;
   llvm::cl::opt<std::string> emit;
   llvm::cl::opt<std::string> emitFormat;
+  /// Hugging Face model directories: the training sequence length.
+  llvm::cl::opt<int64_t> seqLength;
   /// ONNX models that return logits: the loss to add ("cross-entropy").
   llvm::cl::opt<std::string> loss;
   /// --plan cluster.json: compile the layout tessera-plan ranks first.
