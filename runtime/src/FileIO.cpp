@@ -73,6 +73,11 @@ Status makeDirectories(const std::string &dir) {
 }
 
 Status writeFileAtomic(const std::string &path, const void *data, size_t size) {
+  return writeFileAtomic(path, {FilePiece{data, size}});
+}
+
+Status writeFileAtomic(const std::string &path,
+                       const std::vector<FilePiece> &pieces) {
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
@@ -84,15 +89,17 @@ Status writeFileAtomic(const std::string &path, const void *data, size_t size) {
     ::unlink(tmp.c_str());
     return dataLoss(path, ": ", what, ": ", std::strerror(err));
   };
-  const auto *p = static_cast<const uint8_t *>(data);
-  size_t done = 0;
-  while (done < size) {
-    ssize_t n = ::write(fd, p + done, size - done);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return fail("write failed");
-    done += size_t(n);
+  for (const FilePiece &piece : pieces) {
+    const auto *p = static_cast<const uint8_t *>(piece.data);
+    size_t done = 0;
+    while (done < piece.size) {
+      ssize_t n = ::write(fd, p + done, piece.size - done);
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        return fail("write failed");
+      done += size_t(n);
+    }
   }
   if (::fsync(fd) != 0)
     return fail("fsync failed");

@@ -582,10 +582,12 @@ Status HfModel::llama() {
 // Files
 //===----------------------------------------------------------------------===//
 
-/// The safetensors file of `tensors`: an 8-byte little-endian header size,
-/// the JSON header (names, dtypes, shapes, data offsets; padded with spaces
-/// to 8 bytes), then the data in header order.
-std::string safetensors(
+/// Writes the safetensors file of `tensors` to `path` atomically: an 8-byte
+/// little-endian header size, the JSON header (names, dtypes, shapes, data
+/// offsets; padded with spaces to 8 bytes), then the data in header order,
+/// straight from the tensors (no second copy of the model in memory).
+Status writeSafetensors(
+    const std::string &path,
     const std::vector<std::pair<std::string, Tensor>> &tensors) {
   json header;
   header["__metadata__"] = {{"format", "pt"}};
@@ -599,16 +601,15 @@ std::string safetensors(
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
-  std::string out(8, '\0');
+  std::string head(8, '\0');
   const uint64_t n = text.size();
   for (int i = 0; i < 8; ++i)
-    out[size_t(i)] = char((n >> (8 * i)) & 0xff);
-  out += text;
-  out.reserve(out.size() + size_t(at));
+    head[size_t(i)] = char((n >> (8 * i)) & 0xff);
+  head += text;
+  std::vector<FilePiece> pieces = {{head.data(), head.size()}};
   for (const auto &entry : tensors)
-    out.append(reinterpret_cast<const char *>(entry.second.data.data()),
-               entry.second.data.size());
-  return out;
+    pieces.push_back({entry.second.data.data(), entry.second.data.size()});
+  return writeFileAtomic(path, pieces);
 }
 
 } // namespace
@@ -645,7 +646,8 @@ StatusOr<ExportSummary> exportHuggingFace(const ExportOptions &options) {
         dtype = fb::DType::BF16;
   ExportSummary summary;
   for (auto &entry : model.tensors) {
-    entry.second = convert(entry.second, dtype);
+    if (entry.second.dtype != dtype)
+      entry.second = convert(entry.second, dtype);
     summary.parameters += entry.second.numel();
   }
   summary.tensors = int64_t(model.tensors.size());
@@ -660,9 +662,8 @@ StatusOr<ExportSummary> exportHuggingFace(const ExportOptions &options) {
   model.config["tessera_checkpoint_iteration"] = manifest.iteration;
 
   TESSERA_RETURN_IF_ERROR(makeDirectories(options.output));
-  const std::string file = safetensors(model.tensors);
   TESSERA_RETURN_IF_ERROR(
-      writeFileAtomic(options.output + "/model.safetensors", file));
+      writeSafetensors(options.output + "/model.safetensors", model.tensors));
   TESSERA_RETURN_IF_ERROR(writeFileAtomic(options.output + "/config.json",
                                           model.config.dump(2) + "\n"));
   return summary;

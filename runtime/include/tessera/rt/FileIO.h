@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace tessera::rt {
 
@@ -29,6 +30,15 @@ inline Status writeFileAtomic(const std::string &path,
                               const std::string &bytes) {
   return writeFileAtomic(path, bytes.data(), bytes.size());
 }
+/// Bytes of a file written in pieces.
+struct FilePiece {
+  const void *data;
+  size_t size;
+};
+/// The pieces one after another, written as above (no copy into one
+/// buffer: a large file costs no second copy in memory).
+Status writeFileAtomic(const std::string &path,
+                       const std::vector<FilePiece> &pieces);
 /// fsync of a directory (makes renames and creations in it durable).
 Status syncDirectory(const std::string &dir);
 /// mkdir -p (existing directories are fine).
