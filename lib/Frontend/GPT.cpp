@@ -387,7 +387,8 @@ Value GPTBuilder::layer(int64_t i, Value h) {
     Value w1 = param(p + "mlp.linear_fc1.weight", {F, H}, normal(c.initStd));
     Value bb1 = bias(p + "mlp.linear_fc1.bias", F);
     u = mark(nn::LinearOp::create(b, loc(p + "mlp.linear_fc1"), x, w1, bb1));
-    u = mark(nn::GeluOp::create(b, loc(p + "mlp.activation"), u));
+    u = mark(nn::GeluOp::create(b, loc(p + "mlp.activation"), u,
+                                c.openaiGelu ? "tanh" : "none"));
   }
   Value w2 = param(p + "mlp.linear_fc2.weight", {H, F}, outInit);
   Value bb2 = bias(p + "mlp.linear_fc2.bias", H);
@@ -452,7 +453,8 @@ Value GPTBuilder::moe(int64_t i, Value x, const std::string &outInit) {
   if (c.swiglu)
     u = mark(nn::SwiGLUOp::create(b, loc(p + "experts.activation"), u));
   else
-    u = mark(nn::GeluOp::create(b, loc(p + "experts.activation"), u));
+    u = mark(nn::GeluOp::create(b, loc(p + "experts.activation"), u,
+                                c.openaiGelu ? "tanh" : "none"));
   Value y = mark(nn::GroupedLinearOp::create(b, loc(p + "experts.linear_fc2"),
                                              u, dispatch.getCounts(), w2,
                                              IntegerAttr()));
@@ -536,7 +538,7 @@ DictionaryAttr GPTBuilder::architecture() {
   flag("add_bias_linear", !c.disableBiasLinear);
   flag("untie_embeddings_and_output_weights", !c.tieEmbeddings);
   flag("qk_layernorm", c.qkLayernorm);
-  s("activation", c.swiglu ? "swiglu" : "gelu");
+  s("activation", c.swiglu ? "swiglu" : c.openaiGelu ? "openai_gelu" : "gelu");
   f("init_method_std", c.initStd);
   i("num_experts", c.numExperts);
   if (c.numExperts > 0) {

@@ -48,6 +48,8 @@ public:
   bool get(llvm::StringRef name, llvm::ArrayRef<int64_t> shape,
            std::vector<float> &out, std::string &error);
 
+  bool has(llvm::StringRef name) const { return tensors.count(name); }
+
   /// The tensors no get() asked for.
   std::vector<std::string> unused() const {
     std::vector<std::string> names;
@@ -235,6 +237,58 @@ bool Checkpoint::get(llvm::StringRef name, llvm::ArrayRef<int64_t> shape,
   return true;
 }
 
+/// GPT-2's config.json (GPT2LMHeadModel): LayerNorm, GELU (gelu_new is
+/// Megatron's --openai-gelu), learned positions, biases, tied embeddings.
+bool readGpt2Config(const std::string &path, const llvm::json::Object &j,
+                    const HfImportOptions &options, GPTConfig &c,
+                    std::string &error) {
+  auto integer = [&](llvm::StringRef key, int64_t &field) {
+    if (std::optional<int64_t> v = j.getInteger(key)) {
+      field = *v;
+      return true;
+    }
+    error = path + ": needs the integer \"" + key.str() + "\"";
+    return false;
+  };
+  if (!integer("n_layer", c.layers) || !integer("n_embd", c.hidden) ||
+      !integer("n_head", c.heads) || !integer("vocab_size", c.vocab) ||
+      !integer("n_positions", c.maxPositions))
+    return false;
+  c.ffn = j.getInteger("n_inner").value_or(4 * c.hidden);
+  c.seq = options.seqLength ? options.seqLength : c.maxPositions;
+  if (c.seq > c.maxPositions) {
+    error = path + ": --seq-length " + std::to_string(c.seq) +
+            " exceeds n_positions " + std::to_string(c.maxPositions);
+    return false;
+  }
+  std::string act = j.getString("activation_function").value_or("gelu_new").str();
+  if (act == "gelu_new" || act == "gelu_pytorch_tanh")
+    c.openaiGelu = true;
+  else if (act != "gelu") {
+    error = path + ": activation_function '" + act +
+            "': Tessera's GPT has gelu (erf) or gelu_new (tanh)";
+    return false;
+  }
+  for (const char *unsupported :
+       {"scale_attn_by_inverse_layer_idx", "reorder_and_upcast_attn"})
+    if (j.getBoolean(unsupported).value_or(false)) {
+      error = path + ": " + unsupported + " is not Megatron's attention";
+      return false;
+    }
+  if (!j.getBoolean("scale_attn_weights").value_or(true)) {
+    error = path + ": scale_attn_weights false is not Megatron's attention";
+    return false;
+  }
+  c.layerNormEps = j.getNumber("layer_norm_epsilon").value_or(1e-5);
+  c.tieEmbeddings = j.getBoolean("tie_word_embeddings").value_or(true);
+  c.initStd = j.getNumber("initializer_range").value_or(0.02);
+  if (std::string why = validateGPTConfig(c); !why.empty()) {
+    error = path + ": " + why;
+    return false;
+  }
+  return true;
+}
+
 /// config.json to tessera-gen's configuration, or an error naming the
 /// field.
 bool readConfig(const std::string &path, const HfImportOptions &options,
@@ -256,11 +310,14 @@ bool readConfig(const std::string &path, const HfImportOptions &options,
   const llvm::json::Object &j = *parsed->getAsObject();
   std::string type = j.getString("model_type").value_or("").str();
   if (type != "llama" && type != "mistral" && type != "qwen3" &&
-      type != "mixtral") {
+      type != "mixtral" && type != "gpt2") {
     error = path + ": model_type '" + type +
-            "' is not one Tessera imports (llama, mistral, qwen3, mixtral)";
+            "' is not one Tessera imports (gpt2, llama, mistral, qwen3, "
+            "mixtral)";
     return false;
   }
+  if (type == "gpt2")
+    return readGpt2Config(path, j, options, c, error);
   auto integer = [&](llvm::StringRef key, int64_t &field) {
     if (std::optional<int64_t> v = j.getInteger(key)) {
       field = *v;
@@ -401,6 +458,105 @@ OwningOpRef<ModuleOp> importHfCheckpoint(MLIRContext *context,
                    std::vector<float> &into) {
     return ckpt.get(name, shape, into, error);
   };
+  // GPT-2: Conv1D weights are [in, out] (a Linear's transposed); c_attn's
+  // columns are [q (all heads) | k | v], Megatron's rows per head
+  // [q_h | k_h | v_h]. A GPT2Model's save has no "transformer." prefix.
+  const bool gpt2 = c.positionEmbeddingType == "learned_absolute";
+  const std::string tr =
+      gpt2 && !ckpt.has("transformer.wte.weight") && ckpt.has("wte.weight")
+          ? ""
+          : "transformer.";
+  auto transposed = [&](const std::string &name, int64_t rows, int64_t cols,
+                        std::vector<float> &into) {
+    if (!fetch(name, {rows, cols}, t))
+      return false;
+    into.resize(size_t(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t q = 0; q < cols; ++q)
+        into[size_t(q * rows + r)] = t[size_t(r * cols + q)];
+    return true;
+  };
+  // [3 H, cols] rows [q; k; v] to Megatron's per-head rows.
+  auto perHead = [&](const std::vector<float> &qkv, int64_t cols,
+                     std::vector<float> &into) {
+    into.clear();
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t part = 0; part < 3; ++part) {
+        const int64_t first = (part * heads + h) * d;
+        into.insert(into.end(), qkv.begin() + first * cols,
+                    qkv.begin() + (first + d) * cols);
+      }
+  };
+  auto gpt2Parameter = [&](const std::string &p, std::vector<float> &value,
+                           std::vector<int64_t> &shape, bool &ok) {
+    const std::string F4 = std::to_string(F);
+    if (p == "embedding.word_embeddings.weight") {
+      shape = {c.vocab, H};
+      ok = fetch(tr + "wte.weight", shape, value);
+    } else if (p == "embedding.position_embeddings.weight") {
+      shape = {c.maxPositions, H};
+      ok = fetch(tr + "wpe.weight", shape, value);
+    } else if (p == "output_layer.weight") {
+      shape = {c.vocab, H};
+      ok = fetch("lm_head.weight", shape, value);
+    } else if (p == "decoder.final_layernorm.weight" ||
+               p == "decoder.final_layernorm.bias") {
+      shape = {H};
+      ok = fetch(tr + "ln_f." + (p.back() == 't' ? "weight" : "bias"), shape,
+                 value);
+    } else {
+      llvm::StringRef s(p);
+      if (!s.consume_front("decoder.layers.")) {
+        error = dir + ": Tessera's parameter '" + p +
+                "' has no Hugging Face counterpart";
+        return false;
+      }
+      const size_t dot = s.find('.');
+      const std::string h = tr + "h." + s.substr(0, dot).str() + ".";
+      const std::string what = s.substr(dot + 1).str();
+      const std::string kind =
+          llvm::StringRef(what).ends_with(".weight") ? "weight" : "bias";
+      if (what == "input_layernorm." + kind ||
+          what == "pre_mlp_layernorm." + kind) {
+        shape = {H};
+        ok = fetch(h + (what[0] == 'i' ? "ln_1." : "ln_2.") + kind, shape,
+                   value);
+      } else if (what == "self_attention.linear_qkv.weight") {
+        ok = transposed(h + "attn.c_attn.weight", H, 3 * H, u);
+        if (ok)
+          perHead(u, H, value);
+        shape = {3 * H, H};
+      } else if (what == "self_attention.linear_qkv.bias") {
+        ok = fetch(h + "attn.c_attn.bias", {3 * H}, u);
+        if (ok)
+          perHead(u, 1, value);
+        shape = {3 * H};
+      } else if (what == "self_attention.linear_proj.weight") {
+        shape = {H, H};
+        ok = transposed(h + "attn.c_proj.weight", H, H, value);
+      } else if (what == "self_attention.linear_proj.bias") {
+        shape = {H};
+        ok = fetch(h + "attn.c_proj.bias", shape, value);
+      } else if (what == "mlp.linear_fc1.weight") {
+        shape = {F, H};
+        ok = transposed(h + "mlp.c_fc.weight", H, F, value);
+      } else if (what == "mlp.linear_fc1.bias") {
+        shape = {F};
+        ok = fetch(h + "mlp.c_fc.bias", shape, value);
+      } else if (what == "mlp.linear_fc2.weight") {
+        shape = {H, F};
+        ok = transposed(h + "mlp.c_proj.weight", F, H, value);
+      } else if (what == "mlp.linear_fc2.bias") {
+        shape = {H};
+        ok = fetch(h + "mlp.c_proj.bias", shape, value);
+      } else {
+        error = dir + ": Tessera's parameter '" + p +
+                "' has no Hugging Face counterpart";
+        return false;
+      }
+    }
+    return true;
+  };
   for (unsigned i = 0; i < func.getNumArguments(); ++i) {
     auto name = func.getArgAttrOfType<StringAttr>(i, kParamAttr);
     if (!name)
@@ -418,7 +574,10 @@ OwningOpRef<ModuleOp> importHfCheckpoint(MLIRContext *context,
       return s.substr(dot + 1).str();
     };
     bool ok = true;
-    if (p == "embedding.word_embeddings.weight") {
+    if (gpt2) {
+      if (!gpt2Parameter(p, value, shape, ok))
+        return nullptr;
+    } else if (p == "embedding.word_embeddings.weight") {
       shape = {c.vocab, H};
       ok = fetch("model.embed_tokens.weight", shape, value);
     } else if (p == "output_layer.weight") {
@@ -536,7 +695,11 @@ OwningOpRef<ModuleOp> importHfCheckpoint(MLIRContext *context,
   // A tied model has no lm_head (transformers may still save one).
   std::vector<std::string> left = ckpt.unused();
   llvm::erase_if(left, [&](const std::string &n) {
-    return c.tieEmbeddings && n == "lm_head.weight";
+    llvm::StringRef s(n);
+    // GPT-2's causal-mask buffers, which older saves include.
+    return (c.tieEmbeddings && n == "lm_head.weight") ||
+           (gpt2 && (s.ends_with(".attn.bias") ||
+                     s.ends_with(".attn.masked_bias")));
   });
   if (!left.empty()) {
     error = dir + ": tensor '" + left.front() +

@@ -103,6 +103,12 @@ static cl::opt<bool> swiglu(
              "size defaults to int(4 x hidden x 2/3 / 64) x 64"),
     cl::init(false));
 
+static cl::opt<bool> openaiGelu(
+    "openai-gelu",
+    cl::desc("GELU's tanh approximation (Megatron's --openai-gelu, GPT-2's "
+             "gelu_new) instead of the exact erf form"),
+    cl::init(false));
+
 static cl::opt<bool> groupQueryAttention(
     "group-query-attention",
     cl::desc("grouped-query attention (Megatron's): --num-query-groups "
@@ -184,6 +190,7 @@ int main(int argc, char **argv) {
   set(config.layerNormEps, normEpsilon);
   set(config.disableBiasLinear, disableBiasLinear);
   set(config.swiglu, swiglu);
+  set(config.openaiGelu, openaiGelu);
   set(config.qkLayernorm, qkLayernorm);
   set(config.kvChannels, kvChannels);
   if ((groupQueryAttention || numQueryGroups.getNumOccurrences()) &&

@@ -48,6 +48,9 @@ struct GPTConfig {
   /// hidden] weight (gate, up), silu(gate) * up, then linear_fc2 (the Llama
   /// family's, Hugging Face's gate_proj / up_proj / down_proj).
   bool swiglu = false;
+  /// Megatron's --openai-gelu: the GELU MLP's tanh approximation (GPT-2's,
+  /// Hugging Face's gelu_new) instead of the exact erf form.
+  bool openaiGelu = false;
   /// Megatron's --group-query-attention --num-query-groups: G key/value
   /// heads, each shared by heads/G query heads; linear_qkv's output is laid
   /// out per group [q (heads/G x d) | k (d) | v (d)]. 0: multi-head

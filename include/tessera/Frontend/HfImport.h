@@ -2,11 +2,12 @@
 //
 // tessera-compile DIR, DIR a Hugging Face model directory (config.json plus
 // model.safetensors or a sharded model.safetensors.index.json): the
-// architecture from config.json (LlamaForCausalLM, MistralForCausalLM,
-// Qwen3ForCausalLM, MixtralForCausalLM) built as tessera-gen builds it, and
+// architecture from config.json (GPT2LMHeadModel, LlamaForCausalLM,
+// MistralForCausalLM, Qwen3ForCausalLM, MixtralForCausalLM) built as
+// tessera-gen builds it, and
 // the pretrained weights as every parameter's initial value. The weights
-// are converted once, here, to Megatron's layouts (per-group fused QKV,
-// stacked gate/up, grouped experts) in one f32 file next to the artifact
+// are converted once, here, to Megatron's layouts (per-head or per-group
+// fused QKV, GPT-2's Conv1D transposed, stacked gate/up, grouped experts) in one f32 file next to the artifact
 // (`<artifact>.weights`), which the artifact names as external data: each
 // rank then reads only its own shards' bytes of it (mapped). The inverse
 // of tessera-export (tessera/rt/Export.h), as Megatron-Bridge's import is

@@ -242,6 +242,7 @@ StatusOr<Architecture> parseArchitecture(const std::string &text,
     a.rotaryPercent = j.value("rotary_percent", 1.0);
     a.ropeScaling = j.value("rope_scaling_factor", 0.0);
     a.swiglu = j.at("swiglu").get<bool>();
+    a.activation = j.value("activation", std::string("gelu"));
     a.bias = j.at("add_bias_linear").get<bool>();
     a.untied = j.at("untie_embeddings_and_output_weights").get<bool>();
     a.qkNorm = j.value("qk_layernorm", false);
@@ -434,8 +435,9 @@ Status HfModel::gpt2() {
             {"n_layer", a.layers},
             {"n_head", a.heads},
             {"n_inner", a.ffn},
-            // tessera-gen's GELU is the exact (erf) form.
-            {"activation_function", "gelu"},
+            // Megatron's --openai-gelu is GPT-2's gelu_new (tanh).
+            {"activation_function",
+             a.activation == "openai_gelu" ? "gelu_new" : "gelu"},
             {"layer_norm_epsilon", a.normEps},
             {"resid_pdrop", 0.0},
             {"embd_pdrop", 0.0},

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Makes a small Hugging Face model directory with random weights.
 
-Usage: hf_make.py --arch llama|qwen3|mixtral|mistral OUT [--bf16]
+Usage: hf_make.py --arch llama|qwen3|mixtral|mistral|gpt2 OUT [--bf16]
            [--tie] [--vocab 258]
 
 Builds the transformers model from a small config (hidden 64, 8 heads in 2
 key/value groups, 2 layers; Mixtral: 4 experts, top 2) with transformers'
-own random initialisation (seed 0) and saves it with save_pretrained
+own random initialisation (seed 0; GPT-2: hidden 64, 4 heads, gelu_new)
+and saves it with save_pretrained
 (config.json and model.safetensors), as a user would before compiling it
 with tessera-compile OUT.
 """
@@ -19,10 +20,12 @@ import transformers
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--arch", required=True,
-                    choices=["llama", "qwen3", "mixtral", "mistral"])
+                    choices=["llama", "qwen3", "mixtral", "mistral", "gpt2"])
     ap.add_argument("out")
     ap.add_argument("--bf16", action="store_true")
     ap.add_argument("--tie", action="store_true")
+    ap.add_argument("--untie", action="store_true",
+                    help="GPT-2 with its own lm_head")
     ap.add_argument("--vocab", type=int, default=258)
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -31,7 +34,13 @@ def main():
                   num_key_value_heads=2, max_position_embeddings=64,
                   rms_norm_eps=1e-5, rope_theta=10000.0,
                   tie_word_embeddings=args.tie, initializer_range=0.05)
-    if args.arch == "llama":
+    if args.arch == "gpt2":
+        config = transformers.GPT2Config(
+            vocab_size=args.vocab, n_embd=64, n_layer=2, n_head=4,
+            n_positions=64, activation_function="gelu_new",
+            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+            tie_word_embeddings=not args.untie, initializer_range=0.05)
+    elif args.arch == "llama":
         config = transformers.LlamaConfig(**common)
     elif args.arch == "mistral":
         config = transformers.MistralConfig(**common, sliding_window=None)
