@@ -70,6 +70,11 @@ tessera::CompileOptions::CompileOptions()
                  cl::desc("json (default), text, or trace (a Chrome/Perfetto "
                           "trace of the planned schedule)"),
                  cl::init("json"), cl::cat(getCompileCategory())),
+      hfCheckpoint("hf-checkpoint",
+                   cl::desc("a Hugging Face model directory to compile with "
+                            "its weights (the same as giving it as the "
+                            "input)"),
+                   cl::init(""), cl::cat(getCompileCategory())),
       seqLength("seq-length",
                 cl::desc("a Hugging Face model's training sequence length "
                          "(default: its max_position_embeddings)"),
@@ -93,12 +98,18 @@ int fail(const llvm::Twine &message) {
   return 1;
 }
 
+/// The model: the positional input, or --hf-checkpoint's directory.
+const std::string &modelPath(const tessera::CompileOptions &options) {
+  return options.hfCheckpoint.empty() ? options.input.getValue()
+                                      : options.hfCheckpoint.getValue();
+}
+
 /// The model of the positional input: nn IR (.mlir), or an ONNX export
 /// imported by lib/Import. Errors go to the context's handler.
 OwningOpRef<ModuleOp> loadModel(const tessera::CompileOptions &options,
                                 MLIRContext &context,
                                 llvm::SourceMgr &sourceMgr) {
-  if (tessera::isHfCheckpoint(options.input)) {
+  if (tessera::isHfCheckpoint(modelPath(options))) {
     if (options.output == "-") {
       fail("a Hugging Face model compiles to an artifact: give -o FILE (its "
            "weights, converted to Megatron's layouts, go to FILE.weights)");
@@ -109,32 +120,32 @@ OwningOpRef<ModuleOp> loadModel(const tessera::CompileOptions &options,
     hf.weightsPath = options.output + ".weights";
     std::string error;
     OwningOpRef<ModuleOp> module =
-        tessera::importHfCheckpoint(&context, options.input, hf, error);
+        tessera::importHfCheckpoint(&context, modelPath(options), hf, error);
     if (!module)
       fail(error);
     return module;
   }
   if (options.seqLength != 0) {
     fail("--seq-length applies to Hugging Face model directories; '" +
-         options.input + "' states its sequence in its shapes");
+         modelPath(options) + "' states its sequence in its shapes");
     return nullptr;
   }
-  if (tessera::isOnnxFile(options.input)) {
+  if (tessera::isOnnxFile(modelPath(options))) {
     if (!options.loss.empty() && options.loss != "cross-entropy") {
       fail("--loss must be 'cross-entropy', got '" + options.loss + "'");
       return nullptr;
     }
     tessera::OnnxImportOptions onnx;
     onnx.loss = options.loss;
-    return tessera::importOnnxModel(&context, options.input, onnx);
+    return tessera::importOnnxModel(&context, modelPath(options), onnx);
   }
   if (!options.loss.empty()) {
-    fail("--loss applies to ONNX models; '" + options.input +
+    fail("--loss applies to ONNX models; '" + modelPath(options) +
          "' is nn IR, which states its loss");
     return nullptr;
   }
   std::string error;
-  auto file = openInputFile(options.input, &error);
+  auto file = openInputFile(modelPath(options), &error);
   if (!file) {
     fail(error);
     return nullptr;
@@ -242,7 +253,7 @@ int emitSchedule(const tessera::CompileOptions &options,
       config.microbatches = 1;
   }
   config.layers = options.numLayers;
-  if (!options.input.empty()) {
+  if (!modelPath(options).empty()) {
     DialectRegistry registry;
     tessera::registerAllDialects(registry);
     MLIRContext context(registry);
@@ -274,6 +285,14 @@ int emitSchedule(const tessera::CompileOptions &options,
 int tessera::compile(const CompileOptions &options,
                      llvm::ArrayRef<const char *> args) {
   llvm::StringRef emit = options.emit, format = options.emitFormat;
+  if (!options.hfCheckpoint.empty()) {
+    if (!options.input.empty())
+      return fail("give the model once: '" + options.input +
+                  "' and --hf-checkpoint " + options.hfCheckpoint);
+    if (!tessera::isHfCheckpoint(options.hfCheckpoint))
+      return fail("--hf-checkpoint " + options.hfCheckpoint +
+                  ": not a Hugging Face model directory (no config.json)");
+  }
   if (!llvm::is_contained(
           {"artifact", "mlir", "rank-groups", "schedule", "memory", "buckets"},
           emit))
@@ -317,7 +336,7 @@ int tessera::compile(const CompileOptions &options,
     });
   if (emit == "schedule")
     return emitSchedule(options, *mesh);
-  if (options.input.empty())
+  if (modelPath(options).empty())
     return fail("no input model given (only --emit=rank-groups needs none)");
   // The pipeline's options as given, with the values the tool derives: dp
   // (--world-size) and the global batch (--micro-batches M stands for a
@@ -354,7 +373,7 @@ int tessera::compile(const CompileOptions &options,
   Builder b(&context);
   (*module)->setAttr(kCompileFlagsAttr, b.getStringAttr(llvm::join(args, " ")));
   (*module)->setAttr(kModelNameAttr,
-                     b.getStringAttr(llvm::sys::path::stem(options.input)));
+                     b.getStringAttr(llvm::sys::path::stem(modelPath(options))));
 
   // A pass's error about the options or the whole model is located at the
   // module itself: say it as the tool's error (naming the options), not as

@@ -34,6 +34,9 @@ struct CompileOptions {
   llvm::cl::opt<int64_t> numLayers;
   llvm::cl::opt<std::string> emit;
   llvm::cl::opt<std::string> emitFormat;
+  /// --hf-checkpoint DIR: a Hugging Face model directory, in place of the
+  /// positional input.
+  llvm::cl::opt<std::string> hfCheckpoint;
   /// Hugging Face model directories: the training sequence length.
   llvm::cl::opt<int64_t> seqLength;
   /// ONNX models that return logits: the loss to add ("cross-entropy").
