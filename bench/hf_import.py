@@ -24,6 +24,8 @@ import sys
 import tempfile
 
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from onnx_import import timed  # noqa: E402
 
 MAKE = r"""
 import json, sys, torch
@@ -55,16 +57,6 @@ json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
            "rope_theta": 500000.0, "tie_word_embeddings": False,
            "torch_dtype": "bfloat16"}, open(out + "/config.json", "w"))
 """
-
-
-def timed(cmd):
-    """Wall seconds and peak RSS (MiB) of `cmd`, run under GNU time."""
-    out = subprocess.run(["/usr/bin/time", "-f", "%e %M"] + cmd,
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{out.stderr[-2000:]}")
-    wall, kib = out.stderr.strip().splitlines()[-1].split()
-    return float(wall), round(int(kib) / 1024, 1)
 
 
 def main():

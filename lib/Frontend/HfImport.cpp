@@ -489,7 +489,6 @@ OwningOpRef<ModuleOp> importHfCheckpoint(MLIRContext *context,
   };
   auto gpt2Parameter = [&](const std::string &p, std::vector<float> &value,
                            std::vector<int64_t> &shape, bool &ok) {
-    const std::string F4 = std::to_string(F);
     if (p == "embedding.word_embeddings.weight") {
       shape = {c.vocab, H};
       ok = fetch(tr + "wte.weight", shape, value);
@@ -531,28 +530,32 @@ OwningOpRef<ModuleOp> importHfCheckpoint(MLIRContext *context,
         if (ok)
           perHead(u, 1, value);
         shape = {3 * H};
-      } else if (what == "self_attention.linear_proj.weight") {
-        shape = {H, H};
-        ok = transposed(h + "attn.c_proj.weight", H, H, value);
-      } else if (what == "self_attention.linear_proj.bias") {
-        shape = {H};
-        ok = fetch(h + "attn.c_proj.bias", shape, value);
-      } else if (what == "mlp.linear_fc1.weight") {
-        shape = {F, H};
-        ok = transposed(h + "mlp.c_fc.weight", H, F, value);
-      } else if (what == "mlp.linear_fc1.bias") {
-        shape = {F};
-        ok = fetch(h + "mlp.c_fc.bias", shape, value);
-      } else if (what == "mlp.linear_fc2.weight") {
-        shape = {H, F};
-        ok = transposed(h + "mlp.c_proj.weight", F, H, value);
-      } else if (what == "mlp.linear_fc2.bias") {
-        shape = {H};
-        ok = fetch(h + "mlp.c_proj.bias", shape, value);
       } else {
-        error = dir + ": Tessera's parameter '" + p +
-                "' has no Hugging Face counterpart";
-        return false;
+        // The other linears: Conv1D [in, out] weights and [out] biases.
+        struct Linear {
+          const char *megatron, *hf;
+          int64_t in, out;
+        };
+        const Linear linears[] = {
+            {"self_attention.linear_proj.", "attn.c_proj.", H, H},
+            {"mlp.linear_fc1.", "mlp.c_fc.", H, F},
+            {"mlp.linear_fc2.", "mlp.c_proj.", F, H}};
+        const Linear *l = llvm::find_if(linears, [&](const Linear &x) {
+          return what == x.megatron + kind;
+        });
+        if (l == std::end(linears)) {
+          error = dir + ": Tessera's parameter '" + p +
+                  "' has no Hugging Face counterpart";
+          return false;
+        }
+        const std::string name = h + l->hf + kind;
+        if (kind == "weight") {
+          shape = {l->out, l->in};
+          ok = transposed(name, l->in, l->out, value);
+        } else {
+          shape = {l->out};
+          ok = fetch(name, shape, value);
+        }
       }
     }
     return true;

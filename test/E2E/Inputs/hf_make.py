@@ -2,14 +2,17 @@
 """Makes a small Hugging Face model directory with random weights.
 
 Usage: hf_make.py --arch llama|qwen3|mixtral|mistral|gpt2 OUT [--bf16]
-           [--tie] [--vocab 258]
+           [--fp16] [--tie] [--untie] [--vocab 258] [--max-shard-size 100KB]
+           [--no-prefix]
 
 Builds the transformers model from a small config (hidden 64, 8 heads in 2
 key/value groups, 2 layers; Mixtral: 4 experts, top 2) with transformers'
 own random initialisation (seed 0; GPT-2: hidden 64, 4 heads, gelu_new)
 and saves it with save_pretrained
-(config.json and model.safetensors), as a user would before compiling it
-with tessera-compile OUT.
+(config.json and model.safetensors, or shards and their index with
+--max-shard-size), as a user would before compiling it with
+tessera-compile OUT. --no-prefix (GPT-2) renames the tensors as a
+GPT2Model's save has them (no "transformer.").
 """
 import argparse
 
@@ -23,6 +26,9 @@ def main():
                     choices=["llama", "qwen3", "mixtral", "mistral", "gpt2"])
     ap.add_argument("out")
     ap.add_argument("--bf16", action="store_true")
+    ap.add_argument("--fp16", action="store_true")
+    ap.add_argument("--max-shard-size", default="5GB")
+    ap.add_argument("--no-prefix", action="store_true")
     ap.add_argument("--tie", action="store_true")
     ap.add_argument("--untie", action="store_true",
                     help="GPT-2 with its own lm_head")
@@ -52,7 +58,16 @@ def main():
     model = transformers.AutoModelForCausalLM.from_config(config)
     if args.bf16:
         model = model.to(torch.bfloat16)
-    model.save_pretrained(args.out, safe_serialization=True)
+    if args.fp16:
+        model = model.to(torch.float16)
+    model.save_pretrained(args.out, safe_serialization=True,
+                          max_shard_size=args.max_shard_size)
+    if args.no_prefix:
+        from safetensors.torch import load_file, save_file
+        path = args.out + "/model.safetensors"
+        tensors = load_file(path)
+        save_file({k.removeprefix("transformer."): v
+                   for k, v in tensors.items()}, path, metadata={"format": "pt"})
 
 
 if __name__ == "__main__":
