@@ -2,7 +2,9 @@
 """GPT training step on one GPU, Tessera's cuda backend beside PyTorch's.
 
 For each size and precision (bf16: bf16 parameters and GEMMs on tensor
-cores with f32 accumulation, Megatron's; fp32: f32 GEMMs, TF32 off),
+cores with f32 accumulation, Megatron's; fp16: the same in f16 with a
+dynamic loss scale starting at 65536, which the data here never overflow,
+so every timed step updates; fp32: f32 GEMMs, TF32 off),
 tessera-gen gpt -> tessera-compile -> tessera-run -n 1 --backend cuda on the
 Northanger Abbey tokens (tessera-preprocess): W warm-up steps, then the
 median step time over S timed steps gives tokens/s (micro batch x seq /
@@ -21,7 +23,8 @@ trained in PyTorch on the same GPU, same shapes and optimizer (AdamW with
 Megatron's no-decay group, gradients clipped to norm 1.0, as tessera-compile
 defaults to): eager, and
 torch.compile'd where that works (--torch-compile), with bf16 autocast for
-bf16 and TF32 off for fp32. Its attention is
+bf16, fp16 autocast and torch.amp.GradScaler(init_scale=65536) for fp16,
+and TF32 off for fp32. Its attention is
 torch.nn.functional.scaled_dot_product_attention (flash or memory-efficient
 kernels), what a PyTorch user runs. Its TFLOP/s use the same FLOP count
 as Tessera's, so the two MFUs compare directly; tessera_vs_torch is the
@@ -159,6 +162,8 @@ def torch_step(spec, seq, micro_batch, warmup, steps, compile_too):
              {"params": [p for n, p in named if not (p.ndim > 1 and not n.endswith("bias"))],
               "weight_decay": 0.0}], lr=1e-4)
         fn = torch.compile(model) if compiled else model
+        scaler = torch.amp.GradScaler("cuda", init_scale=65536.0,
+                                      enabled=precision == "fp16")
         gen = torch.Generator(device="cuda").manual_seed(1)
         tokens = torch.randint(0, VOCAB, (micro_batch, seq + 1), device="cuda",
                                generator=gen)
@@ -168,12 +173,15 @@ def torch_step(spec, seq, micro_batch, warmup, steps, compile_too):
         for i in range(warmup + steps):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            with torch.autocast("cuda", dtype=torch.bfloat16,
-                                enabled=precision == "bf16"):
+            with torch.autocast("cuda", dtype=torch.float16
+                                if precision == "fp16" else torch.bfloat16,
+                                enabled=precision in ("bf16", "fp16")):
                 loss = fn(x, y)
-            loss.backward()
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
+            scaler.step(opt)
+            scaler.update()
             opt.zero_grad(set_to_none=True)
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
@@ -214,7 +222,8 @@ def main():
     ap.add_argument("--peak-tflops", type=float, default=989.0,
                     help="dense bf16 peak of the GPU (H100 SXM, H200: 989)")
     ap.add_argument("--precisions", default="bf16,fp32",
-                    help="bf16 (tessera-compile --bf16) and/or fp32")
+                    help="bf16 (tessera-compile --bf16), fp16 (--fp16) "
+                         "and/or fp32")
     ap.add_argument("--torch", action=argparse.BooleanOptionalAction,
                     default=True, help="also train the GPT in PyTorch")
     ap.add_argument("--torch-compile", action=argparse.BooleanOptionalAction,
@@ -243,7 +252,7 @@ def main():
     configs = []
     for size in args.sizes.split(","):
         for precision in args.precisions.split(","):
-            if precision not in ("fp32", "bf16"):
+            if precision not in ("fp32", "bf16", "fp16"):
                 raise SystemExit(f"--precisions: unknown precision '{precision}'")
             hidden, heads, layers = (int(x) for x in size.split(":"))
             configs.append((hidden, heads, layers, precision))
@@ -262,7 +271,9 @@ def main():
             run([tool("tessera-compile"), mlir, "--micro-batch-size",
                  str(args.micro_batch), "--global-batch-size",
                  str(args.micro_batch), "-o", artifact(d, hidden, precision)] +
-                (["--bf16"] if precision == "bf16" else []))
+                (["--bf16"] if precision == "bf16" else []) +
+                (["--fp16", "--initial-loss-scale", "65536"]
+                 if precision == "fp16" else []))
 
     if args.prepare:
         prepare(args.prepare)

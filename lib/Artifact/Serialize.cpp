@@ -43,6 +43,8 @@ static fa::DType dtypeOf(Type element) {
     return fa::DType::I64;
   if (element.isBF16())
     return fa::DType::BF16;
+  if (element.isF16())
+    return fa::DType::F16;
   return fa::DType::F32;
 }
 
@@ -551,6 +553,10 @@ LogicalResult Writer::write(llvm::raw_ostream &os) {
       auto a = opt.getAs<IntegerAttr>(n);
       return a ? a.getInt() : 0;
     };
+    auto d = [&](StringRef n, double otherwise) {
+      auto a = opt.getAs<FloatAttr>(n);
+      return a ? a.getValueAsDouble() : otherwise;
+    };
     auto style = opt.getAs<StringAttr>("lr_decay_style");
     auto styleStr = fbb.CreateString(style ? style.getValue().str() : "constant");
     float minLr = opt.getAs<FloatAttr>("min_lr")
@@ -565,7 +571,16 @@ LogicalResult Writer::write(llvm::raw_ostream &os) {
                                      : 0.0f,
                                  opt.getAs<FloatAttr>("momentum")
                                      ? f("momentum")
-                                     : 0.0f);
+                                     : 0.0f,
+                                 d("loss_scale", 0.0),
+                                 d("initial_loss_scale", 0.0),
+                                 d("min_loss_scale", 1.0),
+                                 opt.getAs<IntegerAttr>("loss_scale_window")
+                                     ? i("loss_scale_window")
+                                     : 1000,
+                                 opt.getAs<IntegerAttr>("hysteresis")
+                                     ? int32_t(i("hysteresis"))
+                                     : 2);
   }
   std::string flags;
   if (auto a = module->getAttrOfType<StringAttr>(kCompileFlagsAttr))

@@ -24,8 +24,30 @@ tessera::checkTrainPipelineOptions(const TrainPipelineOptions &options) {
       (!options.bf16 || options.gradReduceInFp32.getNumOccurrences()))
     return "--grad-reduce-in-bf16 needs --bf16 and excludes "
            "--grad-reduce-in-fp32";
-  if (options.gemmDtype.getNumOccurrences() && !options.bf16)
-    return "--gemm-dtype needs --bf16 (without it every GEMM is f32)";
+  if (options.bf16 && options.fp16)
+    return "--fp16 and --bf16 exclude each other (one 16-bit parameter "
+           "dtype)";
+  if (options.fp16 && options.gradReduceInFp32.getNumOccurrences() &&
+      !options.gradReduceInFp32)
+    return "--fp16 reduces gradients in f32 (Megatron's "
+           "--accumulate-allreduce-grads-in-fp32); --grad-reduce-in-fp32=false "
+           "is not supported with it";
+  if (options.gemmDtype.getNumOccurrences() && !options.bf16 && !options.fp16)
+    return "--gemm-dtype needs --bf16 or --fp16 (without them every GEMM is "
+           "f32)";
+  if (!options.fp16) {
+    const std::pair<const char *, bool> scalerFlags[] = {
+        {"loss-scale", options.lossScale.getNumOccurrences() > 0},
+        {"initial-loss-scale", options.initialLossScale.getNumOccurrences() > 0},
+        {"min-loss-scale", options.minLossScale.getNumOccurrences() > 0},
+        {"loss-scale-window", options.lossScaleWindow.getNumOccurrences() > 0},
+        {"hysteresis", options.hysteresis.getNumOccurrences() > 0}};
+    for (auto [flag, given] : scalerFlags)
+      if (given)
+        return std::string("--") + flag +
+               " needs --fp16 (loss scaling is fp16's; bf16 and fp32 train "
+               "unscaled)";
+  }
   if (options.gemmDtype != "bf16" && options.gemmDtype != "f32")
     return "--gemm-dtype must be bf16 or f32, got '" + options.gemmDtype + "'";
   if (!options.moeRouterDtype.empty() && options.moeRouterDtype != "fp32")
@@ -68,9 +90,9 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   split.stageLayers.assign(options.ppLayers.begin(), options.ppLayers.end());
   pm.addPass(dist::createPPSplitPass(split));
 
-  if (options.bf16) {
+  if (options.bf16 || options.fp16) {
     nn::MixedPrecisionPassOptions mp;
-    mp.paramsDtype = "bf16";
+    mp.paramsDtype = options.fp16 ? "f16" : "bf16";
     mp.gradReduceInFp32 = options.gradReduceInFp32 && !options.gradReduceInBf16;
     mp.gemmDtype = options.gemmDtype;
     mp.moeRouterDtype = options.moeRouterDtype;
@@ -117,6 +139,11 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   opt.lrDecayIters = options.lrDecayIters;
   opt.lrDecayStyle = options.lrDecayStyle;
   opt.minLr = options.minLr;
+  opt.lossScale = options.lossScale;
+  opt.initialLossScale = options.initialLossScale;
+  opt.minLossScale = options.minLossScale;
+  opt.lossScaleWindow = options.lossScaleWindow;
+  opt.hysteresis = options.hysteresis;
   pm.addPass(nn::createOptimizerPass(opt));
 
   dist::PPSchedulePassOptions schedule;

@@ -449,7 +449,7 @@ static mlir::FailureOr<MemoryRows> memoryRows(mlir::ModuleOp module) {
   // gradients, once more for the parameters with the distributed optimizer.
   int64_t bufferPadding = 0;
   auto dtypeBytes = [](FloatDtype dtype) {
-    return dtype == FloatDtype::BF16 ? 2 : 4;
+    return floatDtypeBytes(dtype);
   };
   for (auto gb : module.getOps<dist::GradBufferOp>())
     bufferPadding += (gb.getNumel() - gb.getNumelUnpadded()) *

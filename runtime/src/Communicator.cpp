@@ -17,6 +17,7 @@ int64_t elementSize(ElementType type) {
   case ElementType::F64:
     return 8;
   case ElementType::BF16:
+  case ElementType::F16:
     return 2;
   }
   return 0;

@@ -504,9 +504,9 @@ Status initParameterBuffer(const fb::Artifact &artifact,
   auto error = [&](auto &&...args) {
     return invalidArgument(fileName, ": parameter '", name, "': ", args...);
   };
-  // bf16 parameters get the same f32 values; the caller rounds them.
-  if (buffer.dtype() != fb::DType::F32 && buffer.dtype() != fb::DType::BF16)
-    return error("only F32 and BF16 parameters can be initialised, got ",
+  // 16-bit parameters get the same f32 values; the caller rounds them.
+  if (!isFloatDType(buffer.dtype()))
+    return error("only F32, BF16 and F16 parameters can be initialised, got ",
                  fb::EnumNameDType(buffer.dtype()));
   std::vector<int64_t> local, global;
   if (buffer.shape())

@@ -522,7 +522,7 @@ TEST_F(ArtifactTest, MainParamAndCastChecks) {
       "params are F32)");
   expectError(with([](ProgramDesc &p) { p.buffers[1].dtype = fb::DType::I32; }),
               "buffer 1 'fc.bias' is a parameter of dtype I32 (parameters "
-              "are F32 or BF16)");
+              "are F32, BF16 or F16)");
   expectError(with([](ProgramDesc &p) {
                 p.function("init")[0].operands.push_back(p.ref(0));
               }),

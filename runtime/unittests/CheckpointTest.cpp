@@ -939,7 +939,8 @@ TEST(MainParamTest, ParameterDtypeChangesConvert) {
       t.dtype = fb::DType::I32;
   expectError(planCheckpointLoad(m32, *bf16, 0, o, "ckpt").status(),
               "parameter 'w' is I32 in checkpoint ckpt but BF16 in bf16.tsr: "
-              "only F32 and BF16 parameters convert into each other");
+              "only float (F32, BF16, F16) parameters convert into each "
+              "other");
 }
 
 //===----------------------------------------------------------------------===//

@@ -111,8 +111,8 @@ TEST_F(CpuBackendTest, GemmBf16IsTheF32GemmOfTheWidenedOperands) {
                                  beta, ref.data())
                           .ok());
           ASSERT_TRUE(backend
-                          ->gemmBf16(ta, tb, m, n, k, 0.5f, a.data(), b.data(),
-                                     beta, c.data())
+                          ->gemmHalf(FloatFormat::BF16, ta, tb, m, n, k, 0.5f,
+                                     a.data(), b.data(), beta, c.data())
                           .ok());
           SCOPED_TRACE(testing::Message() << "m=" << m << " n=" << n << " k="
                                           << k << " ta=" << ta << " tb=" << tb
@@ -615,12 +615,26 @@ TEST_F(CpuBackendTest, SumSquaresClipGradNormScaleBy) {
         {0.0f, 25.0f, 1.0f},
         {1.0f, std::nanf(""), 1.0f}}) {
     float norm = 0, c = 0;
-    ASSERT_TRUE(backend->clipGradNorm(&sumsq, &norm, &c, maxNorm).ok());
+    ASSERT_TRUE(backend->clipGradNorm(&sumsq, &norm, &c, maxNorm, 1.0f).ok());
     if (std::isnan(sumsq))
       EXPECT_TRUE(std::isnan(norm));
     else
       EXPECT_EQ(norm, 5.0f);
     EXPECT_EQ(c, coeff) << "max_norm " << maxNorm;
+    // fp16: the squares of gradients scaled by 2^10; the norm and the
+    // coefficient come out unscaled exactly (powers of two), the
+    // coefficient carrying the unscaling.
+    float scaledSq = sumsq * 1048576.0f, norm16 = 0, c16 = 0;
+    ASSERT_TRUE(backend
+                    ->clipGradNorm(&scaledSq, &norm16, &c16, maxNorm,
+                                   1.0f / 1024.0f)
+                    .ok());
+    if (std::isnan(sumsq)) {
+      EXPECT_TRUE(std::isnan(norm16));
+    } else {
+      EXPECT_EQ(norm16, 5.0f);
+      EXPECT_EQ(c16, coeff / 1024.0f) << "max_norm " << maxNorm;
+    }
   }
   auto x = random(19);
   std::vector<float> y(19);
@@ -757,6 +771,155 @@ TEST(Bf16Test, MatchesReferenceOnRandomBits) {
   }
 }
 
+// IEEE half (--fp16): the host/device conversions of BF16.h.
+TEST(F16Test, KnownValues) {
+  EXPECT_EQ(floatToF16(1.0f), 0x3c00);
+  EXPECT_EQ(floatToF16(-2.0f), 0xc000);
+  EXPECT_EQ(floatToF16(0.0f), 0x0000);
+  EXPECT_EQ(floatToF16(-0.0f), 0x8000);
+  EXPECT_EQ(floatToF16(65504.0f), 0x7bff); // the largest finite
+  EXPECT_EQ(floatToF16(65519.996f), 0x7bff);
+  EXPECT_EQ(floatToF16(65520.0f), 0x7c00); // rounds up: infinity
+  EXPECT_EQ(floatToF16(-1e10f), 0xfc00);
+  EXPECT_EQ(floatToF16(std::numeric_limits<float>::infinity()), 0x7c00);
+  EXPECT_EQ(floatToF16(std::ldexp(1.0f, -14)), 0x0400); // smallest normal
+  EXPECT_EQ(floatToF16(std::ldexp(1.0f, -24)), 0x0001); // smallest subnormal
+  EXPECT_EQ(floatToF16(std::ldexp(1.0f, -25)), 0x0000); // tie: to even (0)
+  EXPECT_EQ(floatToF16(std::ldexp(3.0f, -25)), 0x0002); // tie: to even (2)
+  EXPECT_EQ(floatToF16(std::ldexp(3.0f, -26)), 0x0001);
+  EXPECT_EQ(floatToF16(1.0f + std::ldexp(1.0f, -11)), 0x3c00); // tie, even
+  EXPECT_EQ(floatToF16(1.0f + std::ldexp(3.0f, -11)), 0x3c02);
+  uint16_t nan = floatToF16(-std::numeric_limits<float>::quiet_NaN());
+  EXPECT_EQ(nan & 0x7e00, 0x7e00);
+  EXPECT_EQ(nan & 0x8000, 0x8000);
+  EXPECT_EQ(f16ToFloat(0x7bff), 65504.0f);
+  EXPECT_EQ(f16ToFloat(0x0001), std::ldexp(1.0f, -24));
+  EXPECT_EQ(f16ToFloat(0x83ff), -std::ldexp(1023.0f, -24));
+  EXPECT_TRUE(std::isinf(f16ToFloat(0xfc00)) && f16ToFloat(0xfc00) < 0);
+  EXPECT_TRUE(std::isnan(f16ToFloat(0x7c01)));
+}
+
+TEST(F16Test, WideningIsExactAndRoundTrips) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = f16ToFloat(uint16_t(h));
+    const uint32_t e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    const float sign = (h & 0x8000) ? -1.0f : 1.0f;
+    if (e == 0x1f) {
+      EXPECT_TRUE(m ? std::isnan(f) : std::isinf(f)) << std::hex << h;
+      if (m)
+        EXPECT_TRUE(std::isnan(f16ToFloat(floatToF16(f))));
+      else
+        ASSERT_EQ(floatToF16(f), h);
+      continue;
+    }
+    const float want = e == 0 ? sign * std::ldexp(float(m), -24)
+                              : sign * std::ldexp(float(m | 0x400), int(e) - 25);
+    ASSERT_EQ(bitsOf(f), bitsOf(want)) << std::hex << h;
+    ASSERT_EQ(floatToF16(f), h) << std::hex << h;
+  }
+}
+
+TEST(F16Test, MatchesTheCompilersHalfOnRandomBits) {
+#ifdef __FLT16_MANT_DIG__
+  std::mt19937 gen(11);
+  std::vector<float> v(1 << 20);
+  for (size_t i = 0; i < v.size(); ++i) {
+    // Half of them random bits, half in and around f16's range.
+    v[i] = i % 2 ? floatOf(uint32_t(gen()))
+                 : std::ldexp(float(gen() % 0x1000000) / 16777216.0f,
+                              int(gen() % 48) - 30) *
+                       (gen() % 2 ? 1.0f : -1.0f);
+  }
+  std::vector<uint16_t> out(v.size());
+  floatsToF16(v.data(), out.data(), int64_t(v.size()));
+  for (size_t i = 0; i < v.size(); ++i) {
+    _Float16 ref = static_cast<_Float16>(v[i]);
+    uint16_t refBits;
+    std::memcpy(&refBits, &ref, 2);
+    if (std::isnan(v[i]))
+      ASSERT_TRUE(std::isnan(f16ToFloat(out[i])));
+    else
+      ASSERT_EQ(out[i], refBits) << std::hex << bitsOf(v[i]);
+    ASSERT_EQ(floatToF16(v[i]), out[i]);
+  }
+#else
+  GTEST_SKIP() << "the compiler has no _Float16";
+#endif
+}
+
+TEST_F(CpuBackendTest, F16CastsGemmAndSums) {
+  // f32 -> f16 -> f32 through Cast is the reference rounding; the f16 GEMM
+  // is the f32 GEMM of the widened operands, as for bf16.
+  const int64_t n = 40001;
+  std::vector<float> x = random(size_t(n), 300.0f);
+  x[0] = 1e6f; // overflows to infinity
+  std::vector<uint16_t> h(static_cast<size_t>(n));
+  ASSERT_TRUE(backend
+                  ->cast(x.data(), FloatFormat::F32, h.data(), FloatFormat::F16,
+                         n, 0.0f)
+                  .ok());
+  std::vector<float> back(static_cast<size_t>(n));
+  ASSERT_TRUE(backend
+                  ->cast(h.data(), FloatFormat::F16, back.data(),
+                         FloatFormat::F32, n, 0.0f)
+                  .ok());
+  EXPECT_TRUE(std::isinf(back[0]));
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(h[size_t(i)], floatToF16(x[size_t(i)]));
+    ASSERT_EQ(back[size_t(i)], f16ToFloat(h[size_t(i)]));
+  }
+  // bf16 <-> f16 directly: through f32, one rounding.
+  std::vector<uint16_t> b(static_cast<size_t>(n));
+  ASSERT_TRUE(backend
+                  ->cast(h.data(), FloatFormat::F16, b.data(), FloatFormat::BF16,
+                         n, 0.0f)
+                  .ok());
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(b[size_t(i)], floatToBf16(back[size_t(i)]));
+  const int64_t m = 7, k = 33, c = 5;
+  std::vector<float> a32 = random(size_t(m * k)), b32 = random(size_t(k * c));
+  std::vector<uint16_t> ah(a32.size()), bh(b32.size());
+  floatsToF16(a32.data(), ah.data(), int64_t(a32.size()));
+  floatsToF16(b32.data(), bh.data(), int64_t(b32.size()));
+  f16ToFloats(ah.data(), a32.data(), int64_t(a32.size()));
+  f16ToFloats(bh.data(), b32.data(), int64_t(b32.size()));
+  std::vector<float> ref(static_cast<size_t>(m * c)), got(ref.size());
+  // B given [c, k] (transposed).
+  std::vector<uint16_t> bt(static_cast<size_t>(c * k));
+  for (int64_t i = 0; i < k; ++i)
+    for (int64_t j = 0; j < c; ++j)
+      bt[size_t(j * k + i)] = bh[size_t(i * c + j)];
+  std::vector<float> b32t(bt.size());
+  f16ToFloats(bt.data(), b32t.data(), c * k);
+  ASSERT_TRUE(backend
+                  ->gemm(false, true, m, c, k, 1.0f, a32.data(), b32t.data(),
+                         0.0f, ref.data())
+                  .ok());
+  ASSERT_TRUE(backend
+                  ->gemmHalf(FloatFormat::F16, false, true, m, c, k, 1.0f,
+                             ah.data(), bt.data(), 0.0f, got.data())
+                  .ok());
+  EXPECT_EQ(0, std::memcmp(got.data(), ref.data(), got.size() * 4));
+  // f16 fill, scale and axpy round once.
+  std::vector<uint16_t> y(static_cast<size_t>(n));
+  ASSERT_TRUE(backend->fillHalf(FloatFormat::F16, y.data(), 0.1f, n).ok());
+  EXPECT_EQ(y[17], floatToF16(0.1f));
+  ASSERT_TRUE(
+      backend->scaleHalf(FloatFormat::F16, h.data(), y.data(), 0.5f, n).ok());
+  EXPECT_EQ(y[3], floatToF16(0.5f * f16ToFloat(h[3])));
+  std::vector<uint16_t> acc = y;
+  ASSERT_TRUE(
+      backend->axpyHalf(FloatFormat::F16, 2.0f, h.data(), acc.data(), n).ok());
+  EXPECT_EQ(acc[5], floatToF16(f16ToFloat(y[5]) + 2.0f * f16ToFloat(h[5])));
+  float sum = 0;
+  ASSERT_TRUE(
+      backend->sumSquares(h.data() + 1, FloatFormat::F16, 3, &sum, false).ok());
+  double want = 0;
+  for (int i = 1; i <= 3; ++i)
+    want += double(f16ToFloat(h[size_t(i)])) * f16ToFloat(h[size_t(i)]);
+  EXPECT_EQ(sum, float(want));
+}
+
 TEST_F(CpuBackendTest, CastAllPairsWithAndWithoutBeta) {
   using FF = FloatFormat;
   for (int threads : {1, 2}) {
@@ -820,23 +983,25 @@ TEST_F(CpuBackendTest, Bf16FillScaleAxpy) {
   bo.numThreads = 2;
   auto be = std::move(*BackendRegistry::global().create("cpu", bo));
   std::vector<uint16_t> y(static_cast<size_t>(n), 0);
-  ASSERT_TRUE(be->fillBf16(y.data(), 0.1f, n).ok());
+  ASSERT_TRUE(be->fillHalf(FloatFormat::BF16, y.data(), 0.1f, n).ok());
   for (uint16_t h : y)
     ASSERT_EQ(h, referenceBf16(0.1f));
   std::vector<uint16_t> x = toBf16(random(size_t(n), 2.0f));
   std::vector<uint16_t> s(static_cast<size_t>(n));
-  ASSERT_TRUE(be->scaleBf16(x.data(), s.data(), 0.3f, n).ok());
+  ASSERT_TRUE(be->scaleHalf(FloatFormat::BF16, x.data(), s.data(), 0.3f, n).ok());
   std::vector<float> xs = widen(x), expect(static_cast<size_t>(n));
   for (size_t i = 0; i < expect.size(); ++i)
     expect[i] = 0.3f * xs[i];
   EXPECT_EQ(s, toBf16(expect));
   // In place (averaging a gradient over dp).
   std::vector<uint16_t> inPlace = x;
-  ASSERT_TRUE(be->scaleBf16(inPlace.data(), inPlace.data(), 0.3f, n).ok());
+  ASSERT_TRUE(be->scaleHalf(FloatFormat::BF16, inPlace.data(), inPlace.data(),
+                            0.3f, n)
+                  .ok());
   EXPECT_EQ(inPlace, s);
   std::vector<uint16_t> acc = toBf16(random(size_t(n)));
   std::vector<float> accF = widen(acc);
-  ASSERT_TRUE(be->axpyBf16(-0.5f, x.data(), acc.data(), n).ok());
+  ASSERT_TRUE(be->axpyHalf(FloatFormat::BF16, -0.5f, x.data(), acc.data(), n).ok());
   for (size_t i = 0; i < expect.size(); ++i)
     expect[i] = accF[i] + -0.5f * xs[i];
   EXPECT_EQ(acc, toBf16(expect));

@@ -628,7 +628,7 @@ TEST(ExecutorMixedPrecisionTest, LoadChecksNameTheOpAndDtype) {
         .push_back(instr(O::Gelu,
                          {p.ref(0), p.scratch({8, 4}, fb::DType::BF16)}, "g"));
     expectError(validateDesc(desc),
-                "(g): Gelu operand 0 (X) must be F32, got BF16[8, 4] (bf16 "
+                "(g): Gelu operand 0 (X) must be F32, got BF16[8, 4] (16-bit "
                 "values need a Cast to f32 first)");
   }
   {
@@ -646,7 +646,7 @@ TEST(ExecutorMixedPrecisionTest, LoadChecksNameTheOpAndDtype) {
     p.function("step").push_back(
         instr(O::Cast, {p.scratch({4}, fb::DType::I32), p.ref(1)}, "c"));
     expectError(validateDesc(desc),
-                "Cast operand 0 (X) must be F32 or BF16, got I32[4]");
+                "Cast operand 0 (X) must be F32, BF16 or F16, got I32[4]");
     p.function("step").back().operands[0] = p.scratch({5});
     expectError(validateDesc(desc), "must have the same number of elements");
   }
@@ -659,7 +659,7 @@ TEST(ExecutorMixedPrecisionTest, LoadChecksNameTheOpAndDtype) {
     p.function("step").push_back(mx);
     expectError(
         validateDesc(desc),
-        "AllReduce with reduce Max on BF16[8, 4] is not supported (bf16 "
+        "AllReduce with reduce Max on BF16[8, 4] is not supported (16-bit "
         "reductions are sums)");
   }
   // The bf16 kernels and casts themselves decode.
@@ -1009,7 +1009,8 @@ namespace {
 /// gradient's runs `normRuns`, the norm and coefficient for `maxNorm`, the
 /// gradient scaled, then Adam (weight decay 0.1) without decay on `noDecay`.
 ArtifactDesc clippedStep(std::vector<int64_t> normRuns,
-                         std::vector<int64_t> noDecay, float maxNorm) {
+                         std::vector<int64_t> noDecay, float maxNorm,
+                         bool unscale = false) {
   ArtifactDesc desc;
   ProgramDesc p;
   using K = fb::BufferKind;
@@ -1030,6 +1031,7 @@ ArtifactDesc clippedStep(std::vector<int64_t> normRuns,
   InstrDesc clip = instr(fb::Opcode::ClipGradNorm,
                          {sumsq, p.ref(norm), coeff}, "clip");
   clip.fattrs = {maxNorm};
+  clip.iattrs = {unscale ? 1 : 0};
   step.push_back(clip);
   step.push_back(instr(fb::Opcode::ScaleBy, {p.ref(grad), coeff, p.ref(grad)},
                        "scale"));
@@ -1087,6 +1089,80 @@ TEST(ExecutorTest, ClippingAndWeightDecayRuns) {
       EXPECT_FLOAT_EQ(got[size_t(i)], p) << "element " << i;
     }
   }
+}
+
+// fp16: the gradients are of a loss scaled by 8; ClipGradNorm {unscale}
+// gives the unscaled norm and a coefficient that unscales as it clips (the
+// update equals the one of the unscaled gradients), and a gradient that is
+// not finite skips the update: parameters and Adam state stay as they
+// were. LossSeed writes its value times the loss scale.
+TEST(ExecutorTest, Fp16UnscalesAndSkipsOverflowingSteps) {
+  std::vector<float> w(12), g(12), scaled(12);
+  for (int i = 0; i < 12; ++i) {
+    w[size_t(i)] = 0.5f + 0.1f * float(i);
+    g[size_t(i)] = 0.25f * float(i % 5) - 0.4f;
+    scaled[size_t(i)] = 8.0f * g[size_t(i)];
+  }
+  const int64_t one = 1;
+  for (float maxNorm : {0.5f, 0.0f}) {
+    SCOPED_TRACE("max_norm " + std::to_string(maxNorm));
+    auto ex = createForRank(clippedStep({}, {}, maxNorm, /*unscale=*/true), 0,
+                            "fp16.tsr");
+    ASSERT_TRUE(ex.ok()) << ex.status().toString();
+    (*ex)->setLossScale(8.0);
+    ASSERT_TRUE((*ex)->writeBuffer("w", w.data(), 48).ok());
+    ASSERT_TRUE((*ex)->writeBuffer("grad:w", scaled.data(), 48).ok());
+    ASSERT_TRUE((*ex)->writeBuffer("iteration", &one, 8).ok());
+    ASSERT_TRUE((*ex)->runFunction("step").ok());
+    EXPECT_FALSE((*ex)->lastIterationSkipped());
+    double sumsq = 0;
+    for (float x : g)
+      sumsq += double(x) * x;
+    const float norm = float(std::sqrt(sumsq));
+    EXPECT_EQ((*(*ex)->readFloatBuffer("grad_norm"))[0], norm);
+    const float c = math::clipCoefficient(norm, maxNorm);
+    std::vector<float> got = *(*ex)->readFloatBuffer("w");
+    for (int i = 0; i < 12; ++i) {
+      float p = w[size_t(i)], mi = 0, vi = 0;
+      math::adamUpdate(p, g[size_t(i)] * c, mi, vi, 0.9f, 0.95f,
+                       math::adamBiasCorrection(0.9f, 1),
+                       math::adamBiasCorrection(0.95f, 1), 0.01f, 1e-8f, 0.1f);
+      EXPECT_EQ(got[size_t(i)], p) << "element " << i;
+    }
+  }
+  // An inf in the gradients: nothing is updated.
+  auto ex = createForRank(clippedStep({}, {}, 1.0f, /*unscale=*/true), 0,
+                          "fp16.tsr");
+  ASSERT_TRUE(ex.ok()) << ex.status().toString();
+  (*ex)->setLossScale(65536.0);
+  scaled[5] = std::numeric_limits<float>::infinity();
+  ASSERT_TRUE((*ex)->writeBuffer("w", w.data(), 48).ok());
+  ASSERT_TRUE((*ex)->writeBuffer("grad:w", scaled.data(), 48).ok());
+  ASSERT_TRUE((*ex)->writeBuffer("iteration", &one, 8).ok());
+  ASSERT_TRUE((*ex)->runFunction("step").ok());
+  EXPECT_TRUE((*ex)->lastIterationSkipped());
+  EXPECT_TRUE(std::isinf((*(*ex)->readFloatBuffer("grad_norm"))[0]));
+  EXPECT_EQ(*(*ex)->readFloatBuffer("w"), w);
+  EXPECT_EQ(*(*ex)->readFloatBuffer("adam.exp_avg:w"), std::vector<float>(12));
+  EXPECT_EQ(*(*ex)->readFloatBuffer("adam.exp_avg_sq:w"),
+            std::vector<float>(12));
+}
+
+TEST(ExecutorTest, LossSeedCarriesTheLossScale) {
+  ArtifactDesc desc;
+  ProgramDesc p;
+  int y = p.add("seed", fb::BufferKind::Metric, {});
+  InstrDesc seed = instr(fb::Opcode::LossSeed, {p.ref(y)}, "seed");
+  seed.fattrs = {0.25f};
+  p.function("microbatch").push_back(seed);
+  desc.programs.push_back(std::move(p));
+  auto ex = createForRank(desc, 0, "seed.tsr");
+  ASSERT_TRUE(ex.ok()) << ex.status().toString();
+  ASSERT_TRUE((*ex)->runFunction("microbatch").ok());
+  EXPECT_EQ((*(*ex)->readFloatBuffer("seed"))[0], 0.25f);
+  (*ex)->setLossScale(4294967296.0);
+  ASSERT_TRUE((*ex)->runFunction("microbatch").ok());
+  EXPECT_EQ((*(*ex)->readFloatBuffer("seed"))[0], 1073741824.0f);
 }
 
 // Runs must be well formed and within the operand's shard; the validator

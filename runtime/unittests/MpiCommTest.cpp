@@ -471,9 +471,30 @@ TEST(MpiCommBf16Test, AllGatherAndByteCounters) {
   Status st =
       comm->allReduce(buf.data(), 4, ElementType::BF16, ReduceKind::Max);
   EXPECT_EQ(st.getCode(), StatusCode::Unimplemented);
-  EXPECT_NE(st.message().find("bf16 max reductions are not supported"),
+  EXPECT_NE(st.message().find("16-bit float max reductions are not supported"),
             std::string::npos)
       << st.message();
+}
+
+// f16 (--fp16): the sum op of its own, each pair added in f32 and rounded
+// to f16, so that a sum of small integers is exact; an f16 overflow is
+// infinity on every rank.
+TEST(MpiCommBf16Test, F16AllReduceSumsInItsFormat) {
+  auto comm = worldComm();
+  int n = comm->size(), r = comm->rank();
+  std::vector<float> mine = {1.0f + float(r), -0.5f, 40000.0f, 3.0f};
+  std::vector<uint16_t> h(mine.size());
+  floatsToF16(mine.data(), h.data(), int64_t(h.size()));
+  EXPECT_TRUE(comm->allReduce(h.data(), int64_t(h.size()), ElementType::F16,
+                              ReduceKind::Sum)
+                  .ok());
+  EXPECT_EQ(f16ToFloat(h[0]), float(n) + float(n * (n - 1) / 2));
+  EXPECT_EQ(f16ToFloat(h[1]), -0.5f * float(n));
+  EXPECT_TRUE(n == 1 ? f16ToFloat(h[2]) == 40000.0f
+                     : std::isinf(f16ToFloat(h[2])));
+  EXPECT_EQ(f16ToFloat(h[3]), 3.0f * float(n));
+  Status st = comm->allReduce(h.data(), 4, ElementType::F16, ReduceKind::Max);
+  EXPECT_EQ(st.getCode(), StatusCode::Unimplemented);
 }
 
 TEST(MpiCommBf16Test, MixedPrecisionDataParallelMatchesSingleRank) {

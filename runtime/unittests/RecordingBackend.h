@@ -115,11 +115,12 @@ public:
     note("gemm");
     return inner->gemm(transA, transB, m, n, k, alpha, a, b, beta, c);
   }
-  Status gemmBf16(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
-                  float alpha, const uint16_t *a, const uint16_t *b, float beta,
-                  float *c) override {
-    note("gemmBf16");
-    return inner->gemmBf16(transA, transB, m, n, k, alpha, a, b, beta, c);
+  Status gemmHalf(FloatFormat half, bool transA, bool transB, int64_t m,
+                  int64_t n, int64_t k, float alpha, const uint16_t *a,
+                  const uint16_t *b, float beta, float *c) override {
+    note("gemmHalf");
+    return inner->gemmHalf(half, transA, transB, m, n, k, alpha, a, b, beta,
+                           c);
   }
   Status biasAdd(const float *x, const float *bias, float *y, int64_t rows,
                  int64_t cols) override {
@@ -236,19 +237,20 @@ public:
     note("cast");
     return inner->cast(x, xFormat, y, yFormat, n, beta);
   }
-  Status fillBf16(uint16_t *y, float value, int64_t n) override {
-    note("fillBf16");
-    return inner->fillBf16(y, value, n);
-  }
-  Status scaleBf16(const uint16_t *x, uint16_t *y, float alpha,
-                   int64_t n) override {
-    note("scaleBf16");
-    return inner->scaleBf16(x, y, alpha, n);
-  }
-  Status axpyBf16(float alpha, const uint16_t *x, uint16_t *y,
+  Status fillHalf(FloatFormat half, uint16_t *y, float value,
                   int64_t n) override {
-    note("axpyBf16");
-    return inner->axpyBf16(alpha, x, y, n);
+    note("fillHalf");
+    return inner->fillHalf(half, y, value, n);
+  }
+  Status scaleHalf(FloatFormat half, const uint16_t *x, uint16_t *y,
+                   float alpha, int64_t n) override {
+    note("scaleHalf");
+    return inner->scaleHalf(half, x, y, alpha, n);
+  }
+  Status axpyHalf(FloatFormat half, float alpha, const uint16_t *x,
+                  uint16_t *y, int64_t n) override {
+    note("axpyHalf");
+    return inner->axpyHalf(half, alpha, x, y, n);
   }
   Status adam(float *p, const float *g, float *m, float *v, int64_t n,
               const int64_t *iteration, const AdamParams &params) override {
@@ -271,9 +273,9 @@ public:
     return inner->sumSquares(x, format, n, y, accumulate);
   }
   Status clipGradNorm(const float *sumsq, float *norm, float *coeff,
-                      float maxNorm) override {
+                      float maxNorm, float invScale) override {
     note("clipGradNorm");
-    return inner->clipGradNorm(sumsq, norm, coeff, maxNorm);
+    return inner->clipGradNorm(sumsq, norm, coeff, maxNorm, invScale);
   }
   Status scaleBy(const float *x, const float *s, float *y, int64_t n) override {
     note("scaleBy");

@@ -39,7 +39,10 @@ static mlir::LogicalResult planLayout(mlir::ModuleOp model,
   plan::PlanOptions options;
   options.module = model;
   options.globalBatch = p.globalBatchSize;
-  options.bf16 = p.bf16;
+  // fp16 spends memory as bf16 does (16-bit parameters, fp32 main
+  // parameters and gradients); the planner plans it as bf16.
+  const bool fp16 = p.fp16;
+  options.bf16 = p.bf16 || fp16;
   options.gradReduceBf16 = p.gradReduceInBf16;
   options.verifyTop = 0;
   if (given.tp.getNumOccurrences())
@@ -78,9 +81,11 @@ static mlir::LogicalResult planLayout(mlir::ModuleOp model,
   const plan::Prediction &best = result->ranked.front();
   const plan::Layout &l = best.layout;
   l.apply(p, p.globalBatchSize);
+  if (fp16)
+    p.bf16 = false;
   std::string flags;
   for (const std::string &f : l.flags(p.globalBatchSize))
-    flags += " " + f;
+    flags += " " + (fp16 && f == "--bf16" ? std::string("--fp16") : f);
   llvm::errs() << llvm::formatv(
       "tessera-compile: plan for {0} GPUs ({1}):{2}; predicted {3:F3} s/step, "
       "MFU {4:F3}, {5:F1} GiB on the fullest rank\n",

@@ -669,11 +669,7 @@ static LogicalResult checkBucketTensors(Operation *op, TypeRange parts,
   // The bucket holds the buffer's parameter or gradient dtype.
   auto dtypeOf = [](Type t) -> std::optional<FloatDtype> {
     Type e = cast<RankedTensorType>(t).getElementType();
-    if (e.isF32())
-      return FloatDtype::F32;
-    if (e.isBF16())
-      return FloatDtype::BF16;
-    return std::nullopt;
+    return floatDtypeOf(e);
   };
   for (Type t : llvm::concat<const Type>(parts, TypeRange(flat)))
     if (dtypeOf(t) != dtype)

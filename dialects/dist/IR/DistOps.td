@@ -72,7 +72,7 @@ def Dist_AsyncType : TypeDef<Dist_Dialect, "Async"> {
   let assemblyFormat = "`<` $valueType `>`";
 }
 
-def Dist_RankedTensor : RankedTensorOf<[F32, BF16, I32, I64]>;
+def Dist_RankedTensor : RankedTensorOf<[F32, BF16, F16, I32, I64]>;
 
 //===----------------------------------------------------------------------===//
 // Mesh

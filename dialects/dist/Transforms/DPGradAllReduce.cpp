@@ -139,9 +139,9 @@ struct DPGradAllReducePass
           paramElement[name.getValue()] =
               cast<RankedTensorType>(f.getArgumentTypes()[i]).getElementType();
     auto dtypeName = [](Type element) -> std::string {
-      return stringifyFloatDtype(element && element.isBF16() ? FloatDtype::BF16
-                                                             : FloatDtype::F32)
-          .str();
+      std::optional<FloatDtype> dtype =
+          element ? floatDtypeOf(element) : std::nullopt;
+      return stringifyFloatDtype(dtype.value_or(FloatDtype::F32)).str();
     };
     // Expert parallelism: the experts' parameters (sharded over "ep" or
     // "etp") get
@@ -189,9 +189,9 @@ struct DPGradAllReducePass
     SmallVector<Placed> placed;
     // A bucket of gradients holds the buffer's grad dtype.
     auto gradElement = [&](const Placed &p) -> Type {
-      return symbolizeFloatDtype(p.layout.gradDtype) == FloatDtype::BF16
-                 ? Type(b.getBF16Type())
-                 : b.getF32Type();
+      return floatDtypeType(
+          b.getContext(),
+          symbolizeFloatDtype(p.layout.gradDtype).value_or(FloatDtype::F32));
     };
     for (auto &[key, params] : chunkParams) {
       auto [chunk, expert] = key;

@@ -350,7 +350,8 @@ LogicalResult GroupedLinearOp::buildAdjoint(OpBuilder &b,
   adj.assign(getNumOperands(), Value());
   if (!resultAdj[0])
     return success();
-  // bf16 GEMMs: dy rounded to bf16 for both products, as nn.linear's rule.
+  // 16-bit GEMMs: dy rounded to the weight's dtype for both products, as
+  // nn.linear's rule.
   Value dy = castElements(b, getLoc(), resultAdj[0],
                           getWeight().getType().getElementType());
   auto grad = GroupedLinearGradOp::create(b, getLoc(), getInput(), getCounts(),

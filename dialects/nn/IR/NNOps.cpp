@@ -143,7 +143,7 @@ LogicalResult tessera::nn::verifyGemmOperands(Operation *op, Type a, Type b) {
   Type ea = cast<RankedTensorType>(a).getElementType();
   Type eb = cast<RankedTensorType>(b).getElementType();
   if (ea != eb)
-    return op->emitOpError() << "operands must be both f32 or both bf16, got "
+    return op->emitOpError() << "operands must be both f32, both bf16 or both f16, got "
                              << a << " and " << b
                              << " (cast one with nn.cast)";
   return success();
@@ -184,8 +184,9 @@ LogicalResult LinearOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
   Value dy = resultAdj[0];
   Location loc = getLoc();
   adj.assign(getNumOperands(), Value());
-  // bf16 GEMMs: the backward's products take dy rounded to bf16 too
-  // (Megatron's dgrad and wgrad GEMMs on bf16 tensors), accumulating in f32
+  // 16-bit GEMMs: the backward's products take dy rounded to the weight's
+  // bf16 or f16 too (Megatron's dgrad and wgrad GEMMs on bf16 or fp16
+  // tensors; under fp16 the loss scale keeps dy in f16's range), accumulating in f32
   // (the wgrad into fp32 main_grad); the bias gradient sums dy itself.
   Value gemmDy =
       needed[0] || needed[1]
@@ -494,7 +495,7 @@ LogicalResult CastOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
                                    ArrayRef<bool> needed,
                                    SmallVectorImpl<Value> &adj) {
   // Adjoints are f32 whatever the value's dtype: the input's adjoint is
-  // the result's, widened if it arrived in bf16.
+  // the result's, widened if it arrived in bf16 or f16.
   adj.assign(1, Value());
   if (needed[0])
     adj[0] = castElements(b, getLoc(), resultAdj[0], b.getF32Type());

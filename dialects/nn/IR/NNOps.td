@@ -48,7 +48,7 @@ defvar NN_CustomFlops = [DeclareOpInterfaceMethods<Tessera_CostOpInterface, ["ge
 
 def NN_F32Tensor : RankedTensorOf<[F32]>;
 /// Stored parameters and gradients under mixed precision.
-def NN_FloatTensor : RankedTensorOf<[F32, BF16]>;
+def NN_FloatTensor : RankedTensorOf<[F32, BF16, F16]>;
 def NN_I32Tensor : RankedTensorOf<[I32]>;
 def NN_I64Tensor : RankedTensorOf<[I64]>;
 
@@ -409,6 +409,25 @@ def NN_FillOp : NN_Op<"fill"> {
   let assemblyFormat = "$value attr-dict `:` type($result)";
 }
 
+def NN_LossSeedOp : NN_Op<"loss_seed"> {
+  let summary = "the backward's seed times the iteration's loss scale (fp16)";
+  let description = [{
+    Under fp16 (tessera-mixed-precision with params-dtype=f16) the backward
+    sweep starts from `value` (`1 / num_microbatches`) times the loss scale
+    the runtime holds for the iteration, as Megatron's
+    MegatronOptimizer.scale_loss scales the loss before the backward: the
+    gradients come out scaled, and `nn.clip_grad_norm {unscale}` unscales
+    them before the update.
+
+    ```mlir
+    %seed = nn.loss_seed 2.500000e-01 : tensor<f32>
+    ```
+  }];
+  let arguments = (ins F32Attr:$value);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$value attr-dict `:` type($result)";
+}
+
 def NN_ScaleOp : NN_Op<"scale", [SameOperandsAndResultType]> {
   let summary = "multiplies every element by a constant";
   let description = [{
@@ -423,7 +442,7 @@ def NN_ScaleOp : NN_Op<"scale", [SameOperandsAndResultType]> {
 
 def NN_CastOp : NN_Op<"cast", [
     DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
-  let summary = "converts between f32 and bf16 (round to nearest even)";
+  let summary = "converts between f32, bf16 and f16 (round to nearest even)";
   let description = [{
     Mixed precision (tessera-mixed-precision): a bf16 parameter is cast to
     f32 where an op other than a GEMM reads it, and a GEMM's f32 operand to
@@ -546,11 +565,21 @@ def NN_ClipGradNormOp : NN_Op<"clip_grad_norm", []> {
     `coeff = min(1, max_norm / (norm + 1e-6))` (1 when `max_norm` is 0), as
     Megatron's clip_grad_norm_fp32.
 
+    With `unscale` (fp16) the gradients are those of the scaled loss
+    (nn.loss_seed): the norm is divided by the iteration's loss scale and
+    the coefficient carries the division too, so one scaling unscales and
+    clips (Megatron's _unscale_main_grads_and_check_for_nan, then
+    clip_grad_norm_fp32); a norm that is not finite (inf or NaN gradients
+    on some rank: every rank sums the same squares) skips the iteration's
+    optimizer updates everywhere, as Megatron skips the step on found_inf.
+
     ```mlir
     %norm, %coeff = nn.clip_grad_norm %sumsq {max_norm = 1.0 : f32} : tensor<f32> -> tensor<f32>, tensor<f32>
+    %norm16, %coeff16 = nn.clip_grad_norm %sumsq {max_norm = 1.0 : f32, unscale} : tensor<f32> -> tensor<f32>, tensor<f32>
     ```
   }];
-  let arguments = (ins 0DTensorOf<[F32]>:$sumsq, F32Attr:$max_norm);
+  let arguments = (ins 0DTensorOf<[F32]>:$sumsq, F32Attr:$max_norm,
+                       UnitAttr:$unscale);
   let results = (outs 0DTensorOf<[F32]>:$norm, 0DTensorOf<[F32]>:$coeff);
   let assemblyFormat = "$sumsq attr-dict `:` type($sumsq) `->` type($norm) `,` type($coeff)";
   let hasVerifier = 1;

@@ -51,9 +51,9 @@ static RankedTensorType gradTypeOf(BlockArgument p) {
   if (!grads || type.getElementType().isF32())
     return type;
   Builder b(p.getContext());
-  Type element = symbolizeFloatDtype(grads.getValue()) == FloatDtype::F32
-                     ? Type(b.getF32Type())
-                     : b.getBF16Type();
+  Type element = floatDtypeType(
+      b.getContext(),
+      symbolizeFloatDtype(grads.getValue()).value_or(FloatDtype::F32));
   return RankedTensorType::get(type.getShape(), element);
 }
 
@@ -174,9 +174,18 @@ LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
       if (active.contains(v))
         accumulate(v, g);
     }
-  if (loss)
-    accumulate(loss, FillOp::create(b, loss.getLoc(), loss.getType(),
-                                    b.getF32FloatAttr(1.0f / float(numMicrobatches))));
+  if (loss) {
+    // fp16 (f16 parameters): the seed carries the loss scale (Megatron's
+    // scale_loss before the backward), which the optimizer unscales.
+    auto mp = getRootModule(func)->getAttrOfType<DictionaryAttr>(
+        kMixedPrecisionAttr);
+    auto params = mp ? mp.getAs<StringAttr>("params") : StringAttr();
+    FloatAttr seed = b.getF32FloatAttr(1.0f / float(numMicrobatches));
+    if (params && symbolizeFloatDtype(params.getValue()) == FloatDtype::F16)
+      accumulate(loss, LossSeedOp::create(b, loss.getLoc(), loss.getType(), seed));
+    else
+      accumulate(loss, FillOp::create(b, loss.getLoc(), loss.getType(), seed));
+  }
 
   for (Operation *op : llvm::reverse(forward)) {
     if (isa<dist::SendOp, dist::RecvOp>(op))

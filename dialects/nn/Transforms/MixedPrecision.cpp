@@ -1,14 +1,17 @@
-//===- MixedPrecision.cpp - bf16 parameters, f32 computation --------------===//
+//===- MixedPrecision.cpp - 16-bit parameters, f32 computation ------------===//
 //
-// Megatron's --bf16 (Float16Module) for the model as IR: parameters are
-// stored in bf16. With bf16 GEMMs (gemm-dtype=bf16, the default) every
+// Megatron's --bf16 and --fp16 (Float16Module) for the model as IR:
+// parameters are stored in bf16 or f16 (params-dtype). With 16-bit GEMMs
+// (gemm-dtype=bf16, the default; under f16 the GEMMs are f16) every
 // nn.linear, nn.matmul and nn.grouped_linear (the experts' GEMMs) that
-// reads a parameter takes bf16 operands, the
-// parameter itself and its other operand cast to bf16, and accumulates in
-// f32, as Megatron's bf16 linear layers do on tensor cores; every other
-// reader of a parameter gets it cast to f32. With gemm-dtype=f32 all of
-// them do (bf16 storage, f32 computation). Activations between the ops stay
-// f32. Gradients, main parameters and the optimizer follow from the
+// reads a parameter takes 16-bit operands, the parameter itself and its
+// other operand cast to its dtype, and accumulates in f32, as Megatron's
+// bf16 and fp16 linear layers do on tensor cores; every other reader of a
+// parameter gets it cast to f32. With gemm-dtype=f32 all of them do
+// (16-bit storage, f32 computation). Activations between the ops stay
+// f32. Under f16 gradients accumulate and reduce in f32 (Megatron's
+// --accumulate-allreduce-grads-in-fp32) and the backward is seeded with
+// the loss scale (tessera-autodiff's nn.loss_seed). Gradients, main parameters and the optimizer follow from the
 // recorded dtypes in the later passes (autodiff, dp-grad-allreduce,
 // optimizer).
 //
@@ -39,9 +42,17 @@ struct MixedPrecisionPass
 
   void runOnOperation() override {
     ModuleOp root = getOperation();
-    if (symbolizeFloatDtype(paramsDtype) != FloatDtype::BF16) {
+    std::optional<FloatDtype> stored = symbolizeFloatDtype(paramsDtype);
+    if (stored != FloatDtype::BF16 && stored != FloatDtype::F16) {
       emitError(root.getLoc()) << "unsupported params-dtype '"
-                               << std::string(paramsDtype) << "' (expected bf16)";
+                               << std::string(paramsDtype)
+                               << "' (expected bf16 or f16)";
+      return signalPassFailure();
+    }
+    if (*stored == FloatDtype::F16 && !gradReduceInFp32) {
+      emitError(root.getLoc())
+          << "params-dtype=f16 needs grad-reduce-in-fp32 (fp16 gradients "
+             "accumulate and reduce in f32)";
       return signalPassFailure();
     }
     if (root->hasAttr(kMixedPrecisionAttr)) {
@@ -49,10 +60,11 @@ struct MixedPrecisionPass
       return signalPassFailure();
     }
     std::optional<FloatDtype> gemm = symbolizeFloatDtype(gemmDtype);
-    if (!gemm) {
+    if (!gemm || *gemm == FloatDtype::F16) {
       emitError(root.getLoc()) << "unsupported gemm-dtype '"
                                << std::string(gemmDtype)
-                               << "' (expected f32 or bf16)";
+                               << "' (expected f32 or bf16: bf16 means the "
+                                  "GEMMs take the parameters' 16-bit dtype)";
       return signalPassFailure();
     }
     if (!moeRouterDtype.empty() && moeRouterDtype != "fp32") {
@@ -63,7 +75,7 @@ struct MixedPrecisionPass
       return signalPassFailure();
     }
     Builder b(root.getContext());
-    Type bf16 = b.getBF16Type();
+    Type half = floatDtypeType(root.getContext(), *stored);
     for (ModuleOp program : getPrograms(root))
       for (auto f : program.getOps<func::FuncOp>()) {
         if (f->hasAttr(kPhaseAttr)) {
@@ -71,10 +83,10 @@ struct MixedPrecisionPass
                              "runs on the model, before tessera-autodiff";
           return signalPassFailure();
         }
-        if (failed(convert(f, bf16)))
+        if (failed(convert(f, half)))
           return signalPassFailure();
         if (*gemm == FloatDtype::BF16)
-          gemmsInBf16(f, /*routerInF32=*/moeRouterDtype == "fp32");
+          gemmsInHalf(f, half, /*routerInF32=*/moeRouterDtype == "fp32");
       }
     std::string params = paramsDtype;
     std::string grads =
@@ -143,10 +155,10 @@ struct MixedPrecisionPass
     return castParam(v);
   }
 
-  /// The bf16 form of GEMM operand `v`, which paramOf says reads a
-  /// parameter: the parameter itself, or (one per region entry) the bf16
+  /// The 16-bit form of GEMM operand `v`, which paramOf says reads a
+  /// parameter: the parameter itself, or (one per region entry) the 16-bit
   /// parameter entering the same region.
-  static Value bf16Param(OpBuilder &b, Value v,
+  static Value halfParam(OpBuilder &b, Value v,
                          DenseMap<Operation *, Value> &entries) {
     auto copy = v.getDefiningOp<dist::CopyToRegionOp>();
     if (!copy)
@@ -180,12 +192,12 @@ struct MixedPrecisionPass
                         [](Operation *u) { return isa<MoERouterOp>(u); });
   }
 
-  /// bf16 GEMMs: a GEMM reading a parameter takes the bf16 parameter itself
-  /// and its other operand cast to bf16 (one cast per value, right before
+  /// 16-bit GEMMs: a GEMM reading a parameter takes the 16-bit parameter
+  /// itself and its other operand cast to `half` (one cast per value, right before
   /// its first such reader, in that reader's layer); casts of parameters
   /// left without readers go. With `routerInF32` the MoE routers' GEMMs
   /// stay as they are (Megatron's --moe-router-dtype fp32).
-  static void gemmsInBf16(func::FuncOp f, bool routerInF32) {
+  static void gemmsInHalf(func::FuncOp f, Type half, bool routerInF32) {
     if (f.isExternal())
       return;
     Block &entry = f.getBody().front();
@@ -204,13 +216,13 @@ struct MixedPrecisionPass
       for (unsigned i : {gemm->first, gemm->second}) {
         Value v = op.getOperand(i);
         if (paramOf(v)) {
-          op.setOperand(i, bf16Param(b, v, entries));
+          op.setOperand(i, halfParam(b, v, entries));
           continue;
         }
         Value &low = narrowed[v];
         if (!low) {
           b.setInsertionPoint(&op);
-          low = castElements(b, op.getLoc(), v, b.getBF16Type());
+          low = castElements(b, op.getLoc(), v, half);
           if (Attribute layer = op.getAttr(kLayerAttr))
             low.getDefiningOp()->setAttr(kLayerAttr, layer);
         }
@@ -218,7 +230,7 @@ struct MixedPrecisionPass
       }
     }
     // The f32 region entries and casts left without readers go.
-    for (auto &[copy, bf16] : entries)
+    for (auto &[copy, entry] : entries)
       if (copy->use_empty())
         copy->erase();
     for (CastOp c : paramCasts)

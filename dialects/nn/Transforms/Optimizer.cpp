@@ -68,7 +68,11 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
     // The norm's reductions, the same in every pipeline program (they
     // cross the stages): every kind any program needs, in one order.
     normKinds.clear();
-    if (clipGrad > 0 || logParamsNorm) {
+    fp16 = false;
+    if (auto mp = root->getAttrOfType<DictionaryAttr>(kMixedPrecisionAttr))
+      if (auto params = mp.getAs<StringAttr>("params"))
+        fp16 = symbolizeFloatDtype(params.getValue()) == FloatDtype::F16;
+    if (clipGrad > 0 || logParamsNorm || fp16) {
       std::set<std::string> kinds;
       for (ModuleOp program : getPrograms(root)) {
         FailureOr<SmallVector<NormTerm>> terms = normTerms(program);
@@ -87,6 +91,8 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
 
   /// The kinds of normKinds' reductions, in order.
   SmallVector<std::string> normKinds;
+  /// f16 parameters: the gradients are of the scaled loss (nn.loss_seed).
+  bool fp16 = false;
 
   /// Every parameter of `program` by name: its type and sharding, from the
   /// functions that take parameters.
@@ -237,7 +243,7 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
   ClipGradNormOp globalNorm(ModuleOp program, OpBuilder &b, Location loc,
                             ArrayRef<NormTerm> terms,
                             llvm::function_ref<Value(unsigned)> of,
-                            double maxNorm) {
+                            double maxNorm, bool unscale = false) {
     auto scalar = RankedTensorType::get({}, b.getF32Type());
     std::map<std::string, Value> byKind;
     for (const NormTerm &t : terms) {
@@ -265,7 +271,8 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
     if (!total)
       total = FillOp::create(b, loc, scalar, b.getF32FloatAttr(0));
     return ClipGradNormOp::create(b, loc, scalar, scalar, total,
-                                  b.getF32FloatAttr(maxNorm));
+                                  b.getF32FloatAttr(maxNorm),
+                                  unscale ? b.getUnitAttr() : UnitAttr());
   }
 
   LogicalResult checkOptions(ModuleOp module) {
@@ -300,6 +307,35 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
             << (h.belowOne ? "[0, 1))" : "[0, inf))");
         return failure();
       }
+    // The loss scaler (used under fp16 only; tessera-compile rejects the
+    // flags without --fp16).
+    const Hyper scales[] = {{"loss-scale", lossScale, false},
+                            {"initial-loss-scale", initialLossScale, false},
+                            {"min-loss-scale", minLossScale, false}};
+    for (const Hyper &h : scales)
+      if (!std::isfinite(h.value) || h.value < 0 ||
+          (h.value == 0 && std::string(h.name) != "loss-scale")) {
+        std::ostringstream value;
+        value << h.value;
+        emitError(module.getLoc())
+            << "invalid --" << h.name << " " << value.str()
+            << " (expected a finite value > 0"
+            << (std::string(h.name) == "loss-scale" ? "; 0 is dynamic" : "")
+            << ")";
+        return failure();
+      }
+    if (minLossScale > initialLossScale || lossScaleWindow < 1 ||
+        hysteresis < 1) {
+      std::ostringstream text;
+      text << "invalid loss scaler: --min-loss-scale " << double(minLossScale)
+           << " above --initial-loss-scale " << double(initialLossScale)
+           << ", or --loss-scale-window " << int64_t(lossScaleWindow)
+           << " or --hysteresis " << int64_t(hysteresis)
+           << " below 1 (expected min <= initial, window >= 1, hysteresis "
+              ">= 1)";
+      emitError(module.getLoc()) << text.str();
+      return failure();
+    }
     std::optional<LrDecayStyle> style = symbolizeLrDecayStyle(lrDecayStyle);
     if (!style) {
       emitError(module.getLoc()) << "unknown lr-decay-style '"
@@ -413,7 +449,7 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
     // The pieces of the global norms (of the gradients, and of the updated
     // parameters with log-params-norm), by step result.
     SmallVector<NormTerm> terms;
-    if (clipGrad > 0 || logParamsNorm) {
+    if (clipGrad > 0 || logParamsNorm || fp16) {
       FailureOr<SmallVector<NormTerm>> t = normTerms(module);
       if (failed(t))
         return failure();
@@ -421,12 +457,14 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
     }
     // Clipping (Megatron's clip_grad_norm_fp32): every gradient scaled by
     // the coefficient before any update (in f32, as the updates take it);
-    // the norm before clipping is the step's "grad_norm".
+    // the norm before clipping is the step's "grad_norm". Under fp16 the
+    // norm is always taken: its coefficient unscales the gradients, and a
+    // norm that is not finite skips the updates.
     Value coeff;
-    if (clipGrad > 0) {
+    if (clipGrad > 0 || fp16) {
       ClipGradNormOp clip = globalNorm(
           module, b, loc, terms,
-          [&](unsigned i) { return ret.getOperand(i); }, clipGrad);
+          [&](unsigned i) { return ret.getOperand(i); }, clipGrad, fp16);
       newResults.push_back(clip.getNorm());
       newBindings.push_back("grad_norm");
       coeff = clip.getCoeff();
@@ -715,9 +753,17 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
 
   void setOptimizerAttr(ModuleOp module) {
     Builder b(module.getContext());
-    module->setAttr(
-        kOptimizerAttr,
-        b.getDictionaryAttr({
+    SmallVector<NamedAttribute> scaler;
+    if (fp16) // Megatron's grad scaler, run by the launcher
+      scaler = {
+          b.getNamedAttr("loss_scale", b.getF64FloatAttr(lossScale)),
+          b.getNamedAttr("initial_loss_scale",
+                         b.getF64FloatAttr(initialLossScale)),
+          b.getNamedAttr("min_loss_scale", b.getF64FloatAttr(minLossScale)),
+          b.getNamedAttr("loss_scale_window",
+                         b.getI64IntegerAttr(lossScaleWindow)),
+          b.getNamedAttr("hysteresis", b.getI64IntegerAttr(hysteresis))};
+    SmallVector<NamedAttribute> attrs = {
             b.getNamedAttr("kind", b.getStringAttr(optimizer)),
             b.getNamedAttr("lr", b.getF32FloatAttr(lr)),
             b.getNamedAttr("beta1", b.getF32FloatAttr(beta1)),
@@ -730,8 +776,9 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
             b.getNamedAttr("lr_warmup_iters", b.getI64IntegerAttr(lrWarmupIters)),
             b.getNamedAttr("lr_decay_iters", b.getI64IntegerAttr(lrDecayIters)),
             b.getNamedAttr("lr_decay_style", b.getStringAttr(lrDecayStyle)),
-            b.getNamedAttr("min_lr", b.getF32FloatAttr(minLr)),
-        }));
+            b.getNamedAttr("min_lr", b.getF32FloatAttr(minLr))};
+    attrs.append(scaler.begin(), scaler.end());
+    module->setAttr(kOptimizerAttr, b.getDictionaryAttr(attrs));
   }
 };
 } // namespace

@@ -22,16 +22,20 @@ def AutodiffPass : Pass<"tessera-autodiff", "mlir::ModuleOp"> {
 }
 
 def MixedPrecisionPass : Pass<"tessera-mixed-precision", "mlir::ModuleOp"> {
-  let summary = "bf16 parameters and GEMMs, f32 elsewhere (Megatron's --bf16)";
+  let summary = "bf16 or f16 parameters and GEMMs, f32 elsewhere (Megatron's --bf16, --fp16)";
   let description = [{
     Every f32 parameter of the model (of each pipeline chunk after
-    tessera-pp-split) becomes a bf16 argument. With `gemm-dtype=bf16` (the
-    default) every nn.linear, nn.matmul and nn.grouped_linear that reads a
-    parameter (or a parameter entering a tensor-parallel region) reads it
-    as it is, its other operand cast to bf16 right before it, and
-    accumulates in f32 (Megatron's bf16 GEMMs); every other reader gets the
-    parameter cast to f32 once, before the first of them. With
-    `gemm-dtype=f32` all readers do: bf16 is stored, f32 computed. The dtypes are recorded in `tessera.mixed_precision` on the
+    tessera-pp-split) becomes a bf16 (`params-dtype=bf16`) or f16
+    (`params-dtype=f16`) argument. With `gemm-dtype=bf16` (the default: the
+    GEMMs in the parameters' 16-bit dtype) every nn.linear, nn.matmul and
+    nn.grouped_linear that reads a parameter (or a parameter entering a
+    tensor-parallel region) reads it as it is, its other operand cast to
+    that dtype right before it, and accumulates in f32 (Megatron's bf16 and
+    fp16 GEMMs); every other reader gets the parameter cast to f32 once,
+    before the first of them. With `gemm-dtype=f32` all readers do: 16 bits
+    are stored, f32 computed. f16 needs `grad-reduce-in-fp32`, and
+    tessera-autodiff then seeds the backward with the loss scale
+    (nn.loss_seed) for the optimizer to unscale. The dtypes are recorded in `tessera.mixed_precision` on the
     root module: tessera-autodiff then returns each parameter's gradient in
     the grad dtype (f32 with `grad-reduce-in-fp32`, taken before the cast
     back, so gradients accumulate and are reduced in f32 as Megatron's
@@ -42,12 +46,12 @@ def MixedPrecisionPass : Pass<"tessera-mixed-precision", "mlir::ModuleOp"> {
   let dependentDialects = ["::tessera::nn::NNDialect"];
   let options = [
     Option<"paramsDtype", "params-dtype", "std::string", "\"bf16\"",
-           "stored parameter dtype (bf16)">,
+           "stored parameter dtype (bf16 or f16)">,
     Option<"gradReduceInFp32", "grad-reduce-in-fp32", "bool", "true",
            "accumulate and reduce gradients in f32 (else in the param dtype)">,
     Option<"gemmDtype", "gemm-dtype", "std::string", "\"bf16\"",
-           "operand dtype of the GEMMs that read parameters: bf16 (f32 "
-           "accumulation) or f32">,
+           "operand dtype of the GEMMs that read parameters: bf16 (the "
+           "parameters' 16-bit dtype, f32 accumulation) or f32">,
     Option<"moeRouterDtype", "moe-router-dtype", "std::string", "\"\"",
            "the MoE router's GEMM (the linear whose logits nn.moe_router "
            "reads): fp32 keeps it in f32 under bf16 GEMMs (Megatron's "
@@ -178,6 +182,16 @@ def OptimizerPass : Pass<"tessera-optimizer", "mlir::ModuleOp"> {
     shard). `log-params-norm` (Megatron's --log-params-norm): the updated
     fp32 parameters' (main parameters', shards') global norm, counted as the
     gradients' (the step's `params_norm` result).
+
+    fp16 (f16 parameters, whose backward tessera-autodiff seeds with the
+    loss scale): the global norm is taken whatever `clip-grad` (0: no
+    clipping, the coefficient then only unscales) with
+    `nn.clip_grad_norm {unscale}`, whose coefficient divides every gradient
+    by the loss scale as it clips and whose non-finite norm makes the
+    runtime skip the iteration's updates (Megatron's found_inf). The loss
+    scaler's settings (`loss-scale`, `initial-loss-scale`,
+    `min-loss-scale`, `loss-scale-window`, `hysteresis`: Megatron's
+    flags, applied by the launcher) are recorded in `tessera.optimizer`.
   }];
   let dependentDialects = ["::tessera::nn::NNDialect"];
   let options = [
@@ -201,7 +215,17 @@ def OptimizerPass : Pass<"tessera-optimizer", "mlir::ModuleOp"> {
            "iteration at which the decay reaches min-lr">,
     Option<"lrDecayStyle", "lr-decay-style", "std::string", "\"constant\"",
            "constant, linear or cosine">,
-    Option<"minLr", "min-lr", "double", "0.0", "learning rate after the decay">
+    Option<"minLr", "min-lr", "double", "0.0", "learning rate after the decay">,
+    Option<"lossScale", "loss-scale", "double", "0.0",
+           "fp16: a constant loss scale (0: dynamic loss scaling)">,
+    Option<"initialLossScale", "initial-loss-scale", "double", "4294967296.0",
+           "fp16: the dynamic loss scale's start (2^32)">,
+    Option<"minLossScale", "min-loss-scale", "double", "1.0",
+           "fp16: the dynamic loss scale's floor">,
+    Option<"lossScaleWindow", "loss-scale-window", "int64_t", "1000",
+           "fp16: iterations without overflow before the scale doubles">,
+    Option<"hysteresis", "hysteresis", "int64_t", "2",
+           "fp16: overflowing iterations before the scale halves">
   ];
 }
 

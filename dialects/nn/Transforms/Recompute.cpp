@@ -109,7 +109,7 @@ struct RecomputePass : tessera::nn::impl::RecomputePassBase<RecomputePass> {
         // is gathered data too: cast again from the gathered shard.
         for (Operation *user : gather->getUsers())
           if (auto c = dyn_cast<CastOp>(user);
-              c && c.getType().getElementType().isBF16())
+              c && !c.getType().getElementType().isF32())
             c->setAttr(kRecomputeInBackwardAttr, b.getUnitAttr());
       });
   }

@@ -109,6 +109,8 @@ static std::optional<::tessera::artifact::DType> artifactDType(Type element) {
     return ::tessera::artifact::DType::F32;
   if (element.isBF16())
     return ::tessera::artifact::DType::BF16;
+  if (element.isF16())
+    return ::tessera::artifact::DType::F16;
   if (element.isInteger(32))
     return ::tessera::artifact::DType::I32;
   if (element.isInteger(64))
@@ -150,7 +152,7 @@ LogicalResult tessera::rt::verifyInstruction(Operation *op) {
         return op->emitOpError()
                << "buffers " << *first << " (" << info.operandName(int(*first))
                << ") and " << i << " (" << info.operandName(int(i))
-               << ") must be both f32 or both bf16, got " << buffers[*first]
+               << ") must be the same float type (f32, bf16 or f16), got " << buffers[*first]
                << " and " << type;
     }
   }

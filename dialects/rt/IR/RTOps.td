@@ -83,8 +83,8 @@ def RT_EventType : TypeDef<RT_Dialect, "Event"> {
 
 def RT_F32Buf : MemRefOf<[F32]>;
 /// Collectives move parameters and gradients, which may be bf16.
-def RT_FloatBuf : MemRefOf<[F32, BF16]>;
-def RT_AnyBuf : MemRefOf<[F32, BF16, I32, I64]>;
+def RT_FloatBuf : MemRefOf<[F32, BF16, F16]>;
+def RT_AnyBuf : MemRefOf<[F32, BF16, F16, I32, I64]>;
 
 //===----------------------------------------------------------------------===//
 // Buffers
@@ -228,9 +228,10 @@ def RT_SumSquaresOp : RT_KernelOp<"sum_squares", "SumSquares", "y = sum of x^2 (
 def RT_ClipGradNormOp : RT_KernelOp<"clip_grad_norm", "ClipGradNorm",
     "norm = sqrt(sumsq), coeff = min(1, max_norm / (norm + 1e-6))">;
 def RT_ScaleByOp : RT_KernelOp<"scale_by", "ScaleBy", "y = x * s[0]">;
+def RT_LossSeedOp : RT_KernelOp<"loss_seed", "LossSeed", "y = value * the loss scale (fp16)">;
 def RT_CopyOp : RT_KernelOp<"copy", "Copy", "y = x">;
 def RT_AxpyOp : RT_KernelOp<"axpy", "Axpy", "y += alpha * x">;
-def RT_CastOp : RT_KernelOp<"cast", "Cast", "y = convert(x + beta * y) between f32 and bf16"> {
+def RT_CastOp : RT_KernelOp<"cast", "Cast", "y = convert(x + beta * y) between f32, bf16 and f16"> {
   let hasVerifier = 1;
 }
 

@@ -38,7 +38,8 @@ def Tessera_Dialect : Dialect {
 //===----------------------------------------------------------------------===//
 
 def Tessera_FloatDtype : Tessera_Enum<"FloatDtype",
-    "stored dtype: f32 or bf16", ["f32", "bf16"], ["F32", "BF16"]>;
+    "stored dtype: f32, bf16 or f16", ["f32", "bf16", "f16"],
+    ["F32", "BF16", "F16"]>;
 
 def Tessera_Phase : Tessera_Enum<"Phase",
     "phase: microbatch, step, init, forward or backward",

@@ -187,6 +187,29 @@ LogicalResult tessera::verifyAttr(ArrayRef<AttrContract> contracts,
 // tessera.* attributes
 //===----------------------------------------------------------------------===//
 
+Type tessera::floatDtypeType(MLIRContext *context, FloatDtype dtype) {
+  Builder b(context);
+  switch (dtype) {
+  case FloatDtype::BF16:
+    return b.getBF16Type();
+  case FloatDtype::F16:
+    return b.getF16Type();
+  case FloatDtype::F32:
+    break;
+  }
+  return b.getF32Type();
+}
+
+std::optional<FloatDtype> tessera::floatDtypeOf(Type element) {
+  if (element.isF32())
+    return FloatDtype::F32;
+  if (element.isBF16())
+    return FloatDtype::BF16;
+  if (element.isF16())
+    return FloatDtype::F16;
+  return std::nullopt;
+}
+
 namespace {
 using namespace attr_check;
 using attr_site::Argument;
@@ -237,7 +260,13 @@ const AttrContract kTesseraAttrs[] = {
              enumString<LrDecayStyle, symbolizeLrDecayStyle,
                         getMaxEnumValForLrDecayStyle>,
              /*optional=*/true},
-            {"min_lr", floatValue, /*optional=*/true}});
+            {"min_lr", floatValue, /*optional=*/true},
+            // fp16's loss scaler (Megatron's flags)
+            {"loss_scale", floatValue, /*optional=*/true},
+            {"initial_loss_scale", floatValue, /*optional=*/true},
+            {"min_loss_scale", floatValue, /*optional=*/true},
+            {"loss_scale_window", positiveInt, /*optional=*/true},
+            {"hysteresis", positiveInt, /*optional=*/true}});
      }},
     {kMixedPrecisionAttr, Module,
      [](Attribute a, Type t) {

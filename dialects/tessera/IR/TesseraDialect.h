@@ -31,6 +31,15 @@ mlir::StringAttr enumAttr(mlir::Builder &b, Enum value) {
   return b.getStringAttr(stringifyEnum(value));
 }
 
+/// The element type of a stored float dtype (f32, bf16 or f16).
+mlir::Type floatDtypeType(mlir::MLIRContext *context, FloatDtype dtype);
+/// The stored float dtype of an element type, if it is one.
+std::optional<FloatDtype> floatDtypeOf(mlir::Type element);
+/// Bytes per element of a stored float dtype.
+inline int64_t floatDtypeBytes(FloatDtype dtype) {
+  return dtype == FloatDtype::F32 ? 4 : 2;
+}
+
 //===----------------------------------------------------------------------===//
 // Contracts of discardable attributes
 //===----------------------------------------------------------------------===//

@@ -133,16 +133,23 @@ public:
                                    "fp32 main parameters for the optimizer "
                                    "(Megatron's --bf16)"),
                     llvm::cl::init(false), onCommandLine};
+  Option<bool> fp16{*this, "fp16",
+                    llvm::cl::desc("mixed precision: f16 parameters and GEMMs "
+                                   "(f32 accumulation), f32 elsewhere, fp32 "
+                                   "main parameters and gradients, dynamic "
+                                   "loss scaling (Megatron's --fp16)"),
+                    llvm::cl::init(false), onCommandLine};
   Option<std::string> gemmDtype{
       *this, "gemm-dtype",
-      llvm::cl::desc("with --bf16: the operand dtype of the GEMMs that read "
-                     "parameters, bf16 (the default) or f32 (bf16 storage, "
-                     "f32 computation throughout)"),
+      llvm::cl::desc("with --bf16 or --fp16: the operand dtype of the GEMMs "
+                     "that read parameters, bf16 (the default: the "
+                     "parameters' 16-bit dtype) or f32 (16-bit storage, f32 "
+                     "computation throughout)"),
       llvm::cl::init(nn::MixedPrecisionPassOptions().gemmDtype),
       onCommandLine};
   Option<std::string> moeRouterDtype{
       *this, "moe-router-dtype",
-      llvm::cl::desc("with --bf16: fp32 computes the MoE router's GEMM in "
+      llvm::cl::desc("with --bf16 or --fp16: fp32 computes the MoE router's GEMM in "
                      "f32 (Megatron's --moe-router-dtype fp32), so that "
                      "routing does not turn on bf16 rounding; by default it "
                      "is in the GEMM dtype"),
@@ -293,6 +300,33 @@ public:
   Option<double> minLr{
       *this, "min-lr", llvm::cl::desc("learning rate after the decay"),
       llvm::cl::init(nn::OptimizerPassOptions().minLr), onCommandLine};
+  Option<double> lossScale{
+      *this, "loss-scale",
+      llvm::cl::desc("with --fp16: a constant loss scale instead of the "
+                     "dynamic one (Megatron's --loss-scale)"),
+      llvm::cl::init(nn::OptimizerPassOptions().lossScale), onCommandLine};
+  Option<double> initialLossScale{
+      *this, "initial-loss-scale",
+      llvm::cl::desc("with --fp16: the dynamic loss scale's start (default "
+                     "2^32, Megatron's)"),
+      llvm::cl::init(nn::OptimizerPassOptions().initialLossScale),
+      onCommandLine};
+  Option<double> minLossScale{
+      *this, "min-loss-scale",
+      llvm::cl::desc("with --fp16: the dynamic loss scale's floor (default "
+                     "1)"),
+      llvm::cl::init(nn::OptimizerPassOptions().minLossScale), onCommandLine};
+  Option<int64_t> lossScaleWindow{
+      *this, "loss-scale-window",
+      llvm::cl::desc("with --fp16: iterations without inf or NaN gradients "
+                     "before the loss scale doubles (default 1000)"),
+      llvm::cl::init(nn::OptimizerPassOptions().lossScaleWindow),
+      onCommandLine};
+  Option<int64_t> hysteresis{
+      *this, "hysteresis",
+      llvm::cl::desc("with --fp16: iterations with inf or NaN gradients "
+                     "before the loss scale halves (default 2)"),
+      llvm::cl::init(nn::OptimizerPassOptions().hysteresis), onCommandLine};
 };
 
 /// The combinations of options the pipeline refuses (an error message), or

@@ -238,7 +238,11 @@ KERNEL_ATTRS(nn::SumSquaresOp) {
   return p.withGroup(b, attrs, o.getGroupAttr());
 }
 KERNEL_ATTRS(nn::ClipGradNormOp) {
-  return {b.getNamedAttr("value", o.getMaxNormAttr())};
+  return {b.getNamedAttr("value", o.getMaxNormAttr()),
+          p.iattrs(b, {o.getUnscale() ? 1 : 0})};
+}
+KERNEL_ATTRS(nn::LossSeedOp) {
+  return {b.getNamedAttr("value", o.getValueAttr())};
 }
 KERNEL_ATTRS(nn::GeluOp) {
   return {p.iattrs(b, {o.getApproximate() == "tanh" ? 1 : 0})};
@@ -868,6 +872,7 @@ LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
       KernelPattern<nn::GeluOp, rt::GeluOp>,
       KernelPattern<nn::SumSquaresOp, rt::SumSquaresOp>,
       KernelPattern<nn::ClipGradNormOp, rt::ClipGradNormOp>,
+      KernelPattern<nn::LossSeedOp, rt::LossSeedOp>,
       KernelPattern<nn::ScaleByOp, rt::ScaleByOp>,
       KernelPattern<nn::ReluOp, rt::ReluOp>,
       KernelPattern<nn::SwiGLUOp, rt::SwiGLUOp>,

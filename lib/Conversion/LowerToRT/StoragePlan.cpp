@@ -86,7 +86,7 @@ Type bucketElementType(dist::GradBufferOp buffer, dist::BucketData data) {
   FloatDtype dtype = data == dist::BucketData::Grad ? buffer.getGradDtype()
                                                     : buffer.getParamDtype();
   Builder b(buffer.getContext());
-  return dtype == FloatDtype::BF16 ? Type(b.getBF16Type()) : b.getF32Type();
+  return floatDtypeType(b.getContext(), dtype);
 }
 //===----------------------------------------------------------------------===//
 // PhasePlan

@@ -34,6 +34,7 @@ int64_t dtypeSize(fb::DType dtype) {
   case fb::DType::I64:
     return 8;
   case fb::DType::BF16:
+  case fb::DType::F16:
     return 2;
   }
   return 0;

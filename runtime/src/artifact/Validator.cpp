@@ -313,8 +313,8 @@ Status Validator::checkInstr(const std::string &where, const fb::Instr &in,
       return error(where, ": ", name, " operand ", i, " (",
                    info->operandName(i), ") must be ", dtypeCodeText(code),
                    ", got ", desc(i),
-                   code == 'f' && dtype == fb::DType::BF16
-                       ? " (bf16 values need a Cast to f32 first)"
+                   code == 'f' && dtype != fb::DType::F32 && isFloatDType(dtype)
+                       ? " (16-bit values need a Cast to f32 first)"
                        : "");
   }
   if (info->has(SameDType))
@@ -466,12 +466,11 @@ Status Validator::checkProgram(int pi, const fb::Program &p) {
         b->of() >= numBuffers)
       return error(what, " refers to param buffer ", b->of(),
                    " but there are only ", numBuffers, " buffers");
-    // Parameters are initialised from f32 values (bf16 ones rounded).
-    if (b->kind() == fb::BufferKind::Param && b->dtype() != fb::DType::F32 &&
-        b->dtype() != fb::DType::BF16)
+    // Parameters are initialised from f32 values (16-bit ones rounded).
+    if (b->kind() == fb::BufferKind::Param && !isFloatDType(b->dtype()))
       return error(what, " is a parameter of dtype ",
                    fb::EnumNameDType(b->dtype()),
-                   " (parameters are F32 or BF16)");
+                   " (parameters are F32, BF16 or F16)");
     if (b->kind() == fb::BufferKind::MainParam) {
       // fp32 main params: of a parameter (its shape and layout) or, with
       // of = -1, a distributed-optimizer shard of a parameter bucket.

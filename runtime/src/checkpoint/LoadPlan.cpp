@@ -355,10 +355,7 @@ struct ParamInfo {
 
 /// Parameter dtypes a checkpoint converts between on load.
 bool convertibleDtypes(fb::DType a, fb::DType b) {
-  auto isFloat = [](fb::DType t) {
-    return t == fb::DType::F32 || t == fb::DType::BF16;
-  };
-  return isFloat(a) && isFloat(b);
+  return isFloatDType(a) && isFloatDType(b);
 }
 
 Status checkCompatibility(const CheckpointManifest &m,
@@ -399,11 +396,11 @@ Status checkCompatibility(const CheckpointManifest &m,
       return failedPrecondition(
           "parameter '", name, "' is ", fb::EnumNameDType(it->second.dtype),
           " in ", ck, " but ", fb::EnumNameDType(info.dtype), " in ", art,
-          ": only F32 and BF16 parameters convert into each other");
+          ": only float (F32, BF16, F16) parameters convert into each other");
   }
-  // F32 <-> BF16 (--bf16 on or off between save and load): converted, f32
-  // to bf16 rounded to nearest even, bf16 to f32 exactly (see planRank for
-  // the main params).
+  // F32 <-> BF16 or F16 (--bf16 or --fp16 on or off between save and
+  // load): converted, to a 16-bit format rounded to nearest even, to f32
+  // exactly (see planRank for the main params).
   std::set<std::string> savedMain;
   for (const auto &[name, t] : savedTensors(m, 0).byName)
     if (t->kind == fb::BufferKind::MainParam && t->dtype == fb::DType::F32)
@@ -412,7 +409,7 @@ Status checkCompatibility(const CheckpointManifest &m,
   for (const auto &[name, info] : wanted) {
     fb::DType from = saved.at(name).dtype;
     // BF16 -> F32 from the main params instead (noted by planRank).
-    bool fromMain = from == fb::DType::BF16 && info.dtype == fb::DType::F32 &&
+    bool fromMain = from != fb::DType::F32 && info.dtype == fb::DType::F32 &&
                     o.loadOptimizer &&
                     savedMain.count(std::string(kMainPrefix) + name);
     if (from != info.dtype && !fromMain)
@@ -424,7 +421,7 @@ Status checkCompatibility(const CheckpointManifest &m,
                     "'" + (names.size() > 1 ? ", ..." : "") +
                     ") converted from " + fb::EnumNameDType(types.first) +
                     " in the checkpoint to " + fb::EnumNameDType(types.second) +
-                    (types.second == fb::DType::BF16
+                    (types.second != fb::DType::F32
                          ? " (rounded to nearest even)"
                          : " (exact)"));
   for (const auto &entry : saved)
@@ -726,10 +723,10 @@ StatusOr<CheckpointLoadPlan> planRank(const CheckpointManifest &m,
       mainFromParams.push_back(br.name);
     }
     if (kind == fb::BufferKind::Param && it != byName.end() &&
-        it->second->dtype == fb::DType::BF16 && b->dtype() == fb::DType::F32 &&
+        it->second->dtype != fb::DType::F32 && b->dtype() == fb::DType::F32 &&
         o.loadOptimizer) {
-      // Saved with --bf16, loaded without: the fp32 main param holds the
-      // value the BF16 parameter was rounded from.
+      // Saved with --bf16 or --fp16, loaded without: the fp32 main param
+      // holds the value the 16-bit parameter was rounded from.
       auto main = byName.find(std::string(kMainPrefix) + br.name);
       if (main != byName.end() &&
           main->second->kind == fb::BufferKind::MainParam &&

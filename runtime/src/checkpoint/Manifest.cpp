@@ -113,6 +113,8 @@ StatusOr<CheckpointManifest> describeCheckpoint(const LoadedArtifact &artifact,
   CheckpointManifest m;
   m.iteration = info.iteration;
   m.seed = info.seed;
+  m.gradScaler = info.gradScaler;
+  m.skippedIterations = info.skippedIterations;
   m.datasetPrefix = info.datasetPrefix;
   m.datasetTokens = info.datasetTokens;
   m.model = a.model() ? a.model()->str() : "";
@@ -258,6 +260,13 @@ std::string manifestToJson(const CheckpointManifest &m) {
       {"kind", m.optimizer},        {"lr", shortest(m.lr)},
       {"beta1", shortest(m.beta1)}, {"beta2", shortest(m.beta2)},
       {"eps", shortest(m.eps)},     {"weight_decay", shortest(m.weightDecay)}};
+  // Megatron's DynamicGradScaler state_dict; the scale as a JSON double
+  // (exact), so that a resumed fp16 run scales as the uninterrupted one.
+  if (m.gradScaler)
+    j["grad_scaler"] = {{"scale", m.gradScaler->scale},
+                        {"growth_tracker", m.gradScaler->growthTracker},
+                        {"hysteresis_tracker", m.gradScaler->hysteresisTracker},
+                        {"skipped_iterations", m.skippedIterations}};
   j["data"] = {{"iteration", m.iteration},
                {"consumed_samples", m.consumedSamples},
                {"seed", m.seed},
@@ -462,6 +471,24 @@ StatusOr<CheckpointManifest> parseManifest(const std::string &text,
     m.beta2 = hyperParameter(opt, "beta2");
     m.eps = hyperParameter(opt, "eps");
     m.weightDecay = hyperParameter(opt, "weight_decay");
+    if (j.contains("grad_scaler")) {
+      const json &gs = j.at("grad_scaler");
+      if (!gs.is_object() || !gs.contains("scale") ||
+          !gs.at("scale").is_number() || !(gs.at("scale").get<double>() > 0))
+        fail("\"grad_scaler\" must be an object with a positive \"scale\"");
+      GradScalerState s;
+      s.scale = gs.at("scale").get<double>();
+      s.growthTracker = integer<int64_t>(gs.at("growth_tracker"),
+                                         "grad_scaler.growth_tracker");
+      s.hysteresisTracker = integer<int64_t>(gs.at("hysteresis_tracker"),
+                                             "grad_scaler.hysteresis_tracker");
+      m.skippedIterations = integer<int64_t>(gs.at("skipped_iterations"),
+                                             "grad_scaler.skipped_iterations");
+      if (m.skippedIterations < 0 || m.skippedIterations > m.iteration)
+        fail("grad_scaler.skipped_iterations ", m.skippedIterations,
+             " is not within [0, iteration ", m.iteration, "]");
+      m.gradScaler = s;
+    }
     const json &data = j.at("data");
     m.consumedSamples =
         integer<int64_t>(data.at("consumed_samples"), "data.consumed_samples");

@@ -307,29 +307,30 @@ StatusOr<CheckpointSaveResult> saveCheckpoint(const Executor &executor,
   return result;
 }
 
-/// `data` (elements of `from`) as elements of `to`: F32 -> BF16 rounded to
-/// nearest even, BF16 -> F32 exact.
+/// `data` (elements of `from`) as elements of `to`, both float dtypes:
+/// widening exact, narrowing to a 16-bit format rounded to nearest even
+/// (BF16 <-> F16 through f32).
 static StatusOr<std::vector<uint8_t>>
 convertFloats(const std::vector<uint8_t> &data, fb::DType from, fb::DType to) {
-  std::vector<uint8_t> out;
-  if (from == fb::DType::F32 && to == fb::DType::BF16) {
-    const size_t n = data.size() / 4;
-    std::vector<float> f(n);
-    std::vector<uint16_t> h(n);
-    std::memcpy(f.data(), data.data(), n * 4);
-    floatsToBf16(f.data(), h.data(), int64_t(n));
-    out.resize(n * 2);
-    std::memcpy(out.data(), h.data(), n * 2);
-    return out;
-  }
-  if (from == fb::DType::BF16 && to == fb::DType::F32) {
-    const size_t n = data.size() / 2;
-    std::vector<uint16_t> h(n);
-    std::vector<float> f(n);
-    std::memcpy(h.data(), data.data(), n * 2);
-    bf16ToFloats(h.data(), f.data(), int64_t(n));
-    out.resize(n * 4);
-    std::memcpy(out.data(), f.data(), n * 4);
+  if (isFloatDType(from) && isFloatDType(to)) {
+    const FloatFormat f = floatFormatOf(from), t = floatFormatOf(to);
+    const size_t n = data.size() / size_t(formatBytes(f));
+    std::vector<float> wide(n);
+    if (f == FloatFormat::F32) {
+      std::memcpy(wide.data(), data.data(), n * 4);
+    } else {
+      std::vector<uint16_t> h(n);
+      std::memcpy(h.data(), data.data(), n * 2);
+      halfToFloats(f, h.data(), wide.data(), int64_t(n));
+    }
+    std::vector<uint8_t> out(n * size_t(formatBytes(t)));
+    if (t == FloatFormat::F32) {
+      std::memcpy(out.data(), wide.data(), n * 4);
+    } else {
+      std::vector<uint16_t> h(n);
+      floatsToHalf(t, wide.data(), h.data(), int64_t(n));
+      std::memcpy(out.data(), h.data(), n * 2);
+    }
     return out;
   }
   return invalidArgument("cannot convert ", fb::EnumNameDType(from), " to ",
@@ -534,6 +535,8 @@ StatusOr<CheckpointLoadResult> loadCheckpoint(Executor &executor,
   CheckpointLoadResult result;
   result.dir = loc.dir;
   result.iteration = m.iteration;
+  result.gradScaler = m.gradScaler;
+  result.skippedIterations = m.skippedIterations;
   result.resharded = plan.resharded;
   result.savedConfig = m.configString();
   result.targetConfig = plan.targetConfig;

@@ -23,55 +23,65 @@ Status mpiStatus(int code, const char *what) {
 namespace {
 
 //===----------------------------------------------------------------------===//
-// bf16 sums
+// bf16 and f16 sums
 //===----------------------------------------------------------------------===//
 
-// MPI has no bf16 type. bf16 buffers travel as MPI_UINT16_T (2 bytes per
-// element, so the byte counts are the bf16 ones) and are summed by a
-// user-defined commutative op: each pair added in f32 and rounded to
-// nearest even (BF16.h), so every partial sum is a bf16 value, whichever
-// algorithm MPI picks. The op is created on first use and freed
-// at MPI_Finalize through a delete callback on MPI_COMM_SELF, whose
-// attributes MPI deletes first thing in MPI_Finalize (MPI-3.1 8.7.1).
+// MPI has no bf16 type (and MPI-4's f16 is optional). 16-bit float buffers
+// travel as MPI_UINT16_T (2 bytes per element, so the byte counts are the
+// 16-bit ones) and are summed by a user-defined commutative op per format:
+// each pair added in f32 and rounded to nearest even (BF16.h), so every
+// partial sum is a value of the format, whichever algorithm MPI picks. The
+// ops are created on first use and freed at MPI_Finalize through a delete
+// callback on MPI_COMM_SELF, whose attributes MPI deletes first thing in
+// MPI_Finalize (MPI-3.1 8.7.1).
 
-void bf16Sum(void *in, void *inout, int *len, MPI_Datatype *) {
+template <FloatFormat H>
+void halfSum(void *in, void *inout, int *len, MPI_Datatype *) {
   const auto *a = static_cast<const uint16_t *>(in);
   auto *b = static_cast<uint16_t *>(inout);
   const int n = *len;
 #pragma omp simd
   for (int i = 0; i < n; ++i)
-    b[i] = floatToBf16(bf16ToFloat(a[i]) + bf16ToFloat(b[i]));
+    storeFloat<H>(b, i, loadFloat<H>(a, i) + loadFloat<H>(b, i));
 }
 
-MPI_Op bf16SumOp = MPI_OP_NULL;
+/// The sum ops, [0] bf16 and [1] f16.
+MPI_Op halfSumOps[2] = {MPI_OP_NULL, MPI_OP_NULL};
 
-int freeBf16SumOp(MPI_Comm, int, void *, void *) {
-  if (bf16SumOp != MPI_OP_NULL)
-    MPI_Op_free(&bf16SumOp);
-  bf16SumOp = MPI_OP_NULL;
+int freeHalfSumOps(MPI_Comm, int, void *, void *) {
+  for (MPI_Op &op : halfSumOps)
+    if (op != MPI_OP_NULL)
+      MPI_Op_free(&op);
   return MPI_SUCCESS;
 }
 
-/// The bf16 sum op, created on first use (MPI is funnelled through one
-/// thread, so no lock is needed).
-StatusOr<MPI_Op> bf16SumOpOnce() {
-  if (bf16SumOp != MPI_OP_NULL)
-    return bf16SumOp;
+/// The sum op of a 16-bit format, created on first use (MPI is funnelled
+/// through one thread, so no lock is needed).
+StatusOr<MPI_Op> halfSumOpOnce(FloatFormat half) {
+  const bool f16 = half == FloatFormat::F16;
+  MPI_Op &slot = halfSumOps[f16 ? 1 : 0];
+  if (slot != MPI_OP_NULL)
+    return slot;
   MPI_Op op = MPI_OP_NULL;
-  TESSERA_RETURN_IF_MPI_ERROR(MPI_Op_create(bf16Sum, /*commute=*/1, &op));
-  int key = MPI_KEYVAL_INVALID;
-  int rc = MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, freeBf16SumOp, &key,
-                                  nullptr);
-  if (rc == MPI_SUCCESS)
-    rc = MPI_Comm_set_attr(MPI_COMM_SELF, key, nullptr);
-  if (rc != MPI_SUCCESS) {
-    MPI_Op_free(&op);
-    return mpiStatus(rc, "registering the bf16 sum op's cleanup");
+  TESSERA_RETURN_IF_MPI_ERROR(MPI_Op_create(
+      f16 ? halfSum<FloatFormat::F16> : halfSum<FloatFormat::BF16>,
+      /*commute=*/1, &op));
+  // One cleanup callback frees both ops; registered with the first.
+  if (halfSumOps[0] == MPI_OP_NULL && halfSumOps[1] == MPI_OP_NULL) {
+    int key = MPI_KEYVAL_INVALID;
+    int rc = MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, freeHalfSumOps,
+                                    &key, nullptr);
+    if (rc == MPI_SUCCESS)
+      rc = MPI_Comm_set_attr(MPI_COMM_SELF, key, nullptr);
+    if (rc != MPI_SUCCESS) {
+      MPI_Op_free(&op);
+      return mpiStatus(rc, "registering the 16-bit sum ops' cleanup");
+    }
+    // The attribute keeps the callback; the key itself is no longer needed.
+    MPI_Comm_free_keyval(&key);
   }
-  // The attribute keeps the callback; the key itself is no longer needed.
-  MPI_Comm_free_keyval(&key);
-  bf16SumOp = op;
-  return bf16SumOp;
+  slot = op;
+  return slot;
 }
 
 } // namespace
@@ -87,17 +97,19 @@ StatusOr<MPI_Datatype> mpiDatatype(ElementType type) {
   case ElementType::F64:
     return MPI_DOUBLE;
   case ElementType::BF16:
+  case ElementType::F16:
     return MPI_UINT16_T;
   }
   return invalidArgument("unknown element type");
 }
 
 StatusOr<MPI_Op> mpiReduceOp(ReduceKind op, ElementType type) {
-  if (type == ElementType::BF16) {
+  if (type == ElementType::BF16 || type == ElementType::F16) {
     if (op != ReduceKind::Sum)
-      return unimplemented("bf16 max reductions are not supported (bf16 "
-                           "reductions are sums)");
-    return bf16SumOpOnce();
+      return unimplemented("16-bit float max reductions are not supported "
+                           "(bf16 and f16 reductions are sums)");
+    return halfSumOpOnce(type == ElementType::F16 ? FloatFormat::F16
+                                                  : FloatFormat::BF16);
   }
   return op == ReduceKind::Max ? MPI_MAX : MPI_SUM;
 }

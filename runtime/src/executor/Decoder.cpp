@@ -34,6 +34,8 @@ StatusOr<ElementType> Decoder::elementType(fb::DType t) {
     return ElementType::I64;
   case fb::DType::BF16:
     return ElementType::BF16;
+  case fb::DType::F16:
+    return ElementType::F16;
   }
   return invalidArgument("unknown dtype");
 }

@@ -122,10 +122,17 @@ public:
   static int64_t iattr(const fb::Instr &in, int i) {
     return in.iattrs()->Get(flatbuffers::uoffset_t(i));
   }
-  /// Whether operand `i` is bf16 (the loader admitted only F32 or BF16
-  /// where a kernel takes either).
-  bool isBf16(const fb::Instr &in, int i) const {
-    return ref(in, i).dtype() == fb::DType::BF16;
+  /// The float type of operand `i`: BF16, F16 or F32 (the loader
+  /// admitted only these where a kernel takes any of them).
+  ElementType floatType(const fb::Instr &in, int i) const {
+    switch (ref(in, i).dtype()) {
+    case fb::DType::BF16:
+      return ElementType::BF16;
+    case fb::DType::F16:
+      return ElementType::F16;
+    default:
+      return ElementType::F32;
+    }
   }
   /// The element type of a communicated operand.
   static StatusOr<ElementType> elementType(fb::DType t);

@@ -51,6 +51,9 @@ public:
 
   Backend &backend() override { return *ex.be; }
   double lrFactor() const override { return ex.lrFactor; }
+  double lossScale() const override { return ex.lossScale; }
+  bool updatesSkipped() const override { return ex.updatesSkipped; }
+  void skipUpdates() override { ex.updatesSkipped = true; }
   Status syncForHostComm(const Thunk &t) override {
     return ex.syncForHostComm(t);
   }
@@ -338,11 +341,11 @@ Status Executor::initializeParameters() {
     host.assign(size_t(n), 0.0f);
     TESSERA_RETURN_IF_ERROR(initParameterBuffer(
         *art->root(), *b, rank, options.seed, art->name(), host.data()));
-    if (b->dtype() == fb::DType::BF16) {
-      // The f32 initial values rounded: a bf16 run starts from the f32
-      // run's weights to bf16 precision.
+    if (b->dtype() == fb::DType::BF16 || b->dtype() == fb::DType::F16) {
+      // The f32 initial values rounded: a bf16 or fp16 run starts from the
+      // f32 run's weights to 16-bit precision.
       half.resize(size_t(n));
-      floatsToBf16(host.data(), half.data(), n);
+      floatsToHalf(floatFormatOf(b->dtype()), host.data(), half.data(), n);
       TESSERA_RETURN_IF_ERROR(copyIn(arena + b->offset(), half.data(), n * 2));
     } else {
       TESSERA_RETURN_IF_ERROR(copyIn(arena + b->offset(), host.data(), n * 4));
@@ -669,8 +672,10 @@ Status Executor::runStep(int64_t iteration) {
   // Gradient sync and the optimizer run once, after every microbatch.
   TESSERA_RETURN_IF_ERROR(completeP2pBatch());
   if (prog->iteration_buffer() >= 0) {
+    // Adam's step count: the iterations that updated (Megatron's optimizer
+    // steps only when it does not skip).
     const fb::Buffer *b = prog->buffers()->Get(prog->iteration_buffer());
-    int64_t it = iteration;
+    int64_t it = iteration - skippedIterations;
     TESSERA_RETURN_IF_ERROR(stageToDevice(arena + b->offset(), &it, 8));
   }
   if (functionIndex.count("step"))
@@ -683,9 +688,14 @@ StatusOr<double> Executor::runIteration(int64_t iteration) {
   // checkpoint run "init" themselves, after the load).
   if (initDue)
     TESSERA_RETURN_IF_ERROR(runInit().status());
-  // The optimizer steps carry the peak rate; the schedule scales it.
+  updatesSkipped = false;
+  // The optimizer steps carry the peak rate; the schedule scales it, at
+  // the count of iterations that updated (Megatron's scheduler steps only
+  // then).
   if (const fb::Optimizer *opt = art->root()->optimizer())
-    lrFactor = opt->lr() > 0 ? learningRate(iteration) / double(opt->lr()) : 1.0;
+    lrFactor = opt->lr() > 0 ? learningRate(iteration - skippedIterations) /
+                                   double(opt->lr())
+                             : 1.0;
   if (prog->schedule() && prog->schedule()->size())
     return runSchedule(iteration);
   const int64_t numMicro = art->root()->batch()->num_microbatches();
@@ -846,15 +856,17 @@ Executor::readFloatBuffer(const std::string &name) const {
   const fb::Buffer *b = findBuffer(name);
   if (!b)
     return notFound(art->name(), ": no buffer named '", name, "'");
-  if (b->dtype() != fb::DType::F32 && b->dtype() != fb::DType::BF16)
+  if (!isFloatDType(b->dtype()))
     return invalidArgument(art->name(), ": buffer '", name, "' is ",
-                           fb::EnumNameDType(b->dtype()), ", not F32 or BF16");
+                           fb::EnumNameDType(b->dtype()),
+                           ", not F32, BF16 or F16");
   TESSERA_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, readBuffer(name));
   std::vector<float> out(size_t(numElements(b->shape())));
-  if (b->dtype() == fb::DType::BF16) {
+  if (b->dtype() != fb::DType::F32) {
     std::vector<uint16_t> half(out.size());
     std::memcpy(half.data(), bytes.data(), bytes.size());
-    bf16ToFloats(half.data(), out.data(), int64_t(out.size()));
+    halfToFloats(floatFormatOf(b->dtype()), half.data(), out.data(),
+                 int64_t(out.size()));
   } else {
     std::memcpy(out.data(), bytes.data(), bytes.size());
   }

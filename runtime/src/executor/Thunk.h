@@ -36,7 +36,7 @@ struct Thunk {
   /// gemm: m, n, k; matrix ops: rows (m) x cols (n); elementwise: n.
   int64_t m = 0, n = 0, k = 0;
   /// Integer parameters of the kernels (see each opcode's decode function in
-  /// executor/ops); for Cast, i[0] and i[1] are 1 when X and Y are bf16; for
+  /// executor/ops); for Cast, i[0] and i[1] are X's and Y's FloatFormat; for
   /// AllGather and ReduceScatter(Start), i[0] is 1 when in place (the shard
   /// is this rank's block of the full buffer).
   int64_t i[4] = {};
@@ -51,8 +51,8 @@ struct Thunk {
   float f[5] = {};
   Communicator *comm = nullptr;
   /// Collectives and Send/Recv: the element type; Fill, Scale, Axpy, Gemm
-  /// and GroupedLinear(Grad) (their float inputs): BF16 selects the bf16
-  /// kernel.
+  /// and GroupedLinear(Grad) (their float inputs): BF16 or F16 selects the
+  /// 16-bit kernel.
   ElementType type = ElementType::F32;
   ReduceKind reduce = ReduceKind::Sum;
   int event = -1;

@@ -39,7 +39,7 @@ std::string shapeText(const std::vector<int64_t> &shape) {
   return s + "]";
 }
 
-/// A dense row-major tensor of F32 or BF16 elements.
+/// A dense row-major tensor of F32, BF16 or F16 elements.
 struct Tensor {
   fb::DType dtype = fb::DType::F32;
   std::vector<int64_t> shape;
@@ -105,7 +105,8 @@ Tensor transpose(const Tensor &t) {
   return r;
 }
 
-/// `t` in `dtype` (bf16 rounded to nearest even; f32 exactly).
+/// `t` in `dtype` (to bf16 or f16 rounded to nearest even; to f32
+/// exactly).
 Tensor convert(const Tensor &t, fb::DType dtype) {
   if (t.dtype == dtype)
     return t;
@@ -114,20 +115,36 @@ Tensor convert(const Tensor &t, fb::DType dtype) {
   r.shape = t.shape;
   const int64_t n = t.numel();
   r.data.resize(size_t(n * dtypeSize(dtype)));
+  const FloatFormat from = floatFormatOf(t.dtype), to = floatFormatOf(dtype);
   for (int64_t i = 0; i < n; ++i) {
-    if (dtype == fb::DType::BF16) {
-      float f;
+    float f;
+    if (from == FloatFormat::F32) {
       std::memcpy(&f, &t.data[size_t(4 * i)], 4);
-      uint16_t h = floatToBf16(f);
-      std::memcpy(&r.data[size_t(2 * i)], &h, 2);
     } else {
       uint16_t h;
       std::memcpy(&h, &t.data[size_t(2 * i)], 2);
-      float f = bf16ToFloat(h);
+      f = halfToFloat(from, h);
+    }
+    if (to == FloatFormat::F32) {
       std::memcpy(&r.data[size_t(4 * i)], &f, 4);
+    } else {
+      uint16_t h = floatToHalf(to, f);
+      std::memcpy(&r.data[size_t(2 * i)], &h, 2);
     }
   }
   return r;
+}
+
+/// The safetensors and torch_dtype names of a float dtype.
+const char *safetensorsDtype(fb::DType dtype) {
+  return dtype == fb::DType::BF16  ? "BF16"
+         : dtype == fb::DType::F16 ? "F16"
+                                   : "F32";
+}
+const char *torchDtype(fb::DType dtype) {
+  return dtype == fb::DType::BF16  ? "bfloat16"
+         : dtype == fb::DType::F16 ? "float16"
+                                   : "float32";
 }
 
 //===----------------------------------------------------------------------===//
@@ -145,10 +162,10 @@ gatherParameters(const CheckpointLocation &location,
   for (const ManifestTensor &t : m.tensors) {
     if (t.kind != fb::BufferKind::Param)
       continue;
-    if (t.dtype != fb::DType::F32 && t.dtype != fb::DType::BF16)
+    if (!isFloatDType(t.dtype))
       return invalidArgument(manifest, ": parameter '", t.name, "' is ",
                              fb::EnumNameDType(t.dtype),
-                             ", not F32 or BF16");
+                             ", not F32, BF16 or F16");
     Tensor &w = whole[t.name];
     w.dtype = t.dtype;
     w.shape = t.globalShape;
@@ -596,7 +613,7 @@ Status writeSafetensors(
   int64_t at = 0;
   for (const auto &[name, t] : tensors) {
     const int64_t bytes = int64_t(t.data.size());
-    header[name] = {{"dtype", t.dtype == fb::DType::BF16 ? "BF16" : "F32"},
+    header[name] = {{"dtype", safetensorsDtype(t.dtype)},
                     {"shape", t.shape},
                     {"data_offsets", {at, at + bytes}}};
     at += bytes;
@@ -622,8 +639,8 @@ StatusOr<ExportSummary> exportHuggingFace(const ExportOptions &options) {
                            ": tessera-export writes safetensors (ONNX with "
                            "trained initializers is not there yet)");
   if (options.dtype != "auto" && options.dtype != "fp32" &&
-      options.dtype != "bf16")
-    return invalidArgument("--dtype must be auto, fp32 or bf16, got '",
+      options.dtype != "bf16" && options.dtype != "fp16")
+    return invalidArgument("--dtype must be auto, fp32, bf16 or fp16, got '",
                            options.dtype, "'");
   if (options.output.empty())
     return invalidArgument("give the output directory (-o OUT)");
@@ -638,14 +655,16 @@ StatusOr<ExportSummary> exportHuggingFace(const ExportOptions &options) {
   TESSERA_RETURN_IF_ERROR(model.build());
 
   // One dtype for the file: as trained (the parameters', bf16 under
-  // --bf16), or as asked.
+  // --bf16, f16 under --fp16), or as asked.
   fb::DType dtype = fb::DType::F32;
   if (options.dtype == "bf16")
     dtype = fb::DType::BF16;
+  else if (options.dtype == "fp16")
+    dtype = fb::DType::F16;
   else if (options.dtype == "auto")
     for (const auto &entry : model.tensors)
-      if (entry.second.dtype == fb::DType::BF16)
-        dtype = fb::DType::BF16;
+      if (entry.second.dtype != fb::DType::F32)
+        dtype = entry.second.dtype;
   ExportSummary summary;
   for (auto &entry : model.tensors) {
     if (entry.second.dtype != dtype)
@@ -655,12 +674,11 @@ StatusOr<ExportSummary> exportHuggingFace(const ExportOptions &options) {
   summary.tensors = int64_t(model.tensors.size());
   summary.architecture = model.architecture;
   summary.iteration = manifest.iteration;
-  summary.dtype = dtype == fb::DType::BF16 ? "BF16" : "F32";
+  summary.dtype = safetensorsDtype(dtype);
   summary.layout = manifest.configString();
   summary.vocab = arch.vocab;
   summary.paddedVocab = model.paddedVocab;
-  model.config["torch_dtype"] =
-      dtype == fb::DType::BF16 ? "bfloat16" : "float32";
+  model.config["torch_dtype"] = torchDtype(dtype);
   model.config["tessera_checkpoint_iteration"] = manifest.iteration;
 
   TESSERA_RETURN_IF_ERROR(makeDirectories(options.output));
@@ -673,7 +691,7 @@ StatusOr<ExportSummary> exportHuggingFace(const ExportOptions &options) {
 
 static const char *kUsage =
     "usage: tessera-export CKPT_DIR -o OUT [--format safetensors] "
-    "[--dtype auto|fp32|bf16]\n"
+    "[--dtype auto|fp32|bf16|fp16]\n"
     "\n"
     "Writes the parameters of a tessera-run checkpoint (any layout) as a "
     "Hugging Face\n"
@@ -687,7 +705,9 @@ static const char *kUsage =
     "iter_ directory\n"
     "  -o OUT          the output directory (made if missing)\n"
     "  --format F      safetensors (the only one yet)\n"
-    "  --dtype D       auto (as trained: bf16 under --bf16), fp32 or bf16\n";
+    "  --dtype D       auto (as trained: bf16 under --bf16, fp16 under "
+    "--fp16), fp32,\n"
+    "                  bf16 or fp16\n";
 
 int runExport(int argc, char **argv) {
   ExportOptions options;

@@ -15,6 +15,7 @@
 #include "backends/cpu/BlasCore.h"
 
 #include "tessera/rt/Executor.h"
+#include "tessera/rt/GradScaler.h"
 #include "tessera/rt/MpiCommunicator.h"
 #include "tessera/rt/WaitMonitor.h"
 
@@ -296,10 +297,19 @@ private:
   double paramsNorm = std::nan("");
   /// Megatron's "number of nan iterations" since the previous log line
   /// (every iteration logs): 1 when this one's loss or gradient norm was
-  /// NaN or inf (they train on only with --no-check-for-nan-in-loss). Its
-  /// "number of skipped iterations" is always 0 here: only fp16's loss
-  /// scaling skips updates, and Tessera has no fp16.
+  /// NaN or inf (they train on only with --no-check-for-nan-in-loss; under
+  /// fp16 a gradient norm that is not finite is a skipped iteration
+  /// instead).
   int64_t nanIterations = 0;
+  /// fp16 (the artifact's optimizer has a loss scaler): Megatron's grad
+  /// scaler, whether this iteration skipped its updates ("number of
+  /// skipped iterations"), and how many did so far (the learning-rate
+  /// schedule and Adam's step count leave them out).
+  std::optional<GradScaler> scaler;
+  bool skippedThis = false;
+  int64_t skippedTotal = 0;
+  /// The learning rate this iteration updated with.
+  double lrThis = 0.0;
   std::unique_ptr<Communicator> world;
   /// The --data dataset when the artifact has token inputs, else null.
   std::shared_ptr<const IndexedDataset> dataset;
@@ -441,6 +451,16 @@ Status RankRun::setUp() {
                                             std::move(comms), rank, eo));
   hasGradNorm = executor->hasBuffer("grad_norm");
   hasParamsNorm = executor->hasBuffer("params_norm");
+  if (const fb::Optimizer *opt = a.optimizer();
+      opt && opt->initial_loss_scale() > 0) {
+    GradScalerConfig c;
+    c.constantScale = opt->loss_scale();
+    c.initialScale = opt->initial_loss_scale();
+    c.minScale = opt->min_loss_scale();
+    c.window = opt->loss_scale_window();
+    c.hysteresis = opt->hysteresis();
+    scaler.emplace(c);
+  }
   return Status();
 }
 
@@ -493,6 +513,17 @@ Status RankRun::resume() {
   auto loaded = loadCheckpoint(*executor, o.loadDir, lo, world.get());
   if (loaded.ok()) {
     startIteration = loaded->iteration;
+    // fp16: the scaler continues from its saved state (a checkpoint of a
+    // run without loss scaling starts it afresh).
+    if (scaler && loaded->gradScaler) {
+      scaler->restore(*loaded->gradScaler);
+      skippedTotal = loaded->skippedIterations;
+    } else if (scaler) {
+      loaded->notes.push_back(
+          "the checkpoint has no loss scaler state (saved without --fp16): "
+          "the loss scale starts afresh");
+    }
+    executor->setSkippedIterations(skippedTotal);
     double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
             .count();
@@ -571,6 +602,16 @@ void RankRun::printHeader() const {
                 opt->kind() ? opt->kind()->c_str() : "?", opt->lr(),
                 opt->beta1(), opt->beta2(), opt->eps(), opt->weight_decay(),
                 opt->clip_grad());
+  if (opt && opt->initial_loss_scale() > 0) {
+    if (opt->loss_scale() > 0)
+      std::printf("tessera-run: fp16 loss scale %g (constant)\n",
+                  opt->loss_scale());
+    else
+      std::printf("tessera-run: fp16 dynamic loss scale: initial %g, min %g, "
+                  "window %lld, hysteresis %d\n",
+                  opt->initial_loss_scale(), opt->min_loss_scale(),
+                  (long long)opt->loss_scale_window(), opt->hysteresis());
+  }
   if (opt && (opt->lr_warmup_iters() > 0 ||
               (opt->lr_decay_style() &&
                opt->lr_decay_style()->str() != "constant")))
@@ -639,10 +680,21 @@ Status RankRun::startTraining() {
 
 /// Iteration `it`, timed, and rank 0's report of it.
 Status RankRun::trainIteration(int64_t it) {
+  if (scaler)
+    executor->setLossScale(scaler->scale());
+  lrThis = executor->learningRate(it - skippedTotal);
   auto t0 = std::chrono::steady_clock::now();
   TESSERA_ASSIGN_OR_RETURN(double loss, executor->runIteration(it));
   auto t1 = std::chrono::steady_clock::now();
   double seconds = std::chrono::duration<double>(t1 - t0).count();
+  // fp16: an iteration whose gradients held an inf or NaN (on any rank:
+  // the norm is global) updated nothing; the scale moves either way.
+  skippedThis = scaler && executor->lastIterationSkipped();
+  if (scaler) {
+    scaler->update(skippedThis);
+    skippedTotal += skippedThis;
+    executor->setSkippedIterations(skippedTotal);
+  }
   if (hasGradNorm) {
     // One f32, the same on every rank (the norm's reductions span them).
     TESSERA_ASSIGN_OR_RETURN(std::vector<float> norm,
@@ -655,7 +707,7 @@ Status RankRun::trainIteration(int64_t it) {
     paramsNorm = norm.empty() ? std::nan("") : double(norm[0]);
   }
   nanIterations = (hasLoss && !std::isfinite(loss)) ||
-                  (hasGradNorm && !std::isfinite(gradNorm));
+                  (hasGradNorm && !std::isfinite(gradNorm) && !skippedThis);
   std::map<std::string, CommCounters> after = executor->commCounters();
   if (rank == 0)
     TESSERA_RETURN_IF_ERROR(report(it, loss, seconds, after));
@@ -669,8 +721,10 @@ Status RankRun::trainIteration(int64_t it) {
         std::isnan(loss) ? "NaN" : "inf",
         "; stopping before any checkpoint of this state is saved (Megatron's "
         "check for NaN in the loss; --no-check-for-nan-in-loss trains on)");
-  // Megatron's check_for_nan_in_loss_and_grad: the gradients too.
-  if (o.checkForNanInLoss && hasGradNorm && !std::isfinite(gradNorm))
+  // Megatron's check_for_nan_in_loss_and_grad: the gradients too (under
+  // fp16 their overflow is the loss scaler's to handle: a skipped step).
+  if (o.checkForNanInLoss && hasGradNorm && !std::isfinite(gradNorm) &&
+      !scaler)
     return failedPrecondition(
         artifact->name(), ": iteration ", it, ": the gradient norm is ",
         std::isnan(gradNorm) ? "NaN" : "inf",
@@ -695,18 +749,23 @@ Status RankRun::report(int64_t it, double loss, double seconds,
   // the skipped and NaN iterations.
   // NaN printed as "nan", not "-nan".
   auto unsignedNan = [](double v) { return std::isnan(v) ? std::nan("") : v; };
-  char norm[192] = "";
+  // fp16: the loss scale after the iteration's update, and no grad norm
+  // for a skipped iteration (Megatron's).
+  char norm[256] = "";
   int at = 0;
-  if (hasGradNorm)
+  if (scaler)
+    at += std::snprintf(norm + at, sizeof(norm) - at, " loss scale: %.1f |",
+                        scaler->scale());
+  if (hasGradNorm && !skippedThis)
     at += std::snprintf(norm + at, sizeof(norm) - at, " grad norm: %.3f |",
                         unsignedNan(gradNorm));
   if (hasParamsNorm)
     at += std::snprintf(norm + at, sizeof(norm) - at, " params norm: %.3f |",
                         unsignedNan(paramsNorm));
   std::snprintf(norm + at, sizeof(norm) - at,
-                " number of skipped iterations:   0 | number of nan "
+                " number of skipped iterations: %3lld | number of nan "
                 "iterations: %3lld |",
-                (long long)nanIterations);
+                (long long)skippedThis, (long long)nanIterations);
   std::printf(" [%s] iteration %8lld/%8lld | consumed samples: %12lld | "
               "elapsed time per iteration (ms): %.1f | throughput per "
               "rank (TFLOP/s): %.3f | learning rate: "
@@ -714,7 +773,7 @@ Status RankRun::report(int64_t it, double loss, double seconds,
               "second: %.1f |\n",
               timestamp().c_str(), (long long)it, (long long)o.steps,
               (long long)(it * batch.global_batch_size()), seconds * 1000.0,
-              tflops, executor->learningRate(it),
+              tflops, lrThis,
               (long long)batch.global_batch_size(), loss, norm,
               tokensPerSecond);
   std::fflush(stdout);
@@ -731,6 +790,13 @@ Status RankRun::report(int64_t it, double loss, double seconds,
 /// One JSON line of --metrics: the loss, throughput, learning rate and step
 /// time of iteration `it`, its communication bytes per collective and group
 /// kind, and with --profile its kernel seconds per opcode (rank 0's).
+/// A double in full (fp16's loss scale: 4294967296, not 4.2949673e+09).
+static std::string exactNumber(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
+
 std::string RankRun::metricsLine(int64_t it, double loss,
                                  double tokensPerSecond, double seconds,
                                  double tflops,
@@ -738,15 +804,22 @@ std::string RankRun::metricsLine(int64_t it, double loss,
   std::string line = "{\"step\": " + std::to_string(it) +
                      ", \"loss\": " + jsonNumber(loss) +
                      ", \"tokens_per_s\": " + jsonNumber(tokensPerSecond) +
-                     ", \"lr\": " + jsonNumber(executor->learningRate(it)) +
+                     ", \"lr\": " + jsonNumber(lrThis) +
                      ", \"step_time_s\": " + jsonNumber(seconds) +
                      ", \"tflops_per_rank\": " + jsonNumber(tflops) +
-                     (hasGradNorm ? ", \"grad_norm\": " + jsonNumber(gradNorm)
-                                  : std::string()) +
+                     (hasGradNorm
+                          ? ", \"grad_norm\": " +
+                                (skippedThis ? std::string("null")
+                                             : jsonNumber(gradNorm))
+                          : std::string()) +
+                     (scaler ? ", \"loss_scale\": " + exactNumber(scaler->scale())
+                             : std::string()) +
                      (hasParamsNorm
                           ? ", \"params_norm\": " + jsonNumber(paramsNorm)
                           : std::string()) +
-                     ", \"skipped_iterations\": 0, \"nan_iterations\": " +
+                     ", \"skipped_iterations\": " +
+                     std::to_string(int(skippedThis)) +
+                     ", \"nan_iterations\": " +
                      std::to_string(nanIterations) +
                      ", \"comm_bytes\": {";
   for (int c = 0; c < kNumCollectiveNames; ++c) {
@@ -787,6 +860,10 @@ Status RankRun::saveIfDue(int64_t it) {
   so.dir = o.saveDir;
   so.info.iteration = it;
   so.info.seed = o.seed;
+  if (scaler) {
+    so.info.gradScaler = scaler->saved();
+    so.info.skippedIterations = skippedTotal;
+  }
   if (dataset) {
     so.info.datasetPrefix = dataset->prefix();
     so.info.datasetTokens = dataset->numTokens();

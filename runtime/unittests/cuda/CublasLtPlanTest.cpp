@@ -67,7 +67,7 @@ void expectDescriptorsOf(const GemmPlan &p, bool tf32) {
   // bf16 operands accumulate in plain f32: TF32 rounds f32 inputs only.
   EXPECT_EQ(matmulAttribute<int32_t>(d->matmul,
                                      CUBLASLT_MATMUL_DESC_COMPUTE_TYPE),
-            int32_t(tf32 && !p.bf16Inputs ? CUBLAS_COMPUTE_32F_FAST_TF32
+            int32_t(tf32 && !p.halfInputs() ? CUBLAS_COMPUTE_32F_FAST_TF32
                                           : CUBLAS_COMPUTE_32F));
   EXPECT_EQ(matmulAttribute<int32_t>(d->matmul,
                                      CUBLASLT_MATMUL_DESC_SCALE_TYPE),
@@ -76,7 +76,9 @@ void expectDescriptorsOf(const GemmPlan &p, bool tf32) {
             int32_t(p.transA ? CUBLAS_OP_T : CUBLAS_OP_N));
   EXPECT_EQ(matmulAttribute<int32_t>(d->matmul, CUBLASLT_MATMUL_DESC_TRANSB),
             int32_t(p.transB ? CUBLAS_OP_T : CUBLAS_OP_N));
-  const cudaDataType_t inputs = p.bf16Inputs ? CUDA_R_16BF : CUDA_R_32F;
+  const cudaDataType_t inputs = p.inputs == FloatFormat::BF16 ? CUDA_R_16BF
+                                : p.inputs == FloatFormat::F16 ? CUDA_R_16F
+                                                               : CUDA_R_32F;
   expectLayout(d->a, p.rowsA(), p.colsA(), p.lda, p.batch, p.strideA, "A",
                inputs);
   expectLayout(d->b, p.rowsB(), p.colsB(), p.ldb, p.batch, p.strideB, "B",
@@ -95,14 +97,16 @@ TEST(CublasLtPlanTest, DenseGemmDescriptors) {
 }
 
 TEST(CublasLtPlanTest, Bf16GemmDescriptors) {
-  // Mixed precision's GEMMs: bf16 A and B, f32 C, f32 accumulation.
-  for (bool ta : {false, true})
-    for (bool tb : {false, true})
-      for (bool tf32 : {false, true}) {
-        GemmPlan p = columnMajorPlan(denseRowMajorGemm(ta, tb, 7, 5, 9));
-        p.bf16Inputs = true;
-        expectDescriptorsOf(p, tf32);
-      }
+  // Mixed precision's GEMMs: bf16 (--bf16) or f16 (--fp16) A and B, f32
+  // C, f32 accumulation.
+  for (FloatFormat half : {FloatFormat::BF16, FloatFormat::F16})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (bool tf32 : {false, true}) {
+          GemmPlan p = columnMajorPlan(denseRowMajorGemm(ta, tb, 7, 5, 9));
+          p.inputs = half;
+          expectDescriptorsOf(p, tf32);
+        }
 }
 
 TEST(CublasLtPlanTest, AttentionDescriptorsAreStridedBatched) {

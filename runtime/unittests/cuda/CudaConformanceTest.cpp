@@ -31,7 +31,7 @@ namespace {
 
 std::unique_ptr<Backend> gpu, cpu;
 
-enum class Kind { F32, I32, I64, BF16 };
+enum class Kind { F32, I32, I64, BF16, F16 };
 
 /// One operand: its host bytes, element kind and whether it is compared
 /// after the call.
@@ -55,6 +55,20 @@ Arg bf16(const std::vector<float> &v, bool output) {
   std::vector<uint16_t> h(v.size());
   floatsToBf16(v.data(), h.data(), int64_t(v.size()));
   return arg(Kind::BF16, h, output);
+}
+/// `v` rounded to a 16-bit format (BF16 or F16).
+Arg half(FloatFormat format, const std::vector<float> &v, bool output) {
+  std::vector<uint16_t> h(v.size());
+  floatsToHalf(format, v.data(), h.data(), int64_t(v.size()));
+  return arg(format == FloatFormat::F16 ? Kind::F16 : Kind::BF16, h, output);
+}
+/// `v` in any float format.
+Arg floats(FloatFormat format, const std::vector<float> &v, bool output) {
+  return format == FloatFormat::F32 ? arg(Kind::F32, v, output)
+                                    : half(format, v, output);
+}
+const char *formatName(FloatFormat f) {
+  return f == FloatFormat::BF16 ? "bf16" : f == FloatFormat::F16 ? "f16" : "f32";
 }
 
 using Call = std::function<Status(Backend &, std::vector<void *> &)>;
@@ -103,7 +117,7 @@ void compare(const std::string &what, std::vector<Arg> args, const Call &call,
                     bounds.empty() ? tol * (1.0 + std::fabs(w[j])) : bounds[j])
             << "operand " << i << " at " << j;
       }
-    } else if (args[i].kind == Kind::BF16) {
+    } else if (args[i].kind == Kind::BF16 || args[i].kind == Kind::F16) {
       size_t n = got.size() / 2;
       const uint16_t *g = reinterpret_cast<const uint16_t *>(got.data());
       const uint16_t *w = reinterpret_cast<const uint16_t *>(want.data());
@@ -170,6 +184,8 @@ TEST(CudaConformanceTest, GemmBf16) {
   // |result|: entries whose products cancel get the slack their sum needs.
   const double u = std::ldexp(1.0, -24);
   const float alpha = 0.75f;
+  // bf16 (--bf16) and f16 (--fp16) operands: both have exact products.
+  for (FloatFormat fmt : {FloatFormat::BF16, FloatFormat::F16})
   for (bool ta : {false, true})
     for (bool tb : {false, true})
       for (float beta : {0.0f, 1.0f})
@@ -178,13 +194,13 @@ TEST(CudaConformanceTest, GemmBf16) {
           std::vector<float> a = random(size_t(m * k)),
                              b = random(size_t(k * n)),
                              c = random(size_t(m * n));
-          // The values the GEMM sees: a and b rounded to bf16.
+          // The values the GEMM sees: a and b rounded to the format.
           std::vector<uint16_t> ha(a.size()), hb(b.size());
-          floatsToBf16(a.data(), ha.data(), int64_t(a.size()));
-          floatsToBf16(b.data(), hb.data(), int64_t(b.size()));
+          floatsToHalf(fmt, a.data(), ha.data(), int64_t(a.size()));
+          floatsToHalf(fmt, b.data(), hb.data(), int64_t(b.size()));
           std::vector<float> ra(a.size()), rb(b.size());
-          bf16ToFloats(ha.data(), ra.data(), int64_t(a.size()));
-          bf16ToFloats(hb.data(), rb.data(), int64_t(b.size()));
+          halfToFloats(fmt, ha.data(), ra.data(), int64_t(a.size()));
+          halfToFloats(fmt, hb.data(), rb.data(), int64_t(b.size()));
           const double gamma = double(k) * u / (1.0 - double(k) * u);
           std::vector<double> bounds(size_t(m * n));
           for (int64_t i = 0; i < m; ++i)
@@ -199,13 +215,14 @@ TEST(CudaConformanceTest, GemmBf16) {
                                  2 * u * (alpha * s + cij);
               bounds[size_t(i * n + j)] = 2 * one + 1e-30;
             }
-          compare("gemmBf16 ta=" + std::to_string(ta) + " tb=" +
+          compare(std::string("gemmHalf ") + formatName(fmt) + " ta=" +
+                      std::to_string(ta) + " tb=" +
                       std::to_string(tb) + " beta=" + std::to_string(beta) +
                       " k=" + std::to_string(k),
-                  {bf16(a, false), bf16(b, false), out(c)},
+                  {half(fmt, a, false), half(fmt, b, false), out(c)},
                   [&](Backend &be, std::vector<void *> &p) {
-                    return be.gemmBf16(ta, tb, m, n, k, alpha, H(0), H(1), beta,
-                                       F(2));
+                    return be.gemmHalf(fmt, ta, tb, m, n, k, alpha, H(0), H(1),
+                                       beta, F(2));
                   },
                   0.0, bounds);
         }
@@ -294,29 +311,33 @@ TEST(CudaConformanceTest, Elementwise) {
 TEST(CudaConformanceTest, MixedPrecision) {
   const int64_t n = 4099;
   auto x = random(size_t(n), 10.0f), y = random(size_t(n));
-  for (bool xb : {false, true})
-    for (bool yb : {false, true})
+  const FloatFormat formats[] = {FloatFormat::F32, FloatFormat::BF16,
+                                 FloatFormat::F16};
+  for (FloatFormat xf : formats)
+    for (FloatFormat yf : formats)
       for (float beta : {0.0f, 1.0f})
-        compare("cast x=" + std::to_string(xb) + " y=" + std::to_string(yb) +
-                    " beta=" + std::to_string(beta),
-                {xb ? bf16(x, false) : in(x), yb ? bf16(y, true) : out(y)},
+        compare(std::string("cast x=") + formatName(xf) + " y=" +
+                    formatName(yf) + " beta=" + std::to_string(beta),
+                {floats(xf, x, false), floats(yf, y, true)},
                 [&](Backend &b, std::vector<void *> &p) {
-                  return b.cast(p[0], xb ? FloatFormat::BF16 : FloatFormat::F32,
-                                p[1], yb ? FloatFormat::BF16 : FloatFormat::F32,
-                                n, beta);
+                  return b.cast(p[0], xf, p[1], yf, n, beta);
                 },
                 0.0);
-  compare("fillBf16", {bf16(y, true)}, [&](Backend &b, std::vector<void *> &p) {
-    return b.fillBf16(H(0), 0.3f, n);
-  }, 0.0);
-  compare("scaleBf16", {bf16(x, false), bf16(y, true)},
+  for (FloatFormat hf : {FloatFormat::BF16, FloatFormat::F16}) {
+  const std::string name = formatName(hf);
+  compare("fillHalf " + name, {half(hf, y, true)},
           [&](Backend &b, std::vector<void *> &p) {
-            return b.scaleBf16(H(0), H(1), 0.125f, n);
+            return b.fillHalf(hf, H(0), 0.3f, n);
           }, 0.0);
-  compare("axpyBf16", {bf16(x, false), bf16(y, true)},
+  compare("scaleHalf " + name, {half(hf, x, false), half(hf, y, true)},
           [&](Backend &b, std::vector<void *> &p) {
-            return b.axpyBf16(-0.5f, H(0), H(1), n);
+            return b.scaleHalf(hf, H(0), H(1), 0.125f, n);
+          }, 0.0);
+  compare("axpyHalf " + name, {half(hf, x, false), half(hf, y, true)},
+          [&](Backend &b, std::vector<void *> &p) {
+            return b.axpyHalf(hf, -0.5f, H(0), H(1), n);
           }); // one ulp: the GPU may fuse the multiply-add before rounding
+  }
 }
 
 TEST(CudaConformanceTest, Adam) {
@@ -357,15 +378,26 @@ TEST(CudaConformanceTest, GradientClipping) {
               2e-7);
     }
   }
-  for (auto [maxNorm, sumsq] : {std::pair{1.0f, 25.0f}, {10.0f, 25.0f},
-                                {0.0f, 25.0f}, {1.0f, std::nanf("")}})
-    compare("clipGradNorm max_norm=" + std::to_string(maxNorm) +
-                " sumsq=" + std::to_string(sumsq),
-            {in({sumsq}), out({0.0f}), out({0.0f})},
-            [&, maxNorm = maxNorm](Backend &b, std::vector<void *> &p) {
-              return b.clipGradNorm(F(0), F(1), F(2), maxNorm);
+  // fp16 also unscales: inverse loss scale 2^-10 on squares of gradients
+  // scaled by 2^10.
+  for (float inv : {1.0f, 1.0f / 1024.0f})
+    for (auto [maxNorm, sumsq] : {std::pair{1.0f, 25.0f}, {10.0f, 25.0f},
+                                  {0.0f, 25.0f}, {1.0f, std::nanf("")}})
+      compare("clipGradNorm max_norm=" + std::to_string(maxNorm) +
+                  " sumsq=" + std::to_string(sumsq) +
+                  " inv_scale=" + std::to_string(inv),
+              {in({sumsq / (inv * inv)}), out({0.0f}), out({0.0f})},
+              [&, maxNorm = maxNorm](Backend &b, std::vector<void *> &p) {
+                return b.clipGradNorm(F(0), F(1), F(2), maxNorm, inv);
+              },
+              0.0);
+  for (int64_t n : {int64_t(1000), int64_t(1) << 20 | 3})
+    compare("sumSquares f16 n=" + std::to_string(n),
+            {half(FloatFormat::F16, random(size_t(n)), false), out({0.0f})},
+            [&](Backend &b, std::vector<void *> &p) {
+              return b.sumSquares(p[0], FloatFormat::F16, n, F(1), false);
             },
-            0.0);
+            2e-7);
   const int64_t n = 100003;
   compare("scaleBy", {out(random(size_t(n))), in({0.375f})},
           [&](Backend &b, std::vector<void *> &p) {

@@ -180,7 +180,7 @@ func.func @wait() {
 
 // -----
 
-// expected-error @+1 {{attribute 'param_dtype' failed to satisfy constraint: stored dtype: f32 or bf16}}
+// expected-error @+1 {{attribute 'param_dtype' failed to satisfy constraint: stored dtype: f32, bf16 or f16}}
 dist.grad_buffer @g {param_dtype = "fp8", grad_dtype = "f32", dp = 1 : i64,
     distributed = false, numel = 20 : i64, numel_unpadded = 20 : i64,
     params = [{name = "a", start = 0 : i64, end = 20 : i64, bucket = 0 : i64} ],
@@ -188,8 +188,8 @@ dist.grad_buffer @g {param_dtype = "fp8", grad_dtype = "f32", dp = 1 : i64,
 
 // -----
 
-// expected-error @+1 {{attribute 'grad_dtype' failed to satisfy constraint: stored dtype: f32 or bf16}}
-dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f16", dp = 1 : i64,
+// expected-error @+1 {{attribute 'grad_dtype' failed to satisfy constraint: stored dtype: f32, bf16 or f16}}
+dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "fp16", dp = 1 : i64,
     distributed = false, numel = 20 : i64, numel_unpadded = 20 : i64,
     params = [{name = "a", start = 0 : i64, end = 20 : i64, bucket = 0 : i64} ],
     buckets = [array<i64: 0, 20, 20>]}

@@ -9,7 +9,7 @@ func.func @linear_features(%x: tensor<8x128xf32>, %w: tensor<16x256xf32>) {
 // -----
 
 func.func @linear_mixed(%x: tensor<8x256xf32>, %w: tensor<16x256xbf16>) {
-  // expected-error @+1 {{'nn.linear' op operands must be both f32 or both bf16, got 'tensor<8x256xf32>' and 'tensor<16x256xbf16>' (cast one with nn.cast)}}
+  // expected-error @+1 {{'nn.linear' op operands must be both f32, both bf16 or both f16, got 'tensor<8x256xf32>' and 'tensor<16x256xbf16>' (cast one with nn.cast)}}
   %y = nn.linear %x, %w : (tensor<8x256xf32>, tensor<16x256xbf16>) -> tensor<8x16xf32>
   return
 }
@@ -17,7 +17,7 @@ func.func @linear_mixed(%x: tensor<8x256xf32>, %w: tensor<16x256xbf16>) {
 // -----
 
 func.func @matmul_mixed(%a: tensor<8x16xbf16>, %b: tensor<16x32xf32>) {
-  // expected-error @+1 {{'nn.matmul' op operands must be both f32 or both bf16, got 'tensor<8x16xbf16>' and 'tensor<16x32xf32>' (cast one with nn.cast)}}
+  // expected-error @+1 {{'nn.matmul' op operands must be both f32, both bf16 or both f16, got 'tensor<8x16xbf16>' and 'tensor<16x32xf32>' (cast one with nn.cast)}}
   %c = nn.matmul %a, %b : (tensor<8x16xbf16>, tensor<16x32xf32>) -> tensor<8x32xf32>
   return
 }
@@ -125,7 +125,7 @@ func.func @cast_shape(%x: tensor<4x8xbf16>) {
 // -----
 
 func.func @cast_int(%x: tensor<4xi32>) {
-  // expected-error @+1 {{'nn.cast' op operand #0 must be ranked tensor of 32-bit float or bfloat16 type values}}
+  // expected-error @+1 {{'nn.cast' op operand #0 must be ranked tensor of 32-bit float or bfloat16 type or 16-bit float values}}
   %y = nn.cast %x : tensor<4xi32> to tensor<4xf32>
   return
 }

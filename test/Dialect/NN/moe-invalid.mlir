@@ -73,7 +73,7 @@ func.func @grouped_grad_expected_rows(%x: tensor<8x8xf32>, %c: tensor<3xi32>, %w
 // -----
 
 func.func @grouped_mixed(%x: tensor<8x8xbf16>, %c: tensor<3xi32>, %w: tensor<3x16x8xf32>) -> tensor<8x16xf32> {
-  // expected-error @+1 {{'nn.grouped_linear' op operands must be both f32 or both bf16, got 'tensor<8x8xbf16>' and 'tensor<3x16x8xf32>' (cast one with nn.cast)}}
+  // expected-error @+1 {{'nn.grouped_linear' op operands must be both f32, both bf16 or both f16, got 'tensor<8x8xbf16>' and 'tensor<3x16x8xf32>' (cast one with nn.cast)}}
   %y = nn.grouped_linear %x, %c, %w : (tensor<8x8xbf16>, tensor<3xi32>, tensor<3x16x8xf32>) -> tensor<8x16xf32>
   return %y : tensor<8x16xf32>
 }
@@ -81,7 +81,7 @@ func.func @grouped_mixed(%x: tensor<8x8xbf16>, %c: tensor<3xi32>, %w: tensor<3x1
 // -----
 
 func.func @grouped_grad_mixed(%x: tensor<8x8xbf16>, %c: tensor<3xi32>, %w: tensor<3x16x8xbf16>, %dy: tensor<8x16xf32>) {
-  // expected-error @+1 {{'nn.grouped_linear_grad' op operands must be both f32 or both bf16, got 'tensor<3x16x8xbf16>' and 'tensor<8x16xf32>' (cast one with nn.cast)}}
+  // expected-error @+1 {{'nn.grouped_linear_grad' op operands must be both f32, both bf16 or both f16, got 'tensor<3x16x8xbf16>' and 'tensor<8x16xf32>' (cast one with nn.cast)}}
   %dx, %dw = nn.grouped_linear_grad %x, %c, %w, %dy : tensor<8x8xbf16>, tensor<3xi32>, tensor<3x16x8xbf16>, tensor<8x16xf32>
   return
 }

@@ -85,6 +85,10 @@ func.func @backward(%dy: tensor<8x16xf32>, %x: tensor<8x256xf32>, %z: tensor<8x1
   %ss = nn.sum_squares %h {runs = array<i64: 4096, 0, 16, 256, 4096>, group = "dp"} : tensor<16x256xf32> -> tensor<f32>
   // CHECK: nn.clip_grad_norm %{{.*}} {max_norm = 1.000000e+00 : f32} : tensor<f32> -> tensor<f32>, tensor<f32>
   %norm, %coeff = nn.clip_grad_norm %ss {max_norm = 1.0 : f32} : tensor<f32> -> tensor<f32>, tensor<f32>
+  // CHECK: nn.clip_grad_norm %{{.*}} {max_norm = 1.000000e+00 : f32, unscale} : tensor<f32> -> tensor<f32>, tensor<f32>
+  %norm16, %coeff16 = nn.clip_grad_norm %ss {max_norm = 1.0 : f32, unscale} : tensor<f32> -> tensor<f32>, tensor<f32>
+  // CHECK: nn.loss_seed 2.500000e-01 : tensor<f32>
+  %scaledSeed = nn.loss_seed 0.25 : tensor<f32>
   // CHECK: nn.scale_by %{{.*}}, %{{.*}} : tensor<16x256xf32>, tensor<f32>
   %hc = nn.scale_by %h, %coeff : tensor<16x256xf32>, tensor<f32>
   // CHECK: nn.sgd_momentum {{.*}} {lr = {{.*}}, momentum = 0.899999976 : f32, weight_decay = 1.000000e-01 : f32} : tensor<16x256xf32>

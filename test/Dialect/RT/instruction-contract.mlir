@@ -22,7 +22,7 @@ func.func @f(%ids: memref<4xf32>, %t: memref<10x8xf32>, %y: memref<4x8xf32>) {
 // -----
 
 func.func @f(%a: memref<2x8xbf16>, %b: memref<4x8xf32>, %c: memref<2x4xf32>) {
-  // expected-error @+1 {{buffers 0 (A) and 1 (B) must be both f32 or both bf16, got 'memref<2x8xbf16>' and 'memref<4x8xf32>'}}
+  // expected-error @+1 {{buffers 0 (A) and 1 (B) must be the same float type (f32, bf16 or f16), got 'memref<2x8xbf16>' and 'memref<4x8xf32>'}}
   rt.gemm %a, %b, %c {trans_b} : memref<2x8xbf16>, memref<4x8xf32>, memref<2x4xf32>
   return
 }
@@ -46,7 +46,7 @@ func.func @f(%x: memref<8xf32>, %y: memref<8xbf16>) {
 // -----
 
 func.func @f(%x: memref<8xi32>, %y: memref<8xf32>) {
-  // expected-error @+1 {{buffer 0 (X) must be F32 or BF16, got 'memref<8xi32>'}}
+  // expected-error @+1 {{buffer 0 (X) must be F32, BF16 or F16, got 'memref<8xi32>'}}
   rt.cast %x, %y : memref<8xi32>, memref<8xf32>
   return
 }
@@ -159,7 +159,7 @@ func.func @f(%g: memref<8xf32>, %s: memref<1xf32>) {
 
 func.func @f(%s: memref<1xf32>) {
   // expected-error @+1 {{takes 1 float attributes, got 0}}
-  rt.clip_grad_norm %s, %s, %s : memref<1xf32>, memref<1xf32>, memref<1xf32>
+  rt.clip_grad_norm %s, %s, %s {iattrs = array<i64: 0>} : memref<1xf32>, memref<1xf32>, memref<1xf32>
   return
 }
 

@@ -71,8 +71,12 @@ func.func @f() attributes {rt.entry} {
   %cf = rt.alloc offset 1152 : memref<1xf32>
   // CHECK: rt.sum_squares %{{.*}}, %{{.*}} {group = "dp", iattrs = array<i64: 32, 0, 8>}
   rt.sum_squares %g, %ss {iattrs = array<i64: 32, 0, 8>, group = "dp"} : memref<4x8xf32>, memref<1xf32>
-  // CHECK: rt.clip_grad_norm %{{.*}}, %{{.*}}, %{{.*}} {value = 1.000000e+00 : f32}
-  rt.clip_grad_norm %ss, %nrm, %cf {value = 1.0 : f32} : memref<1xf32>, memref<1xf32>, memref<1xf32>
+  // CHECK: rt.clip_grad_norm %{{.*}}, %{{.*}}, %{{.*}} {iattrs = array<i64: 0>, value = 1.000000e+00 : f32}
+  rt.clip_grad_norm %ss, %nrm, %cf {iattrs = array<i64: 0>, value = 1.0 : f32} : memref<1xf32>, memref<1xf32>, memref<1xf32>
+  // CHECK: rt.clip_grad_norm %{{.*}}, %{{.*}}, %{{.*}} {iattrs = array<i64: 1>, value = 1.000000e+00 : f32}
+  rt.clip_grad_norm %ss, %nrm, %cf {iattrs = array<i64: 1>, value = 1.0 : f32} : memref<1xf32>, memref<1xf32>, memref<1xf32>
+  // CHECK: rt.loss_seed %{{.*}} {value = 2.500000e-01 : f32}
+  rt.loss_seed %nrm {value = 0.25 : f32} : memref<1xf32>
   // CHECK: rt.scale_by %{{.*}}, %{{.*}}, %{{.*}} :
   rt.scale_by %g, %cf, %g : memref<4x8xf32>, memref<1xf32>, memref<4x8xf32>
   // CHECK: rt.fill %{{.*}} {value = 0.000000e+00 : f32}

@@ -51,14 +51,14 @@ module attributes {tessera.batch = {micro_batch_size = 0, global_batch_size = 8,
 
 // -----
 
-// expected-error @+1 {{attribute 'tessera.optimizer' must be {kind = "sgd" or "adam", lr = a float, beta1 = a float, beta2 = a float, eps = a float, weight_decay = a float, clip_grad? = a float, momentum? = a float, lr_warmup_iters? = a non-negative integer, lr_decay_iters? = a non-negative integer, lr_decay_style? = "constant", "linear" or "cosine", min_lr? = a float}, got {beta1 = 0.899999976 : f32, beta2 = 9.990000e-01 : f32, eps = 9.99999993E-9 : f32, kind = "lamb", lr = 1.000000e-03 : f32, weight_decay = 0.000000e+00 : f32}}}
+// expected-error @+1 {{attribute 'tessera.optimizer' must be {kind = "sgd" or "adam", lr = a float, beta1 = a float, beta2 = a float, eps = a float, weight_decay = a float, clip_grad? = a float, momentum? = a float, lr_warmup_iters? = a non-negative integer, lr_decay_iters? = a non-negative integer, lr_decay_style? = "constant", "linear" or "cosine", min_lr? = a float, loss_scale? = a float, initial_loss_scale? = a float, min_loss_scale? = a float, loss_scale_window? = a positive integer, hysteresis? = a positive integer}, got {beta1 = 0.899999976 : f32, beta2 = 9.990000e-01 : f32, eps = 9.99999993E-9 : f32, kind = "lamb", lr = 1.000000e-03 : f32, weight_decay = 0.000000e+00 : f32}}}
 module attributes {tessera.optimizer = {kind = "lamb", lr = 1.0e-3 : f32, beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-8 : f32, weight_decay = 0.0 : f32}} {
 }
 
 // -----
 
-// expected-error @+1 {{attribute 'tessera.mixed_precision' must be {params = "f32" or "bf16", grads = "f32" or "bf16"}, got {grads = "f16", params = "bf16"}}}
-module attributes {tessera.mixed_precision = {params = "bf16", grads = "f16"}} {
+// expected-error @+1 {{attribute 'tessera.mixed_precision' must be {params = "f32", "bf16" or "f16", grads = "f32", "bf16" or "f16"}, got {grads = "fp8", params = "bf16"}}}
+module attributes {tessera.mixed_precision = {params = "bf16", grads = "fp8"}} {
 }
 
 // -----

@@ -18,7 +18,12 @@ same weights the first norm measures the backward alone, while Adam's
 near-sign steps let later weights, and norms, drift by more than rounding
 in a float32 run against a float64 reference);
 --params-norm-rtol P: likewise the parameters' norms ("params_norm",
-tessera-compile --log-params-norm).
+tessera-compile --log-params-norm). A gradient norm that is null (an fp16
+iteration whose updates were skipped) must be null in both.
+
+--exact FIELD (repeatable): the field must be equal at every step (fp16's
+"loss_scale" and "skipped_iterations": every layout skips the same
+iterations).
 
 --min-decision-margin M: the reference (Inputs/torch_reference.py) reports
 each step's smallest margin of a discrete decision (an MoE router's top-k,
@@ -53,6 +58,12 @@ def compare(run, got, ref, field, rtol, steps):
     worst = 0.0
     failed = False
     for step, (a, b) in enumerate(zip(got, ref), start=1):
+        if a is None or b is None:
+            if (a is None) != (b is None):
+                print(f"FAIL: {run} step {step}: {field} {a!r} vs reference "
+                      f"{b!r} (skipped in one only)")
+                failed = True
+            continue
         rel = abs(a - b) / abs(b) if b != 0 else abs(a)
         worst = max(worst, rel)
         if rel > rtol:
@@ -72,6 +83,7 @@ def main():
     ap.add_argument("--first-grad-norm-rtol", type=float, default=None)
     ap.add_argument("--params-norm-rtol", type=float, default=None)
     ap.add_argument("--min-decision-margin", type=float, default=None)
+    ap.add_argument("--exact", action="append", default=[])
     ap.add_argument("reference")
     ap.add_argument("runs", nargs="+")
     args = ap.parse_args()
@@ -102,6 +114,17 @@ def main():
         for field, rtol, want in extra:
             got = values(run, args.steps, field)
             failed |= compare(run, got, want, field, rtol, args.steps)
+        for field in args.exact:
+            want = values(args.reference, args.steps, field)
+            got = values(run, args.steps, field)
+            bad = [s for s, (a, b) in enumerate(zip(got, want), start=1)
+                   if a != b]
+            if bad:
+                print(f"FAIL: {run} {field} differs at steps {bad}: "
+                      f"{[got[s - 1] for s in bad]} vs {[want[s - 1] for s in bad]}")
+                failed = True
+            else:
+                print(f"{run}: {field} equal over {args.steps} steps")
         if args.first_grad_norm_rtol is not None:
             failed |= compare(run, values(run, 1, "grad_norm"),
                               values(args.reference, 1, "grad_norm"),

@@ -17,6 +17,7 @@
 
 #include "tessera/artifact/artifact_generated.h"
 #include "tessera/rt/ArtifactFormat.h"
+#include "tessera/rt/BF16.h"
 #include "tessera/rt/Opcodes.h"
 #include "tessera/rt/Status.h"
 
@@ -113,6 +114,17 @@ std::vector<std::string> collectiveGroupKinds(const fb::Artifact &artifact);
 int64_t numElements(const flatbuffers::Vector<int64_t> *shape);
 /// Bytes per element of `dtype`.
 int64_t dtypeSize(fb::DType dtype);
+/// Whether `dtype` is a float type (F32, BF16, F16).
+inline bool isFloatDType(fb::DType dtype) {
+  return dtype == fb::DType::F32 || dtype == fb::DType::BF16 ||
+         dtype == fb::DType::F16;
+}
+/// The storage format of a float dtype (F32 for the integer ones).
+inline FloatFormat floatFormatOf(fb::DType dtype) {
+  return dtype == fb::DType::BF16  ? FloatFormat::BF16
+         : dtype == fb::DType::F16 ? FloatFormat::F16
+                                   : FloatFormat::F32;
+}
 /// "[2, 3]" etc.
 std::string shapeToString(const flatbuffers::Vector<int64_t> *shape);
 

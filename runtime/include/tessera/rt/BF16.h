@@ -1,4 +1,4 @@
-//===- BF16.h - bfloat16 <-> float conversions ------------------*- C++ -*-===//
+//===- BF16.h - bfloat16 and IEEE half <-> float conversions ----*- C++ -*-===//
 //
 // bfloat16 is the high half of an IEEE float: 1 sign, 8 exponent and 7
 // mantissa bits. Widening is exact (the bits shifted left by 16); narrowing
@@ -13,6 +13,12 @@
 // checkpoint dtype conversion all use these, so every path rounds alike;
 // the two conversions are host/device functions (math/HostDevice.h), so the
 // CUDA kernels round exactly as the CPU does.
+//
+// IEEE half (f16, Megatron's --fp16): 1 sign, 5 exponent and 10 mantissa
+// bits, largest finite 65504, subnormals down to 2^-24. Widening is exact;
+// narrowing rounds to nearest, ties to even (as PyTorch's .half()), values
+// from 65520 up become infinity (the overflow fp16's loss scaling detects),
+// small ones round to subnormals or zero, and a NaN stays a quiet NaN.
 //
 //===----------------------------------------------------------------------===//
 
@@ -43,18 +49,86 @@ TESSERA_HD uint16_t floatToBf16(float f) {
   return uint16_t(isNan ? quiet : rounded);
 }
 
-/// Element i of an f32 (Bf16 false) or bf16 array as a float.
-template <bool Bf16> TESSERA_HD float loadFloat(const void *p, int64_t i) {
-  if constexpr (Bf16)
+/// The float with f16 bits `h` (exact).
+TESSERA_HD float f16ToFloat(uint16_t h) {
+  // Exponent and mantissa moved to a float's places and the exponent
+  // rebiased (15 -> 127); infinities and NaNs take the top exponent, and
+  // subnormals (and zero) are renormalised by one exact subtraction.
+  const uint32_t shiftedExp = 0x7c00u << 13;
+  uint32_t bits = uint32_t(h & 0x7fffu) << 13;
+  const uint32_t exp = bits & shiftedExp;
+  bits += (127u - 15u) << 23;
+  float f;
+  if (exp == shiftedExp) {
+    f = math::bitsFloat(bits + ((128u - 16u) << 23));
+  } else if (exp == 0) {
+    f = math::bitsFloat(bits + (1u << 23)) - math::bitsFloat(113u << 23);
+  } else {
+    f = math::bitsFloat(bits);
+  }
+  return math::bitsFloat(math::floatBits(f) | (uint32_t(h & 0x8000u) << 16));
+}
+
+/// `f` rounded to f16, to nearest with ties to even; overflow -> infinity,
+/// NaN -> quiet NaN.
+TESSERA_HD uint16_t floatToF16(float f) {
+  uint32_t bits = math::floatBits(f);
+  const uint32_t sign = (bits >> 16) & 0x8000u;
+  bits &= 0x7fffffffu;
+  uint32_t out;
+  if (bits >= ((127u + 16u) << 23)) {
+    // 2^16 and beyond (infinity, NaN): no finite f16 is that close.
+    out = bits > 0x7f800000u ? 0x7e00u : 0x7c00u;
+  } else if (bits < (113u << 23)) {
+    // Below 2^-14: a subnormal f16 or zero. Adding 0.5 puts the ten
+    // mantissa bits of the result at the bottom of a float, rounded to
+    // nearest even by the float addition itself.
+    const float magic = math::bitsFloat(((127u - 15u) + (23u - 10u) + 1u) << 23);
+    out = math::floatBits(math::bitsFloat(bits) + magic) - math::floatBits(magic);
+  } else {
+    // Normal: rebias the exponent and round the 13 dropped bits to
+    // nearest even; a carry may reach the exponent (65520 -> infinity).
+    const uint32_t odd = (bits >> 13) & 1u;
+    out = (bits + ((15u - 127u) << 23) + 0xfffu + odd) >> 13;
+  }
+  return uint16_t(out | sign);
+}
+
+/// Storage format of a floating-point tensor: f32, or one of the 16-bit
+/// formats of mixed precision (bf16 for --bf16, IEEE half for --fp16).
+enum class FloatFormat { F32, BF16, F16 };
+
+/// Bytes per element of `format`.
+TESSERA_HD int64_t formatBytes(FloatFormat format) {
+  return format == FloatFormat::F32 ? 4 : 2;
+}
+
+/// The float with 16-bit pattern `h` of `format` (BF16 or F16).
+TESSERA_HD float halfToFloat(FloatFormat format, uint16_t h) {
+  return format == FloatFormat::F16 ? f16ToFloat(h) : bf16ToFloat(h);
+}
+/// `f` rounded to `format` (BF16 or F16), nearest even.
+TESSERA_HD uint16_t floatToHalf(FloatFormat format, float f) {
+  return format == FloatFormat::F16 ? floatToF16(f) : floatToBf16(f);
+}
+
+/// Element i of an array of format F as a float.
+template <FloatFormat F> TESSERA_HD float loadFloat(const void *p, int64_t i) {
+  if constexpr (F == FloatFormat::BF16)
     return bf16ToFloat(static_cast<const uint16_t *>(p)[i]);
+  else if constexpr (F == FloatFormat::F16)
+    return f16ToFloat(static_cast<const uint16_t *>(p)[i]);
   else
     return static_cast<const float *>(p)[i];
 }
 
-/// Stores `v` as element i of an f32 or bf16 array (bf16: nearest even).
-template <bool Bf16> TESSERA_HD void storeFloat(void *p, int64_t i, float v) {
-  if constexpr (Bf16)
+/// Stores `v` as element i of an array of format F (16-bit formats: nearest
+/// even).
+template <FloatFormat F> TESSERA_HD void storeFloat(void *p, int64_t i, float v) {
+  if constexpr (F == FloatFormat::BF16)
     static_cast<uint16_t *>(p)[i] = floatToBf16(v);
+  else if constexpr (F == FloatFormat::F16)
+    static_cast<uint16_t *>(p)[i] = floatToF16(v);
   else
     static_cast<float *>(p)[i] = v;
 }
@@ -71,6 +145,36 @@ inline void bf16ToFloats(const uint16_t *in, float *out, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i)
     out[i] = bf16ToFloat(in[i]);
+}
+
+/// out[i] = floatToF16(in[i]) for i < n.
+inline void floatsToF16(const float *in, uint16_t *out, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = floatToF16(in[i]);
+}
+
+/// out[i] = f16ToFloat(in[i]) for i < n.
+inline void f16ToFloats(const uint16_t *in, float *out, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = f16ToFloat(in[i]);
+}
+
+/// The 16-bit `format` (BF16 or F16) conversions of whole arrays.
+inline void floatsToHalf(FloatFormat format, const float *in, uint16_t *out,
+                         int64_t n) {
+  if (format == FloatFormat::F16)
+    floatsToF16(in, out, n);
+  else
+    floatsToBf16(in, out, n);
+}
+inline void halfToFloats(FloatFormat format, const uint16_t *in, float *out,
+                         int64_t n) {
+  if (format == FloatFormat::F16)
+    f16ToFloats(in, out, n);
+  else
+    bf16ToFloats(in, out, n);
 }
 
 } // namespace tessera::rt

@@ -11,6 +11,7 @@
 #ifndef TESSERA_RT_BACKEND_H
 #define TESSERA_RT_BACKEND_H
 
+#include "tessera/rt/BF16.h"
 #include "tessera/rt/Communicator.h"
 #include "tessera/rt/Status.h"
 #include "tessera/rt/math/SequenceLayout.h"
@@ -39,9 +40,8 @@ struct AdamParams {
   float weightDecay = 0.0f;
 };
 
-/// Storage format of a floating-point operand of the mixed-precision
-/// kernels (Cast and the bf16 variants of Fill, Scale and Axpy).
-enum class FloatFormat { F32, BF16 };
+// FloatFormat (f32, bf16 or f16), the storage format of a floating-point
+// operand of the mixed-precision kernels, is BF16.h's.
 
 /// Options passed to a backend factory.
 struct BackendOptions {
@@ -59,8 +59,8 @@ struct BackendOptions {
 
 /// Compute backend. All tensors are dense row-major f32 unless noted; `n` is
 /// an element count; matrices are [rows, cols]. bf16 tensors are arrays of
-/// uint16_t bit patterns, converted as in BF16.h (widening exact, narrowing
-/// to nearest even).
+/// uint16_t bit patterns, as are f16 ones, converted as in BF16.h (widening
+/// exact, narrowing to nearest even).
 ///
 /// Pointers are device pointers (host memory on the cpu). A backend may run
 /// its kernels asynchronously, in call order on one stream: a kernel error
@@ -121,12 +121,13 @@ public:
   virtual Status gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
                       float alpha, const float *a, const float *b, float beta,
                       float *c) = 0;
-  /// The same product with bf16 A and B (mixed precision's GEMMs): the
-  /// products of the bf16 values are exact in f32 and accumulate in f32,
-  /// into the f32 C.
-  virtual Status gemmBf16(bool transA, bool transB, int64_t m, int64_t n,
-                          int64_t k, float alpha, const uint16_t *a,
-                          const uint16_t *b, float beta, float *c) = 0;
+  /// The same product with A and B in the 16-bit `half` format (BF16 or
+  /// F16: mixed precision's GEMMs): the products of the 16-bit values are
+  /// exact in f32 and accumulate in f32, into the f32 C.
+  virtual Status gemmHalf(FloatFormat half, bool transA, bool transB,
+                          int64_t m, int64_t n, int64_t k, float alpha,
+                          const uint16_t *a, const uint16_t *b, float beta,
+                          float *c) = 0;
   /// Y[i, j] = X[i, j] + bias[j]; Y may alias X.
   virtual Status biasAdd(const float *x, const float *bias, float *y,
                          int64_t rows, int64_t cols) = 0;
@@ -203,21 +204,22 @@ public:
   virtual Status copy(const void *x, void *y, int64_t bytes) = 0;
   /// Y += alpha * X.
   virtual Status axpy(float alpha, const float *x, float *y, int64_t n) = 0;
-  /// Y = convert(float(X) + beta * float(Y)) for n elements between f32 and
-  /// bf16, any pair of formats (the same one included): the sum in f32, one
-  /// rounding to bf16 when Y is bf16. beta == 0 overwrites Y without reading
-  /// it; beta == 1 accumulates (a gradient into its buffer). X and Y may be
-  /// the same buffer when their formats are equal.
+  /// Y = convert(float(X) + beta * float(Y)) for n elements between f32,
+  /// bf16 and f16, any pair of formats (the same one included): the sum in
+  /// f32, one rounding when Y is 16-bit. beta == 0 overwrites Y without
+  /// reading it; beta == 1 accumulates (a gradient into its buffer). X and
+  /// Y may be the same buffer when their formats are equal.
   virtual Status cast(const void *x, FloatFormat xFormat, void *y,
                       FloatFormat yFormat, int64_t n, float beta) = 0;
-  /// bf16 Fill: Y[:] = bf16(value).
-  virtual Status fillBf16(uint16_t *y, float value, int64_t n) = 0;
-  /// bf16 Scale: Y = bf16(alpha * float(X)); Y may alias X.
-  virtual Status scaleBf16(const uint16_t *x, uint16_t *y, float alpha,
-                           int64_t n) = 0;
-  /// bf16 Axpy: Y = bf16(float(Y) + alpha * float(X)).
-  virtual Status axpyBf16(float alpha, const uint16_t *x, uint16_t *y,
+  /// 16-bit Fill: Y[:] = half(value), `half` BF16 or F16.
+  virtual Status fillHalf(FloatFormat half, uint16_t *y, float value,
                           int64_t n) = 0;
+  /// 16-bit Scale: Y = half(alpha * float(X)); Y may alias X.
+  virtual Status scaleHalf(FloatFormat half, const uint16_t *x, uint16_t *y,
+                           float alpha, int64_t n) = 0;
+  /// 16-bit Axpy: Y = half(float(Y) + alpha * float(X)).
+  virtual Status axpyHalf(FloatFormat half, float alpha, const uint16_t *x,
+                          uint16_t *y, int64_t n) = 0;
   /// AdamW step t = *iteration (1-based; a device pointer, so the host
   /// never reads it back) with bias correction 1 - beta^t and decoupled
   /// weight decay: p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p). An
@@ -230,15 +232,20 @@ public:
   /// SGD with momentum buffer b (math::sgdMomentumUpdate per element).
   virtual Status sgdMomentum(float *p, const float *g, float *b, int64_t n,
                              float lr, float weightDecay, float momentum) = 0;
-  /// y[0] = sum of x[i]^2 over n elements of `format` (f32 or bf16), summed
+  /// y[0] = sum of x[i]^2 over n elements of `format` (f32, bf16, f16), summed
   /// in f64 and rounded once; with `accumulate`, y[0] += that sum instead.
   /// y is one f32 on the device.
   virtual Status sumSquares(const void *x, FloatFormat format, int64_t n,
                             float *y, bool accumulate) = 0;
-  /// norm[0] = sqrt(sumsq[0]) (in f64, rounded once) and coeff[0] =
-  /// math::clipCoefficient(norm, maxNorm); device scalars.
+  /// norm[0] = sqrt(sumsq[0]) (in f64, rounded once) * invScale and
+  /// coeff[0] = math::clipCoefficient(norm, maxNorm) * invScale; device
+  /// scalars. invScale is 1, or under fp16 the inverse of the loss scale
+  /// (a power of two, so that both products are exact): sumsq is then of
+  /// the scaled gradients, the norm that of the unscaled ones, and the
+  /// coefficient unscales as it clips (Megatron's unscale, then
+  /// clip_grad_norm_fp32).
   virtual Status clipGradNorm(const float *sumsq, float *norm, float *coeff,
-                              float maxNorm) = 0;
+                              float maxNorm, float invScale) = 0;
   /// y = x * s[0], s a device scalar; y may alias x.
   virtual Status scaleBy(const float *x, const float *s, float *y,
                          int64_t n) = 0;
@@ -467,7 +474,7 @@ public:
   expertGroupOffsets(const int32_t *counts, int64_t experts, int64_t rows);
   /// Y [rows, out]: counts[e] consecutive rows per expert, Y_e = X_e W[e]^T,
   /// W [experts, out, in]; rows past the counts' sum are zero. X and W are
-  /// in `inputs` (both f32, or both bf16 accumulating in f32, as gemmBf16);
+  /// in `inputs` (both f32, or both 16-bit accumulating in f32, as gemmHalf);
   /// Y is f32.
   virtual Status groupedLinear(FloatFormat inputs, const void *x,
                                const int32_t *counts, const void *w, float *y,

@@ -111,6 +111,9 @@ saveCheckpoint(const Executor &executor, const CheckpointSaveOptions &options,
 struct CheckpointLoadResult {
   std::string dir;
   int64_t iteration = 0;
+  /// fp16's loss scaler and skipped iterations as saved (none without).
+  std::optional<GradScalerState> gradScaler;
+  int64_t skippedIterations = 0;
   bool resharded = false;
   std::string savedConfig, targetConfig;
   std::vector<std::string> notes;

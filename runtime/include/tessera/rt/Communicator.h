@@ -11,11 +11,11 @@
 //   reduce-scatter  (n - 1) / n * B   (B = unreduced input)
 //   all-to-all      (n - 1) / n * B   (B = the whole send buffer)
 // and, for point-to-point (pipeline) traffic, the bytes of every isend.
-// Byte counts use the element size of the buffer's type (2 for bf16).
+// Byte counts use the element size of the buffer's type (2 for bf16, f16).
 //
-// Reductions of bf16 buffers are sums only: each pair of partial sums is
-// added in f32 and rounded to bf16 (nearest even, BF16.h); ReduceKind::Max
-// on bf16 is Unimplemented over MPI (NCCL has it).
+// Reductions of bf16 and f16 buffers are sums only: each pair of partial
+// sums is added in f32 and rounded to the format (nearest even, BF16.h);
+// ReduceKind::Max on them is Unimplemented over MPI (NCCL has it).
 //
 //===----------------------------------------------------------------------===//
 
@@ -34,7 +34,7 @@
 namespace tessera::rt {
 
 /// Element type of a collective buffer.
-enum class ElementType { F32, I32, I64, BF16, F64 };
+enum class ElementType { F32, I32, I64, BF16, F64, F16 };
 /// Reduction of all-reduce / reduce-scatter.
 enum class ReduceKind { Sum, Max };
 

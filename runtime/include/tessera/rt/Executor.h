@@ -134,6 +134,19 @@ public:
   /// schedule (Megatron's warmup and decay); 0 without an optimizer.
   double learningRate(int64_t iteration) const;
 
+  /// fp16's loss scaling (the launcher's GradScaler drives it): the scale
+  /// the next iterations seed their backward with (LossSeed) and unscale
+  /// by (ClipGradNorm); 1 by default.
+  void setLossScale(double scale) { lossScale = scale; }
+  /// Whether the last iteration skipped its optimizer updates (inf or NaN
+  /// gradients under fp16); it then changed no parameter or state.
+  bool lastIterationSkipped() const { return updatesSkipped; }
+  /// How many iterations before the next were skipped: the learning-rate
+  /// schedule and Adam's step count advance only on the others (as
+  /// Megatron's scheduler and optimizer step). The launcher sets it after
+  /// each iteration and on resume.
+  void setSkippedIterations(int64_t n) { skippedIterations = n; }
+
   /// Fills the program's inputs for microbatch `m` of `iteration`: those
   /// whose buffer offset lies in [regionBegin, regionEnd) (by default all),
   /// each written `displacement` bytes past its buffer's offset (a slot's
@@ -293,6 +306,11 @@ private:
   int64_t currentIteration = 1, currentMicrobatch = 0;
   /// Scale of the compiled learning rate for the current iteration.
   double lrFactor = 1.0;
+  /// fp16: the loss scale of the current iteration; whether its updates
+  /// were skipped; iterations skipped before it.
+  double lossScale = 1.0;
+  bool updatesSkipped = false;
+  int64_t skippedIterations = 0;
   /// "init" has not run (nor been skipped) since initializeParameters.
   bool initDue = true;
   /// Per buffer index: a MainParam buffer written by writeBuffer since

@@ -21,7 +21,8 @@
 // softmax in training, so only a model compiled without padding
 // (--make-vocab-size-divisible-by 1) exports exactly (tessera-export says
 // so when it cuts). The weights are the parameters as trained (bf16
-// under --bf16, as Megatron's own exports), or converted with --dtype.
+// under --bf16, f16 under --fp16, as Megatron's own exports), or
+// converted with --dtype.
 // Each file is written atomically (FileIO.h): never a half-written one.
 //
 //===----------------------------------------------------------------------===//
@@ -41,7 +42,7 @@ struct ExportOptions {
   std::string output;
   /// safetensors (the only one yet).
   std::string format = "safetensors";
-  /// auto (as stored), fp32 or bf16.
+  /// auto (as stored), fp32, bf16 or fp16.
   std::string dtype = "auto";
 };
 
@@ -50,7 +51,7 @@ struct ExportSummary {
   std::string architecture; ///< "LlamaForCausalLM", ...
   int64_t iteration = 0;
   int64_t tensors = 0, parameters = 0;
-  std::string dtype;  ///< "F32" or "BF16"
+  std::string dtype;  ///< "F32", "BF16" or "F16"
   std::string layout; ///< the checkpoint's "tp=2 pp=2 dp=2 (world 8)"
   /// The vocabulary and the rows its padding gave the embedding and the
   /// output layer (cut off in the export).

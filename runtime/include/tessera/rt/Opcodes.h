@@ -135,7 +135,8 @@ constexpr bool dtypeAllowed(char code, artifact::DType dtype) {
   case 'f':
     return dtype == artifact::DType::F32;
   case 'h':
-    return dtype == artifact::DType::F32 || dtype == artifact::DType::BF16;
+    return dtype == artifact::DType::F32 || dtype == artifact::DType::BF16 ||
+           dtype == artifact::DType::F16;
   case 'i':
     return dtype == artifact::DType::I32;
   case 'l':
@@ -145,13 +146,13 @@ constexpr bool dtypeAllowed(char code, artifact::DType dtype) {
   }
 }
 
-/// "F32", "F32 or BF16", "I32", "I64" or "any dtype", for messages.
+/// "F32", "F32, BF16 or F16", "I32", "I64" or "any dtype", for messages.
 constexpr std::string_view dtypeCodeText(char code) {
   switch (code) {
   case 'f':
     return "F32";
   case 'h':
-    return "F32 or BF16";
+    return "F32, BF16 or F16";
   case 'i':
     return "I32";
   case 'l':

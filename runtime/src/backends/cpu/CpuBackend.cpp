@@ -249,32 +249,53 @@ void parallelSpans(int threads, int64_t n, Body body) {
 }
 
 //===----------------------------------------------------------------------===//
-// Mixed precision: f32 <-> bf16 conversions (BF16.h), one span per thread.
+// Mixed precision: f32 <-> bf16/f16 conversions (BF16.h), one span per thread.
 //===----------------------------------------------------------------------===//
 
 /// Y[i] = convert(X[i]) or, with Accumulate, convert(X[i] + beta * Y[i]),
 /// over [begin, end). Elementwise, so Y may be X when the formats agree.
-template <bool XBf16, bool YBf16, bool Accumulate>
+template <FloatFormat X, FloatFormat Y, bool Accumulate>
 void castSpan(const void *x, void *y, int64_t begin, int64_t end, float beta) {
 #pragma omp simd
   for (int64_t i = begin; i < end; ++i) {
-    float v = loadFloat<XBf16>(x, i);
+    float v = loadFloat<X>(x, i);
     if constexpr (Accumulate)
-      v += beta * loadFloat<YBf16>(y, i);
-    storeFloat<YBf16>(y, i, v);
+      v += beta * loadFloat<Y>(y, i);
+    storeFloat<Y>(y, i, v);
   }
 }
 
 using CastSpanFn = void (*)(const void *, void *, int64_t, int64_t, float);
 
+template <FloatFormat X, FloatFormat Y>
+CastSpanFn castSpanFor(bool accumulate) {
+  return accumulate ? castSpan<X, Y, true> : castSpan<X, Y, false>;
+}
+template <FloatFormat X> CastSpanFn castSpanFor(FloatFormat y, bool accumulate) {
+  switch (y) {
+  case FloatFormat::F32: return castSpanFor<X, FloatFormat::F32>(accumulate);
+  case FloatFormat::BF16: return castSpanFor<X, FloatFormat::BF16>(accumulate);
+  case FloatFormat::F16: return castSpanFor<X, FloatFormat::F16>(accumulate);
+  }
+  return nullptr;
+}
+
 /// The span kernel of one (X format, Y format, accumulate) combination.
-CastSpanFn castSpanFor(bool xBf16, bool yBf16, bool accumulate) {
-  static const CastSpanFn table[2][2][2] = {
-      {{castSpan<false, false, false>, castSpan<false, false, true>},
-       {castSpan<false, true, false>, castSpan<false, true, true>}},
-      {{castSpan<true, false, false>, castSpan<true, false, true>},
-       {castSpan<true, true, false>, castSpan<true, true, true>}}};
-  return table[xBf16][yBf16][accumulate];
+CastSpanFn castSpanFor(FloatFormat x, FloatFormat y, bool accumulate) {
+  switch (x) {
+  case FloatFormat::F32: return castSpanFor<FloatFormat::F32>(y, accumulate);
+  case FloatFormat::BF16: return castSpanFor<FloatFormat::BF16>(y, accumulate);
+  case FloatFormat::F16: return castSpanFor<FloatFormat::F16>(y, accumulate);
+  }
+  return nullptr;
+}
+
+/// y[i] = half(f(x[i])) over [begin, end) for the 16-bit format H.
+template <FloatFormat H, typename F>
+void halfMap(const uint16_t *x, uint16_t *y, int64_t begin, int64_t end, F f) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i)
+    storeFloat<H>(y, i, f(loadFloat<H>(x, i), i));
 }
 
 class CpuBackend final : public Backend {
@@ -289,7 +310,7 @@ public:
 private:
   /// Threads for the elementwise kernels (the same as the BLAS threads).
   int threads = 1;
-  /// The widened operands of the bf16 GEMMs (widenedInputs), grown to the
+  /// The widened operands of the 16-bit GEMMs (widenedInputs), grown to the
   /// largest set seen.
   std::vector<float> gemmInputs;
 
@@ -340,7 +361,7 @@ public:
   }
 
   /// The f32 operands of a GEMM given in `format`: f32 ones as they are,
-  /// bf16 ones (pointer, elements) widened exactly into gemmInputs, which
+  /// 16-bit ones (pointer, elements) widened exactly into gemmInputs, which
   /// the returned pointers then point into until the next call.
   std::vector<const float *>
   widenedInputs(FloatFormat format,
@@ -361,7 +382,7 @@ public:
       const auto *h = static_cast<const uint16_t *>(p);
       float *wide = next;
       parallelSpans(threads, n, [&](int64_t begin, int64_t end) {
-        bf16ToFloats(h + begin, wide + begin, end - begin);
+        halfToFloats(format, h + begin, wide + begin, end - begin);
       });
       f32.push_back(wide);
       next += n;
@@ -369,14 +390,17 @@ public:
     return f32;
   }
 
-  /// bf16 A and B widened (exactly) into f32 scratch, then the f32 GEMM:
-  /// each product of two bf16 values is exact in f32 and the sums are
-  /// sgemm's, which is a bf16 x bf16 -> f32 GEMM.
-  Status gemmBf16(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
-                  float alpha, const uint16_t *a, const uint16_t *b, float beta,
-                  float *c) override {
+  /// 16-bit A and B widened (exactly) into f32 scratch, then the f32 GEMM:
+  /// each product of two bf16 (8-bit significand) or f16 (11-bit) values
+  /// is exact in f32 and the sums are sgemm's, which is a 16-bit x 16-bit
+  /// -> f32 GEMM.
+  Status gemmHalf(FloatFormat half, bool transA, bool transB, int64_t m,
+                  int64_t n, int64_t k, float alpha, const uint16_t *a,
+                  const uint16_t *b, float beta, float *c) override {
+    if (half == FloatFormat::F32)
+      return invalidArgument("gemmHalf takes a 16-bit format");
     std::vector<const float *> f32 =
-        widenedInputs(FloatFormat::BF16, {{a, m * k}, {b, k * n}});
+        widenedInputs(half, {{a, m * k}, {b, k * n}});
     return gemm(transA, transB, m, n, k, alpha, f32[0], f32[1], beta, c);
   }
 
@@ -648,48 +672,54 @@ public:
 
   Status cast(const void *x, FloatFormat xFormat, void *y, FloatFormat yFormat,
               int64_t n, float beta) override {
-    bool xBf16 = xFormat == FloatFormat::BF16;
-    bool yBf16 = yFormat == FloatFormat::BF16;
     // A same-format cast without accumulation is a copy (exact, no
     // rounding of NaN payloads either).
-    if (xBf16 == yBf16 && beta == 0.0f) {
+    if (xFormat == yFormat && beta == 0.0f) {
       if (x != y)
-        std::memmove(y, x, size_t(n) * (xBf16 ? 2 : 4));
+        std::memmove(y, x, size_t(n * formatBytes(xFormat)));
       return Status();
     }
-    CastSpanFn span = castSpanFor(xBf16, yBf16, beta != 0.0f);
+    CastSpanFn span = castSpanFor(xFormat, yFormat, beta != 0.0f);
     parallelSpans(threads, n, [&](int64_t begin, int64_t end) {
       span(x, y, begin, end, beta);
     });
     return Status();
   }
 
-  Status fillBf16(uint16_t *y, float value, int64_t n) override {
-    uint16_t h = floatToBf16(value);
+  Status fillHalf(FloatFormat half, uint16_t *y, float value,
+                  int64_t n) override {
+    uint16_t h = floatToHalf(half, value);
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i)
       y[i] = h;
     return Status();
   }
 
-  Status scaleBf16(const uint16_t *x, uint16_t *y, float alpha,
-                   int64_t n) override {
+  /// y[i] = half(f(float(x[i]), i)) in spans, for either 16-bit format.
+  template <typename F>
+  Status halfElementwise(FloatFormat half, const uint16_t *x, uint16_t *y,
+                         int64_t n, F f) {
     parallelSpans(threads, n, [&](int64_t begin, int64_t end) {
-#pragma omp simd
-      for (int64_t i = begin; i < end; ++i)
-        y[i] = floatToBf16(alpha * bf16ToFloat(x[i]));
+      if (half == FloatFormat::F16)
+        halfMap<FloatFormat::F16>(x, y, begin, end, f);
+      else
+        halfMap<FloatFormat::BF16>(x, y, begin, end, f);
     });
     return Status();
   }
 
-  Status axpyBf16(float alpha, const uint16_t *x, uint16_t *y,
-                  int64_t n) override {
-    parallelSpans(threads, n, [&](int64_t begin, int64_t end) {
-#pragma omp simd
-      for (int64_t i = begin; i < end; ++i)
-        y[i] = floatToBf16(bf16ToFloat(y[i]) + alpha * bf16ToFloat(x[i]));
+  Status scaleHalf(FloatFormat half, const uint16_t *x, uint16_t *y,
+                   float alpha, int64_t n) override {
+    return halfElementwise(half, x, y, n,
+                           [=](float v, int64_t) { return alpha * v; });
+  }
+
+  Status axpyHalf(FloatFormat half, float alpha, const uint16_t *x,
+                  uint16_t *y, int64_t n) override {
+    // Y's element read before the span writes it (y[i] only).
+    return halfElementwise(half, x, y, n, [=](float v, int64_t i) {
+      return halfToFloat(half, y[i]) + alpha * v;
     });
-    return Status();
   }
 
   Status adam(float *p, const float *g, float *m, float *v, int64_t n,
@@ -731,15 +761,15 @@ public:
     constexpr int kLanes = 8;
     double part[kLanes] = {};
     const int64_t body = n / kLanes * kLanes;
-    if (format == FloatFormat::BF16) {
+    if (format != FloatFormat::F32) {
       const uint16_t *h = static_cast<const uint16_t *>(x);
       for (int64_t i = 0; i < body; i += kLanes)
         for (int j = 0; j < kLanes; ++j) {
-          double v = bf16ToFloat(h[i + j]);
+          double v = halfToFloat(format, h[i + j]);
           part[j] += v * v;
         }
       for (int64_t i = body; i < n; ++i) {
-        double v = bf16ToFloat(h[i]);
+        double v = halfToFloat(format, h[i]);
         part[i - body] += v * v;
       }
     } else {
@@ -758,9 +788,9 @@ public:
   }
 
   Status clipGradNorm(const float *sumsq, float *norm, float *coeff,
-                      float maxNorm) override {
-    norm[0] = float(std::sqrt(double(sumsq[0])));
-    coeff[0] = math::clipCoefficient(norm[0], maxNorm);
+                      float maxNorm, float invScale) override {
+    norm[0] = float(std::sqrt(double(sumsq[0]))) * invScale;
+    coeff[0] = math::clipCoefficient(norm[0], maxNorm) * invScale;
     return Status();
   }
 
@@ -1593,7 +1623,7 @@ public:
                        int64_t experts) override {
     TESSERA_ASSIGN_OR_RETURN(std::vector<int64_t> off,
                              expertGroupOffsets(counts, experts, rows));
-    // bf16 rows and weights widened exactly, as in gemmBf16.
+    // 16-bit rows and weights widened exactly, as in gemmHalf.
     std::vector<const float *> f32 =
         widenedInputs(inputs, {{xIn, rows * in}, {wIn, experts * out * in}});
     const float *x = f32[0], *w = f32[1];

@@ -77,12 +77,14 @@ StatusOr<LtGemmDescriptors> LtGemmDescriptors::create(const GemmPlan &plan,
   if (plan.batch > INT32_MAX)
     return unimplemented("GEMM batch ", plan.batch, " exceeds cuBLASLt's int32");
   LtGemmDescriptors d;
-  // bf16 x bf16 accumulates in f32 (TF32 is about rounding f32 inputs, so
-  // it does not apply); alpha and beta are f32 either way.
-  const cudaDataType_t inputs = plan.bf16Inputs ? CUDA_R_16BF : CUDA_R_32F;
+  // bf16 x bf16 and f16 x f16 accumulate in f32 (TF32 is about rounding
+  // f32 inputs, so it does not apply); alpha and beta are f32 either way.
+  const cudaDataType_t inputs = plan.inputs == FloatFormat::BF16 ? CUDA_R_16BF
+                                : plan.inputs == FloatFormat::F16 ? CUDA_R_16F
+                                                                  : CUDA_R_32F;
   TESSERA_RETURN_IF_ERROR(cublasStatus(
       cublasLtMatmulDescCreate(&d.matmul,
-                               allowTf32 && !plan.bf16Inputs
+                               allowTf32 && !plan.halfInputs()
                                    ? CUBLAS_COMPUTE_32F_FAST_TF32
                                    : CUBLAS_COMPUTE_32F,
                                CUDA_R_32F),

@@ -4,7 +4,7 @@
 // matrix-layout descriptors that run it: fp32 operands and accumulation
 // (CUBLAS_COMPUTE_32F, or CUBLAS_COMPUTE_32F_FAST_TF32 when TF32 is
 // allowed), or bf16 A and B with f32 C and accumulation (CUBLAS_COMPUTE_32F)
-// for a plan with bf16Inputs; transposes on the matmul descriptor, strided
+// for a plan with 16-bit inputs; transposes on the matmul descriptor, strided
 // batches on the layouts. Creating descriptors needs neither a device nor a handle, so the
 // CPU tests check them against their plans.
 //

@@ -308,7 +308,7 @@ CudaBackend::cachedGemm(const GemmPlan &plan, const uint32_t align[3]) {
   PlanKey key{plan.transA,  plan.transB,  plan.m,       plan.n,
               plan.k,       plan.lda,     plan.ldb,     plan.ldc,
               plan.batch,   plan.strideA, plan.strideB, plan.strideC,
-              align[0],     align[1],     align[2],     plan.bf16Inputs};
+              align[0],     align[1],     align[2],     plan.inputs};
   auto it = gemms.find(key);
   if (it != gemms.end())
     return it->second.get();
@@ -347,7 +347,9 @@ CudaBackend::cachedGemm(const GemmPlan &plan, const uint32_t align[3]) {
   if (found == 0)
     return unimplemented("cuBLASLt has no algorithm for the GEMM m=", plan.m,
                          " n=", plan.n, " k=", plan.k, " batch=", plan.batch,
-                         plan.bf16Inputs ? " (bf16 A and B)" : " (f32)",
+                         plan.inputs == FloatFormat::BF16  ? " (bf16 A and B)"
+                         : plan.inputs == FloatFormat::F16 ? " (f16 A and B)"
+                                                           : " (f32)",
                          " with operands aligned to ", align[0], ", ",
                          align[1], " and ", align[2], " bytes");
   entry->algo = result.algo;
@@ -358,14 +360,14 @@ CudaBackend::cachedGemm(const GemmPlan &plan, const uint32_t align[3]) {
 
 Status CudaBackend::runRowMajor(const RowMajorGemm &g, const void *a,
                                 const void *b, float *c, float alpha,
-                                float beta, bool bf16Inputs) {
+                                float beta, FloatFormat inputs) {
   GemmPlan plan = columnMajorPlan(g);
-  plan.bf16Inputs = bf16Inputs;
+  plan.inputs = inputs;
   // The plan's A is the row-major B (swapOperands).
   const void *colA = plan.swapOperands ? b : a;
   const void *colB = plan.swapOperands ? a : b;
   // Base, leading dimension and batch stride, in bytes.
-  const int64_t in = bf16Inputs ? 2 : 4;
+  const int64_t in = formatBytes(inputs);
   const bool batched = plan.batch > 1;
   const uint32_t align[3] = {
       operandAlignment(reinterpret_cast<uintptr_t>(colA), plan.lda * in,
@@ -386,7 +388,7 @@ Status CudaBackend::runRowMajor(const RowMajorGemm &g, const void *a,
 Status CudaBackend::denseGemm(bool transA, bool transB, int64_t m, int64_t n,
                               int64_t k, float alpha, const void *a,
                               const void *b, float beta, float *c,
-                              bool bf16Inputs) {
+                              FloatFormat inputs) {
   if (m == 0 || n == 0)
     return Status();
   if (k == 0) {
@@ -397,19 +399,23 @@ Status CudaBackend::denseGemm(bool transA, bool transB, int64_t m, int64_t n,
     return launched(launchScale(computeStream, c, c, beta, m * n), "Scale");
   }
   return runRowMajor(denseRowMajorGemm(transA, transB, m, n, k), a, b, c,
-                     alpha, beta, bf16Inputs);
+                     alpha, beta, inputs);
 }
 
 Status CudaBackend::gemm(bool transA, bool transB, int64_t m, int64_t n,
                          int64_t k, float alpha, const float *a, const float *b,
                          float beta, float *c) {
-  return denseGemm(transA, transB, m, n, k, alpha, a, b, beta, c, false);
+  return denseGemm(transA, transB, m, n, k, alpha, a, b, beta, c,
+                   FloatFormat::F32);
 }
 
-Status CudaBackend::gemmBf16(bool transA, bool transB, int64_t m, int64_t n,
-                             int64_t k, float alpha, const uint16_t *a,
-                             const uint16_t *b, float beta, float *c) {
-  return denseGemm(transA, transB, m, n, k, alpha, a, b, beta, c, true);
+Status CudaBackend::gemmHalf(FloatFormat half, bool transA, bool transB,
+                             int64_t m, int64_t n, int64_t k, float alpha,
+                             const uint16_t *a, const uint16_t *b, float beta,
+                             float *c) {
+  if (half == FloatFormat::F32)
+    return invalidArgument("gemmHalf takes a 16-bit format");
+  return denseGemm(transA, transB, m, n, k, alpha, a, b, beta, c, half);
 }
 
 //===----------------------------------------------------------------------===//
@@ -618,26 +624,27 @@ Status CudaBackend::axpy(float alpha, const float *x, float *y, int64_t n) {
 
 Status CudaBackend::cast(const void *x, FloatFormat xFormat, void *y,
                          FloatFormat yFormat, int64_t n, float beta) {
-  const bool xBf16 = xFormat == FloatFormat::BF16;
-  const bool yBf16 = yFormat == FloatFormat::BF16;
   // A same-format cast without accumulation is an exact copy.
-  if (xBf16 == yBf16 && beta == 0.0f)
-    return copy(x, y, n * (xBf16 ? 2 : 4));
-  return launched(launchCast(computeStream, x, xBf16, y, yBf16, n, beta),
+  if (xFormat == yFormat && beta == 0.0f)
+    return copy(x, y, n * formatBytes(xFormat));
+  return launched(launchCast(computeStream, x, xFormat, y, yFormat, n, beta),
                   "Cast");
 }
 
-Status CudaBackend::fillBf16(uint16_t *y, float value, int64_t n) {
-  return launched(launchFillBf16(computeStream, y, value, n), "Fill (bf16)");
-}
-Status CudaBackend::scaleBf16(const uint16_t *x, uint16_t *y, float alpha,
-                              int64_t n) {
-  return launched(launchScaleBf16(computeStream, x, y, alpha, n),
-                  "Scale (bf16)");
-}
-Status CudaBackend::axpyBf16(float alpha, const uint16_t *x, uint16_t *y,
+Status CudaBackend::fillHalf(FloatFormat half, uint16_t *y, float value,
                              int64_t n) {
-  return launched(launchAxpyBf16(computeStream, alpha, x, y, n), "Axpy (bf16)");
+  return launched(launchFillHalf(computeStream, half, y, value, n),
+                  half == FloatFormat::F16 ? "Fill (f16)" : "Fill (bf16)");
+}
+Status CudaBackend::scaleHalf(FloatFormat half, const uint16_t *x, uint16_t *y,
+                              float alpha, int64_t n) {
+  return launched(launchScaleHalf(computeStream, half, x, y, alpha, n),
+                  half == FloatFormat::F16 ? "Scale (f16)" : "Scale (bf16)");
+}
+Status CudaBackend::axpyHalf(FloatFormat half, float alpha, const uint16_t *x,
+                             uint16_t *y, int64_t n) {
+  return launched(launchAxpyHalf(computeStream, half, alpha, x, y, n),
+                  half == FloatFormat::F16 ? "Axpy (f16)" : "Axpy (bf16)");
 }
 
 Status CudaBackend::adam(float *p, const float *g, float *m, float *v,
@@ -664,15 +671,15 @@ Status CudaBackend::sumSquares(const void *x, FloatFormat format, int64_t n,
   TESSERA_ASSIGN_OR_RETURN(
       float *partial,
       scratch(kSumSquaresScratch, int64_t(kSumSquaresBlocks) * 8));
-  return launched(launchSumSquares(computeStream, x, format == FloatFormat::BF16,
-                                   n, y, accumulate,
+  return launched(launchSumSquares(computeStream, x, format, n, y, accumulate,
                                    reinterpret_cast<double *>(partial)),
                   "SumSquares");
 }
 
 Status CudaBackend::clipGradNorm(const float *sumsq, float *norm, float *coeff,
-                                 float maxNorm) {
-  return launched(launchClipGradNorm(computeStream, sumsq, norm, coeff, maxNorm),
+                                 float maxNorm, float invScale) {
+  return launched(launchClipGradNorm(computeStream, sumsq, norm, coeff, maxNorm,
+                                     invScale),
                   "ClipGradNorm");
 }
 
@@ -1112,7 +1119,7 @@ CudaBackend::groupOffsets(const int32_t *counts, int64_t experts,
 /// Element `i` of a GEMM input array in `format`.
 static const void *inputAt(const void *base, FloatFormat format, int64_t i) {
   return static_cast<const char *>(base) +
-         i * (format == FloatFormat::BF16 ? 2 : 4);
+         i * formatBytes(format);
 }
 
 Status CudaBackend::groupedLinear(FloatFormat inputs, const void *x,
@@ -1121,13 +1128,12 @@ Status CudaBackend::groupedLinear(FloatFormat inputs, const void *x,
                                   int64_t out, int64_t experts) {
   TESSERA_ASSIGN_OR_RETURN(std::vector<int64_t> off,
                            groupOffsets(counts, experts, rows));
-  const bool bf16 = inputs == FloatFormat::BF16;
   for (int64_t e = 0; e < experts; ++e) {
     const int64_t r0 = off[size_t(e)], n = off[size_t(e) + 1] - r0;
     if (n > 0)
       TESSERA_RETURN_IF_ERROR(denseGemm(
           false, true, n, out, in, 1.0f, inputAt(x, inputs, r0 * in),
-          inputAt(w, inputs, e * out * in), 0.0f, y + r0 * out, bf16));
+          inputAt(w, inputs, e * out * in), 0.0f, y + r0 * out, inputs));
   }
   const int64_t tail = (rows - off.back()) * out;
   return tail > 0 ? cudaStatus(cudaMemsetAsync(y + off.back() * out, 0,
@@ -1142,7 +1148,6 @@ Status CudaBackend::groupedLinearGrad(FloatFormat inputs, const void *x,
                                       int64_t experts, float beta) {
   TESSERA_ASSIGN_OR_RETURN(std::vector<int64_t> off,
                            groupOffsets(counts, experts, rows));
-  const bool bf16 = inputs == FloatFormat::BF16;
   for (int64_t e = 0; e < experts; ++e) {
     const int64_t r0 = off[size_t(e)], n = off[size_t(e) + 1] - r0;
     float *dwe = dw + e * out * in;
@@ -1151,11 +1156,11 @@ Status CudaBackend::groupedLinearGrad(FloatFormat inputs, const void *x,
     // CPU; a GEMM with k = 0 does exactly that.
     TESSERA_RETURN_IF_ERROR(denseGemm(true, false, out, in, n, 1.0f, dye,
                                       inputAt(x, inputs, r0 * in), beta, dwe,
-                                      bf16));
+                                      inputs));
     if (n > 0)
       TESSERA_RETURN_IF_ERROR(denseGemm(false, false, n, in, out, 1.0f, dye,
                                         inputAt(w, inputs, e * out * in), 0.0f,
-                                        dx + r0 * in, bf16));
+                                        dx + r0 * in, inputs));
   }
   const int64_t tail = (rows - off.back()) * in;
   return tail > 0 ? cudaStatus(cudaMemsetAsync(dx + off.back() * in, 0,

@@ -84,9 +84,9 @@ public:
   Status gemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
               float alpha, const float *a, const float *b, float beta,
               float *c) override;
-  Status gemmBf16(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
-                  float alpha, const uint16_t *a, const uint16_t *b, float beta,
-                  float *c) override;
+  Status gemmHalf(FloatFormat half, bool transA, bool transB, int64_t m,
+                  int64_t n, int64_t k, float alpha, const uint16_t *a,
+                  const uint16_t *b, float beta, float *c) override;
   Status biasAdd(const float *x, const float *bias, float *y, int64_t rows,
                  int64_t cols) override;
   Status add(const float *a, const float *b, float *c, int64_t n) override;
@@ -129,11 +129,12 @@ public:
   Status axpy(float alpha, const float *x, float *y, int64_t n) override;
   Status cast(const void *x, FloatFormat xFormat, void *y, FloatFormat yFormat,
               int64_t n, float beta) override;
-  Status fillBf16(uint16_t *y, float value, int64_t n) override;
-  Status scaleBf16(const uint16_t *x, uint16_t *y, float alpha,
-                   int64_t n) override;
-  Status axpyBf16(float alpha, const uint16_t *x, uint16_t *y,
+  Status fillHalf(FloatFormat half, uint16_t *y, float value,
                   int64_t n) override;
+  Status scaleHalf(FloatFormat half, const uint16_t *x, uint16_t *y,
+                   float alpha, int64_t n) override;
+  Status axpyHalf(FloatFormat half, float alpha, const uint16_t *x,
+                  uint16_t *y, int64_t n) override;
   Status adam(float *p, const float *g, float *m, float *v, int64_t n,
               const int64_t *iteration, const AdamParams &params) override;
   Status sgd(float *p, const float *g, int64_t n, float lr,
@@ -143,7 +144,7 @@ public:
   Status sumSquares(const void *x, FloatFormat format, int64_t n, float *y,
                     bool accumulate) override;
   Status clipGradNorm(const float *sumsq, float *norm, float *coeff,
-                      float maxNorm) override;
+                      float maxNorm, float invScale) override;
   Status scaleBy(const float *x, const float *s, float *y, int64_t n) override;
   Status layerNorm(const float *x, const float *gamma, const float *bias,
                    float *y, int64_t rows, int64_t cols, float eps) override;
@@ -291,17 +292,17 @@ private:
   /// The plan and the alignments of its A, B and C (operandAlignment).
   using PlanKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t,
                              int64_t, int64_t, int64_t, int64_t, int64_t,
-                             int64_t, uint32_t, uint32_t, uint32_t, bool>;
+                             int64_t, uint32_t, uint32_t, uint32_t, FloatFormat>;
 
-  /// gemm and gemmBf16: one dense product, A and B f32 or bf16.
+  /// gemm and gemmHalf: one dense product, A and B f32, bf16 or f16.
   Status denseGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
                    float alpha, const void *a, const void *b, float beta,
-                   float *c, bool bf16Inputs);
+                   float *c, FloatFormat inputs);
   /// Runs row-major product `g` on A, B, C (swapped into the column-major
-  /// plan's operand order); A and B are bf16 with `bf16Inputs`, else f32.
+  /// plan's operand order); A and B in `inputs`.
   Status runRowMajor(const RowMajorGemm &g, const void *a, const void *b,
                      float *c, float alpha, float beta,
-                     bool bf16Inputs = false);
+                     FloatFormat inputs = FloatFormat::F32);
   /// The descriptors and algorithm of `plan` for operands of alignments
   /// `align` (bytes: A, B, C), found once per plan and alignments.
   StatusOr<CachedGemm *> cachedGemm(const GemmPlan &plan,

@@ -16,6 +16,8 @@
 #ifndef TESSERA_RT_BACKENDS_CUDA_GEMMPLAN_H
 #define TESSERA_RT_BACKENDS_CUDA_GEMMPLAN_H
 
+#include "tessera/rt/BF16.h"
+
 #include <algorithm>
 #include <cstdint>
 
@@ -61,9 +63,10 @@ struct GemmPlan {
   int64_t batch = 1;
   int64_t strideA = 0, strideB = 0, strideC = 0;
   bool swapOperands = false;
-  /// A and B are bf16 (mixed precision's GEMMs), C f32: the products
-  /// accumulate in f32. Otherwise all three are f32.
-  bool bf16Inputs = false;
+  /// The format of A and B: F32 (then C too), or BF16 or F16 (mixed
+  /// precision's GEMMs) with C f32 and the products accumulated in f32.
+  FloatFormat inputs = FloatFormat::F32;
+  bool halfInputs() const { return inputs != FloatFormat::F32; }
 
   /// Rows and columns of the stored (untransposed) A and B, column-major.
   int64_t rowsA() const { return transA ? k : m; }

@@ -202,28 +202,30 @@ __global__ void scaleKernel(const float *x, float *y, float alpha,
 __global__ void axpyKernel(float alpha, const float *x, float *y, int64_t n) {
   TESSERA_GRID_LOOP(i, n) { y[i] += alpha * x[i]; }
 }
-__global__ void fillBf16Kernel(uint16_t *y, uint16_t value, int64_t n) {
+__global__ void fillHalfKernel(uint16_t *y, uint16_t value, int64_t n) {
   TESSERA_GRID_LOOP(i, n) { y[i] = value; }
 }
-__global__ void scaleBf16Kernel(const uint16_t *x, uint16_t *y, float alpha,
+template <FloatFormat H>
+__global__ void scaleHalfKernel(const uint16_t *x, uint16_t *y, float alpha,
                                 int64_t n) {
-  TESSERA_GRID_LOOP(i, n) { y[i] = floatToBf16(alpha * bf16ToFloat(x[i])); }
+  TESSERA_GRID_LOOP(i, n) { storeFloat<H>(y, i, alpha * loadFloat<H>(x, i)); }
 }
-__global__ void axpyBf16Kernel(float alpha, const uint16_t *x, uint16_t *y,
+template <FloatFormat H>
+__global__ void axpyHalfKernel(float alpha, const uint16_t *x, uint16_t *y,
                                int64_t n) {
   TESSERA_GRID_LOOP(i, n) {
-    y[i] = floatToBf16(bf16ToFloat(y[i]) + alpha * bf16ToFloat(x[i]));
+    storeFloat<H>(y, i, loadFloat<H>(y, i) + alpha * loadFloat<H>(x, i));
   }
 }
 
-/// Y = convert(X (+ beta Y)): the sum in f32, one rounding to bf16.
-template <bool XBf16, bool YBf16, bool Accumulate>
+/// Y = convert(X (+ beta Y)): the sum in f32, one rounding to a 16-bit Y.
+template <FloatFormat X, FloatFormat Y, bool Accumulate>
 __global__ void castKernel(const void *x, void *y, int64_t n, float beta) {
   TESSERA_GRID_LOOP(i, n) {
-    float v = loadFloat<XBf16>(x, i);
+    float v = loadFloat<X>(x, i);
     if constexpr (Accumulate)
-      v += beta * loadFloat<YBf16>(y, i);
-    storeFloat<YBf16>(y, i, v);
+      v += beta * loadFloat<Y>(y, i);
+    storeFloat<Y>(y, i, v);
   }
 }
 
@@ -289,13 +291,12 @@ __global__ void sgdMomentumKernel(float *p, const float *g, float *b,
 // the norm and coefficient, and the scaling by a device scalar.
 //===----------------------------------------------------------------------===//
 
-template <bool Bf16>
+template <FloatFormat F>
 __global__ void sumSquaresPartialKernel(const void *x, int64_t n,
                                         double *partial) {
   double sum = 0.0;
   TESSERA_GRID_LOOP(i, n) {
-    double v = Bf16 ? double(bf16ToFloat(static_cast<const uint16_t *>(x)[i]))
-                    : double(static_cast<const float *>(x)[i]);
+    double v = double(loadFloat<F>(x, i));
     sum += v * v;
   }
   sum = blockSumD(sum);
@@ -314,10 +315,11 @@ __global__ void sumSquaresFinalKernel(const double *partial, int blocks,
 }
 
 __global__ void clipGradNormKernel(const float *sumsq, float *norm,
-                                   float *coeff, float maxNorm) {
-  float n = float(sqrt(double(sumsq[0])));
+                                   float *coeff, float maxNorm,
+                                   float invScale) {
+  float n = float(sqrt(double(sumsq[0]))) * invScale;
   norm[0] = n;
-  coeff[0] = math::clipCoefficient(n, maxNorm);
+  coeff[0] = math::clipCoefficient(n, maxNorm) * invScale;
 }
 
 __global__ void scaleByKernel(const float *x, const float *s, float *y,
@@ -951,28 +953,39 @@ cudaError_t launchAxpy(cudaStream_t s, float alpha, const float *x, float *y,
                        int64_t n) {
   TESSERA_LAUNCH_1D(axpyKernel, n, s, alpha, x, y, n);
 }
-cudaError_t launchFillBf16(cudaStream_t s, uint16_t *y, float value,
-                           int64_t n) {
-  TESSERA_LAUNCH_1D(fillBf16Kernel, n, s, y, floatToBf16(value), n);
+cudaError_t launchFillHalf(cudaStream_t s, FloatFormat half, uint16_t *y,
+                           float value, int64_t n) {
+  TESSERA_LAUNCH_1D(fillHalfKernel, n, s, y, floatToHalf(half, value), n);
 }
-cudaError_t launchScaleBf16(cudaStream_t s, const uint16_t *x, uint16_t *y,
-                            float alpha, int64_t n) {
-  TESSERA_LAUNCH_1D(scaleBf16Kernel, n, s, x, y, alpha, n);
+cudaError_t launchScaleHalf(cudaStream_t s, FloatFormat half,
+                            const uint16_t *x, uint16_t *y, float alpha,
+                            int64_t n) {
+  if (half == FloatFormat::F16) {
+    TESSERA_LAUNCH_1D(scaleHalfKernel<FloatFormat::F16>, n, s, x, y, alpha, n);
+  }
+  TESSERA_LAUNCH_1D(scaleHalfKernel<FloatFormat::BF16>, n, s, x, y, alpha, n);
 }
-cudaError_t launchAxpyBf16(cudaStream_t s, float alpha, const uint16_t *x,
-                           uint16_t *y, int64_t n) {
-  TESSERA_LAUNCH_1D(axpyBf16Kernel, n, s, alpha, x, y, n);
+cudaError_t launchAxpyHalf(cudaStream_t s, FloatFormat half, float alpha,
+                           const uint16_t *x, uint16_t *y, int64_t n) {
+  if (half == FloatFormat::F16) {
+    TESSERA_LAUNCH_1D(axpyHalfKernel<FloatFormat::F16>, n, s, alpha, x, y, n);
+  }
+  TESSERA_LAUNCH_1D(axpyHalfKernel<FloatFormat::BF16>, n, s, alpha, x, y, n);
 }
 
-cudaError_t launchCast(cudaStream_t s, const void *x, bool xBf16, void *y,
-                       bool yBf16, int64_t n, float beta) {
+cudaError_t launchCast(cudaStream_t s, const void *x, FloatFormat xFormat,
+                       void *y, FloatFormat yFormat, int64_t n, float beta) {
   using Kernel = void (*)(const void *, void *, int64_t, float);
-  static const Kernel table[2][2][2] = {
-      {{castKernel<false, false, false>, castKernel<false, false, true>},
-       {castKernel<false, true, false>, castKernel<false, true, true>}},
-      {{castKernel<true, false, false>, castKernel<true, false, true>},
-       {castKernel<true, true, false>, castKernel<true, true, true>}}};
-  Kernel kernel = table[xBf16][yBf16][beta != 0.0f];
+  using F = FloatFormat;
+#define TESSERA_CAST_ROW(X)                                                    \
+  {{castKernel<X, F::F32, false>, castKernel<X, F::F32, true>},                \
+   {castKernel<X, F::BF16, false>, castKernel<X, F::BF16, true>},              \
+   {castKernel<X, F::F16, false>, castKernel<X, F::F16, true>}}
+  static const Kernel table[3][3][2] = {TESSERA_CAST_ROW(F::F32),
+                                        TESSERA_CAST_ROW(F::BF16),
+                                        TESSERA_CAST_ROW(F::F16)};
+#undef TESSERA_CAST_ROW
+  Kernel kernel = table[int(xFormat)][int(yFormat)][beta != 0.0f];
   TESSERA_LAUNCH_1D(kernel, n, s, x, y, n, beta);
 }
 
@@ -999,20 +1012,25 @@ int sumSquaresBlocks(int64_t n) {
       1, std::min<int64_t>((n + kThreads * 8 - 1) / (kThreads * 8),
                            kSumSquaresBlocks)));
 }
-cudaError_t launchSumSquares(cudaStream_t s, const void *x, bool bf16,
+cudaError_t launchSumSquares(cudaStream_t s, const void *x, FloatFormat format,
                              int64_t n, float *y, bool accumulate,
                              double *partial) {
   const int blocks = sumSquaresBlocks(n);
-  if (bf16)
-    sumSquaresPartialKernel<true><<<blocks, kThreads, 0, s>>>(x, n, partial);
+  if (format == FloatFormat::BF16)
+    sumSquaresPartialKernel<FloatFormat::BF16>
+        <<<blocks, kThreads, 0, s>>>(x, n, partial);
+  else if (format == FloatFormat::F16)
+    sumSquaresPartialKernel<FloatFormat::F16>
+        <<<blocks, kThreads, 0, s>>>(x, n, partial);
   else
-    sumSquaresPartialKernel<false><<<blocks, kThreads, 0, s>>>(x, n, partial);
+    sumSquaresPartialKernel<FloatFormat::F32>
+        <<<blocks, kThreads, 0, s>>>(x, n, partial);
   sumSquaresFinalKernel<<<1, kThreads, 0, s>>>(partial, blocks, y, accumulate);
   return cudaGetLastError();
 }
 cudaError_t launchClipGradNorm(cudaStream_t s, const float *sumsq, float *norm,
-                               float *coeff, float maxNorm) {
-  clipGradNormKernel<<<1, 1, 0, s>>>(sumsq, norm, coeff, maxNorm);
+                               float *coeff, float maxNorm, float invScale) {
+  clipGradNormKernel<<<1, 1, 0, s>>>(sumsq, norm, coeff, maxNorm, invScale);
   return cudaGetLastError();
 }
 cudaError_t launchScaleBy(cudaStream_t s, const float *x, const float *scale,

@@ -12,6 +12,7 @@
 #define TESSERA_RT_BACKENDS_CUDA_KERNELS_H
 
 #include "DeviceError.h"
+#include "tessera/rt/BF16.h"
 
 #include <cuda_runtime_api.h>
 
@@ -79,14 +80,15 @@ cudaError_t launchScale(cudaStream_t s, const float *x, float *y, float alpha,
                         int64_t n);
 cudaError_t launchAxpy(cudaStream_t s, float alpha, const float *x, float *y,
                        int64_t n);
-cudaError_t launchCast(cudaStream_t s, const void *x, bool xBf16, void *y,
-                       bool yBf16, int64_t n, float beta);
-cudaError_t launchFillBf16(cudaStream_t s, uint16_t *y, float value,
-                           int64_t n);
-cudaError_t launchScaleBf16(cudaStream_t s, const uint16_t *x, uint16_t *y,
-                            float alpha, int64_t n);
-cudaError_t launchAxpyBf16(cudaStream_t s, float alpha, const uint16_t *x,
-                           uint16_t *y, int64_t n);
+cudaError_t launchCast(cudaStream_t s, const void *x, FloatFormat xFormat,
+                       void *y, FloatFormat yFormat, int64_t n, float beta);
+cudaError_t launchFillHalf(cudaStream_t s, FloatFormat half, uint16_t *y,
+                           float value, int64_t n);
+cudaError_t launchScaleHalf(cudaStream_t s, FloatFormat half,
+                            const uint16_t *x, uint16_t *y, float alpha,
+                            int64_t n);
+cudaError_t launchAxpyHalf(cudaStream_t s, FloatFormat half, float alpha,
+                           const uint16_t *x, uint16_t *y, int64_t n);
 /// One fused kernel over a whole bucket; reads the iteration on the device.
 cudaError_t launchAdam(cudaStream_t s, float *p, const float *g, float *m,
                        float *v, int64_t n, const int64_t *iteration,
@@ -103,11 +105,11 @@ inline constexpr int kSumSquaresBlocks = 256;
 /// y[0] (+)= sum of x^2 in f64, deterministic for a given n: a fixed grid
 /// of partial sums into `partial` (kSumSquaresBlocks doubles of device
 /// scratch), then one block adding them in order.
-cudaError_t launchSumSquares(cudaStream_t s, const void *x, bool bf16,
+cudaError_t launchSumSquares(cudaStream_t s, const void *x, FloatFormat format,
                              int64_t n, float *y, bool accumulate,
                              double *partial);
 cudaError_t launchClipGradNorm(cudaStream_t s, const float *sumsq, float *norm,
-                               float *coeff, float maxNorm);
+                               float *coeff, float maxNorm, float invScale);
 cudaError_t launchScaleBy(cudaStream_t s, const float *x, const float *scale,
                           float *y, int64_t n);
 /// The layer-norm launchers run RMSNorm (Megatron's RMSNorm: no mean, no

@@ -65,6 +65,8 @@ ncclDataType_t ncclType(ElementType type) {
     return ncclInt64;
   case ElementType::BF16:
     return ncclBfloat16;
+  case ElementType::F16:
+    return ncclFloat16;
   case ElementType::F64:
     return ncclFloat64;
   }

@@ -34,13 +34,14 @@ static Status decodeCollective(Decoder &d, const fb::Instr &in, Thunk &t) {
   using O = fb::Opcode;
   std::string kind = in.group() ? in.group()->str() : "";
   TESSERA_ASSIGN_OR_RETURN(t.type, Decoder::elementType(d.ref(in, 0).dtype()));
-  // bf16 buffers (gradients under --bf16) are summed in f32 pairwise and
-  // rounded (MpiCommunicator's bf16 sum); there is no bf16 max.
-  if (t.type == ElementType::BF16 && in.op() != O::AllGather &&
-      t.reduce != ReduceKind::Sum)
+  // bf16 and f16 buffers (gradients under --bf16) are summed in f32
+  // pairwise and rounded (MpiCommunicator's 16-bit sums); there is no
+  // 16-bit max.
+  if ((t.type == ElementType::BF16 || t.type == ElementType::F16) &&
+      in.op() != O::AllGather && t.reduce != ReduceKind::Sum)
     return invalidArgument(fb::EnumNameOpcode(in.op()), " with reduce Max on ",
                            d.desc(in, 0),
-                           " is not supported (bf16 reductions are sums)");
+                           " is not supported (16-bit reductions are sums)");
   GroupPosition pos = d.position(kind);
   TESSERA_RETURN_IF_ERROR(requireMember(d, kind, pos));
   if (in.op() == O::AllGather || in.op() == O::ReduceScatter ||

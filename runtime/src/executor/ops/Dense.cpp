@@ -1,11 +1,11 @@
 //===- Dense.cpp - GEMM, elementwise and activation opcodes ---------------===//
 //
 // Decode and run functions (Ops.h) of the dense kernels: the GEMM (f32, or
-// bf16 inputs accumulated in f32), bias and residual adds, GELU and ReLU
+// bf16 or f16 inputs accumulated in f32), bias and residual adds, GELU and ReLU
 // with their gradients, Megatron's fused bias + GELU (bias_gelu_impl),
 // SwiGLU (Megatron's bias_swiglu_impl without a bias), row reductions,
 // fills, scales, copies (whole, or this rank's block of a sequence shard)
-// and the f32/bf16 casts of mixed precision.
+// and the f32/bf16/f16 casts of mixed precision.
 //
 //===----------------------------------------------------------------------===//
 
@@ -33,14 +33,15 @@ Status decodeGemm(Decoder &d, const fb::Instr &in, Thunk &t) {
   t.n = n;
   t.k = ka;
   // A and B share a dtype (the validator's SameFloatDType).
-  t.type = d.isBf16(in, 0) ? ElementType::BF16 : ElementType::F32;
+  t.type = d.floatType(in, 0);
   return Status();
 }
 
 Status runGemm(RunContext &x, const Thunk &t) {
-  if (t.type == ElementType::BF16)
-    return x.backend().gemmBf16(t.transA, t.transB, t.m, t.n, t.k, t.alpha,
-                                bf16(t, 0), bf16(t, 1), t.beta, f32(t, 2));
+  if (isHalf(t))
+    return x.backend().gemmHalf(floatFormat(t), t.transA, t.transB, t.m, t.n,
+                                t.k, t.alpha, half(t, 0), half(t, 1), t.beta,
+                                f32(t, 2));
   return x.backend().gemm(t.transA, t.transB, t.m, t.n, t.k, t.alpha, f32(t, 0),
                           f32(t, 1), t.beta, f32(t, 2));
 }
@@ -197,25 +198,26 @@ Status runReduceRows(RunContext &x, const Thunk &t) {
 }
 
 Status decodeFill(Decoder &d, const fb::Instr &in, Thunk &t) {
-  t.type = d.isBf16(in, 0) ? ElementType::BF16 : ElementType::F32;
+  t.type = d.floatType(in, 0);
   return Status();
 }
 
 Status runFill(RunContext &x, const Thunk &t) {
-  if (t.type == ElementType::BF16)
-    return x.backend().fillBf16(bf16(t, 0), t.f[0], t.n);
+  if (isHalf(t))
+    return x.backend().fillHalf(floatFormat(t), half(t, 0), t.f[0], t.n);
   return x.backend().fill(f32(t, 0), t.f[0], t.n);
 }
 
-// Scale and Axpy: f32, or both bf16 (computed in f32, rounded once).
+// Scale and Axpy: f32, or both bf16 or f16 (computed in f32, rounded once).
 Status decodeScale(Decoder &d, const fb::Instr &in, Thunk &t) {
-  t.type = d.isBf16(in, 0) ? ElementType::BF16 : ElementType::F32;
+  t.type = d.floatType(in, 0);
   return d.requireSameNumel(in, {0, 1});
 }
 
 Status runScale(RunContext &x, const Thunk &t) {
-  if (t.type == ElementType::BF16)
-    return x.backend().scaleBf16(bf16(t, 0), bf16(t, 1), t.alpha, t.n);
+  if (isHalf(t))
+    return x.backend().scaleHalf(floatFormat(t), half(t, 0), half(t, 1),
+                                 t.alpha, t.n);
   return x.backend().scale(f32(t, 0), f32(t, 1), t.alpha, t.n);
 }
 
@@ -224,8 +226,9 @@ Status decodeAxpy(Decoder &d, const fb::Instr &in, Thunk &t) {
 }
 
 Status runAxpy(RunContext &x, const Thunk &t) {
-  if (t.type == ElementType::BF16)
-    return x.backend().axpyBf16(t.alpha, bf16(t, 0), bf16(t, 1), t.n);
+  if (isHalf(t))
+    return x.backend().axpyHalf(floatFormat(t), t.alpha, half(t, 0),
+                                half(t, 1), t.n);
   return x.backend().axpy(t.alpha, f32(t, 0), f32(t, 1), t.n);
 }
 
@@ -250,17 +253,16 @@ Status runCopy(RunContext &x, const Thunk &t) {
   return x.backend().copy(t.ptr[0], t.ptr[1], t.bytes);
 }
 
-// i[0] and i[1]: whether X and Y are bf16.
+// i[0] and i[1]: the FloatFormats of X and Y.
 Status decodeCast(Decoder &d, const fb::Instr &in, Thunk &t) {
-  t.i[0] = d.isBf16(in, 0);
-  t.i[1] = d.isBf16(in, 1);
+  t.i[0] = int64_t(floatFormat(d.floatType(in, 0)));
+  t.i[1] = int64_t(floatFormat(d.floatType(in, 1)));
   return d.requireSameNumel(in, {0, 1});
 }
 
 Status runCast(RunContext &x, const Thunk &t) {
-  return x.backend().cast(
-      t.ptr[0], t.i[0] ? FloatFormat::BF16 : FloatFormat::F32, t.ptr[1],
-      t.i[1] ? FloatFormat::BF16 : FloatFormat::F32, t.n, t.beta);
+  return x.backend().cast(t.ptr[0], FloatFormat(t.i[0]), t.ptr[1],
+                          FloatFormat(t.i[1]), t.n, t.beta);
 }
 
 } // namespace tessera::rt::ops

@@ -310,7 +310,7 @@ static Status decodeGroupedLinearOp(Decoder &d, const fb::Instr &in, Thunk &t,
     TESSERA_RETURN_IF_ERROR(d.requireSameNumel(in, {2, 5}));
   }
   // The float inputs share a dtype (the validator's SameFloatDType).
-  t.type = d.isBf16(in, 0) ? ElementType::BF16 : ElementType::F32;
+  t.type = d.floatType(in, 0);
   setDims(t, 0, experts, 0, 0);
   return Status();
 }

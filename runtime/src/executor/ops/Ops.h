@@ -49,6 +49,12 @@ public:
   /// The learning-rate schedule's factor on the optimizers' lr for the
   /// iteration running.
   virtual double lrFactor() const = 0;
+  /// fp16's loss scale for the iteration running (1 without one).
+  virtual double lossScale() const = 0;
+  /// Whether the iteration's optimizer updates are skipped (fp16: inf or
+  /// NaN gradients, found by ClipGradNorm), and the call that skips them.
+  virtual bool updatesSkipped() const = 0;
+  virtual void skipUpdates() = 0;
   /// Waits for the queued kernels when `t`'s communicator reads memory from
   /// the host (MPI); nothing when it is ordered on the backend's stream
   /// (NCCL, a group of one).
@@ -98,12 +104,21 @@ inline float *f32(const Thunk &t, int i) {
 inline int32_t *i32(const Thunk &t, int i) {
   return static_cast<int32_t *>(t.ptr[i]);
 }
-inline uint16_t *bf16(const Thunk &t, int i) {
+/// A 16-bit float operand (bf16 or f16 bits).
+inline uint16_t *half(const Thunk &t, int i) {
   return static_cast<uint16_t *>(t.ptr[i]);
 }
+/// The storage format of a float element type.
+inline FloatFormat floatFormat(ElementType type) {
+  return type == ElementType::BF16  ? FloatFormat::BF16
+         : type == ElementType::F16 ? FloatFormat::F16
+                                    : FloatFormat::F32;
+}
 /// The storage format of a kernel's float inputs from the thunk's type.
-inline FloatFormat floatFormat(const Thunk &t) {
-  return t.type == ElementType::BF16 ? FloatFormat::BF16 : FloatFormat::F32;
+inline FloatFormat floatFormat(const Thunk &t) { return floatFormat(t.type); }
+/// Whether the kernel's float inputs are 16-bit (bf16 or f16).
+inline bool isHalf(const Thunk &t) {
+  return floatFormat(t) != FloatFormat::F32;
 }
 
 /// A grouped QKV (grouped-query attention's and QK-norm's operand

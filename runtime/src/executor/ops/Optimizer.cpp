@@ -48,6 +48,8 @@ Status decodeAdam(Decoder &d, const fb::Instr &in, Thunk &t) {
 }
 
 Status runAdam(RunContext &x, const Thunk &t) {
+  if (x.updatesSkipped())
+    return Status();
   // The iteration stays on the device (no read-back per bucket).
   AdamParams hp{float(t.f[0] * x.lrFactor()), t.f[1], t.f[2], t.f[3], t.f[4]};
   const int64_t *iteration = static_cast<const int64_t *>(t.ptr[4]);
@@ -65,6 +67,8 @@ Status decodeSgd(Decoder &d, const fb::Instr &in, Thunk &t) {
 }
 
 Status runSgd(RunContext &x, const Thunk &t) {
+  if (x.updatesSkipped())
+    return Status();
   const float lr = float(t.f[0] * x.lrFactor());
   return forEachDecaySpan(t, [&](int64_t b, int64_t e, bool decays) {
     return x.backend().sgd(f32(t, 0) + b, f32(t, 1) + b, e - b, lr,
@@ -78,6 +82,8 @@ Status decodeSgdMomentum(Decoder &d, const fb::Instr &in, Thunk &t) {
 }
 
 Status runSgdMomentum(RunContext &x, const Thunk &t) {
+  if (x.updatesSkipped())
+    return Status();
   const float lr = float(t.f[0] * x.lrFactor());
   return forEachDecaySpan(t, [&](int64_t b, int64_t e, bool decays) {
     return x.backend().sgdMomentum(f32(t, 0) + b, f32(t, 1) + b, f32(t, 2) + b,
@@ -91,7 +97,7 @@ Status runSgdMomentum(RunContext &x, const Thunk &t) {
 
 // [X, y]: y = the sum of squares of X's runs (all of X without runs).
 Status decodeSumSquares(Decoder &d, const fb::Instr &in, Thunk &t) {
-  t.type = d.isBf16(in, 0) ? ElementType::BF16 : ElementType::F32;
+  t.type = d.floatType(in, 0);
   if (d.numel(in, 1) != 1)
     return invalidArgument("the sum ", d.desc(in, 1), " must be one element");
   return Status();
@@ -100,7 +106,7 @@ Status decodeSumSquares(Decoder &d, const fb::Instr &in, Thunk &t) {
 Status runSumSquares(RunContext &x, const Thunk &t) {
   Backend &be = x.backend();
   const FloatFormat format = floatFormat(t);
-  const int64_t size = t.type == ElementType::BF16 ? 2 : 4;
+  const int64_t size = formatBytes(format);
   const uint8_t *data = static_cast<const uint8_t *>(t.ptr[0]);
   if (!t.hasRuns)
     return be.sumSquares(data, format, t.n, f32(t, 1), false);
@@ -116,8 +122,11 @@ Status runSumSquares(RunContext &x, const Thunk &t) {
   return Status();
 }
 
-// [sumsq, norm, coeff] scalars; fattrs [max_norm].
+// [sumsq, norm, coeff] scalars; iattrs [unscale]; fattrs [max_norm].
 Status decodeClipGradNorm(Decoder &d, const fb::Instr &in, Thunk &t) {
+  t.i[0] = Decoder::iattr(in, 0);
+  if (t.i[0] != 0 && t.i[0] != 1)
+    return invalidArgument("ClipGradNorm's unscale is 0 or 1, got ", t.i[0]);
   for (int i = 0; i < 3; ++i)
     if (d.numel(in, i) != 1)
       return invalidArgument("ClipGradNorm's operands are scalars, got ",
@@ -128,7 +137,35 @@ Status decodeClipGradNorm(Decoder &d, const fb::Instr &in, Thunk &t) {
 }
 
 Status runClipGradNorm(RunContext &x, const Thunk &t) {
-  return x.backend().clipGradNorm(f32(t, 0), f32(t, 1), f32(t, 2), t.f[0]);
+  if (!t.i[0])
+    return x.backend().clipGradNorm(f32(t, 0), f32(t, 1), f32(t, 2), t.f[0],
+                                    1.0f);
+  // fp16: the gradients are of the scaled loss. The norm, the same on
+  // every rank (the sums of squares were all-reduced), decides on the host
+  // whether the iteration updates (Megatron reads found_inf back too).
+  Backend &be = x.backend();
+  TESSERA_RETURN_IF_ERROR(be.clipGradNorm(f32(t, 0), f32(t, 1), f32(t, 2),
+                                          t.f[0],
+                                          float(1.0 / x.lossScale())));
+  float norm = 0.0f;
+  TESSERA_RETURN_IF_ERROR(be.copyToHost(&norm, f32(t, 1), 4));
+  if (!std::isfinite(norm))
+    x.skipUpdates();
+  return Status();
+}
+
+//===----------------------------------------------------------------------===//
+// fp16's loss scaling
+//===----------------------------------------------------------------------===//
+
+// [Y]; fattrs [value].
+Status decodeLossSeed(Decoder &, const fb::Instr &, Thunk &) {
+  return Status();
+}
+
+Status runLossSeed(RunContext &x, const Thunk &t) {
+  return x.backend().fill(f32(t, 0), float(double(t.f[0]) * x.lossScale()),
+                          t.n);
 }
 
 // [X, s, Y]: Y = s X, s a scalar on the device.

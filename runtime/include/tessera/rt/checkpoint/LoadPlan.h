@@ -27,8 +27,8 @@
 // --no-load-optim skips them, and a checkpoint without them (saved without
 // --bf16) leaves them to the program's "init" function, except that main
 // params of F32 checkpoint parameters are those parameters. Parameters
-// whose dtype changed between save and load (F32 <-> BF16) are converted:
-// to bf16 rounded to nearest even, to f32 exactly (from the checkpoint's
+// whose dtype changed between save and load (F32 <-> BF16 or F16) are converted:
+// to a 16-bit format rounded to nearest even, to f32 exactly (from the checkpoint's
 // main params where it has them and the optimizer state is loaded).
 //
 //===----------------------------------------------------------------------===//
@@ -101,8 +101,8 @@ struct RestorePiece {
   int sourceRank = 0;
   std::string sourceName;
   TensorBox sourceBox, region;
-  /// The saved tensor's dtype; an F32 or BF16 piece of a buffer of the
-  /// other one is converted (to bf16 rounded to nearest even, to f32
+  /// The saved tensor's dtype; a float piece of a buffer of another float
+  /// dtype is converted (to bf16 or f16 rounded to nearest even, to f32
   /// exactly).
   fb::DType dtype = fb::DType::F32;
   /// Non-empty: the source is no saved tensor but the per-parameter state

@@ -15,10 +15,12 @@
 #define TESSERA_RT_CHECKPOINT_MANIFEST_H
 
 #include "tessera/rt/Artifact.h"
+#include "tessera/rt/GradScaler.h"
 #include "tessera/rt/Status.h"
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -101,6 +103,10 @@ struct CheckpointManifest {
   std::vector<ManifestShardFile> files;
   std::vector<ManifestTensor> tensors;
   std::vector<ManifestBucket> buckets;
+  /// fp16: the loss scaler's state after `iteration` (manifest
+  /// "grad_scaler") and the iterations whose updates were skipped so far.
+  std::optional<GradScalerState> gradScaler;
+  int64_t skippedIterations = 0;
 
   /// "tp=2 pp=1 dp=2 (world 4)" plus ", vpp=2" / ", distributed optimizer".
   std::string configString() const;
@@ -109,6 +115,8 @@ struct CheckpointManifest {
 /// Run information the manifest records besides the artifact's.
 struct CheckpointRunInfo {
   int64_t iteration = 0;
+  std::optional<GradScalerState> gradScaler;
+  int64_t skippedIterations = 0;
   uint64_t seed = 0;
   std::string datasetPrefix;
   int64_t datasetTokens = -1;
