@@ -472,9 +472,13 @@ Writer::writeProgram(ModuleOp module, int64_t ppRank) {
 }
 
 /// The architecture record as a JSON object: integers, floats, bools and
-/// strings by name.
-static std::string architectureJson(DictionaryAttr arch) {
+/// strings by name; with `maskedVocab`, "mask_padded_vocab": true (the
+/// padded vocabulary's logits were kept out of the loss, so the model
+/// without its padding rows is the trained one).
+static std::string architectureJson(DictionaryAttr arch, bool maskedVocab) {
   llvm::json::Object o;
+  if (maskedVocab)
+    o["mask_padded_vocab"] = true;
   for (NamedAttribute a : arch) {
     if (auto v = dyn_cast<BoolAttr>(a.getValue()))
       o[a.getName().str()] = v.getValue();
@@ -598,7 +602,11 @@ LogicalResult Writer::write(llvm::raw_ostream &os) {
   auto flagsStr = fbb.CreateString(flags);
   flatbuffers::Offset<flatbuffers::String> archStr;
   if (auto arch = module->getAttrOfType<DictionaryAttr>(kArchitectureAttr))
-    archStr = fbb.CreateString(architectureJson(arch));
+  {
+    auto vocab = module->getAttrOfType<DictionaryAttr>(kVocabAttr);
+    archStr = fbb.CreateString(
+        architectureJson(arch, vocab && vocab.get("masked")));
+  }
   fa::ArtifactBuilder ab(fbb);
   ab.add_format_version(fa::kFormatVersion);
   ab.add_producer(producer);

@@ -78,6 +78,7 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
 
   dist::PadVocabPassOptions pad;
   pad.divisibleBy = options.makeVocabSizeDivisibleBy;
+  pad.maskPadding = options.maskPaddedVocab;
   pm.addPass(dist::createPadVocabPass(pad));
 
   dist::TPPartitionPassOptions tp;

@@ -237,6 +237,11 @@ public:
     note("cast");
     return inner->cast(x, xFormat, y, yFormat, n, beta);
   }
+  Status maskColumns(const float *x, float *y, int64_t rows, int64_t cols,
+                     int64_t colOffset, int64_t valid, float fill) override {
+    note("maskColumns");
+    return inner->maskColumns(x, y, rows, cols, colOffset, valid, fill);
+  }
   Status fillHalf(FloatFormat half, uint16_t *y, float value,
                   int64_t n) override {
     note("fillHalf");

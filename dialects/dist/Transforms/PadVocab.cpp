@@ -4,7 +4,10 @@
 #include "tessera/Support/Model.h"
 
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SetVector.h"
+
+#include <limits>
 
 namespace tessera::dist {
 #define GEN_PASS_DEF_PADVOCABPASS
@@ -28,6 +31,13 @@ struct PadVocabPass : tessera::dist::impl::PadVocabPassBase<PadVocabPass> {
       emitError(module.getLoc())
           << "make-vocab-size-divisible-by must be positive, got "
           << int64_t(divisibleBy);
+      return signalPassFailure();
+    }
+    if (maskPadding != "auto" && maskPadding != "true" &&
+        maskPadding != "false") {
+      emitError(module.getLoc())
+          << "mask-padded-vocab must be auto, true or false, got '"
+          << std::string(maskPadding) << "'";
       return signalPassFailure();
     }
     SmallVector<nn::EmbeddingOp> embeddings;
@@ -75,20 +85,32 @@ struct PadVocabPass : tessera::dist::impl::PadVocabPassBase<PadVocabPass> {
     if (walk.wasInterrupted())
       return signalPassFailure();
 
+    // Masking: asked for, or (auto) when the vocabulary's weights came
+    // with the model.
+    bool imported = llvm::any_of(params, [&](BlockArgument arg) {
+      auto init = model.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kInitAttr);
+      return init && init.getValue() == "data";
+    });
+    const bool mask = padded != vocab &&
+                      (maskPadding == "true" ||
+                       (maskPadding == "auto" && imported));
     for (BlockArgument arg : params) {
       auto type = cast<RankedTensorType>(arg.getType());
       // Padding weights that came with the model (an import) adds rows of
-      // zeros whose logits enter the softmax: the loss is no longer the
-      // exported model's (Megatron pads the same way, from its own init).
+      // zeros whose logits enter the softmax unless masked: the loss is no
+      // longer the exported model's (Megatron pads the same way, from its
+      // own init).
       auto init = model.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kInitAttr);
-      if (padded != type.getDimSize(0) && init && init.getValue() == "data")
+      if (!mask && padded != type.getDimSize(0) && init &&
+          init.getValue() == "data")
         emitWarning(arg.getLoc())
             << "padding the vocabulary of '"
             << model.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kParamAttr)
                    .getValue()
             << "' (initialised from data) from " << type.getDimSize(0)
             << " to " << padded
-            << " rows adds zero rows whose logits change the loss; "
+            << " rows adds zero rows whose logits change the loss "
+               "(mask-padded-vocab=false); "
             << (vocab % tp == 0
                     ? std::string("make-vocab-size-divisible-by 1 keeps the "
                                   "model's vocabulary")
@@ -105,12 +127,30 @@ struct PadVocabPass : tessera::dist::impl::PadVocabPassBase<PadVocabPass> {
         return signalPassFailure();
       }
     updateFunctionType(model);
-    Builder b(module.getContext());
-    module->setAttr(
-        kVocabAttr,
-        b.getDictionaryAttr(
-            {b.getNamedAttr("size", b.getI64IntegerAttr(vocab)),
-             b.getNamedAttr("padded", b.getI64IntegerAttr(padded))}));
+    OpBuilder b(module.getContext());
+    if (mask) {
+      // The padded rows' logits: the lowest f32 before every loss, so
+      // that they add exp(lowest - max) = 0 to the softmax's sum.
+      SmallVector<nn::SoftmaxCrossEntropyOp> losses;
+      model.walk([&](nn::SoftmaxCrossEntropyOp ce) { losses.push_back(ce); });
+      for (nn::SoftmaxCrossEntropyOp ce : losses) {
+        b.setInsertionPoint(ce);
+        Value z = ce.getLogits();
+        auto masked = nn::MaskColumnsOp::create(
+            b, ce.getLoc(), z.getType(), z, b.getI64IntegerAttr(vocab),
+            b.getF32FloatAttr(std::numeric_limits<float>::lowest()),
+            StringAttr());
+        if (Attribute layer = ce->getAttr(kLayerAttr))
+          masked->setAttr(kLayerAttr, layer);
+        ce.setOperand(0, masked);
+      }
+    }
+    SmallVector<NamedAttribute> vocabAttrs = {
+        b.getNamedAttr("size", b.getI64IntegerAttr(vocab)),
+        b.getNamedAttr("padded", b.getI64IntegerAttr(padded))};
+    if (mask)
+      vocabAttrs.push_back(b.getNamedAttr("masked", b.getUnitAttr()));
+    module->setAttr(kVocabAttr, b.getDictionaryAttr(vocabAttrs));
   }
 };
 } // namespace

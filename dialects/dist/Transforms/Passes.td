@@ -58,10 +58,22 @@ def PadVocabPass : Pass<"tessera-pad-vocab", "mlir::ModuleOp"> {
     padded size; ids never reach the padding rows, whose logits take part
     in the softmax like any other (as in Megatron). Records
     `tessera.vocab = {size, padded}` on the module.
+
+    With `mask-padding` the padded rows' logits are kept out of the loss
+    instead: an `nn.mask_columns` before each cross-entropy sets them to
+    the lowest f32 (probability 0, gradient 0), so the padded model is the
+    unpadded one at every tp (`masked` in `tessera.vocab`).
+    `mask-padding=auto` (the default) masks when the vocabulary's weights
+    came with the model (`tessera.init = "data"`: an ONNX or Hugging Face
+    import, whose loss must stay the exported model's), and keeps
+    Megatron's behaviour for models initialised here.
   }];
   let options = [
     Option<"divisibleBy", "make-vocab-size-divisible-by", "int64_t", "128",
-           "pad the vocabulary to a multiple of this times tp">
+           "pad the vocabulary to a multiple of this times tp">,
+    Option<"maskPadding", "mask-padding", "std::string", "\"auto\"",
+           "keep the padded rows' logits out of the loss: true, false or "
+           "auto (true for imported weights)">
   ];
 }
 

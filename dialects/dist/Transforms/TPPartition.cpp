@@ -392,7 +392,11 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
     SmallVector<nn::SoftmaxCrossEntropyOp> losses;
     model.walk([&](nn::SoftmaxCrossEntropyOp ce) { losses.push_back(ce); });
     for (nn::SoftmaxCrossEntropyOp ce : losses) {
-      auto head = ce.getLogits().getDefiningOp<nn::LinearOp>();
+      // A masked padded vocabulary (tessera-pad-vocab): the mask sits
+      // between the head and the loss and works on the shards too.
+      auto mask = ce.getLogits().getDefiningOp<nn::MaskColumnsOp>();
+      auto head = (mask ? mask.getInput() : ce.getLogits())
+                      .getDefiningOp<nn::LinearOp>();
       BlockArgument weight = head ? paramArg(head.getWeight()) : nullptr;
       if (!weight)
         return ce.emitOpError() << "logits must come from an nn.linear with a "
@@ -413,6 +417,12 @@ struct TPPartitionPass : tessera::dist::impl::TPPartitionPassBase<TPPartitionPas
           return head.emitOpError() << "LM head bias must be a parameter";
       }
       (void)reinferResultTypes(head);
+      if (mask) {
+        if (!mask.getResult().hasOneUse())
+          return mask.emitOpError() << "masked logits feed more than the loss";
+        mask.setGroupAttr(group);
+        mask.getResult().setType(head.getResult().getType());
+      }
 
       // The loss on vocabulary shards.
       b.setInsertionPoint(ce);

@@ -308,6 +308,29 @@ LogicalResult GeluGradOp::verify() {
   return verifyApproximate(*this, getApproximate());
 }
 
+LogicalResult MaskColumnsOp::verify() {
+  if (getInput().getType().getRank() < 1)
+    return emitOpError() << "needs a tensor of rank >= 1";
+  if (getValid() < 1)
+    return emitOpError() << "valid must be >= 1, got " << getValid();
+  if (getGroup() && getGroup()->empty())
+    return emitOpError() << "group must name a rank-group kind";
+  return success();
+}
+
+LogicalResult MaskColumnsOp::buildAdjoint(OpBuilder &b,
+                                          ArrayRef<Value> resultAdj,
+                                          ArrayRef<bool> needed,
+                                          SmallVectorImpl<Value> &adj) {
+  // The masked columns' adjoints are zero: the same mask with fill 0.
+  adj.assign(1, Value());
+  if (needed[0])
+    adj[0] = MaskColumnsOp::create(b, getLoc(), resultAdj[0].getType(),
+                                   resultAdj[0], getValidAttr(),
+                                   b.getF32FloatAttr(0.0f), getGroupAttr());
+  return success();
+}
+
 LogicalResult GeluOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj,
                                    ArrayRef<bool> needed,
                                    SmallVectorImpl<Value> &adj) {

@@ -585,6 +585,31 @@ def NN_ClipGradNormOp : NN_Op<"clip_grad_norm", []> {
   let hasVerifier = 1;
 }
 
+def NN_MaskColumnsOp : NN_Op<"mask_columns", [SameOperandsAndResultType,
+    DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
+  let summary = "columns at or past `valid` set to `fill` (padded vocabulary)";
+  let description = [{
+    Keeps a padded vocabulary out of the loss (tessera-pad-vocab with
+    `mask-padding`): the logits of the padding rows become `fill` (the
+    lowest f32, so that they take no part in the softmax: their
+    probabilities are exactly 0 and so their gradients), and the backward
+    (the same op with `fill = 0`) zeroes their adjoints. Over a
+    vocabulary-parallel shard (`group`, set by tessera-tp-partition) the
+    column index is global: this rank's shard of the last dim starts at its
+    index in the group times the shard's width.
+
+    ```mlir
+    %m = nn.mask_columns %z {valid = 257 : i64, fill = -3.40282347E+38 : f32} : tensor<64x384xf32>
+    %g = nn.mask_columns %dz {valid = 257 : i64, fill = 0.0 : f32, group = "tp"} : tensor<64x192xf32>
+    ```
+  }];
+  let arguments = (ins NN_F32Tensor:$input, I64Attr:$valid, F32Attr:$fill,
+                       OptionalAttr<StrAttr>:$group);
+  let results = (outs NN_F32Tensor:$result);
+  let assemblyFormat = "$input attr-dict `:` type($input)";
+  let hasVerifier = 1;
+}
+
 def NN_ScaleByOp : NN_Op<"scale_by", [AllTypesMatch<["x", "result"]>]> {
   let summary = "y = x * s (s a scalar tensor: the clipping coefficient)";
   let description = [{

@@ -229,6 +229,7 @@ def RT_ClipGradNormOp : RT_KernelOp<"clip_grad_norm", "ClipGradNorm",
     "norm = sqrt(sumsq), coeff = min(1, max_norm / (norm + 1e-6))">;
 def RT_ScaleByOp : RT_KernelOp<"scale_by", "ScaleBy", "y = x * s[0]">;
 def RT_LossSeedOp : RT_KernelOp<"loss_seed", "LossSeed", "y = value * the loss scale (fp16)">;
+def RT_MaskColumnsOp : RT_KernelOp<"mask_columns", "MaskColumns", "y = x, padded vocabulary columns = value">;
 def RT_CopyOp : RT_KernelOp<"copy", "Copy", "y = x">;
 def RT_AxpyOp : RT_KernelOp<"axpy", "Axpy", "y += alpha * x">;
 def RT_CastOp : RT_KernelOp<"cast", "Cast", "y = convert(x + beta * y) between f32, bf16 and f16"> {

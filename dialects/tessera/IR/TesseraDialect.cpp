@@ -275,7 +275,9 @@ const AttrContract kTesseraAttrs[] = {
     {kVocabAttr, Module,
      [](Attribute a, Type t) {
        return dictionary(a, t,
-                         {{"size", positiveInt}, {"padded", positiveInt}});
+                         {{"size", positiveInt},
+                          {"padded", positiveInt},
+                          {"masked", unit, /*optional=*/true}});
      }},
     {kWeightsAttr, Module,
      [](Attribute a, Type t) -> std::string {

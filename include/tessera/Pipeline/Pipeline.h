@@ -120,6 +120,14 @@ public:
       llvm::cl::desc("pad the vocabulary to a multiple of this times tp "
                      "(default 128)"),
       llvm::cl::init(dist::PadVocabPassOptions().divisibleBy), onCommandLine};
+  Option<std::string> maskPaddedVocab{
+      *this, "mask-padded-vocab",
+      llvm::cl::desc("keep the padded vocabulary rows' logits out of the "
+                     "softmax and the loss, so that padding does not change "
+                     "the model: true, false (Megatron's: they take part) or "
+                     "auto (the default: true for imported weights, ONNX or "
+                     "Hugging Face, false for models initialised here)"),
+      llvm::cl::init(dist::PadVocabPassOptions().maskPadding), onCommandLine};
   Option<bool> sequenceParallel{
       *this, "sequence-parallel",
       llvm::cl::desc("Megatron sequence parallelism: layer norms and "

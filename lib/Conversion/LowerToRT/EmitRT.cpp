@@ -244,6 +244,12 @@ KERNEL_ATTRS(nn::ClipGradNormOp) {
 KERNEL_ATTRS(nn::LossSeedOp) {
   return {b.getNamedAttr("value", o.getValueAttr())};
 }
+KERNEL_ATTRS(nn::MaskColumnsOp) {
+  return p.withGroup(b,
+                     {b.getNamedAttr("value", o.getFillAttr()),
+                      p.iattrs(b, {o.getValid()})},
+                     o.getGroupAttr());
+}
 KERNEL_ATTRS(nn::GeluOp) {
   return {p.iattrs(b, {o.getApproximate() == "tanh" ? 1 : 0})};
 }
@@ -873,6 +879,7 @@ LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
       KernelPattern<nn::SumSquaresOp, rt::SumSquaresOp>,
       KernelPattern<nn::ClipGradNormOp, rt::ClipGradNormOp>,
       KernelPattern<nn::LossSeedOp, rt::LossSeedOp>,
+      KernelPattern<nn::MaskColumnsOp, rt::MaskColumnsOp>,
       KernelPattern<nn::ScaleByOp, rt::ScaleByOp>,
       KernelPattern<nn::ReluOp, rt::ReluOp>,
       KernelPattern<nn::SwiGLUOp, rt::SwiGLUOp>,

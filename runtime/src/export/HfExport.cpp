@@ -226,6 +226,7 @@ struct Architecture {
   double normEps = 1e-5, rotaryBase = 10000, rotaryPercent = 1,
          ropeScaling = 0, initStd = 0.02;
   bool swiglu = false, bias = true, untied = true, qkNorm = false;
+  bool maskedVocab = false; ///< "mask_padded_vocab" (--mask-padded-vocab)
   int64_t experts = 0, topk = 2, moeFfn = 0, moeFreq = 1;
   double auxCoeff = 0, capacity = 0;
 };
@@ -251,6 +252,7 @@ StatusOr<Architecture> parseArchitecture(const std::string &text,
     a.headDim = j.value("kv_channels", a.heads ? a.hidden / a.heads : 0);
     a.ffn = j.at("ffn_hidden_size").get<int64_t>();
     a.vocab = j.at("vocab_size").get<int64_t>();
+    a.maskedVocab = j.value("mask_padded_vocab", false);
     a.maxPositions = j.at("max_position_embeddings").get<int64_t>();
     a.normalization = j.at("normalization").get<std::string>();
     a.normEps = j.at("norm_epsilon").get<double>();
@@ -678,6 +680,7 @@ StatusOr<ExportSummary> exportHuggingFace(const ExportOptions &options) {
   summary.layout = manifest.configString();
   summary.vocab = arch.vocab;
   summary.paddedVocab = model.paddedVocab;
+  summary.maskedVocab = arch.maskedVocab;
   model.config["torch_dtype"] = torchDtype(dtype);
   model.config["tessera_checkpoint_iteration"] = manifest.iteration;
 
@@ -750,7 +753,13 @@ int runExport(int argc, char **argv) {
               summary->layout.c_str(), (long long)summary->tensors,
               (long long)summary->parameters, summary->dtype.c_str(),
               options.output.c_str(), options.output.c_str());
-  if (summary->paddedVocab > summary->vocab)
+  if (summary->paddedVocab > summary->vocab && summary->maskedVocab)
+    std::printf("tessera-export: the vocabulary of %lld was padded to %lld "
+                "rows, whose logits were kept out of the loss "
+                "(--mask-padded-vocab): cut off, the model is the trained "
+                "one\n",
+                (long long)summary->vocab, (long long)summary->paddedVocab);
+  else if (summary->paddedVocab > summary->vocab)
     std::printf(
         "tessera-export: note: the vocabulary of %lld was padded to %lld "
         "rows (--make-vocab-size-divisible-by); as in Megatron-LM the padded "

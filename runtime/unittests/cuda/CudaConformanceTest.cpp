@@ -299,6 +299,20 @@ TEST(CudaConformanceTest, Elementwise) {
           [&](Backend &b, std::vector<void *> &p) {
             return b.copy(F(0), F(0) + 7, (n - 7) * 4);
           }, 0.0);
+  // A padded vocabulary's columns: a shard whose tail is padding, one that
+  // is all padding, in place.
+  for (int64_t offset : {int64_t(0), int64_t(200), int64_t(400)})
+    compare("maskColumns offset=" + std::to_string(offset), {in(x), out(y)},
+            [&](Backend &b, std::vector<void *> &p) {
+              return b.maskColumns(F(0), F(1), rows, cols, offset, 457,
+                                   -3.0e38f);
+            },
+            0.0);
+  compare("maskColumns in place", {out(x)},
+          [&](Backend &b, std::vector<void *> &p) {
+            return b.maskColumns(F(0), F(0), rows, cols, 0, 100, 0.0f);
+          },
+          0.0);
   compare("sgd", {out(y), in(x)}, [&](Backend &b, std::vector<void *> &p) {
     return b.sgd(F(0), F(1), n, 0.01f, 0.1f);
   });

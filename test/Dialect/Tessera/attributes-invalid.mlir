@@ -63,7 +63,7 @@ module attributes {tessera.mixed_precision = {params = "bf16", grads = "fp8"}} {
 
 // -----
 
-// expected-error @+1 {{attribute 'tessera.vocab' must be {size = a positive integer, padded = a positive integer}, got {size = 257 : i64}}}
+// expected-error @+1 {{attribute 'tessera.vocab' must be {size = a positive integer, padded = a positive integer, masked? = a unit attribute}, got {size = 257 : i64}}}
 module attributes {tessera.vocab = {size = 257}} {
 }
 

@@ -193,6 +193,12 @@ public:
   virtual Status crossEntropyGrad(const float *z, const int32_t *t,
                                   const float *dl, float *dz, int64_t rows,
                                   int64_t cols) = 0;
+  /// Y[r, j] = X[r, j], or `fill` where colOffset + j >= valid (a padded
+  /// vocabulary's columns; X [rows, cols] is the shard at colOffset); Y may
+  /// alias X.
+  virtual Status maskColumns(const float *x, float *y, int64_t rows,
+                             int64_t cols, int64_t colOffset, int64_t valid,
+                             float fill) = 0;
   /// y[0] = mean(X).
   virtual Status mean(const float *x, float *y, int64_t n) = 0;
   /// dX[:] = dy[0] / n.

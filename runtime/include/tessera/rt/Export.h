@@ -56,6 +56,9 @@ struct ExportSummary {
   /// The vocabulary and the rows its padding gave the embedding and the
   /// output layer (cut off in the export).
   int64_t vocab = 0, paddedVocab = 0;
+  /// The padded rows' logits were kept out of the loss in training
+  /// (--mask-padded-vocab): cutting them off leaves the trained model.
+  bool maskedVocab = false;
 };
 
 StatusOr<ExportSummary> exportHuggingFace(const ExportOptions &options);

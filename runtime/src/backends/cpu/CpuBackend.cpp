@@ -686,6 +686,21 @@ public:
     return Status();
   }
 
+  Status maskColumns(const float *x, float *y, int64_t rows, int64_t cols,
+                     int64_t colOffset, int64_t valid, float fill) override {
+    // The first `keep` columns of every row are real.
+    const int64_t keep = std::clamp<int64_t>(valid - colOffset, 0, cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float *xr = x + r * cols;
+      float *yr = y + r * cols;
+      if (xr != yr)
+        std::memmove(yr, xr, size_t(keep) * 4);
+      for (int64_t j = keep; j < cols; ++j)
+        yr[j] = fill;
+    }
+    return Status();
+  }
+
   Status fillHalf(FloatFormat half, uint16_t *y, float value,
                   int64_t n) override {
     uint16_t h = floatToHalf(half, value);

@@ -631,6 +631,13 @@ Status CudaBackend::cast(const void *x, FloatFormat xFormat, void *y,
                   "Cast");
 }
 
+Status CudaBackend::maskColumns(const float *x, float *y, int64_t rows,
+                                int64_t cols, int64_t colOffset, int64_t valid,
+                                float fill) {
+  const int64_t keep = std::clamp<int64_t>(valid - colOffset, 0, cols);
+  return launched(launchMaskColumns(computeStream, x, y, rows, cols, keep, fill),
+                  "MaskColumns");
+}
 Status CudaBackend::fillHalf(FloatFormat half, uint16_t *y, float value,
                              int64_t n) {
   return launched(launchFillHalf(computeStream, half, y, value, n),

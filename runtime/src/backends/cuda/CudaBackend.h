@@ -129,6 +129,8 @@ public:
   Status axpy(float alpha, const float *x, float *y, int64_t n) override;
   Status cast(const void *x, FloatFormat xFormat, void *y, FloatFormat yFormat,
               int64_t n, float beta) override;
+  Status maskColumns(const float *x, float *y, int64_t rows, int64_t cols,
+                     int64_t colOffset, int64_t valid, float fill) override;
   Status fillHalf(FloatFormat half, uint16_t *y, float value,
                   int64_t n) override;
   Status scaleHalf(FloatFormat half, const uint16_t *x, uint16_t *y,

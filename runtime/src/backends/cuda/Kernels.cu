@@ -202,6 +202,10 @@ __global__ void scaleKernel(const float *x, float *y, float alpha,
 __global__ void axpyKernel(float alpha, const float *x, float *y, int64_t n) {
   TESSERA_GRID_LOOP(i, n) { y[i] += alpha * x[i]; }
 }
+__global__ void maskColumnsKernel(const float *x, float *y, int64_t cols,
+                                  int64_t keep, float fill, int64_t n) {
+  TESSERA_GRID_LOOP(i, n) { y[i] = i % cols < keep ? x[i] : fill; }
+}
 __global__ void fillHalfKernel(uint16_t *y, uint16_t value, int64_t n) {
   TESSERA_GRID_LOOP(i, n) { y[i] = value; }
 }
@@ -952,6 +956,12 @@ cudaError_t launchScale(cudaStream_t s, const float *x, float *y, float alpha,
 cudaError_t launchAxpy(cudaStream_t s, float alpha, const float *x, float *y,
                        int64_t n) {
   TESSERA_LAUNCH_1D(axpyKernel, n, s, alpha, x, y, n);
+}
+cudaError_t launchMaskColumns(cudaStream_t s, const float *x, float *y,
+                              int64_t rows, int64_t cols, int64_t keep,
+                              float fill) {
+  const int64_t n = rows * cols;
+  TESSERA_LAUNCH_1D(maskColumnsKernel, n, s, x, y, cols, keep, fill, n);
 }
 cudaError_t launchFillHalf(cudaStream_t s, FloatFormat half, uint16_t *y,
                            float value, int64_t n) {

@@ -82,6 +82,10 @@ cudaError_t launchAxpy(cudaStream_t s, float alpha, const float *x, float *y,
                        int64_t n);
 cudaError_t launchCast(cudaStream_t s, const void *x, FloatFormat xFormat,
                        void *y, FloatFormat yFormat, int64_t n, float beta);
+/// Y = X but the columns from `keep` on of every row, which are `fill`.
+cudaError_t launchMaskColumns(cudaStream_t s, const float *x, float *y,
+                              int64_t rows, int64_t cols, int64_t keep,
+                              float fill);
 cudaError_t launchFillHalf(cudaStream_t s, FloatFormat half, uint16_t *y,
                            float value, int64_t n);
 cudaError_t launchScaleHalf(cudaStream_t s, FloatFormat half,

@@ -74,6 +74,27 @@ Status runMeanGrad(RunContext &x, const Thunk &t) {
 // Vocab-parallel cross entropy
 //===----------------------------------------------------------------------===//
 
+// [X, Y]: m rows, n cols; i = [this shard's column offset, valid columns].
+Status decodeMaskColumns(Decoder &d, const fb::Instr &in, Thunk &t) {
+  TESSERA_ASSIGN_OR_RETURN(Matrix x, d.rowsCols(in, 0));
+  TESSERA_RETURN_IF_ERROR(d.requireSameNumel(in, {0, 1}));
+  int64_t offset = 0, shards = 1;
+  TESSERA_RETURN_IF_ERROR(d.vocabShard(in, x.cols, offset, shards));
+  t.m = x.rows;
+  t.n = x.cols;
+  t.i[0] = offset;
+  t.i[1] = Decoder::iattr(in, 0);
+  if (t.i[1] < 1)
+    return invalidArgument("MaskColumns needs valid columns >= 1, got ",
+                           t.i[1]);
+  return Status();
+}
+
+Status runMaskColumns(RunContext &x, const Thunk &t) {
+  return x.backend().maskColumns(f32(t, 0), f32(t, 1), t.m, t.n, t.i[0],
+                                 t.i[1], t.f[0]);
+}
+
 // [Z, m]: m rows, n cols.
 Status decodeLogitsMax(Decoder &d, const fb::Instr &in, Thunk &t) {
   TESSERA_ASSIGN_OR_RETURN(Matrix z, d.rowsCols(in, 0));
