@@ -868,6 +868,30 @@ TEST_F(CpuBackendTest, F16CastsGemmAndSums) {
     ASSERT_EQ(h[size_t(i)], floatToF16(x[size_t(i)]));
     ASSERT_EQ(back[size_t(i)], f16ToFloat(h[size_t(i)]));
   }
+  // Every f16 pattern widens as f16ToFloat does, and back (the CPU's F16C
+  // instructions where it has them, else BF16.h): NaN stays NaN.
+  std::vector<uint16_t> all(0x10000), again(0x10000);
+  for (uint32_t i = 0; i < 0x10000; ++i)
+    all[i] = uint16_t(i);
+  std::vector<float> wide(0x10000);
+  ASSERT_TRUE(backend
+                  ->cast(all.data(), FloatFormat::F16, wide.data(),
+                         FloatFormat::F32, 0x10000, 0.0f)
+                  .ok());
+  ASSERT_TRUE(backend
+                  ->cast(wide.data(), FloatFormat::F32, again.data(),
+                         FloatFormat::F16, 0x10000, 0.0f)
+                  .ok());
+  for (uint32_t i = 0; i < 0x10000; ++i) {
+    const float want = f16ToFloat(uint16_t(i));
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(wide[i])) << std::hex << i;
+      ASSERT_TRUE(std::isnan(f16ToFloat(again[i]))) << std::hex << i;
+    } else {
+      ASSERT_EQ(bitsOf(wide[i]), bitsOf(want)) << std::hex << i;
+      ASSERT_EQ(again[i], uint16_t(i)) << std::hex << i;
+    }
+  }
   // bf16 <-> f16 directly: through f32, one rounding.
   std::vector<uint16_t> b(static_cast<size_t>(n));
   ASSERT_TRUE(backend

@@ -1148,6 +1148,18 @@ TEST(ExecutorTest, Fp16UnscalesAndSkipsOverflowingSteps) {
             std::vector<float>(12));
 }
 
+TEST(ExecutorTest, ClipGradNormUnscaleIsAFlag) {
+  ArtifactDesc desc = clippedStep({}, {}, 1.0f, /*unscale=*/true);
+  for (InstrDesc &in : desc.programs[0].function("step"))
+    if (in.op == fb::Opcode::ClipGradNorm)
+      in.iattrs = {2};
+  auto ex = createForRank(desc, 0, "flag.tsr");
+  ASSERT_FALSE(ex.ok());
+  EXPECT_NE(ex.status().message().find("ClipGradNorm's unscale is 0 or 1, got 2"),
+            std::string::npos)
+      << ex.status().message();
+}
+
 TEST(ExecutorTest, LossSeedCarriesTheLossScale) {
   ArtifactDesc desc;
   ProgramDesc p;

@@ -53,44 +53,42 @@ TESSERA_HD uint16_t floatToBf16(float f) {
 TESSERA_HD float f16ToFloat(uint16_t h) {
   // Exponent and mantissa moved to a float's places and the exponent
   // rebiased (15 -> 127); infinities and NaNs take the top exponent, and
-  // subnormals (and zero) are renormalised by one exact subtraction.
+  // subnormals (and zero) are renormalised by one exact subtraction. All
+  // three are computed and one selected, so that loops vectorise.
   const uint32_t shiftedExp = 0x7c00u << 13;
-  uint32_t bits = uint32_t(h & 0x7fffu) << 13;
+  const uint32_t bits = uint32_t(h & 0x7fffu) << 13;
   const uint32_t exp = bits & shiftedExp;
-  bits += (127u - 15u) << 23;
-  float f;
-  if (exp == shiftedExp) {
-    f = math::bitsFloat(bits + ((128u - 16u) << 23));
-  } else if (exp == 0) {
-    f = math::bitsFloat(bits + (1u << 23)) - math::bitsFloat(113u << 23);
-  } else {
-    f = math::bitsFloat(bits);
-  }
-  return math::bitsFloat(math::floatBits(f) | (uint32_t(h & 0x8000u) << 16));
+  const uint32_t normal = bits + ((127u - 15u) << 23);
+  const uint32_t special = normal + ((128u - 16u) << 23);
+  const uint32_t subnormal = math::floatBits(
+      math::bitsFloat(normal + (1u << 23)) - math::bitsFloat(113u << 23));
+  const uint32_t out = exp == shiftedExp ? special
+                       : exp == 0        ? subnormal
+                                         : normal;
+  return math::bitsFloat(out | (uint32_t(h & 0x8000u) << 16));
 }
 
 /// `f` rounded to f16, to nearest with ties to even; overflow -> infinity,
-/// NaN -> quiet NaN.
+/// NaN -> quiet NaN. Branch-free (the three cases computed, one selected).
 TESSERA_HD uint16_t floatToF16(float f) {
   uint32_t bits = math::floatBits(f);
   const uint32_t sign = (bits >> 16) & 0x8000u;
   bits &= 0x7fffffffu;
-  uint32_t out;
-  if (bits >= ((127u + 16u) << 23)) {
-    // 2^16 and beyond (infinity, NaN): no finite f16 is that close.
-    out = bits > 0x7f800000u ? 0x7e00u : 0x7c00u;
-  } else if (bits < (113u << 23)) {
-    // Below 2^-14: a subnormal f16 or zero. Adding 0.5 puts the ten
-    // mantissa bits of the result at the bottom of a float, rounded to
-    // nearest even by the float addition itself.
-    const float magic = math::bitsFloat(((127u - 15u) + (23u - 10u) + 1u) << 23);
-    out = math::floatBits(math::bitsFloat(bits) + magic) - math::floatBits(magic);
-  } else {
-    // Normal: rebias the exponent and round the 13 dropped bits to
-    // nearest even; a carry may reach the exponent (65520 -> infinity).
-    const uint32_t odd = (bits >> 13) & 1u;
-    out = (bits + ((15u - 127u) << 23) + 0xfffu + odd) >> 13;
-  }
+  // 2^16 and beyond (infinity, NaN): no finite f16 is that close.
+  const uint32_t big = bits > 0x7f800000u ? 0x7e00u : 0x7c00u;
+  // Below 2^-14: a subnormal f16 or zero. Adding 0.5 puts the ten mantissa
+  // bits of the result at the bottom of a float, rounded to nearest even by
+  // the float addition itself. (For larger values the sum is unused.)
+  const float magic = math::bitsFloat(((127u - 15u) + (23u - 10u) + 1u) << 23);
+  const float small = math::bitsFloat(bits < (113u << 23) ? bits : 0u);
+  const uint32_t sub = math::floatBits(small + magic) - math::floatBits(magic);
+  // Normal: rebias the exponent and round the 13 dropped bits to nearest
+  // even; a carry may reach the exponent (65520 -> infinity).
+  const uint32_t odd = (bits >> 13) & 1u;
+  const uint32_t normal = (bits + ((15u - 127u) << 23) + 0xfffu + odd) >> 13;
+  const uint32_t out = bits >= ((127u + 16u) << 23) ? big
+                       : bits < (113u << 23)       ? sub
+                                                   : normal;
   return uint16_t(out | sign);
 }
 

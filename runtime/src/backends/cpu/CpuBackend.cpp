@@ -16,6 +16,10 @@
 
 #include <omp.h>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -290,6 +294,54 @@ CastSpanFn castSpanFor(FloatFormat x, FloatFormat y, bool accumulate) {
   return nullptr;
 }
 
+// f16 arrays on x86 CPUs with F16C (every AVX2 one): the conversion
+// instructions, chosen at run time (the build targets baseline x86-64).
+// They round as BF16.h does (to nearest even, overflow to infinity,
+// subnormals kept), so results are the same bits but for NaN payloads.
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx,f16c"))) void
+f16ToFloatsF16c(const uint16_t *in, float *out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(
+                                  reinterpret_cast<const __m128i *>(in + i))));
+  for (; i < n; ++i)
+    out[i] = f16ToFloat(in[i]);
+}
+
+__attribute__((target("avx,f16c"))) void
+floatsToF16F16c(const float *in, uint16_t *out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(in + i),
+                                     _MM_FROUND_TO_NEAREST_INT));
+  for (; i < n; ++i)
+    out[i] = floatToF16(in[i]);
+}
+
+bool hasF16c() {
+  static const bool has = __builtin_cpu_supports("f16c");
+  return has;
+}
+#else
+bool hasF16c() { return false; }
+void f16ToFloatsF16c(const uint16_t *in, float *out, int64_t n) {
+  f16ToFloats(in, out, n);
+}
+void floatsToF16F16c(const float *in, uint16_t *out, int64_t n) {
+  floatsToF16(in, out, n);
+}
+#endif
+
+/// Widens n 16-bit values of `format` (F16C for f16 where the CPU has it).
+void widenHalf(FloatFormat format, const uint16_t *in, float *out, int64_t n) {
+  if (format == FloatFormat::F16 && hasF16c())
+    f16ToFloatsF16c(in, out, n);
+  else
+    halfToFloats(format, in, out, n);
+}
+
 /// y[i] = half(f(x[i])) over [begin, end) for the 16-bit format H.
 template <FloatFormat H, typename F>
 void halfMap(const uint16_t *x, uint16_t *y, int64_t begin, int64_t end, F f) {
@@ -382,7 +434,7 @@ public:
       const auto *h = static_cast<const uint16_t *>(p);
       float *wide = next;
       parallelSpans(threads, n, [&](int64_t begin, int64_t end) {
-        halfToFloats(format, h + begin, wide + begin, end - begin);
+        widenHalf(format, h + begin, wide + begin, end - begin);
       });
       f32.push_back(wide);
       next += n;
@@ -677,6 +729,21 @@ public:
     if (xFormat == yFormat && beta == 0.0f) {
       if (x != y)
         std::memmove(y, x, size_t(n * formatBytes(xFormat)));
+      return Status();
+    }
+    // f32 <-> f16 without accumulation (mixed precision's casts of GEMM
+    // operands and parameters): F16C where the CPU has it.
+    if (beta == 0.0f && hasF16c() &&
+        ((xFormat == FloatFormat::F32 && yFormat == FloatFormat::F16) ||
+         (xFormat == FloatFormat::F16 && yFormat == FloatFormat::F32))) {
+      parallelSpans(threads, n, [&](int64_t begin, int64_t end) {
+        if (xFormat == FloatFormat::F32)
+          floatsToF16F16c(static_cast<const float *>(x) + begin,
+                          static_cast<uint16_t *>(y) + begin, end - begin);
+        else
+          f16ToFloatsF16c(static_cast<const uint16_t *>(x) + begin,
+                          static_cast<float *>(y) + begin, end - begin);
+      });
       return Status();
     }
     CastSpanFn span = castSpanFor(xFormat, yFormat, beta != 0.0f);
