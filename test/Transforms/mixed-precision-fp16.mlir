@@ -50,6 +50,16 @@
 // RT: rt.loss_seed %{{.*}} {value = 1.000000e+00 : f32}
 // RT: rt.clip_grad_norm %{{.*}} {iattrs = array<i64: 1>, value = 1.000000e+00 : f32}
 
+// An MoE layer's auxiliary loss gets the loss's own scaled seed
+// (Megatron's MoEAuxLossAutoScaler.set_loss_scale(loss_scale /
+// num_microbatches)): both seeds are nn.loss_seed.
+// RUN: tessera-gen gpt --layers 1 --hidden 16 --heads 2 --vocab 64 --seq 8 --num-experts 2 --moe-router-topk 1 --moe-aux-loss-coeff 0.01 -o %t.moe.mlir
+// RUN: tessera-opt %t.moe.mlir --tessera-set-batch="micro-batch-size=2" --tessera-mixed-precision=params-dtype=f16 --tessera-autodiff | FileCheck %s --check-prefix=AUX
+// AUX: nn.add_aux_loss
+// AUX: nn.loss_seed 1.000000e+00 : tensor<f32>
+// AUX: nn.loss_seed 1.000000e+00 : tensor<f32>
+// AUX-NOT: nn.fill 1.000000e+00 : tensor<f32>
+
 // BF16-NOT: nn.loss_seed
 // BF16: nn.fill 1.000000e+00 : tensor<f32>
 // BF16: nn.clip_grad_norm %{{.*}} {max_norm = 1.000000e+00 : f32} :

@@ -175,11 +175,12 @@ LogicalResult AddAuxLossOp::buildAdjoint(OpBuilder &b, ArrayRef<Value> resultAdj
   if (needed[0])
     adj[0] = resultAdj[0];
   // MoEAuxLossAutoScaler: the auxiliary loss gets the loss's own gradient,
-  // 1 / the number of microbatches (autodiff's seed).
+  // 1 / the number of microbatches (autodiff's seed), times the loss scale
+  // under fp16 (set_loss_scale(loss_scale / num_microbatches)).
   if (needed[1]) {
     int64_t micro = getNumMicrobatches(getRootModule(*this));
-    adj[1] = FillOp::create(b, getLoc(), getAux().getType(),
-                            b.getF32FloatAttr(1.0f / float(std::max<int64_t>(1, micro))));
+    adj[1] = createLossSeed(b, getLoc(), getAux().getType(),
+                            1.0f / float(std::max<int64_t>(1, micro)), *this);
   }
   return success();
 }

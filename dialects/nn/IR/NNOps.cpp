@@ -308,6 +308,17 @@ LogicalResult GeluGradOp::verify() {
   return verifyApproximate(*this, getApproximate());
 }
 
+Value tessera::nn::createLossSeed(OpBuilder &b, Location loc, Type type,
+                                  float value, Operation *anchor) {
+  auto mp = getRootModule(anchor)->getAttrOfType<DictionaryAttr>(
+      kMixedPrecisionAttr);
+  auto params = mp ? mp.getAs<StringAttr>("params") : StringAttr();
+  FloatAttr seed = b.getF32FloatAttr(value);
+  if (params && symbolizeFloatDtype(params.getValue()) == FloatDtype::F16)
+    return LossSeedOp::create(b, loc, type, seed);
+  return FillOp::create(b, loc, type, seed);
+}
+
 LogicalResult MaskColumnsOp::verify() {
   if (getInput().getType().getRank() < 1)
     return emitOpError() << "needs a tensor of rank >= 1";

@@ -27,6 +27,15 @@ mlir::LogicalResult verifyGemmOperands(mlir::Operation *op, mlir::Type a,
                                        mlir::Type b);
 /// `v` with elements of type `element`: `v` itself when they already are,
 /// else an nn.cast of it (mixed precision's one conversion).
+/// The backward's seed `value` (1 / the number of microbatches) for a loss
+/// of type `type`: under fp16 (the module's parameters f16) an
+/// nn.loss_seed, which the runtime multiplies by the loss scale (Megatron's
+/// scale_loss, and MoEAuxLossAutoScaler's scale for auxiliary losses),
+/// otherwise an nn.fill. `anchor` is any op of the module.
+mlir::Value createLossSeed(mlir::OpBuilder &b, mlir::Location loc,
+                           mlir::Type type, float value,
+                           mlir::Operation *anchor);
+
 mlir::Value castElements(mlir::OpBuilder &b, mlir::Location loc, mlir::Value v,
                          mlir::Type element);
 /// nn.linear's out-features for `weight`: `out` of `[out, in]`, `k * out` of

@@ -174,18 +174,11 @@ LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
       if (active.contains(v))
         accumulate(v, g);
     }
-  if (loss) {
-    // fp16 (f16 parameters): the seed carries the loss scale (Megatron's
-    // scale_loss before the backward), which the optimizer unscales.
-    auto mp = getRootModule(func)->getAttrOfType<DictionaryAttr>(
-        kMixedPrecisionAttr);
-    auto params = mp ? mp.getAs<StringAttr>("params") : StringAttr();
-    FloatAttr seed = b.getF32FloatAttr(1.0f / float(numMicrobatches));
-    if (params && symbolizeFloatDtype(params.getValue()) == FloatDtype::F16)
-      accumulate(loss, LossSeedOp::create(b, loss.getLoc(), loss.getType(), seed));
-    else
-      accumulate(loss, FillOp::create(b, loss.getLoc(), loss.getType(), seed));
-  }
+  // fp16 (f16 parameters): the seed carries the loss scale (Megatron's
+  // scale_loss before the backward), which the optimizer unscales.
+  if (loss)
+    accumulate(loss, createLossSeed(b, loss.getLoc(), loss.getType(),
+                                    1.0f / float(numMicrobatches), func));
 
   for (Operation *op : llvm::reverse(forward)) {
     if (isa<dist::SendOp, dist::RecvOp>(op))

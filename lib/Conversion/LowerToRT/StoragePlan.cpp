@@ -379,7 +379,7 @@ LogicalResult PhasePlan::planOp(Operation *op) {
   bool aliasOnly = isa<dist::CopyToRegionOp, nn::AddAuxLossOp>(op);
   bool inPlace = isa<dist::ReduceFromRegionOp, dist::AllReduceOp,
                      dist::AllReduceStartOp, nn::ScaleOp, nn::ScaleByOp,
-                     nn::RotaryEmbeddingOp>(op);
+                     nn::RotaryEmbeddingOp, nn::MaskColumnsOp>(op);
   if (aliasOnly || isa<dist::WaitOp>(op)) {
     assign(op->getResult(0), storageOf.lookup(op->getOperand(0)));
     return success();

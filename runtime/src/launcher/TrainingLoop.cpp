@@ -513,17 +513,22 @@ Status RankRun::resume() {
   auto loaded = loadCheckpoint(*executor, o.loadDir, lo, world.get());
   if (loaded.ok()) {
     startIteration = loaded->iteration;
-    // fp16: the scaler continues from its saved state (a checkpoint of a
-    // run without loss scaling starts it afresh).
-    if (scaler && loaded->gradScaler) {
-      scaler->restore(*loaded->gradScaler);
-      skippedTotal = loaded->skippedIterations;
-    } else if (scaler) {
-      loaded->notes.push_back(
-          "the checkpoint has no loss scaler state (saved without --fp16): "
-          "the loss scale starts afresh");
-    }
+    // The iterations an fp16 run skipped stay out of the learning-rate
+    // schedule and Adam's step whatever this run's precision (Megatron's
+    // scheduler state). A dynamic scaler continues from its saved state
+    // with the optimizer's (Megatron's grad scaler is optimizer state: not
+    // with --no-load-optim); a constant one keeps --loss-scale, and a
+    // checkpoint of a run without loss scaling starts it afresh.
+    skippedTotal = loaded->skippedIterations;
     executor->setSkippedIterations(skippedTotal);
+    if (scaler && scaler->dynamic() && loaded->gradScaler && !o.noLoadOptim)
+      scaler->restore(*loaded->gradScaler);
+    else if (scaler && scaler->dynamic())
+      loaded->notes.push_back(
+          loaded->gradScaler
+              ? "--no-load-optim: the loss scale starts afresh"
+              : "the checkpoint has no loss scaler state (saved without "
+                "--fp16): the loss scale starts afresh");
     double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
             .count();

@@ -757,14 +757,16 @@ public:
                      int64_t colOffset, int64_t valid, float fill) override {
     // The first `keep` columns of every row are real.
     const int64_t keep = std::clamp<int64_t>(valid - colOffset, 0, cols);
-    for (int64_t r = 0; r < rows; ++r) {
-      const float *xr = x + r * cols;
-      float *yr = y + r * cols;
-      if (xr != yr)
-        std::memmove(yr, xr, size_t(keep) * 4);
-      for (int64_t j = keep; j < cols; ++j)
-        yr[j] = fill;
-    }
+    parallelSpans(threads, rows, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const float *xr = x + r * cols;
+        float *yr = y + r * cols;
+        if (xr != yr)
+          std::memmove(yr, xr, size_t(keep) * 4);
+        for (int64_t j = keep; j < cols; ++j)
+          yr[j] = fill;
+      }
+    });
     return Status();
   }
 
