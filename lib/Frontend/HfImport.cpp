@@ -21,6 +21,8 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <cstring>
+#include <optional>
+#include <set>
 
 using namespace mlir;
 
@@ -69,22 +71,35 @@ private:
   llvm::StringMap<bool> used;
 };
 
+/// The JSON object in file `path` (config.json, a safetensors index), or
+/// none with `error` naming the file and what is wrong.
+std::optional<llvm::json::Object> readJsonObject(const std::string &path,
+                                                 std::string &error) {
+  auto text = llvm::MemoryBuffer::getFile(path);
+  if (!text) {
+    error = path + ": " + text.getError().message();
+    return std::nullopt;
+  }
+  llvm::Expected<llvm::json::Value> parsed =
+      llvm::json::parse((*text)->getBuffer());
+  if (!parsed) {
+    error = path + ": " + llvm::toString(parsed.takeError());
+    return std::nullopt;
+  }
+  if (llvm::json::Object *o = parsed->getAsObject())
+    return std::move(*o);
+  error = path + ": not a JSON object";
+  return std::nullopt;
+}
+
 bool Checkpoint::open(std::string &error) {
   std::string index = dir + "/model.safetensors.index.json";
   if (llvm::sys::fs::exists(index)) {
-    auto text = llvm::MemoryBuffer::getFile(index);
-    if (!text) {
-      error = index + ": " + text.getError().message();
+    std::optional<llvm::json::Object> j = readJsonObject(index, error);
+    if (!j)
       return false;
-    }
-    llvm::Expected<llvm::json::Value> j =
-        llvm::json::parse((*text)->getBuffer());
-    const llvm::json::Object *map =
-        j && j->getAsObject() ? j->getAsObject()->getObject("weight_map")
-                              : nullptr;
+    const llvm::json::Object *map = j->getObject("weight_map");
     if (!map) {
-      if (!j)
-        llvm::consumeError(j.takeError());
       error = index + ": not a safetensors index (no \"weight_map\")";
       return false;
     }
@@ -293,21 +308,10 @@ bool readGpt2Config(const std::string &path, const llvm::json::Object &j,
 /// field.
 bool readConfig(const std::string &path, const HfImportOptions &options,
                 GPTConfig &c, std::string &error) {
-  auto text = llvm::MemoryBuffer::getFile(path);
-  if (!text) {
-    error = path + ": " + text.getError().message();
+  std::optional<llvm::json::Object> parsed = readJsonObject(path, error);
+  if (!parsed)
     return false;
-  }
-  llvm::Expected<llvm::json::Value> parsed =
-      llvm::json::parse((*text)->getBuffer());
-  if (!parsed || !parsed->getAsObject()) {
-    if (!parsed)
-      error = path + ": " + llvm::toString(parsed.takeError());
-    else
-      error = path + ": not a JSON object";
-    return false;
-  }
-  const llvm::json::Object &j = *parsed->getAsObject();
+  const llvm::json::Object &j = *parsed;
   std::string type = j.getString("model_type").value_or("").str();
   if (type != "llama" && type != "mistral" && type != "qwen3" &&
       type != "mixtral" && type != "gpt2") {

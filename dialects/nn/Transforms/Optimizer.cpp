@@ -309,19 +309,23 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
       }
     // The loss scaler (used under fp16 only; tessera-compile rejects the
     // flags without --fp16).
-    const Hyper scales[] = {{"loss-scale", lossScale, false},
+    struct Scale {
+      const char *name;
+      double value;
+      bool zeroIsDynamic; // --loss-scale 0: no constant scale
+    };
+    const Scale scales[] = {{"loss-scale", lossScale, true},
                             {"initial-loss-scale", initialLossScale, false},
                             {"min-loss-scale", minLossScale, false}};
-    for (const Hyper &h : scales)
+    for (const Scale &h : scales)
       if (!std::isfinite(h.value) || h.value < 0 ||
-          (h.value == 0 && std::string(h.name) != "loss-scale")) {
+          (h.value == 0 && !h.zeroIsDynamic)) {
         std::ostringstream value;
         value << h.value;
         emitError(module.getLoc())
             << "invalid --" << h.name << " " << value.str()
             << " (expected a finite value > 0"
-            << (std::string(h.name) == "loss-scale" ? "; 0 is dynamic" : "")
-            << ")";
+            << (h.zeroIsDynamic ? "; 0 is dynamic" : "") << ")";
         return failure();
       }
     if (minLossScale > initialLossScale || lossScaleWindow < 1 ||
