@@ -1777,6 +1777,14 @@ OwningOpRef<ModuleOp> Importer::run() {
                "opset_version=17))";
     return nullptr;
   }
+  if (!model.checked) {
+    error() << "the model (opset " << std->second << ", IR version "
+            << model.irVersion << ") is newer than the onnx library's shape "
+            << "inference (opset " << model.libraryOpset << ", IR version 8), "
+            << "which this importer needs; export with opset_version=17 and "
+               "dynamo=False, or read the graph with --import-onnx-graph";
+    return nullptr;
+  }
   for (const Node &n : model.nodes) {
     if (!n.domain.empty()) {
       error(n) << "domain '" << n.domain

@@ -4,13 +4,15 @@
 #include "tessera/Conversion/Passes.h"
 #include "tessera/InitAll.h"
 
+#include "dialects/onnx/Transforms/Passes.h"
+
 #include "mlir/Pass/PassRegistry.h"
 
 using namespace mlir;
 
 void tessera::registerAllDialects(DialectRegistry &registry) {
   registry.insert<TesseraDialect, nn::NNDialect, dist::DistDialect,
-                  rt::RTDialect, func::FuncDialect>();
+                  rt::RTDialect, onnx::OnnxDialect, func::FuncDialect>();
 }
 
 llvm::cl::OptionCategory &tessera::getCompileCategory() {
@@ -159,6 +161,7 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
 void tessera::registerAllPasses() {
   dist::registerTesseraDistPasses();
   nn::registerTesseraNNPasses();
+  onnx::registerTesseraOnnxPasses();
   registerTesseraConversionPasses();
   // PassPipelineRegistration<TrainPipelineOptions>, plus the options check.
   registerPassPipeline(

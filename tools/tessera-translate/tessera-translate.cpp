@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "tessera/Import/OnnxGraph.h"
 #include "tessera/Import/OnnxImport.h"
 #include "tessera/InitAll.h"
 
@@ -55,6 +56,24 @@ int main(int argc, char **argv) {
         options.loadWeights = !noWeights;
         options.loss = loss;
         return tessera::importOnnxModel(context, path, options);
+      },
+      [](DialectRegistry &registry) { tessera::registerAllDialects(registry); });
+  TranslateToMLIRRegistration importOnnxGraph(
+      "import-onnx-graph",
+      "import an ONNX model node for node as onnx dialect IR",
+      [](llvm::SourceMgr &sourceMgr, MLIRContext *context) -> OwningOpRef<Operation *> {
+        llvm::StringRef path =
+            sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID())
+                ->getBufferIdentifier();
+        if (path == "<stdin>" || path == "-") {
+          emitError(UnknownLoc::get(context))
+              << "--import-onnx-graph reads the model from a file (external "
+                 "data lies next to it): give its path";
+          return nullptr;
+        }
+        tessera::OnnxGraphOptions options;
+        options.noWeights = noWeights;
+        return tessera::importOnnxGraph(context, path, options);
       },
       [](DialectRegistry &registry) { tessera::registerAllDialects(registry); });
   return failed(mlirTranslateMain(argc, argv, "Tessera translate tool"));

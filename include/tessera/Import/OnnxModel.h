@@ -61,7 +61,7 @@ struct Tensor {
 };
 
 struct Attribute {
-  enum Kind { Float, Int, String, Tensor, Floats, Ints, Strings, Other };
+  enum Kind { Float, Int, String, Tensor, Floats, Ints, Strings, Graph, Other };
   std::string name;
   Kind kind = Other;
   float f = 0;
@@ -69,6 +69,7 @@ struct Attribute {
   std::string s;
   std::vector<float> floats;
   std::vector<int64_t> ints;
+  std::vector<std::string> strings;
   std::shared_ptr<onnx_model::Tensor> tensor;
 };
 
@@ -100,6 +101,11 @@ struct Model {
   std::vector<Tensor> initializers;
   std::vector<ValueInfo> inputs, outputs;
   std::map<std::string, ValueInfo> values; ///< every typed value, by name
+  /// The newest standard-domain opset the onnx library knows, and whether
+  /// the model's is within it: only then did the onnx checker and shape
+  /// inference run (a newer model's value types are its exporter's).
+  int64_t libraryOpset = 0;
+  bool checked = false;
 };
 
 /// Reads the ONNX model at `path` and runs ONNX shape inference on it.

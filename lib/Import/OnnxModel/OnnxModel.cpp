@@ -268,9 +268,24 @@ void load(const std::string &path, bool loadWeights, Model &model) {
         Tensor scratch;
         resolveExternalData(a.t(), baseDir, scratch);
       }
+  // The standard-domain opset against the newest this onnx library knows:
+  // its checker and shape inference would judge a newer model by older
+  // operator schemas (ReduceMean's axes moved to an input in opset 18,
+  // RMSNormalization is opset 23). Such a model skips both; its exporter
+  // stored the value types (the dynamo exporter stores all of them), and
+  // the onnx dialect's own type rules fill the rest.
+  int64_t opset = 0;
+  for (const onnx::OperatorSetIdProto &o : proto.opset_import())
+    if (o.domain().empty() || o.domain() == "ai.onnx")
+      opset = o.version();
+  const auto &ranges = onnx::OpSchemaRegistry::DomainToVersionRange::Instance().Map();
+  auto known = ranges.find("");
+  model.libraryOpset = known == ranges.end() ? 0 : known->second.second;
+  model.checked = opset <= model.libraryOpset &&
+                  proto.ir_version() <= int64_t(onnx::IR_VERSION);
   // The onnx checker: node input counts, attributes, topological order (no
   // cycles), external-data locations inside the model's directory.
-  try {
+  if (model.checked) try {
     onnx::checker::CheckerContext ctx;
     ctx.set_ir_version(int(proto.ir_version()));
     std::unordered_map<std::string, int> opsets;
@@ -313,7 +328,7 @@ void load(const std::string &path, bool loadWeights, Model &model) {
   // none. Strict mode, so a node whose shapes contradict its inputs is an
   // error here rather than a wrong import later; data propagation lets it
   // follow the small shape computations feeding Reshape.
-  try {
+  if (model.checked) try {
     onnx::ShapeInferenceOptions options(/*check_type=*/true, /*strict=*/1,
                                         /*data_prop=*/true);
     onnx::shape_inference::InferShapes(proto, onnx::OpSchemaRegistry::Instance(),
@@ -374,6 +389,14 @@ void load(const std::string &path, bool loadWeights, Model &model) {
       case onnx::AttributeProto::INTS:
         attr.kind = Attribute::Ints;
         attr.ints.assign(a.ints().begin(), a.ints().end());
+        break;
+      case onnx::AttributeProto::STRINGS:
+        attr.kind = Attribute::Strings;
+        attr.strings.assign(a.strings().begin(), a.strings().end());
+        break;
+      case onnx::AttributeProto::GRAPH:
+      case onnx::AttributeProto::GRAPHS:
+        attr.kind = Attribute::Graph;
         break;
       default: attr.kind = Attribute::Other; break;
       }

@@ -1,0 +1,37 @@
+//===- OnnxGraph.h - ONNX model -> onnx dialect, node for node ----*- C++ -*-===//
+//
+// The first step of the ONNX frontend: the model's graph as MLIR, one
+// onnx.node per ONNX node, with the graph inputs as the function's
+// arguments, the initializers as onnx.initializer ops (named, their inline
+// bytes held once as dense resources, external data referenced) and every
+// value typed (the model's value infos and ONNX shape inference, else the
+// onnx dialect's type rules). Nothing is recognised or dropped here; an
+// operator of any opset imports. tessera-onnx-simplify then folds shape
+// arithmetic and constants.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef TESSERA_IMPORT_ONNXGRAPH_H
+#define TESSERA_IMPORT_ONNXGRAPH_H
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+namespace tessera {
+
+struct OnnxGraphOptions {
+  /// Keep float initializers' values out of the module (types and names
+  /// only). Integer and bool initializers (shapes, indices, masks) keep
+  /// their values, which folding needs.
+  bool noWeights = false;
+};
+
+/// Imports the ONNX model at `path` node for node. Errors are emitted on
+/// the context (naming the node and the value); returns null after one.
+mlir::OwningOpRef<mlir::ModuleOp>
+importOnnxGraph(mlir::MLIRContext *context, llvm::StringRef path,
+                const OnnxGraphOptions &options = {});
+
+} // namespace tessera
+
+#endif // TESSERA_IMPORT_ONNXGRAPH_H
