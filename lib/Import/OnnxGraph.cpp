@@ -301,6 +301,8 @@ LogicalResult GraphImporter::importNode(onnx_model::Node &n) {
   }
   auto op = onnx::NodeOp::create(b, at, resultTypes, b.getStringAttr(n.opType),
                                  b.getStringAttr(n.domain), dict, inputs);
+  if (!n.scope.empty())
+    op->setAttr(onnx::kScopeAttr, b.getStringAttr(n.scope));
   if (n.domain.empty()) {
     SmallVector<ElementsAttr> folded =
         onnx::evaluate(ctx, view, resultTypes, kImportFoldLimit);
@@ -371,7 +373,8 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
            b.getNamedAttr("file", b.getStringAttr(t.externalFile)),
            b.getNamedAttr("offset", b.getI64IntegerAttr(t.externalOffset)),
            b.getNamedAttr("length", b.getI64IntegerAttr(t.externalLength))}));
-    } else if (t.hasData && !(options.noWeights && isa<FloatType>(elem))) {
+    } else if (t.hasData && !(options.noWeights && isa<FloatType>(elem) &&
+                              type.getNumElements() > kDenseLimit)) {
       ElementsAttr v = takeData(t, type, t.name);
       if (!v) {
         emitError(fileLoc) << "initializer '" << t.name << "' holds "
@@ -414,15 +417,21 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
 } // namespace
 
 OwningOpRef<ModuleOp> tessera::importOnnxGraph(MLIRContext *context,
-                                               llvm::StringRef path,
+                                               onnx_model::Model &model,
                                                const OnnxGraphOptions &options) {
   context->loadDialect<onnx::OnnxDialect, func::FuncDialect>();
+  GraphImporter importer(context, model, options);
+  return importer.run();
+}
+
+OwningOpRef<ModuleOp> tessera::importOnnxGraph(MLIRContext *context,
+                                               llvm::StringRef path,
+                                               const OnnxGraphOptions &options) {
   onnx_model::Model model;
   std::string error = onnx_model::loadModel(path.str(), /*loadWeights=*/true, model);
   if (!error.empty()) {
     emitError(FileLineColLoc::get(context, path, 0, 0)) << error;
     return nullptr;
   }
-  GraphImporter importer(context, model, options);
-  return importer.run();
+  return importOnnxGraph(context, model, options);
 }

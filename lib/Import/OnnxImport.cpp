@@ -18,8 +18,14 @@
 //===----------------------------------------------------------------------===//
 
 #include "tessera/Import/OnnxImport.h"
+#include "tessera/Conversion/Passes.h"
+#include "tessera/Import/OnnxGraph.h"
 #include "tessera/Import/OnnxModel.h"
 #include "tessera/Support/Model.h"
+
+#include "dialects/onnx/Transforms/Passes.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Transforms/Passes.h"
 
 #include "dialects/nn/IR/NNOps.h"
 
@@ -1923,17 +1929,54 @@ OwningOpRef<ModuleOp> Importer::run() {
 
 } // namespace
 
+bool tessera::onnxMatcherHandles(const Model &model) {
+  if (!model.checked)
+    return false;
+  for (const Node &n : model.nodes)
+    if (n.domain.empty() && !kSupportedOps.count(n.opType))
+      return false;
+  return true;
+}
+
 OwningOpRef<ModuleOp> tessera::importOnnxModel(MLIRContext *context,
                                                llvm::StringRef path,
                                                const OnnxImportOptions &options) {
   context->loadDialect<nn::NNDialect, func::FuncDialect>();
   Model model;
-  std::string error =
-      onnx_model::loadModel(path.str(), options.loadWeights, model);
+  // The weights are read here even without loadWeights when the patterns
+  // raise the model: folding reads buffers (masks, rotary tables).
+  std::string error = onnx_model::loadModel(path.str(), /*loadWeights=*/true, model);
   if (!error.empty()) {
     emitError(FileLineColLoc::get(context, path, 0, 0)) << error;
     return nullptr;
   }
-  Importer importer(context, model, options);
-  return importer.run();
+  if (onnxMatcherHandles(model)) {
+    if (!options.loadWeights)
+      for (onnx_model::Tensor &t : model.initializers)
+        if (t.elemType == onnx_model::kFloat && !t.isExternal()) {
+          std::string().swap(t.data);
+          t.hasData = false;
+        }
+    Importer importer(context, model, options);
+    return importer.run();
+  }
+  // The pattern importer: the graph node for node, simplified, raised.
+  OwningOpRef<ModuleOp> module = importOnnxGraph(context, model);
+  if (!module)
+    return nullptr;
+  // Errors name the ONNX node; the op's printed form would repeat it.
+  bool printOp = context->shouldPrintOpOnDiagnostic();
+  context->printOpOnDiagnostic(false);
+  auto restore = llvm::make_scope_exit([&] { context->printOpOnDiagnostic(printOp); });
+  PassManager pm(context);
+  pm.addPass(onnx::createOnnxSimplifyPass());
+  pm.addPass(createCSEPass());
+  OnnxToNNPassOptions raise;
+  raise.loss = options.loss;
+  raise.loadWeights = options.loadWeights;
+  pm.addPass(createOnnxToNNPass(raise));
+  if (failed(pm.run(*module)))
+    return nullptr;
+  (*module)->removeAttr(onnx::kOpsetsAttr);
+  return module;
 }

@@ -7,6 +7,7 @@
 #include "dialects/onnx/Transforms/Passes.h"
 
 #include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
 
 using namespace mlir;
 
@@ -162,6 +163,8 @@ void tessera::registerAllPasses() {
   dist::registerTesseraDistPasses();
   nn::registerTesseraNNPasses();
   onnx::registerTesseraOnnxPasses();
+  // The ONNX frontend's pipeline uses common-subexpression elimination.
+  mlir::registerCSEPass();
   registerTesseraConversionPasses();
   // PassPipelineRegistration<TrainPipelineOptions>, plus the options check.
   registerPassPipeline(

@@ -18,6 +18,9 @@
 namespace tessera::onnx {
 /// The argument attribute naming a graph input or output.
 inline constexpr llvm::StringLiteral kNameAttr = "onnx.name";
+/// A node's PyTorch module path ("m.layers.0.self_attn.q_proj"), when the
+/// exporter recorded it.
+inline constexpr llvm::StringLiteral kScopeAttr = "onnx.scope";
 /// The module attribute holding the model's opsets ({domain: version},
 /// "ai.onnx" the standard domain).
 inline constexpr llvm::StringLiteral kOpsetsAttr = "onnx.opsets";

@@ -208,6 +208,13 @@ struct OnnxSimplifyPass
         for (auto [result, t] : llvm::zip(node.getResults(), *rule))
           if (Type better = refine(result.getType(), t))
             result.setType(better);
+        // A node computing nothing goes first: an Identity of a weight (a
+        // TorchScript export's shared initializer) must not hide it.
+        if (Value in = passThrough(node)) {
+          node.getResult(0).replaceAllUsesWith(in);
+          node.erase();
+          continue;
+        }
         bool allKnown = llvm::all_of(node.getInputs(),
                                      [&](Value v) { return folder.foldable(v); });
         bool weightLayout =
@@ -234,10 +241,6 @@ struct OnnxSimplifyPass
             result.replaceAllUsesWith(ConstantOp::create(b, node.getLoc(), v));
           node.erase();
           continue;
-        }
-        if (Value in = passThrough(node)) {
-          node.getResult(0).replaceAllUsesWith(in);
-          node.erase();
         }
       }
       // Erase what nothing uses, last first.

@@ -57,4 +57,31 @@ def SerializePass : Pass<"tessera-serialize", "mlir::ModuleOp"> {
   ];
 }
 
+def OnnxToNNPass : Pass<"tessera-onnx-to-nn", "mlir::ModuleOp"> {
+  let summary = "raise an imported, simplified ONNX graph to the nn model";
+  let description = [{
+    Rewrite patterns (lib/Conversion/OnnxToNN/Patterns.cpp), one per
+    construct a PyTorch export decomposes, raise the onnx graph to the nn
+    ops tessera-gen emits: RMSNorm, linear layers, SwiGLU, word
+    embeddings, causal self-attention (multi-head or grouped-query, with
+    RoPE and QK-norm; eager and SDPA forms), residual adds and the token
+    cross-entropy (Hugging Face's shifted labels become Tessera's labels
+    input). Activations become sequence-major. Then the nn function is
+    built: token and label inputs `[seq, batch]` i32 with a dynamic batch,
+    one argument per parameter (named from the exporter's module scopes:
+    `<module>.weight`, `<attention>.linear_qkv.weight` for q, k and v fused
+    in Megatron's per-group layout, `<mlp>.linear_fc1.weight` for gate and
+    up stacked), their values in `tessera.weights` (`load-weights`). A
+    node no pattern raised is an error naming it, its op type and module.
+  }];
+  let options = [
+    Option<"loss", "loss", "std::string", "\"\"",
+           "for a graph that returns logits: cross-entropy adds a labels "
+           "input and the mean token cross-entropy">,
+    Option<"loadWeights", "load-weights", "bool", "true",
+           "initialise the parameters from the initializers' data">,
+  ];
+  let dependentDialects = ["::tessera::nn::NNDialect", "::mlir::func::FuncDialect"];
+}
+
 #endif // TESSERA_CONVERSION_PASSES_TD

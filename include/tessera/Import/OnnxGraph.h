@@ -19,10 +19,15 @@
 
 namespace tessera {
 
+namespace onnx_model {
+struct Model;
+}
+
 struct OnnxGraphOptions {
-  /// Keep float initializers' values out of the module (types and names
-  /// only). Integer and bool initializers (shapes, indices, masks) keep
-  /// their values, which folding needs.
+  /// Keep the values of float initializers of more than 1,024 elements out
+  /// of the module (types and names only), for reading the IR. Smaller
+  /// ones (scalars, small tables) and integer and bool initializers (shapes,
+  /// indices, masks) keep their values, which folding needs.
   bool noWeights = false;
 };
 
@@ -30,6 +35,11 @@ struct OnnxGraphOptions {
 /// the context (naming the node and the value); returns null after one.
 mlir::OwningOpRef<mlir::ModuleOp>
 importOnnxGraph(mlir::MLIRContext *context, llvm::StringRef path,
+                const OnnxGraphOptions &options = {});
+/// The same for a model already read (its inline bytes move into the
+/// module).
+mlir::OwningOpRef<mlir::ModuleOp>
+importOnnxGraph(mlir::MLIRContext *context, onnx_model::Model &model,
                 const OnnxGraphOptions &options = {});
 
 } // namespace tessera

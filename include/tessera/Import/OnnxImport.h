@@ -34,6 +34,14 @@ struct OnnxImportOptions {
 /// True when `path` names an ONNX model (by its extension).
 bool isOnnxFile(llvm::StringRef path);
 
+namespace onnx_model {
+struct Model;
+}
+/// Whether the pattern matcher of OnnxImport.cpp imports `model` (opset 17
+/// within the onnx library's knowledge, every op type one it knows);
+/// otherwise importOnnxModel raises the graph with tessera-onnx-to-nn.
+bool onnxMatcherHandles(const onnx_model::Model &model);
+
 /// Imports the ONNX model at `path`. Errors are emitted on the context (each
 /// names the ONNX node, its op type and what was expected); returns null
 /// after an error.

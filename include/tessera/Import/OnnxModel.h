@@ -77,6 +77,10 @@ struct Node {
   std::string name;   ///< the node's name, or "<OpType>#<index>" when empty
   std::string opType;
   std::string domain; ///< "" for the standard domain (ai.onnx)
+  /// The PyTorch module path that made the node ("m.layers.0.mlp.fc1"), or
+  /// "" (from the dynamo exporter's name_scopes or the TorchScript
+  /// exporter's node name).
+  std::string scope;
   std::vector<std::string> inputs, outputs; ///< "" for an omitted input
   std::vector<Attribute> attributes;
 

@@ -11,6 +11,8 @@
 
 #include "onnx/checker.h"
 #include "onnx/onnx_pb.h"
+
+#include <google/protobuf/unknown_field_set.h>
 #include "onnx/shape_inference/implementation.h"
 
 #include <algorithm>
@@ -368,6 +370,41 @@ void load(const std::string &path, bool loadWeights, Model &model) {
                                  : n.name();
     ++index;
     node.domain = n.domain() == "ai.onnx" ? "" : n.domain();
+    // The PyTorch module that made the node: the dynamo exporter's
+    // name_scopes metadata (['', 'm', 'm.layers.0', ..., 'linear']: the
+    // module path before the op's own name), else the TorchScript
+    // exporter's node name ("/m/layers.0/mlp/fc1/MatMul").
+    // NodeProto.metadata_props (field 9, IR version 10) is newer than this
+    // onnx library's schema: protobuf keeps it as an unknown field.
+    const google::protobuf::UnknownFieldSet &unknown =
+        n.GetReflection()->GetUnknownFields(n);
+    for (int f = 0; f < unknown.field_count(); ++f) {
+      const google::protobuf::UnknownField &field = unknown.field(f);
+      onnx::StringStringEntryProto p;
+      if (field.number() != 9 ||
+          field.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED ||
+          !p.ParseFromString(field.length_delimited()) ||
+          p.key() != "pkg.torch.onnx.name_scopes")
+        continue;
+      std::vector<std::string> scopes;
+      const std::string &v = p.value();
+      for (size_t at = v.find('\''); at != std::string::npos;) {
+        size_t end = v.find('\'', at + 1);
+        if (end == std::string::npos)
+          break;
+        scopes.push_back(v.substr(at + 1, end - at - 1));
+        at = v.find('\'', end + 1);
+      }
+      if (scopes.size() >= 2)
+        node.scope = scopes[scopes.size() - 2];
+    }
+    if (node.scope.empty() && !n.name().empty() && n.name()[0] == '/') {
+      std::string path = n.name().substr(1);
+      size_t last = path.rfind('/');
+      path = last == std::string::npos ? "" : path.substr(0, last);
+      std::replace(path.begin(), path.end(), '/', '.');
+      node.scope = path;
+    }
     node.inputs.assign(n.input().begin(), n.input().end());
     node.outputs.assign(n.output().begin(), n.output().end());
     for (const onnx::AttributeProto &a : n.attribute()) {

@@ -1,0 +1,154 @@
+//===- Matchers.cpp - Reading onnx IR in the raising patterns -------------===//
+
+#include "Matchers.h"
+
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+
+#include <cstring>
+
+using namespace mlir;
+namespace onnx = tessera::onnx;
+
+namespace tessera::onnx_to_nn {
+
+std::optional<SmallVector<double>> constValues(Value v) {
+  ElementsAttr attr = v ? onnx::getConstantValue(v) : nullptr;
+  if (!attr)
+    return std::nullopt;
+  Type elem = attr.getElementType();
+  SmallVector<double> out;
+  if (auto dense = dyn_cast<DenseElementsAttr>(attr)) {
+    if (isa<FloatType>(elem)) {
+      for (APFloat f : dense.getValues<APFloat>()) {
+        bool lost;
+        f.convert(APFloat::IEEEdouble(), APFloat::rmNearestTiesToEven, &lost);
+        out.push_back(f.convertToDouble());
+      }
+    } else {
+      for (APInt i : dense.getValues<APInt>())
+        out.push_back(elem.isInteger(1) ? double(i.getBoolValue())
+                                        : double(i.getSExtValue()));
+    }
+    return out;
+  }
+  auto res = dyn_cast<DenseResourceElementsAttr>(attr);
+  if (!res || !res.getRawHandle().getBlob() || !elem.isF32())
+    return std::nullopt;
+  ArrayRef<char> bytes = res.getRawHandle().getBlob()->getData();
+  size_t n = bytes.size() / 4;
+  out.resize(n);
+  for (size_t k = 0; k < n; ++k) {
+    float f;
+    std::memcpy(&f, bytes.data() + 4 * k, 4);
+    out[k] = f;
+  }
+  return out;
+}
+
+std::optional<double> scalarValue(Value v) {
+  auto values = constValues(v);
+  if (!values || values->size() != 1)
+    return std::nullopt;
+  return (*values)[0];
+}
+
+bool isScalar(Value v, double expect, double rtol) {
+  std::optional<double> s = scalarValue(v);
+  return s && std::abs(*s - expect) <= rtol * std::max(1.0, std::abs(expect));
+}
+
+std::optional<SmallVector<int64_t>> intValues(Value v) {
+  ElementsAttr attr = v ? onnx::getConstantValue(v) : nullptr;
+  auto dense = dyn_cast_or_null<DenseElementsAttr>(attr);
+  if (!dense || !isa<IntegerType>(dense.getElementType()))
+    return std::nullopt;
+  SmallVector<int64_t> out;
+  for (APInt i : dense.getValues<APInt>())
+    out.push_back(i.getSExtValue());
+  return out;
+}
+
+ArrayRef<int64_t> shapeOf(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  return t ? t.getShape() : ArrayRef<int64_t>();
+}
+
+StringRef scopeOf(Operation *op) {
+  auto s = op ? op->getAttrOfType<StringAttr>(onnx::kScopeAttr) : nullptr;
+  return s ? s.getValue() : StringRef();
+}
+
+int64_t layerIndexOf(StringRef name) {
+  SmallVector<StringRef> parts;
+  while (!name.empty()) {
+    size_t cut = name.find_first_of("./");
+    parts.push_back(name.take_front(cut));
+    name = cut == StringRef::npos ? StringRef() : name.drop_front(cut + 1);
+  }
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    StringRef p = parts[i];
+    if (p != "layers" && p != "layer" && p != "h" && p != "blocks" && p != "block")
+      continue;
+    int64_t index;
+    if (!parts[i + 1].getAsInteger(10, index) && index >= 0)
+      return index;
+  }
+  return -1;
+}
+
+Value createParamView(OpBuilder &b, Location loc, Type type, StringRef name,
+                      StringRef kind, ValueRange sources,
+                      ArrayRef<NamedAttribute> extra) {
+  SmallVector<NamedAttribute> attrs{b.getNamedAttr("name", b.getStringAttr(name)),
+                                    b.getNamedAttr("kind", b.getStringAttr(kind))};
+  llvm::append_range(attrs, extra);
+  auto op = onnx::NodeOp::create(b, loc, TypeRange{type}, b.getStringAttr(kParamView),
+                                 b.getStringAttr(""), b.getDictionaryAttr(attrs),
+                                 sources);
+  return op.getResult(0);
+}
+
+Value swapBatchSeq(OpBuilder &b, Location loc, Value v) {
+  auto t = cast<RankedTensorType>(v.getType());
+  SmallVector<int64_t> shape(t.getShape()), perm;
+  std::swap(shape[0], shape[1]);
+  for (int64_t d = 0; d < t.getRank(); ++d)
+    perm.push_back(d);
+  std::swap(perm[0], perm[1]);
+  auto op = onnx::NodeOp::create(
+      b, loc, TypeRange{RankedTensorType::get(shape, t.getElementType())},
+      b.getStringAttr("Transpose"), b.getStringAttr(""),
+      b.getDictionaryAttr(b.getNamedAttr("perm", b.getDenseI64ArrayAttr(perm))),
+      ValueRange{v});
+  return op.getResult(0);
+}
+
+bool isBatchSeqSwap(Operation *op) {
+  auto n = dyn_cast_or_null<onnx::NodeOp>(op);
+  if (!n || n.getOpType() != "Transpose" || n.getInputs().size() != 1)
+    return false;
+  std::optional<ArrayRef<int64_t>> perm = n.getInts("perm");
+  if (!perm || perm->size() < 2 || (*perm)[0] != 1 || (*perm)[1] != 0)
+    return false;
+  for (size_t d = 2; d < perm->size(); ++d)
+    if ((*perm)[d] != int64_t(d))
+      return false;
+  return true;
+}
+
+std::optional<WeightRef> matmulWeight(Value w) {
+  if (auto init = w.getDefiningOp<onnx::InitializerOp>())
+    if (init.getType().getRank() == 2)
+      return WeightRef{init, /*inOut=*/true};
+  if (onnx::NodeOp t = producer(w, "Transpose")) {
+    std::optional<ArrayRef<int64_t>> perm = t.getInts("perm");
+    auto init = t.getInputs()[0].getDefiningOp<onnx::InitializerOp>();
+    if (init && init.getType().getRank() == 2 &&
+        (!perm || (perm->size() == 2 && (*perm)[0] == 1 && (*perm)[1] == 0)))
+      return WeightRef{init, /*inOut=*/false};
+  }
+  return std::nullopt;
+}
+
+} // namespace tessera::onnx_to_nn

@@ -1,0 +1,409 @@
+//===- OnnxToNN.cpp - tessera-onnx-to-nn: the nn model of an ONNX graph ---===//
+//
+// Applies the raising patterns (Patterns.cpp) phase by phase, then builds
+// the nn function: the token inputs become [seq, batch] i32 arguments with
+// a dynamic batch, every parameter view an argument (its value computed
+// from its initializers: transposed, fused or stacked into Megatron's
+// layouts), and every type is re-inferred for the dynamic batch. What no
+// pattern raised is an error naming the ONNX node.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Matchers.h"
+#include "Patterns.h"
+
+#include "dialects/nn/IR/NNOps.h"
+#include "tessera/Conversion/Passes.h"
+#include "tessera/Support/Model.h"
+
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
+
+#include <cstring>
+#include <fstream>
+#include <map>
+
+using namespace mlir;
+namespace nn = tessera::nn;
+namespace onnx = tessera::onnx;
+using namespace tessera::onnx_to_nn;
+
+namespace tessera {
+#define GEN_PASS_DEF_ONNXTONNPASS
+#include "tessera/Conversion/Passes.h.inc"
+} // namespace tessera
+
+namespace {
+
+/// An initializer's f32 values: inline (a dense or resource value) or read
+/// from its external-data file.
+FailureOr<std::vector<float>> readInitializer(onnx::InitializerOp init) {
+  auto type = init.getType();
+  if (!type.getElementType().isF32()) {
+    init.emitError() << "initializer '" << init.getName()
+                     << "' is a parameter but not f32";
+    return failure();
+  }
+  size_t n = size_t(type.getNumElements());
+  std::vector<float> out(n);
+  if (ElementsAttr v = init.getValueAttr()) {
+    if (auto res = dyn_cast<DenseResourceElementsAttr>(v)) {
+      ArrayRef<char> bytes = res.getRawHandle().getBlob()->getData();
+      if (bytes.size() != n * 4)
+        return failure();
+      std::memcpy(out.data(), bytes.data(), n * 4);
+      return out;
+    }
+    auto dense = cast<DenseElementsAttr>(v);
+    size_t k = 0;
+    for (APFloat f : dense.getValues<APFloat>())
+      out[k++] = f.convertToFloat();
+    return out;
+  }
+  DictionaryAttr ext = init.getExternalAttr();
+  if (!ext) {
+    init.emitError() << "initializer '" << init.getName() << "' has no data";
+    return failure();
+  }
+  std::string path = (cast<StringAttr>(ext.get("dir")).getValue() + "/" +
+                      cast<StringAttr>(ext.get("file")).getValue())
+                         .str();
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(cast<IntegerAttr>(ext.get("offset")).getInt());
+  if (!in || !in.read(reinterpret_cast<char *>(out.data()), std::streamsize(n * 4))) {
+    init.emitError() << "cannot read initializer '" << init.getName() << "' from "
+                     << path;
+    return failure();
+  }
+  return out;
+}
+
+/// The value of a parameter view, in Megatron's layout.
+FailureOr<std::vector<float>> computeParam(onnx::NodeOp view) {
+  StringRef kind = view.getString("kind", "");
+  SmallVector<std::vector<float>> src;
+  for (Value s : view.getInputs()) {
+    FailureOr<std::vector<float>> v = readInitializer(s.getDefiningOp<onnx::InitializerOp>());
+    if (failed(v))
+      return failure();
+    src.push_back(std::move(*v));
+  }
+  auto type = cast<RankedTensorType>(view.getResult(0).getType());
+  auto srcType = [&](unsigned i) {
+    return cast<RankedTensorType>(view.getInputs()[i].getType());
+  };
+  bool transposed = false;
+  if (auto t = dyn_cast_or_null<BoolAttr>(view.getAttrs().get("transposed")))
+    transposed = t.getValue();
+  // Row r of a source stored [out, in], or [in, out] when transposed.
+  auto row = [&](unsigned i, int64_t r, std::vector<float> &to, int64_t at) {
+    auto t = srcType(i);
+    if (t.getRank() == 1) {
+      to[size_t(at)] = src[i][size_t(r)];
+      return;
+    }
+    int64_t rows = t.getDimSize(transposed ? 1 : 0), cols = t.getDimSize(transposed ? 0 : 1);
+    for (int64_t c = 0; c < cols; ++c)
+      to[size_t(at * cols + c)] =
+          transposed ? src[i][size_t(c * rows + r)] : src[i][size_t(r * cols + c)];
+  };
+  std::vector<float> out(size_t(type.getNumElements()));
+  if (kind == "identity") {
+    return src[0];
+  }
+  if (kind == "transpose") {
+    auto t = srcType(0);
+    int64_t in = t.getDimSize(0), o = t.getDimSize(1);
+    for (int64_t r = 0; r < in; ++r)
+      for (int64_t c = 0; c < o; ++c)
+        out[size_t(c * in + r)] = src[0][size_t(r * o + c)];
+    return out;
+  }
+  if (kind == "stack") {
+    int64_t f = type.getDimSize(1);
+    for (unsigned i = 0; i < 2; ++i)
+      for (int64_t r = 0; r < f; ++r)
+        row(i, r, out, int64_t(i) * f + r);
+    return out;
+  }
+  if (kind == "qkv") {
+    int64_t heads = view.getInt("num_heads", 0), groups = view.getInt("num_query_groups", 0),
+            dim = view.getInt("head_dim", 0);
+    int64_t per = heads / groups, rowsPerGroup = (per + 2) * dim;
+    for (int64_t g = 0; g < groups; ++g) {
+      for (int64_t r = 0; r < per * dim; ++r)
+        row(0, g * per * dim + r, out, g * rowsPerGroup + r);
+      for (int64_t r = 0; r < dim; ++r) {
+        row(1, g * dim + r, out, g * rowsPerGroup + per * dim + r);
+        row(2, g * dim + r, out, g * rowsPerGroup + (per + 1) * dim + r);
+      }
+    }
+    return out;
+  }
+  view.emitError() << "unknown parameter view '" << kind << "'";
+  return failure();
+}
+
+/// nn.init for a parameter without loaded weights: a norm's scale ones, a
+/// bias zeros, a matrix Megatron's normal(0, 0.02).
+StringRef defaultInit(StringRef name, RankedTensorType type) {
+  if (type.getRank() == 1)
+    return name.ends_with("bias") ? "zeros" : "ones";
+  return "normal:0.02";
+}
+
+struct OnnxToNNPass : tessera::impl::OnnxToNNPassBase<OnnxToNNPass> {
+  using OnnxToNNPassBase::OnnxToNNPassBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SmallVector<func::FuncOp> funcs(module.getOps<func::FuncOp>());
+    if (funcs.size() != 1) {
+      module.emitError() << "expected one function (the imported graph)";
+      return signalPassFailure();
+    }
+    func::FuncOp func = funcs[0];
+    for (int phase = 0; phase < kNumPhases; ++phase) {
+      RewritePatternSet patterns(&getContext());
+      populateOnnxToNNPatterns(phase, patterns);
+      GreedyRewriteConfig config;
+      config.setRegionSimplificationLevel(GreedySimplifyRegionLevel::Disabled);
+      if (failed(applyPatternsGreedily(func, std::move(patterns), config))) {
+        func.emitError() << "raising the ONNX graph did not converge";
+        return signalPassFailure();
+      }
+    }
+    if (failed(buildModel(module, func)))
+      return signalPassFailure();
+  }
+
+  LogicalResult buildModel(ModuleOp module, func::FuncOp func);
+};
+
+LogicalResult OnnxToNNPass::buildModel(ModuleOp module, func::FuncOp func) {
+  Block &body = func.getBody().front();
+  auto ret = cast<func::ReturnOp>(body.getTerminator());
+  OpBuilder b(&getContext());
+
+  // The result: the scalar loss among the graph's outputs (a (logits,
+  // loss) graph trains on the loss), or logits with --loss.
+  Value loss, logits;
+  for (Value v : ret.getOperands()) {
+    auto t = dyn_cast<RankedTensorType>(v.getType());
+    if (t && t.getRank() == 0 && !loss)
+      loss = v;
+    else if (t && t.getRank() == 3 && !logits)
+      logits = v;
+  }
+  if (loss && !this->loss.empty()) {
+    func.emitError() << "--loss " << this->loss
+                     << " given, but the model already returns a scalar (its loss)";
+    return failure();
+  }
+  if (!loss && (!logits || this->loss != "cross-entropy")) {
+    func.emitError() << (logits ? "the model returns logits [batch, seq, vocab], not "
+                                  "a loss: give --loss cross-entropy to train it "
+                                  "with the mean token cross-entropy"
+                                : "the graph returns neither a scalar loss nor "
+                                  "logits [batch, seq, vocab]");
+    return failure();
+  }
+  Value result = loss ? loss : logits;
+
+  // Everything the result needs must be raised.
+  SetVector<Operation *> needed;
+  SmallVector<Value> work{result};
+  while (!work.empty()) {
+    Value v = work.pop_back_val();
+    Operation *def = v.getDefiningOp();
+    if (!def || !needed.insert(def))
+      continue;
+    for (Value in : def->getOperands())
+      work.push_back(in);
+  }
+  for (Operation &op : body.without_terminator()) {
+    if (!needed.count(&op) || isa<nn::NNDialect>(op.getDialect()) ||
+        isa<onnx::InitializerOp, onnx::ConstantOp, onnx::NoneOp>(op))
+      continue;
+    auto node = dyn_cast<onnx::NodeOp>(op);
+    if (node && (node.getOpType() == kParamView || isBatchSeqSwap(node) ||
+                 (node.getOpType() == "Cast" && isBatchSeqSwap(node.getInputs()[0].getDefiningOp()))))
+      continue;
+    if (!node) {
+      op.emitError() << "unexpected op in the raised graph";
+      return failure();
+    }
+    StringRef scope = scopeOf(node);
+    auto diag = node.emitError() << "node '" << node.getNodeName() << "' ("
+                                 << node.getOpType() << ")";
+    if (!scope.empty())
+      diag << " in module '" << scope << "'";
+    diag << ": not part of any construct Tessera raises (linear layers, "
+            "RMSNorm, SwiGLU, embeddings, causal self-attention with RoPE and "
+            "grouped-query heads, residual adds, the token cross-entropy)";
+    return failure();
+  }
+
+  // The nn function's arguments: token inputs, then the parameters in
+  // order of first use.
+  SmallVector<Type> argTypes;
+  SmallVector<DictionaryAttr> argAttrs;
+  IRMapping map;
+  auto inputKind = [&](Value castOut) -> StringRef {
+    for (Operation *user : castOut.getUsers())
+      if (isa<nn::EmbeddingOp>(user))
+        return "tokens";
+    return "labels";
+  };
+  std::map<unsigned, std::pair<StringRef, SmallVector<Value>>> inputs;
+  std::map<std::string, unsigned> paramIndex;
+  SmallVector<onnx::NodeOp> params;
+  for (Operation *op : needed) {
+    auto node = dyn_cast<onnx::NodeOp>(op);
+    if (node && node.getOpType() == "Cast") {
+      auto arg = cast<BlockArgument>(node.getInputs()[0].getDefiningOp()->getOperand(0));
+      auto &entry = inputs[arg.getArgNumber()];
+      StringRef kind = inputKind(node.getResult(0));
+      if (!entry.first.empty() && entry.first != kind) {
+        func.emitError() << "graph input #" << arg.getArgNumber()
+                         << " is both the tokens and the labels; Tessera's data "
+                            "gives the labels separately (export with a labels input)";
+        return failure();
+      }
+      entry.first = kind;
+      entry.second.push_back(node.getResult(0));
+    }
+  }
+  for (Operation &op : body.without_terminator())
+    if (auto node = dyn_cast<onnx::NodeOp>(op);
+        node && needed.count(node) && node.getOpType() == kParamView)
+      params.push_back(node);
+
+  auto batchDynamic = [](Type t) {
+    auto r = cast<RankedTensorType>(t);
+    SmallVector<int64_t> shape(r.getShape());
+    shape[1] = ShapedType::kDynamic;
+    return RankedTensorType::get(shape, r.getElementType());
+  };
+  // Tokens first, then labels, as tessera-gen orders them.
+  SmallVector<std::pair<StringRef, SmallVector<Value>>> ordered;
+  for (StringRef kind : {"tokens", "labels"})
+    for (auto &[index, entry] : inputs)
+      if (entry.first == kind)
+        ordered.push_back(entry);
+  for (auto &[kind, casts] : ordered) {
+    argTypes.push_back(batchDynamic(casts[0].getType()));
+    argAttrs.push_back(b.getDictionaryAttr(
+        {b.getNamedAttr(tessera::kInputAttr, b.getStringAttr(kind)),
+         b.getNamedAttr(tessera::kBatchDimAttr, b.getI64IntegerAttr(1))}));
+  }
+  bool addLabels = !loss;
+  if (addLabels) {
+    auto t = cast<RankedTensorType>(logits.getType());
+    argTypes.push_back(
+        RankedTensorType::get({t.getDimSize(1), ShapedType::kDynamic}, b.getI32Type()));
+    argAttrs.push_back(b.getDictionaryAttr(
+        {b.getNamedAttr(tessera::kInputAttr, b.getStringAttr("labels")),
+         b.getNamedAttr(tessera::kBatchDimAttr, b.getI64IntegerAttr(1))}));
+  }
+  SmallVector<NamedAttribute> weights;
+  SmallVector<onnx::NodeOp> uniqueParams;
+  for (onnx::NodeOp view : params) {
+    std::string name = view.getString("name", "").str();
+    auto it = paramIndex.find(name);
+    if (it != paramIndex.end()) {
+      onnx::NodeOp first = uniqueParams[it->second];
+      if (first.getInputs() != view.getInputs() ||
+          first.getString("kind", "") != view.getString("kind", "") ||
+          first.getResult(0).getType() != view.getResult(0).getType()) {
+        view.emitError() << "two different parameters are named '" << name << "'";
+        return failure();
+      }
+      continue;
+    }
+    paramIndex[name] = unsigned(uniqueParams.size());
+    uniqueParams.push_back(view);
+    auto type = cast<RankedTensorType>(view.getResult(0).getType());
+    argTypes.push_back(type);
+    argAttrs.push_back(b.getDictionaryAttr(
+        {b.getNamedAttr(tessera::kParamAttr, b.getStringAttr(name)),
+         b.getNamedAttr(tessera::kInitAttr,
+                        b.getStringAttr(loadWeights ? StringRef("data")
+                                                    : defaultInit(name, type)))}));
+    if (loadWeights) {
+      FailureOr<std::vector<float>> data = computeParam(view);
+      if (failed(data))
+        return failure();
+      auto blob = HeapAsmResourceBlob::allocateAndCopyInferAlign<float>(*data);
+      weights.push_back(b.getNamedAttr(
+          name, DenseResourceElementsAttr::get(type, name, std::move(blob))));
+    }
+  }
+
+  // The new function.
+  b.setInsertionPoint(func);
+  auto model = func::FuncOp::create(b, func.getLoc(), func.getName(),
+                                    b.getFunctionType(argTypes, {}));
+  Block *entry = model.addEntryBlock();
+  unsigned argIndex = 0;
+  for (auto &[kind, casts] : ordered) {
+    for (Value c : casts)
+      map.map(c, entry->getArgument(argIndex));
+    ++argIndex;
+  }
+  Value labelsArg = addLabels ? entry->getArgument(argIndex++) : Value();
+  for (onnx::NodeOp view : params)
+    map.map(view.getResult(0),
+            entry->getArgument(argIndex + paramIndex[view.getString("name", "").str()]));
+  b.setInsertionPointToStart(entry);
+  for (Operation &op : body.without_terminator()) {
+    if (!needed.count(&op) || !isa<nn::NNDialect>(op.getDialect()))
+      continue;
+    for (Value in : op.getOperands())
+      if (!map.contains(in)) {
+        // A swap left between raised ops: the layout did not close.
+        op.emitError() << "operand not in the sequence-major layout (a batch-major "
+                          "value reached a position-dependent op)";
+        return failure();
+      }
+    Operation *clone = b.clone(op, map);
+    if (failed(tessera::reinferResultTypes(clone))) {
+      clone->emitOpError() << "cannot re-infer its types for a dynamic batch";
+      return failure();
+    }
+  }
+  Value out;
+  if (loss) {
+    out = map.lookupOrNull(loss);
+  } else {
+    // logits are swap(nn value): the loss over the sequence-major logits.
+    Operation *def = logits.getDefiningOp();
+    Value seq = def && isBatchSeqSwap(def) ? map.lookupOrNull(def->getOperand(0)) : Value();
+    if (!seq) {
+      func.emitError() << "the logits are not raised";
+      return failure();
+    }
+    auto ce = nn::SoftmaxCrossEntropyOp::create(b, func.getLoc(), seq, labelsArg,
+                                                b.getI64IntegerAttr(-100));
+    (void)tessera::reinferResultTypes(ce);
+    auto mean = nn::TokenMeanOp::create(b, func.getLoc(), ce.getResult(), labelsArg,
+                                        nullptr, b.getI64IntegerAttr(-100));
+    (void)tessera::reinferResultTypes(mean);
+    out = mean.getResult();
+  }
+  if (!out) {
+    func.emitError() << "the loss is not raised";
+    return failure();
+  }
+  func::ReturnOp::create(b, func.getLoc(), out);
+  model.setType(b.getFunctionType(argTypes, {out.getType()}));
+  model.setAllArgAttrs(argAttrs);
+  func.erase();
+  if (!weights.empty())
+    module->setAttr(tessera::kWeightsAttr, b.getDictionaryAttr(weights));
+  return success();
+}
+
+} // namespace

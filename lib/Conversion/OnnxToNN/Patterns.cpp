@@ -1,0 +1,968 @@
+//===- Patterns.cpp - ONNX subgraphs raised to nn ops ---------------------===//
+//
+// One rewrite pattern per construct a PyTorch export decomposes. Each is
+// rooted at the construct's last node, checks every node back to its
+// inputs (op types, attributes, constants, shapes) and replaces the root by
+// the nn ops tessera-gen emits for the same model. Parameters stay
+// "parameter views" (onnx.node "TesseraParam") over their initializers
+// until tessera-onnx-to-nn gives them arguments.
+//
+// Layout. ONNX activations are batch-major [b, s, ...]; Tessera's are
+// sequence-major. Per-token ops (linear, norms, activations, residual
+// adds) are raised on whatever layout their operands have. The patterns
+// whose result depends on positions (embedding, attention, loss) swap
+// their inputs to sequence-major and their results back; the Layout
+// patterns then move the swaps through the per-token ops until they cancel.
+//
+// Adding a construct: a pattern class here (match from the last node back,
+// fail with notifyMatchFailure when anything differs), its phase in
+// populateOnnxToNNPatterns, and a lit test in test/Conversion/onnx-to-nn*.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Matchers.h"
+#include "Patterns.h"
+
+#include "dialects/nn/IR/NNOps.h"
+#include "tessera/Support/Model.h"
+
+#include "mlir/IR/PatternMatch.h"
+
+#include <cmath>
+
+using namespace mlir;
+namespace nn = tessera::nn;
+namespace onnx = tessera::onnx;
+using onnx::NodeOp;
+
+namespace tessera::onnx_to_nn {
+namespace {
+
+/// Marks `op` with the decoder layer of `scope` (when it names one).
+void markLayer(Operation *op, StringRef scope) {
+  int64_t layer = layerIndexOf(scope);
+  if (layer >= 0)
+    op->setAttr(tessera::kLayerAttr, Builder(op->getContext()).getI64IntegerAttr(layer));
+}
+
+/// A parameter name: `<scope>.<leaf>` when the exporter recorded the
+/// module, else the initializer's own name.
+std::string paramName(StringRef scope, StringRef leaf, onnx::InitializerOp init) {
+  if (!scope.empty())
+    return (scope + "." + leaf).str();
+  return init.getName().str();
+}
+
+/// `v` is an activation: computed from the inputs, not a constant.
+bool isActivation(Value v) {
+  return !onnx::getConstantValue(v) && !v.getDefiningOp<onnx::InitializerOp>() &&
+         isa<RankedTensorType>(v.getType());
+}
+
+/// `v` is made by an nn op (through layout swaps).
+bool isRaised(Value v) {
+  Operation *def = v.getDefiningOp();
+  if (!def)
+    return false;
+  if (isBatchSeqSwap(def))
+    return isRaised(def->getOperand(0));
+  return isa<nn::NNDialect>(def->getDialect());
+}
+
+/// The other operand of a binary node, given one.
+Value otherOperand(NodeOp n, Value one) {
+  return n.getInputs()[0] == one ? n.getInputs()[1] : n.getInputs()[0];
+}
+
+/// Matches a commutative binary node's operands: calls `fn(a, b)` for both
+/// orders and returns the first success.
+template <typename Fn>
+bool eitherOrder(NodeOp n, Fn fn) {
+  if (n.getInputs().size() != 2)
+    return false;
+  return fn(n.getInputs()[0], n.getInputs()[1]) ||
+         fn(n.getInputs()[1], n.getInputs()[0]);
+}
+
+//===----------------------------------------------------------------------===//
+// RMSNorm: w * (x * 1/sqrt(mean(x^2) + eps)), as LlamaRMSNorm and its
+// relatives export it (Reciprocal or Div(1, .); Div(x, Sqrt) too), and
+// opset 23's RMSNormalization.
+//===----------------------------------------------------------------------===//
+
+/// x and eps when `r` is 1/sqrt(mean(x^2, -1) + eps) over x.
+std::optional<std::pair<Value, double>> matchInvRms(Value r) {
+  Value sq;
+  if (NodeOp rec = producer(r, "Reciprocal"))
+    sq = rec.getInputs()[0];
+  else if (NodeOp div = producer(r, "Div"); div && isScalar(div.getInputs()[0], 1.0))
+    sq = div.getInputs()[1];
+  else
+    return std::nullopt;
+  NodeOp sqrt = producer(sq, "Sqrt");
+  if (!sqrt)
+    return std::nullopt;
+  NodeOp add = producer(sqrt.getInputs()[0], "Add");
+  if (!add)
+    return std::nullopt;
+  std::optional<std::pair<Value, double>> result;
+  eitherOrder(add, [&](Value mean, Value eps) {
+    std::optional<double> e = scalarValue(eps);
+    NodeOp rm = producer(mean, "ReduceMean");
+    if (!e || !rm || rm.getInt("keepdims", 1) != 1)
+      return false;
+    std::optional<SmallVector<int64_t>> axes = rm.getInts("axes")
+                                                   ? std::optional<SmallVector<int64_t>>(
+                                                         SmallVector<int64_t>(*rm.getInts("axes")))
+                                                   : intValues(rm.getInputOrNull(1));
+    NodeOp pow = producer(rm.getInputs()[0], "Pow");
+    Value x;
+    if (pow && isScalar(pow.getInputs()[1], 2.0))
+      x = pow.getInputs()[0];
+    else if (NodeOp mul = producer(rm.getInputs()[0], "Mul");
+             mul && mul.getInputs()[0] == mul.getInputs()[1])
+      x = mul.getInputs()[0];
+    int64_t rank = int64_t(shapeOf(x).size());
+    if (!x || !axes || axes->size() != 1 ||
+        ((*axes)[0] != -1 && (*axes)[0] != rank - 1))
+      return false;
+    result = std::make_pair(x, *e);
+    return true;
+  });
+  return result;
+}
+
+struct RaiseRMSNorm : OpRewritePattern<NodeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(NodeOp root, PatternRewriter &rewriter) const override {
+    if (root.getOpType() == "RMSNormalization")
+      return raiseOpset23(root, rewriter);
+    if (root.getOpType() != "Mul" || root.getInputs().size() != 2)
+      return failure();
+    Value x, weight;
+    double eps = 0;
+    bool ok = eitherOrder(root, [&](Value w, Value normed) {
+      auto init = w.getDefiningOp<onnx::InitializerOp>();
+      if (!init || init.getType().getRank() != 1)
+        return false;
+      // normed = x * inv_rms (either order) or x / sqrt(...)
+      if (NodeOp mul = producer(normed, "Mul")) {
+        return eitherOrder(mul, [&](Value a, Value r) {
+          auto m = matchInvRms(r);
+          if (!m || m->first != a)
+            return false;
+          x = a;
+          eps = m->second;
+          weight = w;
+          return true;
+        });
+      }
+      return false;
+    });
+    if (!ok)
+      return rewriter.notifyMatchFailure(root, "not an RMSNorm");
+    auto wType = cast<RankedTensorType>(weight.getType());
+    if (shapeOf(x).empty() || shapeOf(x).back() != wType.getDimSize(0))
+      return rewriter.notifyMatchFailure(root, "weight does not match the features");
+    StringRef scope = scopeOf(root);
+    auto init = weight.getDefiningOp<onnx::InitializerOp>();
+    Value w = createParamView(rewriter, root.getLoc(), wType,
+                              paramName(scope, "weight", init), "identity", {weight});
+    auto op = nn::RMSNormOp::create(rewriter, root.getLoc(), x, w,
+                                    rewriter.getF32FloatAttr(float(eps)));
+    markLayer(op, scope);
+    rewriter.replaceOp(root, op.getResult());
+    return success();
+  }
+
+  LogicalResult raiseOpset23(NodeOp root, PatternRewriter &rewriter) const {
+    Value x = root.getInputs()[0];
+    auto init = root.getInputOrNull(1)
+                    ? root.getInputs()[1].getDefiningOp<onnx::InitializerOp>()
+                    : nullptr;
+    int64_t rank = int64_t(shapeOf(x).size());
+    int64_t axis = root.getInt("axis", -1);
+    if (!init || init.getType().getRank() != 1 || (axis != -1 && axis != rank - 1))
+      return rewriter.notifyMatchFailure(root, "RMSNormalization over other than the last axis");
+    StringRef scope = scopeOf(root);
+    Value w = createParamView(rewriter, root.getLoc(), init.getType(),
+                              paramName(scope, "weight", init), "identity", {init});
+    auto op = nn::RMSNormOp::create(rewriter, root.getLoc(), x, w,
+                                    rewriter.getF32FloatAttr(root.getFloat("epsilon", 1e-5f)));
+    markLayer(op, scope);
+    rewriter.replaceOp(root, op.getResult());
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Linear layers
+//===----------------------------------------------------------------------===//
+
+/// The parts of MatMul(x, W) [+ bias]: x, the weight and the bias
+/// initializer (or null), and the MatMul.
+struct LinearParts {
+  Value x;
+  WeightRef weight;
+  onnx::InitializerOp bias;
+  NodeOp matmul;
+};
+
+std::optional<LinearParts> matchLinear(Value v) {
+  LinearParts p;
+  Value mm = v;
+  if (NodeOp add = producer(v, "Add")) {
+    bool ok = eitherOrder(add, [&](Value a, Value b) {
+      auto init = b.getDefiningOp<onnx::InitializerOp>();
+      if (!init || init.getType().getRank() != 1 || !producer(a, "MatMul"))
+        return false;
+      p.bias = init;
+      mm = a;
+      return true;
+    });
+    if (!ok)
+      return std::nullopt;
+  }
+  p.matmul = producer(mm, "MatMul");
+  if (!p.matmul)
+    return std::nullopt;
+  std::optional<WeightRef> w = matmulWeight(p.matmul.getInputs()[1]);
+  if (!w || !isActivation(p.matmul.getInputs()[0]) ||
+      shapeOf(p.matmul.getInputs()[0]).size() < 2)
+    return std::nullopt;
+  p.weight = *w;
+  p.x = p.matmul.getInputs()[0];
+  int64_t out = p.weight.init.getType().getDimSize(p.weight.inOut ? 1 : 0);
+  if (p.bias && p.bias.getType().getDimSize(0) != out)
+    return std::nullopt;
+  return p;
+}
+
+/// The [out, in] parameter of a linear's weight.
+Value linearWeight(OpBuilder &b, Location loc, WeightRef w, StringRef name) {
+  auto t = w.init.getType();
+  int64_t in = t.getDimSize(w.inOut ? 0 : 1), out = t.getDimSize(w.inOut ? 1 : 0);
+  return createParamView(b, loc, RankedTensorType::get({out, in}, t.getElementType()),
+                         name, w.inOut ? "transpose" : "identity", ValueRange{w.init});
+}
+
+struct RaiseLinear : OpRewritePattern<NodeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(NodeOp root, PatternRewriter &rewriter) const override {
+    if (root.getOpType() != "Add" && root.getOpType() != "MatMul")
+      return failure();
+    if (root.getOpType() == "MatMul")
+      for (Operation *user : root->getUsers())
+        if (auto add = dyn_cast<NodeOp>(user); add && add.getOpType() == "Add" &&
+                                               matchLinear(add.getResult(0)))
+          return rewriter.notifyMatchFailure(root, "the bias Add closes this linear");
+    std::optional<LinearParts> p = matchLinear(root.getResult(0));
+    if (!p)
+      return rewriter.notifyMatchFailure(root, "not a linear layer");
+    StringRef scope = scopeOf(p->matmul);
+    Location loc = root.getLoc();
+    Value w = linearWeight(rewriter, loc, p->weight,
+                           paramName(scope, "weight", p->weight.init));
+    Value bias;
+    if (p->bias)
+      bias = createParamView(rewriter, loc, p->bias.getType(),
+                             paramName(scope, "bias", p->bias), "identity", {p->bias});
+    auto op = nn::LinearOp::create(rewriter, loc, p->x, w, bias);
+    markLayer(op, scope);
+    rewriter.replaceOp(root, op.getResult());
+    return success();
+  }
+};
+
+/// Gemm(x, W, bias) with alpha = beta = 1 and x not transposed: W is
+/// [in, out], or [out, in] with transB.
+struct RaiseGemm : OpRewritePattern<NodeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(NodeOp root, PatternRewriter &rewriter) const override {
+    if (root.getOpType() != "Gemm")
+      return failure();
+    Value x = root.getInputs()[0];
+    auto init = root.getInputs()[1].getDefiningOp<onnx::InitializerOp>();
+    auto bias = root.getInputOrNull(2)
+                    ? root.getInputs()[2].getDefiningOp<onnx::InitializerOp>()
+                    : nullptr;
+    if (!init || !isActivation(x) || root.getInt("transA", 0) ||
+        root.getFloat("alpha", 1.0f) != 1.0f || root.getFloat("beta", 1.0f) != 1.0f ||
+        (root.getInputOrNull(2) && (!bias || bias.getType().getRank() != 1)))
+      return rewriter.notifyMatchFailure(root, "not a linear layer");
+    StringRef scope = scopeOf(root);
+    Location loc = root.getLoc();
+    WeightRef w{init, /*inOut=*/root.getInt("transB", 0) == 0};
+    Value weight = linearWeight(rewriter, loc, w, paramName(scope, "weight", init));
+    Value b;
+    if (bias)
+      b = createParamView(rewriter, loc, bias.getType(), paramName(scope, "bias", bias),
+                          "identity", {bias});
+    auto op = nn::LinearOp::create(rewriter, loc, x, weight, b);
+    markLayer(op, scope);
+    rewriter.replaceOp(root, op.getResult());
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// SwiGLU: silu(x Wg) * (x Wu), SiLU as x * Sigmoid(x)
+//===----------------------------------------------------------------------===//
+
+/// g when `v` is g * Sigmoid(g) (either order).
+Value matchSilu(Value v) {
+  NodeOp mul = producer(v, "Mul");
+  Value g;
+  if (mul)
+    eitherOrder(mul, [&](Value a, Value s) {
+      NodeOp sig = producer(s, "Sigmoid");
+      if (!sig || sig.getInputs()[0] != a)
+        return false;
+      g = a;
+      return true;
+    });
+  return g;
+}
+
+struct RaiseSwiGLU : OpRewritePattern<NodeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(NodeOp root, PatternRewriter &rewriter) const override {
+    if (root.getOpType() != "Mul")
+      return failure();
+    std::optional<LinearParts> gate, up;
+    bool ok = eitherOrder(root, [&](Value s, Value u) {
+      Value g = matchSilu(s);
+      if (!g)
+        return false;
+      gate = matchLinear(g);
+      up = matchLinear(u);
+      return gate && up && gate->x == up->x && !gate->bias && !up->bias;
+    });
+    if (!ok)
+      return rewriter.notifyMatchFailure(root, "not a SwiGLU");
+    auto gt = gate->weight.init.getType(), ut = up->weight.init.getType();
+    if (gt != ut || gate->weight.inOut != up->weight.inOut)
+      return rewriter.notifyMatchFailure(root, "gate and up projections differ in shape");
+    int64_t ffn = gt.getDimSize(gate->weight.inOut ? 1 : 0);
+    int64_t hidden = gt.getDimSize(gate->weight.inOut ? 0 : 1);
+    // The MLP's scope: the gate projection's parent module.
+    StringRef gateScope = scopeOf(gate->matmul);
+    StringRef mlp = gateScope.rsplit('.').first;
+    std::string name = gateScope.empty() ? gate->weight.init.getName().str() + ".linear_fc1"
+                                         : (mlp + ".linear_fc1.weight").str();
+    Location loc = root.getLoc();
+    Value w = createParamView(
+        rewriter, loc, RankedTensorType::get({2, ffn, hidden}, gt.getElementType()), name,
+        "stack", {gate->weight.init, up->weight.init},
+        {rewriter.getNamedAttr("transposed", rewriter.getBoolAttr(gate->weight.inOut))});
+    auto fc1 = nn::LinearOp::create(rewriter, loc, gate->x, w, Value());
+    auto act = nn::SwiGLUOp::create(rewriter, loc, fc1.getResult());
+    markLayer(fc1, gateScope);
+    markLayer(act, gateScope);
+    rewriter.replaceOp(root, act.getResult());
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Residual adds
+//===----------------------------------------------------------------------===//
+
+struct RaiseAdd : OpRewritePattern<NodeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(NodeOp root, PatternRewriter &rewriter) const override {
+    if (root.getOpType() != "Add" || root.getInputs().size() != 2)
+      return failure();
+    Value a = root.getInputs()[0], b = root.getInputs()[1];
+    if (!isActivation(a) || !isActivation(b) || a.getType() != b.getType() ||
+        a.getType() != root.getResult(0).getType() ||
+        !cast<RankedTensorType>(a.getType()).getElementType().isF32())
+      return rewriter.notifyMatchFailure(root, "not a residual add");
+    // Only between raised values: an Add inside a construct another
+    // pattern owns (RoPE's) must wait for it.
+    if (!isRaised(a) || !isRaised(b))
+      return rewriter.notifyMatchFailure(root, "operands not raised yet");
+    auto op = nn::AddOp::create(rewriter, root.getLoc(), a, b);
+    markLayer(op, scopeOf(root));
+    rewriter.replaceOp(root, op.getResult());
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Token inputs
+//===----------------------------------------------------------------------===//
+
+/// The graph input (a [b, s] integer argument) `v` reads, through Casts.
+BlockArgument tokenInput(Value v) {
+  while (NodeOp cast = producer(v, "Cast"))
+    v = cast.getInputs()[0];
+  auto arg = dyn_cast<BlockArgument>(v);
+  if (!arg || shapeOf(arg).size() != 2 ||
+      !isa<IntegerType>(cast<RankedTensorType>(arg.getType()).getElementType()))
+    return nullptr;
+  return arg;
+}
+
+/// The sequence-major i32 form of token input `arg`: Cast(swap(arg)), which
+/// tessera-onnx-to-nn turns into the nn function's own argument.
+Value tokensSeqMajor(OpBuilder &b, Location loc, BlockArgument arg) {
+  Value swapped = swapBatchSeq(b, loc, arg);
+  auto t = cast<RankedTensorType>(swapped.getType());
+  auto op = NodeOp::create(
+      b, loc, TypeRange{RankedTensorType::get(t.getShape(), b.getI32Type())},
+      b.getStringAttr("Cast"), b.getStringAttr(""),
+      b.getDictionaryAttr(b.getNamedAttr("to", b.getI64IntegerAttr(6))),
+      ValueRange{swapped});
+  return op.getResult(0);
+}
+
+//===----------------------------------------------------------------------===//
+// Word embeddings: Gather(table [V, H], ids [b, s])
+//===----------------------------------------------------------------------===//
+
+struct RaiseEmbedding : OpRewritePattern<NodeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(NodeOp root, PatternRewriter &rewriter) const override {
+    if (root.getOpType() != "Gather" || root.getInt("axis", 0) != 0)
+      return failure();
+    auto table = root.getInputs()[0].getDefiningOp<onnx::InitializerOp>();
+    BlockArgument ids = tokenInput(root.getInputs()[1]);
+    if (!table || table.getType().getRank() != 2 || !ids)
+      return rewriter.notifyMatchFailure(root, "not a word embedding");
+    Location loc = root.getLoc();
+    StringRef scope = scopeOf(root);
+    Value t = createParamView(rewriter, loc, table.getType(),
+                              paramName(scope, "weight", table), "identity", {table});
+    Value tokens = tokensSeqMajor(rewriter, loc, ids);
+    auto emb = nn::EmbeddingOp::create(
+        rewriter, loc, tokens, t, table.getType().getDimSize(0), StringAttr());
+    rewriter.replaceOp(root, swapBatchSeq(rewriter, loc, emb.getResult()));
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Causal self-attention (Hugging Face's eager and SDPA forms, MHA and GQA,
+// with RoPE and QK-norm)
+//===----------------------------------------------------------------------===//
+
+/// A projection split into heads: Transpose(Reshape(linear, [b, s, h, D]),
+/// [0, 2, 1, 3]), with an RMSNorm of each head (QK-norm) between them.
+struct Heads {
+  LinearParts lin;
+  int64_t heads = 0, headDim = 0;
+  nn::RMSNormOp norm; ///< QK-norm, raised already
+};
+
+std::optional<Heads> matchHeads(Value v) {
+  NodeOp tr = producer(v, "Transpose");
+  if (!tr)
+    return std::nullopt;
+  auto perm = tr.getInts("perm");
+  if (!perm || !llvm::equal(*perm, ArrayRef<int64_t>{0, 2, 1, 3}))
+    return std::nullopt;
+  Heads h;
+  Value split = tr.getInputs()[0];
+  if (auto norm = split.getDefiningOp<nn::RMSNormOp>()) {
+    h.norm = norm;
+    split = norm.getInput();
+  }
+  NodeOp reshape = producer(split, "Reshape");
+  if (!reshape)
+    return std::nullopt;
+  ArrayRef<int64_t> s4 = shapeOf(reshape.getResult(0));
+  std::optional<LinearParts> lin = matchLinear(reshape.getInputs()[0]);
+  ArrayRef<int64_t> s3 = lin ? shapeOf(reshape.getInputs()[0]) : ArrayRef<int64_t>();
+  if (!lin || s4.size() != 4 || s3.size() != 3 || s4[0] != s3[0] || s4[1] != s3[1] ||
+      s4[2] * s4[3] != s3[2])
+    return std::nullopt;
+  h.lin = *lin;
+  h.heads = s4[2];
+  h.headDim = s4[3];
+  return h;
+}
+
+/// Hugging Face's rotate_half(x): Concat(-x[..., D/2:], x[..., :D/2]).
+Value matchRotateHalf(Value v) {
+  NodeOp cat = producer(v, "Concat");
+  if (!cat || cat.getInputs().size() != 2)
+    return nullptr;
+  int64_t rank = int64_t(shapeOf(v).size());
+  int64_t axis = cat.getInt("axis", 0);
+  if (axis != -1 && axis != rank - 1)
+    return nullptr;
+  NodeOp neg = producer(cat.getInputs()[0], "Neg");
+  NodeOp hi = neg ? producer(neg.getInputs()[0], "Slice") : nullptr;
+  NodeOp lo = producer(cat.getInputs()[1], "Slice");
+  if (!hi || !lo || hi.getInputs()[0] != lo.getInputs()[0])
+    return nullptr;
+  Value x = lo.getInputs()[0];
+  int64_t d = shapeOf(x).empty() ? 0 : shapeOf(x).back();
+  auto bounds = [&](NodeOp sl, int64_t start, int64_t end) {
+    auto st = intValues(sl.getInputs()[1]), en = intValues(sl.getInputs()[2]);
+    auto ax = intValues(sl.getInputOrNull(3));
+    auto sp = sl.getInputOrNull(4) ? intValues(sl.getInputs()[4])
+                                   : std::optional<SmallVector<int64_t>>(SmallVector<int64_t>{1});
+    if (!st || !en || !ax || !sp || st->size() != 1 || ax->size() != 1 || (*sp)[0] != 1)
+      return false;
+    int64_t a = (*ax)[0] < 0 ? (*ax)[0] + rank : (*ax)[0];
+    int64_t e = std::min((*en)[0], d);
+    return a == rank - 1 && (*st)[0] == start && e == end;
+  };
+  if (d % 2 || !bounds(lo, 0, d / 2) || !bounds(hi, d / 2, d))
+    return nullptr;
+  return x;
+}
+
+/// x * cos + rotate_half(x) * sin: x, cos and sin.
+struct Rope {
+  Value x, cos, sin;
+};
+std::optional<Rope> matchRope(Value v) {
+  NodeOp add = producer(v, "Add");
+  if (!add)
+    return std::nullopt;
+  std::optional<Rope> r;
+  eitherOrder(add, [&](Value a, Value b) {
+    NodeOp mc = producer(a, "Mul"), ms = producer(b, "Mul");
+    if (!mc || !ms)
+      return false;
+    return eitherOrder(mc, [&](Value x, Value cos) {
+      if (!onnx::getConstantValue(cos))
+        return false;
+      return eitherOrder(ms, [&](Value rot, Value sin) {
+        if (!onnx::getConstantValue(sin) || matchRotateHalf(rot) != x)
+          return false;
+        r = Rope{x, cos, sin};
+        return true;
+      });
+    });
+  });
+  return r;
+}
+
+/// Hugging Face's repeat_kv: Reshape(Expand(Unsqueeze(x, 2), [b, G, n, s,
+/// D]), [b, G n, s, D]). Returns x, or `v` itself (no repeat).
+Value stripRepeat(Value v, int64_t &repeats) {
+  repeats = 1;
+  // The 5-D Expand itself (SDPA's decomposition reshapes it to [b h, s, D]
+  // in one step), or its reshape to [b, G n, s, D].
+  NodeOp expand = producer(v, "Expand");
+  ArrayRef<int64_t> r = shapeOf(v);
+  if (!expand) {
+    NodeOp reshape = producer(v, "Reshape");
+    expand = reshape ? producer(reshape.getInputs()[0], "Expand") : nullptr;
+  }
+  NodeOp unsq = expand ? producer(expand.getInputs()[0], "Unsqueeze") : nullptr;
+  if (!unsq)
+    return v;
+  auto axes = unsq.getInts("axes") ? std::optional<SmallVector<int64_t>>(
+                                         SmallVector<int64_t>(*unsq.getInts("axes")))
+                                   : intValues(unsq.getInputOrNull(1));
+  ArrayRef<int64_t> e = shapeOf(expand.getResult(0));
+  bool fiveD = r.size() == 5 && r == e;
+  bool fourD = r.size() == 4 && e.size() == 5 && r[1] == e[1] * e[2] && r[2] == e[3] &&
+               r[3] == e[4];
+  if (!axes || axes->size() != 1 || (*axes)[0] != 2 || e.size() != 5 || !(fiveD || fourD))
+    return v;
+  repeats = e[2];
+  return unsq.getInputs()[0];
+}
+
+/// K^T of `v`: Transpose(K, [0, 1, 3, 2]), or SDPA's Reshape(Transpose(
+/// Reshape(K, [b h, s, D]), [0, 2, 1]), [b, h, D, s]).
+Value stripKeyTranspose(Value v) {
+  if (NodeOp tr = producer(v, "Transpose")) {
+    auto perm = tr.getInts("perm");
+    if (perm && llvm::equal(*perm, ArrayRef<int64_t>{0, 1, 3, 2}))
+      return tr.getInputs()[0];
+  }
+  NodeOp r2 = producer(v, "Reshape");
+  NodeOp tr = r2 ? producer(r2.getInputs()[0], "Transpose") : nullptr;
+  NodeOp r1 = tr ? producer(tr.getInputs()[0], "Reshape") : nullptr;
+  if (!r1)
+    return nullptr;
+  auto perm = tr.getInts("perm");
+  ArrayRef<int64_t> k = shapeOf(r1.getInputs()[0]), out = shapeOf(v);
+  if (!perm || !llvm::equal(*perm, ArrayRef<int64_t>{0, 2, 1}) || out.size() != 4)
+    return nullptr;
+  // K [b, h, s, D], or the repeat's 5-D [b, G, n, s, D] reshaped at once.
+  bool fourD = k.size() == 4 && out[0] == k[0] && out[1] == k[1] && out[2] == k[3] &&
+               out[3] == k[2];
+  bool fiveD = k.size() == 5 && out[0] == k[0] && out[1] == k[1] * k[2] &&
+               out[2] == k[4] && out[3] == k[3];
+  if (!fourD && !fiveD)
+    return nullptr;
+  return r1.getInputs()[0];
+}
+
+/// Whether `mask` (constant, [..., s, s]) is causal: additive (0 kept, at
+/// most -1e4 masked) or, for a Where, a boolean `keep` or `drop` matrix.
+bool isCausalMask(Value mask, int64_t seq, bool boolean, bool keepWhenTrue) {
+  auto values = constValues(mask);
+  ArrayRef<int64_t> shape = shapeOf(mask);
+  if (!values || shape.size() < 2 || shape[shape.size() - 1] != seq ||
+      shape[shape.size() - 2] != seq)
+    return false;
+  for (size_t k = 0; k < values->size(); ++k) {
+    int64_t j = int64_t(k) % seq, i = (int64_t(k) / seq) % seq;
+    double v = (*values)[k];
+    bool keep = j <= i;
+    if (boolean) {
+      if ((v != 0) != (keep == keepWhenTrue))
+        return false;
+    } else if (keep ? v != 0 : v > -1e4) {
+      return false;
+    }
+  }
+  return true;
+}
+
+/// The rotary base of tables cos/sin [..., s, D] (rotate-half layout:
+/// cos(p * base^(-2i/D)) in both halves), when they are exactly that.
+std::optional<double> rotaryBase(Value cosV, Value sinV, int64_t seq, int64_t dim) {
+  auto c = constValues(cosV), s = constValues(sinV);
+  if (!c || !s || c->size() != s->size() || int64_t(c->size()) % (seq * dim) || seq < 2 ||
+      dim < 4 || dim % 2)
+    return std::nullopt;
+  // Position 1, pair 1: the angle base^(-2/D).
+  double angle = std::atan2((*s)[size_t(dim + 1)], (*c)[size_t(dim + 1)]);
+  if (angle <= 0 || angle >= 1)
+    return std::nullopt;
+  double base = std::pow(angle, -double(dim) / 2.0);
+  size_t reps = c->size() / size_t(seq * dim);
+  for (size_t r = 0; r < reps; ++r)
+    for (int64_t p = 0; p < seq; ++p)
+      for (int64_t i = 0; i < dim; ++i) {
+        double inv = std::pow(base, -2.0 * double(i % (dim / 2)) / double(dim));
+        double a = double(p) * double(float(inv));
+        size_t k = r * size_t(seq * dim) + size_t(p * dim + i);
+        double tol = 2e-6 * (1.0 + double(p));
+        if (std::abs((*c)[k] - std::cos(a)) > tol || std::abs((*s)[k] - std::sin(a)) > tol)
+          return std::nullopt;
+      }
+  return base;
+}
+
+struct RaiseAttention : OpRewritePattern<NodeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(NodeOp root, PatternRewriter &rewriter) const override {
+    if (root.getOpType() != "Reshape")
+      return failure();
+    auto fail = [&](const char *why) { return rewriter.notifyMatchFailure(root, why); };
+    NodeOp outT = producer(root.getInputs()[0], "Transpose");
+    auto outPerm = outT ? outT.getInts("perm") : std::nullopt;
+    NodeOp pv = outT ? producer(outT.getInputs()[0], "MatMul") : nullptr;
+    if (!pv || !outPerm || !llvm::equal(*outPerm, ArrayRef<int64_t>{0, 2, 1, 3}))
+      return fail("not an attention output");
+    // Probabilities: Softmax, possibly SDPA's Where(IsNaN(p), 0, p).
+    Value probs = pv.getInputs()[0];
+    if (NodeOp guard = producer(probs, "Where")) {
+      NodeOp isnan = producer(guard.getInputs()[0], "IsNaN");
+      if (!isnan || isnan.getInputs()[0] != guard.getInputs()[2] ||
+          !isScalar(guard.getInputs()[1], 0.0))
+        return fail("unexpected Where after the softmax");
+      probs = guard.getInputs()[2];
+    }
+    NodeOp softmax = producer(probs, "Softmax");
+    if (!softmax || (softmax.getInt("axis", -1) != -1 && softmax.getInt("axis", -1) != 3))
+      return fail("no softmax over the keys");
+    ArrayRef<int64_t> sShape = shapeOf(softmax.getResult(0));
+    if (sShape.size() != 4)
+      return fail("scores are not [b, h, s, s]");
+    int64_t seq = sShape[2];
+    // The causal mask.
+    Value scores;
+    Value masked = softmax.getInputs()[0];
+    if (NodeOp add = producer(masked, "Add")) {
+      eitherOrder(add, [&](Value sc, Value m) {
+        if (!isCausalMask(m, seq, /*boolean=*/false, true))
+          return false;
+        scores = sc;
+        return true;
+      });
+    } else if (NodeOp where = producer(masked, "Where")) {
+      Value cond = where.getInputs()[0], a = where.getInputs()[1], b = where.getInputs()[2];
+      auto fill = [](Value v) {
+        std::optional<double> f = scalarValue(v);
+        return f && *f <= -1e4;
+      };
+      if (fill(b) && isCausalMask(cond, seq, true, /*keepWhenTrue=*/true))
+        scores = a;
+      else if (fill(a) && isCausalMask(cond, seq, true, /*keepWhenTrue=*/false))
+        scores = b;
+    }
+    if (!scores)
+      return fail("attention without a causal mask (Tessera's attention is causal)");
+    // Scaled scores.
+    double scale = 1.0;
+    Value qk = scores;
+    if (NodeOp mul = producer(scores, "Mul")) {
+      eitherOrder(mul, [&](Value x, Value c) {
+        std::optional<double> s = scalarValue(c);
+        if (!s || !producer(x, "MatMul"))
+          return false;
+        scale = *s;
+        qk = x;
+        return true;
+      });
+    } else if (NodeOp div = producer(scores, "Div")) {
+      if (std::optional<double> s = scalarValue(div.getInputs()[1])) {
+        scale = 1.0 / *s;
+        qk = div.getInputs()[0];
+      }
+    }
+    NodeOp qkMul = producer(qk, "MatMul");
+    if (!qkMul)
+      return fail("no q k^T product");
+    Value q = qkMul.getInputs()[0], kt = qkMul.getInputs()[1];
+    // SDPA scales q and k^T by sqrt(scale) each.
+    auto unscale = [&](Value &v) {
+      if (NodeOp m = producer(v, "Mul"))
+        if (std::optional<double> s = scalarValue(m.getInputs()[1])) {
+          scale *= *s;
+          v = m.getInputs()[0];
+        }
+    };
+    unscale(q);
+    unscale(kt);
+    Value k4 = stripKeyTranspose(kt);
+    if (!k4)
+      return fail("no k^T");
+    int64_t kRep = 1, vRep = 1;
+    Value k = stripRepeat(k4, kRep);
+    Value v = stripRepeat(pv.getInputs()[1], vRep);
+    std::optional<Rope> qRope = matchRope(q), kRope = matchRope(k);
+    if (bool(qRope) != bool(kRope))
+      return fail("RoPE on only one of q and k");
+    std::optional<Heads> qh = matchHeads(qRope ? qRope->x : q);
+    std::optional<Heads> kh = matchHeads(kRope ? kRope->x : k);
+    std::optional<Heads> vh = matchHeads(v);
+    if (!qh || !kh || !vh)
+      return fail("q, k or v is not a projection split into heads");
+    int64_t heads = qh->heads, groups = kh->heads, dim = qh->headDim;
+    if (vh->heads != groups || kh->headDim != dim || vh->headDim != dim ||
+        kRep != vRep || groups * kRep != heads || heads % groups)
+      return fail("heads, key/value groups or head sizes disagree");
+    if (qh->lin.x != kh->lin.x || qh->lin.x != vh->lin.x)
+      return fail("q, k and v project different inputs");
+    if (std::abs(scale * std::sqrt(double(dim)) - 1.0) > 1e-5)
+      return fail("scores not scaled by 1/sqrt(head_dim)");
+    if (bool(qh->norm) != bool(kh->norm) || vh->norm)
+      return fail("QK-norm on only one of q and k");
+    bool qBias = bool(qh->lin.bias), kBias = bool(kh->lin.bias), vBias = bool(vh->lin.bias);
+    if (qBias != kBias || qBias != vBias)
+      return fail("biases on some of q, k and v only");
+    if (qh->lin.weight.inOut != kh->lin.weight.inOut ||
+        qh->lin.weight.inOut != vh->lin.weight.inOut)
+      return fail("q, k and v weights stored differently");
+    std::optional<double> base;
+    if (qRope) {
+      if (constValues(qRope->cos) != constValues(kRope->cos) ||
+          constValues(qRope->sin) != constValues(kRope->sin))
+        return fail("q and k rotate by different tables");
+      base = rotaryBase(qRope->cos, qRope->sin, seq, dim);
+      // Tables computed in f32 give the base to about 1e-6: a whole base
+      // (10000, 500000, 1e6) is what the model was configured with.
+      if (base && std::abs(*base - std::round(*base)) <= 1e-5 * *base)
+        base = std::round(*base);
+      if (!base)
+        return fail("rotary tables are not position * base^(-2i/head_dim) over the "
+                    "whole head (partial rotary and Llama 3.1 scaling are not imported yet)");
+    }
+
+    Location loc = root.getLoc();
+    StringRef qScope = scopeOf(qh->lin.matmul);
+    StringRef attnScope = qScope.rsplit('.').first;
+    auto named = [&](StringRef leaf, onnx::InitializerOp init) {
+      return attnScope.empty() ? (init.getName() + "." + leaf).str()
+                               : (attnScope + "." + leaf).str();
+    };
+    int64_t hidden = shapeOf(qh->lin.x).back();
+    int64_t rows = groups * (heads / groups + 2) * dim;
+    Type f32 = rewriter.getF32Type();
+    SmallVector<NamedAttribute> qkvAttrs{
+        rewriter.getNamedAttr("num_heads", rewriter.getI64IntegerAttr(heads)),
+        rewriter.getNamedAttr("num_query_groups", rewriter.getI64IntegerAttr(groups)),
+        rewriter.getNamedAttr("head_dim", rewriter.getI64IntegerAttr(dim)),
+        rewriter.getNamedAttr("transposed", rewriter.getBoolAttr(qh->lin.weight.inOut))};
+    Value w = createParamView(rewriter, loc, RankedTensorType::get({rows, hidden}, f32),
+                              named("linear_qkv.weight", qh->lin.weight.init), "qkv",
+                              {qh->lin.weight.init, kh->lin.weight.init, vh->lin.weight.init},
+                              qkvAttrs);
+    Value bias;
+    if (qBias)
+      bias = createParamView(rewriter, loc, RankedTensorType::get({rows}, f32),
+                             named("linear_qkv.bias", qh->lin.bias), "qkv",
+                             {qh->lin.bias, kh->lin.bias, vh->lin.bias}, qkvAttrs);
+    SmallVector<Operation *> made;
+    Value x = swapBatchSeq(rewriter, loc, qh->lin.x);
+    Value h = nn::LinearOp::create(rewriter, loc, x, w, bias);
+    made.push_back(h.getDefiningOp());
+    if (qh->norm) {
+      auto wq = qh->norm.getWeight(), wk = kh->norm.getWeight();
+      if (wq.getType() != wk.getType() ||
+          qh->norm.getEps() != kh->norm.getEps())
+        return fail("q and k norms differ");
+      auto op = nn::QKNormOp::create(rewriter, loc, h.getType(), h, wq, wk,
+                                     rewriter.getI64IntegerAttr(heads),
+                                     rewriter.getI64IntegerAttr(groups),
+                                     qh->norm.getEpsAttr());
+      made.push_back(op);
+      h = op.getResult();
+    }
+    if (groups != heads) {
+      auto op = nn::RepeatKVOp::create(rewriter, loc, h, rewriter.getI64IntegerAttr(heads),
+                                       rewriter.getI64IntegerAttr(groups));
+      made.push_back(op);
+      h = op.getResult();
+    }
+    if (base) {
+      auto op = nn::RotaryEmbeddingOp::create(
+          rewriter, loc, h.getType(), h, rewriter.getI64IntegerAttr(heads),
+          rewriter.getI64IntegerAttr(dim), rewriter.getF32FloatAttr(float(*base)),
+          rewriter.getBoolAttr(false), StringAttr(), FloatAttr());
+      made.push_back(op);
+      h = op.getResult();
+    }
+    auto attn = nn::AttentionOp::create(rewriter, loc, h, rewriter.getI64IntegerAttr(heads),
+                                        rewriter.getBoolAttr(true));
+    made.push_back(attn);
+    for (Operation *op : made)
+      markLayer(op, qScope);
+    ArrayRef<int64_t> out = shapeOf(root.getResult(0));
+    if (out.size() != 3 || out.back() != heads * dim)
+      return fail("the context is not reshaped to [b, s, heads * head_dim]");
+    rewriter.replaceOp(root, swapBatchSeq(rewriter, loc, attn.getResult()));
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// The loss: SoftmaxCrossEntropyLoss over Reshape(logits, [-1, V]), with the
+// labels as given or shifted by Hugging Face's causal-LM loss
+//===----------------------------------------------------------------------===//
+
+/// The labels input when `v` is Reshape(labels, [-1]) of the labels or of
+/// Hugging Face's shift (Slice(Pad(labels, [0, 0, 0, 1], -100), 1:)): the
+/// next token's label at every position, which Tessera's data gives as the
+/// labels input itself.
+BlockArgument matchLabels(Value v, bool &shifted) {
+  shifted = false;
+  NodeOp flat = producer(v, "Reshape");
+  if (!flat || shapeOf(v).size() != 1)
+    return nullptr;
+  Value l = flat.getInputs()[0];
+  if (NodeOp slice = producer(l, "Slice")) {
+    NodeOp pad = producer(slice.getInputs()[0], "Pad");
+    auto pads = pad ? intValues(pad.getInputs()[1]) : std::nullopt;
+    auto st = intValues(slice.getInputs()[1]);
+    auto ax = intValues(slice.getInputOrNull(3));
+    if (!pad || !pads || !llvm::equal(*pads, ArrayRef<int64_t>{0, 0, 0, 1}) ||
+        !isScalar(pad.getInputOrNull(2), -100.0) || !st || st->size() != 1 ||
+        (*st)[0] != 1 || !ax || ax->size() != 1 || ((*ax)[0] != 1 && (*ax)[0] != -1))
+      return nullptr;
+    shifted = true;
+    l = pad.getInputs()[0];
+  }
+  return tokenInput(l);
+}
+
+struct RaiseLoss : OpRewritePattern<NodeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(NodeOp root, PatternRewriter &rewriter) const override {
+    if (root.getOpType() != "SoftmaxCrossEntropyLoss")
+      return failure();
+    if (root.getString("reduction", "mean") != "mean" || root.getInputOrNull(2))
+      return rewriter.notifyMatchFailure(root, "not a mean loss without weights");
+    if (root.getNumResults() > 1 && !root.getResult(1).use_empty())
+      return rewriter.notifyMatchFailure(root, "its log-probabilities are used");
+    NodeOp flat = producer(root.getInputs()[0], "Reshape");
+    ArrayRef<int64_t> ls = flat ? shapeOf(flat.getInputs()[0]) : ArrayRef<int64_t>();
+    bool shifted;
+    BlockArgument labels = matchLabels(root.getInputs()[1], shifted);
+    if (!flat || ls.size() != 3 || !labels || !isRaised(flat.getInputs()[0]))
+      return rewriter.notifyMatchFailure(root, "not the token loss over raised logits");
+    Location loc = root.getLoc();
+    Value logits = swapBatchSeq(rewriter, loc, flat.getInputs()[0]);
+    Value lab = tokensSeqMajor(rewriter, loc, labels);
+    int64_t ignore = root.getInt("ignore_index", -100);
+    auto ce = nn::SoftmaxCrossEntropyOp::create(rewriter, loc, logits, lab,
+                                                rewriter.getI64IntegerAttr(ignore));
+    auto mean = nn::TokenMeanOp::create(rewriter, loc, ce.getResult(), lab, nullptr,
+                                        rewriter.getI64IntegerAttr(ignore));
+    rewriter.replaceOp(root, mean.getResult());
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Layout: batch-seq swaps moved through per-token ops until they cancel
+//===----------------------------------------------------------------------===//
+
+struct CancelSwaps : OpRewritePattern<NodeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(NodeOp root, PatternRewriter &rewriter) const override {
+    if (!isBatchSeqSwap(root) || !isBatchSeqSwap(root.getInputs()[0].getDefiningOp()))
+      return failure();
+    Value inner = root.getInputs()[0].getDefiningOp()->getOperand(0);
+    if (inner.getType() != root.getResult(0).getType())
+      return failure();
+    rewriter.replaceOp(root, inner);
+    return success();
+  }
+};
+
+/// A per-token nn op whose activation operands are all swaps runs on the
+/// unswapped values; its result is swapped instead.
+struct SinkSwaps : RewritePattern {
+  SinkSwaps(MLIRContext *ctx) : RewritePattern(MatchAnyOpTypeTag(), 1, ctx) {}
+  LogicalResult matchAndRewrite(Operation *op, PatternRewriter &rewriter) const override {
+    if (!isa<nn::LinearOp, nn::AddOp, nn::RMSNormOp, nn::LayerNormOp, nn::SwiGLUOp,
+             nn::GeluOp, nn::ReluOp>(op))
+      return failure();
+    int64_t rank = int64_t(shapeOf(op->getResult(0)).size());
+    if (rank < 3)
+      return failure();
+    // The activation operands: both of an add, the first of the others
+    // (the rest are parameters).
+    unsigned activations = isa<nn::AddOp>(op) ? 2 : 1;
+    SmallVector<Value> operands(op->getOperands());
+    for (unsigned i = 0; i < activations; ++i) {
+      Operation *def = operands[i].getDefiningOp();
+      if (!isBatchSeqSwap(def))
+        return failure();
+      operands[i] = def->getOperand(0);
+    }
+    Operation *moved = rewriter.clone(*op);
+    moved->setOperands(operands);
+    auto t = cast<RankedTensorType>(op->getResult(0).getType());
+    SmallVector<int64_t> shape(t.getShape());
+    std::swap(shape[0], shape[1]);
+    moved->getResult(0).setType(RankedTensorType::get(shape, t.getElementType()));
+    rewriter.replaceOp(op, swapBatchSeq(rewriter, op->getLoc(), moved->getResult(0)));
+    return success();
+  }
+};
+
+} // namespace
+
+void populateOnnxToNNPatterns(int phase, RewritePatternSet &patterns) {
+  MLIRContext *ctx = patterns.getContext();
+  switch (phase) {
+  case 0: // norms inside other constructs (QK-norm) first
+    patterns.add<RaiseRMSNorm>(ctx);
+    break;
+  case 1: // constructs that read positions, and own their projections
+    patterns.add<RaiseAttention, RaiseEmbedding>(ctx);
+    break;
+  case 2: // per-token constructs, the loss, and the layout
+    patterns.add<RaiseSwiGLU>(ctx, /*benefit=*/2);
+    patterns.add<RaiseLinear, RaiseGemm, RaiseAdd, RaiseLoss, CancelSwaps, SinkSwaps>(ctx);
+    break;
+  default: break;
+  }
+}
+
+} // namespace tessera::onnx_to_nn

@@ -1,0 +1,15 @@
+//===- Patterns.h - tessera-onnx-to-nn's rewrite patterns ---------*- C++ -*-===//
+
+#ifndef TESSERA_LIB_CONVERSION_ONNXTONN_PATTERNS_H
+#define TESSERA_LIB_CONVERSION_ONNXTONN_PATTERNS_H
+
+#include "mlir/IR/PatternMatch.h"
+
+namespace tessera::onnx_to_nn {
+/// The patterns of `phase` (0: norms; 1: attention and embeddings; 2:
+/// per-token layers, the loss and the layout), applied in that order.
+void populateOnnxToNNPatterns(int phase, mlir::RewritePatternSet &patterns);
+inline constexpr int kNumPhases = 3;
+} // namespace tessera::onnx_to_nn
+
+#endif // TESSERA_LIB_CONVERSION_ONNXTONN_PATTERNS_H
