@@ -33,15 +33,35 @@ std::optional<SmallVector<double>> constValues(Value v) {
     return out;
   }
   auto res = dyn_cast<DenseResourceElementsAttr>(attr);
-  if (!res || !res.getRawHandle().getBlob() || !elem.isF32())
+  if (!res || !res.getRawHandle().getBlob())
     return std::nullopt;
   ArrayRef<char> bytes = res.getRawHandle().getBlob()->getData();
-  size_t n = bytes.size() / 4;
+  size_t n = size_t(attr.getNumElements());
+  unsigned width = elem.isInteger(1) ? 1 : elem.getIntOrFloatBitWidth() / 8;
+  if (bytes.size() != n * width)
+    return std::nullopt;
   out.resize(n);
-  for (size_t k = 0; k < n; ++k) {
-    float f;
-    std::memcpy(&f, bytes.data() + 4 * k, 4);
-    out[k] = f;
+  const char *p = bytes.data();
+  for (size_t k = 0; k < n; ++k, p += width) {
+    if (elem.isF32()) {
+      float f;
+      std::memcpy(&f, p, 4);
+      out[k] = f;
+    } else if (elem.isF64()) {
+      std::memcpy(&out[k], p, 8);
+    } else if (elem.isInteger(1) || elem.isInteger(8)) {
+      out[k] = double(int8_t(*p));
+    } else if (elem.isInteger(32)) {
+      int32_t v;
+      std::memcpy(&v, p, 4);
+      out[k] = v;
+    } else if (elem.isInteger(64)) {
+      int64_t v;
+      std::memcpy(&v, p, 8);
+      out[k] = double(v);
+    } else {
+      return std::nullopt;
+    }
   }
   return out;
 }

@@ -69,11 +69,6 @@ bool isRaised(Value v) {
   return isa<nn::NNDialect>(def->getDialect());
 }
 
-/// The other operand of a binary node, given one.
-Value otherOperand(NodeOp n, Value one) {
-  return n.getInputs()[0] == one ? n.getInputs()[1] : n.getInputs()[0];
-}
-
 /// Matches a commutative binary node's operands: calls `fn(a, b)` for both
 /// orders and returns the first success.
 template <typename Fn>
@@ -645,6 +640,137 @@ std::optional<double> rotaryBase(Value cosV, Value sinV, int64_t seq, int64_t di
   return base;
 }
 
+/// The core of an attention: softmax(q k^T * scale + causal mask) v, as
+/// Hugging Face's eager and SDPA modules decompose it (`ctx` is the
+/// probabilities-times-values product), or opset 23's Attention op.
+struct AttentionCore {
+  Value q, k, v; ///< [b, h, s, D] each, k and v repeated for every head
+  double scale = 1.0;
+  int64_t seq = 0;
+};
+
+LogicalResult matchDecomposedCore(Value ctx, AttentionCore &c, std::string &why) {
+  auto failWith = [&](const char *w) {
+    why = w;
+    return failure();
+  };
+  NodeOp pv = producer(ctx, "MatMul");
+  if (!pv)
+    return failWith("not an attention output");
+  // Probabilities: Softmax, possibly SDPA's Where(IsNaN(p), 0, p).
+  Value probs = pv.getInputs()[0];
+  if (NodeOp guard = producer(probs, "Where")) {
+    NodeOp isnan = producer(guard.getInputs()[0], "IsNaN");
+    if (!isnan || isnan.getInputs()[0] != guard.getInputs()[2] ||
+        !isScalar(guard.getInputs()[1], 0.0))
+      return failWith("unexpected Where after the softmax");
+    probs = guard.getInputs()[2];
+  }
+  NodeOp softmax = producer(probs, "Softmax");
+  if (!softmax || (softmax.getInt("axis", -1) != -1 && softmax.getInt("axis", -1) != 3))
+    return failWith("no softmax over the keys");
+  ArrayRef<int64_t> sShape = shapeOf(softmax.getResult(0));
+  if (sShape.size() != 4)
+    return failWith("scores are not [b, h, s, s]");
+  int64_t seq = sShape[2];
+  // The causal mask.
+  Value scores;
+  Value masked = softmax.getInputs()[0];
+  if (NodeOp add = producer(masked, "Add")) {
+    eitherOrder(add, [&](Value sc, Value m) {
+      if (!isCausalMask(m, seq, /*boolean=*/false, true))
+        return false;
+      scores = sc;
+      return true;
+    });
+  } else if (NodeOp where = producer(masked, "Where")) {
+    Value cond = where.getInputs()[0], a = where.getInputs()[1], b = where.getInputs()[2];
+    auto fill = [](Value v) {
+      std::optional<double> f = scalarValue(v);
+      return f && *f <= -1e4;
+    };
+    if (fill(b) && isCausalMask(cond, seq, true, /*keepWhenTrue=*/true))
+      scores = a;
+    else if (fill(a) && isCausalMask(cond, seq, true, /*keepWhenTrue=*/false))
+      scores = b;
+  }
+  if (!scores)
+    return failWith("attention without a causal mask (Tessera's attention is causal)");
+  // Scaled scores.
+  double scale = 1.0;
+  Value qk = scores;
+  if (NodeOp mul = producer(scores, "Mul")) {
+    eitherOrder(mul, [&](Value x, Value c) {
+      std::optional<double> s = scalarValue(c);
+      if (!s || !producer(x, "MatMul"))
+        return false;
+      scale = *s;
+      qk = x;
+      return true;
+    });
+  } else if (NodeOp div = producer(scores, "Div")) {
+    if (std::optional<double> s = scalarValue(div.getInputs()[1])) {
+      scale = 1.0 / *s;
+      qk = div.getInputs()[0];
+    }
+  }
+  NodeOp qkMul = producer(qk, "MatMul");
+  if (!qkMul)
+    return failWith("no q k^T product");
+  Value q = qkMul.getInputs()[0], kt = qkMul.getInputs()[1];
+  // SDPA scales q and k^T by sqrt(scale) each.
+  auto unscale = [&](Value &v) {
+    if (NodeOp m = producer(v, "Mul"))
+      if (std::optional<double> s = scalarValue(m.getInputs()[1])) {
+        scale *= *s;
+        v = m.getInputs()[0];
+      }
+  };
+  unscale(q);
+  unscale(kt);
+  c.k = stripKeyTranspose(kt);
+  if (!c.k)
+    return failWith("no k^T");
+  c.q = q;
+  c.v = pv.getInputs()[1];
+  c.scale = scale;
+  c.seq = seq;
+  return success();
+}
+
+LogicalResult matchOpsetCore(NodeOp att, AttentionCore &c, std::string &why) {
+  // Opset 23's Attention(Q, K, V, mask) on [b, h, s, D] inputs.
+  ArrayRef<int64_t> q = shapeOf(att.getInputs()[0]);
+  if (q.size() != 4 || shapeOf(att.getInputs()[1]).size() != 4 ||
+      (att.getNumResults() > 1 && llvm::any_of(att.getResults().drop_front(),
+                                               [](Value r) { return !r.use_empty(); }))) {
+    why = "an Attention op other than on [b, h, s, D] inputs";
+    return failure();
+  }
+  if (att.getInputOrNull(4) || att.getInputOrNull(5) || att.getFloat("softcap", 0) != 0) {
+    why = "an Attention op with a KV cache or softcap";
+    return failure();
+  }
+  c.seq = q[2];
+  Value mask = att.getInputOrNull(3);
+  bool causal = att.getInt("is_causal", 0) != 0;
+  if (!causal && !(mask && (isCausalMask(mask, c.seq, /*boolean=*/true, true) ||
+                            isCausalMask(mask, c.seq, /*boolean=*/false, true)))) {
+    why = "attention without a causal mask (Tessera's attention is causal)";
+    return failure();
+  }
+  if (causal && mask) {
+    why = "an Attention op with both is_causal and a mask";
+    return failure();
+  }
+  c.q = att.getInputs()[0];
+  c.k = att.getInputs()[1];
+  c.v = att.getInputs()[2];
+  c.scale = att.getFloat("scale", 0) ? double(att.getFloat("scale", 0))
+                                     : 1.0 / std::sqrt(double(q[3]));
+  return success();
+}
+
 struct RaiseAttention : OpRewritePattern<NodeOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(NodeOp root, PatternRewriter &rewriter) const override {
@@ -653,86 +779,20 @@ struct RaiseAttention : OpRewritePattern<NodeOp> {
     auto fail = [&](const char *why) { return rewriter.notifyMatchFailure(root, why); };
     NodeOp outT = producer(root.getInputs()[0], "Transpose");
     auto outPerm = outT ? outT.getInts("perm") : std::nullopt;
-    NodeOp pv = outT ? producer(outT.getInputs()[0], "MatMul") : nullptr;
-    if (!pv || !outPerm || !llvm::equal(*outPerm, ArrayRef<int64_t>{0, 2, 1, 3}))
+    if (!outT || !outPerm || !llvm::equal(*outPerm, ArrayRef<int64_t>{0, 2, 1, 3}))
       return fail("not an attention output");
-    // Probabilities: Softmax, possibly SDPA's Where(IsNaN(p), 0, p).
-    Value probs = pv.getInputs()[0];
-    if (NodeOp guard = producer(probs, "Where")) {
-      NodeOp isnan = producer(guard.getInputs()[0], "IsNaN");
-      if (!isnan || isnan.getInputs()[0] != guard.getInputs()[2] ||
-          !isScalar(guard.getInputs()[1], 0.0))
-        return fail("unexpected Where after the softmax");
-      probs = guard.getInputs()[2];
-    }
-    NodeOp softmax = producer(probs, "Softmax");
-    if (!softmax || (softmax.getInt("axis", -1) != -1 && softmax.getInt("axis", -1) != 3))
-      return fail("no softmax over the keys");
-    ArrayRef<int64_t> sShape = shapeOf(softmax.getResult(0));
-    if (sShape.size() != 4)
-      return fail("scores are not [b, h, s, s]");
-    int64_t seq = sShape[2];
-    // The causal mask.
-    Value scores;
-    Value masked = softmax.getInputs()[0];
-    if (NodeOp add = producer(masked, "Add")) {
-      eitherOrder(add, [&](Value sc, Value m) {
-        if (!isCausalMask(m, seq, /*boolean=*/false, true))
-          return false;
-        scores = sc;
-        return true;
-      });
-    } else if (NodeOp where = producer(masked, "Where")) {
-      Value cond = where.getInputs()[0], a = where.getInputs()[1], b = where.getInputs()[2];
-      auto fill = [](Value v) {
-        std::optional<double> f = scalarValue(v);
-        return f && *f <= -1e4;
-      };
-      if (fill(b) && isCausalMask(cond, seq, true, /*keepWhenTrue=*/true))
-        scores = a;
-      else if (fill(a) && isCausalMask(cond, seq, true, /*keepWhenTrue=*/false))
-        scores = b;
-    }
-    if (!scores)
-      return fail("attention without a causal mask (Tessera's attention is causal)");
-    // Scaled scores.
-    double scale = 1.0;
-    Value qk = scores;
-    if (NodeOp mul = producer(scores, "Mul")) {
-      eitherOrder(mul, [&](Value x, Value c) {
-        std::optional<double> s = scalarValue(c);
-        if (!s || !producer(x, "MatMul"))
-          return false;
-        scale = *s;
-        qk = x;
-        return true;
-      });
-    } else if (NodeOp div = producer(scores, "Div")) {
-      if (std::optional<double> s = scalarValue(div.getInputs()[1])) {
-        scale = 1.0 / *s;
-        qk = div.getInputs()[0];
-      }
-    }
-    NodeOp qkMul = producer(qk, "MatMul");
-    if (!qkMul)
-      return fail("no q k^T product");
-    Value q = qkMul.getInputs()[0], kt = qkMul.getInputs()[1];
-    // SDPA scales q and k^T by sqrt(scale) each.
-    auto unscale = [&](Value &v) {
-      if (NodeOp m = producer(v, "Mul"))
-        if (std::optional<double> s = scalarValue(m.getInputs()[1])) {
-          scale *= *s;
-          v = m.getInputs()[0];
-        }
-    };
-    unscale(q);
-    unscale(kt);
-    Value k4 = stripKeyTranspose(kt);
-    if (!k4)
-      return fail("no k^T");
+    AttentionCore core;
+    std::string why;
+    NodeOp att = producer(outT.getInputs()[0], "Attention");
+    if (failed(att ? matchOpsetCore(att, core, why)
+                   : matchDecomposedCore(outT.getInputs()[0], core, why)))
+      return rewriter.notifyMatchFailure(root, why);
+    Value q = core.q, k4 = core.k;
+    double scale = core.scale;
+    int64_t seq = core.seq;
     int64_t kRep = 1, vRep = 1;
     Value k = stripRepeat(k4, kRep);
-    Value v = stripRepeat(pv.getInputs()[1], vRep);
+    Value v = stripRepeat(core.v, vRep);
     std::optional<Rope> qRope = matchRope(q), kRope = matchRope(k);
     if (bool(qRope) != bool(kRope))
       return fail("RoPE on only one of q and k");

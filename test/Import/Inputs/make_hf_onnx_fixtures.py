@@ -23,7 +23,9 @@ and qwen3 (Qwen3ForCausalLM: the same with QK-norm; dynamo only). A
 one-layer Llama (hidden 32, 4 heads) is exported twice more for the output
 forms: tiny-logits-loss.dynamo18.onnx returns (logits, loss), and
 tiny-logits.dynamo18.onnx only the logits of input_ids; with SDPA attention,
-tiny-sdpa.dynamo18.onnx (its transformers directory tiny/).
+tiny-sdpa.dynamo18.onnx and, at opset 23 (where the exporter emits
+RMSNormalization and Attention ops), tiny-sdpa.dynamo23.onnx (their
+transformers directory tiny/).
 """
 import argparse
 import os
@@ -135,11 +137,12 @@ def main():
     # sqrt(scale), a Where(IsNaN) guard after the softmax), with the loss.
     model = make("tiny", attn="sdpa")
     model.save_pretrained(os.path.join(args.out, "tiny"), safe_serialization=True)
-    path = os.path.join(args.out, "tiny-sdpa.dynamo18.onnx")
-    torch.onnx.export(WithLoss(model), (ids, labels), path, dynamo=True,
-                      external_data=False, input_names=["input_ids", "labels"],
-                      opset_version=18)
-    print("wrote", path)
+    for opset in (18, 23):  # opset 23: RMSNormalization and Attention ops
+        path = os.path.join(args.out, f"tiny-sdpa.dynamo{opset}.onnx")
+        torch.onnx.export(WithLoss(model), (ids, labels), path, dynamo=True,
+                          external_data=False, input_names=["input_ids", "labels"],
+                          opset_version=opset)
+        print("wrote", path)
 
 
 if __name__ == "__main__":
