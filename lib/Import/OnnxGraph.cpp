@@ -343,6 +343,12 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
     if (initNames.count(in.name))
       continue; // an initializer listed as an input (older exports)
     Type t = modelType(in.name);
+    if (auto r = dyn_cast_or_null<RankedTensorType>(t);
+        r && options.fixedBatch > 0 && r.getRank() > 0 && r.isDynamicDim(0)) {
+      SmallVector<int64_t> shape(r.getShape());
+      shape[0] = options.fixedBatch;
+      t = RankedTensorType::get(shape, r.getElementType());
+    }
     if (!t) {
       emitError(fileLoc) << "graph input '" << in.name << "' has no tensor "
                          << "type Tessera reads ("
@@ -372,7 +378,8 @@ OwningOpRef<ModuleOp> GraphImporter::run() {
           {b.getNamedAttr("dir", b.getStringAttr(t.externalDir)),
            b.getNamedAttr("file", b.getStringAttr(t.externalFile)),
            b.getNamedAttr("offset", b.getI64IntegerAttr(t.externalOffset)),
-           b.getNamedAttr("length", b.getI64IntegerAttr(t.externalLength))}));
+           b.getNamedAttr("length", b.getI64IntegerAttr(t.externalLength)),
+           b.getNamedAttr("file_bytes", b.getI64IntegerAttr(t.externalFileBytes))}));
     } else if (t.hasData && !(options.noWeights && isa<FloatType>(elem) &&
                               type.getNumElements() > kDenseLimit)) {
       ElementsAttr v = takeData(t, type, t.name);

@@ -16,6 +16,7 @@
 #include "llvm/ADT/StringMap.h"
 
 #include <cmath>
+#include <limits>
 #include <functional>
 #include <numeric>
 
@@ -287,6 +288,9 @@ Type tensorOf(Type elem, std::optional<ArrayRef<int64_t>> shape) {
     return nullptr;
   if (!shape)
     return UnrankedTensorType::get(elem);
+  // A negative size (a malformed model) has no type; the caller reports it.
+  if (llvm::any_of(*shape, [](int64_t d) { return d < 0 && !ShapedType::isDynamic(d); }))
+    return nullptr;
   return RankedTensorType::get(*shape, elem);
 }
 
@@ -609,7 +613,9 @@ Lit reshaped(Lit l, ArrayRef<int64_t> shape) {
 const llvm::StringMap<Rule> &rules() {
   static const llvm::StringMap<Rule> table = [] {
     llvm::StringMap<Rule> r;
-    auto rem = [](int64_t a, int64_t b) { return b ? a % b : 0; };
+    auto rem = [](int64_t a, int64_t b) -> int64_t {
+      return !b || (b == -1 && a == std::numeric_limits<int64_t>::min()) ? 0 : a % b;
+    };
     r["Add"] = arith([](double a, double b) { return a + b; },
                      [](int64_t a, int64_t b) { return a + b; });
     r["Sub"] = arith([](double a, double b) { return a - b; },
@@ -617,9 +623,11 @@ const llvm::StringMap<Rule> &rules() {
     r["Mul"] = arith([](double a, double b) { return a * b; },
                      [](int64_t a, int64_t b) { return a * b; });
     r["Div"] = arith([](double a, double b) { return a / b; },
-                     [](int64_t a, int64_t b) {
+                     [](int64_t a, int64_t b) -> int64_t {
                        // ONNX integer Div truncates toward zero, as C++ does.
-                       return b ? a / b : 0;
+                       if (!b || (b == -1 && a == std::numeric_limits<int64_t>::min()))
+                         return 0;
+                       return a / b;
                      });
     r["Mod"] = arith([](double a, double b) { return std::fmod(a, b); }, rem);
     r["Pow"] = Rule{[](MLIRContext *, const NodeView &n, SmallVector<Type> &out,
@@ -1488,6 +1496,55 @@ bool tessera::onnx::hasTypeRule(StringRef opType) {
   return rules().count(opType) || opType == "Constant";
 }
 
+/// Axes the node names that are out of range for its input (a malformed
+/// model must be an error, not an out-of-bounds index).
+LogicalResult checkAxes(const NodeView &n, std::string &error) {
+  auto in = n.inputTypes.empty() ? RankedTensorType() : ranked(n.inputTypes[0]);
+  if (!in)
+    return success();
+  int64_t rank = in.getRank();
+  auto outOfRange = [&](int64_t a, int64_t r) { return a < -r || a >= r; };
+  // Unsqueeze's axes index its output, OneHot's its output too.
+  int64_t extra = 0;
+  std::optional<SmallVector<int64_t>> axes = n.getInts("axes");
+  if (!axes && n.has(1) &&
+      llvm::is_contained({"Unsqueeze", "Squeeze", "ReduceMean", "ReduceSum", "ReduceMax",
+                          "ReduceMin", "ReduceProd", "ReduceL2", "ReduceSumSquare"},
+                         n.opType))
+    axes = n.intsOf(1);
+  if (n.opType == "Unsqueeze")
+    extra = axes ? int64_t(axes->size()) : 0;
+  if (n.opType == "OneHot")
+    extra = 1;
+  if (axes)
+    for (int64_t a : *axes)
+      if (outOfRange(a, rank + extra)) {
+        error = "axis " + std::to_string(a) + " is out of range for rank " +
+                std::to_string(rank + extra);
+        return failure();
+      }
+  if (n.attrs && n.attrs.get("axis") && n.opType != "Concat" && n.opType != "Range") {
+    int64_t a = n.getInt("axis", 0);
+    if (outOfRange(a, rank + extra)) {
+      error = "axis " + std::to_string(a) + " is out of range for rank " +
+              std::to_string(rank + extra);
+      return failure();
+    }
+  }
+  if (n.opType == "Slice")
+    if (auto steps = n.intsOf(4); steps && llvm::is_contained(*steps, 0)) {
+      error = "a Slice step is 0";
+      return failure();
+    }
+  if (n.opType == "Reshape")
+    if (auto target = n.intsOf(1);
+        target && llvm::any_of(*target, [](int64_t d) { return d < -1; })) {
+      error = "its target shape has a dimension below -1";
+      return failure();
+    }
+  return success();
+}
+
 FailureOr<SmallVector<Type>>
 tessera::onnx::inferResultTypes(MLIRContext *ctx, const NodeView &node,
                                 std::string &error) {
@@ -1496,8 +1553,15 @@ tessera::onnx::inferResultTypes(MLIRContext *ctx, const NodeView &node,
   if (it == rules().end() || node.inputTypes.empty() ||
       llvm::any_of(node.inputTypes, [](Type t) { return !t; }))
     return out;
-  if (failed(it->second.types(ctx, node, out, error)))
+  if (failed(checkAxes(node, error)) || failed(it->second.types(ctx, node, out, error)))
     return failure();
+  for (Type t : out)
+    if (auto r = ranked(t); r && llvm::any_of(r.getShape(), [](int64_t d) {
+                              return d < 0 && !ShapedType::isDynamic(d);
+                            })) {
+      error = "its result would have a negative dimension";
+      return failure();
+    }
   return out;
 }
 
@@ -1507,7 +1571,15 @@ SmallVector<ElementsAttr> tessera::onnx::evaluate(MLIRContext *ctx,
                                                   int64_t maxElements) {
   for (Type t : resultTypes) {
     auto r = ranked(t);
-    if (!r || !r.hasStaticShape() || r.getNumElements() > maxElements)
+    if (!r || !r.hasStaticShape())
+      return {};
+    int64_t n = 1;
+    for (int64_t d : r.getShape())
+      if (d < 0 || (d > 0 && n > maxElements / d))
+        return {};
+      else
+        n *= d;
+    if (n > maxElements)
       return {};
   }
   // Shape and Size need only the input's (static) type.
@@ -1534,7 +1606,8 @@ SmallVector<ElementsAttr> tessera::onnx::evaluate(MLIRContext *ctx,
     if (!node.has(unsigned(k))) {
       continue;
     }
-    if (k >= node.inputValues.size() || !node.inputValues[k])
+    if (k >= node.inputValues.size() || !node.inputValues[k] ||
+        node.inputValues[k].getNumElements() > maxElements)
       return {};
     std::optional<Lit> l = toLit(node.inputValues[k]);
     if (!l || l->size() > maxElements)

@@ -29,6 +29,10 @@ struct OnnxGraphOptions {
   /// ones (scalars, small tables) and integer and bool initializers (shapes,
   /// indices, masks) keep their values, which folding needs.
   bool noWeights = false;
+  /// A graph input's dynamic first dimension (a dynamic-axes export's
+  /// batch) becomes this size when positive, so its shape arithmetic folds;
+  /// the nn model makes the batch dynamic again.
+  int64_t fixedBatch = 0;
 };
 
 /// Imports the ONNX model at `path` node for node. Errors are emitted on

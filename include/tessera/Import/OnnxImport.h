@@ -1,13 +1,14 @@
 //===- OnnxImport.h - ONNX model -> nn dialect ---------------------*- C++ -*-===//
 //
-// Imports a PyTorch ONNX export (torch.onnx.export, opset >= 17) as an nn
-// function: the decomposed ONNX patterns become nn.linear, nn.gelu,
-// nn.attention, nn.embedding + nn.add_position_embedding, nn.layer_norm and
-// the token loss, in Tessera's sequence-major layout, with the layer marks
-// (nn.layer) the pipeline split needs. Initializers become the parameters,
-// named as in the ONNX file (so checkpoints map back to the PyTorch state
-// dict), initialised from their data (nn.init = "data"; the values are the
-// root module's tessera.weights).
+// Imports a PyTorch ONNX export (torch.onnx.export, TorchScript or dynamo)
+// as an nn function: the graph node for node in the onnx dialect, folded,
+// then raised by rewrite patterns to the nn ops tessera-gen emits (embeddings,
+// linear layers, LayerNorm and RMSNorm, GELU, ReLU and SwiGLU, causal
+// self-attention with RoPE, GQA and QK-norm, dropout, the loss), in
+// Tessera's sequence-major layout, with the layer marks (nn.layer) the
+// pipeline split needs. Parameters are named after their initializers or
+// the PyTorch modules that read them, initialised from their data
+// (nn.init = "data"; the values are the root module's tessera.weights).
 //
 //===----------------------------------------------------------------------===//
 
@@ -33,14 +34,6 @@ struct OnnxImportOptions {
 
 /// True when `path` names an ONNX model (by its extension).
 bool isOnnxFile(llvm::StringRef path);
-
-namespace onnx_model {
-struct Model;
-}
-/// Whether the pattern matcher of OnnxImport.cpp imports `model` (opset 17
-/// within the onnx library's knowledge, every op type one it knows);
-/// otherwise importOnnxModel raises the graph with tessera-onnx-to-nn.
-bool onnxMatcherHandles(const onnx_model::Model &model);
 
 /// Imports the ONNX model at `path`. Errors are emitted on the context (each
 /// names the ONNX node, its op type and what was expected); returns null

@@ -70,8 +70,15 @@ FailureOr<std::vector<float>> readInitializer(onnx::InitializerOp init) {
   std::string path = (cast<StringAttr>(ext.get("dir")).getValue() + "/" +
                       cast<StringAttr>(ext.get("file")).getValue())
                          .str();
+  int64_t offset = cast<IntegerAttr>(ext.get("offset")).getInt();
+  if (auto size = dyn_cast_or_null<IntegerAttr>(ext.get("file_bytes"));
+      size && offset > size.getInt() - int64_t(n * 4)) {
+    init.emitError() << "initializer '" << init.getName() << "': its " << n * 4
+                     << " bytes at offset " << offset << " run past the end of " << path;
+    return failure();
+  }
   std::ifstream in(path, std::ios::binary);
-  in.seekg(cast<IntegerAttr>(ext.get("offset")).getInt());
+  in.seekg(offset);
   if (!in || !in.read(reinterpret_cast<char *>(out.data()), std::streamsize(n * 4))) {
     init.emitError() << "cannot read initializer '" << init.getName() << "' from "
                      << path;
@@ -142,16 +149,41 @@ FailureOr<std::vector<float>> computeParam(onnx::NodeOp view) {
     }
     return out;
   }
+  if (kind == "blocks") {
+    // [q][k][v] blocks of heads * head_dim rows each -> per head [q k v].
+    int64_t heads = view.getInt("num_heads", 0), dim = view.getInt("head_dim", 0);
+    int64_t hidden = heads * dim;
+    for (int64_t from = 0; from < 3 * hidden; ++from) {
+      int64_t t = from / hidden, r = from % hidden;
+      row(0, from, out, (r / dim) * 3 * dim + t * dim + r % dim);
+    }
+    return out;
+  }
   view.emitError() << "unknown parameter view '" << kind << "'";
   return failure();
 }
 
 /// nn.init for a parameter without loaded weights: a norm's scale ones, a
-/// bias zeros, a matrix Megatron's normal(0, 0.02).
-StringRef defaultInit(StringRef name, RankedTensorType type) {
+/// bias zeros, an embedding table normal(0, 0.02); "" (Tessera's default
+/// for a layer's weight) otherwise.
+StringRef defaultInit(onnx::NodeOp view, StringRef name, RankedTensorType type) {
   if (type.getRank() == 1)
     return name.ends_with("bias") ? "zeros" : "ones";
-  return "normal:0.02";
+  for (Operation *user : view->getUsers())
+    if (isa<nn::EmbeddingOp, nn::AddPositionEmbeddingOp>(user))
+      return "normal:0.02";
+  return "";
+}
+
+/// The graph input a token or label chain (Cast(swap(arg)) or Cast(arg),
+/// made by the patterns) reads, or null.
+BlockArgument inputOf(onnx::NodeOp cast) {
+  if (cast.getOpType() != "Cast" || cast.getInputs().size() != 1)
+    return nullptr;
+  Value v = cast.getInputs()[0];
+  if (Operation *def = v.getDefiningOp(); def && isBatchSeqSwap(def))
+    v = def->getOperand(0);
+  return dyn_cast<BlockArgument>(v);
 }
 
 struct OnnxToNNPass : tessera::impl::OnnxToNNPassBase<OnnxToNNPass> {
@@ -165,6 +197,12 @@ struct OnnxToNNPass : tessera::impl::OnnxToNNPassBase<OnnxToNNPass> {
       return signalPassFailure();
     }
     func::FuncOp func = funcs[0];
+    // Dropout sites are numbered in graph order before any is raised.
+    int64_t stream = 0;
+    func.walk([&](onnx::NodeOp n) {
+      if (n.getOpType() == "Dropout")
+        n->setAttr("onnx.dropout_stream", IntegerAttr::get(IntegerType::get(&getContext(), 64), stream++));
+    });
     for (int phase = 0; phase < kNumPhases; ++phase) {
       RewritePatternSet patterns(&getContext());
       populateOnnxToNNPatterns(phase, patterns);
@@ -229,7 +267,7 @@ LogicalResult OnnxToNNPass::buildModel(ModuleOp module, func::FuncOp func) {
       continue;
     auto node = dyn_cast<onnx::NodeOp>(op);
     if (node && (node.getOpType() == kParamView || isBatchSeqSwap(node) ||
-                 (node.getOpType() == "Cast" && isBatchSeqSwap(node.getInputs()[0].getDefiningOp()))))
+                 (node.getOpType() == "Cast" && inputOf(node))))
       continue;
     if (!node) {
       op.emitError() << "unexpected op in the raised graph";
@@ -238,11 +276,23 @@ LogicalResult OnnxToNNPass::buildModel(ModuleOp module, func::FuncOp func) {
     StringRef scope = scopeOf(node);
     auto diag = node.emitError() << "node '" << node.getNodeName() << "' ("
                                  << node.getOpType() << ")";
+    if (!node.getDomain().empty())
+      diag << " of domain '" << node.getDomain() << "'";
     if (!scope.empty())
       diag << " in module '" << scope << "'";
-    diag << ": not part of any construct Tessera raises (linear layers, "
-            "RMSNorm, SwiGLU, embeddings, causal self-attention with RoPE and "
-            "grouped-query heads, residual adds, the token cross-entropy)";
+    diag << ": not part of any construct Tessera raises (embeddings, linear "
+            "layers, LayerNorm and RMSNorm, GELU, ReLU and SwiGLU, causal "
+            "self-attention, dropout, residual adds, the cross-entropy loss)";
+    // Where an op type has one place in those constructs, say which.
+    static const llvm::StringMap<StringRef> hints = {
+        {"Softmax", "a softmax is raised inside causal self-attention only"},
+        {"Sigmoid", "a sigmoid is raised inside SiLU (x * sigmoid(x)) only"},
+        {"Dropout", "dropout is raised in training mode on token activations [b, s, h] "
+                    "only (Megatron's hidden dropout); export attention dropout as 0"},
+        {"Where", "a Where is raised as attention's causal mask only"},
+        {"Gather", "a Gather is raised as an embedding lookup of the token ids only"}};
+    if (auto it = hints.find(node.getOpType()); it != hints.end())
+      diag << "; " << it->second;
     return failure();
   }
 
@@ -262,8 +312,8 @@ LogicalResult OnnxToNNPass::buildModel(ModuleOp module, func::FuncOp func) {
   SmallVector<onnx::NodeOp> params;
   for (Operation *op : needed) {
     auto node = dyn_cast<onnx::NodeOp>(op);
-    if (node && node.getOpType() == "Cast") {
-      auto arg = cast<BlockArgument>(node.getInputs()[0].getDefiningOp()->getOperand(0));
+    if (node && inputOf(node)) {
+      BlockArgument arg = inputOf(node);
       auto &entry = inputs[arg.getArgNumber()];
       StringRef kind = inputKind(node.getResult(0));
       if (!entry.first.empty() && entry.first != kind) {
@@ -281,12 +331,34 @@ LogicalResult OnnxToNNPass::buildModel(ModuleOp module, func::FuncOp func) {
         node && needed.count(node) && node.getOpType() == kParamView)
       params.push_back(node);
 
-  auto batchDynamic = [](Type t) {
+  // The batch is dim 1 of sequence-major [s, b] inputs, dim 0 of [b] labels
+  // and [b, features] inputs.
+  auto batchDim = [](Type t) { return cast<RankedTensorType>(t).getRank() == 2 ? 1 : 0; };
+  auto batchDynamic = [&](Type t, int64_t dim) {
     auto r = cast<RankedTensorType>(t);
     SmallVector<int64_t> shape(r.getShape());
-    shape[1] = ShapedType::kDynamic;
+    shape[size_t(dim)] = ShapedType::kDynamic;
     return RankedTensorType::get(shape, r.getElementType());
   };
+  auto inputAttrs = [&](StringRef kind, int64_t dim) {
+    SmallVector<NamedAttribute> attrs{
+        b.getNamedAttr(tessera::kInputAttr, b.getStringAttr(kind))};
+    if (dim != 0)
+      attrs.push_back(b.getNamedAttr(tessera::kBatchDimAttr, b.getI64IntegerAttr(dim)));
+    return b.getDictionaryAttr(attrs);
+  };
+  // Float inputs read by nn ops directly: features [b, ...].
+  SmallVector<BlockArgument> features;
+  for (BlockArgument arg : body.getArguments())
+    if (isa<FloatType>(cast<TensorType>(arg.getType()).getElementType()) &&
+        llvm::any_of(arg.getUsers(), [&](Operation *u) {
+          return needed.count(u) && isa<nn::NNDialect>(u->getDialect());
+        }))
+      features.push_back(arg);
+  for (BlockArgument arg : features) {
+    argTypes.push_back(batchDynamic(arg.getType(), 0));
+    argAttrs.push_back(inputAttrs("features", 0));
+  }
   // Tokens first, then labels, as tessera-gen orders them.
   SmallVector<std::pair<StringRef, SmallVector<Value>>> ordered;
   for (StringRef kind : {"tokens", "labels"})
@@ -294,10 +366,9 @@ LogicalResult OnnxToNNPass::buildModel(ModuleOp module, func::FuncOp func) {
       if (entry.first == kind)
         ordered.push_back(entry);
   for (auto &[kind, casts] : ordered) {
-    argTypes.push_back(batchDynamic(casts[0].getType()));
-    argAttrs.push_back(b.getDictionaryAttr(
-        {b.getNamedAttr(tessera::kInputAttr, b.getStringAttr(kind)),
-         b.getNamedAttr(tessera::kBatchDimAttr, b.getI64IntegerAttr(1))}));
+    int64_t dim = batchDim(casts[0].getType());
+    argTypes.push_back(batchDynamic(casts[0].getType(), dim));
+    argAttrs.push_back(inputAttrs(kind, dim));
   }
   bool addLabels = !loss;
   if (addLabels) {
@@ -321,17 +392,71 @@ LogicalResult OnnxToNNPass::buildModel(ModuleOp module, func::FuncOp func) {
         view.emitError() << "two different parameters are named '" << name << "'";
         return failure();
       }
+      // One parameter read twice: only a word embedding tied to the LM head.
+      auto feedsEmbedding = [](onnx::NodeOp v) {
+        return llvm::any_of(v->getUsers(), [](Operation *u) { return isa<nn::EmbeddingOp>(u); });
+      };
+      if (!feedsEmbedding(first) && !feedsEmbedding(view)) {
+        Operation *user = *view->getUsers().begin();
+        view.emitError() << "initializer '" << name << "' is read by two layers ("
+                         << user->getName() << " here); Tessera shares a parameter "
+                         << "only between the word embedding and the LM head (a tied "
+                         << "embedding). Re-export with separate parameters (clone "
+                         << "the tensor in the module before torch.onnx.export)";
+        return failure();
+      }
       continue;
     }
     paramIndex[name] = unsigned(uniqueParams.size());
     uniqueParams.push_back(view);
     auto type = cast<RankedTensorType>(view.getResult(0).getType());
     argTypes.push_back(type);
-    argAttrs.push_back(b.getDictionaryAttr(
-        {b.getNamedAttr(tessera::kParamAttr, b.getStringAttr(name)),
-         b.getNamedAttr(tessera::kInitAttr,
-                        b.getStringAttr(loadWeights ? StringRef("data")
-                                                    : defaultInit(name, type)))}));
+    SmallVector<NamedAttribute> attrs{
+        b.getNamedAttr(tessera::kParamAttr, b.getStringAttr(name))};
+    StringRef init = loadWeights ? StringRef("data") : defaultInit(view, name, type);
+    if (!init.empty())
+      attrs.push_back(b.getNamedAttr(tessera::kInitAttr, b.getStringAttr(init)));
+    argAttrs.push_back(b.getDictionaryAttr(attrs));
+    auto source = view.getInputs().empty()
+                      ? onnx::InitializerOp()
+                      : view.getInputs()[0].getDefiningOp<onnx::InitializerOp>();
+    if (loadWeights && view.getString("kind", "") == "identity" && source &&
+        source.getExternalAttr()) {
+      // External data as it is stays in its file: the artifact names it and
+      // each rank maps its own shard (the ONNX importer's external-data path).
+      DictionaryAttr ext = source.getExternalAttr();
+      int64_t bytes = type.getNumElements() * 4;
+      auto length = dyn_cast_or_null<IntegerAttr>(ext.get("length"));
+      if (length && length.getInt() >= 0 && length.getInt() != bytes) {
+        view.emitError() << "parameter '" << name << "': external data length "
+                         << length.getInt() << " != " << bytes
+                         << " bytes of its shape";
+        return failure();
+      }
+      int64_t offset = cast<IntegerAttr>(ext.get("offset")).getInt();
+      if (auto size = dyn_cast_or_null<IntegerAttr>(ext.get("file_bytes"));
+          size && offset > size.getInt() - bytes) {
+        view.emitError() << "parameter '" << name << "': its " << bytes
+                         << " bytes at offset " << offset << " run past the end of "
+                         << cast<StringAttr>(ext.get("file")).getValue() << " ("
+                         << size.getInt() << " bytes)";
+        return failure();
+      }
+      weights.push_back(b.getNamedAttr(
+          name, b.getDictionaryAttr(
+                    {b.getNamedAttr("dir", ext.get("dir")),
+                     b.getNamedAttr("file", ext.get("file")),
+                     b.getNamedAttr("offset", ext.get("offset")),
+                     b.getNamedAttr("shape", b.getDenseI64ArrayAttr(type.getShape()))})));
+      continue;
+    }
+    if (loadWeights && view.getString("kind", "") == "identity" && source &&
+        isa_and_nonnull<DenseResourceElementsAttr>(source.getValueAttr()) &&
+        source.getValueAttr().getType() == type) {
+      // The initializer's own bytes, not a copy.
+      weights.push_back(b.getNamedAttr(name, source.getValueAttr()));
+      continue;
+    }
     if (loadWeights) {
       FailureOr<std::vector<float>> data = computeParam(view);
       if (failed(data))
@@ -348,6 +473,8 @@ LogicalResult OnnxToNNPass::buildModel(ModuleOp module, func::FuncOp func) {
                                     b.getFunctionType(argTypes, {}));
   Block *entry = model.addEntryBlock();
   unsigned argIndex = 0;
+  for (BlockArgument arg : features)
+    map.map(arg, entry->getArgument(argIndex++));
   for (auto &[kind, casts] : ordered) {
     for (Value c : casts)
       map.map(c, entry->getArgument(argIndex));

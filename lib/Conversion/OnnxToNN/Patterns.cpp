@@ -45,12 +45,45 @@ void markLayer(Operation *op, StringRef scope) {
     op->setAttr(tessera::kLayerAttr, Builder(op->getContext()).getI64IntegerAttr(layer));
 }
 
-/// A parameter name: `<scope>.<leaf>` when the exporter recorded the
-/// module, else the initializer's own name.
+/// The uses of an initializer by the graph (not by parameter views).
+unsigned graphUses(onnx::InitializerOp init) {
+  unsigned n = 0;
+  for (Operation *user : init->getUsers())
+    if (auto node = dyn_cast<NodeOp>(user); !node || node.getOpType() != kParamView)
+      ++n;
+  return n;
+}
+
+/// Whether the initializer is a word embedding's table (read by a Gather
+/// of token ids) that a linear layer also reads: the LM head tied to it.
+bool isTiedEmbedding(onnx::InitializerOp init) {
+  bool gather = false, other = false;
+  for (Operation *user : init->getUsers()) {
+    auto node = dyn_cast<NodeOp>(user);
+    if (!node || node.getOpType() == kParamView)
+      continue;
+    if (node.getOpType() == "Gather" && node.getInputs()[0] == init.getResult())
+      gather = true;
+    else
+      other = true;
+  }
+  return gather && other;
+}
+
+/// A parameter's name: the initializer's own, when it names a parameter
+/// (`<module>.<leaf>`, as the TorchScript exporter keeps them) used once,
+/// or a tied embedding's; otherwise `<scope>.<leaf>` from the module that
+/// reads it (the dynamo exporter renames transposed weights `val_N` and
+/// merges equal initializers, which different modules then read).
 std::string paramName(StringRef scope, StringRef leaf, onnx::InitializerOp init) {
+  StringRef name = init.getName();
+  bool named = name.ends_with(("." + leaf).str()) && !name.starts_with("val_") &&
+               !name.starts_with("onnx::");
+  if (named && (graphUses(init) == 1 || isTiedEmbedding(init)))
+    return name.str();
   if (!scope.empty())
     return (scope + "." + leaf).str();
-  return init.getName().str();
+  return name.str();
 }
 
 /// `v` is an activation: computed from the inputs, not a constant.
@@ -203,7 +236,36 @@ struct LinearParts {
   NodeOp matmul;
 };
 
+/// Hugging Face's Conv1D: Reshape(Gemm(Reshape(x [b, s, in], [b s, in]),
+/// W [in, out], bias), [b, s, out]) (torch.addmm on the flattened tokens).
+std::optional<LinearParts> matchFlattenedGemm(Value v) {
+  NodeOp outer = producer(v, "Reshape");
+  NodeOp gemm = outer ? producer(outer.getInputs()[0], "Gemm") : nullptr;
+  NodeOp inner = gemm ? producer(gemm.getInputs()[0], "Reshape") : nullptr;
+  if (!inner || gemm.getInt("transA", 0) || gemm.getFloat("alpha", 1.0f) != 1.0f ||
+      gemm.getFloat("beta", 1.0f) != 1.0f)
+    return std::nullopt;
+  Value x = inner.getInputs()[0];
+  ArrayRef<int64_t> xs = shapeOf(x), ys = shapeOf(v);
+  auto init = gemm.getInputs()[1].getDefiningOp<onnx::InitializerOp>();
+  if (!init || !isActivation(x) || xs.size() != 3 || ys.size() != 3 || xs[0] != ys[0] ||
+      xs[1] != ys[1])
+    return std::nullopt;
+  LinearParts p;
+  p.x = x;
+  p.weight = WeightRef{init, /*inOut=*/gemm.getInt("transB", 0) == 0};
+  if (Value c = gemm.getInputOrNull(2)) {
+    p.bias = c.getDefiningOp<onnx::InitializerOp>();
+    if (!p.bias || p.bias.getType().getRank() != 1)
+      return std::nullopt;
+  }
+  p.matmul = gemm;
+  return p;
+}
+
 std::optional<LinearParts> matchLinear(Value v) {
+  if (std::optional<LinearParts> flat = matchFlattenedGemm(v))
+    return flat;
   LinearParts p;
   Value mm = v;
   if (NodeOp add = producer(v, "Add")) {
@@ -244,7 +306,8 @@ Value linearWeight(OpBuilder &b, Location loc, WeightRef w, StringRef name) {
 struct RaiseLinear : OpRewritePattern<NodeOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(NodeOp root, PatternRewriter &rewriter) const override {
-    if (root.getOpType() != "Add" && root.getOpType() != "MatMul")
+    if (root.getOpType() != "Add" && root.getOpType() != "MatMul" &&
+        root.getOpType() != "Reshape")
       return failure();
     if (root.getOpType() == "MatMul")
       for (Operation *user : root->getUsers())
@@ -276,6 +339,10 @@ struct RaiseGemm : OpRewritePattern<NodeOp> {
   LogicalResult matchAndRewrite(NodeOp root, PatternRewriter &rewriter) const override {
     if (root.getOpType() != "Gemm")
       return failure();
+    for (Operation *user : root->getUsers())
+      if (auto r = dyn_cast<NodeOp>(user);
+          r && r.getOpType() == "Reshape" && matchFlattenedGemm(r.getResult(0)))
+        return rewriter.notifyMatchFailure(root, "a Conv1D: the Reshapes around it close it");
     Value x = root.getInputs()[0];
     auto init = root.getInputs()[1].getDefiningOp<onnx::InitializerOp>();
     auto bias = root.getInputOrNull(2)
@@ -360,6 +427,250 @@ struct RaiseSwiGLU : OpRewritePattern<NodeOp> {
 };
 
 //===----------------------------------------------------------------------===//
+// LayerNorm, GELU, ReLU, dropout
+//===----------------------------------------------------------------------===//
+
+/// LayerNormalization(x, scale, bias) over the last axis; without a bias
+/// (PyTorch's bias=False) the bias is a constant zero, not a parameter.
+struct RaiseLayerNorm : OpRewritePattern<NodeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(NodeOp root, PatternRewriter &rewriter) const override {
+    if (root.getOpType() != "LayerNormalization")
+      return failure();
+    Value x = root.getInputs()[0];
+    int64_t rank = int64_t(shapeOf(x).size());
+    int64_t axis = root.getInt("axis", -1);
+    auto scale = root.getInputs()[1].getDefiningOp<onnx::InitializerOp>();
+    Value b = root.getInputOrNull(2);
+    auto bias = b ? b.getDefiningOp<onnx::InitializerOp>() : nullptr;
+    if (!scale || scale.getType().getRank() != 1 || (axis != -1 && axis != rank - 1) ||
+        (b && !bias && !isScalar(b, 0.0)) ||
+        llvm::any_of(root.getResults().drop_front(), [](Value r) { return !r.use_empty(); }))
+      return rewriter.notifyMatchFailure(root, "not a LayerNorm over the last axis");
+    StringRef scope = scopeOf(root);
+    Location loc = root.getLoc();
+    Value w = createParamView(rewriter, loc, scale.getType(),
+                              paramName(scope, "weight", scale), "identity", {scale});
+    Value bv;
+    if (bias)
+      bv = createParamView(rewriter, loc, bias.getType(), paramName(scope, "bias", bias),
+                           "identity", {bias});
+    else
+      bv = nn::FillOp::create(rewriter, loc, scale.getType(), rewriter.getF32FloatAttr(0.0f));
+    auto op = nn::LayerNormOp::create(rewriter, loc, x, w, bv,
+                                      rewriter.getF32FloatAttr(root.getFloat("epsilon", 1e-5f)));
+    markLayer(op, scope);
+    rewriter.replaceOp(root, op.getResult());
+    return success();
+  }
+};
+
+/// The factors of a product tree of single-use Muls rooted at `v`.
+void mulFactors(Value v, SmallVectorImpl<Value> &factors, bool root) {
+  NodeOp mul = producer(v, "Mul");
+  if (mul && (root || v.hasOneUse())) {
+    mulFactors(mul.getInputs()[0], factors, false);
+    mulFactors(mul.getInputs()[1], factors, false);
+    return;
+  }
+  factors.push_back(v);
+}
+
+/// GELU, exact (x * 0.5 * (1 + erf(x / sqrt 2))) or tanh-approximated
+/// (x * 0.5 * (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))), the products in
+/// any order; opset 20's Gelu op.
+struct RaiseGelu : OpRewritePattern<NodeOp> {
+  using OpRewritePattern::OpRewritePattern;
+
+  /// erf's or tanh's argument's x, for `onePlus` = 1 + erf(.) or 1 + tanh(.).
+  static Value geluInner(Value onePlus, bool &tanhForm) {
+    NodeOp add = producer(onePlus, "Add");
+    Value x;
+    if (add)
+      eitherOrder(add, [&](Value f, Value one) {
+        if (!isScalar(one, 1.0))
+          return false;
+        if (NodeOp erf = producer(f, "Erf")) {
+          Value a = erf.getInputs()[0];
+          if (NodeOp div = producer(a, "Div"); div && isScalar(div.getInputs()[1], std::sqrt(2.0), 1e-5))
+            x = div.getInputs()[0];
+          else if (NodeOp mul = producer(a, "Mul"))
+            eitherOrder(mul, [&](Value y, Value c) {
+              if (!isScalar(c, 1.0 / std::sqrt(2.0), 1e-5))
+                return false;
+              x = y;
+              return true;
+            });
+          tanhForm = false;
+          return bool(x);
+        }
+        NodeOp tanh = producer(f, "Tanh");
+        NodeOp scaled = tanh ? producer(tanh.getInputs()[0], "Mul") : nullptr;
+        if (!scaled)
+          return false;
+        return eitherOrder(scaled, [&](Value inner, Value c) {
+          if (!isScalar(c, std::sqrt(2.0 / M_PI), 1e-5))
+            return false;
+          NodeOp sum = producer(inner, "Add");
+          if (!sum)
+            return false;
+          return eitherOrder(sum, [&](Value y, Value cubic) {
+            SmallVector<Value> fs;
+            mulFactors(cubic, fs, true);
+            // 0.044715 * x^3, x^3 as Pow(x, 3) or x * x * x
+            Value c3;
+            int xs = 0;
+            bool ok = true;
+            for (Value fv : fs) {
+              if (isScalar(fv, 0.044715, 1e-5))
+                c3 = fv;
+              else if (NodeOp pw = producer(fv, "Pow");
+                       pw && pw.getInputs()[0] == y && isScalar(pw.getInputs()[1], 3.0))
+                xs += 3;
+              else if (fv == y)
+                xs += 1;
+              else
+                ok = false;
+            }
+            if (!ok || !c3 || xs != 3)
+              return false;
+            x = y;
+            tanhForm = true;
+            return true;
+          });
+        });
+      });
+    return x;
+  }
+
+  /// Whether `v` is Add(Erf(.) or Tanh(.), .).
+  static bool addsErfOrTanh(Value v) {
+    NodeOp add = producer(v, "Add");
+    return add && llvm::any_of(add.getInputs(), [](Value in) {
+             return producer(in, "Erf") || producer(in, "Tanh");
+           });
+  }
+
+  LogicalResult matchAndRewrite(NodeOp root, PatternRewriter &rewriter) const override {
+    Value x;
+    bool tanhForm = false;
+    if (root.getOpType() == "Gelu") {
+      x = root.getInputs()[0];
+      tanhForm = root.getString("approximate", "none") == "tanh";
+    } else if (root.getOpType() == "Mul") {
+      SmallVector<Value> fs;
+      mulFactors(root.getResult(0), fs, true);
+      if (fs.size() != 3)
+        return failure();
+      Value half, onePlus, y;
+      for (Value f : fs) {
+        if (isScalar(f, 0.5))
+          half = f;
+        else if (!onePlus && addsErfOrTanh(f))
+          onePlus = f;
+        else
+          y = f;
+      }
+      if (!half || !onePlus || !y || geluInner(onePlus, tanhForm) != y)
+        return rewriter.notifyMatchFailure(root, "not a GELU");
+      x = y;
+    } else {
+      return failure();
+    }
+    if (!isActivation(x))
+      return failure();
+    auto op = nn::GeluOp::create(rewriter, root.getLoc(), x,
+                                 rewriter.getStringAttr(tanhForm ? "tanh" : "none"));
+    markLayer(op, scopeOf(root));
+    rewriter.replaceOp(root, op.getResult());
+    return success();
+  }
+};
+
+struct RaiseRelu : OpRewritePattern<NodeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(NodeOp root, PatternRewriter &rewriter) const override {
+    if (root.getOpType() != "Relu" || !isActivation(root.getInputs()[0]))
+      return failure();
+    auto op = nn::ReluOp::create(rewriter, root.getLoc(), root.getInputs()[0]);
+    markLayer(op, scopeOf(root));
+    rewriter.replaceOp(root, op.getResult());
+    return success();
+  }
+};
+
+/// A training-mode Dropout of a constant ratio in (0, 1) on token
+/// activations: Megatron's hidden dropout (nn.dropout, one stream per site
+/// in graph order, numbered by the pass before raising; Tessera's
+/// position-keyed masks, not PyTorch's). Ratio 0 and inference mode were
+/// folded away by tessera-onnx-simplify.
+struct RaiseDropout : OpRewritePattern<NodeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(NodeOp root, PatternRewriter &rewriter) const override {
+    if (root.getOpType() != "Dropout")
+      return failure();
+    std::optional<double> ratio = root.getInputOrNull(1) ? scalarValue(root.getInputs()[1])
+                                                         : std::optional<double>(0.5);
+    auto stream = root->getAttrOfType<IntegerAttr>("onnx.dropout_stream");
+    Value x = root.getInputs()[0];
+    if (!ratio || *ratio <= 0 || *ratio >= 1 || !stream || shapeOf(x).size() != 3 ||
+        (root.getNumResults() > 1 && !root.getResult(1).use_empty()))
+      return rewriter.notifyMatchFailure(
+          root, "not a dropout of a constant ratio in (0, 1) on [b, s, h] activations");
+    auto op = nn::DropoutOp::create(rewriter, root.getLoc(), x,
+                                    rewriter.getF32FloatAttr(float(*ratio)), stream,
+                                    StringAttr());
+    markLayer(op, scopeOf(root));
+    rewriter.replaceOp(root, op.getResult());
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Learned position embeddings: word embedding + Gather(table, 0..s-1)
+//===----------------------------------------------------------------------===//
+
+struct RaisePositionEmbedding : OpRewritePattern<NodeOp> {
+  using OpRewritePattern::OpRewritePattern;
+  LogicalResult matchAndRewrite(NodeOp root, PatternRewriter &rewriter) const override {
+    if (root.getOpType() != "Add")
+      return failure();
+    Value words, table;
+    NodeOp gather;
+    bool ok = eitherOrder(root, [&](Value e, Value p) {
+      Operation *def = e.getDefiningOp();
+      if (!def || !isBatchSeqSwap(def) || !def->getOperand(0).getDefiningOp<nn::EmbeddingOp>())
+        return false;
+      gather = producer(p, "Gather");
+      if (!gather || gather.getInt("axis", 0) != 0)
+        return false;
+      auto init = gather.getInputs()[0].getDefiningOp<onnx::InitializerOp>();
+      auto positions = intValues(gather.getInputs()[1]);
+      int64_t seq = shapeOf(e)[1];
+      if (!init || init.getType().getRank() != 2 || !positions ||
+          int64_t(positions->size()) != seq || init.getType().getDimSize(0) < seq)
+        return false;
+      for (int64_t i = 0; i < seq; ++i)
+        if ((*positions)[size_t(i)] != i)
+          return false;
+      words = def->getOperand(0);
+      table = init;
+      return true;
+    });
+    if (!ok)
+      return rewriter.notifyMatchFailure(root, "not word plus position embeddings");
+    Location loc = root.getLoc();
+    auto init = table.getDefiningOp<onnx::InitializerOp>();
+    Value t = createParamView(rewriter, loc, init.getType(),
+                              paramName(scopeOf(gather), "weight", init), "identity", {init});
+    auto op = nn::AddPositionEmbeddingOp::create(rewriter, loc, words.getType(), words, t,
+                                                 StringAttr());
+    rewriter.replaceOp(root, swapBatchSeq(rewriter, loc, op.getResult()));
+    return success();
+  }
+};
+
+//===----------------------------------------------------------------------===//
 // Residual adds
 //===----------------------------------------------------------------------===//
 
@@ -389,20 +700,21 @@ struct RaiseAdd : OpRewritePattern<NodeOp> {
 //===----------------------------------------------------------------------===//
 
 /// The graph input (a [b, s] integer argument) `v` reads, through Casts.
-BlockArgument tokenInput(Value v) {
+BlockArgument tokenInput(Value v, unsigned rank = 2) {
   while (NodeOp cast = producer(v, "Cast"))
     v = cast.getInputs()[0];
   auto arg = dyn_cast<BlockArgument>(v);
-  if (!arg || shapeOf(arg).size() != 2 ||
+  if (!arg || shapeOf(arg).size() != rank ||
       !isa<IntegerType>(cast<RankedTensorType>(arg.getType()).getElementType()))
     return nullptr;
   return arg;
 }
 
-/// The sequence-major i32 form of token input `arg`: Cast(swap(arg)), which
+/// The sequence-major i32 form of token input `arg`: Cast(swap(arg)) of a
+/// [b, s] input, Cast(arg) of a [b] one (class labels), which
 /// tessera-onnx-to-nn turns into the nn function's own argument.
 Value tokensSeqMajor(OpBuilder &b, Location loc, BlockArgument arg) {
-  Value swapped = swapBatchSeq(b, loc, arg);
+  Value swapped = shapeOf(arg).size() == 2 ? swapBatchSeq(b, loc, arg) : Value(arg);
   auto t = cast<RankedTensorType>(swapped.getType());
   auto op = NodeOp::create(
       b, loc, TypeRange{RankedTensorType::get(t.getShape(), b.getI32Type())},
@@ -444,37 +756,96 @@ struct RaiseEmbedding : OpRewritePattern<NodeOp> {
 
 /// A projection split into heads: Transpose(Reshape(linear, [b, s, h, D]),
 /// [0, 2, 1, 3]), with an RMSNorm of each head (QK-norm) between them.
+/// How a projection's heads were made:
+/// - Separate: its own linear (q_proj, k_proj, v_proj);
+/// - PerHead: output `index` of a Split of one linear reshaped to [b, s, h,
+///   3 D] (Megatron's fused QKV, per head [q k v]);
+/// - Blocks: output `index` of a Split of one linear's [b, s, 3 h D] into
+///   [q][k][v] blocks (GPT-2's c_attn), then reshaped.
+enum class HeadSource { Separate, PerHead, Blocks };
+
 struct Heads {
   LinearParts lin;
   int64_t heads = 0, headDim = 0;
   nn::RMSNormOp norm; ///< QK-norm, raised already
+  HeadSource source = HeadSource::Separate;
+  NodeOp split;
+  unsigned index = 0;
 };
 
-std::optional<Heads> matchHeads(Value v) {
+/// The three-way Split over the last axis whose result `v` is (its result
+/// index in `index`), when the parts are equal.
+NodeOp equalSplit(Value v, unsigned &index) {
+  auto r = dyn_cast<OpResult>(v);
+  NodeOp split = r ? dyn_cast<NodeOp>(r.getOwner()) : nullptr;
+  if (!split || split.getOpType() != "Split" || split.getNumResults() != 3)
+    return nullptr;
+  int64_t rank = int64_t(shapeOf(split.getInputs()[0]).size());
+  int64_t axis = split.getInt("axis", 0);
+  if ((axis < 0 ? axis + rank : axis) != rank - 1)
+    return nullptr;
+  for (Value out : split.getResults())
+    if (out.getType() != split.getResult(0).getType())
+      return nullptr;
+  index = r.getResultNumber();
+  return split;
+}
+
+/// The heads of `v`: Transpose(heads, [0, 2, 1, 3]), or with `keyT` a key
+/// transposed at once (Transpose(heads, [0, 2, 3, 1])).
+std::optional<Heads> matchHeads(Value v, bool keyT = false) {
   NodeOp tr = producer(v, "Transpose");
   if (!tr)
     return std::nullopt;
   auto perm = tr.getInts("perm");
-  if (!perm || !llvm::equal(*perm, ArrayRef<int64_t>{0, 2, 1, 3}))
+  if (!perm || !llvm::equal(*perm, keyT ? ArrayRef<int64_t>{0, 2, 3, 1}
+                                        : ArrayRef<int64_t>{0, 2, 1, 3}))
     return std::nullopt;
   Heads h;
-  Value split = tr.getInputs()[0];
-  if (auto norm = split.getDefiningOp<nn::RMSNormOp>()) {
+  Value src = tr.getInputs()[0];
+  if (auto norm = src.getDefiningOp<nn::RMSNormOp>()) {
     h.norm = norm;
-    split = norm.getInput();
+    src = norm.getInput();
   }
-  NodeOp reshape = producer(split, "Reshape");
-  if (!reshape)
+  ArrayRef<int64_t> s4 = shapeOf(src);
+  if (s4.size() != 4)
     return std::nullopt;
-  ArrayRef<int64_t> s4 = shapeOf(reshape.getResult(0));
-  std::optional<LinearParts> lin = matchLinear(reshape.getInputs()[0]);
-  ArrayRef<int64_t> s3 = lin ? shapeOf(reshape.getInputs()[0]) : ArrayRef<int64_t>();
-  if (!lin || s4.size() != 4 || s3.size() != 3 || s4[0] != s3[0] || s4[1] != s3[1] ||
-      s4[2] * s4[3] != s3[2])
-    return std::nullopt;
-  h.lin = *lin;
   h.heads = s4[2];
   h.headDim = s4[3];
+  // Megatron's fused QKV: Split(Reshape(linear, [b, s, h, 3 D]), last axis).
+  if (NodeOp split = equalSplit(src, h.index)) {
+    NodeOp reshape = producer(split.getInputs()[0], "Reshape");
+    std::optional<LinearParts> lin = reshape ? matchLinear(reshape.getInputs()[0])
+                                             : std::nullopt;
+    ArrayRef<int64_t> s3 = lin ? shapeOf(reshape.getInputs()[0]) : ArrayRef<int64_t>();
+    if (!lin || s3.size() != 3 || s3[2] != 3 * h.heads * h.headDim)
+      return std::nullopt;
+    h.lin = *lin;
+    h.source = HeadSource::PerHead;
+    h.split = split;
+    return h;
+  }
+  NodeOp reshape = producer(src, "Reshape");
+  if (!reshape)
+    return std::nullopt;
+  Value flat = reshape.getInputs()[0];
+  ArrayRef<int64_t> s3 = shapeOf(flat);
+  if (s3.size() != 3 || s4[0] != s3[0] || s4[1] != s3[1] || s4[2] * s4[3] != s3[2])
+    return std::nullopt;
+  // GPT-2's c_attn: Split(linear [b, s, 3 H], last axis) into q, k, v blocks.
+  if (NodeOp split = equalSplit(flat, h.index)) {
+    std::optional<LinearParts> lin = matchLinear(split.getInputs()[0]);
+    if (!lin)
+      return std::nullopt;
+    h.lin = *lin;
+    h.source = HeadSource::Blocks;
+    h.split = split;
+    return h;
+  }
+  std::optional<LinearParts> lin = matchLinear(flat);
+  if (!lin)
+    return std::nullopt;
+  h.lin = *lin;
   return h;
 }
 
@@ -645,6 +1016,7 @@ std::optional<double> rotaryBase(Value cosV, Value sinV, int64_t seq, int64_t di
 /// probabilities-times-values product), or opset 23's Attention op.
 struct AttentionCore {
   Value q, k, v; ///< [b, h, s, D] each, k and v repeated for every head
+  bool keyT = false; ///< k is the keys already transposed ([b, h, D, s])
   double scale = 1.0;
   int64_t seq = 0;
 };
@@ -729,8 +1101,10 @@ LogicalResult matchDecomposedCore(Value ctx, AttentionCore &c, std::string &why)
   unscale(q);
   unscale(kt);
   c.k = stripKeyTranspose(kt);
-  if (!c.k)
-    return failWith("no k^T");
+  if (!c.k) {
+    c.k = kt; // transposed at once from the heads (Megatron's, GPT-2's)
+    c.keyT = true;
+  }
   c.q = q;
   c.v = pv.getInputs()[1];
   c.scale = scale;
@@ -791,16 +1165,22 @@ struct RaiseAttention : OpRewritePattern<NodeOp> {
     double scale = core.scale;
     int64_t seq = core.seq;
     int64_t kRep = 1, vRep = 1;
-    Value k = stripRepeat(k4, kRep);
+    Value k = core.keyT ? k4 : stripRepeat(k4, kRep);
     Value v = stripRepeat(core.v, vRep);
-    std::optional<Rope> qRope = matchRope(q), kRope = matchRope(k);
+    std::optional<Rope> qRope = matchRope(q),
+                        kRope = core.keyT ? std::nullopt : matchRope(k);
     if (bool(qRope) != bool(kRope))
       return fail("RoPE on only one of q and k");
     std::optional<Heads> qh = matchHeads(qRope ? qRope->x : q);
-    std::optional<Heads> kh = matchHeads(kRope ? kRope->x : k);
+    std::optional<Heads> kh = matchHeads(kRope ? kRope->x : k, core.keyT);
     std::optional<Heads> vh = matchHeads(v);
     if (!qh || !kh || !vh)
       return fail("q, k or v is not a projection split into heads");
+    if (qh->source != kh->source || qh->source != vh->source ||
+        (qh->source != HeadSource::Separate &&
+         (qh->split != kh->split || qh->split != vh->split || qh->index != 0 ||
+          kh->index != 1 || vh->index != 2)))
+      return fail("q, k and v are not the three parts of one projection");
     int64_t heads = qh->heads, groups = kh->heads, dim = qh->headDim;
     if (vh->heads != groups || kh->headDim != dim || vh->headDim != dim ||
         kRep != vRep || groups * kRep != heads || heads % groups)
@@ -847,15 +1227,30 @@ struct RaiseAttention : OpRewritePattern<NodeOp> {
         rewriter.getNamedAttr("num_query_groups", rewriter.getI64IntegerAttr(groups)),
         rewriter.getNamedAttr("head_dim", rewriter.getI64IntegerAttr(dim)),
         rewriter.getNamedAttr("transposed", rewriter.getBoolAttr(qh->lin.weight.inOut))};
-    Value w = createParamView(rewriter, loc, RankedTensorType::get({rows, hidden}, f32),
-                              named("linear_qkv.weight", qh->lin.weight.init), "qkv",
-                              {qh->lin.weight.init, kh->lin.weight.init, vh->lin.weight.init},
-                              qkvAttrs);
-    Value bias;
-    if (qBias)
-      bias = createParamView(rewriter, loc, RankedTensorType::get({rows}, f32),
-                             named("linear_qkv.bias", qh->lin.bias), "qkv",
-                             {qh->lin.bias, kh->lin.bias, vh->lin.bias}, qkvAttrs);
+    Value w, bias;
+    if (qh->source == HeadSource::Separate) {
+      w = createParamView(rewriter, loc, RankedTensorType::get({rows, hidden}, f32),
+                          named("linear_qkv.weight", qh->lin.weight.init), "qkv",
+                          {qh->lin.weight.init, kh->lin.weight.init, vh->lin.weight.init},
+                          qkvAttrs);
+      if (qBias)
+        bias = createParamView(rewriter, loc, RankedTensorType::get({rows}, f32),
+                               named("linear_qkv.bias", qh->lin.bias), "qkv",
+                               {qh->lin.bias, kh->lin.bias, vh->lin.bias}, qkvAttrs);
+    } else {
+      // One fused projection: Megatron's per-head layout as it is, or
+      // GPT-2's [q][k][v] blocks reordered per head.
+      StringRef linScope = scopeOf(qh->lin.matmul);
+      bool blocks = qh->source == HeadSource::Blocks;
+      StringRef kind = blocks ? "blocks" : (qh->lin.weight.inOut ? "transpose" : "identity");
+      w = createParamView(rewriter, loc, RankedTensorType::get({rows, hidden}, f32),
+                          paramName(linScope, "weight", qh->lin.weight.init), kind,
+                          {qh->lin.weight.init}, qkvAttrs);
+      if (qBias)
+        bias = createParamView(rewriter, loc, RankedTensorType::get({rows}, f32),
+                               paramName(linScope, "bias", qh->lin.bias),
+                               blocks ? "blocks" : "identity", {qh->lin.bias}, qkvAttrs);
+    }
     SmallVector<Operation *> made;
     Value x = swapBatchSeq(rewriter, loc, qh->lin.x);
     Value h = nn::LinearOp::create(rewriter, loc, x, w, bias);
@@ -938,14 +1333,22 @@ struct RaiseLoss : OpRewritePattern<NodeOp> {
       return rewriter.notifyMatchFailure(root, "not a mean loss without weights");
     if (root.getNumResults() > 1 && !root.getResult(1).use_empty())
       return rewriter.notifyMatchFailure(root, "its log-probabilities are used");
-    NodeOp flat = producer(root.getInputs()[0], "Reshape");
-    ArrayRef<int64_t> ls = flat ? shapeOf(flat.getInputs()[0]) : ArrayRef<int64_t>();
-    bool shifted;
-    BlockArgument labels = matchLabels(root.getInputs()[1], shifted);
-    if (!flat || ls.size() != 3 || !labels || !isRaised(flat.getInputs()[0]))
-      return rewriter.notifyMatchFailure(root, "not the token loss over raised logits");
     Location loc = root.getLoc();
-    Value logits = swapBatchSeq(rewriter, loc, flat.getInputs()[0]);
+    Value logits;
+    BlockArgument labels;
+    if (shapeOf(root.getInputs()[0]).size() == 2 && isRaised(root.getInputs()[0]) &&
+        (labels = tokenInput(root.getInputs()[1], /*rank=*/1))) {
+      // Classification: logits [b, classes], a label per sample.
+      logits = root.getInputs()[0];
+    } else {
+      NodeOp flat = producer(root.getInputs()[0], "Reshape");
+      ArrayRef<int64_t> ls = flat ? shapeOf(flat.getInputs()[0]) : ArrayRef<int64_t>();
+      bool shifted;
+      labels = matchLabels(root.getInputs()[1], shifted);
+      if (!flat || ls.size() != 3 || !labels || !isRaised(flat.getInputs()[0]))
+        return rewriter.notifyMatchFailure(root, "not the token loss over raised logits");
+      logits = swapBatchSeq(rewriter, loc, flat.getInputs()[0]);
+    }
     Value lab = tokensSeqMajor(rewriter, loc, labels);
     int64_t ignore = root.getInt("ignore_index", -100);
     auto ce = nn::SoftmaxCrossEntropyOp::create(rewriter, loc, logits, lab,
@@ -980,7 +1383,7 @@ struct SinkSwaps : RewritePattern {
   SinkSwaps(MLIRContext *ctx) : RewritePattern(MatchAnyOpTypeTag(), 1, ctx) {}
   LogicalResult matchAndRewrite(Operation *op, PatternRewriter &rewriter) const override {
     if (!isa<nn::LinearOp, nn::AddOp, nn::RMSNormOp, nn::LayerNormOp, nn::SwiGLUOp,
-             nn::GeluOp, nn::ReluOp>(op))
+             nn::GeluOp, nn::ReluOp, nn::DropoutOp>(op))
       return failure();
     int64_t rank = int64_t(shapeOf(op->getResult(0)).size());
     if (rank < 3)
@@ -1018,8 +1421,9 @@ void populateOnnxToNNPatterns(int phase, RewritePatternSet &patterns) {
     patterns.add<RaiseAttention, RaiseEmbedding>(ctx);
     break;
   case 2: // per-token constructs, the loss, and the layout
-    patterns.add<RaiseSwiGLU>(ctx, /*benefit=*/2);
-    patterns.add<RaiseLinear, RaiseGemm, RaiseAdd, RaiseLoss, CancelSwaps, SinkSwaps>(ctx);
+    patterns.add<RaiseSwiGLU, RaisePositionEmbedding>(ctx, /*benefit=*/2);
+    patterns.add<RaiseLinear, RaiseGemm, RaiseLayerNorm, RaiseGelu, RaiseRelu,
+                 RaiseDropout, RaiseAdd, RaiseLoss, CancelSwaps, SinkSwaps>(ctx);
     break;
   default: break;
   }
