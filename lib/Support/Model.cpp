@@ -58,6 +58,9 @@ LogicalResult tessera::reinferResultTypes(Operation *op) {
       result.setType(op->getOperand(0).getType());
     return success();
   }
+  // An op without operands (nn.fill) has the type it was built with.
+  if (op->getNumOperands() == 0)
+    return success();
   return failure();
 }
 

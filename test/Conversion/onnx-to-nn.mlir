@@ -80,3 +80,33 @@ module {
     return %l : tensor<2x4x10xf32>
   }
 }
+
+// -----
+
+// RMSNorm written as x / sqrt(mean(x^2) + eps), then the weight.
+// CHECK-LABEL: func.func @rms_div(
+// CHECK: nn.rms_norm %{{.*}}, %{{.*}} : tensor<4x?x8xf32>, tensor<8xf32>
+module attributes {onnx.opsets = {ai.onnx = 18 : i64}} {
+  func.func @rms_div(%ids: tensor<2x4xi64>, %labels: tensor<2x4xi64>) -> tensor<f32> {
+    %table = onnx.initializer "t" {value = dense<0.5> : tensor<10x8xf32>} : tensor<10x8xf32>
+    %scale = onnx.initializer "s" {value = dense<1.0> : tensor<8xf32>} : tensor<8xf32>
+    %w = onnx.initializer "w" {value = dense<0.25> : tensor<8x10xf32>} : tensor<8x10xf32>
+    %two = onnx.constant dense<2.0> : tensor<f32>
+    %eps = onnx.constant dense<1.0e-5> : tensor<f32>
+    %axes = onnx.constant dense<[-1]> : tensor<1xi64>
+    %e = onnx.node "Gather"(%table, %ids) {axis = 0 : i64} : (tensor<10x8xf32>, tensor<2x4xi64>) -> tensor<2x4x8xf32>
+    %p = onnx.node "Pow"(%e, %two) {} : (tensor<2x4x8xf32>, tensor<f32>) -> tensor<2x4x8xf32>
+    %m = onnx.node "ReduceMean"(%p, %axes) {keepdims = 1 : i64} : (tensor<2x4x8xf32>, tensor<1xi64>) -> tensor<2x4x1xf32>
+    %a = onnx.node "Add"(%m, %eps) {} : (tensor<2x4x1xf32>, tensor<f32>) -> tensor<2x4x1xf32>
+    %r = onnx.node "Sqrt"(%a) {} : (tensor<2x4x1xf32>) -> tensor<2x4x1xf32>
+    %x = onnx.node "Div"(%e, %r) {} : (tensor<2x4x8xf32>, tensor<2x4x1xf32>) -> tensor<2x4x8xf32>
+    %n = onnx.node "Mul"(%x, %scale) {} : (tensor<2x4x8xf32>, tensor<8xf32>) -> tensor<2x4x8xf32>
+    %l = onnx.node "MatMul"(%n, %w) {} : (tensor<2x4x8xf32>, tensor<8x10xf32>) -> tensor<2x4x10xf32>
+    %s1 = onnx.constant dense<[-1, 10]> : tensor<2xi64>
+    %s2 = onnx.constant dense<[-1]> : tensor<1xi64>
+    %lf = onnx.node "Reshape"(%l, %s1) {} : (tensor<2x4x10xf32>, tensor<2xi64>) -> tensor<8x10xf32>
+    %yf = onnx.node "Reshape"(%labels, %s2) {} : (tensor<2x4xi64>, tensor<1xi64>) -> tensor<8xi64>
+    %loss = onnx.node "SoftmaxCrossEntropyLoss"(%lf, %yf) {ignore_index = -100 : i64, reduction = "mean"} : (tensor<8x10xf32>, tensor<8xi64>) -> tensor<f32>
+    return %loss : tensor<f32>
+  }
+}

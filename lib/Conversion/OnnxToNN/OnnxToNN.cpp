@@ -240,6 +240,25 @@ LogicalResult OnnxToNNPass::buildModel(ModuleOp module, func::FuncOp func) {
                      << " given, but the model already returns a scalar (its loss)";
     return failure();
   }
+  // A forward that returns the last position's logits only (generation's
+  // x[:, [-1], :]) cannot be trained.
+  if (!loss && logits) {
+    int64_t seq = ShapedType::kDynamic;
+    for (BlockArgument arg : body.getArguments())
+      if (auto t = dyn_cast<RankedTensorType>(arg.getType());
+          t && t.getRank() == 2 && isa<IntegerType>(t.getElementType()))
+        seq = t.getDimSize(1);
+    int64_t got = cast<RankedTensorType>(logits.getType()).getDimSize(1);
+    if (!ShapedType::isDynamic(seq) && got != seq) {
+      func.emitError() << "the model returns the logits of " << got
+                       << " position(s) of the " << seq
+                       << " it reads (as a generation forward's x[:, [-1], :]); "
+                          "training needs every position's logits or the loss: "
+                          "export the forward with the targets, or without the "
+                          "last-position slice";
+      return failure();
+    }
+  }
   if (!loss && (!logits || this->loss != "cross-entropy")) {
     func.emitError() << (logits ? "the model returns logits [batch, seq, vocab], not "
                                   "a loss: give --loss cross-entropy to train it "
@@ -261,6 +280,9 @@ LogicalResult OnnxToNNPass::buildModel(ModuleOp module, func::FuncOp func) {
     for (Value in : def->getOperands())
       work.push_back(in);
   }
+  // What no pattern raised: the first such node, or a Dropout among them
+  // (attention dropout above 0 leaves the whole attention unraised).
+  onnx::NodeOp unraised;
   for (Operation &op : body.without_terminator()) {
     if (!needed.count(&op) || isa<nn::NNDialect>(op.getDialect()) ||
         isa<onnx::InitializerOp, onnx::ConstantOp, onnx::NoneOp>(op))
@@ -273,6 +295,10 @@ LogicalResult OnnxToNNPass::buildModel(ModuleOp module, func::FuncOp func) {
       op.emitError() << "unexpected op in the raised graph";
       return failure();
     }
+    if (!unraised || (node.getOpType() == "Dropout" && unraised.getOpType() != "Dropout"))
+      unraised = node;
+  }
+  if (onnx::NodeOp node = unraised) {
     StringRef scope = scopeOf(node);
     auto diag = node.emitError() << "node '" << node.getNodeName() << "' ("
                                  << node.getOpType() << ")";
@@ -496,7 +522,7 @@ LogicalResult OnnxToNNPass::buildModel(ModuleOp module, func::FuncOp func) {
         return failure();
       }
     Operation *clone = b.clone(op, map);
-    if (failed(tessera::reinferResultTypes(clone))) {
+    if (clone->getNumOperands() && failed(tessera::reinferResultTypes(clone))) {
       clone->emitOpError() << "cannot re-infer its types for a dynamic batch";
       return failure();
     }

@@ -29,6 +29,7 @@
 #include "mlir/IR/PatternMatch.h"
 
 #include <cmath>
+#include <cstring>
 
 using namespace mlir;
 namespace nn = tessera::nn;
@@ -118,6 +119,8 @@ bool eitherOrder(NodeOp n, Fn fn) {
 // opset 23's RMSNormalization.
 //===----------------------------------------------------------------------===//
 
+std::optional<std::pair<Value, double>> matchRms(Value sq);
+
 /// x and eps when `r` is 1/sqrt(mean(x^2, -1) + eps) over x.
 std::optional<std::pair<Value, double>> matchInvRms(Value r) {
   Value sq;
@@ -127,6 +130,11 @@ std::optional<std::pair<Value, double>> matchInvRms(Value r) {
     sq = div.getInputs()[1];
   else
     return std::nullopt;
+  return matchRms(sq);
+}
+
+/// x and eps when `sq` is sqrt(mean(x^2, -1) + eps).
+std::optional<std::pair<Value, double>> matchRms(Value sq) {
   NodeOp sqrt = producer(sq, "Sqrt");
   if (!sqrt)
     return std::nullopt;
@@ -174,6 +182,15 @@ struct RaiseRMSNorm : OpRewritePattern<NodeOp> {
       if (!init || init.getType().getRank() != 1)
         return false;
       // normed = x * inv_rms (either order) or x / sqrt(...)
+      if (NodeOp div = producer(normed, "Div")) {
+        auto m = matchRms(div.getInputs()[1]);
+        if (!m || m->first != div.getInputs()[0])
+          return false;
+        x = m->first;
+        eps = m->second;
+        weight = w;
+        return true;
+      }
       if (NodeOp mul = producer(normed, "Mul")) {
         return eitherOrder(mul, [&](Value a, Value r) {
           auto m = matchInvRms(r);
@@ -303,6 +320,45 @@ Value linearWeight(OpBuilder &b, Location loc, WeightRef w, StringRef name) {
                          name, w.inOut ? "transpose" : "identity", ValueRange{w.init});
 }
 
+BlockArgument tokenInput(Value v, unsigned rank = 2);
+
+/// The word-embedding table a linear's weight is a copy of (the LM head of
+/// a tied model, when the exporter folded the head's Transpose into a new
+/// initializer: the TorchScript exporter with constant folding, the dynamo
+/// exporter): an initializer read by a Gather of token ids whose values
+/// equal the weight's, bit for bit. A separately initialised head never is.
+onnx::InitializerOp tiedTable(NodeOp anchor, WeightRef w) {
+  auto wt = w.init.getType();
+  int64_t out = wt.getDimSize(w.inOut ? 1 : 0), in = wt.getDimSize(w.inOut ? 0 : 1);
+  onnx::InitializerOp found;
+  anchor->getParentOp()->walk([&](NodeOp g) {
+    // An embedding not raised yet (Gather of token ids), or raised (the
+    // parameter view nn.embedding reads).
+    bool lookup = g.getOpType() == "Gather" && g.getInt("axis", 0) == 0 &&
+                  tokenInput(g.getInputs()[1]);
+    bool raised = g.getOpType() == kParamView &&
+                  llvm::any_of(g->getUsers(), [](Operation *u) { return isa<nn::EmbeddingOp>(u); });
+    if (found || (!lookup && !raised))
+      return;
+    auto table = g.getInputs()[0].getDefiningOp<onnx::InitializerOp>();
+    if (!table || table == w.init || table.getType().getRank() != 2 ||
+        table.getType().getDimSize(0) != out || table.getType().getDimSize(1) != in)
+      return;
+    auto a = constValues(table), b = constValues(w.init);
+    if (!a || !b || a->size() != b->size())
+      return;
+    for (int64_t r = 0; r < out; ++r)
+      for (int64_t c = 0; c < in; ++c) {
+        double x = (*a)[size_t(r * in + c)];
+        double y = w.inOut ? (*b)[size_t(c * out + r)] : (*b)[size_t(r * in + c)];
+        if (std::memcmp(&x, &y, sizeof x) != 0)
+          return;
+      }
+    found = table;
+  });
+  return found;
+}
+
 struct RaiseLinear : OpRewritePattern<NodeOp> {
   using OpRewritePattern::OpRewritePattern;
   LogicalResult matchAndRewrite(NodeOp root, PatternRewriter &rewriter) const override {
@@ -319,8 +375,21 @@ struct RaiseLinear : OpRewritePattern<NodeOp> {
       return rewriter.notifyMatchFailure(root, "not a linear layer");
     StringRef scope = scopeOf(p->matmul);
     Location loc = root.getLoc();
-    Value w = linearWeight(rewriter, loc, p->weight,
-                           paramName(scope, "weight", p->weight.init));
+    Value w;
+    if (onnx::InitializerOp table = p->bias ? nullptr : tiedTable(root, p->weight)) {
+      // The tied LM head reads the embedding's own parameter.
+      NodeOp gather;
+      for (Operation *u : table->getUsers())
+        if (auto g = dyn_cast<NodeOp>(u); g && g.getOpType() == "Gather")
+          gather = g;
+      std::string name = paramName(gather ? scopeOf(gather) : scope, "weight", table);
+      for (Operation *u : table->getUsers())
+        if (auto v = dyn_cast<NodeOp>(u); v && v.getOpType() == kParamView)
+          name = v.getString("name", name).str(); // the embedding's, if raised
+      w = createParamView(rewriter, loc, table.getType(), name, "identity", {table});
+    } else {
+      w = linearWeight(rewriter, loc, p->weight, paramName(scope, "weight", p->weight.init));
+    }
     Value bias;
     if (p->bias)
       bias = createParamView(rewriter, loc, p->bias.getType(),
@@ -443,8 +512,14 @@ struct RaiseLayerNorm : OpRewritePattern<NodeOp> {
     auto scale = root.getInputs()[1].getDefiningOp<onnx::InitializerOp>();
     Value b = root.getInputOrNull(2);
     auto bias = b ? b.getDefiningOp<onnx::InitializerOp>() : nullptr;
+    auto zeros = [](Value v) {
+      auto values = constValues(v);
+      return values && llvm::all_of(*values, [](double x) { return x == 0; });
+    };
+    // A constant (not an initializer) zero B is what the TorchScript
+    // exporter passes for bias=False: no parameter.
     if (!scale || scale.getType().getRank() != 1 || (axis != -1 && axis != rank - 1) ||
-        (b && !bias && !isScalar(b, 0.0)) ||
+        (b && !bias && !zeros(b)) ||
         llvm::any_of(root.getResults().drop_front(), [](Value r) { return !r.use_empty(); }))
       return rewriter.notifyMatchFailure(root, "not a LayerNorm over the last axis");
     StringRef scope = scopeOf(root);
@@ -641,12 +716,26 @@ struct RaisePositionEmbedding : OpRewritePattern<NodeOp> {
       Operation *def = e.getDefiningOp();
       if (!def || !isBatchSeqSwap(def) || !def->getOperand(0).getDefiningOp<nn::EmbeddingOp>())
         return false;
+      int64_t seq = shapeOf(e)[1];
+      // The exporters fold a lookup of the positions 0..s-1 into the rows
+      // it reads: an initializer [s, h] or [1, s, h] added to the tokens'
+      // embeddings is the position table of the trained positions.
+      if (auto rows = p.getDefiningOp<onnx::InitializerOp>()) {
+        ArrayRef<int64_t> rs = rows.getType().getShape();
+        if (rows.getType().getElementType().isF32() &&
+            ((rs.size() == 2 && rs[0] == seq) ||
+             (rs.size() == 3 && rs[0] == 1 && rs[1] == seq)) &&
+            rs.back() == shapeOf(e).back()) {
+          words = def->getOperand(0);
+          table = rows;
+          return true;
+        }
+      }
       gather = producer(p, "Gather");
       if (!gather || gather.getInt("axis", 0) != 0)
         return false;
       auto init = gather.getInputs()[0].getDefiningOp<onnx::InitializerOp>();
       auto positions = intValues(gather.getInputs()[1]);
-      int64_t seq = shapeOf(e)[1];
       if (!init || init.getType().getRank() != 2 || !positions ||
           int64_t(positions->size()) != seq || init.getType().getDimSize(0) < seq)
         return false;
@@ -661,8 +750,21 @@ struct RaisePositionEmbedding : OpRewritePattern<NodeOp> {
       return rewriter.notifyMatchFailure(root, "not word plus position embeddings");
     Location loc = root.getLoc();
     auto init = table.getDefiningOp<onnx::InitializerOp>();
-    Value t = createParamView(rewriter, loc, init.getType(),
-                              paramName(scopeOf(gather), "weight", init), "identity", {init});
+    Value t;
+    if (gather) {
+      t = createParamView(rewriter, loc, init.getType(),
+                          paramName(scopeOf(gather), "weight", init), "identity", {init});
+    } else {
+      // The folded rows, [s, h]: named for what they are, in the module
+      // that adds them (the exporter's name for them is generated).
+      StringRef scope = scopeOf(root);
+      ArrayRef<int64_t> rs = init.getType().getShape();
+      auto type = RankedTensorType::get({rs[rs.size() - 2], rs.back()},
+                                        init.getType().getElementType());
+      std::string name = scope.empty() ? std::string("position_embeddings.weight")
+                                       : (scope + ".position_embeddings.weight").str();
+      t = createParamView(rewriter, loc, type, name, "identity", {init});
+    }
     auto op = nn::AddPositionEmbeddingOp::create(rewriter, loc, words.getType(), words, t,
                                                  StringAttr());
     rewriter.replaceOp(root, swapBatchSeq(rewriter, loc, op.getResult()));
@@ -700,7 +802,7 @@ struct RaiseAdd : OpRewritePattern<NodeOp> {
 //===----------------------------------------------------------------------===//
 
 /// The graph input (a [b, s] integer argument) `v` reads, through Casts.
-BlockArgument tokenInput(Value v, unsigned rank = 2) {
+BlockArgument tokenInput(Value v, unsigned rank) {
   while (NodeOp cast = producer(v, "Cast"))
     v = cast.getInputs()[0];
   auto arg = dyn_cast<BlockArgument>(v);
@@ -1048,24 +1150,48 @@ LogicalResult matchDecomposedCore(Value ctx, AttentionCore &c, std::string &why)
   // The causal mask.
   Value scores;
   Value masked = softmax.getInputs()[0];
-  if (NodeOp add = producer(masked, "Add")) {
-    eitherOrder(add, [&](Value sc, Value m) {
-      if (!isCausalMask(m, seq, /*boolean=*/false, true))
-        return false;
-      scores = sc;
-      return true;
-    });
-  } else if (NodeOp where = producer(masked, "Where")) {
-    Value cond = where.getInputs()[0], a = where.getInputs()[1], b = where.getInputs()[2];
-    auto fill = [](Value v) {
-      std::optional<double> f = scalarValue(v);
-      return f && *f <= -1e4;
-    };
-    if (fill(b) && isCausalMask(cond, seq, true, /*keepWhenTrue=*/true))
-      scores = a;
-    else if (fill(a) && isCausalMask(cond, seq, true, /*keepWhenTrue=*/false))
-      scores = b;
+  // The masks in front of the softmax: additive ones (0 where a key is
+  // seen; all zero: transformers' padding mask without padding) and
+  // Where(condition, scores, fill); together they must be causal.
+  bool causal = false;
+  auto fill = [](Value v) {
+    std::optional<double> f = scalarValue(v);
+    return f && *f <= -1e4;
+  };
+  while (true) {
+    if (NodeOp add = producer(masked, "Add")) {
+      Value rest;
+      eitherOrder(add, [&](Value x, Value m) {
+        auto v = constValues(m);
+        if (!v || x.getType() != add.getResult(0).getType())
+          return false;
+        bool zeros = llvm::all_of(*v, [](double e) { return e == 0; });
+        if (!zeros && !isCausalMask(m, seq, /*boolean=*/false, true))
+          return false;
+        causal |= !zeros;
+        rest = x;
+        return true;
+      });
+      if (!rest)
+        break;
+      masked = rest;
+      continue;
+    }
+    if (NodeOp where = producer(masked, "Where")) {
+      Value cond = where.getInputs()[0], a = where.getInputs()[1], b = where.getInputs()[2];
+      if (fill(b) && isCausalMask(cond, seq, true, /*keepWhenTrue=*/true))
+        masked = a;
+      else if (fill(a) && isCausalMask(cond, seq, true, /*keepWhenTrue=*/false))
+        masked = b;
+      else
+        break;
+      causal = true;
+      continue;
+    }
+    break;
   }
+  if (causal)
+    scores = masked;
   if (!scores)
     return failWith("attention without a causal mask (Tessera's attention is causal)");
   // Scaled scores.
@@ -1212,6 +1338,18 @@ struct RaiseAttention : OpRewritePattern<NodeOp> {
                     "whole head (partial rotary and Llama 3.1 scaling are not imported yet)");
     }
 
+    // Every check before anything is built: a pattern that fails must
+    // leave the IR as it found it.
+    if (qh->norm && (qh->norm.getWeight().getType() != kh->norm.getWeight().getType() ||
+                     qh->norm.getEps() != kh->norm.getEps()))
+      return fail("q and k norms differ");
+    ArrayRef<int64_t> out = shapeOf(root.getResult(0));
+    ArrayRef<int64_t> xs = shapeOf(qh->lin.x);
+    if (out.empty() || out.back() != heads * dim ||
+        !((out.size() == 3 && out[0] == xs[0] && out[1] == xs[1]) ||
+          (out.size() == 2 && out[0] == xs[0] * xs[1])))
+      return fail("the context is not reshaped to [b, s, heads * head_dim] or "
+                  "[b s, heads * head_dim]");
     Location loc = root.getLoc();
     StringRef qScope = scopeOf(qh->lin.matmul);
     StringRef attnScope = qScope.rsplit('.').first;
@@ -1257,9 +1395,6 @@ struct RaiseAttention : OpRewritePattern<NodeOp> {
     made.push_back(h.getDefiningOp());
     if (qh->norm) {
       auto wq = qh->norm.getWeight(), wk = kh->norm.getWeight();
-      if (wq.getType() != wk.getType() ||
-          qh->norm.getEps() != kh->norm.getEps())
-        return fail("q and k norms differ");
       auto op = nn::QKNormOp::create(rewriter, loc, h.getType(), h, wq, wk,
                                      rewriter.getI64IntegerAttr(heads),
                                      rewriter.getI64IntegerAttr(groups),
@@ -1286,10 +1421,14 @@ struct RaiseAttention : OpRewritePattern<NodeOp> {
     made.push_back(attn);
     for (Operation *op : made)
       markLayer(op, qScope);
-    ArrayRef<int64_t> out = shapeOf(root.getResult(0));
-    if (out.size() != 3 || out.back() != heads * dim)
-      return fail("the context is not reshaped to [b, s, heads * head_dim]");
-    rewriter.replaceOp(root, swapBatchSeq(rewriter, loc, attn.getResult()));
+    Value context = swapBatchSeq(rewriter, loc, attn.getResult());
+    if (out.size() == 2) // flattened for the next Conv1D: [b s, heads * head_dim]
+      context = NodeOp::create(rewriter, loc, root.getResultTypes(),
+                               rewriter.getStringAttr("Reshape"), rewriter.getStringAttr(""),
+                               rewriter.getDictionaryAttr({}),
+                               ValueRange{context, root.getInputs()[1]})
+                    .getResult(0);
+    rewriter.replaceOp(root, context);
     return success();
   }
 };

@@ -18,8 +18,11 @@ of a module whose forward is `model(input_ids, labels=labels).loss`
 (Hugging Face's causal-LM loss, labels shifted inside), traced at batch 2:
   NAME.dynamo18.onnx       torch.onnx.export(dynamo=True, opset 18)
   NAME.torchscript18.onnx  torch.onnx.export(dynamo=False, opset 18)
-Models: llama (LlamaForCausalLM: RMSNorm, SwiGLU, RoPE, GQA, untied head)
-and qwen3 (Qwen3ForCausalLM: the same with QK-norm; dynamo only). A
+Models: llama (LlamaForCausalLM: RMSNorm, SwiGLU, RoPE, GQA, untied head),
+qwen3 (Qwen3ForCausalLM: the same with QK-norm; dynamo only) and gpt2
+(GPT2LMHeadModel: LayerNorm, tanh GELU, learned positions, Conv1D, tied
+head; 4 heads; dropout 0; its biases drawn non-zero, as a pretrained
+model's are, since the dynamo exporter drops an added zero). A
 one-layer Llama (hidden 32, 4 heads) is exported twice more for the output
 forms: tiny-logits-loss.dynamo18.onnx returns (logits, loss), and
 tiny-logits.dynamo18.onnx only the logits of input_ids; with SDPA attention,
@@ -89,6 +92,21 @@ def make(name, attn="eager"):
     if name == "tiny":  # one small layer, for the output forms
         common.update(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                       num_attention_heads=4)
+    if name == "gpt2":
+        cfg = transformers.GPT2Config(vocab_size=257, n_embd=64, n_layer=2, n_head=4,
+                                      n_positions=SEQ, resid_pdrop=0.0, embd_pdrop=0.0,
+                                      attn_pdrop=0.0, initializer_range=0.05,
+                                      use_cache=False)
+        cfg._attn_implementation = attn
+        torch.manual_seed(SEED)
+        model = transformers.GPT2LMHeadModel(cfg).eval()
+        # Biases start at zero, and the dynamo exporter drops an Add of
+        # zeros: a pretrained model's are not, so neither are these.
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                if n.endswith(".bias"):
+                    p.normal_(0.0, 0.02)
+        return model
     if name in ("llama", "tiny"):
         cfg, cls = transformers.LlamaConfig(**common), transformers.LlamaForCausalLM
     else:
@@ -108,7 +126,8 @@ def main():
     ids = torch.randint(0, 257, (BATCH, SEQ), generator=torch.Generator().manual_seed(SEED))
     # Distinct tensors: the dynamo exporter merges inputs traced from one.
     labels = ids.clone()
-    for name, exporters in [("llama", ["dynamo", "torchscript"]), ("qwen3", ["dynamo"])]:
+    for name, exporters in [("llama", ["dynamo", "torchscript"]), ("qwen3", ["dynamo"]),
+                            ("gpt2", ["dynamo", "torchscript"])]:
         model = make(name)
         model.save_pretrained(os.path.join(args.out, name), safe_serialization=True)
         for exporter in exporters:
