@@ -983,11 +983,46 @@ Value matchRotateHalf(Value v) {
   return x;
 }
 
-/// x * cos + rotate_half(x) * sin: x, cos and sin.
+/// x * cos + rotate_half(x) * sin: x, cos and sin. The tables are [..., p,
+/// cols] with cols the head dim (Hugging Face's: both halves the same) or
+/// half of it (opset 23's RotaryEmbedding caches); `period` positions per
+/// repeat of the leading dims.
 struct Rope {
   Value x, cos, sin;
+  bool half = false;
+  int64_t period = 0; ///< 0: the sequence
 };
+
+/// Opset 23's RotaryEmbedding(x [b, h, s, D], cos_cache, sin_cache[,
+/// position_ids]) rotating whole heads, non-interleaved (rotate-half).
+std::optional<Rope> matchRotaryOp(NodeOp re) {
+  ArrayRef<int64_t> xs = shapeOf(re.getInputs()[0]);
+  if (xs.size() != 4 || re.getInt("interleaved", 0) != 0)
+    return std::nullopt;
+  int64_t dim = xs[3], rd = re.getInt("rotary_embedding_dim", 0);
+  if ((rd != 0 && rd != dim) || re.getInputs().size() < 3 ||
+      !onnx::getConstantValue(re.getInputs()[1]) || !onnx::getConstantValue(re.getInputs()[2]))
+    return std::nullopt;
+  ArrayRef<int64_t> cs = shapeOf(re.getInputs()[1]);
+  if (cs.empty() || cs.back() != dim / 2)
+    return std::nullopt;
+  Rope r{re.getInputs()[0], re.getInputs()[1], re.getInputs()[2], /*half=*/true, 0};
+  if (Value ids = re.getInputOrNull(3)) {
+    // Positions 0..s-1 for every sample; the cache rows are the positions.
+    auto pos = intValues(ids);
+    if (!pos || cs.size() != 2 || int64_t(pos->size()) % xs[2])
+      return std::nullopt;
+    for (size_t k = 0; k < pos->size(); ++k)
+      if ((*pos)[k] != int64_t(k) % xs[2])
+        return std::nullopt;
+    r.period = cs[0];
+  }
+  return r;
+}
+
 std::optional<Rope> matchRope(Value v) {
+  if (NodeOp re = producer(v, "RotaryEmbedding"))
+    return matchRotaryOp(re);
   NodeOp add = producer(v, "Add");
   if (!add)
     return std::nullopt;
@@ -1002,7 +1037,7 @@ std::optional<Rope> matchRope(Value v) {
       return eitherOrder(ms, [&](Value rot, Value sin) {
         if (!onnx::getConstantValue(sin) || matchRotateHalf(rot) != x)
           return false;
-        r = Rope{x, cos, sin};
+        r = Rope{x, cos, sin, false, 0};
         return true;
       });
     });
@@ -1089,23 +1124,25 @@ bool isCausalMask(Value mask, int64_t seq, bool boolean, bool keepWhenTrue) {
 
 /// The rotary base of tables cos/sin [..., s, D] (rotate-half layout:
 /// cos(p * base^(-2i/D)) in both halves), when they are exactly that.
-std::optional<double> rotaryBase(Value cosV, Value sinV, int64_t seq, int64_t dim) {
-  auto c = constValues(cosV), s = constValues(sinV);
-  if (!c || !s || c->size() != s->size() || int64_t(c->size()) % (seq * dim) || seq < 2 ||
-      dim < 4 || dim % 2)
+std::optional<double> rotaryBase(const Rope &rope, int64_t seq, int64_t dim) {
+  auto c = constValues(rope.cos), s = constValues(rope.sin);
+  int64_t cols = rope.half ? dim / 2 : dim;
+  int64_t period = rope.period ? rope.period : seq;
+  if (!c || !s || c->size() != s->size() || int64_t(c->size()) % (period * cols) ||
+      period < 2 || dim < 4 || dim % 2)
     return std::nullopt;
   // Position 1, pair 1: the angle base^(-2/D).
-  double angle = std::atan2((*s)[size_t(dim + 1)], (*c)[size_t(dim + 1)]);
+  double angle = std::atan2((*s)[size_t(cols + 1)], (*c)[size_t(cols + 1)]);
   if (angle <= 0 || angle >= 1)
     return std::nullopt;
   double base = std::pow(angle, -double(dim) / 2.0);
-  size_t reps = c->size() / size_t(seq * dim);
+  size_t reps = c->size() / size_t(period * cols);
   for (size_t r = 0; r < reps; ++r)
-    for (int64_t p = 0; p < seq; ++p)
-      for (int64_t i = 0; i < dim; ++i) {
+    for (int64_t p = 0; p < period; ++p)
+      for (int64_t i = 0; i < cols; ++i) {
         double inv = std::pow(base, -2.0 * double(i % (dim / 2)) / double(dim));
         double a = double(p) * double(float(inv));
-        size_t k = r * size_t(seq * dim) + size_t(p * dim + i);
+        size_t k = r * size_t(period * cols) + size_t(p * cols + i);
         double tol = 2e-6 * (1.0 + double(p));
         if (std::abs((*c)[k] - std::cos(a)) > tol || std::abs((*s)[k] - std::sin(a)) > tol)
           return std::nullopt;
@@ -1328,7 +1365,9 @@ struct RaiseAttention : OpRewritePattern<NodeOp> {
       if (constValues(qRope->cos) != constValues(kRope->cos) ||
           constValues(qRope->sin) != constValues(kRope->sin))
         return fail("q and k rotate by different tables");
-      base = rotaryBase(qRope->cos, qRope->sin, seq, dim);
+      if (qRope->half != kRope->half || qRope->period != kRope->period)
+        return fail("q and k rotate by different tables");
+      base = rotaryBase(*qRope, seq, dim);
       // Tables computed in f32 give the base to about 1e-6: a whole base
       // (10000, 500000, 1e6) is what the model was configured with.
       if (base && std::abs(*base - std::round(*base)) <= 1e-5 * *base)
