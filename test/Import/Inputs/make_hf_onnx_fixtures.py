@@ -22,7 +22,8 @@ Models: llama (LlamaForCausalLM: RMSNorm, SwiGLU, RoPE, GQA, untied head),
 qwen3 (Qwen3ForCausalLM: the same with QK-norm; dynamo only) and gpt2
 (GPT2LMHeadModel: LayerNorm, tanh GELU, learned positions, Conv1D, tied
 head; 4 heads; dropout 0; its biases drawn non-zero, as a pretrained
-model's are, since the dynamo exporter drops an added zero). A
+model's are, since the dynamo exporter drops an added zero) and mistral
+(MistralForCausalLM, dynamo only). A
 one-layer Llama (hidden 32, 4 heads) is exported twice more for the output
 forms: tiny-logits-loss.dynamo18.onnx returns (logits, loss), and
 tiny-logits.dynamo18.onnx only the logits of input_ids; with SDPA attention,
@@ -109,6 +110,9 @@ def make(name, attn="eager"):
         return model
     if name in ("llama", "tiny"):
         cfg, cls = transformers.LlamaConfig(**common), transformers.LlamaForCausalLM
+    elif name == "mistral":  # sliding window longer than the sequence: causal
+        cfg, cls = (transformers.MistralConfig(**common, head_dim=8, sliding_window=4096),
+                    transformers.MistralForCausalLM)
     else:
         cfg, cls = (transformers.Qwen3Config(**common, head_dim=8),
                     transformers.Qwen3ForCausalLM)
@@ -127,7 +131,7 @@ def main():
     # Distinct tensors: the dynamo exporter merges inputs traced from one.
     labels = ids.clone()
     for name, exporters in [("llama", ["dynamo", "torchscript"]), ("qwen3", ["dynamo"]),
-                            ("gpt2", ["dynamo", "torchscript"])]:
+                            ("gpt2", ["dynamo", "torchscript"]), ("mistral", ["dynamo"])]:
         model = make(name)
         model.save_pretrained(os.path.join(args.out, name), safe_serialization=True)
         for exporter in exporters:
