@@ -22,6 +22,7 @@
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/TypeUtilities.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Path.h"
 
@@ -218,19 +219,20 @@ LogicalResult GraphImporter::importNode(onnx_model::Node &n) {
     Attribute v = attrs[0].getValue();
     StringRef kind = attrs[0].getName().getValue();
     ElementsAttr value;
-    if (kind == "value") {
+    // Each kind must hold what its name says (a malformed model's may not).
+    if (kind == "value" && isa<ElementsAttr>(v)) {
       value = cast<ElementsAttr>(v);
-    } else if (kind == "value_float") {
+    } else if (kind == "value_float" && isa<FloatAttr>(v)) {
       value = DenseElementsAttr::get(RankedTensorType::get({}, b.getF32Type()),
                                      cast<FloatAttr>(v).getValue());
-    } else if (kind == "value_int") {
+    } else if (kind == "value_int" && isa<IntegerAttr>(v)) {
       value = DenseElementsAttr::get(RankedTensorType::get({}, b.getI64Type()),
                                      cast<IntegerAttr>(v).getValue());
-    } else if (kind == "value_ints") {
+    } else if (kind == "value_ints" && isa<DenseI64ArrayAttr>(v)) {
       ArrayRef<int64_t> ints = cast<DenseI64ArrayAttr>(v).asArrayRef();
       value = DenseElementsAttr::get(
           RankedTensorType::get({int64_t(ints.size())}, b.getI64Type()), ints);
-    } else if (kind == "value_floats") {
+    } else if (kind == "value_floats" && isa<DenseF32ArrayAttr>(v)) {
       ArrayRef<float> fs = cast<DenseF32ArrayAttr>(v).asArrayRef();
       value = DenseElementsAttr::get(
           RankedTensorType::get({int64_t(fs.size())}, b.getF32Type()), fs);
@@ -285,6 +287,17 @@ LogicalResult GraphImporter::importNode(onnx_model::Node &n) {
     // leaves symbolic dims and the dynamo exporter's value infos may lack a
     // rank).
     Type rule = (*inferred)[k];
+    // A stored type the inputs contradict is the model's error: folding on
+    // it would read values of one shape as another.
+    if (auto mt = dyn_cast_or_null<RankedTensorType>(t)) {
+      auto rt = dyn_cast_or_null<RankedTensorType>(rule);
+      if (rt && (mt.getElementType() != rt.getElementType() ||
+                 failed(verifyCompatibleShape(mt, rt)))) {
+        error(n) << "output '" << n.outputs[k] << "' is stored as " << mt
+                 << " but its inputs make it " << rt;
+        return failure();
+      }
+    }
     if (!t || (isa<UnrankedTensorType>(t) && rule && isa<RankedTensorType>(rule)))
       t = rule;
     if (!t && n.outputs[k].empty())

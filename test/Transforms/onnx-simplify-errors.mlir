@@ -54,3 +54,46 @@ func.func @broadcast(%a: tensor<2x3xf32>, %b: tensor<4x5xf32>) -> tensor<*xf32> 
   %y = onnx.node "Add"(%a, %b) {} : (tensor<2x3xf32>, tensor<4x5xf32>) -> tensor<*xf32>
   return %y : tensor<*xf32>
 }
+
+// -----
+
+func.func @unsqueeze_repeat(%x: tensor<4xf32>) -> tensor<*xf32> {
+  %axes = onnx.constant dense<[0, 0]> : tensor<2xi64>
+  // expected-error @+1 {{node 'Unsqueeze' (Unsqueeze): its axes repeat or are out of range}}
+  %y = onnx.node "Unsqueeze"(%x, %axes) {} : (tensor<4xf32>, tensor<2xi64>) -> tensor<*xf32>
+  return %y : tensor<*xf32>
+}
+
+// -----
+
+func.func @squeeze_not_one(%x: tensor<4x3xf32>) -> tensor<*xf32> {
+  %axes = onnx.constant dense<[0]> : tensor<1xi64>
+  // expected-error @+1 {{node 'Squeeze' (Squeeze): it squeezes a dimension that is not 1}}
+  %y = onnx.node "Squeeze"(%x, %axes) {} : (tensor<4x3xf32>, tensor<1xi64>) -> tensor<*xf32>
+  return %y : tensor<*xf32>
+}
+
+// -----
+
+func.func @concat_dims(%a: tensor<2x3xf32>, %b: tensor<2x4xf32>) -> tensor<*xf32> {
+  // expected-error @+1 {{node 'Concat' (Concat): its inputs differ in a dimension other than the axis}}
+  %y = onnx.node "Concat"(%a, %b) {axis = 0 : i64} : (tensor<2x3xf32>, tensor<2x4xf32>) -> tensor<*xf32>
+  return %y : tensor<*xf32>
+}
+
+// -----
+
+func.func @reshape_count(%x: tensor<4xf32>) -> tensor<*xf32> {
+  %t = onnx.constant dense<[5]> : tensor<1xi64>
+  // expected-error @+1 {{node 'Reshape' (Reshape): its target shape does not fit its input}}
+  %y = onnx.node "Reshape"(%x, %t) {} : (tensor<4xf32>, tensor<1xi64>) -> tensor<*xf32>
+  return %y : tensor<*xf32>
+}
+
+// -----
+
+func.func @inputs(%x: tensor<4xf32>) -> tensor<*xf32> {
+  // expected-error @+1 {{node 'Gather' (Gather): expected at least 2 input(s) and 1 output(s)}}
+  %y = onnx.node "Gather"(%x) {} : (tensor<4xf32>) -> tensor<*xf32>
+  return %y : tensor<*xf32>
+}

@@ -83,8 +83,21 @@ struct Lit {
   double asDouble(int64_t k) const {
     return isFloat() ? f[size_t(k)] : double(i[size_t(k)]);
   }
+  /// Set when a value could not be represented (a non-finite or
+  /// out-of-range float made an integer): the result is not folded.
+  mutable bool invalid = false;
+
+  /// A float as an integer, or `invalid` for NaN, infinities and values
+  /// out of the 64-bit range (their conversion is undefined in C++).
+  int64_t toInt(double v) const {
+    if (!std::isfinite(v) || v < -9.2233720368547758e18 || v >= 9.2233720368547758e18) {
+      invalid = true;
+      return 0;
+    }
+    return int64_t(v);
+  }
   int64_t asInt(int64_t k) const {
-    return isFloat() ? int64_t(f[size_t(k)]) : i[size_t(k)];
+    return isFloat() ? toInt(f[size_t(k)]) : i[size_t(k)];
   }
   static Lit like(Type elem, ArrayRef<int64_t> shape) {
     Lit l;
@@ -101,7 +114,7 @@ struct Lit {
     if (isFloat())
       f[size_t(k)] = round(v);
     else
-      i[size_t(k)] = elem.isInteger(1) ? int64_t(v != 0) : int64_t(v);
+      i[size_t(k)] = elem.isInteger(1) ? int64_t(v != 0) : toInt(v);
   }
   void setInt(int64_t k, int64_t v) {
     if (isFloat())
@@ -296,6 +309,10 @@ Type tensorOf(Type elem, std::optional<ArrayRef<int64_t>> shape) {
 
 int64_t normAxis(int64_t axis, int64_t rank) { return axis < 0 ? axis + rank : axis; }
 
+/// The largest rank a value may have (a malformed model's shape input of a
+/// billion elements must not size a vector).
+constexpr int64_t kMaxRank = 64;
+
 //===----------------------------------------------------------------------===//
 // Rules
 //===----------------------------------------------------------------------===//
@@ -347,6 +364,20 @@ LogicalResult broadcastRule(const NodeView &n, SmallVector<Type> &out,
 std::optional<SmallVector<Lit>> one(Lit l) { return SmallVector<Lit>{std::move(l)}; }
 
 /// Elementwise evaluation over broadcast operands.
+/// The most elements an evaluation computes (a broadcast of two known
+/// values can be far larger than either).
+constexpr int64_t kEvalCap = int64_t(1) << 27;
+
+bool withinCap(ArrayRef<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || (d > 0 && n > kEvalCap / d))
+      return false;
+    n *= d;
+  }
+  return n <= kEvalCap;
+}
+
 std::optional<SmallVector<Lit>>
 elementwise(ArrayRef<Lit> in, Type resultElem,
             const std::function<double(ArrayRef<double>)> &fn) {
@@ -354,7 +385,7 @@ elementwise(ArrayRef<Lit> in, Type resultElem,
   for (const Lit &l : in)
     shapes.push_back(l.shape);
   std::optional<SmallVector<int64_t>> shape = broadcast(shapes);
-  if (!shape)
+  if (!shape || !withinCap(*shape))
     return std::nullopt;
   Lit out = Lit::like(resultElem, *shape);
   std::vector<std::vector<int64_t>> idx;
@@ -377,7 +408,7 @@ elementwiseInt(ArrayRef<Lit> in, Type resultElem,
   for (const Lit &l : in)
     shapes.push_back(l.shape);
   std::optional<SmallVector<int64_t>> shape = broadcast(shapes);
-  if (!shape)
+  if (!shape || !withinCap(*shape))
     return std::nullopt;
   Lit out = Lit::like(resultElem, *shape);
   std::vector<std::vector<int64_t>> idx;
@@ -513,14 +544,17 @@ std::optional<SmallVector<int64_t>> reshapeTo(ArrayRef<int64_t> in,
       known *= d;
     shape.push_back(d);
   }
-  if (inferAt >= 0 && known > 0 &&
-      llvm::none_of(in, [](int64_t d) { return ShapedType::isDynamic(d); })) {
-    int64_t total = std::accumulate(in.begin(), in.end(), int64_t(1),
-                                    std::multiplies<int64_t>());
+  bool staticIn = llvm::none_of(in, [](int64_t d) { return ShapedType::isDynamic(d); });
+  int64_t total = std::accumulate(in.begin(), in.end(), int64_t(1),
+                                  std::multiplies<int64_t>());
+  if (inferAt >= 0 && known > 0 && staticIn) {
     if (total % known != 0)
       return std::nullopt;
     shape[size_t(inferAt)] = total / known;
   }
+  // Both sides static: the same number of elements.
+  if (inferAt < 0 && known >= 0 && staticIn && known != total)
+    return std::nullopt;
   return shape;
 }
 
@@ -544,9 +578,10 @@ void sliceBounds(int64_t dim, int64_t &start, int64_t &end, int64_t step) {
 }
 
 int64_t sliceLength(int64_t start, int64_t end, int64_t step) {
+  // start and end are clamped to [-1, dim]: only the step can be extreme.
   if (step > 0)
-    return std::max<int64_t>(0, (end - start + step - 1) / step);
-  return std::max<int64_t>(0, (start - end - step - 1) / -step);
+    return end <= start ? 0 : 1 + (end - start - 1) / step;
+  return start <= end ? 0 : 1 + (start - end - 1) / -step;
 }
 
 struct SliceSpec {
@@ -579,8 +614,16 @@ std::optional<SliceSpec> sliceSpecOf(const NodeView &n, int64_t rank) {
   }
   if (s.axes.size() != s.starts.size() || s.steps.size() != s.starts.size())
     return std::nullopt;
-  for (int64_t &a : s.axes)
+  SmallVector<bool> seen(size_t(rank), false);
+  for (int64_t &a : s.axes) {
     a = normAxis(a, rank);
+    if (a < 0 || a >= rank || seen[size_t(a)])
+      return std::nullopt;
+    seen[size_t(a)] = true;
+  }
+  for (int64_t st : s.steps)
+    if (st == 0 || st == std::numeric_limits<int64_t>::min())
+      return std::nullopt;
   return s;
 }
 
@@ -629,7 +672,29 @@ const llvm::StringMap<Rule> &rules() {
                          return 0;
                        return a / b;
                      });
-    r["Mod"] = arith([](double a, double b) { return std::fmod(a, b); }, rem);
+    r["Mod"] = Rule{
+        [](MLIRContext *, const NodeView &n, SmallVector<Type> &out, std::string &e) {
+          return broadcastRule(n, out, 0, nullptr, e);
+        },
+        [rem](MLIRContext *, const NodeView &n, ArrayRef<Lit> in,
+              ArrayRef<Type>) -> std::optional<SmallVector<Lit>> {
+          if (in.size() != 2 || in[0].elem != in[1].elem)
+            return std::nullopt;
+          bool fmod = n.getInt("fmod", 0) != 0;
+          if (in[0].isFloat()) {
+            if (!fmod) // float Mod needs fmod=1
+              return std::nullopt;
+            return elementwise(in, in[0].elem,
+                               [](ArrayRef<double> a) { return std::fmod(a[0], a[1]); });
+          }
+          // fmod=0: the remainder takes the divisor's sign (Python's %).
+          return elementwiseInt(in, in[0].elem, [&](ArrayRef<int64_t> a) {
+            int64_t r = rem(a[0], a[1]);
+            if (!fmod && r != 0 && ((r < 0) != (a[1] < 0)))
+              r += a[1];
+            return r;
+          });
+        }};
     r["Pow"] = Rule{[](MLIRContext *, const NodeView &n, SmallVector<Type> &out,
                        std::string &e) { return broadcastRule(n, out, 0, nullptr, e); },
                     [](MLIRContext *, const NodeView &, ArrayRef<Lit> in, ArrayRef<Type>) {
@@ -809,6 +874,22 @@ const llvm::StringMap<Rule> &rules() {
           }
           return one(std::move(out));
         }};
+    // CastLike(x, like): x in like's element type.
+    r["CastLike"] = Rule{
+        [](MLIRContext *, const NodeView &n, SmallVector<Type> &out, std::string &e) {
+          if (!n.has(1)) {
+            e = "expected the tensor whose type to cast to";
+            return failure();
+          }
+          auto in = ranked(n.inputTypes[0]);
+          out[0] = tensorOf(elemOf(n.inputTypes[1]),
+                            in ? std::optional<ArrayRef<int64_t>>(in.getShape()) : std::nullopt);
+          return success();
+        },
+        [](MLIRContext *ctx, const NodeView &n, ArrayRef<Lit> in,
+           ArrayRef<Type> results) -> std::optional<SmallVector<Lit>> {
+          return rules().lookup("Cast").eval(ctx, n, in.take_front(1), results);
+        }};
     r["Shape"] = Rule{
         [](MLIRContext *ctx, const NodeView &n, SmallVector<Type> &out, std::string &) {
           auto in = ranked(n.inputTypes[0]);
@@ -837,7 +918,7 @@ const llvm::StringMap<Rule> &rules() {
           std::optional<SmallVector<int64_t>> target = n.intsOf(1);
           if (!target) {
             auto st = ranked(n.inputTypes[1]);
-            if (st && st.hasStaticShape() && st.getRank() == 1)
+            if (st && st.hasStaticShape() && st.getRank() == 1 && st.getDimSize(0) <= kMaxRank)
               out[0] = RankedTensorType::get(
                   SmallVector<int64_t>(size_t(st.getDimSize(0)), ShapedType::kDynamic),
                   elem);
@@ -873,7 +954,7 @@ const llvm::StringMap<Rule> &rules() {
       return one(reshaped(in[0], t.getShape()));
     };
     r["Unsqueeze"] = Rule{
-        [](MLIRContext *, const NodeView &n, SmallVector<Type> &out, std::string &) {
+        [](MLIRContext *, const NodeView &n, SmallVector<Type> &out, std::string &e) {
           auto in = ranked(n.inputTypes[0]);
           Type elem = elemOf(n.inputTypes[0]);
           auto axes = axesOf(n);
@@ -883,8 +964,14 @@ const llvm::StringMap<Rule> &rules() {
           }
           int64_t rank = in.getRank() + int64_t(axes->size());
           SmallVector<bool> inserted(size_t(rank), false);
-          for (int64_t a : *axes)
-            inserted[size_t(normAxis(a, rank))] = true;
+          for (int64_t a : *axes) {
+            int64_t d = normAxis(a, rank);
+            if (d < 0 || d >= rank || inserted[size_t(d)]) {
+              e = "its axes repeat or are out of range";
+              return failure();
+            }
+            inserted[size_t(d)] = true;
+          }
           SmallVector<int64_t> shape;
           int64_t from = 0;
           for (int64_t d = 0; d < rank; ++d)
@@ -894,7 +981,7 @@ const llvm::StringMap<Rule> &rules() {
         },
         reshapeEval};
     r["Squeeze"] = Rule{
-        [](MLIRContext *, const NodeView &n, SmallVector<Type> &out, std::string &) {
+        [](MLIRContext *, const NodeView &n, SmallVector<Type> &out, std::string &e) {
           auto in = ranked(n.inputTypes[0]);
           Type elem = elemOf(n.inputTypes[0]);
           auto axes = axesOf(n);
@@ -903,8 +990,15 @@ const llvm::StringMap<Rule> &rules() {
             return success();
           }
           SmallVector<bool> drop(size_t(in.getRank()), false);
-          for (int64_t a : *axes)
-            drop[size_t(normAxis(a, in.getRank()))] = true;
+          for (int64_t a : *axes) {
+            int64_t d = normAxis(a, in.getRank());
+            if (d < 0 || d >= in.getRank() ||
+                (!in.isDynamicDim(d) && in.getDimSize(d) != 1)) {
+              e = "it squeezes a dimension that is not 1";
+              return failure();
+            }
+            drop[size_t(d)] = true;
+          }
           SmallVector<int64_t> shape;
           for (int64_t d = 0; d < in.getRank(); ++d) {
             bool gone = axes->empty() ? in.getDimSize(d) == 1 : drop[size_t(d)];
@@ -956,10 +1050,16 @@ const llvm::StringMap<Rule> &rules() {
           }
           shape[size_t(axis)] = 0;
           for (RankedTensorType t : ins) {
-            if (t.getRank() != rank) {
-              e = "its inputs differ in rank";
+            if (t.getRank() != rank || t.getElementType() != elem) {
+              e = "its inputs differ in rank or element type";
               return failure();
             }
+            for (int64_t d = 0; d < rank; ++d)
+              if (d != axis && !t.isDynamicDim(d) && !ins[0].isDynamicDim(d) &&
+                  t.getDimSize(d) != ins[0].getDimSize(d)) {
+                e = "its inputs differ in a dimension other than the axis";
+                return failure();
+              }
             int64_t d = t.getDimSize(axis);
             int64_t &s = shape[size_t(axis)];
             s = ShapedType::isDynamic(d) || ShapedType::isDynamic(s) ? ShapedType::kDynamic
@@ -1172,7 +1272,9 @@ const llvm::StringMap<Rule> &rules() {
         [](MLIRContext *, const NodeView &, ArrayRef<Lit> in,
            ArrayRef<Type> results) -> std::optional<SmallVector<Lit>> {
           auto t = ranked(results[0]);
-          if (!t || !t.hasStaticShape())
+          if (!t || !t.hasStaticShape() || in[0].shape.size() > size_t(t.getRank()) ||
+              broadcast({ArrayRef<int64_t>(in[0].shape), t.getShape()}) !=
+                  std::optional<SmallVector<int64_t>>(SmallVector<int64_t>(t.getShape())))
             return std::nullopt;
           std::vector<int64_t> idx = broadcastIndex(in[0].shape, t.getShape());
           return one(gatherBy(in[0], t.getShape(), [&](ArrayRef<int64_t> c) {
@@ -1212,14 +1314,17 @@ const llvm::StringMap<Rule> &rules() {
           return success();
         },
         [](MLIRContext *, const NodeView &, ArrayRef<Lit> in,
-           ArrayRef<Type>) -> std::optional<SmallVector<Lit>> {
-          if (in[0].size() != 1 || in[1].size() != 1 || in[2].size() != 1)
+           ArrayRef<Type> results) -> std::optional<SmallVector<Lit>> {
+          if (in.size() != 3 || in[0].size() != 1 || in[1].size() != 1 || in[2].size() != 1)
             return std::nullopt;
           double start = in[0].asDouble(0), limit = in[1].asDouble(0),
                  delta = in[2].asDouble(0);
-          if (delta == 0)
+          auto t = ranked(results[0]);
+          double count = std::ceil((limit - start) / delta);
+          if (delta == 0 || !std::isfinite(count) || !t || !t.hasStaticShape() ||
+              std::max(0.0, count) != double(t.getDimSize(0)))
             return std::nullopt;
-          int64_t n = std::max<int64_t>(0, int64_t(std::ceil((limit - start) / delta)));
+          int64_t n = t.getDimSize(0);
           Lit out = Lit::like(in[0].elem, {n});
           for (int64_t k = 0; k < n; ++k) {
             if (out.isFloat())
@@ -1237,9 +1342,10 @@ const llvm::StringMap<Rule> &rules() {
             elem = v.getElementType();
           auto shape = n.intsOf(0);
           auto st = ranked(n.inputTypes[0]);
-          if (shape)
+          if (shape && int64_t(shape->size()) <= kMaxRank)
             out[0] = RankedTensorType::get(*shape, elem);
-          else if (st && st.hasStaticShape())
+          else if (st && st.hasStaticShape() && st.getRank() == 1 &&
+                   st.getDimSize(0) <= kMaxRank)
             out[0] = RankedTensorType::get(
                 SmallVector<int64_t>(size_t(st.getDimSize(0)), ShapedType::kDynamic), elem);
           else
@@ -1255,13 +1361,13 @@ const llvm::StringMap<Rule> &rules() {
           if (auto v = n.attrs ? dyn_cast_or_null<ElementsAttr>(n.attrs.get("value"))
                                : nullptr) {
             std::optional<Lit> fill = toLit(v);
-            if (!fill || fill->size() != 1)
+            if (!fill || fill->size() != 1 || fill->elem != out.elem)
               return std::nullopt;
             for (int64_t k = 0; k < out.size(); ++k)
               if (out.isFloat())
-                out.f[size_t(k)] = fill->f[0];
+                out.f[size_t(k)] = fill->asDouble(0);
               else
-                out.i[size_t(k)] = fill->i[0];
+                out.i[size_t(k)] = fill->asInt(0);
           }
           (void)ctx;
           (void)in;
@@ -1312,9 +1418,11 @@ const llvm::StringMap<Rule> &rules() {
           auto t = ranked(results[0]);
           const Lit &a = in[0], &b = in[1];
           if (!t || !t.hasStaticShape() || a.shape.size() < 2 || b.shape.size() < 2 ||
-              !a.isFloat())
+              !a.isFloat() || !b.isFloat())
             return std::nullopt;
           int64_t m = a.shape[a.shape.size() - 2], k = a.shape.back(), n = b.shape.back();
+          if (m <= 0 || k <= 0 || n <= 0 || b.shape[b.shape.size() - 2] != k)
+            return std::nullopt;
           int64_t batches = t.getNumElements() / std::max<int64_t>(m * n, 1);
           int64_t aBatch = a.size() / (m * k), bBatch = b.size() / (k * n);
           if ((aBatch != 1 && aBatch != batches) || (bBatch != 1 && bBatch != batches))
@@ -1553,6 +1661,34 @@ tessera::onnx::inferResultTypes(MLIRContext *ctx, const NodeView &node,
   if (it == rules().end() || node.inputTypes.empty() ||
       llvm::any_of(node.inputTypes, [](Type t) { return !t; }))
     return out;
+  // The inputs and outputs the rules read (the onnx checker does not run
+  // on models newer than its opsets).
+  static const llvm::StringMap<std::pair<unsigned, unsigned>> counts = {
+      {"Gather", {2, 1}}, {"GatherElements", {2, 1}}, {"MatMul", {2, 1}},
+      {"Gemm", {2, 1}}, {"Where", {3, 1}}, {"OneHot", {3, 1}}, {"Attention", {3, 1}},
+      {"Range", {3, 1}}, {"Reshape", {2, 1}}, {"Expand", {2, 1}}, {"Add", {2, 1}},
+      {"Sub", {2, 1}}, {"Mul", {2, 1}}, {"Div", {2, 1}}, {"Pow", {2, 1}},
+      {"Mod", {2, 1}}, {"Equal", {2, 1}}, {"Less", {2, 1}}, {"LessOrEqual", {2, 1}},
+      {"Greater", {2, 1}}, {"GreaterOrEqual", {2, 1}}, {"And", {2, 1}}, {"Or", {2, 1}},
+      {"Xor", {2, 1}}, {"LayerNormalization", {2, 1}}, {"RMSNormalization", {2, 1}},
+      {"SoftmaxCrossEntropyLoss", {2, 1}}, {"RotaryEmbedding", {3, 1}},
+      {"TopK", {2, 1}}, {"Slice", {3, 1}}, {"ConstantOfShape", {1, 1}},
+      {"Split", {1, 1}}};
+  unsigned minInputs = 1, minOutputs = 1;
+  if (auto c = counts.find(node.opType); c != counts.end()) {
+    minInputs = c->second.first;
+    minOutputs = c->second.second;
+  }
+  if (node.opType == "Slice" && node.opset < 10)
+    minInputs = 1; // starts and ends were attributes
+  unsigned present = 0;
+  for (unsigned i = 0; i < node.inputTypes.size(); ++i)
+    present += i < minInputs && node.has(i);
+  if (present < minInputs || node.numResults < minOutputs) {
+    error = "expected at least " + std::to_string(minInputs) + " input(s) and " +
+            std::to_string(minOutputs) + " output(s)";
+    return failure();
+  }
   if (failed(checkAxes(node, error)) || failed(it->second.types(ctx, node, out, error)))
     return failure();
   for (Type t : out)
@@ -1560,6 +1696,9 @@ tessera::onnx::inferResultTypes(MLIRContext *ctx, const NodeView &node,
                               return d < 0 && !ShapedType::isDynamic(d);
                             })) {
       error = "its result would have a negative dimension";
+      return failure();
+    } else if (r && r.getRank() > kMaxRank) {
+      error = "its result would have more than 64 dimensions";
       return failure();
     }
   return out;
@@ -1621,10 +1760,18 @@ SmallVector<ElementsAttr> tessera::onnx::evaluate(MLIRContext *ctx,
     return {};
   SmallVector<ElementsAttr> values;
   for (size_t k = 0; k < out->size(); ++k) {
+    const Lit &l = (*out)[k];
     auto r = ranked(resultTypes[k]);
-    if (r.getElementType() != (*out)[k].elem || r.getShape() != ArrayRef<int64_t>((*out)[k].shape))
+    size_t stored = l.isFloat() ? l.f.size() : l.i.size();
+    // A value that is not what its type says (a malformed model's shapes)
+    // or could not be represented is not folded.
+    if (r.getElementType() != l.elem || r.getShape() != ArrayRef<int64_t>(l.shape) ||
+        int64_t(stored) != r.getNumElements() || l.invalid)
       return {};
-    values.push_back(fromLit((*out)[k]));
+    values.push_back(fromLit(l));
   }
+  for (const Lit &l : in)
+    if (l.invalid)
+      return {};
   return values;
 }

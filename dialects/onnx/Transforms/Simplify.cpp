@@ -57,7 +57,7 @@ bool isZeroScalar(ElementsAttr v) {
 /// The input a node passes through unchanged, or null.
 Value passThrough(NodeOp node) {
   StringRef op = node.getOpType();
-  if (!node.getDomain().empty() || node.getInputs().empty())
+  if (!node.getDomain().empty() || node.getInputs().empty() || node.getNumResults() == 0)
     return nullptr;
   Value in = node.getInputs()[0];
   Type out = node.getNumResults() ? node.getResult(0).getType() : Type();
@@ -130,24 +130,33 @@ public:
   }
   void defer(NodeOp n) { deferred.insert(n); }
 
-  /// v's value (evaluating deferred nodes on demand), or null.
-  ElementsAttr valueOf(Value v) {
+  /// v's value (evaluating deferred nodes on demand, each once: a failure
+  /// is remembered too), or null.
+  ElementsAttr valueOf(Value v, unsigned depth = 0) {
     if (ElementsAttr c = getConstantValue(v))
       return c;
     auto node = v.getDefiningOp<NodeOp>();
-    if (!node || !deferred.count(node))
+    if (!node || !deferred.count(node) || failed.count(node) || depth > kMaxDepth)
       return nullptr;
     if (ElementsAttr m = memo.lookup(v))
       return m;
-    SmallVector<ElementsAttr> values = evaluateNode(node);
-    if (values.empty())
+    SmallVector<ElementsAttr> values = evaluateNode(node, depth + 1);
+    if (values.empty()) {
+      failed.insert(node);
       return nullptr;
+    }
     for (auto [r, value] : llvm::zip(node.getResults(), values))
       memo[r] = value;
     return memo.lookup(v);
   }
 
-  SmallVector<ElementsAttr> evaluateNode(NodeOp node) {
+  SmallVector<ElementsAttr> evaluateNode(NodeOp node, unsigned depth = 0) {
+    // Results too large to fold are known before any input is computed.
+    for (Type t : node.getResultTypes()) {
+      auto r = dyn_cast<RankedTensorType>(t);
+      if (!r || !r.hasStaticShape() || r.getNumElements() > maxElements)
+        return {};
+    }
     SmallVector<Type> inputTypes(node.getInputs().getTypes());
     SmallVector<ElementsAttr> inputValues;
     for (Value in : node.getInputs()) {
@@ -155,7 +164,7 @@ public:
         inputValues.push_back(nullptr);
         continue;
       }
-      ElementsAttr v = valueOf(in);
+      ElementsAttr v = valueOf(in, depth);
       if (!v)
         return {};
       inputValues.push_back(v);
@@ -169,7 +178,10 @@ public:
 private:
   MLIRContext *ctx;
   int64_t opset, maxElements;
-  DenseSet<Operation *> deferred;
+  /// Deferred chains deeper than this are not evaluated (no stack
+  /// exhaustion on a malformed model).
+  static constexpr unsigned kMaxDepth = 256;
+  DenseSet<Operation *> deferred, failed;
   DenseMap<Value, ElementsAttr> memo;
 };
 

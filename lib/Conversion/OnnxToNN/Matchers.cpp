@@ -67,6 +67,9 @@ std::optional<SmallVector<double>> constValues(Value v) {
 }
 
 std::optional<double> scalarValue(Value v) {
+  ElementsAttr attr = v ? onnx::getConstantValue(v) : nullptr;
+  if (!attr || attr.getNumElements() != 1)
+    return std::nullopt; // no weight is converted to find out
   auto values = constValues(v);
   if (!values || values->size() != 1)
     return std::nullopt;

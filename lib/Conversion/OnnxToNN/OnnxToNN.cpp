@@ -203,6 +203,7 @@ struct OnnxToNNPass : tessera::impl::OnnxToNNPassBase<OnnxToNNPass> {
       if (n.getOpType() == "Dropout")
         n->setAttr("onnx.dropout_stream", IntegerAttr::get(IntegerType::get(&getContext(), 64), stream++));
     });
+    recordUses(func);
     for (int phase = 0; phase < kNumPhases; ++phase) {
       RewritePatternSet patterns(&getContext());
       populateOnnxToNNPatterns(phase, patterns);

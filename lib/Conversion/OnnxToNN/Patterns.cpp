@@ -30,6 +30,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 using namespace mlir;
 namespace nn = tessera::nn;
@@ -46,29 +47,17 @@ void markLayer(Operation *op, StringRef scope) {
     op->setAttr(tessera::kLayerAttr, Builder(op->getContext()).getI64IntegerAttr(layer));
 }
 
-/// The uses of an initializer by the graph (not by parameter views).
+/// The uses of an initializer by the graph, counted before any pattern ran
+/// (recordUses): names must not depend on the order patterns fire in.
 unsigned graphUses(onnx::InitializerOp init) {
-  unsigned n = 0;
-  for (Operation *user : init->getUsers())
-    if (auto node = dyn_cast<NodeOp>(user); !node || node.getOpType() != kParamView)
-      ++n;
-  return n;
+  auto a = init->getAttrOfType<IntegerAttr>(kUsesAttr);
+  return a ? unsigned(a.getInt()) : 0;
 }
 
-/// Whether the initializer is a word embedding's table (read by a Gather
-/// of token ids) that a linear layer also reads: the LM head tied to it.
+/// Whether the initializer is a word embedding's table (read by a Gather)
+/// that another node also reads: the LM head tied to it (recordUses).
 bool isTiedEmbedding(onnx::InitializerOp init) {
-  bool gather = false, other = false;
-  for (Operation *user : init->getUsers()) {
-    auto node = dyn_cast<NodeOp>(user);
-    if (!node || node.getOpType() == kParamView)
-      continue;
-    if (node.getOpType() == "Gather" && node.getInputs()[0] == init.getResult())
-      gather = true;
-    else
-      other = true;
-  }
-  return gather && other;
+  return init->hasAttr(kTiedAttr);
 }
 
 /// A parameter's name: the initializer's own, when it names a parameter
@@ -417,7 +406,7 @@ struct RaiseGemm : OpRewritePattern<NodeOp> {
     auto bias = root.getInputOrNull(2)
                     ? root.getInputs()[2].getDefiningOp<onnx::InitializerOp>()
                     : nullptr;
-    if (!init || !isActivation(x) || root.getInt("transA", 0) ||
+    if (!init || !isActivation(x) || shapeOf(x).size() != 2 || root.getInt("transA", 0) ||
         root.getFloat("alpha", 1.0f) != 1.0f || root.getFloat("beta", 1.0f) != 1.0f ||
         (root.getInputOrNull(2) && (!bias || bias.getType().getRank() != 1)))
       return rewriter.notifyMatchFailure(root, "not a linear layer");
@@ -541,11 +530,13 @@ struct RaiseLayerNorm : OpRewritePattern<NodeOp> {
 };
 
 /// The factors of a product tree of single-use Muls rooted at `v`.
-void mulFactors(Value v, SmallVectorImpl<Value> &factors, bool root) {
+void mulFactors(Value v, SmallVectorImpl<Value> &factors, bool root, unsigned depth = 0) {
   NodeOp mul = producer(v, "Mul");
-  if (mul && (root || v.hasOneUse())) {
-    mulFactors(mul.getInputs()[0], factors, false);
-    mulFactors(mul.getInputs()[1], factors, false);
+  // A GELU is a product of 3 factors: deeper trees are not one (and no
+  // malformed chain exhausts the stack).
+  if (mul && (root || v.hasOneUse()) && depth < 4) {
+    mulFactors(mul.getInputs()[0], factors, false, depth + 1);
+    mulFactors(mul.getInputs()[1], factors, false, depth + 1);
     return;
   }
   factors.push_back(v);
@@ -968,11 +959,12 @@ Value matchRotateHalf(Value v) {
   Value x = lo.getInputs()[0];
   int64_t d = shapeOf(x).empty() ? 0 : shapeOf(x).back();
   auto bounds = [&](NodeOp sl, int64_t start, int64_t end) {
-    auto st = intValues(sl.getInputs()[1]), en = intValues(sl.getInputs()[2]);
+    auto st = intValues(sl.getInputOrNull(1)), en = intValues(sl.getInputOrNull(2));
     auto ax = intValues(sl.getInputOrNull(3));
     auto sp = sl.getInputOrNull(4) ? intValues(sl.getInputs()[4])
                                    : std::optional<SmallVector<int64_t>>(SmallVector<int64_t>{1});
-    if (!st || !en || !ax || !sp || st->size() != 1 || ax->size() != 1 || (*sp)[0] != 1)
+    if (!st || !en || !ax || !sp || st->size() != 1 || en->size() != 1 || ax->size() != 1 ||
+        sp->size() != 1 || (*sp)[0] != 1)
       return false;
     int64_t a = (*ax)[0] < 0 ? (*ax)[0] + rank : (*ax)[0];
     int64_t e = std::min((*en)[0], d);
@@ -997,7 +989,7 @@ struct Rope {
 /// position_ids]) rotating whole heads, non-interleaved (rotate-half).
 std::optional<Rope> matchRotaryOp(NodeOp re) {
   ArrayRef<int64_t> xs = shapeOf(re.getInputs()[0]);
-  if (xs.size() != 4 || re.getInt("interleaved", 0) != 0)
+  if (xs.size() != 4 || re.getInt("interleaved", 0) != 0 || xs[2] <= 0 || xs[3] < 4)
     return std::nullopt;
   int64_t dim = xs[3], rd = re.getInt("rotary_embedding_dim", 0);
   if ((rd != 0 && rd != dim) || re.getInputs().size() < 3 ||
@@ -1125,11 +1117,21 @@ bool isCausalMask(Value mask, int64_t seq, bool boolean, bool keepWhenTrue) {
 /// The rotary base of tables cos/sin [..., s, D] (rotate-half layout:
 /// cos(p * base^(-2i/D)) in both halves), when they are exactly that.
 std::optional<double> rotaryBase(const Rope &rope, int64_t seq, int64_t dim) {
-  auto c = constValues(rope.cos), s = constValues(rope.sin);
   int64_t cols = rope.half ? dim / 2 : dim;
   int64_t period = rope.period ? rope.period : seq;
-  if (!c || !s || c->size() != s->size() || int64_t(c->size()) % (period * cols) ||
-      period < 2 || dim < 4 || dim % 2)
+  if (period < 2 || dim < 4 || dim % 2)
+    return std::nullopt;
+  // The tables' last two dims are positions and features; the others
+  // broadcast (batch at most).
+  ArrayRef<int64_t> ts = shapeOf(rope.cos);
+  if (ts.size() < 2 || shapeOf(rope.sin) != ts || ts[ts.size() - 2] != period ||
+      ts.back() != cols)
+    return std::nullopt;
+  for (size_t d = 1; d + 2 < ts.size(); ++d)
+    if (ts[d] != 1)
+      return std::nullopt;
+  auto c = constValues(rope.cos), s = constValues(rope.sin);
+  if (!c || !s || c->size() != s->size() || int64_t(c->size()) % (period * cols))
     return std::nullopt;
   // Position 1, pair 1: the angle base^(-2/D).
   double angle = std::atan2((*s)[size_t(cols + 1)], (*c)[size_t(cols + 1)]);
@@ -1178,7 +1180,10 @@ LogicalResult matchDecomposedCore(Value ctx, AttentionCore &c, std::string &why)
     probs = guard.getInputs()[2];
   }
   NodeOp softmax = producer(probs, "Softmax");
-  if (!softmax || (softmax.getInt("axis", -1) != -1 && softmax.getInt("axis", -1) != 3))
+  // Before opset 13 a Softmax's axis defaulted to 1 (over the flattened
+  // trailing dims): only an explicit last axis is the keys'.
+  int64_t smAxis = softmax ? softmax.getInt("axis", onnx::getOpset(softmax) < 13 ? 1 : -1) : 0;
+  if (!softmax || (smAxis != -1 && smAxis != 3))
     return failWith("no softmax over the keys");
   ArrayRef<int64_t> sShape = shapeOf(softmax.getResult(0));
   if (sShape.size() != 4)
@@ -1291,8 +1296,8 @@ LogicalResult matchOpsetCore(NodeOp att, AttentionCore &c, std::string &why) {
   c.seq = q[2];
   Value mask = att.getInputOrNull(3);
   bool causal = att.getInt("is_causal", 0) != 0;
-  if (!causal && !(mask && (isCausalMask(mask, c.seq, /*boolean=*/true, true) ||
-                            isCausalMask(mask, c.seq, /*boolean=*/false, true)))) {
+  bool boolMask = mask && cast<TensorType>(mask.getType()).getElementType().isInteger(1);
+  if (!causal && !(mask && isCausalMask(mask, c.seq, /*boolean=*/boolMask, true))) {
     why = "attention without a causal mask (Tessera's attention is causal)";
     return failure();
   }
@@ -1345,6 +1350,8 @@ struct RaiseAttention : OpRewritePattern<NodeOp> {
           kh->index != 1 || vh->index != 2)))
       return fail("q, k and v are not the three parts of one projection");
     int64_t heads = qh->heads, groups = kh->heads, dim = qh->headDim;
+    if (heads <= 0 || groups <= 0 || dim <= 0 || kRep <= 0)
+      return fail("heads, groups or head size not positive");
     if (vh->heads != groups || kh->headDim != dim || vh->headDim != dim ||
         kRep != vRep || groups * kRep != heads || heads % groups)
       return fail("heads, key/value groups or head sizes disagree");
@@ -1489,12 +1496,21 @@ BlockArgument matchLabels(Value v, bool &shifted) {
   Value l = flat.getInputs()[0];
   if (NodeOp slice = producer(l, "Slice")) {
     NodeOp pad = producer(slice.getInputs()[0], "Pad");
-    auto pads = pad ? intValues(pad.getInputs()[1]) : std::nullopt;
-    auto st = intValues(slice.getInputs()[1]);
+    auto pads = pad ? intValues(pad.getInputOrNull(1)) : std::nullopt;
+    auto st = intValues(slice.getInputOrNull(1)), en = intValues(slice.getInputOrNull(2));
     auto ax = intValues(slice.getInputOrNull(3));
-    if (!pad || !pads || !llvm::equal(*pads, ArrayRef<int64_t>{0, 0, 0, 1}) ||
+    auto sp = slice.getInputOrNull(4) ? intValues(slice.getInputs()[4])
+                                      : std::optional<SmallVector<int64_t>>(SmallVector<int64_t>{1});
+    ArrayRef<int64_t> ps = pad ? shapeOf(pad.getResult(0)) : ArrayRef<int64_t>();
+    int64_t padded = ps.size() == 2 ? ps[1] : -1;
+    // Labels padded with -100 at the end of every sequence, then the
+    // first dropped: constant mode, over the sequence axis only.
+    if (!pad || pad.getString("mode", "constant") != "constant" || pad.getInputOrNull(3) ||
+        !pads || !llvm::equal(*pads, ArrayRef<int64_t>{0, 0, 0, 1}) ||
         !isScalar(pad.getInputOrNull(2), -100.0) || !st || st->size() != 1 ||
-        (*st)[0] != 1 || !ax || ax->size() != 1 || ((*ax)[0] != 1 && (*ax)[0] != -1))
+        (*st)[0] != 1 || !en || en->size() != 1 || padded < 0 || (*en)[0] < padded || !sp ||
+        sp->size() != 1 || (*sp)[0] != 1 || !ax || ax->size() != 1 ||
+        ((*ax)[0] != 1 && (*ax)[0] != -1))
       return nullptr;
     shifted = true;
     l = pad.getInputs()[0];
@@ -1528,7 +1544,8 @@ struct RaiseLoss : OpRewritePattern<NodeOp> {
       logits = swapBatchSeq(rewriter, loc, flat.getInputs()[0]);
     }
     Value lab = tokensSeqMajor(rewriter, loc, labels);
-    int64_t ignore = root.getInt("ignore_index", -100);
+    // Without ignore_index ONNX ignores no label: a value no label has.
+    int64_t ignore = root.getInt("ignore_index", std::numeric_limits<int32_t>::min());
     auto ce = nn::SoftmaxCrossEntropyOp::create(rewriter, loc, logits, lab,
                                                 rewriter.getI64IntegerAttr(ignore));
     auto mean = nn::TokenMeanOp::create(rewriter, loc, ce.getResult(), lab, nullptr,
@@ -1588,6 +1605,25 @@ struct SinkSwaps : RewritePattern {
 };
 
 } // namespace
+
+void recordUses(Operation *root) {
+  Builder b(root->getContext());
+  root->walk([&](onnx::InitializerOp init) {
+    unsigned uses = 0;
+    bool gather = false, other = false;
+    for (Operation *user : init->getUsers()) {
+      ++uses;
+      auto node = dyn_cast<NodeOp>(user);
+      if (node && node.getOpType() == "Gather" && node.getInputs()[0] == init.getResult())
+        gather = true;
+      else
+        other = true;
+    }
+    init->setAttr(kUsesAttr, b.getI64IntegerAttr(uses));
+    if (gather && other)
+      init->setAttr(kTiedAttr, b.getUnitAttr());
+  });
+}
 
 void populateOnnxToNNPatterns(int phase, RewritePatternSet &patterns) {
   MLIRContext *ctx = patterns.getContext();
