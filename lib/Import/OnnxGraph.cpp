@@ -88,6 +88,7 @@ private:
   DenseMap<Value, ElementsAttr> known;
   Value none;
   int64_t opset = 0;
+  int64_t dropoutSites = 0;
 };
 
 /// Small raw little-endian data as a dense elements attribute (printed as
@@ -316,6 +317,10 @@ LogicalResult GraphImporter::importNode(onnx_model::Node &n) {
                                  b.getStringAttr(n.domain), dict, inputs);
   if (!n.scope.empty())
     op->setAttr(onnx::kScopeAttr, b.getStringAttr(n.scope));
+  // Dropout sites are numbered in graph order here, before anything could
+  // merge two of them (CSE would: the ops are pure).
+  if (n.opType == "Dropout" && n.domain.empty())
+    op->setAttr("onnx.dropout_stream", b.getI64IntegerAttr(dropoutSites++));
   if (n.domain.empty()) {
     SmallVector<ElementsAttr> folded =
         onnx::evaluate(ctx, view, resultTypes, kImportFoldLimit);

@@ -197,11 +197,13 @@ struct OnnxToNNPass : tessera::impl::OnnxToNNPassBase<OnnxToNNPass> {
       return signalPassFailure();
     }
     func::FuncOp func = funcs[0];
-    // Dropout sites are numbered in graph order before any is raised.
+    // Dropout sites are numbered in graph order before any is raised (the
+    // graph import numbers them; a hand-written graph may not).
     int64_t stream = 0;
     func.walk([&](onnx::NodeOp n) {
-      if (n.getOpType() == "Dropout")
-        n->setAttr("onnx.dropout_stream", IntegerAttr::get(IntegerType::get(&getContext(), 64), stream++));
+      if (n.getOpType() == "Dropout" && !n->hasAttr("onnx.dropout_stream"))
+        n->setAttr("onnx.dropout_stream",
+                   IntegerAttr::get(IntegerType::get(&getContext(), 64), stream++));
     });
     recordUses(func);
     for (int phase = 0; phase < kNumPhases; ++phase) {
