@@ -97,3 +97,19 @@ func.func @inputs(%x: tensor<4xf32>) -> tensor<*xf32> {
   %y = onnx.node "Gather"(%x) {} : (tensor<4xf32>) -> tensor<*xf32>
   return %y : tensor<*xf32>
 }
+
+// -----
+
+func.func @no_inputs() -> tensor<*xi64> {
+  // expected-error @+1 {{node 'Shape' (Shape): expected inputs and outputs}}
+  %y = onnx.node "Shape"() {} : () -> tensor<*xi64>
+  return %y : tensor<*xi64>
+}
+
+// -----
+
+func.func @split_scalar(%x: tensor<f32>) -> tensor<*xf32> {
+  // expected-error @+1 {{node 'Split' (Split): axis 0 is out of range for rank 0}}
+  %y = onnx.node "Split"(%x) {} : (tensor<f32>) -> tensor<*xf32>
+  return %y : tensor<*xf32>
+}

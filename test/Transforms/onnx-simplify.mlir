@@ -121,3 +121,15 @@ func.func @fold_limit() -> tensor<3x3xi1> {
   %t = onnx.node "Trilu"(%ones) {upper = 0 : i64} : (tensor<3x3xi1>) -> tensor<3x3xi1>
   return %t : tensor<3x3xi1>
 }
+
+// -----
+
+// A node that would compute nothing stays when another of its results is
+// read (a malformed Identity with two outputs).
+// CHECK-LABEL: func.func @other_result_used
+// CHECK: %[[N:.*]]:2 = onnx.node "Identity"
+// CHECK: return %[[N]]#1
+func.func @other_result_used(%x: tensor<2xf32>) -> tensor<*xf32> {
+  %y:2 = onnx.node "Identity"(%x) {} : (tensor<2xf32>) -> (tensor<2xf32>, tensor<*xf32>)
+  return %y#1 : tensor<*xf32>
+}

@@ -1631,9 +1631,19 @@ LogicalResult checkAxes(const NodeView &n, std::string &error) {
                 std::to_string(rank + extra);
         return failure();
       }
-  if (n.attrs && n.attrs.get("axis") && n.opType != "Concat" && n.opType != "Range") {
-    int64_t a = n.getInt("axis", 0);
-    if (outOfRange(a, rank + extra)) {
+  // The axis an op uses, given or by default, must exist (a scalar input
+  // has none).
+  static const llvm::StringMap<int64_t> defaultAxis = {
+      {"Split", 0},      {"Gather", 0},     {"GatherElements", 0}, {"Softmax", -1},
+      {"LogSoftmax", -1}, {"TopK", -1},      {"ArgMax", 0},         {"ArgMin", 0},
+      {"LayerNormalization", -1},           {"RMSNormalization", -1}, {"OneHot", -1},
+      {"Flatten", 1},    {"Concat", 0}};
+  auto def = defaultAxis.find(n.opType);
+  if (def != defaultAxis.end() || (n.attrs && n.attrs.get("axis") && n.opType != "Range")) {
+    int64_t a = n.getInt("axis", def != defaultAxis.end() ? def->second : 0);
+    // Flatten's axis may be the rank itself.
+    int64_t limit = rank + extra + (n.opType == "Flatten" ? 1 : 0);
+    if (outOfRange(a, limit) || (rank + extra == 0 && n.opType != "Flatten")) {
       error = "axis " + std::to_string(a) + " is out of range for rank " +
               std::to_string(rank + extra);
       return failure();
@@ -1658,8 +1668,13 @@ tessera::onnx::inferResultTypes(MLIRContext *ctx, const NodeView &node,
                                 std::string &error) {
   SmallVector<Type> out(node.numResults, nullptr);
   auto it = rules().find(node.opType);
-  if (it == rules().end() || node.inputTypes.empty() ||
-      llvm::any_of(node.inputTypes, [](Type t) { return !t; }))
+  if (it == rules().end())
+    return out;
+  if (node.inputTypes.empty() || node.numResults == 0) {
+    error = "expected inputs and outputs";
+    return failure();
+  }
+  if (llvm::any_of(node.inputTypes, [](Type t) { return !t; }))
     return out;
   // The inputs and outputs the rules read (the onnx checker does not run
   // on models newer than its opsets).
@@ -1721,6 +1736,8 @@ SmallVector<ElementsAttr> tessera::onnx::evaluate(MLIRContext *ctx,
     if (n > maxElements)
       return {};
   }
+  if (resultTypes.empty() || node.inputTypes.empty())
+    return {};
   // Shape and Size need only the input's (static) type.
   if (node.opType == "Shape" || node.opType == "Size") {
     auto in = ranked(node.inputTypes[0]);

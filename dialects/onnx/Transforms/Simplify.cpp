@@ -57,7 +57,9 @@ bool isZeroScalar(ElementsAttr v) {
 /// The input a node passes through unchanged, or null.
 Value passThrough(NodeOp node) {
   StringRef op = node.getOpType();
-  if (!node.getDomain().empty() || node.getInputs().empty() || node.getNumResults() == 0)
+  // Only a node whose other results (Dropout's mask) nothing reads can go.
+  if (!node.getDomain().empty() || node.getInputs().empty() || node.getNumResults() == 0 ||
+      llvm::any_of(node.getResults().drop_front(), [](Value r) { return !r.use_empty(); }))
     return nullptr;
   Value in = node.getInputs()[0];
   Type out = node.getNumResults() ? node.getResult(0).getType() : Type();
