@@ -110,3 +110,67 @@ module attributes {onnx.opsets = {ai.onnx = 18 : i64}} {
     return %loss : tensor<f32>
   }
 }
+
+// -----
+
+// Tessera's data gives the labels as their own input: a graph that scores
+// the token ids themselves as labels is refused.
+module {
+  // expected-error @+1 {{graph input #0 is both the tokens and the labels}}
+  func.func @same_input(%ids: tensor<2x4xi64>) -> tensor<f32> {
+    %table = onnx.initializer "t" {value = dense<0.5> : tensor<10x8xf32>} : tensor<10x8xf32>
+    %w = onnx.initializer "w" {value = dense<0.5> : tensor<8x10xf32>} : tensor<8x10xf32>
+    %e = onnx.node "Gather"(%table, %ids) {axis = 0 : i64} : (tensor<10x8xf32>, tensor<2x4xi64>) -> tensor<2x4x8xf32>
+    %l = onnx.node "MatMul"(%e, %w) {} : (tensor<2x4x8xf32>, tensor<8x10xf32>) -> tensor<2x4x10xf32>
+    %s1 = onnx.constant dense<[-1, 10]> : tensor<2xi64>
+    %s2 = onnx.constant dense<[-1]> : tensor<1xi64>
+    %lf = onnx.node "Reshape"(%l, %s1) {} : (tensor<2x4x10xf32>, tensor<2xi64>) -> tensor<8x10xf32>
+    %yf = onnx.node "Reshape"(%ids, %s2) {} : (tensor<2x4xi64>, tensor<1xi64>) -> tensor<8xi64>
+    %loss = onnx.node "SoftmaxCrossEntropyLoss"(%lf, %yf) {ignore_index = -100 : i64, reduction = "mean"} : (tensor<8x10xf32>, tensor<8xi64>) -> tensor<f32>
+    return %loss : tensor<f32>
+  }
+}
+
+// -----
+
+// Two layers the exporter put in one module scope, their weights renamed
+// (val_N), would get one name: an error rather than a merged parameter.
+module {
+  func.func @same_name(%ids: tensor<2x4xi64>, %labels: tensor<2x4xi64>) -> tensor<f32> {
+    %table = onnx.initializer "t" {value = dense<0.5> : tensor<10x8xf32>} : tensor<10x8xf32>
+    %w1 = onnx.initializer "val_1" {value = dense<0.5> : tensor<8x8xf32>} : tensor<8x8xf32>
+    %w2 = onnx.initializer "val_2" {value = dense<0.25> : tensor<8x10xf32>} : tensor<8x10xf32>
+    %e = onnx.node "Gather"(%table, %ids) {axis = 0 : i64} : (tensor<10x8xf32>, tensor<2x4xi64>) -> tensor<2x4x8xf32>
+    %h = onnx.node "MatMul"(%e, %w1) {} {onnx.scope = "fc"} : (tensor<2x4x8xf32>, tensor<8x8xf32>) -> tensor<2x4x8xf32>
+    // expected-error @+1 {{two different parameters are named 'fc.weight'}}
+    %l = onnx.node "MatMul"(%h, %w2) {} {onnx.scope = "fc"} : (tensor<2x4x8xf32>, tensor<8x10xf32>) -> tensor<2x4x10xf32>
+    %s1 = onnx.constant dense<[-1, 10]> : tensor<2xi64>
+    %s2 = onnx.constant dense<[-1]> : tensor<1xi64>
+    %lf = onnx.node "Reshape"(%l, %s1) {} : (tensor<2x4x10xf32>, tensor<2xi64>) -> tensor<8x10xf32>
+    %yf = onnx.node "Reshape"(%labels, %s2) {} : (tensor<2x4xi64>, tensor<1xi64>) -> tensor<8xi64>
+    %loss = onnx.node "SoftmaxCrossEntropyLoss"(%lf, %yf) {ignore_index = -100 : i64, reduction = "mean"} : (tensor<8x10xf32>, tensor<8xi64>) -> tensor<f32>
+    return %loss : tensor<f32>
+  }
+}
+
+// -----
+
+// A head equal to the embedding table is tied only when the values vary:
+// two constant tensors (here both 0.5) are two parameters.
+// CHECK-LABEL: func.func @constant_head(
+// CHECK-SAME: nn.param = "t"
+// CHECK-SAME: nn.param = "head.weight"
+module {
+  func.func @constant_head(%ids: tensor<2x4xi64>, %labels: tensor<2x4xi64>) -> tensor<f32> {
+    %table = onnx.initializer "t" {value = dense<0.5> : tensor<10x8xf32>} : tensor<10x8xf32>
+    %w = onnx.initializer "val_3" {value = dense<0.5> : tensor<8x10xf32>} : tensor<8x10xf32>
+    %e = onnx.node "Gather"(%table, %ids) {axis = 0 : i64} : (tensor<10x8xf32>, tensor<2x4xi64>) -> tensor<2x4x8xf32>
+    %l = onnx.node "MatMul"(%e, %w) {} {onnx.scope = "head"} : (tensor<2x4x8xf32>, tensor<8x10xf32>) -> tensor<2x4x10xf32>
+    %s1 = onnx.constant dense<[-1, 10]> : tensor<2xi64>
+    %s2 = onnx.constant dense<[-1]> : tensor<1xi64>
+    %lf = onnx.node "Reshape"(%l, %s1) {} : (tensor<2x4x10xf32>, tensor<2xi64>) -> tensor<8x10xf32>
+    %yf = onnx.node "Reshape"(%labels, %s2) {} : (tensor<2x4xi64>, tensor<1xi64>) -> tensor<8xi64>
+    %loss = onnx.node "SoftmaxCrossEntropyLoss"(%lf, %yf) {ignore_index = -100 : i64, reduction = "mean"} : (tensor<8x10xf32>, tensor<8xi64>) -> tensor<f32>
+    return %loss : tensor<f32>
+  }
+}

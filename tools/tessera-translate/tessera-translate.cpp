@@ -2,9 +2,10 @@
 //
 // The translate tool of the design: `tessera-translate --import-onnx
 // model.onnx [--no-weights] [--loss cross-entropy] -o model.mlir` prints the
-// nn-level IR of a PyTorch ONNX export (lib/Import). It is mlir-translate
-// with Tessera's translations, so -verify-diagnostics and the usual output
-// options work too.
+// nn-level IR of a PyTorch ONNX export (lib/Import), and
+// `--import-onnx-graph` the export node for node as onnx dialect IR. It is
+// mlir-translate with Tessera's translations, so -verify-diagnostics and the
+// usual output options work too.
 //
 //===----------------------------------------------------------------------===//
 
@@ -34,19 +35,29 @@ static llvm::cl::opt<std::string>
                         "cross-entropy over a labels input)"),
          llvm::cl::init(""));
 
+/// The model's path; stdin is refused (external data lies next to the
+/// model, so the importer needs its directory).
+static std::optional<llvm::StringRef> modelPath(llvm::SourceMgr &sourceMgr,
+                                                MLIRContext *context,
+                                                llvm::StringRef flag) {
+  llvm::StringRef path =
+      sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID())->getBufferIdentifier();
+  if (path == "<stdin>" || path == "-") {
+    emitError(UnknownLoc::get(context))
+        << "--" << flag << " reads the model from a file (external data "
+        << "lies next to it): give its path";
+    return std::nullopt;
+  }
+  return path;
+}
+
 int main(int argc, char **argv) {
   TranslateToMLIRRegistration importOnnx(
       "import-onnx", "import an ONNX model (torch.onnx.export) as nn IR",
       [](llvm::SourceMgr &sourceMgr, MLIRContext *context) -> OwningOpRef<Operation *> {
-        llvm::StringRef path =
-            sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID())
-                ->getBufferIdentifier();
-        if (path == "<stdin>" || path == "-") {
-          emitError(UnknownLoc::get(context))
-              << "--import-onnx reads the model from a file (external data "
-                 "lies next to it): give its path";
+        std::optional<llvm::StringRef> path = modelPath(sourceMgr, context, "import-onnx");
+        if (!path)
           return nullptr;
-        }
         if (!loss.empty() && loss != "cross-entropy") {
           emitError(UnknownLoc::get(context))
               << "--loss must be 'cross-entropy', got '" << loss << "'";
@@ -55,25 +66,20 @@ int main(int argc, char **argv) {
         tessera::OnnxImportOptions options;
         options.loadWeights = !noWeights;
         options.loss = loss;
-        return tessera::importOnnxModel(context, path, options);
+        return tessera::importOnnxModel(context, *path, options);
       },
       [](DialectRegistry &registry) { tessera::registerAllDialects(registry); });
   TranslateToMLIRRegistration importOnnxGraph(
       "import-onnx-graph",
       "import an ONNX model node for node as onnx dialect IR",
       [](llvm::SourceMgr &sourceMgr, MLIRContext *context) -> OwningOpRef<Operation *> {
-        llvm::StringRef path =
-            sourceMgr.getMemoryBuffer(sourceMgr.getMainFileID())
-                ->getBufferIdentifier();
-        if (path == "<stdin>" || path == "-") {
-          emitError(UnknownLoc::get(context))
-              << "--import-onnx-graph reads the model from a file (external "
-                 "data lies next to it): give its path";
+        std::optional<llvm::StringRef> path =
+            modelPath(sourceMgr, context, "import-onnx-graph");
+        if (!path)
           return nullptr;
-        }
         tessera::OnnxGraphOptions options;
         options.noWeights = noWeights;
-        return tessera::importOnnxGraph(context, path, options);
+        return tessera::importOnnxGraph(context, *path, options);
       },
       [](DialectRegistry &registry) { tessera::registerAllDialects(registry); });
   return failed(mlirTranslateMain(argc, argv, "Tessera translate tool"));

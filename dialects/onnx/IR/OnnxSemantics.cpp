@@ -19,6 +19,7 @@
 #include <limits>
 #include <functional>
 #include <numeric>
+#include <type_traits>
 
 using namespace mlir;
 using namespace tessera::onnx;
@@ -378,9 +379,11 @@ bool withinCap(ArrayRef<int64_t> shape) {
   return n <= kEvalCap;
 }
 
-std::optional<SmallVector<Lit>>
-elementwise(ArrayRef<Lit> in, Type resultElem,
-            const std::function<double(ArrayRef<double>)> &fn) {
+/// Elementwise evaluation over broadcast operands, in doubles (float
+/// element types) or exactly in 64-bit integers.
+template <typename T>
+std::optional<SmallVector<Lit>> elementwiseOf(ArrayRef<Lit> in, Type resultElem,
+                                              const std::function<T(ArrayRef<T>)> &fn) {
   SmallVector<ArrayRef<int64_t>> shapes;
   for (const Lit &l : in)
     shapes.push_back(l.shape);
@@ -391,36 +394,33 @@ elementwise(ArrayRef<Lit> in, Type resultElem,
   std::vector<std::vector<int64_t>> idx;
   for (const Lit &l : in)
     idx.push_back(broadcastIndex(l.shape, *shape));
-  SmallVector<double> args(in.size());
+  SmallVector<T> args(in.size());
   for (int64_t k = 0; k < out.size(); ++k) {
-    for (size_t a = 0; a < in.size(); ++a)
-      args[a] = in[a].asDouble(idx[a][size_t(k)]);
-    out.set(k, fn(args));
+    for (size_t a = 0; a < in.size(); ++a) {
+      int64_t at = idx[a][size_t(k)];
+      if constexpr (std::is_same_v<T, double>)
+        args[a] = in[a].asDouble(at);
+      else
+        args[a] = in[a].asInt(at);
+    }
+    if constexpr (std::is_same_v<T, double>)
+      out.set(k, fn(args));
+    else
+      out.setInt(k, fn(args));
   }
   return one(std::move(out));
 }
 
-/// Integer elementwise evaluation (exact in 64 bits).
+std::optional<SmallVector<Lit>>
+elementwise(ArrayRef<Lit> in, Type resultElem,
+            const std::function<double(ArrayRef<double>)> &fn) {
+  return elementwiseOf<double>(in, resultElem, fn);
+}
+
 std::optional<SmallVector<Lit>>
 elementwiseInt(ArrayRef<Lit> in, Type resultElem,
                const std::function<int64_t(ArrayRef<int64_t>)> &fn) {
-  SmallVector<ArrayRef<int64_t>> shapes;
-  for (const Lit &l : in)
-    shapes.push_back(l.shape);
-  std::optional<SmallVector<int64_t>> shape = broadcast(shapes);
-  if (!shape || !withinCap(*shape))
-    return std::nullopt;
-  Lit out = Lit::like(resultElem, *shape);
-  std::vector<std::vector<int64_t>> idx;
-  for (const Lit &l : in)
-    idx.push_back(broadcastIndex(l.shape, *shape));
-  SmallVector<int64_t> args(in.size());
-  for (int64_t k = 0; k < out.size(); ++k) {
-    for (size_t a = 0; a < in.size(); ++a)
-      args[a] = in[a].asInt(idx[a][size_t(k)]);
-    out.setInt(k, fn(args));
-  }
-  return one(std::move(out));
+  return elementwiseOf<int64_t>(in, resultElem, fn);
 }
 
 Rule unary(std::function<double(double)> fn) {

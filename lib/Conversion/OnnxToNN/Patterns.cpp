@@ -315,7 +315,8 @@ BlockArgument tokenInput(Value v, unsigned rank = 2);
 /// a tied model, when the exporter folded the head's Transpose into a new
 /// initializer: the TorchScript exporter with constant folding, the dynamo
 /// exporter): an initializer read by a Gather of token ids whose values
-/// equal the weight's, bit for bit. A separately initialised head never is.
+/// equal the weight's, bit for bit, and are not all one value. A separately
+/// (randomly) initialised head never is.
 onnx::InitializerOp tiedTable(NodeOp anchor, WeightRef w) {
   auto wt = w.init.getType();
   int64_t out = wt.getDimSize(w.inOut ? 1 : 0), in = wt.getDimSize(w.inOut ? 0 : 1);
@@ -334,7 +335,10 @@ onnx::InitializerOp tiedTable(NodeOp anchor, WeightRef w) {
         table.getType().getDimSize(0) != out || table.getType().getDimSize(1) != in)
       return;
     auto a = constValues(table), b = constValues(w.init);
-    if (!a || !b || a->size() != b->size())
+    // Equal values say the head is a copy of the table only when they
+    // vary: two tensors of one constant (zeros) are not the same parameter.
+    if (!a || !b || a->size() != b->size() ||
+        llvm::all_of(*a, [&](double e) { return e == a->front(); }))
       return;
     for (int64_t r = 0; r < out; ++r)
       for (int64_t c = 0; c < in; ++c) {
