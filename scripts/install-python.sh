@@ -16,4 +16,4 @@ python=$(command -v python3.11 || command -v python3)
 "$python" -m venv .venv
 .venv/bin/pip install --quiet --upgrade-strategy only-if-needed -r "$req"
 cp "$req" "$stamp"
-.venv/bin/python -c "import torch, transformers, safetensors; print('python env:', 'torch', torch.__version__, 'transformers', transformers.__version__)"
+.venv/bin/python -c "import torch, transformers, safetensors, onnxruntime; print('python env:', 'torch', torch.__version__, 'transformers', transformers.__version__, 'onnxruntime', onnxruntime.__version__)"

@@ -52,6 +52,11 @@ try:
             [hf_python, "-c", "import torch, transformers, safetensors"],
             capture_output=True, timeout=300).returncode == 0:
         config.available_features.add("transformers")
+    # onnxruntime, for the ONNX models tessera-export writes.
+    if os.path.exists(hf_python) and subprocess.run(
+            [hf_python, "-c", "import onnxruntime"],
+            capture_output=True, timeout=300).returncode == 0:
+        config.available_features.add("onnxruntime")
 except (OSError, subprocess.TimeoutExpired):
     pass
 config.substitutions.append(("%hf_python", hf_python))

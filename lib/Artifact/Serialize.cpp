@@ -495,6 +495,36 @@ static std::string architectureJson(DictionaryAttr arch, bool maskedVocab) {
   return text;
 }
 
+/// An attribute as JSON: dictionaries, arrays, i64 arrays, strings,
+/// integers, floats and bools (the ONNX export record).
+static llvm::json::Value attrJson(Attribute a) {
+  if (auto d = dyn_cast<DictionaryAttr>(a)) {
+    llvm::json::Object o;
+    for (NamedAttribute n : d)
+      o[n.getName().str()] = attrJson(n.getValue());
+    return o;
+  }
+  if (auto arr = dyn_cast<ArrayAttr>(a)) {
+    llvm::json::Array out;
+    for (Attribute e : arr)
+      out.push_back(attrJson(e));
+    return out;
+  }
+  if (auto arr = dyn_cast<DenseI64ArrayAttr>(a))
+    return llvm::json::Array(arr.asArrayRef());
+  if (auto v = dyn_cast<BoolAttr>(a))
+    return v.getValue();
+  if (isa<UnitAttr>(a))
+    return true;
+  if (auto v = dyn_cast<IntegerAttr>(a))
+    return v.getInt();
+  if (auto v = dyn_cast<FloatAttr>(a))
+    return v.getValueAsDouble();
+  if (auto v = dyn_cast<StringAttr>(a))
+    return v.str();
+  return nullptr;
+}
+
 LogicalResult Writer::write(llvm::raw_ostream &os) {
   dist::MeshOp meshOp = dist::lookupMesh(module);
   std::vector<flatbuffers::Offset<fa::Program>> programList;
@@ -607,6 +637,17 @@ LogicalResult Writer::write(llvm::raw_ostream &os) {
     archStr = fbb.CreateString(
         architectureJson(arch, vocab && vocab.get("masked")));
   }
+  flatbuffers::Offset<flatbuffers::String> onnxStr;
+  if (auto record = module->getAttrOfType<DictionaryAttr>(kOnnxSourceAttr)) {
+    // With the vocabulary's padding, which the export cuts off.
+    llvm::json::Value value = attrJson(record);
+    if (auto vocab = module->getAttrOfType<DictionaryAttr>(kVocabAttr))
+      value.getAsObject()->try_emplace("vocab", attrJson(vocab));
+    std::string text;
+    llvm::raw_string_ostream js(text);
+    js << value;
+    onnxStr = fbb.CreateString(text);
+  }
   fa::ArtifactBuilder ab(fbb);
   ab.add_format_version(fa::kFormatVersion);
   ab.add_producer(producer);
@@ -624,6 +665,8 @@ LogicalResult Writer::write(llvm::raw_ostream &os) {
     ab.add_flops_per_step(double(flops.getInt()));
   if (!archStr.IsNull())
     ab.add_architecture(archStr);
+  if (!onnxStr.IsNull())
+    ab.add_onnx_source(onnxStr);
   fbb.Finish(ab.Finish(), fa::ArtifactIdentifier());
 
   const uint8_t *data = fbb.GetBufferPointer();

@@ -11,6 +11,7 @@
 #include "tessera/Conversion/Passes.h"
 #include "tessera/Import/OnnxGraph.h"
 #include "tessera/Import/OnnxModel.h"
+#include "tessera/Support/Model.h"
 
 #include "dialects/nn/IR/NNOps.h"
 #include "dialects/onnx/Transforms/Passes.h"
@@ -20,6 +21,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Transforms/Passes.h"
 #include "llvm/ADT/ScopeExit.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 
 using namespace mlir;
@@ -62,5 +64,17 @@ OwningOpRef<ModuleOp> tessera::importOnnxModel(MLIRContext *context,
   if (failed(pm.run(*module)))
     return nullptr;
   (*module)->removeAttr(onnx::kOpsetsAttr);
+  // The export record names the model file (tessera-export --format onnx
+  // writes it again with the trained initializers).
+  if (auto record = (*module)->getAttrOfType<DictionaryAttr>(tessera::kOnnxSourceAttr)) {
+    SmallString<256> real;
+    if (llvm::sys::fs::real_path(path, real)) {
+      real = path;
+      llvm::sys::fs::make_absolute(real);
+    }
+    NamedAttrList attrs(record);
+    attrs.set("model", StringAttr::get(context, real));
+    (*module)->setAttr(tessera::kOnnxSourceAttr, attrs.getDictionary(context));
+  }
   return module;
 }

@@ -149,6 +149,8 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   opt.lossScaleWindow = options.lossScaleWindow;
   opt.hysteresis = options.hysteresis;
   pm.addPass(nn::createOptimizerPass(opt));
+  // The forward-only phase tessera-run --eval-only runs.
+  pm.addPass(nn::createEvalPhasePass());
 
   dist::PPSchedulePassOptions schedule;
   schedule.schedule = options.schedule;

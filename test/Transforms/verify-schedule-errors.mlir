@@ -562,3 +562,58 @@ module attributes {tessera.batch = {global_batch_size = 1 : i64, micro_batch_siz
     }
   }
 }
+
+// -----
+
+// The evaluation phases (tessera-eval-phase) run in the order of the
+// schedule's forwards; one that receives on the wrong tag hangs the
+// evaluation even though training would not.
+module attributes {tessera.batch = {global_batch_size = 2 : i64, micro_batch_size = 1 : i64, num_microbatches = 2 : i64}} {
+  dist.mesh @mesh {pp = 2}
+  module @pp0 attributes {dist.pp_rank = 0 : i64} {
+    func.func @forward_c0() attributes {dist.chunk = 0 : i64, tessera.phase = "forward"} {
+      %x = nn.fill 1.0 : tensor<4x8xf32>
+      dist.send %x to "next" {tag = 0 : i64} : tensor<4x8xf32>
+      return
+    }
+    func.func @backward_c0() attributes {dist.chunk = 0 : i64, tessera.phase = "backward"} {
+      %g = dist.recv from "next" {tag = 1 : i64} : tensor<4x8xf32>
+      return
+    }
+    func.func @eval_c0() attributes {dist.chunk = 0 : i64, tessera.phase = "eval"} {
+      %x = nn.fill 1.0 : tensor<4x8xf32>
+      // expected-error @+1 {{would hang: pipeline rank 0 waits to send to pipeline rank 1 (tag 0, tensor<4x8xf32>), which no rank ever matches (the evaluation order (the schedule's forwards alone) deadlocks)}}
+      dist.send %x to "next" {tag = 0 : i64} : tensor<4x8xf32>
+      return
+    }
+    dist.schedule attributes {kind = "1f1b", warmup = 1 : i64} {
+      // expected-note @+1 {{run by this schedule step (forward_c0, microbatch 0)}}
+      dist.run @forward_c0 microbatch 0 slot 0
+      dist.run @forward_c0 microbatch 1 slot 1
+      dist.run @backward_c0 microbatch 0 slot 0
+      dist.run @backward_c0 microbatch 1 slot 1
+    }
+  }
+  module @pp1 attributes {dist.pp_rank = 1 : i64} {
+    func.func @forward_c0() attributes {dist.chunk = 0 : i64, tessera.phase = "forward"} {
+      %a = dist.recv from "prev" {tag = 0 : i64} : tensor<4x8xf32>
+      return
+    }
+    func.func @backward_c0() attributes {dist.chunk = 0 : i64, tessera.phase = "backward"} {
+      %g = nn.fill 1.0 : tensor<4x8xf32>
+      dist.send %g to "prev" {tag = 1 : i64} : tensor<4x8xf32>
+      return
+    }
+    func.func @eval_c0() attributes {dist.chunk = 0 : i64, tessera.phase = "eval"} {
+      // expected-note @+1 {{pipeline rank 1 waits here to receive from pipeline rank 0 (tag 7, tensor<4x8xf32>) (forward_c0, microbatch 0)}}
+      %a = dist.recv from "prev" {tag = 7 : i64} : tensor<4x8xf32>
+      return
+    }
+    dist.schedule attributes {kind = "1f1b", warmup = 0 : i64} {
+      dist.run @forward_c0 microbatch 0 slot 0
+      dist.run @backward_c0 microbatch 0 slot 0
+      dist.run @forward_c0 microbatch 1 slot 0
+      dist.run @backward_c0 microbatch 1 slot 0
+    }
+  }
+}

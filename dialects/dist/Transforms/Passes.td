@@ -256,7 +256,9 @@ def VerifySchedulePass : Pass<"tessera-verify-schedule", "mlir::ModuleOp"> {
     members. A mismatch or a deadlock is an error at the op that would hang,
     with a note at the schedule step that runs it. It also checks the
     schedule itself: each chunk runs forward then backward once per
-    microbatch, and a microbatch in flight keeps its slot.
+    microbatch, and a microbatch in flight keeps its slot. The evaluation
+    order (tessera-eval-phase's `eval_c<k>` in the order of the schedule's
+    forwards, tessera-run --eval-only) is run and checked the same way.
   }];
   let dependentDialects = ["::tessera::dist::DistDialect"];
 }

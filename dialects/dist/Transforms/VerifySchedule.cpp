@@ -157,125 +157,10 @@ static Operation *checkPhaseShape(func::FuncOp f) {
   return nullptr;
 }
 
-void VerifySchedulePass::runOnOperation() {
-  ModuleOp module = getOperation();
-  SmallVector<ModuleOp> programs = getPrograms(module);
-  if (programs.front() == module)
-    return;
-  MeshOp mesh = lookupMesh(module);
-  if (!mesh) {
-    emitError(module.getLoc())
-        << "tessera-verify-schedule needs the module's dist.mesh (run "
-           "tessera-attach-mesh)";
-    return signalPassFailure();
-  }
-  mesh::MeshConfig config = mesh.getConfig();
-  const int64_t pp = mesh.getPp();
-  const int64_t M = getNumMicrobatches(module);
-
-  // Pipeline rank of every world rank, and the pipeline ranks a collective
-  // over `kind` spans (from any world rank of pipeline rank `r`).
-  std::string error;
-  auto ppGroups = mesh::rankGroups(config, "pp", error);
-  std::map<int64_t, int64_t> ppIndex;
-  for (auto &g : ppGroups)
-    for (auto [i, w] : llvm::enumerate(g))
-      ppIndex[w] = i;
-  // Memoised per (kind, pipeline rank): every collective of every
-  // microbatch asks, and the answer materialises the kind's groups.
-  std::map<std::pair<std::string, int64_t>, std::vector<int64_t>> spans;
-  auto spanOf = [&](StringRef kind, int64_t r) -> const std::vector<int64_t> & {
-    auto [it, inserted] = spans.try_emplace({kind.str(), r});
-    if (!inserted)
-      return it->second;
-    std::string err;
-    int64_t world = ppGroups.front()[size_t(r)];
-    it->second = {r};
-    for (auto &g : mesh::rankGroups(config, kind.str(), err))
-      if (llvm::is_contained(g, world)) {
-        std::set<int64_t> ranks;
-        for (int64_t w : g)
-          ranks.insert(ppIndex[w]);
-        it->second.assign(ranks.begin(), ranks.end());
-        break;
-      }
-    return it->second;
-  };
-
-  // Each rank's stream.
-  std::vector<std::vector<Event>> streams(pp);
-  std::vector<ModuleOp> programOf(pp);
-  for (ModuleOp program : programs) {
-    int64_t r = program->getAttrOfType<IntegerAttr>(kPpRankAttr).getInt();
-    programOf[r] = program;
-    auto scheds = program.getOps<ScheduleOp>();
-    if (scheds.empty()) {
-      emitError(program.getLoc()) << "pipeline rank " << r
-                                  << " has no schedule (run tessera-pp-schedule)";
-      return signalPassFailure();
-    }
-    ScheduleOp sched = *scheds.begin();
-    if (failed(checkSlots(program, sched, M)))
-      return signalPassFailure();
-    for (auto f : program.getOps<func::FuncOp>())
-      if (f->hasAttr(kChunkAttr))
-        if (Operation *bad = checkPhaseShape(f)) {
-          bad->emitOpError() << "comes " << (isa<RecvOp>(bad) ? "after" : "before")
-                             << " computation in phase '" << f.getSymName()
-                             << "'; a phase must receive first and send last";
-          return signalPassFailure();
-        }
-    auto append = [&](func::FuncOp f, RunOp run) {
-      std::optional<RunPart> part = run ? run.getPart() : std::nullopt;
-      f.walk([&](Operation *op) {
-        if (part) {
-          RunPart mine = isa<RecvOp>(op)   ? RunPart::Recv
-                         : isa<SendOp>(op) ? RunPart::Send
-                                           : RunPart::Compute;
-          if (mine != *part)
-            return;
-        }
-        Event e{Event::Local, op, run};
-        if (auto s = dyn_cast<SendOp>(op)) {
-          e.kind = Event::Send;
-          e.peer = (r + (s.getPeer() == Peer::Next ? 1 : pp - 1)) % pp;
-          e.tag = s.getTag();
-          e.type = s.getInput().getType();
-        } else if (auto rv = dyn_cast<RecvOp>(op)) {
-          e.kind = Event::Recv;
-          e.peer = (r + (rv.getPeer() == Peer::Next ? 1 : pp - 1)) % pp;
-          e.tag = rv.getTag();
-          e.type = rv.getType();
-        } else if (auto group = op->getAttrOfType<StringAttr>("group");
-                   group && op->getName().getDialectNamespace() == "dist") {
-          std::vector<int64_t> span = spanOf(group.getValue(), r);
-          if (span.size() > 1) {
-            e.kind = Event::Collective;
-            e.group = group.getValue().str();
-            e.members = span;
-            e.type = op->getNumOperands() ? op->getOperand(0).getType() : Type();
-          }
-        } else if (isa<func::ReturnOp, func::FuncOp>(op)) {
-          return;
-        }
-        streams[r].push_back(e);
-      });
-    };
-    for (RunOp run : sched.getBody().front().getOps<RunOp>())
-      append(program.lookupSymbol<func::FuncOp>(run.getCallee()), run);
-    // The step phase follows the schedule (the runtime completes the open
-    // batch first).
-    if (func::FuncOp step = getPhaseFunc(program, kStepPhase)) {
-      streams[r].push_back(Event{Event::Local, step, nullptr});
-      append(step, nullptr);
-    }
-  }
-  for (int64_t r = 0; r < pp; ++r)
-    if (!programOf[r]) {
-      emitError(module.getLoc()) << "pipeline rank " << r << " has no program";
-      return signalPassFailure();
-    }
-
+/// Runs every rank's stream with rendezvous semantics; a deadlock or a
+/// mismatched message is an error (`what` names the order).
+static LogicalResult simulate(std::vector<std::vector<Event>> &streams, int64_t pp,
+                              StringRef what) {
   // Run. pc[r]: first event not completed; batchEnd[r]: end of the posted
   // p2p batch starting at pc[r].
   std::vector<size_t> pc(pp, 0), batchEnd(pp, 0);
@@ -333,7 +218,7 @@ void VerifySchedulePass::runOnOperation() {
                   << " expects " << recv.type;
               diag.attachNote(recv.op->getLoc()) << "the receive";
               noteStep(diag, send);
-              return signalPassFailure();
+              return failure();
             }
             // The k-th message on a channel must be the one the receiver
             // expects: the same microbatch.
@@ -350,7 +235,7 @@ void VerifySchedulePass::runOnOperation() {
                   << " there first (the schedules disagree on the order)";
               diag.attachNote(send.op->getLoc()) << "the send";
               noteStep(diag, recv);
-              return signalPassFailure();
+              return failure();
             }
             mine.matched = theirs.matched = true;
             progress = true;
@@ -388,7 +273,7 @@ void VerifySchedulePass::runOnOperation() {
               << " there; the group's members must agree on the order";
           diag.attachNote(other.op->getLoc()) << "the other collective";
           noteStep(diag, e);
-          return signalPassFailure();
+          return failure();
         }
       }
       if (all) {
@@ -401,7 +286,7 @@ void VerifySchedulePass::runOnOperation() {
     }
   }
   if (finished())
-    return;
+    return success();
 
   // Deadlock: report every stuck rank's first waiting op.
   SmallVector<std::pair<int64_t, Event>> stuck;
@@ -420,8 +305,8 @@ void VerifySchedulePass::runOnOperation() {
   InFlightDiagnostic diag = e0.op->emitOpError()
                             << "would hang: pipeline rank " << r0 << " waits to "
                             << describe(e0)
-                            << ", which no rank ever matches (the schedule "
-                               "deadlocks)";
+                            << ", which no rank ever matches (" << what
+                            << " deadlocks)";
   noteStep(diag, e0);
   for (auto &[r, e] : llvm::drop_begin(stuck)) {
     RunOp run = e.run;
@@ -431,5 +316,140 @@ void VerifySchedulePass::runOnOperation() {
                    std::to_string(run.getMicrobatch()) + ")")
                 : std::string(" (step phase)"));
   }
-  signalPassFailure();
+  return failure();
+}
+
+void VerifySchedulePass::runOnOperation() {
+  ModuleOp module = getOperation();
+  SmallVector<ModuleOp> programs = getPrograms(module);
+  if (programs.front() == module)
+    return;
+  MeshOp mesh = lookupMesh(module);
+  if (!mesh) {
+    emitError(module.getLoc())
+        << "tessera-verify-schedule needs the module's dist.mesh (run "
+           "tessera-attach-mesh)";
+    return signalPassFailure();
+  }
+  mesh::MeshConfig config = mesh.getConfig();
+  const int64_t pp = mesh.getPp();
+  const int64_t M = getNumMicrobatches(module);
+
+  // Pipeline rank of every world rank, and the pipeline ranks a collective
+  // over `kind` spans (from any world rank of pipeline rank `r`).
+  std::string error;
+  auto ppGroups = mesh::rankGroups(config, "pp", error);
+  std::map<int64_t, int64_t> ppIndex;
+  for (auto &g : ppGroups)
+    for (auto [i, w] : llvm::enumerate(g))
+      ppIndex[w] = i;
+  // Memoised per (kind, pipeline rank): every collective of every
+  // microbatch asks, and the answer materialises the kind's groups.
+  std::map<std::pair<std::string, int64_t>, std::vector<int64_t>> spans;
+  auto spanOf = [&](StringRef kind, int64_t r) -> const std::vector<int64_t> & {
+    auto [it, inserted] = spans.try_emplace({kind.str(), r});
+    if (!inserted)
+      return it->second;
+    std::string err;
+    int64_t world = ppGroups.front()[size_t(r)];
+    it->second = {r};
+    for (auto &g : mesh::rankGroups(config, kind.str(), err))
+      if (llvm::is_contained(g, world)) {
+        std::set<int64_t> ranks;
+        for (int64_t w : g)
+          ranks.insert(ppIndex[w]);
+        it->second.assign(ranks.begin(), ranks.end());
+        break;
+      }
+    return it->second;
+  };
+
+  // Each rank's stream.
+  std::vector<std::vector<Event>> streams(pp);
+  // The evaluation order (tessera-eval-phase): each forward step through
+  // its chunk's eval_c<k>, no backward, no step.
+  std::vector<std::vector<Event>> evalStreams(pp);
+  std::vector<ModuleOp> programOf(pp);
+  for (ModuleOp program : programs) {
+    int64_t r = program->getAttrOfType<IntegerAttr>(kPpRankAttr).getInt();
+    programOf[r] = program;
+    auto scheds = program.getOps<ScheduleOp>();
+    if (scheds.empty()) {
+      emitError(program.getLoc()) << "pipeline rank " << r
+                                  << " has no schedule (run tessera-pp-schedule)";
+      return signalPassFailure();
+    }
+    ScheduleOp sched = *scheds.begin();
+    if (failed(checkSlots(program, sched, M)))
+      return signalPassFailure();
+    for (auto f : program.getOps<func::FuncOp>())
+      if (f->hasAttr(kChunkAttr))
+        if (Operation *bad = checkPhaseShape(f)) {
+          bad->emitOpError() << "comes " << (isa<RecvOp>(bad) ? "after" : "before")
+                             << " computation in phase '" << f.getSymName()
+                             << "'; a phase must receive first and send last";
+          return signalPassFailure();
+        }
+    auto append = [&](std::vector<Event> &out, func::FuncOp f, RunOp run) {
+      std::optional<RunPart> part = run ? run.getPart() : std::nullopt;
+      f.walk([&](Operation *op) {
+        if (part) {
+          RunPart mine = isa<RecvOp>(op)   ? RunPart::Recv
+                         : isa<SendOp>(op) ? RunPart::Send
+                                           : RunPart::Compute;
+          if (mine != *part)
+            return;
+        }
+        Event e{Event::Local, op, run};
+        if (auto s = dyn_cast<SendOp>(op)) {
+          e.kind = Event::Send;
+          e.peer = (r + (s.getPeer() == Peer::Next ? 1 : pp - 1)) % pp;
+          e.tag = s.getTag();
+          e.type = s.getInput().getType();
+        } else if (auto rv = dyn_cast<RecvOp>(op)) {
+          e.kind = Event::Recv;
+          e.peer = (r + (rv.getPeer() == Peer::Next ? 1 : pp - 1)) % pp;
+          e.tag = rv.getTag();
+          e.type = rv.getType();
+        } else if (auto group = op->getAttrOfType<StringAttr>("group");
+                   group && op->getName().getDialectNamespace() == "dist") {
+          std::vector<int64_t> span = spanOf(group.getValue(), r);
+          if (span.size() > 1) {
+            e.kind = Event::Collective;
+            e.group = group.getValue().str();
+            e.members = span;
+            e.type = op->getNumOperands() ? op->getOperand(0).getType() : Type();
+          }
+        } else if (isa<func::ReturnOp, func::FuncOp>(op)) {
+          return;
+        }
+        out.push_back(e);
+      });
+    };
+    for (RunOp run : sched.getBody().front().getOps<RunOp>()) {
+      auto f = program.lookupSymbol<func::FuncOp>(run.getCallee());
+      append(streams[r], f, run);
+      auto phase = f->getAttrOfType<StringAttr>(kPhaseAttr);
+      if (phase && phase.getValue() == kForwardPhase)
+        if (auto eval = program.lookupSymbol<func::FuncOp>(
+                (kEvalPhase + run.getCallee().drop_front(7)).str()))
+          append(evalStreams[r], eval, run);
+    }
+    // The step phase follows the schedule (the runtime completes the open
+    // batch first).
+    if (func::FuncOp step = getPhaseFunc(program, kStepPhase)) {
+      streams[r].push_back(Event{Event::Local, step, nullptr});
+      append(streams[r], step, nullptr);
+    }
+  }
+  for (int64_t r = 0; r < pp; ++r)
+    if (!programOf[r]) {
+      emitError(module.getLoc()) << "pipeline rank " << r << " has no program";
+      return signalPassFailure();
+    }
+
+  if (failed(simulate(streams, pp, "the schedule")) ||
+      failed(simulate(evalStreams, pp,
+                      "the evaluation order (the schedule's forwards alone)")))
+    return signalPassFailure();
 }

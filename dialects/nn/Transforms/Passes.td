@@ -149,6 +149,29 @@ def FuseAddLayerNormPass : Pass<"tessera-fuse-add-layer-norm", "mlir::ModuleOp">
   let dependentDialects = ["::tessera::nn::NNDialect"];
 }
 
+def EvalPhasePass : Pass<"tessera-eval-phase", "mlir::ModuleOp"> {
+  let summary = "add the forward-only evaluation phase (Megatron's evaluate)";
+  let description = [{
+    For each program, a copy of the microbatch phase (`eval`) or of each
+    pipeline chunk's forward phase (`eval_c<k>`) that computes the loss and
+    nothing else, for `tessera-run --eval-only` (Megatron's evaluate(),
+    forward_only=True): the gradients, the saved activations and whatever
+    computes only them (the backward, its collectives, the gradient
+    buckets' reductions) are removed; a pipeline chunk keeps its sends and
+    receives of activations (and what they need); dropout is the identity,
+    as in Megatron's model.eval(). A pipeline runs its chunks' evaluation
+    phases in the order of the schedule's forwards. Runs after autodiff, on
+    the phase functions.
+
+    ```mlir
+    func.func @eval(%tokens: tensor<8x2xi32> {nn.input = "tokens"}, ...)
+        -> (tensor<f32> {tessera.buffer = "loss"})
+        attributes {tessera.phase = "eval"}
+    ```
+  }];
+  let dependentDialects = ["mlir::func::FuncDialect"];
+}
+
 def OptimizerPass : Pass<"tessera-optimizer", "mlir::ModuleOp"> {
   let summary = "append the optimizer update to the step function";
   let description = [{

@@ -308,6 +308,30 @@ const AttrContract kTesseraAttrs[] = {
        }
        return "";
      }},
+    {kOnnxSourceAttr, Module,
+     [](Attribute a, Type t) -> std::string {
+       const std::string expected =
+           "{model = <the .onnx file>, parameters = [{param, kind, shape, "
+           "sources = [{initializer, shape, readers}], ...}]}";
+       auto dict = dyn_cast_if_present<DictionaryAttr>(a);
+       if (!dict)
+         return expected;
+       if (Attribute m = dict.get("model"); m && !isa<StringAttr>(m))
+         return expected + "; 'model' is not a string";
+       auto params = dyn_cast_if_present<ArrayAttr>(dict.get("parameters"));
+       if (!params)
+         return expected + "; 'parameters' is not an array";
+       for (Attribute p : params) {
+         auto entry = dyn_cast<DictionaryAttr>(p);
+         if (!entry || !isa_and_present<StringAttr>(entry.get("param")) ||
+             !isa_and_present<StringAttr>(entry.get("kind")) ||
+             !isa_and_present<DenseI64ArrayAttr>(entry.get("shape")) ||
+             !isa_and_present<ArrayAttr>(entry.get("sources")))
+           return expected + "; a parameter entry lacks param, kind, shape "
+                             "or sources";
+       }
+       return "";
+     }},
     {kCompileFlagsAttr, Module, string},
     {kModelNameAttr, Module, string},
     {kArchitectureAttr, Module,

@@ -117,6 +117,33 @@ struct Model {
 /// no data. Returns an empty string, or the error.
 std::string loadModel(const std::string &path, bool loadWeights, Model &model);
 
+/// A trained value for an initializer of a model (tessera-export --format
+/// onnx).
+struct InitializerUpdate {
+  std::string initializer; ///< the source model's initializer
+  /// The written initializer's name: `initializer`, or a new name when
+  /// several parameters share the source's initializer and each gets its
+  /// own (the nodes `readers` then read it).
+  std::string name;
+  std::vector<std::string> readers;
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+
+/// The model at `source` with `updates` applied (an f32 initializer's data
+/// replaced, or a new initializer added for the nodes `readers`, by Node
+/// name), serialized: `modelBytes` is the ModelProto. Every initializer is
+/// inline when the model's tensors fit in protobuf's 2 GiB and not
+/// `external`; otherwise those of 1 KiB and more go to the external-data
+/// file `dataFile` (a name in the model's directory), whose bytes are
+/// `dataBytes`. The source's own
+/// external data is read (and checked as loadModel checks it). Returns an
+/// empty string, or the error.
+std::string rewriteModel(const std::string &source,
+                         const std::vector<InitializerUpdate> &updates,
+                         const std::string &dataFile, bool external,
+                         std::string &modelBytes, std::string &dataBytes);
+
 } // namespace tessera::onnx_model
 
 #endif // TESSERA_IMPORT_ONNXMODEL_H

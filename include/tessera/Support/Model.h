@@ -65,6 +65,14 @@ constexpr llvm::StringLiteral kArchitectureAttr = "tessera.architecture";
 // array<i64: ...>} for little-endian f32 data of that shape in an external
 // file (ONNX external data).
 constexpr llvm::StringLiteral kWeightsAttr = "tessera.weights";
+// Where an imported ONNX model's parameters came from, for tessera-export
+// --format onnx (the artifact and its checkpoints carry it as JSON):
+// {model = "<absolute path of the .onnx>", parameters = [{param, kind
+// (identity | transpose | qkv | blocks | stack), shape, transposed?,
+// num_heads?, num_query_groups?, head_dim?, sources = [{initializer,
+// shape, readers = [ONNX node names]}]}]}, one entry per parameter view
+// (a tied parameter has one per initializer it was read from).
+constexpr llvm::StringLiteral kOnnxSourceAttr = "tessera.onnx_source";
 
 // Phase functions and their bindings.
 constexpr llvm::StringLiteral kPhaseAttr = "tessera.phase"; // "microbatch", "step"
@@ -109,6 +117,10 @@ constexpr llvm::StringLiteral kForwardPhase = "forward";
 constexpr llvm::StringLiteral kMixedPrecisionAttr = "tessera.mixed_precision";
 constexpr llvm::StringLiteral kInitPhase = "init";
 constexpr llvm::StringLiteral kBackwardPhase = "backward";
+// Evaluation (tessera-eval-phase): the forward of the microbatch phase
+// ("eval") or of a pipeline chunk ("eval_c<k>") alone, to the loss, without
+// dropout (Megatron's evaluate() runs the model in eval mode).
+constexpr llvm::StringLiteral kEvalPhase = "eval";
 
 /// One split of a `dist.sharding`: `dim` over the rank group `axis`.
 struct ShardSplit {

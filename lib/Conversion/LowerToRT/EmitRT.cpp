@@ -801,6 +801,7 @@ struct ReturnPattern : OpConversionPattern<func::ReturnOp> {
     for (EmitState::DeferredSend &send : state.deferredSends)
       rt::SendOp::create(b, send.loc, TypeRange{}, ValueRange{send.buffer},
                          send.attrs);
+    state.deferredSends.clear();
     b.replaceOpWithNewOp<func::ReturnOp>(ret, ValueRange{});
     return success();
   }
@@ -962,8 +963,12 @@ LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
   // The placeholders of replaced values (erased below).
   target.addLegalOp<UnrealizedConversionCastOp>();
   target.addIllegalDialect<nn::NNDialect, dist::DistDialect>();
-  target.addDynamicallyLegalOp<func::ReturnOp>(
-      [](func::ReturnOp ret) { return ret.getNumOperands() == 0; });
+  // A return is lowered when it has results to write back or sends to
+  // issue after them (a phase may send without returning anything: a
+  // pipeline chunk's evaluation).
+  target.addDynamicallyLegalOp<func::ReturnOp>([&state](func::ReturnOp ret) {
+    return ret.getNumOperands() == 0 && state.deferredSends.empty();
+  });
   if (failed(applyPartialConversion(func, target, std::move(patterns))))
     return failure();
 

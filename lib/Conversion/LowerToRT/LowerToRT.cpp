@@ -53,7 +53,7 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
     if (auto p = f->getAttrOfType<StringAttr>(kPhaseAttr);
         p && p.getValue() == kMicrobatchPhase)
       phases.push_back(f);
-  for (StringRef phase : {kForwardPhase, kBackwardPhase})
+  for (StringRef phase : {kForwardPhase, kBackwardPhase, kEvalPhase})
     for (auto f : module.getOps<func::FuncOp>())
       if (auto p = f->getAttrOfType<StringAttr>(kPhaseAttr); p && p.getValue() == phase)
         phases.push_back(f);
@@ -127,7 +127,8 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
   };
   int64_t flopsPerStep = phaseFlops(step);
   for (func::FuncOp f : phases)
-    if (!f->hasAttr(kLastMicrobatchAttr)) // a variant of another phase
+    if (!f->hasAttr(kLastMicrobatchAttr) && // a variant of another phase
+        f->getAttrOfType<StringAttr>(kPhaseAttr).getValue() != kEvalPhase)
       flopsPerStep += phaseFlops(f) * getNumMicrobatches(module);
 
   // 3. Memory plans: all phases share the transient region (they never run

@@ -163,6 +163,55 @@ FailureOr<std::vector<float>> computeParam(onnx::NodeOp view) {
   return failure();
 }
 
+/// The export record of the parameter views (kOnnxSourceAttr's
+/// "parameters"): each view's kind, shapes and initializers, and the ONNX
+/// nodes that read each initializer for it. An initializer that several
+/// parameters read (the dynamo exporter merges equal initializers, such as
+/// every norm's initial ones) is read for each by the nodes of its module
+/// (the scope its name came from); tessera-export splits it.
+ArrayAttr exportRecord(OpBuilder &b, ArrayRef<onnx::NodeOp> views) {
+  llvm::DenseMap<Operation *, llvm::SmallSetVector<StringRef, 2>> paramsOf;
+  for (onnx::NodeOp view : views)
+    for (Value in : view.getInputs())
+      if (Operation *init = in.getDefiningOp<onnx::InitializerOp>())
+        paramsOf[init].insert(view.getString("name", ""));
+  SmallVector<Attribute> entries;
+  for (onnx::NodeOp view : views) {
+    StringRef name = view.getString("name", "");
+    StringRef scope = name.rsplit('.').first;
+    auto type = cast<RankedTensorType>(view.getResult(0).getType());
+    SmallVector<NamedAttribute> e{
+        b.getNamedAttr("param", b.getStringAttr(name)),
+        b.getNamedAttr("kind", view.getAttrs().get("kind")),
+        b.getNamedAttr("shape", b.getDenseI64ArrayAttr(type.getShape()))};
+    for (StringRef key : {"transposed", "num_heads", "num_query_groups", "head_dim"})
+      if (Attribute a = view.getAttrs().get(key))
+        e.push_back(b.getNamedAttr(key, a));
+    SmallVector<Attribute> sources;
+    for (Value in : view.getInputs()) {
+      auto init = in.getDefiningOp<onnx::InitializerOp>();
+      if (!init)
+        continue;
+      bool shared = paramsOf[init].size() > 1;
+      SmallVector<Attribute> readers;
+      if (auto all = init->getAttrOfType<ArrayAttr>(kReadersAttr))
+        for (auto reader : all.getAsRange<ArrayAttr>()) {
+          auto [node, nodeScope] = std::pair(cast<StringAttr>(reader[0]),
+                                             cast<StringAttr>(reader[1]));
+          if (!shared || nodeScope.getValue() == scope)
+            readers.push_back(node);
+        }
+      sources.push_back(b.getDictionaryAttr(
+          {b.getNamedAttr("initializer", b.getStringAttr(init.getName())),
+           b.getNamedAttr("shape", b.getDenseI64ArrayAttr(init.getType().getShape())),
+           b.getNamedAttr("readers", b.getArrayAttr(readers))}));
+    }
+    e.push_back(b.getNamedAttr("sources", b.getArrayAttr(sources)));
+    entries.push_back(b.getDictionaryAttr(e));
+  }
+  return b.getArrayAttr(entries);
+}
+
 /// nn.init for a parameter without loaded weights: a norm's scale ones, a
 /// bias zeros, an embedding table normal(0, 0.02); "" (Tessera's default
 /// for a layer's weight) otherwise.
@@ -556,6 +605,8 @@ LogicalResult OnnxToNNPass::buildModel(ModuleOp module, func::FuncOp func) {
   func::ReturnOp::create(b, func.getLoc(), out);
   model.setType(b.getFunctionType(argTypes, {out.getType()}));
   model.setAllArgAttrs(argAttrs);
+  module->setAttr(tessera::kOnnxSourceAttr,
+                  b.getDictionaryAttr(b.getNamedAttr("parameters", exportRecord(b, params))));
   func.erase();
   if (!weights.empty())
     module->setAttr(tessera::kWeightsAttr, b.getDictionaryAttr(weights));

@@ -1615,15 +1615,19 @@ void recordUses(Operation *root) {
   root->walk([&](onnx::InitializerOp init) {
     unsigned uses = 0;
     bool gather = false, other = false;
+    SmallVector<Attribute> readers;
     for (Operation *user : init->getUsers()) {
       ++uses;
       auto node = dyn_cast<NodeOp>(user);
+      if (node)
+        readers.push_back(b.getStrArrayAttr({node.getNodeName(), scopeOf(node)}));
       if (node && node.getOpType() == "Gather" && node.getInputs()[0] == init.getResult())
         gather = true;
       else
         other = true;
     }
     init->setAttr(kUsesAttr, b.getI64IntegerAttr(uses));
+    init->setAttr(kReadersAttr, b.getArrayAttr(readers));
     if (gather && other)
       init->setAttr(kTiedAttr, b.getUnitAttr());
   });

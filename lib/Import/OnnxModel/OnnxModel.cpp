@@ -239,17 +239,20 @@ ValueInfo convertValueInfo(const onnx::ValueInfoProto &v) {
   return out;
 }
 
-void load(const std::string &path, bool loadWeights, Model &model) {
-  onnx::ModelProto proto;
-  {
-    std::ifstream in(path, std::ios::binary);
-    if (!in)
-      throw LoadError{"cannot open the file"};
-    if (!proto.ParseFromIstream(&in))
-      throw LoadError{"not an ONNX model (the protobuf does not parse)"};
-  }
+/// The ModelProto at `path`.
+void parseModel(const std::string &path, onnx::ModelProto &proto) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw LoadError{"cannot open the file"};
+  if (!proto.ParseFromIstream(&in))
+    throw LoadError{"not an ONNX model (the protobuf does not parse)"};
   if (!proto.has_graph())
     throw LoadError{"the model has no graph"};
+}
+
+void load(const std::string &path, bool loadWeights, Model &model) {
+  onnx::ModelProto proto;
+  parseModel(path, proto);
   // The model's directory, symlinks resolved: external data must stay
   // inside it. Checked before the onnx checker opens any location.
   std::error_code dirError;
@@ -443,6 +446,129 @@ void load(const std::string &path, bool loadWeights, Model &model) {
   }
 }
 
+std::string shapeText(const std::vector<int64_t> &shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+/// `t` with `bytes` as its inline data.
+void setInlineData(onnx::TensorProto &t, std::string bytes) {
+  t.clear_float_data();
+  t.clear_external_data();
+  t.set_data_location(onnx::TensorProto::DEFAULT);
+  t.set_raw_data(std::move(bytes));
+}
+
+void rewrite(const std::string &source, const std::vector<InitializerUpdate> &updates,
+             const std::string &dataFile, bool external, std::string &modelBytes,
+             std::string &dataBytes) {
+  onnx::ModelProto proto;
+  parseModel(source, proto);
+  std::error_code dirError;
+  std::filesystem::path baseDir = std::filesystem::canonical(
+      std::filesystem::absolute(std::filesystem::path(source)).parent_path(), dirError);
+  if (dirError)
+    throw LoadError{"cannot resolve the model's directory: " + dirError.message()};
+  onnx::GraphProto &g = *proto.mutable_graph();
+  // The source's external data, read in (checked as the importer checks it).
+  for (onnx::TensorProto &t : *g.mutable_initializer()) {
+    if (t.data_location() != onnx::TensorProto::EXTERNAL)
+      continue;
+    checkDims(t);
+    Tensor where;
+    resolveExternalData(t, baseDir, where);
+    int64_t length = where.externalLength;
+    if (length < 0)
+      length = where.externalFileBytes - where.externalOffset;
+    if (where.externalOffset + length > where.externalFileBytes)
+      throw LoadError{"tensor '" + t.name() + "': its external data runs past the end of " +
+                      where.externalPath()};
+    std::string bytes(size_t(length), '\0');
+    std::ifstream in(where.externalPath(), std::ios::binary);
+    in.seekg(where.externalOffset);
+    if (!in || !in.read(bytes.data(), std::streamsize(length)))
+      throw LoadError{"tensor '" + t.name() + "': cannot read " + where.externalPath()};
+    setInlineData(t, std::move(bytes));
+  }
+  std::map<std::string, int> initIndex;
+  for (int i = 0; i < g.initializer_size(); ++i)
+    initIndex[g.initializer(i).name()] = i;
+  std::map<std::string, int> nodeIndex;
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto &n = g.node(i);
+    nodeIndex[n.name().empty() ? n.op_type() + "#" + std::to_string(i) : n.name()] = i;
+  }
+  for (const InitializerUpdate &u : updates) {
+    auto it = initIndex.find(u.initializer);
+    if (it == initIndex.end())
+      throw LoadError{"has no initializer '" + u.initializer +
+                      "', which the checkpoint's parameters were imported from "
+                      "(is it the model the artifact was compiled from?)"};
+    const onnx::TensorProto &from = g.initializer(it->second);
+    std::vector<int64_t> dims(from.dims().begin(), from.dims().end());
+    if (from.data_type() != onnx::TensorProto::FLOAT || dims != u.shape)
+      throw LoadError{"initializer '" + u.initializer + "' is " +
+                      elemTypeName(from.data_type()) + " " + shapeText(dims) +
+                      ", not the float " + shapeText(u.shape) +
+                      " the checkpoint's parameter gives (is it the model the "
+                      "artifact was compiled from?)"};
+    std::string bytes(reinterpret_cast<const char *>(u.data.data()), u.data.size() * 4);
+    if (u.name == u.initializer) {
+      setInlineData(*g.mutable_initializer(it->second), std::move(bytes));
+      continue;
+    }
+    if (initIndex.count(u.name))
+      throw LoadError{"already has an initializer named '" + u.name +
+                      "' (for parameter '" + u.initializer + "', split)"};
+    onnx::TensorProto copy = from;
+    copy.set_name(u.name);
+    setInlineData(copy, std::move(bytes));
+    *g.add_initializer() = std::move(copy);
+    initIndex[u.name] = g.initializer_size() - 1;
+    for (const std::string &reader : u.readers) {
+      auto n = nodeIndex.find(reader);
+      bool rewired = false;
+      if (n != nodeIndex.end())
+        for (std::string &in : *g.mutable_node(n->second)->mutable_input())
+          if (in == u.initializer) {
+            in = u.name;
+            rewired = true;
+          }
+      if (!rewired)
+        throw LoadError{"has no node '" + reader + "' reading initializer '" +
+                        u.initializer + "'"};
+    }
+  }
+  // Within protobuf's 2 GiB (with room for the graph), or external data.
+  int64_t total = 0;
+  for (const onnx::TensorProto &t : g.initializer())
+    total += int64_t(t.raw_data().size());
+  dataBytes.clear();
+  if (external || total > (int64_t(1) << 31) - (int64_t(64) << 20)) {
+    for (onnx::TensorProto &t : *g.mutable_initializer()) {
+      if (t.raw_data().size() < 1024)
+        continue;
+      dataBytes.append((64 - dataBytes.size() % 64) % 64, '\0');
+      const size_t offset = dataBytes.size();
+      dataBytes += t.raw_data();
+      t.clear_raw_data();
+      t.set_data_location(onnx::TensorProto::EXTERNAL);
+      auto add = [&](const char *key, const std::string &value) {
+        onnx::StringStringEntryProto *e = t.add_external_data();
+        e->set_key(key);
+        e->set_value(value);
+      };
+      add("location", dataFile);
+      add("offset", std::to_string(offset));
+      add("length", std::to_string(dataBytes.size() - offset));
+    }
+  }
+  if (!proto.SerializeToString(&modelBytes))
+    throw LoadError{"cannot serialize the model"};
+}
+
 } // namespace
 
 std::string loadModel(const std::string &path, bool loadWeights, Model &model) {
@@ -455,6 +581,26 @@ std::string loadModel(const std::string &path, bool loadWeights, Model &model) {
     return std::string("cannot read the model: ") + e.what();
   } catch (...) {
     return "cannot read the model: unknown error";
+  }
+}
+
+} // namespace tessera::onnx_model
+
+namespace tessera::onnx_model {
+
+std::string rewriteModel(const std::string &source,
+                         const std::vector<InitializerUpdate> &updates,
+                         const std::string &dataFile, bool external,
+                         std::string &modelBytes, std::string &dataBytes) {
+  try {
+    rewrite(source, updates, dataFile, external, modelBytes, dataBytes);
+    return "";
+  } catch (const LoadError &e) {
+    return source + ": " + e.message;
+  } catch (const std::exception &e) {
+    return source + ": cannot rewrite the model: " + e.what();
+  } catch (...) {
+    return source + ": cannot rewrite the model: unknown error";
   }
 }
 

@@ -122,6 +122,7 @@ StatusOr<CheckpointManifest> describeCheckpoint(const LoadedArtifact &artifact,
   m.producer = a.producer() ? a.producer()->str() : "";
   m.compileFlags = a.compile_flags() ? a.compile_flags()->str() : "";
   m.architecture = a.architecture() ? a.architecture()->str() : "";
+  m.onnxSource = a.onnx_source() ? a.onnx_source()->str() : "";
   m.worldSize = a.world_size();
   if (a.mesh())
     for (const fb::MeshAxis *axis : *a.mesh())
@@ -243,6 +244,9 @@ std::string manifestToJson(const CheckpointManifest &m) {
   // The artifact's architecture record (JSON), when it has one.
   if (!m.architecture.empty())
     j["architecture"] = json::parse(m.architecture, nullptr, false);
+  // An imported ONNX model's record of its parameters' initializers.
+  if (!m.onnxSource.empty())
+    j["onnx_source"] = json::parse(m.onnxSource, nullptr, false);
   j["world_size"] = m.worldSize;
   json mesh = json::array();
   for (const auto &[name, size] : m.mesh)
@@ -444,6 +448,11 @@ StatusOr<CheckpointManifest> parseManifest(const std::string &text,
       if (!j.at("architecture").is_object())
         fail("\"architecture\" must be an object");
       m.architecture = j.at("architecture").dump();
+    }
+    if (j.contains("onnx_source")) {
+      if (!j.at("onnx_source").is_object())
+        fail("\"onnx_source\" must be an object");
+      m.onnxSource = j.at("onnx_source").dump();
     }
     m.worldSize = integer<int>(j.at("world_size"), "world_size");
     for (const json &axis : j.at("mesh"))

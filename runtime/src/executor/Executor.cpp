@@ -715,9 +715,31 @@ StatusOr<double> Executor::runIteration(int64_t iteration) {
   TESSERA_RETURN_IF_ERROR(runStep(iteration));
   TESSERA_ASSIGN_OR_RETURN(double lossSum,
                            collectLosses(iteration, hasLoss ? numMicro : 0));
-  if (!hasLoss)
+  return reduceLoss(lossSum, /*scheduled=*/false);
+}
+
+StatusOr<double> Executor::reduceLoss(double lossSum, bool scheduled) {
+  const int64_t numMicro = art->root()->batch()->num_microbatches();
+  if (!(scheduled ? artifactHasLoss : prog->loss_buffer() >= 0))
     return std::numeric_limits<double>::quiet_NaN();
   double loss = lossSum / double(numMicro);
+  if (scheduled) {
+    // The stage that computes the loss reports the microbatch mean, the
+    // others 0; the sum over the stages is the pipeline's loss.
+    if (!stageHasLoss)
+      loss = 0.0;
+    if (ppSize > 1) {
+      if (!comms.lossReducePp)
+        return failedPrecondition(
+            art->name(), ": a pipeline of ", ppSize,
+            " stages needs a loss channel over its pp group "
+            "(CommunicatorSet::lossReducePp)");
+      TESSERA_RETURN_IF_ERROR(
+          comms.lossReducePp
+              ->allReduce(&loss, 1, ElementType::F64, ReduceKind::Sum)
+              .withContext(art->name() + ": summing the loss over pp"));
+    }
+  }
   if (comms.lossReduce && comms.lossReduce->size() > 1) {
     TESSERA_RETURN_IF_ERROR(
         comms.lossReduce->allReduce(&loss, 1, ElementType::F64, ReduceKind::Sum)
@@ -727,75 +749,139 @@ StatusOr<double> Executor::runIteration(int64_t iteration) {
   return loss;
 }
 
-StatusOr<double> Executor::runSchedule(int64_t iteration) {
+bool Executor::hasEvalPhase() const {
+  if (functionIndex.count("eval"))
+    return true;
+  for (const DecodedFunction &f : functions)
+    if (f.name.rfind("eval_c", 0) == 0)
+      return true;
+  return false;
+}
+
+StatusOr<double> Executor::evaluate(int64_t iteration,
+                                    std::shared_ptr<const IndexedDataset> data) {
+  if (!hasEvalPhase())
+    return failedPrecondition(
+        art->name(), ": program ", prog->pp_rank(),
+        " has no evaluation phase (compiled before tessera-compile emitted "
+        "one): recompile the model to evaluate it");
+  // The validation set's samples for this evaluation only.
+  std::shared_ptr<const IndexedDataset> training = layout.dataset;
+  if (data)
+    layout.dataset = std::move(data);
+  struct Restore {
+    DataLayout &layout;
+    std::shared_ptr<const IndexedDataset> dataset;
+    ~Restore() { layout.dataset = std::move(dataset); }
+  } restore{layout, std::move(training)};
   const int64_t numMicro = art->root()->batch()->num_microbatches();
+  currentIteration = iteration;
+  int64_t losses = 0;
+  if (prog->schedule() && prog->schedule()->size()) {
+    // Each chunk's evaluation phase (eval_c<k>, with its receive and send
+    // parts) in the order of its forward's steps, on the forward's slot
+    // (Megatron's forward-only pipeline schedule: the forwards alone keep
+    // their order and their sends).
+    struct EvalStep {
+      const fb::ScheduleStep *step;
+      size_t function;
+    };
+    std::vector<EvalStep> steps;
+    for (const fb::ScheduleStep *step : *prog->schedule()) {
+      const std::string &name = functions[size_t(step->function())].name;
+      const bool part = name.rfind("recv:", 0) == 0 || name.rfind("send:", 0) == 0;
+      const std::string prefix = part ? name.substr(0, 5) : std::string();
+      const std::string phase = name.substr(prefix.size());
+      if (!isForwardFunction(phase))
+        continue;
+      auto it = functionIndex.find(prefix + "eval" + phase.substr(7));
+      if (it == functionIndex.end()) {
+        if (part) // (this evaluation phase has no such part)
+          continue;
+        return failedPrecondition(art->name(), ": program ", prog->pp_rank(),
+                                  " has no evaluation phase of '", phase, "'");
+      }
+      steps.push_back({step, it->second});
+    }
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const fb::ScheduleStep &step = *steps[i].step;
+      const DecodedFunction &fn = functions[steps[i].function];
+      TESSERA_RETURN_IF_ERROR(runScheduleStep(
+          step, functions[size_t(step.function())], fn,
+          "evaluation step " + std::to_string(i),
+          "E " + fn.name + " mb" + std::to_string(step.microbatch()), iteration,
+          /*last=*/i + 1 == steps.size(), losses));
+    }
+    TESSERA_RETURN_IF_ERROR(completeP2pBatch());
+    TESSERA_ASSIGN_OR_RETURN(double lossSum, collectLosses(iteration, losses));
+    return reduceLoss(lossSum, /*scheduled=*/true);
+  }
+  const bool hasLoss = prog->loss_buffer() >= 0;
+  for (int64_t m = 0; m < numMicro; ++m) {
+    TESSERA_RETURN_IF_ERROR(fillInputs(iteration, m));
+    currentMicrobatch = m;
+    TESSERA_RETURN_IF_ERROR(runFunction("eval"));
+    if (hasLoss)
+      TESSERA_RETURN_IF_ERROR(stageLoss(
+          prog->buffers()->Get(prog->loss_buffer())->offset(), m));
+  }
+  TESSERA_RETURN_IF_ERROR(completeP2pBatch());
+  TESSERA_ASSIGN_OR_RETURN(double lossSum,
+                           collectLosses(iteration, hasLoss ? numMicro : 0));
+  return reduceLoss(lossSum, /*scheduled=*/false);
+}
+
+Status Executor::runScheduleStep(const fb::ScheduleStep &step,
+                                 const DecodedFunction &forward,
+                                 const DecodedFunction &fn, const std::string &what,
+                                 const std::string &phase, int64_t iteration,
+                                 bool last, int64_t &losses) {
+  const int slot = step.slot();
+  const int64_t displacement = int64_t(slot) * fn.slotBytes;
+  currentMicrobatch = step.microbatch();
+  std::string context = " in " + what + " (microbatch " +
+                        std::to_string(step.microbatch()) + ", slot " +
+                        std::to_string(slot) + ")";
+  if (forward.forward) {
+    // A forward fills its chunk's inputs at the slot's copy, and those in
+    // no forward's slot region in place.
+    Status st;
+    for (const fb::InputSpec *spec : forward.slotInputs)
+      if (st.ok())
+        st = fillInput(*spec, iteration, step.microbatch(), displacement);
+    for (const fb::InputSpec *spec : unslottedInputs)
+      if (st.ok())
+        st = fillInput(*spec, iteration, step.microbatch(), 0);
+    TESSERA_RETURN_IF_ERROR(st.withContext("function '" + fn.name + "'" + context +
+                                           ": filling the inputs"));
+  }
+  TESSERA_RETURN_IF_ERROR(runThunks(fn, slot, phase, context, /*drainP2p=*/last));
+  if (fn.writesLoss) {
+    int64_t offset = prog->buffers()->Get(prog->loss_buffer())->offset();
+    if (fn.slotBytes > 0 && offset >= fn.slotBase && offset < fn.slotBase + fn.slotBytes)
+      offset += displacement;
+    TESSERA_RETURN_IF_ERROR(stageLoss(offset, losses++));
+  }
+  return Status();
+}
+
+StatusOr<double> Executor::runSchedule(int64_t iteration) {
   const auto &schedule = *prog->schedule();
   int64_t losses = 0;
-  int64_t lossOffset = prog->loss_buffer() >= 0
-                           ? prog->buffers()->Get(prog->loss_buffer())->offset()
-                           : -1;
   currentIteration = iteration;
   for (flatbuffers::uoffset_t si = 0; si < schedule.size(); ++si) {
     const fb::ScheduleStep &step = *schedule.Get(si);
     const DecodedFunction &fn = functions[size_t(step.function())];
-    const int slot = step.slot();
-    const int64_t displacement = int64_t(slot) * fn.slotBytes;
-    currentMicrobatch = step.microbatch();
-    std::string context = " in schedule step " + std::to_string(si) +
-                          " (microbatch " + std::to_string(step.microbatch()) +
-                          ", slot " + std::to_string(slot) + ")";
-    if (fn.forward) {
-      // A forward fills its chunk's inputs at the slot's copy, and those in
-      // no forward's slot region in place.
-      Status st;
-      for (const fb::InputSpec *spec : fn.slotInputs)
-        if (st.ok())
-          st = fillInput(*spec, iteration, step.microbatch(), displacement);
-      for (const fb::InputSpec *spec : unslottedInputs)
-        if (st.ok())
-          st = fillInput(*spec, iteration, step.microbatch(), 0);
-      TESSERA_RETURN_IF_ERROR(st.withContext("function '" + fn.name + "'" +
-                                             context + ": filling the inputs"));
-    }
     // The end of the schedule completes the open batch (inside the last
     // step's phase on the timeline).
-    bool last = si + 1 == schedule.size();
-    TESSERA_RETURN_IF_ERROR(runThunks(fn, slot,
-                                      phaseName(fn, step.microbatch()), context,
-                                      /*drainP2p=*/last));
-    if (fn.writesLoss) {
-      int64_t offset = lossOffset;
-      if (fn.slotBytes > 0 && offset >= fn.slotBase &&
-          offset < fn.slotBase + fn.slotBytes)
-        offset += displacement;
-      TESSERA_RETURN_IF_ERROR(stageLoss(offset, losses++));
-    }
+    TESSERA_RETURN_IF_ERROR(runScheduleStep(step, fn, fn,
+                                            "schedule step " + std::to_string(si),
+                                            phaseName(fn, step.microbatch()), iteration,
+                                            /*last=*/si + 1 == schedule.size(), losses));
   }
   TESSERA_RETURN_IF_ERROR(runStep(iteration));
   TESSERA_ASSIGN_OR_RETURN(double lossSum, collectLosses(iteration, losses));
-  if (!artifactHasLoss)
-    return std::numeric_limits<double>::quiet_NaN();
-  // The stage that computes the loss reports the microbatch mean, the others
-  // 0; the sum over the stages is the pipeline's loss.
-  double loss = stageHasLoss ? lossSum / double(numMicro) : 0.0;
-  if (ppSize > 1) {
-    if (!comms.lossReducePp)
-      return failedPrecondition(
-          art->name(), ": a pipeline of ", ppSize,
-          " stages needs a loss channel over its pp group "
-          "(CommunicatorSet::lossReducePp)");
-    TESSERA_RETURN_IF_ERROR(
-        comms.lossReducePp
-            ->allReduce(&loss, 1, ElementType::F64, ReduceKind::Sum)
-            .withContext(art->name() + ": summing the loss over pp"));
-  }
-  if (comms.lossReduce && comms.lossReduce->size() > 1) {
-    TESSERA_RETURN_IF_ERROR(
-        comms.lossReduce->allReduce(&loss, 1, ElementType::F64, ReduceKind::Sum)
-            .withContext(art->name() + ": averaging the loss over dp"));
-    loss /= double(comms.lossReduce->size());
-  }
-  return loss;
+  return reduceLoss(lossSum, /*scheduled=*/true);
 }
 
 StatusOr<std::vector<uint8_t>>

@@ -11,6 +11,8 @@
 
 #include "tessera/rt/Export.h"
 
+#include "ExportTensors.h"
+
 #include "tessera/rt/BF16.h"
 #include "tessera/rt/Checkpoint.h"
 #include "tessera/rt/CommandLine.h"
@@ -26,114 +28,7 @@ namespace tessera::rt {
 namespace {
 
 using json = nlohmann::ordered_json;
-
-//===----------------------------------------------------------------------===//
-// Tensors
-//===----------------------------------------------------------------------===//
-
-/// "[2, 64, 16]".
-std::string shapeText(const std::vector<int64_t> &shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-/// A dense row-major tensor of F32, BF16 or F16 elements.
-struct Tensor {
-  fb::DType dtype = fb::DType::F32;
-  std::vector<int64_t> shape;
-  std::vector<uint8_t> data;
-
-  int64_t elementSize() const { return dtypeSize(dtype); }
-  int64_t numel() const {
-    int64_t n = 1;
-    for (int64_t d : shape)
-      n *= d;
-    return n;
-  }
-  /// Bytes of one index of dimension 0.
-  int64_t rowBytes() const {
-    return shape.empty() || shape[0] == 0
-               ? 0
-               : int64_t(data.size()) / shape[0];
-  }
-};
-
-/// Rows [begin, end) of dimension 0.
-Tensor slice0(const Tensor &t, int64_t begin, int64_t end) {
-  Tensor r;
-  r.dtype = t.dtype;
-  r.shape = t.shape;
-  r.shape[0] = end - begin;
-  const int64_t row = t.rowBytes();
-  r.data.assign(t.data.begin() + begin * row, t.data.begin() + end * row);
-  return r;
-}
-
-/// t[i]: dimension 0 indexed away.
-Tensor index0(const Tensor &t, int64_t i) {
-  Tensor r = slice0(t, i, i + 1);
-  r.shape.erase(r.shape.begin());
-  return r;
-}
-
-/// The tensors one after another along dimension 0.
-Tensor concat0(const std::vector<Tensor> &parts) {
-  Tensor r;
-  r.dtype = parts.front().dtype;
-  r.shape = parts.front().shape;
-  r.shape[0] = 0;
-  for (const Tensor &p : parts) {
-    r.shape[0] += p.shape[0];
-    r.data.insert(r.data.end(), p.data.begin(), p.data.end());
-  }
-  return r;
-}
-
-/// The transpose of a matrix (a Conv1D weight from a Linear one).
-Tensor transpose(const Tensor &t) {
-  Tensor r;
-  r.dtype = t.dtype;
-  const int64_t rows = t.shape[0], cols = t.shape[1], es = t.elementSize();
-  r.shape = {cols, rows};
-  r.data.resize(t.data.size());
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j)
-      std::memcpy(&r.data[size_t((j * rows + i) * es)],
-                  &t.data[size_t((i * cols + j) * es)], size_t(es));
-  return r;
-}
-
-/// `t` in `dtype` (to bf16 or f16 rounded to nearest even; to f32
-/// exactly).
-Tensor convert(const Tensor &t, fb::DType dtype) {
-  if (t.dtype == dtype)
-    return t;
-  Tensor r;
-  r.dtype = dtype;
-  r.shape = t.shape;
-  const int64_t n = t.numel();
-  r.data.resize(size_t(n * dtypeSize(dtype)));
-  const FloatFormat from = floatFormatOf(t.dtype), to = floatFormatOf(dtype);
-  for (int64_t i = 0; i < n; ++i) {
-    float f;
-    if (from == FloatFormat::F32) {
-      std::memcpy(&f, &t.data[size_t(4 * i)], 4);
-    } else {
-      uint16_t h;
-      std::memcpy(&h, &t.data[size_t(2 * i)], 2);
-      f = halfToFloat(from, h);
-    }
-    if (to == FloatFormat::F32) {
-      std::memcpy(&r.data[size_t(4 * i)], &f, 4);
-    } else {
-      uint16_t h = floatToHalf(to, f);
-      std::memcpy(&r.data[size_t(2 * i)], &h, 2);
-    }
-  }
-  return r;
-}
+using namespace exporting;
 
 /// The safetensors and torch_dtype names of a float dtype.
 const char *safetensorsDtype(fb::DType dtype) {
@@ -147,71 +42,6 @@ const char *torchDtype(fb::DType dtype) {
                                    : "float32";
 }
 
-//===----------------------------------------------------------------------===//
-// Gathering the parameters
-//===----------------------------------------------------------------------===//
-
-/// Every parameter of the checkpoint, whole: each shard read from one of
-/// its holders' shard files (one file in memory at a time).
-StatusOr<std::map<std::string, Tensor>>
-gatherParameters(const CheckpointLocation &location,
-                 const CheckpointManifest &m) {
-  std::map<std::string, Tensor> whole;
-  std::map<int, std::vector<std::pair<const ManifestTensor *, int>>> byRank;
-  const std::string manifest = location.dir + "/manifest.json";
-  for (const ManifestTensor &t : m.tensors) {
-    if (t.kind != fb::BufferKind::Param)
-      continue;
-    if (!isFloatDType(t.dtype))
-      return invalidArgument(manifest, ": parameter '", t.name, "' is ",
-                             fb::EnumNameDType(t.dtype),
-                             ", not F32, BF16 or F16");
-    Tensor &w = whole[t.name];
-    w.dtype = t.dtype;
-    w.shape = t.globalShape;
-    w.data.assign(size_t(w.numel() * w.elementSize()), 0);
-    std::vector<bool> found(size_t(t.numShards), false);
-    for (auto [rank, j] : t.holders)
-      if (j >= 0 && j < t.numShards && !found[size_t(j)]) {
-        found[size_t(j)] = true;
-        byRank[rank].push_back({&t, j});
-      }
-    for (int j = 0; j < t.numShards; ++j)
-      if (!found[size_t(j)])
-        return invalidArgument(manifest, ": no rank holds shard ", j, " of ",
-                               t.numShards, " of parameter '", t.name, "'");
-  }
-  for (const auto &[rank, pieces] : byRank) {
-    const std::string path = location.dir + "/" + shardFileName(rank);
-    TESSERA_ASSIGN_OR_RETURN(ShardFile file, readShardFile(path));
-    for (auto [t, j] : pieces) {
-      const ShardTensor *s = file.find(t->name);
-      if (!s)
-        return invalidArgument(path, ": no tensor '", t->name,
-                               "', which the manifest says rank ", rank,
-                               " holds");
-      TensorBox box = shardBox(*t, j);
-      Tensor &w = whole[t->name];
-      std::vector<int64_t> extent;
-      for (size_t d = 0; d < box.lo.size(); ++d)
-        extent.push_back(box.hi[d] - box.lo[d]);
-      if (s->dtype != t->dtype || s->shape != extent ||
-          int64_t(s->data.size()) != box.volume() * w.elementSize())
-        return invalidArgument(path, ": tensor '", t->name, "' is ",
-                               fb::EnumNameDType(s->dtype),
-                               shapeText(s->shape), ", not the ",
-                               fb::EnumNameDType(t->dtype),
-                               shapeText(extent), " of shard ", j,
-                               " the manifest describes");
-      TensorBox all;
-      all.lo.assign(w.shape.size(), 0);
-      all.hi = w.shape;
-      copyTensorBox(s->data.data(), box, w.data.data(), all, box,
-                    w.elementSize());
-    }
-  }
-  return whole;
-}
 
 //===----------------------------------------------------------------------===//
 // Megatron to Hugging Face
@@ -638,8 +468,7 @@ Status writeSafetensors(
 StatusOr<ExportSummary> exportHuggingFace(const ExportOptions &options) {
   if (options.format != "safetensors")
     return invalidArgument("--format ", options.format,
-                           ": tessera-export writes safetensors (ONNX with "
-                           "trained initializers is not there yet)");
+                           ": tessera-export writes safetensors or onnx");
   if (options.dtype != "auto" && options.dtype != "fp32" &&
       options.dtype != "bf16" && options.dtype != "fp16")
     return invalidArgument("--dtype must be auto, fp32, bf16 or fp16, got '",
@@ -693,8 +522,9 @@ StatusOr<ExportSummary> exportHuggingFace(const ExportOptions &options) {
 }
 
 static const char *kUsage =
-    "usage: tessera-export CKPT_DIR -o OUT [--format safetensors] "
+    "usage: tessera-export CKPT_DIR -o OUT [--format safetensors|onnx] "
     "[--dtype auto|fp32|bf16|fp16]\n"
+    "                      [--onnx-model FILE.onnx] [--external-data]\n"
     "\n"
     "Writes the parameters of a tessera-run checkpoint (any layout) as a "
     "Hugging Face\n"
@@ -702,17 +532,46 @@ static const char *kUsage =
     "LlamaForCausalLM,\n"
     "Qwen3ForCausalLM or MixtralForCausalLM), which "
     "AutoModelForCausalLM.from_pretrained\n"
+    "loads; or, for a model imported from ONNX, as its ONNX graph with the "
+    "trained\n"
+    "initializers: OUT/model.onnx (and OUT/model.onnx.data over 2 GiB), "
+    "which onnxruntime\n"
     "loads.\n"
     "\n"
     "  CKPT_DIR        a --save directory (its latest iteration) or an "
     "iter_ directory\n"
     "  -o OUT          the output directory (made if missing)\n"
-    "  --format F      safetensors (the only one yet)\n"
-    "  --dtype D       auto (as trained: bf16 under --bf16, fp16 under "
-    "--fp16), fp32,\n"
-    "                  bf16 or fp16\n";
+    "  --format F      safetensors (default) or onnx\n"
+    "  --dtype D       safetensors: auto (as trained: bf16 under --bf16, "
+    "fp16 under\n"
+    "                  --fp16), fp32, bf16 or fp16 (onnx: the model's own "
+    "f32)\n"
+    "  --onnx-model F  onnx: the source model, when it moved since "
+    "tessera-compile read it\n"
+    "  --external-data onnx: the initializers in OUT/model.onnx.data (ONNX "
+    "external data;\n"
+    "                  always over 2 GiB)\n";
 
-int runExport(int argc, char **argv) {
+/// The vocabulary padding note both formats print.
+static void printVocabNote(int64_t vocab, int64_t padded, bool masked) {
+  if (padded > vocab && masked)
+    std::printf("tessera-export: the vocabulary of %lld was padded to %lld "
+                "rows, whose logits were kept out of the loss "
+                "(--mask-padded-vocab): cut off, the model is the trained "
+                "one\n",
+                (long long)vocab, (long long)padded);
+  else if (padded > vocab)
+    std::printf(
+        "tessera-export: note: the vocabulary of %lld was padded to %lld "
+        "rows (--make-vocab-size-divisible-by); as in Megatron-LM the padded "
+        "rows' logits entered the softmax in training, and they are cut off "
+        "here, so the exported model's loss differs from the trained one's "
+        "(compile with --make-vocab-size-divisible-by 1 or "
+        "--mask-padded-vocab for an exact export)\n",
+        (long long)vocab, (long long)padded);
+}
+
+int runExport(int argc, char **argv, const OnnxRewriter &rewrite) {
   ExportOptions options;
   ArgReader args(argc, argv);
   auto fail = [](const std::string &message) {
@@ -726,13 +585,18 @@ int runExport(int argc, char **argv) {
       return 0;
     }
     if (flag == "-o" || flag == "--output" || flag == "--format" ||
-        flag == "--dtype") {
+        flag == "--dtype" || flag == "--onnx-model") {
       StatusOr<std::string> value = args.value();
       if (!value.ok())
         return fail(value.status().message());
-      (flag == "--format"  ? options.format
-       : flag == "--dtype" ? options.dtype
-                           : options.output) = *value;
+      (flag == "--format"       ? options.format
+       : flag == "--dtype"      ? options.dtype
+       : flag == "--onnx-model" ? options.onnxModel
+                                : options.output) = *value;
+      continue;
+    }
+    if (flag == "--external-data") {
+      options.externalData = true;
       continue;
     }
     if (flag.rfind("-", 0) == 0)
@@ -744,6 +608,24 @@ int runExport(int argc, char **argv) {
   }
   if (options.checkpoint.empty())
     return fail(std::string("give a checkpoint directory\n") + kUsage);
+  if (options.format == "onnx") {
+    StatusOr<OnnxExportSummary> summary = exportOnnx(options, rewrite);
+    if (!summary.ok())
+      return fail(summary.status().message());
+    std::printf("tessera-export: ONNX %s, iteration %lld of %s: %lld "
+                "initializers (%lld split between parameters), %lld "
+                "parameters (F32) -> %s/model.onnx%s\n",
+                summary->source.c_str(), (long long)summary->iteration,
+                summary->layout.c_str(), (long long)summary->initializers,
+                (long long)summary->split, (long long)summary->parameters,
+                options.output.c_str(),
+                summary->external ? " + model.onnx.data" : "");
+    printVocabNote(summary->vocab, summary->paddedVocab, summary->maskedVocab);
+    return 0;
+  }
+  if (!options.onnxModel.empty() || options.externalData)
+    return fail(std::string(options.externalData ? "--external-data" : "--onnx-model") +
+                " is for --format onnx");
   StatusOr<ExportSummary> summary = exportHuggingFace(options);
   if (!summary.ok())
     return fail(summary.status().message());
@@ -753,21 +635,7 @@ int runExport(int argc, char **argv) {
               summary->layout.c_str(), (long long)summary->tensors,
               (long long)summary->parameters, summary->dtype.c_str(),
               options.output.c_str(), options.output.c_str());
-  if (summary->paddedVocab > summary->vocab && summary->maskedVocab)
-    std::printf("tessera-export: the vocabulary of %lld was padded to %lld "
-                "rows, whose logits were kept out of the loss "
-                "(--mask-padded-vocab): cut off, the model is the trained "
-                "one\n",
-                (long long)summary->vocab, (long long)summary->paddedVocab);
-  else if (summary->paddedVocab > summary->vocab)
-    std::printf(
-        "tessera-export: note: the vocabulary of %lld was padded to %lld "
-        "rows (--make-vocab-size-divisible-by); as in Megatron-LM the padded "
-        "rows' logits entered the softmax in training, and they are cut off "
-        "here, so the exported model's loss differs from the trained one's "
-        "(compile with --make-vocab-size-divisible-by 1 for an exact "
-        "export)\n",
-        (long long)summary->vocab, (long long)summary->paddedVocab);
+  printVocabNote(summary->vocab, summary->paddedVocab, summary->maskedVocab);
   return 0;
 }
 

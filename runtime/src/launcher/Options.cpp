@@ -85,6 +85,20 @@ std::string launchUsage(const char *argv0) {
          "                   from scratch\n"
          "  --no-load-optim  with --load: restore parameters and iteration "
          "only\n"
+         "  --eval-iters N   evaluate N batches (the loss with the forward "
+         "alone:\n"
+         "                   no gradients, no update, dropout off; "
+         "Megatron's\n"
+         "                   evaluate) after the last iteration and every\n"
+         "                   --eval-interval K iterations\n"
+         "  --eval-data PREFIX  the validation set whose batches 1..N are "
+         "scored\n"
+         "                   (default: the --data batches after the current\n"
+         "                   iteration, not yet trained on)\n"
+         "  --eval-only      evaluate the --load'ed (or initial) model and "
+         "train\n"
+         "                   nothing (Megatron's --skip-train; --eval-iters\n"
+         "                   default 1, no --steps)\n"
          "  --timeout S      seconds one instruction or checkpoint step may "
          "take\n"
          "                   before every rank stops with an error naming it\n"
@@ -169,6 +183,20 @@ StatusOr<LaunchOptions> parseLaunchOptions(int argc, char **argv) {
       if (hasInline)
         return invalidArgument("--no-load-optim takes no value");
       o.noLoadOptim = true;
+    } else if (arg == "--eval-iters") {
+      TESSERA_ASSIGN_OR_RETURN(std::string v, next());
+      TESSERA_ASSIGN_OR_RETURN(o.evalIters, parseInt(arg, v, 0));
+    } else if (arg == "--eval-interval") {
+      TESSERA_ASSIGN_OR_RETURN(std::string v, next());
+      TESSERA_ASSIGN_OR_RETURN(o.evalInterval, parseInt(arg, v, 1));
+    } else if (arg == "--eval-data") {
+      TESSERA_ASSIGN_OR_RETURN(o.evalDataPrefix, next());
+      if (o.evalDataPrefix.empty())
+        return invalidArgument("empty --eval-data prefix");
+    } else if (arg == "--eval-only") {
+      if (hasInline)
+        return invalidArgument("--eval-only takes no value");
+      o.evalOnly = true;
     } else if (arg == "--backend") {
       TESSERA_ASSIGN_OR_RETURN(o.backend, next());
     } else if (arg == "--tf32") {
@@ -223,8 +251,28 @@ StatusOr<LaunchOptions> parseLaunchOptions(int argc, char **argv) {
     return o;
   if (o.artifactPath.empty())
     return invalidArgument("no artifact file given");
-  if (!o.printSummary && o.steps < 0)
+  if (o.evalOnly) {
+    if (o.steps >= 0)
+      return invalidArgument("--eval-only trains nothing: give --load DIR, not "
+                             "--steps");
+    if (!o.saveDir.empty())
+      return invalidArgument("--eval-only saves nothing: drop --save");
+    if (o.evalInterval > 0)
+      return invalidArgument("--eval-interval is for training; --eval-only "
+                             "evaluates once");
+    if (o.evalIters < 0)
+      o.evalIters = 1;
+    if (o.evalIters == 0)
+      return invalidArgument("--eval-only needs --eval-iters >= 1");
+  } else if (!o.printSummary && o.steps < 0) {
     return invalidArgument("--steps is required");
+  }
+  if (o.evalIters < 0)
+    o.evalIters = 0;
+  if (o.evalInterval > 0 && o.evalIters == 0)
+    return invalidArgument("--eval-interval needs --eval-iters N");
+  if (!o.evalDataPrefix.empty() && o.evalIters == 0)
+    return invalidArgument("--eval-data needs --eval-iters N (or --eval-only)");
   if (o.saveInterval > 0 && o.saveDir.empty())
     return invalidArgument("--save-interval needs --save DIR");
   if (o.noLoadOptim && o.loadDir.empty())

@@ -278,6 +278,7 @@ private:
                           std::map<std::string, CommCounters> &after);
   Status saveIfDue(int64_t it);
   Status exitIfHooked(int64_t it);
+  Status evaluate(int64_t it);
 
   const LaunchOptions &o;
   const int rank, size;
@@ -313,6 +314,8 @@ private:
   std::unique_ptr<Communicator> world;
   /// The --data dataset when the artifact has token inputs, else null.
   std::shared_ptr<const IndexedDataset> dataset;
+  /// --eval-data: the validation set (null: evaluate on --data).
+  std::shared_ptr<const IndexedDataset> evalDataset;
   std::unique_ptr<Executor> executor;
   /// Aborts a device backend's communicators (the watchdog's last act).
   std::function<void()> abortCommunicators;
@@ -362,14 +365,27 @@ Status RankRun::run() {
   if (!o.saveDir.empty() && world)
     TESSERA_RETURN_IF_ERROR(world->barrier());
   TESSERA_RETURN_IF_ERROR(startTraining());
-  // --steps 0 --save DIR: the initial state as iteration 0 (to export the
-  // initialisation with tessera-export, or to start elsewhere from it).
-  if (startIteration == 0 && o.steps == 0)
-    TESSERA_RETURN_IF_ERROR(saveIfDue(0));
-  for (int64_t it = startIteration + 1; it <= o.steps; ++it) {
-    TESSERA_RETURN_IF_ERROR(trainIteration(it));
-    TESSERA_RETURN_IF_ERROR(saveIfDue(it));
-    TESSERA_RETURN_IF_ERROR(exitIfHooked(it));
+  if (o.evalOnly) {
+    TESSERA_RETURN_IF_ERROR(evaluate(startIteration));
+  } else {
+    // --steps 0 --save DIR: the initial state as iteration 0 (to export
+    // the initialisation with tessera-export, or to start elsewhere from
+    // it).
+    if (startIteration == 0 && o.steps == 0)
+      TESSERA_RETURN_IF_ERROR(saveIfDue(0));
+    int64_t evaluated = -1;
+    for (int64_t it = startIteration + 1; it <= o.steps; ++it) {
+      TESSERA_RETURN_IF_ERROR(trainIteration(it));
+      TESSERA_RETURN_IF_ERROR(saveIfDue(it));
+      if (o.evalInterval > 0 && it % o.evalInterval == 0) {
+        TESSERA_RETURN_IF_ERROR(evaluate(it));
+        evaluated = it;
+      }
+      TESSERA_RETURN_IF_ERROR(exitIfHooked(it));
+    }
+    // After training, as Megatron's evaluate_and_print_results.
+    if (o.evalIters > 0 && startIteration < o.steps && evaluated != o.steps)
+      TESSERA_RETURN_IF_ERROR(evaluate(o.steps));
   }
   if (!o.tracePath.empty())
     TESSERA_RETURN_IF_ERROR(writeTrace(o.tracePath, *executor, rank));
@@ -446,6 +462,15 @@ Status RankRun::setUp() {
   if (eo.dataset && !artifactNeedsTokenData(a))
     eo.dataset.reset();
   dataset = eo.dataset;
+  if (!o.evalDataPrefix.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(std::string prefix,
+                             IndexedDataset::resolvePrefix(o.evalDataPrefix));
+    TESSERA_ASSIGN_OR_RETURN(evalDataset, IndexedDataset::open(prefix));
+    for (const fb::Program *p : *a.programs())
+      TESSERA_RETURN_IF_ERROR(checkTokenInputs(*p, a.batch()->micro_batch_size(),
+                                               *evalDataset, artifact->name())
+                                  .withContext("--eval-data"));
+  }
   TESSERA_ASSIGN_OR_RETURN(executor,
                            Executor::create(artifact, std::move(backend),
                                             std::move(comms), rank, eo));
@@ -627,7 +652,11 @@ void RankRun::printHeader() const {
                                       : "constant",
                 opt->min_lr(), (long long)opt->lr_decay_iters());
   std::printf("%s", loadMessage.c_str());
-  if (startIteration >= o.steps)
+  if (o.evalOnly)
+    std::printf("tessera-run: evaluating %lld batch(es) of %s (--eval-only)\n",
+                (long long)o.evalIters,
+                evalDataset ? evalDataset->prefix().c_str() : "the training data");
+  else if (startIteration >= o.steps)
     std::printf("tessera-run: the checkpoint's iteration %lld reaches "
                 "--steps %lld: nothing to train\n",
                 (long long)startIteration, (long long)o.steps);
@@ -888,6 +917,53 @@ Status RankRun::saveIfDue(int64_t it) {
                 artifact->root()->world_size(), double(saved.bytes) / 1e6,
                 secs);
     std::fflush(stdout);
+  }
+  return Status();
+}
+
+/// Megatron's evaluate_and_print_results after iteration `it`: the mean
+/// loss of --eval-iters batches with the forward alone (the validation
+/// set's batches 1..N, or the --data batches it + 1..it + N), its
+/// perplexity, and a metrics line.
+Status RankRun::evaluate(int64_t it) {
+  std::vector<double> losses;
+  for (int64_t k = 1; k <= o.evalIters; ++k) {
+    const int64_t batch = evalDataset ? k : it + k;
+    TESSERA_ASSIGN_OR_RETURN(double loss, executor->evaluate(batch, evalDataset));
+    losses.push_back(loss);
+  }
+  double mean = 0;
+  for (double l : losses)
+    mean += l;
+  mean /= double(losses.size());
+  if (o.checkForNanInLoss && hasLoss && !std::isfinite(mean))
+    return failedPrecondition(artifact->name(), ": the validation loss after iteration ",
+                              it, " is ", std::isnan(mean) ? "NaN" : "inf");
+  if (rank != 0)
+    return Status();
+  const double ppl = std::exp(std::min(20.0, mean));
+  std::string text = " validation loss at iteration " + std::to_string(it) +
+                     " | lm loss value: ";
+  char num[64];
+  std::snprintf(num, sizeof(num), "%.6E", mean);
+  text += num;
+  std::snprintf(num, sizeof(num), "%.6E", ppl);
+  text += std::string(" | lm loss PPL: ") + num + " | ";
+  std::string rule(text.size() + 1, '-');
+  std::printf("%s\n%s\n%s\n", rule.c_str(), text.c_str(), rule.c_str());
+  std::fflush(stdout);
+  if (metrics) {
+    std::string line = "{\"eval_iteration\": " + std::to_string(it) +
+                       ", \"eval_loss\": " + exactNumber(mean) +
+                       ", \"eval_ppl\": " + exactNumber(ppl) + ", \"eval_batches\": [";
+    for (size_t k = 0; k < losses.size(); ++k) {
+      const int64_t batch = evalDataset ? int64_t(k) + 1 : it + int64_t(k) + 1;
+      line += std::string(k ? ", " : "") + "{\"batch\": " + std::to_string(batch) +
+              ", \"loss\": " + exactNumber(losses[k]) + "}";
+    }
+    line += "]}\n";
+    std::fputs(line.c_str(), metrics.get());
+    std::fflush(metrics.get());
   }
   return Status();
 }

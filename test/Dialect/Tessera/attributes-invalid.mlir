@@ -2,7 +2,7 @@
 // The tessera dialect (no ops) verifies the tessera.* attributes: phases,
 // bindings of phase arguments and results, and the root module's settings.
 
-// expected-error @+1 {{attribute 'tessera.phase' must be "microbatch", "step", "init", "forward" or "backward", got "train"}}
+// expected-error @+1 {{attribute 'tessera.phase' must be "microbatch", "step", "init", "forward", "backward" or "eval", got "train"}}
 func.func @phase() attributes {tessera.phase = "train"} {
   return
 }
@@ -128,4 +128,22 @@ module attributes {tessera.architecture = {layers = [2]}} {
 
 // expected-error @+1 {{attribute 'tessera.architecture' must be a dictionary of integers, floats, bools and strings (Megatron-LM's argument names), got "llama"}}
 module attributes {tessera.architecture = "llama"} {
+}
+
+// -----
+
+// expected-error @+1 {{attribute 'tessera.onnx_source' must be {model = <the .onnx file>, parameters = [{param, kind, shape, sources = [{initializer, shape, readers}], ...}]}; 'model' is not a string}}
+module attributes {tessera.onnx_source = {model = 3, parameters = []}} {
+}
+
+// -----
+
+// expected-error @+1 {{attribute 'tessera.onnx_source' must be {model = <the .onnx file>, parameters = [{param, kind, shape, sources = [{initializer, shape, readers}], ...}]}; 'parameters' is not an array}}
+module attributes {tessera.onnx_source = {model = "m.onnx"}} {
+}
+
+// -----
+
+// expected-error @+1 {{attribute 'tessera.onnx_source' must be {model = <the .onnx file>, parameters = [{param, kind, shape, sources = [{initializer, shape, readers}], ...}]}; a parameter entry lacks param, kind, shape or sources}}
+module attributes {tessera.onnx_source = {model = "m.onnx", parameters = [{param = "w", kind = "identity"}]}} {
 }

@@ -25,19 +25,13 @@ import torch
 import transformers
 
 sys.path.insert(0, os.path.dirname(__file__))
+from logged_loss import add_arguments, check  # noqa: E402
 from torch_reference import read_tokens, sample_batch  # noqa: E402
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--data", required=True)
-    ap.add_argument("--iteration", type=int, required=True)
-    ap.add_argument("--seq", type=int, required=True)
-    ap.add_argument("--micro-batch-size", type=int, required=True)
-    ap.add_argument("--global-batch-size", type=int, required=True)
-    ap.add_argument("--metrics")
-    ap.add_argument("--rtol", type=float, default=1e-5)
+    add_arguments(ap)
     args = ap.parse_args()
     torch.manual_seed(0)
     transformers.logging.set_verbosity_error()
@@ -62,19 +56,7 @@ def main():
     print(json.dumps({"step": args.iteration, "loss": loss,
                       "architecture": type(model).__name__}))
     if args.metrics:
-        logged = None
-        for line in open(args.metrics):
-            r = json.loads(line)
-            if r.get("step") == args.iteration:
-                logged = r["loss"]
-        if logged is None:
-            sys.exit(f"{args.metrics}: no loss at iteration {args.iteration}")
-        diff = abs(loss - logged) / abs(logged)
-        print(f"transformers {loss:.9g} tessera {logged:.9g} relative "
-              f"difference {diff:.3g}")
-        if not diff <= args.rtol:
-            sys.exit(f"FAIL: relative difference {diff:.3g} > {args.rtol}")
-        print("OK")
+        check(args.metrics, args.iteration, loss, args.rtol, "transformers")
 
 
 if __name__ == "__main__":

@@ -130,6 +130,20 @@ public:
   /// returns the same loss (NaN if no program has a loss buffer).
   StatusOr<double> runIteration(int64_t iteration);
 
+  /// Megatron's evaluate() of one batch: the loss of the samples training
+  /// iteration `iteration` (1-based) reads, with the current parameters,
+  /// through the forward-only evaluation phases (tessera-eval-phase: no
+  /// gradients, no update, dropout off); a pipeline runs its chunks'
+  /// evaluation phases in the order of the schedule's forwards. Reduced
+  /// over pp and dp as runIteration's loss. Changes no parameter, state or
+  /// counter. With `data`, the samples are that dataset's (a validation
+  /// set) instead of the training data's.
+  StatusOr<double> evaluate(int64_t iteration,
+                            std::shared_ptr<const IndexedDataset> data = nullptr);
+  /// Whether the program has its evaluation phases (artifacts compiled
+  /// before tessera-eval-phase have none).
+  bool hasEvalPhase() const;
+
   /// The learning rate of `iteration` (1-based) under the artifact's
   /// schedule (Megatron's warmup and decay); 0 without an optimizer.
   double learningRate(int64_t iteration) const;
@@ -233,6 +247,18 @@ private:
   /// Sets the iteration buffer and runs "step" (open p2p batches completed).
   Status runStep(int64_t iteration);
   StatusOr<double> runSchedule(int64_t iteration);
+  /// One schedule step: `fn` on the step's slot, after the inputs of
+  /// `forward` (the step's own function, or the forward an evaluation phase
+  /// stands in for) when it is a forward's compute part; its loss staged
+  /// into slot `losses++`. `what` and `phase` name it in errors and on the
+  /// timeline; `last` completes the open p2p batch.
+  Status runScheduleStep(const fb::ScheduleStep &step, const DecodedFunction &forward,
+                         const DecodedFunction &fn, const std::string &what,
+                         const std::string &phase, int64_t iteration, bool last,
+                         int64_t &losses);
+  /// The pipeline's (and dp's) loss from this rank's sum of its microbatch
+  /// losses (runIteration, runSchedule, evaluate).
+  StatusOr<double> reduceLoss(double lossSum, bool scheduled);
   /// Copies the f32 loss at arena `offset` into loss slot `index` (on the
   /// device, in stream order).
   Status stageLoss(int64_t offset, int64_t index);

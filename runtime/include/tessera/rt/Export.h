@@ -25,6 +25,18 @@
 // converted with --dtype.
 // Each file is written atomically (FileIO.h): never a half-written one.
 //
+// tessera-export CKPT_DIR -o OUT --format onnx: a model imported from ONNX
+// written back as the same ONNX graph with its trained initializers,
+// OUT/model.onnx (plus OUT/model.onnx.data, external data, for models over
+// 2 GiB), which onnxruntime loads. The artifact's ONNX record (the
+// manifest's "onnx_source": the .onnx file and, for every parameter, the
+// initializers it was computed from and how: as is, transposed, Megatron's
+// per-group QKV rows from q/k/v, per-head rows from [q][k][v] blocks,
+// gate/up stacked) is inverted: each initializer gets its parameter's
+// trained value in its own layout. An initializer the exporter merged for
+// several parameters (equal initial values, such as every norm's ones) is
+// split, one initializer per parameter, rewired to the nodes of its module.
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef TESSERA_RT_EXPORT_H
@@ -32,7 +44,9 @@
 
 #include "tessera/rt/Status.h"
 
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace tessera::rt {
 
@@ -40,8 +54,14 @@ struct ExportOptions {
   /// A checkpoint directory (its `latest` iteration) or an iter_ directory.
   std::string checkpoint;
   std::string output;
-  /// safetensors (the only one yet).
+  /// safetensors or onnx.
   std::string format = "safetensors";
+  /// --format onnx: the source model (default: the path the artifact
+  /// recorded when it was compiled).
+  std::string onnxModel;
+  /// --format onnx: the initializers in OUT/model.onnx.data even under
+  /// 2 GiB (over it they always are).
+  bool externalData = false;
   /// auto (as stored), fp32, bf16 or fp16.
   std::string dtype = "auto";
 };
@@ -63,8 +83,44 @@ struct ExportSummary {
 
 StatusOr<ExportSummary> exportHuggingFace(const ExportOptions &options);
 
-/// tessera-export's main.
-int runExport(int argc, char **argv);
+/// A trained value for an initializer of the source ONNX model.
+struct OnnxInitializer {
+  std::string initializer; ///< the source's initializer
+  /// The written initializer: `initializer`, or a new one (a split) that
+  /// the nodes `readers` read instead.
+  std::string name;
+  std::vector<std::string> readers;
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+};
+/// Writes the ONNX model `source` with `values` applied into `model` (the
+/// serialized ModelProto) and `data` (the bytes of the external-data file
+/// `dataFile`, used over 2 GiB or when `external`, else empty); returns ""
+/// or the error. The ONNX library lives
+/// in the compiler (lib/Import/OnnxModel), not the runtime: tessera-export
+/// passes its rewriter in.
+using OnnxRewriter = std::function<std::string(
+    const std::string &source, std::vector<OnnxInitializer> &values,
+    const std::string &dataFile, bool external, std::string &model,
+    std::string &data)>;
+
+/// What exportOnnx wrote.
+struct OnnxExportSummary {
+  std::string source; ///< the source .onnx
+  int64_t iteration = 0;
+  std::string layout;
+  int64_t initializers = 0, parameters = 0;
+  int64_t split = 0;  ///< initializers split between parameters
+  bool external = false;
+  int64_t vocab = 0, paddedVocab = 0;
+  bool maskedVocab = false;
+};
+
+StatusOr<OnnxExportSummary> exportOnnx(const ExportOptions &options,
+                                       const OnnxRewriter &rewrite);
+
+/// tessera-export's main; `rewrite` enables --format onnx.
+int runExport(int argc, char **argv, const OnnxRewriter &rewrite = nullptr);
 
 } // namespace tessera::rt
 

@@ -79,6 +79,17 @@ struct LaunchOptions {
   std::string loadDir;
   /// --no-load-optim: restore parameters and iteration only.
   bool noLoadOptim = false;
+  /// Evaluation (Megatron's evaluate): --eval-iters N batches scored with
+  /// the forward-only phases every --eval-interval K iterations and after
+  /// the last one; --eval-only (Megatron's --skip-train) evaluates the
+  /// loaded (or initial) model and trains nothing. The batches are those of
+  /// --eval-data (the validation set, its batches 1..N) or, without it,
+  /// the --data batches that follow the current iteration (not yet trained
+  /// on).
+  int64_t evalIters = -1; ///< -1: not given (1 under --eval-only, else 0)
+  int64_t evalInterval = 0;
+  bool evalOnly = false;
+  std::string evalDataPrefix;
   bool help = false;
 };
 

@@ -89,6 +89,9 @@ struct CheckpointManifest {
   /// argument names, from the artifact; empty when it has none):
   /// tessera-export reads it.
   std::string architecture;
+  /// An imported ONNX model's export record (JSON object, from the
+  /// artifact; empty for other models): tessera-export --format onnx.
+  std::string onnxSource;
   int worldSize = 1;
   std::vector<std::pair<std::string, int>> mesh;
   std::string order;
