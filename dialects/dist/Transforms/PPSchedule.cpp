@@ -90,8 +90,9 @@ void PPSchedulePass::runOnOperation() {
     for (auto f : program.getOps<func::FuncOp>()) {
       auto p = f->getAttrOfType<StringAttr>(kPhaseAttr);
       auto c = f->getAttrOfType<IntegerAttr>(kChunkAttr);
-      if (!p || !c)
-        continue;
+      if (!p || !c ||
+          (p.getValue() != kForwardPhase && p.getValue() != kBackwardPhase))
+        continue; // (an evaluation phase is not scheduled)
       if (f->hasAttr(kLastMicrobatchAttr))
         lastBackward[c.getInt()] = f;
       else

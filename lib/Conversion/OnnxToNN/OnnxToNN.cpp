@@ -167,8 +167,11 @@ FailureOr<std::vector<float>> computeParam(onnx::NodeOp view) {
 /// "parameters"): each view's kind, shapes and initializers, and the ONNX
 /// nodes that read each initializer for it. An initializer that several
 /// parameters read (the dynamo exporter merges equal initializers, such as
-/// every norm's initial ones) is read for each by the nodes of its module
-/// (the scope its name came from); tessera-export splits it.
+/// every norm's initial ones), or one view twice, is read for each by the
+/// nodes of its module: the module its name came from, or for a fused view
+/// (qkv, stack) its projections' modules, in graph order; tessera-export
+/// splits it by them. Where that does not identify them the readers stay
+/// empty, and an export that must split the initializer says so.
 ArrayAttr exportRecord(OpBuilder &b, ArrayRef<onnx::NodeOp> views) {
   llvm::DenseMap<Operation *, llvm::SmallSetVector<StringRef, 2>> paramsOf;
   for (onnx::NodeOp view : views)
@@ -178,7 +181,9 @@ ArrayAttr exportRecord(OpBuilder &b, ArrayRef<onnx::NodeOp> views) {
   SmallVector<Attribute> entries;
   for (onnx::NodeOp view : views) {
     StringRef name = view.getString("name", "");
+    StringRef kind = view.getString("kind", "");
     StringRef scope = name.rsplit('.').first;
+    bool fused = kind == "qkv" || kind == "stack";
     auto type = cast<RankedTensorType>(view.getResult(0).getType());
     SmallVector<NamedAttribute> e{
         b.getNamedAttr("param", b.getStringAttr(name)),
@@ -188,19 +193,32 @@ ArrayAttr exportRecord(OpBuilder &b, ArrayRef<onnx::NodeOp> views) {
       if (Attribute a = view.getAttrs().get(key))
         e.push_back(b.getNamedAttr(key, a));
     SmallVector<Attribute> sources;
-    for (Value in : view.getInputs()) {
+    for (auto [i, in] : llvm::enumerate(view.getInputs())) {
       auto init = in.getDefiningOp<onnx::InitializerOp>();
       if (!init)
         continue;
-      bool shared = paramsOf[init].size() > 1;
+      // This view's sources that read the same initializer, and which of
+      // them this one is.
+      unsigned occurrences = 0, occurrence = 0;
+      for (auto [j, other] : llvm::enumerate(view.getInputs()))
+        if (other == in) {
+          if (j < i)
+            ++occurrence;
+          ++occurrences;
+        }
+      bool shared = paramsOf[init].size() > 1 || occurrences > 1;
       SmallVector<Attribute> readers;
       if (auto all = init->getAttrOfType<ArrayAttr>(kReadersAttr))
         for (auto reader : all.getAsRange<ArrayAttr>()) {
-          auto [node, nodeScope] = std::pair(cast<StringAttr>(reader[0]),
-                                             cast<StringAttr>(reader[1]));
-          if (!shared || nodeScope.getValue() == scope)
-            readers.push_back(node);
+          StringRef nodeScope = cast<StringAttr>(reader[1]).getValue();
+          if (!shared || nodeScope == scope ||
+              (fused && nodeScope.rsplit('.').first == scope.rsplit('.').first))
+            readers.push_back(reader[0]);
         }
+      if (occurrences > 1)
+        readers = readers.size() == occurrences
+                      ? SmallVector<Attribute>{readers[occurrence]}
+                      : SmallVector<Attribute>{};
       sources.push_back(b.getDictionaryAttr(
           {b.getNamedAttr("initializer", b.getStringAttr(init.getName())),
            b.getNamedAttr("shape", b.getDenseI64ArrayAttr(init.getType().getShape())),
@@ -334,7 +352,7 @@ LogicalResult OnnxToNNPass::buildModel(ModuleOp module, func::FuncOp func) {
   }
   // What no pattern raised: the first such node, or a Dropout among them
   // (attention dropout above 0 leaves the whole attention unraised).
-  onnx::NodeOp unraised;
+  onnx::NodeOp unraised, router;
   for (Operation &op : body.without_terminator()) {
     if (!needed.count(&op) || isa<nn::NNDialect>(op.getDialect()) ||
         isa<onnx::InitializerOp, onnx::ConstantOp, onnx::NoneOp>(op))
@@ -349,6 +367,23 @@ LogicalResult OnnxToNNPass::buildModel(ModuleOp module, func::FuncOp func) {
     }
     if (!unraised || (node.getOpType() == "Dropout" && unraised.getOpType() != "Dropout"))
       unraised = node;
+    // A token router's top-k: a mixture-of-experts layer.
+    if (!router && node.getOpType() == "TopK")
+      router = node;
+  }
+  if (router) {
+    StringRef scope = scopeOf(router);
+    auto diag = router.emitError() << "node '" << router.getNodeName() << "' (TopK)";
+    if (!scope.empty())
+      diag << " in module '" << scope << "'";
+    diag << " routes tokens to experts: Tessera does not raise a mixture-of-experts "
+            "layer from ONNX (the dynamo exporter cannot export its data-dependent "
+            "expert loop, and the TorchScript exporter unrolls it over the experts "
+            "the example input reached, which fails on inputs that leave one "
+            "without tokens); compile the model's Hugging Face directory instead "
+            "(tessera-compile DIR: MixtralForCausalLM from config.json and "
+            "safetensors)";
+    return failure();
   }
   if (onnx::NodeOp node = unraised) {
     StringRef scope = scopeOf(node);

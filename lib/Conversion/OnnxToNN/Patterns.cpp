@@ -1615,18 +1615,26 @@ void recordUses(Operation *root) {
   root->walk([&](onnx::InitializerOp init) {
     unsigned uses = 0;
     bool gather = false, other = false;
-    SmallVector<Attribute> readers;
+    SmallVector<NodeOp> readerNodes;
     for (Operation *user : init->getUsers()) {
       ++uses;
       auto node = dyn_cast<NodeOp>(user);
-      if (node)
-        readers.push_back(b.getStrArrayAttr({node.getNodeName(), scopeOf(node)}));
+      if (node && !llvm::is_contained(readerNodes, node))
+        readerNodes.push_back(node);
       if (node && node.getOpType() == "Gather" && node.getInputs()[0] == init.getResult())
         gather = true;
       else
         other = true;
     }
     init->setAttr(kUsesAttr, b.getI64IntegerAttr(uses));
+    // In graph order (a fused view's sources come in the order its
+    // projections run).
+    llvm::sort(readerNodes, [](NodeOp a, NodeOp c) {
+      return a->getBlock() == c->getBlock() && a->isBeforeInBlock(c);
+    });
+    SmallVector<Attribute> readers;
+    for (NodeOp node : readerNodes)
+      readers.push_back(b.getStrArrayAttr({node.getNodeName(), scopeOf(node)}));
     init->setAttr(kReadersAttr, b.getArrayAttr(readers));
     if (gather && other)
       init->setAttr(kTiedAttr, b.getUnitAttr());

@@ -472,10 +472,26 @@ void rewrite(const std::string &source, const std::vector<InitializerUpdate> &up
   if (dirError)
     throw LoadError{"cannot resolve the model's directory: " + dirError.message()};
   onnx::GraphProto &g = *proto.mutable_graph();
-  // The source's external data, read in (checked as the importer checks it).
-  for (onnx::TensorProto &t : *g.mutable_initializer()) {
-    if (t.data_location() != onnx::TensorProto::EXTERNAL)
+  // Every tensor of the graph with its bytes inline: the source's external
+  // data read in (checked as the importer checks it), float_data as
+  // raw_data (so that sizes and the move to external data see it).
+  std::vector<onnx::TensorProto *> tensors;
+  for (onnx::TensorProto &t : *g.mutable_initializer())
+    tensors.push_back(&t);
+  for (onnx::NodeProto &n : *g.mutable_node())
+    for (onnx::AttributeProto &a : *n.mutable_attribute())
+      if (a.has_t())
+        tensors.push_back(a.mutable_t());
+  for (onnx::TensorProto *tp : tensors) {
+    onnx::TensorProto &t = *tp;
+    if (t.data_location() != onnx::TensorProto::EXTERNAL) {
+      if (t.float_data_size() > 0) {
+        std::string bytes;
+        appendTyped<float>(bytes, t.float_data());
+        setInlineData(t, std::move(bytes));
+      }
       continue;
+    }
     checkDims(t);
     Tensor where;
     resolveExternalData(t, baseDir, where);

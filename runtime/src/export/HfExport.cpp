@@ -534,7 +534,7 @@ static const char *kUsage =
     "AutoModelForCausalLM.from_pretrained\n"
     "loads; or, for a model imported from ONNX, as its ONNX graph with the "
     "trained\n"
-    "initializers: OUT/model.onnx (and OUT/model.onnx.data over 2 GiB), "
+    "initializers: OUT/model.onnx (and OUT/model.onnx.<hash>.data over 2 GiB), "
     "which onnxruntime\n"
     "loads.\n"
     "\n"
@@ -548,7 +548,7 @@ static const char *kUsage =
     "f32)\n"
     "  --onnx-model F  onnx: the source model, when it moved since "
     "tessera-compile read it\n"
-    "  --external-data onnx: the initializers in OUT/model.onnx.data (ONNX "
+    "  --external-data onnx: the initializers in OUT/model.onnx.<hash>.data (ONNX "
     "external data;\n"
     "                  always over 2 GiB)\n";
 
@@ -614,12 +614,12 @@ int runExport(int argc, char **argv, const OnnxRewriter &rewrite) {
       return fail(summary.status().message());
     std::printf("tessera-export: ONNX %s, iteration %lld of %s: %lld "
                 "initializers (%lld split between parameters), %lld "
-                "parameters (F32) -> %s/model.onnx%s\n",
+                "parameters (F32) -> %s/model.onnx%s%s\n",
                 summary->source.c_str(), (long long)summary->iteration,
                 summary->layout.c_str(), (long long)summary->initializers,
                 (long long)summary->split, (long long)summary->parameters,
-                options.output.c_str(),
-                summary->external ? " + model.onnx.data" : "");
+                options.output.c_str(), summary->external ? " + " : "",
+                summary->dataFile.c_str());
     printVocabNote(summary->vocab, summary->paddedVocab, summary->maskedVocab);
     return 0;
   }

@@ -11,10 +11,13 @@
 
 #include "ExportTensors.h"
 
+#include "tessera/rt/ArtifactFormat.h"
 #include "tessera/rt/Checkpoint.h"
 #include "tessera/rt/FileIO.h"
 
 #include <nlohmann/json.hpp>
+
+#include <dirent.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -131,6 +134,50 @@ int64_t paramRow(const View &v, size_t i, int64_t r) {
   return r; // identity
 }
 
+/// The rows and columns source `i` of the view is stored in (a rank-1
+/// source is one column).
+std::pair<int64_t, int64_t> sourceRowsCols(const View &v, size_t i) {
+  const std::vector<int64_t> &s = v.sources[i].shape;
+  if (s.size() == 1)
+    return {s[0], 1};
+  const bool transposed = v.transposed && v.kind != "identity";
+  return transposed ? std::pair(s[1], s[0]) : std::pair(s[0], s[1]);
+}
+
+/// Whether inverting the view stays inside the parameter: every source row
+/// maps to a parameter row, with the parameter's row length.
+std::string checkRows(const View &v) {
+  if (v.kind == "identity")
+    return v.sources[0].shape == v.shape
+               ? ""
+               : "its initializer is " + shapeText(v.sources[0].shape);
+  if (v.kind == "transpose") {
+    const std::vector<int64_t> &s = v.sources[0].shape;
+    return s.size() == 2 && v.shape == std::vector<int64_t>{s[1], s[0]}
+               ? ""
+               : "its initializer " + shapeText(s) + " is not its transpose";
+  }
+  if (v.kind == "stack" && (v.shape.size() != 3 || v.shape[0] != 2))
+    return "a stack is [2, rows, columns]";
+  if (v.kind != "stack" && v.shape.size() > 2)
+    return "a " + v.kind + " view is a matrix or a vector";
+  const int64_t rows = v.kind == "stack" ? 2 * v.shape[1] : v.shape[0];
+  const int64_t cols = numel(v.shape) / rows;
+  for (size_t i = 0; i < v.sources.size(); ++i) {
+    auto [r, c] = sourceRowsCols(v, i);
+    if (c != cols)
+      return "initializer '" + v.sources[i].initializer + "' has rows of " +
+             std::to_string(c) + ", the parameter of " + std::to_string(cols);
+    for (int64_t k = 0; k < r; ++k) {
+      int64_t to = paramRow(v, i, k);
+      if (to < 0 || to >= rows)
+        return "row " + std::to_string(k) + " of initializer '" +
+               v.sources[i].initializer + "' maps outside the parameter";
+    }
+  }
+  return "";
+}
+
 /// Source `i` of the view from the trained parameter `p` (f32, the view's
 /// shape): its rows placed back, stored [rows, cols] or transposed.
 std::vector<float> invert(const View &v, size_t i, const Tensor &p) {
@@ -147,8 +194,7 @@ std::vector<float> invert(const View &v, size_t i, const Tensor &p) {
   }
   // (An identity view ignores `transposed`, as the import does.)
   const bool transposed = v.transposed && v.kind != "identity" && s.shape.size() == 2;
-  const int64_t rows = transposed ? s.shape[1] : s.shape[0];
-  const int64_t cols = s.shape.size() == 2 ? (transposed ? s.shape[0] : s.shape[1]) : 1;
+  const auto [rows, cols] = sourceRowsCols(v, i);
   for (int64_t r = 0; r < rows; ++r) {
     const float *from = w + paramRow(v, i, r) * cols;
     for (int64_t c = 0; c < cols; ++c)
@@ -182,9 +228,18 @@ StatusOr<OnnxExportSummary> exportOnnx(const ExportOptions &options,
   if (!record.is_object())
     return invalidArgument(where, ": \"onnx_source\" is not a JSON object");
   TESSERA_ASSIGN_OR_RETURN(std::vector<View> views, parseViews(record, where));
+  for (const View &v : views)
+    if (std::string why = checkRows(v); !why.empty())
+      return invalidArgument(where, ": \"onnx_source\": parameter '", v.param, "' (",
+                             v.kind, " ", shapeText(v.shape), "): ", why);
   OnnxExportSummary summary;
-  summary.source = options.onnxModel.empty() ? record.value("model", std::string())
-                                             : options.onnxModel;
+  if (options.onnxModel.empty() && record.contains("model")) {
+    if (!record["model"].is_string())
+      return invalidArgument(where, ": \"onnx_source\": \"model\" is not a string");
+    summary.source = record["model"].get<std::string>();
+  } else {
+    summary.source = options.onnxModel;
+  }
   if (summary.source.empty())
     return invalidArgument(where, ": the ONNX record names no model file; give it "
                                   "with --onnx-model");
@@ -192,10 +247,16 @@ StatusOr<OnnxExportSummary> exportOnnx(const ExportOptions &options,
     return invalidArgument(summary.source,
                            ": no such file (the ONNX model the artifact was compiled "
                            "from; give its new place with --onnx-model)");
-  if (record.contains("vocab") && record.at("vocab").is_object()) {
-    summary.vocab = record["vocab"].value("size", int64_t(0));
-    summary.paddedVocab = record["vocab"].value("padded", int64_t(0));
-    summary.maskedVocab = record["vocab"].value("masked", false);
+  if (record.contains("vocab")) {
+    try {
+      const json &vocab = record.at("vocab");
+      summary.vocab = vocab.value("size", int64_t(0));
+      summary.paddedVocab = vocab.value("padded", int64_t(0));
+      summary.maskedVocab = vocab.value("masked", false);
+    } catch (const json::exception &e) {
+      return invalidArgument(where, ": \"onnx_source\": \"vocab\" is malformed: ",
+                             e.what());
+    }
   }
   TESSERA_ASSIGN_OR_RETURN(auto params, gatherParameters(location, manifest));
 
@@ -232,7 +293,7 @@ StatusOr<OnnxExportSummary> exportOnnx(const ExportOptions &options,
   }
 
   // One value per initializer; where parameters that differ read one
-  // (merged by the exporter), one initializer each.
+  // (merged by the exporter), one initializer each, read by its nodes.
   std::vector<OnnxInitializer> values;
   for (auto &[init, list] : byInitializer) {
     // Groups of equal values (a tied parameter read twice is one).
@@ -258,17 +319,24 @@ StatusOr<OnnxExportSummary> exportOnnx(const ExportOptions &options,
       out.shape = first.view->sources[first.source].shape;
       out.data = first.data;
       if (k > 0) {
+        // A new initializer, named by its parameter (and source, for a view
+        // that reads this initializer twice).
         out.name = first.view->param;
-        for (const Value *x : groups[k])
-          for (const std::string &r : x->view->sources[x->source].readers)
+        if (std::count_if(first.view->sources.begin(), first.view->sources.end(),
+                          [&](const ViewSource &s) { return s.initializer == init; }) > 1)
+          out.name += "." + std::to_string(first.source);
+        for (const Value *x : groups[k]) {
+          const std::vector<std::string> &readers = x->view->sources[x->source].readers;
+          if (readers.empty())
+            return invalidArgument(
+                where, ": initializer '", init, "' is read by parameters '",
+                groups[0].front()->view->param, "' and '", x->view->param,
+                "', which trained to different values, and the import recorded no "
+                "node that reads it for the second: it cannot be split");
+          for (const std::string &r : readers)
             if (std::find(out.readers.begin(), out.readers.end(), r) == out.readers.end())
               out.readers.push_back(r);
-        if (out.readers.empty())
-          return invalidArgument(
-              where, ": initializer '", init, "' is read by parameters '",
-              groups[0].front()->view->param, "' and '", first.view->param,
-              "', which trained to different values, and the import recorded no "
-              "node that reads it for the second: it cannot be split");
+        }
         ++summary.split;
       }
       values.push_back(std::move(out));
@@ -276,20 +344,38 @@ StatusOr<OnnxExportSummary> exportOnnx(const ExportOptions &options,
   }
   summary.initializers = int64_t(values.size());
 
+  // External data goes to a file named by its contents: a new export never
+  // overwrites the data an earlier model.onnx still names (that model is
+  // replaced last, whole).
+  uint32_t crc = uint32_t(manifest.iteration);
+  for (const OnnxInitializer &v : values)
+    crc ^= artifact::crc32(reinterpret_cast<const uint8_t *>(v.data.data()),
+                           v.data.size() * 4) +
+           0x9e3779b9u + (crc << 6) + (crc >> 2);
+  char name[64];
+  std::snprintf(name, sizeof(name), "model.onnx.%08x.data", crc);
   std::string model, data;
-  const std::string dataFile = "model.onnx.data";
+  const std::string dataFile = name;
   std::string error = rewrite(summary.source, values, dataFile, options.externalData, model, data);
   if (!error.empty())
     return invalidArgument(error);
   summary.external = !data.empty();
   TESSERA_RETURN_IF_ERROR(makeDirectories(options.output));
-  const std::string dataPath = options.output + "/" + dataFile;
   // The data first: the model that names it appears only once it is whole.
   if (summary.external)
-    TESSERA_RETURN_IF_ERROR(writeFileAtomic(dataPath, data));
+    TESSERA_RETURN_IF_ERROR(writeFileAtomic(options.output + "/" + dataFile, data));
   TESSERA_RETURN_IF_ERROR(writeFileAtomic(options.output + "/model.onnx", model));
-  if (!summary.external && pathExists(dataPath))
-    std::remove(dataPath.c_str()); // an earlier export's, which nothing names now
+  summary.dataFile = summary.external ? dataFile : "";
+  // Earlier exports' data files, which the new model.onnx does not name.
+  if (DIR *dir = opendir(options.output.c_str())) {
+    while (dirent *e = readdir(dir)) {
+      std::string file = e->d_name;
+      if (file.rfind("model.onnx.", 0) == 0 && file.size() > 16 &&
+          file.compare(file.size() - 5, 5, ".data") == 0 && file != summary.dataFile)
+        std::remove((options.output + "/" + file).c_str());
+    }
+    closedir(dir);
+  }
   summary.iteration = manifest.iteration;
   summary.layout = manifest.configString();
   return summary;

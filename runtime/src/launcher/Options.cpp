@@ -308,7 +308,9 @@ StatusOr<std::shared_ptr<const IndexedDataset>>
 openDataset(const LaunchOptions &o, const LoadedArtifact &artifact) {
   const fb::Artifact &a = *artifact.root();
   if (o.dataPrefix.empty()) {
-    if (artifactNeedsTokenData(a) && !o.mockData)
+    // --eval-only scores --eval-data alone.
+    if (artifactNeedsTokenData(a) && !o.mockData &&
+        !(o.evalOnly && !o.evalDataPrefix.empty()))
       return failedPrecondition(
           artifact.name(), " has token inputs (a language model): "
                            "--data PREFIX is required (make the dataset with "

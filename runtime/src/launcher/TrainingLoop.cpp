@@ -383,9 +383,11 @@ Status RankRun::run() {
       }
       TESSERA_RETURN_IF_ERROR(exitIfHooked(it));
     }
-    // After training, as Megatron's evaluate_and_print_results.
-    if (o.evalIters > 0 && startIteration < o.steps && evaluated != o.steps)
-      TESSERA_RETURN_IF_ERROR(evaluate(o.steps));
+    // After training, as Megatron's evaluate_and_print_results (also when
+    // there was nothing to train).
+    const int64_t last = std::max(startIteration, o.steps);
+    if (o.evalIters > 0 && evaluated != last)
+      TESSERA_RETURN_IF_ERROR(evaluate(last));
   }
   if (!o.tracePath.empty())
     TESSERA_RETURN_IF_ERROR(writeTrace(o.tracePath, *executor, rank));
@@ -655,7 +657,9 @@ void RankRun::printHeader() const {
   if (o.evalOnly)
     std::printf("tessera-run: evaluating %lld batch(es) of %s (--eval-only)\n",
                 (long long)o.evalIters,
-                evalDataset ? evalDataset->prefix().c_str() : "the training data");
+                evalDataset ? evalDataset->prefix().c_str()
+                : dataset   ? "the training data"
+                            : "mock data");
   else if (startIteration >= o.steps)
     std::printf("tessera-run: the checkpoint's iteration %lld reaches "
                 "--steps %lld: nothing to train\n",
@@ -932,6 +936,9 @@ Status RankRun::evaluate(int64_t it) {
     TESSERA_ASSIGN_OR_RETURN(double loss, executor->evaluate(batch, evalDataset));
     losses.push_back(loss);
   }
+  // The next iteration's report counts its own bytes and kernel time only.
+  before = executor->commCounters();
+  kernelsBefore = executor->kernelSeconds();
   double mean = 0;
   for (double l : losses)
     mean += l;

@@ -51,6 +51,11 @@ def main():
                             f"{[e['eval_iteration'] for e in ref]}")
             continue
         for e, r in zip(run, ref):
+            if len(e["eval_batches"]) != len(r["eval_batches"]):
+                failures.append(f"{path}: {len(e['eval_batches'])} batches after "
+                                f"iteration {e['eval_iteration']}, the reference "
+                                f"{len(r['eval_batches'])}")
+                continue
             for b, rb in zip(e["eval_batches"], r["eval_batches"]):
                 if b["batch"] != rb["batch"]:
                     failures.append(f"{path}: batch {b['batch']} where the reference "

@@ -29,7 +29,14 @@ forms: tiny-logits-loss.dynamo18.onnx returns (logits, loss), and
 tiny-logits.dynamo18.onnx only the logits of input_ids; with SDPA attention,
 tiny-sdpa.dynamo18.onnx and, at opset 23 (where the exporter emits
 RMSNormalization and Attention ops), tiny-sdpa.dynamo23.onnx (their
-transformers directory tiny/).
+transformers directory tiny/). A one-layer Mixtral (4 experts, top 2)
+exports only through TorchScript (the dynamo exporter cannot trace its
+data-dependent expert loop): mixtral-tiny-logits.torchscript18.onnx, whose
+import is refused with that reason (`--only mixtral` writes it alone). A
+two-layer Qwen2 (q/k/v biases) whose biases all start at 0.05 exports its
+logits as qwen2-shared-bias.dynamo18.onnx: the dynamo exporter merges the
+equal biases into two initializers that every layer's q, and k and v, read
+(`--only qwen2` writes it alone; tessera-export must split them).
 """
 import argparse
 import os
@@ -121,13 +128,57 @@ def make(name, attn="eager"):
     return cls(cfg).eval()
 
 
+def export_mixtral(out, ids):
+    """The TorchScript export of a one-layer Mixtral's logits; its expert
+    loop is unrolled over the experts the example routes to."""
+    cfg = transformers.MixtralConfig(vocab_size=257, hidden_size=32, intermediate_size=64,
+                                     num_hidden_layers=1, num_attention_heads=4,
+                                     num_key_value_heads=2, num_local_experts=4,
+                                     num_experts_per_tok=2, max_position_embeddings=SEQ,
+                                     use_cache=False)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(SEED)
+    model = transformers.MixtralForCausalLM(cfg).eval()
+    path = os.path.join(out, "mixtral-tiny-logits.torchscript18.onnx")
+    with MasksWithoutVmap():
+        torch.onnx.export(LogitsOnly(model), (ids,), path, dynamo=False,
+                          do_constant_folding=False, input_names=["input_ids"],
+                          opset_version=18)
+    print("wrote", path)
+
+
+def export_qwen2_shared(out, ids):
+    """A Qwen2 whose equal q/k/v biases the dynamo exporter merges."""
+    cfg = transformers.Qwen2Config(vocab_size=257, hidden_size=32, intermediate_size=64,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=SEQ,
+                                   rms_norm_eps=1e-5, initializer_range=0.05,
+                                   tie_word_embeddings=False, use_cache=False)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(SEED)
+    model = transformers.Qwen2ForCausalLM(cfg).eval()
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.endswith(".bias"):
+                p.fill_(0.05)
+    path = os.path.join(out, "qwen2-shared-bias.dynamo18.onnx")
+    torch.onnx.export(LogitsOnly(model), (ids,), path, dynamo=True, external_data=False,
+                      input_names=["input_ids"], opset_version=18)
+    print("wrote", path)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                   "hf-onnx"))
+    ap.add_argument("--only", choices=["mixtral", "qwen2"])
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     ids = torch.randint(0, 257, (BATCH, SEQ), generator=torch.Generator().manual_seed(SEED))
+    if args.only == "mixtral":
+        return export_mixtral(args.out, ids)
+    if args.only == "qwen2":
+        return export_qwen2_shared(args.out, ids)
     # Distinct tensors: the dynamo exporter merges inputs traced from one.
     labels = ids.clone()
     for name, exporters in [("llama", ["dynamo", "torchscript"]), ("qwen3", ["dynamo"]),
@@ -166,6 +217,8 @@ def main():
                           external_data=False, input_names=["input_ids", "labels"],
                           opset_version=opset)
         print("wrote", path)
+    export_mixtral(args.out, ids)
+    export_qwen2_shared(args.out, ids)
 
 
 if __name__ == "__main__":

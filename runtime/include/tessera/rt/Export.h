@@ -27,8 +27,8 @@
 //
 // tessera-export CKPT_DIR -o OUT --format onnx: a model imported from ONNX
 // written back as the same ONNX graph with its trained initializers,
-// OUT/model.onnx (plus OUT/model.onnx.data, external data, for models over
-// 2 GiB), which onnxruntime loads. The artifact's ONNX record (the
+// OUT/model.onnx (plus OUT/model.onnx.<hash>.data, external data, for
+// models over 2 GiB), which onnxruntime loads. The artifact's ONNX record (the
 // manifest's "onnx_source": the .onnx file and, for every parameter, the
 // initializers it was computed from and how: as is, transposed, Megatron's
 // per-group QKV rows from q/k/v, per-head rows from [q][k][v] blocks,
@@ -59,7 +59,7 @@ struct ExportOptions {
   /// --format onnx: the source model (default: the path the artifact
   /// recorded when it was compiled).
   std::string onnxModel;
-  /// --format onnx: the initializers in OUT/model.onnx.data even under
+  /// --format onnx: the initializers in OUT/model.onnx.<hash>.data even under
   /// 2 GiB (over it they always are).
   bool externalData = false;
   /// auto (as stored), fp32, bf16 or fp16.
@@ -112,6 +112,7 @@ struct OnnxExportSummary {
   int64_t initializers = 0, parameters = 0;
   int64_t split = 0;  ///< initializers split between parameters
   bool external = false;
+  std::string dataFile; ///< the external-data file (in OUT), or ""
   int64_t vocab = 0, paddedVocab = 0;
   bool maskedVocab = false;
 };
