@@ -16,6 +16,7 @@
 #include "mlir/IR/PatternMatch.h"
 
 #include <optional>
+#include <vector>
 
 namespace tessera::onnx_to_nn {
 
@@ -29,6 +30,9 @@ inline onnx::NodeOp producer(mlir::Value v, llvm::StringRef opType) {
 
 /// The elements of a known value as doubles (any element type), or none.
 std::optional<llvm::SmallVector<double>> constValues(mlir::Value v);
+/// An initializer's f32 values: inline (a dense or resource value) or read
+/// from its external-data file; an error at the initializer otherwise.
+mlir::FailureOr<std::vector<float>> readInitializer(onnx::InitializerOp init);
 /// A known single-element value.
 std::optional<double> scalarValue(mlir::Value v);
 /// Whether `v` is a known scalar within `rtol` of `expect`.

@@ -37,56 +37,6 @@ namespace tessera {
 
 namespace {
 
-/// An initializer's f32 values: inline (a dense or resource value) or read
-/// from its external-data file.
-FailureOr<std::vector<float>> readInitializer(onnx::InitializerOp init) {
-  auto type = init.getType();
-  if (!type.getElementType().isF32()) {
-    init.emitError() << "initializer '" << init.getName()
-                     << "' is a parameter but not f32";
-    return failure();
-  }
-  size_t n = size_t(type.getNumElements());
-  std::vector<float> out(n);
-  if (ElementsAttr v = init.getValueAttr()) {
-    if (auto res = dyn_cast<DenseResourceElementsAttr>(v)) {
-      ArrayRef<char> bytes = res.getRawHandle().getBlob()->getData();
-      if (bytes.size() != n * 4)
-        return failure();
-      std::memcpy(out.data(), bytes.data(), n * 4);
-      return out;
-    }
-    auto dense = cast<DenseElementsAttr>(v);
-    size_t k = 0;
-    for (APFloat f : dense.getValues<APFloat>())
-      out[k++] = f.convertToFloat();
-    return out;
-  }
-  DictionaryAttr ext = init.getExternalAttr();
-  if (!ext) {
-    init.emitError() << "initializer '" << init.getName() << "' has no data";
-    return failure();
-  }
-  std::string path = (cast<StringAttr>(ext.get("dir")).getValue() + "/" +
-                      cast<StringAttr>(ext.get("file")).getValue())
-                         .str();
-  int64_t offset = cast<IntegerAttr>(ext.get("offset")).getInt();
-  if (auto size = dyn_cast_or_null<IntegerAttr>(ext.get("file_bytes"));
-      size && offset > size.getInt() - int64_t(n * 4)) {
-    init.emitError() << "initializer '" << init.getName() << "': its " << n * 4
-                     << " bytes at offset " << offset << " run past the end of " << path;
-    return failure();
-  }
-  std::ifstream in(path, std::ios::binary);
-  in.seekg(offset);
-  if (!in || !in.read(reinterpret_cast<char *>(out.data()), std::streamsize(n * 4))) {
-    init.emitError() << "cannot read initializer '" << init.getName() << "' from "
-                     << path;
-    return failure();
-  }
-  return out;
-}
-
 /// The value of a parameter view, in Megatron's layout.
 FailureOr<std::vector<float>> computeParam(onnx::NodeOp view) {
   StringRef kind = view.getString("kind", "");

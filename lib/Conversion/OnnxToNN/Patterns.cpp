@@ -315,8 +315,9 @@ BlockArgument tokenInput(Value v, unsigned rank = 2);
 /// a tied model, when the exporter folded the head's Transpose into a new
 /// initializer: the TorchScript exporter with constant folding, the dynamo
 /// exporter): an initializer read by a Gather of token ids whose values
-/// equal the weight's, bit for bit, and are not all one value. A separately
-/// (randomly) initialised head never is.
+/// equal the weight's, bit for bit, and are not all one value (read from
+/// external data when they are there). A separately (randomly) initialised
+/// head never is.
 onnx::InitializerOp tiedTable(NodeOp anchor, WeightRef w) {
   auto wt = w.init.getType();
   int64_t out = wt.getDimSize(w.inOut ? 1 : 0), in = wt.getDimSize(w.inOut ? 0 : 1);
@@ -334,16 +335,30 @@ onnx::InitializerOp tiedTable(NodeOp anchor, WeightRef w) {
     if (!table || table == w.init || table.getType().getRank() != 2 ||
         table.getType().getDimSize(0) != out || table.getType().getDimSize(1) != in)
       return;
-    auto a = constValues(table), b = constValues(w.init);
+    // The values, inline or in external data (f32: a parameter's).
+    auto values = [](onnx::InitializerOp init) -> std::optional<std::vector<float>> {
+      if (auto v = constValues(init))
+        return std::vector<float>(v->begin(), v->end());
+      if (!init.getExternalAttr() || !init.getType().getElementType().isF32())
+        return std::nullopt;
+      // (No diagnostic: a file that cannot be read is reported when the
+      // parameter is built.)
+      ScopedDiagnosticHandler quiet(init.getContext(), [](Diagnostic &) { return success(); });
+      FailureOr<std::vector<float>> f = readInitializer(init);
+      if (failed(f))
+        return std::nullopt;
+      return std::move(*f);
+    };
+    auto a = values(table), b = values(w.init);
     // Equal values say the head is a copy of the table only when they
     // vary: two tensors of one constant (zeros) are not the same parameter.
     if (!a || !b || a->size() != b->size() ||
-        llvm::all_of(*a, [&](double e) { return e == a->front(); }))
+        llvm::all_of(*a, [&](float e) { return e == a->front(); }))
       return;
     for (int64_t r = 0; r < out; ++r)
       for (int64_t c = 0; c < in; ++c) {
-        double x = (*a)[size_t(r * in + c)];
-        double y = w.inOut ? (*b)[size_t(c * out + r)] : (*b)[size_t(r * in + c)];
+        float x = (*a)[size_t(r * in + c)];
+        float y = w.inOut ? (*b)[size_t(c * out + r)] : (*b)[size_t(r * in + c)];
         if (std::memcmp(&x, &y, sizeof x) != 0)
           return;
       }

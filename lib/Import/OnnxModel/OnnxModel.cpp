@@ -21,6 +21,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 namespace tessera::onnx_model {
@@ -186,6 +187,36 @@ void resolveExternalData(const onnx::TensorProto &t,
                  std::to_string(out.externalOffset));
 }
 
+/// `t` with `bytes` as its inline data.
+void setInlineData(onnx::TensorProto &t, std::string bytes) {
+  t.clear_float_data();
+  t.clear_external_data();
+  t.set_data_location(onnx::TensorProto::DEFAULT);
+  t.set_raw_data(std::move(bytes));
+}
+
+/// The bytes of an external-data tensor (resolved by resolveExternalData)
+/// read into `out.data`; `out` is then an inline tensor.
+void readExternalData(const std::string &name, Tensor &out) {
+  int64_t length = out.externalLength;
+  if (length < 0)
+    length = out.externalFileBytes - out.externalOffset;
+  if (out.externalOffset + length > out.externalFileBytes)
+    throw LoadError{"tensor '" + name + "': its external data runs past the end of " +
+                    out.externalPath()};
+  std::string bytes(size_t(length), '\0');
+  std::ifstream in(out.externalPath(), std::ios::binary);
+  in.seekg(out.externalOffset);
+  if (!in || !in.read(bytes.data(), std::streamsize(length)))
+    throw LoadError{"tensor '" + name + "': cannot read " + out.externalPath()};
+  out.data = std::move(bytes);
+  out.externalDir.clear();
+  out.externalFile.clear();
+  out.externalOffset = 0;
+  out.externalLength = -1;
+  out.externalFileBytes = 0;
+}
+
 /// `t` as a Tensor; with `take`, its raw bytes are moved out of the
 /// protobuf (weights: one copy of the model in memory, not two).
 Tensor convertTensor(const onnx::TensorProto &t, bool loadData,
@@ -267,11 +298,17 @@ void load(const std::string &path, bool loadWeights, Model &model) {
       Tensor scratch;
       resolveExternalData(t, baseDir, scratch);
     }
-  for (const onnx::NodeProto &n : proto.graph().node())
-    for (const onnx::AttributeProto &a : n.attribute())
+  // A Constant's value is read in now, wherever it is stored (the
+  // TorchScript exporter puts large ones in external data too, which ONNX
+  // shape inference cannot read).
+  for (onnx::NodeProto &n : *proto.mutable_graph()->mutable_node())
+    for (onnx::AttributeProto &a : *n.mutable_attribute())
       if (a.has_t() && a.t().data_location() == onnx::TensorProto::EXTERNAL) {
-        Tensor scratch;
-        resolveExternalData(a.t(), baseDir, scratch);
+        checkDims(a.t());
+        Tensor where;
+        resolveExternalData(a.t(), baseDir, where);
+        readExternalData(a.t().name(), where);
+        setInlineData(*a.mutable_t(), std::move(where.data));
       }
   // The standard-domain opset against the newest this onnx library knows:
   // its checker and shape inference would judge a newer model by older
@@ -444,6 +481,26 @@ void load(const std::string &path, bool loadWeights, Model &model) {
     }
     model.nodes.push_back(std::move(node));
   }
+
+  // A buffer in external data that the graph only slices, compares, casts
+  // or selects with (a causal mask kept as a module buffer) is read in:
+  // folding needs its values. Parameters (read by MatMul, Gather, ...)
+  // stay references to the file.
+  static const std::set<std::string> maskOps = {
+      "Slice", "Equal", "Where", "Cast", "Not", "Less", "Greater", "LessOrEqual",
+      "GreaterOrEqual", "Unsqueeze", "Squeeze", "Reshape", "Expand"};
+  std::map<std::string, bool> onlyMaskUses;
+  for (const Node &node : model.nodes)
+    for (const std::string &in : node.inputs) {
+      auto [it, fresh] = onlyMaskUses.try_emplace(in, true);
+      it->second = it->second && maskOps.count(node.opType) > 0;
+    }
+  for (Tensor &t : model.initializers) {
+    auto it = onlyMaskUses.find(t.name);
+    if (t.isExternal() && loadWeights && it != onlyMaskUses.end() && it->second &&
+        t.numElements() <= (int64_t(1) << 26))
+      readExternalData(t.name, t);
+  }
 }
 
 std::string shapeText(const std::vector<int64_t> &shape) {
@@ -453,13 +510,6 @@ std::string shapeText(const std::vector<int64_t> &shape) {
   return s + "]";
 }
 
-/// `t` with `bytes` as its inline data.
-void setInlineData(onnx::TensorProto &t, std::string bytes) {
-  t.clear_float_data();
-  t.clear_external_data();
-  t.set_data_location(onnx::TensorProto::DEFAULT);
-  t.set_raw_data(std::move(bytes));
-}
 
 void rewrite(const std::string &source, const std::vector<InitializerUpdate> &updates,
              const std::string &dataFile, bool external, std::string &modelBytes,
@@ -495,18 +545,8 @@ void rewrite(const std::string &source, const std::vector<InitializerUpdate> &up
     checkDims(t);
     Tensor where;
     resolveExternalData(t, baseDir, where);
-    int64_t length = where.externalLength;
-    if (length < 0)
-      length = where.externalFileBytes - where.externalOffset;
-    if (where.externalOffset + length > where.externalFileBytes)
-      throw LoadError{"tensor '" + t.name() + "': its external data runs past the end of " +
-                      where.externalPath()};
-    std::string bytes(size_t(length), '\0');
-    std::ifstream in(where.externalPath(), std::ios::binary);
-    in.seekg(where.externalOffset);
-    if (!in || !in.read(bytes.data(), std::streamsize(length)))
-      throw LoadError{"tensor '" + t.name() + "': cannot read " + where.externalPath()};
-    setInlineData(t, std::move(bytes));
+    readExternalData(t.name(), where);
+    setInlineData(t, std::move(where.data));
   }
   std::map<std::string, int> initIndex;
   for (int i = 0; i < g.initializer_size(); ++i)
