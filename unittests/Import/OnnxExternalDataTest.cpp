@@ -136,6 +136,50 @@ TEST_F(OnnxExternalDataTest, OffsetsAndLengthsAreCheckedNumbers) {
   EXPECT_HAS(load({{"offset", "1000000000"}}), "less than the offset 1000000000");
 }
 
+TEST_F(OnnxExternalDataTest, ConstantsInExternalDataAreReadIn) {
+  // A Constant node whose value lies in the external-data file (as torch's
+  // TorchScript exporter stores a large model's constants): read in, the
+  // bytes its shape needs, and no other length accepted.
+  auto write = [&](int64_t lengthDelta) {
+    onnx::ModelProto m = proto;
+    const onnx::TensorProto *ext = nullptr;
+    for (const onnx::TensorProto &t : m.graph().initializer())
+      if (t.data_location() == onnx::TensorProto::EXTERNAL && !ext)
+        ext = &t;
+    onnx::TensorProto value = *ext;
+    value.set_name("extra");
+    int64_t bytes = 4;
+    for (int64_t d : value.dims())
+      bytes *= d;
+    for (onnx::StringStringEntryProto &e : *value.mutable_external_data())
+      if (e.key() == "length")
+        e.set_value(std::to_string(bytes + lengthDelta));
+    onnx::NodeProto *n = m.mutable_graph()->add_node();
+    n->set_op_type("Constant");
+    n->set_name("extra_constant");
+    n->add_output("extra_output");
+    onnx::AttributeProto *a = n->add_attribute();
+    a->set_name("value");
+    a->set_type(onnx::AttributeProto::TENSOR);
+    *a->mutable_t() = value;
+    std::ofstream out(modelDir / "c.onnx", std::ios::binary);
+    EXPECT_TRUE(m.SerializeToOstream(&out));
+    return bytes;
+  };
+  int64_t bytes = write(0);
+  Model model;
+  ASSERT_EQ(loadModel((modelDir / "c.onnx").string(), /*loadWeights=*/true, model), "");
+  const tessera::onnx_model::Attribute *value = model.nodes.back().attr("value");
+  ASSERT_NE(value, nullptr);
+  EXPECT_FALSE(value->tensor->isExternal());
+  EXPECT_EQ(int64_t(value->tensor->data.size()), bytes);
+  write(4);
+  Model bad;
+  EXPECT_HAS(loadModel((modelDir / "c.onnx").string(), /*loadWeights=*/true, bad),
+             "tensor 'extra': its external data is " + std::to_string(bytes + 4) +
+                 " bytes, its shape needs " + std::to_string(bytes));
+}
+
 TEST_F(OnnxExternalDataTest, MissingFileIsNamed) {
   EXPECT_HAS(load({{"location", "nothing.data"}}),
              "location 'nothing.data' cannot be opened");

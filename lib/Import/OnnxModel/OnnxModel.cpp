@@ -195,12 +195,38 @@ void setInlineData(onnx::TensorProto &t, std::string bytes) {
   t.set_raw_data(std::move(bytes));
 }
 
-/// The bytes of an external-data tensor (resolved by resolveExternalData)
-/// read into `out.data`; `out` is then an inline tensor.
-void readExternalData(const std::string &name, Tensor &out) {
-  int64_t length = out.externalLength;
-  if (length < 0)
-    length = out.externalFileBytes - out.externalOffset;
+/// Bytes of one element of an ONNX data type, or 0 for one without a
+/// fixed size (string).
+int64_t elementBytes(int32_t type) {
+  switch (type) {
+  case onnx::TensorProto::FLOAT: case onnx::TensorProto::INT32:
+  case onnx::TensorProto::UINT32: return 4;
+  case onnx::TensorProto::DOUBLE: case onnx::TensorProto::INT64:
+  case onnx::TensorProto::UINT64: return 8;
+  case onnx::TensorProto::FLOAT16: case onnx::TensorProto::BFLOAT16:
+  case onnx::TensorProto::INT16: case onnx::TensorProto::UINT16: return 2;
+  case onnx::TensorProto::BOOL: case onnx::TensorProto::INT8:
+  case onnx::TensorProto::UINT8: return 1;
+  default: return 0;
+  }
+}
+
+/// The bytes of an external-data tensor of `elemType` and `shape` (the
+/// location resolved by resolveExternalData) read into `out.data`: exactly
+/// the bytes its shape needs, which the entry's length (when given) and
+/// the file must hold. `out` is then an inline tensor.
+void readExternalData(const std::string &name, int32_t elemType,
+                      const std::vector<int64_t> &shape, Tensor &out) {
+  int64_t length = elementBytes(elemType);
+  if (length == 0)
+    throw LoadError{"tensor '" + name + "': external data of " + elemTypeName(elemType) +
+                    " elements, which Tessera does not read"};
+  for (int64_t d : shape)
+    length *= d; // (checkDims bounds the product)
+  if (out.externalLength >= 0 && out.externalLength != length)
+    throw LoadError{"tensor '" + name + "': its external data is " +
+                    std::to_string(out.externalLength) + " bytes, its shape needs " +
+                    std::to_string(length)};
   if (out.externalOffset + length > out.externalFileBytes)
     throw LoadError{"tensor '" + name + "': its external data runs past the end of " +
                     out.externalPath()};
@@ -307,7 +333,9 @@ void load(const std::string &path, bool loadWeights, Model &model) {
         checkDims(a.t());
         Tensor where;
         resolveExternalData(a.t(), baseDir, where);
-        readExternalData(a.t().name(), where);
+        readExternalData(a.t().name(), a.t().data_type(),
+                         std::vector<int64_t>(a.t().dims().begin(), a.t().dims().end()),
+                         where);
         setInlineData(*a.mutable_t(), std::move(where.data));
       }
   // The standard-domain opset against the newest this onnx library knows:
@@ -499,7 +527,7 @@ void load(const std::string &path, bool loadWeights, Model &model) {
     auto it = onlyMaskUses.find(t.name);
     if (t.isExternal() && loadWeights && it != onlyMaskUses.end() && it->second &&
         t.numElements() <= (int64_t(1) << 26))
-      readExternalData(t.name, t);
+      readExternalData(t.name, t.elemType, t.shape, t);
   }
 }
 
@@ -545,7 +573,8 @@ void rewrite(const std::string &source, const std::vector<InitializerUpdate> &up
     checkDims(t);
     Tensor where;
     resolveExternalData(t, baseDir, where);
-    readExternalData(t.name(), where);
+    readExternalData(t.name(), t.data_type(),
+                     std::vector<int64_t>(t.dims().begin(), t.dims().end()), where);
     setInlineData(t, std::move(where.data));
   }
   std::map<std::string, int> initIndex;
