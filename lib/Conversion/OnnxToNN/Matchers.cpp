@@ -179,6 +179,31 @@ std::optional<WeightRef> matmulWeight(Value w) {
 
 /// An initializer's f32 values: inline (a dense or resource value) or read
 /// from its external-data file.
+/// Where an external initializer's f32 elements lie: its file and byte
+/// offset, checked against the entry's length and the file's size before
+/// anything is allocated or read.
+static FailureOr<std::pair<std::string, int64_t>> externalPlace(onnx::InitializerOp init) {
+  DictionaryAttr ext = init.getExternalAttr();
+  int64_t bytes = init.getType().getNumElements() * 4;
+  std::string path = (cast<StringAttr>(ext.get("dir")).getValue() + "/" +
+                      cast<StringAttr>(ext.get("file")).getValue())
+                         .str();
+  int64_t offset = cast<IntegerAttr>(ext.get("offset")).getInt();
+  if (auto length = dyn_cast_or_null<IntegerAttr>(ext.get("length"));
+      length && length.getInt() >= 0 && length.getInt() != bytes) {
+    init.emitError() << "initializer '" << init.getName() << "': its external data is "
+                     << length.getInt() << " bytes, its shape needs " << bytes;
+    return failure();
+  }
+  if (auto size = dyn_cast_or_null<IntegerAttr>(ext.get("file_bytes"));
+      size && offset > size.getInt() - bytes) {
+    init.emitError() << "initializer '" << init.getName() << "': its " << bytes
+                     << " bytes at offset " << offset << " run past the end of " << path;
+    return failure();
+  }
+  return std::pair(path, offset);
+}
+
 FailureOr<std::vector<float>> readInitializer(onnx::InitializerOp init) {
   auto type = init.getType();
   if (!type.getElementType().isF32()) {
@@ -187,8 +212,8 @@ FailureOr<std::vector<float>> readInitializer(onnx::InitializerOp init) {
     return failure();
   }
   size_t n = size_t(type.getNumElements());
-  std::vector<float> out(n);
   if (ElementsAttr v = init.getValueAttr()) {
+    std::vector<float> out(n);
     if (auto res = dyn_cast<DenseResourceElementsAttr>(v)) {
       ArrayRef<char> bytes = res.getRawHandle().getBlob()->getData();
       if (bytes.size() != n * 4)
@@ -202,29 +227,53 @@ FailureOr<std::vector<float>> readInitializer(onnx::InitializerOp init) {
       out[k++] = f.convertToFloat();
     return out;
   }
-  DictionaryAttr ext = init.getExternalAttr();
-  if (!ext) {
+  if (!init.getExternalAttr()) {
     init.emitError() << "initializer '" << init.getName() << "' has no data";
     return failure();
   }
-  std::string path = (cast<StringAttr>(ext.get("dir")).getValue() + "/" +
-                      cast<StringAttr>(ext.get("file")).getValue())
-                         .str();
-  int64_t offset = cast<IntegerAttr>(ext.get("offset")).getInt();
-  if (auto size = dyn_cast_or_null<IntegerAttr>(ext.get("file_bytes"));
-      size && offset > size.getInt() - int64_t(n * 4)) {
-    init.emitError() << "initializer '" << init.getName() << "': its " << n * 4
-                     << " bytes at offset " << offset << " run past the end of " << path;
+  FailureOr<std::pair<std::string, int64_t>> place = externalPlace(init);
+  if (failed(place))
     return failure();
-  }
-  std::ifstream in(path, std::ios::binary);
-  in.seekg(offset);
+  std::vector<float> out(n);
+  std::ifstream in(place->first, std::ios::binary);
+  in.seekg(place->second);
   if (!in || !in.read(reinterpret_cast<char *>(out.data()), std::streamsize(n * 4))) {
     init.emitError() << "cannot read initializer '" << init.getName() << "' from "
-                     << path;
+                     << place->first;
     return failure();
   }
   return out;
+}
+
+std::optional<float> initializerElement(onnx::InitializerOp init, int64_t index) {
+  auto type = init.getType();
+  if (!type.getElementType().isF32() || index < 0 || index >= type.getNumElements())
+    return std::nullopt;
+  if (ElementsAttr v = init.getValueAttr()) {
+    if (auto res = dyn_cast<DenseResourceElementsAttr>(v)) {
+      ArrayRef<char> bytes = res.getRawHandle().getBlob()->getData();
+      if (int64_t(bytes.size()) != type.getNumElements() * 4)
+        return std::nullopt;
+      float f;
+      std::memcpy(&f, bytes.data() + index * 4, 4);
+      return f;
+    }
+    if (auto dense = dyn_cast<DenseElementsAttr>(v))
+      return (*(dense.getValues<APFloat>().begin() + index)).convertToFloat();
+    return std::nullopt;
+  }
+  if (!init.getExternalAttr())
+    return std::nullopt;
+  ScopedDiagnosticHandler quiet(init.getContext(), [](Diagnostic &) { return success(); });
+  FailureOr<std::pair<std::string, int64_t>> place = externalPlace(init);
+  if (failed(place))
+    return std::nullopt;
+  std::ifstream in(place->first, std::ios::binary);
+  in.seekg(place->second + index * 4);
+  float f;
+  if (!in || !in.read(reinterpret_cast<char *>(&f), 4))
+    return std::nullopt;
+  return f;
 }
 
 } // namespace tessera::onnx_to_nn

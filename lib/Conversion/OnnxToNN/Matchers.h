@@ -33,6 +33,9 @@ std::optional<llvm::SmallVector<double>> constValues(mlir::Value v);
 /// An initializer's f32 values: inline (a dense or resource value) or read
 /// from its external-data file; an error at the initializer otherwise.
 mlir::FailureOr<std::vector<float>> readInitializer(onnx::InitializerOp init);
+/// Element `index` (row major) of an f32 initializer, inline or read alone
+/// from its external data; none when it cannot be read.
+std::optional<float> initializerElement(onnx::InitializerOp init, int64_t index);
 /// A known single-element value.
 std::optional<double> scalarValue(mlir::Value v);
 /// Whether `v` is a known scalar within `rtol` of `expect`.

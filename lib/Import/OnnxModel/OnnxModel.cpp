@@ -21,6 +21,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
 
@@ -333,7 +334,8 @@ void load(const std::string &path, bool loadWeights, Model &model) {
         checkDims(a.t());
         Tensor where;
         resolveExternalData(a.t(), baseDir, where);
-        readExternalData(a.t().name(), a.t().data_type(),
+        readExternalData(a.t().name().empty() ? n.name() + "." + a.name() : a.t().name(),
+                         a.t().data_type(),
                          std::vector<int64_t>(a.t().dims().begin(), a.t().dims().end()),
                          where);
         setInlineData(*a.mutable_t(), std::move(where.data));
@@ -510,24 +512,51 @@ void load(const std::string &path, bool loadWeights, Model &model) {
     model.nodes.push_back(std::move(node));
   }
 
-  // A buffer in external data that the graph only slices, compares, casts
-  // or selects with (a causal mask kept as a module buffer) is read in:
-  // folding needs its values. Parameters (read by MatMul, Gather, ...)
-  // stay references to the file.
-  static const std::set<std::string> maskOps = {
-      "Slice", "Equal", "Where", "Cast", "Not", "Less", "Greater", "LessOrEqual",
-      "GreaterOrEqual", "Unsqueeze", "Squeeze", "Reshape", "Expand"};
-  std::map<std::string, bool> onlyMaskUses;
+  // A buffer in external data that serves only as a mask (a causal mask
+  // kept as a module buffer) is read in: folding needs its values. A mask
+  // use is an operand of a comparison or of Not, or Where's condition, or
+  // input 0 of a value-preserving op (Slice, Cast, Reshape, ...) whose
+  // results are masks themselves. Parameters (read by MatMul, Gather, or
+  // cast and reshaped on their way there) stay references to the file.
+  std::map<std::string, std::vector<std::pair<const Node *, size_t>>> uses;
   for (const Node &node : model.nodes)
-    for (const std::string &in : node.inputs) {
-      auto [it, fresh] = onlyMaskUses.try_emplace(in, true);
-      it->second = it->second && maskOps.count(node.opType) > 0;
-    }
+    for (size_t i = 0; i < node.inputs.size(); ++i)
+      uses[node.inputs[i]].push_back({&node, i});
+  static const std::set<std::string> comparisons = {
+      "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not"};
+  static const std::set<std::string> preserving = {
+      "Slice", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Expand", "Transpose"};
+  std::map<std::string, bool> memo;
+  std::function<bool(const std::string &, int)> maskOnly = [&](const std::string &value,
+                                                               int depth) {
+    auto m = memo.find(value);
+    if (m != memo.end())
+      return m->second;
+    bool mask = depth < 16;
+    auto it = uses.find(value);
+    if (mask && it != uses.end())
+      for (auto [node, i] : it->second) {
+        if (comparisons.count(node->opType) || (node->opType == "Where" && i == 0))
+          continue;
+        if (preserving.count(node->opType) && i == 0 &&
+            std::all_of(node->outputs.begin(), node->outputs.end(),
+                        [&](const std::string &o) { return maskOnly(o, depth + 1); }))
+          continue;
+        mask = false;
+        break;
+      }
+    for (const ValueInfo &out : model.outputs)
+      mask = mask && out.name != value;
+    return memo[value] = mask && it != uses.end();
+  };
+  int64_t maskBytes = 0;
   for (Tensor &t : model.initializers) {
-    auto it = onlyMaskUses.find(t.name);
-    if (t.isExternal() && loadWeights && it != onlyMaskUses.end() && it->second &&
-        t.numElements() <= (int64_t(1) << 26))
+    int64_t bytes = t.numElements() * std::max<int64_t>(1, elementBytes(t.elemType));
+    if (t.isExternal() && loadWeights && maskOnly(t.name, 0) &&
+        maskBytes + bytes <= (int64_t(1) << 30)) {
       readExternalData(t.name, t.elemType, t.shape, t);
+      maskBytes += bytes;
+    }
   }
 }
 
