@@ -4,7 +4,7 @@
 # directory, compile it with its weights at tp 2 x dp 2, fine-tune 30 steps
 # on Jane Austen's text on 4 CPU ranks, export the result, and score the
 # exported model in transformers on the batch after the last step next to
-# Tessera's own loss of it. Needs the build and .venv
+# Tessera's own evaluation of it (tessera-run --eval-only). Needs the build and .venv
 # (scripts/install-python.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,11 +23,12 @@ ls "$out/llama"
 $bin/tessera-compile "$out/llama" --seq-length 32 --tp 2 --dp 2 \
   --sequence-parallel --micro-batch-size 2 --global-batch-size 8 \
   --make-vocab-size-divisible-by 1 -o "$out/llama.tsr"
-echo "== fine-tuning 30 steps at tp 2 x dp 2, then one more step:"
+echo "== fine-tuning 30 steps at tp 2 x dp 2:"
 $bin/tessera-run -n 4 "$out/llama.tsr" --data "$out/austen" --steps 30 \
   --save "$out/ckpt" --save-interval 30 | grep -E "iteration +(1|10|20|30)/"
+echo "== Tessera's evaluation of batch 31 (the forward alone):"
 $bin/tessera-run -n 4 "$out/llama.tsr" --data "$out/austen" --load "$out/ckpt" \
-  --steps 31 --metrics "$out/m.jsonl" > /dev/null
+  --eval-only --metrics "$out/m.jsonl" | grep "validation loss"
 $bin/tessera-export "$out/ckpt" -o "$out/finetuned"
 echo "== the exported model in transformers, on batch 31:"
 $python test/E2E/Inputs/hf_loss.py --model "$out/finetuned" --data "$out/austen" \
