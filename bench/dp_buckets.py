@@ -16,7 +16,12 @@ configuration:
     Wait that completes the started reductions);
   - for overlap, the hidden fraction 1 - exposed / sync: `sync` is the
     collective time of the same buckets reduced in the step, `exposed` the
-    time the overlapped run still waits for them.
+    time the overlapped run still waits for them;
+  - with the distributed optimizer and --overlap-grad-reduce, without and
+    with --overlap-param-gather: the parameter all-gather's time (AllGather
+    in the step, or ParamSyncStart in the step plus the ParamSyncWait that
+    the next forward spends finishing it) and its hidden fraction 1 -
+    exposed / sync, `sync` the run without --overlap-param-gather.
 A benchmark, not a test: nothing is asserted. On this machine the ranks
 share 2 cores and Open MPI's non-blocking collectives progress only inside
 MPI calls (no progress thread), so little of the reduction can hide behind
@@ -32,7 +37,9 @@ import subprocess
 import sys
 import tempfile
 
-DP_OPS = ("AllReduce", "ReduceScatter", "AllGather", "AllReduceStart", "Wait")
+DP_OPS = ("AllReduce", "ReduceScatter", "AllGather", "AllReduceStart", "Wait",
+          "ReduceScatterStart", "ParamSyncStart", "ParamSyncWait")
+GATHER_OPS = ("AllGather", "ParamSyncStart", "ParamSyncWait")
 
 
 def main():
@@ -59,7 +66,8 @@ def main():
                         "--seq", str(args.seq), "-o", model], check=True)
         for dp in (2, 4):
             for mode in ("allreduce", "distributed", "overlap", "bf16-distributed",
-                         "bf16-grad-bf16"):
+                         "bf16-grad-bf16", "distributed-overlap",
+                         "distributed-overlap-param-gather"):
                 name = f"dp{dp}-{mode}"
                 flags = ["--dp", str(dp), "--micro-batch-size", "2",
                          "--global-batch-size", str(8 * dp), "--bucket-size", str(args.bucket_size)]
@@ -67,10 +75,12 @@ def main():
                     flags.append("--bf16")
                 if mode == "bf16-grad-bf16":
                     flags.append("--grad-reduce-in-bf16")
-                if mode.endswith("distributed"):
+                if mode.endswith("distributed") or mode.startswith("distributed"):
                     flags.append("--use-distributed-optimizer")
-                if mode == "overlap":
+                if "overlap" in mode:
                     flags.append("--overlap-grad-reduce")
+                if mode.endswith("param-gather"):
+                    flags.append("--overlap-param-gather")
                 art = os.path.join(tmp, name + ".tsr")
                 subprocess.run([os.path.join(bindir, "tessera-compile"), model, *flags, "-o", art],
                                check=True)
@@ -90,7 +100,7 @@ def main():
                                  for b in buckets["buffers"])
                 param_bytes = sum(b["numel_unpadded"] * size[b["param_dtype"]]
                                   for b in buckets["buffers"])
-                if mode.endswith("distributed"):
+                if "distributed" in mode:
                     minimum = (dp - 1) * (grad_bytes + param_bytes) / dp
                 else:
                     minimum = 2 * (dp - 1) * grad_bytes / dp
@@ -103,12 +113,20 @@ def main():
                     "bytes_over_min": counted / minimum if minimum else None,
                     "step_time_s": statistics.median(l["step_time_s"] for l in lines),
                     "dp_comm_time_s": comm,
+                    "param_gather_time_s": statistics.median(
+                        sum(l["kernel_time_s"].get(op, 0.0) for op in GATHER_OPS)
+                        for l in lines) if "distributed" in mode else None,
                 })
         by = {r["config"]: r for r in results}
         for dp in (2, 4):
             sync, ov = by[f"dp{dp}-allreduce"], by[f"dp{dp}-overlap"]
             ov["hidden_fraction"] = (1 - ov["dp_comm_time_s"] / sync["dp_comm_time_s"]
                                      if sync["dp_comm_time_s"] else None)
+            sync = by[f"dp{dp}-distributed-overlap"]
+            pg = by[f"dp{dp}-distributed-overlap-param-gather"]
+            pg["param_gather_hidden_fraction"] = (
+                1 - pg["param_gather_time_s"] / sync["param_gather_time_s"]
+                if sync["param_gather_time_s"] else None)
     json.dump({"benchmark": "dp_buckets", "hidden": args.hidden, "layers": args.layers,
                "seq": args.seq, "bucket_size": args.bucket_size, "results": results},
               sys.stdout, indent=2)

@@ -24,8 +24,9 @@ A benchmark, not a test: nothing is asserted. Prints one JSON object
 The H100 rows: the Megatron-LM README's strong scaling of GPT-3 175B on
 H100s (MFU 47% at 96 GPUs, 42% at 4608), whose layouts are not given in
 text: the planner's best layout and its MFU against the published MFU, as
-Tessera would run it and with the two overlaps Megatron's run used and
-Tessera lacks (tessera-plan --overlap-param-gather --tp-comm-overlap).
+Tessera would run it and with the overlap Megatron's run used and
+Tessera lacks (tessera-plan --tp-comm-overlap; the parameter all-gather's
+overlap, --overlap-param-gather, Tessera plans and runs).
 
 usage: bench/plan_vs_published.py [--build build]
            [--cluster examples/clusters/dgx-a100-80gb.json]
@@ -208,10 +209,9 @@ def main():
         out = subprocess.run(cmd, capture_output=True, text=True)
         entry = {"model": name, "gpus": gpus, "batch": batch, "published_mfu": mfu,
                  "search_seconds": round(time.time() - start, 2)}
-        # The same with the overlaps Megatron's run used and Tessera's runtime
+        # The same with the overlap Megatron's run used and Tessera's runtime
         # lacks, modelled (what-if).
-        what_if = subprocess.run(cmd + ["--overlap-param-gather",
-                                        "--tp-comm-overlap", "--verify-top", "0"],
+        what_if = subprocess.run(cmd + ["--tp-comm-overlap", "--verify-top", "0"],
                                  capture_output=True, text=True)
         try:
             w = json.loads(what_if.stdout)["ranked"][0]

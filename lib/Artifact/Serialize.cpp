@@ -228,6 +228,8 @@ Writer::instr(Operation *op, DenseMap<Value, int> &events) {
       event = events.size();
       events[v] = event;
     }
+  if (attrs.event >= 0)
+    event = int(attrs.event);
   const std::string group = attrs.group.str();
   if (!group.empty())
     groupsUsed.insert(group);

@@ -51,6 +51,12 @@ tessera::checkTrainPipelineOptions(const TrainPipelineOptions &options) {
                " needs --fp16 (loss scaling is fp16's; bf16 and fp32 train "
                "unscaled)";
   }
+  // Megatron's checks (arguments.py), with its words.
+  if (options.overlapParamGather && !options.distributedOptimizer)
+    return "--overlap-param-gather only supported with distributed optimizer "
+           "(--use-distributed-optimizer)";
+  if (options.overlapParamGather && !options.overlapGradReduce)
+    return "Must use --overlap-param-gather with --overlap-grad-reduce";
   if (options.gemmDtype != "bf16" && options.gemmDtype != "f32")
     return "--gemm-dtype must be bf16 or f32, got '" + options.gemmDtype + "'";
   if (!options.moeRouterDtype.empty() && options.moeRouterDtype != "fp32")
@@ -148,6 +154,7 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   opt.minLossScale = options.minLossScale;
   opt.lossScaleWindow = options.lossScaleWindow;
   opt.hysteresis = options.hysteresis;
+  opt.overlapParamGather = options.overlapParamGather;
   pm.addPass(nn::createOptimizerPass(opt));
   // The forward-only phase tessera-run --eval-only runs.
   pm.addPass(nn::createEvalPhasePass());

@@ -163,6 +163,8 @@ std::vector<std::string> Layout::flags(int64_t globalBatch) const {
     f.push_back("--use-distributed-optimizer");
   if (dp * cp > 1 && overlapGradReduce)
     f.push_back("--overlap-grad-reduce");
+  if (paramGatherOverlapped())
+    f.push_back("--overlap-param-gather");
   if (bf16)
     f.push_back("--bf16");
   if (gradReduceBf16)
@@ -184,6 +186,7 @@ void Layout::apply(TrainPipelineOptions &o, int64_t globalBatch) const {
   o.bf16 = bf16;
   o.distributedOptimizer = distributedOptimizer;
   o.overlapGradReduce = dp * cp > 1 && overlapGradReduce;
+  o.overlapParamGather = paramGatherOverlapped();
   o.gradReduceInBf16 = bf16 && gradReduceBf16;
   o.recomputeGranularity = recompute == "none" ? "" : recompute;
   o.recomputeMethod = recompute == "full" ? "uniform" : "";
@@ -207,6 +210,9 @@ struct Part {
   double expertParams = 0;
   double slotBytes = 0; ///< inputs and saved activations of a microbatch
   double transient = 0; ///< the stage's transient peak
+  /// The stage's point-to-point staging buffers (a stage's, not a sum:
+  /// each chunk of a rank has its own).
+  double staging = 0;
   /// Collective bytes per microbatch by group kind, with the ring factor
   /// applied later: (all-reduce bytes, gather/scatter bytes, count).
   std::map<std::string, std::array<double, 3>> comm;
@@ -236,6 +242,7 @@ struct Part {
   Part scaled(double f) const {
     Part r;
     r.transient = transient;
+    r.staging = staging;
     return r.axpy(f, *this);
   }
 };
@@ -244,6 +251,7 @@ struct Calibration {
   Part embedding, layer, head;
   double p2pBytes = 0; ///< a middle stage's sends per microbatch (both ways)
   double firstTransient = 0, middleTransient = 0, lastTransient = 0;
+  double firstStaging = 0, middleStaging = 0, lastStaging = 0;
 };
 
 int64_t bytesOf(Type t) {
@@ -330,6 +338,22 @@ Part readStage(ModuleOp program) {
         p.comm[group.str()][2] += 1;
       }
     });
+  }
+  // The send and receive staging buffers: activation buffers outside the
+  // chunks' slot regions (persistent, one set per chunk).
+  std::vector<std::pair<int64_t, int64_t>> regions;
+  for (auto f : program.getOps<func::FuncOp>())
+    if (auto base = f->getAttrOfType<IntegerAttr>("rt.slot_base"))
+      if (auto bytes = f->getAttrOfType<IntegerAttr>("rt.slot_bytes"))
+        if (auto n = f->getAttrOfType<IntegerAttr>("rt.num_slots"))
+          regions.push_back(
+              {base.getInt(), base.getInt() + bytes.getInt() * n.getInt()});
+  for (auto buf : program.getOps<rt::BufferOp>()) {
+    if (buf.getKind() != rt::BufferKind::Activation)
+      continue;
+    const int64_t at = int64_t(buf.getOffset());
+    if (llvm::none_of(regions, [&](auto r) { return at >= r.first && at < r.second; }))
+      p.staging += double(bytesOf(buf.getType()));
   }
   int64_t arena = program->getAttrOfType<IntegerAttr>("rt.arena_bytes").getInt();
   int64_t persistent =
@@ -444,6 +468,7 @@ llvm::Expected<Calibration> calibrate(MLIRContext &ctx,
   // every activation is f32.
   l.bf16 = options.bf16 && options.activationBytes == 4;
   l.overlapGradReduce = false; // the dp reductions are modelled, not read
+  l.overlapParamGather = false;
   TrainPipelineOptions o;
   l.apply(o, /*globalBatch=*/3 * l.dp);
   o.ppLayers = llvm::ArrayRef<int64_t>{1, middle, 1};
@@ -465,6 +490,7 @@ llvm::Expected<Calibration> calibrate(MLIRContext &ctx,
     p.bwdLight *= act;
     p.slotBytes *= act;
     p.transient *= act;
+    p.staging *= act;
     p.p2pBytes *= act;
     p.ringFwd *= act;
     p.ringBwd *= act;
@@ -483,6 +509,9 @@ llvm::Expected<Calibration> calibrate(MLIRContext &ctx,
   c.firstTransient = stages[0].transient;
   c.middleTransient = stages[1].transient;
   c.lastTransient = stages[2].transient;
+  c.firstStaging = stages[0].staging;
+  c.middleStaging = stages[1].staging;
+  c.lastStaging = stages[2].staging;
   return c;
 }
 
@@ -697,6 +726,12 @@ public:
                    : s == 0        ? cal.firstTransient
                                    : cal.middleTransient;
         transient = std::max(transient, t * mb);
+        // Each chunk's own send and receive staging (none without
+        // pipelines).
+        if (stages > 1)
+          act += mb * (s == stages - 1 ? cal.lastStaging
+                       : s == 0        ? cal.firstStaging
+                                       : cal.middleStaging);
       }
       const double dense = params - expertParams;
       double mem = params * (paramBytes + gradBytes) +
@@ -731,9 +766,9 @@ public:
       double gather = gatherOver(dense, gradGroup, dpIntra) +
                       gatherOver(expertParams, edp, edpIntra);
       double hidden = options.overlapGradReduce ? double(l.vpp) * tb : 0.0;
-      // What-if (--overlap-param-gather, Megatron's): the all-gather runs
-      // behind the next iteration's first forward on this rank.
-      if (options.overlapParamGather)
+      // --overlap-param-gather: the all-gather runs behind the next
+      // iteration's first forward on this rank.
+      if (l.paramGatherOverlapped())
         gather = std::max(0.0, gather - double(l.vpp) * tf);
       worstDp = std::max(worstDp, std::max(0.0, reduce - hidden) + gather);
       worstOpt = std::max(worstOpt, (dense / double(dpOpt) +
@@ -939,6 +974,7 @@ llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
                 l.recompute = rc;
                 l.distributedOptimizer = dist;
                 l.overlapGradReduce = options.overlapGradReduce;
+                l.overlapParamGather = options.overlapParamGather;
                 l.gradReduceBf16 = options.gradReduceBf16;
                 l.bf16 = options.bf16;
                 ++result.candidates;

@@ -1179,6 +1179,44 @@ TEST(ExecutorTest, LossSeedCarriesTheLossScale) {
 
 // Runs must be well formed and within the operand's shard; the validator
 // names the instruction.
+// overlap_param_gather's sync ids are program-wide: a wait names a start of
+// the program, and one start per id.
+TEST(ExecutorTest, ParamSyncIdsMatchTheirStarts) {
+  using O = fb::Opcode;
+  {
+    ArtifactDesc a = softmaxRegression();
+    InstrDesc wait = instr(O::ParamSyncWait, {}, "stray");
+    wait.event = 5;
+    a.programs[0].function("microbatch").push_back(wait);
+    auto ex = createForRank(a, 0, "sync.tsr");
+    ASSERT_FALSE(ex.ok());
+    EXPECT_NE(ex.status().message().find(
+                  "ParamSyncWait of sync id 5, which no ParamSyncStart of the "
+                  "program starts"),
+              std::string::npos)
+        << ex.status().message();
+  }
+  {
+    ArtifactDesc a = softmaxRegression();
+    ProgramDesc &p = a.programs[0];
+    RefDesc w = p.ref(p.add("w.full", fb::BufferKind::Activation, {8}));
+    RefDesc s = p.ref(p.add("w.shard", fb::BufferKind::Activation, {8}));
+    for (const char *loc : {"first", "second"}) {
+      InstrDesc start = instr(O::ParamSyncStart, {s, w}, loc);
+      start.group = "dp";
+      start.event = 1;
+      p.function("step").push_back(start);
+    }
+    auto ex = createForRank(a, 0, "sync.tsr");
+    ASSERT_FALSE(ex.ok());
+    EXPECT_NE(ex.status().message().find("ParamSyncStart of sync id 1, which"),
+              std::string::npos)
+        << ex.status().message();
+    EXPECT_NE(ex.status().message().find("already starts"), std::string::npos)
+        << ex.status().message();
+  }
+}
+
 TEST(ExecutorTest, BadRunsFailToValidate) {
   for (auto [runs, why] :
        {std::pair<std::vector<int64_t>, const char *>{

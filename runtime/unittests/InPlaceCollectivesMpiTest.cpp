@@ -259,6 +259,9 @@ void checkShardedBuckets(int tp, int dp, bool bf16, bool exact) {
   EXPECT_TRUE(
       e.writeBuffer("param", paramBytes.data(), int64_t(paramBytes.size()))
           .ok());
+  EXPECT_TRUE(
+      e.writeBuffer("param.sync", paramBytes.data(), int64_t(paramBytes.size()))
+          .ok());
 
   // Runs `fn` and returns the dp bytes it counted.
   auto run = [&](const char *fn) -> CommCounters {
@@ -269,6 +272,14 @@ void checkShardedBuckets(int tp, int dp, bool bf16, bool exact) {
   };
   CommCounters rsRef = run("rs.ref"), rs = run("rs"), rsa = run("rsa");
   CommCounters agRef = run("ag.ref"), ag = run("ag");
+  // overlap_param_gather: the gather outlives "ps.start"; "ps.wait"
+  // finishes it, and does nothing when none is in flight.
+  CommCounters ps = run("ps.start");
+  EXPECT_TRUE(e.paramSyncInFlight());
+  run("ps.wait");
+  EXPECT_FALSE(e.paramSyncInFlight());
+  run("ps.wait");
+  EXPECT_EQ(ps.allGather, agRef.allGather);
   EXPECT_EQ(rs.reduceScatter, rsRef.reduceScatter);
   EXPECT_EQ(rsa.reduceScatter, rsRef.reduceScatter);
   EXPECT_EQ(rsRef.reduceScatter,
@@ -303,6 +314,12 @@ void checkShardedBuckets(int tp, int dp, bool bf16, bool exact) {
   // The gather copies bits: every block is its member's input block.
   std::vector<float> gathered = floats("param"), gatheredRef = floats("param.ref");
   EXPECT_EQ(gathered, gatheredRef);
+  EXPECT_EQ(floats("param.sync"), gatheredRef);
+  // A start finished by finishParamSync (what a checkpoint save does).
+  run("ps.start");
+  EXPECT_TRUE(e.finishParamSync().ok());
+  EXPECT_FALSE(e.paramSyncInFlight());
+  EXPECT_EQ(floats("param.sync"), gatheredRef);
   for (int d = 0; d < dp && gathered.size() == size_t(block * dp); ++d) {
     std::vector<float> theirs = inputOf(members[size_t(d)],
                                         size_t(block * dp), exact, bf16);
@@ -313,7 +330,8 @@ void checkShardedBuckets(int tp, int dp, bool bf16, bool exact) {
   }
 
   // Profile and trace name the instructions by opcode.
-  for (const char *op : {"ReduceScatter", "ReduceScatterStart", "AllGather"})
+  for (const char *op : {"ReduceScatter", "ReduceScatterStart", "AllGather",
+                         "ParamSyncStart", "ParamSyncWait"})
     EXPECT_TRUE(e.kernelSeconds().count(op)) << op;
   int collectives = 0;
   for (const TraceEvent &ev : e.traceEvents())

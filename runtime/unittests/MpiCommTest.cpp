@@ -182,6 +182,39 @@ TEST(MpiCommTest, ReduceScatterStartProgressWait) {
   EXPECT_EQ(part, expect);
 }
 
+// overlap_param_gather's started all-gathers, in place (the distributed
+// optimizer's parameter bucket: this rank's block already in place) and not;
+// bf16 as the parameters of --bf16 are. Each equals the synchronous gather
+// and counts the same bytes.
+TEST(MpiCommTest, AllGatherStartMatchesAllGather) {
+  auto comm = worldComm();
+  int n = comm->size(), r = comm->rank();
+  std::vector<uint16_t> mine(300), expect(size_t(300 * n));
+  for (size_t k = 0; k < mine.size(); ++k)
+    mine[k] = uint16_t(0x3f80 + (k % 61) + 7 * r);
+  const uint64_t before = comm->counters().allGather;
+  ASSERT_TRUE(
+      comm->allGather(mine.data(), expect.data(), 300, ElementType::BF16).ok());
+  const uint64_t bytes = comm->counters().allGather - before;
+
+  std::vector<uint16_t> out(size_t(300 * n));
+  auto h = comm->allGatherStart(mine.data(), out.data(), 300, ElementType::BF16);
+  ASSERT_TRUE(h.ok());
+  for (int i = 0; i < 10; ++i)
+    EXPECT_TRUE(comm->progress(*h).ok());
+  EXPECT_TRUE(comm->wait(*h).ok());
+  EXPECT_EQ(out, expect);
+
+  std::vector<uint16_t> inPlace(size_t(300 * n), 0xffff);
+  std::copy(mine.begin(), mine.end(), inPlace.begin() + 300 * r);
+  auto g = comm->allGatherInPlaceStart(inPlace.data(), 300, ElementType::BF16);
+  ASSERT_TRUE(g.ok());
+  EXPECT_TRUE(comm->progress(*g).ok());
+  EXPECT_TRUE(comm->wait(*g).ok());
+  EXPECT_EQ(inPlace, expect);
+  EXPECT_EQ(comm->counters().allGather - before, 3 * bytes);
+}
+
 TEST(MpiCommTest, ByteCountersUseRingVolumes) {
   auto comm = worldComm();
   int n = comm->size();

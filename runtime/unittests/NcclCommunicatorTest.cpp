@@ -453,10 +453,29 @@ TEST(NcclCommTest, StartFormsMatchMpi) {
     EXPECT_EQ(difference(arN, arM), "");
     EXPECT_EQ(difference(rsN, rsM), "");
     EXPECT_EQ(difference(blockOf(ipN, r, bytes), blockOf(ipM, r, bytes)), "");
+    // overlap_param_gather's started all-gathers, out of place and in place
+    // (this rank's block of the full buffer is its input).
+    std::vector<uint8_t> agN(bytes * size_t(n)), agM(bytes * size_t(n)),
+        agipN(bytes * size_t(n), 0xab), agipM(bytes * size_t(n), 0xcd);
+    std::copy(a.begin(), a.end(), agipN.begin() + long(size_t(r) * bytes));
+    std::copy(a.begin(), a.end(), agipM.begin() + long(size_t(r) * bytes));
+    auto h4 = w.comm->allGatherStart(a.data(), agN.data(), int64_t(count), type);
+    auto h5 = w.comm->allGatherInPlaceStart(agipN.data(), int64_t(count), type);
+    auto m4 = mpi->allGatherStart(a.data(), agM.data(), int64_t(count), type);
+    auto m5 = mpi->allGatherInPlaceStart(agipM.data(), int64_t(count), type);
+    EXPECT_TRUE(h4.ok() && h5.ok() && m4.ok() && m5.ok());
+    if (!(h4.ok() && h5.ok() && m4.ok() && m5.ok()))
+      return;
+    EXPECT_TRUE(w.comm->waitAll({*h5, *h4}).ok());
+    EXPECT_TRUE(mpi->waitAll({*m4, *m5}).ok());
+    EXPECT_EQ(difference(agN, agM), "");
+    EXPECT_EQ(difference(agipN, agipM), "");
+    EXPECT_EQ(difference(agN, agipN), "");
     expectSameCounters(w.comm->counters(), mpi->counters());
     // Consumed.
     EXPECT_EQ(w.comm->wait(*h1).getCode(), StatusCode::InvalidArgument);
     EXPECT_EQ(w.comm->waitAll({*h2}).getCode(), StatusCode::InvalidArgument);
+    EXPECT_EQ(w.comm->wait(*h5).getCode(), StatusCode::InvalidArgument);
   }
 }
 

@@ -730,6 +730,9 @@ inline ArtifactDesc twoStagePipeline(int64_t microbatches = 2, int64_t b = 2,
 ///              a Fill of "other" (f32), Wait
 ///   "ag":      AllGather [dp block of param, param]              (in place)
 ///   "ag.ref":  AllGather [param.src, param.ref]              (out of place)
+///   "ps.start": ParamSyncStart [dp block of param.sync, param.sync], sync
+///              id 2 (in place; overlap_param_gather), left in flight
+///   "ps.wait": ParamSyncWait of sync id 2
 ///   "mark":    Fill 7 into the dp block of "param" and 5 into the tp block
 ///              of "tpbuf" (rank-relative refs outside collectives)
 /// Without `collectives` only "mark" (and an empty "microbatch") is built,
@@ -755,6 +758,7 @@ inline ArtifactDesc shardedBuckets(int tp, int dp, int64_t block,
   RefDesc gradAsync = buf("grad.async", dp, dtype);
   RefDesc param = buf("param", dp, dtype), paramSrc = buf("param.src", 1, dtype);
   RefDesc paramRef = buf("param.ref", dp, dtype);
+  RefDesc paramSync = buf("param.sync", dp, dtype);
   RefDesc other = buf("other", 1, fb::DType::F32);
   RefDesc tpbuf = buf("tpbuf", tp, dtype);
   p.function("microbatch");
@@ -784,6 +788,14 @@ inline ArtifactDesc shardedBuckets(int tp, int dp, int64_t block,
         O::AllGather, {rankBlock(param, {block}, "dp"), param}, "ag"));
     p.function("ag.ref").push_back(
         collective(O::AllGather, {paramSrc, paramRef}, "ag.ref"));
+    InstrDesc sync = collective(
+        O::ParamSyncStart, {rankBlock(paramSync, {block}, "dp"), paramSync},
+        "ps.start");
+    sync.event = 2;
+    p.function("ps.start").push_back(sync);
+    InstrDesc syncWait = instr(O::ParamSyncWait, {}, "ps.wait");
+    syncWait.event = 2;
+    p.function("ps.wait").push_back(syncWait);
   }
   auto &mark = p.function("mark");
   InstrDesc seven = instr(O::Fill, {rankBlock(param, {block}, "dp")}, "mark");

@@ -71,6 +71,8 @@ static mlir::LogicalResult planLayout(mlir::ModuleOp model,
     options.distributedOptimizer = given.distributedOptimizer ? 1 : 0;
   if (given.overlapGradReduce.getNumOccurrences())
     options.overlapGradReduce = given.overlapGradReduce;
+  if (given.overlapParamGather.getNumOccurrences())
+    options.overlapParamGather = given.overlapParamGather;
   if (p.globalBatchSize <= 0)
     return fail("--plan needs --global-batch-size");
   llvm::Expected<plan::PlanResult> result = plan::plan(*cluster, options);

@@ -106,11 +106,10 @@ static cl::opt<std::string> activations(
     cl::desc("fp32 (default: Tessera's activations and transfers) or bf16 "
              "(to model a runtime keeping them in 16 bits, as Megatron)"),
     cl::init("fp32"), cl::cat(category));
-static cl::opt<bool> overlapParamGather(
-    "overlap-param-gather",
-    cl::desc("what-if: model the distributed optimizer's all-gather hidden "
-             "behind the next forward (Megatron's; Tessera's runtime does "
-             "not do it)"),
+static cl::opt<bool> noOverlapParamGather(
+    "no-overlap-param-gather",
+    cl::desc("plan without --overlap-param-gather (the distributed "
+             "optimizer's all-gather then runs in the step)"),
     cl::init(false), cl::cat(category));
 static cl::opt<bool> tpCommOverlap(
     "tp-comm-overlap",
@@ -215,7 +214,7 @@ int main(int argc, char **argv) {
   options.distributedOptimizer = distOpt;
   options.verifyTop = verifyTop;
   options.overlapGradReduce = !noOverlap;
-  options.overlapParamGather = overlapParamGather;
+  options.overlapParamGather = !noOverlapParamGather;
   options.tpCommOverlap = tpCommOverlap;
   if (activations != "fp32" && activations != "bf16")
     return fail("--activations must be fp32 or bf16, got '" + activations + "'");

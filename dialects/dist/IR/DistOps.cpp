@@ -701,6 +701,29 @@ LogicalResult BucketReduceStartOp::verifySymbolUses(SymbolTableCollection &st) {
   return success();
 }
 
+LogicalResult ParamSyncWaitOp::verifySymbolUses(SymbolTableCollection &st) {
+  SmallVector<int64_t> sizes;
+  int64_t numel = 0;
+  return resolveBucket(*this, getBufferAttr(), getBucket(), st, sizes, numel);
+}
+
+UnpackOp AllGatherOp::getParamSyncUnpack() {
+  if (!getResult().hasOneUse())
+    return {};
+  auto unpack = dyn_cast<UnpackOp>(*getResult().getUsers().begin());
+  return unpack && unpack.getData() == BucketData::Param ? unpack : UnpackOp();
+}
+
+LogicalResult AllGatherOp::verify() {
+  if (!getParamSync())
+    return success();
+  if (getDim() != 0 || !getParamSyncUnpack())
+    return emitOpError() << "with param_sync gathers a parameter bucket: dim "
+                            "0, its one user the dist.unpack of the bucket's "
+                            "parameters";
+  return success();
+}
+
 LogicalResult BucketReduceWaitOp::verifySymbolUses(SymbolTableCollection &st) {
   SmallVector<int64_t> sizes;
   int64_t numel = 0;

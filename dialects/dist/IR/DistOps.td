@@ -250,17 +250,28 @@ def Dist_AllReduceOp : Dist_GroupOp<"all_reduce", [Pure, SameOperandsAndResultTy
 def Dist_AllGatherOp : Dist_GroupOp<"all_gather", [Pure,
     DeclareOpInterfaceMethods<Tessera_DifferentiableOpInterface>]> {
   let summary = "all-gather along a dimension over a rank group";
+  let arguments = (ins Dist_RankedTensor:$input, FlatSymbolRefAttr:$mesh,
+                       StrAttr:$group, I64Attr:$dim, UnitAttr:$param_sync);
+  let results = (outs Dist_RankedTensor:$result);
+  let assemblyFormat = "$input `on` $mesh $group `dim` $dim attr-dict `:` type($input) `->` qualified(type($result))";
+  let extraClassDeclaration = groupClassDecl # [{
+    /// With `param_sync`: the parameter bucket it gathers (its dist.unpack).
+    ::tessera::dist::UnpackOp getParamSyncUnpack();
+  }];
+  let hasVerifier = 1;
   let description = [{
     Concatenates the group's tensors along `dim` in group-rank order.
+
+    With `param_sync` (Megatron's `overlap_param_gather`; only on the step's
+    gather of a distributed-optimizer parameter bucket, whose one user is the
+    `dist.unpack` of the bucket's parameters): the gather is left in flight
+    when the step returns, and the next forward's `dist.param_sync_wait` of
+    the bucket finishes it before the parameters are read.
 
     ```mlir
     %y = dist.all_gather %x on @mesh "tp" dim 0 : tensor<4x256xf32> -> tensor<8x256xf32>
     ```
   }];
-  let arguments = (ins Dist_RankedTensor:$input, FlatSymbolRefAttr:$mesh,
-                       StrAttr:$group, I64Attr:$dim);
-  let results = (outs Dist_RankedTensor:$result);
-  let assemblyFormat = "$input `on` $mesh $group `dim` $dim attr-dict `:` type($input) `->` qualified(type($result))";
 }
 
 def Dist_ReduceScatterOp : Dist_GroupOp<"reduce_scatter", [Pure,
@@ -667,6 +678,24 @@ def Dist_BucketReduceStartOp : Dist_Op<"bucket_reduce_start", [
 def Dist_BucketReduceWaitOp : Dist_Op<"bucket_reduce_wait", [
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "wait for a bucket reduction started by bucket_reduce_start";
+  let arguments = (ins FlatSymbolRefAttr:$buffer, I64Attr:$bucket);
+  let assemblyFormat = "$buffer `bucket` $bucket attr-dict";
+}
+
+def Dist_ParamSyncWaitOp : Dist_Op<"param_sync_wait", [
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "finish the step's gather of a parameter bucket (overlap_param_gather)";
+  let description = [{
+    Megatron's `finish_param_sync` (its forward pre-hook): the step's
+    `dist.all_gather {param_sync}` of bucket `bucket` of `buffer`, still in
+    flight, completes here; tessera-optimizer places it right before the
+    first op of a forward phase that reads one of the bucket's parameters.
+    The later microbatches find nothing in flight and go on.
+
+    ```mlir
+    dist.param_sync_wait @gbuf bucket 1
+    ```
+  }];
   let arguments = (ins FlatSymbolRefAttr:$buffer, I64Attr:$bucket);
   let assemblyFormat = "$buffer `bucket` $bucket attr-dict";
 }

@@ -3,7 +3,9 @@
 // Megatron's evaluate() runs forward_backward_func(forward_only=True) with
 // the model in eval mode: the loss of each microbatch and nothing else. The
 // pass copies the microbatch phase (or each pipeline chunk's forward) and
-// keeps of the copy what the loss and the activation sends need.
+// keeps of the copy what the loss and the activation sends need (and the
+// waits of overlap-param-gather: an evaluation right after a step reads
+// the parameters its gathers are still writing).
 //
 //===----------------------------------------------------------------------===//
 
@@ -72,7 +74,7 @@ void addEvalPhase(func::FuncOp source) {
   llvm::SetVector<Operation *> needed;
   SmallVector<Operation *> work{ret};
   for (Operation &op : body)
-    if (isa<dist::SendOp>(op))
+    if (isa<dist::SendOp, dist::ParamSyncWaitOp>(op))
       work.push_back(&op);
   while (!work.empty()) {
     Operation *op = work.pop_back_val();

@@ -578,9 +578,16 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
           stored = CastOp::create(
               b, loc, RankedTensorType::get(shardType.getShape(), paramElement),
               updated);
-        Value gathered = dist::AllGatherOp::create(
+        auto gather = dist::AllGatherOp::create(
             b, loc, flatType, stored, meshRef, gb.getGroupAttr(),
             b.getI64IntegerAttr(0));
+        if (overlapParamGather) {
+          gather.setParamSync(true);
+          for (StringRef name : gb.getBucketParams(k))
+            syncedBucket[name] = {FlatSymbolRefAttr::get(gb.getSymNameAttr()),
+                                  k};
+        }
+        Value gathered = gather;
         auto unpack = dist::UnpackOp::create(
             b, loc, partTypes, ref, b.getI64IntegerAttr(k),
             enumAttr(b, dist::BucketData::Param), gathered);
@@ -692,7 +699,95 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
     step.setAllResultAttrs(resultAttrs);
     if (!mainInits.empty())
       buildInitPhase(module, step, mainInits, paramTypes);
+    if (overlapParamGather) {
+      if (syncedBucket.empty())
+        return emitError(module.getLoc())
+               << "overlap-param-gather needs the distributed optimizer "
+                  "(tessera-dp-grad-allreduce distributed-optimizer=true): "
+                  "without it the step gathers no parameters";
+      placeParamSyncWaits(module, step);
+    }
     return success();
+  }
+
+  /// overlap-param-gather: the bucket of every parameter whose gather the
+  /// step leaves in flight (this program's).
+  llvm::StringMap<std::pair<FlatSymbolRefAttr, int64_t>> syncedBucket;
+
+  /// Megatron's forward pre-hooks (finish_param_sync): in each forward
+  /// phase, a bucket's gather is finished right before the first op that
+  /// reads one of its parameters, so the forward of the buckets read
+  /// earlier runs while the later ones are still gathered.
+  void placeParamSyncWaits(ModuleOp module, func::FuncOp step) {
+    // The buckets in the order the forwards first read them: by chunk (a
+    // pipeline rank runs chunk 0's forward first), then by position.
+    std::vector<std::tuple<int64_t, int64_t, std::pair<std::string, int64_t>>>
+        readOrder;
+    for (auto f : module.getOps<func::FuncOp>()) {
+      auto phase = f->getAttrOfType<StringAttr>(kPhaseAttr);
+      if (!phase || f.isExternal() ||
+          (phase.getValue() != kMicrobatchPhase &&
+           phase.getValue() != kForwardPhase))
+        continue;
+      Block &entry = f.getBody().front();
+      // The first reader of each bucket, in the entry block.
+      std::map<std::pair<std::string, int64_t>, Operation *> first;
+      for (BlockArgument arg : entry.getArguments()) {
+        auto name = f.getArgAttrOfType<StringAttr>(arg.getArgNumber(), kParamAttr);
+        if (!name)
+          continue;
+        auto it = syncedBucket.find(name.getValue());
+        if (it == syncedBucket.end())
+          continue;
+        for (Operation *user : arg.getUsers()) {
+          Operation *op = entry.findAncestorOpInBlock(*user);
+          if (!op)
+            continue;
+          Operation *&at = first[{it->second.first.getValue().str(),
+                                  it->second.second}];
+          if (!at || op->isBeforeInBlock(at))
+            at = op;
+        }
+      }
+      int64_t chunk = -1;
+      if (auto c = f->getAttrOfType<IntegerAttr>(kChunkAttr))
+        chunk = c.getInt();
+      for (auto &[bucket, at] : first) {
+        OpBuilder b(at);
+        auto wait = dist::ParamSyncWaitOp::create(
+            b, at->getLoc(), FlatSymbolRefAttr::get(f.getContext(), bucket.first),
+            b.getI64IntegerAttr(bucket.second));
+        int64_t position = 0;
+        for (Operation *op = wait; op; op = op->getPrevNode())
+          ++position;
+        readOrder.push_back({chunk, position, bucket});
+      }
+    }
+    syncedBucket.clear();
+    // The step starts the gathers after every update, in that order, so
+    // the first bucket the forward needs arrives first (Megatron dispatches
+    // the first bucket group's all-gather first; the others follow in
+    // forward order).
+    llvm::sort(readOrder);
+    std::map<std::pair<std::string, int64_t>, dist::AllGatherOp> gathers;
+    step.walk([&](dist::AllGatherOp g) {
+      if (dist::UnpackOp unpack = g.getParamSync() ? g.getParamSyncUnpack()
+                                                   : dist::UnpackOp())
+        gathers[{unpack.getBuffer().str(), unpack.getBucket()}] = g;
+    });
+    Operation *ret = step.getBody().front().getTerminator();
+    std::set<std::pair<std::string, int64_t>> moved;
+    for (auto &[chunk, position, bucket] : readOrder) {
+      auto it = gathers.find(bucket);
+      if (it == gathers.end() || !moved.insert(bucket).second)
+        continue;
+      dist::UnpackOp unpack = it->second.getParamSyncUnpack();
+      if (llvm::any_of(unpack->getUsers(),
+                       [&](Operation *u) { return u != ret; }))
+        continue;
+      it->second->moveBefore(ret);
+      unpack->moveBefore(ret);
+    }
   }
 
   /// The init phase: each main parameter is its bf16 parameter in f32, or

@@ -215,6 +215,15 @@ def OptimizerPass : Pass<"tessera-optimizer", "mlir::ModuleOp"> {
     scaler's settings (`loss-scale`, `initial-loss-scale`,
     `min-loss-scale`, `loss-scale-window`, `hysteresis`: Megatron's
     flags, applied by the launcher) are recorded in `tessera.optimizer`.
+
+    `overlap-param-gather` (Megatron's --overlap-param-gather, with the
+    distributed optimizer): the step's all-gather of each updated parameter
+    bucket gets `param_sync`, so it stays in flight when the step returns,
+    and every forward phase (the microbatch phase and its variants, or each
+    pipeline chunk's forward) gets a `dist.param_sync_wait` of the bucket
+    right before its first op that reads one of the bucket's parameters:
+    the gathers of the buckets the forward reads later run under the
+    forward of the earlier ones.
   }];
   let dependentDialects = ["::tessera::nn::NNDialect"];
   let options = [
@@ -248,7 +257,12 @@ def OptimizerPass : Pass<"tessera-optimizer", "mlir::ModuleOp"> {
     Option<"lossScaleWindow", "loss-scale-window", "int64_t", "1000",
            "fp16: iterations without overflow before the scale doubles">,
     Option<"hysteresis", "hysteresis", "int64_t", "2",
-           "fp16: overflowing iterations before the scale halves">
+           "fp16: overflowing iterations before the scale halves">,
+    Option<"overlapParamGather", "overlap-param-gather", "bool", "false",
+           "distributed optimizer: leave each bucket's parameter all-gather "
+           "in flight after the step and finish it in the next forward, "
+           "right before the bucket's first reader (Megatron's "
+           "--overlap-param-gather)">
   ];
 }
 

@@ -272,6 +272,16 @@ InstrAttrs ReduceScatterOp::getInstrAttrs() {
   return collectiveAttrs(getGroup());
 }
 InstrAttrs WaitOp::getInstrAttrs() { return {}; }
+InstrAttrs ParamSyncStartOp::getInstrAttrs() {
+  InstrAttrs attrs = collectiveAttrs(getGroup());
+  attrs.event = getSync();
+  return attrs;
+}
+InstrAttrs ParamSyncWaitOp::getInstrAttrs() {
+  InstrAttrs attrs;
+  attrs.event = getSync();
+  return attrs;
+}
 
 #define GET_OP_CLASSES
 #include "dialects/rt/IR/RTOps.cpp.inc"

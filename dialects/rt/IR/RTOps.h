@@ -25,7 +25,8 @@
 namespace tessera::rt {
 
 /// An instruction's attributes as the artifact stores them (its operands
-/// are the op's memref operands, its event the op's !rt.event value).
+/// are the op's memref operands, its event the op's !rt.event value or
+/// `event`).
 struct InstrAttrs {
   bool transA = false, transB = false;
   float alpha = 1.0f, beta = 0.0f;
@@ -34,6 +35,9 @@ struct InstrAttrs {
   /// The rank-group kind of a collective, a sharded kernel or a p2p op.
   llvm::StringRef group;
   artifact::ReduceOp reduce = artifact::ReduceOp::Sum;
+  /// A program-wide event id (the parameter syncs of overlap_param_gather,
+  /// which outlive their function); -1: the op's !rt.event value, if any.
+  int64_t event = -1;
 };
 
 /// The generic kernel form's attributes: alpha, beta, `value` as the one

@@ -424,6 +424,43 @@ def RT_WaitOp : RT_InstrOp<"wait", "Wait"> {
   let assemblyFormat = "$event attr-dict";
 }
 
+def RT_ParamSyncStartOp : RT_InstrOp<"param_sync_start", "ParamSyncStart"> {
+  let summary = "start a parameter bucket's all-gather, finished in a later function";
+  let description = [{
+    Megatron's `overlap_param_gather` (`start_param_sync`): the step's
+    all-gather of the distributed optimizer's updated parameter bucket (the
+    same layouts as `rt.all_gather`, in place when `input` is this rank's
+    block of `output`) is left in flight when the step returns; the next
+    forward's `rt.param_sync_wait` of the same `sync` id completes it right
+    before the bucket's first reader. `sync` is the bucket's id in the
+    program (its position among the grad buffers' buckets), not a
+    function-local event.
+
+    ```mlir
+    rt.param_sync_start %shard, %bucket {group = "dp", sync = 3 : i64} : memref<512xbf16>, memref<1024xbf16>
+    ```
+  }];
+  let arguments = (ins RT_FloatBuf:$input, RT_FloatBuf:$output, StrAttr:$group,
+                       I64Attr:$sync);
+  let assemblyFormat = "$input `,` $output attr-dict `:` type($input) `,` type($output)";
+}
+
+def RT_ParamSyncWaitOp : RT_InstrOp<"param_sync_wait", "ParamSyncWait"> {
+  let summary = "finish a parameter bucket's all-gather if it is in flight";
+  let description = [{
+    Megatron's `finish_param_sync`: completes the `rt.param_sync_start` of
+    `sync` when it is in flight (the first microbatch's forward after a
+    step); nothing otherwise (the later microbatches, or before the first
+    step).
+
+    ```mlir
+    rt.param_sync_wait {sync = 3 : i64}
+    ```
+  }];
+  let arguments = (ins I64Attr:$sync);
+  let assemblyFormat = "attr-dict";
+}
+
 def RT_AllGatherOp : RT_InstrOp<"all_gather", "AllGather"> {
   let summary = "all-gather along dim 0 into `output`";
   let description = [{

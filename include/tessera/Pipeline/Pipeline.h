@@ -254,6 +254,13 @@ public:
                      "complete"),
       llvm::cl::init(dist::DPGradAllReducePassOptions().overlapGradReduce),
       onCommandLine};
+  Option<bool> overlapParamGather{
+      *this, "overlap-param-gather",
+      llvm::cl::desc("distributed optimizer: leave each bucket's parameter "
+                     "all-gather in flight after the step and finish it in "
+                     "the next forward before the bucket's first reader"),
+      llvm::cl::init(nn::OptimizerPassOptions().overlapParamGather),
+      onCommandLine};
   Option<bool> singleBucketGroup{
       *this, "single-bucket-group",
       llvm::cl::desc("reduce all buckets as one group"),

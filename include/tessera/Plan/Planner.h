@@ -82,9 +82,19 @@ struct Layout {
   std::string recompute = "none";
   bool distributedOptimizer = false;
   bool overlapGradReduce = true; ///< --overlap-grad-reduce (with dp > 1)
+  /// --overlap-param-gather (with the distributed optimizer and the
+  /// overlapped gradient reduction, as Megatron requires).
+  bool overlapParamGather = true;
   bool gradReduceBf16 = false;   ///< --grad-reduce-in-bf16
   bool bf16 = true;              ///< --bf16 (mixed precision)
 
+  /// Whether the layout overlaps the parameter all-gather (it has one: the
+  /// distributed optimizer over more than one rank, with the overlapped
+  /// gradient reduction Megatron requires for it).
+  bool paramGatherOverlapped() const {
+    return overlapParamGather && distributedOptimizer && dp * cp > 1 &&
+           overlapGradReduce;
+  }
   /// The tessera-compile flags of this layout.
   std::vector<std::string> flags(int64_t globalBatch) const;
   /// Sets the training pipeline's options to this layout (every parallel,
@@ -133,12 +143,13 @@ struct PlanOptions {
   /// the bf16 copies the GEMMs read), or 2 to model a runtime that keeps
   /// them all in 16 bits as Megatron does.
   double activationBytes = 4;
-  /// What-ifs: overlaps Megatron has and Tessera's runtime does not (the
-  /// planned flags cannot ask for them): the distributed optimizer's
-  /// parameter all-gather behind the next forward (--overlap-param-gather)
-  /// and the tensor-parallel collectives behind the GEMMs
-  /// (--tp-comm-overlap).
-  bool overlapParamGather = false, tpCommOverlap = false;
+  /// The distributed optimizer's parameter all-gather behind the next
+  /// forward (--overlap-param-gather, planned wherever it applies).
+  bool overlapParamGather = true;
+  /// What-if: an overlap Megatron has and Tessera's runtime does not (the
+  /// planned flags cannot ask for it): the tensor-parallel collectives
+  /// behind the GEMMs (--tp-comm-overlap).
+  bool tpCommOverlap = false;
   /// Compile the best `verifyTop` candidates whole for their exact memory.
   int64_t verifyTop = 1;
 };

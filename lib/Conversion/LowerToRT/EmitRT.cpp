@@ -636,8 +636,25 @@ PATTERN(GatherFromRegionPattern, dist::GatherFromRegionOp) {
 }
 
 PATTERN(AllGatherPattern, dist::AllGatherOp) {
+  if (o.getParamSync()) {
+    dist::UnpackOp unpack = o.getParamSyncUnpack();
+    rt::ParamSyncStartOp::create(
+        b, o.getLoc(), state.operand(b, o, 0), state.bufferOf(b, o.getResult()),
+        o.getGroupAttr(),
+        b.getI64IntegerAttr(
+            paramSyncId(o, unpack.getBuffer(), unpack.getBucket())));
+    return Value();
+  }
   rt::AllGatherOp::create(b, o.getLoc(), state.operand(b, o, 0),
                           state.bufferOf(b, o.getResult()), o.getGroupAttr());
+  return Value();
+}
+
+/// overlap_param_gather's wait, before the bucket's first reader.
+PATTERN(ParamSyncWaitPattern, dist::ParamSyncWaitOp) {
+  rt::ParamSyncWaitOp::create(
+      b, o.getLoc(),
+      b.getI64IntegerAttr(paramSyncId(o, o.getBuffer(), o.getBucket())));
   return Value();
 }
 
@@ -947,7 +964,8 @@ LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
       GatherFromRegionPattern, AllGatherPattern, AllToAllPattern,
       ExpertDispatchPattern, ExpertCombinePattern,
       ReduceScatterPattern,
-      BucketReduceStartPattern, BucketReduceWaitPattern, PackPattern,
+      BucketReduceStartPattern, BucketReduceWaitPattern, ParamSyncWaitPattern,
+      PackPattern,
       UnpackPattern, SendPattern, RecvPattern, ReturnPattern>(patterns,
                                                               converter, state);
 

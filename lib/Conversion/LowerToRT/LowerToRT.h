@@ -127,6 +127,12 @@ llvm::SmallVector<std::string> bucketParts(mlir::Operation *op,
                                            dist::BucketData data);
 /// The element type of a grad buffer's gradients or parameters.
 mlir::Type bucketElementType(dist::GradBufferOp buffer, dist::BucketData data);
+/// The program-wide id of bucket `bucket` of grad buffer `buffer` (its
+/// position among all buckets of the program's grad buffers, in order): the
+/// sync id of its overlapped parameter all-gather (rt.param_sync_start and
+/// rt.param_sync_wait, in different functions).
+int64_t paramSyncId(mlir::Operation *from, llvm::StringRef buffer,
+                    int64_t bucket);
 
 /// The storage plan of one phase function: what stage 2 decides and
 /// stage 4 reads.

@@ -82,6 +82,17 @@ SmallVector<std::string> bucketParts(Operation *op, FlatSymbolRefAttr ref,
   return names;
 }
 
+int64_t paramSyncId(Operation *from, StringRef buffer, int64_t bucket) {
+  auto module = from->getParentOfType<ModuleOp>();
+  int64_t id = 0;
+  for (auto gb : module.getOps<dist::GradBufferOp>()) {
+    if (gb.getSymName() == buffer)
+      return id + bucket;
+    id += int64_t(gb.getLayout().buckets.size());
+  }
+  return -1;
+}
+
 Type bucketElementType(dist::GradBufferOp buffer, dist::BucketData data) {
   FloatDtype dtype = data == dist::BucketData::Grad ? buffer.getGradDtype()
                                                     : buffer.getParamDtype();
@@ -314,7 +325,7 @@ LogicalResult PhasePlan::planOp(Operation *op) {
     }
     return success();
   }
-  if (isa<dist::BucketReduceWaitOp>(op))
+  if (isa<dist::BucketReduceWaitOp, dist::ParamSyncWaitOp>(op))
     return success();
   if (auto unpack = dyn_cast<dist::UnpackOp>(op)) {
     std::string view =

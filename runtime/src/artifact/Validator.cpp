@@ -558,6 +558,10 @@ Status Validator::checkProgram(int pi, const fb::Program &p) {
                      " (at most one may be set, neither negative)");
     }
   std::set<std::string> names;
+  // overlap_param_gather: a sync id is started by one ParamSyncStart of the
+  // program, and every ParamSyncWait names a started one.
+  std::map<int, std::string> syncStarts;
+  std::vector<std::pair<int, std::string>> syncWaits;
   if (p.functions())
     for (const fb::Function *f : *p.functions()) {
       std::string fname = fbString(f->name());
@@ -572,8 +576,19 @@ Status Validator::checkProgram(int pi, const fb::Program &p) {
         if (in->loc() && in->loc()->size())
           where += " (" + in->loc()->str() + ")";
         TESSERA_RETURN_IF_ERROR(checkInstr(where, *in, arena));
+        if (in->op() == fb::Opcode::ParamSyncStart &&
+            !syncStarts.emplace(in->event(), where).second)
+          return error(where, ": ParamSyncStart of sync id ", in->event(),
+                       ", which ", syncStarts[in->event()],
+                       " already starts");
+        if (in->op() == fb::Opcode::ParamSyncWait)
+          syncWaits.push_back({in->event(), where});
       }
     }
+  for (const auto &[id, where] : syncWaits)
+    if (!syncStarts.count(id))
+      return error(where, ": ParamSyncWait of sync id ", id,
+                   ", which no ParamSyncStart of the program starts");
   TESSERA_RETURN_IF_ERROR(checkSlots(prog, p));
   return checkSchedule(prog, p);
 }

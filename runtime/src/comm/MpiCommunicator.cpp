@@ -284,6 +284,35 @@ public:
     return handle;
   }
 
+  StatusOr<CommRequest> allGatherStart(const void *send, void *recv,
+                                       int64_t sendCount,
+                                       ElementType type) override {
+    TESSERA_RETURN_IF_ERROR(checkCount(sendCount));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiDatatype(type));
+    MPI_Request request;
+    TESSERA_RETURN_IF_MPI_ERROR(MPI_Iallgather(send, int(sendCount), dt, recv,
+                                               int(sendCount), dt, comm,
+                                               &request));
+    stats.allGather +=
+        ringAllGatherBytes(sendCount * elementSize(type) * mySize, mySize);
+    ++stats.calls;
+    return track(request);
+  }
+
+  StatusOr<CommRequest> allGatherInPlaceStart(void *buffer, int64_t count,
+                                              ElementType type) override {
+    TESSERA_RETURN_IF_ERROR(checkCount(count));
+    TESSERA_ASSIGN_OR_RETURN(MPI_Datatype dt, mpiDatatype(type));
+    MPI_Request request;
+    TESSERA_RETURN_IF_MPI_ERROR(MPI_Iallgather(MPI_IN_PLACE, 0,
+                                               MPI_DATATYPE_NULL, buffer,
+                                               int(count), dt, comm, &request));
+    stats.allGather +=
+        ringAllGatherBytes(count * elementSize(type) * mySize, mySize);
+    ++stats.calls;
+    return track(request);
+  }
+
   StatusOr<CommRequest> allReduceStart(void *buffer, int64_t count,
                                        ElementType type,
                                        ReduceKind op) override {

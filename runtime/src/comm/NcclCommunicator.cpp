@@ -294,6 +294,21 @@ NcclCommunicator::reduceScatterInPlaceStart(void *buffer, int64_t count,
       issueReduceScatter(buffer, nullptr, count, type, op, /*inPlace=*/true));
 }
 
+StatusOr<CommRequest> NcclCommunicator::allGatherStart(const void *send,
+                                                       void *recv,
+                                                       int64_t sendCount,
+                                                       ElementType type) {
+  return started(
+      issueAllGather(send, recv, sendCount, type, /*inPlace=*/false));
+}
+
+StatusOr<CommRequest> NcclCommunicator::allGatherInPlaceStart(void *buffer,
+                                                              int64_t count,
+                                                              ElementType type) {
+  return started(
+      issueAllGather(nullptr, buffer, count, type, /*inPlace=*/true));
+}
+
 //===----------------------------------------------------------------------===//
 // Requests and point-to-point
 //===----------------------------------------------------------------------===//

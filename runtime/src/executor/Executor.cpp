@@ -76,6 +76,24 @@ public:
     ex.pending.erase(it);
     return started;
   }
+  Status startParamSync(int id, Communicator *comm,
+                        CommRequest request) override {
+    if (!ex.paramSyncs.emplace(id, std::make_pair(comm, request)).second) {
+      // Complete the new request so MPI state stays consistent.
+      comm->wait(request).ignoreError();
+      return failedPrecondition("parameter sync ", id,
+                                " is started while still in flight");
+    }
+    return Status();
+  }
+  Status finishParamSync(int id) override {
+    auto it = ex.paramSyncs.find(id);
+    if (it == ex.paramSyncs.end())
+      return Status();
+    auto started = it->second;
+    ex.paramSyncs.erase(it);
+    return started.first->wait(started.second);
+  }
   void joinP2pBatch(const Thunk &t, CommRequest request) override {
     if (ex.p2pBatch.empty()) {
       const Executor::DecodedFunction *fn = ex.currentFunction;
@@ -574,9 +592,10 @@ Status Executor::runThunks(const DecodedFunction &fn, int slot,
             std::chrono::duration<double>(end - start).count();
       if (options.trace)
         trace.push_back({p2p ? t.p2pLabel : fb::EnumNameOpcode(t.op),
-                         p2p      ? "p2p"
-                         : t.comm ? "communication"
-                                  : "compute",
+                         p2p ? "p2p"
+                         : t.comm || opcodeInfo(t.op).cls == OpClass::Event
+                             ? "communication" // (a Wait: its time is comm)
+                             : "compute",
                          sinceEpochUs(start),
                          sinceEpochUs(end) - sinceEpochUs(start),
                          t.comm && !p2p ? t.group : std::string()});
@@ -585,11 +604,16 @@ Status Executor::runThunks(const DecodedFunction &fn, int slot,
       return Status(st.getCode(), art->name() + ": " + t.where + context +
                                       ": " + st.message());
     // Started collectives advance between kernels (overlap with compute).
-    if (!pending.empty() && !t.comm && !p2p)
+    if (!t.comm && !p2p) {
       for (auto &[event, request] : pending)
         TESSERA_RETURN_IF_ERROR(request.first->progress(request.second).withContext(
             art->name() + ": " + t.where + context + ": progressing event " +
             std::to_string(event)));
+      for (auto &[id, request] : paramSyncs)
+        TESSERA_RETURN_IF_ERROR(request.first->progress(request.second).withContext(
+            art->name() + ": " + t.where + context +
+            ": progressing parameter sync " + std::to_string(id)));
+    }
   }
   if (drainP2p)
     TESSERA_RETURN_IF_ERROR(completeP2pBatch());
@@ -668,9 +692,26 @@ double Executor::learningRate(int64_t iteration) const {
   return schedule.at(iteration);
 }
 
+Status Executor::finishParamSync() const {
+  Status first;
+  while (!paramSyncs.empty()) {
+    auto [id, started] = *paramSyncs.begin();
+    paramSyncs.erase(paramSyncs.begin());
+    Status st = started.first->wait(started.second);
+    if (first.ok() && !st.ok())
+      first = Status(st.getCode(), art->name() + ": finishing parameter sync " +
+                                       std::to_string(id) + ": " +
+                                       st.message());
+  }
+  return first;
+}
+
 Status Executor::runStep(int64_t iteration) {
   // Gradient sync and the optimizer run once, after every microbatch.
   TESSERA_RETURN_IF_ERROR(completeP2pBatch());
+  // A bucket no forward read is still being gathered: the step updates
+  // its shard.
+  TESSERA_RETURN_IF_ERROR(finishParamSync());
   if (prog->iteration_buffer() >= 0) {
     // Adam's step count: the iterations that updated (Megatron's optimizer
     // steps only when it does not skip).
@@ -774,6 +815,9 @@ StatusOr<double> Executor::evaluate(int64_t iteration,
     std::shared_ptr<const IndexedDataset> dataset;
     ~Restore() { layout.dataset = std::move(dataset); }
   } restore{layout, std::move(training)};
+  // The evaluation reads every parameter (its forwards also wait per
+  // bucket; this covers a bucket none of them reads).
+  TESSERA_RETURN_IF_ERROR(finishParamSync());
   const int64_t numMicro = art->root()->batch()->num_microbatches();
   currentIteration = iteration;
   int64_t losses = 0;
@@ -884,11 +928,19 @@ StatusOr<double> Executor::runSchedule(int64_t iteration) {
   return reduceLoss(lossSum, /*scheduled=*/true);
 }
 
+/// Whether a host read or write of `b` must wait for the parameter
+/// all-gathers in flight (they write the parameters and their buckets).
+static bool heldByParamSync(const fb::Buffer &b) {
+  return b.kind() == fb::BufferKind::Param || b.kind() == fb::BufferKind::View;
+}
+
 StatusOr<std::vector<uint8_t>>
 Executor::readBuffer(const std::string &name) const {
   const fb::Buffer *b = findBuffer(name);
   if (!b)
     return notFound(art->name(), ": no buffer named '", name, "'");
+  if (heldByParamSync(*b))
+    TESSERA_RETURN_IF_ERROR(finishParamSync());
   std::vector<uint8_t> out(
       size_t(numElements(b->shape()) * dtypeSize(b->dtype())));
   TESSERA_RETURN_IF_ERROR(
@@ -968,6 +1020,8 @@ Status Executor::writeBuffer(const std::string &name, const void *data,
   if (bytes != size)
     return invalidArgument(art->name(), ": buffer '", name, "' holds ", size,
                            " bytes, got ", bytes);
+  if (heldByParamSync(*b))
+    TESSERA_RETURN_IF_ERROR(finishParamSync());
   TESSERA_RETURN_IF_ERROR(copyIn(arena + b->offset(), data, bytes));
   if (b->kind() == fb::BufferKind::MainParam) {
     // b points into the program's buffer vector: its index.

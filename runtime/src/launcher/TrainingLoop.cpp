@@ -389,6 +389,8 @@ Status RankRun::run() {
     if (o.evalIters > 0 && evaluated != last)
       TESSERA_RETURN_IF_ERROR(evaluate(last));
   }
+  // --overlap-param-gather: the last step's parameter all-gathers.
+  TESSERA_RETURN_IF_ERROR(executor->finishParamSync());
   if (!o.tracePath.empty())
     TESSERA_RETURN_IF_ERROR(writeTrace(o.tracePath, *executor, rank));
   if (world)

@@ -230,3 +230,28 @@ dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 1 : i64,
     params = [{name = "a", start = 0 : i64, end = 10 : i64, bucket = 0 : i64},
               {name = "b", start = 64 : i64, end = 74 : i64, bucket = 0 : i64} ],
     buckets = [array<i64: 0, 74, 74>]}
+
+// -----
+
+dist.mesh @mesh {dp = 2}
+dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
+    distributed = true, numel = 128 : i64, numel_unpadded = 10 : i64,
+    params = [{name = "a", start = 0 : i64, end = 10 : i64, bucket = 0 : i64} ],
+    buckets = [array<i64: 0, 128, 10>]}
+func.func @param_sync_user(%s: tensor<64xf32>) -> tensor<128xf32> {
+  // expected-error @+1 {{with param_sync gathers a parameter bucket: dim 0, its one user the dist.unpack of the bucket's parameters}}
+  %g = dist.all_gather %s on @mesh "dp" dim 0 {param_sync} : tensor<64xf32> -> tensor<128xf32>
+  return %g : tensor<128xf32>
+}
+
+// -----
+
+dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
+    distributed = false, numel = 20 : i64, numel_unpadded = 20 : i64,
+    params = [{name = "a", start = 0 : i64, end = 20 : i64, bucket = 0 : i64} ],
+    buckets = [array<i64: 0, 20, 20>]}
+func.func @param_sync_wait() {
+  // expected-error @+1 {{names bucket 1 of @g, which has 1}}
+  dist.param_sync_wait @g bucket 1
+  return
+}

@@ -17,3 +17,16 @@ func.func @roundtrip(%a: tensor<10xf32>, %b: tensor<2x5xf32>) -> (tensor<10xf32>
   %ub, %ua = dist.unpack @gbuf bucket 0 "grad" %f : tensor<128xf32> -> tensor<2x5xf32>, tensor<10xf32>
   return %ua, %ub : tensor<10xf32>, tensor<2x5xf32>
 }
+
+// overlap_param_gather: the step's gather of a parameter bucket left in
+// flight, and a forward's wait for it.
+// CHECK-LABEL: func.func @param_sync
+func.func @param_sync(%s: tensor<64xf32>) -> (tensor<10xf32>, tensor<2x5xf32>) {
+  // CHECK: dist.param_sync_wait @gbuf bucket 0
+  dist.param_sync_wait @gbuf bucket 0
+  // CHECK: %[[G:.*]] = dist.all_gather %{{.*}} on @mesh "dp" dim 0 {param_sync} : tensor<64xf32> -> tensor<128xf32>
+  %g = dist.all_gather %s on @mesh "dp" dim 0 {param_sync} : tensor<64xf32> -> tensor<128xf32>
+  %ub, %ua = dist.unpack @gbuf bucket 0 "param" %g : tensor<128xf32> -> tensor<2x5xf32>, tensor<10xf32>
+  return %ua, %ub : tensor<10xf32>, tensor<2x5xf32>
+}
+dist.mesh @mesh {dp = 2}

@@ -29,6 +29,13 @@ func.func @f() attributes {rt.entry} {
   %e = rt.all_reduce_start %g {group = "dp"} : memref<4x8xf32>
   // CHECK: rt.wait %[[E]]
   rt.wait %e
+  // overlap_param_gather: a bucket's gather started under a program-wide
+  // sync id, finished in another function.
+  // CHECK: rt.param_sync_start %{{.*}}, %{{.*}} {group = "dp", sync = 3 : i64} : memref<4x8xf32>, memref<8x8xf32>
+  %full = rt.alloc offset 768 : memref<8x8xf32>
+  rt.param_sync_start %g, %full {group = "dp", sync = 3 : i64} : memref<4x8xf32>, memref<8x8xf32>
+  // CHECK: rt.param_sync_wait {sync = 3 : i64}
+  rt.param_sync_wait {sync = 3 : i64}
   // CHECK: rt.adam
   rt.adam %w, %g, %w, %w, %t {lr = 1.0e-3 : f32, beta1 = 0.9 : f32, beta2 = 0.999 : f32, eps = 1.0e-8 : f32, weight_decay = 0.0 : f32} : memref<4x8xf32>, memref<4x8xf32>, memref<4x8xf32>, memref<4x8xf32>, memref<i64>
   // Weight decay skips runs [0, 8) and [24, 32) of the bucket whose shard

@@ -136,6 +136,16 @@ public:
                                                           int64_t count,
                                                           ElementType type,
                                                           ReduceKind op) = 0;
+  /// Starts allGather, or allGatherInPlace (Megatron's overlap_param_gather:
+  /// the distributed optimizer's parameter all-gather, finished by the next
+  /// forward); the output is complete once wait() returns, and no part of
+  /// either buffer may be touched until then.
+  virtual StatusOr<CommRequest> allGatherStart(const void *send, void *recv,
+                                               int64_t sendCount,
+                                               ElementType type) = 0;
+  virtual StatusOr<CommRequest> allGatherInPlaceStart(void *buffer,
+                                                      int64_t count,
+                                                      ElementType type) = 0;
   /// Drives an in-flight request without blocking (MPI's non-blocking
   /// collectives advance only inside MPI calls, so the executor calls this
   /// between kernels to let a started reduction overlap computation). The

@@ -175,7 +175,19 @@ public:
   /// Waits for every Send/Recv of the open p2p batch (no-op if none).
   Status completeP2pBatch();
 
-  /// Host copy of buffer `name` (raw bytes).
+  /// Megatron's overlap_param_gather: the step leaves each parameter
+  /// bucket's all-gather in flight (ParamSyncStart) and the next forward
+  /// finishes it before the bucket's first reader (ParamSyncWait). This
+  /// finishes every one still in flight. The step, an evaluation and a
+  /// host read or write of a parameter buffer call it themselves; call it
+  /// before the process ends (the launcher does, after the last
+  /// iteration).
+  Status finishParamSync() const;
+  /// Whether some parameter all-gather is in flight.
+  bool paramSyncInFlight() const { return !paramSyncs.empty(); }
+
+  /// Host copy of buffer `name` (raw bytes; a parameter buffer's after
+  /// finishParamSync).
   StatusOr<std::vector<uint8_t>> readBuffer(const std::string &name) const;
   /// Host copy of an f32 or bf16 buffer as floats (bf16 widened exactly).
   StatusOr<std::vector<float>> readFloatBuffer(const std::string &name) const;
@@ -288,6 +300,10 @@ private:
   std::vector<DecodedFunction> functions;
   std::map<std::string, size_t> functionIndex;
   std::map<int, std::pair<Communicator *, CommRequest>> pending;
+  /// The parameter all-gathers in flight, by program-wide sync id; they
+  /// outlive the function that started them (finishParamSync, which host
+  /// reads of the parameters call, hence mutable).
+  mutable std::map<int, std::pair<Communicator *, CommRequest>> paramSyncs;
   /// Pipeline stage of this rank and number of stages.
   int ppIndex = 0, ppSize = 1;
   /// Some schedule step's function writes the loss buffer (this stage

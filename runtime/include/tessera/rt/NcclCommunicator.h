@@ -111,6 +111,11 @@ public:
   StatusOr<CommRequest> reduceScatterInPlaceStart(void *buffer, int64_t count,
                                                   ElementType type,
                                                   ReduceKind op) override;
+  StatusOr<CommRequest> allGatherStart(const void *send, void *recv,
+                                       int64_t sendCount,
+                                       ElementType type) override;
+  StatusOr<CommRequest> allGatherInPlaceStart(void *buffer, int64_t count,
+                                              ElementType type) override;
   /// Makes the compute stream wait for the request (a started collective's
   /// completion event; a queued send or receive is issued first, as a batch
   /// of one). Does not block the host.

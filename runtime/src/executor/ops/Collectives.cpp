@@ -38,15 +38,16 @@ static Status decodeCollective(Decoder &d, const fb::Instr &in, Thunk &t) {
   // pairwise and rounded (MpiCommunicator's 16-bit sums); there is no
   // 16-bit max.
   if ((t.type == ElementType::BF16 || t.type == ElementType::F16) &&
-      in.op() != O::AllGather && t.reduce != ReduceKind::Sum)
+      in.op() != O::AllGather && in.op() != O::ParamSyncStart &&
+      t.reduce != ReduceKind::Sum)
     return invalidArgument(fb::EnumNameOpcode(in.op()), " with reduce Max on ",
                            d.desc(in, 0),
                            " is not supported (16-bit reductions are sums)");
   GroupPosition pos = d.position(kind);
   TESSERA_RETURN_IF_ERROR(requireMember(d, kind, pos));
-  if (in.op() == O::AllGather || in.op() == O::ReduceScatter ||
-      in.op() == O::ReduceScatterStart) {
-    bool gather = in.op() == O::AllGather;
+  if (in.op() == O::AllGather || in.op() == O::ParamSyncStart ||
+      in.op() == O::ReduceScatter || in.op() == O::ReduceScatterStart) {
+    bool gather = in.op() == O::AllGather || in.op() == O::ParamSyncStart;
     int64_t small = d.numel(in, gather ? 0 : 1);
     int64_t big = d.numel(in, gather ? 1 : 0);
     if (big != small * pos.size)
@@ -157,6 +158,32 @@ Status decodeWait(Decoder &d, const fb::Instr &in, Thunk &t) {
 Status runWait(RunContext &x, const Thunk &t) {
   TESSERA_ASSIGN_OR_RETURN(auto started, x.takeEvent(t.event));
   return started.first->wait(started.second);
+}
+
+//===----------------------------------------------------------------------===//
+// Parameter syncs (overlap_param_gather): started in the step, finished in a
+// later function
+//===----------------------------------------------------------------------===//
+
+Status decodeParamSyncStart(Decoder &d, const fb::Instr &in, Thunk &t) {
+  return decodeCollective(d, in, t);
+}
+
+Status runParamSyncStart(RunContext &x, const Thunk &t) {
+  TESSERA_RETURN_IF_ERROR(x.syncForHostComm(t));
+  TESSERA_ASSIGN_OR_RETURN(
+      CommRequest req,
+      t.i[0] ? t.comm->allGatherInPlaceStart(t.ptr[1], t.n, t.type)
+             : t.comm->allGatherStart(t.ptr[0], t.ptr[1], t.n, t.type));
+  return x.startParamSync(t.event, t.comm, req);
+}
+
+Status decodeParamSyncWait(Decoder &d, const fb::Instr &in, Thunk &t) {
+  return Status();
+}
+
+Status runParamSyncWait(RunContext &x, const Thunk &t) {
+  return x.finishParamSync(t.event);
 }
 
 //===----------------------------------------------------------------------===//

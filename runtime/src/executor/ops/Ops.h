@@ -66,6 +66,12 @@ public:
                            CommRequest request) = 0;
   virtual StatusOr<std::pair<Communicator *, CommRequest>>
   takeEvent(int event) = 0;
+  /// overlap_param_gather: a parameter bucket's all-gather started under
+  /// program-wide `id` (an error when that id is still in flight), and its
+  /// completion, which does nothing when `id` is not in flight.
+  virtual Status startParamSync(int id, Communicator *comm,
+                                CommRequest request) = 0;
+  virtual Status finishParamSync(int id) = 0;
   /// Send/Recv: the posted request joins the open point-to-point batch,
   /// completed before the next instruction that is not a Send/Recv.
   virtual void joinP2pBatch(const Thunk &t, CommRequest request) = 0;
