@@ -202,7 +202,7 @@ resolveMesh(const tessera::CompileOptions &options) {
   mesh.etp = p.etp > 0 ? int64_t(p.etp) : int64_t(p.tp);
   mesh.dp = p.dp == 0 ? 1 : int64_t(p.dp);
   mesh.pp = p.pp;
-  mesh.vpp = p.vpp;
+  mesh.vpp = tessera::effectiveVpp(p);
   mesh.order = p.order;
   std::string error;
   if (options.worldSize != 0)
@@ -272,6 +272,14 @@ int emitSchedule(const tessera::CompileOptions &options,
   if (config.layers == 0)
     return fail("--emit=schedule needs a model or --num-layers");
   config.stageLayers.assign(p.ppLayers.begin(), p.ppLayers.end());
+  sched::SplitOptions split;
+  split.layout = p.pipelineModelParallelLayout;
+  split.firstStageLayers = p.decoderFirstPipelineNumLayers;
+  split.lastStageLayers = p.decoderLastPipelineNumLayers;
+  split.accountForEmbedding = p.accountForEmbeddingInPipelineSplit;
+  split.accountForLoss = p.accountForLossInPipelineSplit;
+  if (std::string error = sched::resolveSplit(split, config); !error.empty())
+    return fail(error);
   if (std::string error = sched::validate(config); !error.empty())
     return fail(error);
   return writeReport(options.output, [&](llvm::raw_ostream &os) {

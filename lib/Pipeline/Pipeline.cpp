@@ -1,6 +1,7 @@
 //===- Pipeline.cpp - Registration and the training pipeline --------------===//
 
 #include "tessera/Pipeline/Pipeline.h"
+#include "tessera/Schedule/PipelineSchedule.h"
 #include "tessera/Conversion/Passes.h"
 #include "tessera/InitAll.h"
 
@@ -51,6 +52,19 @@ tessera::checkTrainPipelineOptions(const TrainPipelineOptions &options) {
                " needs --fp16 (loss scaling is fp16's; bf16 and fp32 train "
                "unscaled)";
   }
+  if (!options.pipelineModelParallelLayout.empty()) {
+    std::string error;
+    int64_t detected = schedule::layoutVpp(options.pipelineModelParallelLayout,
+                                           options.pp, error);
+    if (!error.empty())
+      return error;
+    if (options.vpp.getNumOccurrences() && detected != options.vpp)
+      return "virtual_pipeline_model_parallel_size conflicts with "
+             "pipeline_model_parallel_layout, "
+             "(virtual_pipeline_model_parallel_size=" +
+             std::to_string(int64_t(options.vpp)) +
+             ", detected_vpp_size=" + std::to_string(detected) + ")";
+  }
   // Megatron's checks (arguments.py), with its words.
   if (options.overlapParamGather && !options.distributedOptimizer)
     return "--overlap-param-gather only supported with distributed optimizer "
@@ -66,6 +80,16 @@ tessera::checkTrainPipelineOptions(const TrainPipelineOptions &options) {
   return "";
 }
 
+int64_t tessera::effectiveVpp(const TrainPipelineOptions &options) {
+  if (options.pipelineModelParallelLayout.empty() ||
+      options.vpp.getNumOccurrences())
+    return options.vpp;
+  std::string error;
+  int64_t vpp = schedule::layoutVpp(options.pipelineModelParallelLayout,
+                                    options.pp, error);
+  return error.empty() ? vpp : int64_t(options.vpp);
+}
+
 // The one place where the pipeline's options become the passes' options.
 void tessera::buildTrainPipeline(OpPassManager &pm,
                                  const TrainPipelineOptions &options) {
@@ -76,7 +100,7 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   mesh.etp = options.etp;
   mesh.dp = options.dp == 0 ? 1 : int64_t(options.dp);
   mesh.pp = options.pp;
-  mesh.vpp = options.vpp;
+  mesh.vpp = effectiveVpp(options);
   mesh.order = options.order;
   pm.addPass(dist::createAttachMeshPass(mesh));
 
@@ -98,6 +122,11 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
 
   dist::PPSplitPassOptions split;
   split.stageLayers.assign(options.ppLayers.begin(), options.ppLayers.end());
+  split.layout = options.pipelineModelParallelLayout;
+  split.firstStageLayers = options.decoderFirstPipelineNumLayers;
+  split.lastStageLayers = options.decoderLastPipelineNumLayers;
+  split.accountForEmbedding = options.accountForEmbeddingInPipelineSplit;
+  split.accountForLoss = options.accountForLossInPipelineSplit;
   pm.addPass(dist::createPPSplitPass(split));
 
   if (options.bf16 || options.fp16) {

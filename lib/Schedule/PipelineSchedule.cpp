@@ -3,6 +3,7 @@
 #include "tessera/Schedule/PipelineSchedule.h"
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <tuple>
 #include <numeric>
@@ -34,6 +35,267 @@ const char *tessera::schedule::kindName(Kind kind) {
   return "?";
 }
 
+std::string tessera::schedule::parseLayout(const std::string &text,
+                                          std::vector<std::string> &stages) {
+  stages.clear();
+  // ',' is cosmetic.
+  std::string s;
+  for (char ch : text)
+    if (ch != ',')
+      s += ch;
+  // Reads the count after a '*' at `i` of `str`, or -1.
+  auto count = [](const std::string &str, size_t &i) -> int64_t {
+    if (i >= str.size() || str[i] != '*')
+      return -1;
+    size_t j = i + 1;
+    int64_t n = 0;
+    while (j < str.size() &&
+           std::isdigit(static_cast<unsigned char>(str[j])) && n < 100000)
+      n = n * 10 + (str[j++] - '0');
+    if (j == i + 1)
+      return -1;
+    i = j;
+    return n;
+  };
+  // "(group)*n" (groups do not nest), then "X*n".
+  std::string grouped;
+  for (size_t i = 0; i < s.size();) {
+    if (s[i] == '(') {
+      size_t close = s.find(')', i + 1);
+      if (close == std::string::npos || close == i + 1 ||
+          s.find('(', i + 1) < close)
+        return "invalid --pipeline-model-parallel-layout '" + text +
+               "': a '(' needs a non-empty group closed by ')' and followed "
+               "by '*N' (groups do not nest)";
+      size_t after = close + 1;
+      int64_t n = count(s, after);
+      if (n < 0)
+        return "invalid --pipeline-model-parallel-layout '" + text +
+               "': the group '" + s.substr(i, close - i + 1) +
+               "' needs '*N' after it";
+      for (int64_t k = 0; k < n; ++k)
+        grouped += s.substr(i + 1, close - i - 1);
+      i = after;
+    } else {
+      grouped += s[i++];
+    }
+  }
+  std::string flat;
+  for (size_t i = 0; i < grouped.size();) {
+    char ch = grouped[i++];
+    if (ch == '*')
+      return "invalid --pipeline-model-parallel-layout '" + text +
+             "': '*' needs a symbol or a group before it and a count after";
+    size_t at = i;
+    int64_t n = count(grouped, at);
+    if (n >= 0) {
+      flat.append(size_t(n), ch);
+      i = at;
+    } else {
+      flat += ch;
+    }
+  }
+  std::string stage;
+  for (size_t i = 0; i <= flat.size(); ++i) {
+    if (i == flat.size() || flat[i] == '|') {
+      stages.push_back(stage);
+      stage.clear();
+      continue;
+    }
+    char ch = flat[i];
+    if (ch != 'E' && ch != 't' && ch != 'm' && ch != 'L')
+      return std::string("Invalid layer character: ") + ch + " (stage=" +
+             std::to_string(stages.size()) + ", layout_str='" + text +
+             "'), known layer characters: ['E', 't', 'm', 'L']";
+    stage += ch;
+  }
+  return "";
+}
+
+int64_t tessera::schedule::layoutVpp(const std::string &layout, int64_t pp,
+                                     std::string &error) {
+  std::vector<std::string> stages;
+  error = parseLayout(layout, stages);
+  if (!error.empty())
+    return 0;
+  if (pp < 1 || int64_t(stages.size()) % pp != 0) {
+    error = "The length of pipeline_model_parallel_layout must be divisible "
+            "by pipeline_model_parallel_size (num_stages=" +
+            std::to_string(stages.size()) +
+            ", pipeline_model_parallel_size=" + std::to_string(pp) + ")";
+    return 0;
+  }
+  return int64_t(stages.size()) / pp;
+}
+
+std::string tessera::schedule::resolveSplit(const SplitOptions &split,
+                                            PipelineConfig &c) {
+  auto s = [](int64_t v) { return std::to_string(v); };
+  c.virtualStageLayers.clear();
+  if (!split.any())
+    return "";
+  if (!c.stageLayers.empty())
+    return "--pp-layers cannot be combined with Megatron's split options "
+           "(--pipeline-model-parallel-layout, "
+           "--decoder-first/last-pipeline-num-layers, "
+           "--account-for-embedding/loss-in-pipeline-split)";
+  if (c.pp < 2)
+    return "an uneven pipeline split needs pp > 1 (pp is " + s(c.pp) + ")";
+  const int64_t pp = c.pp, vpp = c.vpp, L = c.layers, stages = pp * vpp;
+  std::vector<int64_t> &out = c.virtualStageLayers;
+  if (!split.layout.empty()) {
+    if (split.firstStageLayers >= 0 || split.lastStageLayers >= 0 ||
+        split.accountForEmbedding || split.accountForLoss)
+      return "pipeline_model_parallel_layout cannot be set with other "
+             "pipeline layout arguments (--decoder-first-pipeline-num-layers, "
+             "--decoder-last-pipeline-num-layers, "
+             "--account-for-embedding-in-pipeline-split, "
+             "--account-for-loss-in-pipeline-split)";
+    std::vector<std::string> layout;
+    if (std::string error = parseLayout(split.layout, layout); !error.empty())
+      return error;
+    std::string error;
+    int64_t detected = layoutVpp(split.layout, pp, error);
+    if (!error.empty())
+      return error;
+    if (detected != vpp)
+      return "virtual_pipeline_model_parallel_size conflicts with "
+             "pipeline_model_parallel_layout, "
+             "(virtual_pipeline_model_parallel_size=" +
+             s(vpp) + ", detected_vpp_size=" + s(detected) + ")";
+    std::string all;
+    for (const std::string &st : layout)
+      all += st;
+    auto name = [](char ch) -> std::string {
+      switch (ch) {
+      case 'E':
+        return "embedding";
+      case 'L':
+        return "loss";
+      case 'm':
+        return "mtp";
+      default:
+        return "decoder";
+      }
+    };
+    if (all.empty() || all.front() != 'E')
+      return "The first layer must be embedding, but got " +
+             (all.empty() ? std::string("nothing") : name(all.front()));
+    if (all.back() != 'L')
+      return "The last layer must be loss, but got " + name(all.back());
+    if (std::count(all.begin(), all.end(), 'E') != 1)
+      return "Embedding must be specified exactly once";
+    if (std::count(all.begin(), all.end(), 'L') != 1)
+      return "Loss must be specified exactly once";
+    int64_t decoders = std::count(all.begin(), all.end(), 't');
+    if (decoders != L)
+      return "Number of decoder layers " + s(decoders) +
+             " must match num_layers " + s(L);
+    if (all.find('m') != std::string::npos)
+      return "Number of mtp layers in layout must match mtp_num_layers (the "
+             "model has no multi-token prediction layers)";
+    // Tessera keeps what precedes the first layer (the embedding) on the
+    // first stage and what follows the last (the final norm, the output
+    // layer, the loss) on the last.
+    if (layout.front().find('E') == std::string::npos)
+      return "the embedding (E) must be in the layout's first stage, the "
+             "first pipeline rank's first virtual stage";
+    if (layout.back().find('L') == std::string::npos)
+      return "the loss (L) must be in the layout's last stage, the last "
+             "pipeline rank's last virtual stage";
+    for (const std::string &st : layout)
+      out.push_back(std::count(st.begin(), st.end(), 't'));
+    return "";
+  }
+  const bool first = split.firstStageLayers >= 0,
+             last = split.lastStageLayers >= 0;
+  if (first || last) {
+    if (split.accountForEmbedding || split.accountForLoss)
+      return "num_layers_in_first_pipeline_stage and "
+             "num_layers_in_last_pipeline_stage cannot be set at the same "
+             "time with account_for_embedding_in_pipeline_split and "
+             "account_for_loss_in_pipeline_split";
+    int64_t middle = L, middleStages = pp;
+    if (first) {
+      if (split.firstStageLayers <= 0)
+        return "num_layers_in_first_pipeline_stage must be larger than 0";
+      if (vpp > 1 && split.firstStageLayers % vpp != 0)
+        return "number of layers at first stage: " +
+               s(split.firstStageLayers) +
+               " must be divisible by virtual pipeline parallel degree " +
+               s(vpp);
+      middle -= split.firstStageLayers;
+      --middleStages;
+    }
+    if (last) {
+      if (split.lastStageLayers <= 0)
+        return "num_layers_in_last_pipeline_stage must be larger than 0";
+      if (vpp > 1 && split.lastStageLayers % vpp != 0)
+        return "number of layers at last stage: " + s(split.lastStageLayers) +
+               " must be divisible by virtual pipeline parallel degree " +
+               s(vpp);
+      middle -= split.lastStageLayers;
+      --middleStages;
+    }
+    if (middle < 0)
+      return "--decoder-first-pipeline-num-layers and "
+             "--decoder-last-pipeline-num-layers place " +
+             s(L - middle) + " layers, but the model has " + s(L);
+    if ((middle != 0) != (middleStages != 0))
+      return "Mismatch: " + s(middle) + " middle layers remaining but " +
+             s(middleStages) + " middle PP stages available.";
+    int64_t perMiddle = 0;
+    if (middleStages > 0) {
+      if (middle % middleStages != 0)
+        return "number of layers at middle stage: " + s(middle) +
+               " must be divisible by the middle pipeline model parallel "
+               "size " +
+               s(middleStages);
+      perMiddle = middle / middleStages;
+      if (vpp > 1 && perMiddle % vpp != 0)
+        return "number of layers on each middle pipeline rank: " +
+               s(perMiddle) +
+               " must be divisible by virtual pipeline parallel degree " +
+               s(vpp);
+    }
+    std::vector<int64_t> perRank(size_t(pp), perMiddle);
+    if (first)
+      perRank.front() = split.firstStageLayers;
+    if (last)
+      perRank.back() = split.lastStageLayers;
+    for (int64_t chunk = 0; chunk < vpp; ++chunk)
+      for (int64_t r = 0; r < pp; ++r)
+        out.push_back(perRank[size_t(r)] / vpp);
+    return "";
+  }
+  // Megatron's account_for_*_in_pipeline_split: the embedding and the
+  // loss count as a layer each, taken from the first and the last virtual
+  // stage.
+  const int64_t n = L + (split.accountForEmbedding ? 1 : 0) +
+                    (split.accountForLoss ? 1 : 0);
+  if (vpp == 1 && n % pp != 0)
+    return "number of middle layers: " + s(n) +
+           " must be divisible by middle pipeline_model_parallel_size " + s(pp);
+  if (vpp > 1 && n % pp != 0)
+    return "num_layers: " + s(n) +
+           " after enable account_for_embedding_in_pipeline_split or "
+           "account_for_loss_in_pipeline_split must be divisible by "
+           "pipeline_model_parallel_size " +
+           s(pp);
+  if (vpp > 1 && (n / pp) % vpp != 0)
+    return "number of layers on each pipeline rank: " + s(n / pp) +
+           " (after enable account_for_embedding_in_pipeline_split or "
+           "account_for_loss_in_pipeline_split) must be divisible by "
+           "virtual_pipeline_model_parallel_size " +
+           s(vpp);
+  out.assign(size_t(stages), n / stages);
+  if (split.accountForEmbedding && --out.front() < 0)
+    return "Not enough layers in the first virtual pipeline stage";
+  if (split.accountForLoss && --out.back() < 0)
+    return "Not enough layers in the last virtual pipeline stage";
+  return "";
+}
+
 std::string tessera::schedule::validate(const PipelineConfig &c) {
   auto s = [](int64_t v) { return std::to_string(v); };
   if (c.pp < 1 || c.vpp < 1 || c.microbatches < 1 || c.layers < 1)
@@ -48,7 +310,23 @@ std::string tessera::schedule::validate(const PipelineConfig &c) {
              s(c.microbatches) + ") to be a multiple of pp (" + s(c.pp) + ")";
     if (!c.stageLayers.empty())
       return "an uneven layer split (pp-layers) cannot be combined with "
-             "virtual pipeline stages";
+             "virtual pipeline stages (Megatron's split options can: "
+             "--pipeline-model-parallel-layout, "
+             "--decoder-first/last-pipeline-num-layers)";
+  }
+  if (!c.virtualStageLayers.empty()) {
+    if (int64_t(c.virtualStageLayers.size()) != c.pp * c.vpp)
+      return "the split lists " + s(int64_t(c.virtualStageLayers.size())) +
+             " virtual stages, but pp x vpp is " + s(c.pp * c.vpp);
+    if (std::any_of(c.virtualStageLayers.begin(), c.virtualStageLayers.end(),
+                    [](int64_t n) { return n < 0; }))
+      return "a virtual stage of the split has a negative layer count";
+    int64_t total = std::accumulate(c.virtualStageLayers.begin(),
+                                    c.virtualStageLayers.end(), int64_t(0));
+    if (total != c.layers)
+      return "the split places " + s(total) + " layers, the model has " +
+             s(c.layers);
+    return "";
   }
   if (!c.stageLayers.empty()) {
     if (int64_t(c.stageLayers.size()) != c.pp)
@@ -73,6 +351,14 @@ std::string tessera::schedule::validate(const PipelineConfig &c) {
 std::vector<LayerPlacement>
 tessera::schedule::placeLayers(const PipelineConfig &c) {
   std::vector<LayerPlacement> out;
+  if (!c.virtualStageLayers.empty()) {
+    // Layers in virtual stage order (Megatron numbers them so).
+    int64_t layer = 0;
+    for (int64_t st = 0; st < c.pp * c.vpp; ++st)
+      for (int64_t i = 0; i < c.virtualStageLayers[size_t(st)]; ++i)
+        out.push_back({layer++, st % c.pp, st / c.pp});
+    return out;
+  }
   if (!c.stageLayers.empty()) {
     int64_t layer = 0;
     for (int64_t r = 0; r < c.pp; ++r)

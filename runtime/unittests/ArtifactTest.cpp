@@ -442,10 +442,10 @@ TEST_F(ArtifactTest, SlotRegionMustFitTheArena) {
                   std::to_string(attrs.slotBytes) + " bytes at slot_base " +
                   std::to_string(attrs.slotBase) + " exceed the arena of");
   desc = slottedSchedule(2);
-  desc.programs[0].functionAttrs["backward_c0"].slotBytes = 0;
+  desc.programs[0].functionAttrs["backward_c0"].slotBytes = -8;
   expectError(buildFile(buildPayload(desc)),
               "function 'backward_c0': slot region needs slot_base >= 0 and "
-              "slot_bytes > 0");
+              "slot_bytes >= 0");
   desc = slottedSchedule(2);
   desc.programs[0].functionAttrs["forward_c0"].chunk = 1;
   expectError(buildFile(buildPayload(desc)),

@@ -3,7 +3,8 @@
 # GPT (4 experts, top-2, capacity factor 1.5) trained 10 Adam steps on one
 # GPU with the cuda backend and on the CPU, from the same artifact: the
 # losses must agree within 1e-4 relative at every step (the GPT in bf16
-# with the distributed optimizer within 1e-2). Needs a GPU: without one it
+# with the distributed optimizer within 1e-2, also with
+# --overlap-param-gather through NCCL at one rank). Needs a GPU: without one it
 # exits 77, which ctest reports as Skipped (label "gpu").
 #
 # Every run and every comparison runs and reports its own result, whatever
@@ -59,6 +60,13 @@ prepare() {
   # looser bound.
   "$bin/tessera-compile" "$dir/gpt.mlir" --micro-batch-size 4 \
     --global-batch-size 8 --bf16 --use-distributed-optimizer -o "$dir/gpt-bf16.tsr"
+  # The same with the parameter all-gathers left in flight after the step
+  # and finished in the next forward (--overlap-param-gather), run on the
+  # GPU through NCCL at one rank: the started all-gather on NCCL's stream and
+  # the compute stream's wait for it.
+  "$bin/tessera-compile" "$dir/gpt.mlir" --micro-batch-size 4 \
+    --global-batch-size 8 --bf16 --use-distributed-optimizer --overlap-grad-reduce \
+    --overlap-param-gather -o "$dir/gpt-bf16-pg.tsr"
   "$bin/tessera-gen" gpt --layers 2 --hidden 128 --heads 4 --vocab 257 --seq 64 \
     --num-experts 4 --moe-router-topk 2 --moe-expert-capacity-factor 1.5 \
     -o "$dir/moe.mlir"
@@ -147,6 +155,10 @@ check() {
   done
   compare gpt 1e-4
   compare gpt-bf16 1e-2
+  run gpt-bf16-pg-cpu cpu gpt-bf16-pg
+  TESSERA_NCCL_ONE_RANK=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN} \
+    run gpt-bf16-pg-cuda cuda gpt-bf16-pg
+  compare gpt-bf16-pg 1e-2
   compare moe 1e-4
   compare rms 1e-4
   return $failed

@@ -102,7 +102,7 @@ grep -q '^mlp-cuda-nccl: TIMED OUT' "$v" || fail "mlp-cuda-nccl"
 grep -q '^gpt-cuda: FAILED (exit 139)' "$v" || fail "gpt-cuda"
 grep -q '^gpt-cuda (rerun with --profile' "$v" || fail "gpt-cuda's rerun"
 grep -q '^moe-cuda: FAILED (exit 3)' "$v" || fail "moe-cuda"
-for m in mlp gpt gpt-bf16 moe rms; do
+for m in mlp gpt gpt-bf16 gpt-bf16-pg moe rms; do
   grep -q "^$m-cpu: ok" "$v" || fail "$m-cpu"
   grep -q "^$m compare (rtol [0-9e.-]*): FAILED" "$v" || fail "$m compare"
 done

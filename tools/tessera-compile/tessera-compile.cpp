@@ -56,9 +56,18 @@ static mlir::LogicalResult planLayout(mlir::ModuleOp model,
   if (given.microBatchSize.getNumOccurrences())
     options.microBatch = given.microBatchSize;
   // The planner's own choices may not be given as well.
-  if (given.dp.getNumOccurrences() || given.ppLayers.getNumOccurrences())
-    return fail("--plan chooses dp and an even layer split: drop --dp and "
-                "--pp-layers, or compile without --plan");
+  if (given.dp.getNumOccurrences() || given.ppLayers.getNumOccurrences() ||
+      !given.pipelineModelParallelLayout.empty() ||
+      given.decoderFirstPipelineNumLayers.getNumOccurrences() ||
+      given.decoderLastPipelineNumLayers.getNumOccurrences() ||
+      given.accountForEmbeddingInPipelineSplit ||
+      given.accountForLossInPipelineSplit)
+    return fail("--plan chooses dp and an even layer split: drop --dp, "
+                "--pp-layers and Megatron's split options "
+                "(--pipeline-model-parallel-layout, "
+                "--decoder-first/last-pipeline-num-layers, "
+                "--account-for-embedding/loss-in-pipeline-split), or compile "
+                "without --plan");
   if (given.recomputeGranularity.getNumOccurrences()) {
     options.recompute = given.recomputeGranularity;
     if (given.recomputeGranularity == "full" &&

@@ -100,6 +100,165 @@ TEST(PipelineSchedule, Errors) {
   EXPECT_NE(validate(c).find("at least one layer"), std::string::npos);
 }
 
+// Megatron's split options, against the splits its get_num_layers_to_build
+// and get_transformer_layer_offset give.
+namespace {
+std::vector<int64_t> split(const SplitOptions &o, int64_t pp, int64_t vpp,
+                           int64_t layers, std::string *error = nullptr) {
+  PipelineConfig c;
+  c.pp = pp;
+  c.vpp = vpp;
+  c.layers = layers;
+  c.microbatches = pp;
+  c.kind = vpp > 1 ? Kind::Interleaved : Kind::OneFOneB;
+  std::string e = resolveSplit(o, c);
+  if (e.empty())
+    e = validate(c);
+  if (error)
+    *error = e;
+  return e.empty() ? c.virtualStageLayers : std::vector<int64_t>();
+}
+} // namespace
+
+TEST(PipelineSchedule, MegatronLayouts) {
+  std::vector<std::string> stages;
+  EXPECT_EQ(parseLayout("Et*3|(tt|)*29,m|L", stages), "");
+  ASSERT_EQ(stages.size(), 32u);
+  EXPECT_EQ(stages[0], "Ettt");
+  EXPECT_EQ(stages[29], "tt");
+  EXPECT_EQ(stages[30], "m");
+  EXPECT_EQ(stages[31], "L");
+  EXPECT_EQ(parseLayout("E|t||tL", stages), "");
+  EXPECT_EQ(stages, (std::vector<std::string>{"E", "t", "", "tL"}));
+  // A trailing '|' is one more (empty) stage.
+  EXPECT_EQ(parseLayout("t|t|", stages), "");
+  EXPECT_EQ(stages.size(), 3u);
+  EXPECT_NE(parseLayout("E|x|L", stages).find("Invalid layer character: x"),
+            std::string::npos);
+  EXPECT_NE(parseLayout("E|(t|*2|L", stages).find("'('"), std::string::npos);
+  EXPECT_NE(parseLayout("E|(t|)|L", stages).find("needs '*N'"),
+            std::string::npos);
+
+  SplitOptions o;
+  // The docstring's example on pp 4: vpp 2, stage s = chunk * pp + rank.
+  o.layout = "E|(tt|)*2,(t|)*4,L";
+  std::string error;
+  EXPECT_EQ(layoutVpp(o.layout, 4, error), 2);
+  EXPECT_EQ(split(o, 4, 2, 8), (std::vector<int64_t>{0, 2, 2, 1, 1, 1, 1, 0}));
+  EXPECT_EQ(layoutVpp(o.layout, 3, error), 0);
+  EXPECT_NE(error.find("must be divisible by pipeline_model_parallel_size "
+                       "(num_stages=8, pipeline_model_parallel_size=3)"),
+            std::string::npos);
+  split(o, 4, 1, 8, &error);
+  EXPECT_NE(error.find("detected_vpp_size=2"), std::string::npos) << error;
+  split(o, 4, 2, 9, &error);
+  EXPECT_NE(error.find("Number of decoder layers 8 must match num_layers 9"),
+            std::string::npos);
+  o.layout = "t|E|t|L";
+  split(o, 4, 1, 2, &error);
+  EXPECT_NE(error.find("The first layer must be embedding, but got decoder"),
+            std::string::npos);
+  o.layout = "E|t|t|Lt";
+  split(o, 4, 1, 3, &error);
+  EXPECT_NE(error.find("The last layer must be loss, but got decoder"),
+            std::string::npos);
+  // Tessera keeps the loss on the last stage.
+  o.layout = "E|t|tL|";
+  split(o, 4, 1, 2, &error);
+  EXPECT_NE(error.find("the loss (L) must be in the layout's last stage"),
+            std::string::npos);
+  o.layout = "E|t|E|tL";
+  split(o, 4, 1, 2, &error);
+  EXPECT_NE(error.find("Embedding must be specified exactly once"),
+            std::string::npos);
+  o.layout = "E|t|m|tL";
+  split(o, 4, 1, 2, &error);
+  EXPECT_NE(error.find("mtp_num_layers"), std::string::npos);
+  o.layout = "|Et|t|tL";
+  split(o, 4, 1, 3, &error);
+  EXPECT_NE(error.find("first stage"), std::string::npos);
+  o.firstStageLayers = 1;
+  split(o, 4, 1, 3, &error);
+  EXPECT_NE(error.find("cannot be set with other pipeline layout arguments"),
+            std::string::npos);
+}
+
+TEST(PipelineSchedule, MegatronFirstLastAndAccountedSplits) {
+  SplitOptions o;
+  o.firstStageLayers = 3;
+  o.lastStageLayers = 5;
+  EXPECT_EQ(split(o, 4, 1, 16), (std::vector<int64_t>{3, 4, 4, 5}));
+  // With vpp every chunk repeats the proportions: pp 4 x vpp 2, 14 layers,
+  // first 2, last 4 (ranks hold 2, 4, 4, 4).
+  o.firstStageLayers = 2;
+  o.lastStageLayers = 4;
+  EXPECT_EQ(split(o, 4, 2, 14),
+            (std::vector<int64_t>{1, 2, 2, 2, 1, 2, 2, 2}));
+  std::string error;
+  o.firstStageLayers = 3;
+  split(o, 4, 2, 15, &error);
+  EXPECT_NE(error.find("number of layers at first stage: 3 must be divisible "
+                       "by virtual pipeline parallel degree 2"),
+            std::string::npos);
+  o.firstStageLayers = 2;
+  o.lastStageLayers = 3;
+  split(o, 4, 1, 16, &error);
+  EXPECT_NE(error.find("number of layers at middle stage: 11 must be "
+                       "divisible by the middle pipeline model parallel size 2"),
+            std::string::npos);
+  o.lastStageLayers = -1;
+  o.firstStageLayers = 0;
+  split(o, 2, 1, 4, &error);
+  EXPECT_NE(error.find("num_layers_in_first_pipeline_stage must be larger "
+                       "than 0"),
+            std::string::npos);
+  o.firstStageLayers = 4;
+  o.lastStageLayers = 1;
+  split(o, 2, 1, 4, &error);
+  EXPECT_NE(error.find("place 5 layers, but the model has 4"),
+            std::string::npos);
+  o.lastStageLayers = -1;
+  split(o, 2, 1, 4, &error);
+  EXPECT_NE(error.find("Mismatch: 0 middle layers remaining but 1 middle PP "
+                       "stages available."),
+            std::string::npos);
+  o.accountForLoss = true;
+  split(o, 2, 1, 4, &error);
+  EXPECT_NE(error.find("cannot be set at the same time with "
+                       "account_for_embedding_in_pipeline_split"),
+            std::string::npos);
+
+  // The embedding and the loss counted as layers: 6 layers on pp 4 give
+  // [E 0] [1 2] [3 4] [5 L].
+  SplitOptions a;
+  a.accountForEmbedding = a.accountForLoss = true;
+  EXPECT_EQ(split(a, 4, 1, 6), (std::vector<int64_t>{1, 2, 2, 1}));
+  // With vpp: 14 layers + 2 over pp 2 x vpp 2 (4 a virtual stage).
+  EXPECT_EQ(split(a, 2, 2, 14), (std::vector<int64_t>{3, 4, 4, 3}));
+  split(a, 4, 1, 7, &error);
+  EXPECT_NE(error.find("number of middle layers: 9 must be divisible by "
+                       "middle pipeline_model_parallel_size 4"),
+            std::string::npos);
+  split(a, 2, 2, 4, &error);
+  EXPECT_NE(error.find("number of layers on each pipeline rank: 3 (after "
+                       "enable"),
+            std::string::npos);
+  // One layer a stage: the first holds the embedding alone.
+  a.accountForLoss = false;
+  EXPECT_EQ(split(a, 2, 1, 1), (std::vector<int64_t>{0, 1}));
+  PipelineConfig c;
+  c.pp = 2;
+  c.layers = 3;
+  c.virtualStageLayers = {0, 3};
+  std::vector<LayerPlacement> placed = placeLayers(c);
+  ASSERT_EQ(placed.size(), 3u);
+  EXPECT_EQ(placed[0].ppRank, 1);
+  // --pp-layers and Megatron's options exclude each other.
+  c.stageLayers = {1, 2};
+  EXPECT_NE(resolveSplit(a, c).find("--pp-layers cannot be combined"),
+            std::string::npos);
+}
+
 // Simulated with Megatron's cost model (a chunk costs 1/v of a stage, a
 // backward twice a forward), the bubble is (p - 1) / m for 1F1B and
 // (p - 1) / (v m) for the interleaved schedule (the bubble fractions of

@@ -36,6 +36,15 @@ namespace {
 struct PPSplitPass : tessera::dist::impl::PPSplitPassBase<PPSplitPass> {
   using PPSplitPassBase::PPSplitPassBase;
   void runOnOperation() override;
+  schedule::SplitOptions splitOptions() const {
+    schedule::SplitOptions s;
+    s.layout = layout;
+    s.firstStageLayers = firstStageLayers;
+    s.lastStageLayers = lastStageLayers;
+    s.accountForEmbedding = accountForEmbedding;
+    s.accountForLoss = accountForLoss;
+    return s;
+  }
 };
 } // namespace
 
@@ -55,6 +64,12 @@ void PPSplitPass::runOnOperation() {
     }
     if (!stageLayers.empty()) {
       emitError(module.getLoc()) << "pp-layers given, but pp is 1";
+      return signalPassFailure();
+    }
+    if (splitOptions().any()) {
+      emitError(module.getLoc())
+          << "an uneven pipeline split (Megatron's split options) needs pp "
+             "> 1";
       return signalPassFailure();
     }
     return; // one stage: nothing to split
@@ -86,6 +101,11 @@ void PPSplitPass::runOnOperation() {
   config.kind = vpp > 1 ? schedule::Kind::Interleaved
                         : schedule::Kind::OneFOneB;
   config.stageLayers.assign(stageLayers.begin(), stageLayers.end());
+  if (std::string error = schedule::resolveSplit(splitOptions(), config);
+      !error.empty()) {
+    model.emitOpError() << "cannot be split into pipeline stages: " << error;
+    return signalPassFailure();
+  }
   if (std::string error = schedule::validate(config); !error.empty()) {
     model.emitOpError() << "cannot be split into pipeline stages: " << error;
     return signalPassFailure();

@@ -205,7 +205,13 @@ def PPSplitPass : Pass<"tessera-pp-split", "mlir::ModuleOp"> {
     layers}` with virtual stage = chunk * pp + rank. Layers (the ops'
     `nn.layer` marks) follow Megatron's offsets: contiguous blocks, or with
     vpp chunks, chunk c of rank r from c * L/vpp + r * L/(pp vpp); `pp-layers`
-    gives an uneven split (layers per rank). Unmarked ops before the first
+    gives an uneven split (layers per rank), and Megatron's split options
+    (`pipeline-model-parallel-layout`, `decoder-first-pipeline-num-layers`,
+    `decoder-last-pipeline-num-layers`,
+    `account-for-embedding-in-pipeline-split`,
+    `account-for-loss-in-pipeline-split`) a count per virtual stage, also
+    with vpp and also zero (a stage of the embedding or the loss alone),
+    checked as Megatron checks them, with its messages. Unmarked ops before the first
     layer (embedding) go to the first stage, after the last layer (final
     norm, LM head, loss) to the last. A value a later stage uses is sent to
     the next stage (`dist.send` / `dist.recv` with a tag per hop) and passed
@@ -216,7 +222,19 @@ def PPSplitPass : Pass<"tessera-pp-split", "mlir::ModuleOp"> {
   let dependentDialects = ["::tessera::dist::DistDialect", "::mlir::func::FuncDialect"];
   let options = [
     ListOption<"stageLayers", "pp-layers", "int64_t",
-               "layers per pipeline rank for an uneven split (e.g. 3,5,5,3)">
+               "layers per pipeline rank for an uneven split (e.g. 3,5,5,3)">,
+    Option<"layout", "pipeline-model-parallel-layout", "std::string", "\"\"",
+           "Megatron's layout string (E, t, L per virtual stage, '|' "
+           "between stages)">,
+    Option<"firstStageLayers", "decoder-first-pipeline-num-layers",
+           "int64_t", "-1", "layers on the first pipeline rank (Megatron's)">,
+    Option<"lastStageLayers", "decoder-last-pipeline-num-layers", "int64_t",
+           "-1", "layers on the last pipeline rank (Megatron's)">,
+    Option<"accountForEmbedding", "account-for-embedding-in-pipeline-split",
+           "bool", "false",
+           "the embedding counts as a layer of the first virtual stage">,
+    Option<"accountForLoss", "account-for-loss-in-pipeline-split", "bool",
+           "false", "the loss counts as a layer of the last virtual stage">
   ];
 }
 

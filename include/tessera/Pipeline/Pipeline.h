@@ -98,6 +98,33 @@ public:
       llvm::cl::desc("uneven pipeline split: layers per pipeline rank, e.g. "
                      "3,5,5,3"),
       onCommandLine};
+  // Megatron's uneven splits (its flags), resolved by tessera-pp-split.
+  Option<std::string> pipelineModelParallelLayout{
+      *this, "pipeline-model-parallel-layout",
+      llvm::cl::desc("Megatron's layout of every (virtual) pipeline stage, "
+                     "e.g. \"E|(t|)*3,t|L\": 'E' embedding, 't' a "
+                     "transformer layer, 'L' loss, '|' between stages in "
+                     "virtual stage order (gives vpp = stages / pp)"),
+      llvm::cl::init(""), onCommandLine};
+  Option<int64_t> decoderFirstPipelineNumLayers{
+      *this, "decoder-first-pipeline-num-layers",
+      llvm::cl::desc("layers on the first pipeline rank; the others split "
+                     "what remains evenly (Megatron's)"),
+      llvm::cl::init(-1), onCommandLine};
+  Option<int64_t> decoderLastPipelineNumLayers{
+      *this, "decoder-last-pipeline-num-layers",
+      llvm::cl::desc("layers on the last pipeline rank (Megatron's)"),
+      llvm::cl::init(-1), onCommandLine};
+  Option<bool> accountForEmbeddingInPipelineSplit{
+      *this, "account-for-embedding-in-pipeline-split",
+      llvm::cl::desc("count the embedding as a layer of the first virtual "
+                     "stage when splitting (Megatron's)"),
+      llvm::cl::init(false), onCommandLine};
+  Option<bool> accountForLossInPipelineSplit{
+      *this, "account-for-loss-in-pipeline-split",
+      llvm::cl::desc("count the loss as a layer of the last virtual stage "
+                     "when splitting (Megatron's)"),
+      llvm::cl::init(false), onCommandLine};
   Option<std::string> schedule{
       *this, "schedule",
       llvm::cl::desc("pipeline schedule: none, 1f1b or interleaved (default: "
@@ -347,6 +374,10 @@ public:
 /// The combinations of options the pipeline refuses (an error message), or
 /// "": --grad-reduce-in-bf16 needs --bf16 and excludes --grad-reduce-in-fp32.
 std::string checkTrainPipelineOptions(const TrainPipelineOptions &options);
+
+/// The virtual pipeline size: --vpp, or without it the one a
+/// --pipeline-model-parallel-layout gives (its stages / pp).
+int64_t effectiveVpp(const TrainPipelineOptions &options);
 
 /// attach-mesh, set-batch, pad-vocab, tp-partition, cp-partition,
 /// ep-partition, pp-split, mixed-precision (with bf16), recompute (with a

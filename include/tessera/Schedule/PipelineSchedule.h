@@ -17,7 +17,11 @@
 //     on microbatch (k / (pp V)) * pp + k mod pp. M must divide by pp.
 // Layers (Megatron's get_transformer_layer_offset): contiguous blocks
 // without virtual stages; with V chunks, chunk c of rank r holds L / (pp V)
-// layers from c * (L / V) + r * (L / (pp V)).
+// layers from c * (L / V) + r * (L / (pp V)). Megatron's uneven splits
+// (resolveSplit: --pipeline-model-parallel-layout,
+// --decoder-first/last-pipeline-num-layers,
+// --account-for-embedding/loss-in-pipeline-split) give a count per virtual
+// stage s = c * pp + r, the layers numbered in that order.
 //
 //===----------------------------------------------------------------------===//
 
@@ -38,9 +42,48 @@ struct PipelineConfig {
   int64_t microbatches = 1;
   int64_t layers = 1;
   Kind kind = Kind::OneFOneB;
-  /// Explicit layers per pipeline rank (uneven split); empty: even.
+  /// Explicit layers per pipeline rank (uneven split, --pp-layers, at
+  /// least one each, no virtual stages); empty: even.
   std::vector<int64_t> stageLayers;
+  /// Explicit layers per virtual stage s = chunk * pp + rank (pp * vpp
+  /// entries, zero allowed: a stage of the embedding or the loss alone),
+  /// from resolveSplit; empty: none.
+  std::vector<int64_t> virtualStageLayers;
 };
+
+/// Megatron's options for an uneven pipeline split (its flag names).
+struct SplitOptions {
+  /// --pipeline-model-parallel-layout, e.g. "E|(t|)*3,t|L" (empty: none).
+  std::string layout;
+  /// --decoder-first-pipeline-num-layers and
+  /// --decoder-last-pipeline-num-layers (-1: not given).
+  int64_t firstStageLayers = -1, lastStageLayers = -1;
+  /// --account-for-embedding-in-pipeline-split and
+  /// --account-for-loss-in-pipeline-split.
+  bool accountForEmbedding = false, accountForLoss = false;
+  bool any() const {
+    return !layout.empty() || firstStageLayers >= 0 || lastStageLayers >= 0 ||
+           accountForEmbedding || accountForLoss;
+  }
+};
+
+/// The stages of a --pipeline-model-parallel-layout string (Megatron's
+/// PipelineParallelLayerLayout.parse_str_to_list: ',' ignored, "(...)*n"
+/// and "X*n" repeated, '|' between stages; each stage a string of 'E'
+/// embedding, 't' transformer layer, 'm' multi-token prediction, 'L' loss),
+/// or an error message.
+std::string parseLayout(const std::string &text,
+                        std::vector<std::string> &stages);
+
+/// The virtual pipeline size a layout gives on `pp` ranks (its stages /
+/// pp), or an error message (Megatron's) in `error`.
+int64_t layoutVpp(const std::string &layout, int64_t pp, std::string &error);
+
+/// Resolves Megatron's split options for `layers` transformer layers over
+/// pp x vpp virtual stages into config.virtualStageLayers (layers per
+/// virtual stage); returns "" or the error, in Megatron's words where
+/// Megatron has them.
+std::string resolveSplit(const SplitOptions &split, PipelineConfig &config);
 
 struct LayerPlacement {
   int64_t layer, ppRank, chunk;

@@ -608,10 +608,12 @@ Status Validator::checkSlots(const std::string &prog, const fb::Program &p) {
       return error(what, ": negative num_slots ", f->num_slots());
     if (f->num_slots() == 0)
       continue;
+    // slot_bytes 0: a chunk that keeps nothing from its forward for its
+    // backward (a virtual pipeline stage without layers).
     int64_t base = f->slot_base(), bytes = f->slot_bytes(), n = f->num_slots();
-    if (base < 0 || bytes <= 0)
+    if (base < 0 || bytes < 0)
       return error(what,
-                   ": slot region needs slot_base >= 0 and slot_bytes > 0, "
+                   ": slot region needs slot_base >= 0 and slot_bytes >= 0, "
                    "got slot_base ",
                    base, " and slot_bytes ", bytes);
     // slot_base + num_slots * slot_bytes <= arena_bytes, without overflow.
