@@ -52,6 +52,16 @@ tessera::checkTrainPipelineOptions(const TrainPipelineOptions &options) {
                " needs --fp16 (loss scaling is fp16's; bf16 and fp32 train "
                "unscaled)";
   }
+  if (options.decoderFirstPipelineNumLayers.getNumOccurrences() &&
+      options.decoderFirstPipelineNumLayers <= 0)
+    return "num_layers_in_first_pipeline_stage must be larger than 0 "
+           "(--decoder-first-pipeline-num-layers " +
+           std::to_string(int64_t(options.decoderFirstPipelineNumLayers)) + ")";
+  if (options.decoderLastPipelineNumLayers.getNumOccurrences() &&
+      options.decoderLastPipelineNumLayers <= 0)
+    return "num_layers_in_last_pipeline_stage must be larger than 0 "
+           "(--decoder-last-pipeline-num-layers " +
+           std::to_string(int64_t(options.decoderLastPipelineNumLayers)) + ")";
   if (!options.pipelineModelParallelLayout.empty()) {
     std::string error;
     int64_t detected = schedule::layoutVpp(options.pipelineModelParallelLayout,

@@ -43,20 +43,32 @@ std::string tessera::schedule::parseLayout(const std::string &text,
   for (char ch : text)
     if (ch != ',')
       s += ch;
-  // Reads the count after a '*' at `i` of `str`, or -1.
-  auto count = [](const std::string &str, size_t &i) -> int64_t {
+  // What a layout may expand to: far more than any model's layers, far
+  // less than would exhaust memory.
+  constexpr int64_t kMaxCount = 100000, kMaxLength = 1000000;
+  const std::string bad = "invalid --pipeline-model-parallel-layout '" + text + "': ";
+  // Reads the count after a '*' at `i` of `str`: -1 if there is none, -2
+  // if it is too large.
+  auto count = [&](const std::string &str, size_t &i) -> int64_t {
     if (i >= str.size() || str[i] != '*')
       return -1;
     size_t j = i + 1;
     int64_t n = 0;
-    while (j < str.size() &&
-           std::isdigit(static_cast<unsigned char>(str[j])) && n < 100000)
+    while (j < str.size() && std::isdigit(static_cast<unsigned char>(str[j]))) {
       n = n * 10 + (str[j++] - '0');
+      if (n > kMaxCount)
+        return -2;
+    }
     if (j == i + 1)
       return -1;
     i = j;
     return n;
   };
+  const std::string tooLarge =
+      bad + "a repeat count above " + std::to_string(kMaxCount);
+  const std::string tooLong =
+      bad + "it expands to more than " + std::to_string(kMaxLength) +
+      " symbols";
   // "(group)*n" (groups do not nest), then "X*n".
   std::string grouped;
   for (size_t i = 0; i < s.size();) {
@@ -64,17 +76,20 @@ std::string tessera::schedule::parseLayout(const std::string &text,
       size_t close = s.find(')', i + 1);
       if (close == std::string::npos || close == i + 1 ||
           s.find('(', i + 1) < close)
-        return "invalid --pipeline-model-parallel-layout '" + text +
-               "': a '(' needs a non-empty group closed by ')' and followed "
-               "by '*N' (groups do not nest)";
+        return bad + "a '(' needs a non-empty group closed by ')' and "
+                     "followed by '*N' (groups do not nest)";
       size_t after = close + 1;
       int64_t n = count(s, after);
+      if (n == -2)
+        return tooLarge;
       if (n < 0)
-        return "invalid --pipeline-model-parallel-layout '" + text +
-               "': the group '" + s.substr(i, close - i + 1) +
+        return bad + "the group '" + s.substr(i, close - i + 1) +
                "' needs '*N' after it";
+      const std::string group = s.substr(i + 1, close - i - 1);
+      if (int64_t(grouped.size() + group.size() * size_t(n)) > kMaxLength)
+        return tooLong;
       for (int64_t k = 0; k < n; ++k)
-        grouped += s.substr(i + 1, close - i - 1);
+        grouped += group;
       i = after;
     } else {
       grouped += s[i++];
@@ -84,17 +99,23 @@ std::string tessera::schedule::parseLayout(const std::string &text,
   for (size_t i = 0; i < grouped.size();) {
     char ch = grouped[i++];
     if (ch == '*')
-      return "invalid --pipeline-model-parallel-layout '" + text +
-             "': '*' needs a symbol or a group before it and a count after";
+      return bad + "'*' needs a symbol or a group before it and a count "
+                   "after";
     size_t at = i;
     int64_t n = count(grouped, at);
+    if (n == -2)
+      return tooLarge;
     if (n >= 0) {
+      if (int64_t(flat.size()) + n > kMaxLength)
+        return tooLong;
       flat.append(size_t(n), ch);
       i = at;
     } else {
       flat += ch;
     }
   }
+  if (int64_t(flat.size()) > kMaxLength)
+    return tooLong;
   std::string stage;
   for (size_t i = 0; i <= flat.size(); ++i) {
     if (i == flat.size() || flat[i] == '|') {
@@ -109,6 +130,11 @@ std::string tessera::schedule::parseLayout(const std::string &text,
              "'), known layer characters: ['E', 't', 'm', 'L']";
     stage += ch;
   }
+  // pp x vpp pipeline functions per stage: more than any cluster runs.
+  constexpr size_t kMaxStages = 16384;
+  if (stages.size() > kMaxStages)
+    return bad + std::to_string(stages.size()) + " stages, more than " +
+           std::to_string(kMaxStages);
   return "";
 }
 
@@ -144,7 +170,7 @@ std::string tessera::schedule::resolveSplit(const SplitOptions &split,
   const int64_t pp = c.pp, vpp = c.vpp, L = c.layers, stages = pp * vpp;
   std::vector<int64_t> &out = c.virtualStageLayers;
   if (!split.layout.empty()) {
-    if (split.firstStageLayers >= 0 || split.lastStageLayers >= 0 ||
+    if (split.firstStageLayers != -1 || split.lastStageLayers != -1 ||
         split.accountForEmbedding || split.accountForLoss)
       return "pipeline_model_parallel_layout cannot be set with other "
              "pipeline layout arguments (--decoder-first-pipeline-num-layers, "
@@ -207,8 +233,9 @@ std::string tessera::schedule::resolveSplit(const SplitOptions &split,
       out.push_back(std::count(st.begin(), st.end(), 't'));
     return "";
   }
-  const bool first = split.firstStageLayers >= 0,
-             last = split.lastStageLayers >= 0;
+  // -1: not given; any other value below 1 is refused below.
+  const bool first = split.firstStageLayers != -1,
+             last = split.lastStageLayers != -1;
   if (first || last) {
     if (split.accountForEmbedding || split.accountForLoss)
       return "num_layers_in_first_pipeline_stage and "
@@ -219,6 +246,10 @@ std::string tessera::schedule::resolveSplit(const SplitOptions &split,
     if (first) {
       if (split.firstStageLayers <= 0)
         return "num_layers_in_first_pipeline_stage must be larger than 0";
+      if (split.firstStageLayers > L)
+        return "--decoder-first-pipeline-num-layers " +
+               s(split.firstStageLayers) + " is more than the model's " +
+               s(L) + " layers";
       if (vpp > 1 && split.firstStageLayers % vpp != 0)
         return "number of layers at first stage: " +
                s(split.firstStageLayers) +
@@ -230,6 +261,10 @@ std::string tessera::schedule::resolveSplit(const SplitOptions &split,
     if (last) {
       if (split.lastStageLayers <= 0)
         return "num_layers_in_last_pipeline_stage must be larger than 0";
+      if (split.lastStageLayers > L)
+        return "--decoder-last-pipeline-num-layers " +
+               s(split.lastStageLayers) + " is more than the model's " +
+               s(L) + " layers";
       if (vpp > 1 && split.lastStageLayers % vpp != 0)
         return "number of layers at last stage: " + s(split.lastStageLayers) +
                " must be divisible by virtual pipeline parallel degree " +
@@ -239,8 +274,9 @@ std::string tessera::schedule::resolveSplit(const SplitOptions &split,
     }
     if (middle < 0)
       return "--decoder-first-pipeline-num-layers and "
-             "--decoder-last-pipeline-num-layers place " +
-             s(L - middle) + " layers, but the model has " + s(L);
+             "--decoder-last-pipeline-num-layers place more layers than the "
+             "model's " +
+             s(L);
     if ((middle != 0) != (middleStages != 0))
       return "Mismatch: " + s(middle) + " middle layers remaining but " +
              s(middleStages) + " middle PP stages available.";

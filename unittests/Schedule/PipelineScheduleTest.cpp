@@ -138,6 +138,16 @@ TEST(PipelineSchedule, MegatronLayouts) {
   EXPECT_NE(parseLayout("E|(t|*2|L", stages).find("'('"), std::string::npos);
   EXPECT_NE(parseLayout("E|(t|)|L", stages).find("needs '*N'"),
             std::string::npos);
+  // Bounded: a repeat count, the expansion and the stages.
+  EXPECT_NE(parseLayout("E|t*1000000|L", stages).find("repeat count above"),
+            std::string::npos);
+  EXPECT_NE(parseLayout("E|(t*99999)*99999|L", stages)
+                .find("expands to more than"),
+            std::string::npos);
+  EXPECT_NE(parseLayout("*2E|L", stages).find("'*' needs a symbol"),
+            std::string::npos);
+  EXPECT_NE(parseLayout("E(|)*20000L", stages).find("stages, more than"),
+            std::string::npos);
 
   SplitOptions o;
   // The docstring's example on pp 4: vpp 2, stage s = chunk * pp + rank.
@@ -215,8 +225,19 @@ TEST(PipelineSchedule, MegatronFirstLastAndAccountedSplits) {
   o.firstStageLayers = 4;
   o.lastStageLayers = 1;
   split(o, 2, 1, 4, &error);
-  EXPECT_NE(error.find("place 5 layers, but the model has 4"),
+  EXPECT_NE(error.find("place more layers than the model's 4"),
             std::string::npos);
+  o.firstStageLayers = -3;
+  o.lastStageLayers = -1;
+  split(o, 2, 1, 4, &error);
+  EXPECT_NE(error.find("num_layers_in_first_pipeline_stage must be larger "
+                       "than 0"),
+            std::string::npos);
+  o.firstStageLayers = int64_t(1) << 62;
+  split(o, 2, 1, 4, &error);
+  EXPECT_NE(error.find("is more than the model's 4 layers"), std::string::npos);
+  o.firstStageLayers = 4;
+  o.lastStageLayers = 1;
   o.lastStageLayers = -1;
   split(o, 2, 1, 4, &error);
   EXPECT_NE(error.find("Mismatch: 0 middle layers remaining but 1 middle PP "

@@ -83,9 +83,18 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
       }
       normKinds.assign(kinds.begin(), kinds.end());
     }
+    anySynced = false;
     for (ModuleOp program : getPrograms(root))
       if (failed(runOnProgram(program)))
         return signalPassFailure();
+    // (A pipeline rank without parameters has nothing to gather.)
+    if (overlapParamGather && !anySynced) {
+      emitError(root.getLoc())
+          << "overlap-param-gather needs the distributed optimizer "
+             "(tessera-dp-grad-allreduce distributed-optimizer=true): "
+             "without it the step gathers no parameters";
+      return signalPassFailure();
+    }
     setOptimizerAttr(root);
   }
 
@@ -699,17 +708,15 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
     step.setAllResultAttrs(resultAttrs);
     if (!mainInits.empty())
       buildInitPhase(module, step, mainInits, paramTypes);
-    if (overlapParamGather) {
-      if (syncedBucket.empty())
-        return emitError(module.getLoc())
-               << "overlap-param-gather needs the distributed optimizer "
-                  "(tessera-dp-grad-allreduce distributed-optimizer=true): "
-                  "without it the step gathers no parameters";
+    if (overlapParamGather && !syncedBucket.empty()) {
+      anySynced = true;
       placeParamSyncWaits(module, step);
     }
     return success();
   }
 
+  /// overlap-param-gather: whether some program's step gathers a bucket.
+  bool anySynced = false;
   /// overlap-param-gather: the bucket of every parameter whose gather the
   /// step leaves in flight (this program's).
   llvm::StringMap<std::pair<FlatSymbolRefAttr, int64_t>> syncedBucket;
@@ -719,6 +726,27 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
   /// reads one of its parameters, so the forward of the buckets read
   /// earlier runs while the later ones are still gathered.
   void placeParamSyncWaits(ModuleOp module, func::FuncOp step) {
+    // Only a gather whose parameters nothing but the step's results reads
+    // can stay in flight past the step (and start after every update):
+    // the others stay synchronous.
+    std::map<std::pair<std::string, int64_t>, dist::AllGatherOp> gathers;
+    Operation *ret = step.getBody().front().getTerminator();
+    step.walk([&](dist::AllGatherOp g) {
+      dist::UnpackOp unpack = g.getParamSync() ? g.getParamSyncUnpack()
+                                               : dist::UnpackOp();
+      if (!unpack)
+        return;
+      if (llvm::any_of(unpack->getUsers(),
+                       [&](Operation *u) { return u != ret; })) {
+        g.setParamSync(false);
+        auto gb = SymbolTable::lookupNearestSymbolFrom<dist::GradBufferOp>(
+            unpack, unpack.getBufferAttr());
+        for (StringRef name : gb.getBucketParams(unpack.getBucket()))
+          syncedBucket.erase(name);
+        return;
+      }
+      gathers[{unpack.getBuffer().str(), unpack.getBucket()}] = g;
+    });
     // The buckets in the order the forwards first read them: by chunk (a
     // pipeline rank runs chunk 0's forward first), then by position.
     std::vector<std::tuple<int64_t, int64_t, std::pair<std::string, int64_t>>>
@@ -769,25 +797,23 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
     // the first bucket group's all-gather first; the others follow in
     // forward order).
     llvm::sort(readOrder);
-    std::map<std::pair<std::string, int64_t>, dist::AllGatherOp> gathers;
-    step.walk([&](dist::AllGatherOp g) {
-      if (dist::UnpackOp unpack = g.getParamSync() ? g.getParamSyncUnpack()
-                                                   : dist::UnpackOp())
-        gathers[{unpack.getBuffer().str(), unpack.getBucket()}] = g;
-    });
-    Operation *ret = step.getBody().front().getTerminator();
     std::set<std::pair<std::string, int64_t>> moved;
     for (auto &[chunk, position, bucket] : readOrder) {
       auto it = gathers.find(bucket);
       if (it == gathers.end() || !moved.insert(bucket).second)
         continue;
       dist::UnpackOp unpack = it->second.getParamSyncUnpack();
-      if (llvm::any_of(unpack->getUsers(),
-                       [&](Operation *u) { return u != ret; }))
-        continue;
       it->second->moveBefore(ret);
       unpack->moveBefore(ret);
     }
+    // A bucket no forward reads: its gather still starts after every
+    // update (the next step finishes it first).
+    for (auto &[bucket, gather] : gathers)
+      if (!moved.count(bucket)) {
+        dist::UnpackOp unpack = gather.getParamSyncUnpack();
+        gather->moveBefore(ret);
+        unpack->moveBefore(ret);
+      }
   }
 
   /// The init phase: each main parameter is its bf16 parameter in f32, or

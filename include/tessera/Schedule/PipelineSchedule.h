@@ -56,14 +56,15 @@ struct SplitOptions {
   /// --pipeline-model-parallel-layout, e.g. "E|(t|)*3,t|L" (empty: none).
   std::string layout;
   /// --decoder-first-pipeline-num-layers and
-  /// --decoder-last-pipeline-num-layers (-1: not given).
+  /// --decoder-last-pipeline-num-layers (-1: not given; any other value
+  /// below 1 is an error).
   int64_t firstStageLayers = -1, lastStageLayers = -1;
   /// --account-for-embedding-in-pipeline-split and
   /// --account-for-loss-in-pipeline-split.
   bool accountForEmbedding = false, accountForLoss = false;
   bool any() const {
-    return !layout.empty() || firstStageLayers >= 0 || lastStageLayers >= 0 ||
-           accountForEmbedding || accountForLoss;
+    return !layout.empty() || firstStageLayers != -1 ||
+           lastStageLayers != -1 || accountForEmbedding || accountForLoss;
   }
 };
 

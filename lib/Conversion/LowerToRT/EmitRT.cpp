@@ -638,6 +638,20 @@ PATTERN(GatherFromRegionPattern, dist::GatherFromRegionOp) {
 PATTERN(AllGatherPattern, dist::AllGatherOp) {
   if (o.getParamSync()) {
     dist::UnpackOp unpack = o.getParamSyncUnpack();
+    // In place only: the gather outlives the step, so its input must be
+    // this rank's block of the bucket, not a transient the next function
+    // reuses (nor may the unpack copy out of the bucket while it fills).
+    const std::string view = bucketView(dist::BucketData::Param,
+                                        unpack.getBuffer(), unpack.getBucket());
+    PhasePlan &plan = state.plan;
+    if (plan.storages[plan.storageId(o.getInput())].persistent !=
+            shardView(view) ||
+        plan.storages[plan.storageId(o.getResult())].persistent != view ||
+        plan.placeCopies.count(unpack))
+      return o.emitOpError()
+             << "with param_sync must gather in place into '" << view
+             << "' from its shard '" << shardView(view)
+             << "' (overlap-param-gather leaves it in flight after the step)";
     rt::ParamSyncStartOp::create(
         b, o.getLoc(), state.operand(b, o, 0), state.bufferOf(b, o.getResult()),
         o.getGroupAttr(),

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <set>
@@ -76,24 +77,19 @@ public:
     ex.pending.erase(it);
     return started;
   }
-  Status startParamSync(int id, Communicator *comm,
-                        CommRequest request) override {
-    if (!ex.paramSyncs.emplace(id, std::make_pair(comm, request)).second) {
-      // Complete the new request so MPI state stays consistent.
-      comm->wait(request).ignoreError();
-      return failedPrecondition("parameter sync ", id,
+  Status startParamSync(const Thunk &t) override {
+    if (ex.paramSyncs.count(t.event) || ex.heldParamSyncs.count(t.event))
+      return failedPrecondition("parameter sync ", t.event,
                                 " is started while still in flight");
+    if (ex.holdParamSyncs) {
+      ex.heldParamSyncs[t.event] = &t;
+      return Status();
     }
+    TESSERA_ASSIGN_OR_RETURN(CommRequest request, ops::startParamSyncGather(t));
+    ex.paramSyncs[t.event] = {t.comm, request};
     return Status();
   }
-  Status finishParamSync(int id) override {
-    auto it = ex.paramSyncs.find(id);
-    if (it == ex.paramSyncs.end())
-      return Status();
-    auto started = it->second;
-    ex.paramSyncs.erase(it);
-    return started.first->wait(started.second);
-  }
+  Status finishParamSync(int id) override { return ex.finishParamSync(id); }
   void joinP2pBatch(const Thunk &t, CommRequest request) override {
     if (ex.p2pBatch.empty()) {
       const Executor::DecodedFunction *fn = ex.currentFunction;
@@ -155,6 +151,8 @@ Executor::create(std::shared_ptr<const LoadedArtifact> artifact,
   if (!artifact || !backend)
     return invalidArgument("Executor::create needs an artifact and a backend");
   std::unique_ptr<Executor> ex(new Executor());
+  if (const char *hold = std::getenv("TESSERA_DEBUG_PARAM_SYNC_AT_WAIT"))
+    ex->holdParamSyncs = std::string(hold) == "1";
   const fb::Artifact &a = *artifact->root();
   if (worldRank < 0 || worldRank >= a.world_size())
     return invalidArgument(artifact->name(), ": rank ", worldRank,
@@ -692,16 +690,48 @@ double Executor::learningRate(int64_t iteration) const {
   return schedule.at(iteration);
 }
 
+Status Executor::finishParamSync(int id) const {
+  if (auto held = heldParamSyncs.find(id); held != heldParamSyncs.end()) {
+    const Thunk *t = held->second;
+    heldParamSyncs.erase(held);
+    TESSERA_ASSIGN_OR_RETURN(CommRequest request, ops::startParamSyncGather(*t));
+    paramSyncs[id] = {t->comm, request};
+  }
+  auto it = paramSyncs.find(id);
+  if (it == paramSyncs.end())
+    return Status();
+  auto started = it->second;
+  paramSyncs.erase(it);
+  return started.first->wait(started.second);
+}
+
 Status Executor::finishParamSync() const {
+  if (paramSyncs.empty() && heldParamSyncs.empty())
+    return Status();
+  // A dead data-parallel peer shows as this wait in the watchdog's error.
+  {
+    std::lock_guard<std::mutex> lock(waitMutex);
+    waitDescription = "pipeline stage " + std::to_string(ppIndex) +
+                      ": finishing the parameter all-gathers "
+                      "(--overlap-param-gather) of the last step";
+    waitSinceNs = steadyNowNs();
+  }
+  std::set<int> ids;
+  for (auto &entry : paramSyncs)
+    ids.insert(entry.first);
+  for (auto &entry : heldParamSyncs)
+    ids.insert(entry.first);
   Status first;
-  while (!paramSyncs.empty()) {
-    auto [id, started] = *paramSyncs.begin();
-    paramSyncs.erase(paramSyncs.begin());
-    Status st = started.first->wait(started.second);
+  for (int id : ids) {
+    Status st = finishParamSync(id);
     if (first.ok() && !st.ok())
       first = Status(st.getCode(), art->name() + ": finishing parameter sync " +
                                        std::to_string(id) + ": " +
                                        st.message());
+  }
+  {
+    std::lock_guard<std::mutex> lock(waitMutex);
+    waitDescription.clear();
   }
   return first;
 }

@@ -183,8 +183,12 @@ public:
   /// before the process ends (the launcher does, after the last
   /// iteration).
   Status finishParamSync() const;
+  /// Finishes the one of sync id `id`, if in flight (ParamSyncWait).
+  Status finishParamSync(int id) const;
   /// Whether some parameter all-gather is in flight.
-  bool paramSyncInFlight() const { return !paramSyncs.empty(); }
+  bool paramSyncInFlight() const {
+    return !paramSyncs.empty() || !heldParamSyncs.empty();
+  }
 
   /// Host copy of buffer `name` (raw bytes; a parameter buffer's after
   /// finishParamSync).
@@ -304,6 +308,12 @@ private:
   /// outlive the function that started them (finishParamSync, which host
   /// reads of the parameters call, hence mutable).
   mutable std::map<int, std::pair<Communicator *, CommRequest>> paramSyncs;
+  /// TESSERA_DEBUG_PARAM_SYNC_AT_WAIT=1 (a test hook): a ParamSyncStart only
+  /// records its instruction and the gather runs when it is finished, so a
+  /// forward that read a bucket before its wait would read the previous
+  /// step's parameters (the overlap tests' proof that every reader waits).
+  bool holdParamSyncs = false;
+  mutable std::map<int, const Thunk *> heldParamSyncs;
   /// Pipeline stage of this rank and number of stages.
   int ppIndex = 0, ppSize = 1;
   /// Some schedule step's function writes the loss buffer (this stage
@@ -367,8 +377,8 @@ private:
   std::atomic<int64_t> inFlightSinceNs{0};
   /// The p2p batch being waited for (empty when none) and since when.
   mutable std::mutex waitMutex;
-  std::string waitDescription;
-  int64_t waitSinceNs = 0;
+  mutable std::string waitDescription;
+  mutable int64_t waitSinceNs = 0;
   double sinceEpochUs(std::chrono::steady_clock::time_point t) const {
     return std::chrono::duration<double, std::micro>(t - traceEpoch).count();
   }

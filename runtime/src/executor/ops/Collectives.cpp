@@ -166,16 +166,24 @@ Status runWait(RunContext &x, const Thunk &t) {
 //===----------------------------------------------------------------------===//
 
 Status decodeParamSyncStart(Decoder &d, const fb::Instr &in, Thunk &t) {
-  return decodeCollective(d, in, t);
+  TESSERA_RETURN_IF_ERROR(decodeCollective(d, in, t));
+  // Its input outlives the function only as part of its output: an input
+  // elsewhere (a transient the next function reuses) could be overwritten
+  // while the gather still reads it.
+  if (!t.i[0] && d.numel(in, 0) > 0)
+    return invalidArgument(
+        "ParamSyncStart must gather in place: its input ", d.desc(in, 0),
+        " is not this rank's block of its output ", d.desc(in, 1));
+  return Status();
+}
+
+StatusOr<CommRequest> startParamSyncGather(const Thunk &t) {
+  return t.comm->allGatherInPlaceStart(t.ptr[1], t.n, t.type);
 }
 
 Status runParamSyncStart(RunContext &x, const Thunk &t) {
   TESSERA_RETURN_IF_ERROR(x.syncForHostComm(t));
-  TESSERA_ASSIGN_OR_RETURN(
-      CommRequest req,
-      t.i[0] ? t.comm->allGatherInPlaceStart(t.ptr[1], t.n, t.type)
-             : t.comm->allGatherStart(t.ptr[0], t.ptr[1], t.n, t.type));
-  return x.startParamSync(t.event, t.comm, req);
+  return x.startParamSync(t);
 }
 
 Status decodeParamSyncWait(Decoder &d, const fb::Instr &in, Thunk &t) {

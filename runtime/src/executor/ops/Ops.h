@@ -69,8 +69,7 @@ public:
   /// overlap_param_gather: a parameter bucket's all-gather started under
   /// program-wide `id` (an error when that id is still in flight), and its
   /// completion, which does nothing when `id` is not in flight.
-  virtual Status startParamSync(int id, Communicator *comm,
-                                CommRequest request) = 0;
+  virtual Status startParamSync(const Thunk &t) = 0;
   virtual Status finishParamSync(int id) = 0;
   /// Send/Recv: the posted request joins the open point-to-point batch,
   /// completed before the next instruction that is not a Send/Recv.
@@ -91,6 +90,9 @@ using RunFn = Status (*)(RunContext &, const Thunk &);
 /// null for a value outside the schema's opcodes.
 DecodeFn decoderOf(fb::Opcode op);
 RunFn runnerOf(fb::Opcode op);
+
+/// Starts the all-gather of a ParamSyncStart thunk (in place).
+StatusOr<CommRequest> startParamSyncGather(const Thunk &t);
 
 // Every opcode's pair, declared from Opcodes.def (defined in its family's
 // file).
