@@ -255,7 +255,7 @@ def main():
                   f"({e.get('relative_error', 0)*100:.1f}%) with tp {b.get('tp')} "
                   f"cp {b.get('cp')} pp {b.get('pp')} vpp {b.get('vpp')} dp {b.get('dp')} "
                   f"mb {b.get('micro_batch')} {b.get('recompute')}; with Megatron's "
-                  f"param-gather and tp-comm overlaps {e.get('with_megatron_overlaps_mfu')} "
+                  f"tp-comm overlap (what-if) {e.get('with_megatron_overlaps_mfu')} "
                   f"({e.get('with_megatron_overlaps_error', 0)*100:.1f}%)")
         sys.stdout.flush()
     else:
