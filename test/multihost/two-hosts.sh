@@ -3,9 +3,11 @@
 # Open MPI started from the first with a hostfile (2 slots each) and an rsh
 # agent that runs each daemon in its host's namespace, TCP only on the
 # pair's subnet, and tessera-run as the program, in a job it did not start.
-# Trains the MLP at tp 2 x dp 2 (the dp groups cross the hosts) and a GPT
-# at pp 2 x dp 2 (the stages sit on different hosts) 10 steps each, and
-# compares both with the one-rank run (1e-5 relative). Cleans up whatever
+# Trains the MLP at tp 2 x dp 2 (the dp groups cross the hosts), a GPT at
+# pp 2 x dp 2 (the stages sit on different hosts) and the GPT at dp 4 with
+# the distributed optimizer and its parameter all-gathers left in flight
+# across the hosts (--overlap-param-gather) 10 steps each, and compares each
+# with the one-rank run (1e-5 relative). Cleans up whatever
 # it made. Exits 77 (ctest: Skipped, label multihost) where it cannot make
 # namespaces (not root, no iproute2, no permission), never 0.
 #
@@ -68,6 +70,9 @@ printf '%s slots=2\n%s slots=2\n' "$net.1" "$net.2" > "$tmp/hosts"
   --micro-batch-size 2 --global-batch-size 8 -o "$tmp/gpt-pp2dp2.tsr"
 "$bin/tessera-compile" "$tmp/gpt.mlir" \
   --micro-batch-size 2 --global-batch-size 8 -o "$tmp/gpt-one.tsr"
+"$bin/tessera-compile" "$tmp/gpt.mlir" --dp 4 --use-distributed-optimizer \
+  --overlap-grad-reduce --overlap-param-gather --bucket-size 20000 \
+  --micro-batch-size 1 --global-batch-size 8 -o "$tmp/gpt-dp4pg.tsr"
 set +e
 
 status=0
@@ -90,12 +95,14 @@ run() {
 }
 run mlp-tp2dp2 mlp-tp2dp2.tsr
 run gpt-pp2dp2 gpt-pp2dp2.tsr --mock-data
+run gpt-dp4pg gpt-dp4pg.tsr --mock-data
 "$bin/tessera-run" -n 1 "$tmp/mlp-one.tsr" --steps 10 --metrics "$tmp/mlp-one.jsonl" > /dev/null &&
   "$bin/tessera-run" -n 1 "$tmp/gpt-one.tsr" --steps 10 --mock-data \
     --metrics "$tmp/gpt-one.jsonl" > /dev/null || status=1
 compare="$src/test/E2E/Inputs/compare_losses.py"
 python3 "$compare" --rtol 1e-5 --steps 10 "$tmp/mlp-one.jsonl" "$tmp/mlp-tp2dp2.jsonl" || status=1
 python3 "$compare" --rtol 1e-5 --steps 10 "$tmp/gpt-one.jsonl" "$tmp/gpt-pp2dp2.jsonl" || status=1
+python3 "$compare" --rtol 1e-5 --steps 10 "$tmp/gpt-one.jsonl" "$tmp/gpt-dp4pg.jsonl" || status=1
 # Each host's ranks share its cores: 2 ranks per host on this machine's
 # cores, not 4 (the node-local count, from Open MPI's environment).
 grep -q "BLAS threads/rank $(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))" "$tmp/mlp-tp2dp2.log" ||
