@@ -2,8 +2,9 @@
 """Per-rank model-state memory against Megatron's bytes-per-parameter table.
 
 For fp32 parameters and for bf16 mixed precision (--bf16, f32 gradients;
-and --grad-reduce-in-bf16), without and with the distributed optimizer, at
-dp = 1, 2 and 4, compiles a GPT (tessera-gen gpt, default 4 layers, hidden
+and --grad-reduce-in-bf16), without and with the distributed optimizer
+(ZeRO-1) and with the gradients sharded too (ZeRO-2,
+--data-parallel-sharding-strategy optim_grads), at dp = 1, 2, 4 and 8, compiles a GPT (tessera-gen gpt, default 4 layers, hidden
 256) and reads tessera-compile --emit=memory: the bytes of parameters,
 gradients, main parameters and optimizer state on rank 0, divided by the
 number of parameters. Next to it, the figure of the bytes-per-parameter
@@ -12,7 +13,10 @@ table in Megatron's distributed-optimizer guide
   fp32 params, fp32 grads:  16, or 8 + 8/d with the distributed optimizer
   bf16 params, fp32 grads:  18, or 6 + 12/d
   bf16 params, bf16 grads:  16, or 4 + 12/d
-(the last row counted the same way, 2 + 2 + 4 fp32 main params + 8 Adam:
+and for ZeRO-2 the ZeRO paper's (Rajbhandari et al. 2020, Figure 1) with
+the gradients over d too: fp32 4 + 12/d, bf16 2 + 16/d (fp32 gradients),
+bf16 gradients 2 + 14/d (the paper's 2 + (2 + 12)/d)
+(the row of bf16 gradients counted the same way, 2 + 2 + 4 fp32 main params + 8 Adam:
 Megatron's table has no bf16-gradient row; its fp16-gradient row, 20 or
 4 + 16/d, also counts fp32 main gradients, which Tessera does not keep).
 The measured figure is slightly above it with the distributed optimizer:
@@ -33,7 +37,9 @@ import sys
 import tempfile
 
 
-def megatron_table(precision, d, distributed):
+def megatron_table(precision, d, distributed, zero2=False):
+    if zero2:
+        return {"fp32": 4 + 12 / d, "bf16": 2 + 16 / d, "bf16-grads": 2 + 14 / d}[precision]
     if precision == "fp32":
         return 8 + 8 / d if distributed else 16
     if precision == "bf16":
@@ -47,6 +53,10 @@ def main():
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--seq", type=int, default=128)
+    # A bucket of ~1/13 of this GPT (Megatron's default, max(40M, 1M x dp)
+    # elements, is many buckets of a billion-parameter model but one of
+    # this one; ZeRO-2 holds one or two buckets' whole gradients at a time).
+    ap.add_argument("--bucket-size", type=int, default=250000)
     args = ap.parse_args()
     bindir = os.path.join(args.build, "bin")
     results = []
@@ -58,12 +68,13 @@ def main():
         numel = None
         for precision, flags in (("fp32", []), ("bf16", ["--bf16"]),
                                  ("bf16-grads", ["--bf16", "--grad-reduce-in-bf16"])):
-            for distributed in (False, True):
-                for d in (1, 2, 4):
+            for strategy in ("no_shard", "optim", "optim_grads"):
+                distributed = strategy != "no_shard"
+                for d in (1, 2, 4, 8):
                     common = [model, *flags, "--dp", str(d), "--micro-batch-size", "2",
-                              "--global-batch-size", str(2 * d)]
-                    if distributed:
-                        common.append("--use-distributed-optimizer")
+                              "--global-batch-size", str(2 * d),
+                              "--bucket-size", str(args.bucket_size),
+                              "--data-parallel-sharding-strategy", strategy]
                     mem = json.loads(subprocess.run(
                         [os.path.join(bindir, "tessera-compile"), *common, "--emit=memory"],
                         check=True, capture_output=True, text=True).stdout)["ranks"][0]
@@ -82,17 +93,19 @@ def main():
                     state = (mem["params"] + mem["grads"] + mem["main_params"]
                              + mem["optimizer_state"])
                     results.append({
-                        "precision": precision, "distributed_optimizer": distributed,
+                        "precision": precision, "strategy": strategy,
+                        "distributed_optimizer": distributed,
                         "dp": d, "params": mem["params"], "grads": mem["grads"],
                         "main_params": mem["main_params"],
                         "optimizer_state": mem["optimizer_state"],
                         "bytes_per_param": round(state / numel, 4),
-                        "megatron_bytes_per_param": round(megatron_table(precision, d, distributed), 4),
+                        "megatron_bytes_per_param": round(megatron_table(
+                            precision, d, distributed, strategy == "optim_grads"), 4),
                         "peak_activations": mem["peak_activations"],
                         "planned_total": mem["total"], "runtime_arena": arena,
                     })
     json.dump({"benchmark": "dp_memory", "hidden": args.hidden, "layers": args.layers,
-               "seq": args.seq, "num_params": numel, "results": results},
+               "seq": args.seq, "bucket_size": args.bucket_size, "num_params": numel, "results": results},
               sys.stdout, indent=2)
     print()
 

@@ -75,8 +75,26 @@ tessera::checkTrainPipelineOptions(const TrainPipelineOptions &options) {
              std::to_string(int64_t(options.vpp)) +
              ", detected_vpp_size=" + std::to_string(detected) + ")";
   }
+  const std::string &strategy = options.dataParallelShardingStrategy;
+  if (!strategy.empty() && strategy != "no_shard" && strategy != "optim" &&
+      strategy != "optim_grads" && strategy != "optim_grads_params")
+    return "--data-parallel-sharding-strategy must be no_shard, optim or "
+           "optim_grads, got '" +
+           strategy + "'";
+  if (strategy == "optim_grads_params")
+    return "--data-parallel-sharding-strategy optim_grads_params (ZeRO-3: "
+           "parameters sharded too) is not supported; optim_grads shards the "
+           "gradients and the optimizer state";
+  if (strategy == "no_shard" && options.distributedOptimizer)
+    return "--data-parallel-sharding-strategy no_shard contradicts "
+           "--use-distributed-optimizer";
+  if (strategy == "optim_grads" &&
+      options.distributedOptimizer.getNumOccurrences() &&
+      !options.distributedOptimizer)
+    return "--data-parallel-sharding-strategy optim_grads needs the "
+           "distributed optimizer (--use-distributed-optimizer=false given)";
   // Megatron's checks (arguments.py), with its words.
-  if (options.overlapParamGather && !options.distributedOptimizer)
+  if (options.overlapParamGather && !usesDistributedOptimizer(options))
     return "--overlap-param-gather only supported with distributed optimizer "
            "(--use-distributed-optimizer)";
   if (options.overlapParamGather && !options.overlapGradReduce)
@@ -88,6 +106,12 @@ tessera::checkTrainPipelineOptions(const TrainPipelineOptions &options) {
            "in the GEMM dtype), got '" +
            options.moeRouterDtype + "'";
   return "";
+}
+
+bool tessera::usesDistributedOptimizer(const TrainPipelineOptions &options) {
+  return options.distributedOptimizer ||
+         options.dataParallelShardingStrategy == "optim" ||
+         options.dataParallelShardingStrategy == "optim_grads";
 }
 
 int64_t tessera::effectiveVpp(const TrainPipelineOptions &options) {
@@ -168,7 +192,8 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
 
   dist::DPGradAllReducePassOptions grads;
   grads.bucketSize = options.bucketSize;
-  grads.distributedOptimizer = options.distributedOptimizer;
+  grads.distributedOptimizer = usesDistributedOptimizer(options);
+  grads.shardGrads = options.dataParallelShardingStrategy == "optim_grads";
   grads.padBucketsForHighNcclBusbw = options.padBucketsForHighNcclBusbw;
   grads.singleBucketGroup = options.singleBucketGroup;
   grads.overlapGradReduce = options.overlapGradReduce;

@@ -447,13 +447,14 @@ static mlir::FailureOr<MemoryRows> memoryRows(mlir::ModuleOp module) {
   int64_t activations = arena.getInt() - persistent.getInt();
   // Grad buffers' padding (bucket ends, 64-element starts): once for the
   // gradients, once more for the parameters with the distributed optimizer.
+  // (ZeRO-2's gradient shards hold their share of it: counted as grads.)
   int64_t bufferPadding = 0;
   auto dtypeBytes = [](FloatDtype dtype) {
     return floatDtypeBytes(dtype);
   };
   for (auto gb : module.getOps<dist::GradBufferOp>())
     bufferPadding += (gb.getNumel() - gb.getNumelUnpadded()) *
-                     (dtypeBytes(gb.getGradDtype()) +
+                     ((gb.getShardGrads() ? 0 : dtypeBytes(gb.getGradDtype())) +
                       (gb.getDistributed() ? dtypeBytes(gb.getParamDtype()) : 0));
   int64_t padding = persistent.getInt() - used - bufferPadding;
   out.rows = {{"params", bytes["param"]},

@@ -593,6 +593,10 @@ LogicalResult GradBufferOp::verify() {
   }
   if (getDp() < 1)
     return emitOpError() << "dp must be at least 1";
+  if (getShardGrads() && !getDistributed())
+    return emitOpError() << "shards its gradients (shard_grads) but not its "
+                            "parameters' optimizer state (distributed): "
+                            "ZeRO-2 builds on the distributed optimizer";
   buckets::LayoutOptions o;
   o.dp = getDp();
   o.distributedOptimizer = getDistributed();
@@ -694,8 +698,23 @@ static LogicalResult checkBucketTensors(Operation *op, TypeRange parts,
 LogicalResult BucketReduceStartOp::verifySymbolUses(SymbolTableCollection &st) {
   SmallVector<int64_t> sizes;
   int64_t numel = 0;
-  if (failed(resolveBucket(*this, getBufferAttr(), getBucket(), st, sizes, numel)))
+  GradBufferOp buf;
+  if (failed(resolveBucket(*this, getBufferAttr(), getBucket(), st, sizes, numel,
+                           &buf)))
     return failure();
+  if (getAccumulate() != buf.getShardGrads() ||
+      (getAccumulate() && getKind() != BucketReduceKind::ReduceScatter))
+    return emitOpError() << (getAccumulate() ? "accumulates" : "does not accumulate")
+                         << " into the shard of @" << getBuffer()
+                         << ", whose gradients are "
+                         << (buf.getShardGrads() ? "" : "not ")
+                         << "sharded (shard_grads); an accumulating reduction "
+                            "is a reduce-scatter";
+  if (getAccumulate() && getGrads().size() != sizes.size())
+    return emitOpError() << "accumulates bucket " << getBucket() << " of @"
+                         << getBuffer() << " from " << getGrads().size()
+                         << " gradients, but it holds " << sizes.size()
+                         << " parameters";
   if (failed(resolveGroup(*this, getMeshAttr(), getGroup(), st)))
     return failure();
   return success();

@@ -584,7 +584,11 @@ def Dist_GradBufferOp : Dist_Op<"grad_buffer", [Symbol,
     padding. `group` is the rank group the buffer is reduced (and, with
     `distributed`, sharded) over, of `dp` ranks: "dp", "dp-cp" under
     context parallelism, "edp" for the experts' buffer under expert
-    parallelism.
+    parallelism. `shard_grads` (ZeRO-2, Megatron's
+    `--data-parallel-sharding-strategy optim_grads`; needs `distributed`):
+    the gradients are kept only as this rank's shard of each bucket
+    (`gshard:<buffer>:<k>`); a bucket's full gradients exist only within a
+    backward, which reduce-scatters them and adds its shard in.
 
     ```mlir
     dist.grad_buffer @gbuf0 {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
@@ -600,7 +604,8 @@ def Dist_GradBufferOp : Dist_Op<"grad_buffer", [Symbol,
                        DefaultValuedAttr<BoolAttr, "false">:$pad_for_high_busbw,
                        I64Attr:$numel, I64Attr:$numel_unpadded,
                        ArrayAttr:$params, ArrayAttr:$buckets,
-                       DefaultValuedStrAttr<StrAttr, "dp">:$group);
+                       DefaultValuedStrAttr<StrAttr, "dp">:$group,
+                       DefaultValuedAttr<BoolAttr, "false">:$shard_grads);
   let assemblyFormat = "$sym_name attr-dict";
   let hasVerifier = 1;
   let extraClassDeclaration = [{
@@ -661,7 +666,11 @@ def Dist_BucketReduceStartOp : Dist_Op<"bucket_reduce_start", [
     backward runs while it is in flight. `dist.bucket_reduce_wait` completes
     it. `kind = "reduce_scatter"` (the distributed optimizer) leaves this
     rank's shard of the sum in the bucket's shard buffer
-    (`gshard:<buffer>:<bucket>`) for the step.
+    (`gshard:<buffer>:<bucket>`) for the step. With `accumulate` (a
+    `shard_grads` buffer, ZeRO-2: every microbatch's backward reduces) the
+    operands are this microbatch's gradients of the bucket, gathered into a
+    bucket of their own that lives from this op to the wait, and the wait
+    adds this rank's shard of the sum into the shard buffer.
 
     ```mlir
     dist.bucket_reduce_start @gbuf bucket 1 over @mesh "dp" scale 5.000000e-01 (%g1, %g2) : tensor<16xf32>, tensor<4x4xf32>
@@ -671,6 +680,7 @@ def Dist_BucketReduceStartOp : Dist_Op<"bucket_reduce_start", [
                        FlatSymbolRefAttr:$mesh, StrAttr:$group, F32Attr:$scale,
                        DefaultValuedAttr<Dist_BucketReduceKindAttr,
                          "::tessera::dist::BucketReduceKind::AllReduce">:$kind,
+                       UnitAttr:$accumulate,
                        Variadic<Dist_RankedTensor>:$grads);
   let assemblyFormat = "$buffer `bucket` $bucket `over` $mesh $group `scale` $scale `(` $grads `)` attr-dict `:` type($grads)";
 }

@@ -68,6 +68,24 @@ struct DPGradAllReducePass
           if (auto group = f.getArgAttrOfType<StringAttr>(i, kTiedAttr))
             tiedGroup[name.getValue()] = group;
 
+    // ZeRO-2 (shard-grads): every backward reduce-scatters its buckets and
+    // adds its shard in; the tied embedding's embedding-group all-reduce
+    // runs in the step, on whole gradients, which this layout no longer
+    // keeps.
+    if (shardGrads) {
+      if (!distributedOptimizer)
+        return emitError(module.getLoc())
+               << "shard-grads (ZeRO-2) needs the distributed optimizer "
+                  "(distributed-optimizer=true)";
+      if (!tiedGroup.empty())
+        return emitError(module.getLoc())
+               << "shard-grads (ZeRO-2) does not support a parameter shared "
+                  "across pipeline stages ('"
+               << tiedGroup.begin()->getKey()
+               << "', the tied embedding): untie the embedding "
+                  "(--untie-embeddings-and-output-weights) or keep the "
+                  "gradients whole (--data-parallel-sharding-strategy optim)";
+    }
     // The gradients the phases accumulate, in order of first appearance. A
     // gradient that ends in a sum all-reduce (a parameter entering a
     // tensor-parallel region through copy_to_region, e.g. layer norms under
@@ -94,7 +112,7 @@ struct DPGradAllReducePass
         names.push_back(of);
         StringAttr group;
         auto reduce = ret.getOperand(i).getDefiningOp<AllReduceOp>();
-        if (producerCount[of.getValue()] == 1 && reduce &&
+        if (!shardGrads && producerCount[of.getValue()] == 1 && reduce &&
             reduce.getReduction() == Reduction::Sum &&
             reduce.getResult().hasOneUse()) {
           group = reduce.getGroupAttr();
@@ -222,7 +240,8 @@ struct DPGradAllReducePass
             b.getBoolAttr(padBucketsForHighNcclBusbw),
             b.getI64IntegerAttr(layout.numel),
             b.getI64IntegerAttr(layout.numelUnpadded), b.getArrayAttr(paramAttrs),
-            b.getArrayAttr(bucketAttrs), b.getStringAttr(group));
+            b.getArrayAttr(bucketAttrs), b.getStringAttr(group),
+            b.getBoolAttr(shardGrads));
         placed.push_back({op, layout, group, size});
       }
     }
@@ -233,9 +252,12 @@ struct DPGradAllReducePass
     // the last microbatch starts each bucket's reduction right after the
     // bucket's last gradient is produced and waits for all at its end, so
     // the reductions overlap the rest of the backward.
+    // ZeRO-2 (shard-grads): the phases themselves reduce, every microbatch,
+    // accumulating into the shards (no variant).
     std::set<std::pair<Operation *, int64_t>> overlapped;
-    if (overlapGradReduce &&
-        llvm::any_of(placed, [](const Placed &p) { return p.size > 1; })) {
+    if (shardGrads ||
+        (overlapGradReduce &&
+         llvm::any_of(placed, [](const Placed &p) { return p.size > 1; }))) {
       // One variant per gradient-producing phase: the microbatch phase, or
       // each chunk's backward (the schedule runs it for the last
       // microbatch), reducing the buckets of that phase's chunk.
@@ -245,9 +267,12 @@ struct DPGradAllReducePass
           chunk = c.getInt();
         OpBuilder ob(producer);
         ob.setInsertionPointAfter(producer);
-        auto last = cast<func::FuncOp>(ob.clone(*producer));
-        last.setSymName((producer.getSymName() + ":last").str());
-        last->setAttr(kLastMicrobatchAttr, ob.getUnitAttr());
+        func::FuncOp last = producer;
+        if (!shardGrads) {
+          last = cast<func::FuncOp>(ob.clone(*producer));
+          last.setSymName((producer.getSymName() + ":last").str());
+          last->setAttr(kLastMicrobatchAttr, ob.getUnitAttr());
+        }
         auto ret = cast<func::ReturnOp>(last.getBody().front().getTerminator());
         llvm::StringMap<Value> produced;
         for (unsigned i = 0, e = last.getNumResults(); i < e; ++i)
@@ -317,15 +342,43 @@ struct DPGradAllReducePass
                 enumAttr(ob, distributedOptimizer
                                  ? BucketReduceKind::ReduceScatter
                                  : BucketReduceKind::AllReduce),
-                grads);
+                shardGrads ? ob.getUnitAttr() : UnitAttr(), grads);
             // The group's next start goes after this one (bucket order).
             if (singleBucketGroup)
               groupEnd = start;
-            ob.setInsertionPoint(waitPoint);
-            BucketReduceWaitOp::create(ob, last.getLoc(), ref,
-                                       ob.getI64IntegerAttr(k));
+            if (!shardGrads) {
+              ob.setInsertionPoint(waitPoint);
+              BucketReduceWaitOp::create(ob, last.getLoc(), ref,
+                                         ob.getI64IntegerAttr(k));
+            }
             overlapped.insert({p->op.getOperation(), int64_t(k)});
           }
+        // ZeRO-2: a bucket's whole gradients live only until its
+        // reduce-scatter is done, so each reduction is waited for right
+        // before the next one starts (one bucket in flight, as
+        // Megatron-FSDP frees a bucket after its reduce-scatter), the last
+        // before the phase's trailing sends.
+        if (shardGrads) {
+          SmallVector<BucketReduceStartOp> starts;
+          last.walk([&](BucketReduceStartOp s) { starts.push_back(s); });
+          for (auto [i, s] : llvm::enumerate(starts)) {
+            if (i + 1 < starts.size())
+              ob.setInsertionPoint(starts[i + 1]);
+            else
+              ob.setInsertionPoint(waitPoint);
+            BucketReduceWaitOp::create(ob, last.getLoc(), s.getBufferAttr(),
+                                       s.getBucketAttr());
+          }
+        }
+        // The phase keeps no whole gradient: its shards took them.
+        if (shardGrads) {
+          llvm::BitVector drop(last.getNumResults());
+          for (unsigned i = 0, e = last.getNumResults(); i < e; ++i)
+            if (last.getResultAttr(i, kGradOfAttr))
+              drop.set(i);
+          ret.getOperation()->eraseOperands(drop);
+          (void)last.eraseResults(drop);
+        }
       }
     }
 
@@ -347,8 +400,11 @@ struct DPGradAllReducePass
                   {b.getNamedAttr("buffer", FlatSymbolRefAttr::get(p.op.getSymNameAttr())),
                    b.getNamedAttr("bucket", b.getI64IntegerAttr(k))}))));
         }
-    auto step = func::FuncOp::create(b, producers.back().getLoc(), "step",
-                                     b.getFunctionType(types, resultTypes));
+    // (ZeRO-2: the step takes the shards only.)
+    auto step = func::FuncOp::create(
+        b, producers.back().getLoc(), "step",
+        b.getFunctionType(shardGrads ? TypeRange() : TypeRange(types),
+                          resultTypes));
     step->setAttr(kPhaseAttr, b.getStringAttr(kStepPhase));
     Block *body = step.addEntryBlock();
     b.setInsertionPointToStart(body);
@@ -359,6 +415,8 @@ struct DPGradAllReducePass
     auto meshRef = [&] { return FlatSymbolRefAttr::get(mesh.getSymNameAttr()); };
     llvm::StringMap<Value> grad;
     for (auto [i, name] : llvm::enumerate(names)) {
+      if (shardGrads)
+        break;
       bindings.push_back(b.getDictionaryAttr(b.getNamedAttr(
           kBufferAttr, b.getStringAttr("grad:" + name.getValue()))));
       Value g = body->getArgument(i);

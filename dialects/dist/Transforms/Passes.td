@@ -175,6 +175,12 @@ def DPGradAllReducePass : Pass<"tessera-dp-grad-allreduce", "mlir::ModuleOp"> {
     (parameters entering a tensor-parallel region, e.g. layer norms under
     sequence parallelism) are accumulated unreduced and reduced once in the
     step instead; tied parameters are first all-reduced over their group.
+    With `shard-grads` (ZeRO-2) the buffers are `shard_grads`: every
+    gradient-producing phase ends each bucket with an accumulating
+    reduce-scatter (`dist.bucket_reduce_start {accumulate}` after the
+    bucket's last gradient, its wait before the phase's trailing sends),
+    returns no gradient, and reduces the sum-all-reduced gradients in
+    place; the step takes the shards.
   }];
   let options = [
     Option<"bucketSize", "bucket-size", "int64_t", "0",
@@ -189,7 +195,11 @@ def DPGradAllReducePass : Pass<"tessera-dp-grad-allreduce", "mlir::ModuleOp"> {
     Option<"overlapGradReduce", "overlap-grad-reduce", "bool", "false",
            "start each bucket's all-reduce (reduce-scatter with the "
            "distributed optimizer) in the last microbatch's backward as soon "
-           "as its gradients are complete">
+           "as its gradients are complete">,
+    Option<"shardGrads", "shard-grads", "bool", "false",
+           "ZeRO-2 (with distributed-optimizer): keep only this rank's shard "
+           "of the gradients; every backward reduce-scatters each bucket as "
+           "soon as its gradients are complete and adds its shard in">
   ];
   let dependentDialects = ["::tessera::dist::DistDialect", "::tessera::nn::NNDialect",
                            "::mlir::func::FuncDialect"];

@@ -531,8 +531,18 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
           }
           init.params.push_back(name.str());
           partTypes.push_back(type);
-          zeroGrads.push_back({Value(), ("grad:" + name).str()});
-          zeroGradTypes.push_back(withElement(type, shardType.getElementType()));
+          if (!gb.getShardGrads()) {
+            zeroGrads.push_back({Value(), ("grad:" + name).str()});
+            zeroGradTypes.push_back(
+                withElement(type, shardType.getElementType()));
+          }
+        }
+        // ZeRO-2: the shard is the gradients' only copy; it restarts from
+        // zero for the next step's accumulation.
+        if (gb.getShardGrads()) {
+          zeroGrads.push_back(
+              {Value(), ("gshard:" + ref.getValue() + ":" + Twine(k)).str()});
+          zeroGradTypes.push_back(shardType);
         }
         int64_t dp = gb.getDp();
         Type paramElement = cast<RankedTensorType>(partTypes.front()).getElementType();

@@ -281,6 +281,12 @@ public:
                      "complete"),
       llvm::cl::init(dist::DPGradAllReducePassOptions().overlapGradReduce),
       onCommandLine};
+  Option<std::string> dataParallelShardingStrategy{
+      *this, "data-parallel-sharding-strategy",
+      llvm::cl::desc("Megatron's ZeRO stage: no_shard, optim (the "
+                     "distributed optimizer, ZeRO-1) or optim_grads "
+                     "(ZeRO-2: the gradients sharded too)"),
+      llvm::cl::init(""), onCommandLine};
   Option<bool> overlapParamGather{
       *this, "overlap-param-gather",
       llvm::cl::desc("distributed optimizer: leave each bucket's parameter "
@@ -374,6 +380,10 @@ public:
 /// The combinations of options the pipeline refuses (an error message), or
 /// "": --grad-reduce-in-bf16 needs --bf16 and excludes --grad-reduce-in-fp32.
 std::string checkTrainPipelineOptions(const TrainPipelineOptions &options);
+
+/// Whether the optimizer state is sharded over dp (--use-distributed-optimizer
+/// or --data-parallel-sharding-strategy optim or optim_grads).
+bool usesDistributedOptimizer(const TrainPipelineOptions &options);
 
 /// The virtual pipeline size: --vpp, or without it the one a
 /// --pipeline-model-parallel-layout gives (its stages / pp).

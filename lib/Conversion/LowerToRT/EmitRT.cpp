@@ -122,6 +122,10 @@ struct EmitState {
   SmallVector<UnrealizedConversionCastOp> placeholders;
   /// The event of each started bucket reduction.
   std::map<std::pair<std::string, uint64_t>, Value> bucketEvents;
+  /// ZeRO-2's accumulating reductions in flight: the transient shard the
+  /// reduce-scatter fills and the persistent shard the wait adds it into.
+  std::map<std::pair<std::string, uint64_t>, std::pair<Value, Value>>
+      bucketAccumulates;
   /// Gradients already added to their buffer (before a bucket reduction).
   DenseSet<Value> flushed;
   /// Sends go last, after the bound results are flushed: a phase's send
@@ -720,6 +724,69 @@ PATTERN(ReduceScatterPattern, dist::ReduceScatterOp) {
 /// the bucket view and starts its all-reduce or reduce-scatter.
 PATTERN(BucketReduceStartPattern, dist::BucketReduceStartOp) {
   PhasePlan &plan = state.plan;
+  if (o.getAccumulate()) {
+    // ZeRO-2: this microbatch's gradients in a transient bucket at their
+    // layout offsets (written there by their ops, or copied in now), the
+    // padding between them zeroed; scale, reduce-scatter into a transient
+    // shard, which the wait adds into the persistent one.
+    auto buf = SymbolTable::lookupNearestSymbolFrom<dist::GradBufferOp>(
+        o, o.getBufferAttr());
+    buckets::Buffer layout = buf.getLayout();
+    const buckets::Bucket &k = layout.buckets[size_t(o.getBucket())];
+    int bucketId = plan.bucketStorage.lookup(o);
+    Value bucket = state.scratchBuffer(b, bucketId);
+    const Storage &bucketSt = plan.storages[bucketId];
+    Type element = cast<RankedTensorType>(bucketSt.type).getElementType();
+    const int64_t elementBytes = element.getIntOrFloatBitWidth() / 8;
+    // A view of elements [from, to) of the bucket.
+    auto part = [&](int64_t from, Type type) {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(state.block);
+      return rt::AllocOp::create(
+          b, o.getLoc(), toMemRef(type),
+          b.getI64IntegerAttr(bucketSt.offset + from * elementBytes));
+    };
+    SmallVector<std::pair<int64_t, int64_t>> used;
+    for (const buckets::ParamRange &r : layout.params)
+      if (r.bucket == o.getBucket())
+        used.push_back({r.start - k.start, r.end - k.start});
+    llvm::sort(used);
+    int64_t at = 0;
+    used.push_back({k.end - k.start, k.end - k.start});
+    for (auto [from, to] : used) {
+      if (from > at)
+        rt::FillOp::create(
+            b, o.getLoc(), TypeRange{},
+            ValueRange{part(at, RankedTensorType::get({from - at}, element))},
+            ArrayRef<NamedAttribute>{
+                b.getNamedAttr("value", b.getF32FloatAttr(0))});
+      at = std::max(at, to);
+    }
+    llvm::StringMap<int64_t> startOf;
+    for (const buckets::ParamRange &r : layout.params)
+      startOf[r.name] = r.start;
+    for (auto [name, g] : llvm::zip(k.params, state.operands(o))) {
+      if (plan.storages[plan.storageId(g)].parent == bucketId)
+        continue; // (written in place by its op)
+      rt::CopyOp::create(
+          b, o.getLoc(), TypeRange{},
+          ValueRange{state.bufferOf(b, g),
+                     part(startOf.lookup(name) - k.start, g.getType())},
+          ArrayRef<NamedAttribute>{});
+    }
+    rt::ScaleOp::create(b, o.getLoc(), TypeRange{}, ValueRange{bucket, bucket},
+                        ArrayRef<NamedAttribute>{
+                            b.getNamedAttr("alpha", o.getScaleAttr())});
+    Value shard = state.scratchBuffer(b, plan.shardStorage.lookup(o));
+    Value event = rt::ReduceScatterStartOp::create(
+        b, o.getLoc(), rt::EventType::get(b.getContext()), bucket, shard,
+        o.getGroupAttr());
+    std::pair<std::string, uint64_t> key{o.getBuffer().str(), o.getBucket()};
+    state.bucketEvents[key] = event;
+    state.bucketAccumulates[key] = {
+        shard, state.storageBuffer(b, plan.accumulateStorage.lookup(o))};
+    return Value();
+  }
   for (Value g : state.operands(o)) {
     StringRef binding = plan.resultBinding(g);
     if (binding.empty() || plan.direct.contains(g) ||
@@ -749,8 +816,14 @@ PATTERN(BucketReduceStartPattern, dist::BucketReduceStartOp) {
 }
 
 PATTERN(BucketReduceWaitPattern, dist::BucketReduceWaitOp) {
-  rt::WaitOp::create(b, o.getLoc(),
-                     state.bucketEvents.at({o.getBuffer().str(), o.getBucket()}));
+  std::pair<std::string, uint64_t> key{o.getBuffer().str(), o.getBucket()};
+  rt::WaitOp::create(b, o.getLoc(), state.bucketEvents.at(key));
+  // ZeRO-2: this microbatch's shard of the sum joins the step's.
+  if (auto it = state.bucketAccumulates.find(key);
+      it != state.bucketAccumulates.end())
+    rt::AxpyOp::create(b, o.getLoc(), TypeRange{},
+                       ValueRange{it->second.first, it->second.second},
+                       ArrayRef<NamedAttribute>{});
   return Value();
 }
 

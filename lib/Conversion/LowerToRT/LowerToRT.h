@@ -109,6 +109,10 @@ struct Storage {
   int64_t offset = -1;
   /// Scratch for a multi-kernel expansion: live only during one op.
   bool scratch = false;
+  /// A part of another transient storage (ZeRO-2: a gradient written
+  /// straight into its transient bucket), `parentOffset` bytes into it.
+  int parent = -1;
+  int64_t parentOffset = 0;
 };
 
 /// The buffer a phase argument or result is bound to ("" if none).
@@ -181,6 +185,12 @@ public:
   /// The bucket view of a bucket_reduce_start (storage id), and for a
   /// reduce-scatter its shard buffer.
   llvm::DenseMap<mlir::Operation *, int> bucketStorage, shardStorage;
+  /// An accumulating bucket_reduce_start (ZeRO-2): the persistent shard its
+  /// wait adds the transient shard into.
+  llvm::DenseMap<mlir::Operation *, int> accumulateStorage;
+  /// ZeRO-2: the gradients written straight into their transient bucket
+  /// (the bucket's storage id and the byte offset in it).
+  llvm::DenseMap<mlir::Value, std::pair<int, int64_t>> bucketPart;
   /// scatter_to_region ops whose result is the rank's shard view of their
   /// input bucket: nothing to copy.
   llvm::DenseSet<mlir::Operation *> aliasedScatter;

@@ -74,6 +74,15 @@ LogicalResult PersistentBuffers::collect(ModuleOp module,
       Type element = bucketElementType(gb, data);
       for (auto [k, bucket] : llvm::enumerate(layout.buckets)) {
         int64_t numel = (bucket.end - bucket.start) / gb.getDp();
+        // ZeRO-2: the shard is the gradients' own buffer, of the bucket.
+        if (data == dist::BucketData::Grad && gb.getShardGrads()) {
+          add(shardView(bucketView(data, gb.getSymName(), k)),
+              rt::BufferKind::Grad, RankedTensorType::get({numel}, element),
+              {b.getNamedAttr("of", FlatSymbolRefAttr::get(b.getStringAttr(
+                                        bucketView(dist::BucketData::Param,
+                                                   gb.getSymName(), k))))});
+          continue;
+        }
         add(shardView(bucketView(data, gb.getSymName(), k)), rt::BufferKind::View,
             RankedTensorType::get({numel}, element),
             {b.getNamedAttr("rank_group", gb.getGroupAttr()),
@@ -211,6 +220,10 @@ PersistentBuffers::layout(ModuleOp module,
     for (dist::BucketData data :
          {dist::BucketData::Grad, dist::BucketData::Param}) {
       if (data == dist::BucketData::Param && !gb.getDistributed())
+        continue;
+      // ZeRO-2: no region of whole gradients (each backward gathers a
+      // bucket's in a transient of its own).
+      if (data == dist::BucketData::Grad && gb.getShardGrads())
         continue;
       Type element = bucketElementType(gb, data);
       int64_t elementBytes = element.getIntOrFloatBitWidth() / 8;

@@ -237,6 +237,45 @@ LogicalResult PhasePlan::plan() {
     assign(arg, newStorage(arg.getType(), name));
   }
 
+  // ZeRO-2: each accumulating reduction's transient bucket, live from its
+  // first gradient to its wait; a gradient its op writes nowhere else goes
+  // straight into the bucket, at its layout offset (no copy).
+  for (Operation *op : ops) {
+    auto start = dyn_cast<dist::BucketReduceStartOp>(op);
+    if (!start || !start.getAccumulate())
+      continue;
+    Operation *wait = nullptr;
+    for (Operation *later = op->getNextNode(); later && !wait;
+         later = later->getNextNode())
+      if (auto w = dyn_cast<dist::BucketReduceWaitOp>(later);
+          w && w.getBuffer() == start.getBuffer() &&
+          w.getBucket() == start.getBucket())
+        wait = later;
+    if (!wait)
+      return start.emitOpError() << "has no dist.bucket_reduce_wait";
+    auto buf = SymbolTable::lookupNearestSymbolFrom<dist::GradBufferOp>(
+        op, start.getBufferAttr());
+    buckets::Buffer layout = buf.getLayout();
+    const buckets::Bucket &k = layout.buckets[size_t(start.getBucket())];
+    Type element = bucketElementType(buf, dist::BucketData::Grad);
+    const int64_t elementBytes = element.getIntOrFloatBitWidth() / 8;
+    llvm::StringMap<int64_t> startOf;
+    for (const buckets::ParamRange &r : layout.params)
+      startOf[r.name] = r.start;
+    int id = newStorage(RankedTensorType::get({k.end - k.start}, element));
+    storages[id].scratch = true;
+    storages[id].start = position[op];
+    storages[id].end = position[wait];
+    bucketStorage[op] = id;
+    for (auto [name, g] : llvm::zip(k.params, start.getGrads())) {
+      Operation *def = g.getDefiningOp();
+      if (!def || !g.hasOneUse() || def->getBlock() != op->getBlock() ||
+          cast<RankedTensorType>(g.getType()).getElementType() != element)
+        continue;
+      storages[id].start = std::min(storages[id].start, position[def]);
+      bucketPart[g] = {id, (startOf.lookup(name) - k.start) * elementBytes};
+    }
+  }
   for (Operation *op : ops)
     if (failed(planOp(op)))
       return failure();
@@ -306,6 +345,37 @@ LogicalResult PhasePlan::planOp(Operation *op) {
     const buckets::Bucket &k = layout.buckets[size_t(start.getBucket())];
     numel = k.end - k.start;
     Type element = bucketElementType(buf, dist::BucketData::Grad);
+    if (start.getAccumulate()) {
+      // ZeRO-2: this microbatch's gradients of the bucket are gathered into
+      // a transient bucket, reduce-scattered into a transient shard, and
+      // the wait adds the shard into the persistent one: both transients
+      // live from here to the wait.
+      Operation *wait = nullptr;
+      for (Operation *later = op->getNextNode(); later && !wait;
+           later = later->getNextNode())
+        if (auto w = dyn_cast<dist::BucketReduceWaitOp>(later);
+            w && w.getBuffer() == start.getBuffer() &&
+            w.getBucket() == start.getBucket())
+          wait = later;
+      if (!wait)
+        return start.emitOpError() << "has no dist.bucket_reduce_wait";
+      std::string shard =
+          ("gshard:" + start.getBuffer() + ":" + Twine(start.getBucket())).str();
+      if (!buffers.lookup(shard))
+        return start.emitOpError()
+               << "accumulates into '" << shard
+               << "', which is not a buffer of this program";
+      int shardId =
+          newStorage(RankedTensorType::get({numel / buf.getDp()}, element));
+      storages[shardId].scratch = true;
+      storages[shardId].start = position[op];
+      storages[shardId].end = position[wait];
+      shardStorage[op] = shardId; // (the bucket's storage: in plan())
+      MemRefType t = buffers.lookup(shard)->type;
+      accumulateStorage[op] = newStorage(
+          RankedTensorType::get(t.getShape(), t.getElementType()), shard);
+      return success();
+    }
     bucketStorage[op] =
         newStorage(RankedTensorType::get({numel}, element),
                    bucketView(dist::BucketData::Grad, start.getBuffer(),
@@ -440,6 +510,16 @@ LogicalResult PhasePlan::planOp(Operation *op) {
     copyFirst.insert(op);
   }
   for (Value result : op->getResults()) {
+    if (auto part = bucketPart.find(result);
+        part != bucketPart.end() && !inPlace && !aliasOnly &&
+        !copyFirst.contains(op)) {
+      int id = newStorage(result.getType());
+      storages[id].parent = part->second.first;
+      storages[id].parentOffset = part->second.second;
+      assign(result, id);
+      continue;
+    }
+    bucketPart.erase(result);
     StringRef binding = resultBinding(result);
     bool accumulate = !isStep && binding.starts_with("grad:");
     bool canAccumulate =
@@ -589,7 +669,8 @@ int64_t PhasePlan::planMemory(int64_t base) {
   SmallVector<Storage *> transients;
   std::vector<memory::Interval> intervals;
   for (Storage &s : storages) {
-    if (!s.persistent.empty() || (s.values.empty() && !s.scratch))
+    if (!s.persistent.empty() || (s.values.empty() && !s.scratch) ||
+        s.parent >= 0)
       continue;
     for (Value v : s.values) {
       int64_t def = isa<BlockArgument>(v) ? 0 : position[v.getDefiningOp()];
@@ -605,6 +686,9 @@ int64_t PhasePlan::planMemory(int64_t base) {
   memory::Plan plan = memory::planLinearScan(intervals, kAlignment);
   for (auto [s, offset] : llvm::zip(transients, plan.offsets))
     s->offset = base + offset;
+  for (Storage &s : storages)
+    if (s.parent >= 0)
+      s.offset = storages[size_t(s.parent)].offset + s.parentOffset;
   return plan.arenaBytes;
 }
 

@@ -255,3 +255,37 @@ func.func @param_sync_wait() {
   dist.param_sync_wait @g bucket 1
   return
 }
+
+// -----
+
+// expected-error @+1 {{shards its gradients (shard_grads) but not its parameters' optimizer state (distributed): ZeRO-2 builds on the distributed optimizer}}
+dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
+    distributed = false, shard_grads = true, numel = 20 : i64, numel_unpadded = 20 : i64,
+    params = [{name = "a", start = 0 : i64, end = 20 : i64, bucket = 0 : i64} ],
+    buckets = [array<i64: 0, 20, 20>]}
+
+// -----
+
+dist.mesh @mesh {dp = 2}
+dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
+    distributed = true, numel = 128 : i64, numel_unpadded = 10 : i64,
+    params = [{name = "a", start = 0 : i64, end = 10 : i64, bucket = 0 : i64} ],
+    buckets = [array<i64: 0, 128, 10>]}
+func.func @accumulate_unsharded(%a: tensor<10xf32>) {
+  // expected-error @+1 {{accumulates into the shard of @g, whose gradients are not sharded (shard_grads); an accumulating reduction is a reduce-scatter}}
+  dist.bucket_reduce_start @g bucket 0 over @mesh "dp" scale 5.000000e-01 (%a) {accumulate, kind = "reduce_scatter"} : tensor<10xf32>
+  return
+}
+
+// -----
+
+dist.mesh @mesh {dp = 2}
+dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
+    distributed = true, shard_grads = true, numel = 128 : i64, numel_unpadded = 10 : i64,
+    params = [{name = "a", start = 0 : i64, end = 10 : i64, bucket = 0 : i64} ],
+    buckets = [array<i64: 0, 128, 10>]}
+func.func @overwrite_sharded(%a: tensor<10xf32>) {
+  // expected-error @+1 {{does not accumulate into the shard of @g, whose gradients are sharded (shard_grads)}}
+  dist.bucket_reduce_start @g bucket 0 over @mesh "dp" scale 5.000000e-01 (%a) {kind = "reduce_scatter"} : tensor<10xf32>
+  return
+}

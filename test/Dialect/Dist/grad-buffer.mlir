@@ -30,3 +30,18 @@ func.func @param_sync(%s: tensor<64xf32>) -> (tensor<10xf32>, tensor<2x5xf32>) {
   return %ua, %ub : tensor<10xf32>, tensor<2x5xf32>
 }
 dist.mesh @mesh {dp = 2}
+
+// ZeRO-2: a shard_grads buffer and a backward's accumulating reduction.
+// CHECK: dist.grad_buffer @zbuf {{.*}}shard_grads = true
+dist.grad_buffer @zbuf {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
+    distributed = true, shard_grads = true, numel = 128 : i64, numel_unpadded = 10 : i64,
+    params = [{name = "z", start = 0 : i64, end = 10 : i64, bucket = 0 : i64} ],
+    buckets = [array<i64: 0, 128, 10>]}
+// CHECK-LABEL: func.func @accumulate
+func.func @accumulate(%z: tensor<10xf32>) {
+  // CHECK: dist.bucket_reduce_start @zbuf bucket 0 over @mesh "dp" scale 5.000000e-01(%{{.*}}) {accumulate, kind = "reduce_scatter"}
+  dist.bucket_reduce_start @zbuf bucket 0 over @mesh "dp" scale 5.000000e-01 (%z) {accumulate, kind = "reduce_scatter"} : tensor<10xf32>
+  // CHECK-NEXT: dist.bucket_reduce_wait @zbuf bucket 0
+  dist.bucket_reduce_wait @zbuf bucket 0
+  return
+}
