@@ -121,7 +121,10 @@ def why(best, published, tp, pp):
         reasons.append("tp %d instead of %d: less tensor-parallel communication "
                        "and larger GEMMs per GPU" % (best["tp"], tp)
                        if best["tp"] < tp else "tp %d instead of %d" % (best["tp"], tp))
-    if best["distributed_optimizer"] and not published.get("distributed_optimizer"):
+    if best.get("sharding_strategy") == "optim_grads":
+        reasons.append("ZeRO-2 (not in 2021's Megatron) shards the optimizer "
+                       "state and the gradients over dp %d" % best["dp"])
+    elif best["distributed_optimizer"] and not published.get("distributed_optimizer"):
         reasons.append("the distributed optimizer (not in 2021's Megatron) shards "
                        "the optimizer state over dp %d" % best["dp"])
     if best["pp"] != pp:
@@ -190,7 +193,7 @@ def main():
             entry["feasible_layouts"] = len(free["ranked"])
             entry["best"] = {k: best[k] for k in (
                 "tp", "cp", "pp", "vpp", "dp", "micro_batch", "recompute",
-                "distributed_optimizer", "step_seconds", "mfu", "bubble",
+                "distributed_optimizer", "sharding_strategy", "step_seconds", "mfu", "bubble",
                 "memory_gib")}
             entry["best"]["speedup_over_published_layout"] = round(
                 best_fixed["step_seconds"] / best["step_seconds"], 3)
@@ -223,7 +226,7 @@ def main():
             best = json.loads(out.stdout)["ranked"][0]
             entry["best"] = {k: best[k] for k in (
                 "tp", "cp", "pp", "vpp", "dp", "micro_batch", "recompute",
-                "distributed_optimizer", "step_seconds", "mfu", "memory_gib")}
+                "distributed_optimizer", "sharding_strategy", "step_seconds", "mfu", "memory_gib")}
             entry["predicted_mfu"] = round(best["mfu"], 4)
             entry["relative_error"] = round(best["mfu"] / mfu - 1, 4)
         except (json.JSONDecodeError, IndexError, KeyError):

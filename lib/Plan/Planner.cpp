@@ -159,7 +159,9 @@ std::vector<std::string> Layout::flags(int64_t globalBatch) const {
                        "uniform", "--recompute-num-layers", "1"});
   else if (recompute == "selective")
     f.insert(f.end(), {"--recompute-granularity", "selective"});
-  if (distributedOptimizer)
+  if (distributedOptimizer && shardGrads)
+    f.insert(f.end(), {"--data-parallel-sharding-strategy", "optim_grads"});
+  else if (distributedOptimizer)
     f.push_back("--use-distributed-optimizer");
   if (dp * cp > 1 && overlapGradReduce)
     f.push_back("--overlap-grad-reduce");
@@ -185,6 +187,8 @@ void Layout::apply(TrainPipelineOptions &o, int64_t globalBatch) const {
   o.sequenceParallel = tp > 1;
   o.bf16 = bf16;
   o.distributedOptimizer = distributedOptimizer;
+  o.dataParallelShardingStrategy =
+      distributedOptimizer && shardGrads ? "optim_grads" : "";
   o.overlapGradReduce = dp * cp > 1 && overlapGradReduce;
   o.overlapParamGather = paramGatherOverlapped();
   o.gradReduceInBf16 = bf16 && gradReduceBf16;
@@ -734,7 +738,18 @@ public:
                                        : cal.middleStaging);
       }
       const double dense = params - expertParams;
-      double mem = params * (paramBytes + gradBytes) +
+      // ZeRO-2: the gradients' shards, plus the whole gradients of the
+      // bucket being reduced (Megatron's default bucket, max(40M, 1M x
+      // dp) elements), counted on top of the activations (it lives
+      // through the backward).
+      const bool zero2 = l.distributedOptimizer && l.shardGrads;
+      const double grads =
+          zero2 ? gradBytes * (dense / double(dpOpt) +
+                               expertParams / double(edpOpt)) +
+                      gradBytes * std::min(params,
+                                           std::max(4e7, 1e6 * double(gradGroup)))
+                : gradBytes * params;
+      double mem = params * paramBytes + grads +
                    stateBytes * (dense / double(dpOpt) +
                                  expertParams / double(edpOpt)) +
                    act + transient;
@@ -770,7 +785,14 @@ public:
       // iteration's first forward on this rank.
       if (l.paramGatherOverlapped())
         gather = std::max(0.0, gather - double(l.vpp) * tf);
-      worstDp = std::max(worstDp, std::max(0.0, reduce - hidden) + gather);
+      // ZeRO-2 reduces every microbatch's gradients under its own
+      // backward (m times the traffic, each hidden by one backward).
+      if (l.distributedOptimizer && l.shardGrads)
+        worstDp = std::max(worstDp, double(m) * std::max(0.0, reduce -
+                                                                  double(l.vpp) * tb) +
+                                        gather);
+      else
+        worstDp = std::max(worstDp, std::max(0.0, reduce - hidden) + gather);
       worstOpt = std::max(worstOpt, (dense / double(dpOpt) +
                                      expertParams / double(edpOpt)) *
                                         30.0 / cluster.hbmBandwidth);
@@ -952,7 +974,14 @@ llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
               continue;
             for (auto [ep, etp] : expertLayouts)
             for (const std::string &rc : recomputes)
-              for (bool dist : {false, true}) {
+              for (bool dist : {false, true})
+              for (bool shard : {false, true}) {
+                // ZeRO-2 shards the distributed optimizer's gradients; a
+                // tied embedding across stages keeps them whole.
+                if (shard && (!dist || (g.tieEmbeddings && pp > 1)))
+                  continue;
+                if (options.shardGrads >= 0 && shard != bool(options.shardGrads))
+                  continue;
                 // Without sequence parallelism selective recompute is what
                 // the attention kernels do anyway: the same layout as none.
                 if (rc == "selective" && tp == 1 && options.recompute.empty())
@@ -973,6 +1002,7 @@ llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
                 l.etp = etp;
                 l.recompute = rc;
                 l.distributedOptimizer = dist;
+                l.shardGrads = shard;
                 l.overlapGradReduce = options.overlapGradReduce;
                 l.overlapParamGather = options.overlapParamGather;
                 l.gradReduceBf16 = options.gradReduceBf16;
@@ -1115,7 +1145,8 @@ void tessera::plan::printPlan(const PlanResult &result, const Cluster &cluster,
           "{7}{8}: {9:F3} s/step, {10:F1} TFLOP/s/GPU, MFU {11:F3}, bubble "
           "{12:F3}, {13:F1} GiB",
           shown, l.tp, l.cp, l.pp, l.vpp, l.dp, l.microBatch, l.recompute,
-          l.distributedOptimizer ? " distopt" : "", p.stepSeconds,
+          l.distributedOptimizer ? (l.shardGrads ? " zero2" : " distopt") : "",
+          p.stepSeconds,
           p.tflopsPerGpu, p.mfu, p.bubbleFraction, gib(p.memoryBytes),
           experts);
       if (p.compiledMemoryBytes > 0)
@@ -1164,6 +1195,10 @@ void tessera::plan::printPlan(const PlanResult &result, const Cluster &cluster,
           j.attribute("micro_batch", l.microBatch);
           j.attribute("recompute", l.recompute);
           j.attribute("distributed_optimizer", l.distributedOptimizer);
+          j.attribute("sharding_strategy",
+                      !l.distributedOptimizer ? "no_shard"
+                      : l.shardGrads          ? "optim_grads"
+                                              : "optim");
           j.attribute("step_seconds", p.stepSeconds);
           j.attribute("tflops_per_gpu", p.tflopsPerGpu);
           j.attribute("mfu", p.mfu);

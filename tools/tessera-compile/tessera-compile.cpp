@@ -78,6 +78,11 @@ static mlir::LogicalResult planLayout(mlir::ModuleOp model,
   }
   if (given.distributedOptimizer.getNumOccurrences())
     options.distributedOptimizer = given.distributedOptimizer ? 1 : 0;
+  if (!given.dataParallelShardingStrategy.empty()) {
+    const std::string &s = given.dataParallelShardingStrategy;
+    options.distributedOptimizer = s == "no_shard" ? 0 : 1;
+    options.shardGrads = s == "optim_grads" ? 1 : 0;
+  }
   if (given.overlapGradReduce.getNumOccurrences())
     options.overlapGradReduce = given.overlapGradReduce;
   if (given.overlapParamGather.getNumOccurrences())

@@ -93,6 +93,11 @@ static cl::opt<int> distOpt("distributed-optimizer",
                             cl::desc("only with (1) or without (0) the "
                                      "distributed optimizer"),
                             cl::init(-1), cl::cat(category));
+static cl::opt<std::string> shardingStrategy(
+    "data-parallel-sharding-strategy",
+    cl::desc("only no_shard, optim (the distributed optimizer) or "
+             "optim_grads (ZeRO-2) layouts"),
+    cl::init(""), cl::cat(category));
 static cl::opt<bool> noOverlap(
     "no-overlap-grad-reduce",
     cl::desc("reduce the data-parallel gradients after the backward instead "
@@ -212,6 +217,19 @@ int main(int argc, char **argv) {
   options.microBatch = microBatch;
   options.recompute = recompute;
   options.distributedOptimizer = distOpt;
+  if (!shardingStrategy.empty()) {
+    const std::string &s = shardingStrategy;
+    if (s != "no_shard" && s != "optim" && s != "optim_grads")
+      return fail("--data-parallel-sharding-strategy must be no_shard, optim "
+                  "or optim_grads, got '" + s + "'");
+    const int dist = s == "no_shard" ? 0 : 1;
+    if (distOpt >= 0 && distOpt != dist)
+      return fail("--data-parallel-sharding-strategy " + s +
+                  " contradicts --distributed-optimizer " +
+                  std::to_string(int(distOpt)));
+    options.distributedOptimizer = dist;
+    options.shardGrads = s == "optim_grads" ? 1 : 0;
+  }
   options.verifyTop = verifyTop;
   options.overlapGradReduce = !noOverlap;
   options.overlapParamGather = !noOverlapParamGather;

@@ -81,6 +81,9 @@ struct Layout {
   int64_t ep = 1, etp = 0;
   std::string recompute = "none";
   bool distributedOptimizer = false;
+  /// ZeRO-2 (--data-parallel-sharding-strategy optim_grads; with the
+  /// distributed optimizer): the gradients sharded over dp x cp too.
+  bool shardGrads = false;
   bool overlapGradReduce = true; ///< --overlap-grad-reduce (with dp > 1)
   /// --overlap-param-gather (with the distributed optimizer and the
   /// overlapped gradient reduction, as Megatron requires).
@@ -135,6 +138,7 @@ struct PlanOptions {
   int64_t tp = 0, cp = 0, pp = 0, vpp = 0, microBatch = 0, ep = 0, etp = 0;
   std::string recompute;
   int distributedOptimizer = -1; ///< -1: both
+  int shardGrads = -1; ///< ZeRO-2 with the distributed optimizer; -1: both
   /// How the data-parallel gradients are reduced (Tessera's defaults:
   /// overlapped with the backward, in fp32).
   bool overlapGradReduce = true, gradReduceBf16 = false;
