@@ -272,13 +272,9 @@ int emitSchedule(const tessera::CompileOptions &options,
   if (config.layers == 0)
     return fail("--emit=schedule needs a model or --num-layers");
   config.stageLayers.assign(p.ppLayers.begin(), p.ppLayers.end());
-  sched::SplitOptions split;
-  split.layout = p.pipelineModelParallelLayout;
-  split.firstStageLayers = p.decoderFirstPipelineNumLayers;
-  split.lastStageLayers = p.decoderLastPipelineNumLayers;
-  split.accountForEmbedding = p.accountForEmbeddingInPipelineSplit;
-  split.accountForLoss = p.accountForLossInPipelineSplit;
-  if (std::string error = sched::resolveSplit(split, config); !error.empty())
+  if (std::string error =
+          sched::resolveSplit(tessera::splitOptions(p), config);
+      !error.empty())
     return fail(error);
   if (std::string error = sched::validate(config); !error.empty())
     return fail(error);

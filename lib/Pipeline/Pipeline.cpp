@@ -108,6 +108,17 @@ tessera::checkTrainPipelineOptions(const TrainPipelineOptions &options) {
   return "";
 }
 
+tessera::schedule::SplitOptions
+tessera::splitOptions(const TrainPipelineOptions &options) {
+  schedule::SplitOptions split;
+  split.layout = options.pipelineModelParallelLayout;
+  split.firstStageLayers = options.decoderFirstPipelineNumLayers;
+  split.lastStageLayers = options.decoderLastPipelineNumLayers;
+  split.accountForEmbedding = options.accountForEmbeddingInPipelineSplit;
+  split.accountForLoss = options.accountForLossInPipelineSplit;
+  return split;
+}
+
 bool tessera::usesDistributedOptimizer(const TrainPipelineOptions &options) {
   return options.distributedOptimizer ||
          options.dataParallelShardingStrategy == "optim" ||
@@ -156,11 +167,12 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
 
   dist::PPSplitPassOptions split;
   split.stageLayers.assign(options.ppLayers.begin(), options.ppLayers.end());
-  split.layout = options.pipelineModelParallelLayout;
-  split.firstStageLayers = options.decoderFirstPipelineNumLayers;
-  split.lastStageLayers = options.decoderLastPipelineNumLayers;
-  split.accountForEmbedding = options.accountForEmbeddingInPipelineSplit;
-  split.accountForLoss = options.accountForLossInPipelineSplit;
+  schedule::SplitOptions megatron = splitOptions(options);
+  split.layout = megatron.layout;
+  split.firstStageLayers = megatron.firstStageLayers;
+  split.lastStageLayers = megatron.lastStageLayers;
+  split.accountForEmbedding = megatron.accountForEmbedding;
+  split.accountForLoss = megatron.accountForLoss;
   pm.addPass(dist::createPPSplitPass(split));
 
   if (options.bf16 || options.fp16) {

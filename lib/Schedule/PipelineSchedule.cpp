@@ -243,35 +243,30 @@ std::string tessera::schedule::resolveSplit(const SplitOptions &split,
              "time with account_for_embedding_in_pipeline_split and "
              "account_for_loss_in_pipeline_split";
     int64_t middle = L, middleStages = pp;
-    if (first) {
-      if (split.firstStageLayers <= 0)
-        return "num_layers_in_first_pipeline_stage must be larger than 0";
-      if (split.firstStageLayers > L)
-        return "--decoder-first-pipeline-num-layers " +
-               s(split.firstStageLayers) + " is more than the model's " +
-               s(L) + " layers";
-      if (vpp > 1 && split.firstStageLayers % vpp != 0)
-        return "number of layers at first stage: " +
-               s(split.firstStageLayers) +
-               " must be divisible by virtual pipeline parallel degree " +
+    // The first or the last rank's count (`which`), taken from the middle.
+    auto edge = [&](const char *which, int64_t n) -> std::string {
+      if (n <= 0)
+        return std::string("num_layers_in_") + which +
+               "_pipeline_stage must be larger than 0";
+      if (n > L)
+        return std::string("--decoder-") + which + "-pipeline-num-layers " +
+               s(n) + " is more than the model's " + s(L) + " layers";
+      if (vpp > 1 && n % vpp != 0)
+        return std::string("number of layers at ") + which + " stage: " +
+               s(n) + " must be divisible by virtual pipeline parallel degree " +
                s(vpp);
-      middle -= split.firstStageLayers;
+      middle -= n;
       --middleStages;
-    }
-    if (last) {
-      if (split.lastStageLayers <= 0)
-        return "num_layers_in_last_pipeline_stage must be larger than 0";
-      if (split.lastStageLayers > L)
-        return "--decoder-last-pipeline-num-layers " +
-               s(split.lastStageLayers) + " is more than the model's " +
-               s(L) + " layers";
-      if (vpp > 1 && split.lastStageLayers % vpp != 0)
-        return "number of layers at last stage: " + s(split.lastStageLayers) +
-               " must be divisible by virtual pipeline parallel degree " +
-               s(vpp);
-      middle -= split.lastStageLayers;
-      --middleStages;
-    }
+      return "";
+    };
+    if (first)
+      if (std::string error = edge("first", split.firstStageLayers);
+          !error.empty())
+        return error;
+    if (last)
+      if (std::string error = edge("last", split.lastStageLayers);
+          !error.empty())
+        return error;
     if (middle < 0)
       return "--decoder-first-pipeline-num-layers and "
              "--decoder-last-pipeline-num-layers place more layers than the "

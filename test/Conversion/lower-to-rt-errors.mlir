@@ -141,3 +141,51 @@ module {
     return %g : tensor<4x8xf32>
   }
 }
+
+// -----
+
+// ZeRO-2: an accumulating bucket reduction needs its wait (its transient
+// bucket lives until then).
+module {
+  dist.mesh @mesh {dp = 2}
+  dist.grad_buffer @gbuf {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
+      distributed = true, shard_grads = true, numel = 128 : i64, numel_unpadded = 4 : i64,
+      params = [{name = "w", start = 0 : i64, end = 4 : i64, bucket = 0 : i64} ],
+      buckets = [array<i64: 0, 128, 4>]}
+  func.func @mb(%w: tensor<4xf32> {nn.param = "w"}) -> (tensor<f32> {tessera.buffer = "loss"}) attributes {tessera.phase = "microbatch"} {
+    %l = nn.mean %w : (tensor<4xf32>) -> tensor<f32>
+    %g = nn.scale %w {factor = 2.0 : f32} : tensor<4xf32>
+    // expected-error @+1 {{has no dist.bucket_reduce_wait}}
+    dist.bucket_reduce_start @gbuf bucket 0 over @mesh "dp" scale 5.000000e-01 (%g) {accumulate, kind = "reduce_scatter"} : tensor<4xf32>
+    return %l : tensor<f32>
+  }
+  func.func @step(%g: tensor<64xf32> {tessera.buffer = "gshard:gbuf:0"}) -> (tensor<64xf32> {tessera.grad_shard = {buffer = @gbuf, bucket = 0 : i64}}) attributes {tessera.phase = "step"} {
+    return %g : tensor<64xf32>
+  }
+}
+
+// -----
+
+// overlap-param-gather: a parameter gather left in flight after the step
+// must run in place (its input, read by something else, is a transient the
+// next function would reuse while the gather still reads it).
+module {
+  dist.mesh @mesh {dp = 2}
+  dist.grad_buffer @gbuf {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
+      distributed = true, numel = 128 : i64, numel_unpadded = 4 : i64,
+      params = [{name = "w", start = 0 : i64, end = 4 : i64, bucket = 0 : i64} ],
+      buckets = [array<i64: 0, 128, 4>]}
+  func.func @mb(%w: tensor<4xf32> {nn.param = "w"}) -> (tensor<f32> {tessera.buffer = "loss"}, tensor<4xf32> {tessera.grad_of = "w"}) attributes {tessera.phase = "microbatch"} {
+    dist.param_sync_wait @gbuf bucket 0
+    %l = nn.mean %w : (tensor<4xf32>) -> tensor<f32>
+    return %l, %w : tensor<f32>, tensor<4xf32>
+  }
+  func.func @step(%s: tensor<64xf32> {tessera.buffer = "gshard:gbuf:0"}) -> (tensor<4xf32> {tessera.buffer = "w"}, tensor<64xf32> {tessera.buffer = "gshard:gbuf:0"}) attributes {tessera.phase = "step"} {
+    %n = nn.scale %s {factor = 2.0 : f32} : tensor<64xf32>
+    // expected-error @+2 {{with param_sync must gather in place into 'pbuf:gbuf:0' from its shard 'pshard:gbuf:0' (overlap-param-gather leaves it in flight after the step)}}
+    // expected-error @+1 {{failed to legalize operation 'dist.all_gather'}}
+    %g = dist.all_gather %n on @mesh "dp" dim 0 {param_sync} : tensor<64xf32> -> tensor<128xf32>
+    %u = dist.unpack @gbuf bucket 0 "param" %g : tensor<128xf32> -> tensor<4xf32>
+    return %u, %n : tensor<4xf32>, tensor<64xf32>
+  }
+}

@@ -12,6 +12,7 @@
 #define TESSERA_PIPELINE_PIPELINE_H
 
 #include "dialects/dist/Transforms/Passes.h"
+#include "tessera/Schedule/PipelineSchedule.h"
 #include "dialects/nn/Transforms/Passes.h"
 
 #include "mlir/Pass/PassManager.h"
@@ -384,6 +385,10 @@ std::string checkTrainPipelineOptions(const TrainPipelineOptions &options);
 /// Whether the optimizer state is sharded over dp (--use-distributed-optimizer
 /// or --data-parallel-sharding-strategy optim or optim_grads).
 bool usesDistributedOptimizer(const TrainPipelineOptions &options);
+
+/// Megatron's uneven split options as given (tessera-pp-split resolves
+/// them, --emit=schedule too).
+schedule::SplitOptions splitOptions(const TrainPipelineOptions &options);
 
 /// The virtual pipeline size: --vpp, or without it the one a
 /// --pipeline-model-parallel-layout gives (its stages / pp).

@@ -238,8 +238,10 @@ LogicalResult PhasePlan::plan() {
   }
 
   // ZeRO-2: each accumulating reduction's transient bucket, live from its
-  // first gradient to its wait; a gradient its op writes nowhere else goes
-  // straight into the bucket, at its layout offset (no copy).
+  // first gradient to its wait (a gradient its op writes nowhere else goes
+  // straight into the bucket, at its layout offset: no copy), the
+  // transient shard it is reduce-scattered into, live from the start to
+  // the wait, and the persistent shard the wait adds that into.
   for (Operation *op : ops) {
     auto start = dyn_cast<dist::BucketReduceStartOp>(op);
     if (!start || !start.getAccumulate())
@@ -262,11 +264,25 @@ LogicalResult PhasePlan::plan() {
     llvm::StringMap<int64_t> startOf;
     for (const buckets::ParamRange &r : layout.params)
       startOf[r.name] = r.start;
-    int id = newStorage(RankedTensorType::get({k.end - k.start}, element));
-    storages[id].scratch = true;
-    storages[id].start = position[op];
-    storages[id].end = position[wait];
+    std::string shard =
+        ("gshard:" + start.getBuffer() + ":" + Twine(start.getBucket())).str();
+    Persistent *shardBuffer = buffers.lookup(shard);
+    if (!shardBuffer)
+      return start.emitOpError() << "accumulates into '" << shard
+                                 << "', which is not a buffer of this program";
+    auto transient = [&](int64_t numel) {
+      int id = newStorage(RankedTensorType::get({numel}, element));
+      storages[id].scratch = true;
+      storages[id].start = position[op];
+      storages[id].end = position[wait];
+      return id;
+    };
+    int id = transient(k.end - k.start);
     bucketStorage[op] = id;
+    shardStorage[op] = transient((k.end - k.start) / buf.getDp());
+    MemRefType t = shardBuffer->type;
+    accumulateStorage[op] = newStorage(
+        RankedTensorType::get(t.getShape(), t.getElementType()), shard);
     for (auto [name, g] : llvm::zip(k.params, start.getGrads())) {
       Operation *def = g.getDefiningOp();
       if (!def || !g.hasOneUse() || def->getBlock() != op->getBlock() ||
@@ -345,37 +361,8 @@ LogicalResult PhasePlan::planOp(Operation *op) {
     const buckets::Bucket &k = layout.buckets[size_t(start.getBucket())];
     numel = k.end - k.start;
     Type element = bucketElementType(buf, dist::BucketData::Grad);
-    if (start.getAccumulate()) {
-      // ZeRO-2: this microbatch's gradients of the bucket are gathered into
-      // a transient bucket, reduce-scattered into a transient shard, and
-      // the wait adds the shard into the persistent one: both transients
-      // live from here to the wait.
-      Operation *wait = nullptr;
-      for (Operation *later = op->getNextNode(); later && !wait;
-           later = later->getNextNode())
-        if (auto w = dyn_cast<dist::BucketReduceWaitOp>(later);
-            w && w.getBuffer() == start.getBuffer() &&
-            w.getBucket() == start.getBucket())
-          wait = later;
-      if (!wait)
-        return start.emitOpError() << "has no dist.bucket_reduce_wait";
-      std::string shard =
-          ("gshard:" + start.getBuffer() + ":" + Twine(start.getBucket())).str();
-      if (!buffers.lookup(shard))
-        return start.emitOpError()
-               << "accumulates into '" << shard
-               << "', which is not a buffer of this program";
-      int shardId =
-          newStorage(RankedTensorType::get({numel / buf.getDp()}, element));
-      storages[shardId].scratch = true;
-      storages[shardId].start = position[op];
-      storages[shardId].end = position[wait];
-      shardStorage[op] = shardId; // (the bucket's storage: in plan())
-      MemRefType t = buffers.lookup(shard)->type;
-      accumulateStorage[op] = newStorage(
-          RankedTensorType::get(t.getShape(), t.getElementType()), shard);
-      return success();
-    }
+    if (start.getAccumulate())
+      return success(); // (ZeRO-2: its storages were planned in plan())
     bucketStorage[op] =
         newStorage(RankedTensorType::get({numel}, element),
                    bucketView(dist::BucketData::Grad, start.getBuffer(),
