@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Measured pipeline bubble and activation memory against the analytic ones.
 
-For each configuration (pp, vpp) and number of microbatches M a small GPT
+For each configuration (pp, vpp, schedule) and number of microbatches M a small GPT
 (tessera-gen gpt, default 8 layers, hidden 256, 4 heads, seq 128, micro
 batch 2, byte vocabulary padded to 384) is compiled (tessera-compile --pp P
 [--vpp V], 1F1B for vpp 1, interleaved otherwise) and trained for a few
-steps on Northanger Abbey with tessera-run --trace. From the trace, per
-rank and step:
+steps on Northanger Abbey with tessera-run --trace; a configuration may
+name its schedule (pp:vpp:zb-h1: the zero-bubble ZB-H1, backwards split
+into B and W). From the trace, per rank and step:
 
-  window = first compute phase slice ("F c.. mb..", "B c.. mb..") start
+  window = first compute phase slice ("F c.. mb..", "B c.. mb..",
+           "W c.. mb..") start
            to last compute phase slice end in that step
   busy   = total duration of those slices minus the "p2p wait" slices
            inside them (a stage's receive completes at the start of the
@@ -35,7 +37,8 @@ next to the schedule's own count (simulating --emit=schedule's order: peak
 per chunk and peak of the sum over chunks) and the bound: under 1F1B stage r
 holds at most min(p - r, M) microbatches (the first stage p), under the
 interleaved schedule at most min(2 (p - r - 1) + (v - 1) p + 1, v M)
-chunk-microbatches (Megatron's warm-up plus one). With vpp > 1 the plan
+chunk-microbatches (Megatron's warm-up plus one), under ZB-H1 min(p, M) on
+every rank (a slot is held until its W). With vpp > 1 the plan
 sizes each chunk for its own peak, so sum(in_flight) can exceed the
 schedule's simultaneous peak (schedule_in_flight_total): slots the plan
 reserves but the schedule never fills at the same time.
@@ -49,7 +52,8 @@ compared with one core per rank. Compare configurations, not absolutes.
 Prints one JSON object. A benchmark, not a test: nothing is asserted.
 
 usage: bench/pipeline_bubble.py [--build build] [--steps 6]
-           [--configs 2:1,4:1,2:2,4:2] [--mult 1,2,4] [--layers 8]
+           [--configs 2:1,4:1,2:2,4:2,2:1:zb-h1,4:1:zb-h1] [--mult 1,2,4]
+           [--layers 8]
            [--hidden 256] [--heads 4] [--seq 128] [--micro-batch 2]
 """
 import argparse
@@ -63,7 +67,7 @@ import tempfile
 import time
 
 REPO = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-COMPUTE = re.compile(r"^([FB]) c(\d+) mb(\d+)$")
+COMPUTE = re.compile(r"^([FBW]) c(\d+) mb(\d+)$")
 
 
 def run(cmd, **kw):
@@ -105,6 +109,22 @@ def measured_bubble(trace_path):
                 min(e["ts"] for e in slices), max(e["ts"] + e["dur"] for e in slices), busy)
     full = {s: v for s, v in sorted(spans.items()) if len(v) == len(ranks)}
     later = {s: v for s, v in full.items() if s > 1} or full
+    # Mean duration of each kind of phase (F, B, W) over the later steps,
+    # p2p waits inside them excluded as above.
+    kinds = {}
+    for rank in ranks:
+        mine = [e for e in ev if e["pid"] == rank]
+        waits = [e for e in mine if e["cat"] == "p2p" and e["name"] == "p2p wait"]
+        first_step_end = min((e["ts"] + e["dur"] for e in mine
+                              if e["cat"] == "phase" and e["name"] == "step"),
+                             default=float("-inf"))
+        for e in mine:
+            m = COMPUTE.match(e["name"]) if e["cat"] == "phase" else None
+            if not m or e["ts"] < first_step_end:
+                continue
+            d = e["dur"] - sum(w["dur"] for w in waits
+                               if e["ts"] <= w["ts"] and w["ts"] + w["dur"] <= e["ts"] + e["dur"] + 1e-3)
+            kinds.setdefault(m.group(1), []).append(d)
     rank_window, global_window, last = [], [], None
     for step, per in later.items():
         lo = min(v[0] for v in per.values())
@@ -117,23 +137,28 @@ def measured_bubble(trace_path):
         "global_window": statistics.median(global_window),
         "rank_window_per_step": [round(x, 4) for x in rank_window],
         "rank_window_per_rank_last_step": last,
+        "phase_us": {k: round(statistics.mean(v), 1) for k, v in sorted(kinds.items())},
     }
 
 
 def schedule_in_flight(order, vpp):
-    """Peak microbatches held per chunk and in total, replaying the order."""
+    """Peak microbatches held per chunk and in total, replaying the order
+    (a microbatch is held until its backward, or its W when there are W's)."""
     held = [0] * vpp
     peak = [0] * vpp
     total = 0
+    split = any(o["op"] == "W" for o in order)
     for o in order:
         c = o["chunk"]
-        held[c] += 1 if o["op"] == "F" else -1
+        held[c] += 1 if o["op"] == "F" else -1 if o["op"] == ("W" if split else "B") else 0
         peak[c] = max(peak[c], held[c])
         total = max(total, sum(held))
     return peak, total
 
 
-def in_flight_bound(p, v, r, m):
+def in_flight_bound(p, v, r, m, schedule):
+    if schedule == "zb-h1":
+        return min(p, m)
     if v == 1:
         return min(p - r, m)
     return min(2 * (p - r - 1) + (v - 1) * p + 1, v * m)
@@ -143,8 +168,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
     ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("--configs", default="2:1,4:1,2:2,4:2",
-                    help="pp:vpp pairs")
+    ap.add_argument("--configs", default="2:1,4:1,2:2,4:2,2:1:zb-h1,4:1:zb-h1",
+                    help="pp:vpp[:schedule] (schedule: zb-h1; default 1f1b "
+                         "for vpp 1, else interleaved)")
     ap.add_argument("--mult", default="1,2,4",
                     help="microbatches per step as multiples of pp")
     ap.add_argument("--layers", type=int, default=8)
@@ -155,7 +181,10 @@ def main():
     args = ap.parse_args()
     bindir = os.path.join(os.path.abspath(args.build), "bin")
     tool = lambda name: os.path.join(bindir, name)
-    configs = [tuple(int(x) for x in c.split(":")) for c in args.configs.split(",")]
+    configs = []
+    for c in args.configs.split(","):
+        parts = c.split(":")
+        configs.append((int(parts[0]), int(parts[1]), parts[2] if len(parts) > 2 else ""))
     mults = [int(x) for x in args.mult.split(",")]
     env = dict(os.environ)
     env.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -171,11 +200,13 @@ def main():
         run([tool("tessera-gen"), "gpt", "--layers", str(args.layers), "--hidden",
              str(args.hidden), "--heads", str(args.heads), "--vocab", "257",
              "--seq", str(args.seq), "-o", model])
-        for p, v in configs:
+        for p, v, kind in configs:
             for k in mults:
                 m = k * p
-                name = f"pp{p}" + (f"_vpp{v}" if v > 1 else "") + f"_m{m}"
+                name = (f"pp{p}" + (f"_vpp{v}" if v > 1 else "") +
+                        (f"_{kind}" if kind else "") + f"_m{m}")
                 flags = ["--pp", str(p), "--vpp", str(v),
+                         *(["--schedule", kind] if kind else []),
                          "--micro-batch-size", str(args.micro_batch),
                          "--global-batch-size", str(m * args.micro_batch),
                          "--make-vocab-size-divisible-by", "128"]
@@ -206,14 +237,25 @@ def main():
                         "in_flight": r["in_flight"],
                         "schedule_in_flight_per_chunk": peak,
                         "schedule_in_flight_total": total,
-                        "bound": in_flight_bound(p, v, pr, m),
+                        "bound": in_flight_bound(p, v, pr, m, kind),
                     })
+                if kind == "zb-h1":
+                    t = bubble["phase_us"]
+                    f, b, w = t.get("F", 0), t.get("B", 0), t.get("W", 0)
+                    analytic = (p - 1) / (3 * m)
+                    measured_costs = (p - 1) * (f + b - w) / (m * (f + b + w)) if f + b + w else None
+                else:
+                    analytic = (p - 1) / (v * m)
+                    measured_costs = None
                 results.append({
                     "config": name, "pp": p, "vpp": v, "microbatches": m,
                     "schedule": sched["schedule"],
                     "bubble_measured": round(bubble["rank_window"], 4),
                     "bubble_measured_global_window": round(bubble["global_window"], 4),
-                    "bubble_analytic": round((p - 1) / (v * m), 4),
+                    "bubble_analytic": round(analytic, 4),
+                    "bubble_analytic_measured_costs":
+                        round(measured_costs, 4) if measured_costs is not None else None,
+                    "phase_us_mean": bubble["phase_us"],
                     "bubble_compiler": sched["bubble_fraction"],
                     "bubble_measured_per_step": bubble["rank_window_per_step"],
                     "bubble_measured_per_rank_last_step": bubble["rank_window_per_rank_last_step"],

@@ -75,6 +75,14 @@ tessera::checkTrainPipelineOptions(const TrainPipelineOptions &options) {
              std::to_string(int64_t(options.vpp)) +
              ", detected_vpp_size=" + std::to_string(detected) + ")";
   }
+  if (options.schedule == "zb-h1") {
+    if (options.pp <= 1)
+      return "--schedule zb-h1 needs pipeline parallelism (--pp > 1)";
+    if (effectiveVpp(options) > 1)
+      return "--schedule zb-h1 runs one model chunk per pipeline rank; "
+             "it cannot be combined with virtual pipeline stages (--vpp " +
+             std::to_string(effectiveVpp(options)) + ")";
+  }
   const std::string &strategy = options.dataParallelShardingStrategy;
   if (!strategy.empty() && strategy != "no_shard" && strategy != "optim" &&
       strategy != "optim_grads" && strategy != "optim_grads_params")
@@ -235,6 +243,11 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   // The forward-only phase tessera-run --eval-only runs.
   pm.addPass(nn::createEvalPhasePass());
 
+  // The zero-bubble schedules run each backward as B and W.
+  schedule::Kind kind;
+  if (schedule::parseKind(options.schedule, kind) &&
+      schedule::splitsBackward(kind))
+    pm.addPass(dist::createSplitBackwardPass());
   dist::PPSchedulePassOptions schedule;
   schedule.schedule = options.schedule;
   pm.addPass(dist::createPPSchedulePass(schedule));

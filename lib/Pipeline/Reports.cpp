@@ -120,7 +120,11 @@ void tessera::printSchedule(const schedule::PipelineConfig &c,
   auto layers = schedule::placeLayers(c);
   auto ranks = schedule::buildSchedule(c);
   // Megatron's cost model: a chunk takes 1/vpp of a stage, a backward twice
-  // a forward.
+  // a forward (split into B and W: one forward each, the zero-bubble
+  // paper's F = B = W).
+  auto opName = [](const schedule::Step &s) {
+    return s.forward ? "F" : s.weight ? "W" : "B";
+  };
   schedule::Simulation sim = schedule::simulate(
       c, ranks, 1.0 / double(c.vpp), 2.0 / double(c.vpp));
   if (format == "trace") {
@@ -141,12 +145,14 @@ void tessera::printSchedule(const schedule::PipelineConfig &c,
           });
         for (const schedule::TimedStep &t : sim.steps)
           j.object([&] {
-            std::string name = std::string(t.step.forward ? "F" : "B") +
-                               std::to_string(t.step.microbatch);
+            std::string name =
+                std::string(opName(t.step)) + std::to_string(t.step.microbatch);
             if (c.vpp > 1)
               name += "." + std::to_string(t.step.chunk);
             j.attribute("name", name);
-            j.attribute("cat", t.step.forward ? "forward" : "backward");
+            j.attribute("cat", t.step.forward  ? "forward"
+                               : t.step.weight ? "weight"
+                                               : "backward");
             j.attribute("ph", "X");
             j.attribute("pid", 0);
             j.attribute("tid", t.ppRank);
@@ -184,15 +190,17 @@ void tessera::printSchedule(const schedule::PipelineConfig &c,
     for (auto &rs : ranks) {
       os << llvm::formatv("rank {0} (warmup {1}):", rs.ppRank, rs.warmup);
       for (auto &st : rs.order) {
-        os << " " << (st.forward ? "F" : "B") << st.microbatch;
+        os << " " << opName(st) << st.microbatch;
         if (c.vpp > 1)
           os << "." << st.chunk;
       }
       os << "\n";
     }
     os << llvm::formatv("bubble fraction {0:F4} (simulated, backward = 2 x "
-                        "forward)\n",
-                        sim.bubbleFraction);
+                        "forward{1})\n",
+                        sim.bubbleFraction,
+                        schedule::splitsBackward(c.kind) ? ", B = W = forward"
+                                                         : "");
     return;
   }
   llvm::json::OStream j(os, 2);
@@ -218,7 +226,7 @@ void tessera::printSchedule(const schedule::PipelineConfig &c,
           j.attributeArray("order", [&] {
             for (auto &st : rs.order)
               j.object([&] {
-                j.attribute("op", st.forward ? "F" : "B");
+                j.attribute("op", opName(st));
                 j.attribute("microbatch", st.microbatch);
                 j.attribute("chunk", st.chunk);
               });
@@ -385,7 +393,14 @@ static mlir::FailureOr<MemoryRows> memoryRows(mlir::ModuleOp module) {
     out.poolBytes += region.first * region.second;
   }
   // Microbatches each chunk has in flight at most, from the schedule: a
-  // forward holds a slot from its first step to its backward's last.
+  // forward holds a slot from its first step to its backward's last, or to
+  // its weight-gradient phase when the backward is split.
+  std::set<int64_t> split;
+  for (auto f : module.getOps<mlir::func::FuncOp>())
+    if (auto p = f->getAttrOfType<mlir::StringAttr>(kPhaseAttr);
+        p && p.getValue() == kBackwardWPhase)
+      if (auto c = f->getAttrOfType<mlir::IntegerAttr>("rt.chunk"))
+        split.insert(c.getInt());
   for (auto sched : module.getOps<dist::ScheduleOp>()) {
     std::map<int64_t, int64_t> now;
     std::set<std::pair<int64_t, int64_t>> held;
@@ -394,8 +409,11 @@ static mlir::FailureOr<MemoryRows> memoryRows(mlir::ModuleOp module) {
       auto c = f ? f->getAttrOfType<mlir::IntegerAttr>("rt.chunk") : nullptr;
       if (!c)
         continue;
-      bool forward = f->getAttrOfType<mlir::StringAttr>(kPhaseAttr).getValue() ==
-                     kForwardPhase;
+      llvm::StringRef phase =
+          f->getAttrOfType<mlir::StringAttr>(kPhaseAttr).getValue();
+      bool forward = phase == kForwardPhase;
+      bool releases = split.count(c.getInt()) ? phase == kBackwardWPhase
+                                              : phase == kBackwardPhase;
       std::pair<int64_t, int64_t> key{c.getInt(), int64_t(run.getMicrobatch())};
       std::optional<dist::RunPart> part = run.getPart();
       if (forward && held.insert(key).second)
@@ -404,7 +422,7 @@ static mlir::FailureOr<MemoryRows> memoryRows(mlir::ModuleOp module) {
       bool hasSend = module.lookupSymbol(("send:" + run.getCallee()).str());
       bool last = !part || part == dist::RunPart::Send ||
                   (part == dist::RunPart::Compute && !hasSend);
-      if (!forward && last && held.erase(key))
+      if (releases && last && held.erase(key))
         --now[c.getInt()];
     }
   }

@@ -571,9 +571,13 @@ public:
     f.inFlight.assign(size_t(pp), std::vector<int64_t>(size_t(vpp), 0));
     for (const schedule::RankSchedule &r : f.ranks) {
       std::vector<int64_t> now(size_t(vpp), 0);
+      // A microbatch is in flight until its backward, or its W when the
+      // schedule splits the backward.
+      const bool split = llvm::any_of(
+          r.order, [](const schedule::Step &s) { return s.weight; });
       for (const schedule::Step &s : r.order) {
         int64_t &n = now[size_t(s.chunk)];
-        n += s.forward ? 1 : -1;
+        n += s.forward ? 1 : (s.weight || !split) ? -1 : 0;
         int64_t &peak = f.inFlight[size_t(r.ppRank)][size_t(s.chunk)];
         peak = std::max(peak, n);
       }

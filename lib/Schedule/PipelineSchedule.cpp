@@ -18,6 +18,8 @@ bool tessera::schedule::parseKind(const std::string &text, Kind &kind) {
     kind = Kind::OneFOneB;
   else if (text == "interleaved")
     kind = Kind::Interleaved;
+  else if (text == "zb-h1")
+    kind = Kind::ZbH1;
   else
     return false;
   return true;
@@ -31,6 +33,8 @@ const char *tessera::schedule::kindName(Kind kind) {
     return "1f1b";
   case Kind::Interleaved:
     return "interleaved";
+  case Kind::ZbH1:
+    return "zb-h1";
   }
   return "?";
 }
@@ -430,6 +434,28 @@ tessera::schedule::buildSchedule(const PipelineConfig &c) {
       }
       for (int64_t i = m - warmup; i < m; ++i)
         rs.order.push_back({false, i, 0});
+    } else if (c.kind == Kind::ZbH1) {
+      // ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism"): 1F1B's
+      // warmup and its F B pairs, each B the input gradient alone; rank r
+      // runs W(i - r) after B(i), oldest first, so r weight-gradient
+      // phases wait and fill what was 1F1B's cool-down bubble; the last r
+      // run at the end. Bubble (p - 1)(F + B - W), a third of 1F1B's when
+      // F = B = W; every rank holds up to p microbatches (1F1B's peak, on
+      // its first rank).
+      int64_t warmup = std::min(pp - r - 1, m);
+      rs.warmup = warmup;
+      for (int64_t i = 0; i < warmup; ++i)
+        rs.order.push_back({true, i, 0});
+      int64_t weights = 0;
+      for (int64_t i = 0; i < m; ++i) {
+        if (warmup + i < m)
+          rs.order.push_back({true, warmup + i, 0});
+        rs.order.push_back({false, i, 0});
+        if (i >= r)
+          rs.order.push_back({false, weights++, 0, /*weight=*/true});
+      }
+      while (weights < m)
+        rs.order.push_back({false, weights++, 0, /*weight=*/true});
     } else {
       // Virtual microbatch k: chunk and microbatch per Megatron's helpers.
       auto step = [&](int64_t k, bool forward) {
@@ -469,17 +495,19 @@ Simulation tessera::schedule::simulate(const PipelineConfig &c,
 Simulation tessera::schedule::simulate(const PipelineConfig &c,
                                        const std::vector<RankSchedule> &ranks,
                                        const std::vector<double> &forwardCosts,
-                                       const std::vector<double> &backwardCosts) {
+                                       const std::vector<double> &backwardCosts,
+                                       const std::vector<double> &weightCosts) {
   Simulation sim;
   const int64_t pp = int64_t(ranks.size()), v = c.vpp;
-  // Finish time of (forward?, rank, microbatch, chunk), -1 until it ran: a
-  // flat table, as the planner simulates thousands of long schedules.
-  // The table's extent, from the orders themselves (a step outside
-  // [0, m) x [0, v) could not be stored).
+  // Finish time of (kind, rank, microbatch, chunk), kind 0 F, 1 B, 2 W; -1
+  // until it ran: a flat table, as the planner simulates thousands of long
+  // schedules. The table's extent, from the orders themselves (a step
+  // outside [0, m) x [0, v) could not be stored).
   int64_t m = 0, chunks = v;
+  bool split = false;
   for (auto &rs : ranks)
     for (const Step &st : rs.order) {
-      if (st.microbatch < 0 || st.chunk < 0) {
+      if (st.microbatch < 0 || st.chunk < 0 || (st.forward && st.weight)) {
         sim.deadlock = "invalid step: microbatch " +
                        std::to_string(st.microbatch) + ", chunk " +
                        std::to_string(st.chunk);
@@ -487,37 +515,41 @@ Simulation tessera::schedule::simulate(const PipelineConfig &c,
       }
       m = std::max(m, st.microbatch + 1);
       chunks = std::max(chunks, st.chunk + 1);
+      split |= st.weight;
     }
+  auto kindOf = [](const Step &s) { return s.forward ? 0 : s.weight ? 2 : 1; };
   struct Done {
     std::vector<double> time;
     int64_t pp, m, v;
-    double *find(bool fwd, int64_t r, int64_t mb, int64_t ch) {
+    double *find(int kind, int64_t r, int64_t mb, int64_t ch) {
       if (r < 0 || r >= pp || mb < 0 || mb >= m || ch < 0 || ch >= v)
         return nullptr;
-      double &t = time[size_t(((int64_t(fwd) * pp + r) * m + mb) * v + ch)];
+      double &t = time[size_t(((int64_t(kind) * pp + r) * m + mb) * v + ch)];
       return t < 0 ? nullptr : &t;
     }
-    void set(bool fwd, int64_t r, int64_t mb, int64_t ch, double end) {
-      time[size_t(((int64_t(fwd) * pp + r) * m + mb) * v + ch)] = end;
+    void set(int kind, int64_t r, int64_t mb, int64_t ch, double end) {
+      time[size_t(((int64_t(kind) * pp + r) * m + mb) * v + ch)] = end;
     }
-  } done{std::vector<double>(size_t(2 * pp * m * chunks), -1.0), pp, m, chunks};
+  } done{std::vector<double>(size_t(3 * pp * m * chunks), -1.0), pp, m, chunks};
   std::vector<size_t> next(size_t(pp), 0);
   std::vector<double> freeAt(size_t(pp), 0.0);
   double busy = 0;
   auto dependency = [&](int64_t r, const Step &s)
-      -> std::optional<std::tuple<bool, int64_t, int64_t, int64_t>> {
+      -> std::optional<std::tuple<int, int64_t, int64_t, int64_t>> {
+    if (s.weight) // W reads what its own B computed
+      return std::make_tuple(1, r, s.microbatch, s.chunk);
     if (s.forward) {
       if (r > 0)
-        return std::make_tuple(true, r - 1, s.microbatch, s.chunk);
+        return std::make_tuple(0, r - 1, s.microbatch, s.chunk);
       if (s.chunk > 0)
-        return std::make_tuple(true, pp - 1, s.microbatch, s.chunk - 1);
+        return std::make_tuple(0, pp - 1, s.microbatch, s.chunk - 1);
       return std::nullopt;
     }
     if (r < pp - 1)
-      return std::make_tuple(false, r + 1, s.microbatch, s.chunk);
+      return std::make_tuple(1, r + 1, s.microbatch, s.chunk);
     if (s.chunk < v - 1)
-      return std::make_tuple(false, int64_t(0), s.microbatch, s.chunk + 1);
-    return std::make_tuple(true, r, s.microbatch, s.chunk);
+      return std::make_tuple(1, int64_t(0), s.microbatch, s.chunk + 1);
+    return std::make_tuple(0, r, s.microbatch, s.chunk);
   };
   size_t total = 0;
   for (auto &rs : ranks)
@@ -532,14 +564,14 @@ Simulation tessera::schedule::simulate(const PipelineConfig &c,
       const Step &s = ranks[size_t(r)].order[next[size_t(r)]];
       double start = freeAt[size_t(r)];
       if (auto dep = dependency(r, s)) {
-        auto [fwd, dr, dm, dc] = *dep;
-        double *t = done.find(fwd, dr, dm, dc);
+        auto [kind, dr, dm, dc] = *dep;
+        double *t = done.find(kind, dr, dm, dc);
         if (!t)
           continue;
         start = std::max(start, *t);
       }
       if (!s.forward) {
-        double *own = done.find(true, r, s.microbatch, s.chunk);
+        double *own = done.find(0, r, s.microbatch, s.chunk);
         if (!own)
           continue;
         start = std::max(start, *own);
@@ -557,7 +589,9 @@ Simulation tessera::schedule::simulate(const PipelineConfig &c,
           const Step &s = ranks[size_t(r)].order[next[size_t(r)]];
           sim.deadlock += std::string(sim.deadlock.size() > 9 ? ";" : "") +
                           " pipeline rank " + std::to_string(r) + " waits at " +
-                          (s.forward ? "forward" : "backward") +
+                          (s.forward  ? "forward"
+                           : s.weight ? "weight gradients"
+                                      : "backward") +
                           " of microbatch " + std::to_string(s.microbatch) +
                           ", chunk " + std::to_string(s.chunk) + " (step " +
                           std::to_string(next[size_t(r)]) + " of its order)";
@@ -566,16 +600,22 @@ Simulation tessera::schedule::simulate(const PipelineConfig &c,
     }
     const Step &s = ranks[size_t(best)].order[next[size_t(best)]++];
     size_t stage = size_t(s.chunk * pp + best);
-    const std::vector<double> &costs = s.forward ? forwardCosts : backwardCosts;
+    const std::vector<double> &costs =
+        s.forward ? forwardCosts
+        : s.weight && !weightCosts.empty() ? weightCosts
+                                           : backwardCosts;
     if (stage >= costs.size()) {
       sim.deadlock = "no cost given for virtual stage " + std::to_string(stage);
       return sim;
     }
     double cost = costs[stage];
+    // A split backward without W's own costs: half of the backward each.
+    if (split && !s.forward && weightCosts.empty())
+      cost /= 2;
     double end = bestStart + cost;
     busy += cost;
     freeAt[size_t(best)] = end;
-    done.set(s.forward, best, s.microbatch, s.chunk, end);
+    done.set(kindOf(s), best, s.microbatch, s.chunk, end);
     sim.steps.push_back({best, s, bestStart, end});
     sim.makespan = std::max(sim.makespan, end);
   }

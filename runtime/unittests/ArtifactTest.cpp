@@ -423,6 +423,60 @@ TEST_F(ArtifactTest, BadScheduleSteps) {
   }
 }
 
+// A split backward (ZB-H1's B and W): the weight-gradient phase
+// backward_w_c<k> runs after its backward on the same slot, and the slot
+// stays held until it has run.
+TEST_F(ArtifactTest, SplitBackwardHoldsTheSlotUntilW) {
+  auto split = [](std::vector<ScheduleStepDesc> order) {
+    ArtifactDesc desc = slottedSchedule(2, 2);
+    ProgramDesc &p = desc.programs[0];
+    p.function("backward_w_c0");
+    p.functionAttrs["backward_w_c0"] = p.functionAttrs["backward_c0"];
+    p.schedule = std::move(order);
+    p.scheduleKind = "zb-h1";
+    return buildFile(buildPayload(desc));
+  };
+  {
+    auto loaded = LoadedArtifact::loadFromMemory(
+        split({{"forward_c0", 0, 0},
+               {"forward_c0", 1, 1},
+               {"backward_c0", 0, 0},
+               {"backward_w_c0", 0, 0},
+               {"backward_c0", 1, 1},
+               {"backward_w_c0", 1, 1}}),
+        "zb.tsr");
+    ASSERT_TRUE(loaded.ok()) << loaded.status().toString();
+    Status st = Executor::validate(**loaded);
+    EXPECT_TRUE(st.ok()) << st.toString();
+  }
+  expectError(split({{"forward_c0", 0, 0},
+                     {"backward_w_c0", 0, 0},
+                     {"backward_c0", 0, 0},
+                     {"forward_c0", 1, 1},
+                     {"backward_c0", 1, 1},
+                     {"backward_w_c0", 1, 1}}),
+              "schedule step 1 runs 'backward_w_c0' for microbatch 0 before "
+              "its backward (step 2)");
+  expectError(split({{"forward_c0", 0, 0},
+                     {"forward_c0", 1, 1},
+                     {"backward_c0", 0, 0},
+                     {"backward_w_c0", 0, 1},
+                     {"backward_c0", 1, 1},
+                     {"backward_w_c0", 1, 1}}),
+              "runs 'backward_w_c0' for microbatch 0 on slot 1 but its "
+              "backward (step 2) ran on slot 0");
+  // The backward ran, W not yet: the slot is not free.
+  expectError(split({{"forward_c0", 0, 0},
+                     {"backward_c0", 0, 0},
+                     {"forward_c0", 1, 0},
+                     {"backward_w_c0", 0, 0},
+                     {"backward_c0", 1, 0},
+                     {"backward_w_c0", 1, 0}}),
+              "schedule step 2 runs 'forward_c0' for microbatch 1 on slot 0, "
+              "which still holds microbatch 0 (its weight gradients run at "
+              "step 3)");
+}
+
 // The chunk whose forwards fill a slotted input: under an interleaved
 // schedule another chunk may hold the slot, so the input names its own.
 TEST_F(ArtifactTest, SlottedInputNamesItsChunk) {

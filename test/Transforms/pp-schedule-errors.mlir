@@ -7,7 +7,13 @@
 // RUN: not tessera-opt %s --tessera-attach-mesh="pp=2 vpp=2" --tessera-pp-split --tessera-autodiff --tessera-pp-schedule="schedule=1f1b" 2>&1 | FileCheck %s --check-prefix=VPP
 // VPP: error: cannot schedule the pipeline: vpp 2 needs the interleaved schedule
 // RUN: not tessera-opt %s --tessera-attach-mesh="pp=2" --tessera-pp-split --tessera-autodiff --tessera-pp-schedule="schedule=gpipe" 2>&1 | FileCheck %s --check-prefix=KIND
-// KIND: error: unknown schedule 'gpipe' (expected none, 1f1b or interleaved)
+// KIND: error: unknown schedule 'gpipe' (expected none, 1f1b, interleaved or zb-h1)
+// ZB-H1 runs B and W apart: without tessera-split-backward there is no W;
+// a split backward under 1F1B is refused.
+// RUN: not tessera-opt %s --tessera-attach-mesh="pp=2" --tessera-pp-split --tessera-autodiff --tessera-pp-schedule="schedule=zb-h1" 2>&1 | FileCheck %s --check-prefix=NOW
+// NOW: error: pipeline rank 0 has no weight-gradient phase for chunk 0 (schedule 'zb-h1' runs B and W apart: run tessera-split-backward)
+// RUN: not tessera-opt %s --tessera-attach-mesh="pp=2" --tessera-pp-split --tessera-autodiff --tessera-split-backward --tessera-pp-schedule="schedule=1f1b" 2>&1 | FileCheck %s --check-prefix=SPLIT
+// SPLIT: error: pipeline rank 0 has a weight-gradient phase ('backward_w_c0'), which only the zero-bubble schedules (zb-h1) run; schedule '1f1b' runs whole backwards
 // RUN: not tessera-opt %s --tessera-attach-mesh="pp=2" --tessera-pp-split --tessera-pp-schedule 2>&1 | FileCheck %s --check-prefix=PHASES
 // PHASES: error: pipeline rank 0 has no forward phase for chunk 0 (run tessera-pp-split and tessera-autodiff)
 

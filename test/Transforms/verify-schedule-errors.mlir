@@ -617,3 +617,82 @@ module attributes {tessera.batch = {global_batch_size = 2 : i64, micro_batch_siz
     }
   }
 }
+
+// -----
+
+// A split backward (B and W, for ZB-H1): W after its B, and the slot held
+// until W.
+module attributes {tessera.batch = {global_batch_size = 2 : i64, micro_batch_size = 1 : i64, num_microbatches = 2 : i64}} {
+  dist.mesh @mesh {pp = 2}
+  module @pp0 attributes {dist.pp_rank = 0 : i64} {
+    func.func @forward_c0() attributes {dist.chunk = 0 : i64, tessera.phase = "forward"} {
+      %x = nn.fill 1.0 : tensor<4x8xf32>
+      dist.send %x to "next" {tag = 0 : i64} : tensor<4x8xf32>
+      return
+    }
+    func.func @backward_c0() attributes {dist.chunk = 0 : i64, tessera.phase = "backward"} {
+      %g = dist.recv from "next" {tag = 1 : i64} : tensor<4x8xf32>
+      return
+    }
+    func.func @backward_w_c0() attributes {dist.chunk = 0 : i64, tessera.phase = "backward_w"} {
+      return
+    }
+    dist.schedule attributes {kind = "zb-h1", warmup = 1 : i64} {
+      dist.run @forward_c0 microbatch 0 slot 0
+      // expected-error @+1 {{runs the weight-gradient phase of chunk 0 microbatch 0 before its backward completed}}
+      dist.run @backward_w_c0 microbatch 0 slot 0
+    }
+  }
+}
+
+// -----
+
+module attributes {tessera.batch = {global_batch_size = 2 : i64, micro_batch_size = 1 : i64, num_microbatches = 2 : i64}} {
+  dist.mesh @mesh {pp = 2}
+  module @pp0 attributes {dist.pp_rank = 0 : i64} {
+    func.func @forward_c0() attributes {dist.chunk = 0 : i64, tessera.phase = "forward"} {
+      %x = nn.fill 1.0 : tensor<4x8xf32>
+      dist.send %x to "next" {tag = 0 : i64} : tensor<4x8xf32>
+      return
+    }
+    func.func @backward_c0() attributes {dist.chunk = 0 : i64, tessera.phase = "backward"} {
+      %g = dist.recv from "next" {tag = 1 : i64} : tensor<4x8xf32>
+      return
+    }
+    func.func @backward_w_c0() attributes {dist.chunk = 0 : i64, tessera.phase = "backward_w"} {
+      return
+    }
+    dist.schedule attributes {kind = "zb-h1", warmup = 1 : i64} {
+      dist.run @forward_c0 microbatch 0 slot 0
+      dist.run @backward_c0 microbatch 0 slot 0
+      // expected-error @+1 {{puts microbatch 1 of chunk 0 in slot 0, which microbatch 0 of chunk 0 still uses}}
+      dist.run @forward_c0 microbatch 1 slot 0
+      dist.run @backward_w_c0 microbatch 0 slot 0
+    }
+  }
+}
+
+// -----
+
+module attributes {tessera.batch = {global_batch_size = 1 : i64, micro_batch_size = 1 : i64, num_microbatches = 1 : i64}} {
+  dist.mesh @mesh {pp = 2}
+  module @pp0 attributes {dist.pp_rank = 0 : i64} {
+    func.func @forward_c0() attributes {dist.chunk = 0 : i64, tessera.phase = "forward"} {
+      %x = nn.fill 1.0 : tensor<4x8xf32>
+      dist.send %x to "next" {tag = 0 : i64} : tensor<4x8xf32>
+      return
+    }
+    func.func @backward_c0() attributes {dist.chunk = 0 : i64, tessera.phase = "backward"} {
+      %g = dist.recv from "next" {tag = 1 : i64} : tensor<4x8xf32>
+      return
+    }
+    func.func @backward_w_c0() attributes {dist.chunk = 0 : i64, tessera.phase = "backward_w"} {
+      return
+    }
+    // expected-error @+1 {{never completes chunk 0 microbatch 0}}
+    dist.schedule attributes {kind = "zb-h1", warmup = 1 : i64} {
+      dist.run @forward_c0 microbatch 0 slot 0
+      dist.run @backward_c0 microbatch 0 slot 0
+    }
+  }
+}

@@ -308,6 +308,120 @@ TEST(PipelineSchedule, SimulatedBubbleMatchesTheFormulas) {
     }
 }
 
+namespace {
+/// "F0 F1 B0 W0 ..." for a rank's order.
+std::string orderText(const RankSchedule &rs) {
+  std::string out;
+  for (const Step &s : rs.order)
+    out += std::string(out.empty() ? "" : " ") +
+           (s.forward ? "F" : s.weight ? "W" : "B") +
+           std::to_string(s.microbatch);
+  return out;
+}
+} // namespace
+
+// ZB-H1 (Qi et al., "Zero Bubble Pipeline Parallelism"), the order of the
+// authors' hand-written generator (and of PyTorch's
+// ScheduleInterleavedZeroBubble with one stage per rank) at p = 4, m = 8.
+TEST(PipelineSchedule, ZbH1Order) {
+  PipelineConfig c;
+  c.pp = 4;
+  c.microbatches = 8;
+  c.layers = 4;
+  c.kind = Kind::ZbH1;
+  ASSERT_EQ(validate(c), "");
+  auto ranks = buildSchedule(c);
+  EXPECT_EQ(orderText(ranks[0]), "F0 F1 F2 F3 B0 W0 F4 B1 W1 F5 B2 W2 F6 B3 "
+                                 "W3 F7 B4 W4 B5 W5 B6 W6 B7 W7");
+  EXPECT_EQ(orderText(ranks[1]), "F0 F1 F2 B0 F3 B1 W0 F4 B2 W1 F5 B3 W2 F6 "
+                                 "B4 W3 F7 B5 W4 B6 W5 B7 W6 W7");
+  EXPECT_EQ(orderText(ranks[2]), "F0 F1 B0 F2 B1 F3 B2 W0 F4 B3 W1 F5 B4 W2 "
+                                 "F6 B5 W3 F7 B6 W4 B7 W5 W6 W7");
+  EXPECT_EQ(orderText(ranks[3]), "F0 B0 F1 B1 F2 B2 F3 B3 W0 F4 B4 W1 F5 B5 "
+                                 "W2 F6 B6 W3 F7 B7 W4 W5 W6 W7");
+  c.vpp = 2;
+  c.layers = 8;
+  EXPECT_NE(validate(c).find("needs the interleaved schedule"),
+            std::string::npos);
+}
+
+// Every F, B and W once per microbatch, B after F, W after B in microbatch
+// order (the last W is the last microbatch's: the gradients' reductions
+// start there), 1F1B's warmup and F/B order, and at most min(p, m)
+// microbatches held (F done, W not yet): 1F1B's peak, that of its first
+// rank.
+TEST(PipelineSchedule, ZbH1EveryStepOnce) {
+  for (int64_t pp : {2, 3, 4, 8})
+    for (int64_t m : {1, 2, 3, 4, 6, 8, 12, 16}) {
+      PipelineConfig c;
+      c.pp = pp;
+      c.microbatches = m;
+      c.layers = pp;
+      c.kind = Kind::OneFOneB;
+      auto oneF1B = buildSchedule(c);
+      c.kind = Kind::ZbH1;
+      ASSERT_EQ(validate(c), "");
+      auto ranks = buildSchedule(c);
+      for (const RankSchedule &rs : ranks) {
+        EXPECT_EQ(rs.warmup, std::min(pp - rs.ppRank - 1, m));
+        std::vector<int> done(size_t(m), 0); // 0, F, B, W
+        int64_t held = 0, peak = 0, lastW = -1;
+        std::vector<Step> fb;
+        for (const Step &s : rs.order) {
+          int &d = done[size_t(s.microbatch)];
+          int kind = s.forward ? 1 : s.weight ? 3 : 2;
+          EXPECT_EQ(d, kind - 1) << "pp " << pp << " m " << m;
+          d = kind;
+          held += s.forward ? 1 : s.weight ? -1 : 0;
+          peak = std::max(peak, held);
+          if (s.weight) {
+            EXPECT_EQ(s.microbatch, lastW + 1);
+            lastW = s.microbatch;
+          } else {
+            fb.push_back(s);
+          }
+        }
+        EXPECT_EQ(lastW, m - 1);
+        EXPECT_LE(peak, std::min(pp, m));
+        // Without the W's, 1F1B's order.
+        const auto &ref = oneF1B[size_t(rs.ppRank)].order;
+        ASSERT_EQ(fb.size(), ref.size());
+        for (size_t i = 0; i < fb.size(); ++i)
+          EXPECT_TRUE(fb[i].forward == ref[i].forward &&
+                      fb[i].microbatch == ref[i].microbatch);
+      }
+      EXPECT_EQ(simulate(c, ranks).deadlock, "");
+    }
+}
+
+// The zero-bubble paper's bubble: ZB-H1 idles (p - 1)(F + B - W) per
+// rank against 1F1B's (p - 1)(F + B + W): with F = B = W a third, (p - 1) /
+// (3 m) of the busy time; also with unequal costs.
+TEST(PipelineSchedule, ZbH1SimulatedBubble) {
+  for (int64_t pp : {2, 4, 8})
+    for (int64_t m : {8, 16, 32}) {
+      PipelineConfig c;
+      c.pp = pp;
+      c.microbatches = m;
+      c.layers = pp;
+      c.kind = Kind::ZbH1;
+      auto ranks = buildSchedule(c);
+      Simulation sim = simulate(c, ranks); // F 1, B = W = 1
+      ASSERT_EQ(sim.deadlock, "");
+      EXPECT_NEAR(sim.bubbleFraction, double(pp - 1) / double(3 * m), 1e-9)
+          << "pp " << pp << " m " << m;
+      const double f = 2, b = 2, w = 1;
+      sim = simulate(c, ranks, std::vector<double>(size_t(pp), f),
+                     std::vector<double>(size_t(pp), b),
+                     std::vector<double>(size_t(pp), w));
+      ASSERT_EQ(sim.deadlock, "");
+      EXPECT_NEAR(sim.bubbleFraction,
+                  double(pp - 1) * (f + b - w) / (double(m) * (f + b + w)),
+                  1e-9)
+          << "pp " << pp << " m " << m << " (F 2, B 2, W 1)";
+    }
+}
+
 TEST(PipelineSchedule, SimulationFindsADeadlock) {
   PipelineConfig c;
   c.pp = 2;

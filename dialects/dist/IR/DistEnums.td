@@ -20,8 +20,9 @@ def Dist_Peer : Tessera_Enum<"Peer", "pipeline peer: next or prev",
 
 /// `kind` of dist.schedule (Megatron's schedules).
 def Dist_ScheduleKind : Tessera_Enum<"ScheduleKind",
-    "pipeline schedule: none, 1f1b or interleaved",
-    ["none", "1f1b", "interleaved"], ["None", "OneFOneB", "Interleaved"],
+    "pipeline schedule: none, 1f1b, interleaved or zb-h1",
+    ["none", "1f1b", "interleaved", "zb-h1"],
+    ["None", "OneFOneB", "Interleaved", "ZbH1"],
     "::tessera::dist">;
 
 /// `part` of dist.run: which part of a phase runs.

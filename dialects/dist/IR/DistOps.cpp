@@ -495,9 +495,11 @@ LogicalResult RunOp::verifySymbolUses(SymbolTableCollection &st) {
                          << "', which is not a function of this pipeline rank";
   auto phase = func->getAttrOfType<StringAttr>(kPhaseAttr);
   if (!phase ||
-      (phase.getValue() != kForwardPhase && phase.getValue() != kBackwardPhase))
+      (phase.getValue() != kForwardPhase && phase.getValue() != kBackwardPhase &&
+       phase.getValue() != kBackwardWPhase))
     return emitOpError() << "runs '" << getCallee()
-                         << "', which is not a forward or backward phase";
+                         << "', which is not a forward, backward or "
+                            "weight-gradient phase";
   return success();
 }
 

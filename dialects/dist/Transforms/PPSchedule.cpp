@@ -11,6 +11,9 @@
 // so the pool is as large as the most microbatch-chunks the rank has in
 // flight at once: pp - rank for 1F1B on rank `rank` (pp on the first), and
 // Megatron's warmup + 1 for the interleaved schedule.
+// The zero-bubble schedule ZB-H1 runs each backward as two phases
+// (tessera-split-backward): `@backward_c<k>` (B, the input gradient) and
+// `@backward_w_c<k>` (W, the weight gradients); the slot is held until W.
 //
 //===----------------------------------------------------------------------===//
 
@@ -61,7 +64,7 @@ void PPSchedulePass::runOnOperation() {
     kindName = config.vpp > 1 ? "interleaved" : "1f1b";
   if (!schedule::parseKind(kindName, config.kind)) {
     emitError(module.getLoc()) << "unknown schedule '" << kindName
-                               << "' (expected none, 1f1b or interleaved)";
+                               << "' (expected none, 1f1b, interleaved or zb-h1)";
     return signalPassFailure();
   }
   if (config.kind == schedule::Kind::Interleaved && config.vpp == 1) {
@@ -83,28 +86,48 @@ void PPSchedulePass::runOnOperation() {
                                   << " already has a schedule";
       return signalPassFailure();
     }
-    std::map<std::pair<int64_t, bool>, func::FuncOp> phase; // (chunk, forward)
-    // Backward variants for the last microbatch (overlapped gradient
-    // reductions, from tessera-dp-grad-allreduce).
+    // (chunk, kind): kind 0 forward, 1 backward (B under a split
+    // backward), 2 weight gradients (W).
+    std::map<std::pair<int64_t, int>, func::FuncOp> phase;
+    // Variants for the last microbatch (overlapped gradient reductions,
+    // from tessera-dp-grad-allreduce) of the phase that returns the
+    // gradients: the backward, or W.
     std::map<int64_t, func::FuncOp> lastBackward;
+    const bool split = schedule::splitsBackward(config.kind);
     for (auto f : program.getOps<func::FuncOp>()) {
       auto p = f->getAttrOfType<StringAttr>(kPhaseAttr);
       auto c = f->getAttrOfType<IntegerAttr>(kChunkAttr);
       if (!p || !c ||
-          (p.getValue() != kForwardPhase && p.getValue() != kBackwardPhase))
+          (p.getValue() != kForwardPhase && p.getValue() != kBackwardPhase &&
+           p.getValue() != kBackwardWPhase))
         continue; // (an evaluation phase is not scheduled)
+      int kind = p.getValue() == kForwardPhase    ? 0
+                 : p.getValue() == kBackwardPhase ? 1
+                                                  : 2;
+      if (kind == 2 && !split) {
+        emitError(f.getLoc())
+            << "pipeline rank " << r << " has a weight-gradient phase ('"
+            << f.getSymName() << "'), which only the zero-bubble schedules "
+            << "(zb-h1) run; schedule '" << kindName << "' runs whole backwards";
+        return signalPassFailure();
+      }
       if (f->hasAttr(kLastMicrobatchAttr))
         lastBackward[c.getInt()] = f;
       else
-        phase[{c.getInt(), p.getValue() == kForwardPhase}] = f;
+        phase[{c.getInt(), kind}] = f;
     }
     for (int64_t c = 0; c < config.vpp; ++c)
-      for (bool fwd : {true, false})
-        if (!phase.count({c, fwd})) {
-          emitError(program.getLoc())
-              << "pipeline rank " << r << " has no " << (fwd ? "forward" : "backward")
-              << " phase for chunk " << c << " (run tessera-pp-split and "
-              << "tessera-autodiff)";
+      for (int kind : {0, 1, 2})
+        if ((kind < 2 || split) && !phase.count({c, kind})) {
+          InFlightDiagnostic diag = emitError(program.getLoc())
+              << "pipeline rank " << r << " has no "
+              << (kind == 0 ? "forward" : kind == 1 ? "backward" : "weight-gradient")
+              << " phase for chunk " << c;
+          if (kind == 2)
+            diag << " (schedule '" << kindName
+                 << "' runs B and W apart: run tessera-split-backward)";
+          else
+            diag << " (run tessera-pp-split and tessera-autodiff)";
           return signalPassFailure();
         }
     b.setInsertionPointToEnd(program.getBody());
@@ -128,7 +151,8 @@ void PPSchedulePass::runOnOperation() {
     // `part`: none for the whole phase.
     auto emitRun = [&](const schedule::Step &s, std::optional<RunPart> part) {
       std::pair<int64_t, int64_t> key{s.chunk, s.microbatch};
-      func::FuncOp callee = phase[{s.chunk, s.forward}];
+      const int kind = s.forward ? 0 : s.weight ? 2 : 1;
+      func::FuncOp callee = phase[{s.chunk, kind}];
       // A part without ops (no receive on the first stage, no send on the
       // last) is left out.
       if ((part == RunPart::Recv && callee.getOps<RecvOp>().empty()) ||
@@ -153,7 +177,8 @@ void PPSchedulePass::runOnOperation() {
         free.erase(free.begin());
       }
       int64_t slot = slotOf[key];
-      if (!s.forward && s.microbatch == config.microbatches - 1 &&
+      // The last microbatch's run of the phase returning the gradients.
+      if (kind == (split ? 2 : 1) && s.microbatch == config.microbatches - 1 &&
           lastBackward.count(s.chunk))
         callee = lastBackward[s.chunk];
       RunOp::create(
@@ -164,7 +189,9 @@ void PPSchedulePass::runOnOperation() {
           b.getI64IntegerAttr(s.microbatch), b.getI64IntegerAttr(slot),
           part ? enumAttr(b, *part) : StringAttr())
           ->setAttr(kChunkSlotAttr, b.getI64IntegerAttr(chunkSlotOf[key]));
-      if (!s.forward && last) {
+      // The slot is free after the last phase reading it: the backward,
+      // or W.
+      if (kind == (split ? 2 : 1) && last) {
         freeSlots.insert(slot);
         chunkFree[s.chunk].insert(chunkSlotOf[key]);
       }

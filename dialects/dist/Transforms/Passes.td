@@ -266,8 +266,27 @@ def PPSchedulePass : Pass<"tessera-pp-schedule", "mlir::ModuleOp"> {
   let dependentDialects = ["::tessera::dist::DistDialect"];
   let options = [
     Option<"schedule", "schedule", "std::string", "\"auto\"",
-           "none, 1f1b, interleaved or auto">
+           "none, 1f1b, interleaved, zb-h1 or auto">
   ];
+}
+
+def SplitBackwardPass : Pass<"tessera-split-backward", "mlir::ModuleOp"> {
+  let summary = "split each pipeline chunk's backward into input- and weight-gradient phases (zero bubble's B and W)";
+  let description = [{
+    For the zero-bubble schedules (Qi et al., "Zero Bubble Pipeline
+    Parallelism"): each chunk's backward `backward_c<k>` keeps its receives
+    and sends and every op a send depends on (B: the input gradient, which
+    the previous stage waits for); everything else moves, in order, to a new
+    phase `backward_w_c<k>` (`tessera.phase = "backward_w"`, W: the
+    parameters' gradients and any bucket reductions), which returns the
+    backward's results. A value B computes and W reads is saved in the
+    microbatch slot: B returns it as `tessera.stash` (numbered after the
+    forward's) and W takes it as an argument, so the slot is held until W.
+    A last-microbatch variant (`<name>:last`) becomes W's variant; its
+    input-gradient part must equal the plain backward's. Without pipeline
+    ranks the pass does nothing.
+  }];
+  let dependentDialects = ["::tessera::dist::DistDialect", "::mlir::func::FuncDialect"];
 }
 
 def VerifySchedulePass : Pass<"tessera-verify-schedule", "mlir::ModuleOp"> {

@@ -78,16 +78,26 @@ std::string describe(const Event &e) {
 
 LogicalResult VerifySchedulePass::checkSlots(ModuleOp program, ScheduleOp sched,
                                              int64_t M) {
-  // A forward holds its slot from its first part to its backward's last.
+  // A forward holds its slot from its first part to its backward's last,
+  // or, when the chunk's backward is split (tessera-split-backward), to its
+  // weight-gradient phase's.
   struct PhaseState {
     unsigned parts = 0; // bit per part done: recv 1, compute 2, send 4
     unsigned ran = 0;   // parts run explicitly
     int64_t slot = -1;
   };
-  std::map<std::tuple<int64_t, int64_t, bool>, PhaseState> phases;
+  // (chunk, microbatch, kind): kind 0 forward, 1 backward, 2 W.
+  std::map<std::tuple<int64_t, int64_t, int>, PhaseState> phases;
   // The rank's slot pool: slot -> (chunk, microbatch) holding it.
   std::map<int64_t, std::pair<int64_t, int64_t>> busy;
-  std::set<int64_t> chunks;
+  std::set<int64_t> chunks, split;
+  for (auto f : program.getOps<func::FuncOp>())
+    if (auto p = f->getAttrOfType<StringAttr>(kPhaseAttr);
+        p && p.getValue() == kBackwardWPhase)
+      if (auto c = f->getAttrOfType<IntegerAttr>(kChunkAttr))
+        split.insert(c.getInt());
+  static const char *const kNames[] = {"forward", "backward",
+                                       "weight-gradient phase"};
   for (RunOp run : sched.getBody().front().getOps<RunOp>()) {
     auto f = program.lookupSymbol<func::FuncOp>(run.getCallee());
     auto c = f ? f->getAttrOfType<IntegerAttr>(kChunkAttr) : IntegerAttr();
@@ -98,22 +108,23 @@ LogicalResult VerifySchedulePass::checkSlots(ModuleOp program, ScheduleOp sched,
     if (m >= M)
       return run.emitOpError() << "runs microbatch " << m << ", but there are "
                                << M << " microbatches";
-    bool forward = f->getAttrOfType<StringAttr>(kPhaseAttr).getValue() == kForwardPhase;
+    StringRef phase = f->getAttrOfType<StringAttr>(kPhaseAttr).getValue();
+    const int kind = phase == kForwardPhase ? 0 : phase == kBackwardPhase ? 1 : 2;
+    const int lastKind = split.count(chunk) ? 2 : 1;
     unsigned bits = 7;
     if (auto part = run.getPart())
       bits = *part == RunPart::Recv ? 1 : *part == RunPart::Compute ? 2 : 4;
-    PhaseState &st = phases[{chunk, m, forward}];
+    PhaseState &st = phases[{chunk, m, kind}];
     // Parts without ops count as done.
     if (f.getOps<RecvOp>().empty())
       st.parts |= 1;
     if (f.getOps<SendOp>().empty())
       st.parts |= 4;
     if (st.ran & bits)
-      return run.emitOpError() << "runs the " << (forward ? "forward" : "backward")
-                               << " of chunk " << chunk << " microbatch " << m
-                               << " twice";
-    PhaseState &fwd = phases[{chunk, m, true}];
-    if (forward && st.slot < 0) {
+      return run.emitOpError() << "runs the " << kNames[kind] << " of chunk "
+                               << chunk << " microbatch " << m << " twice";
+    PhaseState &fwd = phases[{chunk, m, 0}];
+    if (kind == 0 && st.slot < 0) {
       auto [it, fresh] = busy.try_emplace(slot, chunk, m);
       if (!fresh)
         return run.emitOpError() << "puts microbatch " << m << " of chunk "
@@ -123,22 +134,23 @@ LogicalResult VerifySchedulePass::checkSlots(ModuleOp program, ScheduleOp sched,
                                  << " still uses";
       st.slot = slot;
     }
-    if (!forward && fwd.parts != 7)
-      return run.emitOpError() << "runs the backward of chunk " << chunk
-                               << " microbatch " << m
-                               << " before its forward completed";
+    if (kind > 0 && phases[{chunk, m, kind - 1}].parts != 7)
+      return run.emitOpError() << "runs the " << kNames[kind] << " of chunk "
+                               << chunk << " microbatch " << m
+                               << " before its " << kNames[kind - 1]
+                               << " completed";
     if (slot != fwd.slot)
       return run.emitOpError() << "runs microbatch " << m << " of chunk " << chunk
                                << " on slot " << slot << ", but its forward used slot "
                                << fwd.slot;
     st.ran |= bits;
     st.parts |= bits;
-    if (!forward && st.parts == 7)
+    if (kind == lastKind && st.parts == 7)
       busy.erase(slot);
   }
   for (int64_t chunk : chunks)
     for (int64_t m = 0; m < M; ++m)
-      if (phases[{chunk, m, false}].parts != 7)
+      if (phases[{chunk, m, split.count(chunk) ? 2 : 1}].parts != 7)
         return sched.emitOpError() << "never completes chunk " << chunk
                                    << " microbatch " << m;
   return success();

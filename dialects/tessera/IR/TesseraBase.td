@@ -42,9 +42,9 @@ def Tessera_FloatDtype : Tessera_Enum<"FloatDtype",
     ["F32", "BF16", "F16"]>;
 
 def Tessera_Phase : Tessera_Enum<"Phase",
-    "phase: microbatch, step, init, forward, backward or eval",
-    ["microbatch", "step", "init", "forward", "backward", "eval"],
-    ["Microbatch", "Step", "Init", "Forward", "Backward", "Eval"]>;
+    "phase: microbatch, step, init, forward, backward, backward_w or eval",
+    ["microbatch", "step", "init", "forward", "backward", "backward_w", "eval"],
+    ["Microbatch", "Step", "Init", "Forward", "Backward", "BackwardW", "Eval"]>;
 
 def Tessera_OptimizerKind : Tessera_Enum<"OptimizerKind",
     "optimizer: sgd or adam", ["sgd", "adam"], ["Sgd", "Adam"]>;

@@ -14,7 +14,11 @@
 //     chunks per rank, M * V virtual microbatches,
 //     warmup = min((pp - rank - 1) * 2 + (V - 1) * pp, M * V); virtual
 //     microbatch k runs chunk (k mod (pp V)) / pp (reversed for backwards)
-//     on microbatch (k / (pp V)) * pp + k mod pp. M must divide by pp.
+//     on microbatch (k / (pp V)) * pp + k mod pp. M must divide by pp;
+//   - zb-h1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024; not
+//     in Megatron-LM): each backward split into B (input gradient) and W
+//     (weight gradients); 1F1B's order of F and B, and on rank r W(i - r)
+//     after B(i), the last r W's at the end: bubble (p - 1)(F + B - W).
 // Layers (Megatron's get_transformer_layer_offset): contiguous blocks
 // without virtual stages; with V chunks, chunk c of rank r holds L / (pp V)
 // layers from c * (L / V) + r * (L / (pp V)). Megatron's uneven splits
@@ -34,7 +38,11 @@
 
 namespace tessera::schedule {
 
-enum class Kind { None, OneFOneB, Interleaved };
+enum class Kind { None, OneFOneB, Interleaved, ZbH1 };
+
+/// Whether the schedule runs each backward as B (input gradient) and W
+/// (weight gradients) separately (tessera-split-backward).
+inline bool splitsBackward(Kind kind) { return kind == Kind::ZbH1; }
 
 struct PipelineConfig {
   int64_t pp = 1;
@@ -90,9 +98,14 @@ struct LayerPlacement {
   int64_t layer, ppRank, chunk;
 };
 
+/// One computation of a rank's order: a forward (F), a backward (B: the
+/// whole backward, or under a schedule that splits it the input gradient
+/// alone) or, with `weight`, the weight gradients (W) of (microbatch,
+/// chunk).
 struct Step {
   bool forward;
   int64_t microbatch, chunk;
+  bool weight = false;
 };
 
 struct RankSchedule {
@@ -101,7 +114,7 @@ struct RankSchedule {
   std::vector<Step> order;
 };
 
-/// Parses "none", "1f1b" or "interleaved"; false on anything else.
+/// Parses "none", "1f1b", "interleaved" or "zb-h1"; false on anything else.
 bool parseKind(const std::string &text, Kind &kind);
 const char *kindName(Kind kind);
 
@@ -126,7 +139,8 @@ struct Simulation {
   std::vector<TimedStep> steps; ///< in execution order
   double makespan = 0;
   /// Idle time over busy time summed over ranks: Megatron's bubble
-  /// fraction, (p - 1) / m for 1F1B and (p - 1) / (v m) interleaved.
+  /// fraction, (p - 1) / m for 1F1B, (p - 1) / (v m) interleaved and
+  /// (p - 1) / (3 m) for ZB-H1 (F = B = W).
   double bubbleFraction = 0;
   /// Non-empty when the orders deadlock: names a stuck rank and step.
   std::string deadlock;
@@ -136,18 +150,23 @@ struct Simulation {
 /// (microbatch, chunk) waits for the same forward on the previous stage
 /// (chunk - 1 on the last rank when it wraps around), a backward for the
 /// same backward on the next stage (chunk + 1 on the first rank; the own
-/// forward on the last stage of the last chunk). A forward costs
-/// `forwardCost`, a backward `backwardCost` time units.
+/// forward on the last stage of the last chunk), a W for its own B. A
+/// forward costs `forwardCost`, a backward `backwardCost` time units; in an
+/// order with W steps, B and W cost half a backward each (the zero-bubble
+/// paper's F = B = W when a backward is twice a forward).
 Simulation simulate(const PipelineConfig &config,
                     const std::vector<RankSchedule> &ranks,
                     double forwardCost = 1.0, double backwardCost = 2.0);
 
 /// The same with each virtual stage's own costs: `forwardCosts[s]` and
-/// `backwardCosts[s]` for stage s = chunk * pp + rank (pp * vpp entries).
+/// `backwardCosts[s]` for stage s = chunk * pp + rank (pp * vpp entries);
+/// with W steps, `weightCosts[s]` is W's and `backwardCosts[s]` B's alone
+/// (empty `weightCosts`: half of `backwardCosts` each).
 Simulation simulate(const PipelineConfig &config,
                     const std::vector<RankSchedule> &ranks,
                     const std::vector<double> &forwardCosts,
-                    const std::vector<double> &backwardCosts);
+                    const std::vector<double> &backwardCosts,
+                    const std::vector<double> &weightCosts = {});
 
 } // namespace tessera::schedule
 

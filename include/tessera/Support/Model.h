@@ -117,6 +117,10 @@ constexpr llvm::StringLiteral kForwardPhase = "forward";
 constexpr llvm::StringLiteral kMixedPrecisionAttr = "tessera.mixed_precision";
 constexpr llvm::StringLiteral kInitPhase = "init";
 constexpr llvm::StringLiteral kBackwardPhase = "backward";
+// A chunk's weight-gradient phase (tessera-split-backward, for the
+// zero-bubble schedules): its backward's ops that no send depends on; the
+// "backward" phase keeps the input gradient.
+constexpr llvm::StringLiteral kBackwardWPhase = "backward_w";
 // Evaluation (tessera-eval-phase): the forward of the microbatch phase
 // ("eval") or of a pipeline chunk ("eval_c<k>") alone, to the loss, without
 // dropout (Megatron's evaluate() runs the model in eval mode).

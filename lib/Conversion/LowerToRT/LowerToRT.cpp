@@ -46,14 +46,16 @@ void LowerToRTPass::runOnOperation() {
 
 LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
   // The phases: the microbatch phase, or per pipeline chunk a forward and
-  // a backward phase (in chunk order); then the step.
+  // a backward phase (and a weight-gradient phase when the backward is
+  // split; in chunk order); then the step.
   SmallVector<func::FuncOp> phases;
   func::FuncOp step = getPhaseFunc(module, kStepPhase);
   for (auto f : module.getOps<func::FuncOp>())
     if (auto p = f->getAttrOfType<StringAttr>(kPhaseAttr);
         p && p.getValue() == kMicrobatchPhase)
       phases.push_back(f);
-  for (StringRef phase : {kForwardPhase, kBackwardPhase, kEvalPhase})
+  for (StringRef phase :
+       {kForwardPhase, kBackwardPhase, kBackwardWPhase, kEvalPhase})
     for (auto f : module.getOps<func::FuncOp>())
       if (auto p = f->getAttrOfType<StringAttr>(kPhaseAttr); p && p.getValue() == phase)
         phases.push_back(f);

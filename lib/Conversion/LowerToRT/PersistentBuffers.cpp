@@ -190,8 +190,11 @@ LogicalResult PersistentBuffers::collect(ModuleOp module,
         bnd && (bnd.getValue() == "grad_norm" ||
                 bnd.getValue() == "params_norm"))
       add(bnd.getValue(), rt::BufferKind::Metric, step.getResultTypes()[i]);
+  // Saved activations: what a forward saves for its backward, and what a
+  // split backward's input-gradient phase saves for its weight gradients.
   for (func::FuncOp f : phases)
-    if (f->getAttrOfType<StringAttr>(kPhaseAttr).getValue() == kForwardPhase)
+    if (StringRef phase = f->getAttrOfType<StringAttr>(kPhaseAttr).getValue();
+        phase == kForwardPhase || phase == kBackwardPhase)
       for (unsigned i = 0, e = f.getNumResults(); i < e; ++i)
         if (f.getResultAttr(i, kStashAttr)) {
           std::string name = bindingOf(f.getResultAttrDict(i), chunkOf(f));

@@ -739,31 +739,51 @@ Status Validator::checkSchedule(const std::string &prog, const fb::Program &p) {
   // A chunk's backward ("backward<suffix>") reads what its forward
   // ("forward<suffix>") saved in the slot: it must come later, on the same
   // slot, and no other microbatch's forward may reuse the slot in between.
+  // A split backward's weight-gradient phase ("backward_w<suffix>") reads
+  // the slot after the backward: the slot is held until it runs.
+  auto findLogical = [&](const std::string &name) {
+    for (auto &[fi, unused] : stepOf)
+      if (logicalName(fbString(p.functions()->Get(fi)->name())) == name)
+        return fi;
+    return -1;
+  };
   for (auto &[fwd, fwdSteps] : stepOf) {
     std::string fname = logicalName(fbString(p.functions()->Get(fwd)->name()));
     if (!isForwardFunction(fname))
       continue;
     std::string bname = "backward" + fname.substr(7);
-    int bwd = -1;
-    for (auto &[fi, unused] : stepOf)
-      if (logicalName(fbString(p.functions()->Get(fi)->name())) == bname)
-        bwd = fi;
+    std::string wname = "backward_w" + fname.substr(7);
+    int bwd = findLogical(bname);
     if (bwd < 0)
       continue;
-    const std::vector<int> &bwdSteps = stepOf[bwd];
-    for (size_t m = 0; m < fwdSteps.size(); ++m) {
-      int fs = fwdSteps[m], bs = bwdSteps[m];
-      if (bs < fs)
-        return error(prog, ": schedule step ", bs, " runs '", bname,
-                     "' for microbatch ", m, " before its forward (step ", fs,
-                     ")");
-      if (schedule.Get(fs)->slot() != schedule.Get(bs)->slot())
-        return error(prog, ": schedule step ", bs, " runs '", bname,
-                     "' for microbatch ", m, " on slot ",
-                     schedule.Get(bs)->slot(), " but its forward (step ", fs,
-                     ") ran on slot ", schedule.Get(fs)->slot());
+    int wgt = findLogical(wname);
+    // (earlier phase, later phase): the backward after the forward, W after
+    // the backward.
+    std::vector<std::pair<int, int>> chain{{fwd, bwd}};
+    if (wgt >= 0)
+      chain.push_back({bwd, wgt});
+    for (auto [before, after] : chain) {
+      const std::vector<int> &beforeSteps = stepOf[before];
+      const std::vector<int> &afterSteps = stepOf[after];
+      std::string aname =
+          logicalName(fbString(p.functions()->Get(after)->name()));
+      const char *its = before == fwd ? "its forward" : "its backward";
+      for (size_t m = 0; m < beforeSteps.size(); ++m) {
+        int fs = beforeSteps[m], bs = afterSteps[m];
+        if (bs < fs)
+          return error(prog, ": schedule step ", bs, " runs '", aname,
+                       "' for microbatch ", m, " before ", its, " (step ", fs,
+                       ")");
+        if (schedule.Get(fs)->slot() != schedule.Get(bs)->slot())
+          return error(prog, ": schedule step ", bs, " runs '", aname,
+                       "' for microbatch ", m, " on slot ",
+                       schedule.Get(bs)->slot(), " but ", its, " (step ", fs,
+                       ") ran on slot ", schedule.Get(fs)->slot());
+      }
     }
-    // Slot occupancy: slot -> microbatch whose backward has not run yet.
+    // Slot occupancy: slot -> microbatch whose last phase has not run yet.
+    const int release = wgt >= 0 ? wgt : bwd;
+    const std::vector<int> &releaseSteps = stepOf[release];
     std::map<int, int> holder;
     for (flatbuffers::uoffset_t si = 0; si < schedule.size(); ++si) {
       const fb::ScheduleStep *step = schedule.Get(si);
@@ -773,10 +793,11 @@ Status Validator::checkSchedule(const std::string &prog, const fb::Program &p) {
           return error(prog, ": schedule step ", si, " runs '", fname,
                        "' for microbatch ", step->microbatch(), " on slot ",
                        step->slot(), ", which still holds microbatch ",
-                       held->second, " (its backward runs at step ",
-                       bwdSteps[size_t(held->second)], ")");
+                       held->second, " (its ",
+                       wgt >= 0 ? "weight gradients run" : "backward runs",
+                       " at step ", releaseSteps[size_t(held->second)], ")");
         holder[step->slot()] = step->microbatch();
-      } else if (logicalFunction(step->function()) == bwd) {
+      } else if (logicalFunction(step->function()) == release) {
         holder.erase(step->slot());
       }
     }

@@ -539,7 +539,9 @@ std::string Executor::phaseName(const DecodedFunction &fn,
       std::all_of(fn.name.begin() + long(c) + 2, fn.name.end(),
                   [](char ch) { return std::isdigit((unsigned char)ch); }))
     chunk = std::atoi(fn.name.c_str() + c + 2);
-  return std::string(forward ? "F " : "B ") +
+  // A split backward's weight-gradient phase (backward_w_c<k>): W.
+  const bool weight = fn.name.rfind("backward_w", 0) == 0;
+  return std::string(forward ? "F " : weight ? "W " : "B ") +
          (chunk >= 0 ? "c" + std::to_string(chunk) + " " : "") + mb;
 }
 

@@ -17,7 +17,7 @@ func.func @recv_peer() {
 // -----
 
 module {
-  // expected-error @+1 {{attribute 'kind' failed to satisfy constraint: pipeline schedule: none, 1f1b or interleaved}}
+  // expected-error @+1 {{attribute 'kind' failed to satisfy constraint: pipeline schedule: none, 1f1b, interleaved or zb-h1}}
   dist.schedule attributes {kind = "gpipe", warmup = 0 : i64} {
   }
 }
@@ -49,7 +49,7 @@ module {
     return
   }
   dist.schedule attributes {kind = "1f1b", warmup = 0 : i64} {
-    // expected-error @+1 {{runs 'helper', which is not a forward or backward phase}}
+    // expected-error @+1 {{runs 'helper', which is not a forward, backward or weight-gradient phase}}
     dist.run @helper microbatch 0 slot 0
   }
 }

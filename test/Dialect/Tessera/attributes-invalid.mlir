@@ -2,7 +2,7 @@
 // The tessera dialect (no ops) verifies the tessera.* attributes: phases,
 // bindings of phase arguments and results, and the root module's settings.
 
-// expected-error @+1 {{attribute 'tessera.phase' must be "microbatch", "step", "init", "forward", "backward" or "eval", got "train"}}
+// expected-error @+1 {{attribute 'tessera.phase' must be "microbatch", "step", "init", "forward", "backward", "backward_w" or "eval", got "train"}}
 func.func @phase() attributes {tessera.phase = "train"} {
   return
 }

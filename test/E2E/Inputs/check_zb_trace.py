@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""Each pipeline rank's order of F, B and W phases in a tessera-run --trace.
+
+Reads the phase slices ("F c0 mb3", "B c0 mb3", "W c0 mb3") of the last
+step on every rank and prints "rank r: F0 F1 B0 W0 ..." in time order.
+Checks that every microbatch's F, B and W run once, in that order, and
+prints OK.
+
+usage: check_zb_trace.py TRACE --pp P --microbatches M
+"""
+import argparse
+import json
+import re
+import sys
+
+PHASE = re.compile(r"^([FBW]) c(\d+) mb(\d+)$")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("trace")
+    ap.add_argument("--pp", type=int, required=True)
+    ap.add_argument("--microbatches", type=int, required=True)
+    args = ap.parse_args()
+    events = [e for e in json.load(open(args.trace))["traceEvents"]
+              if e.get("ph") == "X" and e.get("cat") == "phase"]
+    ranks = sorted({e["pid"] for e in events})
+    if len(ranks) != args.pp:
+        sys.exit(f"expected {args.pp} ranks in the trace, found {len(ranks)}")
+    ok = True
+    for rank in ranks:
+        mine = sorted((e for e in events if e["pid"] == rank), key=lambda e: e["ts"])
+        steps = [e["ts"] for e in mine if e["name"] == "step"]
+        if len(steps) < 2:
+            sys.exit(f"rank {rank}: fewer than two steps in the trace")
+        # The phases between the last two step phases: the last iteration.
+        last = [e for e in mine if steps[-2] < e["ts"] < steps[-1]]
+        order = []
+        for e in last:
+            m = PHASE.match(e["name"])
+            if m:
+                order.append(m.group(1) + m.group(3))
+        print(f"rank {rank}: " + " ".join(order))
+        for mb in range(args.microbatches):
+            seq = [o[0] for o in order if int(o[1:]) == mb]
+            if seq != ["F", "B", "W"]:
+                print(f"rank {rank} microbatch {mb}: phases {seq}, expected F B W")
+                ok = False
+    print("OK" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
