@@ -3,7 +3,9 @@
 // Symbolic execution of every pipeline rank's instruction stream: the
 // phases in `dist.schedule` order, then the step phase. Runs of consecutive
 // dist.send / dist.recv form one batch (the runtime posts them together and
-// completes them before the next other instruction). Under rendezvous
+// completes them before the next other instruction; sends alone stay in
+// flight over a weight-gradient phase, which is modelled by posting them
+// after it). Under rendezvous
 // semantics a batch completes only when each of its ops has met the
 // matching op of a batch the peer has posted, the strictest model: a
 // schedule that completes here completes under any buffering. Collectives
@@ -440,8 +442,23 @@ void VerifySchedulePass::runOnOperation() {
     };
     for (RunOp run : sched.getBody().front().getOps<RunOp>()) {
       auto f = program.lookupSymbol<func::FuncOp>(run.getCallee());
-      append(streams[r], f, run);
       auto phase = f->getAttrOfType<StringAttr>(kPhaseAttr);
+      // A weight-gradient phase computes while the sends posted before it
+      // are in flight (the runtime completes them with the next batch):
+      // as if posted after it, which can only wait longer than the run.
+      std::vector<Event> &out = streams[r];
+      size_t sends = out.size();
+      while (sends > 0 && out[sends - 1].kind == Event::Send)
+        --sends;
+      if (phase && phase.getValue() == kBackwardWPhase && sends < out.size() &&
+          (sends == 0 || out[sends - 1].kind != Event::Recv)) {
+        std::vector<Event> pendingSends(out.begin() + long(sends), out.end());
+        out.resize(sends);
+        append(out, f, run);
+        out.insert(out.end(), pendingSends.begin(), pendingSends.end());
+      } else {
+        append(out, f, run);
+      }
       if (phase && phase.getValue() == kForwardPhase)
         if (auto eval = program.lookupSymbol<func::FuncOp>(
                 (kEvalPhase + run.getCallee().drop_front(7)).str()))

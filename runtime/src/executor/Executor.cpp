@@ -36,6 +36,10 @@ struct Executor::DecodedFunction {
   int numSlots = 0;
   /// Not a backward, and some instruction has the loss buffer as an operand.
   bool writesLoss = false;
+  /// A split backward's weight-gradient phase ("backward_w_c<k>"): it has
+  /// no Send/Recv and writes no p2p staging buffer, so sends still in
+  /// flight stay in flight while it computes.
+  bool weightGrad = false;
   /// A forward's inputs in its slot region: those its chunk's functions
   /// read (filled at the slot's copy before each of its schedule steps).
   std::vector<const fb::InputSpec *> slotInputs;
@@ -267,6 +271,7 @@ Status Executor::bindFunctions() {
       f.name = fn->name() ? fn->name()->str() : "";
       f.chunk = fn->chunk();
       f.forward = isForwardFunction(f.name);
+      f.weightGrad = f.name.rfind("backward_w", 0) == 0;
       f.numSlots = fn->num_slots();
       f.slotBase = f.numSlots > 0 ? fn->slot_base() : 0;
       f.slotBytes = f.numSlots > 0 ? fn->slot_bytes() : 0;
@@ -566,10 +571,18 @@ Status Executor::runThunks(const DecodedFunction &fn, int slot,
   currentFunction = &fn;
   currentSlot = slot;
   auto phaseStart = std::chrono::steady_clock::now();
+  // Sends of the previous phase still in flight: a weight-gradient phase
+  // computes under them (the zero-bubble schedules send B's input gradient
+  // and run W while it travels); they join the next batch.
+  const bool underSends =
+      fn.weightGrad &&
+      std::all_of(p2pBatch.begin(), p2pBatch.end(), [](const P2pOp &op) {
+        return op.thunk->op == fb::Opcode::Send;
+      });
   for (const Thunk &t : fn.slots[size_t(slot)]) {
     const bool p2p = isPointToPoint(t.op);
     // Anything but another Send/Recv needs the open batch completed first.
-    if (!p2p)
+    if (!p2p && !underSends)
       TESSERA_RETURN_IF_ERROR(completeP2pBatch());
     Status st;
     auto start = timed ? std::chrono::steady_clock::now()
@@ -613,6 +626,11 @@ Status Executor::runThunks(const DecodedFunction &fn, int slot,
         TESSERA_RETURN_IF_ERROR(request.first->progress(request.second).withContext(
             art->name() + ": " + t.where + context +
             ": progressing parameter sync " + std::to_string(id)));
+      if (underSends)
+        for (const P2pOp &op : p2pBatch)
+          TESSERA_RETURN_IF_ERROR(op.comm->progress(op.request).withContext(
+              art->name() + ": " + t.where + context + ": progressing " +
+              op.thunk->p2pDetail));
     }
   }
   if (drainP2p)
