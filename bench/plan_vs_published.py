@@ -11,8 +11,10 @@ recomputation included: four passes over each layer).
 
 For each row this runs tessera-plan for that model and GPU count twice:
   - restricted to the published tp and pp with full recompute (the paper's
-    runs recompute every layer) and without the distributed optimizer (which
-    came later), the planner choosing micro-batch size and vpp: is the
+    runs recompute every layer), without the distributed optimizer (which
+    came later) and under Megatron's schedules (1F1B, or interleaved with
+    vpp; not the zero-bubble ZB-H1), the planner choosing micro-batch size
+    and vpp: is the
     published layout feasible, and what does the planner predict for it, in
     the paper's FLOP count;
   - unrestricted: the published layout's rank among all feasible ones, and
@@ -132,6 +134,9 @@ def why(best, published, tp, pp):
     if best["vpp"] > 1:
         reasons.append("interleaved schedule (vpp %d): bubble %.3f"
                        % (best["vpp"], best["bubble"]))
+    if best.get("schedule") == "zb-h1":
+        reasons.append("zero-bubble schedule ZB-H1 (not in Megatron-LM): "
+                       "bubble %.3f" % best["bubble"])
     if best["cp"] > 1:
         reasons.append("context parallelism cp %d" % best["cp"])
     return "; ".join(reasons)
@@ -161,7 +166,8 @@ def main():
         fixed, wall_fixed, err = run_plan(
             bindir, args.cluster, row,
             ["--tp", str(tp), "--pp", str(pp), "--cp", "1", "--recompute",
-             "full", "--distributed-optimizer", "0", "--top", "1"])
+             "full", "--distributed-optimizer", "0", "--schedule", "1f1b",
+             "--top", "1"])
         if not fixed or not fixed["ranked"]:
             entry["published_layout_feasible"] = False
             entry["error"] = err
@@ -193,7 +199,7 @@ def main():
             entry["feasible_layouts"] = len(free["ranked"])
             entry["best"] = {k: best[k] for k in (
                 "tp", "cp", "pp", "vpp", "dp", "micro_batch", "recompute",
-                "distributed_optimizer", "sharding_strategy", "step_seconds", "mfu", "bubble",
+                "distributed_optimizer", "sharding_strategy", "schedule", "step_seconds", "mfu", "bubble",
                 "memory_gib")}
             entry["best"]["speedup_over_published_layout"] = round(
                 best_fixed["step_seconds"] / best["step_seconds"], 3)
@@ -226,7 +232,7 @@ def main():
             best = json.loads(out.stdout)["ranked"][0]
             entry["best"] = {k: best[k] for k in (
                 "tp", "cp", "pp", "vpp", "dp", "micro_batch", "recompute",
-                "distributed_optimizer", "sharding_strategy", "step_seconds", "mfu", "memory_gib")}
+                "distributed_optimizer", "sharding_strategy", "schedule", "step_seconds", "mfu", "memory_gib")}
             entry["predicted_mfu"] = round(best["mfu"], 4)
             entry["relative_error"] = round(best["mfu"] / mfu - 1, 4)
         except (json.JSONDecodeError, IndexError, KeyError):

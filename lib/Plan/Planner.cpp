@@ -148,6 +148,8 @@ std::vector<std::string> Layout::flags(int64_t globalBatch) const {
       std::to_string(globalBatch)};
   if (vpp > 1)
     f.insert(f.end(), {"--vpp", std::to_string(vpp)});
+  if (zeroBubble)
+    f.insert(f.end(), {"--schedule", "zb-h1"});
   if (ep > 1)
     f.insert(f.end(), {"--ep", std::to_string(ep)});
   if (etp > 0)
@@ -179,6 +181,10 @@ void Layout::apply(TrainPipelineOptions &o, int64_t globalBatch) const {
   o.cp = cp;
   o.pp = pp;
   o.vpp = vpp;
+  if (zeroBubble)
+    o.schedule = "zb-h1";
+  else if (o.schedule == "zb-h1")
+    o.schedule = "auto";
   o.dp = dp;
   o.ep = ep;
   o.etp = etp;
@@ -209,6 +215,12 @@ struct Part {
   double fwdFlops = 0, bwdFlops = 0;
   /// Of those, the compute-bound ops' FLOPs; the bytes the others move.
   double fwdDense = 0, bwdDense = 0, fwdLight = 0, bwdLight = 0;
+  /// Of the backward's, those of its weight gradients (W, from a
+  /// calibration with the backward split; 0 otherwise).
+  double wDense = 0, wLight = 0;
+  /// What the input-gradient phase saves for W per microbatch (in the
+  /// slot too under the zero-bubble schedule; not in slotBytes).
+  double wSlotBytes = 0;
   double params = 0;    ///< elements, this rank's shard
   /// Of those, the experts' (reduced over edp, not dp x cp).
   double expertParams = 0;
@@ -232,6 +244,8 @@ struct Part {
          {std::pair{&fwdFlops, o.fwdFlops}, {&bwdFlops, o.bwdFlops},
           {&fwdDense, o.fwdDense}, {&bwdDense, o.bwdDense},
           {&fwdLight, o.fwdLight}, {&bwdLight, o.bwdLight},
+          {&wDense, o.wDense}, {&wLight, o.wLight},
+          {&wSlotBytes, o.wSlotBytes},
           {&params, o.params}, {&expertParams, o.expertParams},
           {&slotBytes, o.slotBytes},
           {&p2pBytes, o.p2pBytes}, {&ringFwd, o.ringFwd},
@@ -283,7 +297,9 @@ Part readStage(ModuleOp program) {
     }
   for (auto f : program.getOps<func::FuncOp>()) {
     StringRef name = f.getSymName();
-    bool fwd = name.contains("forward_c"), bwd = name.contains("backward_c");
+    // A split backward's W ("backward_w_c0") is part of the backward.
+    bool fwd = name.contains("forward_c"), w = name.contains("backward_w_c"),
+         bwd = name.contains("backward_c") || w;
     // A last microbatch's variant ("backward_c0:last") replaces a run; it
     // adds none.
     if ((!fwd && !bwd) || name.ends_with(":last"))
@@ -297,6 +313,11 @@ Part readStage(ModuleOp program) {
       read("rt.flops", p.fwdFlops, p.bwdFlops);
       read("rt.dense_flops", p.fwdDense, p.bwdDense);
       read("rt.light_bytes", p.fwdLight, p.bwdLight);
+      if (w) {
+        double unused = 0;
+        read("rt.dense_flops", unused, p.wDense);
+        read("rt.light_bytes", unused, p.wLight);
+      }
     }
     if (auto slot = f->getAttrOfType<IntegerAttr>("rt.slot_bytes"))
       p.slotBytes = double(slot.getInt());
@@ -355,6 +376,14 @@ Part readStage(ModuleOp program) {
   for (auto buf : program.getOps<rt::BufferOp>()) {
     if (buf.getKind() != rt::BufferKind::Activation)
       continue;
+    // What B saves for W: the slot minus these is the unsplit backward's
+    // (each buffer of the slot takes its size rounded up to 64 bytes).
+    if (buf.getForWeightGrad()) {
+      double bytes = double((bytesOf(buf.getType()) + 63) / 64 * 64);
+      p.wSlotBytes += bytes;
+      p.slotBytes -= bytes;
+      continue;
+    }
     const int64_t at = int64_t(buf.getOffset());
     if (llvm::none_of(regions, [&](auto r) { return at >= r.first && at < r.second; }))
       p.staging += double(bytesOf(buf.getType()));
@@ -446,7 +475,8 @@ LogicalResult compileModule(MLIRContext &ctx, ModuleOp module,
 llvm::Expected<Calibration> calibrate(MLIRContext &ctx,
                                       const PlanOptions &options, int64_t tp,
                                       int64_t cp, int64_t ep, int64_t etp,
-                                      const std::string &recompute) {
+                                      const std::string &recompute,
+                                      bool zeroBubble) {
   // A module is compiled whole (its layers are not ours to remove).
   int64_t middle = 1;
   if (options.module) {
@@ -473,6 +503,9 @@ llvm::Expected<Calibration> calibrate(MLIRContext &ctx,
   l.bf16 = options.bf16 && options.activationBytes == 4;
   l.overlapGradReduce = false; // the dp reductions are modelled, not read
   l.overlapParamGather = false;
+  // The zero-bubble schedule's calibration: the backward split, for W's
+  // FLOPs and what B saves for it.
+  l.zeroBubble = zeroBubble;
   TrainPipelineOptions o;
   l.apply(o, /*globalBatch=*/3 * l.dp);
   o.ppLayers = llvm::ArrayRef<int64_t>{1, middle, 1};
@@ -481,9 +514,9 @@ llvm::Expected<Calibration> calibrate(MLIRContext &ctx,
     return llvm::createStringError(
         llvm::inconvertibleErrorCode(),
         "calibration compile (tp %lld, cp %lld, ep %lld, etp %lld, recompute "
-        "%s) failed: %s",
+        "%s%s) failed: %s",
         (long long)tp, (long long)cp, (long long)ep, (long long)etp,
-        recompute.c_str(), error.c_str());
+        recompute.c_str(), zeroBubble ? ", zb-h1" : "", error.c_str());
   std::map<int64_t, Part> stages;
   // Activation bytes as the options model them (the compile's are fp32,
   // but for the GEMMs' bf16 operand copies when it is in bf16).
@@ -492,7 +525,9 @@ llvm::Expected<Calibration> calibrate(MLIRContext &ctx,
     Part p = readStage(program);
     p.fwdLight *= act;
     p.bwdLight *= act;
+    p.wLight *= act;
     p.slotBytes *= act;
+    p.wSlotBytes *= act;
     p.transient *= act;
     p.staging *= act;
     p.p2pBytes *= act;
@@ -547,13 +582,14 @@ public:
   }
 
   static schedule::PipelineConfig scheduleConfig(int64_t pp, int64_t vpp,
-                                                 int64_t m) {
+                                                 int64_t m, bool zb = false) {
     schedule::PipelineConfig config;
     config.pp = pp;
     config.vpp = vpp;
     config.microbatches = m;
     config.layers = pp * vpp;
     config.kind = pp == 1   ? schedule::Kind::None
+                  : zb      ? schedule::Kind::ZbH1
                   : vpp > 1 ? schedule::Kind::Interleaved
                             : schedule::Kind::OneFOneB;
     return config;
@@ -561,13 +597,14 @@ public:
 
   /// The schedule's order per rank, and the microbatches each (rank, chunk)
   /// has in flight at most.
-  const ScheduleFacts &orders(int64_t pp, int64_t vpp, int64_t m) {
-    auto [it, inserted] =
-        orderCache.try_emplace(std::make_tuple(pp, vpp, m), ScheduleFacts());
+  const ScheduleFacts &orders(int64_t pp, int64_t vpp, int64_t m,
+                              bool zb = false) {
+    auto [it, inserted] = orderCache.try_emplace(
+        std::make_tuple(pp, vpp, m, zb), ScheduleFacts());
     if (!inserted)
       return it->second;
     ScheduleFacts &f = it->second;
-    f.ranks = schedule::buildSchedule(scheduleConfig(pp, vpp, m));
+    f.ranks = schedule::buildSchedule(scheduleConfig(pp, vpp, m, zb));
     f.inFlight.assign(size_t(pp), std::vector<int64_t>(size_t(vpp), 0));
     for (const schedule::RankSchedule &r : f.ranks) {
       std::vector<int64_t> now(size_t(vpp), 0);
@@ -586,17 +623,25 @@ public:
   }
 
   /// The schedule run with backward/forward time `ratio` (in steps of
-  /// 1/20): makespan in forward times, and the bubble.
+  /// 1/20): makespan in forward times, and the bubble. Under the
+  /// zero-bubble schedule (`weightRatio` >= 0) `ratio` is B's and
+  /// `weightRatio` W's.
   std::pair<double, double> simulation(int64_t pp, int64_t vpp, int64_t m,
-                                       double ratio) {
+                                       double ratio, double weightRatio = -1) {
+    const bool zb = weightRatio >= 0;
     int64_t key = std::max<int64_t>(1, std::lround(ratio * 20));
-    auto [it, inserted] =
-        simCache.try_emplace(std::make_tuple(pp, vpp, m, key), 0.0, 0.0);
+    int64_t wKey = zb ? std::max<int64_t>(1, std::lround(weightRatio * 20)) : -1;
+    auto [it, inserted] = simCache.try_emplace(
+        std::make_tuple(pp, vpp, m, key, wKey), 0.0, 0.0);
     if (!inserted)
       return it->second;
-    schedule::Simulation sim =
-        schedule::simulate(scheduleConfig(pp, vpp, m), orders(pp, vpp, m).ranks,
-                           1.0, double(key) / 20.0);
+    const size_t stages = size_t(pp * vpp);
+    schedule::Simulation sim = schedule::simulate(
+        scheduleConfig(pp, vpp, m, zb), orders(pp, vpp, m, zb).ranks,
+        std::vector<double>(stages, 1.0),
+        std::vector<double>(stages, double(key) / 20.0),
+        zb ? std::vector<double>(stages, double(wKey) / 20.0)
+           : std::vector<double>());
     it->second = {sim.makespan, sim.bubbleFraction};
     return it->second;
   }
@@ -652,7 +697,8 @@ public:
         part.axpy(1, c.head);
       return part;
     };
-    double tf = 0, tb = 0, commInStage = 0;
+    double tf = 0, tb = 0, tw = 0, commInStage = 0;
+    const bool zb = l.zeroBubble;
     const bool ppIntra = intra(l.tp * l.cp * l.dp, 2);
     for (int64_t s = 0; s < stages; ++s) {
       Part part = stagePart(s, cal);
@@ -699,6 +745,15 @@ public:
                  collF + ringF + p2p;
       double b = denseB + part.bwdLight * mb / cluster.hbmBandwidth +
                  collB + ringB + p2p;
+      // The zero-bubble schedule runs W, the weight gradients' GEMMs and
+      // reductions, apart: B is the rest of the backward.
+      if (zb) {
+        double w = part.wDense * mb / (peak * eff) +
+                   part.wLight * mb / cluster.hbmBandwidth;
+        b = std::max(b - w, 0.0);
+        tw = std::max(tw, w);
+        p.stageWeight.push_back(w);
+      }
       tf = std::max(tf, f);
       tb = std::max(tb, b);
       p.stageForward.push_back(f);
@@ -709,7 +764,7 @@ public:
       p.reason = "no cost (the phases have no costed ops)";
       return p;
     }
-    const ScheduleFacts &sf = orders(l.pp, l.vpp, m);
+    const ScheduleFacts &sf = orders(l.pp, l.vpp, m, zb);
 
     // Per pipeline rank: parameters, memory; the fullest rank counts.
     double worstMem = 0, worstDp = 0, worstOpt = 0;
@@ -729,7 +784,10 @@ public:
         Part part = stagePart(s, cal);
         params += part.params;
         expertParams += part.expertParams;
-        act += double(sf.inFlight[size_t(r)][size_t(c)]) * mb * part.slotBytes;
+        // Under the zero-bubble schedule a slot also keeps what B saved
+        // for W.
+        act += double(sf.inFlight[size_t(r)][size_t(c)]) * mb *
+               (part.slotBytes + (zb ? part.wSlotBytes : 0.0));
         double t = s == stages - 1 ? cal.lastTransient
                    : s == 0        ? cal.firstTransient
                                    : cal.middleTransient;
@@ -784,7 +842,10 @@ public:
                       reduceOver(expertParams, edp, edpIntra);
       double gather = gatherOver(dense, gradGroup, dpIntra) +
                       gatherOver(expertParams, edp, edpIntra);
-      double hidden = options.overlapGradReduce ? double(l.vpp) * tb : 0.0;
+      // The reductions start in the last microbatch's backward (in its W
+      // under the zero-bubble schedule) and overlap what follows it.
+      const double lastBackward = zb ? tw : double(l.vpp) * tb;
+      double hidden = options.overlapGradReduce ? lastBackward : 0.0;
       // --overlap-param-gather: the all-gather runs behind the next
       // iteration's first forward on this rank.
       if (l.paramGatherOverlapped())
@@ -793,7 +854,7 @@ public:
       // backward (m times the traffic, each hidden by one backward).
       if (l.distributedOptimizer && l.shardGrads)
         worstDp = std::max(worstDp, double(m) * std::max(0.0, reduce -
-                                                                  double(l.vpp) * tb) +
+                                                                  lastBackward) +
                                         gather);
       else
         worstDp = std::max(worstDp, std::max(0.0, reduce - hidden) + gather);
@@ -809,7 +870,8 @@ public:
       p.reason = "memory";
       return p;
     }
-    auto [makespanUnits, bubble] = simulation(l.pp, l.vpp, m, tb / tf);
+    auto [makespanUnits, bubble] =
+        simulation(l.pp, l.vpp, m, tb / tf, zb ? tw / tf : -1.0);
     p.bubbleFraction = bubble;
     p.afterPipelineSeconds = worstDp + worstOpt;
     p.stepSeconds = makespanUnits * tf + p.afterPipelineSeconds;
@@ -838,10 +900,10 @@ public:
     if (l.pp == 1 || p.stageForward.empty())
       return;
     const int64_t m = options.globalBatch / (l.microBatch * l.dp);
-    schedule::Simulation sim =
-        schedule::simulate(scheduleConfig(l.pp, l.vpp, m),
-                           orders(l.pp, l.vpp, m).ranks, p.stageForward,
-                           p.stageBackward);
+    schedule::Simulation sim = schedule::simulate(
+        scheduleConfig(l.pp, l.vpp, m, l.zeroBubble),
+        orders(l.pp, l.vpp, m, l.zeroBubble).ranks, p.stageForward,
+        p.stageBackward, p.stageWeight);
     if (!sim.deadlock.empty())
       return;
     double step = sim.makespan + p.afterPipelineSeconds;
@@ -854,8 +916,9 @@ public:
 private:
   const Cluster &cluster;
   const PlanOptions &options;
-  std::map<std::tuple<int64_t, int64_t, int64_t>, ScheduleFacts> orderCache;
-  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t>,
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, ScheduleFacts>
+      orderCache;
+  std::map<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>,
            std::pair<double, double>>
       simCache;
 };
@@ -912,20 +975,22 @@ llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
   MLIRContext &ctx = owned ? *owned : *options.module->getContext();
 
   PlanResult result;
-  using CalKey = std::tuple<int64_t, int64_t, int64_t, int64_t, std::string>;
+  using CalKey =
+      std::tuple<int64_t, int64_t, int64_t, int64_t, std::string, bool>;
   std::map<CalKey, Calibration> cals;
   // A layout whose calibration does not compile is not feasible (the
   // compiler's error is its reason).
   std::map<CalKey, std::string> calErrors;
   auto calibration = [&](int64_t tp, int64_t cp, int64_t ep, int64_t etp,
-                         const std::string &rc) -> const Calibration * {
-    auto key = std::make_tuple(tp, cp, ep, etp, rc);
+                         const std::string &rc,
+                         bool zb) -> const Calibration * {
+    auto key = std::make_tuple(tp, cp, ep, etp, rc, zb);
     if (auto it = cals.find(key); it != cals.end())
       return &it->second;
     if (calErrors.count(key))
       return nullptr;
     llvm::Expected<Calibration> c =
-        calibrate(ctx, resolved, tp, cp, ep, etp, rc);
+        calibrate(ctx, resolved, tp, cp, ep, etp, rc, zb);
     ++result.calibrationCompiles;
     if (!c) {
       calErrors[key] = llvm::toString(c.takeError());
@@ -979,7 +1044,15 @@ llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
             for (auto [ep, etp] : expertLayouts)
             for (const std::string &rc : recomputes)
               for (bool dist : {false, true})
-              for (bool shard : {false, true}) {
+              for (bool shard : {false, true})
+              for (bool zb : {false, true}) {
+                // The zero-bubble schedule: pipelines without virtual
+                // stages.
+                if (zb && (pp == 1 || vpp > 1))
+                  continue;
+                if (options.zeroBubble >= 0 && pp > 1 && vpp == 1 &&
+                    zb != bool(options.zeroBubble))
+                  continue;
                 // ZeRO-2 shards the distributed optimizer's gradients; a
                 // tied embedding across stages keeps them whole.
                 if (shard && (!dist || (g.tieEmbeddings && pp > 1)))
@@ -1011,16 +1084,19 @@ llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
                 l.overlapParamGather = options.overlapParamGather;
                 l.gradReduceBf16 = options.gradReduceBf16;
                 l.bf16 = options.bf16;
+                l.zeroBubble = zb;
                 ++result.candidates;
-                const Calibration *cal = calibration(tp, cp, ep, etp, rc);
+                const Calibration *cal = calibration(tp, cp, ep, etp, rc, zb);
                 const Calibration *modelCal =
-                    calibration(tp, cp, ep, etp, "none");
+                    calibration(tp, cp, ep, etp, "none", false);
                 if (!cal || !modelCal) {
                   Prediction p;
                   p.layout = l;
                   p.reason = "does not compile";
-                  const std::string &e = calErrors[std::make_tuple(
-                      tp, cp, ep, etp, cal ? std::string("none") : rc)];
+                  const std::string &e = calErrors[
+                      cal ? std::make_tuple(tp, cp, ep, etp, std::string("none"),
+                                            false)
+                          : std::make_tuple(tp, cp, ep, etp, rc, zb)];
                   if (result.compileError.empty())
                     result.compileError = e;
                   all.push_back(p);
@@ -1146,13 +1222,13 @@ void tessera::plan::printPlan(const PlanResult &result, const Cluster &cluster,
               : std::string();
       os << llvm::formatv(
           "{0,2}. tp {1} cp {2} pp {3} vpp {4} dp {5}{14} mb {6} recompute "
-          "{7}{8}: {9:F3} s/step, {10:F1} TFLOP/s/GPU, MFU {11:F3}, bubble "
+          "{7}{8}{15}: {9:F3} s/step, {10:F1} TFLOP/s/GPU, MFU {11:F3}, bubble "
           "{12:F3}, {13:F1} GiB",
           shown, l.tp, l.cp, l.pp, l.vpp, l.dp, l.microBatch, l.recompute,
           l.distributedOptimizer ? (l.shardGrads ? " zero2" : " distopt") : "",
           p.stepSeconds,
           p.tflopsPerGpu, p.mfu, p.bubbleFraction, gib(p.memoryBytes),
-          experts);
+          experts, l.zeroBubble ? " zb-h1" : "");
       if (p.compiledMemoryBytes > 0)
         os << llvm::formatv(" (compiled: {0:F1} GiB)", gib(p.compiledMemoryBytes));
       os << "\n";
@@ -1191,6 +1267,10 @@ void tessera::plan::printPlan(const PlanResult &result, const Cluster &cluster,
           j.attribute("cp", l.cp);
           j.attribute("pp", l.pp);
           j.attribute("vpp", l.vpp);
+          j.attribute("schedule", l.pp == 1         ? "none"
+                                  : l.zeroBubble    ? "zb-h1"
+                                  : l.vpp > 1       ? "interleaved"
+                                                    : "1f1b");
           j.attribute("dp", l.dp);
           if (g.numExperts > 0) {
             j.attribute("ep", l.ep);

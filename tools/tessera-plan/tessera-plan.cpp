@@ -98,6 +98,12 @@ static cl::opt<std::string> shardingStrategy(
     cl::desc("only no_shard, optim (the distributed optimizer) or "
              "optim_grads (ZeRO-2) layouts"),
     cl::init(""), cl::cat(category));
+static cl::opt<std::string> scheduleOpt(
+    "schedule",
+    cl::desc("the pipeline schedule of layouts without virtual stages: "
+             "1f1b or zb-h1 (the zero-bubble schedule); default: both are "
+             "searched"),
+    cl::init(""), cl::cat(category));
 static cl::opt<bool> noOverlap(
     "no-overlap-grad-reduce",
     cl::desc("reduce the data-parallel gradients after the backward instead "
@@ -229,6 +235,13 @@ int main(int argc, char **argv) {
                   std::to_string(int(distOpt)));
     options.distributedOptimizer = dist;
     options.shardGrads = s == "optim_grads" ? 1 : 0;
+  }
+  if (!scheduleOpt.empty()) {
+    if (scheduleOpt != "1f1b" && scheduleOpt != "zb-h1")
+      return fail("--schedule must be 1f1b or zb-h1, got '" + scheduleOpt +
+                  "' (layouts with virtual stages run the interleaved "
+                  "schedule)");
+    options.zeroBubble = scheduleOpt == "zb-h1" ? 1 : 0;
   }
   options.verifyTop = verifyTop;
   options.overlapGradReduce = !noOverlap;

@@ -50,6 +50,9 @@ LogicalResult BufferOp::verify() {
       !getOfAttr())
     return emitOpError() << "of kind '" << stringifyEnum(getKind())
                          << "' must name its parameter with 'of'";
+  if (getForWeightGrad() && getKind() != BufferKind::Activation)
+    return emitOpError() << "is saved for the weight gradients "
+                            "(for_weight_grad), which needs kind 'activation'";
   return success();
 }
 

@@ -106,7 +106,10 @@ def RT_BufferOp : RT_Op<"buffer", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     that lies in a pipeline chunk's slot region names that chunk in
     `chunk`: the runtime fills it, at the slot's copy, before each forward
     of that chunk (the chunks of an interleaved schedule share their slots,
-    so no other chunk's forward may write there).
+    so no other chunk's forward may write there). An activation with
+    `for_weight_grad` is what a split backward's input-gradient phase saves
+    in the slot for its weight-gradient phase (the zero-bubble schedule;
+    tessera-plan tells those bytes from the forward's).
 
     ```mlir
     rt.buffer @"fc1.weight" : memref<512x256xf32> {kind = "param", offset = 0 : i64,
@@ -127,7 +130,8 @@ def RT_BufferOp : RT_Op<"buffer", [Symbol, HasParent<"::mlir::ModuleOp">]> {
                        OptionalAttr<I64Attr>:$vocab_size,
                        OptionalAttr<StrAttr>:$rank_group,
                        OptionalAttr<I64Attr>:$rank_stride,
-                       OptionalAttr<I64Attr>:$chunk);
+                       OptionalAttr<I64Attr>:$chunk,
+                       UnitAttr:$for_weight_grad);
   let assemblyFormat = "$sym_name `:` $type attr-dict";
   let hasVerifier = 1;
 }

@@ -90,6 +90,9 @@ struct Layout {
   bool overlapParamGather = true;
   bool gradReduceBf16 = false;   ///< --grad-reduce-in-bf16
   bool bf16 = true;              ///< --bf16 (mixed precision)
+  /// --schedule zb-h1 (pp > 1, vpp 1): backwards split into B and W, W
+  /// filling the cool-down bubble; a slot held until its W.
+  bool zeroBubble = false;
 
   /// Whether the layout overlaps the parameter all-gather (it has one: the
   /// distributed optimizer over more than one rank, with the overlapped
@@ -123,6 +126,8 @@ struct Prediction {
   /// optimizer): the search simulates the schedule with every stage at the
   /// slowest one's times, the best layouts again with their own.
   std::vector<double> stageForward, stageBackward;
+  /// Under the zero-bubble schedule: each stage's W (stageBackward is B).
+  std::vector<double> stageWeight;
   double afterPipelineSeconds = 0;
 };
 
@@ -139,6 +144,9 @@ struct PlanOptions {
   std::string recompute;
   int distributedOptimizer = -1; ///< -1: both
   int shardGrads = -1; ///< ZeRO-2 with the distributed optimizer; -1: both
+  /// The zero-bubble schedule ZB-H1 for pipelines without virtual stages
+  /// (1: only it, 0: only 1F1B, -1: both).
+  int zeroBubble = -1;
   /// How the data-parallel gradients are reduced (Tessera's defaults:
   /// overlapped with the backward, in fp32).
   bool overlapGradReduce = true, gradReduceBf16 = false;

@@ -198,7 +198,11 @@ LogicalResult PersistentBuffers::collect(ModuleOp module,
       for (unsigned i = 0, e = f.getNumResults(); i < e; ++i)
         if (f.getResultAttr(i, kStashAttr)) {
           std::string name = bindingOf(f.getResultAttrDict(i), chunkOf(f));
-          slotChunk[add(name, rt::BufferKind::Activation, f.getResultTypes()[i])] = chunkOf(f);
+          SmallVector<NamedAttribute> attrs;
+          if (phase == kBackwardPhase)
+            attrs.push_back(b.getNamedAttr("for_weight_grad", b.getUnitAttr()));
+          slotChunk[add(name, rt::BufferKind::Activation, f.getResultTypes()[i],
+                        attrs)] = chunkOf(f);
         }
 
   return success();

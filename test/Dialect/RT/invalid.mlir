@@ -10,6 +10,11 @@ rt.buffer @g : memref<4x8xf32> {kind = "grad", offset = 0 : i64}
 
 // -----
 
+// expected-error @+1 {{is saved for the weight gradients (for_weight_grad), which needs kind 'activation'}}
+rt.buffer @dy : memref<4x8xf32> {kind = "input", offset = 0 : i64, for_weight_grad}
+
+// -----
+
 // expected-error @+1 {{needs a statically shaped memref type}}
 rt.buffer @w : memref<?x8xf32> {kind = "param", offset = 0 : i64}
 
