@@ -270,6 +270,10 @@ struct Calibration {
   double p2pBytes = 0; ///< a middle stage's sends per microbatch (both ways)
   double firstTransient = 0, middleTransient = 0, lastTransient = 0;
   double firstStaging = 0, middleStaging = 0, lastStaging = 0;
+  /// Under the zero-bubble schedule the first stage sends nothing back: its
+  /// B only receives and W is its whole backward; what it saves for W is
+  /// the gradient it receives (not a layer's share).
+  double firstWSlotBytes = 0;
 };
 
 int64_t bytesOf(Type t) {
@@ -549,6 +553,7 @@ llvm::Expected<Calibration> calibrate(MLIRContext &ctx,
   c.middleTransient = stages[1].transient;
   c.lastTransient = stages[2].transient;
   c.firstStaging = stages[0].staging;
+  c.firstWSlotBytes = stages[0].wSlotBytes;
   c.middleStaging = stages[1].staging;
   c.lastStaging = stages[2].staging;
   return c;
@@ -748,8 +753,16 @@ public:
       // The zero-bubble schedule runs W, the weight gradients' GEMMs and
       // reductions, apart: B is the rest of the backward.
       if (zb) {
-        double w = part.wDense * mb / (peak * eff) +
-                   part.wLight * mb / cluster.hbmBandwidth;
+        // (The first stage's B only receives: all its compute is W's.)
+        const bool first = s == 0;
+        double w = (first ? part.bwdDense : part.wDense) * mb / (peak * eff) +
+                   (first ? part.bwdLight : part.wLight) * mb /
+                       cluster.hbmBandwidth;
+        // The backward's collectives split with its GEMMs' FLOPs (W's
+        // gather the inputs of the weight GEMMs under sequence
+        // parallelism).
+        if (part.bwdDense > 0)
+          w += collB * (first ? 1.0 : part.wDense / part.bwdDense);
         b = std::max(b - w, 0.0);
         tw = std::max(tw, w);
         p.stageWeight.push_back(w);
@@ -787,7 +800,8 @@ public:
         // Under the zero-bubble schedule a slot also keeps what B saved
         // for W.
         act += double(sf.inFlight[size_t(r)][size_t(c)]) * mb *
-               (part.slotBytes + (zb ? part.wSlotBytes : 0.0));
+               (part.slotBytes +
+                (!zb ? 0.0 : s == 0 ? cal.firstWSlotBytes : part.wSlotBytes));
         double t = s == stages - 1 ? cal.lastTransient
                    : s == 0        ? cal.firstTransient
                                    : cal.middleTransient;

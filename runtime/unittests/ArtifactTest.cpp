@@ -465,6 +465,26 @@ TEST_F(ArtifactTest, SplitBackwardHoldsTheSlotUntilW) {
                      {"backward_w_c0", 1, 1}}),
               "runs 'backward_w_c0' for microbatch 0 on slot 1 but its "
               "backward (step 2) ran on slot 0");
+  // A weight-gradient phase has no Send/Recv.
+  {
+    ArtifactDesc desc = slottedSchedule(2, 2);
+    ProgramDesc &p = desc.programs[0];
+    p.function("backward_w_c0").push_back(
+        [&] {
+          InstrDesc in = instr(fb::Opcode::Send,
+                               {p.function("backward_c0").front().operands[0]},
+                               "send.w");
+          in.iattrs = {1, 0};
+          in.group = "pp";
+          return in;
+        }());
+    p.functionAttrs["backward_w_c0"] = p.functionAttrs["backward_c0"];
+    p.schedule = {{"forward_c0", 0, 0}, {"forward_c0", 1, 1},
+                  {"backward_c0", 0, 0}, {"backward_w_c0", 0, 0},
+                  {"backward_c0", 1, 1}, {"backward_w_c0", 1, 1}};
+    expectError(buildFile(buildPayload(desc)),
+                "Send in a weight-gradient phase (backward_w*)");
+  }
   // The backward ran, W not yet: the slot is not free.
   expectError(split({{"forward_c0", 0, 0},
                      {"backward_c0", 0, 0},

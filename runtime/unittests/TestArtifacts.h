@@ -721,6 +721,64 @@ inline ArtifactDesc twoStagePipeline(int64_t microbatches = 2, int64_t b = 2,
   return a;
 }
 
+/// twoStagePipeline under ZB-H1 (a split backward): stage 0's backward_c0
+/// only receives the gradient and its backward_w_c0 accumulates it; stage
+/// 1's backward_c0 computes and sends the gradient and its backward_w_c0
+/// adds the activation into "w.acc". Each rank runs 1F1B's F and B order,
+/// rank r running W(i - r) after B(i), and holds two slots (a slot is free
+/// after its W).
+inline ArtifactDesc zeroBubblePipeline(int64_t microbatches = 4, int64_t b = 2,
+                                       int64_t features = 4) {
+  using K = fb::BufferKind;
+  using O = fb::Opcode;
+  ArtifactDesc a = twoStagePipeline(microbatches, b, features);
+  const int m = int(microbatches);
+  for (int r = 0; r < 2; ++r) {
+    ProgramDesc &p = a.programs[size_t(r)];
+    p.function("backward_w_c0"); // (before the references below)
+    auto &bwd = p.function("backward_c0");
+    auto &w = p.function("backward_w_c0");
+    if (r == 0) {
+      // B receives; W accumulates what B received.
+      w.push_back(bwd.back());
+      bwd.pop_back();
+    } else {
+      // The slot region (activation, gradient) doubles: two slots; then a
+      // parameter W accumulates the activation into.
+      FunctionAttrs attrs = p.functionAttrs["forward_c0"];
+      attrs.numSlots = 2;
+      p.arenaBytes = attrs.slotBase + 2 * attrs.slotBytes;
+      p.functionAttrs["forward_c0"] = attrs;
+      p.functionAttrs["backward_c0"] = attrs;
+      int acc = p.add("w.acc", K::Param, {b, features});
+      RefDesc act = p.function("forward_c0").front().operands[0];
+      p.function("backward_w_c0").push_back(
+          instr(O::Axpy, {act, p.ref(acc)}, "w.acc"));
+    }
+    p.functionAttrs["backward_w_c0"] = p.functionAttrs["backward_c0"];
+    std::vector<ScheduleStepDesc> order;
+    int f = 0, weights = 0;
+    auto F = [&] { order.push_back({"forward_c0", f, f % 2}); ++f; };
+    int warmup = std::min(1 - r, m);
+    for (int i = 0; i < warmup; ++i)
+      F();
+    for (int i = 0; i < m; ++i) {
+      if (f < m)
+        F();
+      order.push_back({"backward_c0", i, i % 2});
+      if (i >= r) {
+        order.push_back({"backward_w_c0", weights, weights % 2});
+        ++weights;
+      }
+    }
+    for (; weights < m; ++weights)
+      order.push_back({"backward_w_c0", weights, weights % 2});
+    p.schedule = order;
+    p.scheduleKind = "zb-h1";
+  }
+  return a;
+}
+
 /// The distributed optimizer's in-place collectives over "dp" on a tp x dp
 /// mesh (tp fastest), every buffer `dtype` of `block` elements per dp rank
 /// (kind Activation: zeros, filled by the tests through writeBuffer):

@@ -62,3 +62,32 @@ module @pp0 attributes {dist.pp_rank = 0 : i64} {
   }
 }
 }
+
+// -----
+
+module {
+dist.mesh @mesh {pp = 2}
+module @pp0 attributes {dist.pp_rank = 0 : i64} {
+  func.func @backward_c0() attributes {dist.chunk = 0 : i64, tessera.phase = "backward"} {
+    return
+  }
+  // expected-error @+1 {{is a last-microbatch variant (tessera.last_microbatch) not named <backward>:last}}
+  func.func @backward_c0_last() attributes {dist.chunk = 0 : i64, tessera.last_microbatch, tessera.phase = "backward"} {
+    return
+  }
+}
+}
+
+// -----
+
+module {
+dist.mesh @mesh {pp = 2}
+module @pp0 attributes {dist.pp_rank = 0 : i64} {
+  // expected-error @+1 {{cannot be split into input- and weight-gradient phases: it has more than one block}}
+  func.func @backward_c0() attributes {dist.chunk = 0 : i64, tessera.phase = "backward"} {
+    return
+  ^bb1:
+    return
+  }
+}
+}

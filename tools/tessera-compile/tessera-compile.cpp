@@ -83,12 +83,15 @@ static mlir::LogicalResult planLayout(mlir::ModuleOp model,
     options.distributedOptimizer = s == "no_shard" ? 0 : 1;
     options.shardGrads = s == "optim_grads" ? 1 : 0;
   }
-  // A given schedule: 1f1b or zb-h1 restrict the layouts without virtual
-  // stages to it (interleaved needs --vpp, none pp 1: those the flags
-  // already restrict).
+  // A given schedule of one chunk per rank (1f1b, zb-h1) plans only layouts
+  // without virtual stages, under it (zb-h1 also needs --pp > 1, which the
+  // options check asked for); interleaved needs --vpp, none pp 1: those the
+  // flags already restrict.
   if (given.schedule.getNumOccurrences() &&
-      (given.schedule == "1f1b" || given.schedule == "zb-h1"))
+      (given.schedule == "1f1b" || given.schedule == "zb-h1")) {
     options.zeroBubble = given.schedule == "zb-h1" ? 1 : 0;
+    options.vpp = 1;
+  }
   if (given.overlapGradReduce.getNumOccurrences())
     options.overlapGradReduce = given.overlapGradReduce;
   if (given.overlapParamGather.getNumOccurrences())

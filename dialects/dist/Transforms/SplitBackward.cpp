@@ -58,6 +58,9 @@ struct Partition {
 /// The ops of B: receives, sends and everything a send reads.
 FailureOr<Partition> partition(func::FuncOp f) {
   Partition p;
+  if (!f.getBody().hasOneBlock())
+    return f.emitOpError() << "cannot be split into input- and weight-gradient "
+                              "phases: it has more than one block";
   Block &body = f.getBody().front();
   SmallVector<Operation *> work;
   for (Operation &op : body.without_terminator()) {
@@ -220,10 +223,11 @@ void SplitBackwardPass::runOnOperation() {
     for (auto f : program.getOps<func::FuncOp>())
       if (auto p = f->getAttrOfType<StringAttr>(kPhaseAttr)) {
         if (p.getValue() == kBackwardWPhase) {
+          auto rank = program->getAttrOfType<IntegerAttr>(kPpRankAttr);
           emitError(f.getLoc())
               << "the backward of pipeline rank "
-              << program->getAttrOfType<IntegerAttr>(kPpRankAttr).getInt()
-              << " is already split ('" << f.getSymName() << "')";
+              << (rank ? rank.getInt() : int64_t(-1)) << " is already split ('"
+              << f.getSymName() << "')";
           return signalPassFailure();
         }
         if (p.getValue() == kBackwardPhase && f->hasAttr(kChunkAttr))
@@ -255,6 +259,12 @@ void SplitBackwardPass::runOnOperation() {
           weightOps.push_back(&op);
       const bool last = f->hasAttr(kLastMicrobatchAttr);
       StringRef name = f.getSymName();
+      if (last && !name.ends_with(":last")) {
+        f.emitOpError() << "is a last-microbatch variant ("
+                        << kLastMicrobatchAttr
+                        << ") not named <backward>:last";
+        return signalPassFailure();
+      }
       if (last) {
         auto it = plain.find(chunk);
         if (it == plain.end() ||

@@ -576,6 +576,14 @@ Status Validator::checkProgram(int pi, const fb::Program &p) {
         if (in->loc() && in->loc()->size())
           where += " (" + in->loc()->str() + ")";
         TESSERA_RETURN_IF_ERROR(checkInstr(where, *in, arena));
+        // A weight-gradient phase computes while the sends before it are
+        // in flight (Executor::runThunks): it may not send or receive.
+        if (fname.rfind("backward_w", 0) == 0 &&
+            (in->op() == fb::Opcode::Send || in->op() == fb::Opcode::Recv))
+          return error(where, ": ", fb::EnumNameOpcode(in->op()),
+                       " in a weight-gradient phase (backward_w*), which "
+                       "runs while the previous phase's sends are in "
+                       "flight and has no point-to-point transfers");
         if (in->op() == fb::Opcode::ParamSyncStart &&
             !syncStarts.emplace(in->event(), where).second)
           return error(where, ": ParamSyncStart of sync id ", in->event(),

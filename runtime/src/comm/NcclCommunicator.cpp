@@ -350,7 +350,8 @@ StatusOr<CommRequest> NcclCommunicator::irecv(void *buffer, int64_t count,
   return queue(Pending::Kind::Recv, buffer, count, type, peer, tag);
 }
 
-Status NcclCommunicator::issuePointToPoint(std::vector<Pending> ops) {
+Status NcclCommunicator::issuePointToPoint(std::vector<Pending> ops,
+                                           bool orderCompute) {
   TESSERA_RETURN_IF_ERROR(checkUsable());
   // NCCL matches the operations between two ranks in issue order; ordering
   // each batch by tag makes that the tag matching the interface promises.
@@ -372,7 +373,32 @@ Status NcclCommunicator::issuePointToPoint(std::vector<Pending> ops) {
   Status end = api.groupEnd();
   TESSERA_RETURN_IF_ERROR(first);
   TESSERA_RETURN_IF_ERROR(end);
-  return orderBeforeCompute();
+  return orderCompute ? orderBeforeCompute() : Status();
+}
+
+Status NcclCommunicator::issue(const std::vector<CommRequest> &requests) {
+  std::vector<Pending> ops;
+  std::vector<int64_t> ids;
+  for (const CommRequest &r : requests)
+    if (auto it = pending.find(r.id);
+        it != pending.end() && it->second.kind != Pending::Kind::Collective) {
+      ops.push_back(it->second);
+      ids.push_back(r.id);
+    }
+  if (ops.empty())
+    return Status();
+  TESSERA_RETURN_IF_ERROR(issuePointToPoint(std::move(ops),
+                                            /*orderCompute=*/false));
+  // One completion event for the group, kept by its first request; the
+  // others wait for nothing more (an event-less entry).
+  TESSERA_ASSIGN_OR_RETURN(void *event, recordCompletion());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    Pending done;
+    done.kind = Pending::Kind::Collective;
+    done.event = i == 0 ? event : nullptr;
+    pending[ids[i]] = done;
+  }
+  return Status();
 }
 
 Status NcclCommunicator::wait(CommRequest request) {
@@ -384,10 +410,11 @@ Status NcclCommunicator::wait(CommRequest request) {
   if (p.kind != Pending::Kind::Collective)
     return issuePointToPoint({p});
   Status st = checkUsable();
-  if (st.ok())
+  if (st.ok() && p.event)
     st = api.streamWaitEvent(compute, p.event);
   // The wait is enqueued (or failed): the event may be recorded again.
-  releaseEvent(p.event);
+  if (p.event)
+    releaseEvent(p.event);
   return st;
 }
 
@@ -403,9 +430,10 @@ Status NcclCommunicator::waitAll(const std::vector<CommRequest> &requests) {
       unknown = r.id;
       continue;
     }
-    if (it->second.kind == Pending::Kind::Collective)
-      events.push_back(it->second.event);
-    else
+    if (it->second.kind == Pending::Kind::Collective) {
+      if (it->second.event) // (none: issued with another request's event)
+        events.push_back(it->second.event);
+    } else
       ops.push_back(it->second);
     pending.erase(it);
   }

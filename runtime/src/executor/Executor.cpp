@@ -575,10 +575,20 @@ Status Executor::runThunks(const DecodedFunction &fn, int slot,
   // computes under them (the zero-bubble schedules send B's input gradient
   // and run W while it travels); they join the next batch.
   const bool underSends =
-      fn.weightGrad &&
+      fn.weightGrad && !p2pBatch.empty() &&
       std::all_of(p2pBatch.begin(), p2pBatch.end(), [](const P2pOp &op) {
         return op.thunk->op == fb::Opcode::Send;
       });
+  // A backend that queues them until the wait (NCCL) starts them now, so
+  // that they travel while W computes.
+  if (underSends) {
+    std::map<Communicator *, std::vector<CommRequest>> byComm;
+    for (const P2pOp &op : p2pBatch)
+      byComm[op.comm].push_back(op.request);
+    for (auto &[comm, requests] : byComm)
+      TESSERA_RETURN_IF_ERROR(comm->issue(requests).withContext(
+          art->name() + ": starting the sends before '" + fn.name + "'"));
+  }
   for (const Thunk &t : fn.slots[size_t(slot)]) {
     const bool p2p = isPointToPoint(t.op);
     // Anything but another Send/Recv needs the open batch completed first.

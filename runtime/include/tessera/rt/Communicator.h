@@ -151,6 +151,13 @@ public:
   /// between kernels to let a started reduction overlap computation). The
   /// request stays valid for wait(). Default: nothing to drive.
   virtual Status progress(CommRequest request) { return Status(); }
+  /// Starts point-to-point requests a backend queues until their wait
+  /// (NCCL, which issues a batch as one group) now, without making the
+  /// computation wait for them; waiting for them later still completes
+  /// them. Nothing to do where they started when posted (MPI).
+  virtual Status issue(const std::vector<CommRequest> &requests) {
+    return Status();
+  }
 
   /// Point-to-point (pipeline stages). `peer` is a rank index within this
   /// group (0 <= peer < size()) and `tag` a non-negative message tag; a send

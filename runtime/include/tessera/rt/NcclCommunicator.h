@@ -133,6 +133,7 @@ public:
   /// started collectives among `requests`. Every request is consumed, even
   /// when an error is returned.
   Status waitAll(const std::vector<CommRequest> &requests) override;
+  Status issue(const std::vector<CommRequest> &requests) override;
 
   /// Blocks the host until every rank arrived (see the file comment).
   Status barrier() override;
@@ -197,7 +198,9 @@ private:
   CommRequest track(Pending pending);
   /// Issues `ops` as one NCCL group, ordered after the compute stream and
   /// before its later work.
-  Status issuePointToPoint(std::vector<Pending> ops);
+  /// Issues `ops` as one group after the compute stream's work so far;
+  /// with `orderCompute`, the compute stream's next work waits for them.
+  Status issuePointToPoint(std::vector<Pending> ops, bool orderCompute = true);
   StatusOr<CommRequest> queue(Pending::Kind kind, void *buffer, int64_t count,
                               ElementType type, int peer, int tag);
 
