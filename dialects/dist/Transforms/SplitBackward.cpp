@@ -299,10 +299,8 @@ void SplitBackwardPass::runOnOperation() {
           stashAttrs.push_back(b.getDictionaryAttr(b.getNamedAttr(
               kStashAttr, b.getI64IntegerAttr(base + int64_t(i)))));
         b.setInsertionPoint(w);
-        func::FuncOp input =
-            buildPhase(b, f, name, p->input.getArrayRef(), {}, 0, p->carried,
-                       stashAttrs);
-        (void)input;
+        buildPhase(b, f, name, p->input.getArrayRef(), {}, 0, p->carried,
+                   stashAttrs);
       }
     }
     for (func::FuncOp f : done)

@@ -56,6 +56,10 @@ bool isBackwardFunction(std::string_view name) {
   return name.substr(0, 8) == "backward";
 }
 
+bool isWeightGradFunction(std::string_view name) {
+  return name.substr(0, 10) == "backward_w";
+}
+
 std::string fbString(const flatbuffers::String *s) {
   return s ? s->str() : std::string();
 }

@@ -578,7 +578,7 @@ Status Validator::checkProgram(int pi, const fb::Program &p) {
         TESSERA_RETURN_IF_ERROR(checkInstr(where, *in, arena));
         // A weight-gradient phase computes while the sends before it are
         // in flight (Executor::runThunks): it may not send or receive.
-        if (fname.rfind("backward_w", 0) == 0 &&
+        if (isWeightGradFunction(fname) &&
             (in->op() == fb::Opcode::Send || in->op() == fb::Opcode::Recv))
           return error(where, ": ", fb::EnumNameOpcode(in->op()),
                        " in a weight-gradient phase (backward_w*), which "

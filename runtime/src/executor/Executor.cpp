@@ -271,7 +271,7 @@ Status Executor::bindFunctions() {
       f.name = fn->name() ? fn->name()->str() : "";
       f.chunk = fn->chunk();
       f.forward = isForwardFunction(f.name);
-      f.weightGrad = f.name.rfind("backward_w", 0) == 0;
+      f.weightGrad = isWeightGradFunction(f.name);
       f.numSlots = fn->num_slots();
       f.slotBase = f.numSlots > 0 ? fn->slot_base() : 0;
       f.slotBytes = f.numSlots > 0 ? fn->slot_bytes() : 0;
@@ -545,8 +545,7 @@ std::string Executor::phaseName(const DecodedFunction &fn,
                   [](char ch) { return std::isdigit((unsigned char)ch); }))
     chunk = std::atoi(fn.name.c_str() + c + 2);
   // A split backward's weight-gradient phase (backward_w_c<k>): W.
-  const bool weight = fn.name.rfind("backward_w", 0) == 0;
-  return std::string(forward ? "F " : weight ? "W " : "B ") +
+  return std::string(forward ? "F " : fn.weightGrad ? "W " : "B ") +
          (chunk >= 0 ? "c" + std::to_string(chunk) + " " : "") + mb;
 }
 

@@ -132,6 +132,9 @@ std::string shapeToString(const flatbuffers::Vector<int64_t> *shape);
 /// ("backward...") function.
 bool isForwardFunction(std::string_view name);
 bool isBackwardFunction(std::string_view name);
+/// A split backward's weight-gradient phase ("backward_w_c<k>"; also a
+/// backward function by name).
+bool isWeightGradFunction(std::string_view name);
 
 /// Human-readable manifest of the artifact: header fields, mesh, groups,
 /// batch, optimizer, per-program buffers, inputs and functions.
