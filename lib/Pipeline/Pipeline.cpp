@@ -102,6 +102,10 @@ tessera::checkTrainPipelineOptions(const TrainPipelineOptions &options) {
     return "--data-parallel-sharding-strategy optim_grads needs the "
            "distributed optimizer (--use-distributed-optimizer=false given)";
   // Megatron's checks (arguments.py), with its words.
+  if (options.tpCommOverlap && (!options.sequenceParallel || options.tp <= 1))
+    return "Tensor parallel communication/GEMM overlap can happen only when "
+           "sequence parallelism is enabled (--tp-comm-overlap needs "
+           "--sequence-parallel and --tp > 1)";
   if (options.overlapParamGather && !usesDistributedOptimizer(options))
     return "--overlap-param-gather only supported with distributed optimizer "
            "(--use-distributed-optimizer)";
@@ -248,6 +252,9 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   if (schedule::parseKind(options.schedule, kind) &&
       schedule::splitsBackward(kind))
     pm.addPass(dist::createSplitBackwardPass());
+  // After every phase has its final ops (recomputation, B/W split).
+  if (options.tpCommOverlap)
+    pm.addPass(dist::createTPCommOverlapPass());
   dist::PPSchedulePassOptions schedule;
   schedule.schedule = options.schedule;
   pm.addPass(dist::createPPSchedulePass(schedule));

@@ -156,6 +156,8 @@ std::vector<std::string> Layout::flags(int64_t globalBatch) const {
     f.insert(f.end(), {"--etp", std::to_string(etp)});
   if (tp > 1)
     f.push_back("--sequence-parallel");
+  if (tp > 1 && tpCommOverlap)
+    f.push_back("--tp-comm-overlap");
   if (recompute == "full")
     f.insert(f.end(), {"--recompute-granularity", "full", "--recompute-method",
                        "uniform", "--recompute-num-layers", "1"});
@@ -191,6 +193,7 @@ void Layout::apply(TrainPipelineOptions &o, int64_t globalBatch) const {
   o.microBatchSize = microBatch;
   o.globalBatchSize = globalBatch;
   o.sequenceParallel = tp > 1;
+  o.tpCommOverlap = tp > 1 && tpCommOverlap;
   o.bf16 = bf16;
   o.distributedOptimizer = distributedOptimizer;
   o.dataParallelShardingStrategy =
@@ -236,6 +239,11 @@ struct Part {
   /// Ring attention's K/V exchange per microbatch: (cp - 1) K/V blocks
   /// forward, K/V and their gradients backward (cp is applied later).
   double ringFwd = 0, ringBwd = 0;
+  /// --tp-comm-overlap's fused collectives per microbatch, forward and
+  /// backward (not in `comm`): their gather/scatter bytes, their count, and
+  /// the FLOPs of the GEMMs they are pipelined with.
+  double ovFwdBytes = 0, ovBwdBytes = 0, ovCount = 0;
+  double ovFwdFlops = 0, ovBwdFlops = 0;
 
   /// this += f x o, for every quantity that adds up over layers (the
   /// transient peak is a stage's, not a sum).
@@ -249,7 +257,9 @@ struct Part {
           {&params, o.params}, {&expertParams, o.expertParams},
           {&slotBytes, o.slotBytes},
           {&p2pBytes, o.p2pBytes}, {&ringFwd, o.ringFwd},
-          {&ringBwd, o.ringBwd}})
+          {&ringBwd, o.ringBwd}, {&ovFwdBytes, o.ovFwdBytes},
+          {&ovBwdBytes, o.ovBwdBytes}, {&ovCount, o.ovCount},
+          {&ovFwdFlops, o.ovFwdFlops}, {&ovBwdFlops, o.ovBwdFlops}})
       *mine += f * theirs;
     for (auto &[k, v] : o.comm)
       for (int i = 0; i < 3; ++i)
@@ -346,6 +356,29 @@ Part readStage(ModuleOp program) {
           p.comm[group.str()][1] += double(bytesOf(rows.getType()) * etp);
           p.comm[group.str()][2] += 1;
         }
+        return;
+      }
+      // --tp-comm-overlap's GEMMs with their ring exchanges: the gathered
+      // rows (all_gather_gemm's Xg) or the unreduced product (rows of A
+      // times Y's columns) travel, as in the all-gather or reduce-scatter.
+      if (kind == "rt.all_gather_gemm" || kind == "rt.gemm_reduce_scatter") {
+        auto shape = [&](int i) {
+          return cast<MemRefType>(op->getOperand(i).getType()).getShape();
+        };
+        auto numel = [&](int i) {
+          return double(cast<MemRefType>(op->getOperand(i).getType())
+                            .getNumElements());
+        };
+        const bool gather = kind == "rt.all_gather_gemm";
+        // The product's rows x columns, and its inner dimension.
+        double k = double(shape(0).back());
+        double rows = numel(gather ? 2 : 0) / k;
+        double cols = double(shape(3).back());
+        double moved = gather ? double(bytesOf(op->getOperand(2).getType()))
+                              : rows * cols * 4;
+        (fwd ? p.ovFwdBytes : p.ovBwdBytes) += moved;
+        (fwd ? p.ovFwdFlops : p.ovBwdFlops) += 2 * rows * cols * k;
+        p.ovCount += 1;
         return;
       }
       // The K and V thirds of the QKV operand go around the ring.
@@ -507,6 +540,10 @@ llvm::Expected<Calibration> calibrate(MLIRContext &ctx,
   l.bf16 = options.bf16 && options.activationBytes == 4;
   l.overlapGradReduce = false; // the dp reductions are modelled, not read
   l.overlapParamGather = false;
+  // The sequence-parallel collectives fused with their GEMMs, so that they
+  // are read apart from the others (the same bytes either way): a layout
+  // without --tp-comm-overlap costs them as plain collectives.
+  l.tpCommOverlap = true;
   // The zero-bubble schedule's calibration: the backward split, for W's
   // FLOPs and what B saves for it.
   l.zeroBubble = zeroBubble;
@@ -537,6 +574,8 @@ llvm::Expected<Calibration> calibrate(MLIRContext &ctx,
     p.p2pBytes *= act;
     p.ringFwd *= act;
     p.ringBwd *= act;
+    p.ovFwdBytes *= act;
+    p.ovBwdBytes *= act;
     for (auto &[kind, v] : p.comm) {
       v[0] *= act; // bytes, not the count of collectives
       v[1] *= act;
@@ -739,17 +778,28 @@ public:
       double coll = comm - ringF - ringB;
       double denseF = part.fwdDense * mb / (peak * eff),
              denseB = part.bwdDense * mb / (peak * eff);
-      // What-if (--tp-comm-overlap, Megatron's): the collectives hidden
-      // behind the GEMMs, only what they exceed exposed.
       double collF = coll * fwdShare, collB = coll * (1 - fwdShare);
-      if (options.tpCommOverlap) {
-        collF = std::max(0.0, collF - denseF);
-        collB = std::max(0.0, collB - denseB);
+      // The sequence-parallel gathers and reduce-scatters beside the
+      // column- and row-parallel GEMMs; with --tp-comm-overlap each
+      // phase's exchanges run under those GEMMs, exposed only where they
+      // take longer (the ring's first block aside).
+      double ovF = 0, ovB = 0;
+      if (double ov = part.ovFwdBytes + part.ovBwdBytes; ov > 0) {
+        auto [n, in] = groupSize("tp");
+        ovF = collective(0, part.ovFwdBytes * mb,
+                         part.ovCount * part.ovFwdBytes / ov, n, in);
+        ovB = collective(0, part.ovBwdBytes * mb,
+                         part.ovCount * part.ovBwdBytes / ov, n, in);
+        if (l.tpCommOverlap) {
+          ovF = std::max(0.0, ovF - part.ovFwdFlops * mb / (peak * eff));
+          ovB = std::max(0.0, ovB - part.ovBwdFlops * mb / (peak * eff));
+        }
+        comm += ovF + ovB;
       }
       double f = denseF + part.fwdLight * mb / cluster.hbmBandwidth +
-                 collF + ringF + p2p;
+                 collF + ovF + ringF + p2p;
       double b = denseB + part.bwdLight * mb / cluster.hbmBandwidth +
-                 collB + ringB + p2p;
+                 collB + ovB + ringB + p2p;
       // The zero-bubble schedule runs W, the weight gradients' GEMMs and
       // reductions, apart: B is the rest of the backward.
       if (zb) {
@@ -1099,6 +1149,7 @@ llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
                 l.gradReduceBf16 = options.gradReduceBf16;
                 l.bf16 = options.bf16;
                 l.zeroBubble = zb;
+                l.tpCommOverlap = options.tpCommOverlap;
                 ++result.candidates;
                 const Calibration *cal = calibration(tp, cp, ep, etp, rc, zb);
                 const Calibration *modelCal =
@@ -1286,6 +1337,7 @@ void tessera::plan::printPlan(const PlanResult &result, const Cluster &cluster,
                                   : l.vpp > 1       ? "interleaved"
                                                     : "1f1b");
           j.attribute("dp", l.dp);
+          j.attribute("tp_comm_overlap", l.tp > 1 && l.tpCommOverlap);
           if (g.numExperts > 0) {
             j.attribute("ep", l.ep);
             j.attribute("etp", l.etp > 0 ? l.etp : l.tp);

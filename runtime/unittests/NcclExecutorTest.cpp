@@ -771,6 +771,105 @@ TEST(NcclExecutorTest, ExpertExchangeMatchesMpi) {
 }
 
 //===----------------------------------------------------------------------===//
+// --tp-comm-overlap's GEMMs with their ring exchanges
+//===----------------------------------------------------------------------===//
+
+/// AllGatherGemm and GemmReduceScatter over NCCL: every exchange of the
+/// ring is issued as its own group before the GEMM it runs under (so on a
+/// GPU it travels on the communicator's stream while the GEMM computes),
+/// and the results equal the MPI run's and the unfused instructions' (the
+/// gather's GEMM by blocks of rows: equal here, where the fake's GEMM is
+/// the CPU's; the reduce-scatter's sums in ring order: equal at tp 2).
+TEST(NcclExecutorTest, TpCommOverlapMatchesMpiAndUnfused) {
+  const int n = worldSize(), r = worldRank();
+  const int64_t rows = 6, k = 5, cols = 7;
+  auto art = load(tpCommOverlap(n, rows, k, cols), "tpov.tsr");
+  auto nccl = makeRun(art, Wiring::Nccl, /*deviceMemory=*/true);
+  auto mpi = makeRun(art, Wiring::Mpi);
+  if (!nccl || !mpi)
+    return;
+  auto fill = [&](int64_t count, int salt) {
+    std::vector<float> v(static_cast<size_t>(count));
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = float((int(i) * 7 + salt * 13 + r * 29) % 23) / 8.0f - 1.25f;
+    return v;
+  };
+  const std::vector<std::pair<const char *, std::vector<float>>> inputs = {
+      {"x", fill(rows * k, 1)},
+      {"w", fill(cols * k, 2)},
+      {"a", fill(n * rows * k, 3)},
+      {"w2", fill(cols * k, 4)}};
+  for (::Run *run : {nccl.get(), mpi.get()})
+    for (const auto &[name, v] : inputs)
+      EXPECT_TRUE(
+          run->ex->writeBuffer(name, v.data(), int64_t(v.size() * 4)).ok());
+  nccl->startLog();
+  for (::Run *run : {nccl.get(), mpi.get()})
+    for (const char *fn : {"fused", "plain"}) {
+      Status st = run->ex->runFunction(fn);
+      ASSERT_TRUE(st.ok()) << fn << ": " << st.toString();
+    }
+  auto bytes = [](::Run &run, const char *name) {
+    auto v = run.ex->readBuffer(name);
+    EXPECT_TRUE(v.ok()) << name;
+    return v.ok() ? *v : std::vector<uint8_t>();
+  };
+  for (const char *name : {"gathered", "c", "y"})
+    EXPECT_TRUE(bytes(*nccl, name) == bytes(*mpi, name)) << name;
+  for (::Run *run : {nccl.get(), mpi.get()}) {
+    EXPECT_TRUE(bytes(*run, "gathered") == bytes(*run, "gathered.ref"));
+    EXPECT_TRUE(bytes(*run, "c") == bytes(*run, "c.ref"));
+    if (n <= 2) {
+      EXPECT_TRUE(bytes(*run, "y") == bytes(*run, "y.ref"));
+    } else {
+      // Another order of the same n-term sums: within a few roundings.
+      auto y = run->ex->readFloatBuffer("y");
+      auto ref = run->ex->readFloatBuffer("y.ref");
+      ASSERT_TRUE(y.ok() && ref.ok());
+      ASSERT_EQ(y->size(), ref->size());
+      for (size_t i = 0; i < y->size(); ++i)
+        EXPECT_NEAR((*y)[i], (*ref)[i], 1e-5 * (1 + std::fabs((*ref)[i])))
+            << "y[" << i << "]";
+    }
+  }
+  // The fused function's log: n - 1 groups of one send and one receive
+  // (the neighbours in the ring) per instruction, each ended before the
+  // GEMM launch it overlaps.
+  LogSummary s = summarize(*nccl);
+  int groups = 0, gemmsAfterGroup = 0;
+  bool groupOpen = false, groupJustEnded = false;
+  for (const Entry &e : s.log) {
+    const FakeNcclCall &call = e.call;
+    if (call.name == "groupStart") {
+      groupOpen = true;
+    } else if (call.name == "groupEnd") {
+      groupOpen = false;
+      groupJustEnded = true;
+      ++groups;
+    } else if (isNcclOperation(e) && groupOpen &&
+               (call.name == "send" || call.name == "recv")) {
+      EXPECT_EQ(call.peer, call.name == "send" ? (r + 1) % n : (r + n - 1) % n);
+    } else if (e.launch && call.name.rfind("launch:gemm", 0) == 0) {
+      if (groupJustEnded)
+        ++gemmsAfterGroup;
+      groupJustEnded = false;
+    }
+  }
+  if (n > 1) {
+    // The fused pair's 2 (n - 1) groups, then the plain collectives'.
+    EXPECT_GE(groups, 2 * (n - 1));
+    EXPECT_EQ(gemmsAfterGroup, 2 * (n - 1));
+  }
+  // The counters name the exchanges by the collective they carry out: the
+  // fused and the plain pair each move the ring volumes.
+  CommCounters c = nccl->ex->commCounters()["tp"];
+  EXPECT_EQ(c.p2p, 0u);
+  EXPECT_EQ(c.allGather, uint64_t(2 * (n - 1) * rows * k * 4));
+  EXPECT_EQ(c.reduceScatter, uint64_t(2 * (n - 1) * rows * cols * 4));
+  expectSameCounters(nccl->ex->commCounters(), mpi->ex->commCounters());
+}
+
+//===----------------------------------------------------------------------===//
 // Pipeline Send/Recv
 //===----------------------------------------------------------------------===//
 

@@ -911,6 +911,55 @@ inline ArtifactDesc expertExchange(int ep, int64_t experts, int64_t rows,
   return a;
 }
 
+/// --tp-comm-overlap's instructions over a tp group of every rank, next to
+/// their unfused forms: function "fused" runs AllGatherGemm (x, w ->
+/// gathered, c) and GemmReduceScatter (a, w2 -> y); "plain" the AllGather
+/// and Gemm into gathered.ref and c.ref, and the Gemm and ReduceScatter
+/// into y.ref. x is [rows, k] per rank, w [n, k] and w2 [n, k] used
+/// transposed, a [tp * rows, k].
+inline ArtifactDesc tpCommOverlap(int tp, int64_t rows, int64_t k,
+                                  int64_t n) {
+  using K = fb::BufferKind;
+  using O = fb::Opcode;
+  ArtifactDesc a;
+  a.worldSize = tp;
+  a.mesh = {{"tp", tp}, {"dp", 1}};
+  addTpDpGroups(a, tp, 1);
+  a.globalBatch = 1;
+  ProgramDesc p;
+  RefDesc x = p.ref(p.add("x", K::Activation, {rows, k}));
+  RefDesc w = p.ref(p.add("w", K::Activation, {n, k}));
+  RefDesc g = p.ref(p.add("gathered", K::Activation, {tp * rows, k}));
+  RefDesc c = p.ref(p.add("c", K::Activation, {tp * rows, n}));
+  RefDesc gRef = p.ref(p.add("gathered.ref", K::Activation, {tp * rows, k}));
+  RefDesc cRef = p.ref(p.add("c.ref", K::Activation, {tp * rows, n}));
+  RefDesc in = p.ref(p.add("a", K::Activation, {tp * rows, k}));
+  RefDesc w2 = p.ref(p.add("w2", K::Activation, {n, k}));
+  RefDesc ws = p.ref(p.add("workspace", K::Activation, {3 * rows * n}));
+  RefDesc y = p.ref(p.add("y", K::Activation, {rows, n}));
+  RefDesc prod = p.ref(p.add("product", K::Activation, {tp * rows, n}));
+  RefDesc yRef = p.ref(p.add("y.ref", K::Activation, {rows, n}));
+  p.function("microbatch");
+  InstrDesc ag = instr(O::AllGatherGemm, {x, w, g, c}, "fused.gather");
+  ag.group = "tp";
+  ag.transB = true;
+  InstrDesc rs = instr(O::GemmReduceScatter, {in, w2, ws, y}, "fused.scatter");
+  rs.group = "tp";
+  rs.transB = true;
+  p.function("fused") = {ag, rs};
+  InstrDesc gather = instr(O::AllGather, {x, gRef}, "plain.gather");
+  gather.group = "tp";
+  InstrDesc gemm = instr(O::Gemm, {gRef, w, cRef}, "plain.gemm");
+  gemm.transB = true;
+  InstrDesc gemm2 = instr(O::Gemm, {in, w2, prod}, "plain.gemm2");
+  gemm2.transB = true;
+  InstrDesc scatter = instr(O::ReduceScatter, {prod, yRef}, "plain.scatter");
+  scatter.group = "tp";
+  p.function("plain") = {gather, gemm, gemm2, scatter};
+  a.programs.push_back(std::move(p));
+  return a;
+}
+
 } // namespace tessera::rt::test
 
 #endif // TESSERA_RT_UNITTESTS_TESTARTIFACTS_H

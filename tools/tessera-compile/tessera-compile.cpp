@@ -96,6 +96,8 @@ static mlir::LogicalResult planLayout(mlir::ModuleOp model,
     options.overlapGradReduce = given.overlapGradReduce;
   if (given.overlapParamGather.getNumOccurrences())
     options.overlapParamGather = given.overlapParamGather;
+  if (given.tpCommOverlap.getNumOccurrences())
+    options.tpCommOverlap = given.tpCommOverlap;
   if (p.globalBatchSize <= 0)
     return fail("--plan needs --global-batch-size");
   llvm::Expected<plan::PlanResult> result = plan::plan(*cluster, options);

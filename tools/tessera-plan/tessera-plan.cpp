@@ -122,10 +122,11 @@ static cl::opt<bool> noOverlapParamGather(
     cl::desc("plan without --overlap-param-gather (the distributed "
              "optimizer's all-gather then runs in the step)"),
     cl::init(false), cl::cat(category));
-static cl::opt<bool> tpCommOverlap(
-    "tp-comm-overlap",
-    cl::desc("what-if: model the tensor-parallel collectives hidden behind "
-             "the GEMMs (Megatron's; Tessera's runtime does not do it)"),
+static cl::opt<bool> noTpCommOverlap(
+    "no-tp-comm-overlap",
+    cl::desc("plan without --tp-comm-overlap (the sequence-parallel "
+             "all-gathers and reduce-scatters then run apart from their "
+             "GEMMs)"),
     cl::init(false), cl::cat(category));
 static cl::opt<int64_t> top("top", cl::desc("layouts to print (default 10)"),
                             cl::init(10), cl::cat(category));
@@ -246,7 +247,7 @@ int main(int argc, char **argv) {
   options.verifyTop = verifyTop;
   options.overlapGradReduce = !noOverlap;
   options.overlapParamGather = !noOverlapParamGather;
-  options.tpCommOverlap = tpCommOverlap;
+  options.tpCommOverlap = !noTpCommOverlap;
   if (activations != "fp32" && activations != "bf16")
     return fail("--activations must be fp32 or bf16, got '" + activations + "'");
   options.activationBytes = activations == "bf16" ? 2 : 4;

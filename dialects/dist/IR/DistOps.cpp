@@ -859,4 +859,134 @@ static int64_t ringFlops(OpTy op, int64_t matmuls) {
 int64_t RingAttentionOp::getFlops() { return ringFlops(*this, 2); }
 int64_t RingAttentionGradOp::getFlops() { return ringFlops(*this, 5); }
 
+
+//===----------------------------------------------------------------------===//
+// Tensor-parallel communication overlapped with GEMMs
+//===----------------------------------------------------------------------===//
+
+DEFINE_MESH_LOOKUP(AllGatherMatmulOp)
+DEFINE_MESH_LOOKUP(MatmulReduceScatterOp)
+
+namespace {
+/// A GEMM's shape as nn.matmul views its operands: lhs `[..., k]` as
+/// `[rows, k]`, rhs as `[numel / last, last]` (transposed when asked).
+struct GemmShape {
+  int64_t rows = 0, k = 0, n = 0;
+};
+} // namespace
+
+/// The product's shape (lhs's leading dimensions, then n), or failure with
+/// an error on `op` naming the operands.
+static FailureOr<GemmShape> gemmShape(Operation *op, RankedTensorType lhs,
+                                      RankedTensorType rhs, bool transposeRhs) {
+  if (!lhs.hasStaticShape() || !rhs.hasStaticShape() || lhs.getRank() < 2 ||
+      rhs.getRank() < 2)
+    return op->emitOpError() << "needs static operands of rank 2 or more, got "
+                             << lhs << " and " << rhs;
+  if (lhs.getElementType() != rhs.getElementType() ||
+      !isa<Float32Type, BFloat16Type, Float16Type>(lhs.getElementType()))
+    return op->emitOpError() << "multiplies " << lhs << " by " << rhs
+                             << ": both f32, or both bf16 or f16";
+  GemmShape g;
+  int64_t last = rhs.getShape().back(), lead = rhs.getNumElements() / last;
+  g.k = transposeRhs ? last : lead;
+  g.n = transposeRhs ? lead : last;
+  g.rows = lhs.getNumElements() / lhs.getShape().back();
+  if (lhs.getShape().back() != g.k)
+    return op->emitOpError()
+           << "multiplies rows of " << lhs.getShape().back() << " features by "
+           << (transposeRhs ? "the transpose of " : "") << rhs
+           << ", which has " << g.k << " rows";
+  return g;
+}
+
+static RankedTensorType productType(RankedTensorType lhs, int64_t n) {
+  SmallVector<int64_t> shape(lhs.getShape());
+  shape.back() = n;
+  return RankedTensorType::get(shape, Float32Type::get(lhs.getContext()));
+}
+
+LogicalResult AllGatherMatmulOp::verify() {
+  auto in = cast<RankedTensorType>(getInput().getType());
+  auto gathered = cast<RankedTensorType>(getGathered().getType());
+  if (gathered.getElementType() != in.getElementType())
+    return emitOpError() << "gathers " << in << " into " << gathered
+                         << " of another element type";
+  FailureOr<GemmShape> g =
+      gemmShape(*this, gathered, cast<RankedTensorType>(getRhs().getType()),
+                getTransposeRhs());
+  if (failed(g))
+    return failure();
+  RankedTensorType product = productType(gathered, g->n);
+  if (getResult().getType() != product)
+    return emitOpError() << "result " << getResult().getType()
+                         << " must be the product " << product;
+  if (Value bias = getBias()) {
+    auto b = cast<RankedTensorType>(bias.getType());
+    if (!b.getElementType().isF32() || !b.hasStaticShape() ||
+        b.getNumElements() != g->n)
+      return emitOpError() << "bias " << b << " must be " << g->n
+                           << " f32 values";
+  }
+  return success();
+}
+
+LogicalResult
+AllGatherMatmulOp::verifySymbolUses(SymbolTableCollection &st) {
+  FailureOr<int64_t> size = resolveGroup(*this, getMeshAttr(), getGroup(), st);
+  if (failed(size))
+    return failure();
+  return checkScaledDim(*this, cast<RankedTensorType>(getInput().getType()),
+                        cast<RankedTensorType>(getGathered().getType()), 0,
+                        *size, /*gather=*/true);
+}
+
+LogicalResult MatmulReduceScatterOp::verify() {
+  auto lhs = cast<RankedTensorType>(getLhs().getType());
+  FailureOr<GemmShape> g = gemmShape(
+      *this, lhs, cast<RankedTensorType>(getRhs().getType()), getTransposeRhs());
+  if (failed(g))
+    return failure();
+  auto result = cast<RankedTensorType>(getResult().getType());
+  if (!result.getElementType().isF32())
+    return emitOpError() << "result " << result << " must be f32";
+  return success();
+}
+
+LogicalResult
+MatmulReduceScatterOp::verifySymbolUses(SymbolTableCollection &st) {
+  FailureOr<int64_t> size = resolveGroup(*this, getMeshAttr(), getGroup(), st);
+  if (failed(size))
+    return failure();
+  auto lhs = cast<RankedTensorType>(getLhs().getType());
+  auto rhs = cast<RankedTensorType>(getRhs().getType());
+  int64_t n = getTransposeRhs() ? rhs.getNumElements() / rhs.getShape().back()
+                                : rhs.getShape().back();
+  return checkScaledDim(*this, productType(lhs, n),
+                        cast<RankedTensorType>(getResult().getType()), 0, *size,
+                        /*gather=*/false);
+}
+
+int64_t AllGatherMatmulOp::getFlops() {
+  auto y = cast<RankedTensorType>(getResult().getType());
+  auto xg = cast<RankedTensorType>(getGathered().getType());
+  if (!y.hasStaticShape() || !xg.hasStaticShape())
+    return 0;
+  return 2 * y.getNumElements() * xg.getShape().back() +
+         (getBias() ? y.getNumElements() : 0);
+}
+
+int64_t MatmulReduceScatterOp::getFlops() {
+  auto lhs = cast<RankedTensorType>(getLhs().getType());
+  auto rhs = cast<RankedTensorType>(getRhs().getType());
+  if (!lhs.hasStaticShape() || !rhs.hasStaticShape())
+    return 0;
+  int64_t n = getTransposeRhs() ? rhs.getNumElements() / rhs.getShape().back()
+                                : rhs.getShape().back();
+  // The product's (the ring's additions are the reduction's, which no
+  // collective counts).
+  return 2 * (lhs.getNumElements() / lhs.getShape().back()) * n *
+         lhs.getShape().back();
+}
+
 } // namespace tessera::dist

@@ -289,6 +289,70 @@ def Dist_ReduceScatterOp : Dist_GroupOp<"reduce_scatter", [Pure,
 }
 
 //===----------------------------------------------------------------------===//
+// Tensor-parallel communication overlapped with GEMMs
+//===----------------------------------------------------------------------===//
+
+def Dist_AllGatherMatmulOp : Dist_GroupOp<"all_gather_matmul", [Pure,
+    DeclareOpInterfaceMethods<Tessera_CostOpInterface, ["getFlops"]>]> {
+  let summary = "all-gather along dim 0 pipelined with the GEMM that reads it";
+  let description = [{
+    Megatron-LM's `--tp-comm-overlap` for the all-gather before a
+    column-parallel GEMM under sequence parallelism (TransformerEngine's
+    userbuffers ring exchange; PyTorch's `fused_all_gather_matmul`):
+    `gathered` is `dist.all_gather` of `input` along dim 0 over `group`, and
+    `result` is `gathered @ op(rhs) (+ bias)` with the operands viewed as
+    matrices as nn.matmul views them (leading dimensions flattened into rows;
+    `op` transposes `rhs` when `transpose_rhs` is set: a linear's `[out, in]`
+    weight, or a stacked `[k, out, in]` one as `[k * out, in]`). The rank's
+    rows travel around the group's ring in tp steps; each step's GEMM of the
+    block that arrived runs while the next block travels. Every row of
+    `result` is the same product as the unfused GEMM's.
+
+    Made by tessera-tp-comm-overlap from `dist.all_gather` feeding
+    `nn.linear` or `nn.matmul`; `gathered` keeps the gather's other readers
+    (the weight gradient's GEMM).
+
+    ```mlir
+    %xg, %y = dist.all_gather_matmul %x, %w on @mesh "tp" {transpose_rhs} : (tensor<4x2x32xf32>, tensor<48x32xf32>) -> (tensor<8x2x32xf32>, tensor<8x2x48xf32>)
+    ```
+  }];
+  let arguments = (ins Dist_RankedTensor:$input, Dist_RankedTensor:$rhs,
+                       Optional<Dist_RankedTensor>:$bias,
+                       FlatSymbolRefAttr:$mesh, StrAttr:$group,
+                       UnitAttr:$transpose_rhs);
+  let results = (outs Dist_RankedTensor:$gathered, Dist_RankedTensor:$result);
+  let assemblyFormat = "$input `,` $rhs (`,` $bias^)? `on` $mesh $group attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+def Dist_MatmulReduceScatterOp : Dist_GroupOp<"matmul_reduce_scatter", [Pure,
+    DeclareOpInterfaceMethods<Tessera_CostOpInterface, ["getFlops"]>]> {
+  let summary = "a GEMM's partial sums reduce-scattered along dim 0, pipelined";
+  let description = [{
+    Megatron-LM's `--tp-comm-overlap` for the reduce-scatter after a
+    row-parallel GEMM under sequence parallelism (PyTorch's
+    `fused_matmul_reduce_scatter`): `result` is `dist.reduce_scatter` along
+    dim 0 over `group` of `lhs @ op(rhs)` (operands viewed as nn.matmul
+    views them). The product is computed one block of rows at a time; each
+    block's running sum travels around the ring to the next rank, which adds
+    its own block's product to it while the following one is computed.
+    After tp steps every rank holds its block summed over the group, in ring
+    order (another order of the same sum than the unfused reduce-scatter's;
+    at tp = 2 the same two terms, so the same bits).
+
+    ```mlir
+    %y = dist.matmul_reduce_scatter %a, %w on @mesh "tp" {transpose_rhs} : (tensor<8x2x16xf32>, tensor<32x16xf32>) -> tensor<4x2x32xf32>
+    ```
+  }];
+  let arguments = (ins Dist_RankedTensor:$lhs, Dist_RankedTensor:$rhs,
+                       FlatSymbolRefAttr:$mesh, StrAttr:$group,
+                       UnitAttr:$transpose_rhs);
+  let results = (outs Dist_RankedTensor:$result);
+  let assemblyFormat = "$lhs `,` $rhs `on` $mesh $group attr-dict `:` functional-type(operands, results)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
 // Context parallelism
 //===----------------------------------------------------------------------===//
 

@@ -289,6 +289,32 @@ def SplitBackwardPass : Pass<"tessera-split-backward", "mlir::ModuleOp"> {
   let dependentDialects = ["::tessera::dist::DistDialect", "::mlir::func::FuncDialect"];
 }
 
+def TPCommOverlapPass : Pass<"tessera-tp-comm-overlap", "mlir::ModuleOp"> {
+  let summary = "pipeline sequence parallelism's all-gathers and reduce-scatters with their GEMMs";
+  let description = [{
+    Megatron-LM's `--tp-comm-overlap` (TransformerEngine's userbuffers ring
+    exchange): under sequence parallelism, a `dist.all_gather` along dim 0
+    over "tp" whose result is the rows of an `nn.linear` or `nn.matmul`
+    becomes `dist.all_gather_matmul`, and a `dist.reduce_scatter` along dim
+    0 over "tp" of such a GEMM's result (its only reader) becomes
+    `dist.matmul_reduce_scatter`; the runtime pipelines each with the
+    GEMM's blocks of rows around the tp ring. Every phase is rewritten:
+    the forward's column-parallel input and row-parallel output, the
+    backward's gradient gather before the row-parallel linear's input
+    gradient and reduce-scatter after the column-parallel one's, and
+    recomputed forwards. A gather whose only readers cast it to one type
+    (bf16 GEMMs) gathers the cast instead, which is exact and halves its
+    bytes. A pair whose operands are defined too late (the GEMM's weight
+    after the gather's other readers) stays unfused.
+  }];
+  let dependentDialects = ["::tessera::dist::DistDialect", "::tessera::nn::NNDialect"];
+  let statistics = [
+    Statistic<"numGather", "all-gather-matmul", "all-gathers fused with their GEMM">,
+    Statistic<"numScatter", "matmul-reduce-scatter", "reduce-scatters fused with their GEMM">,
+    Statistic<"numCastHoisted", "cast-before-gather", "gathers that gather their readers' cast">
+  ];
+}
+
 def VerifySchedulePass : Pass<"tessera-verify-schedule", "mlir::ModuleOp"> {
   let summary = "prove that the pipeline schedule cannot hang";
   let description = [{

@@ -286,6 +286,58 @@ InstrAttrs ParamSyncWaitOp::getInstrAttrs() {
   return attrs;
 }
 
+InstrAttrs AllGatherGemmOp::getInstrAttrs() {
+  InstrAttrs attrs = collectiveAttrs(getGroup());
+  attrs.transB = getTransB();
+  return attrs;
+}
+InstrAttrs GemmReduceScatterOp::getInstrAttrs() {
+  InstrAttrs attrs = collectiveAttrs(getGroup());
+  attrs.transB = getTransB();
+  return attrs;
+}
+
+/// rows(c) x cols(c) = rows(a) x op(b): the GEMM of the fused collectives.
+static LogicalResult verifyFusedGemm(Operation *op, MemRefType a, MemRefType b,
+                                     MemRefType c, bool transB) {
+  if (a.getRank() < 2 || b.getRank() < 2 || c.getRank() < 2)
+    return op->emitOpError() << "expects buffers of rank >= 2";
+  auto [ar, ac] = asMatrix(a);
+  auto [br, bc] = asMatrix(b);
+  auto [cr, cc] = asMatrix(c);
+  int64_t kb = transB ? bc : br, n = transB ? br : bc;
+  if (ac != kb || cr != ar || cc != n)
+    return op->emitOpError() << "shapes do not form a product: " << a << " x "
+                             << b << " -> " << c;
+  return success();
+}
+
+// (The contract's SameFloatDType checks the operands' float types.)
+LogicalResult AllGatherGemmOp::verify() {
+  return verifyFusedGemm(*this, getGathered().getType(), getB().getType(),
+                         getC().getType(), getTransB());
+}
+
+LogicalResult GemmReduceScatterOp::verify() {
+  auto a = getA().getType();
+  if (a.getRank() < 2 || getB().getType().getRank() < 2 ||
+      getOutput().getType().getRank() < 2)
+    return emitOpError() << "expects buffers of rank >= 2";
+  auto [ar, ac] = asMatrix(a);
+  auto [br, bc] = asMatrix(getB().getType());
+  int64_t n = getTransB() ? br : bc;
+  auto [yr, yc] = asMatrix(getOutput().getType());
+  (void)ac;
+  if (yc != n || yr <= 0 || ar % yr != 0)
+    return emitOpError() << "output " << getOutput().getType()
+                         << " is not a block of rows of the product of " << a
+                         << " and " << getB().getType();
+  if (getWorkspace().getType().getNumElements() < 3 * yr * yc)
+    return emitOpError() << "workspace " << getWorkspace().getType()
+                         << " holds fewer than three output blocks";
+  return success();
+}
+
 #define GET_OP_CLASSES
 #include "dialects/rt/IR/RTOps.cpp.inc"
 

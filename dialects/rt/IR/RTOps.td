@@ -487,4 +487,41 @@ def RT_ReduceScatterOp : RT_InstrOp<"reduce_scatter", "ReduceScatter"> {
   let assemblyFormat = "$input `,` $output attr-dict `:` type($input) `,` type($output)";
 }
 
+def RT_AllGatherGemmOp : RT_InstrOp<"all_gather_gemm", "AllGatherGemm"> {
+  let summary = "all-gather along dim 0 pipelined with the GEMM of its rows";
+  let description = [{
+    `gathered` = the group's `input` blocks along dim 0 and `c` =
+    `gathered @ op(b)` (dist.all_gather_matmul): the blocks travel around
+    the group's ring, and the GEMM of each block's rows runs while the next
+    one travels.
+
+    ```mlir
+    rt.all_gather_gemm %x, %w, %xg, %y {group = "tp", trans_b} : memref<4x2x32xf32>, memref<48x32xf32>, memref<8x2x32xf32>, memref<8x2x48xf32>
+    ```
+  }];
+  let arguments = (ins RT_FloatBuf:$input, RT_FloatBuf:$b, RT_FloatBuf:$gathered,
+                       RT_F32Buf:$c, StrAttr:$group, UnitAttr:$trans_b);
+  let assemblyFormat = "$input `,` $b `,` $gathered `,` $c attr-dict `:` type($input) `,` type($b) `,` type($gathered) `,` type($c)";
+  let hasVerifier = 1;
+}
+
+def RT_GemmReduceScatterOp : RT_InstrOp<"gemm_reduce_scatter", "GemmReduceScatter"> {
+  let summary = "a GEMM's blocks of rows reduce-scattered along dim 0 around the ring";
+  let description = [{
+    `output` = this rank's dim-0 block of the sum over the group of
+    `a @ op(b)` (dist.matmul_reduce_scatter): each step computes one block's
+    product into `workspace` (three blocks of f32) and adds the running sum
+    that arrived from the previous rank, which travels on while the next
+    block is computed.
+
+    ```mlir
+    rt.gemm_reduce_scatter %a, %w, %ws, %y {group = "tp", trans_b} : memref<8x2x16xf32>, memref<32x16xf32>, memref<768xf32>, memref<4x2x32xf32>
+    ```
+  }];
+  let arguments = (ins RT_FloatBuf:$a, RT_FloatBuf:$b, RT_F32Buf:$workspace,
+                       RT_F32Buf:$output, StrAttr:$group, UnitAttr:$trans_b);
+  let assemblyFormat = "$a `,` $b `,` $workspace `,` $output attr-dict `:` type($a) `,` type($b) `,` type($workspace) `,` type($output)";
+  let hasVerifier = 1;
+}
+
 #endif // TESSERA_DIALECTS_RT_IR_RTOPS_TD

@@ -165,6 +165,14 @@ public:
                      "around each region"),
       llvm::cl::init(dist::TPPartitionPassOptions().sequenceParallel),
       onCommandLine};
+  Option<bool> tpCommOverlap{
+      *this, "tp-comm-overlap",
+      llvm::cl::desc("Megatron's --tp-comm-overlap: under sequence "
+                     "parallelism, pipeline each all-gather and "
+                     "reduce-scatter of the tensor-parallel regions with "
+                     "the GEMM beside it around the tp ring "
+                     "(tessera-tp-comm-overlap)"),
+      llvm::cl::init(false), onCommandLine};
   Option<bool> bf16{*this, "bf16",
                     llvm::cl::desc("mixed precision: bf16 parameters and "
                                    "GEMMs (f32 accumulation), f32 elsewhere, "

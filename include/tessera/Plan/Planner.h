@@ -93,6 +93,10 @@ struct Layout {
   /// --schedule zb-h1 (pp > 1, vpp 1): backwards split into B and W, W
   /// filling the cool-down bubble; a slot held until its W.
   bool zeroBubble = false;
+  /// --tp-comm-overlap (with tp > 1, where sequence parallelism is on):
+  /// the sequence-parallel all-gathers and reduce-scatters pipelined with
+  /// the GEMMs beside them.
+  bool tpCommOverlap = true;
 
   /// Whether the layout overlaps the parameter all-gather (it has one: the
   /// distributed optimizer over more than one rank, with the overlapped
@@ -158,10 +162,8 @@ struct PlanOptions {
   /// The distributed optimizer's parameter all-gather behind the next
   /// forward (--overlap-param-gather, planned wherever it applies).
   bool overlapParamGather = true;
-  /// What-if: an overlap Megatron has and Tessera's runtime does not (the
-  /// planned flags cannot ask for it): the tensor-parallel collectives
-  /// behind the GEMMs (--tp-comm-overlap).
-  bool tpCommOverlap = false;
+  /// --tp-comm-overlap, planned wherever tp > 1 (false: plan without it).
+  bool tpCommOverlap = true;
   /// Compile the best `verifyTop` candidates whole for their exact memory.
   int64_t verifyTop = 1;
 };

@@ -720,6 +720,44 @@ PATTERN(ReduceScatterPattern, dist::ReduceScatterOp) {
   return Value();
 }
 
+/// --tp-comm-overlap: the gather's ring under the GEMM of its blocks, then
+/// the bias (as LinearPattern).
+PATTERN(AllGatherMatmulPattern, dist::AllGatherMatmulOp) {
+  if (state.plan.accumulates(o.getResult()))
+    return o.emitOpError() << "cannot accumulate into its result (the ring "
+                              "writes each block of rows once)";
+  Value y = state.bufferOf(b, o.getResult());
+  SmallVector<NamedAttribute> attrs{b.getNamedAttr("group", o.getGroupAttr())};
+  if (o.getTransposeRhs())
+    attrs.push_back(b.getNamedAttr("trans_b", b.getUnitAttr()));
+  rt::AllGatherGemmOp::create(
+      b, o.getLoc(), TypeRange{},
+      ValueRange{state.operand(b, o, 0), state.operand(b, o, 1),
+                 state.bufferOf(b, o.getGathered()), y},
+      attrs);
+  if (o.getBias())
+    rt::BiasAddOp::create(b, o.getLoc(), TypeRange{},
+                          ValueRange{y, state.operand(b, o, 2), y},
+                          ArrayRef<NamedAttribute>{});
+  return Value();
+}
+
+PATTERN(MatmulReduceScatterPattern, dist::MatmulReduceScatterOp) {
+  if (state.plan.accumulates(o.getResult()))
+    return o.emitOpError() << "cannot accumulate into its result (the ring "
+                              "writes this rank's block once)";
+  Value w = state.scratchBuffer(b, state.plan.scratchOf.lookup(o)[0]);
+  SmallVector<NamedAttribute> attrs{b.getNamedAttr("group", o.getGroupAttr())};
+  if (o.getTransposeRhs())
+    attrs.push_back(b.getNamedAttr("trans_b", b.getUnitAttr()));
+  rt::GemmReduceScatterOp::create(
+      b, o.getLoc(), TypeRange{},
+      ValueRange{state.operand(b, o, 0), state.operand(b, o, 1), w,
+                 state.bufferOf(b, o.getResult())},
+      attrs);
+  return Value();
+}
+
 /// Adds this microbatch's contributions to the bucket's gradients, scales
 /// the bucket view and starts its all-reduce or reduce-scatter.
 PATTERN(BucketReduceStartPattern, dist::BucketReduceStartOp) {
@@ -1050,7 +1088,7 @@ LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
       AllReduceStartPattern, WaitPattern, ScatterToRegionPattern,
       GatherFromRegionPattern, AllGatherPattern, AllToAllPattern,
       ExpertDispatchPattern, ExpertCombinePattern,
-      ReduceScatterPattern,
+      ReduceScatterPattern, AllGatherMatmulPattern, MatmulReduceScatterPattern,
       BucketReduceStartPattern, BucketReduceWaitPattern, ParamSyncWaitPattern,
       PackPattern,
       UnpackPattern, SendPattern, RecvPattern, ReturnPattern>(patterns,

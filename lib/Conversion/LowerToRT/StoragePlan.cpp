@@ -634,6 +634,10 @@ LogicalResult PhasePlan::planOp(Operation *op) {
                  (c.getEtp() > 1
                       ? c.getEtp() * c.getResult().getType().getNumElements()
                       : 0);
+  // --tp-comm-overlap's reduce-scatter: two blocks of partial sums (one
+  // computed while the other travels) and the block that arrives.
+  if (auto f = dyn_cast<dist::MatmulReduceScatterOp>(op))
+    ringFloats = 3 * f.getResult().getType().getNumElements();
   if (ringFloats > 0) {
     int id = newStorage(RankedTensorType::get(
         {ringFloats}, Float32Type::get(op->getContext())));

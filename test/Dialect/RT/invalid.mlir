@@ -66,3 +66,35 @@ func.func @f(%x: memref<8xf32>) {
   rt.all_reduce %x {group = "dp", reduction = "mean"} : memref<8xf32>
   return
 }
+
+// -----
+
+func.func @f(%x: memref<4x8xf32>, %w: memref<6x8xf32>, %g: memref<8x8xf32>, %c: memref<8x8xf32>) {
+  // expected-error @+1 {{shapes do not form a product: 'memref<8x8xf32>' x 'memref<6x8xf32>' -> 'memref<8x8xf32>'}}
+  rt.all_gather_gemm %x, %w, %g, %c {group = "tp", trans_b} : memref<4x8xf32>, memref<6x8xf32>, memref<8x8xf32>, memref<8x8xf32>
+  return
+}
+
+// -----
+
+func.func @f(%x: memref<4x8xbf16>, %w: memref<6x8xf32>, %g: memref<8x8xbf16>, %c: memref<8x6xf32>) {
+  // expected-error @+1 {{buffers 0 (X) and 1 (B) must be the same float type (f32, bf16 or f16), got 'memref<4x8xbf16>' and 'memref<6x8xf32>'}}
+  rt.all_gather_gemm %x, %w, %g, %c {group = "tp", trans_b} : memref<4x8xbf16>, memref<6x8xf32>, memref<8x8xbf16>, memref<8x6xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<8x8xf32>, %w: memref<6x8xf32>, %ws: memref<8xf32>, %y: memref<4x6xf32>) {
+  // expected-error @+1 {{workspace 'memref<8xf32>' holds fewer than three output blocks}}
+  rt.gemm_reduce_scatter %a, %w, %ws, %y {group = "tp", trans_b} : memref<8x8xf32>, memref<6x8xf32>, memref<8xf32>, memref<4x6xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<8x8xf32>, %w: memref<6x8xf32>, %ws: memref<72xf32>, %y: memref<3x6xf32>) {
+  // expected-error @+1 {{output 'memref<3x6xf32>' is not a block of rows of the product of 'memref<8x8xf32>' and 'memref<6x8xf32>'}}
+  rt.gemm_reduce_scatter %a, %w, %ws, %y {group = "tp", trans_b} : memref<8x8xf32>, memref<6x8xf32>, memref<72xf32>, memref<3x6xf32>
+  return
+}

@@ -24,6 +24,7 @@
 
 #include "tessera/rt/Status.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -183,6 +184,14 @@ public:
   virtual bool streamOrdered() const { return false; }
 
   const CommCounters &counters() const { return stats; }
+  /// Moves `bytes` counted as point-to-point to the collective a ring of
+  /// isends carried out (`kind`: &CommCounters::allGather, ...: the fused
+  /// GEMMs of --tp-comm-overlap), so that the counters name the exchange.
+  void countP2pAs(uint64_t CommCounters::*kind, uint64_t bytes) {
+    bytes = std::min(bytes, stats.p2p);
+    stats.p2p -= bytes;
+    stats.*kind += bytes;
+  }
   void resetCounters() { stats = CommCounters(); }
 
 protected:

@@ -24,6 +24,7 @@
 //   MoE.cpp          router, dispatch and combine, grouped GEMMs, expert
 //                    parallelism's exchanges
 //   Collectives.cpp  collectives, async events, pipeline send/recv
+//   TensorParallel.cpp  --tp-comm-overlap's GEMMs with their ring exchanges
 // Internal to the executor.
 //
 //===----------------------------------------------------------------------===//
