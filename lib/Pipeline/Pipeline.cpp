@@ -213,6 +213,10 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
     pm.addPass(nn::createFuseAddLayerNormPass());
 
   pm.addPass(nn::createAutodiffPass());
+  // The 16-bit GEMMs' operands gathered in 16 bits (the forward's and the
+  // backward's gathers, as autodiff made them).
+  if (options.bf16 || options.fp16)
+    pm.addPass(dist::createCastBeforeGatherPass());
 
   dist::DPGradAllReducePassOptions grads;
   grads.bucketSize = options.bucketSize;

@@ -1,6 +1,6 @@
 // RUN: tessera-gen gpt --layers 1 --hidden 32 --heads 4 --vocab 257 --seq 8 -o %t.mlir
 // RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2" --tessera-set-batch="micro-batch-size=2" --tessera-pad-vocab --tessera-tp-partition="sequence-parallel=1" --tessera-autodiff --tessera-tp-comm-overlap | FileCheck %s
-// RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2" --tessera-set-batch="micro-batch-size=2" --tessera-pad-vocab --tessera-tp-partition="sequence-parallel=1" --tessera-mixed-precision --tessera-autodiff --tessera-tp-comm-overlap | FileCheck %s --check-prefix=BF16
+// RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2" --tessera-set-batch="micro-batch-size=2" --tessera-pad-vocab --tessera-tp-partition="sequence-parallel=1" --tessera-mixed-precision --tessera-autodiff --tessera-cast-before-gather --tessera-tp-comm-overlap | FileCheck %s --check-prefix=BF16
 // RUN: tessera-opt %s --split-input-file --tessera-tp-comm-overlap | FileCheck %s --check-prefix=KEEP
 
 // Megatron's --tp-comm-overlap under sequence parallelism: each region's
@@ -31,8 +31,8 @@
 // CHECK-NOT: dist.all_gather {{.*}}"tp"
 // CHECK-NOT: dist.reduce_scatter {{.*}}"tp"
 
-// With bf16 GEMMs the cast of the gathered rows moves before the gather
-// (the same values), which then carries bf16 and fuses with the GEMM.
+// With bf16 GEMMs tessera-cast-before-gather has the gather carry the
+// bf16 rows, which then fuses with the GEMM.
 // BF16: %[[X16:.*]] = nn.cast %{{.*}} {nn.layer = 0 : i64} : tensor<4x2x32xf32> to tensor<4x2x32xbf16>
 // BF16-NEXT: %[[B32:.*]] = nn.cast %arg7 : tensor<48xbf16> to tensor<48xf32>
 // BF16-NEXT: dist.all_gather_matmul %[[X16]], %arg6, %[[B32]] on @mesh "tp" {nn.layer = 0 : i64, transpose_rhs} : (tensor<4x2x32xbf16>, tensor<48x32xbf16>, tensor<48xf32>) -> (tensor<8x2x32xbf16>, tensor<8x2x48xf32>)

@@ -302,16 +302,34 @@ def TPCommOverlapPass : Pass<"tessera-tp-comm-overlap", "mlir::ModuleOp"> {
     the forward's column-parallel input and row-parallel output, the
     backward's gradient gather before the row-parallel linear's input
     gradient and reduce-scatter after the column-parallel one's, and
-    recomputed forwards. A gather whose only readers cast it to one type
-    (bf16 GEMMs) gathers the cast instead, which is exact and halves its
-    bytes. A pair whose operands are defined too late (the GEMM's weight
-    after the gather's other readers) stays unfused.
+    recomputed forwards. A pair whose operands are defined too late (the
+    GEMM's weight after the gather's other readers) stays unfused.
   }];
   let dependentDialects = ["::tessera::dist::DistDialect", "::tessera::nn::NNDialect"];
   let statistics = [
     Statistic<"numGather", "all-gather-matmul", "all-gathers fused with their GEMM">,
-    Statistic<"numScatter", "matmul-reduce-scatter", "reduce-scatters fused with their GEMM">,
-    Statistic<"numCastHoisted", "cast-before-gather", "gathers that gather their readers' cast">
+    Statistic<"numScatter", "matmul-reduce-scatter", "reduce-scatters fused with their GEMM">
+  ];
+}
+
+def CastBeforeGatherPass : Pass<"tessera-cast-before-gather", "mlir::ModuleOp"> {
+  let summary = "gather the 16-bit rows the GEMMs read, not their f32 source";
+  let description = [{
+    Under mixed precision a GEMM reads a bf16 (or f16) cast of its f32
+    operand; where that operand is a `dist.all_gather` (sequence
+    parallelism's gathers before the column-parallel GEMMs, and the
+    backward's gradient gathers before the row-parallel ones), the cast
+    moves before the gather: an all-gather whose every reader is an
+    `nn.cast` to one type becomes the cast of its input, gathered. The
+    values are the same (the cast is elementwise), the gather carries half
+    the bytes, and the gathered rows are kept in 16 bits, as Megatron-LM's
+    bf16 activations are. A parameter bucket's gather (`param_sync`) is not
+    touched. tessera-compile runs it after autodiff under `--bf16` and
+    `--fp16`.
+  }];
+  let dependentDialects = ["::tessera::dist::DistDialect", "::tessera::nn::NNDialect"];
+  let statistics = [
+    Statistic<"numHoisted", "gathers-of-casts", "gathers that now gather their readers' cast">
   ];
 }
 

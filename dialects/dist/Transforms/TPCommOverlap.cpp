@@ -10,7 +10,9 @@
 //
 // The pass runs after autodiff, the recomputation and the zero-bubble
 // split, so every phase's pairs are found as they will run; it changes no
-// value, only how the collectives and GEMMs are scheduled together.
+// value, only how the collectives and GEMMs are scheduled together. Under
+// mixed precision tessera-cast-before-gather has already made the gathers
+// carry the GEMMs' bf16 rows.
 //
 //===----------------------------------------------------------------------===//
 
@@ -100,47 +102,6 @@ Operation *lastDefinition(Operation *after, ArrayRef<Value> values) {
   return after;
 }
 
-/// A gather whose only readers cast it to one type gathers the cast: the
-/// same values (the cast is elementwise), half the bytes for bf16, and the
-/// GEMM then reads the gather directly.
-bool hoistCast(AllGatherOp gather) {
-  Value g = gather.getResult();
-  if (g.use_empty())
-    return false;
-  Type to;
-  for (Operation *user : g.getUsers()) {
-    auto c = dyn_cast<nn::CastOp>(user);
-    if (!c)
-      return false;
-    Type t = c.getType().getElementType();
-    if (to && t != to)
-      return false;
-    to = t;
-  }
-  auto in = gather.getInput().getType();
-  if (in.getElementType() == to)
-    return false;
-  auto first = cast<nn::CastOp>(*llvm::min_element(
-      g.getUsers(), [](Operation *a, Operation *b) {
-        return a->isBeforeInBlock(b);
-      }));
-  OpBuilder b(gather);
-  auto shard = nn::CastOp::create(b, first.getLoc(), in.clone(to),
-                                  gather.getInput());
-  shard->setDiscardableAttrs(first->getDiscardableAttrDictionary());
-  auto gathered = AllGatherOp::create(
-      b, gather.getLoc(), gather.getType().clone(to), shard,
-      gather.getMeshAttr(), gather.getGroupAttr(), gather.getDimAttr(),
-      /*param_sync=*/nullptr);
-  gathered->setDiscardableAttrs(gather->getDiscardableAttrDictionary());
-  for (Operation *user : llvm::make_early_inc_range(g.getUsers())) {
-    user->getResult(0).replaceAllUsesWith(gathered.getResult());
-    user->erase();
-  }
-  gather.erase();
-  return true;
-}
-
 /// all_gather then the GEMM of its rows: one dist.all_gather_matmul where
 /// the GEMM's operands are all defined and before every other reader of
 /// the gathered rows.
@@ -222,15 +183,6 @@ void TPCommOverlapPass::runOnOperation() {
   for (ReduceScatterOp s : scatters)
     if (fuseScatter(s))
       ++numScatter;
-  // A hoisted cast makes a new gather: collect them again.
-  for (AllGatherOp g : gathers)
-    if (hoistCast(g))
-      ++numCastHoisted;
-  gathers.clear();
-  getOperation().walk([&](AllGatherOp g) {
-    if (!g.getParamSync() && isSequenceCollective(g.getGroup(), g.getDim()))
-      gathers.push_back(g);
-  });
   for (AllGatherOp g : gathers)
     if (fuseGather(g))
       ++numGather;

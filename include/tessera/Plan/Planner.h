@@ -155,9 +155,10 @@ struct PlanOptions {
   /// overlapped with the backward, in fp32).
   bool overlapGradReduce = true, gradReduceBf16 = false;
   /// Bytes of an activation element: 4, Tessera's (activations, and so
-  /// the tp, cp and pipeline transfers, are fp32 even under bf16, but for
-  /// the bf16 copies the GEMMs read), or 2 to model a runtime that keeps
-  /// them all in 16 bits as Megatron does.
+  /// the cp and pipeline transfers, are fp32 even under bf16, but for the
+  /// bf16 copies the GEMMs read and the sequence-parallel gathers that
+  /// carry them), or 2 to model a runtime that keeps them all in 16 bits
+  /// as Megatron does.
   double activationBytes = 4;
   /// The distributed optimizer's parameter all-gather behind the next
   /// forward (--overlap-param-gather, planned wherever it applies).
