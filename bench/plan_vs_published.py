@@ -84,9 +84,10 @@ def paper_flops(batch, layers, hidden, recompute=True):
 
 # How the published runs reduced gradients and kept activations (Megatron-LM
 # 2021: gradients all-reduced in 16 bits after the backward, activations in
-# 16 bits); Tessera's own defaults differ (overlapped fp32 reductions, fp32
-# activations), and tessera-plan models either.
-MEGATRON_2021 = ["--no-overlap-grad-reduce", "--grad-reduce-in-bf16",
+# 16 bits, tensor-parallel collectives apart from the GEMMs); Tessera's own
+# defaults differ (overlapped fp32 reductions, fp32 activations,
+# --tp-comm-overlap), and tessera-plan models either.
+MEGATRON_2021 = ["--no-overlap-grad-reduce", "--grad-reduce-in-bf16", "--no-tp-comm-overlap",
                  "--activations", "bf16"]
 
 

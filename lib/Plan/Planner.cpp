@@ -1117,9 +1117,8 @@ llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
                 if (options.zeroBubble >= 0 && pp > 1 && vpp == 1 &&
                     zb != bool(options.zeroBubble))
                   continue;
-                // ZeRO-2 shards the distributed optimizer's gradients; a
-                // tied embedding across stages keeps them whole.
-                if (shard && (!dist || (g.tieEmbeddings && pp > 1)))
+                // ZeRO-2 shards the distributed optimizer's gradients.
+                if (shard && !dist)
                   continue;
                 if (options.shardGrads >= 0 && shard != bool(options.shardGrads))
                   continue;

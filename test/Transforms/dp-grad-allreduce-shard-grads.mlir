@@ -32,6 +32,24 @@
 // SP-LABEL: func.func @step(
 // SP-NOT: dist.all_reduce
 
+// The tied embedding across pipeline stages: a bucket of its own on both
+// stages (the same padded size, so the same elements in each dp shard),
+// reduce-scattered in the backward like the others; the step sums its
+// shard over the embedding group (Megatron's embedding-group all-reduce).
+// RUN: tessera-gen gpt --layers 2 --hidden 32 --heads 4 --vocab 257 --seq 8 --tie-embeddings -o %t.tied.mlir
+// RUN: tessera-opt %t.tied.mlir --tessera-attach-mesh="pp=2 dp=2" --tessera-set-batch="micro-batch-size=2 global-batch-size=8" --tessera-pad-vocab --tessera-pp-split --tessera-autodiff --tessera-dp-grad-allreduce="distributed-optimizer=true shard-grads=true" | FileCheck %s --check-prefix=TIED
+// TIED-LABEL: module @pp0
+// TIED: dist.bucket_reduce_start @gbuf_c0 bucket 1 {{.*}}{accumulate, kind = "reduce_scatter"} : tensor<384x32xf32>
+// TIED: dist.grad_buffer @gbuf_c0 {buckets = [{{.*}}, array<i64: {{[0-9]+}}, {{[0-9]+}}, 12288>]
+// TIED: func.func @step(%{{.*}}: tensor<{{[0-9]+}}xf32> {tessera.buffer = "gshard:gbuf_c0:0"}, %[[E0:.*]]: tensor<6144xf32> {tessera.buffer = "gshard:gbuf_c0:1"})
+// TIED-NEXT: %[[S0:.*]] = dist.all_reduce %[[E0]] on @mesh "embedding" : tensor<6144xf32>
+// TIED-NEXT: return %{{.*}}, %[[S0]]
+// TIED-LABEL: module @pp1
+// TIED: dist.bucket_reduce_start @gbuf_c0 bucket 1 {{.*}}{accumulate, kind = "reduce_scatter"} : tensor<384x32xf32>
+// TIED: func.func @step(%{{.*}}: tensor<{{[0-9]+}}xf32> {tessera.buffer = "gshard:gbuf_c0:0"}, %[[E1:.*]]: tensor<6144xf32> {tessera.buffer = "gshard:gbuf_c0:1"})
+// TIED-NEXT: %[[S1:.*]] = dist.all_reduce %[[E1]] on @mesh "embedding" : tensor<6144xf32>
+// TIED-NEXT: return %{{.*}}, %[[S1]]
+
 // RUN: tessera-opt %s -split-input-file --tessera-attach-mesh="dp=2" --tessera-autodiff --tessera-dp-grad-allreduce="shard-grads=true" -verify-diagnostics
 
 // expected-error @+1 {{shard-grads (ZeRO-2) needs the distributed optimizer (distributed-optimizer=true)}}

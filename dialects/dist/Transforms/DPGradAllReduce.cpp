@@ -69,23 +69,14 @@ struct DPGradAllReducePass
             tiedGroup[name.getValue()] = group;
 
     // ZeRO-2 (shard-grads): every backward reduce-scatters its buckets and
-    // adds its shard in; the tied embedding's embedding-group all-reduce
-    // runs in the step, on whole gradients, which this layout no longer
-    // keeps.
-    if (shardGrads) {
-      if (!distributedOptimizer)
-        return emitError(module.getLoc())
-               << "shard-grads (ZeRO-2) needs the distributed optimizer "
-                  "(distributed-optimizer=true)";
-      if (!tiedGroup.empty())
-        return emitError(module.getLoc())
-               << "shard-grads (ZeRO-2) does not support a parameter shared "
-                  "across pipeline stages ('"
-               << tiedGroup.begin()->getKey()
-               << "', the tied embedding): untie the embedding "
-                  "(--untie-embeddings-and-output-weights) or keep the "
-                  "gradients whole (--data-parallel-sharding-strategy optim)";
-    }
+    // adds its shard in. The tied embedding's embedding-group all-reduce
+    // then sums the two stages' shards in the step: the embedding has a
+    // bucket of its own on both (Megatron's shared_embedding rule), of the
+    // same padded size, so their dp shards cover the same elements.
+    if (shardGrads && !distributedOptimizer)
+      return emitError(module.getLoc())
+             << "shard-grads (ZeRO-2) needs the distributed optimizer "
+                "(distributed-optimizer=true)";
     // The gradients the phases accumulate, in order of first appearance. A
     // gradient that ends in a sum all-reduce (a parameter entering a
     // tensor-parallel region through copy_to_region, e.g. layer norms under
@@ -295,9 +286,10 @@ struct DPGradAllReducePass
         };
         // The distributed optimizer reads the reduce-scattered shard, so a
         // bucket whose gradient the step still all-reduces over another
-        // group (the tied embedding) is reduced in the step instead.
+        // group (the tied embedding) is reduced in the step instead; under
+        // ZeRO-2 the step sums its shard over that group.
         auto overlappable = [&](const buckets::Bucket &bucket) {
-          if (!distributedOptimizer)
+          if (!distributedOptimizer || shardGrads)
             return true;
           return llvm::none_of(bucket.params, [&](const std::string &name) {
             return tiedGroup.count(name) > 0;
@@ -447,6 +439,24 @@ struct DPGradAllReducePass
                   RankedTensorType::get({(bucket.end - bucket.start) / p.size},
                                         gradElement(p)),
                   step.getLoc()));
+              // ZeRO-2's tied embedding: its bucket's shard summed over the
+              // embedding group (the other stage's shard of the same
+              // elements).
+              if (shardGrads)
+                for (const std::string &name : bucket.params)
+                  if (StringAttr group = tiedGroup.lookup(name)) {
+                    if (bucket.params.size() != 1)
+                      return p.op.emitOpError()
+                             << "bucket " << k << " holds '" << name
+                             << "', shared across pipeline stages, with "
+                                "other parameters: its shard cannot be "
+                                "summed over '"
+                             << group.getValue() << "'";
+                    shards.back() = AllReduceOp::create(
+                        b, step.getLoc(), shards.back().getType(),
+                        shards.back(), meshRef(), group,
+                        enumAttr(b, Reduction::Sum));
+                  }
               bindings.push_back(b.getDictionaryAttr(b.getNamedAttr(
                   kBufferAttr, b.getStringAttr(("gshard:" + p.op.getSymName() +
                                                 ":" + Twine(k))
