@@ -242,7 +242,7 @@ struct Part {
   /// --tp-comm-overlap's fused collectives per microbatch, forward and
   /// backward (not in `comm`): their gather/scatter bytes, their count, and
   /// the FLOPs of the GEMMs they are pipelined with.
-  double ovFwdBytes = 0, ovBwdBytes = 0, ovCount = 0;
+  double ovFwdBytes = 0, ovBwdBytes = 0, ovFwdCount = 0, ovBwdCount = 0;
   double ovFwdFlops = 0, ovBwdFlops = 0;
 
   /// this += f x o, for every quantity that adds up over layers (the
@@ -258,7 +258,8 @@ struct Part {
           {&slotBytes, o.slotBytes},
           {&p2pBytes, o.p2pBytes}, {&ringFwd, o.ringFwd},
           {&ringBwd, o.ringBwd}, {&ovFwdBytes, o.ovFwdBytes},
-          {&ovBwdBytes, o.ovBwdBytes}, {&ovCount, o.ovCount},
+          {&ovBwdBytes, o.ovBwdBytes}, {&ovFwdCount, o.ovFwdCount},
+          {&ovBwdCount, o.ovBwdCount},
           {&ovFwdFlops, o.ovFwdFlops}, {&ovBwdFlops, o.ovBwdFlops}})
       *mine += f * theirs;
     for (auto &[k, v] : o.comm)
@@ -378,7 +379,7 @@ Part readStage(ModuleOp program) {
                               : rows * cols * 4;
         (fwd ? p.ovFwdBytes : p.ovBwdBytes) += moved;
         (fwd ? p.ovFwdFlops : p.ovBwdFlops) += 2 * rows * cols * k;
-        p.ovCount += 1;
+        (fwd ? p.ovFwdCount : p.ovBwdCount) += 1;
         return;
       }
       // The K and V thirds of the QKV operand go around the ring.
@@ -782,17 +783,17 @@ public:
       // The sequence-parallel gathers and reduce-scatters beside the
       // column- and row-parallel GEMMs; with --tp-comm-overlap each
       // phase's exchanges run under those GEMMs, exposed only where they
-      // take longer (the ring's first block aside).
+      // take longer. Of a ring's n blocks of GEMM, n - 1 have a transfer
+      // under them (the last block's has none).
       double ovF = 0, ovB = 0;
-      if (double ov = part.ovFwdBytes + part.ovBwdBytes; ov > 0) {
+      if (part.ovFwdBytes + part.ovBwdBytes > 0) {
         auto [n, in] = groupSize("tp");
-        ovF = collective(0, part.ovFwdBytes * mb,
-                         part.ovCount * part.ovFwdBytes / ov, n, in);
-        ovB = collective(0, part.ovBwdBytes * mb,
-                         part.ovCount * part.ovBwdBytes / ov, n, in);
-        if (l.tpCommOverlap) {
-          ovF = std::max(0.0, ovF - part.ovFwdFlops * mb / (peak * eff));
-          ovB = std::max(0.0, ovB - part.ovBwdFlops * mb / (peak * eff));
+        ovF = collective(0, part.ovFwdBytes * mb, part.ovFwdCount, n, in);
+        ovB = collective(0, part.ovBwdBytes * mb, part.ovBwdCount, n, in);
+        if (l.tpCommOverlap && n > 1) {
+          const double under = double(n - 1) / double(n) * mb / (peak * eff);
+          ovF = std::max(0.0, ovF - part.ovFwdFlops * under);
+          ovB = std::max(0.0, ovB - part.ovBwdFlops * under);
         }
         comm += ovF + ovB;
       }

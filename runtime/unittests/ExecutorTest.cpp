@@ -512,6 +512,68 @@ TEST(ExecutorTest, FusedKernelsCheckTheirShapes) {
               "M (operand 2)");
 }
 
+TEST(ExecutorTest, TpCommOverlapInstructionsCheckTheirShapes) {
+  // AllGatherGemm [X, B, Xg, C] and GemmReduceScatter [A, B, W, Y] over a
+  // tp group of 2 (x [6, 5], w [7, 5] transposed): the decoder names the
+  // operand whose shape or placement is wrong.
+  using O = fb::Opcode;
+  auto expectError = [](const ArtifactDesc &desc, const std::string &needle) {
+    Status st = validateDesc(desc);
+    EXPECT_FALSE(st.ok()) << needle;
+    EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
+  };
+  // Operand `i` of the fused function's instruction `which` replaced.
+  auto with = [](int which, int i, auto make) {
+    ArtifactDesc desc = tpCommOverlap(2, 6, 5, 7);
+    ProgramDesc &p = desc.programs[0];
+    RefDesc ref = make(p, p.function("fused")[size_t(which)].operands);
+    p.function("fused")[size_t(which)].operands[size_t(i)] = ref;
+    return desc;
+  };
+  EXPECT_TRUE(validateDesc(tpCommOverlap(2, 6, 5, 7)).ok());
+  using Ops = std::vector<RefDesc>;
+  expectError(with(0, 2, [](ProgramDesc &p, const Ops &) {
+                return p.scratch({6, 5});
+              }),
+              "must hold 2 (size of group 'tp') blocks of X");
+  expectError(with(0, 3, [](ProgramDesc &p, const Ops &) {
+                return p.scratch({12, 6});
+              }),
+              "must be [12, 7]: Xg's rows times op(B)");
+  expectError(with(0, 1, [](ProgramDesc &p, const Ops &) {
+                return p.scratch({7, 4});
+              }),
+              "rows of 5 features times B F32[7, 4] transposed, which has 4 rows");
+  // X in Xg's second block: not this rank's (index 0 when validating).
+  expectError(with(0, 0, [](ProgramDesc &, const Ops &ops) {
+                RefDesc x = ops[2];
+                x.shape = {6, 5};
+                x.offset += 6 * 5 * 4;
+                return x;
+              }),
+              "but is not this rank's block of it");
+  expectError(with(0, 3, [](ProgramDesc &, const Ops &ops) {
+                RefDesc c = ops[1];
+                c.shape = {12, 7};
+                return c;
+              }),
+              "overlaps operand 1");
+  expectError(with(1, 3, [](ProgramDesc &p, const Ops &) {
+                return p.scratch({12, 7});
+              }),
+              "must be [12 / 2 (size of group 'tp'), 7]");
+  expectError(with(1, 2, [](ProgramDesc &p, const Ops &) {
+                return p.scratch({100});
+              }),
+              "holds fewer than three blocks of Y (126 floats)");
+  expectError(with(1, 3, [](ProgramDesc &, const Ops &ops) {
+                RefDesc y = ops[2];
+                y.shape = {6, 7};
+                return y;
+              }),
+              "overlaps operand 2");
+}
+
 TEST(ExecutorMixedPrecisionTest, Bf16ParamsAreTheF32InitRounded) {
   auto ex = makeExecutor(mixedPrecisionRegression(8, 4), 77);
   ASSERT_TRUE(ex);

@@ -18,3 +18,16 @@
 // PLAIN-NOT: all_gather_gemm
 // PLAIN-NOT: gemm_reduce_scatter
 // CHECK-LABEL: func.func @eval
+
+// With --overlap-param-gather and a bucket per weight, a bucket's wait
+// comes right before its first reader, the fused GEMM: the fused op never
+// moves above it (its weight is complete only after the wait).
+// RUN: tessera-compile %t.mlir --tp 2 --dp 2 --sequence-parallel --tp-comm-overlap --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --bucket-size 1000 --micro-batch-size 2 --global-batch-size 4 --make-vocab-size-divisible-by 128 --emit=mlir -o - | FileCheck %s --check-prefix=SYNC
+// SYNC-LABEL: func.func @microbatch()
+// SYNC: rt.layer_norm
+// SYNC-NEXT: rt.param_sync_wait {sync = 3 : i64}
+// SYNC-NEXT: rt.all_gather_gemm %{{.*}} : memref<4x2x32xf32>, memref<48x32xf32>, memref<8x2x32xf32>, memref<8x2x48xf32>
+// SYNC: rt.param_sync_wait {sync = 2 : i64}
+// SYNC-NEXT: rt.all_gather_gemm %{{.*}} : memref<4x2x32xf32>, memref<64x32xf32>, memref<8x2x32xf32>, memref<8x2x64xf32>
+// SYNC: rt.param_sync_wait {sync = 0 : i64}
+// SYNC-NEXT: rt.all_gather_gemm %{{.*}} : memref<4x2x32xf32>, memref<256x32xf32>, memref<8x2x32xf32>, memref<8x2x256xf32>

@@ -15,10 +15,11 @@
 // -----
 
 // What stays: a gather with a reader that is not a cast, casts to two
-// types, a gather no one reads, a parameter bucket's gather.
+// types, a gather no one reads, a widening cast (it would gather more
+// bytes).
 dist.mesh @mesh {tp = 2, dp = 2}
 // KEEP-LABEL: func.func @kept
-func.func @kept(%x: tensor<4x8xf32>) -> (tensor<8x8xbf16>, tensor<8x8xf32>, tensor<8x8xbf16>, tensor<8x8xf16>) {
+func.func @kept(%x: tensor<4x8xf32>, %a16s: tensor<4x8xbf16>) -> (tensor<8x8xbf16>, tensor<8x8xf32>, tensor<8x8xbf16>, tensor<8x8xf16>, tensor<8x8xf32>) {
   // KEEP-NEXT: %[[A:.*]] = dist.all_gather %arg0 {{.*}} : tensor<4x8xf32> -> tensor<8x8xf32>
   // KEEP-NEXT: nn.cast %[[A]]
   %a = dist.all_gather %x on @mesh "tp" dim 0 : tensor<4x8xf32> -> tensor<8x8xf32>
@@ -31,7 +32,11 @@ func.func @kept(%x: tensor<4x8xf32>) -> (tensor<8x8xbf16>, tensor<8x8xf32>, tens
   %bh = nn.cast %b : tensor<8x8xf32> to tensor<8x8xf16>
   // KEEP-NEXT: dist.all_gather %arg0 {{.*}} : tensor<4x8xf32> -> tensor<8x8xf32>
   %c = dist.all_gather %x on @mesh "dp" dim 0 : tensor<4x8xf32> -> tensor<8x8xf32>
-  return %a16, %a, %b16, %bh : tensor<8x8xbf16>, tensor<8x8xf32>, tensor<8x8xbf16>, tensor<8x8xf16>
+  // KEEP-NEXT: %[[D:.*]] = dist.all_gather %{{.*}} : tensor<4x8xbf16> -> tensor<8x8xbf16>
+  // KEEP-NEXT: nn.cast %[[D]] : tensor<8x8xbf16> to tensor<8x8xf32>
+  %d = dist.all_gather %a16s on @mesh "tp" dim 0 : tensor<4x8xbf16> -> tensor<8x8xbf16>
+  %d32 = nn.cast %d : tensor<8x8xbf16> to tensor<8x8xf32>
+  return %a16, %a, %b16, %bh, %d32 : tensor<8x8xbf16>, tensor<8x8xf32>, tensor<8x8xbf16>, tensor<8x8xf16>, tensor<8x8xf32>
 }
 
 // -----

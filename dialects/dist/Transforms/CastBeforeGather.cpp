@@ -39,15 +39,17 @@ bool hoistCast(AllGatherOp gather) {
   Type to;
   for (Operation *user : g.getUsers()) {
     auto c = dyn_cast<nn::CastOp>(user);
-    if (!c)
+    if (!c || c->getBlock() != gather->getBlock())
       return false;
     Type t = c.getType().getElementType();
     if (to && t != to)
       return false;
     to = t;
   }
+  // Only a narrowing cast: a wider one would gather more bytes.
   auto in = gather.getInput().getType();
-  if (in.getElementType() == to)
+  if (in.getElementType() == to ||
+      to.getIntOrFloatBitWidth() >= in.getElementType().getIntOrFloatBitWidth())
     return false;
   auto first = cast<nn::CastOp>(*llvm::min_element(
       g.getUsers(), [](Operation *a, Operation *b) {

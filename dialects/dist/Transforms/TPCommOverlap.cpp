@@ -108,22 +108,31 @@ Operation *lastDefinition(Operation *after, ArrayRef<Value> values) {
 bool fuseGather(AllGatherOp gather) {
   Value g = gather.getResult();
   SmallVector<Operation *> users(g.getUsers());
+  if (llvm::any_of(users, [&](Operation *user) {
+        return user->getBlock() != gather->getBlock();
+      }))
+    return false;
   llvm::sort(users, [](Operation *a, Operation *b) {
     return a->isBeforeInBlock(b);
   });
   std::optional<Gemm> gemm;
-  for (Operation *user : users) {
-    if (user->getBlock() != gather->getBlock())
-      return false;
-    if (!gemm)
-      if (auto candidate = asGemm(user); candidate && candidate->lhs == g)
-        gemm = candidate;
-  }
+  for (Operation *user : users)
+    if (auto candidate = asGemm(user); candidate && candidate->lhs == g) {
+      gemm = candidate;
+      break;
+    }
   if (!gemm)
     return false;
   Operation *at = lastDefinition(gather, {gemm->rhs, gemm->bias});
   if (!at)
     return false;
+  // Not above a wait that finishes a parameter bucket's gather
+  // (--overlap-param-gather places it right before the bucket's first
+  // reader, which may be this GEMM): its weight is ready only after it.
+  for (Operation *op = gather->getNextNode(); op && op != gemm->op;
+       op = op->getNextNode())
+    if (isa<ParamSyncWaitOp>(op) && at->isBeforeInBlock(op))
+      at = op;
   for (Operation *user : users)
     if (user != gemm->op && !at->isBeforeInBlock(user))
       return false;

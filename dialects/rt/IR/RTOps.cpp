@@ -325,9 +325,11 @@ LogicalResult GemmReduceScatterOp::verify() {
     return emitOpError() << "expects buffers of rank >= 2";
   auto [ar, ac] = asMatrix(a);
   auto [br, bc] = asMatrix(getB().getType());
-  int64_t n = getTransB() ? br : bc;
+  int64_t kb = getTransB() ? bc : br, n = getTransB() ? br : bc;
   auto [yr, yc] = asMatrix(getOutput().getType());
-  (void)ac;
+  if (ac != kb)
+    return emitOpError() << "shapes do not form a product: " << a << " x "
+                         << getB().getType();
   if (yc != n || yr <= 0 || ar % yr != 0)
     return emitOpError() << "output " << getOutput().getType()
                          << " is not a block of rows of the product of " << a

@@ -80,3 +80,21 @@ func.func @scatter_bf16_result(%a: tensor<8x2x16xbf16>, %w: tensor<16x32xbf16>) 
   %y = dist.matmul_reduce_scatter %a, %w on @mesh "tp" : (tensor<8x2x16xbf16>, tensor<16x32xbf16>) -> tensor<4x2x32xbf16>
   return
 }
+
+// -----
+
+dist.mesh @mesh {tp = 2}
+func.func @vector_rows(%x: tensor<4xf32>, %w: tensor<8x8xf32>) {
+  // expected-error @+1 {{'dist.all_gather_matmul' op needs static operands of rank 2 or more, got 'tensor<8xf32>' and 'tensor<8x8xf32>'}}
+  %g, %y = dist.all_gather_matmul %x, %w on @mesh "tp" : (tensor<4xf32>, tensor<8x8xf32>) -> (tensor<8xf32>, tensor<8xf32>)
+  return
+}
+
+// -----
+
+dist.mesh @mesh {tp = 2}
+func.func @gathered_type(%x: tensor<4x2x32xf32>, %w: tensor<48x32xbf16>) {
+  // expected-error @+1 {{'dist.all_gather_matmul' op gathers 'tensor<4x2x32xf32>' into 'tensor<8x2x32xbf16>' of another element type}}
+  %g, %y = dist.all_gather_matmul %x, %w on @mesh "tp" {transpose_rhs} : (tensor<4x2x32xf32>, tensor<48x32xbf16>) -> (tensor<8x2x32xbf16>, tensor<8x2x48xf32>)
+  return
+}

@@ -98,3 +98,19 @@ func.func @f(%a: memref<8x8xf32>, %w: memref<6x8xf32>, %ws: memref<72xf32>, %y: 
   rt.gemm_reduce_scatter %a, %w, %ws, %y {group = "tp", trans_b} : memref<8x8xf32>, memref<6x8xf32>, memref<72xf32>, memref<3x6xf32>
   return
 }
+
+// -----
+
+func.func @f(%a: memref<8xf32>, %w: memref<6x8xf32>, %ws: memref<72xf32>, %y: memref<4x6xf32>) {
+  // expected-error @+1 {{expects buffers of rank >= 2}}
+  rt.gemm_reduce_scatter %a, %w, %ws, %y {group = "tp", trans_b} : memref<8xf32>, memref<6x8xf32>, memref<72xf32>, memref<4x6xf32>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<8x5xf32>, %w: memref<6x8xf32>, %ws: memref<72xf32>, %y: memref<4x6xf32>) {
+  // expected-error @+1 {{shapes do not form a product: 'memref<8x5xf32>' x 'memref<6x8xf32>'}}
+  rt.gemm_reduce_scatter %a, %w, %ws, %y {group = "tp", trans_b} : memref<8x5xf32>, memref<6x8xf32>, memref<72xf32>, memref<4x6xf32>
+  return
+}

@@ -103,12 +103,13 @@ Status decodeAllGatherGemm(Decoder &d, const fb::Instr &in, Thunk &t) {
                              " but is not this rank's block of it");
     t.i[0] = 1;
   }
-  const int64_t cBytes = c.rows * c.cols * 4;
-  for (int i : {0, 1, 2})
-    if (overlaps(d.finalOffset(3), cBytes, d.finalOffset(i),
-                 d.numel(in, i) * es))
-      return invalidArgument("C ", d.desc(in, 3), " overlaps operand ", i,
-                             " ", d.desc(in, i));
+  // Nothing the ring writes (Xg, C) may meet another operand.
+  const int64_t bytes[4] = {blockBytes, d.numel(in, 1) * es,
+                            blockBytes * pos.size, c.rows * c.cols * 4};
+  for (auto [w, r] : {std::pair{3, 0}, {3, 1}, {3, 2}, {2, 1}})
+    if (overlaps(d.finalOffset(w), bytes[w], d.finalOffset(r), bytes[r]))
+      return invalidArgument(w == 3 ? "C " : "Xg ", d.desc(in, w),
+                             " overlaps operand ", r, " ", d.desc(in, r));
   return Status();
 }
 
@@ -189,14 +190,18 @@ Status decodeGemmReduceScatter(Decoder &d, const fb::Instr &in, Thunk &t) {
     return invalidArgument("workspace W ", d.desc(in, 2),
                            " holds fewer than three blocks of Y (",
                            3 * block, " floats)");
-  const int64_t yAt = d.finalOffset(3), wAt = d.finalOffset(2);
-  if (overlaps(yAt, block * 4, wAt, 3 * block * 4))
-    return invalidArgument("Y ", d.desc(in, 3), " overlaps the workspace ",
-                           d.desc(in, 2));
   t.m = y.rows;
   t.n = n;
   t.k = a.cols;
   t.type = d.floatType(in, 0);
+  // Nothing the ring writes (W, Y) may meet another operand.
+  const int64_t es = elementSize(t.type);
+  const int64_t bytes[4] = {d.numel(in, 0) * es, d.numel(in, 1) * es,
+                            3 * block * 4, block * 4};
+  for (auto [w, r] : {std::pair{3, 2}, {3, 0}, {3, 1}, {2, 0}, {2, 1}})
+    if (overlaps(d.finalOffset(w), bytes[w], d.finalOffset(r), bytes[r]))
+      return invalidArgument(w == 3 ? "Y " : "workspace W ", d.desc(in, w),
+                             " overlaps operand ", r, " ", d.desc(in, r));
   return Status();
 }
 
