@@ -780,10 +780,13 @@ TEST(NcclExecutorTest, ExpertExchangeMatchesMpi) {
 /// and the results equal the MPI run's and the unfused instructions' (the
 /// gather's GEMM by blocks of rows: equal here, where the fake's GEMM is
 /// the CPU's; the reduce-scatter's sums in ring order: equal at tp 2).
-TEST(NcclExecutorTest, TpCommOverlapMatchesMpiAndUnfused) {
+namespace {
+void checkTpCommOverlap(bool bf16) {
   const int n = worldSize(), r = worldRank();
   const int64_t rows = 6, k = 5, cols = 7;
-  auto art = load(tpCommOverlap(n, rows, k, cols), "tpov.tsr");
+  auto art = load(tpCommOverlap(n, rows, k, cols,
+                                bf16 ? fb::DType::BF16 : fb::DType::F32),
+                  bf16 ? "tpov16.tsr" : "tpov.tsr");
   auto nccl = makeRun(art, Wiring::Nccl, /*deviceMemory=*/true);
   auto mpi = makeRun(art, Wiring::Mpi);
   if (!nccl || !mpi)
@@ -800,9 +803,18 @@ TEST(NcclExecutorTest, TpCommOverlapMatchesMpiAndUnfused) {
       {"a", fill(n * rows * k, 3)},
       {"w2", fill(cols * k, 4)}};
   for (::Run *run : {nccl.get(), mpi.get()})
-    for (const auto &[name, v] : inputs)
+    for (const auto &[name, v] : inputs) {
+      if (!bf16) {
+        EXPECT_TRUE(
+            run->ex->writeBuffer(name, v.data(), int64_t(v.size() * 4)).ok());
+        continue;
+      }
+      std::vector<uint16_t> h(v.size());
+      for (size_t i = 0; i < v.size(); ++i)
+        h[i] = floatToBf16(v[i]);
       EXPECT_TRUE(
-          run->ex->writeBuffer(name, v.data(), int64_t(v.size() * 4)).ok());
+          run->ex->writeBuffer(name, h.data(), int64_t(h.size() * 2)).ok());
+    }
   nccl->startLog();
   for (::Run *run : {nccl.get(), mpi.get()})
     for (const char *fn : {"fused", "plain"}) {
@@ -864,9 +876,17 @@ TEST(NcclExecutorTest, TpCommOverlapMatchesMpiAndUnfused) {
   // fused and the plain pair each move the ring volumes.
   CommCounters c = nccl->ex->commCounters()["tp"];
   EXPECT_EQ(c.p2p, 0u);
-  EXPECT_EQ(c.allGather, uint64_t(2 * (n - 1) * rows * k * 4));
+  EXPECT_EQ(c.allGather, uint64_t(2 * (n - 1) * rows * k * (bf16 ? 2 : 4)));
   EXPECT_EQ(c.reduceScatter, uint64_t(2 * (n - 1) * rows * cols * 4));
   expectSameCounters(nccl->ex->commCounters(), mpi->ex->commCounters());
+}
+} // namespace
+
+TEST(NcclExecutorTest, TpCommOverlapMatchesMpiAndUnfused) {
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16" : "f32");
+    checkTpCommOverlap(bf16);
+  }
 }
 
 //===----------------------------------------------------------------------===//

@@ -916,25 +916,27 @@ inline ArtifactDesc expertExchange(int ep, int64_t experts, int64_t rows,
 /// gathered, c) and GemmReduceScatter (a, w2 -> y); "plain" the AllGather
 /// and Gemm into gathered.ref and c.ref, and the Gemm and ReduceScatter
 /// into y.ref. x is [rows, k] per rank, w [n, k] and w2 [n, k] used
-/// transposed, a [tp * rows, k].
-inline ArtifactDesc tpCommOverlap(int tp, int64_t rows, int64_t k,
-                                  int64_t n) {
+/// transposed, a [tp * rows, k]; those and the gathered rows in `dtype`
+/// (F32 or BF16), the products and sums in f32.
+inline ArtifactDesc tpCommOverlap(int tp, int64_t rows, int64_t k, int64_t n,
+                                  fb::DType dtype = fb::DType::F32) {
   using K = fb::BufferKind;
   using O = fb::Opcode;
+  const fb::DType h = dtype; // the GEMMs' operands (bf16: products in f32)
   ArtifactDesc a;
   a.worldSize = tp;
   a.mesh = {{"tp", tp}, {"dp", 1}};
   addTpDpGroups(a, tp, 1);
   a.globalBatch = 1;
   ProgramDesc p;
-  RefDesc x = p.ref(p.add("x", K::Activation, {rows, k}));
-  RefDesc w = p.ref(p.add("w", K::Activation, {n, k}));
-  RefDesc g = p.ref(p.add("gathered", K::Activation, {tp * rows, k}));
+  RefDesc x = p.ref(p.add("x", K::Activation, {rows, k}, h));
+  RefDesc w = p.ref(p.add("w", K::Activation, {n, k}, h));
+  RefDesc g = p.ref(p.add("gathered", K::Activation, {tp * rows, k}, h));
   RefDesc c = p.ref(p.add("c", K::Activation, {tp * rows, n}));
-  RefDesc gRef = p.ref(p.add("gathered.ref", K::Activation, {tp * rows, k}));
+  RefDesc gRef = p.ref(p.add("gathered.ref", K::Activation, {tp * rows, k}, h));
   RefDesc cRef = p.ref(p.add("c.ref", K::Activation, {tp * rows, n}));
-  RefDesc in = p.ref(p.add("a", K::Activation, {tp * rows, k}));
-  RefDesc w2 = p.ref(p.add("w2", K::Activation, {n, k}));
+  RefDesc in = p.ref(p.add("a", K::Activation, {tp * rows, k}, h));
+  RefDesc w2 = p.ref(p.add("w2", K::Activation, {n, k}, h));
   RefDesc ws = p.ref(p.add("workspace", K::Activation, {3 * rows * n}));
   RefDesc y = p.ref(p.add("y", K::Activation, {rows, n}));
   RefDesc prod = p.ref(p.add("product", K::Activation, {tp * rows, n}));
