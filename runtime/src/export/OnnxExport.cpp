@@ -295,7 +295,11 @@ StatusOr<OnnxExportSummary> exportOnnx(const ExportOptions &options,
   // One value per initializer; where parameters that differ read one
   // (merged by the exporter), one initializer each, read by its nodes.
   std::vector<OnnxInitializer> values;
-  for (auto &[init, list] : byInitializer) {
+  for (auto &entry : byInitializer) {
+    // (Named, not a structured binding: C++17 lambdas cannot capture one,
+    // which clang refuses.)
+    const auto &init = entry.first;
+    auto &list = entry.second;
     // Groups of equal values (a tied parameter read twice is one).
     std::vector<std::vector<Value *>> groups;
     for (Value &value : list) {
