@@ -106,6 +106,11 @@ tessera::checkTrainPipelineOptions(const TrainPipelineOptions &options) {
     return "Tensor parallel communication/GEMM overlap can happen only when "
            "sequence parallelism is enabled (--tp-comm-overlap needs "
            "--sequence-parallel and --tp > 1)";
+  if ((options.disableTpCommOverlapAg || options.disableTpCommOverlapRs) &&
+      !options.tpCommOverlap)
+    return std::string("--disable-tp-comm-overlap-") +
+           (options.disableTpCommOverlapAg ? "ag" : "rs") +
+           " needs --tp-comm-overlap (without it nothing is overlapped)";
   if (options.overlapParamGather && !usesDistributedOptimizer(options))
     return "--overlap-param-gather only supported with distributed optimizer "
            "(--use-distributed-optimizer)";
@@ -257,8 +262,12 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
       schedule::splitsBackward(kind))
     pm.addPass(dist::createSplitBackwardPass());
   // After every phase has its final ops (recomputation, B/W split).
-  if (options.tpCommOverlap)
-    pm.addPass(dist::createTPCommOverlapPass());
+  if (options.tpCommOverlap) {
+    dist::TPCommOverlapPassOptions overlap;
+    overlap.allGather = !options.disableTpCommOverlapAg;
+    overlap.reduceScatter = !options.disableTpCommOverlapRs;
+    pm.addPass(dist::createTPCommOverlapPass(overlap));
+  }
   dist::PPSchedulePassOptions schedule;
   schedule.schedule = options.schedule;
   pm.addPass(dist::createPPSchedulePass(schedule));

@@ -2,6 +2,18 @@
 // RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2" --tessera-set-batch="micro-batch-size=2" --tessera-pad-vocab --tessera-tp-partition="sequence-parallel=1" --tessera-autodiff --tessera-tp-comm-overlap | FileCheck %s
 // RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2" --tessera-set-batch="micro-batch-size=2" --tessera-pad-vocab --tessera-tp-partition="sequence-parallel=1" --tessera-mixed-precision --tessera-autodiff --tessera-cast-before-gather --tessera-tp-comm-overlap | FileCheck %s --check-prefix=BF16
 // RUN: tessera-opt %s --split-input-file --tessera-tp-comm-overlap | FileCheck %s --check-prefix=KEEP
+// Megatron's --disable-tp-comm-overlap-ag and --disable-tp-comm-overlap-rs:
+// one kind fused, the other left apart.
+// RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2" --tessera-set-batch="micro-batch-size=2" --tessera-pad-vocab --tessera-tp-partition="sequence-parallel=1" --tessera-autodiff --tessera-tp-comm-overlap="all-gather=false" | FileCheck %s --check-prefix=NOAG
+// NOAG-NOT: dist.all_gather_matmul
+// NOAG: dist.all_gather
+// NOAG: dist.matmul_reduce_scatter
+// NOAG-NOT: dist.all_gather_matmul
+// RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2" --tessera-set-batch="micro-batch-size=2" --tessera-pad-vocab --tessera-tp-partition="sequence-parallel=1" --tessera-autodiff --tessera-tp-comm-overlap="reduce-scatter=false" | FileCheck %s --check-prefix=NORS
+// NORS-NOT: dist.matmul_reduce_scatter
+// NORS: dist.all_gather_matmul
+// NORS: dist.reduce_scatter
+// NORS-NOT: dist.matmul_reduce_scatter
 
 // Megatron's --tp-comm-overlap under sequence parallelism: each region's
 // all-gather becomes one op with the column-parallel GEMM that reads it

@@ -304,8 +304,17 @@ def TPCommOverlapPass : Pass<"tessera-tp-comm-overlap", "mlir::ModuleOp"> {
     gradient and reduce-scatter after the column-parallel one's, and
     recomputed forwards. A pair whose operands are defined too late (the
     GEMM's weight after the gather's other readers) stays unfused.
+    `all-gather=false` and `reduce-scatter=false` (Megatron's
+    `--disable-tp-comm-overlap-ag` and `--disable-tp-comm-overlap-rs`) leave
+    that kind of collective apart.
   }];
   let dependentDialects = ["::tessera::dist::DistDialect", "::tessera::nn::NNDialect"];
+  let options = [
+    Option<"allGather", "all-gather", "bool", "true",
+           "fuse the all-gathers with the GEMMs that read their rows">,
+    Option<"reduceScatter", "reduce-scatter", "bool", "true",
+           "fuse the reduce-scatters with the GEMMs whose sums they reduce">
+  ];
   let statistics = [
     Statistic<"numGather", "all-gather-matmul", "all-gathers fused with their GEMM">,
     Statistic<"numScatter", "matmul-reduce-scatter", "reduce-scatters fused with their GEMM">

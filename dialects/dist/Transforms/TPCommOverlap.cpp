@@ -32,6 +32,7 @@ using namespace tessera::dist;
 namespace {
 struct TPCommOverlapPass
     : tessera::dist::impl::TPCommOverlapPassBase<TPCommOverlapPass> {
+  using TPCommOverlapPassBase::TPCommOverlapPassBase;
   void runOnOperation() override;
 };
 
@@ -189,9 +190,12 @@ void TPCommOverlapPass::runOnOperation() {
   // The reduce-scatters first: a GEMM between a gather and a scatter (a
   // region of one linear) then goes to the scatter, whose partial sums
   // cannot otherwise leave it, and the gather keeps its plain form.
-  for (ReduceScatterOp s : scatters)
-    if (fuseScatter(s))
-      ++numScatter;
+  if (reduceScatter)
+    for (ReduceScatterOp s : scatters)
+      if (fuseScatter(s))
+        ++numScatter;
+  if (!allGather)
+    return;
   for (AllGatherOp g : gathers)
     if (fuseGather(g))
       ++numGather;

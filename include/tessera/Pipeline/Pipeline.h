@@ -173,6 +173,16 @@ public:
                      "the GEMM beside it around the tp ring "
                      "(tessera-tp-comm-overlap)"),
       llvm::cl::init(false), onCommandLine};
+  Option<bool> disableTpCommOverlapAg{
+      *this, "disable-tp-comm-overlap-ag",
+      llvm::cl::desc("with --tp-comm-overlap: leave the all-gathers apart "
+                     "from their GEMMs (Megatron's flag)"),
+      llvm::cl::init(false), onCommandLine};
+  Option<bool> disableTpCommOverlapRs{
+      *this, "disable-tp-comm-overlap-rs",
+      llvm::cl::desc("with --tp-comm-overlap: leave the reduce-scatters "
+                     "apart from their GEMMs (Megatron's flag)"),
+      llvm::cl::init(false), onCommandLine};
   Option<bool> bf16{*this, "bf16",
                     llvm::cl::desc("mixed precision: bf16 parameters and "
                                    "GEMMs (f32 accumulation), f32 elsewhere, "
