@@ -871,9 +871,17 @@ namespace {
 /// A GEMM's shape as nn.matmul views its operands: lhs `[..., k]` as
 /// `[rows, k]`, rhs as `[numel / last, last]` (transposed when asked).
 struct GemmShape {
-  int64_t rows = 0, k = 0, n = 0;
+  int64_t k = 0, n = 0;
 };
 } // namespace
+
+/// The columns of op(rhs): rhs viewed as [numel / last, last], transposed
+/// when asked.
+static int64_t productColumns(RankedTensorType rhs, bool transposeRhs) {
+  ArrayRef<int64_t> shape = rhs.getShape();
+  return transposeRhs ? ShapedType::getNumElements(shape.drop_back())
+                      : shape.back();
+}
 
 /// The product's shape (lhs's leading dimensions, then n), or failure with
 /// an error on `op` naming the operands.
@@ -888,10 +896,8 @@ static FailureOr<GemmShape> gemmShape(Operation *op, RankedTensorType lhs,
     return op->emitOpError() << "multiplies " << lhs << " by " << rhs
                              << ": both f32, or both bf16 or f16";
   GemmShape g;
-  int64_t last = rhs.getShape().back(), lead = rhs.getNumElements() / last;
-  g.k = transposeRhs ? last : lead;
-  g.n = transposeRhs ? lead : last;
-  g.rows = lhs.getNumElements() / lhs.getShape().back();
+  g.n = productColumns(rhs, transposeRhs);
+  g.k = productColumns(rhs, !transposeRhs);
   if (lhs.getShape().back() != g.k)
     return op->emitOpError()
            << "multiplies rows of " << lhs.getShape().back() << " features by "
@@ -959,9 +965,8 @@ MatmulReduceScatterOp::verifySymbolUses(SymbolTableCollection &st) {
   if (failed(size))
     return failure();
   auto lhs = cast<RankedTensorType>(getLhs().getType());
-  auto rhs = cast<RankedTensorType>(getRhs().getType());
-  int64_t n = getTransposeRhs() ? rhs.getNumElements() / rhs.getShape().back()
-                                : rhs.getShape().back();
+  int64_t n = productColumns(cast<RankedTensorType>(getRhs().getType()),
+                             getTransposeRhs());
   return checkScaledDim(*this, productType(lhs, n),
                         cast<RankedTensorType>(getResult().getType()), 0, *size,
                         /*gather=*/false);
@@ -981,12 +986,10 @@ int64_t MatmulReduceScatterOp::getFlops() {
   auto rhs = cast<RankedTensorType>(getRhs().getType());
   if (!lhs.hasStaticShape() || !rhs.hasStaticShape())
     return 0;
-  int64_t n = getTransposeRhs() ? rhs.getNumElements() / rhs.getShape().back()
-                                : rhs.getShape().back();
+  int64_t n = productColumns(rhs, getTransposeRhs());
   // The product's (the ring's additions are the reduction's, which no
   // collective counts).
-  return 2 * (lhs.getNumElements() / lhs.getShape().back()) * n *
-         lhs.getShape().back();
+  return 2 * lhs.getNumElements() * n;
 }
 
 } // namespace tessera::dist

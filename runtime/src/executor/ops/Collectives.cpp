@@ -14,10 +14,8 @@
 
 namespace tessera::rt::ops {
 
-/// The rank decoded for must be in an instance of `kind` when the artifact
-/// has that kind.
-static Status requireMember(Decoder &d, const std::string &kind,
-                            const GroupPosition &pos) {
+Status requireMember(Decoder &d, const std::string &kind,
+                     const GroupPosition &pos) {
   if (!pos.group && d.rank() >= 0 && hasGroupKind(d.root(), kind))
     return invalidArgument("rank ", d.rank(), " is in no rank group of kind '",
                            kind, "', but its program has a collective over it");

@@ -92,6 +92,11 @@ using RunFn = Status (*)(RunContext &, const Thunk &);
 DecodeFn decoderOf(fb::Opcode op);
 RunFn runnerOf(fb::Opcode op);
 
+/// The rank decoded for must be in an instance of `kind` when the artifact
+/// has that kind (Collectives.cpp).
+Status requireMember(Decoder &d, const std::string &kind,
+                     const GroupPosition &pos);
+
 /// Starts the all-gather of a ParamSyncStart thunk (in place).
 StatusOr<CommRequest> startParamSyncGather(const Thunk &t);
 

@@ -41,10 +41,7 @@ static Status bindGroup(Decoder &d, const fb::Instr &in, Thunk &t,
                         GroupPosition &pos) {
   const std::string kind = in.group()->str();
   pos = d.position(kind);
-  if (!pos.group && d.rank() >= 0)
-    return invalidArgument("rank ", d.rank(), " is in no rank group of kind '",
-                           kind, "', but its program has ",
-                           fb::EnumNameOpcode(in.op()), " over it");
+  TESSERA_RETURN_IF_ERROR(requireMember(d, kind, pos));
   TESSERA_ASSIGN_OR_RETURN(t.comm, d.communicator(kind));
   return Status();
 }
@@ -113,18 +110,17 @@ Status decodeAllGatherGemm(Decoder &d, const fb::Instr &in, Thunk &t) {
   return Status();
 }
 
-/// C's rows of block `j` of Xg.
-static Status gemmBlock(RunContext &x, const Thunk &t, const uint8_t *xg,
-                        int64_t j, float *c) {
-  const int64_t es = elementSize(t.type);
-  const void *a = xg + j * t.m * t.k * es;
-  float *out = c + j * t.m * t.n;
+/// out = rows @ op(B): t.m rows of t.k elements of the thunk's float type
+/// (f32, or 16-bit accumulated in f32), op(B) being operand 1.
+static Status gemmRows(RunContext &x, const Thunk &t, const void *rows,
+                       float *out) {
   if (isHalf(t))
     return x.backend().gemmHalf(floatFormat(t), false, t.transB, t.m, t.n, t.k,
-                                1.0f, static_cast<const uint16_t *>(a),
+                                1.0f, static_cast<const uint16_t *>(rows),
                                 half(t, 1), 0.0f, out);
   return x.backend().gemm(false, t.transB, t.m, t.n, t.k, 1.0f,
-                          static_cast<const float *>(a), f32(t, 1), 0.0f, out);
+                          static_cast<const float *>(rows), f32(t, 1), 0.0f,
+                          out);
 }
 
 Status runAllGatherGemm(RunContext &x, const Thunk &t) {
@@ -158,7 +154,8 @@ Status runAllGatherGemm(RunContext &x, const Thunk &t) {
         return st;
       }
     }
-    Status st = gemmBlock(x, t, xg, held, c);
+    Status st = gemmRows(x, t, xg + int64_t(held) * blockBytes,
+                         c + int64_t(held) * t.m * t.n);
     Status done = requests.empty() ? Status() : comm.waitAll(requests);
     TESSERA_RETURN_IF_ERROR(st);
     TESSERA_RETURN_IF_ERROR(done);
@@ -218,16 +215,7 @@ Status runGemmReduceScatter(RunContext &x, const Thunk &t) {
   for (int s = 0; s < n; ++s) {
     const int j = ((r - 1 - s) % n + n) % n;
     float *dst = s + 1 == n ? f32(t, 3) : part[s % 2];
-    const void *rows = a + j * aBlockBytes;
-    Status st =
-        isHalf(t)
-            ? x.backend().gemmHalf(floatFormat(t), false, t.transB, t.m, t.n,
-                                   t.k, 1.0f,
-                                   static_cast<const uint16_t *>(rows),
-                                   half(t, 1), 0.0f, dst)
-            : x.backend().gemm(false, t.transB, t.m, t.n, t.k, 1.0f,
-                               static_cast<const float *>(rows), f32(t, 1),
-                               0.0f, dst);
+    Status st = gemmRows(x, t, a + j * aBlockBytes, dst);
     if (!requests.empty()) {
       Status done = comm.waitAll(requests);
       requests.clear();
