@@ -3,8 +3,10 @@
 
 For fp32 parameters and for bf16 mixed precision (--bf16, f32 gradients;
 and --grad-reduce-in-bf16), without and with the distributed optimizer
-(ZeRO-1) and with the gradients sharded too (ZeRO-2,
---data-parallel-sharding-strategy optim_grads), at dp = 1, 2, 4 and 8, compiles a GPT (tessera-gen gpt, default 4 layers, hidden
+(ZeRO-1), with the gradients sharded too (ZeRO-2,
+--data-parallel-sharding-strategy optim_grads) and with the parameters
+sharded too (ZeRO-3, optim_grads_params), at dp = 1, 2, 4 and 8, compiles
+a GPT (tessera-gen gpt, default 4 layers, hidden
 256) and reads tessera-compile --emit=memory: the bytes of parameters,
 gradients, main parameters and optimizer state on rank 0, divided by the
 number of parameters. Next to it, the figure of the bytes-per-parameter
@@ -15,7 +17,9 @@ table in Megatron's distributed-optimizer guide
   bf16 params, bf16 grads:  16, or 4 + 12/d
 and for ZeRO-2 the ZeRO paper's (Rajbhandari et al. 2020, Figure 1) with
 the gradients over d too: fp32 4 + 12/d, bf16 2 + 16/d (fp32 gradients),
-bf16 gradients 2 + 14/d (the paper's 2 + (2 + 12)/d)
+bf16 gradients 2 + 14/d (the paper's 2 + (2 + 12)/d), and for ZeRO-3
+everything over d: fp32 16/d, bf16 18/d, bf16 gradients 16/d (the paper's
+(2 + 2 + 12)/d)
 (the row of bf16 gradients counted the same way, 2 + 2 + 4 fp32 main params + 8 Adam:
 Megatron's table has no bf16-gradient row; its fp16-gradient row, 20 or
 4 + 16/d, also counts fp32 main gradients, which Tessera does not keep).
@@ -23,7 +27,8 @@ The measured figure is slightly above it with the distributed optimizer:
 the buckets are padded to lcm(d, 128) and every parameter starts at a
 multiple of 64 elements. Also printed: the arena the runtime allocates
 (tessera-run --print-summary, which equals the plan's total) and the peak of
-transient activations from the plan. A benchmark, not a test: nothing is
+transient activations from the plan (under ZeRO-3 it holds the gathered
+parameter buckets too). A benchmark, not a test: nothing is
 asserted (test/Tools/emit-memory.test checks the table on the MLP).
 
 usage: bench/dp_memory.py [--build build] [--hidden 256] [--layers 4]
@@ -37,7 +42,9 @@ import sys
 import tempfile
 
 
-def megatron_table(precision, d, distributed, zero2=False):
+def megatron_table(precision, d, distributed, zero2=False, zero3=False):
+    if zero3:
+        return {"fp32": 16 / d, "bf16": 18 / d, "bf16-grads": 16 / d}[precision]
     if zero2:
         return {"fp32": 4 + 12 / d, "bf16": 2 + 16 / d, "bf16-grads": 2 + 14 / d}[precision]
     if precision == "fp32":
@@ -68,7 +75,7 @@ def main():
         numel = None
         for precision, flags in (("fp32", []), ("bf16", ["--bf16"]),
                                  ("bf16-grads", ["--bf16", "--grad-reduce-in-bf16"])):
-            for strategy in ("no_shard", "optim", "optim_grads"):
+            for strategy in ("no_shard", "optim", "optim_grads", "optim_grads_params"):
                 distributed = strategy != "no_shard"
                 for d in (1, 2, 4, 8):
                     common = [model, *flags, "--dp", str(d), "--micro-batch-size", "2",
@@ -100,7 +107,8 @@ def main():
                         "optimizer_state": mem["optimizer_state"],
                         "bytes_per_param": round(state / numel, 4),
                         "megatron_bytes_per_param": round(megatron_table(
-                            precision, d, distributed, strategy == "optim_grads"), 4),
+                            precision, d, distributed, strategy == "optim_grads",
+                            strategy == "optim_grads_params"), 4),
                         "peak_activations": mem["peak_activations"],
                         "planned_total": mem["total"], "runtime_arena": arena,
                     })

@@ -64,6 +64,7 @@ void artifactSeeds() {
       {"sharded_buckets_bf16", shardedBuckets(2, 2, 4, fb::DType::BF16)},
       {"tp_comm_overlap", tpCommOverlap(2, 6, 5, 7)},
       {"tp_comm_overlap_bf16", tpCommOverlap(2, 6, 5, 7, fb::DType::BF16)},
+      {"zero3_bucket", zero3Bucket()},
   };
   int n = 0;
   for (auto &[name, desc] : models) {

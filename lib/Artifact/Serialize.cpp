@@ -70,6 +70,8 @@ static fa::BufferKind kindOf(rt::BufferKind kind) {
     return fa::BufferKind::View;
   case rt::BufferKind::Metric:
     return fa::BufferKind::Metric;
+  case rt::BufferKind::ParamShard:
+    return fa::BufferKind::ParamShard;
   }
   llvm_unreachable("unknown rt buffer kind");
 }
@@ -280,7 +282,7 @@ Writer::writeProgram(ModuleOp module, int64_t ppRank) {
   for (auto [i, buf] : llvm::enumerate(bufferOps)) {
     index[buf.getSymName()] = i;
     bufferOffsets[buf.getSymName()] = buf.getOffset();
-    if (auto group = buf.getRankGroupAttr())
+    if (auto group = buf.getRankGroupAttr(); group && buf.getRankStride())
       rankViews[buf.getSymName()] = {group.getValue().str(),
                                      int64_t(buf.getRankStride().value_or(0))};
     else
@@ -367,6 +369,8 @@ Writer::writeProgram(ModuleOp module, int64_t ppRank) {
       bb.add_rank_group(rankGroup);
     bb.add_init(init);
     bb.add_init_scale(scale);
+    if (buf.getStaged())
+      bb.add_staged(true);
     bb.add_of(of);
     if (init == fa::InitKind::Data) {
       bb.add_data_shape(dataShapeVec);
@@ -462,6 +466,8 @@ Writer::writeProgram(ModuleOp module, int64_t ppRank) {
   pb.add_pp_rank(int(ppRank));
   pb.add_arena_bytes(arena.getInt());
   pb.add_persistent_bytes(persistent);
+  if (auto s = module->getAttrOfType<IntegerAttr>("rt.staging_bytes"))
+    pb.add_staging_bytes(s.getInt());
   pb.add_buffers(buffersVec);
   pb.add_inputs(inputsVec);
   pb.add_loss_buffer(lossBuffer);

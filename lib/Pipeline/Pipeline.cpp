@@ -86,21 +86,23 @@ tessera::checkTrainPipelineOptions(const TrainPipelineOptions &options) {
   const std::string &strategy = options.dataParallelShardingStrategy;
   if (!strategy.empty() && strategy != "no_shard" && strategy != "optim" &&
       strategy != "optim_grads" && strategy != "optim_grads_params")
-    return "--data-parallel-sharding-strategy must be no_shard, optim or "
-           "optim_grads, got '" +
+    return "--data-parallel-sharding-strategy must be no_shard, optim, "
+           "optim_grads or optim_grads_params, got '" +
            strategy + "'";
-  if (strategy == "optim_grads_params")
-    return "--data-parallel-sharding-strategy optim_grads_params (ZeRO-3: "
-           "parameters sharded too) is not supported; optim_grads shards the "
-           "gradients and the optimizer state";
+  if (strategy == "optim_grads_params" && options.overlapParamGather)
+    return "--overlap-param-gather with --data-parallel-sharding-strategy "
+           "optim_grads_params (ZeRO-3's prefetch of the next bucket's "
+           "gather) is not supported; ZeRO-3 gathers each bucket right "
+           "before its readers";
   if (strategy == "no_shard" && options.distributedOptimizer)
     return "--data-parallel-sharding-strategy no_shard contradicts "
            "--use-distributed-optimizer";
-  if (strategy == "optim_grads" &&
+  if ((strategy == "optim_grads" || strategy == "optim_grads_params") &&
       options.distributedOptimizer.getNumOccurrences() &&
       !options.distributedOptimizer)
-    return "--data-parallel-sharding-strategy optim_grads needs the "
-           "distributed optimizer (--use-distributed-optimizer=false given)";
+    return "--data-parallel-sharding-strategy " + strategy +
+           " needs the distributed optimizer (--use-distributed-optimizer="
+           "false given)";
   // Megatron's checks (arguments.py), with its words.
   if (options.tpCommOverlap && (!options.sequenceParallel || options.tp <= 1))
     return "Tensor parallel communication/GEMM overlap can happen only when "
@@ -139,7 +141,8 @@ tessera::splitOptions(const TrainPipelineOptions &options) {
 bool tessera::usesDistributedOptimizer(const TrainPipelineOptions &options) {
   return options.distributedOptimizer ||
          options.dataParallelShardingStrategy == "optim" ||
-         options.dataParallelShardingStrategy == "optim_grads";
+         options.dataParallelShardingStrategy == "optim_grads" ||
+         options.dataParallelShardingStrategy == "optim_grads_params";
 }
 
 int64_t tessera::effectiveVpp(const TrainPipelineOptions &options) {
@@ -226,7 +229,11 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   dist::DPGradAllReducePassOptions grads;
   grads.bucketSize = options.bucketSize;
   grads.distributedOptimizer = usesDistributedOptimizer(options);
-  grads.shardGrads = options.dataParallelShardingStrategy == "optim_grads";
+  grads.shardGrads = options.dataParallelShardingStrategy == "optim_grads" ||
+                     options.dataParallelShardingStrategy ==
+                         "optim_grads_params";
+  grads.shardParams =
+      options.dataParallelShardingStrategy == "optim_grads_params";
   grads.padBucketsForHighNcclBusbw = options.padBucketsForHighNcclBusbw;
   grads.singleBucketGroup = options.singleBucketGroup;
   grads.overlapGradReduce = options.overlapGradReduce;
@@ -261,6 +268,10 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   if (schedule::parseKind(options.schedule, kind) &&
       schedule::splitsBackward(kind))
     pm.addPass(dist::createSplitBackwardPass());
+  // ZeRO-3: every phase gathers the parameter buckets it reads (after the
+  // B/W split, so each of B and W gathers its own).
+  if (options.dataParallelShardingStrategy == "optim_grads_params")
+    pm.addPass(dist::createGatherParamsPass());
   // After every phase has its final ops (recomputation, B/W split).
   if (options.tpCommOverlap) {
     dist::TPCommOverlapPassOptions overlap;

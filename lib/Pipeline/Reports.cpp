@@ -439,6 +439,12 @@ static mlir::FailureOr<MemoryRows> memoryRows(mlir::ModuleOp module) {
     std::string kind = rt::stringifyEnum(buf.getKind()).str();
     if (buf.getKind() == rt::BufferKind::View) // a bucket: owns no memory
       continue;
+    // ZeRO-3: staged parameters are host copies (their device copy is the
+    // shards, counted as parameters).
+    if (buf.getStaged())
+      continue;
+    if (buf.getKind() == rt::BufferKind::ParamShard)
+      kind = "param";
     auto region = llvm::find_if(regions, [&](const auto &r) {
       int64_t off = int64_t(buf.getOffset());
       return off >= r.first && off < r.first + r.second.first;
@@ -465,7 +471,8 @@ static mlir::FailureOr<MemoryRows> memoryRows(mlir::ModuleOp module) {
   int64_t activations = arena.getInt() - persistent.getInt();
   // Grad buffers' padding (bucket ends, 64-element starts): once for the
   // gradients, once more for the parameters with the distributed optimizer.
-  // (ZeRO-2's gradient shards hold their share of it: counted as grads.)
+  // (ZeRO-2's gradient shards hold their share of it: counted as grads;
+  // ZeRO-3's parameter shards theirs: counted as params.)
   int64_t bufferPadding = 0;
   auto dtypeBytes = [](FloatDtype dtype) {
     return floatDtypeBytes(dtype);
@@ -473,7 +480,9 @@ static mlir::FailureOr<MemoryRows> memoryRows(mlir::ModuleOp module) {
   for (auto gb : module.getOps<dist::GradBufferOp>())
     bufferPadding += (gb.getNumel() - gb.getNumelUnpadded()) *
                      ((gb.getShardGrads() ? 0 : dtypeBytes(gb.getGradDtype())) +
-                      (gb.getDistributed() ? dtypeBytes(gb.getParamDtype()) : 0));
+                      (gb.getDistributed() && !gb.getShardParams()
+                           ? dtypeBytes(gb.getParamDtype())
+                           : 0));
   int64_t padding = persistent.getInt() - used - bufferPadding;
   out.rows = {{"params", bytes["param"]},
               {"grads", bytes["grad"]},

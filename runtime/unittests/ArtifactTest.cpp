@@ -698,6 +698,44 @@ TEST_F(ArtifactTest, RankRelativeRefStride) {
 // Found by the artifact_loader fuzzer (fuzz/): products of dimensions and
 // sums of offsets overflowed int64 (undefined behaviour) instead of failing
 // the arena check.
+TEST_F(ArtifactTest, StagedBuffersAndParameterShardsAreChecked) {
+  ArtifactDesc desc = zero3Bucket();
+  auto ok = LoadedArtifact::loadFromFile(
+      write("zero3.tsr", buildFile(buildPayload(desc))));
+  ASSERT_TRUE(ok.ok()) << ok.status().toString();
+  // A staged parameter past the staging space.
+  desc.programs[0].buffers[1].offset = 512;
+  expectError(buildFile(buildPayload(desc)),
+              "buffer 1 'v' (offset 512, 16 bytes) lies outside the staging "
+              "space of 512 bytes");
+  // A shard of a bucket view that is not staged, of one of another size,
+  // of no view, over a group kind the mesh lacks; a staged gradient.
+  desc = zero3Bucket();
+  desc.programs[0].buffers[2].staged = false;
+  expectError(buildFile(buildPayload(desc)),
+              "'pshard:b:0' is the shard of buffer 2 'pbuf:b:0', which is not "
+              "a staged bucket view of its dtype");
+  desc = zero3Bucket();
+  desc.programs[0].buffers[2].shape = {256};
+  desc.programs[0].stagingBytes = 1024;
+  expectError(buildFile(buildPayload(desc)),
+              "'pshard:b:0' holds 128 elements, not 1/1 of its bucket view's "
+              "256");
+  desc = zero3Bucket();
+  desc.programs[0].buffers[3].of = -1;
+  expectError(buildFile(buildPayload(desc)),
+              "is a parameter shard without its bucket view (of -1)");
+  desc = zero3Bucket();
+  desc.programs[0].buffers[3].rankGroup = "edp";
+  expectError(buildFile(buildPayload(desc)),
+              "is split over group 'edp', which has no rank groups");
+  desc = zero3Bucket();
+  desc.programs[0].buffers[4].staged = true;
+  expectError(buildFile(buildPayload(desc)),
+              "buffer 4 'loss' of kind Loss is staged (only parameters and "
+              "their bucket views are)");
+}
+
 TEST_F(ArtifactTest, HugeShapesAndOffsetsAreRejectedWithoutOverflow) {
   const int64_t big = int64_t(1) << 40, top = INT64_MAX - 3; // 4-aligned
   ArtifactDesc desc = softmaxRegression();

@@ -71,6 +71,54 @@ TEST(ExecutorTest, ParametersStartFromGlobalInit) {
     EXPECT_EQ(v, 0.0f);
 }
 
+// ZeRO-3: the staged parameters' initial values go into this rank's shard
+// of their bucket (at their layout offsets, padding zero); reading one
+// needs the shards gathered once an iteration has updated them; writing
+// one (a checkpoint's load) updates the shard.
+TEST(ExecutorTest, StagedParametersLiveInTheirBucketShard) {
+  auto ex = makeExecutor(zero3Bucket(), 77);
+  ASSERT_TRUE(ex);
+  auto shard = ex->readFloatBuffer("pshard:b:0");
+  ASSERT_TRUE(shard.ok()) << shard.status().toString();
+  ASSERT_EQ(shard->size(), 128u);
+  std::vector<float> w0(4);
+  for (size_t g = 0; g < 4; ++g) {
+    w0[g] = float(double(0.1f) * normal(77, "w", g));
+    EXPECT_EQ((*shard)[g], w0[g]);
+    EXPECT_EQ((*shard)[64 + g], 1.0f);
+  }
+  for (size_t i : {size_t(4), size_t(63), size_t(68), size_t(127)})
+    EXPECT_EQ((*shard)[i], 0.0f) << i;
+  auto w = ex->readFloatBuffer("w");
+  ASSERT_TRUE(w.ok()) << w.status().toString();
+  EXPECT_EQ(*w, w0);
+
+  ASSERT_TRUE(ex->runIteration(1).ok());
+  auto stale = ex->readBuffer("w");
+  ASSERT_FALSE(stale.ok());
+  EXPECT_NE(stale.status().message().find(
+                "is kept as shards of its bucket (ZeRO-3); gather them"),
+            std::string::npos)
+      << stale.status().toString();
+  ASSERT_TRUE(ex->gatherStagedParameters().ok());
+  w = ex->readFloatBuffer("w");
+  auto v = ex->readFloatBuffer("v");
+  ASSERT_TRUE(w.ok() && v.ok());
+  for (size_t g = 0; g < 4; ++g) {
+    EXPECT_EQ((*w)[g], 2 * w0[g]);
+    EXPECT_EQ((*v)[g], 2.0f);
+  }
+
+  const float five[4] = {5, 5, 5, 5};
+  ASSERT_TRUE(ex->writeBuffer("v", five, sizeof(five)).ok());
+  shard = ex->readFloatBuffer("pshard:b:0");
+  ASSERT_TRUE(shard.ok());
+  for (size_t g = 0; g < 4; ++g) {
+    EXPECT_EQ((*shard)[64 + g], 5.0f);
+    EXPECT_EQ((*shard)[g], 2 * w0[g]);
+  }
+}
+
 TEST(ExecutorTest, SoftmaxRegressionLossDecreasesWithAdam) {
   auto losses = train(softmaxRegression(8, 4, 16, 2, 1, true, 0.05f), 10);
   ASSERT_EQ(losses.size(), 10u);

@@ -60,6 +60,10 @@ struct BufferDesc {
   fb::InitKind init = fb::InitKind::Zeros;
   float initScale = 0.0f;
   int of = -1;
+  /// ZeRO-3: the group a ParamShard is split over; whether the buffer is
+  /// staged (its offset into ProgramDesc::stagingBytes).
+  std::string rankGroup;
+  bool staged = false;
 };
 
 struct InstrDesc {
@@ -109,6 +113,7 @@ struct ProgramDesc {
   std::vector<ScheduleStepDesc> schedule;
   std::string scheduleKind;
   int numChunks = 1;
+  int64_t stagingBytes = 0;
 
   int functionIndex(const std::string &name) const {
     for (size_t i = 0; i < functions.size(); ++i)
@@ -208,7 +213,9 @@ inline std::string buildPayload(const ArtifactDesc &desc) {
           fbb, b.name.c_str(), b.kind, b.dtype, b.offset, &b.shape,
           &b.globalShape, b.shardDim,
           b.shardAxis.empty() ? nullptr : b.shardAxis.c_str(), b.init,
-          b.initScale, b.of));
+          b.initScale, b.of, nullptr, nullptr, nullptr, 0, -1, nullptr,
+          b.rankGroup.empty() ? nullptr : b.rankGroup.c_str(), nullptr,
+          b.staged));
     std::vector<flatbuffers::Offset<fb::InputSpec>> inputs;
     for (const InputDesc &in : p.inputs)
       inputs.push_back(fb::CreateInputSpecDirect(
@@ -245,7 +252,7 @@ inline std::string buildPayload(const ArtifactDesc &desc) {
         fbb, p.ppRank, p.arenaBytes, p.arenaBytes, &buffers, &inputs,
         p.lossBuffer, p.iterationBuffer, &functions, &schedule,
         p.scheduleKind.empty() ? nullptr : p.scheduleKind.c_str(),
-        p.numChunks));
+        p.numChunks, p.stagingBytes));
   }
   std::vector<flatbuffers::Offset<fb::MeshAxis>> mesh;
   for (const auto &[name, size] : desc.mesh)
@@ -399,6 +406,54 @@ inline ArtifactDesc softmaxRegression(int64_t features = 8, int64_t classes = 4,
     zero.fattrs = {0.0f};
     step.push_back(zero);
   }
+  a.programs.push_back(std::move(p));
+  return a;
+}
+
+/// ZeRO-3 on one rank: parameters w (normal, 0.1) and v (ones) staged at
+/// elements 0 and 64 of a 128-element bucket view, this rank's shard of it
+/// ("pshard:b:0", over "dp" of one rank: the whole bucket) in the arena.
+/// "microbatch" gathers the shard and takes the mean of the bucket; "step"
+/// doubles the shard (an update of the parameters).
+inline ArtifactDesc zero3Bucket() {
+  using K = fb::BufferKind;
+  using O = fb::Opcode;
+  ArtifactDesc a;
+  a.mesh = {{"tp", 1}, {"dp", 1}};
+  addTpDpGroups(a, 1, 1);
+  ProgramDesc p;
+  p.stagingBytes = 512;
+  auto staged = [&](const std::string &name, K kind, int64_t n, int64_t at,
+                    fb::InitKind init, float scale) {
+    BufferDesc b;
+    b.name = name;
+    b.kind = kind;
+    b.shape = b.globalShape = {n};
+    b.offset = at;
+    b.init = init;
+    b.initScale = scale;
+    b.staged = true;
+    p.buffers.push_back(b);
+    return int(p.buffers.size()) - 1;
+  };
+  staged("w", K::Param, 4, 0, fb::InitKind::Normal, 0.1f);
+  staged("v", K::Param, 4, 256, fb::InitKind::Ones, 0.0f);
+  int view = staged("pbuf:b:0", K::View, 128, 0, fb::InitKind::Zeros, 0.0f);
+  int shard = p.add("pshard:b:0", K::ParamShard, {128});
+  p.buffers[size_t(shard)].of = view;
+  p.buffers[size_t(shard)].rankGroup = "dp";
+  int loss = p.add("loss", K::Loss, {});
+  int it = p.add("iteration", K::Iteration, {}, fb::DType::I64);
+  p.lossBuffer = loss;
+  p.iterationBuffer = it;
+  RefDesc gathered = p.scratch({128});
+  InstrDesc gather = instr(O::AllGather, {p.ref(shard), gathered}, "gather");
+  gather.group = "dp";
+  p.function("microbatch") = {gather,
+                              instr(O::Mean, {gathered, p.ref(loss)}, "mean")};
+  InstrDesc twice = instr(O::Scale, {p.ref(shard), p.ref(shard)}, "update");
+  twice.alpha = 2.0f;
+  p.function("step") = {twice};
   a.programs.push_back(std::move(p));
   return a;
 }

@@ -4,7 +4,8 @@
 # GPU with the cuda backend and on the CPU, from the same artifact: the
 # losses must agree within 1e-4 relative at every step (the GPT in bf16
 # with the distributed optimizer within 1e-2, also with
-# --overlap-param-gather through NCCL at one rank). Needs a GPU: without one it
+# --overlap-param-gather through NCCL at one rank, and with ZeRO-3's
+# parameter shards through NCCL at one rank, saved at the end). Needs a GPU: without one it
 # exits 77, which ctest reports as Skipped (label "gpu").
 #
 # Every run and every comparison runs and reports its own result, whatever
@@ -67,6 +68,14 @@ prepare() {
   "$bin/tessera-compile" "$dir/gpt.mlir" --micro-batch-size 4 \
     --global-batch-size 8 --bf16 --use-distributed-optimizer --overlap-grad-reduce \
     --overlap-param-gather -o "$dir/gpt-bf16-pg.tsr"
+  # ZeRO-3 at one rank (--data-parallel-sharding-strategy optim_grads_params):
+  # the parameters live only in their bucket shards (param_shard buffers),
+  # each phase gathers a bucket before its readers through NCCL, and the
+  # run ends with a checkpoint save, which gathers the shards into the
+  # host staging through a device buffer.
+  "$bin/tessera-compile" "$dir/gpt.mlir" --micro-batch-size 4 \
+    --global-batch-size 8 --bf16 --data-parallel-sharding-strategy optim_grads_params \
+    -o "$dir/gpt-bf16-z3.tsr"
   "$bin/tessera-gen" gpt --layers 2 --hidden 128 --heads 4 --vocab 257 --seq 64 \
     --num-experts 4 --moe-router-topk 2 --moe-expert-capacity-factor 1.5 \
     -o "$dir/moe.mlir"
@@ -159,6 +168,10 @@ check() {
   TESSERA_NCCL_ONE_RANK=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN} \
     run gpt-bf16-pg-cuda cuda gpt-bf16-pg
   compare gpt-bf16-pg 1e-2
+  run gpt-bf16-z3-cpu cpu gpt-bf16-z3 --save "$logs/gpt-bf16-z3-cpu.ckpt"
+  TESSERA_NCCL_ONE_RANK=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN} \
+    run gpt-bf16-z3-cuda cuda gpt-bf16-z3 --save "$logs/gpt-bf16-z3-cuda.ckpt"
+  compare gpt-bf16-z3 1e-2
   compare moe 1e-4
   compare rms 1e-4
   return $failed

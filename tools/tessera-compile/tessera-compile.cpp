@@ -80,6 +80,10 @@ static mlir::LogicalResult planLayout(mlir::ModuleOp model,
     options.distributedOptimizer = given.distributedOptimizer ? 1 : 0;
   if (!given.dataParallelShardingStrategy.empty()) {
     const std::string &s = given.dataParallelShardingStrategy;
+    if (s == "optim_grads_params")
+      return fail("--plan does not plan ZeRO-3 layouts "
+                  "(--data-parallel-sharding-strategy optim_grads_params); "
+                  "give the layout, or compile without --plan");
     options.distributedOptimizer = s == "no_shard" ? 0 : 1;
     options.shardGrads = s == "optim_grads" ? 1 : 0;
   }

@@ -599,6 +599,9 @@ LogicalResult GradBufferOp::verify() {
     return emitOpError() << "shards its gradients (shard_grads) but not its "
                             "parameters' optimizer state (distributed): "
                             "ZeRO-2 builds on the distributed optimizer";
+  if (getShardParams() && !getShardGrads())
+    return emitOpError() << "shards its parameters (shard_params) but not its "
+                            "gradients (shard_grads): ZeRO-3 builds on ZeRO-2";
   buckets::LayoutOptions o;
   o.dp = getDp();
   o.distributedOptimizer = getDistributed();

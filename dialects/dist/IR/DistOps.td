@@ -653,6 +653,11 @@ def Dist_GradBufferOp : Dist_Op<"grad_buffer", [Symbol,
     the gradients are kept only as this rank's shard of each bucket
     (`gshard:<buffer>:<k>`); a bucket's full gradients exist only within a
     backward, which reduce-scatters them and adds its shard in.
+    `shard_params` (ZeRO-3, Megatron's `optim_grads_params`; needs
+    `shard_grads`): the parameters too are kept only as this rank's shard of
+    each bucket (`pshard:<buffer>:<k>`); a phase all-gathers a bucket before
+    the ops that read its parameters (tessera-gather-params) and the step
+    updates the shard without gathering it.
 
     ```mlir
     dist.grad_buffer @gbuf0 {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
@@ -669,7 +674,8 @@ def Dist_GradBufferOp : Dist_Op<"grad_buffer", [Symbol,
                        I64Attr:$numel, I64Attr:$numel_unpadded,
                        ArrayAttr:$params, ArrayAttr:$buckets,
                        DefaultValuedStrAttr<StrAttr, "dp">:$group,
-                       DefaultValuedAttr<BoolAttr, "false">:$shard_grads);
+                       DefaultValuedAttr<BoolAttr, "false">:$shard_grads,
+                       DefaultValuedAttr<BoolAttr, "false">:$shard_params);
   let assemblyFormat = "$sym_name attr-dict";
   let hasVerifier = 1;
   let extraClassDeclaration = [{

@@ -77,6 +77,9 @@ struct DPGradAllReducePass
       return emitError(module.getLoc())
              << "shard-grads (ZeRO-2) needs the distributed optimizer "
                 "(distributed-optimizer=true)";
+    if (shardParams && !shardGrads)
+      return emitError(module.getLoc())
+             << "shard-params (ZeRO-3) needs shard-grads (ZeRO-2)";
     // The gradients the phases accumulate, in order of first appearance. A
     // gradient that ends in a sum all-reduce (a parameter entering a
     // tensor-parallel region through copy_to_region, e.g. layer norms under
@@ -232,7 +235,7 @@ struct DPGradAllReducePass
             b.getI64IntegerAttr(layout.numel),
             b.getI64IntegerAttr(layout.numelUnpadded), b.getArrayAttr(paramAttrs),
             b.getArrayAttr(bucketAttrs), b.getStringAttr(group),
-            b.getBoolAttr(shardGrads));
+            b.getBoolAttr(shardGrads), b.getBoolAttr(shardParams));
         placed.push_back({op, layout, group, size});
       }
     }

@@ -180,7 +180,8 @@ def DPGradAllReducePass : Pass<"tessera-dp-grad-allreduce", "mlir::ModuleOp"> {
     reduce-scatter (`dist.bucket_reduce_start {accumulate}` after the
     bucket's last gradient, its wait before the phase's trailing sends),
     returns no gradient, and reduces the sum-all-reduced gradients in
-    place; the step takes the shards.
+    place; the step takes the shards. With `shard-params` (ZeRO-3) they are
+    `shard_params` too.
   }];
   let options = [
     Option<"bucketSize", "bucket-size", "int64_t", "0",
@@ -199,7 +200,10 @@ def DPGradAllReducePass : Pass<"tessera-dp-grad-allreduce", "mlir::ModuleOp"> {
     Option<"shardGrads", "shard-grads", "bool", "false",
            "ZeRO-2 (with distributed-optimizer): keep only this rank's shard "
            "of the gradients; every backward reduce-scatters each bucket as "
-           "soon as its gradients are complete and adds its shard in">
+           "soon as its gradients are complete and adds its shard in">,
+    Option<"shardParams", "shard-params", "bool", "false",
+           "ZeRO-3 (with shard-grads): keep only this rank's shard of the "
+           "parameters too (the buffers are shard_params)">
   ];
   let dependentDialects = ["::tessera::dist::DistDialect", "::tessera::nn::NNDialect",
                            "::mlir::func::FuncDialect"];
@@ -340,6 +344,32 @@ def CastBeforeGatherPass : Pass<"tessera-cast-before-gather", "mlir::ModuleOp"> 
   let statistics = [
     Statistic<"numHoisted", "gathers-of-casts", "gathers that now gather their readers' cast">
   ];
+}
+
+def GatherParamsPass : Pass<"tessera-gather-params", "mlir::ModuleOp"> {
+  let summary = "ZeRO-3: all-gather each parameter bucket right before its readers";
+  let description = [{
+    For a `shard_params` grad buffer (ZeRO-3: Megatron's
+    `--data-parallel-sharding-strategy optim_grads_params`, Megatron-FSDP,
+    PyTorch's FSDP), a rank keeps only its shard of each bucket's
+    parameters (`pshard:<buffer>:<k>`, updated in place by the step). In
+    every phase but the step and init, the ops that read a bucket's
+    parameters are cut into runs: a run ends where an op reads parameters
+    of other buckets only. Before the first op of each run the phase takes
+    the bucket's shard (an argument bound to `pshard:<buffer>:<k>`, added
+    once), `dist.all_gather`s it over the buffer's group and `dist.unpack`s
+    it; the run's ops read the unpacked parameters. The forward thus
+    gathers each bucket once and the backward (the layers in reverse)
+    again, while a bucket whose forward and backward readers are adjacent
+    (the output layer) is gathered once for both. lower-to-rt makes the
+    unpacked parameters views of the gathered bucket, which lives until
+    the run's last reader: Megatron-FSDP's gather before a module's
+    forward and backward and its resharding after them. The phase keeps
+    its parameter arguments, unread, so the artifact still describes each
+    parameter (its shape, sharding and initialisation). tessera-compile runs
+    it after the backward split, so B and W gather what they read.
+  }];
+  let dependentDialects = ["::tessera::dist::DistDialect", "::mlir::func::FuncDialect"];
 }
 
 def VerifySchedulePass : Pass<"tessera-verify-schedule", "mlir::ModuleOp"> {

@@ -31,6 +31,10 @@ struct MainInit {
   std::string binding;
   FlatSymbolRefAttr buffer;
   int64_t bucket = -1;
+  /// ZeRO-3: the parameters' shard buffer ("pshard:<buffer>:<k>") and type,
+  /// which the main shard is made from.
+  std::string shard;
+  Type shardType;
 };
 
 /// What the optimizer needs to know of a parameter.
@@ -524,8 +528,8 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
             return step.emitOpError() << "gradient of unknown parameter '"
                                       << name << "'";
           // fp32 parameters are their own main parameters: the step takes
-          // them to keep this rank's shard.
-          if (!mixed) {
+          // them to keep this rank's shard (ZeRO-3: it takes the shard).
+          if (!mixed && !gb.getShardParams()) {
             params.push_back(body.addArgument(type, loc));
             argBindings.push_back(name.str());
           }
@@ -551,6 +555,15 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
         auto meshRef = FlatSymbolRefAttr::get(mesh.getSymNameAttr());
         std::string key = ("pbuf:" + ref.getValue() + ":" + Twine(k)).str();
         Value mine;
+        // ZeRO-3: the parameters' only copy is this rank's shard of the
+        // bucket; the step updates it (fp32) or its fp32 main shard, and
+        // gathers nothing (the phases gather before they read).
+        std::string pshard = ("pshard:" + ref.getValue() + ":" + Twine(k)).str();
+        if (gb.getShardParams()) {
+          init.shard = pshard;
+          init.shardType =
+              RankedTensorType::get(shardType.getShape(), paramElement);
+        }
         if (mixed) {
           // This rank's fp32 main shard of the bucket, kept between steps.
           mine = body.addArgument(withElement(shardType, f32), loc);
@@ -559,6 +572,9 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
           init.bucket = k;
           argBindings.push_back(init.binding);
           mainInits.push_back(init);
+        } else if (gb.getShardParams()) {
+          mine = body.addArgument(init.shardType, loc);
+          argBindings.push_back(pshard);
         } else {
           Value flat = dist::PackOp::create(
               b, loc, flatType, ref, b.getI64IntegerAttr(k),
@@ -597,6 +613,16 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
           stored = CastOp::create(
               b, loc, RankedTensorType::get(shardType.getShape(), paramElement),
               updated);
+        if (gb.getShardParams()) {
+          newResults.push_back(stored);
+          newBindings.push_back(pshard);
+          if (mixed) {
+            newResults.push_back(updated);
+            newBindings.push_back("main:" + key);
+          }
+          flushState();
+          continue;
+        }
         auto gather = dist::AllGatherOp::create(
             b, loc, flatType, stored, meshRef, gb.getGroupAttr(),
             b.getI64IntegerAttr(0));
@@ -846,6 +872,17 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
     };
     auto mesh = dist::lookupMesh(module);
     for (const MainInit &m : inits) {
+      if (!m.shard.empty()) {
+        Value shard = body->addArgument(m.shardType, loc);
+        argAttrs.push_back(bind(m.shard));
+        results.push_back(CastOp::create(
+            b, loc,
+            RankedTensorType::get(cast<RankedTensorType>(m.shardType).getShape(),
+                                  b.getF32Type()),
+            shard));
+        resultAttrs.push_back(bind(m.binding));
+        continue;
+      }
       SmallVector<Value> params;
       for (const std::string &name : m.params) {
         params.push_back(body->addArgument(paramTypes.lookup(name), loc));

@@ -13,11 +13,11 @@ include "dialects/tessera/IR/TesseraEnumBase.td"
 
 // The artifact's BufferKind (runtime/schema/artifact.fbs), spelled as in the IR.
 def RT_BufferKind : Tessera_Enum<"BufferKind",
-    "buffer kind: param, grad, main_param, opt_state, input, loss, iteration, activation, view or metric",
+    "buffer kind: param, grad, main_param, opt_state, input, loss, iteration, activation, view, metric or param_shard",
     ["param", "grad", "main_param", "opt_state", "input", "loss", "iteration",
-     "activation", "view", "metric"],
+     "activation", "view", "metric", "param_shard"],
     ["Param", "Grad", "MainParam", "OptState", "Input", "Loss", "Iteration",
-     "Activation", "View", "Metric"], "::tessera::rt">;
+     "Activation", "View", "Metric", "ParamShard"], "::tessera::rt">;
 
 def RT_Reduction : Tessera_Enum<"Reduction", "reduction: sum or max",
     ["sum", "max"], ["Sum", "Max"], "::tessera::rt">;

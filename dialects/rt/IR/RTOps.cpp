@@ -42,10 +42,20 @@ LogicalResult BufferOp::verify() {
   auto type = dyn_cast<MemRefType>(getType());
   if (!type || !type.hasStaticShape())
     return emitOpError() << "needs a statically shaped memref type";
-  if (getRankGroupAttr() && (getKind() != BufferKind::View || !getRankStrideAttr() ||
-                             *getRankStride() <= 0))
+  if (getRankGroupAttr() && getKind() != BufferKind::ParamShard &&
+      (getKind() != BufferKind::View || !getRankStrideAttr() ||
+       *getRankStride() <= 0))
     return emitOpError() << "is rank-relative, which needs kind 'view' and a "
                             "positive rank_stride";
+  if (getKind() == BufferKind::ParamShard &&
+      (!getRankGroupAttr() || !getOfAttr() || getRankStrideAttr()))
+    return emitOpError() << "of kind 'param_shard' must name its bucket view "
+                            "with 'of' and the group that splits it with "
+                            "'rank_group' (and no rank_stride)";
+  if (getStaged() && getKind() != BufferKind::Param &&
+      getKind() != BufferKind::View)
+    return emitOpError() << "is staged, which only parameters and their "
+                            "bucket views are";
   if ((getKind() == BufferKind::Grad || getKind() == BufferKind::OptState) &&
       !getOfAttr())
     return emitOpError() << "of kind '" << stringifyEnum(getKind())

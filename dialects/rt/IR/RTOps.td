@@ -109,7 +109,13 @@ def RT_BufferOp : RT_Op<"buffer", [Symbol, HasParent<"::mlir::ModuleOp">]> {
     so no other chunk's forward may write there). An activation with
     `for_weight_grad` is what a split backward's input-gradient phase saves
     in the slot for its weight-gradient phase (the zero-bubble schedule;
-    tessera-plan tells those bytes from the forward's).
+    tessera-plan tells those bytes from the forward's). ZeRO-3: a
+    `param_shard` is this rank's shard of a parameter bucket, the
+    parameters' only device copy (`of` names the bucket's view,
+    `rank_group` the group that splits it); the bucket's parameters and
+    view are `staged`: their `offset` is into the program's staging space
+    (`rt.staging_bytes`), the runtime's host copy of the whole parameters
+    for initialisation and checkpoints, not into the arena.
 
     ```mlir
     rt.buffer @"fc1.weight" : memref<512x256xf32> {kind = "param", offset = 0 : i64,
@@ -131,7 +137,8 @@ def RT_BufferOp : RT_Op<"buffer", [Symbol, HasParent<"::mlir::ModuleOp">]> {
                        OptionalAttr<StrAttr>:$rank_group,
                        OptionalAttr<I64Attr>:$rank_stride,
                        OptionalAttr<I64Attr>:$chunk,
-                       UnitAttr:$for_weight_grad);
+                       UnitAttr:$for_weight_grad,
+                       UnitAttr:$staged);
   let assemblyFormat = "$sym_name `:` $type attr-dict";
   let hasVerifier = 1;
 }

@@ -305,8 +305,9 @@ public:
   Option<std::string> dataParallelShardingStrategy{
       *this, "data-parallel-sharding-strategy",
       llvm::cl::desc("Megatron's ZeRO stage: no_shard, optim (the "
-                     "distributed optimizer, ZeRO-1) or optim_grads "
-                     "(ZeRO-2: the gradients sharded too)"),
+                     "distributed optimizer, ZeRO-1), optim_grads "
+                     "(ZeRO-2: the gradients sharded too) or "
+                     "optim_grads_params (ZeRO-3: the parameters too)"),
       llvm::cl::init(""), onCommandLine};
   Option<bool> overlapParamGather{
       *this, "overlap-param-gather",
@@ -403,7 +404,8 @@ public:
 std::string checkTrainPipelineOptions(const TrainPipelineOptions &options);
 
 /// Whether the optimizer state is sharded over dp (--use-distributed-optimizer
-/// or --data-parallel-sharding-strategy optim or optim_grads).
+/// or --data-parallel-sharding-strategy optim, optim_grads or
+/// optim_grads_params).
 bool usesDistributedOptimizer(const TrainPipelineOptions &options);
 
 /// Megatron's uneven split options as given (tessera-pp-split resolves

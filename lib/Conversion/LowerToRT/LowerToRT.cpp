@@ -204,6 +204,9 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
   module->setAttr("rt.arena_bytes",
                   builder.getI64IntegerAttr(persistentBytes + transient));
   module->setAttr("rt.persistent_bytes", builder.getI64IntegerAttr(persistentBytes));
+  if (buffers.stagingBytes > 0)
+    module->setAttr("rt.staging_bytes",
+                    builder.getI64IntegerAttr(buffers.stagingBytes));
   module->setAttr("rt.flops_per_step", builder.getI64IntegerAttr(flopsPerStep));
   arenaBytes = std::max<uint64_t>(arenaBytes.getValue(), persistentBytes + transient);
   transientBytes = std::max<uint64_t>(transientBytes.getValue(), transient);

@@ -94,6 +94,11 @@ public:
   std::map<int64_t, SlotRegion> regions;
   /// The persistent part's size (after layout).
   int64_t bytes = 0;
+  /// ZeRO-3: the size of the staging space, where the parameters of
+  /// `shard_params` buffers and their bucket views are laid out (`staged`;
+  /// the runtime's host copy for initialisation and checkpoints: their
+  /// device copy is only this rank's shard of each bucket).
+  int64_t stagingBytes = 0;
 };
 
 //===----------------------------------------------------------------------===//
@@ -131,6 +136,9 @@ llvm::SmallVector<std::string> bucketParts(mlir::Operation *op,
                                            dist::BucketData data);
 /// The element type of a grad buffer's gradients or parameters.
 mlir::Type bucketElementType(dist::GradBufferOp buffer, dist::BucketData data);
+/// Whether `unpack` hands out the parameters of a ZeRO-3 bucket (of a
+/// `shard_params` grad buffer).
+bool shardsParams(dist::UnpackOp unpack);
 /// The program-wide id of bucket `bucket` of grad buffer `buffer` (its
 /// position among all buckets of the program's grad buffers, in order): the
 /// sync id of its overlapped parameter all-gather (rt.param_sync_start and
@@ -213,6 +221,9 @@ private:
   /// A storage on this rank's shard `name` of a bucket for a value of type
   /// `t`, or -1 if there is no such shard or it does not fit.
   int shardStorageFor(llvm::StringRef name, mlir::Type t);
+  /// ZeRO-3: the storage of the gathered bucket `unpack` hands out (a
+  /// transient), or -1 if it unpacks no gathered ZeRO-3 bucket.
+  int gatheredBucket(dist::UnpackOp unpack);
   /// Decides where `op`'s results live.
   mlir::LogicalResult planOp(mlir::Operation *op);
 

@@ -74,6 +74,17 @@ LogicalResult PersistentBuffers::collect(ModuleOp module,
       Type element = bucketElementType(gb, data);
       for (auto [k, bucket] : llvm::enumerate(layout.buckets)) {
         int64_t numel = (bucket.end - bucket.start) / gb.getDp();
+        // ZeRO-3: the shard is the parameters' only device copy, a buffer
+        // of its own (the bucket's view is staged, see layout()).
+        if (data == dist::BucketData::Param && gb.getShardParams()) {
+          add(shardView(bucketView(data, gb.getSymName(), k)),
+              rt::BufferKind::ParamShard,
+              RankedTensorType::get({numel}, element),
+              {b.getNamedAttr("rank_group", gb.getGroupAttr()),
+               b.getNamedAttr("of", FlatSymbolRefAttr::get(b.getStringAttr(
+                                        bucketView(data, gb.getSymName(), k))))});
+          continue;
+        }
         // ZeRO-2: the shard is the gradients' own buffer, of the bucket.
         if (data == dist::BucketData::Grad && gb.getShardGrads()) {
           add(shardView(bucketView(data, gb.getSymName(), k)),
@@ -222,6 +233,7 @@ PersistentBuffers::layout(ModuleOp module,
   int64_t offset = 0;
   Builder b(module.getContext());
   std::map<Persistent *, int64_t> fixed;
+  stagingBytes = 0;
   for (auto gb : module.getOps<dist::GradBufferOp>()) {
     buckets::Buffer layout = gb.getLayout();
     for (dist::BucketData data :
@@ -234,7 +246,11 @@ PersistentBuffers::layout(ModuleOp module,
         continue;
       Type element = bucketElementType(gb, data);
       int64_t elementBytes = element.getIntOrFloatBitWidth() / 8;
-      int64_t base = offset;
+      // ZeRO-3: the parameters' region is staged (host memory for
+      // initialisation and checkpoints), not in the arena.
+      const bool staged =
+          data == dist::BucketData::Param && gb.getShardParams();
+      int64_t base = staged ? stagingBytes : offset;
       for (const buckets::ParamRange &p : layout.params) {
         std::string name =
             data == dist::BucketData::Grad ? "grad:" + p.name : p.name;
@@ -253,6 +269,8 @@ PersistentBuffers::layout(ModuleOp module,
                                   << " elements, its buffer is "
                                   << q->type;
         fixed[q] = base + p.start * elementBytes;
+        if (staged)
+          q->attrs.push_back(b.getNamedAttr("staged", b.getUnitAttr()));
       }
       for (auto [k, bucket] : llvm::enumerate(layout.buckets)) {
         std::string name = bucketView(data, gb.getSymName(), k);
@@ -260,10 +278,17 @@ PersistentBuffers::layout(ModuleOp module,
                                RankedTensorType::get({bucket.end - bucket.start},
                                                      element));
         fixed[view] = base + bucket.start * elementBytes;
+        if (staged) {
+          view->attrs = {b.getNamedAttr("staged", b.getUnitAttr())};
+          continue;
+        }
         if (Persistent *shard = byName.lookup(shardView(name)))
           fixed[shard] = fixed[view];
       }
-      offset = alignUp(base + layout.numel * elementBytes);
+      if (staged)
+        stagingBytes = alignUp(base + layout.numel * elementBytes);
+      else
+        offset = alignUp(base + layout.numel * elementBytes);
     }
     // Without the distributed optimizer, the fp32 tensors the optimizer
     // updates (the parameters, or the main parameters of bf16 ones) and

@@ -93,6 +93,16 @@ int64_t paramSyncId(Operation *from, StringRef buffer, int64_t bucket) {
   return -1;
 }
 
+/// Whether `unpack` hands out the parameters of a ZeRO-3 bucket (a
+/// `shard_params` grad buffer's).
+bool shardsParams(dist::UnpackOp unpack) {
+  if (unpack.getData() != dist::BucketData::Param)
+    return false;
+  auto buf = SymbolTable::lookupNearestSymbolFrom<dist::GradBufferOp>(
+      unpack, unpack.getBufferAttr());
+  return buf && buf.getShardParams();
+}
+
 Type bucketElementType(dist::GradBufferOp buffer, dist::BucketData data) {
   FloatDtype dtype = data == dist::BucketData::Grad ? buffer.getGradDtype()
                                                     : buffer.getParamDtype();
@@ -316,6 +326,16 @@ LogicalResult PhasePlan::plan() {
   return success();
 }
 
+int PhasePlan::gatheredBucket(dist::UnpackOp unpack) {
+  if (!shardsParams(unpack))
+    return -1;
+  auto it = storageOf.find(unpack.getInput());
+  if (it == storageOf.end())
+    return -1;
+  const Storage &s = storages[size_t(it->second)];
+  return s.persistent.empty() && !s.scratch && s.parent < 0 ? it->second : -1;
+}
+
 LogicalResult PhasePlan::planOp(Operation *op) {
   // Pipeline p2p: a received value goes straight to the slot of saved
   // activations when the backward needs it, else to a staging buffer of
@@ -385,6 +405,31 @@ LogicalResult PhasePlan::planOp(Operation *op) {
   if (isa<dist::BucketReduceWaitOp, dist::ParamSyncWaitOp>(op))
     return success();
   if (auto unpack = dyn_cast<dist::UnpackOp>(op)) {
+    // ZeRO-3: a bucket a phase gathered (tessera-gather-params) unpacks
+    // into views of the gathered transient, which then lives until the
+    // last reader of any of them.
+    if (int parent = gatheredBucket(unpack); parent >= 0) {
+      auto buf = SymbolTable::lookupNearestSymbolFrom<dist::GradBufferOp>(
+          op, unpack.getBufferAttr());
+      buckets::Buffer layout = buf.getLayout();
+      const buckets::Bucket &k = layout.buckets[size_t(unpack.getBucket())];
+      llvm::StringMap<int64_t> startOf;
+      for (const buckets::ParamRange &r : layout.params)
+        startOf[r.name] = r.start;
+      const int64_t elementBytes =
+          bucketElementType(buf, dist::BucketData::Param)
+              .getIntOrFloatBitWidth() /
+          8;
+      for (auto [name, result] :
+           llvm::zip(buf.getBucketParams(unpack.getBucket()),
+                     unpack.getResults())) {
+        int id = newStorage(result.getType());
+        storages[id].parent = parent;
+        storages[id].parentOffset = (startOf.lookup(name) - k.start) * elementBytes;
+        assign(result, id);
+      }
+      return success();
+    }
     std::string view =
         bucketView(unpack.getData(), unpack.getBuffer(), unpack.getBucket());
     SmallVector<std::string> parts = bucketParts(
@@ -550,7 +595,8 @@ LogicalResult PhasePlan::planOp(Operation *op) {
     if (isa<dist::AsyncType>(result.getType()))
       continue;
     if (binding.empty() && !inPlace && result.hasOneUse())
-      if (auto unpack = dyn_cast<dist::UnpackOp>(*result.getUsers().begin())) {
+      if (auto unpack = dyn_cast<dist::UnpackOp>(*result.getUsers().begin());
+          unpack && !shardsParams(unpack)) {
         direct.insert(result);
         assign(result, newStorage(result.getType(),
                                   bucketView(unpack.getData(), unpack.getBuffer(),
@@ -655,8 +701,19 @@ LogicalResult PhasePlan::planOp(Operation *op) {
 
 int64_t PhasePlan::planMemory(int64_t base) {
   // Live intervals of transient storages (scratch ones were set when
-  // planned: the one op that uses them).
+  // planned: the one op that uses them); a parent lives while any of its
+  // parts does (ZeRO-3's gathered bucket, read through its parameters).
   int64_t retPos = position.size();
+  for (Storage &s : storages) {
+    if (s.parent < 0)
+      continue;
+    Storage &parent = storages[size_t(s.parent)];
+    for (Value v : s.values)
+      for (Operation *user : v.getUsers())
+        parent.end = std::max(parent.end, isa<func::ReturnOp>(user)
+                                              ? retPos
+                                              : position[user]);
+  }
   SmallVector<Storage *> transients;
   std::vector<memory::Interval> intervals;
   for (Storage &s : storages) {

@@ -67,6 +67,10 @@ std::string summarizeArtifact(const LoadedArtifact &artifact) {
           os << "      #" << i << " " << fbString(b->name()) << " "
              << kindName(b->kind()) << " " << fb::EnumNameDType(b->dtype())
              << shapeToString(b->shape()) << " @" << b->offset();
+          if (b->staged())
+            os << " staged";
+          if (b->rank_group() && b->rank_group()->size())
+            os << " over " << fbString(b->rank_group());
           if (b->global_shape() && b->global_shape()->size())
             os << " global" << shapeToString(b->global_shape());
           if (b->shard_dim() >= 0)

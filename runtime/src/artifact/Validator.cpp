@@ -435,6 +435,8 @@ Status Validator::checkProgram(int pi, const fb::Program &p) {
   int64_t arena = p.arena_bytes();
   if (arena < 0)
     return error(prog, ": negative arena_bytes ", arena);
+  if (p.staging_bytes() < 0)
+    return error(prog, ": negative staging_bytes ", p.staging_bytes());
   if (p.persistent_bytes() < 0 || p.persistent_bytes() > arena)
     return error(prog, ": persistent_bytes ", p.persistent_bytes(),
                  " exceeds arena_bytes ", arena);
@@ -458,9 +460,38 @@ Status Validator::checkProgram(int pi, const fb::Program &p) {
     if (bytes < 0)
       return error(what, " of shape ", shapeToString(b->shape()),
                    " has more than 2^63 bytes");
-    if (b->offset() < 0 || bytes > arena || b->offset() > arena - bytes)
+    // ZeRO-3: a staged buffer lies in the staging space, not the arena.
+    const int64_t space = b->staged() ? p.staging_bytes() : arena;
+    if (b->staged() && b->kind() != fb::BufferKind::Param &&
+        b->kind() != fb::BufferKind::View)
+      return error(what, " of kind ", fb::EnumNameBufferKind(b->kind()),
+                   " is staged (only parameters and their bucket views are)");
+    if (b->offset() < 0 || bytes > space || b->offset() > space - bytes)
       return error(what, " (offset ", b->offset(), ", ", bytes,
-                   " bytes) lies outside the arena of ", arena, " bytes");
+                   " bytes) lies outside the ",
+                   b->staged() ? "staging space" : "arena", " of ", space,
+                   " bytes");
+    if (b->kind() == fb::BufferKind::ParamShard) {
+      // This rank's block of a staged bucket view, split over rank_group.
+      if (b->of() < 0 || b->of() >= numBuffers)
+        return error(what, " is a parameter shard without its bucket view "
+                           "(of ", b->of(), ")");
+      const fb::Buffer *view = p.buffers()->Get(flatbuffers::uoffset_t(b->of()));
+      if (view->kind() != fb::BufferKind::View || !view->staged() ||
+          view->dtype() != b->dtype())
+        return error(what, " is the shard of buffer ", b->of(), " '",
+                     fbString(view->name()),
+                     "', which is not a staged bucket view of its dtype");
+      if (!b->rank_group() || !groupKinds.count(b->rank_group()->str()))
+        return error(what, " is split over group '", fbString(b->rank_group()),
+                     "', which has no rank groups");
+      GroupPosition pos = findGroupPosition(a, b->rank_group()->str(), 0);
+      if (pos.size > 0 &&
+          numElements(b->shape()) * pos.size != numElements(view->shape()))
+        return error(what, " holds ", numElements(b->shape()),
+                     " elements, not 1/", pos.size, " of its bucket view's ",
+                     numElements(view->shape()));
+    }
     if ((b->kind() == fb::BufferKind::Grad ||
          b->kind() == fb::BufferKind::OptState) &&
         b->of() >= numBuffers)

@@ -219,7 +219,8 @@ std::vector<ManifestBucket> bucketLayouts(const fb::Program &program) {
     int64_t es = dtypeSize(view.dtype());
     int64_t begin = view.offset(), end = begin + bucket.numel * es;
     for (const fb::Buffer *p : buffers) {
-      if (p->kind() != fb::BufferKind::Param)
+      // (ZeRO-3: the staged parameters of a staged view.)
+      if (p->kind() != fb::BufferKind::Param || p->staged() != view.staged())
         continue;
       int64_t bytes = numElements(p->shape()) * dtypeSize(p->dtype());
       if (p->offset() >= begin && p->offset() + bytes <= end)

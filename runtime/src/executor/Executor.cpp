@@ -241,25 +241,29 @@ Executor::create(std::shared_ptr<const LoadedArtifact> artifact,
   return ex;
 }
 
+StatusOr<Communicator *> Executor::groupCommunicator(const std::string &kind) {
+  auto it = comms.groups.find(kind);
+  if (it != comms.groups.end() && it->second)
+    return it->second.get();
+  // Kinds with a one-rank instance here may run without MPI. The decoder
+  // has already rejected kinds whose instances leave this rank out.
+  GroupPosition pos = findGroupPosition(*art->root(), kind, rank);
+  if (pos.size != 1)
+    return failedPrecondition("no communicator for group kind '", kind, "' (",
+                              pos.size, " ranks)");
+  auto &self = selfComms[kind];
+  // Its copies go through the backend, on the backend's stream.
+  if (!self)
+    self = createSelfCommunicator(
+        [be = be.get()](const void *src, void *dst, int64_t bytes) {
+          return be->copy(src, dst, bytes);
+        });
+  return self.get();
+}
+
 Status Executor::bindFunctions() {
   auto lookup = [this](const std::string &kind) -> StatusOr<Communicator *> {
-    auto it = comms.groups.find(kind);
-    if (it != comms.groups.end() && it->second)
-      return it->second.get();
-    // Kinds with a one-rank instance here may run without MPI. The decoder
-    // has already rejected kinds whose instances leave this rank out.
-    GroupPosition pos = findGroupPosition(*art->root(), kind, rank);
-    if (pos.size != 1)
-      return failedPrecondition("no communicator for group kind '", kind, "' (",
-                                pos.size, " ranks)");
-    auto &self = selfComms[kind];
-    // Its copies go through the backend, on the backend's stream.
-    if (!self)
-      self = createSelfCommunicator(
-          [be = be.get()](const void *src, void *dst, int64_t bytes) {
-            return be->copy(src, dst, bytes);
-          });
-    return self.get();
+    return groupCommunicator(kind);
   };
   Decoder decoder(*art, *prog, arena, rank, lookup);
   int64_t lossOffset = prog->loss_buffer() >= 0
@@ -362,6 +366,19 @@ Status Executor::initializeParameters() {
     host.assign(size_t(n), 0.0f);
     TESSERA_RETURN_IF_ERROR(initParameterBuffer(
         *art->root(), *b, rank, options.seed, art->name(), host.data()));
+    if (b->staged()) {
+      // ZeRO-3: into the host staging; the shards take their parts below.
+      paramStaging.resize(size_t(prog->staging_bytes()));
+      uint8_t *at = paramStaging.data() + b->offset();
+      if (b->dtype() == fb::DType::BF16 || b->dtype() == fb::DType::F16) {
+        half.resize(size_t(n));
+        floatsToHalf(floatFormatOf(b->dtype()), host.data(), half.data(), n);
+        std::memcpy(at, half.data(), size_t(n * 2));
+      } else {
+        std::memcpy(at, host.data(), size_t(n * 4));
+      }
+      continue;
+    }
     if (b->dtype() == fb::DType::BF16 || b->dtype() == fb::DType::F16) {
       // The f32 initial values rounded: a bf16 or fp16 run starts from the
       // f32 run's weights to 16-bit precision.
@@ -371,6 +388,10 @@ Status Executor::initializeParameters() {
     } else {
       TESSERA_RETURN_IF_ERROR(copyIn(arena + b->offset(), host.data(), n * 4));
     }
+  }
+  if (prog->staging_bytes() > 0) {
+    TESSERA_RETURN_IF_ERROR(scatterStaged(0, prog->staging_bytes()));
+    paramStagingCurrent = true;
   }
   initDue = true;
   mainParamWritten.assign(prog->buffers()->size(), false);
@@ -789,6 +810,8 @@ StatusOr<double> Executor::runIteration(int64_t iteration) {
   if (initDue)
     TESSERA_RETURN_IF_ERROR(runInit().status());
   updatesSkipped = false;
+  // ZeRO-3: the step updates the shards; the staging no longer matches.
+  paramStagingCurrent = false;
   // The optimizer steps carry the peak rate; the schedule scales it, at
   // the count of iterations that updated (Megatron's scheduler steps only
   // then).
@@ -998,6 +1021,17 @@ Executor::readBuffer(const std::string &name) const {
   const fb::Buffer *b = findBuffer(name);
   if (!b)
     return notFound(art->name(), ": no buffer named '", name, "'");
+  if (b->staged()) {
+    // ZeRO-3: the host staging, current after gatherStagedParameters.
+    if (!paramStagingCurrent)
+      return failedPrecondition(
+          art->name(), ": parameter '", name,
+          "' is kept as shards of its bucket (ZeRO-3); gather them "
+          "(gatherStagedParameters) before reading it");
+    const int64_t bytes = numElements(b->shape()) * dtypeSize(b->dtype());
+    return std::vector<uint8_t>(paramStaging.begin() + b->offset(),
+                                paramStaging.begin() + b->offset() + bytes);
+  }
   if (heldByParamSync(*b))
     TESSERA_RETURN_IF_ERROR(finishParamSync());
   std::vector<uint8_t> out(
@@ -1079,6 +1113,12 @@ Status Executor::writeBuffer(const std::string &name, const void *data,
   if (bytes != size)
     return invalidArgument(art->name(), ": buffer '", name, "' holds ", size,
                            " bytes, got ", bytes);
+  if (b->staged()) {
+    // ZeRO-3: the host staging, and this rank's part into the shards.
+    paramStaging.resize(size_t(prog->staging_bytes()));
+    std::memcpy(paramStaging.data() + b->offset(), data, size_t(bytes));
+    return scatterStaged(b->offset(), b->offset() + bytes);
+  }
   if (heldByParamSync(*b))
     TESSERA_RETURN_IF_ERROR(finishParamSync());
   TESSERA_RETURN_IF_ERROR(copyIn(arena + b->offset(), data, bytes));
@@ -1091,6 +1131,66 @@ Status Executor::writeBuffer(const std::string &name, const void *data,
         mainParamWritten[i] = true;
       }
   }
+  return Status();
+}
+
+/// The part of its bucket a ParamShard `s` holds: [begin, end) bytes of
+/// the staging space (its rank's block of the bucket's staged view).
+static std::pair<int64_t, int64_t> shardRange(const fb::Artifact &a,
+                                              const fb::Program &p,
+                                              const fb::Buffer &s, int rank) {
+  const fb::Buffer *view = p.buffers()->Get(flatbuffers::uoffset_t(s.of()));
+  GroupPosition pos = findGroupPosition(a, s.rank_group()->str(), rank);
+  const int64_t bytes = numElements(s.shape()) * dtypeSize(s.dtype());
+  const int64_t begin = view->offset() + int64_t(pos.index) * bytes;
+  return {begin, begin + bytes};
+}
+
+Status Executor::scatterStaged(int64_t begin, int64_t end) {
+  for (const fb::Buffer *s : *prog->buffers()) {
+    if (s->kind() != fb::BufferKind::ParamShard)
+      continue;
+    auto [lo, hi] = shardRange(*art->root(), *prog, *s, rank);
+    const int64_t from = std::max(lo, begin), to = std::min(hi, end);
+    if (from < to)
+      TESSERA_RETURN_IF_ERROR(copyIn(arena + s->offset() + (from - lo),
+                                     paramStaging.data() + from, to - from));
+  }
+  return Status();
+}
+
+Status Executor::gatherStagedParameters() {
+  if (prog->staging_bytes() <= 0)
+    return Status();
+  paramStaging.resize(size_t(prog->staging_bytes()));
+  TESSERA_RETURN_IF_ERROR(be->synchronize());
+  // In buffer order, which every rank of a group shares (one program per
+  // pipeline stage).
+  for (const fb::Buffer *s : *prog->buffers()) {
+    if (s->kind() != fb::BufferKind::ParamShard)
+      continue;
+    const std::string group = s->rank_group()->str();
+    TESSERA_ASSIGN_OR_RETURN(Communicator * comm, groupCommunicator(group));
+    TESSERA_ASSIGN_OR_RETURN(ElementType type, Decoder::elementType(s->dtype()));
+    const int64_t n = numElements(s->shape());
+    const int64_t bytes = n * dtypeSize(s->dtype()) * comm->size();
+    const fb::Buffer *view = prog->buffers()->Get(flatbuffers::uoffset_t(s->of()));
+    uint8_t *dst = paramStaging.data() + view->offset();
+    if (be->hostMemory()) {
+      TESSERA_RETURN_IF_ERROR(comm->allGather(arena + s->offset(), dst, n, type));
+      continue;
+    }
+    // A device backend: through a device buffer of the whole bucket.
+    TESSERA_ASSIGN_OR_RETURN(void *gathered, be->allocate(bytes));
+    Status st = comm->allGather(arena + s->offset(), gathered, n, type);
+    if (st.ok())
+      st = be->synchronize();
+    if (st.ok())
+      st = copyOut(dst, gathered, bytes);
+    be->deallocate(gathered);
+    TESSERA_RETURN_IF_ERROR(st);
+  }
+  paramStagingCurrent = true;
   return Status();
 }
 

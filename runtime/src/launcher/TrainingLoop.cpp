@@ -911,6 +911,15 @@ Status RankRun::saveIfDue(int64_t it) {
   so.debugExitAfterShard = hooks.exitInSave;
   so.debugStallRank = hooks.stallInSave;
   so.monitor = &checkpointSteps;
+  {
+    // ZeRO-3: the parameters are saved whole, gathered from their shards.
+    WaitMonitor::Step step(&checkpointSteps,
+                           "saving checkpoint iteration " + std::to_string(it) +
+                               ": all-gathering the sharded parameters "
+                               "(ZeRO-3)",
+                           WaitMonitor::On::Peers);
+    TESSERA_RETURN_IF_ERROR(executor->gatherStagedParameters());
+  }
   TESSERA_ASSIGN_OR_RETURN(CheckpointSaveResult saved,
                            saveCheckpoint(*executor, so, world.get()));
   if (rank == 0) {

@@ -266,6 +266,14 @@ dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
 
 // -----
 
+// expected-error @+1 {{shards its parameters (shard_params) but not its gradients (shard_grads): ZeRO-3 builds on ZeRO-2}}
+dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
+    distributed = true, shard_params = true, numel = 128 : i64, numel_unpadded = 10 : i64,
+    params = [{name = "a", start = 0 : i64, end = 10 : i64, bucket = 0 : i64} ],
+    buckets = [array<i64: 0, 128, 10>]}
+
+// -----
+
 dist.mesh @mesh {dp = 2}
 dist.grad_buffer @g {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
     distributed = true, numel = 128 : i64, numel_unpadded = 10 : i64,

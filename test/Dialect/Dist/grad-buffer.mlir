@@ -31,6 +31,14 @@ func.func @param_sync(%s: tensor<64xf32>) -> (tensor<10xf32>, tensor<2x5xf32>) {
 }
 dist.mesh @mesh {dp = 2}
 
+// ZeRO-3: a shard_params buffer.
+// CHECK: dist.grad_buffer @pbuf3 {{.*}}shard_grads = true, shard_params = true
+dist.grad_buffer @pbuf3 {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
+    distributed = true, shard_grads = true, shard_params = true, numel = 128 : i64,
+    numel_unpadded = 10 : i64,
+    params = [{name = "y", start = 0 : i64, end = 10 : i64, bucket = 0 : i64} ],
+    buckets = [array<i64: 0, 128, 10>]}
+
 // ZeRO-2: a shard_grads buffer and a backward's accumulating reduction.
 // CHECK: dist.grad_buffer @zbuf {{.*}}shard_grads = true
 dist.grad_buffer @zbuf {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,

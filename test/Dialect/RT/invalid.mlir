@@ -1,6 +1,6 @@
 // RUN: tessera-opt %s -split-input-file -verify-diagnostics
 
-// expected-error @+1 {{attribute 'kind' failed to satisfy constraint: buffer kind: param, grad, main_param, opt_state, input, loss, iteration, activation, view or metric}}
+// expected-error @+1 {{attribute 'kind' failed to satisfy constraint: buffer kind: param, grad, main_param, opt_state, input, loss, iteration, activation, view, metric or param_shard}}
 rt.buffer @w : memref<4x8xf32> {kind = "weights", offset = 0 : i64}
 
 // -----
@@ -12,6 +12,21 @@ rt.buffer @g : memref<4x8xf32> {kind = "grad", offset = 0 : i64}
 
 // expected-error @+1 {{is saved for the weight gradients (for_weight_grad), which needs kind 'activation'}}
 rt.buffer @dy : memref<4x8xf32> {kind = "input", offset = 0 : i64, for_weight_grad}
+
+// -----
+
+// expected-error @+1 {{of kind 'param_shard' must name its bucket view with 'of' and the group that splits it with 'rank_group' (and no rank_stride)}}
+rt.buffer @"pshard:b:0" : memref<64xf32> {kind = "param_shard", offset = 0 : i64, rank_group = "dp"}
+
+// -----
+
+// expected-error @+1 {{of kind 'param_shard' must name its bucket view with 'of' and the group that splits it with 'rank_group' (and no rank_stride)}}
+rt.buffer @"pshard:b:0" : memref<64xf32> {kind = "param_shard", of = @"pbuf:b:0", offset = 0 : i64, rank_group = "dp", rank_stride = 256 : i64}
+
+// -----
+
+// expected-error @+1 {{is staged, which only parameters and their bucket views are}}
+rt.buffer @"grad:w" : memref<4xf32> {kind = "grad", of = @w, offset = 0 : i64, staged}
 
 // -----
 

@@ -5,6 +5,13 @@ rt.buffer @w : memref<4x8xf32> {kind = "param", offset = 0 : i64, init = "normal
 // CHECK: rt.buffer @"grad:w" : memref<4x8xf32> {kind = "grad", of = @w, offset = 128 : i64}
 rt.buffer @"grad:w" : memref<4x8xf32> {kind = "grad", of = @w, offset = 128 : i64}
 rt.buffer @t : memref<i64> {kind = "iteration", offset = 256 : i64}
+// ZeRO-3: a staged parameter and bucket view, and this rank's shard.
+// CHECK: rt.buffer @s : memref<4xf32> {init = "zeros", kind = "param", offset = 0 : i64, staged}
+rt.buffer @s : memref<4xf32> {kind = "param", offset = 0 : i64, init = "zeros", staged}
+// CHECK: rt.buffer @"pbuf:b:0" : memref<128xf32> {kind = "view", offset = 0 : i64, staged}
+rt.buffer @"pbuf:b:0" : memref<128xf32> {kind = "view", offset = 0 : i64, staged}
+// CHECK: rt.buffer @"pshard:b:0" : memref<64xf32> {kind = "param_shard", of = @"pbuf:b:0", offset = 512 : i64, rank_group = "dp"}
+rt.buffer @"pshard:b:0" : memref<64xf32> {kind = "param_shard", of = @"pbuf:b:0", offset = 512 : i64, rank_group = "dp"}
 
 // CHECK-LABEL: func.func @f
 func.func @f() attributes {rt.entry} {

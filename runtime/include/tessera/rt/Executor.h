@@ -200,8 +200,16 @@ public:
     return findBuffer(name) != nullptr;
   }
   /// Overwrites buffer `name` with `bytes` raw bytes (its exact size). A
-  /// MainParam buffer written here counts as restored for runInit.
+  /// MainParam buffer written here counts as restored for runInit. A
+  /// staged parameter (ZeRO-3) is written to the host staging and this
+  /// rank's part of it into its bucket's ParamShard.
   Status writeBuffer(const std::string &name, const void *data, int64_t bytes);
+
+  /// ZeRO-3: all-gathers every ParamShard over its group into the host
+  /// staging, so that readBuffer can read the staged parameters (a
+  /// checkpoint's). Collective: every rank of each shard's group calls it,
+  /// between iterations. A no-op for a program without staged buffers.
+  Status gatherStagedParameters();
 
   /// For a watchdog thread: when an instruction has been running for more
   /// than `seconds`, describes it (function, instruction, opcode, loc), or
@@ -365,6 +373,18 @@ private:
   int64_t skippedIterations = 0;
   /// "init" has not run (nor been skipped) since initializeParameters.
   bool initDue = true;
+  /// ZeRO-3: the host copy of the staged buffers (Program.staging_bytes),
+  /// allocated on first use, and whether it holds the parameters the
+  /// shards hold (after initializeParameters or gatherStagedParameters,
+  /// until the next iteration).
+  std::vector<uint8_t> paramStaging;
+  bool paramStagingCurrent = false;
+  /// Copies the staging bytes [begin, end) into the ParamShard buffers
+  /// whose part of their bucket covers them.
+  Status scatterStaged(int64_t begin, int64_t end);
+  /// The communicator of rank group `kind` (a self communicator for a
+  /// group of one).
+  StatusOr<Communicator *> groupCommunicator(const std::string &kind);
   /// Per buffer index: a MainParam buffer written by writeBuffer since
   /// initializeParameters (restored from a checkpoint).
   std::vector<bool> mainParamWritten;
