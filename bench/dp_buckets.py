@@ -21,7 +21,14 @@ configuration:
     with --overlap-param-gather: the parameter all-gather's time (AllGather
     in the step, or ParamSyncStart in the step plus the ParamSyncWait that
     the next forward spends finishing it) and its hidden fraction 1 -
-    exposed / sync, `sync` the run without --overlap-param-gather.
+    exposed / sync, `sync` the run without --overlap-param-gather;
+  - ZeRO-3 (--data-parallel-sharding-strategy optim_grads_params, with
+    --overlap-grad-reduce), without and with --overlap-param-gather (the
+    prefetch: each bucket's gather started under the previous bucket's
+    readers): the gathers' time (AllGather) and the prefetch's hidden
+    fraction 1 - exposed / sync, where exposed is the prefetch run's dp
+    collective time (AllGatherStart and the Waits included) less the
+    gradient reductions' time of the run without it.
 A benchmark, not a test: nothing is asserted. On this machine the ranks
 share 2 cores and Open MPI's non-blocking collectives progress only inside
 MPI calls (no progress thread), so little of the reduction can hide behind
@@ -38,7 +45,7 @@ import sys
 import tempfile
 
 DP_OPS = ("AllReduce", "ReduceScatter", "AllGather", "AllReduceStart", "Wait",
-          "ReduceScatterStart", "ParamSyncStart", "ParamSyncWait")
+          "ReduceScatterStart", "ParamSyncStart", "ParamSyncWait", "AllGatherStart")
 GATHER_OPS = ("AllGather", "ParamSyncStart", "ParamSyncWait")
 
 
@@ -67,7 +74,8 @@ def main():
         for dp in (2, 4):
             for mode in ("allreduce", "distributed", "overlap", "bf16-distributed",
                          "bf16-grad-bf16", "distributed-overlap",
-                         "distributed-overlap-param-gather"):
+                         "distributed-overlap-param-gather", "zero3-overlap",
+                         "zero3-overlap-param-gather"):
                 name = f"dp{dp}-{mode}"
                 flags = ["--dp", str(dp), "--micro-batch-size", "2",
                          "--global-batch-size", str(8 * dp), "--bucket-size", str(args.bucket_size)]
@@ -77,6 +85,8 @@ def main():
                     flags.append("--grad-reduce-in-bf16")
                 if mode.endswith("distributed") or mode.startswith("distributed"):
                     flags.append("--use-distributed-optimizer")
+                if mode.startswith("zero3"):
+                    flags += ["--data-parallel-sharding-strategy", "optim_grads_params"]
                 if "overlap" in mode:
                     flags.append("--overlap-grad-reduce")
                 if mode.endswith("param-gather"):
@@ -100,7 +110,13 @@ def main():
                                  for b in buckets["buffers"])
                 param_bytes = sum(b["numel_unpadded"] * size[b["param_dtype"]]
                                   for b in buckets["buffers"])
-                if "distributed" in mode:
+                if mode.startswith("zero3"):
+                    # Every microbatch gathers the parameters twice (the
+                    # forward's and the backward's) and reduce-scatters the
+                    # gradients (ZeRO-2's per-microbatch reduction).
+                    micro = 8 * dp // (2 * dp)
+                    minimum = micro * (dp - 1) * (grad_bytes + 2 * param_bytes) / dp
+                elif "distributed" in mode:
                     minimum = (dp - 1) * (grad_bytes + param_bytes) / dp
                 else:
                     minimum = 2 * (dp - 1) * grad_bytes / dp
@@ -115,7 +131,8 @@ def main():
                     "dp_comm_time_s": comm,
                     "param_gather_time_s": statistics.median(
                         sum(l["kernel_time_s"].get(op, 0.0) for op in GATHER_OPS)
-                        for l in lines) if "distributed" in mode else None,
+                        for l in lines) if "distributed" in mode or "zero3" in mode
+                    else None,
                 })
         by = {r["config"]: r for r in results}
         for dp in (2, 4):
@@ -126,6 +143,14 @@ def main():
             pg = by[f"dp{dp}-distributed-overlap-param-gather"]
             pg["param_gather_hidden_fraction"] = (
                 1 - pg["param_gather_time_s"] / sync["param_gather_time_s"]
+                if sync["param_gather_time_s"] else None)
+            sync = by[f"dp{dp}-zero3-overlap"]
+            pf = by[f"dp{dp}-zero3-overlap-param-gather"]
+            reductions = sync["dp_comm_time_s"] - sync["param_gather_time_s"]
+            exposed = pf["dp_comm_time_s"] - reductions
+            pf["param_gather_exposed_s"] = exposed
+            pf["param_gather_hidden_fraction"] = (
+                1 - exposed / sync["param_gather_time_s"]
                 if sync["param_gather_time_s"] else None)
     json.dump({"benchmark": "dp_buckets", "hidden": args.hidden, "layers": args.layers,
                "seq": args.seq, "bucket_size": args.bucket_size, "results": results},

@@ -89,11 +89,6 @@ tessera::checkTrainPipelineOptions(const TrainPipelineOptions &options) {
     return "--data-parallel-sharding-strategy must be no_shard, optim, "
            "optim_grads or optim_grads_params, got '" +
            strategy + "'";
-  if (strategy == "optim_grads_params" && options.overlapParamGather)
-    return "--overlap-param-gather with --data-parallel-sharding-strategy "
-           "optim_grads_params (ZeRO-3's prefetch of the next bucket's "
-           "gather) is not supported; ZeRO-3 gathers each bucket right "
-           "before its readers";
   if (strategy == "no_shard" && options.distributedOptimizer)
     return "--data-parallel-sharding-strategy no_shard contradicts "
            "--use-distributed-optimizer";
@@ -258,7 +253,11 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   opt.minLossScale = options.minLossScale;
   opt.lossScaleWindow = options.lossScaleWindow;
   opt.hysteresis = options.hysteresis;
-  opt.overlapParamGather = options.overlapParamGather;
+  // (Under ZeRO-3 the step gathers nothing: --overlap-param-gather is the
+  // phases' prefetch, tessera-gather-params'.)
+  opt.overlapParamGather =
+      options.overlapParamGather &&
+      options.dataParallelShardingStrategy != "optim_grads_params";
   pm.addPass(nn::createOptimizerPass(opt));
   // The forward-only phase tessera-run --eval-only runs.
   pm.addPass(nn::createEvalPhasePass());
@@ -270,8 +269,11 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
     pm.addPass(dist::createSplitBackwardPass());
   // ZeRO-3: every phase gathers the parameter buckets it reads (after the
   // B/W split, so each of B and W gathers its own).
-  if (options.dataParallelShardingStrategy == "optim_grads_params")
-    pm.addPass(dist::createGatherParamsPass());
+  if (options.dataParallelShardingStrategy == "optim_grads_params") {
+    dist::GatherParamsPassOptions gather;
+    gather.prefetch = options.overlapParamGather;
+    pm.addPass(dist::createGatherParamsPass(gather));
+  }
   // After every phase has its final ops (recomputation, B/W split).
   if (options.tpCommOverlap) {
     dist::TPCommOverlapPassOptions overlap;

@@ -163,7 +163,10 @@ std::vector<std::string> Layout::flags(int64_t globalBatch) const {
                        "uniform", "--recompute-num-layers", "1"});
   else if (recompute == "selective")
     f.insert(f.end(), {"--recompute-granularity", "selective"});
-  if (distributedOptimizer && shardGrads)
+  if (distributedOptimizer && shardGrads && shardParams)
+    f.insert(f.end(),
+             {"--data-parallel-sharding-strategy", "optim_grads_params"});
+  else if (distributedOptimizer && shardGrads)
     f.insert(f.end(), {"--data-parallel-sharding-strategy", "optim_grads"});
   else if (distributedOptimizer)
     f.push_back("--use-distributed-optimizer");
@@ -197,7 +200,9 @@ void Layout::apply(TrainPipelineOptions &o, int64_t globalBatch) const {
   o.bf16 = bf16;
   o.distributedOptimizer = distributedOptimizer;
   o.dataParallelShardingStrategy =
-      distributedOptimizer && shardGrads ? "optim_grads" : "";
+      !distributedOptimizer || !shardGrads ? ""
+      : shardParams                        ? "optim_grads_params"
+                                           : "optim_grads";
   o.overlapGradReduce = dp * cp > 1 && overlapGradReduce;
   o.overlapParamGather = paramGatherOverlapped();
   o.gradReduceInBf16 = bf16 && gradReduceBf16;
@@ -797,10 +802,26 @@ public:
         }
         comm += ovF + ovB;
       }
+      // ZeRO-3: each microbatch's forward and backward all-gather the
+      // chunk's parameter buckets before their readers (the dense ones
+      // over dp x cp, the experts' over edp), not overlapped.
+      double z3 = 0;
+      if (l.shardParams) {
+        const double paramBytes = options.bf16 ? 2 : 4;
+        const int64_t group = l.dp * l.cp;
+        const double bucket = std::max(4e7, 1e6 * double(group));
+        const double dense = part.params - part.expertParams;
+        z3 = collective(0, dense * paramBytes, std::ceil(dense / bucket),
+                        group, intra(l.tp, group)) +
+             collective(0, part.expertParams * paramBytes,
+                        std::ceil(part.expertParams / bucket), edp,
+                        intra(etp * l.ep, edp));
+        comm += 2 * z3;
+      }
       double f = denseF + part.fwdLight * mb / cluster.hbmBandwidth +
-                 collF + ovF + ringF + p2p;
+                 collF + ovF + ringF + p2p + z3;
       double b = denseB + part.bwdLight * mb / cluster.hbmBandwidth +
-                 collB + ovB + ringB + p2p;
+                 collB + ovB + ringB + p2p + z3;
       // The zero-bubble schedule runs W, the weight gradients' GEMMs and
       // reductions, apart: B is the rest of the backward.
       if (zb) {
@@ -870,13 +891,22 @@ public:
       // dp) elements), counted on top of the activations (it lives
       // through the backward).
       const bool zero2 = l.distributedOptimizer && l.shardGrads;
+      // ZeRO-3: the parameters' shards, plus one gathered bucket of them
+      // (a transient, counted on top like ZeRO-2's).
+      const double paramMem =
+          zero2 && l.shardParams
+              ? paramBytes * (dense / double(dpOpt) +
+                              expertParams / double(edpOpt)) +
+                    paramBytes *
+                        std::min(params, std::max(4e7, 1e6 * double(gradGroup)))
+              : params * paramBytes;
       const double grads =
           zero2 ? gradBytes * (dense / double(dpOpt) +
                                expertParams / double(edpOpt)) +
                       gradBytes * std::min(params,
                                            std::max(4e7, 1e6 * double(gradGroup)))
                 : gradBytes * params;
-      double mem = params * paramBytes + grads +
+      double mem = paramMem + grads +
                    stateBytes * (dense / double(dpOpt) +
                                  expertParams / double(edpOpt)) +
                    act + transient;
@@ -905,8 +935,11 @@ public:
       };
       double reduce = reduceOver(dense, gradGroup, dpIntra) +
                       reduceOver(expertParams, edp, edpIntra);
-      double gather = gatherOver(dense, gradGroup, dpIntra) +
-                      gatherOver(expertParams, edp, edpIntra);
+      // (ZeRO-3 gathers in the phases, above, not after the step.)
+      double gather = l.shardParams
+                          ? 0.0
+                          : gatherOver(dense, gradGroup, dpIntra) +
+                                gatherOver(expertParams, edp, edpIntra);
       // The reductions start in the last microbatch's backward (in its W
       // under the zero-bubble schedule) and overlap what follows it.
       const double lastBackward = zb ? tw : double(l.vpp) * tb;
@@ -1110,6 +1143,7 @@ llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
             for (const std::string &rc : recomputes)
               for (bool dist : {false, true})
               for (bool shard : {false, true})
+              for (bool shard3 : {false, true})
               for (bool zb : {false, true}) {
                 // The zero-bubble schedule: pipelines without virtual
                 // stages.
@@ -1122,6 +1156,12 @@ llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
                 if (shard && !dist)
                   continue;
                 if (options.shardGrads >= 0 && shard != bool(options.shardGrads))
+                  continue;
+                // ZeRO-3 shards ZeRO-2's parameters.
+                if (shard3 && !shard)
+                  continue;
+                if (options.shardParams >= 0 &&
+                    shard3 != bool(options.shardParams))
                   continue;
                 // Without sequence parallelism selective recompute is what
                 // the attention kernels do anyway: the same layout as none.
@@ -1144,6 +1184,7 @@ llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
                 l.recompute = rc;
                 l.distributedOptimizer = dist;
                 l.shardGrads = shard;
+                l.shardParams = shard3;
                 l.overlapGradReduce = options.overlapGradReduce;
                 l.overlapParamGather = options.overlapParamGather;
                 l.gradReduceBf16 = options.gradReduceBf16;
@@ -1290,7 +1331,9 @@ void tessera::plan::printPlan(const PlanResult &result, const Cluster &cluster,
           "{7}{8}{15}: {9:F3} s/step, {10:F1} TFLOP/s/GPU, MFU {11:F3}, bubble "
           "{12:F3}, {13:F1} GiB",
           shown, l.tp, l.cp, l.pp, l.vpp, l.dp, l.microBatch, l.recompute,
-          l.distributedOptimizer ? (l.shardGrads ? " zero2" : " distopt") : "",
+          l.distributedOptimizer
+              ? (l.shardParams ? " zero3" : l.shardGrads ? " zero2" : " distopt")
+              : "",
           p.stepSeconds,
           p.tflopsPerGpu, p.mfu, p.bubbleFraction, gib(p.memoryBytes),
           experts, l.zeroBubble ? " zb-h1" : "");
@@ -1347,6 +1390,7 @@ void tessera::plan::printPlan(const PlanResult &result, const Cluster &cluster,
           j.attribute("distributed_optimizer", l.distributedOptimizer);
           j.attribute("sharding_strategy",
                       !l.distributedOptimizer ? "no_shard"
+                      : l.shardParams         ? "optim_grads_params"
                       : l.shardGrads          ? "optim_grads"
                                               : "optim");
           j.attribute("step_seconds", p.stepSeconds);

@@ -729,6 +729,15 @@ TEST_F(ArtifactTest, StagedBuffersAndParameterShardsAreChecked) {
   desc.programs[0].buffers[3].rankGroup = "edp";
   expectError(buildFile(buildPayload(desc)),
               "is split over group 'edp', which has no rank groups");
+  // A staged parameter that no shard's view covers: its value would never
+  // reach the device.
+  desc = zero3Bucket();
+  desc.programs[0].buffers[1].offset = 448;
+  desc.programs[0].buffers[2].shape = {112};
+  desc.programs[0].buffers[3].shape = {112};
+  expectError(buildFile(buildPayload(desc)),
+              "buffer 1 'v' is a staged parameter outside every bucket view of "
+              "its dtype that a parameter shard holds");
   desc = zero3Bucket();
   desc.programs[0].buffers[4].staged = true;
   expectError(buildFile(buildPayload(desc)),

@@ -73,8 +73,8 @@ TEST(ExecutorTest, ParametersStartFromGlobalInit) {
 
 // ZeRO-3: the staged parameters' initial values go into this rank's shard
 // of their bucket (at their layout offsets, padding zero); reading one
-// needs the shards gathered once an iteration has updated them; writing
-// one (a checkpoint's load) updates the shard.
+// needs the shards gathered (and gathered again once an iteration has
+// updated them); writing one (a checkpoint's load) updates the shard.
 TEST(ExecutorTest, StagedParametersLiveInTheirBucketShard) {
   auto ex = makeExecutor(zero3Bucket(), 77);
   ASSERT_TRUE(ex);
@@ -89,6 +89,8 @@ TEST(ExecutorTest, StagedParametersLiveInTheirBucketShard) {
   }
   for (size_t i : {size_t(4), size_t(63), size_t(68), size_t(127)})
     EXPECT_EQ((*shard)[i], 0.0f) << i;
+  ASSERT_FALSE(ex->readBuffer("w").ok());
+  ASSERT_TRUE(ex->gatherStagedParameters().ok());
   auto w = ex->readFloatBuffer("w");
   ASSERT_TRUE(w.ok()) << w.status().toString();
   EXPECT_EQ(*w, w0);
@@ -111,6 +113,7 @@ TEST(ExecutorTest, StagedParametersLiveInTheirBucketShard) {
 
   const float five[4] = {5, 5, 5, 5};
   ASSERT_TRUE(ex->writeBuffer("v", five, sizeof(five)).ok());
+  ASSERT_FALSE(ex->readBuffer("v").ok());
   shard = ex->readFloatBuffer("pshard:b:0");
   ASSERT_TRUE(shard.ok());
   for (size_t g = 0; g < 4; ++g) {

@@ -127,14 +127,32 @@ module attributes {tessera.batch = {global_batch_size = 4 : i64, micro_batch_siz
 
 // -----
 
-// An op that has no rt lowering (a started all-gather).
+// An op that has no rt lowering (a started reduce-scatter: only bucket
+// reductions start one).
 module {
   dist.mesh @mesh {dp = 2}
   func.func @mb(%w: tensor<4x8xf32> {nn.param = "w"}) -> (tensor<f32> {tessera.buffer = "loss"}, tensor<4x8xf32> {tessera.grad_of = "w"}) attributes {tessera.phase = "microbatch"} {
-    // expected-error @+1 {{'dist.all_gather_start' op cannot be lowered to rt}}
-    %h = dist.all_gather_start %w on @mesh "dp" dim 0 : tensor<4x8xf32> -> !dist.async<tensor<8x8xf32>>
-    %g = dist.wait %h : !dist.async<tensor<8x8xf32>> -> tensor<8x8xf32>
-    %l = nn.mean %g : (tensor<8x8xf32>) -> tensor<f32>
+    // expected-error @+1 {{'dist.reduce_scatter_start' op cannot be lowered to rt}}
+    %h = dist.reduce_scatter_start %w on @mesh "dp" dim 0 : tensor<4x8xf32> -> !dist.async<tensor<2x8xf32>>
+    %g = dist.wait %h : !dist.async<tensor<2x8xf32>> -> tensor<2x8xf32>
+    %l = nn.mean %g : (tensor<2x8xf32>) -> tensor<f32>
+    return %l, %w : tensor<f32>, tensor<4x8xf32>
+  }
+  func.func @step(%g: tensor<4x8xf32> {tessera.buffer = "grad:w"}) -> (tensor<4x8xf32> {tessera.buffer = "grad:w"}) attributes {tessera.phase = "step"} {
+    return %g : tensor<4x8xf32>
+  }
+}
+
+// -----
+
+// A started all-gather (ZeRO-3's prefetch) along another dimension.
+module {
+  dist.mesh @mesh {dp = 2}
+  func.func @mb(%w: tensor<4x8xf32> {nn.param = "w"}) -> (tensor<f32> {tessera.buffer = "loss"}, tensor<4x8xf32> {tessera.grad_of = "w"}) attributes {tessera.phase = "microbatch"} {
+    // expected-error @+1 {{'dist.all_gather_start' op lower-to-rt supports dim 0 only}}
+    %h = dist.all_gather_start %w on @mesh "dp" dim 1 : tensor<4x8xf32> -> !dist.async<tensor<4x16xf32>>
+    %g = dist.wait %h : !dist.async<tensor<4x16xf32>> -> tensor<4x16xf32>
+    %l = nn.mean %g : (tensor<4x16xf32>) -> tensor<f32>
     return %l, %w : tensor<f32>, tensor<4x8xf32>
   }
   func.func @step(%g: tensor<4x8xf32> {tessera.buffer = "grad:w"}) -> (tensor<4x8xf32> {tessera.buffer = "grad:w"}) attributes {tessera.phase = "step"} {
@@ -187,5 +205,27 @@ module {
     %g = dist.all_gather %n on @mesh "dp" dim 0 {param_sync} : tensor<64xf32> -> tensor<128xf32>
     %u = dist.unpack @gbuf bucket 0 "param" %g : tensor<128xf32> -> tensor<4xf32>
     return %u, %n : tensor<4xf32>, tensor<64xf32>
+  }
+}
+
+// -----
+
+// ZeRO-3: a shard_params bucket unpacks only from its gathered transient
+// (tessera-gather-params), not from a phase's own bucket of parameters.
+module attributes {tessera.batch = {global_batch_size = 8 : i64, micro_batch_size = 4 : i64, num_microbatches = 1 : i64}} {
+  dist.mesh @mesh {dp = 2}
+  dist.grad_buffer @gbuf {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
+      distributed = true, shard_grads = true, shard_params = true, numel = 128 : i64, numel_unpadded = 4 : i64,
+      params = [{name = "w", start = 0 : i64, end = 4 : i64, bucket = 0 : i64}],
+      buckets = [array<i64: 0, 128, 4>]}
+  func.func @mb(%w: tensor<4xf32> {nn.param = "w"}) -> (tensor<f32> {tessera.buffer = "loss"}) attributes {tessera.phase = "microbatch"} {
+    %p = dist.pack @gbuf bucket 0 "param"(%w) : tensor<4xf32> -> tensor<128xf32>
+    // expected-error @+1 {{unpacks the parameters of a ZeRO-3 bucket (shard_params) from a value that is not a gathered transient; only tessera-gather-params' all-gathers of the bucket's shard are}}
+    %w1 = dist.unpack @gbuf bucket 0 "param" %p : tensor<128xf32> -> tensor<4xf32>
+    %l = nn.mean %w1 : (tensor<4xf32>) -> tensor<f32>
+    return %l : tensor<f32>
+  }
+  func.func @step(%s: tensor<64xf32> {tessera.buffer = "pshard:gbuf:0"}) -> (tensor<64xf32> {tessera.buffer = "pshard:gbuf:0"}) attributes {tessera.phase = "step"} {
+    return %s : tensor<64xf32>
   }
 }

@@ -1,4 +1,4 @@
-// RUN: tessera-opt %s --tessera-lower-to-rt | FileCheck %s
+// RUN: tessera-opt %s -split-input-file --tessera-lower-to-rt | FileCheck %s
 
 // ZeRO-3 (a shard_params grad buffer): this rank's shard of the parameter
 // bucket is a buffer of its own (kind param_shard, naming its bucket view
@@ -44,6 +44,41 @@ module attributes {tessera.batch = {global_batch_size = 8 : i64, micro_batch_siz
     %a = nn.add %w1, %w1 : tensor<4xf32>
     %b = nn.add %a, %v1 : tensor<4xf32>
     %l = nn.mean %b : (tensor<4xf32>) -> tensor<f32>
+    return %l : tensor<f32>
+  }
+  func.func @step(%g: tensor<64xf32> {tessera.buffer = "gshard:gbuf:0"}, %s: tensor<64xf32> {tessera.buffer = "pshard:gbuf:0"}) -> (tensor<64xf32> {tessera.buffer = "pshard:gbuf:0"}) attributes {tessera.phase = "step"} {
+    %new = nn.sgd %s, %g {lr = 1.0e-02 : f32, weight_decay = 0.0 : f32} : tensor<64xf32>
+    return %new : tensor<64xf32>
+  }
+}
+
+// -----
+
+// ZeRO-3's prefetch: bucket 1's gather starts before bucket 0's readers
+// and is waited for before its own; the started bucket is a transient from
+// the start to its last reader, apart from bucket 0's (both live at once).
+// CHECK-LABEL: func.func @microbatch
+// CHECK: rt.all_gather %[[S0:.*]], %[[B0:.*]] {group = "dp"} : memref<64xf32>, memref<128xf32>
+// CHECK-NEXT: %[[E:.*]] = rt.all_gather_start %[[S1:.*]], %[[B1:.*]] {group = "dp"} : memref<64xf32>, memref<128xf32>
+// CHECK-NEXT: rt.mean
+// CHECK-NEXT: rt.wait %[[E]]
+// CHECK-NEXT: rt.mean
+module attributes {tessera.batch = {global_batch_size = 8 : i64, micro_batch_size = 4 : i64, num_microbatches = 1 : i64}} {
+  dist.mesh @mesh {dp = 2}
+  dist.grad_buffer @gbuf {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
+      distributed = true, shard_grads = true, shard_params = true, numel = 256 : i64, numel_unpadded = 8 : i64,
+      params = [{name = "v", start = 128 : i64, end = 132 : i64, bucket = 1 : i64},
+                {name = "w", start = 0 : i64, end = 4 : i64, bucket = 0 : i64}],
+      buckets = [array<i64: 0, 128, 4>, array<i64: 128, 256, 4>]}
+  func.func @mb(%w: tensor<4xf32> {nn.param = "w"}, %v: tensor<4xf32> {nn.param = "v"}, %s0: tensor<64xf32> {tessera.buffer = "pshard:gbuf:0"}, %s1: tensor<64xf32> {tessera.buffer = "pshard:gbuf:1"}) -> (tensor<f32> {tessera.buffer = "loss"}) attributes {tessera.phase = "microbatch"} {
+    %g0 = dist.all_gather %s0 on @mesh "dp" dim 0 : tensor<64xf32> -> tensor<128xf32>
+    %w1 = dist.unpack @gbuf bucket 0 "param" %g0 : tensor<128xf32> -> tensor<4xf32>
+    %f1 = dist.all_gather_start %s1 on @mesh "dp" dim 0 : tensor<64xf32> -> !dist.async<tensor<128xf32>>
+    %a = nn.mean %w1 : (tensor<4xf32>) -> tensor<f32>
+    %g1 = dist.wait %f1 : !dist.async<tensor<128xf32>> -> tensor<128xf32>
+    %v1 = dist.unpack @gbuf bucket 1 "param" %g1 : tensor<128xf32> -> tensor<4xf32>
+    %b = nn.mean %v1 : (tensor<4xf32>) -> tensor<f32>
+    %l = nn.add %a, %b : tensor<f32>
     return %l : tensor<f32>
   }
   func.func @step(%g: tensor<64xf32> {tessera.buffer = "gshard:gbuf:0"}, %s: tensor<64xf32> {tessera.buffer = "pshard:gbuf:0"}) -> (tensor<64xf32> {tessera.buffer = "pshard:gbuf:0"}) attributes {tessera.phase = "step"} {

@@ -1,4 +1,5 @@
 // RUN: tessera-opt %s --split-input-file --verify-diagnostics --tessera-gather-params | FileCheck %s
+// RUN: tessera-opt %s --split-input-file --verify-diagnostics --tessera-gather-params=prefetch=1 | FileCheck %s --check-prefix=PREFETCH
 
 // ZeRO-3 (shard_params): a phase gathers a bucket right before each run of
 // ops that read its parameters; a run ends at an op that reads other
@@ -17,6 +18,27 @@ dist.grad_buffer @gbuf {param_dtype = "f32", grad_dtype = "f32", dp = 2 : i64,
               {name = "b", start = 0 : i64, end = 8 : i64, bucket = 0 : i64}],
     buckets = [array<i64: 0, 256, 74>, array<i64: 256, 512, 8>]}
 
+// With prefetch, each gather but the first starts right after the
+// previous one's unpack and is waited for where it was.
+// PREFETCH-LABEL: func.func @phase
+// PREFETCH-NEXT: %[[G0:.*]] = dist.all_gather %{{.*}} on @mesh "dp" dim 0 : tensor<128xf32> -> tensor<256xf32>
+// PREFETCH-NEXT: %[[U0:.*]]:2 = dist.unpack @gbuf bucket 0 "param" %[[G0]]
+// PREFETCH-NEXT: %[[F1:.*]] = dist.all_gather_start %{{.*}} on @mesh "dp" dim 0 : tensor<128xf32> -> !dist.async<tensor<256xf32>>
+// PREFETCH-NEXT: nn.add %{{.*}}, %[[U0]]#0
+// PREFETCH-NEXT: nn.sum_squares %[[U0]]#1
+// PREFETCH-NEXT: %[[W1:.*]] = dist.wait %[[F1]] : !dist.async<tensor<256xf32>> -> tensor<256xf32>
+// PREFETCH-NEXT: %[[U1:.*]] = dist.unpack @gbuf bucket 1 "param" %[[W1]]
+// PREFETCH-NEXT: %[[F2:.*]] = dist.all_gather_start
+// PREFETCH-NEXT: nn.add %{{.*}}, %[[U1]]
+// PREFETCH-NEXT: nn.add %{{.*}}, %[[U1]]
+// PREFETCH-NEXT: %[[W2:.*]] = dist.wait %[[F2]]
+// PREFETCH-NEXT: %[[U2:.*]]:2 = dist.unpack @gbuf bucket 0 "param" %[[W2]]
+// PREFETCH-NEXT: %[[F3:.*]] = dist.all_gather_start
+// PREFETCH-NEXT: nn.add %[[U1]], %[[U2]]#0
+// PREFETCH-NEXT: nn.add %{{.*}}, %[[U2]]#0
+// PREFETCH-NEXT: %[[W3:.*]] = dist.wait %[[F3]]
+// PREFETCH-NEXT: %[[U3:.*]] = dist.unpack @gbuf bucket 1 "param" %[[W3]]
+// PREFETCH-NEXT: nn.add %{{.*}}, %[[U3]]
 // CHECK-LABEL: func.func @phase
 // CHECK-SAME: %[[X:[a-z0-9]+]]: tensor<8xf32>, %[[A:[a-z0-9]+]]: tensor<8xf32> {nn.param = "a"}, %[[B:[a-z0-9]+]]: tensor<8xf32> {nn.param = "b"}, %[[C:[a-z0-9]+]]: tensor<10xf32> {nn.param = "c"}, %[[S0:[a-z0-9]+]]: tensor<128xf32> {tessera.buffer = "pshard:gbuf:0"}, %[[S1:[a-z0-9]+]]: tensor<128xf32> {tessera.buffer = "pshard:gbuf:1"})
 func.func @phase(%x: tensor<8xf32>, %a: tensor<8xf32> {nn.param = "a"}, %b: tensor<8xf32> {nn.param = "b"}, %c: tensor<10xf32> {nn.param = "c"}) -> tensor<8xf32> attributes {tessera.phase = "microbatch"} {

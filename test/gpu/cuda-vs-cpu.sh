@@ -70,11 +70,14 @@ prepare() {
     --overlap-param-gather -o "$dir/gpt-bf16-pg.tsr"
   # ZeRO-3 at one rank (--data-parallel-sharding-strategy optim_grads_params):
   # the parameters live only in their bucket shards (param_shard buffers),
-  # each phase gathers a bucket before its readers through NCCL, and the
-  # run ends with a checkpoint save, which gathers the shards into the
-  # host staging through a device buffer.
+  # each phase gathers a bucket before its readers through NCCL, the next
+  # one started under the current one (--overlap-param-gather: NCCL's
+  # all-gather start and the compute stream's wait), and the run ends with
+  # a checkpoint save, which gathers the shards into the host staging
+  # through the arena's transient region.
   "$bin/tessera-compile" "$dir/gpt.mlir" --micro-batch-size 4 \
     --global-batch-size 8 --bf16 --data-parallel-sharding-strategy optim_grads_params \
+    --overlap-grad-reduce --overlap-param-gather --bucket-size 200000 \
     -o "$dir/gpt-bf16-z3.tsr"
   "$bin/tessera-gen" gpt --layers 2 --hidden 128 --heads 4 --vocab 257 --seq 64 \
     --num-experts 4 --moe-router-topk 2 --moe-expert-capacity-factor 1.5 \

@@ -80,12 +80,9 @@ static mlir::LogicalResult planLayout(mlir::ModuleOp model,
     options.distributedOptimizer = given.distributedOptimizer ? 1 : 0;
   if (!given.dataParallelShardingStrategy.empty()) {
     const std::string &s = given.dataParallelShardingStrategy;
-    if (s == "optim_grads_params")
-      return fail("--plan does not plan ZeRO-3 layouts "
-                  "(--data-parallel-sharding-strategy optim_grads_params); "
-                  "give the layout, or compile without --plan");
     options.distributedOptimizer = s == "no_shard" ? 0 : 1;
-    options.shardGrads = s == "optim_grads" ? 1 : 0;
+    options.shardGrads = s == "optim_grads" || s == "optim_grads_params" ? 1 : 0;
+    options.shardParams = s == "optim_grads_params" ? 1 : 0;
   }
   // A given schedule of one chunk per rank (1f1b, zb-h1) plans only layouts
   // without virtual stages, under it (zb-h1 also needs --pp > 1, which the

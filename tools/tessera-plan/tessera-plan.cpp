@@ -95,8 +95,8 @@ static cl::opt<int> distOpt("distributed-optimizer",
                             cl::init(-1), cl::cat(category));
 static cl::opt<std::string> shardingStrategy(
     "data-parallel-sharding-strategy",
-    cl::desc("only no_shard, optim (the distributed optimizer) or "
-             "optim_grads (ZeRO-2) layouts"),
+    cl::desc("only no_shard, optim (the distributed optimizer), "
+             "optim_grads (ZeRO-2) or optim_grads_params (ZeRO-3) layouts"),
     cl::init(""), cl::cat(category));
 static cl::opt<std::string> scheduleOpt(
     "schedule",
@@ -226,16 +226,18 @@ int main(int argc, char **argv) {
   options.distributedOptimizer = distOpt;
   if (!shardingStrategy.empty()) {
     const std::string &s = shardingStrategy;
-    if (s != "no_shard" && s != "optim" && s != "optim_grads")
-      return fail("--data-parallel-sharding-strategy must be no_shard, optim "
-                  "or optim_grads, got '" + s + "'");
+    if (s != "no_shard" && s != "optim" && s != "optim_grads" &&
+        s != "optim_grads_params")
+      return fail("--data-parallel-sharding-strategy must be no_shard, optim, "
+                  "optim_grads or optim_grads_params, got '" + s + "'");
     const int dist = s == "no_shard" ? 0 : 1;
     if (distOpt >= 0 && distOpt != dist)
       return fail("--data-parallel-sharding-strategy " + s +
                   " contradicts --distributed-optimizer " +
                   std::to_string(int(distOpt)));
     options.distributedOptimizer = dist;
-    options.shardGrads = s == "optim_grads" ? 1 : 0;
+    options.shardGrads = s == "optim_grads" || s == "optim_grads_params" ? 1 : 0;
+    options.shardParams = s == "optim_grads_params" ? 1 : 0;
   }
   if (!scheduleOpt.empty()) {
     if (scheduleOpt != "1f1b" && scheduleOpt != "zb-h1")

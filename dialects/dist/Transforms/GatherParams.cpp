@@ -12,7 +12,8 @@
 // once, the backward (which reads the layers in reverse) gathers it again,
 // and a bucket read by adjacent forward and backward ops (the output
 // layer's) is gathered once for both: Megatron-FSDP's all-gather before
-// each module's forward and backward, with the resharding after it.
+// each module's forward and backward, with the resharding after it. With
+// `prefetch` the next run's gather starts under the current run.
 //
 //===----------------------------------------------------------------------===//
 
@@ -38,6 +39,7 @@ namespace {
 
 struct GatherParamsPass
     : tessera::dist::impl::GatherParamsPassBase<GatherParamsPass> {
+  using GatherParamsPassBase::GatherParamsPassBase;
   void runOnOperation() override;
 };
 
@@ -77,9 +79,28 @@ Value shardArgument(func::FuncOp f, const BucketRef &ref) {
   return f.getArgument(index);
 }
 
+/// Prefetch: every gather but the first starts right after the previous
+/// one's unpack (under the previous run) and is waited for where it was.
+void prefetch(ArrayRef<std::pair<AllGatherOp, UnpackOp>> gathers) {
+  for (size_t i = 1; i < gathers.size(); ++i) {
+    auto [gather, unpack] = gathers[i];
+    OpBuilder b(gathers[i - 1].second);
+    b.setInsertionPointAfter(gathers[i - 1].second);
+    auto start = AllGatherStartOp::create(
+        b, gather.getLoc(), AsyncType::get(b.getContext(), gather.getType()),
+        gather.getInput(), gather.getMeshAttr(), gather.getGroupAttr(),
+        gather.getDimAttr());
+    b.setInsertionPoint(gather);
+    auto wait = WaitOp::create(b, gather.getLoc(), gather.getType(), start);
+    gather.replaceAllUsesWith(wait.getResult());
+    gather.erase();
+  }
+}
+
 LogicalResult gatherInPhase(func::FuncOp f, MeshOp mesh,
                             const llvm::StringMap<BucketRef> &bucketOf,
-                            const llvm::StringMap<Type> &paramTypes) {
+                            const llvm::StringMap<Type> &paramTypes,
+                            bool prefetchNext) {
   // The bucket (and index in it) of each parameter argument.
   llvm::DenseMap<Value, std::pair<BucketRef, unsigned>> paramArg;
   for (unsigned i = 0, e = f.getNumArguments(); i < e; ++i)
@@ -108,6 +129,8 @@ LogicalResult gatherInPhase(func::FuncOp f, MeshOp mesh,
   }
   // Each bucket's current run: the unpacked parameters readers use.
   std::map<BucketRef, UnpackOp> open;
+  // Every gather, in order.
+  SmallVector<std::pair<AllGatherOp, UnpackOp>> gathers;
   Block &body = f.getBody().front();
   SmallVector<Operation *> ops;
   for (Operation &op : body)
@@ -153,6 +176,7 @@ LogicalResult gatherInPhase(func::FuncOp f, MeshOp mesh,
           FlatSymbolRefAttr::get(ref.buffer.getSymNameAttr()),
           b.getI64IntegerAttr(ref.bucket),
           enumAttr(b, BucketData::Param), gather);
+      gathers.push_back({gather, open[ref]});
     }
     op->walk([&](Operation *inner) {
       for (OpOperand &use : inner->getOpOperands())
@@ -160,6 +184,8 @@ LogicalResult gatherInPhase(func::FuncOp f, MeshOp mesh,
           use.set(open[it->second.first].getResult(it->second.second));
     });
   }
+  if (prefetchNext)
+    prefetch(gathers);
   return success();
 }
 
@@ -189,7 +215,7 @@ void GatherParamsPass::runOnOperation() {
       if (!phase || phase.getValue() == kStepPhase ||
           phase.getValue() == kInitPhase)
         continue;
-      if (failed(gatherInPhase(f, mesh, bucketOf, paramTypes)))
+      if (failed(gatherInPhase(f, mesh, bucketOf, paramTypes, prefetch)))
         return signalPassFailure();
     }
   }

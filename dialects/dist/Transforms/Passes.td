@@ -368,7 +368,19 @@ def GatherParamsPass : Pass<"tessera-gather-params", "mlir::ModuleOp"> {
     its parameter arguments, unread, so the artifact still describes each
     parameter (its shape, sharding and initialisation). tessera-compile runs
     it after the backward split, so B and W gather what they read.
+
+    With `prefetch` (tessera-compile's `--overlap-param-gather` under
+    ZeRO-3), each gather but a phase's first becomes a
+    `dist.all_gather_start` right after the previous gather's unpack and a
+    `dist.wait` where the gather was: the next run's bucket travels while
+    the current run computes (Megatron-FSDP's and FSDP's prefetch of the
+    next module's parameters), two gathered buckets live at a time, and the
+    values are the same.
   }];
+  let options = [
+    Option<"prefetch", "prefetch", "bool", "false",
+           "start each run's gather under the previous run (one bucket ahead)">
+  ];
   let dependentDialects = ["::tessera::dist::DistDialect", "::mlir::func::FuncDialect"];
 }
 

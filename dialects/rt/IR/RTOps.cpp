@@ -73,6 +73,10 @@ LogicalResult GetOp::verifySymbolUses(SymbolTableCollection &st) {
   if (buffer.getType() != getType())
     return emitOpError() << "type " << getType() << " differs from buffer type "
                          << buffer.getType();
+  if (buffer.getStaged())
+    return emitOpError() << "reads " << getBufferAttr()
+                         << ", which is staged (ZeRO-3: its value lives in its "
+                            "bucket's param_shard, not in the arena)";
   return success();
 }
 
@@ -276,6 +280,9 @@ InstrAttrs AllReduceStartOp::getInstrAttrs() {
   return collectiveAttrs(getGroup(), getReduction());
 }
 InstrAttrs ReduceScatterStartOp::getInstrAttrs() {
+  return collectiveAttrs(getGroup());
+}
+InstrAttrs AllGatherStartOp::getInstrAttrs() {
   return collectiveAttrs(getGroup());
 }
 InstrAttrs AllGatherOp::getInstrAttrs() {

@@ -424,6 +424,22 @@ def RT_ReduceScatterStartOp : RT_InstrOp<"reduce_scatter_start", "ReduceScatterS
   let assemblyFormat = "$input `,` $output attr-dict `:` type($input) `,` type($output)";
 }
 
+def RT_AllGatherStartOp : RT_InstrOp<"all_gather_start", "AllGatherStart"> {
+  let summary = "start an all-gather; complete with rt.wait";
+  let description = [{
+    ZeRO-3's prefetch: the next parameter bucket's gather runs under the
+    current one's readers.
+
+    ```mlir
+    %e = rt.all_gather_start %shard, %bucket {group = "dp"} : memref<512xf32>, memref<1024xf32>
+    rt.wait %e
+    ```
+  }];
+  let arguments = (ins RT_FloatBuf:$input, RT_FloatBuf:$output, StrAttr:$group);
+  let results = (outs RT_EventType:$event);
+  let assemblyFormat = "$input `,` $output attr-dict `:` type($input) `,` type($output)";
+}
+
 def RT_WaitOp : RT_InstrOp<"wait", "Wait"> {
   let summary = "wait for an asynchronous collective";
   let description = [{

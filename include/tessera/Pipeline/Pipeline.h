@@ -313,7 +313,9 @@ public:
       *this, "overlap-param-gather",
       llvm::cl::desc("distributed optimizer: leave each bucket's parameter "
                      "all-gather in flight after the step and finish it in "
-                     "the next forward before the bucket's first reader"),
+                     "the next forward before the bucket's first reader "
+                     "(ZeRO-3: start each bucket's gather under the "
+                     "previous bucket's readers)"),
       llvm::cl::init(nn::OptimizerPassOptions().overlapParamGather),
       onCommandLine};
   Option<bool> singleBucketGroup{

@@ -84,6 +84,9 @@ struct Layout {
   /// ZeRO-2 (--data-parallel-sharding-strategy optim_grads; with the
   /// distributed optimizer): the gradients sharded over dp x cp too.
   bool shardGrads = false;
+  /// ZeRO-3 (--data-parallel-sharding-strategy optim_grads_params; with
+  /// shardGrads): the parameters sharded too, each phase gathering them.
+  bool shardParams = false;
   bool overlapGradReduce = true; ///< --overlap-grad-reduce (with dp > 1)
   /// --overlap-param-gather (with the distributed optimizer and the
   /// overlapped gradient reduction, as Megatron requires).
@@ -100,10 +103,11 @@ struct Layout {
 
   /// Whether the layout overlaps the parameter all-gather (it has one: the
   /// distributed optimizer over more than one rank, with the overlapped
-  /// gradient reduction Megatron requires for it).
+  /// gradient reduction Megatron requires for it; not ZeRO-3's, which the
+  /// phases run before their readers).
   bool paramGatherOverlapped() const {
     return overlapParamGather && distributedOptimizer && dp * cp > 1 &&
-           overlapGradReduce;
+           overlapGradReduce && !shardParams;
   }
   /// The tessera-compile flags of this layout.
   std::vector<std::string> flags(int64_t globalBatch) const;
@@ -148,6 +152,8 @@ struct PlanOptions {
   std::string recompute;
   int distributedOptimizer = -1; ///< -1: both
   int shardGrads = -1; ///< ZeRO-2 with the distributed optimizer; -1: both
+  /// ZeRO-3 (with ZeRO-2's sharded gradients); -1: both.
+  int shardParams = -1;
   /// The zero-bubble schedule ZB-H1 for pipelines without virtual stages
   /// (1: only it, 0: only 1F1B, -1: both).
   int zeroBubble = -1;

@@ -593,7 +593,17 @@ PATTERN(SgdMomentumPattern, nn::SgdMomentumOp) {
 //===----------------------------------------------------------------------===//
 
 /// f: an identity in the forward (the result shares the input's storage).
-PATTERN(CopyToRegionPattern, dist::CopyToRegionOp) { return Value(); }
+PATTERN(CopyToRegionPattern, dist::CopyToRegionOp) {
+  // An alias, unless planned into a storage of its own (ZeRO-3: a saved
+  // alias of a gathered parameter goes to its slot).
+  if (state.plan.storageId(o.getResult()) !=
+      state.plan.storageId(state.operandsOf.lookup(o)[0]))
+    rt::CopyOp::create(b, o.getLoc(), TypeRange{},
+                       ValueRange{state.operand(b, o, 0),
+                                  state.bufferOf(b, o.getResult())},
+                       ArrayRef<NamedAttribute>{});
+  return Value();
+}
 
 /// Megatron's MoEAuxLossAutoScaler: an identity in the forward.
 PATTERN(AddAuxLossPattern, nn::AddAuxLossOp) { return Value(); }
@@ -615,6 +625,12 @@ PATTERN(AllReduceStartPattern, dist::AllReduceStartOp) {
   return Value(rt::AllReduceStartOp::create(
       b, o.getLoc(), rt::EventType::get(b.getContext()),
       state.operand(b, o, 0), o.getGroupAttr(), o.getReductionAttr()));
+}
+
+PATTERN(AllGatherStartPattern, dist::AllGatherStartOp) {
+  return Value(rt::AllGatherStartOp::create(
+      b, o.getLoc(), rt::EventType::get(b.getContext()), state.operand(b, o, 0),
+      state.bufferOf(b, o.getResult()), o.getGroupAttr()));
 }
 
 PATTERN(WaitPattern, dist::WaitOp) {
@@ -977,6 +993,8 @@ LogicalResult checkLowerable(PhasePlan &plan,
       return onlyDimZero();
     if (auto rs = dyn_cast<dist::ReduceScatterOp>(op); rs && rs.getDim() != 0)
       return onlyDimZero();
+    if (auto ag = dyn_cast<dist::AllGatherStartOp>(op); ag && ag.getDim() != 0)
+      return onlyDimZero();
     if (auto s = dyn_cast<dist::BucketReduceStartOp>(op))
       started.insert({s.getBuffer().str(), s.getBucket()});
     if (auto w = dyn_cast<dist::BucketReduceWaitOp>(op);
@@ -1081,7 +1099,8 @@ LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
       // dist ops.
       CopyToRegionPattern, AddAuxLossPattern, ReduceFromRegionPattern,
       AllReducePattern,
-      AllReduceStartPattern, WaitPattern, ScatterToRegionPattern,
+      AllReduceStartPattern, AllGatherStartPattern, WaitPattern,
+      ScatterToRegionPattern,
       GatherFromRegionPattern, AllGatherPattern, AllToAllPattern,
       ExpertDispatchPattern, ExpertCombinePattern,
       ReduceScatterPattern, AllGatherMatmulPattern, MatmulReduceScatterPattern,

@@ -317,7 +317,9 @@ LogicalResult PhasePlan::plan() {
     if (!binding.starts_with("stash:") || taken.contains(binding))
       continue;
     Storage &st = storages[storageOf.lookup(v)];
-    if (!st.persistent.empty() || st.scratch)
+    // (A part of another transient, e.g. a view of a ZeRO-3 gathered
+    // bucket, is copied into the slot at the return instead.)
+    if (!st.persistent.empty() || st.scratch || st.parent >= 0)
       continue;
     st.persistent = binding.str();
     storagesOfBuffer[binding].push_back(storageOf.lookup(v));
@@ -326,6 +328,10 @@ LogicalResult PhasePlan::plan() {
   return success();
 }
 
+/// (The views it hands out are transients: an in-place kernel may write
+/// one after its last reader. That is safe as long as every run of readers
+/// gathers its bucket anew, as tessera-gather-params makes them: a
+/// prefetched bucket shared by two runs would need its views kept.)
 int PhasePlan::gatheredBucket(dist::UnpackOp unpack) {
   if (!shardsParams(unpack))
     return -1;
@@ -408,6 +414,12 @@ LogicalResult PhasePlan::planOp(Operation *op) {
     // ZeRO-3: a bucket a phase gathered (tessera-gather-params) unpacks
     // into views of the gathered transient, which then lives until the
     // last reader of any of them.
+    if (shardsParams(unpack) && gatheredBucket(unpack) < 0)
+      return unpack.emitOpError()
+             << "unpacks the parameters of a ZeRO-3 bucket (shard_params) "
+                "from a value that is not a gathered transient; only "
+                "tessera-gather-params' all-gathers of the bucket's shard "
+                "are";
     if (int parent = gatheredBucket(unpack); parent >= 0) {
       auto buf = SymbolTable::lookupNearestSymbolFrom<dist::GradBufferOp>(
           op, unpack.getBufferAttr());
@@ -488,13 +500,31 @@ LogicalResult PhasePlan::planOp(Operation *op) {
       }
     }
   }
+  // ZeRO-3's prefetch: the gathered bucket is a transient from the start
+  // on, which the wait's result then is.
+  if (auto start = dyn_cast<dist::AllGatherStartOp>(op)) {
+    assign(start.getResult(),
+           newStorage(cast<dist::AsyncType>(start.getType()).getValueType()));
+    return success();
+  }
   // In-place kernels reuse operand 0's storage.
   bool aliasOnly = isa<dist::CopyToRegionOp, nn::AddAuxLossOp>(op);
   bool inPlace = isa<dist::ReduceFromRegionOp, dist::AllReduceOp,
                      dist::AllReduceStartOp, nn::ScaleOp, nn::ScaleByOp,
                      nn::RotaryEmbeddingOp, nn::MaskColumnsOp>(op);
   if (aliasOnly || isa<dist::WaitOp>(op)) {
-    assign(op->getResult(0), storageOf.lookup(op->getOperand(0)));
+    // ZeRO-3: a saved alias of a gathered parameter (sequence parallelism's
+    // copy_to_region of a norm weight, kept for the backward) is copied
+    // into its slot here; the gathered bucket does not live to the return.
+    Value result = op->getResult(0);
+    if (aliasOnly &&
+        storages[storageOf.lookup(op->getOperand(0))].parent >= 0 &&
+        resultBinding(result).starts_with("stash:")) {
+      direct.insert(result);
+      assign(result, newStorage(result.getType(), resultBinding(result)));
+      return success();
+    }
+    assign(result, storageOf.lookup(op->getOperand(0)));
     return success();
   }
   if (auto adam = dyn_cast<nn::AdamOp>(op)) {

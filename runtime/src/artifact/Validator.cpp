@@ -572,6 +572,34 @@ Status Validator::checkProgram(int pi, const fb::Program &p) {
     if (b->dtype() != fb::DType::F32 || numElements(b->shape()) != 1)
       return error(prog, ": loss buffer must be a scalar f32");
   }
+  // ZeRO-3: every staged parameter lies inside a staged bucket view of its
+  // dtype that a ParamShard holds (else its value would never reach the
+  // device).
+  std::vector<std::pair<int64_t, const fb::Buffer *>> shardedViews;
+  for (const fb::Buffer *b : *p.buffers())
+    if (b->kind() == fb::BufferKind::ParamShard)
+      shardedViews.push_back(
+          {p.buffers()->Get(flatbuffers::uoffset_t(b->of()))->offset(),
+           p.buffers()->Get(flatbuffers::uoffset_t(b->of()))});
+  std::sort(shardedViews.begin(), shardedViews.end(),
+            [](const auto &x, const auto &y) { return x.first < y.first; });
+  for (int bi = 0; bi < numBuffers; ++bi) {
+    const fb::Buffer *b = p.buffers()->Get(bi);
+    if (!b->staged() || b->kind() != fb::BufferKind::Param)
+      continue;
+    const int64_t begin = b->offset(),
+                  end = begin + checkedBytes(b->shape(), dtypeSize(b->dtype()));
+    auto it = std::upper_bound(
+        shardedViews.begin(), shardedViews.end(), begin,
+        [](int64_t at, const auto &v) { return at < v.first; });
+    const fb::Buffer *view = it == shardedViews.begin() ? nullptr : (it - 1)->second;
+    if (!view || view->dtype() != b->dtype() ||
+        end > view->offset() + checkedBytes(view->shape(),
+                                            dtypeSize(view->dtype())))
+      return error(prog, ": buffer ", bi, " '", fbString(b->name()),
+                   "' is a staged parameter outside every bucket view of its "
+                   "dtype that a parameter shard holds");
+  }
   if (p.iteration_buffer() >= 0) {
     const fb::Buffer *b = p.buffers()->Get(p.iteration_buffer());
     if (b->dtype() != fb::DType::I64 || numElements(b->shape()) != 1)

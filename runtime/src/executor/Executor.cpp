@@ -81,6 +81,7 @@ public:
     ex.pending.erase(it);
     return started;
   }
+  bool gatherAtStart() const override { return ex.gatherAtStart; }
   Status startParamSync(const Thunk &t) override {
     if (ex.paramSyncs.count(t.event) || ex.heldParamSyncs.count(t.event))
       return failedPrecondition("parameter sync ", t.event,
@@ -157,6 +158,8 @@ Executor::create(std::shared_ptr<const LoadedArtifact> artifact,
   std::unique_ptr<Executor> ex(new Executor());
   if (const char *hold = std::getenv("TESSERA_DEBUG_PARAM_SYNC_AT_WAIT"))
     ex->holdParamSyncs = std::string(hold) == "1";
+  if (const char *early = std::getenv("TESSERA_DEBUG_GATHER_AT_START"))
+    ex->gatherAtStart = std::string(early) == "1";
   const fb::Artifact &a = *artifact->root();
   if (worldRank < 0 || worldRank >= a.world_size())
     return invalidArgument(artifact->name(), ": rank ", worldRank,
@@ -367,15 +370,15 @@ Status Executor::initializeParameters() {
     TESSERA_RETURN_IF_ERROR(initParameterBuffer(
         *art->root(), *b, rank, options.seed, art->name(), host.data()));
     if (b->staged()) {
-      // ZeRO-3: into the host staging; the shards take their parts below.
-      paramStaging.resize(size_t(prog->staging_bytes()));
-      uint8_t *at = paramStaging.data() + b->offset();
+      // ZeRO-3: this rank's part of it into its bucket's shard.
       if (b->dtype() == fb::DType::BF16 || b->dtype() == fb::DType::F16) {
         half.resize(size_t(n));
         floatsToHalf(floatFormatOf(b->dtype()), host.data(), half.data(), n);
-        std::memcpy(at, half.data(), size_t(n * 2));
+        TESSERA_RETURN_IF_ERROR(scatterStaged(
+            *b, reinterpret_cast<const uint8_t *>(half.data())));
       } else {
-        std::memcpy(at, host.data(), size_t(n * 4));
+        TESSERA_RETURN_IF_ERROR(scatterStaged(
+            *b, reinterpret_cast<const uint8_t *>(host.data())));
       }
       continue;
     }
@@ -389,10 +392,7 @@ Status Executor::initializeParameters() {
       TESSERA_RETURN_IF_ERROR(copyIn(arena + b->offset(), host.data(), n * 4));
     }
   }
-  if (prog->staging_bytes() > 0) {
-    TESSERA_RETURN_IF_ERROR(scatterStaged(0, prog->staging_bytes()));
-    paramStagingCurrent = true;
-  }
+  releaseStagedParameters();
   initDue = true;
   mainParamWritten.assign(prog->buffers()->size(), false);
   return Status();
@@ -580,6 +580,8 @@ Status Executor::runFunction(const std::string &name, int slot) {
     return outOfRange(art->name(), ": program ", prog->pp_rank(), " function '",
                       name, "' has no slot ", slot, " (", fn.numSlots,
                       " slots)");
+  // (A function may update the ZeRO-3 shards: the step does.)
+  paramStagingCurrent = false;
   return runThunks(fn, slot, phaseName(fn, currentMicrobatch), "",
                    /*drainP2p=*/false);
 }
@@ -649,7 +651,8 @@ Status Executor::runThunks(const DecodedFunction &fn, int slot,
     // Started collectives advance between kernels (overlap with compute).
     if (!t.comm && !p2p) {
       for (auto &[event, request] : pending)
-        TESSERA_RETURN_IF_ERROR(request.first->progress(request.second).withContext(
+        if (request.first) // (null: completed at its start)
+          TESSERA_RETURN_IF_ERROR(request.first->progress(request.second).withContext(
             art->name() + ": " + t.where + context + ": progressing event " +
             std::to_string(event)));
       for (auto &[id, request] : paramSyncs)
@@ -674,7 +677,8 @@ Status Executor::runThunks(const DecodedFunction &fn, int slot,
     int event = pending.begin()->first;
     // Complete the stray requests so MPI state stays consistent.
     for (auto &entry : pending)
-      entry.second.first->wait(entry.second.second).ignoreError();
+      if (entry.second.first)
+        entry.second.first->wait(entry.second.second).ignoreError();
     pending.clear();
     return failedPrecondition(
         art->name(), ": program ", prog->pp_rank(), " function '", fn.name,
@@ -1114,14 +1118,17 @@ Status Executor::writeBuffer(const std::string &name, const void *data,
     return invalidArgument(art->name(), ": buffer '", name, "' holds ", size,
                            " bytes, got ", bytes);
   if (b->staged()) {
-    // ZeRO-3: the host staging, and this rank's part into the shards.
-    paramStaging.resize(size_t(prog->staging_bytes()));
-    std::memcpy(paramStaging.data() + b->offset(), data, size_t(bytes));
-    return scatterStaged(b->offset(), b->offset() + bytes);
+    // ZeRO-3: this rank's part of it into its bucket's shard; a gathered
+    // staging no longer matches.
+    paramStagingCurrent = false;
+    return scatterStaged(*b, static_cast<const uint8_t *>(data));
   }
   if (heldByParamSync(*b))
     TESSERA_RETURN_IF_ERROR(finishParamSync());
   TESSERA_RETURN_IF_ERROR(copyIn(arena + b->offset(), data, bytes));
+  // A shard written directly: the staging no longer matches it.
+  if (b->kind() == fb::BufferKind::ParamShard)
+    paramStagingCurrent = false;
   if (b->kind() == fb::BufferKind::MainParam) {
     // b points into the program's buffer vector: its index.
     for (flatbuffers::uoffset_t i = 0; i < prog->buffers()->size(); ++i)
@@ -1146,7 +1153,9 @@ static std::pair<int64_t, int64_t> shardRange(const fb::Artifact &a,
   return {begin, begin + bytes};
 }
 
-Status Executor::scatterStaged(int64_t begin, int64_t end) {
+Status Executor::scatterStaged(const fb::Buffer &param, const uint8_t *data) {
+  const int64_t begin = param.offset(),
+                end = begin + numElements(param.shape()) * dtypeSize(param.dtype());
   for (const fb::Buffer *s : *prog->buffers()) {
     if (s->kind() != fb::BufferKind::ParamShard)
       continue;
@@ -1154,9 +1163,14 @@ Status Executor::scatterStaged(int64_t begin, int64_t end) {
     const int64_t from = std::max(lo, begin), to = std::min(hi, end);
     if (from < to)
       TESSERA_RETURN_IF_ERROR(copyIn(arena + s->offset() + (from - lo),
-                                     paramStaging.data() + from, to - from));
+                                     data + (from - begin), to - from));
   }
   return Status();
+}
+
+void Executor::releaseStagedParameters() {
+  std::vector<uint8_t>().swap(paramStaging);
+  paramStagingCurrent = false;
 }
 
 Status Executor::gatherStagedParameters() {
@@ -1180,14 +1194,23 @@ Status Executor::gatherStagedParameters() {
       TESSERA_RETURN_IF_ERROR(comm->allGather(arena + s->offset(), dst, n, type));
       continue;
     }
-    // A device backend: through a device buffer of the whole bucket.
-    TESSERA_ASSIGN_OR_RETURN(void *gathered, be->allocate(bytes));
+    // A device backend: through the arena's transient region, free between
+    // iterations and at least a gathered bucket large (the phases gather
+    // each bucket there), or a device buffer if it is not.
+    const int64_t transient = prog->arena_bytes() - prog->persistent_bytes();
+    void *gathered = arena + prog->persistent_bytes();
+    if (transient < bytes) {
+      TESSERA_ASSIGN_OR_RETURN(gathered, be->allocate(bytes));
+    }
     Status st = comm->allGather(arena + s->offset(), gathered, n, type);
+    // (Synchronised whatever the collective returned: it may still run.)
+    Status synced = be->synchronize();
     if (st.ok())
-      st = be->synchronize();
+      st = synced;
     if (st.ok())
       st = copyOut(dst, gathered, bytes);
-    be->deallocate(gathered);
+    if (transient < bytes)
+      be->deallocate(gathered);
     TESSERA_RETURN_IF_ERROR(st);
   }
   paramStagingCurrent = true;

@@ -919,9 +919,12 @@ Status RankRun::saveIfDue(int64_t it) {
                                "(ZeRO-3)",
                            WaitMonitor::On::Peers);
     TESSERA_RETURN_IF_ERROR(executor->gatherStagedParameters());
+    // (Its bytes are the save's, not the next iteration's.)
+    before = executor->commCounters();
   }
   TESSERA_ASSIGN_OR_RETURN(CheckpointSaveResult saved,
                            saveCheckpoint(*executor, so, world.get()));
+  executor->releaseStagedParameters();
   if (rank == 0) {
     double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - s0)

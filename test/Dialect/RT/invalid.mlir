@@ -44,6 +44,15 @@ func.func @f() {
 
 // -----
 
+rt.buffer @s : memref<4xf32> {kind = "param", offset = 0 : i64, staged}
+func.func @f() {
+  // expected-error @+1 {{reads @s, which is staged (ZeRO-3: its value lives in its bucket's param_shard, not in the arena)}}
+  %s = rt.get @s : memref<4xf32>
+  return
+}
+
+// -----
+
 func.func @f() {
   // expected-error @+1 {{refers to unknown buffer @nope}}
   %w = rt.get @nope : memref<8x4xf32>

@@ -207,9 +207,12 @@ public:
 
   /// ZeRO-3: all-gathers every ParamShard over its group into the host
   /// staging, so that readBuffer can read the staged parameters (a
-  /// checkpoint's). Collective: every rank of each shard's group calls it,
-  /// between iterations. A no-op for a program without staged buffers.
+  /// checkpoint's) until the next iteration. Collective: every rank of each
+  /// shard's group calls it, between iterations. A no-op for a program
+  /// without staged buffers.
   Status gatherStagedParameters();
+  /// Frees that host staging (one pipeline stage's whole parameters).
+  void releaseStagedParameters();
 
   /// For a watchdog thread: when an instruction has been running for more
   /// than `seconds`, describes it (function, instruction, opcode, loc), or
@@ -321,6 +324,12 @@ private:
   /// forward that read a bucket before its wait would read the previous
   /// step's parameters (the overlap tests' proof that every reader waits).
   bool holdParamSyncs = false;
+  /// TESSERA_DEBUG_GATHER_AT_START=1 (a test hook): an AllGatherStart
+  /// (ZeRO-3's prefetch) completes at its start, so a kernel between it
+  /// and its Wait that wrote into the gathered bucket's bytes would corrupt
+  /// it (the prefetch tests' proof that the memory plan keeps it apart;
+  /// MPI's default, the data landing at the Wait, proves the converse).
+  bool gatherAtStart = false;
   mutable std::map<int, const Thunk *> heldParamSyncs;
   /// Pipeline stage of this rank and number of stages.
   int ppIndex = 0, ppSize = 1;
@@ -374,14 +383,14 @@ private:
   /// "init" has not run (nor been skipped) since initializeParameters.
   bool initDue = true;
   /// ZeRO-3: the host copy of the staged buffers (Program.staging_bytes),
-  /// allocated on first use, and whether it holds the parameters the
-  /// shards hold (after initializeParameters or gatherStagedParameters,
-  /// until the next iteration).
+  /// filled by gatherStagedParameters, and whether it still holds what the
+  /// shards hold (until a function runs or a parameter is written).
   std::vector<uint8_t> paramStaging;
   bool paramStagingCurrent = false;
-  /// Copies the staging bytes [begin, end) into the ParamShard buffers
-  /// whose part of their bucket covers them.
-  Status scatterStaged(int64_t begin, int64_t end);
+  /// Copies this rank's part of staged parameter `param`, whose whole
+  /// value is `data`, into the ParamShard buffers whose block of their
+  /// bucket covers it.
+  Status scatterStaged(const fb::Buffer &param, const uint8_t *data);
   /// The communicator of rank group `kind` (a self communicator for a
   /// group of one).
   StatusOr<Communicator *> groupCommunicator(const std::string &kind);

@@ -37,15 +37,17 @@ static Status decodeCollective(Decoder &d, const fb::Instr &in, Thunk &t) {
   // 16-bit max.
   if ((t.type == ElementType::BF16 || t.type == ElementType::F16) &&
       in.op() != O::AllGather && in.op() != O::ParamSyncStart &&
-      t.reduce != ReduceKind::Sum)
+      in.op() != O::AllGatherStart && t.reduce != ReduceKind::Sum)
     return invalidArgument(fb::EnumNameOpcode(in.op()), " with reduce Max on ",
                            d.desc(in, 0),
                            " is not supported (16-bit reductions are sums)");
   GroupPosition pos = d.position(kind);
   TESSERA_RETURN_IF_ERROR(requireMember(d, kind, pos));
   if (in.op() == O::AllGather || in.op() == O::ParamSyncStart ||
-      in.op() == O::ReduceScatter || in.op() == O::ReduceScatterStart) {
-    bool gather = in.op() == O::AllGather || in.op() == O::ParamSyncStart;
+      in.op() == O::AllGatherStart || in.op() == O::ReduceScatter ||
+      in.op() == O::ReduceScatterStart) {
+    bool gather = in.op() == O::AllGather || in.op() == O::ParamSyncStart ||
+                  in.op() == O::AllGatherStart;
     int64_t small = d.numel(in, gather ? 0 : 1);
     int64_t big = d.numel(in, gather ? 1 : 0);
     if (big != small * pos.size)
@@ -149,12 +151,37 @@ Status runReduceScatterStart(RunContext &x, const Thunk &t) {
   return Status();
 }
 
+Status decodeAllGatherStart(Decoder &d, const fb::Instr &in, Thunk &t) {
+  return decodeCollective(d, in, t);
+}
+
+Status runAllGatherStart(RunContext &x, const Thunk &t) {
+  TESSERA_RETURN_IF_ERROR(x.checkEventFree(t.event));
+  TESSERA_RETURN_IF_ERROR(x.syncForHostComm(t));
+  if (x.gatherAtStart()) {
+    TESSERA_RETURN_IF_ERROR(t.i[0] ? t.comm->allGatherInPlace(t.ptr[1], t.n, t.type)
+                                   : t.comm->allGather(t.ptr[0], t.ptr[1], t.n,
+                                                       t.type));
+    x.recordEvent(t.event, nullptr, CommRequest{});
+    return Status();
+  }
+  TESSERA_ASSIGN_OR_RETURN(
+      CommRequest req,
+      t.i[0] ? t.comm->allGatherInPlaceStart(t.ptr[1], t.n, t.type)
+             : t.comm->allGatherStart(t.ptr[0], t.ptr[1], t.n, t.type));
+  x.recordEvent(t.event, t.comm, req);
+  return Status();
+}
+
 Status decodeWait(Decoder &d, const fb::Instr &in, Thunk &t) {
   return Status();
 }
 
 Status runWait(RunContext &x, const Thunk &t) {
   TESSERA_ASSIGN_OR_RETURN(auto started, x.takeEvent(t.event));
+  // (A gather completed at its start, TESSERA_DEBUG_GATHER_AT_START.)
+  if (!started.first)
+    return Status();
   return started.first->wait(started.second);
 }
 

@@ -70,6 +70,9 @@ public:
   /// overlap_param_gather: a parameter bucket's all-gather started under
   /// program-wide `id` (an error when that id is still in flight), and its
   /// completion, which does nothing when `id` is not in flight.
+  /// TESSERA_DEBUG_GATHER_AT_START=1 (a test hook): an AllGatherStart
+  /// completes before it returns, and its Wait does nothing.
+  virtual bool gatherAtStart() const { return false; }
   virtual Status startParamSync(const Thunk &t) = 0;
   virtual Status finishParamSync(int id) = 0;
   /// Send/Recv: the posted request joins the open point-to-point batch,
