@@ -113,7 +113,10 @@ def main():
                 if mode.startswith("zero3"):
                     # Every microbatch gathers the parameters twice (the
                     # forward's and the backward's) and reduce-scatters the
-                    # gradients (ZeRO-2's per-microbatch reduction).
+                    # gradients (ZeRO-2's per-microbatch reduction); the
+                    # output layer's bucket, read by adjacent forward and
+                    # backward ops, is gathered once, so the count comes
+                    # out under this figure.
                     micro = 8 * dp // (2 * dp)
                     minimum = micro * (dp - 1) * (grad_bytes + 2 * param_bytes) / dp
                 elif "distributed" in mode:

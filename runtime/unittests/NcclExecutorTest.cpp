@@ -594,7 +594,7 @@ void checkBuckets(int tp, int dp, bool bf16) {
             .ok());
   }
 
-  for (const char *fn : {"rs.ref", "rs", "rsa", "ag.ref", "ag"}) {
+  for (const char *fn : {"rs.ref", "rs", "rsa", "ag.ref", "ag", "aga"}) {
     SCOPED_TRACE(std::string("function '") + fn + "'");
     nccl->startLog();
     mpi->startLog();
@@ -633,9 +633,9 @@ void checkBuckets(int tp, int dp, bool bf16) {
       EXPECT_EQ(recv, send + dpIndex * blockBytes);
     if (f == "ag")
       EXPECT_EQ(send, recv + dpIndex * blockBytes);
-    if (f == "rsa") {
+    if (f == "rsa" || f == "aga") {
       // Started: the Fill between the start and the Wait runs before the
-      // compute stream waits for the reduce-scatter (overlap).
+      // compute stream waits for the collective (overlap).
       EXPECT_EQ(s.ops[0].overlapping, 1);
       if (s.ops[0].joined != kNone)
         EXPECT_EQ(s.log[s.ops[0].joined - 1].call.name, "launch:fill");
@@ -657,8 +657,11 @@ void checkBuckets(int tp, int dp, bool bf16) {
     return std::vector<uint8_t>(v.begin() + long(dpIndex * blockBytes),
                                 v.begin() + long((dpIndex + 1) * blockBytes));
   };
-  for (const char *name : {"shard.ref", "param", "param.ref", "other"})
+  for (const char *name :
+       {"shard.ref", "param", "param.ref", "param.async", "other"})
     EXPECT_TRUE(bytes(*nccl, name) == bytes(*mpi, name)) << name;
+  // The started gather equals the synchronous one.
+  EXPECT_TRUE(bytes(*nccl, "param.async") == bytes(*nccl, "param.ref"));
   for (const char *name : {"grad", "grad.async"}) {
     std::vector<uint8_t> got = block0(bytes(*nccl, name));
     EXPECT_FALSE(got.empty());

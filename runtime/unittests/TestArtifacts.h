@@ -843,6 +843,8 @@ inline ArtifactDesc zeroBubblePipeline(int64_t microbatches = 4, int64_t b = 2,
 ///              a Fill of "other" (f32), Wait
 ///   "ag":      AllGather [dp block of param, param]              (in place)
 ///   "ag.ref":  AllGather [param.src, param.ref]              (out of place)
+///   "aga":     AllGatherStart [param.src, param.async] (out of place, as
+///              ZeRO-3's prefetch), a Fill of "other" (f32), Wait
 ///   "ps.start": ParamSyncStart [dp block of param.sync, param.sync], sync
 ///              id 2 (in place; overlap_param_gather), left in flight
 ///   "ps.wait": ParamSyncWait of sync id 2
@@ -872,6 +874,7 @@ inline ArtifactDesc shardedBuckets(int tp, int dp, int64_t block,
   RefDesc param = buf("param", dp, dtype), paramSrc = buf("param.src", 1, dtype);
   RefDesc paramRef = buf("param.ref", dp, dtype);
   RefDesc paramSync = buf("param.sync", dp, dtype);
+  RefDesc paramAsync = buf("param.async", dp, dtype);
   RefDesc other = buf("other", 1, fb::DType::F32);
   RefDesc tpbuf = buf("tpbuf", tp, dtype);
   p.function("microbatch");
@@ -901,6 +904,17 @@ inline ArtifactDesc shardedBuckets(int tp, int dp, int64_t block,
         O::AllGather, {rankBlock(param, {block}, "dp"), param}, "ag"));
     p.function("ag.ref").push_back(
         collective(O::AllGather, {paramSrc, paramRef}, "ag.ref"));
+    auto &aga = p.function("aga");
+    InstrDesc gstart =
+        collective(O::AllGatherStart, {paramSrc, paramAsync}, "aga");
+    gstart.event = 4;
+    aga.push_back(gstart);
+    InstrDesc gfill = instr(O::Fill, {other}, "between");
+    gfill.fattrs = {2.0f};
+    aga.push_back(gfill);
+    InstrDesc gwait = instr(O::Wait, {}, "aga");
+    gwait.event = 4;
+    aga.push_back(gwait);
     InstrDesc sync = collective(
         O::ParamSyncStart, {rankBlock(paramSync, {block}, "dp"), paramSync},
         "ps.start");
