@@ -19,7 +19,12 @@ the time's growth exponent between successive counts. And Llama 3.1 405B
 (tessera-gen llama3.1-405b: 126 layers, hidden 16384, 128 heads in 8
 query groups, SwiGLU 53248, vocab 128256, seq 8192) at tp 8 alone and at tp
 8 x pp 14 (9 layers a stage) x dp 8 with 32, 64 and 128 microbatches, in
-bf16 with sequence parallelism and the distributed optimizer.
+bf16 with sequence parallelism and the distributed optimizer. And the
+175B width at 96 and 768 layers under each ZeRO stage (tp 8 x dp 8, bf16,
+sequence parallelism; --data-parallel-sharding-strategy optim,
+optim_grads, optim_grads_params, and ZeRO-3 with its prefetch), with the
+time's growth exponent: the per-bucket passes must stay linear in the
+buckets.
 
 The compiler only works on shapes, so every size compiles in well under a
 second; what this measures is how the passes scale with the op count.
@@ -362,6 +367,38 @@ def main():
                 b["compile_time_s"])
         llama["tp8_pp14_dp8"] = points
 
+    # The ZeRO stages at the 175B width: every per-bucket rewrite (the
+    # optimizer's shards, ZeRO-2's reductions, ZeRO-3's gathers) linear in
+    # the buckets (96 -> 768 layers: 8x the buckets).
+    zero = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for layers in (96, 768):
+            model = os.path.join(tmp, f"gpt-{layers}.mlir")
+            subprocess.run(gen_cmd(bindir, model, layers, 12288, 96, tied),
+                           check=True)
+            for name, flags in (
+                    ("optim", ["--data-parallel-sharding-strategy", "optim"]),
+                    ("optim_grads", ["--data-parallel-sharding-strategy", "optim_grads"]),
+                    ("optim_grads_params",
+                     ["--data-parallel-sharding-strategy", "optim_grads_params"]),
+                    ("optim_grads_params_prefetch",
+                     ["--data-parallel-sharding-strategy", "optim_grads_params",
+                      "--overlap-grad-reduce", "--overlap-param-gather"])):
+                art = os.path.join(tmp, f"{name}-{layers}.tsr")
+                cmd = [os.path.join(bindir, "tessera-compile"), model, "--tp", "8",
+                       "--dp", "8", "--micro-batch-size", "1",
+                       "--global-batch-size", "16", "--bf16",
+                       "--sequence-parallel", *flags, "-o", art]
+                t, m = repeated(cmd, args.repeats)
+                zero.append({"strategy": name, "layers": layers,
+                             "compile_time_s": round(t, 4),
+                             "compile_peak_rss_mib": round(m, 1)})
+    for a in zero:
+        for b in zero:
+            if b["strategy"] == a["strategy"] and (a["layers"], b["layers"]) == (96, 768):
+                b["time_exponent_vs_96"] = exponent(
+                    a["layers"], a["compile_time_s"], b["layers"], b["compile_time_s"])
+
     result = {
         "benchmark": "compile_scaling",
         "tp": args.tp, "micro_batch": 1, "seq": SEQ, "vocab": VOCAB,
@@ -378,6 +415,7 @@ def main():
         },
         "pipeline_175b_tp8_pp8_vpp2_dp16": pipeline,
         "llama3_1_405b": llama,
+        "zero_stages_175b_width_tp8_dp8": zero,
     }
     json.dump(result, sys.stdout, indent=2)
     print()

@@ -553,6 +553,46 @@ buckets::Buffer GradBufferOp::getLayout() {
   return b;
 }
 
+buckets::Bucket GradBufferOp::getBucket(int64_t bucket) {
+  auto range = cast<DenseI64ArrayAttr>(getBuckets()[size_t(bucket)]);
+  buckets::Bucket k;
+  k.start = range[0];
+  k.end = range[1];
+  k.numelUnpadded = range[2];
+  return k;
+}
+
+SmallVector<buckets::ParamRange>
+GradBufferOp::getBucketParamRanges(int64_t bucket) {
+  auto range = cast<DenseI64ArrayAttr>(getBuckets()[size_t(bucket)]);
+  ArrayRef<Attribute> params = getParams().getValue();
+  auto startOf = [&](size_t i) {
+    return cast<DictionaryAttr>(params[i]).getAs<IntegerAttr>("start").getInt();
+  };
+  size_t lo = 0, hi = params.size();
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (startOf(mid) >= range[1])
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  SmallVector<buckets::ParamRange> out;
+  for (size_t i = lo; i < params.size() && startOf(i) >= range[0]; ++i) {
+    auto d = cast<DictionaryAttr>(params[i]);
+    if (d.getAs<IntegerAttr>("bucket").getInt() != bucket)
+      continue;
+    buckets::ParamRange p;
+    p.name = d.getAs<StringAttr>("name").getValue().str();
+    p.start = startOf(i);
+    p.end = d.getAs<IntegerAttr>("end").getInt();
+    p.bucket = bucket;
+    out.push_back(p);
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
 SmallVector<StringRef> GradBufferOp::getBucketParams(int64_t bucket) {
   // The parameters are listed at decreasing offsets (verified), so the
   // bucket's are the run of the list inside its range: binary search, then

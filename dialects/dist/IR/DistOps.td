@@ -683,6 +683,11 @@ def Dist_GradBufferOp : Dist_Op<"grad_buffer", [Symbol,
     ::tessera::buckets::Buffer getLayout();
     /// Names of the parameters in bucket `bucket`, in buffer order.
     ::llvm::SmallVector<::llvm::StringRef> getBucketParams(int64_t bucket);
+    /// Bucket `bucket`'s range, and its parameters' ranges in buffer order
+    /// (without building the whole layout: per-bucket callers stay linear).
+    ::tessera::buckets::Bucket getBucket(int64_t bucket);
+    ::llvm::SmallVector<::tessera::buckets::ParamRange>
+    getBucketParamRanges(int64_t bucket);
   }];
 }
 

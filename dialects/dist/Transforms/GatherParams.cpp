@@ -25,6 +25,7 @@
 #include "mlir/IR/Builders.h"
 
 #include <map>
+#include <set>
 
 namespace tessera::dist {
 #define GEN_PASS_DEF_GATHERPARAMSPASS
@@ -54,29 +55,47 @@ struct BucketRef {
   }
 };
 
-/// The bucket's shard argument of `f` ("pshard:<buffer>:<k>"), added if
-/// the phase has none yet.
-Value shardArgument(func::FuncOp f, const BucketRef &ref) {
-  std::string name = ("pshard:" + ref.buffer.getSymName() + ":" +
-                      Twine(ref.bucket))
-                         .str();
+/// The shard arguments of the buckets `f` reads ("pshard:<buffer>:<k>"),
+/// added at the end in one go (an argument inserted one at a time would
+/// rewrite the function type each time: quadratic in the buckets).
+std::map<BucketRef, Value> shardArguments(func::FuncOp f,
+                                          const std::set<BucketRef> &read) {
+  std::map<BucketRef, Value> shards;
+  llvm::StringMap<unsigned> existing;
   for (unsigned i = 0, e = f.getNumArguments(); i < e; ++i)
-    if (auto b = f.getArgAttrOfType<StringAttr>(i, kBufferAttr);
-        b && b.getValue() == name)
-      return f.getArgument(i);
-  buckets::Buffer layout = ref.buffer.getLayout();
-  const buckets::Bucket &k = layout.buckets[size_t(ref.bucket)];
+    if (auto b = f.getArgAttrOfType<StringAttr>(i, kBufferAttr))
+      existing[b.getValue()] = i;
   Builder b(f.getContext());
-  auto type = RankedTensorType::get(
-      {(k.end - k.start) / ref.buffer.getDp()},
-      floatDtypeType(f.getContext(), ref.buffer.getParamDtype()));
-  unsigned index = f.getNumArguments();
-  if (failed(f.insertArgument(index, type,
-                              b.getDictionaryAttr(b.getNamedAttr(
-                                  kBufferAttr, b.getStringAttr(name))),
-                              f.getLoc())))
-    return Value();
-  return f.getArgument(index);
+  SmallVector<unsigned> indices;
+  SmallVector<Type> types;
+  SmallVector<DictionaryAttr> attrs;
+  SmallVector<Location> locs;
+  SmallVector<BucketRef> added;
+  for (const BucketRef &ref : read) {
+    std::string name = ("pshard:" + ref.buffer.getSymName() + ":" +
+                        Twine(ref.bucket))
+                           .str();
+    if (auto it = existing.find(name); it != existing.end()) {
+      shards[ref] = f.getArgument(it->second);
+      continue;
+    }
+    const buckets::Bucket k = ref.buffer.getBucket(ref.bucket);
+    indices.push_back(f.getNumArguments());
+    types.push_back(RankedTensorType::get(
+        {(k.end - k.start) / ref.buffer.getDp()},
+        floatDtypeType(f.getContext(), ref.buffer.getParamDtype())));
+    attrs.push_back(b.getDictionaryAttr(
+        b.getNamedAttr(kBufferAttr, b.getStringAttr(name))));
+    locs.push_back(f.getLoc());
+    added.push_back(ref);
+  }
+  const unsigned first = f.getNumArguments();
+  if (!added.empty() &&
+      failed(f.insertArguments(indices, types, attrs, locs)))
+    return {};
+  for (auto [i, ref] : llvm::enumerate(added))
+    shards[ref] = f.getArgument(first + unsigned(i));
+  return shards;
 }
 
 /// Prefetch: every gather but the first starts right after the previous
@@ -127,6 +146,12 @@ LogicalResult gatherInPhase(func::FuncOp f, MeshOp mesh,
     for (StringRef name : where.first.buffer.getBucketParams(where.first.bucket))
       types.push_back(paramTypes.lookup(name));
   }
+  // Every bucket the phase reads gets its shard argument first.
+  std::set<BucketRef> read;
+  for (auto &[arg, where] : paramArg)
+    if (!arg.use_empty())
+      read.insert(where.first);
+  std::map<BucketRef, Value> shards = shardArguments(f, read);
   // Each bucket's current run: the unpacked parameters readers use.
   std::map<BucketRef, UnpackOp> open;
   // Every gather, in order.
@@ -150,13 +175,12 @@ LogicalResult gatherInPhase(func::FuncOp f, MeshOp mesh,
     for (auto &[ref, unused] : reads) {
       if (open.count(ref))
         continue;
-      Value shard = shardArgument(f, ref);
+      Value shard = shards[ref];
       if (!shard)
         return f.emitOpError() << "cannot take the shard of bucket "
                                << ref.bucket << " of @"
                                << ref.buffer.getSymName();
-      buckets::Buffer layout = ref.buffer.getLayout();
-      const buckets::Bucket &k = layout.buckets[size_t(ref.bucket)];
+      const buckets::Bucket k = ref.buffer.getBucket(ref.bucket);
       auto shardType = cast<RankedTensorType>(shard.getType());
       OpBuilder b(op);
       auto gather = AllGatherOp::create(

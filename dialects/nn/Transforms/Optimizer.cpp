@@ -206,14 +206,14 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
         if (!gb)
           return step.emitOpError()
                  << "result #" << i << " is a shard of an unknown grad buffer";
-        buckets::Buffer layout = gb.getLayout();
-        const buckets::Bucket &bucket = layout.buckets[size_t(k)];
+        // (This bucket's ranges only: linear in the buckets overall.)
+        const buckets::Bucket bucket = gb.getBucket(k);
         const int64_t shardElements =
             (bucket.end - bucket.start) / gb.getDp();
         // Each class's runs, in bucket coordinates.
         std::map<std::string, SmallVector<std::pair<int64_t, int64_t>>> runs;
-        for (const buckets::ParamRange &r : layout.params) {
-          if (r.bucket != k || !counted(r.name))
+        for (const buckets::ParamRange &r : gb.getBucketParamRanges(k)) {
+          if (!counted(r.name))
             continue;
           FailureOr<std::string> kind =
               reduceKind(mesh, infos.lookup(r.name), gb.getGroup(), step);
@@ -586,11 +586,10 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
         // No weight decay on the bucket's biases and 1-D parameters.
         SmallVector<int64_t> noDecay;
         {
-          buckets::Buffer layout = gb.getLayout();
-          const buckets::Bucket &bucket = layout.buckets[size_t(k)];
+          const buckets::Bucket bucket = gb.getBucket(k);
           SmallVector<std::pair<int64_t, int64_t>> ranges;
-          for (const buckets::ParamRange &r : layout.params)
-            if (r.bucket == k && !decays(r.name, infos.lookup(r.name)))
+          for (const buckets::ParamRange &r : gb.getBucketParamRanges(k))
+            if (!decays(r.name, infos.lookup(r.name)))
               ranges.push_back({r.start - bucket.start, r.end - bucket.start});
           llvm::sort(ranges);
           if (!ranges.empty())
@@ -893,7 +892,7 @@ struct OptimizerPass : tessera::nn::impl::OptimizerPassBase<OptimizerPass> {
       if (m.buffer) {
         auto gb = SymbolTable::lookupNearestSymbolFrom<dist::GradBufferOp>(
             step, m.buffer);
-        buckets::Bucket bucket = gb.getLayout().buckets[size_t(m.bucket)];
+        buckets::Bucket bucket = gb.getBucket(m.bucket);
         int64_t dp = gb.getDp();
         auto flatType = RankedTensorType::get({bucket.end - bucket.start},
                                               first.getElementType());

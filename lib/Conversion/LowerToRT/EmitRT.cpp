@@ -781,8 +781,10 @@ PATTERN(BucketReduceStartPattern, dist::BucketReduceStartOp) {
     // shard, which the wait adds into the persistent one.
     auto buf = SymbolTable::lookupNearestSymbolFrom<dist::GradBufferOp>(
         o, o.getBufferAttr());
-    buckets::Buffer layout = buf.getLayout();
-    const buckets::Bucket &k = layout.buckets[size_t(o.getBucket())];
+    // (This bucket's ranges only: linear in the buckets overall.)
+    const buckets::Bucket k = buf.getBucket(o.getBucket());
+    const SmallVector<buckets::ParamRange> ranges =
+        buf.getBucketParamRanges(o.getBucket());
     int bucketId = plan.bucketStorage.lookup(o);
     Value bucket = state.scratchBuffer(b, bucketId);
     const Storage &bucketSt = plan.storages[bucketId];
@@ -797,9 +799,8 @@ PATTERN(BucketReduceStartPattern, dist::BucketReduceStartOp) {
           b.getI64IntegerAttr(bucketSt.offset + from * elementBytes));
     };
     SmallVector<std::pair<int64_t, int64_t>> used;
-    for (const buckets::ParamRange &r : layout.params)
-      if (r.bucket == o.getBucket())
-        used.push_back({r.start - k.start, r.end - k.start});
+    for (const buckets::ParamRange &r : ranges)
+      used.push_back({r.start - k.start, r.end - k.start});
     llvm::sort(used);
     int64_t at = 0;
     used.push_back({k.end - k.start, k.end - k.start});
@@ -813,9 +814,12 @@ PATTERN(BucketReduceStartPattern, dist::BucketReduceStartOp) {
       at = std::max(at, to);
     }
     llvm::StringMap<int64_t> startOf;
-    for (const buckets::ParamRange &r : layout.params)
+    SmallVector<std::string> names;
+    for (const buckets::ParamRange &r : ranges) {
       startOf[r.name] = r.start;
-    for (auto [name, g] : llvm::zip(k.params, state.operands(o))) {
+      names.push_back(r.name);
+    }
+    for (auto [name, g] : llvm::zip(names, state.operands(o))) {
       if (plan.storages[plan.storageId(g)].parent == bucketId)
         continue; // (written in place by its op)
       rt::CopyOp::create(

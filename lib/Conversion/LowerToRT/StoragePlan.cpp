@@ -267,13 +267,17 @@ LogicalResult PhasePlan::plan() {
       return start.emitOpError() << "has no dist.bucket_reduce_wait";
     auto buf = SymbolTable::lookupNearestSymbolFrom<dist::GradBufferOp>(
         op, start.getBufferAttr());
-    buckets::Buffer layout = buf.getLayout();
-    const buckets::Bucket &k = layout.buckets[size_t(start.getBucket())];
+    // (The bucket's own ranges: building the whole layout per bucket would
+    // be quadratic in the buckets.)
+    const buckets::Bucket k = buf.getBucket(start.getBucket());
     Type element = bucketElementType(buf, dist::BucketData::Grad);
     const int64_t elementBytes = element.getIntOrFloatBitWidth() / 8;
     llvm::StringMap<int64_t> startOf;
-    for (const buckets::ParamRange &r : layout.params)
+    SmallVector<std::string> names;
+    for (const buckets::ParamRange &r : buf.getBucketParamRanges(start.getBucket())) {
       startOf[r.name] = r.start;
+      names.push_back(r.name);
+    }
     std::string shard =
         ("gshard:" + start.getBuffer() + ":" + Twine(start.getBucket())).str();
     Persistent *shardBuffer = buffers.lookup(shard);
@@ -293,7 +297,7 @@ LogicalResult PhasePlan::plan() {
     MemRefType t = shardBuffer->type;
     accumulateStorage[op] = newStorage(
         RankedTensorType::get(t.getShape(), t.getElementType()), shard);
-    for (auto [name, g] : llvm::zip(k.params, start.getGrads())) {
+    for (auto [name, g] : llvm::zip(names, start.getGrads())) {
       Operation *def = g.getDefiningOp();
       if (!def || !g.hasOneUse() || def->getBlock() != op->getBlock() ||
           cast<RankedTensorType>(g.getType()).getElementType() != element)
@@ -383,8 +387,7 @@ LogicalResult PhasePlan::planOp(Operation *op) {
     int64_t numel = 0;
     auto buf = SymbolTable::lookupNearestSymbolFrom<dist::GradBufferOp>(
         op, start.getBufferAttr());
-    buckets::Buffer layout = buf.getLayout();
-    const buckets::Bucket &k = layout.buckets[size_t(start.getBucket())];
+    const buckets::Bucket k = buf.getBucket(start.getBucket());
     numel = k.end - k.start;
     Type element = bucketElementType(buf, dist::BucketData::Grad);
     if (start.getAccumulate())
@@ -423,10 +426,10 @@ LogicalResult PhasePlan::planOp(Operation *op) {
     if (int parent = gatheredBucket(unpack); parent >= 0) {
       auto buf = SymbolTable::lookupNearestSymbolFrom<dist::GradBufferOp>(
           op, unpack.getBufferAttr());
-      buckets::Buffer layout = buf.getLayout();
-      const buckets::Bucket &k = layout.buckets[size_t(unpack.getBucket())];
+      const buckets::Bucket k = buf.getBucket(unpack.getBucket());
       llvm::StringMap<int64_t> startOf;
-      for (const buckets::ParamRange &r : layout.params)
+      for (const buckets::ParamRange &r :
+           buf.getBucketParamRanges(unpack.getBucket()))
         startOf[r.name] = r.start;
       const int64_t elementBytes =
           bucketElementType(buf, dist::BucketData::Param)
