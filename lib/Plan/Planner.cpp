@@ -804,24 +804,41 @@ public:
       }
       // ZeRO-3: each microbatch's forward and backward all-gather the
       // chunk's parameter buckets before their readers (the dense ones
-      // over dp x cp, the experts' over edp), not overlapped.
-      double z3 = 0;
+      // over dp x cp, the experts' over edp). Only the first pipeline
+      // stage cuts its buffer into Megatron's buckets (max(40M, 1M x d)
+      // elements); a later stage's chunk is one bucket. With the prefetch
+      // (--overlap-param-gather) each bucket's gather runs under the
+      // previous bucket's compute: the first is exposed, the rest only
+      // where they take longer than the compute they run under.
+      double z3f = 0, z3b = 0;
       if (l.shardParams) {
         const double paramBytes = options.bf16 ? 2 : 4;
         const int64_t group = l.dp * l.cp;
-        const double bucket = std::max(4e7, 1e6 * double(group));
         const double dense = part.params - part.expertParams;
-        z3 = collective(0, dense * paramBytes, std::ceil(dense / bucket),
-                        group, intra(l.tp, group)) +
-             collective(0, part.expertParams * paramBytes,
-                        std::ceil(part.expertParams / bucket), edp,
-                        intra(etp * l.ep, edp));
-        comm += 2 * z3;
+        const double bucket = s % l.pp == 0
+                                  ? std::max(4e7, 1e6 * double(group))
+                                  : std::max(1.0, part.params);
+        const double buckets =
+            std::max(1.0, std::ceil(dense / bucket)) +
+            (part.expertParams > 0 ? std::ceil(part.expertParams / bucket) : 0);
+        const double z3 =
+            collective(0, dense * paramBytes, std::ceil(dense / bucket), group,
+                       intra(l.tp, group)) +
+            collective(0, part.expertParams * paramBytes,
+                       std::ceil(part.expertParams / bucket), edp,
+                       intra(etp * l.ep, edp));
+        z3f = z3b = z3;
+        if (l.paramGatherOverlapped()) {
+          const double first = z3 / buckets;
+          z3f = first + std::max(0.0, z3 - first - denseF * (buckets - 1) / buckets);
+          z3b = first + std::max(0.0, z3 - first - denseB * (buckets - 1) / buckets);
+        }
+        comm += z3f + z3b;
       }
       double f = denseF + part.fwdLight * mb / cluster.hbmBandwidth +
-                 collF + ovF + ringF + p2p + z3;
+                 collF + ovF + ringF + p2p + z3f;
       double b = denseB + part.bwdLight * mb / cluster.hbmBandwidth +
-                 collB + ovB + ringB + p2p + z3;
+                 collB + ovB + ringB + p2p + z3b;
       // The zero-bubble schedule runs W, the weight gradients' GEMMs and
       // reductions, apart: B is the rest of the backward.
       if (zb) {
@@ -864,10 +881,12 @@ public:
     const int64_t edpOpt = l.distributedOptimizer ? edp : 1;
     for (int64_t r = 0; r < l.pp; ++r) {
       double params = 0, expertParams = 0, act = 0, transient = 0;
+      double maxChunkParams = 0;
       for (int64_t c = 0; c < l.vpp; ++c) {
         int64_t s = c * l.pp + r;
         Part part = stagePart(s, cal);
         params += part.params;
+        maxChunkParams = std::max(maxChunkParams, part.params);
         expertParams += part.expertParams;
         // Under the zero-bubble schedule a slot also keeps what B saved
         // for W.
@@ -891,14 +910,20 @@ public:
       // dp) elements), counted on top of the activations (it lives
       // through the backward).
       const bool zero2 = l.distributedOptimizer && l.shardGrads;
-      // ZeRO-3: the parameters' shards, plus one gathered bucket of them
-      // (a transient, counted on top like ZeRO-2's).
+      // ZeRO-3: the parameters' shards, plus the gathered buckets of them
+      // live at once (a transient, counted on top like ZeRO-2's): one, two
+      // with the prefetch; a bucket of Megatron's size on the first stage,
+      // a whole chunk on a later one.
+      const double gatheredBucket =
+          r == 0 ? std::min(params, std::max(4e7, 1e6 * double(gradGroup)))
+                 : maxChunkParams;
       const double paramMem =
           zero2 && l.shardParams
               ? paramBytes * (dense / double(dpOpt) +
                               expertParams / double(edpOpt)) +
-                    paramBytes *
-                        std::min(params, std::max(4e7, 1e6 * double(gradGroup)))
+                    paramBytes * std::min(params,
+                                          gatheredBucket *
+                                              (l.paramGatherOverlapped() ? 2 : 1))
               : params * paramBytes;
       const double grads =
           zero2 ? gradBytes * (dense / double(dpOpt) +

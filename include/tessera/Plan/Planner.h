@@ -103,11 +103,11 @@ struct Layout {
 
   /// Whether the layout overlaps the parameter all-gather (it has one: the
   /// distributed optimizer over more than one rank, with the overlapped
-  /// gradient reduction Megatron requires for it; not ZeRO-3's, which the
-  /// phases run before their readers).
+  /// gradient reduction Megatron requires for it; under ZeRO-3, the
+  /// prefetch of each bucket under the previous bucket's readers).
   bool paramGatherOverlapped() const {
     return overlapParamGather && distributedOptimizer && dp * cp > 1 &&
-           overlapGradReduce && !shardParams;
+           overlapGradReduce;
   }
   /// The tessera-compile flags of this layout.
   std::vector<std::string> flags(int64_t globalBatch) const;

@@ -520,7 +520,7 @@ LogicalResult PhasePlan::planOp(Operation *op) {
     // copy_to_region of a norm weight, kept for the backward) is copied
     // into its slot here; the gathered bucket does not live to the return.
     Value result = op->getResult(0);
-    if (aliasOnly &&
+    if (isa<dist::CopyToRegionOp>(op) &&
         storages[storageOf.lookup(op->getOperand(0))].parent >= 0 &&
         resultBinding(result).starts_with("stash:")) {
       direct.insert(result);

@@ -1154,15 +1154,30 @@ static std::pair<int64_t, int64_t> shardRange(const fb::Artifact &a,
 }
 
 Status Executor::scatterStaged(const fb::Buffer &param, const uint8_t *data) {
+  // Every shard's block of the staging space, once, by where it begins
+  // (the blocks are disjoint): a parameter's shards are then found by
+  // binary search, so initialising or loading every parameter is linear
+  // in the parameters, not parameters times buckets.
+  if (shardBlocks.empty()) {
+    for (const fb::Buffer *s : *prog->buffers())
+      if (s->kind() == fb::BufferKind::ParamShard) {
+        auto [lo, hi] = shardRange(*art->root(), *prog, *s, rank);
+        shardBlocks.push_back({lo, hi, s->offset()});
+      }
+    std::sort(shardBlocks.begin(), shardBlocks.end(),
+              [](const ShardBlock &x, const ShardBlock &y) { return x.lo < y.lo; });
+  }
   const int64_t begin = param.offset(),
                 end = begin + numElements(param.shape()) * dtypeSize(param.dtype());
-  for (const fb::Buffer *s : *prog->buffers()) {
-    if (s->kind() != fb::BufferKind::ParamShard)
-      continue;
-    auto [lo, hi] = shardRange(*art->root(), *prog, *s, rank);
-    const int64_t from = std::max(lo, begin), to = std::min(hi, end);
+  auto it = std::upper_bound(
+      shardBlocks.begin(), shardBlocks.end(), begin,
+      [](int64_t at, const ShardBlock &b) { return at < b.lo; });
+  if (it != shardBlocks.begin())
+    --it;
+  for (; it != shardBlocks.end() && it->lo < end; ++it) {
+    const int64_t from = std::max(it->lo, begin), to = std::min(it->hi, end);
     if (from < to)
-      TESSERA_RETURN_IF_ERROR(copyIn(arena + s->offset() + (from - lo),
+      TESSERA_RETURN_IF_ERROR(copyIn(arena + it->arenaOffset + (from - it->lo),
                                      data + (from - begin), to - from));
   }
   return Status();

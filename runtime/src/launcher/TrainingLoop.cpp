@@ -922,9 +922,10 @@ Status RankRun::saveIfDue(int64_t it) {
     // (Its bytes are the save's, not the next iteration's.)
     before = executor->commCounters();
   }
-  TESSERA_ASSIGN_OR_RETURN(CheckpointSaveResult saved,
-                           saveCheckpoint(*executor, so, world.get()));
-  executor->releaseStagedParameters();
+  StatusOr<CheckpointSaveResult> done =
+      saveCheckpoint(*executor, so, world.get());
+  executor->releaseStagedParameters(); // (whether or not the save worked)
+  TESSERA_ASSIGN_OR_RETURN(CheckpointSaveResult saved, std::move(done));
   if (rank == 0) {
     double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - s0)

@@ -327,8 +327,9 @@ private:
   /// TESSERA_DEBUG_GATHER_AT_START=1 (a test hook): an AllGatherStart
   /// (ZeRO-3's prefetch) completes at its start, so a kernel between it
   /// and its Wait that wrote into the gathered bucket's bytes would corrupt
-  /// it (the prefetch tests' proof that the memory plan keeps it apart;
-  /// MPI's default, the data landing at the Wait, proves the converse).
+  /// it for certain (the prefetch tests' proof that the memory plan keeps
+  /// it apart; by default MPI moves the data in the MPI_Test calls between
+  /// kernels or at the Wait, which exposes the converse only by chance).
   bool gatherAtStart = false;
   mutable std::map<int, const Thunk *> heldParamSyncs;
   /// Pipeline stage of this rank and number of stages.
@@ -391,6 +392,12 @@ private:
   /// value is `data`, into the ParamShard buffers whose block of their
   /// bucket covers it.
   Status scatterStaged(const fb::Buffer &param, const uint8_t *data);
+  /// Each ParamShard's block [lo, hi) of the staging space and its arena
+  /// offset, sorted by lo (filled on first use).
+  struct ShardBlock {
+    int64_t lo, hi, arenaOffset;
+  };
+  std::vector<ShardBlock> shardBlocks;
   /// The communicator of rank group `kind` (a self communicator for a
   /// group of one).
   StatusOr<Communicator *> groupCommunicator(const std::string &kind);

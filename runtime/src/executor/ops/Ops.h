@@ -63,16 +63,18 @@ public:
   /// Async collectives: an error when `event` is already in flight; then
   /// the started request is recorded under it, and the Wait takes it back.
   virtual Status checkEventFree(int event) = 0;
+  /// (`comm` is null for a collective already complete, which its Wait
+  /// then skips: TESSERA_DEBUG_GATHER_AT_START.)
   virtual void recordEvent(int event, Communicator *comm,
                            CommRequest request) = 0;
   virtual StatusOr<std::pair<Communicator *, CommRequest>>
   takeEvent(int event) = 0;
-  /// overlap_param_gather: a parameter bucket's all-gather started under
-  /// program-wide `id` (an error when that id is still in flight), and its
-  /// completion, which does nothing when `id` is not in flight.
   /// TESSERA_DEBUG_GATHER_AT_START=1 (a test hook): an AllGatherStart
   /// completes before it returns, and its Wait does nothing.
   virtual bool gatherAtStart() const { return false; }
+  /// overlap_param_gather: a parameter bucket's all-gather started under
+  /// program-wide `id` (an error when that id is still in flight), and its
+  /// completion, which does nothing when `id` is not in flight.
   virtual Status startParamSync(const Thunk &t) = 0;
   virtual Status finishParamSync(int id) = 0;
   /// Send/Recv: the posted request joins the open point-to-point batch,
