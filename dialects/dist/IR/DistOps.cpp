@@ -562,10 +562,14 @@ buckets::Bucket GradBufferOp::getBucket(int64_t bucket) {
   return k;
 }
 
-SmallVector<buckets::ParamRange>
-GradBufferOp::getBucketParamRanges(int64_t bucket) {
-  auto range = cast<DenseI64ArrayAttr>(getBuckets()[size_t(bucket)]);
-  ArrayRef<Attribute> params = getParams().getValue();
+/// The entries of `params` (listed at decreasing offsets, verified) of
+/// bucket `bucket`, in buffer order: the bucket's are the run of the list
+/// inside its range, so a binary search, then the run backwards.
+static SmallVector<DictionaryAttr> bucketEntries(ArrayAttr bucketsAttr,
+                                                 ArrayAttr paramsAttr,
+                                                 int64_t bucket) {
+  auto range = cast<DenseI64ArrayAttr>(bucketsAttr[size_t(bucket)]);
+  ArrayRef<Attribute> params = paramsAttr.getValue();
   auto startOf = [&](size_t i) {
     return cast<DictionaryAttr>(params[i]).getAs<IntegerAttr>("start").getInt();
   };
@@ -577,46 +581,34 @@ GradBufferOp::getBucketParamRanges(int64_t bucket) {
     else
       hi = mid;
   }
-  SmallVector<buckets::ParamRange> out;
+  SmallVector<DictionaryAttr> entries;
   for (size_t i = lo; i < params.size() && startOf(i) >= range[0]; ++i) {
     auto d = cast<DictionaryAttr>(params[i]);
-    if (d.getAs<IntegerAttr>("bucket").getInt() != bucket)
-      continue;
+    if (d.getAs<IntegerAttr>("bucket").getInt() == bucket)
+      entries.push_back(d);
+  }
+  std::reverse(entries.begin(), entries.end());
+  return entries;
+}
+
+SmallVector<buckets::ParamRange>
+GradBufferOp::getBucketParamRanges(int64_t bucket) {
+  SmallVector<buckets::ParamRange> out;
+  for (DictionaryAttr d : bucketEntries(getBuckets(), getParams(), bucket)) {
     buckets::ParamRange p;
     p.name = d.getAs<StringAttr>("name").getValue().str();
-    p.start = startOf(i);
+    p.start = d.getAs<IntegerAttr>("start").getInt();
     p.end = d.getAs<IntegerAttr>("end").getInt();
     p.bucket = bucket;
     out.push_back(p);
   }
-  std::reverse(out.begin(), out.end());
   return out;
 }
 
 SmallVector<StringRef> GradBufferOp::getBucketParams(int64_t bucket) {
-  // The parameters are listed at decreasing offsets (verified), so the
-  // bucket's are the run of the list inside its range: binary search, then
-  // the run backwards (buffer order).
-  auto range = cast<DenseI64ArrayAttr>(getBuckets()[size_t(bucket)]);
-  ArrayRef<Attribute> params = getParams().getValue();
-  auto startOf = [&](size_t i) {
-    return cast<DictionaryAttr>(params[i]).getAs<IntegerAttr>("start").getInt();
-  };
-  size_t lo = 0, hi = params.size();
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (startOf(mid) >= range[1])
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
   SmallVector<StringRef> names;
-  for (size_t i = lo; i < params.size() && startOf(i) >= range[0]; ++i) {
-    auto d = cast<DictionaryAttr>(params[i]);
-    if (d.getAs<IntegerAttr>("bucket").getInt() == bucket)
-      names.push_back(d.getAs<StringAttr>("name").getValue());
-  }
-  std::reverse(names.begin(), names.end());
+  for (DictionaryAttr d : bucketEntries(getBuckets(), getParams(), bucket))
+    names.push_back(d.getAs<StringAttr>("name").getValue());
   return names;
 }
 
