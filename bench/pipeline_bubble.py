@@ -7,7 +7,9 @@ batch 2, byte vocabulary padded to 384) is compiled (tessera-compile --pp P
 [--vpp V], 1F1B for vpp 1, interleaved otherwise) and trained for a few
 steps on Northanger Abbey with tessera-run --trace; a configuration may
 name its schedule (pp:vpp:zb-h1: the zero-bubble ZB-H1, backwards split
-into B and W). From the trace, per rank and step:
+into B and W; pp:2:zbv and pp:2:dualpipev: the V-shaped ZBV and DualPipeV,
+two chunks per rank placed as a V, B and W apart; DualPipeV only where M >=
+2 pp). From the trace, per rank and step:
 
   window = first compute phase slice ("F c.. mb..", "B c.. mb..",
            "W c.. mb..") start
@@ -26,7 +28,10 @@ analytic figure counts, so it comes out below it for equal stages;
 bubble_measured_global_window takes the window over all ranks of the step
 instead (their clocks are lined up by a barrier) and is the one comparable
 with the analytic figure. Printed next to them: Megatron's analytic bubble
-(p-1)/m (1F1B) or (p-1)/(v*m) (interleaved), and the compiler's own figure
+(p-1)/m (1F1B) or (p-1)/(v*m) (interleaved), ZB-H1's (p-1)/(3m), the
+V-shaped schedules' simulated (p-1)/(6m) (F = B = W per chunk: each rank
+idles (p-1) F while the first microbatch goes down the V and back), and
+the compiler's own figure
 (--emit=schedule's bubble_fraction). The analytic numbers assume equal stage
 times and free communication; here the last stage also runs the LM head and
 the loss, and every step pays point-to-point latency.
@@ -38,7 +43,8 @@ per chunk and peak of the sum over chunks) and the bound: under 1F1B stage r
 holds at most min(p - r, M) microbatches (the first stage p), under the
 interleaved schedule at most min(2 (p - r - 1) + (v - 1) p + 1, v M)
 chunk-microbatches (Megatron's warm-up plus one), under ZB-H1 min(p, M) on
-every rank (a slot is held until its W). With vpp > 1 the plan
+every rank (a slot is held until its W), under ZBV min(2p, 2M) and under
+DualPipeV 2p + 1 chunk-microbatches on every rank. With vpp > 1 the plan
 sizes each chunk for its own peak, so sum(in_flight) can exceed the
 schedule's simultaneous peak (schedule_in_flight_total): slots the plan
 reserves but the schedule never fills at the same time.
@@ -52,7 +58,8 @@ compared with one core per rank. Compare configurations, not absolutes.
 Prints one JSON object. A benchmark, not a test: nothing is asserted.
 
 usage: bench/pipeline_bubble.py [--build build] [--steps 6]
-           [--configs 2:1,4:1,2:2,4:2,2:1:zb-h1,4:1:zb-h1] [--mult 1,2,4]
+           [--configs 2:1,4:1,2:2,4:2,2:1:zb-h1,4:1:zb-h1,2:2:zbv,4:2:zbv,
+                      2:2:dualpipev,4:2:dualpipev] [--mult 1,2,4]
            [--layers 8]
            [--hidden 256] [--heads 4] [--seq 128] [--micro-batch 2]
 """
@@ -159,6 +166,10 @@ def schedule_in_flight(order, vpp):
 def in_flight_bound(p, v, r, m, schedule):
     if schedule == "zb-h1":
         return min(p, m)
+    if schedule == "zbv":
+        return min(2 * p, 2 * m)
+    if schedule == "dualpipev":
+        return 2 * p + 1
     if v == 1:
         return min(p - r, m)
     return min(2 * (p - r - 1) + (v - 1) * p + 1, v * m)
@@ -168,9 +179,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
     ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("--configs", default="2:1,4:1,2:2,4:2,2:1:zb-h1,4:1:zb-h1",
-                    help="pp:vpp[:schedule] (schedule: zb-h1; default 1f1b "
-                         "for vpp 1, else interleaved)")
+    ap.add_argument("--configs", default="2:1,4:1,2:2,4:2,2:1:zb-h1,4:1:zb-h1,"
+                    "2:2:zbv,4:2:zbv,2:2:dualpipev,4:2:dualpipev",
+                    help="pp:vpp[:schedule] (schedule: zb-h1, zbv, dualpipev; "
+                         "default 1f1b for vpp 1, else interleaved)")
     ap.add_argument("--mult", default="1,2,4",
                     help="microbatches per step as multiples of pp")
     ap.add_argument("--layers", type=int, default=8)
@@ -203,6 +215,8 @@ def main():
         for p, v, kind in configs:
             for k in mults:
                 m = k * p
+                if kind == "dualpipev" and m < 2 * p:
+                    continue  # (DualPipeV needs 2 pp microbatches)
                 name = (f"pp{p}" + (f"_vpp{v}" if v > 1 else "") +
                         (f"_{kind}" if kind else "") + f"_m{m}")
                 flags = ["--pp", str(p), "--vpp", str(v),
@@ -244,6 +258,9 @@ def main():
                     f, b, w = t.get("F", 0), t.get("B", 0), t.get("W", 0)
                     analytic = (p - 1) / (3 * m)
                     measured_costs = (p - 1) * (f + b - w) / (m * (f + b + w)) if f + b + w else None
+                elif kind in ("zbv", "dualpipev"):
+                    analytic = (p - 1) / (6 * m)
+                    measured_costs = None
                 else:
                     analytic = (p - 1) / (v * m)
                     measured_costs = None

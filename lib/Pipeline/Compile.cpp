@@ -240,7 +240,7 @@ int emitSchedule(const tessera::CompileOptions &options,
     kind = mesh.vpp > 1 ? "interleaved" : "1f1b";
   if (!sched::parseKind(kind, config.kind))
     return fail("unknown --schedule=" + p.schedule +
-                " (expected none, 1f1b, interleaved or zb-h1)");
+                " (expected none, 1f1b, interleaved, zb-h1, zbv or dualpipev)");
   config.microbatches = options.microBatches;
   if (config.microbatches == 0) {
     int64_t micro = p.microBatchSize, global = p.globalBatchSize;

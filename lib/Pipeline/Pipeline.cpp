@@ -75,6 +75,21 @@ tessera::checkTrainPipelineOptions(const TrainPipelineOptions &options) {
              std::to_string(int64_t(options.vpp)) +
              ", detected_vpp_size=" + std::to_string(detected) + ")";
   }
+  if (options.schedule == "zbv" || options.schedule == "dualpipev") {
+    if (options.pp <= 1)
+      return "--schedule " + options.schedule +
+             " needs pipeline parallelism (--pp > 1)";
+    if (effectiveVpp(options) != 2)
+      return "--schedule " + options.schedule +
+             " runs exactly two model chunks per pipeline rank, placed as a "
+             "V (--vpp 2, the default under it), got --vpp " +
+             std::to_string(effectiveVpp(options));
+    if (!options.ppLayers.empty())
+      return "--pp-layers gives layers per rank, but --schedule " +
+             options.schedule +
+             " runs two chunks per rank (give "
+             "--pipeline-model-parallel-layout)";
+  }
   if (options.schedule == "zb-h1") {
     if (options.pp <= 1)
       return "--schedule zb-h1 needs pipeline parallelism (--pp > 1)";
@@ -141,6 +156,11 @@ bool tessera::usesDistributedOptimizer(const TrainPipelineOptions &options) {
 }
 
 int64_t tessera::effectiveVpp(const TrainPipelineOptions &options) {
+  // The V-shaped schedules run two chunks per rank unless told otherwise.
+  if ((options.schedule == "zbv" || options.schedule == "dualpipev") &&
+      !options.vpp.getNumOccurrences() &&
+      options.pipelineModelParallelLayout.empty())
+    return 2;
   if (options.pipelineModelParallelLayout.empty() ||
       options.vpp.getNumOccurrences())
     return options.vpp;
@@ -188,6 +208,7 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   split.lastStageLayers = megatron.lastStageLayers;
   split.accountForEmbedding = megatron.accountForEmbedding;
   split.accountForLoss = megatron.accountForLoss;
+  split.vShape = options.schedule == "zbv" || options.schedule == "dualpipev";
   pm.addPass(dist::createPPSplitPass(split));
 
   if (options.bf16 || options.fp16) {

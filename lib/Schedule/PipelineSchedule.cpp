@@ -20,6 +20,10 @@ bool tessera::schedule::parseKind(const std::string &text, Kind &kind) {
     kind = Kind::Interleaved;
   else if (text == "zb-h1")
     kind = Kind::ZbH1;
+  else if (text == "zbv")
+    kind = Kind::Zbv;
+  else if (text == "dualpipev")
+    kind = Kind::DualPipeV;
   else
     return false;
   return true;
@@ -35,6 +39,10 @@ const char *tessera::schedule::kindName(Kind kind) {
     return "interleaved";
   case Kind::ZbH1:
     return "zb-h1";
+  case Kind::Zbv:
+    return "zbv";
+  case Kind::DualPipeV:
+    return "dualpipev";
   }
   return "?";
 }
@@ -337,8 +345,24 @@ std::string tessera::schedule::validate(const PipelineConfig &c) {
     return "pp, vpp, micro-batches and layers must be positive (pp " + s(c.pp) +
            ", vpp " + s(c.vpp) + ", micro-batches " + s(c.microbatches) +
            ", layers " + s(c.layers) + ")";
-  if (c.kind != Kind::Interleaved && c.vpp != 1)
+  if (vShaped(c.kind)) {
+    // PyTorch's checks (ScheduleZBVZeroBubble, ScheduleDualPipeV).
+    if (c.vpp != 2)
+      return std::string("the ") + kindName(c.kind) +
+             " schedule runs exactly two chunks per rank (vpp 2), got vpp " +
+             s(c.vpp);
+    if (c.kind == Kind::DualPipeV && c.microbatches < 2 * c.pp)
+      return "the dualpipev schedule needs at least as many micro-batches "
+             "as virtual stages (2 x pp = " +
+             s(2 * c.pp) + "), got " + s(c.microbatches);
+    if (!c.stageLayers.empty())
+      return "an uneven layer split (pp-layers) cannot be combined with "
+             "two chunks per rank (Megatron's split options can: "
+             "--pipeline-model-parallel-layout, "
+             "--decoder-first/last-pipeline-num-layers)";
+  } else if (c.kind != Kind::Interleaved && c.vpp != 1) {
     return "vpp " + s(c.vpp) + " needs the interleaved schedule";
+  }
   if (c.kind == Kind::Interleaved) {
     if (c.microbatches % c.pp != 0)
       return "the interleaved schedule needs the number of micro-batches (" +
@@ -379,8 +403,29 @@ std::string tessera::schedule::validate(const PipelineConfig &c) {
   }
   if (c.layers % (c.pp * c.vpp) != 0)
     return s(c.layers) + " layers do not split evenly over pp x vpp = " +
-           s(c.pp) + " x " + s(c.vpp) + " (give pp-layers for an uneven split)";
+           s(c.pp) + " x " + s(c.vpp) +
+           (c.vpp > 1 ? " (give --pipeline-model-parallel-layout for an "
+                        "uneven split)"
+                      : " (give pp-layers for an uneven split)");
   return "";
+}
+
+int64_t tessera::schedule::stageRank(const PipelineConfig &c, int64_t stage) {
+  if (vShaped(c.kind) && stage >= c.pp)
+    return 2 * c.pp - 1 - stage;
+  return stage % c.pp;
+}
+
+int64_t tessera::schedule::stageChunk(const PipelineConfig &c,
+                                      int64_t stage) {
+  return stage / c.pp;
+}
+
+int64_t tessera::schedule::stageOf(const PipelineConfig &c, int64_t rank,
+                                   int64_t chunk) {
+  if (vShaped(c.kind) && chunk == 1)
+    return 2 * c.pp - 1 - rank;
+  return chunk * c.pp + rank;
 }
 
 std::vector<LayerPlacement>
@@ -391,7 +436,14 @@ tessera::schedule::placeLayers(const PipelineConfig &c) {
     int64_t layer = 0;
     for (int64_t st = 0; st < c.pp * c.vpp; ++st)
       for (int64_t i = 0; i < c.virtualStageLayers[size_t(st)]; ++i)
-        out.push_back({layer++, st % c.pp, st / c.pp});
+        out.push_back({layer++, stageRank(c, st), stageChunk(c, st)});
+    return out;
+  }
+  if (vShaped(c.kind)) {
+    // Contiguous blocks per virtual stage, the stages placed as a V.
+    int64_t perStage = c.layers / (c.pp * c.vpp);
+    for (int64_t l = 0; l < c.layers; ++l)
+      out.push_back({l, stageRank(c, l / perStage), stageChunk(c, l / perStage)});
     return out;
   }
   if (!c.stageLayers.empty()) {
@@ -411,6 +463,149 @@ tessera::schedule::placeLayers(const PipelineConfig &c) {
     }
   return out;
 }
+
+namespace {
+
+int64_t leadingForwards(const std::vector<Step> &order) {
+  int64_t n = 0;
+  while (n < int64_t(order.size()) && order[size_t(n)].forward)
+    ++n;
+  return n;
+}
+
+/// ZB-V on rank r of p (PyTorch's ScheduleZBVZeroBubble, after Qi et al.'s
+/// generator): chunk 0 is virtual stage r, chunk 1 stage 2p - 1 - r. The
+/// order is built for max(2p - 1, m) microbatches and the steps of
+/// microbatches past m dropped, as PyTorch does.
+std::vector<Step> zbvOrder(int64_t p, int64_t m, int64_t r) {
+  const int64_t count = std::max(2 * p - 1, m);
+  std::vector<Step> order;
+  int64_t f0 = 0, f1 = 0, b0 = 0, b1 = 0;
+  auto F = [&](int64_t chunk, int64_t &mb) {
+    order.push_back({true, mb++, chunk});
+  };
+  auto B = [&](int64_t chunk, int64_t mb) {
+    order.push_back({false, mb, chunk});
+  };
+  auto W = [&](int64_t chunk, int64_t mb) {
+    order.push_back({false, mb, chunk, /*weight=*/true});
+  };
+  // Warmup: 2 (p - r) - 1 forwards of chunk 0, then r pairs of chunk 1
+  // and chunk 0, then p - r chunk-1 forwards each followed by its B and W.
+  for (int64_t i = 0; i < 2 * (p - r) - 1; ++i)
+    F(0, f0);
+  for (int64_t i = 0; i < r; ++i) {
+    F(1, f1);
+    F(0, f0);
+  }
+  for (int64_t i = 0; i < p - r; ++i) {
+    F(1, f1);
+    B(1, b1);
+    W(1, b1++);
+  }
+  // Steady state: F B W of chunk 0, then of chunk 1.
+  while (f1 < f0 || f0 < count) {
+    if (f0 < count)
+      F(0, f0);
+    B(0, b0);
+    W(0, b0++);
+    F(1, f1);
+    B(1, b1);
+    W(1, b1++);
+  }
+  // Cool-down: B's first, the W's they leave behind after.
+  int64_t w0 = b0, w1 = b1;
+  for (int64_t i = 0; i < r; ++i) {
+    B(0, b0++);
+    B(1, b1++);
+  }
+  for (int64_t i = 0; i < p - r; ++i) {
+    B(0, b0++);
+    W(0, w0++);
+  }
+  while (w1 < b1)
+    W(1, w1++);
+  while (w0 < b0)
+    W(0, w0++);
+  std::vector<Step> kept;
+  for (const Step &s : order)
+    if (s.microbatch < m)
+      kept.push_back(s);
+  return kept;
+}
+
+/// DualPipeV on rank r of p (PyTorch's ScheduleDualPipeV, DeepSeek-V3's
+/// DualPipe folded onto p ranks; m >= 2p). Its "overlapped" F and B pairs
+/// (two microbatches' forward and backward whose communication DualPipe
+/// hides under each other's compute) run here one after the other, and a
+/// full backward is its B followed at once by its W; B's alone leave
+/// their W in a queue, run oldest first where the order makes room.
+std::vector<Step> dualPipeVOrder(int64_t p, int64_t m, int64_t r) {
+  std::vector<Step> order;
+  int64_t fwd[2] = {0, 0}, bwd[2] = {0, 0};
+  std::vector<std::pair<int64_t, int64_t>> weights; // (chunk, mb), FIFO
+  size_t nextWeight = 0;
+  auto F = [&](int64_t chunk) { order.push_back({true, fwd[chunk]++, chunk}); };
+  auto fullB = [&](int64_t chunk) {
+    int64_t mb = bwd[chunk]++;
+    order.push_back({false, mb, chunk});
+    order.push_back({false, mb, chunk, /*weight=*/true});
+  };
+  auto inputB = [&](int64_t chunk) {
+    int64_t mb = bwd[chunk]++;
+    order.push_back({false, mb, chunk});
+    weights.push_back({chunk, mb});
+  };
+  auto pendingW = [&] {
+    if (nextWeight < weights.size()) {
+      auto [chunk, mb] = weights[nextWeight++];
+      order.push_back({false, mb, chunk, /*weight=*/true});
+    }
+  };
+  for (int64_t i = 0; i < (p - r - 1) * 2; ++i)
+    F(0);
+  for (int64_t i = 0; i < r + 1; ++i) {
+    F(0);
+    F(1);
+  }
+  for (int64_t i = 0; i < p - r - 1; ++i) {
+    inputB(1);
+    pendingW();
+    F(1);
+  }
+  for (int64_t i = 0; i < m - 2 * p + r + 1; ++i) {
+    // (On the last rank the first pair is not overlapped; the order is
+    // the same.)
+    F(0);
+    fullB(1);
+    F(1);
+    fullB(0);
+  }
+  for (int64_t i = 0; i < p - r - 1; ++i) {
+    fullB(1);
+    F(1);
+    fullB(0);
+  }
+  bool zb = false;
+  const int64_t tail = r + 1;
+  for (int64_t i = 0; i < tail; ++i) {
+    if (i == tail / 2 && r % 2 == 1)
+      zb = true;
+    zb ? inputB(1) : fullB(1);
+    if (i == tail / 2 && r % 2 == 0)
+      zb = true;
+    zb ? inputB(0) : fullB(0);
+  }
+  for (int64_t i = 0; i < p - r - 1; ++i) {
+    pendingW();
+    zb ? inputB(0) : fullB(0);
+  }
+  for (int64_t i = 0; i < r + 1; ++i)
+    pendingW();
+  return order;
+}
+
+} // namespace
 
 std::vector<RankSchedule>
 tessera::schedule::buildSchedule(const PipelineConfig &c) {
@@ -456,6 +651,12 @@ tessera::schedule::buildSchedule(const PipelineConfig &c) {
       }
       while (weights < m)
         rs.order.push_back({false, weights++, 0, /*weight=*/true});
+    } else if (c.kind == Kind::Zbv) {
+      rs.order = zbvOrder(pp, m, r);
+      rs.warmup = leadingForwards(rs.order);
+    } else if (c.kind == Kind::DualPipeV) {
+      rs.order = dualPipeVOrder(pp, m, r);
+      rs.warmup = leadingForwards(rs.order);
     } else {
       // Virtual microbatch k: chunk and microbatch per Megatron's helpers.
       auto step = [&](int64_t k, bool forward) {
@@ -534,21 +735,24 @@ Simulation tessera::schedule::simulate(const PipelineConfig &c,
   std::vector<size_t> next(size_t(pp), 0);
   std::vector<double> freeAt(size_t(pp), 0.0);
   double busy = 0;
+  // Stages by the rank count of the orders given.
+  PipelineConfig shape = c;
+  shape.pp = pp;
+  const int64_t numStages = pp * v;
   auto dependency = [&](int64_t r, const Step &s)
       -> std::optional<std::tuple<int, int64_t, int64_t, int64_t>> {
     if (s.weight) // W reads what its own B computed
       return std::make_tuple(1, r, s.microbatch, s.chunk);
+    int64_t stage = stageOf(shape, r, s.chunk);
     if (s.forward) {
-      if (r > 0)
-        return std::make_tuple(0, r - 1, s.microbatch, s.chunk);
-      if (s.chunk > 0)
-        return std::make_tuple(0, pp - 1, s.microbatch, s.chunk - 1);
-      return std::nullopt;
+      if (stage == 0)
+        return std::nullopt;
+      return std::make_tuple(0, stageRank(shape, stage - 1), s.microbatch,
+                             stageChunk(shape, stage - 1));
     }
-    if (r < pp - 1)
-      return std::make_tuple(1, r + 1, s.microbatch, s.chunk);
-    if (s.chunk < v - 1)
-      return std::make_tuple(1, int64_t(0), s.microbatch, s.chunk + 1);
+    if (stage + 1 < numStages)
+      return std::make_tuple(1, stageRank(shape, stage + 1), s.microbatch,
+                             stageChunk(shape, stage + 1));
     return std::make_tuple(0, r, s.microbatch, s.chunk);
   };
   size_t total = 0;
@@ -599,7 +803,7 @@ Simulation tessera::schedule::simulate(const PipelineConfig &c,
       return sim;
     }
     const Step &s = ranks[size_t(best)].order[next[size_t(best)]++];
-    size_t stage = size_t(s.chunk * pp + best);
+    size_t stage = size_t(stageOf(shape, best, s.chunk));
     const std::vector<double> &costs =
         s.forward ? forwardCosts
         : s.weight && !weightCosts.empty() ? weightCosts

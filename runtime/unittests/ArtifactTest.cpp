@@ -541,8 +541,8 @@ TEST_F(ArtifactTest, BadSendRecv) {
                 in.iattrs = {2, 0};
               }),
               "program 0 function 'forward_c0' instruction 1 (send.act): Send "
-              "needs iattrs = [peer, tag] with peer +1 (next pp rank) or -1 "
-              "(previous), got peer 2");
+              "needs iattrs = [peer, tag] with peer +1 (next pp rank), -1 "
+              "(previous) or 0 (itself), got peer 2");
   expectError(edit([](InstrDesc &in) { in.iattrs = {1}; }),
               "Send expects 2 iattrs, got 1");
   expectError(

@@ -473,3 +473,139 @@ TEST(PipelineSchedule, SimulationWithPerStageCosts) {
   EXPECT_EQ(missing.deadlock.rfind("no cost given for virtual stage ", 0), 0u)
       << missing.deadlock;
 }
+
+namespace {
+/// "F0 F0' ..." with ' for chunk 1 (the V's second leg).
+std::string vOrderText(const RankSchedule &rs) {
+  std::string out;
+  for (const Step &s : rs.order)
+    out += std::string(out.empty() ? "" : " ") +
+           (s.forward ? "F" : s.weight ? "W" : "B") +
+           std::to_string(s.microbatch) + (s.chunk ? "'" : "");
+  return out;
+}
+} // namespace
+
+// The V placement: stage s on rank s, then back up; rank r holds stages r
+// and 2p - 1 - r, so the last rank holds the V's turn and rank 0 the
+// embedding and the loss. Layers in stage order.
+TEST(PipelineSchedule, VPlacement) {
+  PipelineConfig c;
+  c.pp = 4;
+  c.vpp = 2;
+  c.layers = 16;
+  c.microbatches = 8;
+  c.kind = Kind::Zbv;
+  ASSERT_EQ(validate(c), "");
+  for (int64_t s = 0; s < 8; ++s) {
+    EXPECT_EQ(stageRank(c, s), s < 4 ? s : 7 - s);
+    EXPECT_EQ(stageChunk(c, s), s / 4);
+    EXPECT_EQ(stageOf(c, stageRank(c, s), stageChunk(c, s)), s);
+  }
+  std::vector<LayerPlacement> placed = placeLayers(c);
+  ASSERT_EQ(placed.size(), 16u);
+  for (const LayerPlacement &p : placed) {
+    EXPECT_EQ(p.ppRank, stageRank(c, p.layer / 2));
+    EXPECT_EQ(p.chunk, p.layer / 8);
+  }
+  // Megatron's per-stage split keeps its stage order on the V.
+  c.virtualStageLayers = {1, 2, 2, 2, 2, 2, 2, 3};
+  placed = placeLayers(c);
+  EXPECT_EQ(placed.back().ppRank, 0);
+  EXPECT_EQ(placed.back().chunk, 1);
+  EXPECT_EQ(placed[1].ppRank, 1);
+  // Two chunks per rank exactly; DualPipeV needs 2p microbatches.
+  c.virtualStageLayers.clear();
+  c.vpp = 3;
+  c.layers = 12;
+  EXPECT_NE(validate(c).find("exactly two chunks per rank"), std::string::npos);
+  c.vpp = 2;
+  c.layers = 16;
+  c.kind = Kind::DualPipeV;
+  c.microbatches = 7;
+  EXPECT_NE(validate(c).find("at least as many micro-batches as virtual "
+                             "stages (2 x pp = 8), got 7"),
+            std::string::npos);
+  c.stageLayers = {4, 4, 4, 4};
+  c.microbatches = 8;
+  EXPECT_NE(validate(c).find("pp-layers"), std::string::npos);
+}
+
+// PyTorch's orders (ScheduleZBVZeroBubble, ScheduleDualPipeV) at p = 2,
+// m = 4: ZBV's warmup 2(p - r) - 1 chunk-0 forwards, DualPipeV's mix of
+// full backwards (B then W) and B's whose W waits.
+TEST(PipelineSchedule, VOrders) {
+  PipelineConfig c;
+  c.pp = 2;
+  c.vpp = 2;
+  c.layers = 4;
+  c.microbatches = 4;
+  c.kind = Kind::Zbv;
+  auto ranks = buildSchedule(c);
+  EXPECT_EQ(vOrderText(ranks[0]),
+            "F0 F1 F2 F0' B0' W0' F1' B1' W1' F3 B0 W0 F2' B2' W2' B1 W1 "
+            "F3' B3' W3' B2 W2 B3 W3");
+  EXPECT_EQ(vOrderText(ranks[1]),
+            "F0 F0' F1 F1' B0' W0' F2 B0 W0 F2' B1' W1' F3 B1 W1 F3' B2' "
+            "W2' B2 B3' B3 W2 W3' W3");
+  EXPECT_EQ(ranks[0].warmup, 4); // (its leading forwards)
+  c.kind = Kind::DualPipeV;
+  ranks = buildSchedule(c);
+  // (Worked through PyTorch's eight steps by hand: rank 0's last pair of
+  // backwards splits B from W, rank 1's last two are B's whose W's end it.)
+  EXPECT_EQ(vOrderText(ranks[0]),
+            "F0 F1 F2 F0' B0' W0' F1' F3 B1' W1' F2' B0 W0 B2' W2' F3' B1 W1 "
+            "B3' W3' B2 W2 B3 W3");
+  EXPECT_EQ(vOrderText(ranks[1]),
+            "F0 F0' F1 F1' F2 B0' W0' F2' B0 W0 F3 B1' W1' F3' B1 W1 B2' W2' "
+            "B2 W2 B3' B3 W3' W3");
+}
+
+// Every (microbatch, chunk) F, B and W once, in that order, each chunk's
+// W's in microbatch order (the last W is the last microbatch's: the
+// reductions start there), free of deadlock; the simulated bubble at
+// F = B = W per chunk is (p - 1) / (6 m) for both (each rank idles (p - 1)
+// F while the first microbatch travels down the V: half of ZB-H1's
+// fraction at the same work per rank), against interleaved 1F1B's
+// (p - 1) / (2 m).
+TEST(PipelineSchedule, VEveryStepOnceAndBubble) {
+  for (Kind kind : {Kind::Zbv, Kind::DualPipeV})
+    for (int64_t pp : {2, 3, 4, 8})
+      for (int64_t m : {1, 2, 3, 4, 6, 8, 12, 16, 32}) {
+        PipelineConfig c;
+        c.pp = pp;
+        c.vpp = 2;
+        c.microbatches = m;
+        c.layers = 2 * pp;
+        c.kind = kind;
+        if (!validate(c).empty()) {
+          EXPECT_TRUE(kind == Kind::DualPipeV && m < 2 * pp);
+          continue;
+        }
+        auto ranks = buildSchedule(c);
+        for (const RankSchedule &rs : ranks) {
+          std::vector<int> done(size_t(2 * m), 0);
+          int64_t lastW[2] = {-1, -1};
+          for (const Step &s : rs.order) {
+            int &d = done[size_t(s.chunk * m + s.microbatch)];
+            int k = s.forward ? 1 : s.weight ? 3 : 2;
+            EXPECT_EQ(d, k - 1) << kindName(kind) << " pp " << pp << " m " << m;
+            d = k;
+            if (s.weight) {
+              EXPECT_EQ(s.microbatch, lastW[s.chunk] + 1);
+              lastW[s.chunk] = s.microbatch;
+            }
+          }
+          EXPECT_EQ(lastW[0], m - 1);
+          EXPECT_EQ(lastW[1], m - 1);
+          // On rank 0 (the tied embedding's), chunk 0's last W is last.
+          if (rs.ppRank == 0)
+            EXPECT_TRUE(rs.order.back().weight && rs.order.back().chunk == 0);
+        }
+        Simulation sim = simulate(c, ranks);
+        ASSERT_EQ(sim.deadlock, "");
+        if (m >= 2 * pp)
+          EXPECT_NEAR(sim.bubbleFraction, double(pp - 1) / double(6 * m), 1e-9)
+              << kindName(kind) << " pp " << pp << " m " << m;
+      }
+}

@@ -14,15 +14,17 @@ include "dialects/tessera/IR/TesseraEnumBase.td"
 def Dist_Reduction : Tessera_Enum<"Reduction", "reduction: sum or max",
     ["sum", "max"], ["Sum", "Max"], "::tessera::dist">;
 
-/// `peer` of dist.send and dist.recv: a neighbour in the pp group.
-def Dist_Peer : Tessera_Enum<"Peer", "pipeline peer: next or prev",
-    ["next", "prev"], ["Next", "Prev"], "::tessera::dist">;
+/// `peer` of dist.send and dist.recv: a neighbour in the pp group, or the
+/// rank itself (the turn of a V-shaped placement, one chunk handing its
+/// output to the rank's other chunk).
+def Dist_Peer : Tessera_Enum<"Peer", "pipeline peer: next, prev or self",
+    ["next", "prev", "self"], ["Next", "Prev", "Self"], "::tessera::dist">;
 
 /// `kind` of dist.schedule (Megatron's schedules).
 def Dist_ScheduleKind : Tessera_Enum<"ScheduleKind",
-    "pipeline schedule: none, 1f1b, interleaved or zb-h1",
-    ["none", "1f1b", "interleaved", "zb-h1"],
-    ["None", "OneFOneB", "Interleaved", "ZbH1"],
+    "pipeline schedule: none, 1f1b, interleaved, zb-h1, zbv or dualpipev",
+    ["none", "1f1b", "interleaved", "zb-h1", "zbv", "dualpipev"],
+    ["None", "OneFOneB", "Interleaved", "ZbH1", "Zbv", "DualPipeV"],
     "::tessera::dist">;
 
 /// `part` of dist.run: which part of a phase runs.

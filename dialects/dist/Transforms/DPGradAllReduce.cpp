@@ -197,6 +197,8 @@ struct DPGradAllReducePass
       /// The group it is reduced over and its size.
       StringRef group;
       int64_t size;
+      /// The chunk whose phases reduce it.
+      int64_t chunk;
     };
     SmallVector<Placed> placed;
     // A bucket of gradients holds the buffer's grad dtype.
@@ -236,7 +238,7 @@ struct DPGradAllReducePass
             b.getI64IntegerAttr(layout.numelUnpadded), b.getArrayAttr(paramAttrs),
             b.getArrayAttr(bucketAttrs), b.getStringAttr(group),
             b.getBoolAttr(shardGrads), b.getBoolAttr(shardParams));
-        placed.push_back({op, layout, group, size});
+        placed.push_back({op, layout, group, size, chunk});
       }
     }
     if (singleBucketGroup)
@@ -298,10 +300,14 @@ struct DPGradAllReducePass
             return tiedGroup.count(name) > 0;
           });
         };
+        // This chunk's buffers. A gradient two chunks of the rank produce
+        // (the tied embedding under a V-shaped placement, whose first and
+        // last stage are rank 0's chunks) is in the buffer of the chunk
+        // that produces it first, which the schedule runs last
+        // (tessera-pp-schedule checks that).
         SmallVector<Placed *> mine;
         for (Placed &p : placed)
-          if ((chunkParams.count({chunk, false}) ||
-               chunkParams.count({chunk, true})) &&
+          if (p.chunk == chunk &&
               llvm::any_of(p.layout.params, [&](const buckets::ParamRange &r) {
                 return produced.count(r.name) > 0;
               }))

@@ -14,6 +14,9 @@
 // The zero-bubble schedule ZB-H1 runs each backward as two phases
 // (tessera-split-backward): `@backward_c<k>` (B, the input gradient) and
 // `@backward_w_c<k>` (W, the weight gradients); the slot is held until W.
+// The V-shaped schedules ZBV and DualPipeV (PyTorch's ScheduleZBVZeroBubble
+// and ScheduleDualPipeV) run two chunks per rank, placed as a V by
+// tessera-pp-split's `v-shape`, with B and W apart too.
 //
 //===----------------------------------------------------------------------===//
 
@@ -22,6 +25,8 @@
 #include "tessera/Support/Model.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/StringSet.h"
 
 #include <map>
 #include <set>
@@ -64,7 +69,8 @@ void PPSchedulePass::runOnOperation() {
     kindName = config.vpp > 1 ? "interleaved" : "1f1b";
   if (!schedule::parseKind(kindName, config.kind)) {
     emitError(module.getLoc()) << "unknown schedule '" << kindName
-                               << "' (expected none, 1f1b, interleaved or zb-h1)";
+                               << "' (expected none, 1f1b, interleaved, "
+                                  "zb-h1, zbv or dualpipev)";
     return signalPassFailure();
   }
   if (config.kind == schedule::Kind::Interleaved && config.vpp == 1) {
@@ -108,9 +114,27 @@ void PPSchedulePass::runOnOperation() {
         emitError(f.getLoc())
             << "pipeline rank " << r << " has a weight-gradient phase ('"
             << f.getSymName() << "'), which only the zero-bubble schedules "
-            << "(zb-h1) run; schedule '" << kindName << "' runs whole backwards";
+            << "(zb-h1, zbv, dualpipev) run; schedule '" << kindName
+            << "' runs whole backwards";
         return signalPassFailure();
       }
+      // The placement the split made must be the schedule's: a V for zbv
+      // and dualpipev, round robin for the others.
+      if (auto info = f->getAttrOfType<DictionaryAttr>(kStageAttr))
+        if (auto stage = info.getAs<IntegerAttr>("stage");
+            stage && c.getInt() < config.vpp &&
+            stage.getInt() != schedule::stageOf(config, r, c.getInt())) {
+          emitError(f.getLoc())
+              << "schedule '" << kindName << "' runs virtual stage "
+              << schedule::stageOf(config, r, c.getInt())
+              << " as chunk " << c.getInt() << " of pipeline rank " << r
+              << ", but the split put stage " << stage.getInt() << " there ("
+              << (schedule::vShaped(config.kind)
+                      ? "split with tessera-pp-split v-shape=true"
+                      : "split without tessera-pp-split's v-shape")
+              << ")";
+          return signalPassFailure();
+        }
       if (f->hasAttr(kLastMicrobatchAttr))
         lastBackward[c.getInt()] = f;
       else
@@ -196,10 +220,49 @@ void PPSchedulePass::runOnOperation() {
         chunkFree[s.chunk].insert(chunkSlotOf[key]);
       }
     };
+    // A last-microbatch variant reduces its chunk's buckets, and a bucket
+    // may hold a gradient another chunk of this rank adds to too (the tied
+    // embedding on a V's first rank): that chunk's last gradient phase
+    // must run first.
+    {
+      const int gradKind = split ? 2 : 1;
+      std::map<int64_t, size_t> lastRun; // chunk -> index in the order
+      for (auto [i, st] : llvm::enumerate(rs.order))
+        if ((st.forward ? 0 : st.weight ? 2 : 1) == gradKind &&
+            st.microbatch == config.microbatches - 1)
+          lastRun[st.chunk] = i;
+      for (auto &[c, variant] : lastBackward) {
+        llvm::StringSet<> reduced;
+        variant.walk([&](BucketReduceStartOp start) {
+          if (auto buf = SymbolTable::lookupNearestSymbolFrom<GradBufferOp>(
+                  start, start.getBufferAttr()))
+            for (const buckets::ParamRange &p : buf.getLayout().params)
+              reduced.insert(p.name);
+        });
+        for (auto &[other, f] : phase) {
+          if (other.first == c || other.second != gradKind ||
+              !lastRun.count(other.first) || !lastRun.count(c) ||
+              lastRun[other.first] < lastRun[c])
+            continue;
+          for (unsigned i = 0, e = f.getNumResults(); i < e; ++i)
+            if (auto of = f.getResultAttrOfType<StringAttr>(i, kGradOfAttr);
+                of && reduced.contains(of.getValue())) {
+              emitError(variant.getLoc())
+                  << "pipeline rank " << r << ": schedule '" << kindName
+                  << "' runs the last microbatch of chunk " << other.first
+                  << ", which adds to the gradient of '" << of.getValue()
+                  << "', after '" << variant.getSymName()
+                  << "' starts reducing it";
+              return signalPassFailure();
+            }
+        }
+      }
+    }
     if (config.kind != schedule::Kind::Interleaved) {
       // Each phase whole: its sends and the next phase's receives form one
       // batch, as in Megatron's send_forward_recv_backward and
-      // send_backward_recv_forward.
+      // send_backward_recv_forward (under the V-shaped schedules the sends
+      // stay in flight; see tessera-verify-schedule).
       for (const schedule::Step &s : rs.order)
         emitRun(s, std::nullopt);
       continue;

@@ -9,7 +9,10 @@
 // other unmarked op to the latest stage of its operands. Each stage becomes a
 // function in the module of its pipeline rank; a value used by a later stage
 // is sent to the next stage (dist.send / dist.recv, passed on through stages
-// in between). A parameter that stages on several pipeline ranks use (the
+// in between). With `v-shape` (the zbv and dualpipev schedules) the two
+// chunks of a rank are placed as a V: the second chunk's hops travel back
+// towards rank 0 and the hop at the turn stays on the last rank
+// (peer "self"). A parameter that stages on several pipeline ranks use (the
 // tied word embedding on the first and last rank) is marked `dist.tied =
 // "embedding"` so that its gradient is all-reduced over the embedding group.
 //
@@ -98,8 +101,9 @@ void PPSplitPass::runOnOperation() {
   config.vpp = vpp;
   config.layers = numLayers;
   config.microbatches = pp;
-  config.kind = vpp > 1 ? schedule::Kind::Interleaved
-                        : schedule::Kind::OneFOneB;
+  config.kind = vShape ? schedule::Kind::Zbv
+                : vpp > 1 ? schedule::Kind::Interleaved
+                          : schedule::Kind::OneFOneB;
   config.stageLayers.assign(stageLayers.begin(), stageLayers.end());
   if (std::string error = schedule::resolveSplit(splitOptions(), config);
       !error.empty()) {
@@ -114,12 +118,23 @@ void PPSplitPass::runOnOperation() {
   SmallVector<int64_t> stageOfLayer(numLayers);
   SmallVector<SmallVector<int64_t>> layersOfStage(numStages);
   for (const schedule::LayerPlacement &p : schedule::placeLayers(config)) {
-    int64_t s = p.chunk * pp + p.ppRank;
+    int64_t s = schedule::stageOf(config, p.ppRank, p.chunk);
     stageOfLayer[p.layer] = s;
     layersOfStage[s].push_back(p.layer);
   }
-  auto rankOf = [&](int64_t s) { return s % pp; };
-  auto chunkOf = [&](int64_t s) { return s / pp; };
+  auto rankOf = [&](int64_t s) { return schedule::stageRank(config, s); };
+  auto chunkOf = [&](int64_t s) { return schedule::stageChunk(config, s); };
+  // The direction of the hop from stage s to s + 1: the next rank (round
+  // robin, and a V's first leg), the previous one (a V's second leg), or
+  // the same rank (the V's turn).
+  auto hopPeer = [&](int64_t s) {
+    if (rankOf(s + 1) == rankOf(s))
+      return Peer::Self;
+    return vShape && chunkOf(s) == 1 ? Peer::Prev : Peer::Next;
+  };
+  auto reversePeer = [](Peer p) {
+    return p == Peer::Next ? Peer::Prev : p == Peer::Prev ? Peer::Next : p;
+  };
 
   // Stage of every op.
   SmallVector<Operation *> ops;
@@ -275,7 +290,7 @@ void PPSplitPass::runOnOperation() {
     for (const Hop &h : hops)
       if (h.from == s - 1)
         map.map(h.value, RecvOp::create(b, h.value.getLoc(), h.value.getType(),
-                                        enumAttr(b, Peer::Prev),
+                                        enumAttr(b, reversePeer(hopPeer(s - 1))),
                                         b.getI64IntegerAttr(h.tag)));
     for (Operation *op : ops)
       if (stage[op] == s)
@@ -283,7 +298,7 @@ void PPSplitPass::runOnOperation() {
     for (const Hop &h : hops)
       if (h.from == s)
         SendOp::create(b, h.value.getLoc(), map.lookup(h.value),
-                       enumAttr(b, Peer::Next), b.getI64IntegerAttr(h.tag));
+                       enumAttr(b, hopPeer(s)), b.getI64IntegerAttr(h.tag));
     SmallVector<Value> results;
     if (last)
       for (Value v : ret.getOperands())

@@ -231,6 +231,11 @@ def PPSplitPass : Pass<"tessera-pp-split", "mlir::ModuleOp"> {
     the next stage (`dist.send` / `dist.recv` with a tag per hop) and passed
     on through the stages between. A parameter used on the first and last
     pipeline rank (the tied embedding) is marked `dist.tied = "embedding"`.
+    `v-shape` (the zbv and dualpipev schedules, vpp 2) places virtual
+    stage s on rank s for s < pp and on rank 2 pp - 1 - s after: the hop
+    at the V's turn stays on the last rank (`peer = "self"`), the second
+    chunk's values travel back towards rank 0, and the embedding and the
+    loss (and a tied embedding, read by both chunks) are on the first rank.
     With pp = 1 the pass changes nothing.
   }];
   let dependentDialects = ["::tessera::dist::DistDialect", "::mlir::func::FuncDialect"];
@@ -248,7 +253,10 @@ def PPSplitPass : Pass<"tessera-pp-split", "mlir::ModuleOp"> {
            "bool", "false",
            "the embedding counts as a layer of the first virtual stage">,
     Option<"accountForLoss", "account-for-loss-in-pipeline-split", "bool",
-           "false", "the loss counts as a layer of the last virtual stage">
+           "false", "the loss counts as a layer of the last virtual stage">,
+    Option<"vShape", "v-shape", "bool", "false",
+           "place the two chunks of each rank as a V (virtual stage s on "
+           "rank s, then 2 pp - 1 - s): the zbv and dualpipev schedules">
   ];
 }
 
@@ -261,7 +269,10 @@ def PPSchedulePass : Pass<"tessera-pp-schedule", "mlir::ModuleOp"> {
     `schedule`: `none` (F0 B0 F1 B1 ...), `1f1b` (warmup pp - rank - 1,
     capped at M, then one forward one backward, then cooldown) or
     `interleaved` (Megatron's warmup (pp - rank - 1) * 2 + (vpp - 1) * pp and
-    chunk ids; M must be a multiple of pp); `auto` picks interleaved when
+    chunk ids; M must be a multiple of pp), `zb-h1`, or the V-shaped
+    `zbv` and `dualpipev` (PyTorch's ScheduleZBVZeroBubble and
+    ScheduleDualPipeV; vpp 2 placed as a V by tessera-pp-split's
+    `v-shape`); `auto` picks interleaved when
     vpp > 1, else 1f1b. M comes from tessera-set-batch. Each forward takes a
     free slot of its chunk (its copy of inputs and saved activations), its
     backward frees it. Gradient sync and the optimizer (the step phase) run
@@ -270,7 +281,7 @@ def PPSchedulePass : Pass<"tessera-pp-schedule", "mlir::ModuleOp"> {
   let dependentDialects = ["::tessera::dist::DistDialect"];
   let options = [
     Option<"schedule", "schedule", "std::string", "\"auto\"",
-           "none, 1f1b, interleaved, zb-h1 or auto">
+           "none, 1f1b, interleaved, zb-h1, zbv, dualpipev or auto">
   ];
 }
 

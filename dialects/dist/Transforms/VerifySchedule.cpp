@@ -10,8 +10,19 @@
 // matching op of a batch the peer has posted, the strictest model: a
 // schedule that completes here completes under any buffering. Collectives
 // over groups that span pipeline ranks are rendezvous of those ranks and
-// must agree in kind and type. Every failure names the op that would hang
-// and the schedule step that runs it.
+// must agree in kind and type. A send to the rank itself (the turn of a
+// V-shaped placement) does not wait: the runtime copies the value into a
+// queue of its tag, from which the matching receive, later on the same
+// rank, copies it out; a receive finding its queue empty (or another
+// microbatch first) is an error. Under the V-shaped schedules (zbv,
+// dualpipev) sends do not block at all: a batch completes when its
+// receives have met their sends, its sends stay in flight (the runtime's
+// semantics for them, PyTorch's pipeline runtime's isend), and a phase
+// waits for the earlier sends of its own chunk and phase before it runs
+// (each send has a staging buffer of its phase's own; the runtime waits
+// for fewer: those from the buffers the run sends from again), the step
+// for all of them. Every failure
+// names the op that would hang and the schedule step that runs it.
 //
 //===----------------------------------------------------------------------===//
 
@@ -38,7 +49,7 @@ namespace {
 
 /// One instruction of a rank's stream that synchronises with other ranks.
 struct Event {
-  enum Kind { Send, Recv, Collective, Local } kind;
+  enum Kind { Send, Recv, Collective, Local, SelfSend, SelfRecv, Fence } kind;
   Operation *op;
   RunOp run;          ///< schedule step that runs it (null for the step phase)
   int64_t peer = -1;  ///< pipeline rank of the peer (p2p)
@@ -47,6 +58,12 @@ struct Event {
   std::string group;  ///< collectives: the group kind
   std::vector<int64_t> members; ///< collectives: pipeline ranks of the group
   bool matched = false;
+  /// Sends and fences (non-blocking sends): the run's chunk and phase (0
+  /// forward, 1 backward, 2 W, 3 evaluation); a fence with `all` (the
+  /// step) waits for every earlier send.
+  int64_t chunk = -1;
+  int phase = -1;
+  bool all = false;
 };
 
 struct VerifySchedulePass
@@ -174,21 +191,108 @@ static Operation *checkPhaseShape(func::FuncOp f) {
 /// Runs every rank's stream with rendezvous semantics; a deadlock or a
 /// mismatched message is an error (`what` names the order).
 static LogicalResult simulate(std::vector<std::vector<Event>> &streams, int64_t pp,
-                              StringRef what) {
+                              StringRef what, bool nonBlocking) {
   // Run. pc[r]: first event not completed; batchEnd[r]: end of the posted
   // p2p batch starting at pc[r].
   std::vector<size_t> pc(pp, 0), batchEnd(pp, 0);
   auto isP2P = [](const Event &e) {
-    return e.kind == Event::Send || e.kind == Event::Recv;
+    return e.kind == Event::Send || e.kind == Event::Recv ||
+           e.kind == Event::SelfSend || e.kind == Event::SelfRecv;
   };
+  // Self sends and receives run as the batch is posted, in order: a send
+  // queues its value on (rank, tag), a receive takes the oldest.
+  std::map<std::pair<int64_t, int64_t>, std::vector<Event *>> selfQueue;
+  std::map<std::pair<int64_t, int64_t>, size_t> selfTaken;
+  bool selfFailed = false;
   auto post = [&](int64_t r) {
     size_t end = pc[r];
     while (end < streams[r].size() && isP2P(streams[r][end]))
       ++end;
     batchEnd[r] = end;
+    for (size_t i = pc[r]; i < end && !selfFailed; ++i) {
+      Event &e = streams[r][i];
+      if (e.matched ||
+          (e.kind != Event::SelfSend && e.kind != Event::SelfRecv))
+        continue;
+      e.matched = true;
+      auto &queue = selfQueue[{r, e.tag}];
+      if (e.kind == Event::SelfSend) {
+        queue.push_back(&e);
+        continue;
+      }
+      size_t &taken = selfTaken[{r, e.tag}];
+      if (taken == queue.size()) {
+        InFlightDiagnostic diag =
+            e.op->emitOpError()
+            << "receives from pipeline rank " << r << " itself on tag "
+            << e.tag << " before that rank sent anything there (" << what
+            << " runs the receiving chunk first)";
+        noteStep(diag, e);
+        selfFailed = true;
+        return;
+      }
+      Event &send = *queue[taken++];
+      if (send.type != e.type ||
+          (send.run && e.run &&
+           send.run.getMicrobatch() != e.run.getMicrobatch())) {
+        InFlightDiagnostic diag = e.op->emitOpError() << "receives ";
+        if (send.type != e.type)
+          diag << e.type << " on tag " << e.tag << ", but pipeline rank " << r
+               << " sent itself " << send.type << " there";
+        else
+          diag << "microbatch " << e.run.getMicrobatch() << " on tag " << e.tag
+               << ", but pipeline rank " << r << " sent itself microbatch "
+               << send.run.getMicrobatch() << " there first";
+        diag.attachNote(send.op->getLoc()) << "the send";
+        noteStep(diag, e);
+        selfFailed = true;
+        return;
+      }
+    }
   };
   for (int64_t r = 0; r < pp; ++r)
     post(r);
+  if (selfFailed)
+    return failure();
+  // A send and the receive it meets agree in type and microbatch.
+  auto checkPair = [&](Event &send, Event &recv) -> LogicalResult {
+    if (send.type != recv.type) {
+      InFlightDiagnostic diag =
+          send.op->emitOpError()
+          << "sends " << send.type << " on tag " << send.tag
+          << ", but the matching receive on pipeline rank " << send.peer
+          << " expects " << recv.type;
+      diag.attachNote(recv.op->getLoc()) << "the receive";
+      noteStep(diag, send);
+      return failure();
+    }
+    if (send.run && recv.run &&
+        send.run.getMicrobatch() != recv.run.getMicrobatch()) {
+      InFlightDiagnostic diag =
+          recv.op->emitOpError()
+          << "receives on tag " << recv.tag << " for microbatch "
+          << recv.run.getMicrobatch() << ", but pipeline rank " << recv.peer
+          << " sends microbatch " << send.run.getMicrobatch()
+          << " there first (the schedules disagree on the order)";
+      diag.attachNote(send.op->getLoc()) << "the send";
+      noteStep(diag, recv);
+      return failure();
+    }
+    return success();
+  };
+  // The first earlier send on rank r a fence at `at` waits for, if any
+  // is still unmatched.
+  auto unmatchedFencedSend = [&](int64_t r, size_t at) -> Event * {
+    const Event &fence = streams[r][at];
+    for (size_t i = 0; i < at; ++i) {
+      Event &e = streams[r][i];
+      if (e.kind != Event::Send || e.matched)
+        continue;
+      if (fence.all || (e.chunk == fence.chunk && e.phase == fence.phase))
+        return &e;
+    }
+    return nullptr;
+  };
   bool progress = true;
   auto finished = [&] {
     for (int64_t r = 0; r < pp; ++r)
@@ -197,6 +301,8 @@ static LogicalResult simulate(std::vector<std::vector<Event>> &streams, int64_t 
     return true;
   };
   while (progress && !finished()) {
+    if (selfFailed)
+      return failure();
     progress = false;
     for (int64_t r = 0; r < pp; ++r) {
       auto &s = streams[r];
@@ -207,6 +313,44 @@ static LogicalResult simulate(std::vector<std::vector<Event>> &streams, int64_t 
         ++pc[r];
         post(r);
         progress = true;
+        continue;
+      }
+      if (e.kind == Event::Fence) {
+        if (!unmatchedFencedSend(r, pc[r])) {
+          ++pc[r];
+          post(r);
+          progress = true;
+        }
+        continue;
+      }
+      if (isP2P(e) && nonBlocking) {
+        // Each receive meets the oldest unmatched send on its channel the
+        // peer has posted (in flight or in its open batch).
+        for (size_t i = pc[r]; i < batchEnd[r]; ++i) {
+          Event &mine = s[i];
+          if (mine.matched || mine.kind != Event::Recv)
+            continue;
+          int64_t q = mine.peer;
+          for (size_t j = 0; j < batchEnd[q]; ++j) {
+            Event &theirs = streams[q][j];
+            if (theirs.matched || theirs.kind != Event::Send ||
+                theirs.peer != r || theirs.tag != mine.tag)
+              continue;
+            if (failed(checkPair(theirs, mine)))
+              return failure();
+            mine.matched = theirs.matched = true;
+            progress = true;
+            break;
+          }
+        }
+        bool complete = true;
+        for (size_t i = pc[r]; i < batchEnd[r]; ++i)
+          complete &= s[i].matched || s[i].kind == Event::Send;
+        if (complete) {
+          pc[r] = batchEnd[r];
+          post(r);
+          progress = true;
+        }
         continue;
       }
       if (isP2P(e)) {
@@ -299,8 +443,23 @@ static LogicalResult simulate(std::vector<std::vector<Event>> &streams, int64_t 
       }
     }
   }
-  if (finished())
+  if (selfFailed)
+    return failure();
+  if (finished()) {
+    // A send nothing receives would hang the runtime at the end.
+    for (int64_t r = 0; r < pp; ++r)
+      for (Event &e : streams[r])
+        if (e.kind == Event::Send && !e.matched) {
+          InFlightDiagnostic diag =
+              e.op->emitOpError()
+              << "would hang: pipeline rank " << r << " waits to "
+              << describe(e) << ", which no rank ever receives (" << what
+              << " deadlocks)";
+          noteStep(diag, e);
+          return failure();
+        }
     return success();
+  }
 
   // Deadlock: report every stuck rank's first waiting op.
   SmallVector<std::pair<int64_t, Event>> stuck;
@@ -308,11 +467,17 @@ static LogicalResult simulate(std::vector<std::vector<Event>> &streams, int64_t 
     if (pc[r] >= streams[r].size())
       continue;
     Event *waiting = &streams[r][pc[r]];
-    for (size_t i = pc[r]; i < batchEnd[r]; ++i)
-      if (!streams[r][i].matched) {
-        waiting = &streams[r][i];
-        break;
-      }
+    if (waiting->kind == Event::Fence) {
+      if (Event *send = unmatchedFencedSend(r, pc[r]))
+        waiting = send;
+    } else {
+      for (size_t i = pc[r]; i < batchEnd[r]; ++i)
+        if (!streams[r][i].matched &&
+            !(nonBlocking && streams[r][i].kind == Event::Send)) {
+          waiting = &streams[r][i];
+          break;
+        }
+    }
     stuck.push_back({r, *waiting});
   }
   auto &[r0, e0] = stuck.front();
@@ -378,6 +543,13 @@ void VerifySchedulePass::runOnOperation() {
     return it->second;
   };
 
+  // Sends that stay in flight: the V-shaped schedules'.
+  bool nonBlocking = false;
+  for (ModuleOp program : programs)
+    for (ScheduleOp sched : program.getOps<ScheduleOp>())
+      nonBlocking |= sched.getKind() == ScheduleKind::Zbv ||
+                     sched.getKind() == ScheduleKind::DualPipeV;
+
   // Each rank's stream.
   std::vector<std::vector<Event>> streams(pp);
   // The evaluation order (tessera-eval-phase): each forward step through
@@ -406,6 +578,22 @@ void VerifySchedulePass::runOnOperation() {
         }
     auto append = [&](std::vector<Event> &out, func::FuncOp f, RunOp run) {
       std::optional<RunPart> part = run ? run.getPart() : std::nullopt;
+      // The run's identity, for its sends and its fence.
+      Event self{Event::Fence, f, run};
+      if (run) {
+        auto c = f->getAttrOfType<IntegerAttr>(kChunkAttr);
+        auto p = f->getAttrOfType<StringAttr>(kPhaseAttr);
+        self.chunk = c ? c.getInt() : -1;
+        self.phase = !p                              ? -1
+                     : p.getValue() == kForwardPhase  ? 0
+                     : p.getValue() == kBackwardPhase ? 1
+                     : p.getValue() == kBackwardWPhase ? 2
+                                                       : 3;
+      } else {
+        self.all = true;
+      }
+      if (nonBlocking)
+        out.push_back(self);
       f.walk([&](Operation *op) {
         if (part) {
           RunPart mine = isa<RecvOp>(op)   ? RunPart::Recv
@@ -415,14 +603,21 @@ void VerifySchedulePass::runOnOperation() {
             return;
         }
         Event e{Event::Local, op, run};
+        auto peerOf = [&](Peer p) {
+          return p == Peer::Self   ? r
+                 : p == Peer::Next ? (r + 1) % pp
+                                   : (r + pp - 1) % pp;
+        };
         if (auto s = dyn_cast<SendOp>(op)) {
-          e.kind = Event::Send;
-          e.peer = (r + (s.getPeer() == Peer::Next ? 1 : pp - 1)) % pp;
+          e.kind = s.getPeer() == Peer::Self ? Event::SelfSend : Event::Send;
+          e.peer = peerOf(s.getPeer());
+          e.chunk = self.chunk;
+          e.phase = self.phase;
           e.tag = s.getTag();
           e.type = s.getInput().getType();
         } else if (auto rv = dyn_cast<RecvOp>(op)) {
-          e.kind = Event::Recv;
-          e.peer = (r + (rv.getPeer() == Peer::Next ? 1 : pp - 1)) % pp;
+          e.kind = rv.getPeer() == Peer::Self ? Event::SelfRecv : Event::Recv;
+          e.peer = peerOf(rv.getPeer());
           e.tag = rv.getTag();
           e.type = rv.getType();
         } else if (auto group = op->getAttrOfType<StringAttr>("group");
@@ -450,7 +645,8 @@ void VerifySchedulePass::runOnOperation() {
       size_t sends = out.size();
       while (sends > 0 && out[sends - 1].kind == Event::Send)
         --sends;
-      if (phase && phase.getValue() == kBackwardWPhase && sends < out.size() &&
+      if (!nonBlocking && phase && phase.getValue() == kBackwardWPhase &&
+          sends < out.size() &&
           (sends == 0 || out[sends - 1].kind != Event::Recv)) {
         std::vector<Event> pendingSends(out.begin() + long(sends), out.end());
         out.resize(sends);
@@ -477,8 +673,9 @@ void VerifySchedulePass::runOnOperation() {
       return signalPassFailure();
     }
 
-  if (failed(simulate(streams, pp, "the schedule")) ||
+  if (failed(simulate(streams, pp, "the schedule", nonBlocking)) ||
       failed(simulate(evalStreams, pp,
-                      "the evaluation order (the schedule's forwards alone)")))
+                      "the evaluation order (the schedule's forwards alone)",
+                      nonBlocking)))
     return signalPassFailure();
 }

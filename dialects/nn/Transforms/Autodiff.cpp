@@ -168,8 +168,9 @@ LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
   for (Operation *op : llvm::reverse(forward))
     if (auto send = dyn_cast<dist::SendOp>(op)) {
       Value v = send.getInput();
+      // From the rank the value went to.
       Value g = dist::RecvOp::create(b, send.getLoc(), v.getType(),
-                                     enumAttr(b, dist::Peer::Next),
+                                     send.getPeerAttr(),
                                      b.getI64IntegerAttr(send.getTag() + 1));
       if (active.contains(v))
         accumulate(v, g);
@@ -233,7 +234,8 @@ LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
       Value g = adjoint.lookup(recv.getResult());
       if (!g)
         g = FillOp::create(b, recv.getLoc(), recv.getType(), b.getF32FloatAttr(0));
-      dist::SendOp::create(b, recv.getLoc(), g, enumAttr(b, dist::Peer::Prev),
+      // To the rank the value came from.
+      dist::SendOp::create(b, recv.getLoc(), g, recv.getPeerAttr(),
                            b.getI64IntegerAttr(recv.getTag() + 1));
     }
 

@@ -128,10 +128,11 @@ public:
       llvm::cl::init(false), onCommandLine};
   Option<std::string> schedule{
       *this, "schedule",
-      llvm::cl::desc("pipeline schedule: none, 1f1b, interleaved or zb-h1 "
-                     "(zero bubble: backwards split into input and weight "
-                     "gradients; default: interleaved with --vpp > 1, else "
-                     "1f1b)"),
+      llvm::cl::desc("pipeline schedule: none, 1f1b, interleaved, zb-h1, zbv "
+                     "or dualpipev (zero bubble: backwards split into input "
+                     "and weight gradients; zbv and dualpipev: two chunks "
+                     "per rank placed as a V; default: interleaved with "
+                     "--vpp > 1, else 1f1b)"),
       llvm::cl::init(dist::PPSchedulePassOptions().schedule), onCommandLine};
   Option<int64_t> microBatchSize{
       *this, "micro-batch-size",

@@ -18,14 +18,22 @@
 //   - zb-h1 (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024; not
 //     in Megatron-LM): each backward split into B (input gradient) and W
 //     (weight gradients); 1F1B's order of F and B, and on rank r W(i - r)
-//     after B(i), the last r W's at the end: bubble (p - 1)(F + B - W).
+//     after B(i), the last r W's at the end: bubble (p - 1)(F + B - W);
+//   - zbv (the V-shaped zero-bubble schedule, ZB-V of Qi et al.; PyTorch's
+//     ScheduleZBVZeroBubble, which torchtitan runs) and dualpipev
+//     (DeepSeek-V3's DualPipe folded onto pp ranks, PyTorch's
+//     ScheduleDualPipeV): two chunks per rank placed as a V, virtual stage
+//     s on rank s for s < pp and on rank 2 pp - 1 - s after, so the last
+//     rank hands its chunk 0's output to its own chunk 1 and the first rank
+//     holds both the embedding and the loss; B and W apart.
 // Layers (Megatron's get_transformer_layer_offset): contiguous blocks
 // without virtual stages; with V chunks, chunk c of rank r holds L / (pp V)
 // layers from c * (L / V) + r * (L / (pp V)). Megatron's uneven splits
 // (resolveSplit: --pipeline-model-parallel-layout,
 // --decoder-first/last-pipeline-num-layers,
 // --account-for-embedding/loss-in-pipeline-split) give a count per virtual
-// stage s = c * pp + r, the layers numbered in that order.
+// stage s = c * pp + r (V-shaped: s as above), the layers numbered in
+// that order.
 //
 //===----------------------------------------------------------------------===//
 
@@ -38,11 +46,24 @@
 
 namespace tessera::schedule {
 
-enum class Kind { None, OneFOneB, Interleaved, ZbH1 };
+enum class Kind { None, OneFOneB, Interleaved, ZbH1, Zbv, DualPipeV };
 
 /// Whether the schedule runs each backward as B (input gradient) and W
 /// (weight gradients) separately (tessera-split-backward).
-inline bool splitsBackward(Kind kind) { return kind == Kind::ZbH1; }
+inline bool splitsBackward(Kind kind) {
+  return kind == Kind::ZbH1 || kind == Kind::Zbv || kind == Kind::DualPipeV;
+}
+
+/// Whether the schedule places its two chunks per rank as a V (virtual
+/// stage s on rank s, then back up: PyTorch's stage-to-rank style "v").
+inline bool vShaped(Kind kind) {
+  return kind == Kind::Zbv || kind == Kind::DualPipeV;
+}
+
+/// Whether the schedule runs several chunks per rank (vpp > 1).
+inline bool multiChunk(Kind kind) {
+  return kind == Kind::Interleaved || vShaped(kind);
+}
 
 struct PipelineConfig {
   int64_t pp = 1;
@@ -114,12 +135,20 @@ struct RankSchedule {
   std::vector<Step> order;
 };
 
-/// Parses "none", "1f1b", "interleaved" or "zb-h1"; false on anything else.
+/// Parses "none", "1f1b", "interleaved", "zb-h1", "zbv" or "dualpipev";
+/// false on anything else.
 bool parseKind(const std::string &text, Kind &kind);
 const char *kindName(Kind kind);
 
 /// Checks the configuration; returns an error naming the sizes or "".
 std::string validate(const PipelineConfig &config);
+
+/// The pipeline rank and chunk of virtual stage `stage` (0 <= stage < pp
+/// vpp), and back: round robin (rank stage mod pp, chunk stage / pp), or
+/// a V under zbv and dualpipev.
+int64_t stageRank(const PipelineConfig &config, int64_t stage);
+int64_t stageChunk(const PipelineConfig &config, int64_t stage);
+int64_t stageOf(const PipelineConfig &config, int64_t rank, int64_t chunk);
 
 /// Every layer's pipeline rank and chunk, in layer order.
 std::vector<LayerPlacement> placeLayers(const PipelineConfig &config);
@@ -147,10 +176,11 @@ struct Simulation {
 };
 
 /// Runs `ranks` (e.g. from buildSchedule) symbolically: a forward of
-/// (microbatch, chunk) waits for the same forward on the previous stage
-/// (chunk - 1 on the last rank when it wraps around), a backward for the
-/// same backward on the next stage (chunk + 1 on the first rank; the own
-/// forward on the last stage of the last chunk), a W for its own B. A
+/// (microbatch, virtual stage s) waits for the same forward of stage s - 1
+/// (on the previous rank, or on the last rank's previous chunk when the
+/// round robin wraps around, or on the same rank at a V's turn), a
+/// backward for the same backward of stage s + 1 (the own forward on the
+/// last stage), a W for its own B. A
 /// forward costs `forwardCost`, a backward `backwardCost` time units; in an
 /// order with W steps, B and W cost half a backward each (the zero-bubble
 /// paper's F = B = W when a backward is twice a forward).
@@ -159,7 +189,7 @@ Simulation simulate(const PipelineConfig &config,
                     double forwardCost = 1.0, double backwardCost = 2.0);
 
 /// The same with each virtual stage's own costs: `forwardCosts[s]` and
-/// `backwardCosts[s]` for stage s = chunk * pp + rank (pp * vpp entries);
+/// `backwardCosts[s]` for virtual stage s (stageOf; pp * vpp entries);
 /// with W steps, `weightCosts[s]` is W's and `backwardCosts[s]` B's alone
 /// (empty `weightCosts`: half of `backwardCosts` each).
 Simulation simulate(const PipelineConfig &config,

@@ -903,8 +903,11 @@ PATTERN(UnpackPattern, dist::UnpackOp) {
 
 static SmallVector<NamedAttribute> p2pAttrs(OpBuilder &b, dist::Peer peer,
                                             int64_t tag) {
-  return {b.getNamedAttr("iattrs", b.getDenseI64ArrayAttr(
-                                       {peer == dist::Peer::Next ? 1 : -1, tag})),
+  // +1 the next pp rank, -1 the previous, 0 the rank itself (a V's turn).
+  int64_t offset = peer == dist::Peer::Next   ? 1
+                   : peer == dist::Peer::Prev ? -1
+                                              : 0;
+  return {b.getNamedAttr("iattrs", b.getDenseI64ArrayAttr({offset, tag})),
           b.getNamedAttr("group", b.getStringAttr("pp"))};
 }
 

@@ -364,7 +364,16 @@ LogicalResult PhasePlan::planOp(Operation *op) {
   }
   if (auto send = dyn_cast<dist::SendOp>(op)) {
     StringRef where = storages[storageOf.lookup(send.getInput())].persistent;
-    if (!where.starts_with("stash:") && !where.starts_with("p2p.send:"))
+    // Under the V-shaped schedules a send stays in flight while later
+    // phases run, which may take its slot: it always sends from a staging
+    // buffer of its own (a saved activation is copied there too).
+    bool inFlight = false;
+    if (auto program = func->getParentOfType<ModuleOp>())
+      for (auto sched : program.getOps<dist::ScheduleOp>())
+        inFlight = sched.getKind() == dist::ScheduleKind::Zbv ||
+                   sched.getKind() == dist::ScheduleKind::DualPipeV;
+    if ((!where.starts_with("stash:") || inFlight) &&
+        !where.starts_with("p2p.send:"))
       sendCopy[op] = newP2PStorage(send.getInput().getType(), "send");
     return success();
   }

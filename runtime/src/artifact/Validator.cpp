@@ -407,10 +407,10 @@ Status Validator::checkInstr(const std::string &where, const fb::Instr &in,
   case fb::Opcode::Send:
   case fb::Opcode::Recv: {
     int64_t peer = iattr(0), tag = iattr(1);
-    if (peer != 1 && peer != -1)
+    if (peer != 1 && peer != -1 && peer != 0)
       return error(where, ": ", name,
-                   " needs iattrs = [peer, tag] with peer +1 (next pp rank) "
-                   "or -1 (previous), got peer ",
+                   " needs iattrs = [peer, tag] with peer +1 (next pp rank), "
+                   "-1 (previous) or 0 (itself), got peer ",
                    peer);
     // 32767 is the smallest MPI_TAG_UB MPI allows.
     if (tag < 0 || tag > 32767)

@@ -44,6 +44,11 @@ struct Executor::DecodedFunction {
   /// read (filled at the slot's copy before each of its schedule steps).
   std::vector<const fb::InputSpec *> slotInputs;
   std::vector<std::vector<Thunk>> slots;
+  /// Per slot: the buffers every part of this function's phase (its
+  /// "recv:" and "send:" parts and itself) sends from; a run of any part
+  /// first completes the in-flight sends from them (the compute part
+  /// writes the staging buffers its send part sends).
+  std::vector<std::vector<const void *>> phaseSends;
 };
 
 //===----------------------------------------------------------------------===//
@@ -107,6 +112,46 @@ public:
     }
     ex.p2pBatch.push_back({t.comm, request, &t});
   }
+  Status selfSend(const Thunk &t) override {
+    Executor::SelfMessage msg{nullptr, 0};
+    // A kept buffer large enough, else a new one.
+    for (size_t i = 0; i < ex.selfFree.size(); ++i)
+      if (ex.selfFree[i].bytes >= t.bytes) {
+        msg = ex.selfFree[i];
+        ex.selfFree.erase(ex.selfFree.begin() + long(i));
+        break;
+      }
+    if (!msg.data) {
+      TESSERA_ASSIGN_OR_RETURN(void *mem, ex.be->allocate(t.bytes));
+      msg = {mem, t.bytes};
+    }
+    Status st = ex.be->copy(t.ptr[0], msg.data, t.bytes);
+    if (!st.ok()) {
+      ex.selfFree.push_back(msg);
+      return st;
+    }
+    ex.selfQueues[t.i[1]].push_back({msg.data, t.bytes});
+    ex.selfCapacity[msg.data] = msg.bytes;
+    return Status();
+  }
+  Status selfRecv(const Thunk &t) override {
+    auto it = ex.selfQueues.find(t.i[1]);
+    if (it == ex.selfQueues.end() || it->second.empty())
+      return failedPrecondition(
+          "receives from pp rank ", t.i[2], " itself on tag ", t.i[1],
+          ", which sent nothing there (the schedule runs the receiving chunk "
+          "first)");
+    Executor::SelfMessage msg = it->second.front();
+    if (msg.bytes != t.bytes)
+      return failedPrecondition("receives ", t.bytes,
+                                " bytes from pp rank ", t.i[2],
+                                " itself on tag ", t.i[1], ", which sent ",
+                                msg.bytes);
+    it->second.pop_front();
+    TESSERA_RETURN_IF_ERROR(ex.be->copy(msg.data, t.ptr[0], t.bytes));
+    ex.selfFree.push_back({msg.data, ex.selfCapacity[msg.data]});
+    return Status();
+  }
   uint64_t seed() const override { return ex.options.seed; }
   int64_t firstSample() const override {
     return globalSampleIndex(ex.layout, ex.currentIteration,
@@ -137,6 +182,9 @@ Executor::Executor()
     : runContext(std::make_unique<ExecutorRunContext>(*this)) {}
 
 Executor::~Executor() {
+  if (be)
+    for (auto &[data, bytes] : selfCapacity)
+      be->deallocate(data);
   if (scratch && be)
     be->deallocate(scratch);
   if (transfer && be)
@@ -218,7 +266,27 @@ Executor::create(std::shared_ptr<const LoadedArtifact> artifact,
                       mem.status().message());
   }
   ex->arena = static_cast<uint8_t *>(*mem);
+  // The V-shaped schedules (zbv, dualpipev) keep sends in flight.
+  {
+    const std::string kind =
+        ex->prog->schedule_kind() ? ex->prog->schedule_kind()->str() : "";
+    ex->sendsInFlight = (kind == "zbv" || kind == "dualpipev");
+  }
   TESSERA_RETURN_IF_ERROR(ex->bindFunctions());
+  if (ex->sendsInFlight)
+    for (const DecodedFunction &fn : ex->functions)
+      for (const auto &slot : fn.slots)
+        for (const Thunk &t : slot)
+          if (isPointToPoint(t.op) && t.comm && t.comm->streamOrdered() &&
+              t.i[0] != t.i[2])
+            return unimplemented(
+                ex->art->name(), ": schedule '",
+                ex->prog->schedule_kind()->str(),
+                "' keeps sends in flight while later phases receive and "
+                "compute, which this backend's communicator cannot do yet "
+                "(NCCL orders every point-to-point call of a communicator on "
+                "one stream); run it on the CPU backend, or compile with "
+                "--schedule zb-h1 or interleaved");
   // One f32 per loss an iteration computes, gathered on the device and read
   // back once per iteration.
   TESSERA_ASSIGN_OR_RETURN(void *slots,
@@ -338,6 +406,26 @@ Status Executor::bindFunctions() {
     return invalidArgument(art->name(), ": program ", prog->pp_rank(),
                            " has no 'microbatch' function (and no "
                            "schedule)");
+  // The send buffers of each phase, over its parts.
+  std::map<std::string, std::vector<size_t>> parts;
+  auto baseName = [](const std::string &name) {
+    return name.rfind("recv:", 0) == 0 || name.rfind("send:", 0) == 0
+               ? name.substr(5)
+               : name;
+  };
+  for (size_t i = 0; i < functions.size(); ++i)
+    parts[baseName(functions[i].name)].push_back(i);
+  for (DecodedFunction &f : functions) {
+    f.phaseSends.resize(f.slots.size());
+    for (size_t s = 0; s < f.slots.size(); ++s)
+      for (size_t other : parts[baseName(f.name)]) {
+        const DecodedFunction &g = functions[other];
+        if (s < g.slots.size())
+          for (const Thunk &t : g.slots[s])
+            if (t.op == fb::Opcode::Send)
+              f.phaseSends[s].push_back(t.ptr[0]);
+      }
+  }
   return Status();
 }
 
@@ -504,14 +592,43 @@ std::string Executor::stalledInstruction(double seconds) const {
 }
 
 Status Executor::completeP2pBatch() {
-  if (p2pBatch.empty())
-    return Status();
+  // Everything: the open batch and the sends still in flight.
   std::vector<P2pOp> batch;
   batch.swap(p2pBatch);
+  batch.insert(batch.end(), inflightSends.begin(), inflightSends.end());
+  inflightSends.clear();
+  return waitP2p(std::move(batch), "the p2p batch opened by " + p2pBatchOpener);
+}
+
+Status Executor::completeP2pReceives() {
+  std::vector<P2pOp> receives;
+  for (const P2pOp &op : p2pBatch)
+    (op.thunk->op == fb::Opcode::Send ? inflightSends : receives).push_back(op);
+  p2pBatch.clear();
+  return waitP2p(std::move(receives),
+                 "the receives of the p2p batch opened by " + p2pBatchOpener);
+}
+
+Status Executor::completeInflightSends(const std::vector<const void *> *buffers) {
+  std::vector<P2pOp> done, kept;
+  for (const P2pOp &op : inflightSends) {
+    bool reused =
+        !buffers || std::find(buffers->begin(), buffers->end(),
+                              op.thunk->ptr[0]) != buffers->end();
+    (reused ? done : kept).push_back(op);
+  }
+  inflightSends.swap(kept);
+  return waitP2p(std::move(done),
+                 "earlier sends from buffers this phase sends from again");
+}
+
+Status Executor::waitP2p(std::vector<P2pOp> batch, const std::string &opener) {
+  if (batch.empty())
+    return Status();
   std::string what =
       "pipeline stage " + std::to_string(ppIndex) + " (pp rank " +
       std::to_string(ppIndex) + " of " + std::to_string(ppSize) +
-      "): waiting for the p2p batch opened by " + p2pBatchOpener + ": ";
+      "): waiting for " + opener + ": ";
   for (size_t i = 0; i < batch.size(); ++i)
     what += (i ? "; " : "") + batch[i].thunk->p2pDetail;
   {
@@ -596,8 +713,25 @@ Status Executor::runThunks(const DecodedFunction &fn, int slot,
   // Sends of the previous phase still in flight: a weight-gradient phase
   // computes under them (the zero-bubble schedules send B's input gradient
   // and run W while it travels); they join the next batch.
+  // Sends in flight (zbv, dualpipev) from a buffer this run writes or
+  // sends from again complete first.
+  // (lower-to-rt gives every such send a staging buffer of its own, so
+  // no send reads a slot that a later forward takes.)
+  if (sendsInFlight) {
+    // (The open batch's sends are in flight as well.)
+    for (auto it = p2pBatch.begin(); it != p2pBatch.end();)
+      if (it->thunk->op == fb::Opcode::Send) {
+        inflightSends.push_back(*it);
+        it = p2pBatch.erase(it);
+      } else {
+        ++it;
+      }
+    if (!inflightSends.empty())
+      TESSERA_RETURN_IF_ERROR(
+          completeInflightSends(&fn.phaseSends[size_t(slot)]));
+  }
   const bool underSends =
-      fn.weightGrad && !p2pBatch.empty() &&
+      !sendsInFlight && fn.weightGrad && !p2pBatch.empty() &&
       std::all_of(p2pBatch.begin(), p2pBatch.end(), [](const P2pOp &op) {
         return op.thunk->op == fb::Opcode::Send;
       });
@@ -613,9 +747,11 @@ Status Executor::runThunks(const DecodedFunction &fn, int slot,
   }
   for (const Thunk &t : fn.slots[size_t(slot)]) {
     const bool p2p = isPointToPoint(t.op);
-    // Anything but another Send/Recv needs the open batch completed first.
+    // Anything but another Send/Recv needs the open batch completed first
+    // (its receives alone when sends stay in flight).
     if (!p2p && !underSends)
-      TESSERA_RETURN_IF_ERROR(completeP2pBatch());
+      TESSERA_RETURN_IF_ERROR(sendsInFlight ? completeP2pReceives()
+                                            : completeP2pBatch());
     Status st;
     auto start = timed ? std::chrono::steady_clock::now()
                        : std::chrono::steady_clock::time_point();
@@ -664,6 +800,10 @@ Status Executor::runThunks(const DecodedFunction &fn, int slot,
           TESSERA_RETURN_IF_ERROR(op.comm->progress(op.request).withContext(
               art->name() + ": " + t.where + context + ": progressing " +
               op.thunk->p2pDetail));
+      for (const P2pOp &op : inflightSends)
+        TESSERA_RETURN_IF_ERROR(op.comm->progress(op.request).withContext(
+            art->name() + ": " + t.where + context + ": progressing " +
+            op.thunk->p2pDetail));
     }
   }
   if (drainP2p)

@@ -1,7 +1,7 @@
 // RUN: tessera-opt %s -split-input-file -verify-diagnostics
 
 func.func @peer(%x: tensor<4xf32>) {
-  // expected-error @+1 {{'dist.send' op attribute 'peer' failed to satisfy constraint: pipeline peer: next or prev}}
+  // expected-error @+1 {{'dist.send' op attribute 'peer' failed to satisfy constraint: pipeline peer: next, prev or self}}
   dist.send %x to "up" {tag = 0 : i64} : tensor<4xf32>
   return
 }
@@ -9,7 +9,7 @@ func.func @peer(%x: tensor<4xf32>) {
 // -----
 
 func.func @recv_peer() {
-  // expected-error @+1 {{'dist.recv' op attribute 'peer' failed to satisfy constraint: pipeline peer: next or prev}}
+  // expected-error @+1 {{'dist.recv' op attribute 'peer' failed to satisfy constraint: pipeline peer: next, prev or self}}
   %r = dist.recv from "down" {tag = 0 : i64} : tensor<4xf32>
   return
 }
@@ -17,7 +17,7 @@ func.func @recv_peer() {
 // -----
 
 module {
-  // expected-error @+1 {{attribute 'kind' failed to satisfy constraint: pipeline schedule: none, 1f1b, interleaved or zb-h1}}
+  // expected-error @+1 {{attribute 'kind' failed to satisfy constraint: pipeline schedule: none, 1f1b, interleaved, zb-h1, zbv or dualpipev}}
   dist.schedule attributes {kind = "gpipe", warmup = 0 : i64} {
   }
 }

@@ -18,7 +18,7 @@
 namespace tessera::artifact {
 
 /// Bumped whenever artifact.fbs changes incompatibly.
-constexpr uint32_t kFormatVersion = 20;
+constexpr uint32_t kFormatVersion = 21;
 constexpr char kMagic[4] = {'T', 'S', 'R', 'A'};
 constexpr size_t kHeaderSize = 24;
 

@@ -42,6 +42,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -172,7 +173,8 @@ public:
   /// microbatch slot `slot`. A p2p batch it leaves open stays open (see
   /// completeP2pBatch).
   Status runFunction(const std::string &name, int slot = 0);
-  /// Waits for every Send/Recv of the open p2p batch (no-op if none).
+  /// Waits for every Send/Recv of the open p2p batch and every send still
+  /// in flight (no-op if none).
   Status completeP2pBatch();
 
   /// Megatron's overlap_param_gather: the step leaves each parameter
@@ -368,6 +370,37 @@ private:
   /// microbatch 3").
   std::vector<P2pOp> p2pBatch;
   std::string p2pBatchOpener;
+  /// The V-shaped schedules (zbv, dualpipev; Program.schedule_kind): a
+  /// batch's sends stay in flight while the rank computes on, as PyTorch's
+  /// pipeline runtime keeps its isend's; only its receives complete before
+  /// the next kernel. A send completes when a later phase sends from its
+  /// buffer again (a staging buffer of the sending phase's own: lower-to-rt
+  /// gives every send one under these schedules), at the end of the
+  /// schedule, or with completeP2pBatch; tessera-verify-schedule proves
+  /// this order free of deadlock.
+  bool sendsInFlight = false;
+  std::vector<P2pOp> inflightSends;
+  /// Waits for the receives of the open batch; its sends join
+  /// inflightSends.
+  Status completeP2pReceives();
+  /// Waits for the in-flight sends from one of `buffers` (every one when
+  /// null).
+  Status completeInflightSends(const std::vector<const void *> *buffers);
+  /// Waits for `batch` (one waitAll per communicator), for the watchdog
+  /// "waiting for <opener>".
+  Status waitP2p(std::vector<P2pOp> batch, const std::string &opener);
+  /// Send/Recv to the rank itself (a V-shaped pipeline's turn): values
+  /// queued per tag, oldest first, in device buffers kept for reuse (as
+  /// many as the schedule ever has queued at once: one per microbatch the
+  /// turn's two chunks are apart).
+  struct SelfMessage {
+    void *data;
+    int64_t bytes;
+  };
+  std::map<int64_t, std::deque<SelfMessage>> selfQueues;
+  std::vector<SelfMessage> selfFree;
+  /// Every self-queue buffer's size (owned; freed with the executor).
+  std::map<void *, int64_t> selfCapacity;
   /// The function being run and its slot, for p2pBatchOpener.
   const DecodedFunction *currentFunction = nullptr;
   int currentSlot = 0;

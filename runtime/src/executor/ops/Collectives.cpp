@@ -268,6 +268,7 @@ static Status decodeP2p(Decoder &d, const fb::Instr &in, Thunk &t, bool send) {
         d.rank() >= 0 ? " holding rank " + std::to_string(d.rank()) : "",
         pos.group || d.rank() < 0 ? " (it has " + std::to_string(pos.size) + ")"
                                   : "");
+  // (peer 0: the rank itself, a V's turn.)
   int64_t other = (pos.index + peer + pos.size) % pos.size;
   t.i[0] = other;
   t.i[1] = tag;
@@ -282,6 +283,7 @@ static Status decodeP2p(Decoder &d, const fb::Instr &in, Thunk &t, bool send) {
     t.p2pDetail += " at " + in.loc()->str();
   t.p2pLabel = std::string(send ? "send\u2192pp" : "recv\u2190pp") +
                std::to_string(other);
+  t.bytes = t.n * elementSize(t.type);
   TESSERA_ASSIGN_OR_RETURN(t.comm, d.communicator("pp"));
   return Status();
 }
@@ -290,10 +292,13 @@ Status decodeSend(Decoder &d, const fb::Instr &in, Thunk &t) {
   return decodeP2p(d, in, t, true);
 }
 
-/// Posted now, completed with the rest of the open batch.
+/// Posted now, completed with the rest of the open batch; to the rank
+/// itself, a copy through the executor's queue, complete at once.
 static Status postP2p(RunContext &x, const Thunk &t, bool send) {
-  TESSERA_RETURN_IF_ERROR(x.syncForHostComm(t));
   const int peer = int(t.i[0]), tag = int(t.i[1]);
+  if (peer == t.i[2])
+    return send ? x.selfSend(t) : x.selfRecv(t);
+  TESSERA_RETURN_IF_ERROR(x.syncForHostComm(t));
   TESSERA_ASSIGN_OR_RETURN(
       CommRequest req, send ? t.comm->isend(t.ptr[0], t.n, t.type, peer, tag)
                             : t.comm->irecv(t.ptr[0], t.n, t.type, peer, tag));

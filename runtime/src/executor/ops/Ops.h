@@ -80,6 +80,12 @@ public:
   /// Send/Recv: the posted request joins the open point-to-point batch,
   /// completed before the next instruction that is not a Send/Recv.
   virtual void joinP2pBatch(const Thunk &t, CommRequest request) = 0;
+  /// Send/Recv to the rank itself (the turn of a V-shaped pipeline
+  /// placement): the send copies its operand into a queue of its tag and
+  /// completes; the receive copies the oldest queued value out (an error
+  /// when the queue is empty or holds another size).
+  virtual Status selfSend(const Thunk &t) = 0;
+  virtual Status selfRecv(const Thunk &t) = 0;
   /// Dropout's masks: the run's seed and the global sample index of the
   /// running microbatch's first batch column.
   virtual uint64_t seed() const = 0;
