@@ -240,7 +240,8 @@ std::string tessera::schedule::resolveSplit(const SplitOptions &split,
              "first pipeline rank's first virtual stage";
     if (layout.back().find('L') == std::string::npos)
       return "the loss (L) must be in the layout's last stage, the last "
-             "pipeline rank's last virtual stage";
+             "pipeline rank's last virtual stage (the first rank's second "
+             "chunk under a V-shaped schedule)";
     for (const std::string &st : layout)
       out.push_back(std::count(st.begin(), st.end(), 't'));
     return "";
@@ -306,9 +307,12 @@ std::string tessera::schedule::resolveSplit(const SplitOptions &split,
       perRank.front() = split.firstStageLayers;
     if (last)
       perRank.back() = split.lastStageLayers;
+    // Each rank's layers over its chunks' stages (a V's second chunk is
+    // stage 2 pp - 1 - r).
+    out.assign(size_t(pp * vpp), 0);
     for (int64_t chunk = 0; chunk < vpp; ++chunk)
       for (int64_t r = 0; r < pp; ++r)
-        out.push_back(perRank[size_t(r)] / vpp);
+        out[size_t(stageOf(c, r, chunk))] = perRank[size_t(r)] / vpp;
     return "";
   }
   // Megatron's account_for_*_in_pipeline_split: the embedding and the

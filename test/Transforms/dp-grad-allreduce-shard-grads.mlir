@@ -50,6 +50,28 @@
 // TIED-NEXT: %[[S1:.*]] = dist.all_reduce %[[E1]] on @mesh "embedding" : tensor<6144xf32>
 // TIED-NEXT: return %{{.*}}, %[[S1]]
 
+// The tied embedding under a V-shaped placement (zbv, dualpipev): rank 0
+// holds both the embedding's chunk and the output layer's, the gradient
+// is in chunk 0's buffer, and chunk 1's backward, which adds the output
+// layer's share every microbatch, reduce-scatters that bucket too, with
+// zeros for the bucket's other parameters.
+// RUN: tessera-gen gpt --layers 4 --hidden 32 --heads 4 --vocab 257 --seq 8 --tie-embeddings -o %t.tied4.mlir
+// RUN: tessera-opt %t.tied4.mlir --tessera-attach-mesh="pp=2 vpp=2 dp=2" --tessera-set-batch="micro-batch-size=2 global-batch-size=8" --tessera-pad-vocab --tessera-pp-split="v-shape=true" --tessera-autodiff --tessera-dp-grad-allreduce="distributed-optimizer=true shard-grads=true" | FileCheck %s --check-prefix=V
+// V-LABEL: module @pp0
+// V: func.func @backward_c0(
+// V: dist.bucket_reduce_start @gbuf_c0 bucket 0 {{.*}}{accumulate, kind = "reduce_scatter"}
+// V-NOT: dist.bucket_reduce_start
+// V: func.func @backward_c1(
+// V: nn.fill 0.000000e+00 : tensor<8x32xf32>
+// V: dist.bucket_reduce_start @gbuf_c0 bucket 0 {{.*}}{accumulate, kind = "reduce_scatter"}
+// V: dist.bucket_reduce_start @gbuf_c1 bucket 0 {{.*}}{accumulate, kind = "reduce_scatter"}
+// V-LABEL: module @pp1
+// V: func.func @backward_c0(
+// V-NOT: nn.fill 0.000000e+00
+// V: dist.bucket_reduce_start @gbuf_c0 bucket 0
+// V-NOT: @gbuf_c1
+// V: func.func @backward_c1(
+
 // RUN: tessera-opt %s -split-input-file --tessera-attach-mesh="dp=2" --tessera-autodiff --tessera-dp-grad-allreduce="shard-grads=true" -verify-diagnostics
 
 // expected-error @+1 {{shard-grads (ZeRO-2) needs the distributed optimizer (distributed-optimizer=true)}}

@@ -84,6 +84,13 @@ static mlir::LogicalResult planLayout(mlir::ModuleOp model,
     options.shardGrads = s == "optim_grads" || s == "optim_grads_params" ? 1 : 0;
     options.shardParams = s == "optim_grads_params" ? 1 : 0;
   }
+  // The planner plans GPU clusters, whose backend refuses the V-shaped
+  // schedules (their sends stay in flight, which NCCL's one p2p stream
+  // cannot do yet).
+  if (given.schedule == "zbv" || given.schedule == "dualpipev")
+    return fail("--plan does not plan --schedule " + given.schedule +
+                " (the CUDA backend does not run it yet); give the layout "
+                "without --plan");
   // A given schedule of one chunk per rank (1f1b, zb-h1) plans only layouts
   // without virtual stages, under it (zb-h1 also needs --pp > 1, which the
   // options check asked for); interleaved needs --vpp, none pp 1: those the

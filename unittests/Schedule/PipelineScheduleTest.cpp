@@ -514,6 +514,18 @@ TEST(PipelineSchedule, VPlacement) {
   EXPECT_EQ(placed.back().ppRank, 0);
   EXPECT_EQ(placed.back().chunk, 1);
   EXPECT_EQ(placed[1].ppRank, 1);
+  // Megatron's per-rank split (--decoder-first-pipeline-num-layers) puts
+  // a rank's layers in its two stages: rank 0's 2 in stages 0 and 3, rank
+  // 1's 4 in stages 1 and 2.
+  PipelineConfig f;
+  f.pp = 2;
+  f.vpp = 2;
+  f.layers = 6;
+  f.kind = Kind::Zbv;
+  SplitOptions first;
+  first.firstStageLayers = 2;
+  ASSERT_EQ(resolveSplit(first, f), "");
+  EXPECT_EQ(f.virtualStageLayers, (std::vector<int64_t>{1, 2, 2, 1}));
   // Two chunks per rank exactly; DualPipeV needs 2p microbatches.
   c.virtualStageLayers.clear();
   c.vpp = 3;

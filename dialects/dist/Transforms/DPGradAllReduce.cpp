@@ -1,6 +1,7 @@
 //===- DPGradAllReduce.cpp - Data-parallel gradient averaging -------------===//
 
 #include "dialects/dist/Transforms/Passes.h"
+#include "dialects/nn/IR/NNOps.h"
 #include "tessera/Support/Model.h"
 
 #include "mlir/IR/Builders.h"
@@ -116,6 +117,10 @@ struct DPGradAllReducePass
         deferredGroups.push_back(group);
       }
     }
+
+    llvm::StringMap<Type> gradType;
+    for (auto [name, type] : llvm::zip(names, types))
+      gradType[name.getValue()] = type;
 
     // Chunk of every gradient (its producer's chunk; -1 without pipelines).
     llvm::StringMap<int64_t> chunkOf;
@@ -284,9 +289,10 @@ struct DPGradAllReducePass
         auto lastProducer = [&](ArrayRef<std::string> params) {
           Operation *after = nullptr;
           for (const std::string &name : params)
-            if (Operation *def = produced.lookup(name).getDefiningOp())
-              if (!after || after->isBeforeInBlock(def))
-                after = def;
+            if (Value v = produced.lookup(name))
+              if (Operation *def = v.getDefiningOp())
+                if (!after || after->isBeforeInBlock(def))
+                  after = def;
           return after;
         };
         // The distributed optimizer reads the reduce-scattered shard, so a
@@ -303,15 +309,26 @@ struct DPGradAllReducePass
         // This chunk's buffers. A gradient two chunks of the rank produce
         // (the tied embedding under a V-shaped placement, whose first and
         // last stage are rank 0's chunks) is in the buffer of the chunk
-        // that produces it first, which the schedule runs last
-        // (tessera-pp-schedule checks that).
+        // that produces it first. Its last-microbatch variant reduces it,
+        // which the schedule runs after the other chunk's last phase
+        // (tessera-pp-schedule checks that); under ZeRO-2/3, which reduce
+        // every microbatch's gradients into the shards, the other chunk's
+        // phases reduce-scatter the buckets they add to as well, with
+        // zeros for the bucket's other parameters (the sum is the same).
         SmallVector<Placed *> mine;
+        auto producesAny = [&](const Placed &p) {
+          return llvm::any_of(p.layout.params, [&](const buckets::ParamRange &r) {
+            return produced.count(r.name) > 0;
+          });
+        };
         for (Placed &p : placed)
-          if (p.chunk == chunk &&
-              llvm::any_of(p.layout.params, [&](const buckets::ParamRange &r) {
-                return produced.count(r.name) > 0;
-              }))
+          if ((p.chunk == chunk || shardGrads) && producesAny(p))
             mine.push_back(&p);
+        auto producesInBucket = [&](const buckets::Bucket &bucket) {
+          return llvm::any_of(bucket.params, [&](const std::string &name) {
+            return produced.count(name) > 0;
+          });
+        };
         Operation *groupEnd = nullptr;
         if (singleBucketGroup)
           for (Placed *p : mine)
@@ -322,11 +339,9 @@ struct DPGradAllReducePass
                     groupEnd = op;
         for (Placed *p : mine)
           for (auto [k, bucket] : llvm::enumerate(p->layout.buckets)) {
-            if (!overlappable(bucket))
+            if (!overlappable(bucket) ||
+                (p->chunk != chunk && !producesInBucket(bucket)))
               continue;
-            SmallVector<Value> grads;
-            for (const std::string &name : bucket.params)
-              grads.push_back(produced.lookup(name));
             Operation *after =
                 singleBucketGroup ? groupEnd : lastProducer(bucket.params);
             if (after)
@@ -336,6 +351,14 @@ struct DPGradAllReducePass
             // Not after the leading receives' ops: a phase receives first.
             while (isa<RecvOp>(*ob.getInsertionPoint()))
               ob.setInsertionPointAfter(&*ob.getInsertionPoint());
+            SmallVector<Value> grads;
+            for (const std::string &name : bucket.params) {
+              Value g = produced.lookup(name);
+              if (!g) // (another chunk's parameter: zeros)
+                g = nn::FillOp::create(ob, last.getLoc(), gradType.lookup(name),
+                                       ob.getF32FloatAttr(0));
+              grads.push_back(g);
+            }
             auto ref = FlatSymbolRefAttr::get(p->op.getSymNameAttr());
             auto start = BucketReduceStartOp::create(
                 ob, last.getLoc(), ref, ob.getI64IntegerAttr(k), meshRef,

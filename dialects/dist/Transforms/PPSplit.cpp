@@ -1,7 +1,9 @@
 //===- PPSplit.cpp - Split the model into pipeline stages -----------------===//
 //
 // Megatron's layer placement (get_transformer_layer_offset) as a rewrite.
-// Every op goes to a virtual stage s = chunk * pp + pp_rank: ops marked
+// Every op goes to a virtual stage s (on pipeline rank s mod pp as chunk
+// s / pp, or, with `v-shape`, placed as a V: lib/Schedule's stageRank and
+// stageChunk): ops marked
 // `nn.layer = l` to the stage holding layer l (lib/Schedule's placement:
 // contiguous blocks, virtual chunks, or an explicit uneven split), unmarked
 // ops before the first layer to the first stage (embedding), unmarked ops

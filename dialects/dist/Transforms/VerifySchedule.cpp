@@ -32,6 +32,7 @@
 
 #include "mlir/IR/Builders.h"
 
+#include <deque>
 #include <map>
 #include <set>
 #include <tuple>
@@ -282,16 +283,36 @@ static LogicalResult simulate(std::vector<std::vector<Event>> &streams, int64_t 
   };
   // The first earlier send on rank r a fence at `at` waits for, if any
   // is still unmatched.
+  // Sends in stream order, per (rank, chunk, phase) for the fences and
+  // per (sender, receiver, tag) channel for the receives; matched ones are
+  // dropped from the front as they are found (each list is matched oldest
+  // first), so the simulation stays linear in the streams.
+  std::map<std::tuple<int64_t, int64_t, int>, std::deque<size_t>> byPhase;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::deque<size_t>> byChannel;
+  if (nonBlocking)
+    for (int64_t r = 0; r < pp; ++r)
+      for (auto [i, e] : llvm::enumerate(streams[r]))
+        if (e.kind == Event::Send) {
+          byPhase[{r, e.chunk, e.phase}].push_back(i);
+          byChannel[{r, e.peer, e.tag}].push_back(i);
+        }
+  auto oldestUnmatched = [&](int64_t r, std::deque<size_t> &q) -> size_t {
+    while (!q.empty() && streams[r][q.front()].matched)
+      q.pop_front();
+    return q.empty() ? SIZE_MAX : q.front();
+  };
   auto unmatchedFencedSend = [&](int64_t r, size_t at) -> Event * {
     const Event &fence = streams[r][at];
-    for (size_t i = 0; i < at; ++i) {
-      Event &e = streams[r][i];
-      if (e.kind != Event::Send || e.matched)
-        continue;
-      if (fence.all || (e.chunk == fence.chunk && e.phase == fence.phase))
-        return &e;
+    size_t first = SIZE_MAX;
+    if (fence.all) {
+      for (auto &[key, q] : byPhase)
+        if (std::get<0>(key) == r)
+          first = std::min(first, oldestUnmatched(r, q));
+    } else if (auto it = byPhase.find({r, fence.chunk, fence.phase});
+               it != byPhase.end()) {
+      first = oldestUnmatched(r, it->second);
     }
-    return nullptr;
+    return first < at ? &streams[r][first] : nullptr;
   };
   bool progress = true;
   auto finished = [&] {
@@ -331,17 +352,17 @@ static LogicalResult simulate(std::vector<std::vector<Event>> &streams, int64_t 
           if (mine.matched || mine.kind != Event::Recv)
             continue;
           int64_t q = mine.peer;
-          for (size_t j = 0; j < batchEnd[q]; ++j) {
-            Event &theirs = streams[q][j];
-            if (theirs.matched || theirs.kind != Event::Send ||
-                theirs.peer != r || theirs.tag != mine.tag)
-              continue;
-            if (failed(checkPair(theirs, mine)))
-              return failure();
-            mine.matched = theirs.matched = true;
-            progress = true;
-            break;
-          }
+          auto channel = byChannel.find({q, r, mine.tag});
+          if (channel == byChannel.end())
+            continue;
+          size_t j = oldestUnmatched(q, channel->second);
+          if (j >= batchEnd[q])
+            continue; // (not posted yet)
+          Event &theirs = streams[q][j];
+          if (failed(checkPair(theirs, mine)))
+            return failure();
+          mine.matched = theirs.matched = true;
+          progress = true;
         }
         bool complete = true;
         for (size_t i = pc[r]; i < batchEnd[r]; ++i)

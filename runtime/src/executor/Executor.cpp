@@ -124,6 +124,7 @@ public:
     if (!msg.data) {
       TESSERA_ASSIGN_OR_RETURN(void *mem, ex.be->allocate(t.bytes));
       msg = {mem, t.bytes};
+      ex.selfCapacity[mem] = t.bytes;
     }
     Status st = ex.be->copy(t.ptr[0], msg.data, t.bytes);
     if (!st.ok()) {
@@ -131,7 +132,6 @@ public:
       return st;
     }
     ex.selfQueues[t.i[1]].push_back({msg.data, t.bytes});
-    ex.selfCapacity[msg.data] = msg.bytes;
     return Status();
   }
   Status selfRecv(const Thunk &t) override {
@@ -1048,6 +1048,7 @@ StatusOr<double> Executor::evaluate(int64_t iteration,
   currentIteration = iteration;
   int64_t losses = 0;
   if (prog->schedule() && prog->schedule()->size()) {
+    resetSelfQueues();
     // Each chunk's evaluation phase (eval_c<k>, with its receive and send
     // parts) in the order of its forward's steps, on the forward's slot
     // (Megatron's forward-only pipeline schedule: the forwards alone keep
@@ -1135,9 +1136,18 @@ Status Executor::runScheduleStep(const fb::ScheduleStep &step,
   return Status();
 }
 
+void Executor::resetSelfQueues() {
+  // (Left over only by a run that failed part-way.)
+  for (auto &[tag, queue] : selfQueues)
+    for (const SelfMessage &msg : queue)
+      selfFree.push_back({msg.data, selfCapacity[msg.data]});
+  selfQueues.clear();
+}
+
 StatusOr<double> Executor::runSchedule(int64_t iteration) {
   const auto &schedule = *prog->schedule();
   int64_t losses = 0;
+  resetSelfQueues();
   currentIteration = iteration;
   for (flatbuffers::uoffset_t si = 0; si < schedule.size(); ++si) {
     const fb::ScheduleStep &step = *schedule.Get(si);

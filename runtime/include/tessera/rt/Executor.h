@@ -401,6 +401,9 @@ private:
   std::vector<SelfMessage> selfFree;
   /// Every self-queue buffer's size (owned; freed with the executor).
   std::map<void *, int64_t> selfCapacity;
+  /// Returns the queued values of a run that failed part-way to the free
+  /// buffers (a schedule starts with empty queues).
+  void resetSelfQueues();
   /// The function being run and its slot, for p2pBatchOpener.
   const DecodedFunction *currentFunction = nullptr;
   int currentSlot = 0;
