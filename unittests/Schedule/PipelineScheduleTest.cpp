@@ -310,12 +310,13 @@ TEST(PipelineSchedule, SimulatedBubbleMatchesTheFormulas) {
 
 namespace {
 /// "F0 F1 B0 W0 ..." for a rank's order.
-std::string orderText(const RankSchedule &rs) {
+/// "F0 B0 W0 ..."; with `chunks`, a ' marks chunk 1 (the V's second leg).
+std::string orderText(const RankSchedule &rs, bool chunks = false) {
   std::string out;
   for (const Step &s : rs.order)
     out += std::string(out.empty() ? "" : " ") +
            (s.forward ? "F" : s.weight ? "W" : "B") +
-           std::to_string(s.microbatch);
+           std::to_string(s.microbatch) + (chunks && s.chunk ? "'" : "");
   return out;
 }
 } // namespace
@@ -474,18 +475,6 @@ TEST(PipelineSchedule, SimulationWithPerStageCosts) {
       << missing.deadlock;
 }
 
-namespace {
-/// "F0 F0' ..." with ' for chunk 1 (the V's second leg).
-std::string vOrderText(const RankSchedule &rs) {
-  std::string out;
-  for (const Step &s : rs.order)
-    out += std::string(out.empty() ? "" : " ") +
-           (s.forward ? "F" : s.weight ? "W" : "B") +
-           std::to_string(s.microbatch) + (s.chunk ? "'" : "");
-  return out;
-}
-} // namespace
-
 // The V placement: stage s on rank s, then back up; rank r holds stages r
 // and 2p - 1 - r, so the last rank holds the V's turn and rank 0 the
 // embedding and the loss. Layers in stage order.
@@ -554,10 +543,10 @@ TEST(PipelineSchedule, VOrders) {
   c.microbatches = 4;
   c.kind = Kind::Zbv;
   auto ranks = buildSchedule(c);
-  EXPECT_EQ(vOrderText(ranks[0]),
+  EXPECT_EQ(orderText(ranks[0], true),
             "F0 F1 F2 F0' B0' W0' F1' B1' W1' F3 B0 W0 F2' B2' W2' B1 W1 "
             "F3' B3' W3' B2 W2 B3 W3");
-  EXPECT_EQ(vOrderText(ranks[1]),
+  EXPECT_EQ(orderText(ranks[1], true),
             "F0 F0' F1 F1' B0' W0' F2 B0 W0 F2' B1' W1' F3 B1 W1 F3' B2' "
             "W2' B2 B3' B3 W2 W3' W3");
   EXPECT_EQ(ranks[0].warmup, 4); // (its leading forwards)
@@ -565,10 +554,10 @@ TEST(PipelineSchedule, VOrders) {
   ranks = buildSchedule(c);
   // (Worked through PyTorch's eight steps by hand: rank 0's last pair of
   // backwards splits B from W, rank 1's last two are B's whose W's end it.)
-  EXPECT_EQ(vOrderText(ranks[0]),
+  EXPECT_EQ(orderText(ranks[0], true),
             "F0 F1 F2 F0' B0' W0' F1' F3 B1' W1' F2' B0 W0 B2' W2' F3' B1 W1 "
             "B3' W3' B2 W2 B3 W3");
-  EXPECT_EQ(vOrderText(ranks[1]),
+  EXPECT_EQ(orderText(ranks[1], true),
             "F0 F0' F1 F1' F2 B0' W0' F2' B0 W0 F3 B1' W1' F3' B1 W1 B2' W2' "
             "B2 W2 B3' B3 W3' W3");
 }

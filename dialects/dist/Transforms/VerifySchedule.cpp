@@ -255,7 +255,8 @@ static LogicalResult simulate(std::vector<std::vector<Event>> &streams, int64_t 
     post(r);
   if (selfFailed)
     return failure();
-  // A send and the receive it meets agree in type and microbatch.
+  // A send and the receive it meets agree in type and microbatch (the
+  // k-th message on a channel must be the one the receiver expects).
   auto checkPair = [&](Event &send, Event &recv) -> LogicalResult {
     if (send.type != recv.type) {
       InFlightDiagnostic diag =
@@ -387,35 +388,9 @@ static LogicalResult simulate(std::vector<std::vector<Event>> &streams, int64_t 
             if (theirs.matched || theirs.peer != r || theirs.tag != mine.tag ||
                 theirs.kind == mine.kind || (q == r && &theirs == &mine))
               continue;
-            if (theirs.type != mine.type) {
-              Event &send = mine.kind == Event::Send ? mine : theirs;
-              Event &recv = mine.kind == Event::Send ? theirs : mine;
-              InFlightDiagnostic diag =
-                  send.op->emitOpError()
-                  << "sends " << send.type << " on tag " << send.tag
-                  << ", but the matching receive on pipeline rank " << send.peer
-                  << " expects " << recv.type;
-              diag.attachNote(recv.op->getLoc()) << "the receive";
-              noteStep(diag, send);
+            if (failed(checkPair(mine.kind == Event::Send ? mine : theirs,
+                                 mine.kind == Event::Send ? theirs : mine)))
               return failure();
-            }
-            // The k-th message on a channel must be the one the receiver
-            // expects: the same microbatch.
-            if (mine.run && theirs.run &&
-                mine.run.getMicrobatch() != theirs.run.getMicrobatch()) {
-              Event &send = mine.kind == Event::Send ? mine : theirs;
-              Event &recv = mine.kind == Event::Send ? theirs : mine;
-              RunOp recvRun = recv.run, sendRun = send.run;
-              InFlightDiagnostic diag =
-                  recv.op->emitOpError()
-                  << "receives on tag " << recv.tag << " for microbatch "
-                  << recvRun.getMicrobatch() << ", but pipeline rank "
-                  << recv.peer << " sends microbatch " << sendRun.getMicrobatch()
-                  << " there first (the schedules disagree on the order)";
-              diag.attachNote(send.op->getLoc()) << "the send";
-              noteStep(diag, recv);
-              return failure();
-            }
             mine.matched = theirs.matched = true;
             progress = true;
             break;
