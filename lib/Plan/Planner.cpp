@@ -852,6 +852,10 @@ public:
         // parallelism).
         if (part.bwdDense > 0)
           w += collB * (first ? 1.0 : part.wDense / part.bwdDense);
+        // ZeRO-3: the phase that reads the parameters gathers them: B on
+        // later stages, W on the first (its B reads none).
+        if (first)
+          w += z3b;
         b = std::max(b - w, 0.0);
         tw = std::max(tw, w);
         p.stageWeight.push_back(w);
