@@ -743,6 +743,11 @@ TEST_F(ArtifactTest, StagedBuffersAndParameterShardsAreChecked) {
   expectError(buildFile(buildPayload(desc)),
               "buffer 4 'loss' of kind Loss is staged (only parameters and "
               "their bucket views are)");
+  // A negative staging space.
+  desc = zero3Bucket();
+  desc.programs[0].stagingBytes = -8;
+  expectError(buildFile(buildPayload(desc)),
+              "program 0: negative staging_bytes -8");
 }
 
 TEST_F(ArtifactTest, HugeShapesAndOffsetsAreRejectedWithoutOverflow) {
