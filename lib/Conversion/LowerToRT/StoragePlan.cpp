@@ -366,12 +366,14 @@ LogicalResult PhasePlan::planOp(Operation *op) {
     StringRef where = storages[storageOf.lookup(send.getInput())].persistent;
     // Under the V-shaped schedules a send stays in flight while later
     // phases run, which may take its slot: it always sends from a staging
-    // buffer of its own (a saved activation is copied there too).
+    // buffer of its own (a saved activation is copied there too). A send
+    // to the rank itself is copied into the executor's queue at once.
     bool inFlight = false;
     if (auto program = func->getParentOfType<ModuleOp>())
       for (auto sched : program.getOps<dist::ScheduleOp>())
-        inFlight = sched.getKind() == dist::ScheduleKind::Zbv ||
-                   sched.getKind() == dist::ScheduleKind::DualPipeV;
+        inFlight = (sched.getKind() == dist::ScheduleKind::Zbv ||
+                    sched.getKind() == dist::ScheduleKind::DualPipeV) &&
+                   send.getPeer() != dist::Peer::Self;
     if ((!where.starts_with("stash:") || inFlight) &&
         !where.starts_with("p2p.send:"))
       sendCopy[op] = newP2PStorage(send.getInput().getType(), "send");
