@@ -365,6 +365,10 @@ struct MemoryRows {
   std::vector<std::pair<std::string, int64_t>> rows;
   std::map<int64_t, int64_t> slots; // chunk -> microbatches in flight
   int64_t poolSlots = 0, poolBytes = 0;
+  /// The V schedules' sends to the rank itself: each tag's most values
+  /// queued at once times their size, summed (a bound on the device memory
+  /// the executor's queue takes, outside the arena).
+  int64_t selfQueueBytes = 0;
 };
 } // namespace
 
@@ -425,6 +429,40 @@ static mlir::FailureOr<MemoryRows> memoryRows(mlir::ModuleOp module) {
       if (releases && last && held.erase(key))
         --now[c.getInt()];
     }
+  }
+  // The V's turn (sends to the rank itself, peer 0): replaying the
+  // schedule, the most values of each tag queued at once, times their size.
+  for (auto sched : module.getOps<dist::ScheduleOp>()) {
+    std::map<int64_t, int64_t> queued, peak, size;
+    auto replay = [&](llvm::StringRef name) {
+      auto f = module.lookupSymbol<mlir::func::FuncOp>(name);
+      if (!f)
+        return;
+      f.walk([&](mlir::Operation *op) {
+        bool send = mlir::isa<rt::SendOp>(op), recv = mlir::isa<rt::RecvOp>(op);
+        auto iattrs = op->getAttrOfType<mlir::DenseI64ArrayAttr>("iattrs");
+        if ((!send && !recv) || !iattrs || iattrs.size() < 2 || iattrs[0] != 0)
+          return;
+        int64_t tag = iattrs[1];
+        auto type = mlir::cast<mlir::MemRefType>(op->getOperand(0).getType());
+        size[tag] = type.getNumElements() *
+                    (type.getElementType().getIntOrFloatBitWidth() / 8);
+        queued[tag] += send ? 1 : -1;
+        peak[tag] = std::max(peak[tag], queued[tag]);
+      });
+    };
+    for (auto run : sched.getBody().front().getOps<dist::RunOp>()) {
+      std::optional<dist::RunPart> part = run.getPart();
+      llvm::StringRef callee = run.getCallee();
+      if (!part || part == dist::RunPart::Recv)
+        replay(("recv:" + callee).str());
+      if (!part || part == dist::RunPart::Compute)
+        replay(callee);
+      if (!part || part == dist::RunPart::Send)
+        replay(("send:" + callee).str());
+    }
+    for (auto &[tag, n] : peak)
+      out.selfQueueBytes += n * size[tag];
   }
   // Bytes by kind. Persistent buffers are 64-byte aligned; the padding is
   // what the alignment adds. A chunk's inputs and saved activations are laid
@@ -560,6 +598,10 @@ mlir::LogicalResult tessera::printMemory(mlir::ModuleOp module,
       if (m.poolSlots)
         os << llvm::formatv("  slots: {0}, {1} bytes\n", m.poolSlots,
                             m.poolBytes);
+      if (m.selfQueueBytes)
+        os << llvm::formatv("  self queue (the V's turn; outside the arena): "
+                            "at most {0} bytes\n",
+                            m.selfQueueBytes);
     }
     return mlir::success();
   }
@@ -580,6 +622,8 @@ mlir::LogicalResult tessera::printMemory(mlir::ModuleOp module,
             });
             j.attribute("slots", m.poolSlots);
           }
+          if (m.selfQueueBytes)
+            j.attribute("self_queue_bytes", m.selfQueueBytes);
         });
     });
   });
