@@ -102,7 +102,82 @@ ArtifactDesc exchange(int64_t elements) {
   return a;
 }
 
+/// Each stage sends X (= stage + 1, `elements`) to itself on tag 3 and
+/// receives it into Y (`received` elements), or receives first
+/// (`receiveFirst`), and copies Y to Z: the V's turn (peer 0), a copy
+/// through the executor's queue, no message.
+ArtifactDesc selfExchange(int64_t elements, int64_t received,
+                          bool receiveFirst) {
+  using K = fb::BufferKind;
+  using O = fb::Opcode;
+  ArtifactDesc a = twoStagePipeline(1);
+  for (int stage = 0; stage < 2; ++stage) {
+    ProgramDesc p;
+    p.ppRank = stage;
+    int x = p.add("X", K::Param, {elements});
+    int y = p.add("Y", K::Param, {received});
+    int z = p.add("Z", K::Param, {received});
+    auto &fwd = p.function("forward_c0");
+    InstrDesc fill = instr(O::Fill, {p.ref(x)}, "fill.x");
+    fill.fattrs = {float(stage + 1)};
+    fwd.push_back(fill);
+    InstrDesc send = instr(O::Send, {p.ref(x)}, "self.send");
+    send.iattrs = {0, 3};
+    InstrDesc recv = instr(O::Recv, {p.ref(y)}, "self.recv");
+    recv.iattrs = {0, 3};
+    fwd.push_back(receiveFirst ? recv : send);
+    fwd.push_back(receiveFirst ? send : recv);
+    fwd.push_back(instr(O::Copy, {p.ref(y), p.ref(z)}, "use.y"));
+    p.schedule = {{"forward_c0", 0, 0}};
+    p.scheduleKind = "zbv";
+    a.programs[size_t(stage)] = std::move(p);
+  }
+  return a;
+}
+
 } // namespace
+
+// A Send and Recv to the rank itself copy through the executor's queue:
+// the value arrives, nothing crosses MPI; receiving before sending, or
+// another size than was sent, is an error naming the tag.
+TEST(PipelineMpiTest, SendToItselfIsAQueueCopy) {
+  if (worldSize() != 2)
+    GTEST_SKIP() << "needs 2 ranks";
+  const int64_t n = 1 << 16;
+  auto ex = makeExecutor(selfExchange(n, n, false), "self.tsr");
+  if (!ex)
+    return;
+  for (int64_t it = 1; it <= 2; ++it) {
+    auto loss = ex->runIteration(it);
+    ASSERT_TRUE(loss.ok()) << loss.status().toString();
+  }
+  auto z = ex->readFloatBuffer("Z");
+  ASSERT_TRUE(z.ok());
+  EXPECT_EQ((*z)[0], float(worldRank() + 1));
+  EXPECT_EQ((*z)[size_t(n - 1)], float(worldRank() + 1));
+  EXPECT_EQ(ex->commCounters()["pp"].p2p, uint64_t(0));
+
+  auto early = makeExecutor(selfExchange(n, n, true), "self-early.tsr");
+  ASSERT_TRUE(early);
+  auto st = early->runIteration(1);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find(
+                "receives from pp rank " + std::to_string(worldRank()) +
+                " itself on tag 3, which sent nothing there"),
+            std::string::npos)
+      << st.status().toString();
+
+  auto sized = makeExecutor(selfExchange(n, n / 2, false), "self-size.tsr");
+  ASSERT_TRUE(sized);
+  st = sized->runIteration(1);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find(
+                "receives " + std::to_string(n * 2) + " bytes from pp rank " +
+                std::to_string(worldRank()) + " itself on tag 3, which sent " +
+                std::to_string(n * 4)),
+            std::string::npos)
+      << st.status().toString();
+}
 
 TEST(PipelineMpiTest, OneFOneBMovesActivationsAndGradients) {
   if (worldSize() != 2)

@@ -888,33 +888,31 @@ inline ArtifactDesc shardedBuckets(int tp, int dp, int64_t block,
         O::ReduceScatter, {grad, rankBlock(grad, {block}, "dp")}, "rs"));
     p.function("rs.ref").push_back(
         collective(O::ReduceScatter, {gradRef, shardRef}, "rs.ref"));
-    auto &rsa = p.function("rsa");
-    InstrDesc start =
-        collective(O::ReduceScatterStart,
-                   {gradAsync, rankBlock(gradAsync, {block}, "dp")}, "rsa");
-    start.event = 3;
-    rsa.push_back(start);
-    InstrDesc fill = instr(O::Fill, {other}, "between");
-    fill.fattrs = {1.0f};
-    rsa.push_back(fill);
-    InstrDesc wait = instr(O::Wait, {}, "rsa");
-    wait.event = 3;
-    rsa.push_back(wait);
+    // A started collective, a Fill of `other` to `value` between, its Wait.
+    auto startFillWait = [&](const char *name, InstrDesc start, int event,
+                             float value) {
+      auto &f = p.function(name);
+      start.event = event;
+      f.push_back(start);
+      InstrDesc fill = instr(O::Fill, {other}, "between");
+      fill.fattrs = {value};
+      f.push_back(fill);
+      InstrDesc wait = instr(O::Wait, {}, name);
+      wait.event = event;
+      f.push_back(wait);
+    };
+    startFillWait("rsa",
+                  collective(O::ReduceScatterStart,
+                             {gradAsync, rankBlock(gradAsync, {block}, "dp")},
+                             "rsa"),
+                  3, 1.0f);
     p.function("ag").push_back(collective(
         O::AllGather, {rankBlock(param, {block}, "dp"), param}, "ag"));
     p.function("ag.ref").push_back(
         collective(O::AllGather, {paramSrc, paramRef}, "ag.ref"));
-    auto &aga = p.function("aga");
-    InstrDesc gstart =
-        collective(O::AllGatherStart, {paramSrc, paramAsync}, "aga");
-    gstart.event = 4;
-    aga.push_back(gstart);
-    InstrDesc gfill = instr(O::Fill, {other}, "between");
-    gfill.fattrs = {2.0f};
-    aga.push_back(gfill);
-    InstrDesc gwait = instr(O::Wait, {}, "aga");
-    gwait.event = 4;
-    aga.push_back(gwait);
+    startFillWait("aga",
+                  collective(O::AllGatherStart, {paramSrc, paramAsync}, "aga"),
+                  4, 2.0f);
     InstrDesc sync = collective(
         O::ParamSyncStart, {rankBlock(paramSync, {block}, "dp"), paramSync},
         "ps.start");

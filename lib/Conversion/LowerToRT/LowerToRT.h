@@ -172,6 +172,9 @@ public:
 
   mlir::func::FuncOp func;
   bool isStep;
+  /// Under the V-shaped schedules (zbv, dualpipev) sends stay in flight
+  /// while later phases run (section 4 of ARCHITECTURE.md).
+  bool sendsInFlight = false;
   PersistentBuffers &buffers;
   llvm::SmallVector<mlir::Operation *> ops;
   llvm::DenseMap<mlir::Operation *, int64_t> position;

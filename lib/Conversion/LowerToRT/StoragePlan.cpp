@@ -161,6 +161,10 @@ PhasePlan::PhasePlan(func::FuncOp func, bool isStep, PersistentBuffers &buffers,
     : func(func), isStep(isStep), buffers(buffers),
       makeBuffer(std::move(makeBuffer)) {
   chunk = chunkOf(func);
+  if (auto program = func->getParentOfType<ModuleOp>())
+    for (auto sched : program.getOps<dist::ScheduleOp>())
+      sendsInFlight = sched.getKind() == dist::ScheduleKind::Zbv ||
+                      sched.getKind() == dist::ScheduleKind::DualPipeV;
   // Bindings, read before emission rewrites the uses.
   Operation *ret = func.getBody().front().getTerminator();
   for (Value v : ret->getOperands())
@@ -368,12 +372,7 @@ LogicalResult PhasePlan::planOp(Operation *op) {
     // phases run, which may take its slot: it always sends from a staging
     // buffer of its own (a saved activation is copied there too). A send
     // to the rank itself is copied into the executor's queue at once.
-    bool inFlight = false;
-    if (auto program = func->getParentOfType<ModuleOp>())
-      for (auto sched : program.getOps<dist::ScheduleOp>())
-        inFlight = (sched.getKind() == dist::ScheduleKind::Zbv ||
-                    sched.getKind() == dist::ScheduleKind::DualPipeV) &&
-                   send.getPeer() != dist::Peer::Self;
+    bool inFlight = sendsInFlight && send.getPeer() != dist::Peer::Self;
     if ((!where.starts_with("stash:") || inFlight) &&
         !where.starts_with("p2p.send:"))
       sendCopy[op] = newP2PStorage(send.getInput().getType(), "send");

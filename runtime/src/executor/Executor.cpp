@@ -113,26 +113,26 @@ public:
     ex.p2pBatch.push_back({t.comm, request, &t});
   }
   Status selfSend(const Thunk &t) override {
-    Executor::SelfMessage msg{nullptr, 0};
     // A kept buffer large enough, else a new one.
-    for (size_t i = 0; i < ex.selfFree.size(); ++i)
-      if (ex.selfFree[i].bytes >= t.bytes) {
-        msg = ex.selfFree[i];
-        ex.selfFree.erase(ex.selfFree.begin() + long(i));
-        break;
-      }
-    if (!msg.data) {
+    auto fits = std::find_if(ex.selfFree.begin(), ex.selfFree.end(),
+                             [&](const Executor::SelfMessage &m) {
+                               return m.capacity >= t.bytes;
+                             });
+    Executor::SelfMessage msg;
+    if (fits != ex.selfFree.end()) {
+      msg = *fits;
+      ex.selfFree.erase(fits);
+    } else {
       TESSERA_ASSIGN_OR_RETURN(void *mem, ex.be->allocate(t.bytes));
-      msg = {mem, t.bytes};
-      ex.selfCapacity[mem] = t.bytes;
+      msg = {mem, t.bytes, 0};
     }
+    msg.bytes = t.bytes;
     Status st = ex.be->copy(t.ptr[0], msg.data, t.bytes);
-    if (!st.ok()) {
+    if (st.ok())
+      ex.selfQueues[t.i[1]].push_back(msg);
+    else
       ex.selfFree.push_back(msg);
-      return st;
-    }
-    ex.selfQueues[t.i[1]].push_back({msg.data, t.bytes});
-    return Status();
+    return st;
   }
   Status selfRecv(const Thunk &t) override {
     auto it = ex.selfQueues.find(t.i[1]);
@@ -148,9 +148,8 @@ public:
                                 " itself on tag ", t.i[1], ", which sent ",
                                 msg.bytes);
     it->second.pop_front();
-    TESSERA_RETURN_IF_ERROR(ex.be->copy(msg.data, t.ptr[0], t.bytes));
-    ex.selfFree.push_back({msg.data, ex.selfCapacity[msg.data]});
-    return Status();
+    ex.selfFree.push_back(msg);
+    return ex.be->copy(msg.data, t.ptr[0], t.bytes);
   }
   uint64_t seed() const override { return ex.options.seed; }
   int64_t firstSample() const override {
@@ -182,9 +181,10 @@ Executor::Executor()
     : runContext(std::make_unique<ExecutorRunContext>(*this)) {}
 
 Executor::~Executor() {
+  resetSelfQueues();
   if (be)
-    for (auto &[data, bytes] : selfCapacity)
-      be->deallocate(data);
+    for (const SelfMessage &msg : selfFree)
+      be->deallocate(msg.data);
   if (scratch && be)
     be->deallocate(scratch);
   if (transfer && be)
@@ -406,7 +406,10 @@ Status Executor::bindFunctions() {
     return invalidArgument(art->name(), ": program ", prog->pp_rank(),
                            " has no 'microbatch' function (and no "
                            "schedule)");
-  // The send buffers of each phase, over its parts.
+  // The send buffers of each phase, over its parts (for the sends kept in
+  // flight).
+  if (!sendsInFlight)
+    return Status();
   std::map<std::string, std::vector<size_t>> parts;
   auto baseName = [](const std::string &name) {
     return name.rfind("recv:", 0) == 0 || name.rfind("send:", 0) == 0
@@ -1139,8 +1142,7 @@ Status Executor::runScheduleStep(const fb::ScheduleStep &step,
 void Executor::resetSelfQueues() {
   // (Left over only by a run that failed part-way.)
   for (auto &[tag, queue] : selfQueues)
-    for (const SelfMessage &msg : queue)
-      selfFree.push_back({msg.data, selfCapacity[msg.data]});
+    selfFree.insert(selfFree.end(), queue.begin(), queue.end());
   selfQueues.clear();
 }
 

@@ -393,14 +393,15 @@ private:
   /// queued per tag, oldest first, in device buffers kept for reuse (as
   /// many as the schedule ever has queued at once: one per microbatch the
   /// turn's two chunks are apart).
+  /// A buffer (owned; freed with the executor) of `capacity` bytes,
+  /// holding a queued value of `bytes` bytes.
   struct SelfMessage {
     void *data;
-    int64_t bytes;
+    int64_t capacity, bytes;
   };
+  /// Every buffer is queued (under its tag) or free.
   std::map<int64_t, std::deque<SelfMessage>> selfQueues;
   std::vector<SelfMessage> selfFree;
-  /// Every self-queue buffer's size (owned; freed with the executor).
-  std::map<void *, int64_t> selfCapacity;
   /// Returns the queued values of a run that failed part-way to the free
   /// buffers (a schedule starts with empty queues).
   void resetSelfQueues();
