@@ -128,6 +128,16 @@ tessera::checkTrainPipelineOptions(const TrainPipelineOptions &options) {
            "(--use-distributed-optimizer)";
   if (options.overlapParamGather && !options.overlapGradReduce)
     return "Must use --overlap-param-gather with --overlap-grad-reduce";
+  if (options.activationsDtype != "bf16" && options.activationsDtype != "f32")
+    return "--activations-dtype must be bf16 or f32, got '" +
+           options.activationsDtype + "'";
+  if (options.activationsDtype == "bf16" && !options.bf16)
+    return "--activations-dtype bf16 needs --bf16 (bf16 parameters)";
+  if (options.activationsDtype == "bf16" && options.tpCommOverlap &&
+      !options.disableTpCommOverlapRs)
+    return "--activations-dtype bf16 cannot overlap the reduce-scatters yet "
+           "(--tp-comm-overlap's ring sums f32 blocks; add "
+           "--disable-tp-comm-overlap-rs)";
   if (options.gemmDtype != "bf16" && options.gemmDtype != "f32")
     return "--gemm-dtype must be bf16 or f32, got '" + options.gemmDtype + "'";
   if (!options.moeRouterDtype.empty() && options.moeRouterDtype != "fp32")
@@ -153,6 +163,10 @@ bool tessera::usesDistributedOptimizer(const TrainPipelineOptions &options) {
          options.dataParallelShardingStrategy == "optim" ||
          options.dataParallelShardingStrategy == "optim_grads" ||
          options.dataParallelShardingStrategy == "optim_grads_params";
+}
+
+bool tessera::usesBf16Activations(const TrainPipelineOptions &options) {
+  return options.activationsDtype == "bf16";
 }
 
 int64_t tessera::effectiveVpp(const TrainPipelineOptions &options) {
@@ -235,6 +249,10 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
     pm.addPass(nn::createFuseCrossEntropyPass());
   if (options.fuseAddLayerNorm)
     pm.addPass(nn::createFuseAddLayerNormPass());
+
+  // After the fusions, which match the ops as written.
+  if (usesBf16Activations(options))
+    pm.addPass(nn::createBf16ActivationsPass());
 
   pm.addPass(nn::createAutodiffPass());
   // The 16-bit GEMMs' operands gathered in 16 bits (the forward's and the

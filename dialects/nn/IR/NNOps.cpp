@@ -31,7 +31,7 @@ void NNDialect::initialize() {
 
 //===----------------------------------------------------------------------===//
 // Attributes: nn.param, nn.init, nn.input, nn.batch_dim, nn.layer,
-// nn.recompute, nn.recompute_in_backward
+// nn.recompute, nn.recompute_in_backward, nn.stored_activation
 //===----------------------------------------------------------------------===//
 
 namespace {
@@ -62,6 +62,7 @@ const AttrContract kNNAttrs[] = {
     {kLayerAttr, AnyOp, nonNegativeInt},
     {kRecomputeAttr, AnyOp, nonNegativeInt},
     {kRecomputeInBackwardAttr, AnyOp, unit},
+    {kStoredActivationAttr, AnyOp, unit},
 };
 } // namespace
 

@@ -169,11 +169,13 @@ LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
     if (auto send = dyn_cast<dist::SendOp>(op)) {
       Value v = send.getInput();
       // From the rank the value went to.
+      // In the value's dtype (bf16 for bf16 activations), accumulated in
+      // f32 as every adjoint.
       Value g = dist::RecvOp::create(b, send.getLoc(), v.getType(),
                                      send.getPeerAttr(),
                                      b.getI64IntegerAttr(send.getTag() + 1));
       if (active.contains(v))
-        accumulate(v, g);
+        accumulate(v, castElements(b, send.getLoc(), g, b.getF32Type()));
     }
   // fp16 (f16 parameters): the seed carries the loss scale (Megatron's
   // scale_loss before the backward), which the optimizer unscales.
@@ -204,16 +206,36 @@ LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
     // Mixed precision: adjoints are f32 whatever the value's dtype
     // (nn.cast's rule passes them through), so a bf16 parameter's gradient
     // is accumulated in f32 (Megatron's fp32 main_grad) and rounded to the
-    // grad dtype once, below.
+    // grad dtype once, below. Where a bf16 activation travels (a dist op
+    // tessera-bf16-activations made carry it), its adjoint travels in bf16
+    // too, as Megatron's bf16 gradients do, and is f32 again after.
     auto diff = dyn_cast<DifferentiableOpInterface>(op);
     if (!diff)
       return op->emitOpError() << "has no gradient rule (DifferentiableOpInterface)";
+    bool halfTransfer = isa<dist::DistDialect>(op->getDialect()) &&
+                        op->getNumOperands() &&
+                        !isa<BlockArgument>(op->getOperand(0)) &&
+                        llvm::any_of(op->getResultTypes(), [](Type t) {
+                          auto r = dyn_cast<RankedTensorType>(t);
+                          return r && r.getElementType().isBF16();
+                        });
+    if (halfTransfer)
+      for (unsigned i = 0; i < resultAdj.size(); ++i)
+        if (resultAdj[i])
+          resultAdj[i] = castElements(
+              b, op->getLoc(), resultAdj[i],
+              cast<RankedTensorType>(op->getResult(i).getType())
+                  .getElementType());
     // Results nothing depends on have a null adjoint; each op's rule
     // treats that as zero (nn.add_layer_norm's sum, when only the layer
     // norm reads it).
     SmallVector<Value> operandAdj;
     if (failed(diff.buildAdjoint(b, resultAdj, needed, operandAdj)))
       return failure();
+    if (halfTransfer)
+      for (Value &a : operandAdj)
+        if (a)
+          a = castElements(b, op->getLoc(), a, b.getF32Type());
     for (auto [operand, adj] : llvm::zip(op->getOperands(), operandAdj))
       if (adj && active.contains(operand))
         accumulate(operand, adj);
@@ -234,10 +256,44 @@ LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
       Value g = adjoint.lookup(recv.getResult());
       if (!g)
         g = FillOp::create(b, recv.getLoc(), recv.getType(), b.getF32FloatAttr(0));
+      else // in the value's dtype
+        g = castElements(b, recv.getLoc(), g, recv.getType().getElementType());
       // To the rank the value came from.
       dist::SendOp::create(b, recv.getLoc(), g, recv.getPeerAttr(),
                            b.getI64IntegerAttr(recv.getTag() + 1));
     }
+
+  // bf16 activations: where the backward reads an activation (an op's own
+  // result, as nn.add_layer_norm's rule reads its sum), it reads the
+  // stored bf16 form cast to f32, so the f32 value dies in the forward.
+  // Before the recompute groups, so that a recomputed group's backward
+  // reads the same rounded values (its clones include the casts).
+  SmallVector<Operation *> unread; // stored forms nothing reads
+  {
+    DenseSet<Operation *> inForward(forward.begin(), forward.end());
+    for (Operation *op : forward) {
+      auto c = dyn_cast<CastOp>(op);
+      if (!c || !c->hasAttr(kStoredActivationAttr))
+        continue;
+      Value wide = c.getInput();
+      Operation *first = nullptr;
+      for (Operation *user : wide.getUsers())
+        if (!inForward.contains(user) &&
+            (!first || user->isBeforeInBlock(first)))
+          first = user;
+      if (!first) {
+        if (c->use_empty())
+          unread.push_back(c);
+        continue;
+      }
+      b.setInsertionPoint(first);
+      Value again = CastOp::create(b, c.getLoc(), wide.getType(), c.getResult());
+      wide.replaceUsesWithIf(again, [&](OpOperand &use) {
+        return !inForward.contains(use.getOwner()) &&
+               use.getOwner() != again.getDefiningOp();
+      });
+    }
+  }
 
   recomputeGroups(forward);
 
@@ -273,6 +329,23 @@ LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
       return !isForward.contains(use.getOwner()) && use.getOwner() != again;
     });
   }
+
+  // A 16-bit value cast to f32 and back (a bf16 transfer's adjoint read by
+  // a bf16 GEMM) is the value itself: the round trip is exact.
+  SmallVector<CastOp> casts;
+  body.walk([&](CastOp c) { casts.push_back(c); });
+  for (CastOp c : casts) {
+    auto widen = c.getInput().getDefiningOp<CastOp>();
+    if (!widen || widen.getInput().getType() != c.getType() ||
+        !cast<RankedTensorType>(widen.getType()).getElementType().isF32())
+      continue;
+    c.getResult().replaceAllUsesWith(widen.getInput());
+    c.erase();
+    if (widen->use_empty())
+      widen.erase();
+  }
+  for (Operation *op : unread)
+    op->erase();
   return success();
 }
 

@@ -59,6 +59,26 @@ def MixedPrecisionPass : Pass<"tessera-mixed-precision", "mlir::ModuleOp"> {
   ];
 }
 
+def Bf16ActivationsPass : Pass<"tessera-bf16-activations", "mlir::ModuleOp"> {
+  let summary = "bf16 activations between ops, f32 inside them (Megatron's --bf16)";
+  let description = [{
+    After tessera-mixed-precision (bf16 parameters), before
+    tessera-autodiff: every f32 result of an activation-producing op
+    (linear, matmul, the activations, add, bias_add, the embeddings, the
+    norms, attention, rotary, repeat_kv, qk_norm, dropout, the MoE
+    dispatch, grouped_linear and combine, add_aux_loss, mask_columns; not
+    a router's GEMM) is cast to bf16 right after it, and each reader casts
+    it back to f32 right before it (marked nn.recompute_in_backward, so
+    the backward casts again rather than keep the f32 copy). A reader that
+    is a cast to bf16 reads the bf16 value itself; the tensor-parallel
+    region ops, the sum collectives and dist.send carry it in bf16, and a
+    dist.recv of a bf16 send becomes bf16. The loss, the cross entropy's
+    statistics, the router's values and the expert exchange stay f32.
+    Records `activations = "bf16"` in `tessera.mixed_precision`.
+  }];
+  let dependentDialects = ["::tessera::nn::NNDialect"];
+}
+
 def RecomputePass : Pass<"tessera-recompute", "mlir::ModuleOp"> {
   let summary = "choose the layers whose activations the backward recomputes";
   let description = [{

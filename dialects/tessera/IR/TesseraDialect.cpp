@@ -270,7 +270,11 @@ const AttrContract kTesseraAttrs[] = {
      }},
     {kMixedPrecisionAttr, Module,
      [](Attribute a, Type t) {
-       return dictionary(a, t, {{"params", dtype}, {"grads", dtype}});
+       return dictionary(a, t,
+                         {{"params", dtype},
+                          {"grads", dtype},
+                          // tessera-bf16-activations
+                          {"activations", dtype, /*optional=*/true}});
      }},
     {kVocabAttr, Module,
      [](Attribute a, Type t) {

@@ -186,8 +186,10 @@ public:
       llvm::cl::init(false), onCommandLine};
   Option<bool> bf16{*this, "bf16",
                     llvm::cl::desc("mixed precision: bf16 parameters and "
-                                   "GEMMs (f32 accumulation), f32 elsewhere, "
-                                   "fp32 main parameters for the optimizer "
+                                   "GEMMs (f32 accumulation), f32 elsewhere "
+                                   "(bf16 activations with "
+                                   "--activations-dtype bf16), fp32 main "
+                                   "parameters for the optimizer "
                                    "(Megatron's --bf16)"),
                     llvm::cl::init(false), onCommandLine};
   Option<bool> fp16{*this, "fp16",
@@ -196,6 +198,12 @@ public:
                                    "main parameters and gradients, dynamic "
                                    "loss scaling (Megatron's --fp16)"),
                     llvm::cl::init(false), onCommandLine};
+  Option<std::string> activationsDtype{
+      *this, "activations-dtype",
+      llvm::cl::desc("the dtype activations are stored in between ops and "
+                     "travel in: f32 (the default) or, with --bf16, bf16 "
+                     "as Megatron's --bf16 (the kernels compute in f32)"),
+      llvm::cl::init("f32"), onCommandLine};
   Option<std::string> gemmDtype{
       *this, "gemm-dtype",
       llvm::cl::desc("with --bf16 or --fp16: the operand dtype of the GEMMs "
@@ -410,6 +418,10 @@ std::string checkTrainPipelineOptions(const TrainPipelineOptions &options);
 /// or --data-parallel-sharding-strategy optim, optim_grads or
 /// optim_grads_params).
 bool usesDistributedOptimizer(const TrainPipelineOptions &options);
+
+/// Whether activations are stored in bf16 (--activations-dtype bf16, which
+/// needs --bf16): tessera-bf16-activations runs.
+bool usesBf16Activations(const TrainPipelineOptions &options);
 
 /// Megatron's uneven split options as given (tessera-pp-split resolves
 /// them, --emit=schedule too).

@@ -43,6 +43,12 @@ constexpr llvm::StringLiteral kRecomputeAttr = "nn.recompute";
 constexpr llvm::StringLiteral kRecomputeInBackwardAttr =
     "nn.recompute_in_backward";
 
+/// On an nn.cast to bf16 (a unit attribute, tessera-bf16-activations): its
+/// result is the stored form of its input, an activation. The backward
+/// reads that, cast to f32 again, wherever it would read the input, so the
+/// f32 value dies in the forward (Megatron saves the bf16 tensor).
+constexpr llvm::StringLiteral kStoredActivationAttr = "nn.stored_activation";
+
 /// Whether `a` and `b` may be fused: both in the same recompute group, or
 /// neither in any.
 inline bool sameRecomputeGroup(mlir::Operation *a, mlir::Operation *b) {
@@ -109,7 +115,8 @@ constexpr llvm::StringLiteral kSingleBucketGroupAttr =
     "dist.single_bucket_group";
 constexpr llvm::StringLiteral kForwardPhase = "forward";
 // Mixed precision: the stored parameter and gradient dtypes
-// ({params = "bf16", grads = "f32" | "bf16"} on the root module), and the
+// ({params = "bf16", grads = "f32" | "bf16", activations = "bf16" (optional,
+// tessera-bf16-activations)} on the root module), and the
 // phase that initialises the fp32 main parameters from the bf16 ones (run
 // once before the first iteration). Main parameters are bound as
 // "main:<param>" or, for a distributed-optimizer shard,

@@ -57,7 +57,7 @@ module attributes {tessera.optimizer = {kind = "lamb", lr = 1.0e-3 : f32, beta1 
 
 // -----
 
-// expected-error @+1 {{attribute 'tessera.mixed_precision' must be {params = "f32", "bf16" or "f16", grads = "f32", "bf16" or "f16"}, got {grads = "fp8", params = "bf16"}}}
+// expected-error @+1 {{attribute 'tessera.mixed_precision' must be {params = "f32", "bf16" or "f16", grads = "f32", "bf16" or "f16", activations? = "f32", "bf16" or "f16"}, got {grads = "fp8", params = "bf16"}}}
 module attributes {tessera.mixed_precision = {params = "bf16", grads = "fp8"}} {
 }
 
