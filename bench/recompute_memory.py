@@ -17,8 +17,11 @@ across the backward. It prints the paper's figure, the figure the paper's
 accounting gives for Tessera's choices, and the measured one.
 
 Tessera's choices, which the "expected" column applies to the paper's terms:
-- activations are fp32 (4 bytes, also under --bf16: only parameters are
-  stored in bf16), so each 2-byte term doubles;
+- activations are fp32 (4 bytes; also under --bf16 alone, where only
+  parameters and GEMM operands are 16-bit), so each 2-byte term doubles;
+  with --activations-dtype bf16 (this script's --activations bf16: it
+  compiles with --bf16 --activations-dtype bf16) they are 2 bytes as in
+  the paper;
 - dropout keeps no mask: it is regenerated from the counter-based RNG in
   the backward (the paper's two sbh mask terms are 0);
 - nn.attention keeps no s x s scores, softmax or dropout output: its
@@ -28,12 +31,13 @@ Tessera's choices, which the "expected" column applies to the paper's terms:
   the QKV and fc1 weight gradients are kept whole (selective recompute
   gathers the shard again in the backward, as Megatron always does), so
   "none" there is expected above the paper's accounting;
-- full recompute keeps each layer's input, in fp32.
+- full recompute keeps each layer's input, in the activation dtype.
 
 A benchmark, not a test: nothing is asserted. Prints one JSON object.
 
 usage: bench/recompute_memory.py [--build build] [--hidden 512] [--heads 8]
            [--seq 512] [--micro-batch 2] [--layers 2] [--tp 2]
+           [--activations f32|bf16]
 """
 import argparse
 import json
@@ -64,15 +68,17 @@ def paper_bytes(kind, s, b, h, a, t, sp):
     return sbh * (10 + 24 / t + attn / t)
 
 
-def expected_bytes(kind, s, b, h, a, t, sp):
-    """The paper's accounting for Tessera: fp32, no masks, no s x s term."""
+def expected_bytes(kind, s, b, h, a, t, sp, width):
+    """The paper's accounting for Tessera: `width`-byte activations (the
+    paper's terms are 2-byte), no masks, no s x s term."""
     sbh = s * b * h
+    scale = width / 2
     if kind == "full":
-        return 4 * sbh / (t if sp else 1)
-    # 34 = 10 replicated (2 of them masks) + 24 split; doubled for fp32.
+        return scale * 2 * sbh / (t if sp else 1)
+    # 34 = 10 replicated (2 of them masks) + 24 split.
     if sp:
-        return 2 * sbh * (34 - 2) / t
-    return 2 * sbh * (10 - 2 + 24 / t)
+        return scale * sbh * (34 - 2) / t
+    return scale * sbh * (10 - 2 + 24 / t)
 
 
 def peak_activations(bindir, tmp, layers, args, tp, sp, kind):
@@ -87,6 +93,8 @@ def peak_activations(bindir, tmp, layers, args, tp, sp, kind):
            "--micro-batch-size", str(args.micro_batch),
            "--global-batch-size", str(args.micro_batch), "--tp", str(tp),
            "--emit=memory"] + RECOMPUTE[kind]
+    if args.activations == "bf16":
+        cmd += ["--bf16", "--activations-dtype", "bf16"]
     if sp:
         cmd.append("--sequence-parallel")
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -103,7 +111,10 @@ def main():
     ap.add_argument("--layers", type=int, default=2,
                     help="L: the per-layer bytes are (peak(2L) - peak(L)) / L")
     ap.add_argument("--tp", type=int, default=2)
+    ap.add_argument("--activations", choices=("f32", "bf16"), default="f32",
+                    help="bf16: compile with --bf16 --activations-dtype bf16")
     args = ap.parse_args()
+    width = 2 if args.activations == "bf16" else 4
     bindir = os.path.join(args.build, "bin")
     s, b, h, a = args.seq, args.micro_batch, args.hidden, args.heads
     rows = []
@@ -115,7 +126,7 @@ def main():
                                       kind)
                 measured = (hi - lo) / args.layers
                 paper = paper_bytes(kind, s, b, h, a, tp, sp)
-                expected = expected_bytes(kind, s, b, h, a, tp, sp)
+                expected = expected_bytes(kind, s, b, h, a, tp, sp, width)
                 rows.append({
                     "tp": tp, "sequence_parallel": sp, "recompute": kind,
                     "paper_bytes_per_layer": round(paper),
@@ -125,7 +136,8 @@ def main():
                     "measured_sbh": round(measured / (s * b * h), 3),
                     "measured_over_expected": round(measured / expected, 4),
                 })
-    print(json.dumps({"model": {"hidden": h, "heads": a, "seq": s,
+    print(json.dumps({"activations": args.activations,
+                      "model": {"hidden": h, "heads": a, "seq": s,
                                 "micro_batch": b, "layers": [args.layers,
                                                              2 * args.layers]},
                       "rows": rows}, indent=1))

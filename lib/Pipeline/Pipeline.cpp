@@ -133,11 +133,6 @@ tessera::checkTrainPipelineOptions(const TrainPipelineOptions &options) {
            options.activationsDtype + "'";
   if (options.activationsDtype == "bf16" && !options.bf16)
     return "--activations-dtype bf16 needs --bf16 (bf16 parameters)";
-  if (options.activationsDtype == "bf16" && options.tpCommOverlap &&
-      !options.disableTpCommOverlapRs)
-    return "--activations-dtype bf16 cannot overlap the reduce-scatters yet "
-           "(--tp-comm-overlap's ring sums f32 blocks; add "
-           "--disable-tp-comm-overlap-rs)";
   if (options.gemmDtype != "bf16" && options.gemmDtype != "f32")
     return "--gemm-dtype must be bf16 or f32, got '" + options.gemmDtype + "'";
   if (!options.moeRouterDtype.empty() && options.moeRouterDtype != "fp32")

@@ -1253,7 +1253,7 @@ TEST(TransformerExecutorTest, LoaderAndDecoderRejectBadInstructions) {
          d.group = "ep";
          f.push_back(d);
        },
-       "workspace F32[16] holds fewer than 32 floats", false},
+       "workspace F32[16] holds fewer than 32 elements", false},
       {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
          InstrDesc d = op(O::ExpertCombine,
                           {f32(p, {8, 4}), i32(p, {1, 4}), i32(p, {3}),
@@ -1272,6 +1272,19 @@ TEST(TransformerExecutorTest, LoaderAndDecoderRejectBadInstructions) {
          f.push_back(d);
        },
        "etp 2 does not divide the 1 ranks of group 'ep'", false},
+      // bf16 rows (bf16 activations) move in one dtype throughout.
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         InstrDesc d = op(O::ExpertDispatch,
+                          {p.scratch({8, 4}, fb::DType::BF16), i32(p, {4}),
+                           f32(p, {8, 4}), i32(p, {4}), i32(p, {1, 4}),
+                           f32(p, {32})},
+                          "experts.dtype", {4, 1});
+         d.group = "ep";
+         f.push_back(d);
+       },
+       "ExpertDispatch operands rows BF16[8, 4] and R F32[8, 4] must be both "
+       "F32 or both BF16",
+       true},
       // The load-balancing loss over split tokens takes one count per
       // expert.
       {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {

@@ -1,6 +1,7 @@
 // RUN: tessera-gen gpt --layers 1 --hidden 32 --heads 4 --vocab 257 --seq 8 -o %t.mlir
 // RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2" --tessera-set-batch="micro-batch-size=2" --tessera-pad-vocab --tessera-tp-partition="sequence-parallel=1" --tessera-autodiff --tessera-tp-comm-overlap | FileCheck %s
 // RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2" --tessera-set-batch="micro-batch-size=2" --tessera-pad-vocab --tessera-tp-partition="sequence-parallel=1" --tessera-mixed-precision --tessera-autodiff --tessera-cast-before-gather --tessera-tp-comm-overlap | FileCheck %s --check-prefix=BF16
+// RUN: tessera-opt %t.mlir --tessera-attach-mesh="tp=2" --tessera-set-batch="micro-batch-size=2" --tessera-pad-vocab --tessera-tp-partition="sequence-parallel=1" --tessera-mixed-precision --tessera-bf16-activations --tessera-autodiff --tessera-cast-before-gather --tessera-tp-comm-overlap | FileCheck %s --check-prefix=BF16ACT
 // RUN: tessera-opt %s --split-input-file --tessera-tp-comm-overlap | FileCheck %s --check-prefix=KEEP
 // Megatron's --disable-tp-comm-overlap-ag and --disable-tp-comm-overlap-rs:
 // one kind fused, the other left apart.
@@ -105,3 +106,13 @@ func.func @late_weight(%x: tensor<4x2x8xf32>, %w: tensor<8x8xf32>) -> (tensor<8x
   %y = nn.linear %g, %w2 : (tensor<8x2x8xf32>, tensor<8x8xf32>) -> tensor<8x2x8xf32>
   return %e, %y : tensor<8x2x8xf32>, tensor<8x2x8xf32>
 }
+
+// bf16 activations: the reduce-scatter reads the GEMM's partial sums
+// rounded to bf16; the fused op's ring carries the f32 partial sums and
+// its result is rounded once, after the sum (forward and backward), and
+// no plain sequence reduce-scatter is left.
+// BF16ACT: %[[RS:.*]] = dist.matmul_reduce_scatter %{{.*}}, %arg8 on @mesh "tp" {nn.layer = 0 : i64, transpose_rhs} : (tensor<8x2x16xbf16>, tensor<32x16xbf16>) -> tensor<4x2x32xf32>
+// BF16ACT-NEXT: nn.cast %[[RS]] : tensor<4x2x32xf32> to tensor<4x2x32xbf16>
+// BF16ACT: %[[RS2:.*]] = dist.matmul_reduce_scatter %{{.*}}, %arg6 on @mesh "tp" : (tensor<8x2x48xbf16>, tensor<48x32xbf16>) -> tensor<4x2x32xf32>
+// BF16ACT-NEXT: nn.cast %[[RS2]] : tensor<4x2x32xf32> to tensor<4x2x32xbf16>
+// BF16ACT-NOT: dist.reduce_scatter {{.*}}"tp" dim 0

@@ -373,6 +373,14 @@ static LogicalResult checkExpertExchange(Operation *op, int64_t size,
   if (etp < 1 || size % etp != 0)
     return op->emitOpError() << "expects etp (" << etp
                              << ") to divide the group's " << size << " ranks";
+  if (rows.getElementType() != recv.getElementType())
+    return op->emitOpError() << "expects the rows " << rows
+                             << " and the experts' side " << recv
+                             << " in one dtype";
+  if (!rows.getElementType().isF32() && etp > 1)
+    return op->emitOpError() << "moves " << rows.getElementType()
+                             << " rows, but etp " << etp
+                             << " > 1 sums partial rows, in f32 only";
   const int64_t ep = size / etp;
   int64_t experts = counts.getDimSize(0);
   if (experts % ep != 0)

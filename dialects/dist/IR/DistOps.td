@@ -455,10 +455,10 @@ def Dist_ExpertDispatchOp : Dist_GroupOp<"expert_dispatch", [Pure,
     %recv, %lc, %splits = dist.expert_dispatch %rows, %counts on @mesh "ep" : tensor<64x32xf32>, tensor<4xi32> -> tensor<128x32xf32>, tensor<2xi32>, tensor<2x2xi32>
     ```
   }];
-  let arguments = (ins 2DTensorOf<[F32]>:$input, 1DTensorOf<[I32]>:$counts,
+  let arguments = (ins 2DTensorOf<[F32, BF16]>:$input, 1DTensorOf<[I32]>:$counts,
                        FlatSymbolRefAttr:$mesh, StrAttr:$group,
                        DefaultValuedAttr<I64Attr, "1">:$etp);
-  let results = (outs 2DTensorOf<[F32]>:$result, 1DTensorOf<[I32]>:$local_counts,
+  let results = (outs 2DTensorOf<[F32, BF16]>:$result, 1DTensorOf<[I32]>:$local_counts,
                       2DTensorOf<[I32]>:$splits);
   let assemblyFormat = "$input `,` $counts `on` $mesh $group attr-dict `:` type($input) `,` type($counts) `->` type($result) `,` type($local_counts) `,` type($splits)";
 }
@@ -478,10 +478,10 @@ def Dist_ExpertCombineOp : Dist_GroupOp<"expert_combine", [Pure,
     %back = dist.expert_combine %y, %splits, %counts on @mesh "ep" : tensor<128x32xf32>, tensor<2x2xi32>, tensor<4xi32> -> tensor<64x32xf32>
     ```
   }];
-  let arguments = (ins 2DTensorOf<[F32]>:$input, 2DTensorOf<[I32]>:$splits,
+  let arguments = (ins 2DTensorOf<[F32, BF16]>:$input, 2DTensorOf<[I32]>:$splits,
                        1DTensorOf<[I32]>:$counts, FlatSymbolRefAttr:$mesh,
                        StrAttr:$group, DefaultValuedAttr<I64Attr, "1">:$etp);
-  let results = (outs 2DTensorOf<[F32]>:$result);
+  let results = (outs 2DTensorOf<[F32, BF16]>:$result);
   let assemblyFormat = "$input `,` $splits `,` $counts `on` $mesh $group attr-dict `:` type($input) `,` type($splits) `,` type($counts) `->` type($result)";
 }
 

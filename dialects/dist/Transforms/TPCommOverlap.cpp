@@ -10,7 +10,9 @@
 //
 // The pass runs after autodiff, the recomputation and the zero-bubble
 // split, so every phase's pairs are found as they will run; it changes no
-// value, only how the collectives and GEMMs are scheduled together. Under
+// value, only how the collectives and GEMMs are scheduled together (but
+// under bf16 activations, where the fused reduce-scatter sums the f32
+// partial sums and rounds once instead of summing rounded ones). Under
 // mixed precision tessera-cast-before-gather has already made the gathers
 // carry the GEMMs' bf16 rows.
 //
@@ -154,9 +156,21 @@ bool fuseGather(AllGatherOp gather) {
 /// The GEMM whose partial sums a reduce_scatter reads (its only reader):
 /// one dist.matmul_reduce_scatter. A GEMM with a bias is left alone (the
 /// bias would be summed tp times; tp-partition adds it after the
-/// reduction).
+/// reduction). Under bf16 activations the reduce-scatter reads the
+/// partial sums rounded to bf16 (an nn.cast, their only reader): the fused
+/// op's ring then carries the GEMM's f32 partial sums, and its result is
+/// rounded once, after the sum.
 bool fuseScatter(ReduceScatterOp scatter) {
-  Operation *def = scatter.getInput().getDefiningOp();
+  Value partial = scatter.getInput();
+  nn::CastOp narrow = partial.getDefiningOp<nn::CastOp>();
+  if (narrow && narrow.getInput().hasOneUse() &&
+      cast<RankedTensorType>(narrow.getInput().getType())
+          .getElementType()
+          .isF32())
+    partial = narrow.getInput();
+  else
+    narrow = nullptr;
+  Operation *def = partial.getDefiningOp();
   if (!def || !scatter.getInput().hasOneUse() ||
       def->getBlock() != scatter->getBlock())
     return false;
@@ -164,13 +178,22 @@ bool fuseScatter(ReduceScatterOp scatter) {
   if (!gemm || gemm->bias)
     return false;
   OpBuilder b(scatter);
+  auto type = cast<RankedTensorType>(scatter.getType());
   auto fused = MatmulReduceScatterOp::create(
-      b, scatter.getLoc(), scatter.getType(), gemm->lhs, gemm->rhs,
-      scatter.getMeshAttr(), scatter.getGroupAttr(),
+      b, scatter.getLoc(),
+      RankedTensorType::get(type.getShape(),
+                            cast<RankedTensorType>(partial.getType())
+                                .getElementType()),
+      gemm->lhs, gemm->rhs, scatter.getMeshAttr(), scatter.getGroupAttr(),
       gemm->transposeRhs ? b.getUnitAttr() : nullptr);
   fused->setDiscardableAttrs(scatter->getDiscardableAttrDictionary());
-  scatter.getResult().replaceAllUsesWith(fused.getResult());
+  Value result = fused.getResult();
+  if (narrow)
+    result = nn::CastOp::create(b, scatter.getLoc(), type, result);
+  scatter.getResult().replaceAllUsesWith(result);
   scatter.erase();
+  if (narrow)
+    narrow.erase();
   gemm->op->erase();
   return true;
 }

@@ -282,7 +282,9 @@ LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
             (!first || user->isBeforeInBlock(first)))
           first = user;
       if (!first) {
-        if (c->use_empty())
+        // (Not the forward's last op: differentiateChunk splits the
+        // phases after it.)
+        if (c->use_empty() && op != forward.back())
           unread.push_back(c);
         continue;
       }
@@ -332,11 +334,15 @@ LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
 
   // A 16-bit value cast to f32 and back (a bf16 transfer's adjoint read by
   // a bf16 GEMM) is the value itself: the round trip is exact.
+  // (Not a gradient the caller returns: `grads` holds its value.)
+  DenseSet<Value> returned(grads.begin(), grads.end());
   SmallVector<CastOp> casts;
   body.walk([&](CastOp c) { casts.push_back(c); });
   for (CastOp c : casts) {
     auto widen = c.getInput().getDefiningOp<CastOp>();
     if (!widen || widen.getInput().getType() != c.getType() ||
+        returned.contains(c.getResult()) ||
+        returned.contains(widen.getResult()) ||
         !cast<RankedTensorType>(widen.getType()).getElementType().isF32())
       continue;
     c.getResult().replaceAllUsesWith(widen.getInput());

@@ -28,8 +28,9 @@
 // Values that stay f32: the loss and everything of the cross entropy
 // (statistics, per-token losses), the MoE router's logits, probabilities
 // and auxiliary loss (Megatron's router keeps its softmax in f32; Tessera
-// keeps the [tokens, experts] logits too), and the expert exchange's rows
-// (dist.expert_dispatch/combine take f32). Gradients (adjoints) are f32
+// keeps the [tokens, experts] logits too), the expert exchange's rows
+// under etp > 1 (its partial sums are added in f32), and ring attention's
+// blocks. Gradients (adjoints) are f32
 // inside tessera-autodiff and bf16 wherever they travel: the transfers'
 // adjoints and the pipeline's gradient sends take the value's dtype.
 //
@@ -75,6 +76,11 @@ bool producesActivation(Operation *op) {
 bool carriesHalf(Operation *op) {
   if (auto r = dyn_cast<dist::AllReduceOp>(op))
     return r.getReduction() == dist::Reduction::Sum;
+  // The expert exchange moves rows (etp > 1 also sums partial rows: f32).
+  if (auto d = dyn_cast<dist::ExpertDispatchOp>(op))
+    return d.getEtp() == 1;
+  if (auto c = dyn_cast<dist::ExpertCombineOp>(op))
+    return c.getEtp() == 1;
   return isa<dist::CopyToRegionOp, dist::ReduceFromRegionOp,
              dist::ScatterToRegionOp, dist::GatherFromRegionOp,
              dist::AllGatherOp, dist::ReduceScatterOp, dist::AllToAllOp,

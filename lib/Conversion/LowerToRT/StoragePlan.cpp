@@ -716,20 +716,25 @@ LogicalResult PhasePlan::planOp(Operation *op) {
   // Expert parallelism's exchange stages the rows in a workspace as large
   // as the experts' side; with etp the combine receives etp partial rows
   // per row behind them.
-  if (auto d = dyn_cast<dist::ExpertDispatchOp>(op))
+  // (In the rows' dtype: bf16 under bf16 activations.)
+  Type scratchElement = Float32Type::get(op->getContext());
+  if (auto d = dyn_cast<dist::ExpertDispatchOp>(op)) {
     ringFloats = d.getResult().getType().getNumElements();
-  if (auto c = dyn_cast<dist::ExpertCombineOp>(op))
+    scratchElement = d.getResult().getType().getElementType();
+  }
+  if (auto c = dyn_cast<dist::ExpertCombineOp>(op)) {
     ringFloats = c.getInput().getType().getNumElements() +
                  (c.getEtp() > 1
                       ? c.getEtp() * c.getResult().getType().getNumElements()
                       : 0);
+    scratchElement = c.getInput().getType().getElementType();
+  }
   // --tp-comm-overlap's reduce-scatter: two blocks of partial sums (one
   // computed while the other travels) and the block that arrives.
   if (auto f = dyn_cast<dist::MatmulReduceScatterOp>(op))
     ringFloats = 3 * f.getResult().getType().getNumElements();
   if (ringFloats > 0) {
-    int id = newStorage(RankedTensorType::get(
-        {ringFloats}, Float32Type::get(op->getContext())));
+    int id = newStorage(RankedTensorType::get({ringFloats}, scratchElement));
     storages[id].scratch = true;
     storages[id].start = storages[id].end = position[op];
     scratchOf[op].push_back(id);

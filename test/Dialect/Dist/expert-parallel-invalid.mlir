@@ -47,3 +47,24 @@ func.func @etp_splits(%y: tensor<64x8xf32>, %splits: tensor<2x2xi32>, %counts: t
   %back = dist.expert_combine %y, %splits, %counts on @mesh "etp-ep" {etp = 2 : i64} : tensor<64x8xf32>, tensor<2x2xi32>, tensor<4xi32> -> tensor<16x8xf32>
   return %back : tensor<16x8xf32>
 }
+
+// -----
+
+dist.mesh @mesh {ep = 2, dp = 2}
+
+func.func @dtypes(%rows: tensor<16x8xbf16>, %counts: tensor<4xi32>) -> tensor<32x8xf32> {
+  // expected-error @+1 {{'dist.expert_dispatch' op expects the rows 'tensor<16x8xbf16>' and the experts' side 'tensor<32x8xf32>' in one dtype}}
+  %recv, %local, %splits = dist.expert_dispatch %rows, %counts on @mesh "ep" : tensor<16x8xbf16>, tensor<4xi32> -> tensor<32x8xf32>, tensor<2xi32>, tensor<2x2xi32>
+  return %recv : tensor<32x8xf32>
+}
+
+// -----
+
+dist.mesh @mesh {ep = 2, etp = 2, dp = 4}
+
+// bf16 rows (bf16 activations) only move; etp > 1 sums partial rows.
+func.func @etp_bf16(%y: tensor<64x8xbf16>, %splits: tensor<4x2xi32>, %counts: tensor<4xi32>) -> tensor<16x8xbf16> {
+  // expected-error @+1 {{'dist.expert_combine' op moves 'bf16' rows, but etp 2 > 1 sums partial rows, in f32 only}}
+  %back = dist.expert_combine %y, %splits, %counts on @mesh "etp-ep" {etp = 2 : i64} : tensor<64x8xbf16>, tensor<4x2xi32>, tensor<4xi32> -> tensor<16x8xbf16>
+  return %back : tensor<16x8xbf16>
+}

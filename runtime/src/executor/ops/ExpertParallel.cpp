@@ -92,8 +92,11 @@ namespace {
 /// Copies the chunks between source-major order (src: for each source i,
 /// its rows for each local expert e) and expert-major order (for each
 /// expert e, each source's rows), in the direction `toExpertMajor`.
-Status reorderChunks(Backend &be, const ExpertExchange &x, const float *src,
-                     float *dst, bool toExpertMajor) {
+Status reorderChunks(Backend &be, const ExpertExchange &x, const void *srcRows,
+                     void *dstRows, int64_t elementBytes, bool toExpertMajor) {
+  const auto *src = static_cast<const uint8_t *>(srcRows);
+  auto *dst = static_cast<uint8_t *>(dstRows);
+  const int64_t rowBytes = x.features * elementBytes;
   // Row offsets of chunk (i, e) in both orders.
   std::vector<int64_t> sourceMajor(size_t(x.size * x.local)),
       expertMajor(size_t(x.size * x.local));
@@ -117,8 +120,8 @@ Status reorderChunks(Backend &be, const ExpertExchange &x, const float *src,
         toExpertMajor ? sourceMajor[size_t(c)] : expertMajor[size_t(c)];
     const int64_t to =
         toExpertMajor ? expertMajor[size_t(c)] : sourceMajor[size_t(c)];
-    TESSERA_RETURN_IF_ERROR(be.copy(
-        src + from * x.features, dst + to * x.features, rows * x.features * 4));
+    TESSERA_RETURN_IF_ERROR(
+        be.copy(src + from * rowBytes, dst + to * rowBytes, rows * rowBytes));
   }
   return Status();
 }
@@ -193,11 +196,18 @@ static Status decodeExchange(Decoder &d, const fb::Instr &in, Thunk &t,
     return invalidArgument(d.desc(in, recv), " must hold ", size,
                            " x the rows of ", d.desc(in, rows));
   // The combine with etp also receives etp partials of each row.
-  const int64_t workFloats =
+  const int64_t workElements =
       size * n * h + (!dispatch && etp > 1 ? etp * n * h : 0);
-  if (d.numel(in, work) < workFloats)
+  if (d.numel(in, work) < workElements)
     return invalidArgument("workspace ", d.desc(in, work), " holds fewer than ",
-                           workFloats, " floats");
+                           workElements, " elements");
+  // 16-bit rows (bf16 activations) only move: the partial sums of etp > 1
+  // are added in f32.
+  t.type = d.floatType(in, rows);
+  if (t.type != ElementType::F32 && etp > 1)
+    return invalidArgument("rows ", d.desc(in, rows),
+                           " are 16-bit, but etp ", etp,
+                           " > 1 adds the experts' partial sums, in f32 only");
   t.m = n;
   t.n = h;
   t.i[0] = experts;
@@ -223,18 +233,24 @@ Status runExpertDispatch(RunContext &ctx, const Thunk &t) {
       checkCounts(x.splits, x.size * rows, "the received counts"));
   x.plan();
   // 2. The rows, source by source, into the workspace.
-  float *work = static_cast<float *>(t.ptr[5]);
-  float *recv = static_cast<float *>(t.ptr[2]);
+  const int64_t es = elementSize(t.type);
+  void *work = t.ptr[5];
+  auto *recv = static_cast<uint8_t *>(t.ptr[2]);
   TESSERA_RETURN_IF_ERROR(ctx.syncForHostComm(t));
   TESSERA_RETURN_IF_ERROR(t.comm->allToAllV(
       t.ptr[0], x.mineCounts.data(), x.mineOffsets.data(), work,
-      x.theirsCounts.data(), x.theirsOffsets.data(), ElementType::F32));
+      x.theirsCounts.data(), x.theirsOffsets.data(), t.type));
   // 3. Expert by expert; the rows past them are zero.
-  TESSERA_RETURN_IF_ERROR(reorderChunks(*be, x, work, recv, true));
+  TESSERA_RETURN_IF_ERROR(reorderChunks(*be, x, work, recv, es, true));
   const int64_t received =
       std::accumulate(x.splits.begin(), x.splits.end(), int64_t(0));
-  TESSERA_RETURN_IF_ERROR(be->fill(recv + received * x.features, 0.0f,
-                                   (x.size * rows - received) * x.features));
+  uint8_t *past = recv + received * x.features * es;
+  const int64_t zeros = (x.size * rows - received) * x.features;
+  TESSERA_RETURN_IF_ERROR(
+      t.type == ElementType::F32
+          ? be->fill(reinterpret_cast<float *>(past), 0.0f, zeros)
+          : be->fillHalf(floatFormat(t.type), reinterpret_cast<uint16_t *>(past),
+                         0.0f, zeros));
   std::vector<int32_t> local(size_t(x.local), 0);
   for (int64_t i = 0; i < x.size; ++i)
     for (int64_t e = 0; e < x.local; ++e)
@@ -260,17 +276,18 @@ Status runExpertCombine(RunContext &ctx, const Thunk &t) {
   TESSERA_RETURN_IF_ERROR(checkCounts(x.counts, rows, "the routed counts"));
   TESSERA_RETURN_IF_ERROR(checkCounts(x.splits, x.size * rows, "the splits"));
   x.plan();
-  float *work = static_cast<float *>(t.ptr[4]);
-  float *out = static_cast<float *>(t.ptr[3]);
-  TESSERA_RETURN_IF_ERROR(
-      reorderChunks(*be, x, static_cast<const float *>(t.ptr[0]), work, false));
+  TESSERA_RETURN_IF_ERROR(reorderChunks(*be, x, t.ptr[0], t.ptr[4],
+                                        elementSize(t.type), false));
   TESSERA_RETURN_IF_ERROR(ctx.syncForHostComm(t));
   // The reverse exchange: what this rank's experts hold goes back to each
   // source; what this rank sent comes back to where it was.
   if (x.etp == 1)
-    return t.comm->allToAllV(work, x.theirsCounts.data(),
-                             x.theirsOffsets.data(), out, x.mineCounts.data(),
-                             x.mineOffsets.data(), ElementType::F32);
+    return t.comm->allToAllV(t.ptr[4], x.theirsCounts.data(),
+                             x.theirsOffsets.data(), t.ptr[3],
+                             x.mineCounts.data(), x.mineOffsets.data(), t.type);
+  // (f32 rows: the decoder refuses 16-bit ones with etp > 1.)
+  float *work = static_cast<float *>(t.ptr[4]);
+  float *out = static_cast<float *>(t.ptr[3]);
   // With etp each row comes back from every rank of its run, as partial
   // sums (behind the source-major rows in the workspace), added in rank
   // order.
