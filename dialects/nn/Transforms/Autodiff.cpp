@@ -155,6 +155,11 @@ LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
 
   OpBuilder b(ret);
   DenseMap<Value, Value> adjoint;
+  // tessera-bf16-activations ran: its bf16 transfers' adjoints travel in
+  // bf16 (below).
+  auto mp = getRootModule(func)->getAttrOfType<DictionaryAttr>(
+      kMixedPrecisionAttr);
+  const bool halfActivations = mp && mp.get("activations");
   auto accumulate = [&](Value v, Value adj) {
     auto [it, inserted] = adjoint.try_emplace(v, adj);
     if (!inserted)
@@ -212,7 +217,8 @@ LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
     auto diff = dyn_cast<DifferentiableOpInterface>(op);
     if (!diff)
       return op->emitOpError() << "has no gradient rule (DifferentiableOpInterface)";
-    bool halfTransfer = isa<dist::DistDialect>(op->getDialect()) &&
+    bool halfTransfer = halfActivations &&
+                        isa<dist::DistDialect>(op->getDialect()) &&
                         op->getNumOperands() &&
                         !isa<BlockArgument>(op->getOperand(0)) &&
                         llvm::any_of(op->getResultTypes(), [](Type t) {

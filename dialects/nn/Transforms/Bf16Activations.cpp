@@ -25,6 +25,8 @@
 //     transfer is bf16 (Megatron's bf16 all-reduce, all-gather,
 //     reduce-scatter and pipeline p2p). The receive of a bf16 send on the
 //     next stage becomes bf16 as well.
+// A fused add + norm is split again: the norm reads the rounded sum, as
+// Megatron's norm reads the bf16 residual stream.
 // Values that stay f32: the loss and everything of the cross entropy
 // (statistics, per-token losses), the MoE router's logits, probabilities
 // and auxiliary loss (Megatron's router keeps its softmax in f32; Tessera
@@ -65,8 +67,8 @@ bool producesActivation(Operation *op) {
       return isa<MoERouterOp, MoEAuxLossOp>(u);
     });
   return isa<MatmulOp, GeluOp, BiasGeluOp, SwiGLUOp, ReluOp, AddOp, BiasAddOp,
-             EmbeddingOp, AddPositionEmbeddingOp, LayerNormOp, AddLayerNormOp,
-             RMSNormOp, AddRMSNormOp, AttentionOp, RepeatKVOp, QKNormOp,
+             EmbeddingOp, AddPositionEmbeddingOp, LayerNormOp, RMSNormOp,
+             AttentionOp, RepeatKVOp, QKNormOp,
              RotaryEmbeddingOp, DropoutOp, MoEDispatchOp, GroupedLinearOp,
              MoECombineOp, AddAuxLossOp, MaskColumnsOp>(op);
 }
@@ -162,7 +164,39 @@ struct Bf16ActivationsPass
     root->setAttr(kMixedPrecisionAttr, b.getDictionaryAttr(entries));
   }
 
+  /// Megatron's residual stream is stored in bf16 and the next norm reads
+  /// it rounded: a fused add + norm (tessera-fuse-add-layer-norm) would
+  /// normalise the unrounded sum, so it is split into its add and its
+  /// norm again, each of which stores its result.
+  static void unfuseAddNorms(func::FuncOp f) {
+    SmallVector<Operation *> fused;
+    f.walk([&](Operation *op) {
+      if (isa<AddLayerNormOp, AddRMSNormOp>(op))
+        fused.push_back(op);
+    });
+    for (Operation *op : fused) {
+      OpBuilder b(op);
+      auto sum = AddOp::create(b, op->getLoc(), op->getOperand(0),
+                               op->getOperand(1));
+      Operation *norm;
+      if (auto ln = dyn_cast<AddLayerNormOp>(op))
+        norm = LayerNormOp::create(b, op->getLoc(), sum.getResult(),
+                                   ln.getWeight(), ln.getBias(),
+                                   ln.getEpsAttr());
+      else
+        norm = RMSNormOp::create(b, op->getLoc(), sum.getResult(),
+                                 op->getOperand(2),
+                                 cast<AddRMSNormOp>(op).getEpsAttr());
+      for (Operation *part : {sum.getOperation(), norm})
+        part->setDiscardableAttrs(op->getDiscardableAttrDictionary());
+      op->getResult(0).replaceAllUsesWith(sum.getResult());
+      op->getResult(1).replaceAllUsesWith(norm->getResult(0));
+      op->erase();
+    }
+  }
+
   void narrow(func::FuncOp f) {
+    unfuseAddNorms(f);
     OpBuilder b(f.getContext());
     SmallVector<Operation *> producers;
     f.walk([&](Operation *op) {

@@ -67,13 +67,16 @@ def Bf16ActivationsPass : Pass<"tessera-bf16-activations", "mlir::ModuleOp"> {
     (linear, matmul, the activations, add, bias_add, the embeddings, the
     norms, attention, rotary, repeat_kv, qk_norm, dropout, the MoE
     dispatch, grouped_linear and combine, add_aux_loss, mask_columns; not
-    a router's GEMM) is cast to bf16 right after it, and each reader casts
+    a router's GEMM; nn.add_layer_norm and nn.add_rms_norm are split into
+    their add and norm first, so the norm reads the rounded sum) is cast
+    to bf16 right after it, and each reader casts
     it back to f32 right before it (marked nn.recompute_in_backward, so
     the backward casts again rather than keep the f32 copy). A reader that
     is a cast to bf16 reads the bf16 value itself; the tensor-parallel
-    region ops, the sum collectives and dist.send carry it in bf16, and a
-    dist.recv of a bf16 send becomes bf16. The loss, the cross entropy's
-    statistics, the router's values and the expert exchange stay f32.
+    region ops, the sum collectives, dist.send and the expert exchange at
+    etp 1 carry it in bf16, and a dist.recv of a bf16 send becomes bf16.
+    The loss, the cross entropy's statistics, the router's values, the
+    expert exchange at etp > 1 and ring attention stay f32.
     Records `activations = "bf16"` in `tessera.mixed_precision`.
   }];
   let dependentDialects = ["::tessera::nn::NNDialect"];
