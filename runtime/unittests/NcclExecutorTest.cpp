@@ -709,10 +709,16 @@ TEST(NcclExecutorTest, InPlaceBucketCollectivesMatchMpi) {
 /// memory, since NCCL cannot read host vectors) against the MPI run: the
 /// received rows, counts and splits, and the rows back, bit for bit; every
 /// row comes back where it came from.
-TEST(NcclExecutorTest, ExpertExchangeMatchesMpi) {
+/// With `bf16` the rows are bf16 (bf16 activations): the same exchange of
+/// 2-byte elements, the rows past the received ones zero in bf16.
+namespace {
+void checkExpertExchange(bool bf16) {
   const int n = worldSize(), r = worldRank();
   const int64_t experts = 2 * n, rows = 12, features = 5;
-  auto art = load(expertExchange(n, experts, rows, features), "ep.tsr");
+  const int64_t es = bf16 ? 2 : 4;
+  auto art = load(expertExchange(n, experts, rows, features,
+                                 bf16 ? fb::DType::BF16 : fb::DType::F32),
+                  bf16 ? "ep16.tsr" : "ep.tsr");
   auto nccl = makeRun(art, Wiring::Nccl, /*deviceMemory=*/true);
   auto mpi = makeRun(art, Wiring::Mpi);
   if (!nccl || !mpi)
@@ -727,11 +733,22 @@ TEST(NcclExecutorTest, ExpertExchangeMatchesMpi) {
       counts[size_t(e)] = 0;
     routed += counts[size_t(e)];
   }
-  std::vector<float> x(size_t(rows * features));
-  for (size_t i = 0; i < x.size(); ++i)
-    x[i] = float(r * 1000 + int(i));
+  // Distinct rows: f32 values, or bf16 bit patterns (small integers,
+  // exact in bf16).
+  std::vector<uint8_t> x(size_t(rows * features * es));
+  for (int64_t i = 0; i < rows * features; ++i) {
+    const float v = float(r * 100 + int(i));
+    if (bf16) {
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      const uint16_t half = uint16_t(bits >> 16);
+      std::memcpy(&x[size_t(i * es)], &half, 2);
+    } else {
+      std::memcpy(&x[size_t(i * es)], &v, 4);
+    }
+  }
   for (::Run *run : {nccl.get(), mpi.get()}) {
-    EXPECT_TRUE(run->ex->writeBuffer("x", x.data(), int64_t(x.size() * 4)).ok());
+    EXPECT_TRUE(run->ex->writeBuffer("x", x.data(), int64_t(x.size())).ok());
     EXPECT_TRUE(run->ex->writeBuffer("counts", counts.data(),
                                      int64_t(counts.size() * 4))
                     .ok());
@@ -750,7 +767,12 @@ TEST(NcclExecutorTest, ExpertExchangeMatchesMpi) {
         continue;
       ++p2p;
       const void *buffer = c.name == "send" ? c.send : c.recv;
-      EXPECT_TRUE(nccl->backend->owns(buffer, int64_t(c.count) * 4))
+      // (The counts' exchange is I32; the rows are in the rows' dtype.)
+      ASSERT_TRUE(c.type.has_value());
+      if (c.type != ElementType::I32)
+        EXPECT_EQ(*c.type, bf16 ? ElementType::BF16 : ElementType::F32);
+      EXPECT_TRUE(
+          nccl->backend->owns(buffer, int64_t(c.count) * elementSize(*c.type)))
           << c.name << " of " << c.count << " elements to/from peer "
           << c.peer << " is not in the backend's memory";
     }
@@ -764,8 +786,8 @@ TEST(NcclExecutorTest, ExpertExchangeMatchesMpi) {
   for (const char *name : {"recv", "local", "splits", "out"})
     EXPECT_TRUE(bytes(*nccl, name) == bytes(*mpi, name)) << name;
   std::vector<uint8_t> back = bytes(*nccl, "out");
-  ASSERT_EQ(back.size(), x.size() * 4);
-  EXPECT_EQ(std::memcmp(back.data(), x.data(), size_t(routed * features) * 4),
+  ASSERT_EQ(back.size(), x.size());
+  EXPECT_EQ(std::memcmp(back.data(), x.data(), size_t(routed * features * es)),
             0);
   // What every rank received for its experts: the splits sum to the rows
   // all ranks routed to them.
@@ -776,6 +798,13 @@ TEST(NcclExecutorTest, ExpertExchangeMatchesMpi) {
     for (int e = 0; e < 2; ++e)
       EXPECT_EQ(s[src * 2 + e], (2 * r + e + src) % 4)
           << "source " << src << " expert " << e;
+}
+} // namespace
+
+TEST(NcclExecutorTest, ExpertExchangeMatchesMpi) { checkExpertExchange(false); }
+
+TEST(NcclExecutorTest, ExpertExchangeMatchesMpiBf16) {
+  checkExpertExchange(true);
 }
 
 //===----------------------------------------------------------------------===//

@@ -939,8 +939,11 @@ inline ArtifactDesc shardedBuckets(int tp, int dp, int64_t block,
 /// ExpertDispatch (x, counts -> recv, local, splits); "combine" is
 /// ExpertCombine (recv, splits, counts -> out), which brings every row back
 /// where it came from.
+/// (The rows, and their workspaces, in `dtype`: F32, or BF16 as under
+/// bf16 activations.)
 inline ArtifactDesc expertExchange(int ep, int64_t experts, int64_t rows,
-                                   int64_t features) {
+                                   int64_t features,
+                                   fb::DType dtype = fb::DType::F32) {
   using K = fb::BufferKind;
   using O = fb::Opcode;
   const auto I32 = fb::DType::I32;
@@ -955,14 +958,17 @@ inline ArtifactDesc expertExchange(int ep, int64_t experts, int64_t rows,
   a.globalBatch = ep;
   ProgramDesc p;
   const int64_t local = experts / ep;
-  RefDesc x = p.ref(p.add("x", K::Activation, {rows, features}));
+  RefDesc x = p.ref(p.add("x", K::Activation, {rows, features}, dtype));
   RefDesc counts = p.ref(p.add("counts", K::Activation, {experts}, I32));
-  RefDesc recv = p.ref(p.add("recv", K::Activation, {ep * rows, features}));
+  RefDesc recv =
+      p.ref(p.add("recv", K::Activation, {ep * rows, features}, dtype));
   RefDesc localCounts = p.ref(p.add("local", K::Activation, {local}, I32));
   RefDesc splits = p.ref(p.add("splits", K::Activation, {ep, local}, I32));
-  RefDesc work = p.ref(p.add("work", K::Activation, {ep * rows * features}));
-  RefDesc out = p.ref(p.add("out", K::Activation, {rows, features}));
-  RefDesc work2 = p.ref(p.add("work2", K::Activation, {ep * rows * features}));
+  RefDesc work =
+      p.ref(p.add("work", K::Activation, {ep * rows * features}, dtype));
+  RefDesc out = p.ref(p.add("out", K::Activation, {rows, features}, dtype));
+  RefDesc work2 =
+      p.ref(p.add("work2", K::Activation, {ep * rows * features}, dtype));
   p.function("microbatch");
   InstrDesc d = instr(O::ExpertDispatch,
                       {x, counts, recv, localCounts, splits, work}, "dispatch");

@@ -112,7 +112,7 @@ func.func @late_weight(%x: tensor<4x2x8xf32>, %w: tensor<8x8xf32>) -> (tensor<8x
 // its result is rounded once, after the sum (forward and backward), and
 // no plain sequence reduce-scatter is left.
 // BF16ACT: %[[RS:.*]] = dist.matmul_reduce_scatter %{{.*}}, %arg8 on @mesh "tp" {nn.layer = 0 : i64, transpose_rhs} : (tensor<8x2x16xbf16>, tensor<32x16xbf16>) -> tensor<4x2x32xf32>
-// BF16ACT-NEXT: nn.cast %[[RS]] : tensor<4x2x32xf32> to tensor<4x2x32xbf16>
+// BF16ACT-NEXT: nn.cast %[[RS]] {nn.layer = 0 : i64, nn.stored_activation} : tensor<4x2x32xf32> to tensor<4x2x32xbf16>
 // BF16ACT: %[[RS2:.*]] = dist.matmul_reduce_scatter %{{.*}}, %arg6 on @mesh "tp" : (tensor<8x2x48xbf16>, tensor<48x32xbf16>) -> tensor<4x2x32xf32>
-// BF16ACT-NEXT: nn.cast %[[RS2]] : tensor<4x2x32xf32> to tensor<4x2x32xbf16>
+// BF16ACT-NEXT: nn.cast %[[RS2]]{{.*}} : tensor<4x2x32xf32> to tensor<4x2x32xbf16>
 // BF16ACT-NOT: dist.reduce_scatter {{.*}}"tp" dim 0

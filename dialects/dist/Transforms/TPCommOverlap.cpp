@@ -188,8 +188,11 @@ bool fuseScatter(ReduceScatterOp scatter) {
       gemm->transposeRhs ? b.getUnitAttr() : nullptr);
   fused->setDiscardableAttrs(scatter->getDiscardableAttrDictionary());
   Value result = fused.getResult();
-  if (narrow)
-    result = nn::CastOp::create(b, scatter.getLoc(), type, result);
+  if (narrow) {
+    auto rounded = nn::CastOp::create(b, scatter.getLoc(), type, result);
+    rounded->setDiscardableAttrs(narrow->getDiscardableAttrDictionary());
+    result = rounded.getResult();
+  }
   scatter.getResult().replaceAllUsesWith(result);
   scatter.erase();
   if (narrow)
