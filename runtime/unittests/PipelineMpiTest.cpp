@@ -72,42 +72,14 @@ std::vector<float> features(const Executor &ex, int64_t it, int64_t m,
   return x;
 }
 
-/// Both stages run forward_c0 once: X = stage + 1, Send X (+1, tag 7), Recv
-/// Y (-1, tag 7), Z = Y. The Send and the Recv are one batch, completed at
-/// the Copy; with blocking sends both stages would wait for each other.
-ArtifactDesc exchange(int64_t elements) {
-  using K = fb::BufferKind;
-  using O = fb::Opcode;
-  ArtifactDesc a = twoStagePipeline(1);
-  for (int stage = 0; stage < 2; ++stage) {
-    ProgramDesc p;
-    p.ppRank = stage;
-    int x = p.add("X", K::Param, {elements});
-    int y = p.add("Y", K::Param, {elements});
-    int z = p.add("Z", K::Param, {elements});
-    auto &fwd = p.function("forward_c0");
-    InstrDesc fill = instr(O::Fill, {p.ref(x)}, "fill.x");
-    fill.fattrs = {float(stage + 1)};
-    fwd.push_back(fill);
-    InstrDesc send = instr(O::Send, {p.ref(x)}, "exchange.send");
-    send.iattrs = {+1, 7};
-    fwd.push_back(send);
-    InstrDesc recv = instr(O::Recv, {p.ref(y)}, "exchange.recv");
-    recv.iattrs = {-1, 7};
-    fwd.push_back(recv);
-    fwd.push_back(instr(O::Copy, {p.ref(y), p.ref(z)}, "use.y"));
-    p.schedule = {{"forward_c0", 0, 0}};
-    a.programs[size_t(stage)] = std::move(p);
-  }
-  return a;
-}
-
-/// Each stage sends X (= stage + 1, `elements`) to itself on tag 3 and
-/// receives it into Y (`received` elements), or receives first
-/// (`receiveFirst`), and copies Y to Z: the V's turn (peer 0), a copy
-/// through the executor's queue, no message.
-ArtifactDesc selfExchange(int64_t elements, int64_t received,
-                          bool receiveFirst) {
+/// Both stages run forward_c0 once: X = stage + 1 (`elements`), Send X
+/// (iattrs `send`), Recv into Y (`received` elements, iattrs `recv`),
+/// or the Recv first (`receiveFirst`), then Z = Y; instruction names
+/// "<name>.send" and "<name>.recv".
+ArtifactDesc sendRecv(const char *name, int64_t elements, int64_t received,
+                      std::vector<int64_t> sendAttrs,
+                      std::vector<int64_t> recvAttrs, bool receiveFirst,
+                      const char *scheduleKind) {
   using K = fb::BufferKind;
   using O = fb::Opcode;
   ArtifactDesc a = twoStagePipeline(1);
@@ -121,18 +93,38 @@ ArtifactDesc selfExchange(int64_t elements, int64_t received,
     InstrDesc fill = instr(O::Fill, {p.ref(x)}, "fill.x");
     fill.fattrs = {float(stage + 1)};
     fwd.push_back(fill);
-    InstrDesc send = instr(O::Send, {p.ref(x)}, "self.send");
-    send.iattrs = {0, 3};
-    InstrDesc recv = instr(O::Recv, {p.ref(y)}, "self.recv");
-    recv.iattrs = {0, 3};
+    InstrDesc send =
+        instr(O::Send, {p.ref(x)}, std::string(name) + ".send");
+    send.iattrs = sendAttrs;
+    InstrDesc recv =
+        instr(O::Recv, {p.ref(y)}, std::string(name) + ".recv");
+    recv.iattrs = recvAttrs;
     fwd.push_back(receiveFirst ? recv : send);
     fwd.push_back(receiveFirst ? send : recv);
     fwd.push_back(instr(O::Copy, {p.ref(y), p.ref(z)}, "use.y"));
     p.schedule = {{"forward_c0", 0, 0}};
-    p.scheduleKind = "zbv";
+    if (scheduleKind)
+      p.scheduleKind = scheduleKind;
     a.programs[size_t(stage)] = std::move(p);
   }
   return a;
+}
+
+/// Each stage sends X to the other (+1 / -1, tag 7) and receives Y. The
+/// Send and the Recv are one batch, completed at the Copy; with blocking
+/// sends both stages would wait for each other.
+ArtifactDesc exchange(int64_t elements) {
+  return sendRecv("exchange", elements, elements, {+1, 7}, {-1, 7},
+                  /*receiveFirst=*/false, nullptr);
+}
+
+/// Each stage sends X (`elements`) to itself on tag 3 and receives it into
+/// Y (`received` elements), or receives first (`receiveFirst`): the V's
+/// turn (peer 0), a copy through the executor's queue, no message.
+ArtifactDesc selfExchange(int64_t elements, int64_t received,
+                          bool receiveFirst) {
+  return sendRecv("self", elements, received, {0, 3}, {0, 3}, receiveFirst,
+                  "zbv");
 }
 
 } // namespace

@@ -132,6 +132,18 @@ static void recomputeGroups(ArrayRef<Operation *> forward) {
   }
 }
 
+/// The first op (in block order) outside `forward` that reads one of
+/// `values`: where the backward first needs them; null if it never does.
+static Operation *firstUserOutside(ValueRange values,
+                                   const DenseSet<Operation *> &forward) {
+  Operation *first = nullptr;
+  for (Value v : values)
+    for (Operation *user : v.getUsers())
+      if (!forward.contains(user) && (!first || user->isBeforeInBlock(first)))
+        first = user;
+  return first;
+}
+
 LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
                                 ArrayRef<BlockArgument> params,
                                 int64_t numMicrobatches,
@@ -274,33 +286,27 @@ LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
   // stored bf16 form cast to f32, so the f32 value dies in the forward.
   // Before the recompute groups, so that a recomputed group's backward
   // reads the same rounded values (its clones include the casts).
+  DenseSet<Operation *> isForward(forward.begin(), forward.end());
   SmallVector<Operation *> unread; // stored forms nothing reads
-  {
-    DenseSet<Operation *> inForward(forward.begin(), forward.end());
-    for (Operation *op : forward) {
-      auto c = dyn_cast<CastOp>(op);
-      if (!c || !c->hasAttr(kStoredActivationAttr))
-        continue;
-      Value wide = c.getInput();
-      Operation *first = nullptr;
-      for (Operation *user : wide.getUsers())
-        if (!inForward.contains(user) &&
-            (!first || user->isBeforeInBlock(first)))
-          first = user;
-      if (!first) {
-        // (Not the forward's last op: differentiateChunk splits the
-        // phases after it.)
-        if (c->use_empty() && op != forward.back())
-          unread.push_back(c);
-        continue;
-      }
-      b.setInsertionPoint(first);
-      Value again = CastOp::create(b, c.getLoc(), wide.getType(), c.getResult());
-      wide.replaceUsesWithIf(again, [&](OpOperand &use) {
-        return !inForward.contains(use.getOwner()) &&
-               use.getOwner() != again.getDefiningOp();
-      });
+  for (Operation *op : forward) {
+    auto c = dyn_cast<CastOp>(op);
+    if (!c || !c->hasAttr(kStoredActivationAttr))
+      continue;
+    Value wide = c.getInput();
+    Operation *first = firstUserOutside(wide, isForward);
+    if (!first) {
+      // (Not the forward's last op: differentiateChunk splits the phases
+      // after it.)
+      if (c->use_empty() && op != forward.back())
+        unread.push_back(c);
+      continue;
     }
+    b.setInsertionPoint(first);
+    Value again = CastOp::create(b, c.getLoc(), wide.getType(), c.getResult());
+    wide.replaceUsesWithIf(again, [&](OpOperand &use) {
+      return !isForward.contains(use.getOwner()) &&
+             use.getOwner() != again.getDefiningOp();
+    });
   }
 
   recomputeGroups(forward);
@@ -313,21 +319,18 @@ LogicalResult buildReverseSweep(func::FuncOp func, Value loss,
   //   copy of the weights per microbatch in flight);
   // - ops marked nn.recompute_in_backward (selective recompute: sequence
   //   parallelism's all-gathers, of which the backward keeps the shard,
-  //   and the bf16 casts of their results for the GEMMs).
+  //   and the bf16 casts of their results for the GEMMs; under bf16
+  //   activations, each reader's cast of a stored activation to f32).
   // Last to first, so that a chain of them (an all-gather and its cast) is
   // cloned whole: the clone of the later one reads the earlier one, which
   // is then cloned before it.
-  DenseSet<Operation *> isForward(forward.begin(), forward.end());
   for (Operation *op : llvm::reverse(forward)) {
     auto c = dyn_cast<CastOp>(op);
     auto arg = c ? dyn_cast<BlockArgument>(c.getInput()) : BlockArgument();
     bool paramCast = arg && llvm::is_contained(params, arg);
     if (!paramCast && !op->hasAttr(kRecomputeInBackwardAttr))
       continue;
-    Operation *first = nullptr;
-    for (Operation *user : op->getUsers())
-      if (!isForward.contains(user) && (!first || user->isBeforeInBlock(first)))
-        first = user;
+    Operation *first = firstUserOutside(op->getResults(), isForward);
     if (!first)
       continue;
     b.setInsertionPoint(first);
