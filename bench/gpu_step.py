@@ -2,7 +2,9 @@
 """GPT training step on one GPU, Tessera's cuda backend beside PyTorch's.
 
 For each size and precision (bf16: bf16 parameters and GEMMs on tensor
-cores with f32 accumulation, Megatron's; fp16: the same in f16 with a
+cores with f32 accumulation, Megatron's; bf16act: the same with bf16
+activations, --activations-dtype bf16, against which PyTorch runs as in
+bf16; fp16: the same in f16 with a
 dynamic loss scale starting at 65536, which the data here never overflow,
 so every timed step updates; fp32: f32 GEMMs, TF32 off),
 tessera-gen gpt -> tessera-compile -> tessera-run -n 1 --backend cuda on the
@@ -175,7 +177,7 @@ def torch_step(spec, seq, micro_batch, warmup, steps, compile_too):
             t0 = time.perf_counter()
             with torch.autocast("cuda", dtype=torch.float16
                                 if precision == "fp16" else torch.bfloat16,
-                                enabled=precision in ("bf16", "fp16")):
+                                enabled=precision in ("bf16", "bf16act", "fp16")):
                 loss = fn(x, y)
             scaler.scale(loss).backward()
             scaler.unscale_(opt)
@@ -222,8 +224,8 @@ def main():
     ap.add_argument("--peak-tflops", type=float, default=989.0,
                     help="dense bf16 peak of the GPU (H100 SXM, H200: 989)")
     ap.add_argument("--precisions", default="bf16,fp32",
-                    help="bf16 (tessera-compile --bf16), fp16 (--fp16) "
-                         "and/or fp32")
+                    help="bf16 (tessera-compile --bf16), bf16act (--bf16 "
+                         "--activations-dtype bf16), fp16 (--fp16) and/or fp32")
     ap.add_argument("--torch", action=argparse.BooleanOptionalAction,
                     default=True, help="also train the GPT in PyTorch")
     ap.add_argument("--torch-compile", action=argparse.BooleanOptionalAction,
@@ -252,7 +254,7 @@ def main():
     configs = []
     for size in args.sizes.split(","):
         for precision in args.precisions.split(","):
-            if precision not in ("fp32", "bf16", "fp16"):
+            if precision not in ("fp32", "bf16", "bf16act", "fp16"):
                 raise SystemExit(f"--precisions: unknown precision '{precision}'")
             hidden, heads, layers = (int(x) for x in size.split(":"))
             configs.append((hidden, heads, layers, precision))
@@ -268,12 +270,18 @@ def main():
             run([tool("tessera-gen"), "gpt", "--layers", str(layers), "--hidden",
                  str(hidden), "--heads", str(heads), "--vocab", str(VOCAB),
                  "--seq", str(args.seq), "-o", mlir])
-            run([tool("tessera-compile"), mlir, "--micro-batch-size",
-                 str(args.micro_batch), "--global-batch-size",
-                 str(args.micro_batch), "-o", artifact(d, hidden, precision)] +
-                (["--bf16"] if precision == "bf16" else []) +
-                (["--fp16", "--initial-loss-scale", "65536"]
-                 if precision == "fp16" else []))
+            flags = {"fp32": [], "bf16": ["--bf16"],
+                     "bf16act": ["--bf16", "--activations-dtype", "bf16"],
+                     "fp16": ["--fp16", "--initial-loss-scale", "65536"]}[precision]
+            compile_cmd = [tool("tessera-compile"), mlir, "--micro-batch-size",
+                           str(args.micro_batch), "--global-batch-size",
+                           str(args.micro_batch)] + flags
+            run(compile_cmd + ["-o", artifact(d, hidden, precision)])
+            # The memory plan of the same compile (--emit=memory), reported
+            # with the run: the GPU's arena is laid out by it.
+            with open(artifact(d, hidden, precision) + ".memory.json", "w") as f:
+                subprocess.run(compile_cmd + ["--emit=memory"], stdout=f,
+                               check=True)
 
     if args.prepare:
         prepare(args.prepare)
@@ -325,6 +333,12 @@ def main():
                         "mfu_vs_bf16_peak": round(tflops / args.peak_tflops, 4),
                         "final_loss": lines[-1]["loss"],
                     }
+                    plan = os.path.join(art + ".memory.json")
+                    if os.path.exists(plan):
+                        r0 = json.load(open(plan))["ranks"][0]
+                        entry["tessera"]["memory_plan_mib"] = {
+                            k: round(r0[k] / 2**20, 1) for k in
+                            ("peak_activations", "total")}
             # Tessera: the profiled run (per-opcode shares).
             if "error" in entry["tessera"] or not within_budget():
                 pass

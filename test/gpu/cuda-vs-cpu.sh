@@ -5,7 +5,9 @@
 # losses must agree within 1e-4 relative at every step (the GPT in bf16
 # with the distributed optimizer within 1e-2, also with
 # --overlap-param-gather through NCCL at one rank, and with ZeRO-3's
-# parameter shards through NCCL at one rank, saved at the end). Needs a GPU: without one it
+# parameter shards through NCCL at one rank, saved at the end; the
+# Llama-shaped and the MoE GPT with bf16 activations, and the GPT in fp16
+# with dynamic loss scaling, within 1e-2 too). Needs a GPU: without one it
 # exits 77, which ctest reports as Skipped (label "gpu").
 #
 # Every run and every comparison runs and reports its own result, whatever
@@ -94,6 +96,23 @@ prepare() {
   "$bin/tessera-compile" "$dir/rms.mlir" --micro-batch-size 4 \
     --global-batch-size 8 --optimizer sgd --lr 0.05 --log-params-norm \
     -o "$dir/rms.tsr"
+  # bf16 activations (--activations-dtype bf16): every activation stored and
+  # passed between ops in bf16, the Cast kernels around each f32 kernel,
+  # on the Llama-shaped model (RMSNorm, RoPE, SwiGLU, repeat_kv, QK-norm
+  # reading bf16 values) and on the MoE GPT (dispatch, grouped GEMMs and
+  # combine on bf16 rows).
+  "$bin/tessera-compile" "$dir/rms.mlir" --micro-batch-size 4 \
+    --global-batch-size 8 --bf16 --activations-dtype bf16 \
+    -o "$dir/rms-bf16act.tsr"
+  "$bin/tessera-compile" "$dir/moe.mlir" --micro-batch-size 4 \
+    --global-batch-size 8 --bf16 --activations-dtype bf16 \
+    -o "$dir/moe-bf16act.tsr"
+  # fp16 with dynamic loss scaling: the f16 GEMMs and casts, and the
+  # overflow check (from a scale of 2^16 most steps are taken; from
+  # Megatron's 2^32 the first ten would all be skipped).
+  "$bin/tessera-compile" "$dir/gpt.mlir" --micro-batch-size 4 \
+    --global-batch-size 8 --fp16 --initial-loss-scale 65536 --hysteresis 1 \
+    -o "$dir/gpt-fp16.tsr"
   set +e
 }
 
@@ -177,6 +196,13 @@ check() {
   compare gpt-bf16-z3 1e-2
   compare moe 1e-4
   compare rms 1e-4
+  for model in rms-bf16act moe-bf16act gpt-fp16; do
+    run "$model-cpu" cpu "$model"
+    run "$model-cuda" cuda "$model"
+  done
+  compare rms-bf16act 1e-2
+  compare moe-bf16act 1e-2
+  compare gpt-fp16 1e-2
   return $failed
 }
 
