@@ -1,8 +1,9 @@
 //===- MemoryPlanTest.cpp - Property tests of the static memory plan ------===//
 //
-// Random interval sets (fixed seeds): no two buffers live at the same time
-// share a byte, every offset is aligned, the arena is the highest byte in
-// use and at least the largest live sum, and for nested lifetimes (the
+// Random interval sets (fixed seeds), for the linear scan, greedy by size
+// and the better of the two: no two buffers live at the same time share a
+// byte, every offset is aligned, the arena is the highest byte in use and
+// at least the largest live sum, and for nested lifetimes (the
 // forward/backward shape of a transformer) exactly that sum. Slot regions:
 // the smaller of a shared pool and a region per chunk, each chunk's slots
 // inside, separate regions apart.
@@ -116,10 +117,44 @@ TEST(MemoryPlanTest, RandomIntervalsNeverOverlap) {
       in.bytes = bytes(rng);
     }
     SCOPED_TRACE("trial " + std::to_string(trial));
-    Plan plan = planLinearScan(intervals, kAlignment);
-    checkPlan(intervals, plan);
+    Plan scan = planLinearScan(intervals, kAlignment);
+    checkPlan(intervals, scan);
+    Plan greedy = planGreedyBySize(intervals, kAlignment);
+    checkPlan(intervals, greedy);
+    Plan best = planTransients(intervals, kAlignment);
+    checkPlan(intervals, best);
+    EXPECT_EQ(best.arenaBytes, std::min(scan.arenaBytes, greedy.arenaBytes));
     EXPECT_EQ(peakLiveBytes(intervals, kAlignment), bruteForcePeak(intervals));
   }
+}
+
+TEST(MemoryPlanTest, GreedyBySizeFillsTheHolesTheScanLeaves) {
+  // Crossing lifetimes: the scan puts the 256-byte buffer of [1, 4] above
+  // the 64 bytes of [0, 3], and the 192 bytes of [3, 6] then fit neither
+  // the hole the 192 of [0, 1] left (under [0, 3]'s 64) nor above; largest
+  // first, the two 256s share offset 0 and the rest packs under the peak.
+  std::vector<Interval> intervals = {
+      {3, 6, 192}, {0, 3, 64}, {0, 1, 192}, {1, 4, 256}, {4, 5, 256}};
+  Plan scan = planLinearScan(intervals, kAlignment);
+  Plan greedy = planGreedyBySize(intervals, kAlignment);
+  checkPlan(intervals, scan);
+  checkPlan(intervals, greedy);
+  EXPECT_EQ(scan.arenaBytes, 768);
+  EXPECT_EQ(greedy.arenaBytes, 704);
+  EXPECT_EQ(peakLiveBytes(intervals, kAlignment), 704);
+  Plan best = planTransients(intervals, kAlignment);
+  EXPECT_EQ(best.arenaBytes, 704);
+  EXPECT_EQ(best.offsets, greedy.offsets);
+}
+
+TEST(MemoryPlanTest, KeepsTheScanWhenItReachesThePeak) {
+  // Nested lifetimes: the scan is exact, and is what planTransients keeps
+  // (its offsets, not only its size).
+  std::vector<Interval> intervals = {{0, 9, 100}, {1, 8, 3000}, {2, 3, 64},
+                                     {4, 7, 500}};
+  Plan scan = planLinearScan(intervals, kAlignment);
+  ASSERT_EQ(scan.arenaBytes, peakLiveBytes(intervals, kAlignment));
+  EXPECT_EQ(planTransients(intervals, kAlignment).offsets, scan.offsets);
 }
 
 TEST(MemoryPlanTest, NestedLifetimesPackLikeAStack) {
@@ -154,6 +189,8 @@ TEST(MemoryPlanTest, NestedLifetimesPackLikeAStack) {
     Plan plan = planLinearScan(intervals, kAlignment);
     checkPlan(intervals, plan);
     EXPECT_EQ(plan.arenaBytes, bruteForcePeak(intervals));
+    EXPECT_EQ(planTransients(intervals, kAlignment).arenaBytes,
+              bruteForcePeak(intervals));
   }
 }
 

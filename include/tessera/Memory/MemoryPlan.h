@@ -6,14 +6,24 @@
 // with it; the phases of a program share the transient region, since they
 // never run at once.
 //
-// The plan is a linear scan in program order with a coalescing first-fit
-// free list (O(n log n)): buffers are placed by start (larger first among
-// equal starts), a buffer is released once the scan passes its last use,
-// and a request that fits no free block grows the block at the top of the
-// arena if there is one. A transformer allocates saved activations in the
-// forward and frees them in reverse in the backward; for such nested
-// lifetimes first fit packs like a stack and the arena is exactly the
-// largest live sum (peakLiveBytes).
+// Finding the smallest arena is NP-hard (dynamic storage allocation), so
+// planTransients runs two heuristics and keeps the smaller arena:
+//   - planLinearScan: a linear scan in program order with a coalescing
+//     first-fit free list (O(n log n)): buffers are placed by start (larger
+//     first among equal starts), a buffer is released once the scan passes
+//     its last use, and a request that fits no free block grows the block
+//     at the top of the arena if there is one. A transformer allocates
+//     saved activations in the forward and frees them in reverse in the
+//     backward; for such nested lifetimes first fit packs like a stack and
+//     the arena is exactly the largest live sum (peakLiveBytes).
+//   - planGreedyBySize: the largest buffers first, each at the lowest
+//     offset of the smallest gap between the already placed buffers it is
+//     live with (best fit; O(n^2) in the worst case). Where lifetimes
+//     cross rather than nest (a forward's scratch next to the values it
+//     saves, 16-bit activations beside their f32 copies), the scan leaves
+//     holes that no later buffer fits and this does not.
+// The scan is kept on a tie, and alone when it is within 0.1% of the lower
+// bound (peakLiveBytes), where the greedy's quadratic time buys nothing.
 //
 //===----------------------------------------------------------------------===//
 
@@ -47,6 +57,17 @@ int64_t alignTo(int64_t bytes, int64_t alignment);
 /// byte, each at a multiple of `alignment` and taking its size rounded up
 /// to it.
 Plan planLinearScan(const std::vector<Interval> &intervals, int64_t alignment);
+
+/// The largest buffers first, each in the smallest gap (best fit) between
+/// the buffers already placed that it is live with, or above them all.
+/// Same guarantees as planLinearScan except the nested-lifetimes one.
+Plan planGreedyBySize(const std::vector<Interval> &intervals,
+                      int64_t alignment);
+
+/// The smaller arena of planLinearScan and planGreedyBySize (the scan's on
+/// a tie; the scan alone when it is within 0.1% of peakLiveBytes): what
+/// tessera-lower-to-rt places each phase's transients with.
+Plan planTransients(const std::vector<Interval> &intervals, int64_t alignment);
 
 /// The largest sum of aligned sizes live at one position: what any plan
 /// needs at least.

@@ -158,7 +158,7 @@ public:
 
   /// Stage 2: a storage per value.
   mlir::LogicalResult plan();
-  /// Stage 3: transient offsets from `base` (memory::planLinearScan);
+  /// Stage 3: transient offsets from `base` (memory::planTransients);
   /// returns the transient bytes this phase needs.
   int64_t planMemory(int64_t base);
 

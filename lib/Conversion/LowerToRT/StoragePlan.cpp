@@ -779,7 +779,7 @@ int64_t PhasePlan::planMemory(int64_t base) {
     transients.push_back(&s);
     intervals.push_back({s.start, s.end, byteSize(s.type)});
   }
-  memory::Plan plan = memory::planLinearScan(intervals, kAlignment);
+  memory::Plan plan = memory::planTransients(intervals, kAlignment);
   for (auto [s, offset] : llvm::zip(transients, plan.offsets))
     s->offset = base + offset;
   for (Storage &s : storages)
