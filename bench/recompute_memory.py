@@ -13,10 +13,12 @@ activations and 1-byte dropout masks (Table 2):
 For each configuration this compiles the same GPT with L and 4L layers
 (tessera-gen gpt -> tessera-compile --emit=memory) and takes rank 0's
 peak activation bytes: their difference over 3L is what one layer keeps
-across the backward. (Over 3L rather than L: the arena's packing of
-values of mixed sizes, as bf16 activations and their f32 copies are,
-moves the peak by a few sbh from one layer count to the next.) It prints the paper's figure, the figure the paper's
-accounting gives for Tessera's choices, and the measured one.
+across the backward. (Over 3L rather than L: a packing of values of
+mixed sizes, as bf16 activations and their f32 copies are, that leaves
+holes would move the peak from one layer count to the next; the memory
+plan's greedy-by-size pass now closes them.) It prints the paper's
+figure, the figure the paper's accounting gives for Tessera's choices,
+and the measured one.
 
 Tessera's choices, which the "expected" column applies to the paper's terms:
 - activations are fp32 (4 bytes; also under --bf16 alone, where only
