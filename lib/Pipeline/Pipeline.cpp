@@ -319,7 +319,9 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   schedule.schedule = options.schedule;
   pm.addPass(dist::createPPSchedulePass(schedule));
   pm.addPass(dist::createVerifySchedulePass());
-  pm.addPass(createLowerToRTPass());
+  LowerToRTPassOptions lower;
+  lower.foldCasts = options.fuseCasts;
+  pm.addPass(createLowerToRTPass(lower));
   if (options.fuseBucketOptimizer)
     pm.addPass(createFuseBucketOptimizerPass());
 }

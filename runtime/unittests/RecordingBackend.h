@@ -122,12 +122,12 @@ public:
     return inner->gemmHalf(half, transA, transB, m, n, k, alpha, a, b, beta,
                            c);
   }
-  Status biasAdd(const float *x, const float *bias, float *y, int64_t rows,
+  Status biasAdd(FloatIn x, const float *bias, FloatOut y, int64_t rows,
                  int64_t cols) override {
     note("biasAdd");
     return inner->biasAdd(x, bias, y, rows, cols);
   }
-  Status add(const float *a, const float *b, float *c, int64_t n) override {
+  Status add(FloatIn a, FloatIn b, FloatOut c, int64_t n) override {
     note("add");
     return inner->add(a, b, c, n);
   }
@@ -140,22 +140,22 @@ public:
     note("geluGrad");
     return inner->geluGrad(x, dy, dx, n, tanh);
   }
-  Status biasGelu(const float *x, const float *bias, float *y, int64_t rows,
+  Status biasGelu(FloatIn x, const float *bias, FloatOut y, int64_t rows,
                   int64_t cols, bool tanh) override {
     note("biasGelu");
     return inner->biasGelu(x, bias, y, rows, cols, tanh);
   }
-  Status biasGeluGrad(const float *x, const float *bias, const float *dy,
+  Status biasGeluGrad(FloatIn x, const float *bias, const float *dy,
                       float *dx, float *dbias, int64_t rows, int64_t cols,
                       bool tanh, float beta) override {
     note("biasGeluGrad");
     return inner->biasGeluGrad(x, bias, dy, dx, dbias, rows, cols, tanh, beta);
   }
-  Status swiglu(const float *x, float *y, int64_t rows, int64_t n) override {
+  Status swiglu(FloatIn x, FloatOut y, int64_t rows, int64_t n) override {
     note("swiglu");
     return inner->swiglu(x, y, rows, n);
   }
-  Status swigluGrad(const float *x, const float *dy, float *dx, int64_t rows,
+  Status swigluGrad(FloatIn x, const float *dy, float *dx, int64_t rows,
                     int64_t n) override {
     note("swigluGrad");
     return inner->swigluGrad(x, dy, dx, rows, n);
@@ -286,13 +286,13 @@ public:
     note("scaleBy");
     return inner->scaleBy(x, s, y, n);
   }
-  Status layerNorm(const float *x, const float *gamma, const float *bias,
-                   float *y, int64_t rows, int64_t cols, float eps) override {
+  Status layerNorm(FloatIn x, const float *gamma, const float *bias,
+                   FloatOut y, int64_t rows, int64_t cols, float eps) override {
     note("layerNorm");
     return inner->layerNorm(x, gamma, bias, y, rows, cols, eps);
   }
   Status addLayerNorm(const float *a, const float *b, const float *gamma,
-                      const float *bias, float *s, float *y, int64_t rows,
+                      const float *bias, float *s, FloatOut y, int64_t rows,
                       int64_t cols, float eps) override {
     note("addLayerNorm");
     return inner->addLayerNorm(a, b, gamma, bias, s, y, rows, cols, eps);
@@ -305,25 +305,25 @@ public:
     return inner->addLayerNormGrad(x, gamma, dy, dr, dx, dgamma, dbias, rows,
                                    cols, eps, beta);
   }
-  Status rmsNorm(const float *x, const float *gamma, float *y, int64_t rows,
+  Status rmsNorm(FloatIn x, const float *gamma, FloatOut y, int64_t rows,
                  int64_t cols, float eps) override {
     note("rmsNorm");
     return inner->rmsNorm(x, gamma, y, rows, cols, eps);
   }
   Status addRmsNorm(const float *a, const float *b, const float *gamma,
-                    float *s, float *y, int64_t rows, int64_t cols,
+                    float *s, FloatOut y, int64_t rows, int64_t cols,
                     float eps) override {
     note("addRmsNorm");
     return inner->addRmsNorm(a, b, gamma, s, y, rows, cols, eps);
   }
-  Status rmsNormGrad(const float *x, const float *gamma, const float *dy,
+  Status rmsNormGrad(FloatIn x, const float *gamma, const float *dy,
                      const float *dr, float *dx, float *dgamma, int64_t rows,
                      int64_t cols, float eps, float beta) override {
     note("rmsNormGrad");
     return inner->rmsNormGrad(x, gamma, dy, dr, dx, dgamma, rows, cols, eps,
                               beta);
   }
-  Status layerNormGrad(const float *x, const float *gamma, const float *dy,
+  Status layerNormGrad(FloatIn x, const float *gamma, const float *dy,
                        float *dx, float *dgamma, float *dbias, int64_t rows,
                        int64_t cols, float eps, float beta) override {
     note("layerNormGrad");

@@ -215,6 +215,123 @@ TEST_F(TransformerKernelsTest, LayerNormMatchesReference) {
   }
 }
 
+// The activation kernels load and store any float format (FloatIn,
+// FloatOut): a 16-bit operand must give, bit for bit, what a Cast to f32
+// before the f32 kernel and a Cast back after it give, which is what the
+// compiler's fold of those casts into the kernel relies on. Sizes take the
+// threaded paths and several of add's staged spans.
+TEST_F(TransformerKernelsTest, AnyFormatOperandsEqualCastsAroundTheF32Kernel) {
+  using Half = std::vector<uint16_t>;
+  const int64_t rows = 300, cols = 130, n = rows * cols;
+  for (FloatFormat h : {FloatFormat::BF16, FloatFormat::F16}) {
+    SCOPED_TRACE(h == FloatFormat::BF16 ? "bf16" : "f16");
+    auto narrow = [&](const Vec &v) {
+      Half out(v.size());
+      floatsToHalf(h, v.data(), out.data(), int64_t(v.size()));
+      return out;
+    };
+    auto widen = [&](const Half &v) {
+      Vec out(v.size());
+      halfToFloats(h, v.data(), out.data(), int64_t(v.size()));
+      return out;
+    };
+    auto in = [&](const Half &v) { return FloatIn(v.data(), h); };
+    auto out = [&](Half &v) { return FloatOut(v.data(), h); };
+    const Half x = narrow(random(size_t(n), 2.0f));
+    const Half x2 = narrow(random(size_t(2 * n)));
+    const Vec xw = widen(x), x2w = widen(x2);
+    const Vec b = random(size_t(n)), bias = random(size_t(cols));
+    const Vec g = random(size_t(cols)), dy = random(size_t(n));
+    const size_t len = static_cast<size_t>(n);
+    Vec ref(len), got(len);
+    Half yh(len);
+
+    // add: 16-bit A and C, f32 B; then 16-bit A and B, f32 C.
+    ASSERT_TRUE(backend->add(xw.data(), b.data(), ref.data(), n).ok());
+    ASSERT_TRUE(backend->add(in(x), b.data(), out(yh), n).ok());
+    EXPECT_EQ(yh, narrow(ref)) << "add";
+    const Half b16 = narrow(b);
+    ASSERT_TRUE(backend->add(xw.data(), widen(b16).data(), ref.data(), n).ok());
+    ASSERT_TRUE(backend->add(in(x), in(b16), got.data(), n).ok());
+    EXPECT_EQ(got, ref) << "add, f32 result";
+    // bias add, bias-GELU (both forms) and its backward.
+    ASSERT_TRUE(backend->biasAdd(xw.data(), bias.data(), ref.data(), rows, cols).ok());
+    ASSERT_TRUE(backend->biasAdd(in(x), bias.data(), out(yh), rows, cols).ok());
+    EXPECT_EQ(yh, narrow(ref)) << "biasAdd";
+    for (bool tanh : {false, true}) {
+      ASSERT_TRUE(backend->biasGelu(xw.data(), bias.data(), ref.data(), rows,
+                                    cols, tanh).ok());
+      ASSERT_TRUE(backend->biasGelu(in(x), bias.data(), out(yh), rows, cols,
+                                    tanh).ok());
+      EXPECT_EQ(yh, narrow(ref)) << "biasGelu tanh " << tanh;
+      Vec dbRef = random(size_t(cols)), dbGot = dbRef;
+      ASSERT_TRUE(backend->biasGeluGrad(xw.data(), bias.data(), dy.data(),
+                                        ref.data(), dbRef.data(), rows, cols,
+                                        tanh, 1.0f).ok());
+      ASSERT_TRUE(backend->biasGeluGrad(in(x), bias.data(), dy.data(),
+                                        got.data(), dbGot.data(), rows, cols,
+                                        tanh, 1.0f).ok());
+      EXPECT_EQ(got, ref) << "biasGeluGrad dx tanh " << tanh;
+      EXPECT_EQ(dbGot, dbRef) << "biasGeluGrad dbias tanh " << tanh;
+    }
+    // The norms and their backwards.
+    ASSERT_TRUE(backend->layerNorm(xw.data(), g.data(), bias.data(), ref.data(),
+                                   rows, cols, 1e-5f).ok());
+    ASSERT_TRUE(backend->layerNorm(in(x), g.data(), bias.data(), out(yh), rows,
+                                   cols, 1e-5f).ok());
+    EXPECT_EQ(yh, narrow(ref)) << "layerNorm";
+    ASSERT_TRUE(backend->rmsNorm(xw.data(), g.data(), ref.data(), rows, cols,
+                                 1e-5f).ok());
+    ASSERT_TRUE(backend->rmsNorm(in(x), g.data(), out(yh), rows, cols, 1e-5f).ok());
+    EXPECT_EQ(yh, narrow(ref)) << "rmsNorm";
+    // The fused residual add + norm: a 16-bit Y (the f32 sum S unchanged).
+    Vec sRef(len), sGot(len);
+    ASSERT_TRUE(backend->addLayerNorm(xw.data(), b.data(), g.data(), bias.data(),
+                                      sRef.data(), ref.data(), rows, cols,
+                                      1e-5f).ok());
+    ASSERT_TRUE(backend->addLayerNorm(xw.data(), b.data(), g.data(), bias.data(),
+                                      sGot.data(), out(yh), rows, cols,
+                                      1e-5f).ok());
+    EXPECT_EQ(yh, narrow(ref)) << "addLayerNorm";
+    EXPECT_EQ(sGot, sRef) << "addLayerNorm sum";
+    ASSERT_TRUE(backend->addRmsNorm(xw.data(), b.data(), g.data(), sRef.data(),
+                                    ref.data(), rows, cols, 1e-5f).ok());
+    ASSERT_TRUE(backend->addRmsNorm(xw.data(), b.data(), g.data(), sGot.data(),
+                                    out(yh), rows, cols, 1e-5f).ok());
+    EXPECT_EQ(yh, narrow(ref)) << "addRmsNorm";
+    EXPECT_EQ(sGot, sRef) << "addRmsNorm sum";
+    const size_t width = static_cast<size_t>(cols);
+    Vec dgRef(width), dgGot(width), dbRef(width), dbGot(width);
+    ASSERT_TRUE(backend->layerNormGrad(xw.data(), g.data(), dy.data(), ref.data(),
+                                       dgRef.data(), dbRef.data(), rows, cols,
+                                       1e-5f, 0.0f).ok());
+    ASSERT_TRUE(backend->layerNormGrad(in(x), g.data(), dy.data(), got.data(),
+                                       dgGot.data(), dbGot.data(), rows, cols,
+                                       1e-5f, 0.0f).ok());
+    EXPECT_EQ(got, ref) << "layerNormGrad dx";
+    EXPECT_EQ(dgGot, dgRef) << "layerNormGrad dgamma";
+    EXPECT_EQ(dbGot, dbRef) << "layerNormGrad dbeta";
+    ASSERT_TRUE(backend->rmsNormGrad(xw.data(), g.data(), dy.data(), nullptr,
+                                     ref.data(), dgRef.data(), rows, cols, 1e-5f,
+                                     0.0f).ok());
+    ASSERT_TRUE(backend->rmsNormGrad(in(x), g.data(), dy.data(), nullptr,
+                                     got.data(), dgGot.data(), rows, cols,
+                                     1e-5f, 0.0f).ok());
+    EXPECT_EQ(got, ref) << "rmsNormGrad dx";
+    EXPECT_EQ(dgGot, dgRef) << "rmsNormGrad dgamma";
+    // SwiGLU over [rows, 2 cols] and its backward.
+    ASSERT_TRUE(backend->swiglu(x2w.data(), ref.data(), rows, cols).ok());
+    ASSERT_TRUE(backend->swiglu(in(x2), out(yh), rows, cols).ok());
+    EXPECT_EQ(yh, narrow(ref)) << "swiglu";
+    Vec dx2Ref(2 * len), dx2Got(2 * len);
+    ASSERT_TRUE(backend->swigluGrad(x2w.data(), dy.data(), dx2Ref.data(), rows,
+                                    cols).ok());
+    ASSERT_TRUE(backend->swigluGrad(in(x2), dy.data(), dx2Got.data(), rows,
+                                    cols).ok());
+    EXPECT_EQ(dx2Got, dx2Ref) << "swigluGrad";
+  }
+}
+
 TEST_F(TransformerKernelsTest, LayerNormGradVsFiniteDifferences) {
   for (auto [rows, cols] :
        {std::pair<int64_t, int64_t>{1, 4}, {5, 7}, {4, 33}}) {

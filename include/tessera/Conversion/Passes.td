@@ -11,11 +11,23 @@ def LowerToRTPass : Pass<"tessera-lower-to-rt", "mlir::ModuleOp"> {
     Persistent buffers (parameters, gradients, optimizer state, inputs, loss,
     iteration) are laid out first, 64-byte aligned; every other tensor gets
     a transient buffer from a static memory plan (liveness intervals, linear
-    scan in program order, first-fit free list), shared by the phases since they run
-    one after another. Gradients returned by the microbatch phase
+    scan in program order, first-fit free list, or greedy by size where that
+    packs tighter), shared by the phases since they run
+    one after another. A cast between f32 and a 16-bit format beside an
+    activation kernel that loads or stores any float format is folded into
+    it (`fold-casts`): no Cast kernel, no f32 copy. Gradients returned by the microbatch phase
     accumulate into their buffers (GEMM with beta = 1 where possible).
   }];
   let dependentDialects = ["::tessera::rt::RTDialect", "::mlir::func::FuncDialect"];
+  let options = [
+    Option<"foldCasts", "fold-casts", "bool", /*default=*/"true",
+           "fold a cast to or from 16 bits into the activation kernel beside "
+           "it, which then loads or stores the 16-bit value itself (the "
+           "`h` operands of Add, BiasAdd, BiasGelu(Grad), LayerNorm(Grad), "
+           "RMSNorm(Grad), SwiGLU(Grad), AddLayerNorm's and AddRMSNorm's "
+           "Y); =false keeps the Cast kernels, "
+           "for comparison">
+  ];
   let statistics = [
     Statistic<"arenaBytes", "arena-bytes", "bytes of the per-rank arena">,
     Statistic<"transientBytes", "transient-bytes", "bytes of the transient region">

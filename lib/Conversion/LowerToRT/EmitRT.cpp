@@ -225,6 +225,21 @@ struct KernelPattern : PhasePattern<SourceOp> {
   }
 };
 
+/// nn.cast: the Cast kernel, or nothing where the storage plan folded the
+/// cast into the kernel beside it (which loads or stores the 16-bit value
+/// itself; its input and result then share one storage).
+struct CastPattern : PhasePattern<nn::CastOp> {
+  using PhasePattern::PhasePattern;
+  FailureOr<Value> lower(nn::CastOp op, OpAdaptor,
+                         ConversionPatternRewriter &b) const override {
+    if (!state.plan.foldedCasts.contains(op))
+      rt::CastOp::create(b, op.getLoc(), TypeRange{},
+                         operandsThenResults(b, op),
+                         SmallVector<NamedAttribute>{beta(b, op.getResult())});
+    return Value();
+  }
+};
+
 //===----------------------------------------------------------------------===//
 // Attributes of the generic kernels
 //===----------------------------------------------------------------------===//
@@ -267,7 +282,6 @@ KERNEL_ATTRS(nn::BiasGeluGradOp) {
   return {p.iattrs(b, {o.getApproximate() == "tanh" ? 1 : 0}),
           p.beta(b, o.getBiasGrad())};
 }
-KERNEL_ATTRS(nn::CastOp) { return {p.beta(b, o.getResult())}; }
 KERNEL_ATTRS(nn::PositionEmbeddingGradOp) {
   return p.withGroup(b, {p.beta(b, o.getResult())},
                      o.getSequenceShardGroupAttr());
@@ -1094,7 +1108,7 @@ LogicalResult emitPhase(PhasePlan &plan, func::FuncOp entry) {
       KernelPattern<nn::MeanOp, rt::MeanOp>,
       KernelPattern<nn::MeanGradOp, rt::MeanGradOp>,
       KernelPattern<nn::FillOp, rt::FillOp>,
-      KernelPattern<nn::CastOp, rt::CastOp>,
+      CastPattern,
       KernelPattern<nn::ScaleOp, rt::ScaleOp>,
       // nn ops with their own expansion.
       LinearPattern, MatmulPattern, SoftmaxCrossEntropyPattern,

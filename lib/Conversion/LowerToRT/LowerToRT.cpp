@@ -22,6 +22,7 @@ using namespace tessera::lowering;
 
 namespace {
 struct LowerToRTPass : tessera::impl::LowerToRTPassBase<LowerToRTPass> {
+  using LowerToRTPassBase::LowerToRTPassBase;
   void runOnOperation() override;
   LogicalResult lowerProgram(ModuleOp program);
 };
@@ -106,12 +107,15 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
   std::vector<std::unique_ptr<PhasePlan>> lowerings;
   for (func::FuncOp f : phases)
     lowerings.push_back(
-        std::make_unique<PhasePlan>(f, /*isStep=*/false, buffers, makeBuffer));
+        std::make_unique<PhasePlan>(f, /*isStep=*/false, buffers, makeBuffer,
+                                    foldCasts));
   lowerings.push_back(
-      std::make_unique<PhasePlan>(step, /*isStep=*/true, buffers, makeBuffer));
+      std::make_unique<PhasePlan>(step, /*isStep=*/true, buffers, makeBuffer,
+                                  foldCasts));
   if (init)
     lowerings.push_back(
-        std::make_unique<PhasePlan>(init, /*isStep=*/true, buffers, makeBuffer));
+        std::make_unique<PhasePlan>(init, /*isStep=*/true, buffers, makeBuffer,
+                                    foldCasts));
   for (auto &l : lowerings)
     if (failed(l->plan()))
       return failure();

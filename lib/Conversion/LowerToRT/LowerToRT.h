@@ -154,7 +154,7 @@ public:
   using MakeBuffer = std::function<void(llvm::StringRef name, mlir::Type type)>;
 
   PhasePlan(mlir::func::FuncOp func, bool isStep, PersistentBuffers &buffers,
-            MakeBuffer makeBuffer);
+            MakeBuffer makeBuffer, bool foldCasts);
 
   /// Stage 2: a storage per value.
   mlir::LogicalResult plan();
@@ -205,11 +205,23 @@ public:
   /// scatter_to_region ops whose result is the rank's shard view of their
   /// input bucket: nothing to copy.
   llvm::DenseSet<mlir::Operation *> aliasedScatter;
+  /// Casts folded into the kernel beside them, which loads or stores the
+  /// 16-bit value itself (foldCasts): they lower to nothing, their input
+  /// and result sharing one storage of the 16-bit type.
+  llvm::DenseSet<mlir::Operation *> foldedCasts;
+  /// A narrowing folded cast's input (the kernel's f32 result) -> the
+  /// cast's result, whose storage the kernel writes.
+  llvm::DenseMap<mlir::Value, mlir::Value> narrowedInto;
 
 private:
   /// The storages of each persistent buffer, in creation order (so that
   /// finding a buffer's other values is not a scan of every storage).
   llvm::StringMap<llvm::SmallVector<int, 1>> storagesOfBuffer;
+
+  /// Finds the casts to fold (foldedCasts, narrowedInto).
+  void foldCasts();
+  llvm::DenseMap<mlir::Value, mlir::Value> narrowedFrom;
+  bool foldCastsEnabled = true;
 
   int newStorage(mlir::Type type, llvm::StringRef persistentName = "");
   void assign(mlir::Value v, int id);

@@ -157,9 +157,9 @@ bool PhasePlan::clobberable(Value v, Operation *op) {
 
 
 PhasePlan::PhasePlan(func::FuncOp func, bool isStep, PersistentBuffers &buffers,
-                     MakeBuffer makeBuffer)
+                     MakeBuffer makeBuffer, bool foldCasts)
     : func(func), isStep(isStep), buffers(buffers),
-      makeBuffer(std::move(makeBuffer)) {
+      makeBuffer(std::move(makeBuffer)), foldCastsEnabled(foldCasts) {
   chunk = chunkOf(func);
   if (auto program = func->getParentOfType<ModuleOp>())
     for (auto sched : program.getOps<dist::ScheduleOp>())
@@ -186,6 +186,69 @@ int PhasePlan::newStorage(Type type, StringRef persistentName) {
 void PhasePlan::assign(Value v, int id) {
   storageOf[v] = id;
   storages[id].values.push_back(v);
+  // A folded narrowing cast's result: the kernel's f32 result is stored
+  // there too (the kernel writes it in the 16-bit format).
+  if (Value source = narrowedFrom.lookup(v)) {
+    storageOf[source] = id;
+    storages[id].values.push_back(source);
+  }
+}
+
+/// The operands (bit i: operand i) and results a kernel loads or stores in
+/// any float format (Opcodes.def's `h` operands of the activation kernels,
+/// in the same order: the generic kernel lowering passes the operands then
+/// the results).
+static std::pair<unsigned, unsigned> anyFormatOperands(Operation *op) {
+  if (isa<nn::AddOp>(op))
+    return {0b11, 1};
+  // The fused residual add + norm: the norm's result (the sum stays f32).
+  if (isa<nn::AddLayerNormOp, nn::AddRMSNormOp>(op))
+    return {0, 0b10};
+  if (isa<nn::BiasAddOp, nn::BiasGeluOp, nn::LayerNormOp, nn::RMSNormOp,
+          nn::SwiGLUOp>(op))
+    return {1, 1};
+  if (isa<nn::BiasGeluGradOp, nn::LayerNormGradOp, nn::RMSNormGradOp,
+          nn::SwiGLUGradOp>(op))
+    return {1, 0};
+  return {0, 0};
+}
+
+static bool isF32(Value v) {
+  return cast<RankedTensorType>(v.getType()).getElementType().isF32();
+}
+
+void PhasePlan::foldCasts() {
+  for (Operation *op : ops) {
+    auto c = dyn_cast<nn::CastOp>(op);
+    if (!c || bucketPart.count(c.getResult()))
+      continue;
+    Value in = c.getInput(), out = c.getResult();
+    // Widening: every reader of the f32 copy loads the 16-bit value
+    // itself (not a value bound to a buffer: a gradient, a saved copy).
+    if (!isF32(in) && isF32(out) && resultBinding(out).empty() &&
+        !out.use_empty() && llvm::all_of(out.getUses(), [](OpOperand &use) {
+          unsigned n = use.getOperandNumber();
+          return n < 32 && (anyFormatOperands(use.getOwner()).first >> n & 1);
+        })) {
+      foldedCasts.insert(op);
+      continue;
+    }
+    // Narrowing: the kernel's f32 result is read by this cast alone, which
+    // rounds it as the kernel's store would (not into a gradient buffer,
+    // where the cast would accumulate).
+    auto produced = dyn_cast<OpResult>(in);
+    StringRef binding = resultBinding(out);
+    if (isF32(in) && !isF32(out) && produced && in.hasOneUse() &&
+        (binding.empty() || binding.starts_with("stash:")) &&
+        produced.getResultNumber() < 32 &&
+        (anyFormatOperands(produced.getOwner()).second >>
+             produced.getResultNumber() &
+         1)) {
+      foldedCasts.insert(op);
+      narrowedInto[in] = out;
+      narrowedFrom[out] = in;
+    }
+  }
 }
 
 OpOperand *PhasePlan::readAfter(ArrayRef<std::string> names, Operation *op) {
@@ -310,6 +373,8 @@ LogicalResult PhasePlan::plan() {
       bucketPart[g] = {id, (startOf.lookup(name) - k.start) * elementBytes};
     }
   }
+  if (foldCastsEnabled)
+    foldCasts();
   for (Operation *op : ops)
     if (failed(planOp(op)))
       return failure();
@@ -351,6 +416,14 @@ int PhasePlan::gatheredBucket(dist::UnpackOp unpack) {
 }
 
 LogicalResult PhasePlan::planOp(Operation *op) {
+  // A folded cast: a widening one's result is its input, read in the
+  // 16-bit format; a narrowing one's was stored with its kernel's result.
+  if (foldedCasts.contains(op)) {
+    auto c = cast<nn::CastOp>(op);
+    if (!narrowedFrom.count(c.getResult()))
+      assign(c.getResult(), storageOf.lookup(c.getInput()));
+    return success();
+  }
   // Pipeline p2p: a received value goes straight to the slot of saved
   // activations when the backward needs it, else to a staging buffer of
   // its own; a send reads a staging buffer or a saved activation (never a
@@ -584,7 +657,11 @@ LogicalResult PhasePlan::planOp(Operation *op) {
     }
     copyFirst.insert(op);
   }
-  for (Value result : op->getResults()) {
+  for (Value produced : op->getResults()) {
+    // A result that a folded cast narrows is stored as the cast's result.
+    Value result = produced;
+    if (Value narrowed = narrowedInto.lookup(produced))
+      result = narrowed;
     if (auto part = bucketPart.find(result);
         part != bucketPart.end() && !inPlace && !aliasOnly &&
         !copyFirst.contains(op)) {

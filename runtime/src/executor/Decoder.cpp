@@ -82,8 +82,19 @@ Status Decoder::decodeInstr(const fb::Instr &in, Thunk &t) {
     for (flatbuffers::uoffset_t i = 0; i < in.fattrs()->size() && i < 5; ++i)
       t.f[i] = in.fattrs()->Get(i);
   int count = in.operands() ? int(in.operands()->size()) : 0;
-  for (int i = 0; i < count; ++i)
+  for (int i = 0; i < count; ++i) {
     t.ptr[i] = ptrOf(i);
+    switch (floatType(in, i)) {
+    case ElementType::BF16:
+      t.fmt[i] = FloatFormat::BF16;
+      break;
+    case ElementType::F16:
+      t.fmt[i] = FloatFormat::F16;
+      break;
+    default:
+      t.fmt[i] = FloatFormat::F32;
+    }
+  }
   if (count)
     t.n = numel(ref(in, 0));
   if (opcodeInfo(in.op()).has(Runs))

@@ -12,6 +12,7 @@
 #define TESSERA_RT_EXECUTOR_THUNK_H
 
 #include "tessera/rt/Artifact.h"
+#include "tessera/rt/BF16.h"
 #include "tessera/rt/Communicator.h"
 #include "tessera/rt/Opcodes.h"
 #include "tessera/rt/math/SequenceLayout.h"
@@ -33,6 +34,9 @@ struct Thunk {
   /// The opcode's run function (executor/ops/Ops.h).
   Status (*run)(ops::RunContext &, const Thunk &) = nullptr;
   void *ptr[maxOperands()] = {};
+  /// The storage format of each float operand (F32 for other dtypes): what
+  /// the kernels that load and store any format (FloatIn, FloatOut) read.
+  FloatFormat fmt[maxOperands()] = {};
   /// gemm: m, n, k; matrix ops: rows (m) x cols (n); elementwise: n.
   int64_t m = 0, n = 0, k = 0;
   /// Integer parameters of the kernels (see each opcode's decode function in

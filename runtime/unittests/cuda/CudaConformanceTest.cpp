@@ -521,6 +521,112 @@ TEST(CudaConformanceTest, SwiGLU) {
   }
 }
 
+// The activation kernels with 16-bit operands (FloatIn, FloatOut: what
+// the compiler's folded casts leave to them): the same math from the
+// exactly widened values, so results within an ulp of the 16-bit format
+// (f32 ones within the f32 kernels' bounds).
+TEST(CudaConformanceTest, AnyFormatActivationKernels) {
+  const int64_t rows = 67;
+  for (FloatFormat h : {FloatFormat::BF16, FloatFormat::F16}) {
+    const std::string fmt = formatName(h);
+    for (int64_t cols : {int64_t(5), int64_t(1600)}) {
+      const std::string shape = fmt + " cols=" + std::to_string(cols);
+      const size_t n = size_t(rows * cols);
+      auto x = random(n, 2.0f);
+      compare("add " + shape,
+              {floats(h, x, false), in(random(n)), floats(h, random(n), true)},
+              [&](Backend &b, std::vector<void *> &p) {
+                return b.add(FloatIn(p[0], h), F(1), FloatOut(p[2], h),
+                             int64_t(n));
+              });
+      compare("add, f32 result " + shape,
+              {floats(h, x, false), floats(h, random(n), false), out(random(n))},
+              [&](Backend &b, std::vector<void *> &p) {
+                return b.add(FloatIn(p[0], h), FloatIn(p[1], h), F(2),
+                             int64_t(n));
+              });
+      compare("biasAdd " + shape,
+              {floats(h, x, false), in(random(cols)), floats(h, random(n), true)},
+              [&](Backend &b, std::vector<void *> &p) {
+                return b.biasAdd(FloatIn(p[0], h), F(1), FloatOut(p[2], h),
+                                 rows, cols);
+              });
+      for (bool tanh : {false, true}) {
+        compare("biasGelu " + shape,
+                {floats(h, x, false), in(random(cols)),
+                 floats(h, random(n), true)},
+                [&](Backend &b, std::vector<void *> &p) {
+                  return b.biasGelu(FloatIn(p[0], h), F(1), FloatOut(p[2], h),
+                                    rows, cols, tanh);
+                });
+        compare("biasGeluGrad " + shape,
+                {floats(h, x, false), in(random(cols)), in(random(n)),
+                 out(random(n)), out(random(cols))},
+                [&](Backend &b, std::vector<void *> &p) {
+                  return b.biasGeluGrad(FloatIn(p[0], h), F(1), F(2), F(3),
+                                        F(4), rows, cols, tanh, 1.0f);
+                },
+                2e-5);
+      }
+      compare("layerNorm " + shape,
+              {floats(h, x, false), in(random(cols)), in(random(cols)),
+               floats(h, random(n), true)},
+              [&](Backend &b, std::vector<void *> &p) {
+                return b.layerNorm(FloatIn(p[0], h), F(1), F(2),
+                                   FloatOut(p[3], h), rows, cols, 1e-5f);
+              });
+      compare("layerNormGrad " + shape,
+              {floats(h, x, false), in(random(cols)), in(random(n)),
+               out(random(n)), out(random(cols)), out(random(cols))},
+              [&](Backend &b, std::vector<void *> &p) {
+                return b.layerNormGrad(FloatIn(p[0], h), F(1), F(2), F(3), F(4),
+                                       F(5), rows, cols, 1e-5f, 0.0f);
+              },
+              2e-5);
+      compare("rmsNorm " + shape,
+              {floats(h, x, false), in(random(cols)), floats(h, random(n), true)},
+              [&](Backend &b, std::vector<void *> &p) {
+                return b.rmsNorm(FloatIn(p[0], h), F(1), FloatOut(p[2], h),
+                                 rows, cols, 1e-6f);
+              });
+      compare("addLayerNorm " + shape,
+              {in(x), in(random(n)), in(random(cols)), in(random(cols)),
+               out(random(n)), floats(h, random(n), true)},
+              [&](Backend &b, std::vector<void *> &p) {
+                return b.addLayerNorm(F(0), F(1), F(2), F(3), F(4),
+                                      FloatOut(p[5], h), rows, cols, 1e-5f);
+              });
+      compare("addRmsNorm " + shape,
+              {in(x), in(random(n)), in(random(cols)), out(random(n)),
+               floats(h, random(n), true)},
+              [&](Backend &b, std::vector<void *> &p) {
+                return b.addRmsNorm(F(0), F(1), F(2), F(3), FloatOut(p[4], h),
+                                    rows, cols, 1e-6f);
+              });
+      compare("rmsNormGrad " + shape,
+              {floats(h, x, false), in(random(cols)), in(random(n)),
+               out(random(n)), out(random(cols))},
+              [&](Backend &b, std::vector<void *> &p) {
+                return b.rmsNormGrad(FloatIn(p[0], h), F(1), F(2), nullptr,
+                                     F(3), F(4), rows, cols, 1e-6f, 0.0f);
+              },
+              2e-5);
+      auto x2 = random(2 * n, 4.0f);
+      compare("swiglu " + shape,
+              {floats(h, x2, false), floats(h, random(n), true)},
+              [&](Backend &b, std::vector<void *> &p) {
+                return b.swiglu(FloatIn(p[0], h), FloatOut(p[1], h), rows,
+                                cols);
+              });
+      compare("swigluGrad " + shape,
+              {floats(h, x2, false), in(random(n)), out(random(2 * n))},
+              [&](Backend &b, std::vector<void *> &p) {
+                return b.swigluGrad(FloatIn(p[0], h), F(1), F(2), rows, cols);
+              });
+    }
+  }
+}
+
 TEST(CudaConformanceTest, RepeatKV) {
   // Llama 3's 8 query heads per group at head dim 128, and MHA's G = heads.
   for (auto [heads, groups] :

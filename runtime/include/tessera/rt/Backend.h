@@ -43,6 +43,29 @@ struct AdamParams {
 // FloatFormat (f32, bf16 or f16), the storage format of a floating-point
 // operand of the mixed-precision kernels, is BF16.h's.
 
+/// A float input of a kernel that loads any FloatFormat (the activation
+/// kernels under bf16 activations: they read the stored 16-bit value and
+/// compute in f32, so no cast kernel widens it first). An f32 pointer
+/// converts to one implicitly.
+struct FloatIn {
+  const void *data = nullptr;
+  FloatFormat format = FloatFormat::F32;
+  FloatIn(const float *p) : data(p) {}
+  FloatIn(const void *p, FloatFormat f) : data(p), format(f) {}
+  bool isF32() const { return format == FloatFormat::F32; }
+  const float *f32() const { return static_cast<const float *>(data); }
+};
+/// A float output of a kernel that stores any FloatFormat (each f32 result
+/// rounded once, to nearest even, as a Cast would).
+struct FloatOut {
+  void *data = nullptr;
+  FloatFormat format = FloatFormat::F32;
+  FloatOut(float *p) : data(p) {}
+  FloatOut(void *p, FloatFormat f) : data(p), format(f) {}
+  bool isF32() const { return format == FloatFormat::F32; }
+  float *f32() const { return static_cast<float *>(data); }
+};
+
 /// Options passed to a backend factory.
 struct BackendOptions {
   /// Threads for BLAS-like libraries; 0 leaves the library default.
@@ -128,10 +151,11 @@ public:
                           int64_t m, int64_t n, int64_t k, float alpha,
                           const uint16_t *a, const uint16_t *b, float beta,
                           float *c) = 0;
-  /// Y[i, j] = X[i, j] + bias[j]; Y may alias X.
-  virtual Status biasAdd(const float *x, const float *bias, float *y,
+  /// Y[i, j] = X[i, j] + bias[j]; Y may alias X (same format). X and Y in
+  /// any FloatFormat (FloatIn/FloatOut), as A, B and C of add.
+  virtual Status biasAdd(FloatIn x, const float *bias, FloatOut y,
                          int64_t rows, int64_t cols) = 0;
-  virtual Status add(const float *a, const float *b, float *c, int64_t n) = 0;
+  virtual Status add(FloatIn a, FloatIn b, FloatOut c, int64_t n) = 0;
   /// Y = 0.5 x (1 + erf(x / sqrt 2)), or with `tanh` the tanh
   /// approximation 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
   virtual Status gelu(const float *x, float *y, int64_t n, bool tanh) = 0;
@@ -139,22 +163,24 @@ public:
   virtual Status geluGrad(const float *x, const float *dy, float *dx,
                           int64_t n, bool tanh) = 0;
   /// Y[i, j] = gelu(X[i, j] + bias[j]) of the form `tanh` selects (as
-  /// gelu), for X, Y [rows, cols].
-  virtual Status biasGelu(const float *x, const float *bias, float *y,
+  /// gelu), for X, Y [rows, cols] (any FloatFormat).
+  virtual Status biasGelu(FloatIn x, const float *bias, FloatOut y,
                           int64_t rows, int64_t cols, bool tanh) = 0;
   /// dX[i, j] = dY[i, j] * gelu'(X[i, j] + bias[j]) and dbias[j] =
   /// beta * dbias[j] + sum_i dX[i, j] (beta == 0 overwrites), summed row by
-  /// row as reduceRows does.
-  virtual Status biasGeluGrad(const float *x, const float *bias,
+  /// row as reduceRows does. X in any FloatFormat.
+  virtual Status biasGeluGrad(FloatIn x, const float *bias,
                               const float *dy, float *dx, float *dbias,
                               int64_t rows, int64_t cols, bool tanh,
                               float beta) = 0;
   /// SwiGLU: X is [rows, 2n], each row the gate then the up projection;
-  /// Y[i, j] = silu(X[i, j]) * X[i, n + j] (math::swiglu).
-  virtual Status swiglu(const float *x, float *y, int64_t rows, int64_t n) = 0;
+  /// Y[i, j] = silu(X[i, j]) * X[i, n + j] (math::swiglu); X and Y in any
+  /// FloatFormat.
+  virtual Status swiglu(FloatIn x, FloatOut y, int64_t rows, int64_t n) = 0;
   /// Its backward (math::swigluGrad): dX[i, j] the gate's gradient,
-  /// dX[i, n + j] the up projection's, from X and dY [rows, n].
-  virtual Status swigluGrad(const float *x, const float *dy, float *dx,
+  /// dX[i, n + j] the up projection's, from X (any FloatFormat) and dY
+  /// [rows, n].
+  virtual Status swigluGrad(FloatIn x, const float *dy, float *dx,
                             int64_t rows, int64_t n) = 0;
   /// Grouped-query attention (the RepeatKV opcode): X [rows, groups *
   /// (heads/groups + 2) * headDim], each group [q of its heads | k | v], to
@@ -264,21 +290,23 @@ public:
   //===--------------------------------------------------------------------===//
 
   /// Y[r, :] = (X[r, :] - mean) * rstd * gamma + bias, mean and variance
-  /// (biased) over the `cols` of each row, rstd = 1 / sqrt(var + eps).
-  virtual Status layerNorm(const float *x, const float *gamma,
-                           const float *bias, float *y, int64_t rows,
+  /// (biased) over the `cols` of each row, rstd = 1 / sqrt(var + eps). X
+  /// and Y in any FloatFormat (the statistics in f32).
+  virtual Status layerNorm(FloatIn x, const float *gamma,
+                           const float *bias, FloatOut y, int64_t rows,
                            int64_t cols, float eps) = 0;
   /// dX (overwritten) and dgamma/dbeta = beta * old + sums over rows; mean
-  /// and rstd are recomputed from X.
-  virtual Status layerNormGrad(const float *x, const float *gamma,
+  /// and rstd are recomputed from X (any FloatFormat).
+  virtual Status layerNormGrad(FloatIn x, const float *gamma,
                                const float *dy, float *dx, float *dgamma,
                                float *dbias, int64_t rows, int64_t cols,
                                float eps, float beta) = 0;
   /// S = A + B, then Y = layerNorm(S): the residual add and the layer norm
-  /// of the sum in one pass (the same results as add then layerNorm).
+  /// of the sum in one pass (the same results as add then layerNorm); Y in
+  /// any FloatFormat (S stays f32: the residual stream).
   virtual Status addLayerNorm(const float *a, const float *b,
                               const float *gamma, const float *bias, float *s,
-                              float *y, int64_t rows, int64_t cols,
+                              FloatOut y, int64_t rows, int64_t cols,
                               float eps) = 0;
   /// layerNormGrad with dX = the layer norm's input gradient + dR (the
   /// residual's gradient), as layerNormGrad then add.
@@ -287,17 +315,17 @@ public:
                                   float *dgamma, float *dbias, int64_t rows,
                                   int64_t cols, float eps, float beta) = 0;
   /// Y[r, :] = X[r, :] * rstd * gamma, rstd = 1 / sqrt(mean(X[r, :]^2) +
-  /// eps): Megatron's RMSNorm.
-  virtual Status rmsNorm(const float *x, const float *gamma, float *y,
+  /// eps): Megatron's RMSNorm. X and Y in any FloatFormat.
+  virtual Status rmsNorm(FloatIn x, const float *gamma, FloatOut y,
                          int64_t rows, int64_t cols, float eps) = 0;
-  /// S = A + B, then Y = rmsNorm(S), in one pass.
+  /// S = A + B, then Y = rmsNorm(S), in one pass; Y in any FloatFormat.
   virtual Status addRmsNorm(const float *a, const float *b, const float *gamma,
-                            float *s, float *y, int64_t rows, int64_t cols,
+                            float *s, FloatOut y, int64_t rows, int64_t cols,
                             float eps) = 0;
   /// dX (overwritten; plus dR when dR is not null: the residual's gradient
   /// of the fused form) and dgamma = beta * old + sum over rows of dY *
-  /// xhat; rstd is recomputed from X.
-  virtual Status rmsNormGrad(const float *x, const float *gamma,
+  /// xhat; rstd is recomputed from X (any FloatFormat).
+  virtual Status rmsNormGrad(FloatIn x, const float *gamma,
                              const float *dy, const float *dr, float *dx,
                              float *dgamma, int64_t rows, int64_t cols,
                              float eps, float beta) = 0;

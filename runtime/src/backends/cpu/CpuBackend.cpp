@@ -82,6 +82,43 @@ inline void sgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k,
 /// fork/join costs more than it saves.
 constexpr int64_t kParallelMin = 1 << 15;
 
+/// The kernels that load and store any float format (FloatIn, FloatOut;
+/// the activation kernels under bf16 activations) stage on the CPU: a span
+/// of a 16-bit operand is widened (exactly) into a buffer of the calling
+/// thread before the f32 code runs on it, and a 16-bit result is computed
+/// into one and rounded once to nearest even, as the Cast kernel rounds.
+/// An f32 operand is used in place, so the f32 path is the one it was.
+std::vector<float> &stagingBuffer(int k) {
+  thread_local std::vector<float> buffers[3];
+  return buffers[k];
+}
+const float *loadSpan(FloatIn in, int64_t offset, int64_t n, int k) {
+  if (in.isF32())
+    return in.f32() + offset;
+  std::vector<float> &buf = stagingBuffer(k);
+  if (int64_t(buf.size()) < n)
+    buf.resize(size_t(n));
+  halfToFloats(in.format, static_cast<const uint16_t *>(in.data) + offset,
+               buf.data(), n);
+  return buf.data();
+}
+float *storeSpan(FloatOut out, int64_t offset, int64_t n, int k) {
+  if (out.isF32())
+    return out.f32() + offset;
+  std::vector<float> &buf = stagingBuffer(k);
+  if (int64_t(buf.size()) < n)
+    buf.resize(size_t(n));
+  return buf.data();
+}
+/// Rounds what storeSpan handed out into a 16-bit `out` (f32: written).
+void finishSpan(FloatOut out, int64_t offset, int64_t n, const float *computed) {
+  if (!out.isF32())
+    floatsToHalf(out.format, computed,
+                 static_cast<uint16_t *>(out.data) + offset, n);
+}
+/// Elements per staged span of the elementwise kernels.
+constexpr int64_t kStagingSpan = 4096;
+
 // GELU and its gradient are the costliest elementwise kernels (an erf per
 // element): they get AVX-512 and AVX2 clones, picked at load time on CPUs
 // that have them (the build itself targets the baseline x86-64). The runtime
@@ -470,22 +507,29 @@ public:
     return gemm(transA, transB, m, n, k, alpha, f32[0], f32[1], beta, c);
   }
 
-  Status biasAdd(const float *x, const float *bias, float *y, int64_t rows,
+  Status biasAdd(FloatIn x, const float *bias, FloatOut y, int64_t rows,
                  int64_t cols) override {
     for (int64_t i = 0; i < rows; ++i) {
-      const float *xr = x + i * cols;
-      float *yr = y + i * cols;
+      const float *xr = loadSpan(x, i * cols, cols, 0);
+      float *yr = storeSpan(y, i * cols, cols, 1);
 #pragma omp simd
       for (int64_t j = 0; j < cols; ++j)
         yr[j] = xr[j] + bias[j];
+      finishSpan(y, i * cols, cols, yr);
     }
     return Status();
   }
 
-  Status add(const float *a, const float *b, float *c, int64_t n) override {
+  Status add(FloatIn a, FloatIn b, FloatOut c, int64_t n) override {
+    for (int64_t i0 = 0; i0 < n; i0 += kStagingSpan) {
+      const int64_t m = std::min(kStagingSpan, n - i0);
+      const float *ar = loadSpan(a, i0, m, 0), *br = loadSpan(b, i0, m, 1);
+      float *cr = storeSpan(c, i0, m, 2);
 #pragma omp simd
-    for (int64_t i = 0; i < n; ++i)
-      c[i] = a[i] + b[i];
+      for (int64_t i = 0; i < m; ++i)
+        cr[i] = ar[i] + br[i];
+      finishSpan(c, i0, m, cr);
+    }
     return Status();
   }
 
@@ -505,18 +549,22 @@ public:
     return Status();
   }
 
-  Status swiglu(const float *x, float *y, int64_t rows, int64_t n) override {
+  Status swiglu(FloatIn x, FloatOut y, int64_t rows, int64_t n) override {
 #pragma omp parallel for num_threads(threads) if (rows * n >= kParallelMin)
-    for (int64_t r = 0; r < rows; ++r)
-      swigluRow(x + r * 2 * n, y + r * n, n);
+    for (int64_t r = 0; r < rows; ++r) {
+      float *yr = storeSpan(y, r * n, n, 1);
+      swigluRow(loadSpan(x, r * 2 * n, 2 * n, 0), yr, n);
+      finishSpan(y, r * n, n, yr);
+    }
     return Status();
   }
 
-  Status swigluGrad(const float *x, const float *dy, float *dx, int64_t rows,
+  Status swigluGrad(FloatIn x, const float *dy, float *dx, int64_t rows,
                     int64_t n) override {
 #pragma omp parallel for num_threads(threads) if (rows * n >= kParallelMin)
     for (int64_t r = 0; r < rows; ++r)
-      swigluGradRow(x + r * 2 * n, dy + r * n, dx + r * 2 * n, n);
+      swigluGradRow(loadSpan(x, r * 2 * n, 2 * n, 0), dy + r * n,
+                    dx + r * 2 * n, n);
     return Status();
   }
 
@@ -567,16 +615,19 @@ public:
     return Status();
   }
 
-  Status biasGelu(const float *x, const float *bias, float *y, int64_t rows,
+  Status biasGelu(FloatIn x, const float *bias, FloatOut y, int64_t rows,
                   int64_t cols, bool tanh) override {
     auto row = tanh ? biasGeluTanhRow : biasGeluRow;
 #pragma omp parallel for num_threads(threads) if (rows * cols >= kParallelMin)
-    for (int64_t r = 0; r < rows; ++r)
-      row(x + r * cols, bias, y + r * cols, cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      float *yr = storeSpan(y, r * cols, cols, 1);
+      row(loadSpan(x, r * cols, cols, 0), bias, yr, cols);
+      finishSpan(y, r * cols, cols, yr);
+    }
     return Status();
   }
 
-  Status biasGeluGrad(const float *x, const float *bias, const float *dy,
+  Status biasGeluGrad(FloatIn x, const float *bias, const float *dy,
                       float *dx, float *dbias, int64_t rows, int64_t cols,
                       bool tanh, float beta) override {
     float *acc = static_cast<float *>(std::calloc(size_t(cols) + 1, 4));
@@ -594,8 +645,8 @@ public:
       int64_t c0 = std::min(cols, blocks * t / n * 16);
       int64_t c1 = std::min(cols, blocks * (t + 1) / n * 16);
       for (int64_t r = 0; r < rows && c0 < c1; ++r)
-        row(x + r * cols + c0, bias + c0, dy + r * cols + c0,
-            dx + r * cols + c0, acc + c0, c1 - c0);
+        row(loadSpan(x, r * cols + c0, c1 - c0, 0), bias + c0,
+            dy + r * cols + c0, dx + r * cols + c0, acc + c0, c1 - c0);
     }
     if (beta == 0.0f) {
 #pragma omp simd
@@ -940,14 +991,14 @@ public:
   /// The layer norm (RMS false) or RMS norm (RMS true: no mean, no bias) of
   /// each row of A, or of S = A + B (written) when B is given.
   template <bool RMS>
-  Status norm(const float *a, const float *b, const float *gamma,
-              const float *bias, float *s, float *y, int64_t rows,
+  Status norm(FloatIn a, const float *b, const float *gamma,
+              const float *bias, float *s, FloatOut y, int64_t rows,
               int64_t cols, float eps) {
     if (cols == 0)
       return Status();
 #pragma omp parallel for num_threads(threads) if (rows * cols >= kParallelMin)
     for (int64_t r = 0; r < rows; ++r) {
-      const float *xr = a + r * cols;
+      const float *xr = loadSpan(a, r * cols, cols, 0);
       if (b) {
         const float *br = b + r * cols;
         float *sr = s + r * cols;
@@ -956,40 +1007,41 @@ public:
           sr[j] = xr[j] + br[j];
         xr = sr;
       }
-      float *yr = y + r * cols;
+      float *yr = storeSpan(y, r * cols, cols, 1);
       float mean, rstd;
       rowStats<RMS>(xr, cols, eps, mean, rstd);
 #pragma omp simd
       for (int64_t j = 0; j < cols; ++j)
         yr[j] = math::layerNormOut(xr[j], mean, rstd, gamma[j],
                                    RMS ? 0.0f : bias[j]);
+      finishSpan(y, r * cols, cols, yr);
     }
     return Status();
   }
 
-  Status layerNorm(const float *x, const float *gamma, const float *bias,
-                   float *y, int64_t rows, int64_t cols, float eps) override {
+  Status layerNorm(FloatIn x, const float *gamma, const float *bias,
+                   FloatOut y, int64_t rows, int64_t cols, float eps) override {
     return norm<false>(x, nullptr, gamma, bias, nullptr, y, rows, cols, eps);
   }
 
   Status addLayerNorm(const float *a, const float *b, const float *gamma,
-                      const float *bias, float *s, float *y, int64_t rows,
+                      const float *bias, float *s, FloatOut y, int64_t rows,
                       int64_t cols, float eps) override {
     return norm<false>(a, b, gamma, bias, s, y, rows, cols, eps);
   }
 
-  Status rmsNorm(const float *x, const float *gamma, float *y, int64_t rows,
+  Status rmsNorm(FloatIn x, const float *gamma, FloatOut y, int64_t rows,
                  int64_t cols, float eps) override {
     return norm<true>(x, nullptr, gamma, nullptr, nullptr, y, rows, cols, eps);
   }
 
   Status addRmsNorm(const float *a, const float *b, const float *gamma,
-                    float *s, float *y, int64_t rows, int64_t cols,
+                    float *s, FloatOut y, int64_t rows, int64_t cols,
                     float eps) override {
     return norm<true>(a, b, gamma, nullptr, s, y, rows, cols, eps);
   }
 
-  Status layerNormGrad(const float *x, const float *gamma, const float *dy,
+  Status layerNormGrad(FloatIn x, const float *gamma, const float *dy,
                        float *dx, float *dgamma, float *dbias, int64_t rows,
                        int64_t cols, float eps, float beta) override {
     return normGrad<false>(x, gamma, dy, nullptr, dx, dgamma, dbias, rows,
@@ -1004,7 +1056,7 @@ public:
                            eps, beta);
   }
 
-  Status rmsNormGrad(const float *x, const float *gamma, const float *dy,
+  Status rmsNormGrad(FloatIn x, const float *gamma, const float *dy,
                      const float *dr, float *dx, float *dgamma, int64_t rows,
                      int64_t cols, float eps, float beta) override {
     return normGrad<true>(x, gamma, dy, dr, dx, dgamma, nullptr, rows, cols,
@@ -1014,7 +1066,7 @@ public:
   /// The layer-norm backward (RMSNorm's: the mean and mean(dy * gamma)
   /// terms 0, no bias), plus dR (when given) in dX.
   template <bool RMS>
-  Status normGrad(const float *x, const float *gamma, const float *dy,
+  Status normGrad(FloatIn x, const float *gamma, const float *dy,
                   const float *dr, float *dx, float *dgamma, float *dbias,
                   int64_t rows, int64_t cols, float eps, float beta) {
     scaleOrZero(dgamma, cols, beta);
@@ -1024,7 +1076,7 @@ public:
       return Status();
     const float invN = 1.0f / float(cols);
     for (int64_t r = 0; r < rows; ++r) {
-      const float *xr = x + r * cols;
+      const float *xr = loadSpan(x, r * cols, cols, 0);
       const float *dyr = dy + r * cols;
       float *dxr = dx + r * cols;
       float mean, rstd;

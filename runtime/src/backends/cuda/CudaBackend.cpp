@@ -496,13 +496,19 @@ Status CudaBackend::attentionGrad(const float *qkv, const float *dout,
 // Everything else: one launcher each (Kernels.cu).
 //===----------------------------------------------------------------------===//
 
-Status CudaBackend::biasAdd(const float *x, const float *bias, float *y,
+/// The launchers' view of a FloatIn or FloatOut.
+static DeviceFloats dev(FloatIn x) {
+  return {const_cast<void *>(x.data), x.format};
+}
+static DeviceFloats dev(FloatOut y) { return {y.data, y.format}; }
+
+Status CudaBackend::biasAdd(FloatIn x, const float *bias, FloatOut y,
                             int64_t rows, int64_t cols) {
-  return launched(launchBiasAdd(computeStream, x, bias, y, rows, cols),
+  return launched(launchBiasAdd(computeStream, dev(x), bias, dev(y), rows, cols),
                   "BiasAdd");
 }
-Status CudaBackend::add(const float *a, const float *b, float *c, int64_t n) {
-  return launched(launchAdd(computeStream, a, b, c, n), "Add");
+Status CudaBackend::add(FloatIn a, FloatIn b, FloatOut c, int64_t n) {
+  return launched(launchAdd(computeStream, dev(a), dev(b), dev(c), n), "Add");
 }
 Status CudaBackend::gelu(const float *x, float *y, int64_t n, bool tanh) {
   return launched(launchGelu(computeStream, x, y, n, tanh), "Gelu");
@@ -512,25 +518,27 @@ Status CudaBackend::geluGrad(const float *x, const float *dy, float *dx,
   return launched(launchGeluGrad(computeStream, x, dy, dx, n, tanh),
                   "GeluGrad");
 }
-Status CudaBackend::biasGelu(const float *x, const float *bias, float *y,
+Status CudaBackend::biasGelu(FloatIn x, const float *bias, FloatOut y,
                              int64_t rows, int64_t cols, bool tanh) {
-  return launched(launchBiasGelu(computeStream, x, bias, y, rows, cols, tanh),
-                  "BiasGelu");
+  return launched(
+      launchBiasGelu(computeStream, dev(x), bias, dev(y), rows, cols, tanh),
+      "BiasGelu");
 }
-Status CudaBackend::biasGeluGrad(const float *x, const float *bias,
+Status CudaBackend::biasGeluGrad(FloatIn x, const float *bias,
                                  const float *dy, float *dx, float *dbias,
                                  int64_t rows, int64_t cols, bool tanh,
                                  float beta) {
-  return launched(launchBiasGeluGrad(computeStream, x, bias, dy, dx, dbias,
-                                     rows, cols, tanh, beta),
+  return launched(launchBiasGeluGrad(computeStream, dev(x), bias, dy, dx,
+                                     dbias, rows, cols, tanh, beta),
                   "BiasGeluGrad");
 }
-Status CudaBackend::swiglu(const float *x, float *y, int64_t rows, int64_t n) {
-  return launched(launchSwiGLU(computeStream, x, y, rows, n), "SwiGLU");
+Status CudaBackend::swiglu(FloatIn x, FloatOut y, int64_t rows, int64_t n) {
+  return launched(launchSwiGLU(computeStream, dev(x), dev(y), rows, n),
+                  "SwiGLU");
 }
-Status CudaBackend::swigluGrad(const float *x, const float *dy, float *dx,
+Status CudaBackend::swigluGrad(FloatIn x, const float *dy, float *dx,
                                int64_t rows, int64_t n) {
-  return launched(launchSwiGLUGrad(computeStream, x, dy, dx, rows, n),
+  return launched(launchSwiGLUGrad(computeStream, dev(x), dy, dx, rows, n),
                   "SwiGLUGrad");
 }
 Status CudaBackend::repeatKV(const float *x, float *y, int64_t rows,
@@ -695,15 +703,15 @@ Status CudaBackend::scaleBy(const float *x, const float *s, float *y,
   return launched(launchScaleBy(computeStream, x, s, y, n), "ScaleBy");
 }
 
-Status CudaBackend::layerNorm(const float *x, const float *gamma,
-                              const float *bias, float *y, int64_t rows,
+Status CudaBackend::layerNorm(FloatIn x, const float *gamma,
+                              const float *bias, FloatOut y, int64_t rows,
                               int64_t cols, float eps) {
-  return launched(
-      launchLayerNorm(computeStream, x, gamma, bias, y, rows, cols, eps),
-      "LayerNorm");
+  return launched(launchLayerNorm(computeStream, dev(x), gamma, bias, dev(y),
+                                  rows, cols, eps),
+                  "LayerNorm");
 }
 
-Status CudaBackend::layerNormGrad(const float *x, const float *gamma,
+Status CudaBackend::layerNormGrad(FloatIn x, const float *gamma,
                                   const float *dy, float *dx, float *dgamma,
                                   float *dbias, int64_t rows, int64_t cols,
                                   float eps, float beta) {
@@ -711,7 +719,7 @@ Status CudaBackend::layerNormGrad(const float *x, const float *gamma,
                   beta, "LayerNormGrad");
 }
 
-Status CudaBackend::normGrad(const float *x, const float *gamma,
+Status CudaBackend::normGrad(FloatIn x, const float *gamma,
                              const float *dy, const float *dr, float *dx,
                              float *dgamma, float *dbias, int64_t rows,
                              int64_t cols, float eps, float beta,
@@ -720,7 +728,7 @@ Status CudaBackend::normGrad(const float *x, const float *gamma,
     return Status();
   TESSERA_ASSIGN_OR_RETURN(float *stats,
                            scratch(2, std::max<int64_t>(1, 2 * rows) * 4));
-  return launched(launchLayerNormGrad(computeStream, x, gamma, dy, dr, dx,
+  return launched(launchLayerNormGrad(computeStream, dev(x), gamma, dy, dr, dx,
                                       dgamma, dbias, rows, cols, eps, beta,
                                       stats),
                   opcode);
@@ -728,10 +736,10 @@ Status CudaBackend::normGrad(const float *x, const float *gamma,
 
 Status CudaBackend::addLayerNorm(const float *a, const float *b,
                                  const float *gamma, const float *bias,
-                                 float *s, float *y, int64_t rows, int64_t cols,
-                                 float eps) {
-  return launched(launchAddLayerNorm(computeStream, a, b, gamma, bias, s, y,
-                                     rows, cols, eps),
+                                 float *s, FloatOut y, int64_t rows,
+                                 int64_t cols, float eps) {
+  return launched(launchAddLayerNorm(computeStream, a, b, gamma, bias, s,
+                                     dev(y), rows, cols, eps),
                   "AddLayerNorm");
 }
 
@@ -744,22 +752,23 @@ Status CudaBackend::addLayerNormGrad(const float *x, const float *gamma,
                   "AddLayerNormGrad");
 }
 
-Status CudaBackend::rmsNorm(const float *x, const float *gamma, float *y,
+Status CudaBackend::rmsNorm(FloatIn x, const float *gamma, FloatOut y,
                             int64_t rows, int64_t cols, float eps) {
-  return launched(launchLayerNorm(computeStream, x, gamma, /*bias=*/nullptr, y,
-                                  rows, cols, eps),
+  return launched(launchLayerNorm(computeStream, dev(x), gamma,
+                                  /*bias=*/nullptr, dev(y), rows, cols, eps),
                   "RMSNorm");
 }
 
 Status CudaBackend::addRmsNorm(const float *a, const float *b,
-                               const float *gamma, float *s, float *y,
+                               const float *gamma, float *s, FloatOut y,
                                int64_t rows, int64_t cols, float eps) {
   return launched(launchAddLayerNorm(computeStream, a, b, gamma,
-                                     /*bias=*/nullptr, s, y, rows, cols, eps),
+                                     /*bias=*/nullptr, s, dev(y), rows, cols,
+                                     eps),
                   "AddRMSNorm");
 }
 
-Status CudaBackend::rmsNormGrad(const float *x, const float *gamma,
+Status CudaBackend::rmsNormGrad(FloatIn x, const float *gamma,
                                 const float *dy, const float *dr, float *dx,
                                 float *dgamma, int64_t rows, int64_t cols,
                                 float eps, float beta) {

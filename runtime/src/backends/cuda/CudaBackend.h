@@ -87,19 +87,19 @@ public:
   Status gemmHalf(FloatFormat half, bool transA, bool transB, int64_t m,
                   int64_t n, int64_t k, float alpha, const uint16_t *a,
                   const uint16_t *b, float beta, float *c) override;
-  Status biasAdd(const float *x, const float *bias, float *y, int64_t rows,
+  Status biasAdd(FloatIn x, const float *bias, FloatOut y, int64_t rows,
                  int64_t cols) override;
-  Status add(const float *a, const float *b, float *c, int64_t n) override;
+  Status add(FloatIn a, FloatIn b, FloatOut c, int64_t n) override;
   Status gelu(const float *x, float *y, int64_t n, bool tanh) override;
   Status geluGrad(const float *x, const float *dy, float *dx, int64_t n,
                   bool tanh) override;
-  Status biasGelu(const float *x, const float *bias, float *y, int64_t rows,
+  Status biasGelu(FloatIn x, const float *bias, FloatOut y, int64_t rows,
                   int64_t cols, bool tanh) override;
-  Status biasGeluGrad(const float *x, const float *bias, const float *dy,
+  Status biasGeluGrad(FloatIn x, const float *bias, const float *dy,
                       float *dx, float *dbias, int64_t rows, int64_t cols,
                       bool tanh, float beta) override;
-  Status swiglu(const float *x, float *y, int64_t rows, int64_t n) override;
-  Status swigluGrad(const float *x, const float *dy, float *dx, int64_t rows,
+  Status swiglu(FloatIn x, FloatOut y, int64_t rows, int64_t n) override;
+  Status swigluGrad(FloatIn x, const float *dy, float *dx, int64_t rows,
                     int64_t n) override;
   Status repeatKV(const float *x, float *y, int64_t rows, int64_t heads,
                   int64_t groups, int64_t headDim) override;
@@ -148,34 +148,34 @@ public:
   Status clipGradNorm(const float *sumsq, float *norm, float *coeff,
                       float maxNorm, float invScale) override;
   Status scaleBy(const float *x, const float *s, float *y, int64_t n) override;
-  Status layerNorm(const float *x, const float *gamma, const float *bias,
-                   float *y, int64_t rows, int64_t cols, float eps) override;
+  Status layerNorm(FloatIn x, const float *gamma, const float *bias,
+                   FloatOut y, int64_t rows, int64_t cols, float eps) override;
   Status addLayerNorm(const float *a, const float *b, const float *gamma,
-                      const float *bias, float *s, float *y, int64_t rows,
+                      const float *bias, float *s, FloatOut y, int64_t rows,
                       int64_t cols, float eps) override;
   Status addLayerNormGrad(const float *x, const float *gamma, const float *dy,
                           const float *dr, float *dx, float *dgamma,
                           float *dbias, int64_t rows, int64_t cols, float eps,
                           float beta) override;
-  Status rmsNorm(const float *x, const float *gamma, float *y, int64_t rows,
+  Status rmsNorm(FloatIn x, const float *gamma, FloatOut y, int64_t rows,
                  int64_t cols, float eps) override;
   Status addRmsNorm(const float *a, const float *b, const float *gamma,
-                    float *s, float *y, int64_t rows, int64_t cols,
+                    float *s, FloatOut y, int64_t rows, int64_t cols,
                     float eps) override;
-  Status rmsNormGrad(const float *x, const float *gamma, const float *dy,
+  Status rmsNormGrad(FloatIn x, const float *gamma, const float *dy,
                      const float *dr, float *dx, float *dgamma, int64_t rows,
                      int64_t cols, float eps, float beta) override;
 
 private:
   /// The layer-norm (and, with dbias null, RMS-norm) backward, plus dR (when given) in dX; `opcode` names
   /// the instruction in errors.
-  Status normGrad(const float *x, const float *gamma, const float *dy,
+  Status normGrad(FloatIn x, const float *gamma, const float *dy,
                   const float *dr, float *dx, float *dgamma, float *dbias,
                   int64_t rows, int64_t cols, float eps, float beta,
                   const char *opcode);
 
 public:
-  Status layerNormGrad(const float *x, const float *gamma, const float *dy,
+  Status layerNormGrad(FloatIn x, const float *gamma, const float *dy,
                        float *dx, float *dgamma, float *dbias, int64_t rows,
                        int64_t cols, float eps, float beta) override;
   Status embedding(const int32_t *ids, const float *table, float *y,

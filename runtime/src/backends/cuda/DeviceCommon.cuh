@@ -11,6 +11,7 @@
 
 #include "DeviceError.h"
 
+#include "tessera/rt/BF16.h"
 #include "tessera/rt/math/HostDevice.h"
 
 #include <algorithm>
@@ -25,6 +26,36 @@ inline constexpr int kReduceThreads = 1024;
 /// Blocks for a grid-stride loop over n elements.
 inline unsigned blocksFor(int64_t n) {
   return unsigned(std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 20));
+}
+
+/// A kernel operand stored in FloatFormat F (the Backend's FloatIn and
+/// FloatOut on the device): element i loads as f32 (exactly), and a store
+/// rounds once to F, to nearest even. For F32 these are plain loads and
+/// stores, so the f32 kernels compile to what they were.
+template <FloatFormat F> struct Floats {
+  void *p;
+  __device__ __forceinline__ float operator[](int64_t i) const {
+    return loadFloat<F>(p, i);
+  }
+  __device__ __forceinline__ void store(int64_t i, float v) const {
+    storeFloat<F>(p, i, v);
+  }
+  __device__ __forceinline__ Floats operator+(int64_t i) const {
+    return {static_cast<char *>(p) + i * (F == FloatFormat::F32 ? 4 : 2)};
+  }
+};
+
+/// fn(Floats<F>{p}) for the F that `format` names: a kernel templated on
+/// its operands' accessors is instantiated for each format.
+template <class Fn> auto withFloats(void *p, FloatFormat format, Fn &&fn) {
+  switch (format) {
+  case FloatFormat::BF16:
+    return fn(Floats<FloatFormat::BF16>{p});
+  case FloatFormat::F16:
+    return fn(Floats<FloatFormat::F16>{p});
+  default:
+    return fn(Floats<FloatFormat::F32>{p});
+  }
 }
 
 __device__ __forceinline__ int64_t firstIndex() {

@@ -30,13 +30,16 @@ namespace {
 // Elementwise
 //===----------------------------------------------------------------------===//
 
-__global__ void biasAddKernel(const float *x, const float *bias, float *y,
-                              int64_t n, int64_t cols) {
-  TESSERA_GRID_LOOP(i, n) { y[i] = x[i] + bias[i % cols]; }
+// The kernels of the activations take their activation operands as
+// Floats<F> accessors (DeviceCommon.cuh): any FloatFormat, computed in f32.
+template <class X, class Y>
+__global__ void biasAddKernel(X x, const float *bias, Y y, int64_t n,
+                              int64_t cols) {
+  TESSERA_GRID_LOOP(i, n) { y.store(i, x[i] + bias[i % cols]); }
 }
-__global__ void addKernel(const float *a, const float *b, float *c,
-                          int64_t n) {
-  TESSERA_GRID_LOOP(i, n) { c[i] = a[i] + b[i]; }
+template <class A, class B, class C>
+__global__ void addKernel(A a, B b, C c, int64_t n) {
+  TESSERA_GRID_LOOP(i, n) { c.store(i, a[i] + b[i]); }
 }
 __global__ void geluKernel(const float *x, float *y, int64_t n, bool tanh) {
   if (tanh) {
@@ -53,28 +56,30 @@ __global__ void geluGradKernel(const float *x, const float *dy, float *dx,
     TESSERA_GRID_LOOP(i, n) { dx[i] = math::geluGrad(x[i], dy[i]); }
   }
 }
-__global__ void biasGeluKernel(const float *x, const float *bias, float *y,
-                               int64_t n, int64_t cols, bool tanh) {
+template <class X, class Y>
+__global__ void biasGeluKernel(X x, const float *bias, Y y, int64_t n,
+                               int64_t cols, bool tanh) {
   if (tanh) {
-    TESSERA_GRID_LOOP(i, n) { y[i] = math::geluTanh(x[i] + bias[i % cols]); }
+    TESSERA_GRID_LOOP(i, n) { y.store(i, math::geluTanh(x[i] + bias[i % cols])); }
   } else {
-    TESSERA_GRID_LOOP(i, n) { y[i] = math::gelu(x[i] + bias[i % cols]); }
+    TESSERA_GRID_LOOP(i, n) { y.store(i, math::gelu(x[i] + bias[i % cols])); }
   }
 }
 // Element i of the [rows, n] result: row i / n, column i % n.
-__global__ void swigluKernel(const float *x, float *y, int64_t total,
-                             int64_t n) {
+template <class X, class Y>
+__global__ void swigluKernel(X x, Y y, int64_t total, int64_t n) {
   TESSERA_GRID_LOOP(i, total) {
-    const float *row = x + (i / n) * 2 * n;
+    const X row = x + (i / n) * 2 * n;
     int64_t j = i % n;
-    y[i] = math::swiglu(row[j], row[n + j]);
+    y.store(i, math::swiglu(row[j], row[n + j]));
   }
 }
-__global__ void swigluGradKernel(const float *x, const float *dy, float *dx,
+template <class X>
+__global__ void swigluGradKernel(X x, const float *dy, float *dx,
                                  int64_t total, int64_t n) {
   TESSERA_GRID_LOOP(i, total) {
     int64_t r = i / n, j = i % n;
-    const float *row = x + r * 2 * n;
+    const X row = x + r * 2 * n;
     float *drow = dx + r * 2 * n;
     math::swigluGrad(row[j], row[n + j], dy[i], drow[j], drow[n + j]);
   }
@@ -361,7 +366,8 @@ __global__ void reduceRowsKernel(const float *x, float *y, int64_t rows,
 /// The fused bias-GELU backward over the same blocks: each thread writes
 /// dx = dy * gelu'(x + b) for its rows and sums them; the lanes' sums give
 /// dbias = sum + beta * dbias (beta == 0: not read).
-__global__ void biasGeluGradKernel(const float *x, const float *bias,
+template <class X>
+__global__ void biasGeluGradKernel(X x, const float *bias,
                                    const float *dy, float *dx, float *dbias,
                                    int64_t rows, int64_t cols, bool tanh,
                                    float beta) {
@@ -449,9 +455,9 @@ __global__ void crossEntropyGradKernel(const float *z, const int32_t *t,
 /// The mean and 1 / sqrt(var + eps) of row `xr` (two passes, biased
 /// variance, as the CPU's rowStats), in every thread of the block; for RMS
 /// (RMSNorm) the mean is 0 and rstd = 1 / sqrt(mean(x^2) + eps).
-template <bool RMS>
-__device__ void rowMeanRstd(const float *xr, int64_t cols, float eps,
-                            float &mean, float &rstd) {
+template <bool RMS, class X>
+__device__ void rowMeanRstd(X xr, int64_t cols, float eps, float &mean,
+                            float &rstd) {
   mean = 0.0f;
   if (!RMS) {
     float sum = 0.0f;
@@ -468,48 +474,49 @@ __device__ void rowMeanRstd(const float *xr, int64_t cols, float eps,
 }
 
 /// LayerNorm (RMS false) or RMSNorm (RMS true: no bias) of each row.
-template <bool RMS>
-__global__ void layerNormKernel(const float *x, const float *gamma,
-                                const float *bias, float *y, int64_t cols,
-                                float eps) {
+template <bool RMS, class X, class Y>
+__global__ void layerNormKernel(X x, const float *gamma, const float *bias,
+                                Y y, int64_t cols, float eps) {
   const int64_t row = blockIdx.x;
-  const float *xr = x + row * cols;
-  float *yr = y + row * cols;
+  const X xr = x + row * cols;
+  const Y yr = y + row * cols;
   float mean, rstd;
   rowMeanRstd<RMS>(xr, cols, eps, mean, rstd);
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-    yr[j] = math::layerNormOut(xr[j], mean, rstd, gamma[j],
-                               RMS ? 0.0f : bias[j]);
+    yr.store(j, math::layerNormOut(xr[j], mean, rstd, gamma[j],
+                                   RMS ? 0.0f : bias[j]));
 }
 
 /// S = A + B and the layer (or RMS) norm of S, per row (each thread reads
 /// back only the sums it wrote).
-template <bool RMS>
+template <bool RMS, class Y>
 __global__ void addLayerNormKernel(const float *a, const float *b,
                                    const float *gamma, const float *bias,
-                                   float *s, float *y, int64_t cols, float eps) {
+                                   float *s, Y y, int64_t cols, float eps) {
   const int64_t row = blockIdx.x;
   const float *ar = a + row * cols, *br = b + row * cols;
-  float *sr = s + row * cols, *yr = y + row * cols;
+  float *sr = s + row * cols;
+  const Y yr = y + row * cols;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
     sr[j] = ar[j] + br[j];
   float mean, rstd;
   rowMeanRstd<RMS>(sr, cols, eps, mean, rstd);
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-    yr[j] = math::layerNormOut(sr[j], mean, rstd, gamma[j],
-                               RMS ? 0.0f : bias[j]);
+    yr.store(j, math::layerNormOut(sr[j], mean, rstd, gamma[j],
+                                   RMS ? 0.0f : bias[j]));
 }
 
 /// dX per row (plus dR when given), and the row's mean and rstd into
 /// stats[row], stats[rows + row] for the parameter gradients. RMSNorm's
 /// gradient is LayerNorm's with the mean and mean(dy * gamma) terms 0.
-template <bool RMS>
-__global__ void layerNormGradXKernel(const float *x, const float *gamma,
+template <bool RMS, class X>
+__global__ void layerNormGradXKernel(X x, const float *gamma,
                                      const float *dy, const float *dr,
                                      float *dx, int64_t rows, int64_t cols,
                                      float eps, float *stats) {
   const int64_t row = blockIdx.x;
-  const float *xr = x + row * cols, *dyr = dy + row * cols;
+  const X xr = x + row * cols;
+  const float *dyr = dy + row * cols;
   float *dxr = dx + row * cols;
   float mean, rstd;
   rowMeanRstd<RMS>(xr, cols, eps, mean, rstd);
@@ -538,7 +545,8 @@ __global__ void layerNormGradXKernel(const float *x, const float *gamma,
 /// dgamma[j] = beta * dgamma[j] + sum_r dy[r, j] xhat[r, j], dbias[j] =
 /// beta * dbias[j] + sum_r dy[r, j] (beta == 0: not read; dbias null for
 /// RMSNorm).
-__global__ void layerNormGradParamsKernel(const float *x, const float *dy,
+template <class X>
+__global__ void layerNormGradParamsKernel(X x, const float *dy,
                                           const float *stats, float *dgamma,
                                           float *dbias, int64_t rows,
                                           int64_t cols, float beta) {
@@ -869,14 +877,25 @@ unsigned rowThreads(int64_t cols) {
     return cudaGetLastError();                                                 \
   } while (false)
 
-cudaError_t launchBiasAdd(cudaStream_t s, const float *x, const float *bias,
-                          float *y, int64_t rows, int64_t cols) {
-  TESSERA_LAUNCH_1D(biasAddKernel, rows * cols, s, x, bias, y, rows * cols,
-                    cols);
+cudaError_t launchBiasAdd(cudaStream_t s, DeviceFloats x, const float *bias,
+                          DeviceFloats y, int64_t rows, int64_t cols) {
+  return withFloats(x.data, x.format, [&](auto X) {
+    return withFloats(y.data, y.format, [&](auto Y) {
+      auto kernel = biasAddKernel<decltype(X), decltype(Y)>;
+      TESSERA_LAUNCH_1D(kernel, rows * cols, s, X, bias, Y, rows * cols, cols);
+    });
+  });
 }
-cudaError_t launchAdd(cudaStream_t s, const float *a, const float *b, float *c,
-                      int64_t n) {
-  TESSERA_LAUNCH_1D(addKernel, n, s, a, b, c, n);
+cudaError_t launchAdd(cudaStream_t s, DeviceFloats a, DeviceFloats b,
+                      DeviceFloats c, int64_t n) {
+  return withFloats(a.data, a.format, [&](auto A) {
+    return withFloats(b.data, b.format, [&](auto B) {
+      return withFloats(c.data, c.format, [&](auto C) {
+        auto kernel = addKernel<decltype(A), decltype(B), decltype(C)>;
+        TESSERA_LAUNCH_1D(kernel, n, s, A, B, C, n);
+      });
+    });
+  });
 }
 cudaError_t launchGelu(cudaStream_t s, const float *x, float *y, int64_t n,
                        bool tanh) {
@@ -886,18 +905,32 @@ cudaError_t launchGeluGrad(cudaStream_t s, const float *x, const float *dy,
                            float *dx, int64_t n, bool tanh) {
   TESSERA_LAUNCH_1D(geluGradKernel, n, s, x, dy, dx, n, tanh);
 }
-cudaError_t launchBiasGelu(cudaStream_t s, const float *x, const float *bias,
-                           float *y, int64_t rows, int64_t cols, bool tanh) {
-  TESSERA_LAUNCH_1D(biasGeluKernel, rows * cols, s, x, bias, y, rows * cols,
-                    cols, tanh);
+cudaError_t launchBiasGelu(cudaStream_t s, DeviceFloats x, const float *bias,
+                           DeviceFloats y, int64_t rows, int64_t cols,
+                           bool tanh) {
+  return withFloats(x.data, x.format, [&](auto X) {
+    return withFloats(y.data, y.format, [&](auto Y) {
+      auto kernel = biasGeluKernel<decltype(X), decltype(Y)>;
+      TESSERA_LAUNCH_1D(kernel, rows * cols, s, X, bias, Y, rows * cols, cols,
+                        tanh);
+    });
+  });
 }
-cudaError_t launchSwiGLU(cudaStream_t s, const float *x, float *y, int64_t rows,
-                         int64_t n) {
-  TESSERA_LAUNCH_1D(swigluKernel, rows * n, s, x, y, rows * n, n);
+cudaError_t launchSwiGLU(cudaStream_t s, DeviceFloats x, DeviceFloats y,
+                         int64_t rows, int64_t n) {
+  return withFloats(x.data, x.format, [&](auto X) {
+    return withFloats(y.data, y.format, [&](auto Y) {
+      auto kernel = swigluKernel<decltype(X), decltype(Y)>;
+      TESSERA_LAUNCH_1D(kernel, rows * n, s, X, Y, rows * n, n);
+    });
+  });
 }
-cudaError_t launchSwiGLUGrad(cudaStream_t s, const float *x, const float *dy,
+cudaError_t launchSwiGLUGrad(cudaStream_t s, DeviceFloats x, const float *dy,
                              float *dx, int64_t rows, int64_t n) {
-  TESSERA_LAUNCH_1D(swigluGradKernel, rows * n, s, x, dy, dx, rows * n, n);
+  return withFloats(x.data, x.format, [&](auto X) {
+    auto kernel = swigluGradKernel<decltype(X)>;
+    TESSERA_LAUNCH_1D(kernel, rows * n, s, X, dy, dx, rows * n, n);
+  });
 }
 cudaError_t launchRepeatKV(cudaStream_t s, const float *x, float *y,
                            int64_t rows, int64_t heads, int64_t groups,
@@ -1058,15 +1091,17 @@ cudaError_t launchReduceRows(cudaStream_t s, const float *x, float *y,
   return cudaGetLastError();
 }
 
-cudaError_t launchBiasGeluGrad(cudaStream_t s, const float *x,
+cudaError_t launchBiasGeluGrad(cudaStream_t s, DeviceFloats x,
                                const float *bias, const float *dy, float *dx,
                                float *dbias, int64_t rows, int64_t cols,
                                bool tanh, float beta) {
-  if (cols > 0)
-    biasGeluGradKernel<<<unsigned((cols + kColumns - 1) / kColumns),
-                         dim3(kColumns, kRowLanes), 0, s>>>(
-        x, bias, dy, dx, dbias, rows, cols, tanh, beta);
-  return cudaGetLastError();
+  return withFloats(x.data, x.format, [&](auto X) {
+    if (cols > 0)
+      biasGeluGradKernel<<<unsigned((cols + kColumns - 1) / kColumns),
+                           dim3(kColumns, kRowLanes), 0, s>>>(
+          X, bias, dy, dx, dbias, rows, cols, tanh, beta);
+    return cudaGetLastError();
+  });
 }
 
 #define TESSERA_LAUNCH_ROWS(kernel, rows, cols, stream, ...)                   \
@@ -1089,47 +1124,53 @@ cudaError_t launchCrossEntropyGrad(cudaStream_t s, const float *z,
   TESSERA_LAUNCH_ROWS(crossEntropyGradKernel, rows, cols, s, z, t, dl, dz,
                       cols, err);
 }
-cudaError_t launchLayerNorm(cudaStream_t s, const float *x, const float *gamma,
-                            const float *bias, float *y, int64_t rows,
+cudaError_t launchLayerNorm(cudaStream_t s, DeviceFloats x, const float *gamma,
+                            const float *bias, DeviceFloats y, int64_t rows,
                             int64_t cols, float eps) {
   if (cols == 0)
     return cudaSuccess;
-  if (bias)
-    TESSERA_LAUNCH_ROWS(layerNormKernel<false>, rows, cols, s, x, gamma, bias,
-                        y, cols, eps);
-  TESSERA_LAUNCH_ROWS(layerNormKernel<true>, rows, cols, s, x, gamma, bias, y,
-                      cols, eps);
+  return withFloats(x.data, x.format, [&](auto X) {
+    return withFloats(y.data, y.format, [&](auto Y) {
+      auto kernel = bias ? layerNormKernel<false, decltype(X), decltype(Y)>
+                         : layerNormKernel<true, decltype(X), decltype(Y)>;
+      TESSERA_LAUNCH_ROWS(kernel, rows, cols, s, X, gamma, bias, Y, cols, eps);
+    });
+  });
 }
 cudaError_t launchAddLayerNorm(cudaStream_t s, const float *a, const float *b,
                                const float *gamma, const float *bias, float *sum,
-                               float *y, int64_t rows, int64_t cols, float eps) {
+                               DeviceFloats y, int64_t rows, int64_t cols,
+                               float eps) {
   if (cols == 0)
     return cudaSuccess;
-  if (bias)
-    TESSERA_LAUNCH_ROWS(addLayerNormKernel<false>, rows, cols, s, a, b, gamma,
-                        bias, sum, y, cols, eps);
-  TESSERA_LAUNCH_ROWS(addLayerNormKernel<true>, rows, cols, s, a, b, gamma,
-                      bias, sum, y, cols, eps);
+  return withFloats(y.data, y.format, [&](auto Y) {
+    auto kernel = bias ? addLayerNormKernel<false, decltype(Y)>
+                       : addLayerNormKernel<true, decltype(Y)>;
+    TESSERA_LAUNCH_ROWS(kernel, rows, cols, s, a, b, gamma, bias, sum, Y, cols,
+                        eps);
+  });
 }
-cudaError_t launchLayerNormGrad(cudaStream_t s, const float *x,
+cudaError_t launchLayerNormGrad(cudaStream_t s, DeviceFloats x,
                                 const float *gamma, const float *dy,
                                 const float *dr, float *dx, float *dgamma,
                                 float *dbias, int64_t rows, int64_t cols,
                                 float eps, float beta, float *stats) {
   if (cols == 0)
     return cudaSuccess;
-  if (rows > 0) {
-    if (dbias)
-      layerNormGradXKernel<false><<<unsigned(rows), rowThreads(cols), 0, s>>>(
-          x, gamma, dy, dr, dx, rows, cols, eps, stats);
-    else
-      layerNormGradXKernel<true><<<unsigned(rows), rowThreads(cols), 0, s>>>(
-          x, gamma, dy, dr, dx, rows, cols, eps, stats);
-  }
-  layerNormGradParamsKernel<<<unsigned((cols + kColumns - 1) / kColumns),
-                              dim3(kColumns, kRowLanes), 0, s>>>(
-      x, dy, stats, dgamma, dbias, rows, cols, beta);
-  return cudaGetLastError();
+  return withFloats(x.data, x.format, [&](auto X) {
+    if (rows > 0) {
+      if (dbias)
+        layerNormGradXKernel<false><<<unsigned(rows), rowThreads(cols), 0, s>>>(
+            X, gamma, dy, dr, dx, rows, cols, eps, stats);
+      else
+        layerNormGradXKernel<true><<<unsigned(rows), rowThreads(cols), 0, s>>>(
+            X, gamma, dy, dr, dx, rows, cols, eps, stats);
+    }
+    layerNormGradParamsKernel<<<unsigned((cols + kColumns - 1) / kColumns),
+                                dim3(kColumns, kRowLanes), 0, s>>>(
+        X, dy, stats, dgamma, dbias, rows, cols, beta);
+    return cudaGetLastError();
+  });
 }
 cudaError_t launchSoftmaxRows(cudaStream_t s, float *p, int64_t rows,
                               int64_t cols, bool causal) {

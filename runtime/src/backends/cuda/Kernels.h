@@ -20,25 +20,32 @@
 
 namespace tessera::rt::cuda {
 
-cudaError_t launchBiasAdd(cudaStream_t s, const float *x, const float *bias,
-                          float *y, int64_t rows, int64_t cols);
-cudaError_t launchAdd(cudaStream_t s, const float *a, const float *b, float *c,
-                      int64_t n);
+/// A float operand in any FloatFormat (the Backend's FloatIn and FloatOut):
+/// the kernels of the activations load and store it as its format says.
+struct DeviceFloats {
+  void *data;
+  FloatFormat format;
+};
+
+cudaError_t launchBiasAdd(cudaStream_t s, DeviceFloats x, const float *bias,
+                          DeviceFloats y, int64_t rows, int64_t cols);
+cudaError_t launchAdd(cudaStream_t s, DeviceFloats a, DeviceFloats b,
+                      DeviceFloats c, int64_t n);
 cudaError_t launchGelu(cudaStream_t s, const float *x, float *y, int64_t n,
                        bool tanh);
 cudaError_t launchGeluGrad(cudaStream_t s, const float *x, const float *dy,
                            float *dx, int64_t n, bool tanh);
-cudaError_t launchBiasGelu(cudaStream_t s, const float *x, const float *bias,
-                           float *y, int64_t rows, int64_t cols, bool tanh);
-cudaError_t launchBiasGeluGrad(cudaStream_t s, const float *x,
+cudaError_t launchBiasGelu(cudaStream_t s, DeviceFloats x, const float *bias,
+                           DeviceFloats y, int64_t rows, int64_t cols, bool tanh);
+cudaError_t launchBiasGeluGrad(cudaStream_t s, DeviceFloats x,
                                const float *bias, const float *dy, float *dx,
                                float *dbias, int64_t rows, int64_t cols,
                                bool tanh, float beta);
 /// SwiGLU over rows of [gate | up] (x [rows, 2n], y [rows, n]) and its
 /// backward (dx [rows, 2n]).
-cudaError_t launchSwiGLU(cudaStream_t s, const float *x, float *y, int64_t rows,
-                         int64_t n);
-cudaError_t launchSwiGLUGrad(cudaStream_t s, const float *x, const float *dy,
+cudaError_t launchSwiGLU(cudaStream_t s, DeviceFloats x, DeviceFloats y,
+                         int64_t rows, int64_t n);
+cudaError_t launchSwiGLUGrad(cudaStream_t s, DeviceFloats x, const float *dy,
                              float *dx, int64_t rows, int64_t n);
 /// Grouped-query attention's K/V repeat (x [rows, G (heads/G + 2) d] ->
 /// y [rows, heads 3 d]) and its backward (dK, dV summed per group).
@@ -118,15 +125,16 @@ cudaError_t launchScaleBy(cudaStream_t s, const float *x, const float *scale,
                           float *y, int64_t n);
 /// The layer-norm launchers run RMSNorm (Megatron's RMSNorm: no mean, no
 /// bias) where `bias` (`dbias` for the gradient) is null.
-cudaError_t launchLayerNorm(cudaStream_t s, const float *x, const float *gamma,
-                            const float *bias, float *y, int64_t rows,
+cudaError_t launchLayerNorm(cudaStream_t s, DeviceFloats x, const float *gamma,
+                            const float *bias, DeviceFloats y, int64_t rows,
                             int64_t cols, float eps);
 /// `stats` is device scratch of 2 * rows floats (row mean and rstd).
 cudaError_t launchAddLayerNorm(cudaStream_t s, const float *a, const float *b,
                                const float *gamma, const float *bias, float *sum,
-                               float *y, int64_t rows, int64_t cols, float eps);
+                               DeviceFloats y, int64_t rows, int64_t cols,
+                               float eps);
 /// dR (the residual's gradient, added to dX) may be null.
-cudaError_t launchLayerNormGrad(cudaStream_t s, const float *x,
+cudaError_t launchLayerNormGrad(cudaStream_t s, DeviceFloats x,
                                 const float *gamma, const float *dy,
                                 const float *dr, float *dx, float *dgamma,
                                 float *dbias, int64_t rows, int64_t cols,

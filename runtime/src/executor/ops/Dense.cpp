@@ -63,7 +63,8 @@ Status decodeBiasAdd(Decoder &d, const fb::Instr &in, Thunk &t) {
 }
 
 Status runBiasAdd(RunContext &x, const Thunk &t) {
-  return x.backend().biasAdd(f32(t, 0), f32(t, 1), f32(t, 2), t.m, t.n);
+  return x.backend().biasAdd(floatIn(t, 0), f32(t, 1), floatOut(t, 2), t.m,
+                             t.n);
 }
 
 Status decodeAdd(Decoder &d, const fb::Instr &in, Thunk &t) {
@@ -71,7 +72,7 @@ Status decodeAdd(Decoder &d, const fb::Instr &in, Thunk &t) {
 }
 
 Status runAdd(RunContext &x, const Thunk &t) {
-  return x.backend().add(f32(t, 0), f32(t, 1), f32(t, 2), t.n);
+  return x.backend().add(floatIn(t, 0), floatIn(t, 1), floatOut(t, 2), t.n);
 }
 
 // iattrs [form]: 1 = tanh, 0 = erf.
@@ -132,8 +133,8 @@ Status decodeBiasGelu(Decoder &d, const fb::Instr &in, Thunk &t) {
 }
 
 Status runBiasGelu(RunContext &x, const Thunk &t) {
-  return x.backend().biasGelu(f32(t, 0), f32(t, 1), f32(t, 2), t.m, t.n,
-                              t.i[0] != 0);
+  return x.backend().biasGelu(floatIn(t, 0), f32(t, 1), floatOut(t, 2), t.m,
+                              t.n, t.i[0] != 0);
 }
 
 Status decodeBiasGeluGrad(Decoder &d, const fb::Instr &in, Thunk &t) {
@@ -141,7 +142,7 @@ Status decodeBiasGeluGrad(Decoder &d, const fb::Instr &in, Thunk &t) {
 }
 
 Status runBiasGeluGrad(RunContext &x, const Thunk &t) {
-  return x.backend().biasGeluGrad(f32(t, 0), f32(t, 1), f32(t, 2), f32(t, 3),
+  return x.backend().biasGeluGrad(floatIn(t, 0), f32(t, 1), f32(t, 2), f32(t, 3),
                                   f32(t, 4), t.m, t.n, t.i[0] != 0, t.beta);
 }
 
@@ -166,7 +167,7 @@ Status decodeSwiGLU(Decoder &d, const fb::Instr &in, Thunk &t) {
 }
 
 Status runSwiGLU(RunContext &x, const Thunk &t) {
-  return x.backend().swiglu(f32(t, 0), f32(t, 1), t.m, t.n);
+  return x.backend().swiglu(floatIn(t, 0), floatOut(t, 1), t.m, t.n);
 }
 
 Status decodeSwiGLUGrad(Decoder &d, const fb::Instr &in, Thunk &t) {
@@ -174,7 +175,8 @@ Status decodeSwiGLUGrad(Decoder &d, const fb::Instr &in, Thunk &t) {
 }
 
 Status runSwiGLUGrad(RunContext &x, const Thunk &t) {
-  return x.backend().swigluGrad(f32(t, 0), f32(t, 1), f32(t, 2), t.m, t.n);
+  return x.backend().swigluGrad(floatIn(t, 0), f32(t, 1), f32(t, 2), t.m,
+                                t.n);
 }
 
 //===----------------------------------------------------------------------===//

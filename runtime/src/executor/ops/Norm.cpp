@@ -37,8 +37,8 @@ Status decodeLayerNorm(Decoder &d, const fb::Instr &in, Thunk &t) {
 }
 
 Status runLayerNorm(RunContext &x, const Thunk &t) {
-  return x.backend().layerNorm(f32(t, 0), f32(t, 1), f32(t, 2), f32(t, 3), t.m,
-                               t.n, t.f[0]);
+  return x.backend().layerNorm(floatIn(t, 0), f32(t, 1), f32(t, 2),
+                               floatOut(t, 3), t.m, t.n, t.f[0]);
 }
 
 // [X, gamma, dY, dX, dgamma, dbeta]
@@ -48,7 +48,7 @@ Status decodeLayerNormGrad(Decoder &d, const fb::Instr &in, Thunk &t) {
 }
 
 Status runLayerNormGrad(RunContext &x, const Thunk &t) {
-  return x.backend().layerNormGrad(f32(t, 0), f32(t, 1), f32(t, 2), f32(t, 3),
+  return x.backend().layerNormGrad(floatIn(t, 0), f32(t, 1), f32(t, 2), f32(t, 3),
                                    f32(t, 4), f32(t, 5), t.m, t.n, t.f[0],
                                    t.beta);
 }
@@ -60,7 +60,7 @@ Status decodeAddLayerNorm(Decoder &d, const fb::Instr &in, Thunk &t) {
 
 Status runAddLayerNorm(RunContext &x, const Thunk &t) {
   return x.backend().addLayerNorm(f32(t, 0), f32(t, 1), f32(t, 2), f32(t, 3),
-                                  f32(t, 4), f32(t, 5), t.m, t.n, t.f[0]);
+                                  f32(t, 4), floatOut(t, 5), t.m, t.n, t.f[0]);
 }
 
 // [X, gamma, dY, dR, dX, dgamma, dbeta]
@@ -85,7 +85,8 @@ Status decodeRMSNorm(Decoder &d, const fb::Instr &in, Thunk &t) {
 }
 
 Status runRMSNorm(RunContext &x, const Thunk &t) {
-  return x.backend().rmsNorm(f32(t, 0), f32(t, 1), f32(t, 2), t.m, t.n, t.f[0]);
+  return x.backend().rmsNorm(floatIn(t, 0), f32(t, 1), floatOut(t, 2), t.m, t.n,
+                             t.f[0]);
 }
 
 // [X, gamma, dY, dX, dgamma]
@@ -94,7 +95,7 @@ Status decodeRMSNormGrad(Decoder &d, const fb::Instr &in, Thunk &t) {
 }
 
 Status runRMSNormGrad(RunContext &x, const Thunk &t) {
-  return x.backend().rmsNormGrad(f32(t, 0), f32(t, 1), f32(t, 2), nullptr,
+  return x.backend().rmsNormGrad(floatIn(t, 0), f32(t, 1), f32(t, 2), nullptr,
                                  f32(t, 3), f32(t, 4), t.m, t.n, t.f[0],
                                  t.beta);
 }
@@ -106,7 +107,7 @@ Status decodeAddRMSNorm(Decoder &d, const fb::Instr &in, Thunk &t) {
 
 Status runAddRMSNorm(RunContext &x, const Thunk &t) {
   return x.backend().addRmsNorm(f32(t, 0), f32(t, 1), f32(t, 2), f32(t, 3),
-                                f32(t, 4), t.m, t.n, t.f[0]);
+                                floatOut(t, 4), t.m, t.n, t.f[0]);
 }
 
 // [X, gamma, dY, dR, dX, dgamma]: dR, the residual's gradient, adds to dX.

@@ -126,6 +126,10 @@ StatusOr<CommRequest> startParamSyncGather(const Thunk &t);
 inline float *f32(const Thunk &t, int i) {
   return static_cast<float *>(t.ptr[i]);
 }
+/// Operand i of a kernel that loads (FloatIn) or stores (FloatOut) any
+/// float format: its pointer and the format its dtype gives.
+inline FloatIn floatIn(const Thunk &t, int i) { return {t.ptr[i], t.fmt[i]}; }
+inline FloatOut floatOut(const Thunk &t, int i) { return {t.ptr[i], t.fmt[i]}; }
 inline int32_t *i32(const Thunk &t, int i) {
   return static_cast<int32_t *>(t.ptr[i]);
 }
