@@ -319,8 +319,11 @@ void tessera::buildTrainPipeline(OpPassManager &pm,
   schedule.schedule = options.schedule;
   pm.addPass(dist::createPPSchedulePass(schedule));
   pm.addPass(dist::createVerifySchedulePass());
+  // The folded casts' CUDA kernels have not run on a GPU yet: only the
+  // opt-in bf16 activations take them; --bf16 alone keeps the GPU-checked
+  // Cast kernels until they have (docs/ARCHITECTURE.md, section 9).
   LowerToRTPassOptions lower;
-  lower.foldCasts = options.fuseCasts;
+  lower.foldCasts = options.fuseCasts && usesBf16Activations(options);
   pm.addPass(createLowerToRTPass(lower));
   if (options.fuseBucketOptimizer)
     pm.addPass(createFuseBucketOptimizerPass());

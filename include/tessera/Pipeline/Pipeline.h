@@ -272,11 +272,11 @@ public:
       llvm::cl::init(true), onCommandLine};
   Option<bool> fuseCasts{
       *this, "fuse-casts",
-      llvm::cl::desc("load and store 16-bit activations inside the activation "
-                     "kernels (add, bias add, bias-GELU, the norms, SwiGLU "
-                     "and their backwards) rather than with Cast kernels "
-                     "and f32 copies around them (default on, =false for "
-                     "comparison)"),
+      llvm::cl::desc("with --activations-dtype bf16: load and store the bf16 "
+                     "activations inside the activation kernels (add, bias "
+                     "add, bias-GELU, the norms, SwiGLU and their backwards) "
+                     "rather than with Cast kernels and f32 copies around "
+                     "them (default on, =false for comparison)"),
       llvm::cl::init(true), onCommandLine};
   Option<bool> fuseBucketOptimizer{
       *this, "fuse-bucket-optimizer",
