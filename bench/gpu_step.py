@@ -3,8 +3,9 @@
 
 For each size and precision (bf16: bf16 parameters and GEMMs on tensor
 cores with f32 accumulation, Megatron's; bf16act: the same with bf16
-activations, --activations-dtype bf16, against which PyTorch runs as in
-bf16; fp16: the same in f16 with a
+activations, --activations-dtype bf16, and bf16act-casts: with the Cast
+kernels instead of the casts folded into the activation kernels
+(--fuse-casts=false), against both of which PyTorch runs as in bf16; fp16: the same in f16 with a
 dynamic loss scale starting at 65536, which the data here never overflow,
 so every timed step updates; fp32: f32 GEMMs, TF32 off),
 tessera-gen gpt -> tessera-compile -> tessera-run -n 1 --backend cuda on the
@@ -177,7 +178,7 @@ def torch_step(spec, seq, micro_batch, warmup, steps, compile_too):
             t0 = time.perf_counter()
             with torch.autocast("cuda", dtype=torch.float16
                                 if precision == "fp16" else torch.bfloat16,
-                                enabled=precision in ("bf16", "bf16act", "fp16")):
+                                enabled=precision != "fp32"):
                 loss = fn(x, y)
             scaler.scale(loss).backward()
             scaler.unscale_(opt)
@@ -225,7 +226,8 @@ def main():
                     help="dense bf16 peak of the GPU (H100 SXM, H200: 989)")
     ap.add_argument("--precisions", default="bf16,fp32",
                     help="bf16 (tessera-compile --bf16), bf16act (--bf16 "
-                         "--activations-dtype bf16), fp16 (--fp16) and/or fp32")
+                         "--activations-dtype bf16), bf16act-casts (the same "
+                         "with --fuse-casts=false), fp16 (--fp16) and/or fp32")
     ap.add_argument("--torch", action=argparse.BooleanOptionalAction,
                     default=True, help="also train the GPT in PyTorch")
     ap.add_argument("--torch-compile", action=argparse.BooleanOptionalAction,
@@ -254,7 +256,8 @@ def main():
     configs = []
     for size in args.sizes.split(","):
         for precision in args.precisions.split(","):
-            if precision not in ("fp32", "bf16", "bf16act", "fp16"):
+            if precision not in ("fp32", "bf16", "bf16act", "bf16act-casts",
+                                 "fp16"):
                 raise SystemExit(f"--precisions: unknown precision '{precision}'")
             hidden, heads, layers = (int(x) for x in size.split(":"))
             configs.append((hidden, heads, layers, precision))
@@ -272,6 +275,8 @@ def main():
                  "--seq", str(args.seq), "-o", mlir])
             flags = {"fp32": [], "bf16": ["--bf16"],
                      "bf16act": ["--bf16", "--activations-dtype", "bf16"],
+                     "bf16act-casts": ["--bf16", "--activations-dtype", "bf16",
+                                       "--fuse-casts=false"],
                      "fp16": ["--fp16", "--initial-loss-scale", "65536"]}[precision]
             compile_cmd = [tool("tessera-compile"), mlir, "--micro-batch-size",
                            str(args.micro_batch), "--global-batch-size",
