@@ -19,17 +19,27 @@ int64_t alignTo(int64_t bytes, int64_t alignment) {
   return (bytes + alignment - 1) / alignment * alignment;
 }
 
+/// The intervals' indices ordered by `before` (stable: ties keep the
+/// given order).
+template <class Before>
+static std::vector<size_t> orderOf(const std::vector<Interval> &intervals,
+                                   Before before) {
+  std::vector<size_t> order(intervals.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return before(intervals[a], intervals[b]);
+  });
+  return order;
+}
+
 Plan planLinearScan(const std::vector<Interval> &intervals,
                     int64_t alignment) {
   Plan plan;
   plan.offsets.assign(intervals.size(), 0);
-  std::vector<size_t> order(intervals.size());
-  std::iota(order.begin(), order.end(), size_t(0));
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    if (intervals[a].start != intervals[b].start)
-      return intervals[a].start < intervals[b].start;
-    return intervals[a].bytes > intervals[b].bytes;
-  });
+  const std::vector<size_t> order =
+      orderOf(intervals, [](const Interval &a, const Interval &b) {
+        return a.start != b.start ? a.start < b.start : a.bytes > b.bytes;
+      });
   std::map<int64_t, int64_t> freeList; // offset -> size, coalesced
   auto release = [&](int64_t offset, int64_t size) {
     auto next = freeList.lower_bound(offset);
@@ -92,16 +102,13 @@ Plan planGreedyBySize(const std::vector<Interval> &intervals,
                       int64_t alignment) {
   Plan plan;
   plan.offsets.assign(intervals.size(), 0);
-  std::vector<size_t> order(intervals.size());
-  std::iota(order.begin(), order.end(), size_t(0));
   // Largest first; then by start, so that equal sizes go in program order.
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    int64_t sa = alignTo(intervals[a].bytes, alignment);
-    int64_t sb = alignTo(intervals[b].bytes, alignment);
-    if (sa != sb)
-      return sa > sb;
-    return intervals[a].start < intervals[b].start;
-  });
+  const std::vector<size_t> order =
+      orderOf(intervals, [&](const Interval &a, const Interval &b) {
+        const int64_t sa = alignTo(a.bytes, alignment);
+        const int64_t sb = alignTo(b.bytes, alignment);
+        return sa != sb ? sa > sb : a.start < b.start;
+      });
   // The placed buffers in offset order, as parallel arrays (the inner
   // loop below reads them all for each buffer placed).
   std::vector<int64_t> offsets, ends, starts, lastUses;

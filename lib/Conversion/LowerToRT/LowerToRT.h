@@ -209,18 +209,17 @@ public:
   /// 16-bit value itself (foldCasts): they lower to nothing, their input
   /// and result sharing one storage of the 16-bit type.
   llvm::DenseSet<mlir::Operation *> foldedCasts;
-  /// A narrowing folded cast's input (the kernel's f32 result) -> the
-  /// cast's result, whose storage the kernel writes.
-  llvm::DenseMap<mlir::Value, mlir::Value> narrowedInto;
 
 private:
   /// The storages of each persistent buffer, in creation order (so that
   /// finding a buffer's other values is not a scan of every storage).
   llvm::StringMap<llvm::SmallVector<int, 1>> storagesOfBuffer;
 
-  /// Finds the casts to fold (foldedCasts, narrowedInto).
+  /// Finds the casts to fold (foldedCasts).
   void foldCasts();
-  llvm::DenseMap<mlir::Value, mlir::Value> narrowedFrom;
+  /// The folded narrowing cast that is `v`'s only reader (whose storage
+  /// the kernel writes), or null.
+  mlir::Operation *narrowingFoldOf(mlir::Value v) const;
   bool foldCastsEnabled = true;
 
   int newStorage(mlir::Type type, llvm::StringRef persistentName = "");

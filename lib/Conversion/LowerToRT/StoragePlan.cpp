@@ -188,9 +188,9 @@ void PhasePlan::assign(Value v, int id) {
   storages[id].values.push_back(v);
   // A folded narrowing cast's result: the kernel's f32 result is stored
   // there too (the kernel writes it in the 16-bit format).
-  if (Value source = narrowedFrom.lookup(v)) {
-    storageOf[source] = id;
-    storages[id].values.push_back(source);
+  if (auto c = v.getDefiningOp<nn::CastOp>(); c && narrowingFoldOf(c.getInput())) {
+    storageOf[c.getInput()] = id;
+    storages[id].values.push_back(c.getInput());
   }
 }
 
@@ -245,10 +245,18 @@ void PhasePlan::foldCasts() {
              produced.getResultNumber() &
          1)) {
       foldedCasts.insert(op);
-      narrowedInto[in] = out;
-      narrowedFrom[out] = in;
     }
   }
+}
+
+Operation *PhasePlan::narrowingFoldOf(Value v) const {
+  if (!v.hasOneUse())
+    return nullptr;
+  Operation *user = *v.getUsers().begin();
+  // (A folded cast of an f32 value is a narrowing one.)
+  return isa<nn::CastOp>(user) && foldedCasts.contains(user) && isF32(v)
+             ? user
+             : nullptr;
 }
 
 OpOperand *PhasePlan::readAfter(ArrayRef<std::string> names, Operation *op) {
@@ -420,7 +428,7 @@ LogicalResult PhasePlan::planOp(Operation *op) {
   // 16-bit format; a narrowing one's was stored with its kernel's result.
   if (foldedCasts.contains(op)) {
     auto c = cast<nn::CastOp>(op);
-    if (!narrowedFrom.count(c.getResult()))
+    if (!narrowingFoldOf(c.getInput()))
       assign(c.getResult(), storageOf.lookup(c.getInput()));
     return success();
   }
@@ -660,8 +668,8 @@ LogicalResult PhasePlan::planOp(Operation *op) {
   for (Value produced : op->getResults()) {
     // A result that a folded cast narrows is stored as the cast's result.
     Value result = produced;
-    if (Value narrowed = narrowedInto.lookup(produced))
-      result = narrowed;
+    if (Operation *c = narrowingFoldOf(produced))
+      result = c->getResult(0);
     if (auto part = bucketPart.find(result);
         part != bucketPart.end() && !inPlace && !aliasOnly &&
         !copyFirst.contains(op)) {
