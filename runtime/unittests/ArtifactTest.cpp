@@ -136,7 +136,8 @@ TEST_F(ArtifactTest, WrongOperandCount) {
 }
 
 TEST_F(ArtifactTest, GemmOperandsShareAFloatFormat) {
-  // A and B are both F32 or both BF16 (SameFloatDType); C is F32.
+  // A and B are both F32 or both BF16 (SameFloatDType); C is F32, or
+  // their 16-bit format without accumulating (beta 0).
   ArtifactDesc desc = softmaxRegression();
   desc.programs[0].function("microbatch")[0].operands[0].dtype = fb::DType::BF16;
   expectError(buildFile(buildPayload(desc)),
@@ -144,9 +145,15 @@ TEST_F(ArtifactTest, GemmOperandsShareAFloatFormat) {
   expectError(buildFile(buildPayload(desc)),
               "must be both F32 or both BF16 (mix formats with a Cast)");
   desc.programs[0].function("microbatch")[0].operands[1].dtype = fb::DType::BF16;
-  desc.programs[0].function("microbatch")[0].operands[2].dtype = fb::DType::BF16;
+  desc.programs[0].function("microbatch")[0].operands[2].dtype = fb::DType::F16;
   expectError(buildFile(buildPayload(desc)),
-              "Gemm operand 2 (C) must be F32, got BF16");
+              "Gemm result C F16");
+  expectError(buildFile(buildPayload(desc)),
+              "must be F32 or the format of its operands (A BF16");
+  desc.programs[0].function("microbatch")[0].operands[2].dtype = fb::DType::BF16;
+  desc.programs[0].function("microbatch")[0].beta = 1.0f;
+  expectError(buildFile(buildPayload(desc)),
+              "Gemm accumulates (beta 1) into the 16-bit C BF16");
 }
 
 TEST_F(ArtifactTest, BufferIndexOutOfRange) {

@@ -121,6 +121,53 @@ TEST_F(CpuBackendTest, GemmBf16IsTheF32GemmOfTheWidenedOperands) {
         }
 }
 
+TEST_F(CpuBackendTest, GemmHalfIntoHalfEqualsF32GemmAndCast) {
+  // A 16-bit C (a GEMM writing a bf16 or f16 activation) is the f32 C
+  // rounded by the Cast kernel, bit for bit; the output scratch grows and
+  // is reused as the shapes change. A 16-bit C takes A and B's format and
+  // beta 0: there is nothing to accumulate into.
+  for (FloatFormat fmt : {FloatFormat::BF16, FloatFormat::F16})
+    for (auto [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{7, 5, 9},
+                           {64, 300, 200}, {3, 2, 4}, {0, 3, 4}, {5, 3, 0}})
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          auto a32 = random(size_t(m * k)), b32 = random(size_t(k * n));
+          std::vector<uint16_t> a(a32.size()), b(b32.size());
+          floatsToHalf(fmt, a32.data(), a.data(), int64_t(a.size()));
+          floatsToHalf(fmt, b32.data(), b.data(), int64_t(b.size()));
+          std::vector<float> f32C(size_t(m * n));
+          std::vector<uint16_t> want(f32C.size()), got(f32C.size(), 0x7fff);
+          ASSERT_TRUE(backend
+                          ->gemmHalf(fmt, ta, tb, m, n, k, 0.5f, a.data(),
+                                     b.data(), 0.0f, f32C.data())
+                          .ok());
+          ASSERT_TRUE(backend
+                          ->cast(f32C.data(), FloatFormat::F32, want.data(),
+                                 fmt, m * n, 0.0f)
+                          .ok());
+          ASSERT_TRUE(backend
+                          ->gemmHalf(fmt, ta, tb, m, n, k, 0.5f, a.data(),
+                                     b.data(), 0.0f, FloatOut(got.data(), fmt))
+                          .ok());
+          SCOPED_TRACE(testing::Message()
+                       << formatName(fmt) << " m=" << m << " n=" << n
+                       << " k=" << k << " ta=" << ta << " tb=" << tb);
+          ASSERT_EQ(got, want);
+        }
+  std::vector<uint16_t> a(4, 0x3f80), b(4, 0x3f80), c(4);
+  Status accumulate = backend->gemmHalf(FloatFormat::BF16, false, false, 2, 2,
+                                        2, 1.0f, a.data(), b.data(), 1.0f,
+                                        FloatOut(c.data(), FloatFormat::BF16));
+  EXPECT_FALSE(accumulate.ok());
+  EXPECT_NE(accumulate.message().find("beta 0"), std::string::npos)
+      << accumulate.toString();
+  EXPECT_FALSE(backend
+                   ->gemmHalf(FloatFormat::BF16, false, false, 2, 2, 2, 1.0f,
+                              a.data(), b.data(), 0.0f,
+                              FloatOut(c.data(), FloatFormat::F16))
+                   .ok());
+}
+
 TEST_F(CpuBackendTest, BiasAddAndAdd) {
   auto x = random(12), b = random(4), y = std::vector<float>(12);
   ASSERT_TRUE(backend->biasAdd(x.data(), b.data(), y.data(), 3, 4).ok());

@@ -117,7 +117,7 @@ public:
   }
   Status gemmHalf(FloatFormat half, bool transA, bool transB, int64_t m,
                   int64_t n, int64_t k, float alpha, const uint16_t *a,
-                  const uint16_t *b, float beta, float *c) override {
+                  const uint16_t *b, float beta, FloatOut c) override {
     note("gemmHalf");
     return inner->gemmHalf(half, transA, transB, m, n, k, alpha, a, b, beta,
                            c);
@@ -155,17 +155,17 @@ public:
     note("swiglu");
     return inner->swiglu(x, y, rows, n);
   }
-  Status swigluGrad(FloatIn x, const float *dy, float *dx, int64_t rows,
+  Status swigluGrad(FloatIn x, const float *dy, FloatOut dx, int64_t rows,
                     int64_t n) override {
     note("swigluGrad");
     return inner->swigluGrad(x, dy, dx, rows, n);
   }
-  Status repeatKV(const float *x, float *y, int64_t rows, int64_t heads,
+  Status repeatKV(FloatIn x, FloatOut y, int64_t rows, int64_t heads,
                   int64_t groups, int64_t headDim) override {
     note("repeatKV");
     return inner->repeatKV(x, y, rows, heads, groups, headDim);
   }
-  Status repeatKVGrad(const float *dy, float *dx, int64_t rows, int64_t heads,
+  Status repeatKVGrad(FloatIn dy, FloatOut dx, int64_t rows, int64_t heads,
                       int64_t groups, int64_t headDim) override {
     note("repeatKVGrad");
     return inner->repeatKVGrad(dy, dx, rows, heads, groups, headDim);
@@ -330,7 +330,7 @@ public:
     return inner->layerNormGrad(x, gamma, dy, dx, dgamma, dbias, rows, cols,
                                 eps, beta);
   }
-  Status embedding(const int32_t *ids, const float *table, float *y,
+  Status embedding(const int32_t *ids, FloatIn table, FloatOut y,
                    int64_t rows, int64_t localVocab, int64_t dim,
                    int64_t vocabOffset, int64_t vocabSize) override {
     note("embedding");
@@ -344,7 +344,7 @@ public:
     return inner->embeddingGrad(ids, dy, dtable, rows, localVocab, dim,
                                 vocabOffset, beta);
   }
-  Status addPositionEmbedding(const float *x, const float *pos, float *y,
+  Status addPositionEmbedding(FloatIn x, FloatIn pos, FloatOut y,
                               int64_t seq, int64_t batch,
                               int64_t dim) override {
     note("addPositionEmbedding");
@@ -369,12 +369,12 @@ public:
     return inner->attentionGrad(qkv, dout, dqkv, seq, batch, heads, headDim,
                                 causal);
   }
-  Status logitsMax(const float *z, float *m, int64_t rows,
+  Status logitsMax(FloatIn z, float *m, int64_t rows,
                    int64_t cols) override {
     note("logitsMax");
     return inner->logitsMax(z, m, rows, cols);
   }
-  Status crossEntropyStats(const float *z, const int32_t *t, const float *m,
+  Status crossEntropyStats(FloatIn z, const int32_t *t, const float *m,
                            float *se, float *pl, int64_t rows, int64_t cols,
                            int64_t vocabOffset, int64_t numClasses,
                            int64_t ignoreIndex) override {
@@ -382,7 +382,7 @@ public:
     return inner->crossEntropyStats(z, t, m, se, pl, rows, cols, vocabOffset,
                                     numClasses, ignoreIndex);
   }
-  Status logitsStats(const float *z, const int32_t *t, float *m, float *se,
+  Status logitsStats(FloatIn z, const int32_t *t, float *m, float *se,
                      float *pl, int64_t rows, int64_t cols,
                      int64_t ignoreIndex) override {
     note("logitsStats");
@@ -394,8 +394,8 @@ public:
     note("crossEntropyFromStats");
     return inner->crossEntropyFromStats(se, pl, m, t, loss, rows, ignoreIndex);
   }
-  Status crossEntropyStatsGrad(const float *z, const int32_t *t, const float *m,
-                               const float *se, const float *dl, float *dz,
+  Status crossEntropyStatsGrad(FloatIn z, const int32_t *t, const float *m,
+                               const float *se, const float *dl, FloatOut dz,
                                int64_t rows, int64_t cols, int64_t vocabOffset,
                                int64_t numClasses,
                                int64_t ignoreIndex) override {
@@ -537,7 +537,7 @@ public:
     return inner->moeCombineGrad(rows, probs, indices, dy, drows, dprobs,
                                  tokens, k, experts, features);
   }
-  Status rotaryEmbedding(const float *x, float *y, int64_t seq, int64_t batch,
+  Status rotaryEmbedding(FloatIn x, FloatOut y, int64_t seq, int64_t batch,
                          int64_t features, int64_t heads, int64_t rotDim,
                          float base, float scalingFactor, int64_t posBegin,
                          bool inverse) override {
@@ -545,7 +545,7 @@ public:
     return inner->rotaryEmbedding(x, y, seq, batch, features, heads, rotDim,
                                   base, scalingFactor, posBegin, inverse);
   }
-  Status dropout(const float *x, float *y, int64_t seq, int64_t batch,
+  Status dropout(FloatIn x, FloatOut y, int64_t seq, int64_t batch,
                  int64_t hidden, int64_t seqOffset, int64_t seqTotal,
                  int64_t firstSample, uint64_t seed, int64_t stream,
                  float rate) override {

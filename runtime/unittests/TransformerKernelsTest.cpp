@@ -329,6 +329,127 @@ TEST_F(TransformerKernelsTest, AnyFormatOperandsEqualCastsAroundTheF32Kernel) {
     ASSERT_TRUE(backend->swigluGrad(in(x2), dy.data(), dx2Got.data(), rows,
                                     cols).ok());
     EXPECT_EQ(dx2Got, dx2Ref) << "swigluGrad";
+    // The loss statistics over 16-bit logits (rows of 130 classes, some
+    // ignored) and their gradient into a 16-bit dZ, unsharded and as the
+    // second of two vocabulary shards.
+    std::vector<int32_t> t(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r)
+      t[size_t(r)] = r % 7 == 0 ? -100 : int32_t((r * 37) % (2 * cols));
+    const size_t nrows = static_cast<size_t>(rows);
+    Vec mRef(nrows), mGot(nrows), seRef(nrows), seGot(nrows), plRef(nrows),
+        plGot(nrows), dl = random(nrows);
+    ASSERT_TRUE(backend->logitsMax(xw.data(), mRef.data(), rows, cols).ok());
+    ASSERT_TRUE(backend->logitsMax(in(x), mGot.data(), rows, cols).ok());
+    EXPECT_EQ(mGot, mRef) << "logitsMax";
+    ASSERT_TRUE(backend->crossEntropyStats(xw.data(), t.data(), mRef.data(),
+                                           seRef.data(), plRef.data(), rows,
+                                           cols, cols, 2 * cols, -100).ok());
+    ASSERT_TRUE(backend->crossEntropyStats(in(x), t.data(), mRef.data(),
+                                           seGot.data(), plGot.data(), rows,
+                                           cols, cols, 2 * cols, -100).ok());
+    EXPECT_EQ(seGot, seRef) << "crossEntropyStats se";
+    EXPECT_EQ(plGot, plRef) << "crossEntropyStats pl";
+    ASSERT_TRUE(backend->crossEntropyStatsGrad(xw.data(), t.data(), mRef.data(),
+                                               seRef.data(), dl.data(),
+                                               ref.data(), rows, cols, cols,
+                                               2 * cols, -100).ok());
+    ASSERT_TRUE(backend->crossEntropyStatsGrad(in(x), t.data(), mRef.data(),
+                                               seRef.data(), dl.data(), out(yh),
+                                               rows, cols, cols, 2 * cols,
+                                               -100).ok());
+    EXPECT_EQ(yh, narrow(ref)) << "crossEntropyStatsGrad";
+    std::vector<int32_t> tl(nrows);
+    for (size_t r = 0; r < nrows; ++r)
+      tl[r] = t[r] < 0 ? t[r] : t[r] % int32_t(cols);
+    ASSERT_TRUE(backend->logitsStats(xw.data(), tl.data(), mRef.data(),
+                                     seRef.data(), plRef.data(), rows, cols,
+                                     -100).ok());
+    ASSERT_TRUE(backend->logitsStats(in(x), tl.data(), mGot.data(),
+                                     seGot.data(), plGot.data(), rows, cols,
+                                     -100).ok());
+    EXPECT_EQ(mGot, mRef) << "logitsStats max";
+    EXPECT_EQ(seGot, seRef) << "logitsStats se";
+    EXPECT_EQ(plGot, plRef) << "logitsStats pl";
+    // The lookup from a 16-bit table (rows of another shard are zeros) into
+    // 16-bit and f32 rows, and the position add over [seq, batch, dim].
+    const int64_t vocab = 40, shardOffset = 20, dim = cols;
+    const Half table = narrow(random(size_t(vocab * dim)));
+    std::vector<int32_t> ids(nrows);
+    for (size_t r = 0; r < nrows; ++r)
+      ids[r] = int32_t((r * 13) % size_t(2 * vocab));
+    Vec eRef(nrows * width), eGot(nrows * width);
+    Half eh(nrows * width);
+    ASSERT_TRUE(backend->embedding(ids.data(), widen(table).data(), eRef.data(),
+                                   rows, vocab, dim, shardOffset, 2 * vocab).ok());
+    ASSERT_TRUE(backend->embedding(ids.data(), in(table), out(eh), rows, vocab,
+                                   dim, shardOffset, 2 * vocab).ok());
+    EXPECT_EQ(eh, narrow(eRef)) << "embedding";
+    ASSERT_TRUE(backend->embedding(ids.data(), in(table), eGot.data(), rows,
+                                   vocab, dim, shardOffset, 2 * vocab).ok());
+    EXPECT_EQ(eGot, eRef) << "embedding, f32 rows";
+    const int64_t seq = 30, batch = rows / seq;
+    const Half pos = narrow(random(size_t(seq * dim)));
+    ASSERT_TRUE(backend->addPositionEmbedding(xw.data(), widen(pos).data(),
+                                              ref.data(), seq, batch, dim).ok());
+    ASSERT_TRUE(backend->addPositionEmbedding(in(x), in(pos), out(yh), seq,
+                                              batch, dim).ok());
+    EXPECT_EQ(yh, narrow(ref)) << "addPositionEmbedding";
+    Half inPlace = x;
+    ASSERT_TRUE(backend->addPositionEmbedding(in(inPlace), in(pos),
+                                              out(inPlace), seq, batch,
+                                              dim).ok());
+    EXPECT_EQ(inPlace, yh) << "addPositionEmbedding in place";
+    // SwiGLU's dX into 16 bits.
+    Half dx2h(2 * len);
+    ASSERT_TRUE(backend->swigluGrad(in(x2), dy.data(), out(dx2h), rows,
+                                    cols).ok());
+    EXPECT_EQ(dx2h, narrow(dx2Ref)) << "swigluGrad, 16-bit dX";
+    // Grouped-query attention's repeat (2 groups of 3 query heads, d 5:
+    // 2 * 5 * 5 = 50 features in, 6 * 3 * 5 = 90 out) and its backward.
+    const int64_t heads = 6, groups = 2, d = 5, inW = 50, outW = 90;
+    const Half kv = narrow(random(size_t(rows * inW)));
+    Vec kvRef(nrows * size_t(outW));
+    Half kvh(nrows * size_t(outW));
+    ASSERT_TRUE(backend->repeatKV(widen(kv).data(), kvRef.data(), rows, heads,
+                                  groups, d).ok());
+    ASSERT_TRUE(backend->repeatKV(in(kv), out(kvh), rows, heads, groups, d).ok());
+    EXPECT_EQ(kvh, narrow(kvRef)) << "repeatKV";
+    const Half dkv = narrow(random(nrows * size_t(outW)));
+    Vec dkvRef(nrows * size_t(inW));
+    Half dkvh(nrows * size_t(inW));
+    ASSERT_TRUE(backend->repeatKVGrad(widen(dkv).data(), dkvRef.data(), rows,
+                                      heads, groups, d).ok());
+    ASSERT_TRUE(backend->repeatKVGrad(in(dkv), out(dkvh), rows, heads, groups,
+                                      d).ok());
+    EXPECT_EQ(dkvh, narrow(dkvRef)) << "repeatKVGrad";
+    // Dropout over [seq, batch, dim].
+    ASSERT_TRUE(backend->dropout(xw.data(), ref.data(), seq, batch, dim, 0,
+                                 seq, 0, 7, 3, 0.25f).ok());
+    ASSERT_TRUE(backend->dropout(in(x), out(yh), seq, batch, dim, 0, seq, 0, 7,
+                                 3, 0.25f).ok());
+    EXPECT_EQ(yh, narrow(ref)) << "dropout";
+    // RoPE over [seq, batch, heads * 3 * d] (2 heads of d 5, 4 rotated
+    // features: the fifth copied), apart and in place.
+    const int64_t rHeads = 2, rD = 5, features = rHeads * 3 * rD;
+    const int64_t rSeq = 10, rBatch = rows / 10 / 3;
+    const int64_t rn = rSeq * rBatch * features;
+    const Half q = narrow(random(size_t(rn)));
+    Vec qRef(static_cast<size_t>(rn));
+    Half qh(static_cast<size_t>(rn));
+    for (bool inverse : {false, true}) {
+      ASSERT_TRUE(backend->rotaryEmbedding(widen(q).data(), qRef.data(), rSeq,
+                                           rBatch, features, rHeads, 4,
+                                           10000.0f, 0.0f, 3, inverse).ok());
+      ASSERT_TRUE(backend->rotaryEmbedding(in(q), out(qh), rSeq, rBatch,
+                                           features, rHeads, 4, 10000.0f, 0.0f,
+                                           3, inverse).ok());
+      EXPECT_EQ(qh, narrow(qRef)) << "rotaryEmbedding inverse " << inverse;
+      Half qIn = q;
+      ASSERT_TRUE(backend->rotaryEmbedding(in(qIn), out(qIn), rSeq, rBatch,
+                                           features, rHeads, 4, 10000.0f, 0.0f,
+                                           3, inverse).ok());
+      EXPECT_EQ(qIn, qh) << "rotaryEmbedding in place, inverse " << inverse;
+    }
   }
 }
 

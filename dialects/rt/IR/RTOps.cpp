@@ -12,6 +12,7 @@
 #include "mlir/IR/DialectImplementation.h"
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/Format.h"
 
 using namespace mlir;
 using namespace tessera::rt;
@@ -174,6 +175,29 @@ LogicalResult tessera::rt::verifyInstruction(Operation *op) {
     }
   }
   InstrAttrs attrs = instr.getInstrAttrs();
+  // A product's result: f32, or its operands' 16-bit format (rounded once,
+  // so nothing to accumulate into).
+  for (auto [i, type] : llvm::enumerate(buffers)) {
+    if (info.operands[i] != 'r' || type.getElementType().isF32())
+      continue;
+    std::optional<size_t> first;
+    for (size_t j = 0; j < buffers.size() && !first; ++j)
+      if (info.operands[j] == 'h')
+        first = j;
+    if (!first || type.getElementType() != buffers[*first].getElementType())
+      return op->emitOpError()
+             << "result buffer " << i << " (" << info.operandName(int(i))
+             << ") must be f32 or the float type of its operands, got "
+             << type;
+    if (attrs.beta != 0.0f) {
+      std::string beta;
+      llvm::raw_string_ostream(beta) << llvm::format("%g", double(attrs.beta));
+      return op->emitOpError()
+             << "accumulates (beta " << beta << ") into the 16-bit "
+             << info.operandName(int(i)) << " " << type
+             << "; an accumulated result must be f32";
+    }
+  }
   if (info.has(Runs)) {
     if (std::string_view why =
             runsError(attrs.iattrs.data(), attrs.iattrs.size());

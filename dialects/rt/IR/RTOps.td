@@ -178,14 +178,17 @@ def RT_GemmOp : RT_InstrOp<"gemm", "Gemm"> {
   let summary = "c = alpha * op(a) @ op(b) + beta * c";
   let description = [{
     `beta = 1` accumulates into `c` (gradient accumulation over microbatches).
-    `a` and `b` are both f32, or both bf16 (mixed precision's GEMMs: the
-    products accumulate in f32).
+    `a` and `b` are both f32, or both bf16 or f16 (mixed precision's GEMMs:
+    the products accumulate in f32). `c` is f32, or in `a` and `b`'s 16-bit
+    format with `beta = 0`: the f32 result rounded once to nearest even, as
+    an f32 `c` and an `rt.cast` would (a GEMM writing a bf16 activation).
 
     ```mlir
     rt.gemm %a, %b, %c {trans_b, alpha = 1.0 : f32, beta = 0.0 : f32} : memref<8x256xf32>, memref<512x256xf32>, memref<8x512xf32>
+    rt.gemm %x, %w, %y {trans_b} : memref<8x256xbf16>, memref<512x256xbf16>, memref<8x512xbf16>
     ```
   }];
-  let arguments = (ins RT_FloatBuf:$a, RT_FloatBuf:$b, RT_F32Buf:$c,
+  let arguments = (ins RT_FloatBuf:$a, RT_FloatBuf:$b, RT_FloatBuf:$c,
                        UnitAttr:$trans_a, UnitAttr:$trans_b,
                        DefaultValuedAttr<F32Attr, "1.0f">:$alpha,
                        DefaultValuedAttr<F32Attr, "0.0f">:$beta);
@@ -344,12 +347,14 @@ def RT_RotaryEmbeddingOp : RT_InstrOp<"rotary_embedding", "RotaryEmbedding"> {
   let description = [{
     As nn.rotary_embedding: iattrs [num_heads, rotary_dim, inverse], fattrs
     [base, scaling_factor (0: none)], `group` the sequence's shard group.
+    Input and result in any float format (bf16 activations rotate in
+    place in bf16, each pair computed in f32 and rounded once).
     ```mlir
     rt.rotary_embedding %x, %y {num_heads = 4 : i64, rotary_dim = 32 : i64, base = 1.0e+04 : f32, group = "cp"}
         : memref<64x4x384xf32>, memref<64x4x384xf32>
     ```
   }];
-  let arguments = (ins RT_F32Buf:$input, RT_F32Buf:$result,
+  let arguments = (ins RT_FloatBuf:$input, RT_FloatBuf:$result,
                        I64Attr:$num_heads, I64Attr:$rotary_dim,
                        DefaultValuedAttr<BoolAttr, "false">:$inverse,
                        F32Attr:$base,

@@ -266,7 +266,7 @@ KERNEL_ATTRS(nn::LossSeedOp) {
 KERNEL_ATTRS(nn::MaskColumnsOp) {
   return p.withGroup(b,
                      {b.getNamedAttr("value", o.getFillAttr()),
-                      p.iattrs(b, {o.getValid()})},
+                      p.iattrs(b, {int64_t(o.getValid())})},
                      o.getGroupAttr());
 }
 KERNEL_ATTRS(nn::GeluOp) {
@@ -414,17 +414,21 @@ KERNEL_ATTRS(nn::CrossEntropyStatsGradOp) {
   FailureOr<Value> Name::lower(SourceOp o, OpAdaptor adaptor,                  \
                                ConversionPatternRewriter &b) const
 
-/// x @ W^T (+ bias).
+/// x @ W^T (+ bias). A result stored 16-bit (a folded cast): without a
+/// bias the GEMM rounds into it; with one the GEMM writes the f32 product
+/// to the op's scratch and the bias add rounds the sum into it.
 PATTERN(LinearPattern, nn::LinearOp) {
   Value y = state.bufferOf(b, o.getResult());
+  auto scratch = state.plan.scratchOf.lookup(o);
+  Value product = scratch.empty() ? y : state.scratchBuffer(b, scratch[0]);
   rt::GemmOp::create(b, o.getLoc(), TypeRange{},
                      ValueRange{state.operand(b, o, 0), state.operand(b, o, 1),
-                                y},
+                                product},
                      ArrayRef<NamedAttribute>{
                          b.getNamedAttr("trans_b", b.getUnitAttr())});
   if (o.getBias())
     rt::BiasAddOp::create(b, o.getLoc(), TypeRange{},
-                          ValueRange{y, state.operand(b, o, 2), y},
+                          ValueRange{product, state.operand(b, o, 2), y},
                           ArrayRef<NamedAttribute>{});
   return Value();
 }

@@ -159,7 +159,7 @@ bool PhasePlan::clobberable(Value v, Operation *op) {
 PhasePlan::PhasePlan(func::FuncOp func, bool isStep, PersistentBuffers &buffers,
                      MakeBuffer makeBuffer, bool foldCasts)
     : func(func), isStep(isStep), buffers(buffers),
-      makeBuffer(std::move(makeBuffer)), foldCastsEnabled(foldCasts) {
+      foldCastsEnabled(foldCasts), makeBuffer(std::move(makeBuffer)) {
   chunk = chunkOf(func);
   if (auto program = func->getParentOfType<ModuleOp>())
     for (auto sched : program.getOps<dist::ScheduleOp>())
@@ -207,43 +207,111 @@ static std::pair<unsigned, unsigned> anyFormatOperands(Operation *op) {
   if (isa<nn::BiasAddOp, nn::BiasGeluOp, nn::LayerNormOp, nn::RMSNormOp,
           nn::SwiGLUOp>(op))
     return {1, 1};
-  if (isa<nn::BiasGeluGradOp, nn::LayerNormGradOp, nn::RMSNormGradOp,
-          nn::SwiGLUGradOp>(op))
+  if (isa<nn::BiasGeluGradOp, nn::LayerNormGradOp, nn::RMSNormGradOp>(op))
     return {1, 0};
+  // SwiGLU's backward stores dX in any format too; grouped-query
+  // attention's repeat copies, and its backward sums in f32 and stores
+  // once; dropout scales the kept values in f32 and stores once.
+  if (isa<nn::SwiGLUGradOp>(op))
+    return {1, 1};
+  if (isa<nn::RepeatKVOp, nn::RepeatKVGradOp, nn::DropoutOp>(op))
+    return {1, 1};
+  // RoPE rotates in place, in any format (PhasePlan::foldCasts folds it
+  // only between a widening and a narrowing cast of one format).
+  if (isa<nn::RotaryEmbeddingOp>(op))
+    return {1, 1};
+  // The fused loss reads only its statistics: its logits operand orders it
+  // for autodiff and reaches no kernel, in any format. The statistics load
+  // the logits in any format, and their gradient stores dZ in any.
+  if (isa<nn::CrossEntropyFromStatsOp, nn::LogitsStatsOp, nn::LogitsMaxOp,
+          nn::CrossEntropyStatsOp>(op))
+    return {1, 0};
+  if (isa<nn::CrossEntropyStatsGradOp>(op))
+    return {1, 1};
+  // The lookup copies a row of the table in any format (a bf16 parameter
+  // with no f32 copy of the table), and the position add adds any.
+  if (isa<nn::EmbeddingOp>(op))
+    return {0b10, 1};
+  if (isa<nn::AddPositionEmbeddingOp>(op))
+    return {0b11, 1};
+  // A 16-bit GEMM rounds its f32 result into its operands' format (Gemm's
+  // `r` result; a biased linear adds the bias to the f32 product first).
+  if (isa<nn::LinearOp, nn::MatmulOp>(op))
+    return {0, 1};
   return {0, 0};
 }
 
-static bool isF32(Value v) {
-  return cast<RankedTensorType>(v.getType()).getElementType().isF32();
+static Type elementTypeOf(Value v) {
+  return cast<RankedTensorType>(v.getType()).getElementType();
+}
+static bool isF32(Value v) { return elementTypeOf(v).isF32(); }
+
+/// Whether `op`'s result `r` may be stored as `format` by the kernel itself:
+/// an any-format result, and a GEMM's only in its operands' format.
+static bool storesFormat(OpResult r, Type format) {
+  Operation *op = r.getOwner();
+  if (r.getResultNumber() >= 32 ||
+      !(anyFormatOperands(op).second >> r.getResultNumber() & 1))
+    return false;
+  if (isa<nn::LinearOp, nn::MatmulOp>(op))
+    return elementTypeOf(op->getOperand(0)) == format &&
+           elementTypeOf(op->getOperand(1)) == format;
+  return true;
 }
 
 void PhasePlan::foldCasts() {
+  auto foldable = [&](nn::CastOp c) {
+    return !bucketPart.count(c.getResult());
+  };
+  // A narrowing cast may take the kernel's result: not into a gradient
+  // buffer, where the cast would accumulate.
+  auto narrowingBinding = [&](Value out) {
+    StringRef binding = resultBinding(out);
+    return binding.empty() || binding.starts_with("stash:");
+  };
+  // An in-place kernel (RoPE) loads and stores one storage, so it takes a
+  // 16-bit one only as a round trip: its input widened from a format by a
+  // cast that it alone reads, its result narrowed back to that format by
+  // its only reader into a transient; both casts fold, or neither.
+  auto roundTrip = [&](Operation *kernel) {
+    auto widen = kernel->getOperand(0).getDefiningOp<nn::CastOp>();
+    Value r = kernel->getResult(0);
+    if (!widen || !foldable(widen) || isF32(widen.getInput()) ||
+        !widen.getResult().hasOneUse() ||
+        !resultBinding(widen.getResult()).empty() || !r.hasOneUse())
+      return false;
+    auto narrow = dyn_cast<nn::CastOp>(*r.getUsers().begin());
+    return narrow && foldable(narrow) &&
+           elementTypeOf(narrow.getResult()) ==
+               elementTypeOf(widen.getInput()) &&
+           resultBinding(narrow.getResult()).empty();
+  };
+  auto inPlace = [](Operation *kernel) {
+    return isa<nn::RotaryEmbeddingOp>(kernel);
+  };
   for (Operation *op : ops) {
     auto c = dyn_cast<nn::CastOp>(op);
-    if (!c || bucketPart.count(c.getResult()))
+    if (!c || !foldable(c))
       continue;
     Value in = c.getInput(), out = c.getResult();
     // Widening: every reader of the f32 copy loads the 16-bit value
     // itself (not a value bound to a buffer: a gradient, a saved copy).
     if (!isF32(in) && isF32(out) && resultBinding(out).empty() &&
-        !out.use_empty() && llvm::all_of(out.getUses(), [](OpOperand &use) {
+        !out.use_empty() && llvm::all_of(out.getUses(), [&](OpOperand &use) {
           unsigned n = use.getOperandNumber();
-          return n < 32 && (anyFormatOperands(use.getOwner()).first >> n & 1);
+          return n < 32 &&
+                 (anyFormatOperands(use.getOwner()).first >> n & 1) &&
+                 (!inPlace(use.getOwner()) || roundTrip(use.getOwner()));
         })) {
       foldedCasts.insert(op);
       continue;
     }
     // Narrowing: the kernel's f32 result is read by this cast alone, which
-    // rounds it as the kernel's store would (not into a gradient buffer,
-    // where the cast would accumulate).
+    // rounds it as the kernel's store would.
     auto produced = dyn_cast<OpResult>(in);
-    StringRef binding = resultBinding(out);
     if (isF32(in) && !isF32(out) && produced && in.hasOneUse() &&
-        (binding.empty() || binding.starts_with("stash:")) &&
-        produced.getResultNumber() < 32 &&
-        (anyFormatOperands(produced.getOwner()).second >>
-             produced.getResultNumber() &
-         1)) {
+        narrowingBinding(out) && storesFormat(produced, elementTypeOf(out)) &&
+        (!inPlace(produced.getOwner()) || roundTrip(produced.getOwner()))) {
       foldedCasts.insert(op);
     }
   }
@@ -652,14 +720,22 @@ LogicalResult PhasePlan::planOp(Operation *op) {
   }
   if (inPlace) {
     Value in = op->getOperand(0);
-    if (resultBinding(op->getResult(0)).empty() && clobberable(in, op)) {
+    // Folded around (RoPE between a widening and a narrowing cast): the
+    // kernel rounds into the 16-bit storage it read, which holds the
+    // narrowing cast's result (or into a copy of it, below).
+    if (Operation *c = narrowingFoldOf(op->getResult(0))) {
+      if (clobberable(in, op)) {
+        assign(c->getResult(0), storageOf.lookup(in));
+        return success();
+      }
+    } else if (resultBinding(op->getResult(0)).empty() &&
+               clobberable(in, op)) {
       assign(op->getResult(0), storageOf.lookup(in));
       return success();
-    }
-    if (!resultBinding(op->getResult(0)).empty() &&
-        storages[storageOf.lookup(in)].persistent ==
-            resultBinding(op->getResult(0)) &&
-        clobberable(in, op)) {
+    } else if (!resultBinding(op->getResult(0)).empty() &&
+               storages[storageOf.lookup(in)].persistent ==
+                   resultBinding(op->getResult(0)) &&
+               clobberable(in, op)) {
       assign(op->getResult(0), storageOf.lookup(in));
       return success();
     }
@@ -769,6 +845,16 @@ LogicalResult PhasePlan::planOp(Operation *op) {
     statsPath = ce.getIgnoreIndex().has_value();
   if (auto ce = dyn_cast<nn::SoftmaxCrossEntropyGradOp>(op))
     statsPath = ce.getIgnoreIndex().has_value();
+  // A biased linear whose result a folded cast narrows: the f32 product in
+  // scratch, which the bias add rounds into the 16-bit result (Megatron's
+  // bf16 linear adds the bias before its one rounding too).
+  if (auto linear = dyn_cast<nn::LinearOp>(op);
+      linear && linear.getBias() && narrowingFoldOf(linear.getResult())) {
+    int id = newStorage(linear.getResult().getType());
+    storages[id].scratch = true;
+    storages[id].start = storages[id].end = position[op];
+    scratchOf[op].push_back(id);
+  }
   if (statsPath) {
     auto z = cast<RankedTensorType>(op->getOperand(0).getType());
     auto rows = RankedTensorType::get(z.getShape().drop_back(),

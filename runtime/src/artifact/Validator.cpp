@@ -340,6 +340,27 @@ Status Validator::checkInstr(const std::string &where, const fb::Instr &in,
                      desc(i), " must be both F32 or both BF16 (mix formats "
                      "with a Cast)");
     }
+    // A product's result: F32, or rounded once into its operands' 16-bit
+    // format, which leaves nothing to accumulate into.
+    for (int i = 0; i < got; ++i) {
+      if (info->operands[size_t(i)] != 'r')
+        continue;
+      const fb::DType dtype =
+          in.operands()->Get(flatbuffers::uoffset_t(i))->dtype();
+      if (dtype == fb::DType::F32)
+        continue;
+      if (first < 0 ||
+          dtype != in.operands()->Get(flatbuffers::uoffset_t(first))->dtype())
+        return error(where, ": ", name, " result ", info->operandName(i), " ",
+                     desc(i), " must be F32 or the format of its operands",
+                     first < 0 ? std::string()
+                               : " (" + std::string(info->operandName(first)) +
+                                     " " + desc(first) + ")");
+      if (in.beta() != 0.0f)
+        return error(where, ": ", name, " accumulates (beta ", in.beta(),
+                     ") into the 16-bit ", info->operandName(i), " ", desc(i),
+                     "; an accumulated result must be F32");
+    }
   }
   const int iattrs = in.iattrs() ? int(in.iattrs()->size()) : 0;
   if (info->has(Runs)) {

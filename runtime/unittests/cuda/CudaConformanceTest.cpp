@@ -67,16 +67,22 @@ Arg floats(FloatFormat format, const std::vector<float> &v, bool output) {
   return format == FloatFormat::F32 ? arg(Kind::F32, v, output)
                                     : half(format, v, output);
 }
-const char *formatName(FloatFormat f) {
-  return f == FloatFormat::BF16 ? "bf16" : f == FloatFormat::F16 ? "f16" : "f32";
-}
 
 using Call = std::function<Status(Backend &, std::vector<void *> &)>;
+
+/// The spacing of the 16-bit `format` at the value with pattern `h`: the
+/// distance to the next value away from zero.
+double ulpAt(FloatFormat format, uint16_t h) {
+  return std::fabs(double(halfToFloat(format, uint16_t(h + 1))) -
+                   double(halfToFloat(format, h)));
+}
 
 /// Runs `call` on both backends and compares the outputs: |gpu - cpu| <=
 /// tol * (1 + |cpu|) for f32 (or <= bounds[j] for element j of every f32
 /// output, when `bounds` is given), within one bf16 ulp for bf16 (exact
-/// when tol == 0).
+/// when tol == 0). With `bounds`, a 16-bit output is an f32 result within
+/// bounds[j] on each side rounded once: the widened values may differ by
+/// bounds[j] plus half an ulp of each.
 void compare(const std::string &what, std::vector<Arg> args, const Call &call,
              double tol = 1e-5, const std::vector<double> &bounds = {}) {
   SCOPED_TRACE(what);
@@ -121,9 +127,19 @@ void compare(const std::string &what, std::vector<Arg> args, const Call &call,
       size_t n = got.size() / 2;
       const uint16_t *g = reinterpret_cast<const uint16_t *>(got.data());
       const uint16_t *w = reinterpret_cast<const uint16_t *>(want.data());
-      for (size_t j = 0; j < n; ++j)
+      const FloatFormat f =
+          args[i].kind == Kind::F16 ? FloatFormat::F16 : FloatFormat::BF16;
+      for (size_t j = 0; j < n; ++j) {
+        if (!bounds.empty()) {
+          ASSERT_LE(std::fabs(double(halfToFloat(f, g[j])) -
+                              double(halfToFloat(f, w[j]))),
+                    bounds[j] + ulpAt(f, g[j]) / 2 + ulpAt(f, w[j]) / 2)
+              << "operand " << i << " at " << j;
+          continue;
+        }
         ASSERT_LE(std::abs(int(g[j]) - int(w[j])), tol == 0.0 ? 0 : 1)
             << "operand " << i << " at " << j;
+      }
     } else {
       ASSERT_EQ(got, want) << "operand " << i;
     }
@@ -225,6 +241,19 @@ TEST(CudaConformanceTest, GemmBf16) {
                                        beta, F(2));
                   },
                   0.0, bounds);
+          // C in the operands' format (a GEMM writing a 16-bit
+          // activation): the same f32 result, rounded once.
+          if (beta == 0.0f)
+            compare(std::string("gemmHalf ") + formatName(fmt) + " into " +
+                        formatName(fmt) + " C ta=" + std::to_string(ta) +
+                        " tb=" + std::to_string(tb) + " k=" + std::to_string(k),
+                    {half(fmt, a, false), half(fmt, b, false),
+                     half(fmt, c, true)},
+                    [&](Backend &be, std::vector<void *> &p) {
+                      return be.gemmHalf(fmt, ta, tb, m, n, k, alpha, H(0),
+                                         H(1), 0.0f, FloatOut(p[2], fmt));
+                    },
+                    0.0, bounds);
         }
 }
 
@@ -533,6 +562,33 @@ TEST(CudaConformanceTest, AnyFormatActivationKernels) {
       const std::string shape = fmt + " cols=" + std::to_string(cols);
       const size_t n = size_t(rows * cols);
       auto x = random(n, 2.0f);
+      // The lookup (ids of another shard give zeros) and the position add.
+      const int64_t vocab = 50;
+      std::vector<int32_t> tokens(static_cast<size_t>(rows));
+      for (size_t r = 0; r < tokens.size(); ++r)
+        tokens[r] = int32_t((r * 13) % size_t(2 * vocab));
+      compare("embedding " + shape,
+              {ids(tokens), floats(h, random(size_t(vocab * cols)), false),
+               floats(h, random(n), true)},
+              [&](Backend &b, std::vector<void *> &p) {
+                return b.embedding(I(0), FloatIn(p[1], h), FloatOut(p[2], h),
+                                   rows, vocab, cols, vocab, 2 * vocab);
+              }, 0.0);
+      compare("embedding, f32 rows " + shape,
+              {ids(tokens), floats(h, random(size_t(vocab * cols)), false),
+               out(random(n))},
+              [&](Backend &b, std::vector<void *> &p) {
+                return b.embedding(I(0), FloatIn(p[1], h), F(2), rows, vocab,
+                                   cols, 0, 2 * vocab);
+              }, 0.0);
+      compare("addPositionEmbedding " + shape,
+              {floats(h, x, false), floats(h, random(size_t(rows * cols)), false),
+               floats(h, random(n), true)},
+              [&](Backend &b, std::vector<void *> &p) {
+                return b.addPositionEmbedding(FloatIn(p[0], h),
+                                              FloatIn(p[1], h),
+                                              FloatOut(p[2], h), rows, 1, cols);
+              });
       compare("add " + shape,
               {floats(h, x, false), in(random(n)), floats(h, random(n), true)},
               [&](Backend &b, std::vector<void *> &p) {
@@ -623,6 +679,14 @@ TEST(CudaConformanceTest, AnyFormatActivationKernels) {
               [&](Backend &b, std::vector<void *> &p) {
                 return b.swigluGrad(FloatIn(p[0], h), F(1), F(2), rows, cols);
               });
+      compare("swigluGrad, 16-bit dX " + shape,
+              {floats(h, random(size_t(2 * rows * cols)), false),
+               in(random(size_t(rows * cols))),
+               floats(h, random(size_t(2 * rows * cols)), true)},
+              [&](Backend &b, std::vector<void *> &p) {
+                return b.swigluGrad(FloatIn(p[0], h), F(1), FloatOut(p[2], h),
+                                    rows, cols);
+              });
     }
   }
 }
@@ -644,6 +708,24 @@ TEST(CudaConformanceTest, RepeatKV) {
             [&](Backend &b, std::vector<void *> &p) {
               return b.repeatKVGrad(F(0), F(1), rows, heads, groups, d);
             });
+    // 16-bit rows (bf16 activations): the copy is exact, the sums of dk
+    // and dv rounded once.
+    for (FloatFormat h : {FloatFormat::BF16, FloatFormat::F16}) {
+      compare("repeatKV " + shape + " " + formatName(h),
+              {floats(h, random(size_t(nIn)), false),
+               floats(h, random(size_t(nOut)), true)},
+              [&](Backend &b, std::vector<void *> &p) {
+                return b.repeatKV(FloatIn(p[0], h), FloatOut(p[1], h), rows,
+                                  heads, groups, d);
+              }, 0.0);
+      compare("repeatKVGrad " + shape + " " + formatName(h),
+              {floats(h, random(size_t(nOut)), false),
+               floats(h, random(size_t(nIn)), true)},
+              [&](Backend &b, std::vector<void *> &p) {
+                return b.repeatKVGrad(FloatIn(p[0], h), FloatOut(p[1], h),
+                                      rows, heads, groups, d);
+              });
+    }
   }
 }
 
@@ -692,6 +774,39 @@ TEST(CudaConformanceTest, RotaryEmbedding) {
                                          inverse);
               },
               2e-5);
+      // 16-bit rows (bf16 activations), apart and in place: each side's
+      // f32 result within the f32 bound above of the other's, then
+      // rounded once (the bound taken at the CPU's f32 result).
+      for (FloatFormat h : {FloatFormat::BF16, FloatFormat::F16}) {
+        auto x = random(size_t(n));
+        std::vector<uint16_t> xh(x.size());
+        std::vector<float> xw(x.size()), w32(x.size());
+        floatsToHalf(h, x.data(), xh.data(), n);
+        halfToFloats(h, xh.data(), xw.data(), n);
+        ASSERT_TRUE(cpu->rotaryEmbedding(xw.data(), w32.data(), seq, batch,
+                                         features, heads, rot, 500000.0f,
+                                         8.0f, 4093, inverse)
+                        .ok());
+        std::vector<double> bounds(x.size());
+        for (size_t j = 0; j < bounds.size(); ++j)
+          bounds[j] = 2e-5 * (1.0 + std::fabs(double(w32[j])));
+        compare(name + " " + formatName(h),
+                {floats(h, x, false), floats(h, random(size_t(n)), true)},
+                [&](Backend &b, std::vector<void *> &p) {
+                  return b.rotaryEmbedding(FloatIn(p[0], h), FloatOut(p[1], h),
+                                           seq, batch, features, heads, rot,
+                                           500000.0f, 8.0f, 4093, inverse);
+                },
+                0.0, bounds);
+        compare(name + " " + formatName(h) + " in place",
+                {floats(h, x, true)},
+                [&](Backend &b, std::vector<void *> &p) {
+                  return b.rotaryEmbedding(FloatIn(p[0], h), FloatOut(p[0], h),
+                                           seq, batch, features, heads, rot,
+                                           500000.0f, 8.0f, 4093, inverse);
+                },
+                0.0, bounds);
+      }
     }
 }
 
@@ -835,6 +950,45 @@ TEST(CudaConformanceTest, CrossEntropy) {
             return b.crossEntropyStatsGrad(F(0), I(1), F(2), F(3), F(4), F(5),
                                            rows, cols, 1000, 2000, -100);
           });
+  // The statistics over 16-bit logits (a GEMM's bf16 output) and the
+  // gradient into a 16-bit dZ: the same math on the widened values; dZ
+  // within one ulp of the format.
+  for (FloatFormat h : {FloatFormat::BF16, FloatFormat::F16}) {
+    const std::string fmt = formatName(h);
+    std::vector<uint16_t> zh(z.size());
+    std::vector<float> zw(z.size()), mh(rows, -INFINITY);
+    floatsToHalf(h, z.data(), zh.data(), int64_t(z.size()));
+    halfToFloats(h, zh.data(), zw.data(), int64_t(z.size()));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < cols; ++j)
+        mh[size_t(r)] = std::max(mh[size_t(r)], zw[size_t(r * cols + j)]);
+    compare("logitsMax " + fmt, {floats(h, z, false), out(random(rows))},
+            [&](Backend &b, std::vector<void *> &p) {
+              return b.logitsMax(FloatIn(p[0], h), F(1), rows, cols);
+            }, 0.0);
+    compare("logitsStats " + fmt,
+            {floats(h, z, false), ids(ti), out(random(rows)),
+             out(random(rows)), out(random(rows))},
+            [&](Backend &b, std::vector<void *> &p) {
+              return b.logitsStats(FloatIn(p[0], h), I(1), F(2), F(3), F(4),
+                                   rows, cols, -100);
+            });
+    compare("crossEntropyStats " + fmt,
+            {floats(h, z, false), ids(tv), in(mh), out(random(rows)),
+             out(random(rows))},
+            [&](Backend &b, std::vector<void *> &p) {
+              return b.crossEntropyStats(FloatIn(p[0], h), I(1), F(2), F(3),
+                                         F(4), rows, cols, 1000, 2000, -100);
+            });
+    compare("crossEntropyStatsGrad " + fmt,
+            {floats(h, z, false), ids(tv), in(mh), in(se), in(random(rows)),
+             floats(h, random(size_t(rows * cols)), true)},
+            [&](Backend &b, std::vector<void *> &p) {
+              return b.crossEntropyStatsGrad(FloatIn(p[0], h), I(1), F(2), F(3),
+                                             F(4), FloatOut(p[5], h), rows,
+                                             cols, 1000, 2000, -100);
+            });
+  }
   compare("tokenMean", {in(random(rows)), ids(tv), out({0.0f})},
           [&](Backend &b, std::vector<void *> &p) {
             return b.tokenMean(F(0), I(1), F(2), rows, -100, nullptr);
@@ -868,6 +1022,16 @@ TEST(CudaConformanceTest, DropoutMasksAreBitIdentical) {
             [&](Backend &b, std::vector<void *> &p) {
               return b.dropout(F(0), F(1), seq, batch, hidden, 32, 64, 1000,
                                1234, 3, rate);
+            },
+            0.0);
+  // 16-bit rows: the same masks, the kept values scaled in f32 and rounded
+  // once (the scale 1 / (1 - rate) is exact for these rates, so equal).
+  for (FloatFormat h : {FloatFormat::BF16, FloatFormat::F16})
+    compare(std::string("dropout ") + formatName(h),
+            {floats(h, x, false), floats(h, random(x.size()), true)},
+            [&](Backend &b, std::vector<void *> &p) {
+              return b.dropout(FloatIn(p[0], h), FloatOut(p[1], h), seq, batch,
+                               hidden, 32, 64, 1000, 1234, 3, 0.5f);
             },
             0.0);
 }

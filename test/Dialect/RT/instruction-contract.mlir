@@ -29,8 +29,34 @@ func.func @f(%a: memref<2x8xbf16>, %b: memref<4x8xf32>, %c: memref<2x4xf32>) {
 
 // -----
 
+// A 16-bit C takes A and B's format...
+func.func @f(%a: memref<2x8xf32>, %b: memref<4x8xf32>, %c: memref<2x4xbf16>) {
+  // expected-error @+1 {{result buffer 2 (C) must be f32 or the float type of its operands, got 'memref<2x4xbf16>'}}
+  rt.gemm %a, %b, %c {trans_b} : memref<2x8xf32>, memref<4x8xf32>, memref<2x4xbf16>
+  return
+}
+
+// -----
+
+func.func @f(%a: memref<2x8xbf16>, %b: memref<4x8xbf16>, %c: memref<2x4xf16>) {
+  // expected-error @+1 {{result buffer 2 (C) must be f32 or the float type of its operands, got 'memref<2x4xf16>'}}
+  rt.gemm %a, %b, %c {trans_b} : memref<2x8xbf16>, memref<4x8xbf16>, memref<2x4xf16>
+  return
+}
+
+// -----
+
+// ... and is never accumulated into.
 func.func @f(%a: memref<2x8xbf16>, %b: memref<4x8xbf16>, %c: memref<2x4xbf16>) {
-  // expected-error @+1 {{operand #2 must be memref of 32-bit float values, but got 'memref<2x4xbf16>'}}
+  // expected-error @+1 {{accumulates (beta 1) into the 16-bit C 'memref<2x4xbf16>'; an accumulated result must be f32}}
+  rt.gemm %a, %b, %c {trans_b, beta = 1.0 : f32} : memref<2x8xbf16>, memref<4x8xbf16>, memref<2x4xbf16>
+  return
+}
+
+// -----
+
+// The 16-bit GEMM writing its 16-bit result.
+func.func @f(%a: memref<2x8xbf16>, %b: memref<4x8xbf16>, %c: memref<2x4xbf16>) {
   rt.gemm %a, %b, %c {trans_b} : memref<2x8xbf16>, memref<4x8xbf16>, memref<2x4xbf16>
   return
 }
@@ -69,8 +95,16 @@ func.func @f(%x: memref<3x8xf32>, %g: memref<8xf32>, %b: memref<8xf32>, %y: memr
 
 // -----
 
+func.func @f(%x: memref<4x2x24xi32>) {
+  // expected-error @+1 {{operand #0 must be memref of 32-bit float or bfloat16 type or 16-bit float values, but got 'memref<4x2x24xi32>'}}
+  rt.rotary_embedding %x, %x {num_heads = 2 : i64, rotary_dim = 4 : i64, base = 1.0e4 : f32} : memref<4x2x24xi32>, memref<4x2x24xi32>
+  return
+}
+
+// -----
+
+// RoPE in place on bf16 activations.
 func.func @f(%x: memref<4x2x24xbf16>) {
-  // expected-error @+1 {{operand #0 must be memref of 32-bit float values, but got 'memref<4x2x24xbf16>'}}
   rt.rotary_embedding %x, %x {num_heads = 2 : i64, rotary_dim = 4 : i64, base = 1.0e4 : f32} : memref<4x2x24xbf16>, memref<4x2x24xbf16>
   return
 }

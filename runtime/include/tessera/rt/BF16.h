@@ -96,6 +96,13 @@ TESSERA_HD uint16_t floatToF16(float f) {
 /// formats of mixed precision (bf16 for --bf16, IEEE half for --fp16).
 enum class FloatFormat { F32, BF16, F16 };
 
+/// "f32", "bf16" or "f16", for messages.
+inline const char *formatName(FloatFormat format) {
+  return format == FloatFormat::F32    ? "f32"
+         : format == FloatFormat::BF16 ? "bf16"
+                                       : "f16";
+}
+
 /// Bytes per element of `format`.
 TESSERA_HD int64_t formatBytes(FloatFormat format) {
   return format == FloatFormat::F32 ? 4 : 2;

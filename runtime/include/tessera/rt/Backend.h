@@ -54,6 +54,10 @@ struct FloatIn {
   FloatIn(const void *p, FloatFormat f) : data(p), format(f) {}
   bool isF32() const { return format == FloatFormat::F32; }
   const float *f32() const { return static_cast<const float *>(data); }
+  /// The operand from element `i` on.
+  FloatIn at(int64_t i) const {
+    return {static_cast<const char *>(data) + i * formatBytes(format), format};
+  }
 };
 /// A float output of a kernel that stores any FloatFormat (each f32 result
 /// rounded once, to nearest even, as a Cast would).
@@ -64,6 +68,10 @@ struct FloatOut {
   FloatOut(void *p, FloatFormat f) : data(p), format(f) {}
   bool isF32() const { return format == FloatFormat::F32; }
   float *f32() const { return static_cast<float *>(data); }
+  /// The operand from element `i` on.
+  FloatOut at(int64_t i) const {
+    return {static_cast<char *>(data) + i * formatBytes(format), format};
+  }
 };
 
 /// Options passed to a backend factory.
@@ -146,11 +154,14 @@ public:
                       float *c) = 0;
   /// The same product with A and B in the 16-bit `half` format (BF16 or
   /// F16: mixed precision's GEMMs): the products of the 16-bit values are
-  /// exact in f32 and accumulate in f32, into the f32 C.
+  /// exact in f32 and accumulate in f32, into the f32 C; or into a C in
+  /// `half` itself (a GEMM writing its activation in the activations'
+  /// format), the f32 result rounded once to nearest even as a Cast would,
+  /// with beta 0 (an error otherwise: nothing to accumulate into).
   virtual Status gemmHalf(FloatFormat half, bool transA, bool transB,
                           int64_t m, int64_t n, int64_t k, float alpha,
                           const uint16_t *a, const uint16_t *b, float beta,
-                          float *c) = 0;
+                          FloatOut c) = 0;
   /// Y[i, j] = X[i, j] + bias[j]; Y may alias X (same format). X and Y in
   /// any FloatFormat (FloatIn/FloatOut), as A, B and C of add.
   virtual Status biasAdd(FloatIn x, const float *bias, FloatOut y,
@@ -179,18 +190,19 @@ public:
   virtual Status swiglu(FloatIn x, FloatOut y, int64_t rows, int64_t n) = 0;
   /// Its backward (math::swigluGrad): dX[i, j] the gate's gradient,
   /// dX[i, n + j] the up projection's, from X (any FloatFormat) and dY
-  /// [rows, n].
-  virtual Status swigluGrad(FloatIn x, const float *dy, float *dx,
+  /// [rows, n]; dX in any FloatFormat.
+  virtual Status swigluGrad(FloatIn x, const float *dy, FloatOut dx,
                             int64_t rows, int64_t n) = 0;
   /// Grouped-query attention (the RepeatKV opcode): X [rows, groups *
   /// (heads/groups + 2) * headDim], each group [q of its heads | k | v], to
   /// the head-major Y [rows, heads * 3 * headDim] with each group's k and v
   /// repeated for its heads.
-  virtual Status repeatKV(const float *x, float *y, int64_t rows,
+  /// X and Y in any FloatFormat (a copy: exact between equal formats).
+  virtual Status repeatKV(FloatIn x, FloatOut y, int64_t rows,
                           int64_t heads, int64_t groups, int64_t headDim) = 0;
   /// Its backward: dX from the head-major dY, each group's dk and dv the
-  /// sum of its heads' in head order.
-  virtual Status repeatKVGrad(const float *dy, float *dx, int64_t rows,
+  /// sum of its heads' in head order (in f32, rounded once into dX).
+  virtual Status repeatKVGrad(FloatIn dy, FloatOut dx, int64_t rows,
                               int64_t heads, int64_t groups,
                               int64_t headDim) = 0;
   /// QK-norm (the QKNorm opcode): X [rows, groups * (heads/groups + 2) *
@@ -332,8 +344,9 @@ public:
   /// Vocabulary-parallel lookup in a shard T [localVocab, dim] holding ids
   /// [vocabOffset, vocabOffset + localVocab): Y[r, :] = T[ids[r] - offset, :]
   /// or 0 for ids of other shards. Ids outside [0, vocabSize) are an
-  /// OutOfRange error naming the id, its row and vocabSize.
-  virtual Status embedding(const int32_t *ids, const float *table, float *y,
+  /// OutOfRange error naming the id, its row and vocabSize. T and Y in any
+  /// FloatFormat (a row copied, widened or rounded once).
+  virtual Status embedding(const int32_t *ids, FloatIn table, FloatOut y,
                            int64_t rows, int64_t localVocab, int64_t dim,
                            int64_t vocabOffset, int64_t vocabSize) = 0;
   /// dT = beta * dT + scatter-add of dY rows at ids[r] - vocabOffset (rows
@@ -343,9 +356,10 @@ public:
                                int64_t dim, int64_t vocabOffset,
                                float beta) = 0;
   /// Y[s, b, :] = X[s, b, :] + P[s, :] for X, Y [seq, batch, dim]; Y may
-  /// alias X. P has at least `seq` rows.
-  virtual Status addPositionEmbedding(const float *x, const float *pos,
-                                      float *y, int64_t seq, int64_t batch,
+  /// alias X (same format). P has at least `seq` rows. X, P and Y in any
+  /// FloatFormat (the f32 sum rounded once).
+  virtual Status addPositionEmbedding(FloatIn x, FloatIn pos, FloatOut y,
+                                      int64_t seq, int64_t batch,
                                       int64_t dim) = 0;
   /// dP [posRows, dim]: dP[s, :] = beta * dP[s, :] + sum_b dY[s, b, :] for
   /// s < seq, beta * dP[s, :] for seq <= s < posRows.
@@ -363,8 +377,11 @@ public:
   virtual Status attentionGrad(const float *qkv, const float *dout, float *dqkv,
                                int64_t seq, int64_t batch, int64_t heads,
                                int64_t headDim, bool causal) = 0;
-  /// m[r] = max_j Z[r, j].
-  virtual Status logitsMax(const float *z, float *m, int64_t rows,
+  /// m[r] = max_j Z[r, j]. Z in any FloatFormat here and in the loss
+  /// statistics below (the logits a 16-bit GEMM wrote; the statistics are
+  /// f32, as Megatron's vocab_parallel_cross_entropy computes them on the
+  /// logits widened to f32).
+  virtual Status logitsMax(FloatIn z, float *m, int64_t rows,
                            int64_t cols) = 0;
   /// Vocabulary-parallel cross-entropy statistics of a logits shard Z
   /// [rows, cols] holding classes [vocabOffset, vocabOffset + cols), with M
@@ -372,7 +389,7 @@ public:
   /// Z[r, t[r] - vocabOffset] if the label is in this shard and
   /// t[r] != ignoreIndex, else 0. Labels outside [0, numClasses) other than
   /// ignoreIndex are an OutOfRange error.
-  virtual Status crossEntropyStats(const float *z, const int32_t *t,
+  virtual Status crossEntropyStats(FloatIn z, const int32_t *t,
                                    const float *m, float *se, float *pl,
                                    int64_t rows, int64_t cols,
                                    int64_t vocabOffset, int64_t numClasses,
@@ -380,7 +397,7 @@ public:
   /// logitsMax then crossEntropyStats of unsharded logits Z [rows, cols]
   /// (vocabOffset 0, numClasses = cols), each row read once: the same
   /// results.
-  virtual Status logitsStats(const float *z, const int32_t *t, float *m,
+  virtual Status logitsStats(FloatIn z, const int32_t *t, float *m,
                              float *se, float *pl, int64_t rows, int64_t cols,
                              int64_t ignoreIndex) = 0;
   /// L[r] = log(se[r]) + M[r] - pl[r], 0 where t[r] == ignoreIndex.
@@ -390,9 +407,10 @@ public:
                                        int64_t ignoreIndex) = 0;
   /// dZ[r, j] = dL[r] * (exp(Z[r, j] - M[r]) / se[r] - [j == t[r] - offset]),
   /// zero rows where t[r] == ignoreIndex. Labels as in crossEntropyStats.
-  virtual Status crossEntropyStatsGrad(const float *z, const int32_t *t,
+  /// dZ in any FloatFormat (rounded once from the f32 value).
+  virtual Status crossEntropyStatsGrad(FloatIn z, const int32_t *t,
                                        const float *m, const float *se,
-                                       const float *dl, float *dz, int64_t rows,
+                                       const float *dl, FloatOut dz, int64_t rows,
                                        int64_t cols, int64_t vocabOffset,
                                        int64_t numClasses,
                                        int64_t ignoreIndex) = 0;
@@ -409,8 +427,9 @@ public:
   /// Dropout on [seq, batch, hidden] with masks keyed by global position
   /// (see the Dropout opcode and math/Philox.h): batch column b holds global
   /// sample firstSample + b, `seqOffset` is the first global position of
-  /// this shard, `seqTotal` the positions of a whole sample.
-  virtual Status dropout(const float *x, float *y, int64_t seq, int64_t batch,
+  /// this shard, `seqTotal` the positions of a whole sample. X and Y in any
+  /// FloatFormat (the kept values scaled in f32, rounded once).
+  virtual Status dropout(FloatIn x, FloatOut y, int64_t seq, int64_t batch,
                          int64_t hidden, int64_t seqOffset, int64_t seqTotal,
                          int64_t firstSample, uint64_t seed, int64_t stream,
                          float rate) = 0;
@@ -418,8 +437,9 @@ public:
   /// RotaryEmbedding opcode): the first rotDim features of each head's q and
   /// k rotate by math::ropeAngle at position posBegin + row (by minus it when
   /// `inverse`; with Llama 3.1's scaling by `scalingFactor` when it is not
-  /// 0), the rest is copied. Y may be X.
-  virtual Status rotaryEmbedding(const float *x, float *y, int64_t seq,
+  /// 0), the rest is copied. Y may be X (same format). X and Y in any
+  /// FloatFormat (each rotated pair computed in f32, rounded once).
+  virtual Status rotaryEmbedding(FloatIn x, FloatOut y, int64_t seq,
                                  int64_t batch, int64_t features,
                                  int64_t heads, int64_t rotDim, float base,
                                  float scalingFactor, int64_t posBegin,

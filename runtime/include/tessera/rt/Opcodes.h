@@ -99,7 +99,11 @@ constexpr bool tableMatchesSchema() {
 constexpr bool validDTypeCodes() {
   for (const OpcodeInfo &info : kOpcodeTable) {
     for (char c : info.operands)
-      if (c != 'f' && c != 'h' && c != 'i' && c != 'l' && c != '*')
+      if ((c != 'f' && c != 'h' && c != 'i' && c != 'l' && c != 'r' &&
+           c != '*') ||
+          // A product's result takes its format from the product's
+          // operands.
+          (c == 'r' && !info.has(SameFloatDType)))
         return false;
     // One name per operand.
     int names = info.operandNames.empty() ? 0 : 1;
@@ -116,7 +120,8 @@ static_assert(detail::tableMatchesSchema(),
               "Opcodes.def must list every opcode of artifact.fbs once, in "
               "the schema's order");
 static_assert(detail::validDTypeCodes(),
-              "Opcodes.def: operand dtype codes are f, h, i, l or *, with one "
+              "Opcodes.def: operand dtype codes are f, h, i, l, r (with "
+              "SameFloatDType) or *, with one "
               "name per operand");
 
 /// The row of `op`, or null for a value outside the schema.
@@ -135,6 +140,7 @@ constexpr bool dtypeAllowed(char code, artifact::DType dtype) {
   case 'f':
     return dtype == artifact::DType::F32;
   case 'h':
+  case 'r':
     return dtype == artifact::DType::F32 || dtype == artifact::DType::BF16 ||
            dtype == artifact::DType::F16;
   case 'i':
@@ -153,6 +159,8 @@ constexpr std::string_view dtypeCodeText(char code) {
     return "F32";
   case 'h':
     return "F32, BF16 or F16";
+  case 'r':
+    return "F32, or the 16-bit format of the operands it is the product of";
   case 'i':
     return "I32";
   case 'l':

@@ -416,6 +416,14 @@ private:
   /// The widened operands of the 16-bit GEMMs (widenedInputs), grown to the
   /// largest set seen.
   std::vector<float> gemmInputs;
+  /// The f32 product of a 16-bit GEMM whose C is 16-bit, before it is
+  /// rounded into C; grown to the largest seen, 64-byte aligned like the
+  /// arena's buffers so that sgemm sees the same layout as an f32 C.
+  struct AlignedFree {
+    void operator()(float *p) const { std::free(p); }
+  };
+  std::unique_ptr<float[], AlignedFree> gemmOutput;
+  int64_t gemmOutputFloats = 0;
 
 public:
 
@@ -496,15 +504,35 @@ public:
   /// 16-bit A and B widened (exactly) into f32 scratch, then the f32 GEMM:
   /// each product of two bf16 (8-bit significand) or f16 (11-bit) values
   /// is exact in f32 and the sums are sgemm's, which is a 16-bit x 16-bit
-  /// -> f32 GEMM.
+  /// -> f32 GEMM. A 16-bit C receives sgemm's f32 result through the Cast
+  /// kernel, so it equals an f32 C followed by a Cast bit for bit.
   Status gemmHalf(FloatFormat half, bool transA, bool transB, int64_t m,
                   int64_t n, int64_t k, float alpha, const uint16_t *a,
-                  const uint16_t *b, float beta, float *c) override {
+                  const uint16_t *b, float beta, FloatOut c) override {
     if (half == FloatFormat::F32)
       return invalidArgument("gemmHalf takes a 16-bit format");
+    if (!c.isF32() && (c.format != half || beta != 0.0f))
+      return invalidArgument(
+          "gemmHalf: a 16-bit C must have A and B's format and beta 0, got ",
+          formatName(c.format), " C with ", formatName(half),
+          " A and B and beta ", beta);
     std::vector<const float *> f32 =
         widenedInputs(half, {{a, m * k}, {b, k * n}});
-    return gemm(transA, transB, m, n, k, alpha, f32[0], f32[1], beta, c);
+    if (c.isF32())
+      return gemm(transA, transB, m, n, k, alpha, f32[0], f32[1], beta,
+                  c.f32());
+    if (m * n > gemmOutputFloats) {
+      size_t bytes = size_t(m * n * 4 + 63) / 64 * 64;
+      gemmOutput.reset(static_cast<float *>(std::aligned_alloc(64, bytes)));
+      gemmOutputFloats = gemmOutput ? m * n : 0;
+      if (!gemmOutput)
+        return unavailable("gemmHalf: cannot allocate ", bytes,
+                           " bytes for the f32 product");
+    }
+    TESSERA_RETURN_IF_ERROR(gemm(transA, transB, m, n, k, alpha, f32[0],
+                                 f32[1], 0.0f, gemmOutput.get()));
+    return cast(gemmOutput.get(), FloatFormat::F32, c.data, c.format, m * n,
+                0.0f);
   }
 
   Status biasAdd(FloatIn x, const float *bias, FloatOut y, int64_t rows,
@@ -559,45 +587,58 @@ public:
     return Status();
   }
 
-  Status swigluGrad(FloatIn x, const float *dy, float *dx, int64_t rows,
+  Status swigluGrad(FloatIn x, const float *dy, FloatOut dx, int64_t rows,
                     int64_t n) override {
 #pragma omp parallel for num_threads(threads) if (rows * n >= kParallelMin)
-    for (int64_t r = 0; r < rows; ++r)
-      swigluGradRow(loadSpan(x, r * 2 * n, 2 * n, 0), dy + r * n,
-                    dx + r * 2 * n, n);
+    for (int64_t r = 0; r < rows; ++r) {
+      float *dr = storeSpan(dx, r * 2 * n, 2 * n, 1);
+      swigluGradRow(loadSpan(x, r * 2 * n, 2 * n, 0), dy + r * n, dr, n);
+      finishSpan(dx, r * 2 * n, 2 * n, dr);
+    }
     return Status();
   }
 
-  Status repeatKV(const float *x, float *y, int64_t rows, int64_t heads,
+  Status repeatKV(FloatIn x, FloatOut y, int64_t rows, int64_t heads,
                   int64_t groups, int64_t headDim) override {
     const int64_t r = heads / groups, D = headDim;
     const int64_t in = groups * (r + 2) * D, out = heads * 3 * D;
+    // A row at a time, in the f32 staging of a 16-bit X or Y (a copy
+    // either way: widening is exact, and a widened value narrows back to
+    // itself).
     const size_t bytes = size_t(D) * sizeof(float);
 #pragma omp parallel for num_threads(threads) if (rows * out >= kParallelMin)
-    for (int64_t row = 0; row < rows; ++row)
+    for (int64_t row = 0; row < rows; ++row) {
+      const float *xr = loadSpan(x, row * in, in, 0);
+      float *yr = storeSpan(y, row * out, out, 1);
       for (int64_t g = 0; g < groups; ++g) {
-        const float *src = x + row * in + g * (r + 2) * D;
+        const float *src = xr + g * (r + 2) * D;
         for (int64_t h = 0; h < r; ++h) {
-          float *dst = y + row * out + (g * r + h) * 3 * D;
+          float *dst = yr + (g * r + h) * 3 * D;
           std::memcpy(dst, src + h * D, bytes);
           std::memcpy(dst + D, src + r * D, bytes);
           std::memcpy(dst + 2 * D, src + (r + 1) * D, bytes);
         }
       }
+      finishSpan(y, row * out, out, yr);
+    }
     return Status();
   }
 
-  Status repeatKVGrad(const float *dy, float *dx, int64_t rows, int64_t heads,
+  Status repeatKVGrad(FloatIn dy, FloatOut dx, int64_t rows, int64_t heads,
                       int64_t groups, int64_t headDim) override {
     const int64_t r = heads / groups, D = headDim;
     const int64_t in = groups * (r + 2) * D, out = heads * 3 * D;
 #pragma omp parallel for num_threads(threads) if (rows * out >= kParallelMin)
-    for (int64_t row = 0; row < rows; ++row)
+    for (int64_t row = 0; row < rows; ++row) {
+      // A row of dY and of dX (staged when 16-bit: dX rounded once from
+      // its f32 sums).
+      const float *dyr = loadSpan(dy, row * out, out, 0);
+      float *dxr = storeSpan(dx, row * in, in, 1);
       for (int64_t g = 0; g < groups; ++g) {
-        float *dst = dx + row * in + g * (r + 2) * D;
+        float *dst = dxr + g * (r + 2) * D;
         float *dk = dst + r * D, *dv = dst + (r + 1) * D;
         for (int64_t h = 0; h < r; ++h) {
-          const float *src = dy + row * out + (g * r + h) * 3 * D;
+          const float *src = dyr + (g * r + h) * 3 * D;
           std::memcpy(dst + h * D, src, size_t(D) * sizeof(float));
           // Heads in order: the same sums whatever the thread count.
           if (h == 0) {
@@ -612,6 +653,8 @@ public:
           }
         }
       }
+      finishSpan(dx, row * in, in, dxr);
+    }
     return Status();
   }
 
@@ -1167,7 +1210,7 @@ public:
     return Status();
   }
 
-  Status rotaryEmbedding(const float *x, float *y, int64_t seq, int64_t batch,
+  Status rotaryEmbedding(FloatIn x, FloatOut y, int64_t seq, int64_t batch,
                          int64_t features, int64_t heads, int64_t rotDim,
                          float base, float scalingFactor, int64_t posBegin,
                          bool inverse) override {
@@ -1184,9 +1227,11 @@ public:
     for (int64_t r = 0; r < seq; ++r) {
       const float *c = cs.data() + r * 2 * half, *s = c + half;
       for (int64_t b = 0; b < batch; ++b) {
-        const float *xr = x + (r * batch + b) * features;
-        float *yr = y + (r * batch + b) * features;
-        if (x != y)
+        // A 16-bit row is staged (a copy in place reads it before writing).
+        const int64_t at = (r * batch + b) * features;
+        const float *xr = loadSpan(x, at, features, 0);
+        float *yr = storeSpan(y, at, features, 1);
+        if (xr != yr)
           std::memcpy(yr, xr, size_t(features) * 4);
         for (int64_t h = 0; h < heads; ++h)
           for (int64_t which = 0; which < 2; ++which) { // q, then k
@@ -1200,25 +1245,35 @@ public:
               ys[i + half] = y2;
             }
           }
+        finishSpan(y, at, features, yr);
       }
     }
     return Status();
   }
 
-  Status embedding(const int32_t *ids, const float *table, float *y,
+  Status embedding(const int32_t *ids, FloatIn table, FloatOut y,
                    int64_t rows, int64_t localVocab, int64_t dim,
                    int64_t vocabOffset, int64_t vocabSize) override {
     for (int64_t r = 0; r < rows; ++r)
       if (ids[r] < 0 || ids[r] >= vocabSize)
         return outOfRange("vocabulary id ", ids[r], " at row ", r,
                           " is out of range for vocabulary size ", vocabSize);
+    const int64_t rowBytes = dim * formatBytes(y.format);
     for (int64_t r = 0; r < rows; ++r) {
       int64_t local = int64_t(ids[r]) - vocabOffset;
-      float *yr = y + r * dim;
-      if (local >= 0 && local < localVocab)
-        std::memcpy(yr, table + local * dim, size_t(dim) * 4);
-      else
-        std::memset(yr, 0, size_t(dim) * 4);
+      if (local < 0 || local >= localVocab) {
+        // Zero bits are +0 in every format.
+        std::memset(y.at(r * dim).data, 0, size_t(rowBytes));
+      } else if (table.format == y.format) {
+        std::memcpy(y.at(r * dim).data, table.at(local * dim).data,
+                    size_t(rowBytes));
+      } else {
+        // A widened row is exact; a narrowed one rounds as a Cast would.
+        float *yr = storeSpan(y, r * dim, dim, 1);
+        const float *tr = loadSpan(table, local * dim, dim, 0);
+        std::memcpy(yr, tr, size_t(dim) * 4);
+        finishSpan(y, r * dim, dim, yr);
+      }
     }
     return Status();
   }
@@ -1240,17 +1295,19 @@ public:
     return Status();
   }
 
-  Status addPositionEmbedding(const float *x, const float *pos, float *y,
+  Status addPositionEmbedding(FloatIn x, FloatIn pos, FloatOut y,
                               int64_t seq, int64_t batch,
                               int64_t dim) override {
     for (int64_t s = 0; s < seq; ++s) {
-      const float *pr = pos + s * dim;
+      const float *pr = loadSpan(pos, s * dim, dim, 0);
       for (int64_t b = 0; b < batch; ++b) {
-        const float *xr = x + (s * batch + b) * dim;
-        float *yr = y + (s * batch + b) * dim;
+        const int64_t row = (s * batch + b) * dim;
+        const float *xr = loadSpan(x, row, dim, 1);
+        float *yr = storeSpan(y, row, dim, 2);
 #pragma omp simd
         for (int64_t j = 0; j < dim; ++j)
           yr[j] = xr[j] + pr[j];
+        finishSpan(y, row, dim, yr);
       }
     }
     return Status();
@@ -1860,10 +1917,12 @@ public:
     return Status();
   }
 
-  Status logitsMax(const float *z, float *m, int64_t rows,
+  // The loss statistics load 16-bit logits row by row into the staging
+  // buffer (exact), so they equal a Cast to f32 and the f32 kernel.
+  Status logitsMax(FloatIn z, float *m, int64_t rows,
                    int64_t cols) override {
     for (int64_t r = 0; r < rows; ++r) {
-      const float *zr = z + r * cols;
+      const float *zr = loadSpan(z, r * cols, cols, 0);
       float mx = rowMax(zr, cols);
       m[r] = mx;
     }
@@ -1879,13 +1938,13 @@ public:
     return Status();
   }
 
-  Status crossEntropyStats(const float *z, const int32_t *t, const float *m,
+  Status crossEntropyStats(FloatIn z, const int32_t *t, const float *m,
                            float *se, float *pl, int64_t rows, int64_t cols,
                            int64_t vocabOffset, int64_t numClasses,
                            int64_t ignoreIndex) override {
     for (int64_t r = 0; r < rows; ++r) {
       TESSERA_RETURN_IF_ERROR(checkLabel(t[r], r, numClasses, ignoreIndex));
-      const float *zr = z + r * cols;
+      const float *zr = loadSpan(z, r * cols, cols, 0);
       const float mr = m[r];
       float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
@@ -1899,7 +1958,7 @@ public:
     return Status();
   }
 
-  Status logitsStats(const float *z, const int32_t *t, float *m, float *se,
+  Status logitsStats(FloatIn z, const int32_t *t, float *m, float *se,
                      float *pl, int64_t rows, int64_t cols,
                      int64_t ignoreIndex) override {
     for (int64_t r = 0; r < rows; ++r)
@@ -1908,7 +1967,7 @@ public:
     // crossEntropyStats compute them, while the row is in cache.
 #pragma omp parallel for num_threads(threads) if (rows * cols >= kParallelMin)
     for (int64_t r = 0; r < rows; ++r) {
-      const float *zr = z + r * cols;
+      const float *zr = loadSpan(z, r * cols, cols, 0);
       const float mr = rowMax(zr, cols);
       float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
@@ -1930,19 +1989,22 @@ public:
     return Status();
   }
 
-  Status crossEntropyStatsGrad(const float *z, const int32_t *t, const float *m,
-                               const float *se, const float *dl, float *dz,
+  Status crossEntropyStatsGrad(FloatIn z, const int32_t *t, const float *m,
+                               const float *se, const float *dl, FloatOut dz,
                                int64_t rows, int64_t cols, int64_t vocabOffset,
                                int64_t numClasses,
                                int64_t ignoreIndex) override {
     for (int64_t r = 0; r < rows; ++r) {
       TESSERA_RETURN_IF_ERROR(checkLabel(t[r], r, numClasses, ignoreIndex));
-      float *dr = dz + r * cols;
       if (t[r] == ignoreIndex) {
-        std::memset(dr, 0, size_t(cols) * 4);
+        // Zero bits are +0 in every format.
+        std::memset(static_cast<char *>(dz.data) +
+                        r * cols * formatBytes(dz.format),
+                    0, size_t(cols * formatBytes(dz.format)));
         continue;
       }
-      const float *zr = z + r * cols;
+      const float *zr = loadSpan(z, r * cols, cols, 0);
+      float *dr = storeSpan(dz, r * cols, cols, 1);
       const float mr = m[r], s = dl[r] / se[r];
 #pragma omp simd
       for (int64_t j = 0; j < cols; ++j)
@@ -1950,6 +2012,7 @@ public:
       int64_t local = int64_t(t[r]) - vocabOffset;
       if (local >= 0 && local < cols)
         dr[local] -= dl[r];
+      finishSpan(dz, r * cols, cols, dr);
     }
     return Status();
   }
@@ -1977,7 +2040,7 @@ public:
     return Status();
   }
 
-  Status dropout(const float *x, float *y, int64_t seq, int64_t batch,
+  Status dropout(FloatIn x, FloatOut y, int64_t seq, int64_t batch,
                  int64_t hidden, int64_t seqOffset, int64_t seqTotal,
                  int64_t firstSample, uint64_t seed, int64_t stream,
                  float rate) override {
@@ -1988,14 +2051,16 @@ public:
     const uint64_t threshold = math::dropoutThreshold(rate);
     for (int64_t s = 0; s < seq; ++s)
       for (int64_t b = 0; b < batch; ++b) {
-        const float *xr = x + (s * batch + b) * hidden;
-        float *yr = y + (s * batch + b) * hidden;
+        const int64_t at = (s * batch + b) * hidden;
+        const float *xr = loadSpan(x, at, hidden, 0);
+        float *yr = storeSpan(y, at, hidden, 1);
         for (int64_t h = 0; h < hidden; ++h) {
           uint64_t counter = math::dropoutCounter(firstSample + b, seqTotal,
                                                   s + seqOffset, hidden, h);
           bool keep = math::philoxWord(seed, hash, counter) >= threshold;
           yr[h] = keep ? xr[h] * scale : 0.0f;
         }
+        finishSpan(y, at, hidden, yr);
       }
     return Status();
   }

@@ -79,9 +79,14 @@ StatusOr<LtGemmDescriptors> LtGemmDescriptors::create(const GemmPlan &plan,
   LtGemmDescriptors d;
   // bf16 x bf16 and f16 x f16 accumulate in f32 (TF32 is about rounding
   // f32 inputs, so it does not apply); alpha and beta are f32 either way.
-  const cudaDataType_t inputs = plan.inputs == FloatFormat::BF16 ? CUDA_R_16BF
-                                : plan.inputs == FloatFormat::F16 ? CUDA_R_16F
-                                                                  : CUDA_R_32F;
+  auto dataType = [](FloatFormat f) {
+    return f == FloatFormat::BF16  ? CUDA_R_16BF
+           : f == FloatFormat::F16 ? CUDA_R_16F
+                                   : CUDA_R_32F;
+  };
+  const cudaDataType_t inputs = dataType(plan.inputs);
+  if (plan.output != FloatFormat::F32 && plan.output != plan.inputs)
+    return invalidArgument("a GEMM's 16-bit C must have A and B's format");
   TESSERA_RETURN_IF_ERROR(cublasStatus(
       cublasLtMatmulDescCreate(&d.matmul,
                                allowTf32 && !plan.halfInputs()
@@ -105,7 +110,7 @@ StatusOr<LtGemmDescriptors> LtGemmDescriptors::create(const GemmPlan &plan,
   TESSERA_ASSIGN_OR_RETURN(d.b,
                            makeLayout(inputs, plan.rowsB(), plan.colsB(),
                                       plan.ldb, plan.batch, plan.strideB));
-  TESSERA_ASSIGN_OR_RETURN(d.c, makeLayout(CUDA_R_32F, plan.m, plan.n,
+  TESSERA_ASSIGN_OR_RETURN(d.c, makeLayout(dataType(plan.output), plan.m, plan.n,
                                            plan.ldc, plan.batch, plan.strideC));
   return StatusOr<LtGemmDescriptors>(std::move(d));
 }

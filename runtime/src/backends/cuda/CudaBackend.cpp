@@ -308,7 +308,8 @@ CudaBackend::cachedGemm(const GemmPlan &plan, const uint32_t align[3]) {
   PlanKey key{plan.transA,  plan.transB,  plan.m,       plan.n,
               plan.k,       plan.lda,     plan.ldb,     plan.ldc,
               plan.batch,   plan.strideA, plan.strideB, plan.strideC,
-              align[0],     align[1],     align[2],     plan.inputs};
+              align[0],     align[1],     align[2],     plan.inputs,
+              plan.output};
   auto it = gemms.find(key);
   if (it != gemms.end())
     return it->second.get();
@@ -347,9 +348,8 @@ CudaBackend::cachedGemm(const GemmPlan &plan, const uint32_t align[3]) {
   if (found == 0)
     return unimplemented("cuBLASLt has no algorithm for the GEMM m=", plan.m,
                          " n=", plan.n, " k=", plan.k, " batch=", plan.batch,
-                         plan.inputs == FloatFormat::BF16  ? " (bf16 A and B)"
-                         : plan.inputs == FloatFormat::F16 ? " (f16 A and B)"
-                                                           : " (f32)",
+                         " (", formatName(plan.inputs), " A and B, ",
+                         formatName(plan.output), " C)",
                          " with operands aligned to ", align[0], ", ",
                          align[1], " and ", align[2], " bytes");
   entry->algo = result.algo;
@@ -359,27 +359,29 @@ CudaBackend::cachedGemm(const GemmPlan &plan, const uint32_t align[3]) {
 }
 
 Status CudaBackend::runRowMajor(const RowMajorGemm &g, const void *a,
-                                const void *b, float *c, float alpha,
+                                const void *b, FloatOut c, float alpha,
                                 float beta, FloatFormat inputs) {
   GemmPlan plan = columnMajorPlan(g);
   plan.inputs = inputs;
+  plan.output = c.format;
   // The plan's A is the row-major B (swapOperands).
   const void *colA = plan.swapOperands ? b : a;
   const void *colB = plan.swapOperands ? a : b;
   // Base, leading dimension and batch stride, in bytes.
-  const int64_t in = formatBytes(inputs);
+  const int64_t in = formatBytes(inputs), out = formatBytes(c.format);
   const bool batched = plan.batch > 1;
   const uint32_t align[3] = {
       operandAlignment(reinterpret_cast<uintptr_t>(colA), plan.lda * in,
                        batched ? plan.strideA * in : 0),
       operandAlignment(reinterpret_cast<uintptr_t>(colB), plan.ldb * in,
                        batched ? plan.strideB * in : 0),
-      operandAlignment(reinterpret_cast<uintptr_t>(c), plan.ldc * 4,
-                       batched ? plan.strideC * 4 : 0)};
+      operandAlignment(reinterpret_cast<uintptr_t>(c.data), plan.ldc * out,
+                       batched ? plan.strideC * out : 0)};
   TESSERA_ASSIGN_OR_RETURN(CachedGemm * cached, cachedGemm(plan, align));
   const LtGemmDescriptors &d = cached->descriptors;
   return cublasStatus(cublasLtMatmul(lt, d.matmul, &alpha, colA, d.a, colB,
-                                     d.b, &beta, c, d.c, c, d.c, &cached->algo,
+                                     d.b, &beta, c.data, d.c, c.data, d.c,
+                                     &cached->algo,
                                      workspace, size_t(workspaceBytes),
                                      computeStream),
                       "cublasLtMatmul");
@@ -387,16 +389,24 @@ Status CudaBackend::runRowMajor(const RowMajorGemm &g, const void *a,
 
 Status CudaBackend::denseGemm(bool transA, bool transB, int64_t m, int64_t n,
                               int64_t k, float alpha, const void *a,
-                              const void *b, float beta, float *c,
+                              const void *b, float beta, FloatOut c,
                               FloatFormat inputs) {
+  if (!c.isF32() && (c.format != inputs || beta != 0.0f))
+    return invalidArgument(
+        "gemm: a 16-bit C must have A and B's format and beta 0, got ",
+        formatName(c.format), " C with ", formatName(inputs),
+        " A and B and beta ", beta);
   if (m == 0 || n == 0)
     return Status();
   if (k == 0) {
-    // C = beta * C, as on the CPU.
+    // C = beta * C, as on the CPU (a 16-bit C has beta 0: zeros).
     if (beta == 0.0f)
-      return cudaStatus(cudaMemsetAsync(c, 0, size_t(m * n) * 4, computeStream),
+      return cudaStatus(cudaMemsetAsync(c.data, 0,
+                                        size_t(m * n * formatBytes(c.format)),
+                                        computeStream),
                         "cudaMemsetAsync");
-    return launched(launchScale(computeStream, c, c, beta, m * n), "Scale");
+    return launched(launchScale(computeStream, c.f32(), c.f32(), beta, m * n),
+                    "Scale");
   }
   return runRowMajor(denseRowMajorGemm(transA, transB, m, n, k), a, b, c,
                      alpha, beta, inputs);
@@ -412,7 +422,7 @@ Status CudaBackend::gemm(bool transA, bool transB, int64_t m, int64_t n,
 Status CudaBackend::gemmHalf(FloatFormat half, bool transA, bool transB,
                              int64_t m, int64_t n, int64_t k, float alpha,
                              const uint16_t *a, const uint16_t *b, float beta,
-                             float *c) {
+                             FloatOut c) {
   if (half == FloatFormat::F32)
     return invalidArgument("gemmHalf takes a 16-bit format");
   return denseGemm(transA, transB, m, n, k, alpha, a, b, beta, c, half);
@@ -536,23 +546,24 @@ Status CudaBackend::swiglu(FloatIn x, FloatOut y, int64_t rows, int64_t n) {
   return launched(launchSwiGLU(computeStream, dev(x), dev(y), rows, n),
                   "SwiGLU");
 }
-Status CudaBackend::swigluGrad(FloatIn x, const float *dy, float *dx,
+Status CudaBackend::swigluGrad(FloatIn x, const float *dy, FloatOut dx,
                                int64_t rows, int64_t n) {
-  return launched(launchSwiGLUGrad(computeStream, dev(x), dy, dx, rows, n),
-                  "SwiGLUGrad");
-}
-Status CudaBackend::repeatKV(const float *x, float *y, int64_t rows,
-                             int64_t heads, int64_t groups, int64_t headDim) {
   return launched(
-      launchRepeatKV(computeStream, x, y, rows, heads, groups, headDim),
-      "RepeatKV");
+      launchSwiGLUGrad(computeStream, dev(x), dy, dev(dx), rows, n),
+      "SwiGLUGrad");
 }
-Status CudaBackend::repeatKVGrad(const float *dy, float *dx, int64_t rows,
+Status CudaBackend::repeatKV(FloatIn x, FloatOut y, int64_t rows,
+                             int64_t heads, int64_t groups, int64_t headDim) {
+  return launched(launchRepeatKV(computeStream, dev(x), dev(y), rows, heads,
+                                 groups, headDim),
+                  "RepeatKV");
+}
+Status CudaBackend::repeatKVGrad(FloatIn dy, FloatOut dx, int64_t rows,
                                  int64_t heads, int64_t groups,
                                  int64_t headDim) {
-  return launched(
-      launchRepeatKVGrad(computeStream, dy, dx, rows, heads, groups, headDim),
-      "RepeatKVGrad");
+  return launched(launchRepeatKVGrad(computeStream, dev(dy), dev(dx), rows,
+                                     heads, groups, headDim),
+                  "RepeatKVGrad");
 }
 Status CudaBackend::qkNorm(const float *x, const float *wq, const float *wk,
                            float *y, int64_t rows, int64_t heads,
@@ -776,10 +787,10 @@ Status CudaBackend::rmsNormGrad(FloatIn x, const float *gamma,
                   eps, beta, dr ? "AddRMSNormGrad" : "RMSNormGrad");
 }
 
-Status CudaBackend::embedding(const int32_t *ids, const float *table, float *y,
+Status CudaBackend::embedding(const int32_t *ids, FloatIn table, FloatOut y,
                               int64_t rows, int64_t localVocab, int64_t dim,
                               int64_t vocabOffset, int64_t vocabSize) {
-  return launched(launchEmbedding(computeStream, ids, table, y, rows,
+  return launched(launchEmbedding(computeStream, ids, dev(table), dev(y), rows,
                                   localVocab, dim, vocabOffset, vocabSize,
                                   deviceError),
                   "Embedding");
@@ -792,11 +803,11 @@ Status CudaBackend::embeddingGrad(const int32_t *ids, const float *dy,
                                       localVocab, dim, vocabOffset, beta),
                   "EmbeddingGrad");
 }
-Status CudaBackend::addPositionEmbedding(const float *x, const float *pos,
-                                         float *y, int64_t seq, int64_t batch,
+Status CudaBackend::addPositionEmbedding(FloatIn x, FloatIn pos, FloatOut y,
+                                         int64_t seq, int64_t batch,
                                          int64_t dim) {
-  return launched(
-      launchAddPositionEmbedding(computeStream, x, pos, y, seq, batch, dim),
+  return launched(launchAddPositionEmbedding(computeStream, dev(x), dev(pos),
+                                             dev(y), seq, batch, dim),
       "AddPositionEmbedding");
 }
 Status CudaBackend::positionEmbeddingGrad(const float *dy, float *dpos,
@@ -807,25 +818,25 @@ Status CudaBackend::positionEmbeddingGrad(const float *dy, float *dpos,
                                               batch, dim, posRows, beta),
                   "PositionEmbeddingGrad");
 }
-Status CudaBackend::logitsMax(const float *z, float *m, int64_t rows,
+Status CudaBackend::logitsMax(FloatIn z, float *m, int64_t rows,
                               int64_t cols) {
-  return launched(launchLogitsMax(computeStream, z, m, rows, cols),
+  return launched(launchLogitsMax(computeStream, dev(z), m, rows, cols),
                   "LogitsMax");
 }
-Status CudaBackend::crossEntropyStats(const float *z, const int32_t *t,
+Status CudaBackend::crossEntropyStats(FloatIn z, const int32_t *t,
                                       const float *m, float *se, float *pl,
                                       int64_t rows, int64_t cols,
                                       int64_t vocabOffset, int64_t numClasses,
                                       int64_t ignoreIndex) {
-  return launched(launchCrossEntropyStats(computeStream, z, t, m, se, pl, rows,
+  return launched(launchCrossEntropyStats(computeStream, dev(z), t, m, se, pl, rows,
                                           cols, vocabOffset, numClasses,
                                           ignoreIndex, deviceError),
                   "CrossEntropyStats");
 }
-Status CudaBackend::logitsStats(const float *z, const int32_t *t, float *m,
+Status CudaBackend::logitsStats(FloatIn z, const int32_t *t, float *m,
                                 float *se, float *pl, int64_t rows,
                                 int64_t cols, int64_t ignoreIndex) {
-  return launched(launchLogitsStats(computeStream, z, t, m, se, pl, rows, cols,
+  return launched(launchLogitsStats(computeStream, dev(z), t, m, se, pl, rows, cols,
                                     ignoreIndex, deviceError),
                   "LogitsStats");
 }
@@ -838,11 +849,11 @@ Status CudaBackend::crossEntropyFromStats(const float *se, const float *pl,
                   "CrossEntropyFromStats");
 }
 Status CudaBackend::crossEntropyStatsGrad(
-    const float *z, const int32_t *t, const float *m, const float *se,
-    const float *dl, float *dz, int64_t rows, int64_t cols,
+    FloatIn z, const int32_t *t, const float *m, const float *se,
+    const float *dl, FloatOut dz, int64_t rows, int64_t cols,
     int64_t vocabOffset, int64_t numClasses, int64_t ignoreIndex) {
   return launched(launchCrossEntropyStatsGrad(
-                      computeStream, z, t, m, se, dl, dz, rows, cols,
+                      computeStream, dev(z), t, m, se, dl, dev(dz), rows, cols,
                       vocabOffset, numClasses, ignoreIndex, deviceError),
                   "CrossEntropyStatsGrad");
 }
@@ -1232,18 +1243,19 @@ Status CudaBackend::moeCombineGrad(const float *rows, const float *probs,
                   "MoECombineGrad");
 }
 
-Status CudaBackend::rotaryEmbedding(const float *x, float *y, int64_t seq,
+Status CudaBackend::rotaryEmbedding(FloatIn x, FloatOut y, int64_t seq,
                                     int64_t batch, int64_t features,
                                     int64_t heads, int64_t rotDim, float base,
                                     float scalingFactor, int64_t posBegin,
                                     bool inverse) {
-  return launched(launchRotaryEmbedding(computeStream, x, y, seq, batch,
+  return launched(launchRotaryEmbedding(computeStream, dev(x), dev(y), seq,
+                                        batch,
                                         features, heads, rotDim, base,
                                         scalingFactor, posBegin, inverse),
                   "RotaryEmbedding");
 }
 
-Status CudaBackend::dropout(const float *x, float *y, int64_t seq,
+Status CudaBackend::dropout(FloatIn x, FloatOut y, int64_t seq,
                             int64_t batch, int64_t hidden, int64_t seqOffset,
                             int64_t seqTotal, int64_t firstSample,
                             uint64_t seed, int64_t stream, float rate) {
@@ -1251,7 +1263,8 @@ Status CudaBackend::dropout(const float *x, float *y, int64_t seq,
     return invalidArgument("dropout rate must be in [0, 1), got ", rate);
   // The stream's Philox key is the CPU's: the FNV hash of its name.
   const uint64_t hash = fnv1a64("dropout." + std::to_string(stream));
-  return launched(launchDropout(computeStream, x, y, seq, batch, hidden,
+  return launched(launchDropout(computeStream, dev(x), dev(y), seq, batch,
+                                hidden,
                                 seqOffset, seqTotal, firstSample, seed, hash,
                                 rate),
                   "Dropout");

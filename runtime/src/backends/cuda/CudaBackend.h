@@ -86,7 +86,7 @@ public:
               float *c) override;
   Status gemmHalf(FloatFormat half, bool transA, bool transB, int64_t m,
                   int64_t n, int64_t k, float alpha, const uint16_t *a,
-                  const uint16_t *b, float beta, float *c) override;
+                  const uint16_t *b, float beta, FloatOut c) override;
   Status biasAdd(FloatIn x, const float *bias, FloatOut y, int64_t rows,
                  int64_t cols) override;
   Status add(FloatIn a, FloatIn b, FloatOut c, int64_t n) override;
@@ -99,11 +99,11 @@ public:
                       float *dx, float *dbias, int64_t rows, int64_t cols,
                       bool tanh, float beta) override;
   Status swiglu(FloatIn x, FloatOut y, int64_t rows, int64_t n) override;
-  Status swigluGrad(FloatIn x, const float *dy, float *dx, int64_t rows,
+  Status swigluGrad(FloatIn x, const float *dy, FloatOut dx, int64_t rows,
                     int64_t n) override;
-  Status repeatKV(const float *x, float *y, int64_t rows, int64_t heads,
+  Status repeatKV(FloatIn x, FloatOut y, int64_t rows, int64_t heads,
                   int64_t groups, int64_t headDim) override;
-  Status repeatKVGrad(const float *dy, float *dx, int64_t rows, int64_t heads,
+  Status repeatKVGrad(FloatIn dy, FloatOut dx, int64_t rows, int64_t heads,
                       int64_t groups, int64_t headDim) override;
   Status qkNorm(const float *x, const float *wq, const float *wk, float *y,
                 int64_t rows, int64_t heads, int64_t groups, int64_t headDim,
@@ -178,13 +178,13 @@ public:
   Status layerNormGrad(FloatIn x, const float *gamma, const float *dy,
                        float *dx, float *dgamma, float *dbias, int64_t rows,
                        int64_t cols, float eps, float beta) override;
-  Status embedding(const int32_t *ids, const float *table, float *y,
+  Status embedding(const int32_t *ids, FloatIn table, FloatOut y,
                    int64_t rows, int64_t localVocab, int64_t dim,
                    int64_t vocabOffset, int64_t vocabSize) override;
   Status embeddingGrad(const int32_t *ids, const float *dy, float *dtable,
                        int64_t rows, int64_t localVocab, int64_t dim,
                        int64_t vocabOffset, float beta) override;
-  Status addPositionEmbedding(const float *x, const float *pos, float *y,
+  Status addPositionEmbedding(FloatIn x, FloatIn pos, FloatOut y,
                               int64_t seq, int64_t batch,
                               int64_t dim) override;
   Status positionEmbeddingGrad(const float *dy, float *dpos, int64_t seq,
@@ -195,20 +195,20 @@ public:
   Status attentionGrad(const float *qkv, const float *dout, float *dqkv,
                        int64_t seq, int64_t batch, int64_t heads,
                        int64_t headDim, bool causal) override;
-  Status logitsMax(const float *z, float *m, int64_t rows,
+  Status logitsMax(FloatIn z, float *m, int64_t rows,
                    int64_t cols) override;
-  Status crossEntropyStats(const float *z, const int32_t *t, const float *m,
+  Status crossEntropyStats(FloatIn z, const int32_t *t, const float *m,
                            float *se, float *pl, int64_t rows, int64_t cols,
                            int64_t vocabOffset, int64_t numClasses,
                            int64_t ignoreIndex) override;
-  Status logitsStats(const float *z, const int32_t *t, float *m, float *se,
+  Status logitsStats(FloatIn z, const int32_t *t, float *m, float *se,
                      float *pl, int64_t rows, int64_t cols,
                      int64_t ignoreIndex) override;
   Status crossEntropyFromStats(const float *se, const float *pl, const float *m,
                                const int32_t *t, float *loss, int64_t rows,
                                int64_t ignoreIndex) override;
-  Status crossEntropyStatsGrad(const float *z, const int32_t *t, const float *m,
-                               const float *se, const float *dl, float *dz,
+  Status crossEntropyStatsGrad(FloatIn z, const int32_t *t, const float *m,
+                               const float *se, const float *dl, FloatOut dz,
                                int64_t rows, int64_t cols, int64_t vocabOffset,
                                int64_t numClasses,
                                int64_t ignoreIndex) override;
@@ -216,11 +216,11 @@ public:
                    int64_t ignoreIndex, const float *count) override;
   Status tokenCount(const int32_t *t, float *n, int64_t rows,
                     int64_t ignoreIndex) override;
-  Status rotaryEmbedding(const float *x, float *y, int64_t seq, int64_t batch,
+  Status rotaryEmbedding(FloatIn x, FloatOut y, int64_t seq, int64_t batch,
                          int64_t features, int64_t heads, int64_t rotDim,
                          float base, float scalingFactor, int64_t posBegin,
                          bool inverse) override;
-  Status dropout(const float *x, float *y, int64_t seq, int64_t batch,
+  Status dropout(FloatIn x, FloatOut y, int64_t seq, int64_t batch,
                  int64_t hidden, int64_t seqOffset, int64_t seqTotal,
                  int64_t firstSample, uint64_t seed, int64_t stream,
                  float rate) override;
@@ -294,16 +294,18 @@ private:
   /// The plan and the alignments of its A, B and C (operandAlignment).
   using PlanKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t,
                              int64_t, int64_t, int64_t, int64_t, int64_t,
-                             int64_t, uint32_t, uint32_t, uint32_t, FloatFormat>;
+                             int64_t, uint32_t, uint32_t, uint32_t, FloatFormat,
+                             FloatFormat>;
 
-  /// gemm and gemmHalf: one dense product, A and B f32, bf16 or f16.
+  /// gemm and gemmHalf: one dense product, A and B f32, bf16 or f16, C f32
+  /// or (beta 0) in A and B's 16-bit format.
   Status denseGemm(bool transA, bool transB, int64_t m, int64_t n, int64_t k,
                    float alpha, const void *a, const void *b, float beta,
-                   float *c, FloatFormat inputs);
+                   FloatOut c, FloatFormat inputs);
   /// Runs row-major product `g` on A, B, C (swapped into the column-major
-  /// plan's operand order); A and B in `inputs`.
+  /// plan's operand order); A and B in `inputs`, C f32 or in `inputs`.
   Status runRowMajor(const RowMajorGemm &g, const void *a, const void *b,
-                     float *c, float alpha, float beta,
+                     FloatOut c, float alpha, float beta,
                      FloatFormat inputs = FloatFormat::F32);
   /// The descriptors and algorithm of `plan` for operands of alignments
   /// `align` (bytes: A, B, C), found once per plan and alignments.

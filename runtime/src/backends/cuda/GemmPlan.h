@@ -64,8 +64,11 @@ struct GemmPlan {
   int64_t strideA = 0, strideB = 0, strideC = 0;
   bool swapOperands = false;
   /// The format of A and B: F32 (then C too), or BF16 or F16 (mixed
-  /// precision's GEMMs) with C f32 and the products accumulated in f32.
+  /// precision's GEMMs) with the products accumulated in f32.
   FloatFormat inputs = FloatFormat::F32;
+  /// The format of C (and D): F32, or `inputs`' 16-bit format (the f32
+  /// result rounded once; beta 0).
+  FloatFormat output = FloatFormat::F32;
   bool halfInputs() const { return inputs != FloatFormat::F32; }
 
   /// Rows and columns of the stored (untransposed) A and B, column-major.

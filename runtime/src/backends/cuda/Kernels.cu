@@ -74,46 +74,50 @@ __global__ void swigluKernel(X x, Y y, int64_t total, int64_t n) {
     y.store(i, math::swiglu(row[j], row[n + j]));
   }
 }
-template <class X>
-__global__ void swigluGradKernel(X x, const float *dy, float *dx,
-                                 int64_t total, int64_t n) {
+template <class X, class DX>
+__global__ void swigluGradKernel(X x, const float *dy, DX dx, int64_t total,
+                                 int64_t n) {
   TESSERA_GRID_LOOP(i, total) {
     int64_t r = i / n, j = i % n;
     const X row = x + r * 2 * n;
-    float *drow = dx + r * 2 * n;
-    math::swigluGrad(row[j], row[n + j], dy[i], drow[j], drow[n + j]);
+    float dgate, dup;
+    math::swigluGrad(row[j], row[n + j], dy[i], dgate, dup);
+    dx.store(r * 2 * n + j, dgate);
+    dx.store(r * 2 * n + n + j, dup);
   }
 }
 // One thread per element of the head-major y [rows, heads, 3, d]: a copy
 // from the grouped x [rows, groups, heads/groups + 2, d].
-__global__ void repeatKVKernel(const float *x, float *y, int64_t total,
-                               int64_t heads, int64_t groups, int64_t d) {
+template <class X, class Y>
+__global__ void repeatKVKernel(X x, Y y, int64_t total, int64_t heads,
+                               int64_t groups, int64_t d) {
   const int64_t r = heads / groups;
   TESSERA_GRID_LOOP(i, total) {
     const int64_t j = i % d, part = (i / d) % 3, head = (i / (3 * d)) % heads;
     const int64_t row = i / (3 * d * heads);
     const int64_t g = head / r, slot = part == 0 ? head % r : r + part - 1;
-    y[i] = x[(row * groups + g) * (r + 2) * d + slot * d + j];
+    y.store(i, x[(row * groups + g) * (r + 2) * d + slot * d + j]);
   }
 }
 // One thread per element of the grouped dx: a query's gradient copied, a
 // key's or value's summed over the group's heads in head order.
-__global__ void repeatKVGradKernel(const float *dy, float *dx, int64_t total,
-                                   int64_t heads, int64_t groups, int64_t d) {
+template <class DY, class DX>
+__global__ void repeatKVGradKernel(DY dy, DX dx, int64_t total, int64_t heads,
+                                   int64_t groups, int64_t d) {
   const int64_t r = heads / groups;
   TESSERA_GRID_LOOP(i, total) {
     const int64_t j = i % d, slot = (i / d) % (r + 2);
     const int64_t g = (i / ((r + 2) * d)) % groups;
     const int64_t row = i / ((r + 2) * d * groups);
-    const float *base = dy + row * heads * 3 * d;
+    const DY base = dy + row * heads * 3 * d;
     if (slot < r) {
-      dx[i] = base[((g * r + slot) * 3) * d + j];
+      dx.store(i, base[((g * r + slot) * 3) * d + j]);
     } else {
       const int64_t part = slot - r + 1;
       float sum = 0.0f;
       for (int64_t h = 0; h < r; ++h)
         sum += base[((g * r + h) * 3 + part) * d + j];
-      dx[i] = sum;
+      dx.store(i, sum);
     }
   }
 }
@@ -400,8 +404,8 @@ __global__ void biasGeluGradKernel(X x, const float *bias,
 
 /// The max of row `zr` (NaNs skipped) and the sum of exp(z - max) over it,
 /// in every thread of the block.
-__device__ void rowMaxAndSumExp(const float *zr, int64_t cols, float &mx,
-                                float &sum) {
+template <class Row>
+__device__ void rowMaxAndSumExp(Row zr, int64_t cols, float &mx, float &sum) {
   mx = -INFINITY;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
     mx = MaxOp()(mx, zr[j]);
@@ -604,9 +608,10 @@ __global__ void softmaxGradRowsKernel(const float *p, float *dp,
     dr[j] = pr[j] * (dr[j] - dot);
 }
 
-__global__ void logitsMaxKernel(const float *z, float *m, int64_t cols) {
+template <class Z>
+__global__ void logitsMaxKernel(Z z, float *m, int64_t cols) {
   const int64_t row = blockIdx.x;
-  const float *zr = z + row * cols;
+  const Z zr = z + row * cols;
   float mx = -INFINITY;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
     mx = MaxOp()(mx, zr[j]);
@@ -615,7 +620,8 @@ __global__ void logitsMaxKernel(const float *z, float *m, int64_t cols) {
     m[row] = mx;
 }
 
-__global__ void crossEntropyStatsKernel(const float *z, const int32_t *t,
+template <class Z>
+__global__ void crossEntropyStatsKernel(Z z, const int32_t *t,
                                         const float *m, float *se, float *pl,
                                         int64_t cols, int64_t vocabOffset,
                                         int64_t numClasses,
@@ -631,7 +637,7 @@ __global__ void crossEntropyStatsKernel(const float *z, const int32_t *t,
     }
     return;
   }
-  const float *zr = z + row * cols;
+  const Z zr = z + row * cols;
   const float mr = m[row];
   float sum = 0.0f;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
@@ -645,7 +651,8 @@ __global__ void crossEntropyStatsKernel(const float *z, const int32_t *t,
 }
 
 /// LogitsMax and CrossEntropyStats of unsharded logits in one kernel.
-__global__ void logitsStatsKernel(const float *z, const int32_t *t, float *m,
+template <class Z>
+__global__ void logitsStatsKernel(Z z, const int32_t *t, float *m,
                                   float *se, float *pl, int64_t cols,
                                   int64_t ignoreIndex, DeviceError *err) {
   const int64_t row = blockIdx.x;
@@ -659,7 +666,7 @@ __global__ void logitsStatsKernel(const float *z, const int32_t *t, float *m,
     }
     return;
   }
-  const float *zr = z + row * cols;
+  const Z zr = z + row * cols;
   float mx, sum;
   rowMaxAndSumExp(zr, cols, mx, sum);
   if (threadIdx.x == 0) {
@@ -680,23 +687,24 @@ __global__ void crossEntropyFromStatsKernel(const float *se, const float *pl,
   }
 }
 
+template <class Z, class DZ>
 __global__ void crossEntropyStatsGradKernel(
-    const float *z, const int32_t *t, const float *m, const float *se,
-    const float *dl, float *dz, int64_t n, int64_t cols, int64_t vocabOffset,
-    int64_t numClasses, int64_t ignoreIndex, DeviceError *err) {
+    Z z, const int32_t *t, const float *m, const float *se, const float *dl,
+    DZ dz, int64_t n, int64_t cols, int64_t vocabOffset, int64_t numClasses,
+    int64_t ignoreIndex, DeviceError *err) {
   TESSERA_GRID_LOOP(i, n) {
     const int64_t r = i / cols, j = i % cols;
     const int32_t label = t[r];
     if (!math::labelInRange(label, numClasses, ignoreIndex)) {
       if (j == 0)
         recordError(err, kLabelWithIgnore, label, r, numClasses, ignoreIndex);
-      dz[i] = 0.0f;
+      dz.store(i, 0.0f);
     } else if (label == ignoreIndex) {
-      dz[i] = 0.0f;
+      dz.store(i, 0.0f);
     } else {
       const int64_t local = math::shardColumn(label, vocabOffset, cols);
-      dz[i] = math::crossEntropyGrad(z[i], m[r], dl[r] / se[r], j == local,
-                                     dl[r]);
+      dz.store(i, math::crossEntropyGrad(z[i], m[r], dl[r] / se[r],
+                                         j == local, dl[r]));
     }
   }
 }
@@ -760,21 +768,22 @@ __global__ void tokenMeanGradKernel(const float *dy, const int32_t *t,
 // Embeddings and dropout
 //===----------------------------------------------------------------------===//
 
-__global__ void embeddingKernel(const int32_t *ids, const float *table,
-                                float *y, int64_t n, int64_t localVocab,
-                                int64_t dim, int64_t vocabOffset,
-                                int64_t vocabSize, DeviceError *err) {
+template <class T, class Y>
+__global__ void embeddingKernel(const int32_t *ids, T table, Y y, int64_t n,
+                                int64_t localVocab, int64_t dim,
+                                int64_t vocabOffset, int64_t vocabSize,
+                                DeviceError *err) {
   TESSERA_GRID_LOOP(i, n) {
     const int64_t r = i / dim, j = i % dim;
     const int64_t id = ids[r];
     if (id < 0 || id >= vocabSize) {
       if (j == 0)
         recordError(err, kVocabularyId, id, r, vocabSize, 0);
-      y[i] = 0.0f;
+      y.store(i, 0.0f);
       continue;
     }
     const int64_t local = math::shardColumn(id, vocabOffset, localVocab);
-    y[i] = local >= 0 ? table[local * dim + j] : 0.0f;
+    y.store(i, local >= 0 ? table[local * dim + j] : 0.0f);
   }
 }
 
@@ -795,12 +804,12 @@ __global__ void embeddingScatterKernel(const int32_t *ids, const float *dy,
   }
 }
 
-__global__ void addPositionEmbeddingKernel(const float *x, const float *pos,
-                                           float *y, int64_t n, int64_t batch,
-                                           int64_t dim) {
+template <class X, class P, class Y>
+__global__ void addPositionEmbeddingKernel(X x, P pos, Y y, int64_t n,
+                                           int64_t batch, int64_t dim) {
   TESSERA_GRID_LOOP(i, n) {
     const int64_t s = i / (batch * dim), j = i % dim;
-    y[i] = x[i] + pos[s * dim + j];
+    y.store(i, x[i] + pos[s * dim + j]);
   }
 }
 
@@ -820,7 +829,8 @@ __global__ void positionEmbeddingGradKernel(const float *dy, float *dpos,
   }
 }
 
-__global__ void dropoutKernel(const float *x, float *y, int64_t n,
+template <class X, class Y>
+__global__ void dropoutKernel(X x, Y y, int64_t n,
                               int64_t batch, int64_t hidden, int64_t seqOffset,
                               int64_t seqTotal, int64_t firstSample,
                               uint64_t seed, uint64_t streamHash,
@@ -831,14 +841,15 @@ __global__ void dropoutKernel(const float *x, float *y, int64_t n,
     const uint64_t counter = math::dropoutCounter(firstSample + b, seqTotal,
                                                   s + seqOffset, hidden, h);
     const bool keep = math::philoxWord(seed, streamHash, counter) >= threshold;
-    y[i] = keep ? x[i] * scale : 0.0f;
+    y.store(i, keep ? x[i] * scale : 0.0f);
   }
 }
 
 /// RoPE: one thread per rotated pair (row, batch, head, q or k, i), which
 /// reads both features before writing them (so Y may be X); X's other
 /// features are copied by the launcher when Y is not X.
-__global__ void rotaryKernel(const float *x, float *y, int64_t pairs,
+template <class X, class Y>
+__global__ void rotaryKernel(X x, Y y, int64_t pairs,
                              int64_t batch, int64_t features, int64_t heads,
                              int64_t rotDim, float base, float scalingFactor,
                              int64_t posBegin, float sign) {
@@ -854,8 +865,8 @@ __global__ void rotaryKernel(const float *x, float *y, int64_t pairs,
             &s, &c);
     float y1, y2;
     math::ropeRotate(x[off + i], x[off + i + half], c, sign * s, y1, y2);
-    y[off + i] = y1;
-    y[off + i + half] = y2;
+    y.store(off + i, y1);
+    y.store(off + i + half, y2);
   }
 }
 
@@ -926,25 +937,37 @@ cudaError_t launchSwiGLU(cudaStream_t s, DeviceFloats x, DeviceFloats y,
   });
 }
 cudaError_t launchSwiGLUGrad(cudaStream_t s, DeviceFloats x, const float *dy,
-                             float *dx, int64_t rows, int64_t n) {
+                             DeviceFloats dx, int64_t rows, int64_t n) {
   return withFloats(x.data, x.format, [&](auto X) {
-    auto kernel = swigluGradKernel<decltype(X)>;
-    TESSERA_LAUNCH_1D(kernel, rows * n, s, X, dy, dx, rows * n, n);
+    return withFloats(dx.data, dx.format, [&](auto DX) {
+      auto kernel = swigluGradKernel<decltype(X), decltype(DX)>;
+      TESSERA_LAUNCH_1D(kernel, rows * n, s, X, dy, DX, rows * n, n);
+    });
   });
 }
-cudaError_t launchRepeatKV(cudaStream_t s, const float *x, float *y,
+cudaError_t launchRepeatKV(cudaStream_t s, DeviceFloats x, DeviceFloats y,
                            int64_t rows, int64_t heads, int64_t groups,
                            int64_t headDim) {
   const int64_t total = rows * heads * 3 * headDim;
-  TESSERA_LAUNCH_1D(repeatKVKernel, total, s, x, y, total, heads, groups,
-                    headDim);
+  return withFloats(x.data, x.format, [&](auto X) {
+    return withFloats(y.data, y.format, [&](auto Y) {
+      auto kernel = repeatKVKernel<decltype(X), decltype(Y)>;
+      TESSERA_LAUNCH_1D(kernel, total, s, X, Y, total, heads, groups,
+                        headDim);
+    });
+  });
 }
-cudaError_t launchRepeatKVGrad(cudaStream_t s, const float *dy, float *dx,
+cudaError_t launchRepeatKVGrad(cudaStream_t s, DeviceFloats dy, DeviceFloats dx,
                                int64_t rows, int64_t heads, int64_t groups,
                                int64_t headDim) {
   const int64_t total = rows * groups * (heads / groups + 2) * headDim;
-  TESSERA_LAUNCH_1D(repeatKVGradKernel, total, s, dy, dx, total, heads,
-                    groups, headDim);
+  return withFloats(dy.data, dy.format, [&](auto DY) {
+    return withFloats(dx.data, dx.format, [&](auto DX) {
+      auto kernel = repeatKVGradKernel<decltype(DY), decltype(DX)>;
+      TESSERA_LAUNCH_1D(kernel, total, s, DY, DX, total, heads, groups,
+                        headDim);
+    });
+  });
 }
 cudaError_t launchQKNorm(cudaStream_t s, const float *x, const float *wq,
                          const float *wk, float *y, int64_t rows,
@@ -1180,25 +1203,34 @@ cudaError_t launchSoftmaxGradRows(cudaStream_t s, const float *p, float *dp,
                                   int64_t rows, int64_t cols) {
   TESSERA_LAUNCH_ROWS(softmaxGradRowsKernel, rows, cols, s, p, dp, cols);
 }
-cudaError_t launchLogitsMax(cudaStream_t s, const float *z, float *m,
+cudaError_t launchLogitsMax(cudaStream_t s, DeviceFloats z, float *m,
                             int64_t rows, int64_t cols) {
-  TESSERA_LAUNCH_ROWS(logitsMaxKernel, rows, cols, s, z, m, cols);
+  return withFloats(z.data, z.format, [&](auto Z) {
+    auto kernel = logitsMaxKernel<decltype(Z)>;
+    TESSERA_LAUNCH_ROWS(kernel, rows, cols, s, Z, m, cols);
+  });
 }
-cudaError_t launchCrossEntropyStats(cudaStream_t s, const float *z,
+cudaError_t launchCrossEntropyStats(cudaStream_t s, DeviceFloats z,
                                     const int32_t *t, const float *m,
                                     float *se, float *pl, int64_t rows,
                                     int64_t cols, int64_t vocabOffset,
                                     int64_t numClasses, int64_t ignoreIndex,
                                     DeviceError *err) {
-  TESSERA_LAUNCH_ROWS(crossEntropyStatsKernel, rows, cols, s, z, t, m, se, pl,
-                      cols, vocabOffset, numClasses, ignoreIndex, err);
+  return withFloats(z.data, z.format, [&](auto Z) {
+    auto kernel = crossEntropyStatsKernel<decltype(Z)>;
+    TESSERA_LAUNCH_ROWS(kernel, rows, cols, s, Z, t, m, se, pl, cols,
+                        vocabOffset, numClasses, ignoreIndex, err);
+  });
 }
-cudaError_t launchLogitsStats(cudaStream_t s, const float *z, const int32_t *t,
+cudaError_t launchLogitsStats(cudaStream_t s, DeviceFloats z, const int32_t *t,
                               float *m, float *se, float *pl, int64_t rows,
                               int64_t cols, int64_t ignoreIndex,
                               DeviceError *err) {
-  TESSERA_LAUNCH_ROWS(logitsStatsKernel, rows, cols, s, z, t, m, se, pl, cols,
-                      ignoreIndex, err);
+  return withFloats(z.data, z.format, [&](auto Z) {
+    auto kernel = logitsStatsKernel<decltype(Z)>;
+    TESSERA_LAUNCH_ROWS(kernel, rows, cols, s, Z, t, m, se, pl, cols,
+                        ignoreIndex, err);
+  });
 }
 cudaError_t launchCrossEntropyFromStats(cudaStream_t s, const float *se,
                                         const float *pl, const float *m,
@@ -1208,13 +1240,18 @@ cudaError_t launchCrossEntropyFromStats(cudaStream_t s, const float *se,
                     rows, ignoreIndex);
 }
 cudaError_t launchCrossEntropyStatsGrad(
-    cudaStream_t s, const float *z, const int32_t *t, const float *m,
-    const float *se, const float *dl, float *dz, int64_t rows, int64_t cols,
-    int64_t vocabOffset, int64_t numClasses, int64_t ignoreIndex,
+    cudaStream_t s, DeviceFloats z, const int32_t *t, const float *m,
+    const float *se, const float *dl, DeviceFloats dz, int64_t rows,
+    int64_t cols, int64_t vocabOffset, int64_t numClasses, int64_t ignoreIndex,
     DeviceError *err) {
-  TESSERA_LAUNCH_1D(crossEntropyStatsGradKernel, rows * cols, s, z, t, m, se,
-                    dl, dz, rows * cols, cols, vocabOffset, numClasses,
-                    ignoreIndex, err);
+  return withFloats(z.data, z.format, [&](auto Z) {
+    return withFloats(dz.data, dz.format, [&](auto DZ) {
+      auto kernel = crossEntropyStatsGradKernel<decltype(Z), decltype(DZ)>;
+      TESSERA_LAUNCH_1D(kernel, rows * cols, s, Z, t, m, se, dl, DZ,
+                        rows * cols, cols, vocabOffset, numClasses, ignoreIndex,
+                        err);
+    });
+  });
 }
 
 cudaError_t launchMean(cudaStream_t s, const float *x, float *y, int64_t n) {
@@ -1243,14 +1280,19 @@ cudaError_t launchTokenMeanGrad(cudaStream_t s, const float *dy,
 }
 
 cudaError_t launchEmbedding(cudaStream_t s, const int32_t *ids,
-                            const float *table, float *y, int64_t rows,
+                            DeviceFloats table, DeviceFloats y, int64_t rows,
                             int64_t localVocab, int64_t dim,
                             int64_t vocabOffset, int64_t vocabSize,
                             DeviceError *err) {
   if (dim == 0)
     return cudaSuccess;
-  TESSERA_LAUNCH_1D(embeddingKernel, rows * dim, s, ids, table, y, rows * dim,
-                    localVocab, dim, vocabOffset, vocabSize, err);
+  return withFloats(table.data, table.format, [&](auto T) {
+    return withFloats(y.data, y.format, [&](auto Y) {
+      auto kernel = embeddingKernel<decltype(T), decltype(Y)>;
+      TESSERA_LAUNCH_1D(kernel, rows * dim, s, ids, T, Y, rows * dim,
+                        localVocab, dim, vocabOffset, vocabSize, err);
+    });
+  });
 }
 cudaError_t launchEmbeddingGrad(cudaStream_t s, const int32_t *ids,
                                 const float *dy, float *dtable, int64_t rows,
@@ -1264,11 +1306,20 @@ cudaError_t launchEmbeddingGrad(cudaStream_t s, const int32_t *ids,
   TESSERA_LAUNCH_1D(embeddingScatterKernel, rows * dim, s, ids, dy, dtable,
                     rows * dim, localVocab, dim, vocabOffset);
 }
-cudaError_t launchAddPositionEmbedding(cudaStream_t s, const float *x,
-                                       const float *pos, float *y, int64_t seq,
-                                       int64_t batch, int64_t dim) {
-  TESSERA_LAUNCH_1D(addPositionEmbeddingKernel, seq * batch * dim, s, x, pos,
-                    y, seq * batch * dim, batch, dim);
+cudaError_t launchAddPositionEmbedding(cudaStream_t s, DeviceFloats x,
+                                       DeviceFloats pos, DeviceFloats y,
+                                       int64_t seq, int64_t batch,
+                                       int64_t dim) {
+  return withFloats(x.data, x.format, [&](auto X) {
+    return withFloats(pos.data, pos.format, [&](auto P) {
+      return withFloats(y.data, y.format, [&](auto Y) {
+        auto kernel =
+            addPositionEmbeddingKernel<decltype(X), decltype(P), decltype(Y)>;
+        TESSERA_LAUNCH_1D(kernel, seq * batch * dim, s, X, P, Y,
+                          seq * batch * dim, batch, dim);
+      });
+    });
+  });
 }
 cudaError_t launchPositionEmbeddingGrad(cudaStream_t s, const float *dy,
                                         float *dpos, int64_t seq,
@@ -1277,35 +1328,52 @@ cudaError_t launchPositionEmbeddingGrad(cudaStream_t s, const float *dy,
   TESSERA_LAUNCH_1D(positionEmbeddingGradKernel, posRows * dim, s, dy, dpos,
                     posRows * dim, seq, batch, dim, beta);
 }
-cudaError_t launchDropout(cudaStream_t s, const float *x, float *y,
+cudaError_t launchDropout(cudaStream_t s, DeviceFloats x, DeviceFloats y,
                           int64_t seq, int64_t batch, int64_t hidden,
                           int64_t seqOffset, int64_t seqTotal,
                           int64_t firstSample, uint64_t seed,
                           uint64_t streamHash, float rate) {
   const uint64_t threshold = math::dropoutThreshold(rate);
   const float scale = 1.0f / (1.0f - rate);
-  TESSERA_LAUNCH_1D(dropoutKernel, seq * batch * hidden, s, x, y,
-                    seq * batch * hidden, batch, hidden, seqOffset, seqTotal,
-                    firstSample, seed, streamHash, threshold, scale);
+  return withFloats(x.data, x.format, [&](auto X) {
+    return withFloats(y.data, y.format, [&](auto Y) {
+      auto kernel = dropoutKernel<decltype(X), decltype(Y)>;
+      TESSERA_LAUNCH_1D(kernel, seq * batch * hidden, s, X, Y,
+                        seq * batch * hidden, batch, hidden, seqOffset,
+                        seqTotal, firstSample, seed, streamHash, threshold,
+                        scale);
+    });
+  });
 }
 
-cudaError_t launchRotaryEmbedding(cudaStream_t s, const float *x, float *y,
-                                  int64_t seq, int64_t batch, int64_t features,
-                                  int64_t heads, int64_t rotDim, float base,
+cudaError_t launchRotaryEmbedding(cudaStream_t s, DeviceFloats x,
+                                  DeviceFloats y, int64_t seq, int64_t batch,
+                                  int64_t features, int64_t heads,
+                                  int64_t rotDim, float base,
                                   float scalingFactor, int64_t posBegin,
                                   bool inverse) {
-  if (x != y) {
-    cudaError_t e = cudaMemcpyAsync(y, x, size_t(seq * batch * features) * 4,
-                                    cudaMemcpyDeviceToDevice, s);
+  // The features that do not rotate: copied (converted between formats).
+  if (x.data != y.data) {
+    const int64_t n = seq * batch * features;
+    cudaError_t e =
+        x.format == y.format
+            ? cudaMemcpyAsync(y.data, x.data, size_t(n * formatBytes(x.format)),
+                              cudaMemcpyDeviceToDevice, s)
+            : launchCast(s, x.data, x.format, y.data, y.format, n, 0.0f);
     if (e != cudaSuccess)
       return e;
   }
   const int64_t pairs = seq * batch * heads * rotDim;
   if (pairs == 0)
     return cudaSuccess;
-  TESSERA_LAUNCH_1D(rotaryKernel, pairs, s, x, y, pairs, batch, features,
-                    heads, rotDim, base, scalingFactor, posBegin,
-                    inverse ? -1.0f : 1.0f);
+  return withFloats(x.data, x.format, [&](auto X) {
+    return withFloats(y.data, y.format, [&](auto Y) {
+      auto kernel = rotaryKernel<decltype(X), decltype(Y)>;
+      TESSERA_LAUNCH_1D(kernel, pairs, s, X, Y, pairs, batch, features, heads,
+                        rotDim, base, scalingFactor, posBegin,
+                        inverse ? -1.0f : 1.0f);
+    });
+  });
 }
 
 } // namespace tessera::rt::cuda

@@ -46,13 +46,14 @@ cudaError_t launchBiasGeluGrad(cudaStream_t s, DeviceFloats x,
 cudaError_t launchSwiGLU(cudaStream_t s, DeviceFloats x, DeviceFloats y,
                          int64_t rows, int64_t n);
 cudaError_t launchSwiGLUGrad(cudaStream_t s, DeviceFloats x, const float *dy,
-                             float *dx, int64_t rows, int64_t n);
+                             DeviceFloats dx, int64_t rows, int64_t n);
 /// Grouped-query attention's K/V repeat (x [rows, G (heads/G + 2) d] ->
 /// y [rows, heads 3 d]) and its backward (dK, dV summed per group).
-cudaError_t launchRepeatKV(cudaStream_t s, const float *x, float *y,
+/// Both in any float format.
+cudaError_t launchRepeatKV(cudaStream_t s, DeviceFloats x, DeviceFloats y,
                            int64_t rows, int64_t heads, int64_t groups,
                            int64_t headDim);
-cudaError_t launchRepeatKVGrad(cudaStream_t s, const float *dy, float *dx,
+cudaError_t launchRepeatKVGrad(cudaStream_t s, DeviceFloats dy, DeviceFloats dx,
                                int64_t rows, int64_t heads, int64_t groups,
                                int64_t headDim);
 /// QK-norm over a grouped QKV and its backward (the weight gradients summed
@@ -139,8 +140,9 @@ cudaError_t launchLayerNormGrad(cudaStream_t s, DeviceFloats x,
                                 const float *dr, float *dx, float *dgamma,
                                 float *dbias, int64_t rows, int64_t cols,
                                 float eps, float beta, float *stats);
+/// The lookup and the position add: tables and rows in any float format.
 cudaError_t launchEmbedding(cudaStream_t s, const int32_t *ids,
-                            const float *table, float *y, int64_t rows,
+                            DeviceFloats table, DeviceFloats y, int64_t rows,
                             int64_t localVocab, int64_t dim,
                             int64_t vocabOffset, int64_t vocabSize,
                             DeviceError *err);
@@ -148,9 +150,9 @@ cudaError_t launchEmbeddingGrad(cudaStream_t s, const int32_t *ids,
                                 const float *dy, float *dtable, int64_t rows,
                                 int64_t localVocab, int64_t dim,
                                 int64_t vocabOffset, float beta);
-cudaError_t launchAddPositionEmbedding(cudaStream_t s, const float *x,
-                                       const float *pos, float *y, int64_t seq,
-                                       int64_t batch, int64_t dim);
+cudaError_t launchAddPositionEmbedding(cudaStream_t s, DeviceFloats x,
+                                       DeviceFloats pos, DeviceFloats y,
+                                       int64_t seq, int64_t batch, int64_t dim);
 cudaError_t launchPositionEmbeddingGrad(cudaStream_t s, const float *dy,
                                         float *dpos, int64_t seq,
                                         int64_t batch, int64_t dim,
@@ -162,15 +164,16 @@ cudaError_t launchSoftmaxRows(cudaStream_t s, float *p, int64_t rows,
 /// dS = P * (dP - rowsum(P * dP)), in place in dp.
 cudaError_t launchSoftmaxGradRows(cudaStream_t s, const float *p, float *dp,
                                   int64_t rows, int64_t cols);
-cudaError_t launchLogitsMax(cudaStream_t s, const float *z, float *m,
+/// The loss statistics and their gradient: Z (and dZ) in any float format.
+cudaError_t launchLogitsMax(cudaStream_t s, DeviceFloats z, float *m,
                             int64_t rows, int64_t cols);
-cudaError_t launchCrossEntropyStats(cudaStream_t s, const float *z,
+cudaError_t launchCrossEntropyStats(cudaStream_t s, DeviceFloats z,
                                     const int32_t *t, const float *m,
                                     float *se, float *pl, int64_t rows,
                                     int64_t cols, int64_t vocabOffset,
                                     int64_t numClasses, int64_t ignoreIndex,
                                     DeviceError *err);
-cudaError_t launchLogitsStats(cudaStream_t s, const float *z, const int32_t *t,
+cudaError_t launchLogitsStats(cudaStream_t s, DeviceFloats z, const int32_t *t,
                               float *m, float *se, float *pl, int64_t rows,
                               int64_t cols, int64_t ignoreIndex,
                               DeviceError *err);
@@ -179,8 +182,8 @@ cudaError_t launchCrossEntropyFromStats(cudaStream_t s, const float *se,
                                         const int32_t *t, float *loss,
                                         int64_t rows, int64_t ignoreIndex);
 cudaError_t launchCrossEntropyStatsGrad(
-    cudaStream_t s, const float *z, const int32_t *t, const float *m,
-    const float *se, const float *dl, float *dz, int64_t rows, int64_t cols,
+    cudaStream_t s, DeviceFloats z, const int32_t *t, const float *m,
+    const float *se, const float *dl, DeviceFloats dz, int64_t rows, int64_t cols,
     int64_t vocabOffset, int64_t numClasses, int64_t ignoreIndex,
     DeviceError *err);
 cudaError_t launchTokenMean(cudaStream_t s, const float *loss, const int32_t *t,
@@ -191,13 +194,14 @@ cudaError_t launchTokenCount(cudaStream_t s, const int32_t *t, float *n,
 cudaError_t launchTokenMeanGrad(cudaStream_t s, const float *dy,
                                 const int32_t *t, float *dl, int64_t rows,
                                 int64_t ignoreIndex, const float *count);
-/// RoPE of the q and k of a fused QKV (Backend::rotaryEmbedding).
-cudaError_t launchRotaryEmbedding(cudaStream_t s, const float *x, float *y,
+/// RoPE of the q and k of a fused QKV (Backend::rotaryEmbedding), in any
+/// float formats.
+cudaError_t launchRotaryEmbedding(cudaStream_t s, DeviceFloats x, DeviceFloats y,
                                   int64_t seq, int64_t batch, int64_t features,
                                   int64_t heads, int64_t rotDim, float base,
                                   float scalingFactor, int64_t posBegin,
                                   bool inverse);
-cudaError_t launchDropout(cudaStream_t s, const float *x, float *y,
+cudaError_t launchDropout(cudaStream_t s, DeviceFloats x, DeviceFloats y,
                           int64_t seq, int64_t batch, int64_t hidden,
                           int64_t seqOffset, int64_t seqTotal,
                           int64_t firstSample, uint64_t seed,

@@ -122,7 +122,8 @@ Status decodeRepeatKV(Decoder &d, const fb::Instr &in, Thunk &t) {
 }
 
 Status runRepeatKV(RunContext &x, const Thunk &t) {
-  return x.backend().repeatKV(f32(t, 0), f32(t, 1), t.m, t.i[0], t.i[1], t.n);
+  return x.backend().repeatKV(floatIn(t, 0), floatOut(t, 1), t.m, t.i[0],
+                              t.i[1], t.n);
 }
 
 Status decodeRepeatKVGrad(Decoder &d, const fb::Instr &in, Thunk &t) {
@@ -130,7 +131,8 @@ Status decodeRepeatKVGrad(Decoder &d, const fb::Instr &in, Thunk &t) {
 }
 
 Status runRepeatKVGrad(RunContext &x, const Thunk &t) {
-  return x.backend().repeatKVGrad(f32(t, 0), f32(t, 1), t.m, t.i[0], t.i[1],
+  return x.backend().repeatKVGrad(floatIn(t, 0), floatOut(t, 1), t.m, t.i[0],
+                                  t.i[1],
                                   t.n);
 }
 

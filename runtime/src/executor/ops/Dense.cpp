@@ -32,7 +32,8 @@ Status decodeGemm(Decoder &d, const fb::Instr &in, Thunk &t) {
   t.m = m;
   t.n = n;
   t.k = ka;
-  // A and B share a dtype (the validator's SameFloatDType).
+  // A and B share a dtype (the validator's SameFloatDType); C is f32, or
+  // 16-bit like them (rounded once, beta 0: the validator's `r`).
   t.type = d.floatType(in, 0);
   return Status();
 }
@@ -41,7 +42,7 @@ Status runGemm(RunContext &x, const Thunk &t) {
   if (isHalf(t))
     return x.backend().gemmHalf(floatFormat(t), t.transA, t.transB, t.m, t.n,
                                 t.k, t.alpha, half(t, 0), half(t, 1), t.beta,
-                                f32(t, 2));
+                                floatOut(t, 2));
   return x.backend().gemm(t.transA, t.transB, t.m, t.n, t.k, t.alpha, f32(t, 0),
                           f32(t, 1), t.beta, f32(t, 2));
 }
@@ -175,7 +176,7 @@ Status decodeSwiGLUGrad(Decoder &d, const fb::Instr &in, Thunk &t) {
 }
 
 Status runSwiGLUGrad(RunContext &x, const Thunk &t) {
-  return x.backend().swigluGrad(floatIn(t, 0), f32(t, 1), f32(t, 2), t.m,
+  return x.backend().swigluGrad(floatIn(t, 0), f32(t, 1), floatOut(t, 2), t.m,
                                 t.n);
 }
 

@@ -105,7 +105,7 @@ Status decodeLogitsMax(Decoder &d, const fb::Instr &in, Thunk &t) {
 }
 
 Status runLogitsMax(RunContext &x, const Thunk &t) {
-  return x.backend().logitsMax(f32(t, 0), f32(t, 1), t.m, t.n);
+  return x.backend().logitsMax(floatIn(t, 0), f32(t, 1), t.m, t.n);
 }
 
 /// CrossEntropyStats and LogitsStats [Z, t, M, se, pl], CrossEntropyStatsGrad
@@ -135,7 +135,7 @@ Status decodeCrossEntropyStats(Decoder &d, const fb::Instr &in, Thunk &t) {
 }
 
 Status runCrossEntropyStats(RunContext &x, const Thunk &t) {
-  return x.backend().crossEntropyStats(f32(t, 0), i32(t, 1), f32(t, 2),
+  return x.backend().crossEntropyStats(floatIn(t, 0), i32(t, 1), f32(t, 2),
                                        f32(t, 3), f32(t, 4), t.m, t.n, t.i[0],
                                        t.i[1], t.i[2]);
 }
@@ -146,7 +146,7 @@ Status decodeLogitsStats(Decoder &d, const fb::Instr &in, Thunk &t) {
 }
 
 Status runLogitsStats(RunContext &x, const Thunk &t) {
-  return x.backend().logitsStats(f32(t, 0), i32(t, 1), f32(t, 2), f32(t, 3),
+  return x.backend().logitsStats(floatIn(t, 0), i32(t, 1), f32(t, 2), f32(t, 3),
                                  f32(t, 4), t.m, t.n, t.i[2]);
 }
 
@@ -155,8 +155,9 @@ Status decodeCrossEntropyStatsGrad(Decoder &d, const fb::Instr &in, Thunk &t) {
 }
 
 Status runCrossEntropyStatsGrad(RunContext &x, const Thunk &t) {
-  return x.backend().crossEntropyStatsGrad(f32(t, 0), i32(t, 1), f32(t, 2),
-                                           f32(t, 3), f32(t, 4), f32(t, 5), t.m,
+  return x.backend().crossEntropyStatsGrad(floatIn(t, 0), i32(t, 1), f32(t, 2),
+                                           f32(t, 3), f32(t, 4), floatOut(t, 5),
+                                           t.m,
                                            t.n, t.i[0], t.i[1], t.i[2]);
 }
 

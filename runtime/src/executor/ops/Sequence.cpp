@@ -58,7 +58,8 @@ Status decodeEmbedding(Decoder &d, const fb::Instr &in, Thunk &t) {
 }
 
 Status runEmbedding(RunContext &x, const Thunk &t) {
-  return x.backend().embedding(i32(t, 0), f32(t, 1), f32(t, 2), t.m, t.i[0],
+  return x.backend().embedding(i32(t, 0), floatIn(t, 1), floatOut(t, 2), t.m,
+                               t.i[0],
                                t.n, t.i[1], t.i[2]);
 }
 
@@ -115,9 +116,10 @@ Status runAddPositionEmbedding(RunContext &x, const Thunk &t) {
   for (int p = 0; p < t.seq.count; ++p) {
     const math::SequencePiece &piece = t.seq.piece[p];
     TESSERA_RETURN_IF_ERROR(x.backend().addPositionEmbedding(
-        f32(t, 0) + piece.localBegin * rowFloats,
-        f32(t, 1) + piece.globalBegin * t.i[2],
-        f32(t, 2) + piece.localBegin * rowFloats, piece.rows, t.i[1], t.i[2]));
+        floatIn(t, 0).at(piece.localBegin * rowFloats),
+        floatIn(t, 1).at(piece.globalBegin * t.i[2]),
+        floatOut(t, 2).at(piece.localBegin * rowFloats), piece.rows, t.i[1],
+        t.i[2]));
   }
   return Status();
 }
@@ -196,8 +198,9 @@ Status runRotaryEmbedding(RunContext &x, const Thunk &t) {
   for (int p = 0; p < t.seq.count; ++p) {
     const math::SequencePiece &piece = t.seq.piece[p];
     TESSERA_RETURN_IF_ERROR(x.backend().rotaryEmbedding(
-        f32(t, 0) + piece.localBegin * rowFloats,
-        f32(t, 1) + piece.localBegin * rowFloats, piece.rows, t.n, t.k, t.i[0],
+        floatIn(t, 0).at(piece.localBegin * rowFloats),
+        floatOut(t, 1).at(piece.localBegin * rowFloats), piece.rows, t.n, t.k,
+        t.i[0],
         t.i[1], t.f[0], t.f[1], piece.globalBegin, t.i[2] != 0));
   }
   return Status();
@@ -230,8 +233,8 @@ Status runDropout(RunContext &x, const Thunk &t) {
   for (int p = 0; p < t.seq.count; ++p) {
     const math::SequencePiece &piece = t.seq.piece[p];
     TESSERA_RETURN_IF_ERROR(x.backend().dropout(
-        f32(t, 0) + piece.localBegin * rowFloats,
-        f32(t, 1) + piece.localBegin * rowFloats, piece.rows, t.n, t.k,
+        floatIn(t, 0).at(piece.localBegin * rowFloats),
+        floatOut(t, 1).at(piece.localBegin * rowFloats), piece.rows, t.n, t.k,
         piece.globalBegin, t.seqTotal, first, x.seed(), t.i[2], t.f[0]));
   }
   return Status();
