@@ -176,6 +176,8 @@ std::vector<std::string> Layout::flags(int64_t globalBatch) const {
     f.push_back("--overlap-param-gather");
   if (bf16)
     f.push_back("--bf16");
+  if (bf16 && bf16Activations)
+    f.insert(f.end(), {"--activations-dtype", "bf16"});
   if (gradReduceBf16)
     f.push_back("--grad-reduce-in-bf16");
   return f;
@@ -198,6 +200,7 @@ void Layout::apply(TrainPipelineOptions &o, int64_t globalBatch) const {
   o.sequenceParallel = tp > 1;
   o.tpCommOverlap = tp > 1 && tpCommOverlap;
   o.bf16 = bf16;
+  o.activationsDtype = bf16 && bf16Activations ? "bf16" : "f32";
   o.distributedOptimizer = distributedOptimizer;
   o.dataParallelShardingStrategy =
       !distributedOptimizer || !shardGrads ? ""
@@ -540,10 +543,12 @@ llvm::Expected<Calibration> calibrate(MLIRContext &ctx,
   l.dp = experts / std::gcd(tp * cp, experts);
   l.recompute = recompute;
   // In the planned precision: under bf16 the GEMMs keep bf16 copies of
-  // their activation operands for the backward, the rest stays fp32.
-  // Modelling 16-bit activations instead halves an fp32 compile, where
-  // every activation is f32.
-  l.bf16 = options.bf16 && options.activationBytes == 4;
+  // their activation operands for the backward, the rest stays fp32; with
+  // 16-bit activations under bf16 the compile stores them all in bf16.
+  // 16-bit activations without bf16 halve an fp32 compile, where every
+  // activation is f32.
+  l.bf16 = options.bf16;
+  l.bf16Activations = options.bf16 && options.activationBytes == 2;
   l.overlapGradReduce = false; // the dp reductions are modelled, not read
   l.overlapParamGather = false;
   // The sequence-parallel collectives fused with their GEMMs, so that they
@@ -565,9 +570,10 @@ llvm::Expected<Calibration> calibrate(MLIRContext &ctx,
         (long long)tp, (long long)cp, (long long)ep, (long long)etp,
         recompute.c_str(), zeroBubble ? ", zb-h1" : "", error.c_str());
   std::map<int64_t, Part> stages;
-  // Activation bytes as the options model them (the compile's are fp32,
-  // but for the GEMMs' bf16 operand copies when it is in bf16).
-  const double act = options.activationBytes / 4.0;
+  // Activation bytes as the options model them: the compile's own (bf16
+  // activations, or fp32 ones under --activations fp32, but for the GEMMs'
+  // bf16 operand copies in bf16), or an fp32 compile's halved.
+  const double act = l.bf16Activations ? 1.0 : options.activationBytes / 4.0;
   for (ModuleOp program : getPrograms(*module)) {
     Part p = readStage(program);
     p.fwdLight *= act;
@@ -1218,6 +1224,8 @@ llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
                 l.overlapParamGather = options.overlapParamGather;
                 l.gradReduceBf16 = options.gradReduceBf16;
                 l.bf16 = options.bf16;
+                l.bf16Activations =
+                    options.bf16 && options.activationBytes == 2;
                 l.zeroBubble = zb;
                 l.tpCommOverlap = options.tpCommOverlap;
                 ++result.candidates;
@@ -1257,10 +1265,11 @@ llvm::Expected<PlanResult> tessera::plan::plan(const Cluster &cluster,
   std::stable_sort(all.begin(), all.end(), byTime);
   // The best few, compiled whole: the memory plan's bytes of the rank the
   // prediction found fullest.
-  // (Only for Tessera's own activations: a plan modelling 16-bit ones has
-  // no compiled counterpart.) A layout that does not compile whole is not
+  // (Not for 16-bit activations modelled on an fp32 compile, which has no
+  // compiled counterpart.) A layout that does not compile whole is not
   // feasible; the next one is verified instead.
-  const int64_t verify = options.activationBytes == 4 ? options.verifyTop : 0;
+  const int64_t verify =
+      options.activationBytes == 4 || options.bf16 ? options.verifyTop : 0;
   int64_t verified = 0;
   bool failedAny = false;
   for (Prediction &p : all) {

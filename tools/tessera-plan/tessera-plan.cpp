@@ -115,7 +115,9 @@ static cl::opt<bool> gradBf16("grad-reduce-in-bf16",
 static cl::opt<std::string> activations(
     "activations",
     cl::desc("fp32 (default: Tessera's activations and transfers) or bf16 "
-             "(to model a runtime keeping them in 16 bits, as Megatron)"),
+             "(Megatron's 16-bit activations: the layouts compile with "
+             "--activations-dtype bf16; with --fp32, an fp32 compile "
+             "halved)"),
     cl::init("fp32"), cl::cat(category));
 static cl::opt<bool> noOverlapParamGather(
     "no-overlap-param-gather",

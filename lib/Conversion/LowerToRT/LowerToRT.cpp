@@ -179,10 +179,14 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
     entry->setAttr(kPhaseAttr, source->getAttr(kPhaseAttr));
     // The cost of one run of the phase (CostOpInterface), for tessera-plan:
     // all FLOPs, those of the compute-bound ops (GEMMs, attention: at least
-    // 16 FLOPs a byte), and the bytes the other ops move.
+    // 16 FLOPs a byte), and the bytes the other ops move, in the formats
+    // they are stored in (a folded cast is no kernel; bf16 activations move
+    // 2 bytes an element).
     int64_t denseFlops = 0, lightBytes = 0;
     source.walk([&](CostOpInterface op) {
-      int64_t flops = op.getFlops(), bytes = op.getBytes();
+      if (lowering->foldedCasts.contains(op))
+        return;
+      int64_t flops = op.getFlops(), bytes = lowering->storedBytes(op);
       if (flops >= 16 * bytes)
         denseFlops += flops;
       else

@@ -169,6 +169,11 @@ public:
   bool accumulates(mlir::Value result) const;
   /// The storage id of `v`.
   int storageId(mlir::Value v) const { return storageOf.lookup(v); }
+  /// The bytes `op` reads and writes as stored: CostOpInterface's count
+  /// of its operands and results, each at its storage's element type (a
+  /// value the fold keeps in bf16 is 2 bytes an element whatever its nn
+  /// type); a folded cast moves nothing.
+  int64_t storedBytes(mlir::Operation *op) const;
 
   mlir::func::FuncOp func;
   bool isStep;

@@ -259,6 +259,27 @@ static bool storesFormat(OpResult r, Type format) {
   return true;
 }
 
+int64_t PhasePlan::storedBytes(Operation *op) const {
+  if (foldedCasts.contains(op))
+    return 0;
+  int64_t bytes = 0;
+  auto add = [&](Value v) {
+    auto shaped = dyn_cast<ShapedType>(v.getType());
+    if (!shaped || !shaped.hasStaticShape())
+      return;
+    Type element = shaped.getElementType();
+    if (auto it = storageOf.find(v); it != storageOf.end())
+      if (auto stored = dyn_cast<ShapedType>(storages[size_t(it->second)].type))
+        element = stored.getElementType();
+    bytes += shaped.getNumElements() * (element.getIntOrFloatBitWidth() / 8);
+  };
+  for (Value v : op->getOperands())
+    add(v);
+  for (Value v : op->getResults())
+    add(v);
+  return bytes;
+}
+
 void PhasePlan::foldCasts() {
   auto foldable = [&](nn::CastOp c) {
     return !bucketPart.count(c.getResult());
