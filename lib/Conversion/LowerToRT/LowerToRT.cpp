@@ -125,17 +125,22 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
     return failure();
   int64_t persistentBytes = buffers.bytes;
 
-  // The model FLOPs of one step on this rank, from each op's cost.
-  auto phaseFlops = [](func::FuncOp f) {
+  // The model FLOPs of one step on this rank, from each op's cost (a
+  // folded cast runs no kernel).
+  auto phaseFlops = [](func::FuncOp f, const PhasePlan &plan) {
     int64_t flops = 0;
-    f.walk([&](CostOpInterface op) { flops += op.getFlops(); });
+    f.walk([&](CostOpInterface op) {
+      if (!plan.foldedCasts.contains(op))
+        flops += op.getFlops();
+    });
     return flops;
   };
-  int64_t flopsPerStep = phaseFlops(step);
-  for (func::FuncOp f : phases)
+  // (lowerings: the phases', then the step's.)
+  int64_t flopsPerStep = phaseFlops(step, *lowerings[phases.size()]);
+  for (auto [f, plan] : llvm::zip(phases, lowerings))
     if (!f->hasAttr(kLastMicrobatchAttr) && // a variant of another phase
         f->getAttrOfType<StringAttr>(kPhaseAttr).getValue() != kEvalPhase)
-      flopsPerStep += phaseFlops(f) * getNumMicrobatches(module);
+      flopsPerStep += phaseFlops(f, *plan) * getNumMicrobatches(module);
 
   // 3. Memory plans: all phases share the transient region (they never run
   //    at once).
@@ -192,7 +197,8 @@ LogicalResult LowerToRTPass::lowerProgram(ModuleOp module) {
       else
         lightBytes += bytes;
     });
-    entry->setAttr("rt.flops", builder.getI64IntegerAttr(phaseFlops(source)));
+    entry->setAttr("rt.flops",
+                   builder.getI64IntegerAttr(phaseFlops(source, *lowering)));
     entry->setAttr("rt.dense_flops", builder.getI64IntegerAttr(denseFlops));
     entry->setAttr("rt.light_bytes", builder.getI64IntegerAttr(lightBytes));
     if (int64_t c = chunkOf(source); c >= 0) {
