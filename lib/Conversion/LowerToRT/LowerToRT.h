@@ -228,6 +228,8 @@ private:
   bool foldCastsEnabled = true;
 
   int newStorage(mlir::Type type, llvm::StringRef persistentName = "");
+  /// A scratch storage of `op` (scratchOf), live during the op only.
+  void addScratch(mlir::Operation *op, mlir::Type type);
   void assign(mlir::Value v, int id);
   /// True if no op after `op` reads the storage of `v`.
   bool clobberable(mlir::Value v, mlir::Operation *op);

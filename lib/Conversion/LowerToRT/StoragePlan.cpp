@@ -183,6 +183,13 @@ int PhasePlan::newStorage(Type type, StringRef persistentName) {
   return id;
 }
 
+void PhasePlan::addScratch(Operation *op, Type type) {
+  int id = newStorage(type);
+  storages[id].scratch = true;
+  storages[id].start = storages[id].end = position[op];
+  scratchOf[op].push_back(id);
+}
+
 void PhasePlan::assign(Value v, int id) {
   storageOf[v] = id;
   storages[id].values.push_back(v);
@@ -211,14 +218,11 @@ static std::pair<unsigned, unsigned> anyFormatOperands(Operation *op) {
     return {1, 0};
   // SwiGLU's backward stores dX in any format too; grouped-query
   // attention's repeat copies, and its backward sums in f32 and stores
-  // once; dropout scales the kept values in f32 and stores once.
-  if (isa<nn::SwiGLUGradOp>(op))
-    return {1, 1};
-  if (isa<nn::RepeatKVOp, nn::RepeatKVGradOp, nn::DropoutOp>(op))
-    return {1, 1};
-  // RoPE rotates in place, in any format (PhasePlan::foldCasts folds it
-  // only between a widening and a narrowing cast of one format).
-  if (isa<nn::RotaryEmbeddingOp>(op))
+  // once; dropout scales the kept values in f32 and stores once; RoPE
+  // rotates in place (PhasePlan::foldCasts folds it only between a
+  // widening and a narrowing cast of one format).
+  if (isa<nn::SwiGLUGradOp, nn::RepeatKVOp, nn::RepeatKVGradOp, nn::DropoutOp,
+          nn::RotaryEmbeddingOp>(op))
     return {1, 1};
   // The fused loss reads only its statistics: its logits operand orders it
   // for autodiff and reaches no kernel, in any format. The statistics load
@@ -239,6 +243,14 @@ static std::pair<unsigned, unsigned> anyFormatOperands(Operation *op) {
   if (isa<nn::LinearOp, nn::MatmulOp>(op))
     return {0, 1};
   return {0, 0};
+}
+
+/// The ops whose kernel writes its result over operand 0 (planOp copies
+/// the operand first when it is read later).
+static bool runsInPlace(Operation *op) {
+  return isa<dist::ReduceFromRegionOp, dist::AllReduceOp,
+             dist::AllReduceStartOp, nn::ScaleOp, nn::ScaleByOp,
+             nn::RotaryEmbeddingOp, nn::MaskColumnsOp>(op);
 }
 
 static Type elementTypeOf(Value v) {
@@ -290,7 +302,8 @@ void PhasePlan::foldCasts() {
     StringRef binding = resultBinding(out);
     return binding.empty() || binding.starts_with("stash:");
   };
-  // An in-place kernel (RoPE) loads and stores one storage, so it takes a
+  // An in-place kernel (of the any-format ones, RoPE) loads and stores one
+  // storage, so it takes a
   // 16-bit one only as a round trip: its input widened from a format by a
   // cast that it alone reads, its result narrowed back to that format by
   // its only reader into a transient; both casts fold, or neither.
@@ -307,9 +320,6 @@ void PhasePlan::foldCasts() {
                elementTypeOf(widen.getInput()) &&
            resultBinding(narrow.getResult()).empty();
   };
-  auto inPlace = [](Operation *kernel) {
-    return isa<nn::RotaryEmbeddingOp>(kernel);
-  };
   for (Operation *op : ops) {
     auto c = dyn_cast<nn::CastOp>(op);
     if (!c || !foldable(c))
@@ -322,7 +332,7 @@ void PhasePlan::foldCasts() {
           unsigned n = use.getOperandNumber();
           return n < 32 &&
                  (anyFormatOperands(use.getOwner()).first >> n & 1) &&
-                 (!inPlace(use.getOwner()) || roundTrip(use.getOwner()));
+                 (!runsInPlace(use.getOwner()) || roundTrip(use.getOwner()));
         })) {
       foldedCasts.insert(op);
       continue;
@@ -332,7 +342,8 @@ void PhasePlan::foldCasts() {
     auto produced = dyn_cast<OpResult>(in);
     if (isF32(in) && !isF32(out) && produced && in.hasOneUse() &&
         narrowingBinding(out) && storesFormat(produced, elementTypeOf(out)) &&
-        (!inPlace(produced.getOwner()) || roundTrip(produced.getOwner()))) {
+        (!runsInPlace(produced.getOwner()) ||
+         roundTrip(produced.getOwner()))) {
       foldedCasts.insert(op);
     }
   }
@@ -692,9 +703,7 @@ LogicalResult PhasePlan::planOp(Operation *op) {
   }
   // In-place kernels reuse operand 0's storage.
   bool aliasOnly = isa<dist::CopyToRegionOp, nn::AddAuxLossOp>(op);
-  bool inPlace = isa<dist::ReduceFromRegionOp, dist::AllReduceOp,
-                     dist::AllReduceStartOp, nn::ScaleOp, nn::ScaleByOp,
-                     nn::RotaryEmbeddingOp, nn::MaskColumnsOp>(op);
+  bool inPlace = runsInPlace(op);
   if (aliasOnly || isa<dist::WaitOp>(op)) {
     // ZeRO-3: a saved alias of a gathered parameter (sequence parallelism's
     // copy_to_region of a norm weight, kept for the backward) is copied
@@ -870,22 +879,14 @@ LogicalResult PhasePlan::planOp(Operation *op) {
   // scratch, which the bias add rounds into the 16-bit result (Megatron's
   // bf16 linear adds the bias before its one rounding too).
   if (auto linear = dyn_cast<nn::LinearOp>(op);
-      linear && linear.getBias() && narrowingFoldOf(linear.getResult())) {
-    int id = newStorage(linear.getResult().getType());
-    storages[id].scratch = true;
-    storages[id].start = storages[id].end = position[op];
-    scratchOf[op].push_back(id);
-  }
+      linear && linear.getBias() && narrowingFoldOf(linear.getResult()))
+    addScratch(op, linear.getResult().getType());
   if (statsPath) {
     auto z = cast<RankedTensorType>(op->getOperand(0).getType());
     auto rows = RankedTensorType::get(z.getShape().drop_back(),
                                       z.getElementType());
-    for (int i = 0; i < 3; ++i) {
-      int id = newStorage(rows);
-      storages[id].scratch = true;
-      storages[id].start = storages[id].end = position[op];
-      scratchOf[op].push_back(id);
-    }
+    for (int i = 0; i < 3; ++i)
+      addScratch(op, rows);
   }
 
   // Ring attention's workspace: the K/V blocks in flight (and their
@@ -925,12 +926,8 @@ LogicalResult PhasePlan::planOp(Operation *op) {
   // computed while the other travels) and the block that arrives.
   if (auto f = dyn_cast<dist::MatmulReduceScatterOp>(op))
     ringFloats = 3 * f.getResult().getType().getNumElements();
-  if (ringFloats > 0) {
-    int id = newStorage(RankedTensorType::get({ringFloats}, scratchElement));
-    storages[id].scratch = true;
-    storages[id].start = storages[id].end = position[op];
-    scratchOf[op].push_back(id);
-  }
+  if (ringFloats > 0)
+    addScratch(op, RankedTensorType::get({ringFloats}, scratchElement));
 
   return success();
 }

@@ -1998,9 +1998,8 @@ public:
       TESSERA_RETURN_IF_ERROR(checkLabel(t[r], r, numClasses, ignoreIndex));
       if (t[r] == ignoreIndex) {
         // Zero bits are +0 in every format.
-        std::memset(static_cast<char *>(dz.data) +
-                        r * cols * formatBytes(dz.format),
-                    0, size_t(cols * formatBytes(dz.format)));
+        std::memset(dz.at(r * cols).data, 0,
+                    size_t(cols * formatBytes(dz.format)));
         continue;
       }
       const float *zr = loadSpan(z, r * cols, cols, 0);
