@@ -2,10 +2,11 @@
 """GPT training step on one GPU, Tessera's cuda backend beside PyTorch's.
 
 For each size and precision (bf16: bf16 parameters and GEMMs on tensor
-cores with f32 accumulation, Megatron's; bf16act: the same with bf16
-activations, --activations-dtype bf16, and bf16act-casts: with the Cast
-kernels instead of the casts folded into the activation kernels
-(--fuse-casts=false), against both of which PyTorch runs as in bf16; fp16: the same in f16 with a
+cores with f32 accumulation and bf16 activations, Megatron's, --bf16's
+defaults; bf16-casts: the same with the Cast kernels instead of the casts
+folded into the activation kernels (--fuse-casts=false); bf16-f32act: f32
+activations (--activations-dtype f32), against both of which PyTorch runs
+as in bf16; fp16: bf16's parameters and GEMMs in f16 with a
 dynamic loss scale starting at 65536, which the data here never overflow,
 so every timed step updates; fp32: f32 GEMMs, TF32 off),
 tessera-gen gpt -> tessera-compile -> tessera-run -n 1 --backend cuda on the
@@ -225,9 +226,9 @@ def main():
     ap.add_argument("--peak-tflops", type=float, default=989.0,
                     help="dense bf16 peak of the GPU (H100 SXM, H200: 989)")
     ap.add_argument("--precisions", default="bf16,fp32",
-                    help="bf16 (tessera-compile --bf16), bf16act (--bf16 "
-                         "--activations-dtype bf16), bf16act-casts (the same "
-                         "with --fuse-casts=false), fp16 (--fp16) and/or fp32")
+                    help="bf16 (tessera-compile --bf16), bf16-casts (the same "
+                         "with --fuse-casts=false), bf16-f32act (--bf16 "
+                         "--activations-dtype f32), fp16 (--fp16) and/or fp32")
     ap.add_argument("--torch", action=argparse.BooleanOptionalAction,
                     default=True, help="also train the GPT in PyTorch")
     ap.add_argument("--torch-compile", action=argparse.BooleanOptionalAction,
@@ -256,7 +257,7 @@ def main():
     configs = []
     for size in args.sizes.split(","):
         for precision in args.precisions.split(","):
-            if precision not in ("fp32", "bf16", "bf16act", "bf16act-casts",
+            if precision not in ("fp32", "bf16", "bf16-casts", "bf16-f32act",
                                  "fp16"):
                 raise SystemExit(f"--precisions: unknown precision '{precision}'")
             hidden, heads, layers = (int(x) for x in size.split(":"))
@@ -274,9 +275,8 @@ def main():
                  str(hidden), "--heads", str(heads), "--vocab", str(VOCAB),
                  "--seq", str(args.seq), "-o", mlir])
             flags = {"fp32": [], "bf16": ["--bf16"],
-                     "bf16act": ["--bf16", "--activations-dtype", "bf16"],
-                     "bf16act-casts": ["--bf16", "--activations-dtype", "bf16",
-                                       "--fuse-casts=false"],
+                     "bf16-casts": ["--bf16", "--fuse-casts=false"],
+                     "bf16-f32act": ["--bf16", "--activations-dtype", "f32"],
                      "fp16": ["--fp16", "--initial-loss-scale", "65536"]}[precision]
             compile_cmd = [tool("tessera-compile"), mlir, "--micro-batch-size",
                            str(args.micro_batch), "--global-batch-size",

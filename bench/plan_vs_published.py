@@ -71,7 +71,8 @@ H100 = [
     ("GPT-3 175B", 96, 12288, 96, 4608, 1152, 0.42),
 ]
 H100_VOCAB = 131072
-# Megatron-LM today: overlapped fp32 gradient reductions, 16-bit activations.
+# Megatron-LM today: overlapped fp32 gradient reductions, 16-bit activations
+# (Tessera's defaults under bf16 too; said for the record).
 MEGATRON_H100 = ["--activations", "bf16"]
 
 
@@ -85,8 +86,8 @@ def paper_flops(batch, layers, hidden, recompute=True):
 # How the published runs reduced gradients and kept activations (Megatron-LM
 # 2021: gradients all-reduced in 16 bits after the backward, activations in
 # 16 bits, tensor-parallel collectives apart from the GEMMs); Tessera's own
-# defaults differ (overlapped fp32 reductions, fp32 activations,
-# --tp-comm-overlap), and tessera-plan models either.
+# defaults differ (overlapped fp32 reductions, --tp-comm-overlap), and
+# tessera-plan models either.
 MEGATRON_2021 = ["--no-overlap-grad-reduce", "--grad-reduce-in-bf16", "--no-tp-comm-overlap",
                  "--activations", "bf16"]
 

@@ -79,7 +79,7 @@ done
 # The artifacts and data, compiled here.
 bash "$src/test/gpu/cuda-vs-cpu.sh" --prepare "$build/bin" "$src" "$kit/cuda-vs-cpu"
 # Every precision gpu_step.py knows, so that GPU_STEP_ARGS can pick any.
-python3 "$src/bench/gpu_step.py" --build "$build" --precisions bf16,bf16act,bf16act-casts,fp16,fp32 \
+python3 "$src/bench/gpu_step.py" --build "$build" --precisions bf16,bf16-casts,bf16-f32act,fp16,fp32 \
   --prepare "$kit/gpu-step"
 rm -f "$kit"/cuda-vs-cpu/*.mlir "$kit"/gpu-step/*.mlir
 # gpu-check.sh's check of the kit itself: 2 ranks on the CPU backend.

@@ -128,7 +128,8 @@ tessera::checkTrainPipelineOptions(const TrainPipelineOptions &options) {
            "(--use-distributed-optimizer)";
   if (options.overlapParamGather && !options.overlapGradReduce)
     return "Must use --overlap-param-gather with --overlap-grad-reduce";
-  if (options.activationsDtype != "bf16" && options.activationsDtype != "f32")
+  if (!options.activationsDtype.empty() &&
+      options.activationsDtype != "bf16" && options.activationsDtype != "f32")
     return "--activations-dtype must be bf16 or f32, got '" +
            options.activationsDtype + "'";
   if (options.activationsDtype == "bf16" && !options.bf16)
@@ -161,6 +162,11 @@ bool tessera::usesDistributedOptimizer(const TrainPipelineOptions &options) {
 }
 
 bool tessera::usesBf16Activations(const TrainPipelineOptions &options) {
+  // Megatron's --bf16 stores activations in bf16; --activations-dtype f32
+  // keeps them f32 (and they are f32 without --bf16, where --activations-dtype
+  // bf16 is refused).
+  if (options.activationsDtype.empty())
+    return options.bf16;
   return options.activationsDtype == "bf16";
 }
 

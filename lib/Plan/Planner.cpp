@@ -176,8 +176,9 @@ std::vector<std::string> Layout::flags(int64_t globalBatch) const {
     f.push_back("--overlap-param-gather");
   if (bf16)
     f.push_back("--bf16");
-  if (bf16 && bf16Activations)
-    f.insert(f.end(), {"--activations-dtype", "bf16"});
+  // bf16 activations are --bf16's default; the f32 ones are asked for.
+  if (bf16 && !bf16Activations)
+    f.insert(f.end(), {"--activations-dtype", "f32"});
   if (gradReduceBf16)
     f.push_back("--grad-reduce-in-bf16");
   return f;
@@ -390,11 +391,16 @@ Part readStage(ModuleOp program) {
         (fwd ? p.ovFwdCount : p.ovBwdCount) += 1;
         return;
       }
-      // The K and V thirds of the QKV operand go around the ring.
+      // The K and V thirds of the QKV operand go around the ring, in the
+      // instruction's kv_format (bf16 under bf16 activations); the
+      // backward's dK/dV blocks follow them in f32.
       if (kind == "rt.ring_attention" || kind == "rt.ring_attention_grad") {
-        double kv = 2.0 / 3.0 * double(bytesOf(op->getOperand(0).getType()));
+        double f32 = 2.0 / 3.0 * double(bytesOf(op->getOperand(0).getType()));
+        auto iattrs = op->getAttrOfType<DenseI64ArrayAttr>("iattrs");
+        double kv = iattrs && iattrs.size() > 2 && iattrs[2] != 0 ? f32 / 2
+                                                                  : f32;
         (kind == "rt.ring_attention" ? p.ringFwd : p.ringBwd) +=
-            kind == "rt.ring_attention" ? kv : 2 * kv;
+            kind == "rt.ring_attention" ? kv : kv + f32;
         return;
       }
       auto group = op->getAttrOfType<StringAttr>("group");

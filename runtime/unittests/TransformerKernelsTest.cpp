@@ -1550,7 +1550,7 @@ TEST(TransformerExecutorTest, LoaderAndDecoderRejectBadInstructions) {
          InstrDesc r = op(O::RingAttention,
                           {f32(p, {4, 2, 36}), f32(p, {100}), f32(p, {4, 2, 12}),
                            f32(p, {4, 2, 2})},
-                          "ring.workspace", {2, 1});
+                          "ring.workspace", {2, 1, 0});
          r.group = "cp";
          f.push_back(r);
        },
@@ -1559,7 +1559,7 @@ TEST(TransformerExecutorTest, LoaderAndDecoderRejectBadInstructions) {
          InstrDesc r = op(O::RingAttention,
                           {f32(p, {3, 2, 36}), f32(p, {1000}), f32(p, {3, 2, 12}),
                            f32(p, {3, 2, 2})},
-                          "ring.odd", {2, 1});
+                          "ring.odd", {2, 1, 0});
          r.group = "cp";
          f.push_back(r);
        },
@@ -1569,16 +1569,25 @@ TEST(TransformerExecutorTest, LoaderAndDecoderRejectBadInstructions) {
                           {f32(p, {4, 2, 36}), f32(p, {4, 2, 12}),
                            f32(p, {4, 2, 3}), f32(p, {4, 2, 12}),
                            f32(p, {1000}), f32(p, {4, 2, 36})},
-                          "ring.lse", {2, 1});
+                          "ring.lse", {2, 1, 0});
          r.group = "cp";
          f.push_back(r);
        },
        "LSE F32[4, 2, 3] must be [4, 2, 2]", false},
       {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
+         InstrDesc r = op(O::RingAttention,
+                          {f32(p, {4, 2, 36}), f32(p, {1000}), f32(p, {4, 2, 12}),
+                           f32(p, {4, 2, 2})},
+                          "ring.kvformat", {2, 1, 3});
+         r.group = "cp";
+         f.push_back(r);
+       },
+       "kv_format 3 is not a float format (0 F32, 1 BF16, 2 F16)", false},
+      {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
          f.push_back(op(O::RingAttention,
                         {f32(p, {4, 2, 36}), f32(p, {1000}), f32(p, {4, 2, 12}),
                          f32(p, {4, 2, 2})},
-                        "ring.nogroup", {2, 1}));
+                        "ring.nogroup", {2, 1, 0}));
        },
        "collective RingAttention without a group", true},
   };

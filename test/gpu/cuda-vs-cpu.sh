@@ -6,8 +6,9 @@
 # with the distributed optimizer within 1e-2, also with
 # --overlap-param-gather through NCCL at one rank, and with ZeRO-3's
 # parameter shards through NCCL at one rank, saved at the end; the
-# Llama-shaped and the MoE GPT with bf16 activations, and the GPT in fp16
-# with dynamic loss scaling, within 1e-2 too). Needs a GPU: without one it
+# Llama-shaped and the MoE GPT in bf16, the Llama-shaped one also with the
+# Cast kernels in place of the folded casts, and the GPT in fp16 with
+# dynamic loss scaling, within 1e-2 too). Needs a GPU: without one it
 # exits 77, which ctest reports as Skipped (label "gpu").
 #
 # Every run and every comparison runs and reports its own result, whatever
@@ -57,8 +58,9 @@ prepare() {
   "$bin/tessera-compile" "$dir/gpt.mlir" --micro-batch-size 4 \
     --global-batch-size 8 -o "$dir/gpt.tsr"
   # bf16 mixed precision with the distributed optimizer (one Adam kernel per
-  # bucket, the Cast kernels, bf16 GEMMs): both backends take the same bf16
-  # operands, but their f32 sums differ in order and a result may round to
+  # bucket, bf16 GEMMs, and --bf16's bf16 activations: the GEMMs write bf16
+  # results, the activation kernels load and store bf16 themselves): both
+  # backends take the same bf16 operands, but their f32 sums differ in order and a result may round to
   # the neighbouring bf16 value on its way into the next GEMM, hence the
   # looser bound.
   "$bin/tessera-compile" "$dir/gpt.mlir" --micro-batch-size 4 \
@@ -96,17 +98,19 @@ prepare() {
   "$bin/tessera-compile" "$dir/rms.mlir" --micro-batch-size 4 \
     --global-batch-size 8 --optimizer sgd --lr 0.05 --log-params-norm \
     -o "$dir/rms.tsr"
-  # bf16 activations (--activations-dtype bf16): every activation stored and
-  # passed between ops in bf16, the Cast kernels around each f32 kernel,
-  # on the Llama-shaped model (RMSNorm, RoPE, SwiGLU, repeat_kv, QK-norm
-  # reading bf16 values) and on the MoE GPT (dispatch, grouped GEMMs and
-  # combine on bf16 rows).
+  # bf16 activations (--bf16's default): every activation stored and
+  # passed between ops in bf16, on the Llama-shaped model (RMSNorm, SwiGLU
+  # and repeat_kv loading and storing bf16, RoPE rotating bf16 in place,
+  # QK-norm reading bf16 values) and on the MoE GPT (dispatch, grouped
+  # GEMMs and combine on bf16 rows); and the Llama-shaped one with the Cast
+  # kernels around each f32 kernel instead (--fuse-casts=false), which
+  # tells a fault of the folded kernels from one of bf16 activations.
   "$bin/tessera-compile" "$dir/rms.mlir" --micro-batch-size 4 \
-    --global-batch-size 8 --bf16 --activations-dtype bf16 \
-    -o "$dir/rms-bf16act.tsr"
+    --global-batch-size 8 --bf16 -o "$dir/rms-bf16act.tsr"
+  "$bin/tessera-compile" "$dir/rms.mlir" --micro-batch-size 4 \
+    --global-batch-size 8 --bf16 --fuse-casts=false -o "$dir/rms-bf16casts.tsr"
   "$bin/tessera-compile" "$dir/moe.mlir" --micro-batch-size 4 \
-    --global-batch-size 8 --bf16 --activations-dtype bf16 \
-    -o "$dir/moe-bf16act.tsr"
+    --global-batch-size 8 --bf16 -o "$dir/moe-bf16act.tsr"
   # fp16 with dynamic loss scaling: the f16 GEMMs and casts, and the
   # overflow check (from a scale of 2^16 most steps are taken; from
   # Megatron's 2^32 the first ten would all be skipped).
@@ -196,11 +200,12 @@ check() {
   compare gpt-bf16-z3 1e-2
   compare moe 1e-4
   compare rms 1e-4
-  for model in rms-bf16act moe-bf16act gpt-fp16; do
+  for model in rms-bf16act rms-bf16casts moe-bf16act gpt-fp16; do
     run "$model-cpu" cpu "$model"
     run "$model-cuda" cuda "$model"
   done
   compare rms-bf16act 1e-2
+  compare rms-bf16casts 1e-2
   compare moe-bf16act 1e-2
   compare gpt-fp16 1e-2
   return $failed

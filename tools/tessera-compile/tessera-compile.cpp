@@ -43,6 +43,8 @@ static mlir::LogicalResult planLayout(mlir::ModuleOp model,
   // parameters and gradients); the planner plans it as bf16.
   const bool fp16 = p.fp16;
   options.bf16 = p.bf16 || fp16;
+  // fp16's activations are f32 (16-bit ones are bf16's).
+  options.activationBytes = usesBf16Activations(p) ? 2 : 4;
   options.gradReduceBf16 = p.gradReduceInBf16;
   options.verifyTop = 0;
   if (given.tp.getNumOccurrences())

@@ -114,11 +114,11 @@ static cl::opt<bool> gradBf16("grad-reduce-in-bf16",
                               cl::init(false), cl::cat(category));
 static cl::opt<std::string> activations(
     "activations",
-    cl::desc("fp32 (default: Tessera's activations and transfers) or bf16 "
-             "(Megatron's 16-bit activations: the layouts compile with "
-             "--activations-dtype bf16; with --fp32, an fp32 compile "
-             "halved)"),
-    cl::init("fp32"), cl::cat(category));
+    cl::desc("bf16 (the default under bf16: Megatron's 16-bit activations "
+             "and transfers, as --bf16 compiles them; with --fp32, an fp32 "
+             "compile halved) or fp32 (the default with --fp32; under bf16 "
+             "the layouts compile with --activations-dtype f32)"),
+    cl::init(""), cl::cat(category));
 static cl::opt<bool> noOverlapParamGather(
     "no-overlap-param-gather",
     cl::desc("plan without --overlap-param-gather (the distributed "
@@ -252,9 +252,10 @@ int main(int argc, char **argv) {
   options.overlapGradReduce = !noOverlap;
   options.overlapParamGather = !noOverlapParamGather;
   options.tpCommOverlap = !noTpCommOverlap;
-  if (activations != "fp32" && activations != "bf16")
+  if (!activations.empty() && activations != "fp32" && activations != "bf16")
     return fail("--activations must be fp32 or bf16, got '" + activations + "'");
-  options.activationBytes = activations == "bf16" ? 2 : 4;
+  options.activationBytes =
+      activations == "bf16" || (activations.empty() && !fp32) ? 2 : 4;
   options.gradReduceBf16 = gradBf16;
   if (gradBf16 && fp32)
     return fail("--grad-reduce-in-bf16 needs bf16 training (no --fp32)");

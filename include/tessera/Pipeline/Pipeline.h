@@ -185,11 +185,11 @@ public:
                      "apart from their GEMMs (Megatron's flag)"),
       llvm::cl::init(false), onCommandLine};
   Option<bool> bf16{*this, "bf16",
-                    llvm::cl::desc("mixed precision: bf16 parameters and "
-                                   "GEMMs (f32 accumulation), f32 elsewhere "
-                                   "(bf16 activations with "
-                                   "--activations-dtype bf16), fp32 main "
-                                   "parameters for the optimizer "
+                    llvm::cl::desc("mixed precision: bf16 parameters, "
+                                   "GEMMs (f32 accumulation) and activations "
+                                   "between ops (the kernels compute in f32; "
+                                   "--activations-dtype f32 keeps them f32), "
+                                   "fp32 main parameters for the optimizer "
                                    "(Megatron's --bf16)"),
                     llvm::cl::init(false), onCommandLine};
   Option<bool> fp16{*this, "fp16",
@@ -201,9 +201,10 @@ public:
   Option<std::string> activationsDtype{
       *this, "activations-dtype",
       llvm::cl::desc("the dtype activations are stored in between ops and "
-                     "travel in: f32 (the default) or, with --bf16, bf16 "
-                     "as Megatron's --bf16 (the kernels compute in f32)"),
-      llvm::cl::init("f32"), onCommandLine};
+                     "travel in: bf16 under --bf16 (the default there, as "
+                     "Megatron's --bf16; the kernels compute in f32) or f32 "
+                     "(the default without --bf16)"),
+      llvm::cl::init(""), onCommandLine};
   Option<std::string> gemmDtype{
       *this, "gemm-dtype",
       llvm::cl::desc("with --bf16 or --fp16: the operand dtype of the GEMMs "
@@ -272,7 +273,7 @@ public:
       llvm::cl::init(true), onCommandLine};
   Option<bool> fuseCasts{
       *this, "fuse-casts",
-      llvm::cl::desc("with --activations-dtype bf16: load and store the bf16 "
+      llvm::cl::desc("with bf16 activations: load and store the bf16 "
                      "activations inside the activation kernels (add, bias "
                      "add, bias-GELU, the norms, SwiGLU and their backwards) "
                      "rather than with Cast kernels and f32 copies around "
@@ -427,8 +428,9 @@ std::string checkTrainPipelineOptions(const TrainPipelineOptions &options);
 /// optim_grads_params).
 bool usesDistributedOptimizer(const TrainPipelineOptions &options);
 
-/// Whether activations are stored in bf16 (--activations-dtype bf16, which
-/// needs --bf16): tessera-bf16-activations runs.
+/// Whether activations are stored in bf16 (under --bf16 unless
+/// --activations-dtype f32; --activations-dtype bf16 needs --bf16):
+/// tessera-bf16-activations runs.
 bool usesBf16Activations(const TrainPipelineOptions &options);
 
 /// Megatron's uneven split options as given (tessera-pp-split resolves

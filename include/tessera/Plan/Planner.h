@@ -93,9 +93,9 @@ struct Layout {
   bool overlapParamGather = true;
   bool gradReduceBf16 = false;   ///< --grad-reduce-in-bf16
   bool bf16 = true;              ///< --bf16 (mixed precision)
-  /// --activations-dtype bf16 (with bf16: activations stored and
-  /// transferred in bf16, as Megatron's).
-  bool bf16Activations = false;
+  /// With bf16: activations stored and transferred in bf16, as Megatron's
+  /// (--bf16's default; false: --activations-dtype f32).
+  bool bf16Activations = true;
   /// --schedule zb-h1 (pp > 1, vpp 1): backwards split into B and W, W
   /// filling the cool-down bubble; a slot held until its W.
   bool zeroBubble = false;
@@ -163,13 +163,13 @@ struct PlanOptions {
   /// How the data-parallel gradients are reduced (Tessera's defaults:
   /// overlapped with the backward, in fp32).
   bool overlapGradReduce = true, gradReduceBf16 = false;
-  /// Bytes of an activation element: 4, Tessera's default (activations,
-  /// and so the cp and pipeline transfers, are fp32 even under bf16, but
-  /// for the bf16 copies the GEMMs read and the sequence-parallel gathers
-  /// that carry them), or 2: under bf16 the layouts compile with
-  /// --activations-dtype bf16 (Megatron's bf16 activations, calibrated and
-  /// verified on that compile); in fp32, an fp32 compile halved.
-  double activationBytes = 4;
+  /// Bytes of an activation element: 2, under bf16 (the default), Megatron's
+  /// bf16 activations as --bf16 compiles them (calibrated and verified on
+  /// that compile); in fp32, an fp32 compile halved. Or 4: under bf16 the
+  /// layouts compile with --activations-dtype f32 (activations, and so the
+  /// cp and pipeline transfers, fp32 but for the bf16 copies the GEMMs read
+  /// and the sequence-parallel gathers that carry them); in fp32, fp32.
+  double activationBytes = 2;
   /// The distributed optimizer's parameter all-gather behind the next
   /// forward (--overlap-param-gather, planned wherever it applies).
   bool overlapParamGather = true;

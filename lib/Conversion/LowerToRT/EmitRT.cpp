@@ -512,6 +512,18 @@ PATTERN(TokenMeanGradPattern, nn::TokenMeanGradOp) {
   return Value();
 }
 
+/// The format ring attention's K/V blocks travel in (its kv_format iattr, a
+/// FloatFormat): that of the 16-bit value its f32 QKV was widened from
+/// (bf16 activations), whose values a 16-bit block holds exactly; else
+/// F32.
+static int64_t ringKvFormat(Value qkv) {
+  auto widen = qkv.getDefiningOp<nn::CastOp>();
+  if (!widen)
+    return 0;
+  Type from = getElementTypeOrSelf(widen->getOperand(0).getType());
+  return from.isBF16() ? 1 : from.isF16() ? 2 : 0;
+}
+
 /// Ring attention with its workspace (a scratch of the storage plan).
 PATTERN(RingAttentionPattern, dist::RingAttentionOp) {
   Value w = state.scratchBuffer(b, state.plan.scratchOf.lookup(o)[0]);
@@ -520,7 +532,8 @@ PATTERN(RingAttentionPattern, dist::RingAttentionOp) {
       ValueRange{state.operand(b, o, 0), w, state.bufferOf(b, o.getResult()),
                  state.bufferOf(b, o.getLse())},
       withGroup(b,
-                {iattrs(b, {int64_t(o.getNumHeads()), o.getCausal() ? 1 : 0})},
+                {iattrs(b, {int64_t(o.getNumHeads()), o.getCausal() ? 1 : 0,
+                            ringKvFormat(o.getQkv())})},
                 o.getGroupAttr()));
   return Value();
 }
@@ -533,7 +546,8 @@ PATTERN(RingAttentionGradPattern, dist::RingAttentionGradOp) {
                  state.operand(b, o, 2), state.operand(b, o, 3), w,
                  state.bufferOf(b, o.getResult())},
       withGroup(b,
-                {iattrs(b, {int64_t(o.getNumHeads()), o.getCausal() ? 1 : 0})},
+                {iattrs(b, {int64_t(o.getNumHeads()), o.getCausal() ? 1 : 0,
+                            ringKvFormat(o.getQkv())})},
                 o.getGroupAttr()));
   return Value();
 }

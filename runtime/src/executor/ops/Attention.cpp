@@ -19,8 +19,12 @@
 // gradient is back with the rank that owns it.
 //
 // Bytes sent per rank (CommCounters::p2p), with KV the packed K/V block of
-// the rank's share (S B heads 2 D floats): forward (cp - 1) KV, backward
-// (cp - 1) KV + cp KV.
+// the rank's share (S B heads 2 D values): forward (cp - 1) KV, backward
+// (cp - 1) KV + cp KV. Under bf16 activations QKV is a bf16 activation
+// widened for the kernels (kv_format BF16), so its K/V blocks travel in
+// bf16, exactly and in half the bytes, and are widened again on arrival;
+// the dK/dV blocks stay f32, since each rank adds its share on the way
+// (rounding them per hop would round cp times).
 //
 //===----------------------------------------------------------------------===//
 
@@ -141,7 +145,8 @@ Status runRepeatKVGrad(RunContext &x, const Thunk &t) {
 //===----------------------------------------------------------------------===//
 
 /// RingAttention [QKV, W, O, LSE] and RingAttentionGrad [QKV, O, LSE, dO, W,
-/// dQKV] over the cp group; i = [S, B, heads, head_dim], k = causal.
+/// dQKV] over the cp group, iattrs [heads, causal, kv_format]; i = [S, B,
+/// heads, head_dim], k = causal, type = the K/V blocks' format on the ring.
 static Status decodeRingAttentionOp(Decoder &d, const fb::Instr &in, Thunk &t,
                                     bool grad) {
   const int o = grad ? 1 : 2, lse = grad ? 2 : 3, w = grad ? 4 : 1;
@@ -185,6 +190,13 @@ static Status decodeRingAttentionOp(Decoder &d, const fb::Instr &in, Thunk &t,
   t.i[2] = heads;
   t.i[3] = dims.headDim;
   t.k = d.iattr(in, 1);
+  const int64_t wire = d.iattr(in, 2);
+  if (wire < 0 || wire > int64_t(FloatFormat::F16))
+    return invalidArgument("kv_format ", wire,
+                           " is not a float format (0 F32, 1 BF16, 2 F16)");
+  t.type = wire == int64_t(FloatFormat::BF16)  ? ElementType::BF16
+           : wire == int64_t(FloatFormat::F16) ? ElementType::F16
+                                               : ElementType::F32;
   const std::string kind = in.group()->str();
   if (!d.position(kind).group && d.rank() >= 0)
     return invalidArgument("rank ", d.rank(), " is in no rank group of kind '",
@@ -212,22 +224,71 @@ static Backend::RingAttentionDims ringDims(const Thunk &t) {
   return d;
 }
 
-/// Posts the exchange of one block: `send` to the next rank of the ring,
-/// `recv` from the previous one.
-static Status postRing(Communicator &comm, const float *send, float *recv,
-                       int64_t count, int tag,
+/// Posts the exchange of one block of `count` values of `type`: `send` to
+/// the next rank of the ring, `recv` from the previous one.
+static Status postRing(Communicator &comm, const void *send, void *recv,
+                       int64_t count, ElementType type, int tag,
                        std::vector<CommRequest> &requests) {
   const int n = comm.size(), r = comm.rank();
-  TESSERA_ASSIGN_OR_RETURN(
-      CommRequest s,
-      comm.isend(send, count, ElementType::F32, (r + 1) % n, tag));
+  TESSERA_ASSIGN_OR_RETURN(CommRequest s,
+                           comm.isend(send, count, type, (r + 1) % n, tag));
   requests.push_back(s);
   TESSERA_ASSIGN_OR_RETURN(
-      CommRequest q,
-      comm.irecv(recv, count, ElementType::F32, (r + n - 1) % n, tag));
+      CommRequest q, comm.irecv(recv, count, type, (r + n - 1) % n, tag));
   requests.push_back(q);
   return Status();
 }
+
+/// The K/V blocks of one ring: the f32 block the step kernels read and the
+/// two blocks in flight, which are those f32 blocks themselves when K/V
+/// travel in f32, or two 16-bit blocks in the place of the second f32 one
+/// (RingAttentionDims' workspace), widened into the first on arrival.
+struct RingBlocks {
+  ElementType wire = ElementType::F32;
+  FloatFormat format = FloatFormat::F32;
+  float *f32[2] = {};
+  void *flight[2] = {};
+  int64_t count = 0;
+
+  RingBlocks(const Thunk &t, float *w, int64_t block) : wire(t.type) {
+    count = block;
+    f32[0] = w;
+    f32[1] = w + block;
+    if (wire == ElementType::F32) {
+      flight[0] = f32[0];
+      flight[1] = f32[1];
+      return;
+    }
+    format = wire == ElementType::BF16 ? FloatFormat::BF16 : FloatFormat::F16;
+    auto *half = reinterpret_cast<uint16_t *>(w + block);
+    flight[0] = half;
+    flight[1] = half + block;
+  }
+  bool half() const { return wire != ElementType::F32; }
+  /// The block step `i` computes with (the f32 one it was widened into).
+  const float *atStep(int64_t i) const { return half() ? f32[0] : f32[i % 2]; }
+  /// Packs this rank's block from QKV and, for the ring, rounds it into
+  /// the first block in flight (exact: QKV holds values of that format).
+  Status pack(Backend &be, const float *qkv,
+              const Backend::RingAttentionDims &d, bool sends) const {
+    TESSERA_RETURN_IF_ERROR(be.ringPackKeysValues(qkv, f32[0], d));
+    if (half() && sends)
+      return be.cast(f32[0], FloatFormat::F32, flight[0], format, count, 0.0f);
+    return Status();
+  }
+  /// Before step i > 0: widens the block that arrived for it.
+  Status arrived(Backend &be, int64_t i) const {
+    if (!half() || i == 0)
+      return Status();
+    return be.cast(flight[i % 2], format, f32[0], FloatFormat::F32, count,
+                   0.0f);
+  }
+  Status post(Communicator &comm, int64_t i,
+              std::vector<CommRequest> &requests) const {
+    return postRing(comm, flight[i % 2], flight[(i + 1) % 2], count, wire,
+                    kRingKvTag, requests);
+  }
+};
 
 Status decodeRingAttention(Decoder &d, const fb::Instr &in, Thunk &t) {
   return decodeRingAttentionOp(d, in, t, false);
@@ -240,18 +301,18 @@ Status runRingAttention(RunContext &x, const Thunk &t) {
   float *w = f32(t, 1);
   float *o = f32(t, 2);
   float *lse = f32(t, 3);
-  float *kv[2] = {w, w + d.kvBlock()};
+  const RingBlocks kv(t, w, d.kvBlock());
   float *stats = w + 2 * d.kvBlock();
   const int64_t n = d.cpSize;
-  TESSERA_RETURN_IF_ERROR(be.ringPackKeysValues(qkv, kv[0], d));
+  TESSERA_RETURN_IF_ERROR(kv.pack(be, qkv, d, n > 1));
   for (int64_t i = 0; i < n; ++i) {
+    TESSERA_RETURN_IF_ERROR(kv.arrived(be, i));
     std::vector<CommRequest> requests;
     if (i + 1 < n) {
       TESSERA_RETURN_IF_ERROR(x.syncForHostComm(t));
-      TESSERA_RETURN_IF_ERROR(postRing(*t.comm, kv[i % 2], kv[(i + 1) % 2],
-                                       d.kvBlock(), kRingKvTag, requests));
+      TESSERA_RETURN_IF_ERROR(kv.post(*t.comm, i, requests));
     }
-    Status st = be.ringAttentionStep(qkv, kv[i % 2], o, stats,
+    Status st = be.ringAttentionStep(qkv, kv.atStep(i), o, stats,
                                      i + 1 == n ? lse : nullptr, d,
                                      (d.cpRank - i + n) % n, i == 0);
     Status done = requests.empty() ? Status() : t.comm->waitAll(requests);
@@ -271,21 +332,21 @@ Status runRingAttentionGrad(RunContext &x, const Thunk &t) {
   float *w = f32(t, 4);
   float *dqkv = f32(t, 5);
   const int64_t block = d.kvBlock();
-  float *kv[2] = {w, w + block};
+  const RingBlocks kv(t, w, block);
   float *dkv[2] = {w + 2 * block, w + 3 * block};
   float *delta = w + 4 * block;
   const int64_t n = d.cpSize;
-  TESSERA_RETURN_IF_ERROR(be.ringPackKeysValues(f32(t, 0), kv[0], d));
+  TESSERA_RETURN_IF_ERROR(kv.pack(be, f32(t, 0), d, n > 1));
   TESSERA_RETURN_IF_ERROR(be.fill(dkv[0], 0.0f, block));
   for (int64_t i = 0; i < n; ++i) {
+    TESSERA_RETURN_IF_ERROR(kv.arrived(be, i));
     std::vector<CommRequest> requests;
     if (i + 1 < n) {
       TESSERA_RETURN_IF_ERROR(x.syncForHostComm(t));
-      TESSERA_RETURN_IF_ERROR(postRing(*t.comm, kv[i % 2], kv[(i + 1) % 2],
-                                       block, kRingKvTag, requests));
+      TESSERA_RETURN_IF_ERROR(kv.post(*t.comm, i, requests));
     }
     Status st = be.ringAttentionGradStep(
-        f32(t, 0), f32(t, 1), f32(t, 2), f32(t, 3), kv[i % 2], dkv[i % 2],
+        f32(t, 0), f32(t, 1), f32(t, 2), f32(t, 3), kv.atStep(i), dkv[i % 2],
         delta, dqkv, d, (d.cpRank - i + n) % n, i == 0);
     // The block's gradient moves on once this rank's share is in it; the
     // last exchange brings every rank its own block's.
@@ -293,7 +354,7 @@ Status runRingAttentionGrad(RunContext &x, const Thunk &t) {
       st = x.syncForHostComm(t);
       if (st.ok())
         st = postRing(*t.comm, dkv[i % 2], dkv[(i + 1) % 2], block,
-                      kRingGradTag, requests);
+                      ElementType::F32, kRingGradTag, requests);
     }
     Status done = requests.empty() ? Status() : t.comm->waitAll(requests);
     TESSERA_RETURN_IF_ERROR(st);

@@ -89,7 +89,10 @@ struct RingAttentionDims {
   TESSERA_HD int64_t rowStats() const { return seq * batch * heads; }
   /// Workspace floats: the forward's two K/V blocks and running max and
   /// sum ([batch * heads, seq] each); the backward's two K/V blocks, two
-  /// dK/dV blocks and sum(dO * O) ([batch * heads, seq]).
+  /// dK/dV blocks and sum(dO * O) ([batch * heads, seq]). With the K/V
+  /// blocks travelling in 16 bits the two blocks' place holds one f32
+  /// block the step reads and the two 16-bit blocks in flight: the same
+  /// floats.
   TESSERA_HD int64_t forwardWorkspace() const {
     return 2 * kvBlock() + 2 * rowStats();
   }
