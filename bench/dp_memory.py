@@ -28,7 +28,9 @@ the buckets are padded to lcm(d, 128) and every parameter starts at a
 multiple of 64 elements. Also printed: the arena the runtime allocates
 (tessera-run --print-summary, which equals the plan's total) and the peak of
 transient activations from the plan (under ZeRO-3 it holds the gathered
-parameter buckets too). A benchmark, not a test: nothing is
+parameter buckets too), and, for --bf16 with f32 activations
+(--activations-dtype f32, precision "bf16-f32act": the same model state),
+what bf16 activations, --bf16's default, save. A benchmark, not a test: nothing is
 asserted (test/Tools/emit-memory.test checks the table on the MLP).
 
 usage: bench/dp_memory.py [--build build] [--hidden 256] [--layers 4]
@@ -43,6 +45,8 @@ import tempfile
 
 
 def megatron_table(precision, d, distributed, zero2=False, zero3=False):
+    # f32 activations change no model state.
+    precision = "bf16" if precision == "bf16-f32act" else precision
     if zero3:
         return {"fp32": 16 / d, "bf16": 18 / d, "bf16-grads": 16 / d}[precision]
     if zero2:
@@ -74,6 +78,7 @@ def main():
                         "--seq", str(args.seq), "-o", model], check=True)
         numel = None
         for precision, flags in (("fp32", []), ("bf16", ["--bf16"]),
+                                 ("bf16-f32act", ["--bf16", "--activations-dtype", "f32"]),
                                  ("bf16-grads", ["--bf16", "--grad-reduce-in-bf16"])):
             for strategy in ("no_shard", "optim", "optim_grads", "optim_grads_params"):
                 distributed = strategy != "no_shard"

@@ -121,8 +121,16 @@ static mlir::LogicalResult planLayout(mlir::ModuleOp model,
   if (fp16)
     p.bf16 = false;
   std::string flags;
-  for (const std::string &f : l.flags(p.globalBatchSize))
-    flags += " " + (fp16 && f == "--bf16" ? std::string("--fp16") : f);
+  std::vector<std::string> planned = l.flags(p.globalBatchSize);
+  for (size_t i = 0; i < planned.size(); ++i) {
+    // fp16's activations are f32 without asking.
+    if (fp16 && planned[i] == "--activations-dtype") {
+      ++i;
+      continue;
+    }
+    flags += " " + (fp16 && planned[i] == "--bf16" ? std::string("--fp16")
+                                                    : planned[i]);
+  }
   llvm::errs() << llvm::formatv(
       "tessera-compile: plan for {0} GPUs ({1}):{2}; predicted {3:F3} s/step, "
       "MFU {4:F3}, {5:F1} GiB on the fullest rank\n",

@@ -8,6 +8,16 @@
 // the BLAS and OpenMP thread settings and the OpenBLAS kernel choice
 // (--blas-core) exported to every rank.
 //
+// Open MPI keeps a job's session directory under ompi.<host>.<uid> in one
+// base directory ($TMPDIR or /tmp) that every job of the user on the host
+// shares; two mpiruns creating and removing it at the same moment can fail
+// at start ("A call to mkdir was unable to create the desired directory
+// ... File exists", orte_init). So each launch gets a base of its own,
+// <tmp>/tessera-run.<uid>/<pid> (the pid mpirun keeps after the exec),
+// unless the user chose one (OMPI_MCA_orte_tmpdir_base); mpirun removes
+// its session directory inside it, and each launch removes the bases of
+// launches that have ended.
+//
 //===----------------------------------------------------------------------===//
 
 #include "LauncherInternal.h"
@@ -16,6 +26,10 @@
 #include "tessera/rt/Backend.h"
 #include "tessera/rt/Executor.h"
 
+#include <dirent.h>
+#include <ftw.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -60,6 +74,53 @@ StatusOr<std::vector<std::string>> exportRankEnvironment(const LaunchOptions &o)
       set.push_back(name);
     }
   return set;
+}
+
+/// Removes the session bases under `parent` whose launch has ended (its
+/// pid no longer runs), with what a killed mpirun left in them.
+static void removeEndedSessionBases(const std::string &parent) {
+  DIR *dir = opendir(parent.c_str());
+  if (!dir)
+    return;
+  std::vector<std::string> ended;
+  while (dirent *e = readdir(dir)) {
+    char *end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end != '\0' || pid == long(getpid()))
+      continue;
+    if (kill(pid_t(pid), 0) == -1 && errno == ESRCH)
+      ended.push_back(parent + "/" + e->d_name);
+  }
+  closedir(dir);
+  for (const std::string &base : ended)
+    nftw(
+        base.c_str(),
+        [](const char *path, const struct stat *, int, FTW *) {
+          remove(path);
+          return 0;
+        },
+        16, FTW_DEPTH | FTW_PHYS);
+}
+
+/// This launch's own base for Open MPI's session directory, or "" (the
+/// user chose one, or it cannot be made: Open MPI's default then).
+static std::string privateSessionBase() {
+  if (std::getenv("OMPI_MCA_orte_tmpdir_base"))
+    return "";
+  const char *tmp = std::getenv("TMPDIR");
+  std::string parent = std::string(tmp && *tmp ? tmp : "/tmp") +
+                       "/tessera-run." + std::to_string(geteuid());
+  if (mkdir(parent.c_str(), 0700) != 0 && errno != EEXIST)
+    return "";
+  struct stat st;
+  if (lstat(parent.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+      st.st_uid != geteuid())
+    return "";
+  removeEndedSessionBases(parent);
+  std::string base = parent + "/" + std::to_string(getpid());
+  if (mkdir(base.c_str(), 0700) != 0 && errno != EEXIST)
+    return "";
+  return base;
 }
 
 std::string selfExecutable() {
@@ -133,6 +194,9 @@ int launchUnderMpirun(const LaunchOptions &o, int argc, char **argv) {
                            "OMP_WAIT_POLICY", "-x", "OPENBLAS_THREAD_TIMEOUT"});
   if (std::getenv("OPENBLAS_CORETYPE"))
     args.insert(args.end(), {"-x", "OPENBLAS_CORETYPE"});
+  std::string sessionBase = privateSessionBase();
+  if (!sessionBase.empty())
+    args.insert(args.end(), {"--mca", "orte_tmpdir_base", sessionBase});
   args.push_back(self);
   for (int i = 1; i < argc; ++i)
     args.push_back(argv[i]);
