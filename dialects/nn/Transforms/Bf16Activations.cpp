@@ -32,7 +32,8 @@
 // and auxiliary loss (Megatron's router keeps its softmax in f32; Tessera
 // keeps the [tokens, experts] logits too), the expert exchange's rows
 // under etp > 1 (its partial sums are added in f32), and ring attention's
-// blocks. Gradients (adjoints) are f32
+// dK/dV blocks (its K/V blocks travel in bf16: tessera-lower-to-rt's
+// kv_format). Gradients (adjoints) are f32
 // inside tessera-autodiff and bf16 wherever they travel: the transfers'
 // adjoints and the pipeline's gradient sends take the value's dtype.
 //

@@ -514,11 +514,11 @@ PATTERN(TokenMeanGradPattern, nn::TokenMeanGradOp) {
 
 /// The format ring attention's K/V blocks travel in (its kv_format iattr, a
 /// FloatFormat): that of the 16-bit value its f32 QKV was widened from
-/// (bf16 activations), whose values a 16-bit block holds exactly; else
-/// F32.
-static int64_t ringKvFormat(Value qkv) {
+/// (bf16 activations), whose values a 16-bit block holds exactly (not a
+/// cast accumulated into its result); else F32.
+static int64_t ringKvFormat(const PhasePlan &plan, Value qkv) {
   auto widen = qkv.getDefiningOp<nn::CastOp>();
-  if (!widen)
+  if (!widen || plan.accumulates(widen.getResult()))
     return 0;
   Type from = getElementTypeOrSelf(widen->getOperand(0).getType());
   return from.isBF16() ? 1 : from.isF16() ? 2 : 0;
@@ -533,7 +533,7 @@ PATTERN(RingAttentionPattern, dist::RingAttentionOp) {
                  state.bufferOf(b, o.getLse())},
       withGroup(b,
                 {iattrs(b, {int64_t(o.getNumHeads()), o.getCausal() ? 1 : 0,
-                            ringKvFormat(o.getQkv())})},
+                            ringKvFormat(state.plan, o.getQkv())})},
                 o.getGroupAttr()));
   return Value();
 }
@@ -547,7 +547,7 @@ PATTERN(RingAttentionGradPattern, dist::RingAttentionGradOp) {
                  state.bufferOf(b, o.getResult())},
       withGroup(b,
                 {iattrs(b, {int64_t(o.getNumHeads()), o.getCausal() ? 1 : 0,
-                            ringKvFormat(o.getQkv())})},
+                            ringKvFormat(state.plan, o.getQkv())})},
                 o.getGroupAttr()));
   return Value();
 }

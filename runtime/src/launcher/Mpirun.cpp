@@ -13,10 +13,11 @@
 // shares; two mpiruns creating and removing it at the same moment can fail
 // at start ("A call to mkdir was unable to create the desired directory
 // ... File exists", orte_init). So each launch gets a base of its own,
-// <tmp>/tessera-run.<uid>/<pid> (the pid mpirun keeps after the exec),
-// unless the user chose one (OMPI_MCA_orte_tmpdir_base); mpirun removes
-// its session directory inside it, and each launch removes the bases of
-// launches that have ended.
+// <tmp>/tessera-run.<uid>/<host>.<pid>, unless the user chose one
+// (OMPI_MCA_orte_tmpdir_base); mpirun removes its session directory inside
+// it, and each launch removes this host's bases whose launch has ended (the
+// flock each launch holds on its base's lock file until its job ends can be
+// taken).
 //
 //===----------------------------------------------------------------------===//
 
@@ -27,8 +28,9 @@
 #include "tessera/rt/Executor.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <ftw.h>
-#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -76,34 +78,63 @@ StatusOr<std::vector<std::string>> exportRankEnvironment(const LaunchOptions &o)
   return set;
 }
 
-/// Removes the session bases under `parent` whose launch has ended (its
-/// pid no longer runs), with what a killed mpirun left in them.
-static void removeEndedSessionBases(const std::string &parent) {
+/// The name of this host, as this launch's session bases start with it
+/// ($TMPDIR may be shared between hosts).
+static std::string hostName() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0 || !*name)
+    return "host";
+  return name;
+}
+
+/// Removes `path` and what is under it (not following links).
+static void removeTree(const std::string &path) {
+  nftw(
+      path.c_str(),
+      [](const char *p, const struct stat *, int, FTW *) {
+        remove(p);
+        return 0;
+      },
+      16, FTW_DEPTH | FTW_PHYS);
+}
+
+/// A launch holds an exclusive flock on <base>/lock for as long as mpirun
+/// and its ranks run (the descriptor survives the exec and is inherited),
+/// so a base whose lock can be taken belongs to a launch that has ended.
+static constexpr const char *kSessionLock = "lock";
+
+/// Removes this host's session bases under `parent` whose launch has ended,
+/// with what a killed mpirun left in them.
+static void removeEndedSessionBases(const std::string &parent,
+                                    const std::string &prefix) {
   DIR *dir = opendir(parent.c_str());
   if (!dir)
     return;
-  std::vector<std::string> ended;
+  std::vector<std::string> bases;
   while (dirent *e = readdir(dir)) {
-    char *end = nullptr;
-    long pid = std::strtol(e->d_name, &end, 10);
-    if (pid <= 0 || *end != '\0' || pid == long(getpid()))
-      continue;
-    if (kill(pid_t(pid), 0) == -1 && errno == ESRCH)
-      ended.push_back(parent + "/" + e->d_name);
+    const char *pid = e->d_name + prefix.size();
+    if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0 && *pid &&
+        std::strspn(pid, "0123456789") == std::strlen(pid))
+      bases.push_back(parent + "/" + e->d_name);
   }
   closedir(dir);
-  for (const std::string &base : ended)
-    nftw(
-        base.c_str(),
-        [](const char *path, const struct stat *, int, FTW *) {
-          remove(path);
-          return 0;
-        },
-        16, FTW_DEPTH | FTW_PHYS);
+  for (const std::string &base : bases) {
+    int fd = open((base + "/" + kSessionLock).c_str(),
+                  O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    // No lock file: a launch between its mkdir and its lock; left alone.
+    if (fd < 0)
+      continue;
+    bool ended = flock(fd, LOCK_EX | LOCK_NB) == 0;
+    if (ended)
+      removeTree(base);
+    close(fd);
+  }
 }
 
-/// This launch's own base for Open MPI's session directory, or "" (the
-/// user chose one, or it cannot be made: Open MPI's default then).
+/// This launch's own base for Open MPI's session directory,
+/// <tmp>/tessera-run.<uid>/<host>.<pid>, locked for the job's lifetime; or
+/// "" (the user chose one, or it cannot be made safely: Open MPI's default
+/// then).
 static std::string privateSessionBase() {
   if (std::getenv("OMPI_MCA_orte_tmpdir_base"))
     return "";
@@ -112,14 +143,30 @@ static std::string privateSessionBase() {
                        "/tessera-run." + std::to_string(geteuid());
   if (mkdir(parent.c_str(), 0700) != 0 && errno != EEXIST)
     return "";
+  // Ours alone: not a link, owned by this user, closed to others.
   struct stat st;
   if (lstat(parent.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
-      st.st_uid != geteuid())
+      st.st_uid != geteuid() || (st.st_mode & 077) != 0)
     return "";
-  removeEndedSessionBases(parent);
-  std::string base = parent + "/" + std::to_string(getpid());
-  if (mkdir(base.c_str(), 0700) != 0 && errno != EEXIST)
+  const std::string prefix = hostName() + ".";
+  removeEndedSessionBases(parent, prefix);
+  std::string base = parent + "/" + prefix + std::to_string(getpid());
+  // Open MPI's Unix socket paths go under the base: keep it short.
+  if (base.size() > 80)
     return "";
+  // A base of this pid on this host is a dead launch's.
+  removeTree(base);
+  if (mkdir(base.c_str(), 0700) != 0)
+    return "";
+  // Not O_CLOEXEC: mpirun keeps the lock after the exec.
+  int fd = open((base + "/" + kSessionLock).c_str(),
+                O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
+  if (fd < 0 || flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (fd >= 0)
+      close(fd);
+    removeTree(base);
+    return "";
+  }
   return base;
 }
 
@@ -207,8 +254,11 @@ int launchUnderMpirun(const LaunchOptions &o, int argc, char **argv) {
   std::fflush(stdout);
   std::fflush(stderr);
   execvp("mpirun", cargs.data());
+  const int error = errno;
+  if (!sessionBase.empty())
+    removeTree(sessionBase);
   return errorExit(std::string("cannot execute mpirun: ") +
-                   std::strerror(errno));
+                   std::strerror(error));
 }
 
 } // namespace launcher
