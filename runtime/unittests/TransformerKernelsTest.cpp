@@ -1358,6 +1358,18 @@ TEST(TransformerExecutorTest, LoaderAndDecoderRejectBadInstructions) {
   auto i32 = [](ProgramDesc &p, std::vector<int64_t> shape) {
     return p.scratch(std::move(shape), fb::DType::I32);
   };
+  // RingAttention [QKV, W, O, LSE] of `seq` rows, 2 heads of 6 values, over
+  // "cp" (unless `group` is empty).
+  auto ring = [&](ProgramDesc &p, int64_t seq, int64_t workspace,
+                  const char *loc, std::vector<int64_t> iattrs,
+                  const char *group = "cp") {
+    InstrDesc r = op(O::RingAttention,
+                     {f32(p, {seq, 2, 36}), f32(p, {workspace}),
+                      f32(p, {seq, 2, 12}), f32(p, {seq, 2, 2})},
+                     loc, std::move(iattrs));
+    r.group = group;
+    return r;
+  };
   std::vector<Case> cases = {
       {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
          f.push_back(op(O::Attention, {f32(p, {4, 2, 36}), f32(p, {4, 2, 12})},
@@ -1547,21 +1559,11 @@ TEST(TransformerExecutorTest, LoaderAndDecoderRejectBadInstructions) {
        },
        "'tp-cp', not 'dp'", false},
       {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
-         InstrDesc r = op(O::RingAttention,
-                          {f32(p, {4, 2, 36}), f32(p, {100}), f32(p, {4, 2, 12}),
-                           f32(p, {4, 2, 2})},
-                          "ring.workspace", {2, 1, 0});
-         r.group = "cp";
-         f.push_back(r);
+         f.push_back(ring(p, 4, 100, "ring.workspace", {2, 1, 0}));
        },
        "holds fewer than the 416 floats ring attention needs", false},
       {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
-         InstrDesc r = op(O::RingAttention,
-                          {f32(p, {3, 2, 36}), f32(p, {1000}), f32(p, {3, 2, 12}),
-                           f32(p, {3, 2, 2})},
-                          "ring.odd", {2, 1, 0});
-         r.group = "cp";
-         f.push_back(r);
+         f.push_back(ring(p, 3, 1000, "ring.odd", {2, 1, 0}));
        },
        "ring attention needs an even local sequence", false},
       {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
@@ -1575,19 +1577,11 @@ TEST(TransformerExecutorTest, LoaderAndDecoderRejectBadInstructions) {
        },
        "LSE F32[4, 2, 3] must be [4, 2, 2]", false},
       {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
-         InstrDesc r = op(O::RingAttention,
-                          {f32(p, {4, 2, 36}), f32(p, {1000}), f32(p, {4, 2, 12}),
-                           f32(p, {4, 2, 2})},
-                          "ring.kvformat", {2, 1, 3});
-         r.group = "cp";
-         f.push_back(r);
+         f.push_back(ring(p, 4, 1000, "ring.kvformat", {2, 1, 3}));
        },
        "kv_format 3 is not a float format (0 F32, 1 BF16, 2 F16)", false},
       {[&](ProgramDesc &p, std::vector<InstrDesc> &f) {
-         f.push_back(op(O::RingAttention,
-                        {f32(p, {4, 2, 36}), f32(p, {1000}), f32(p, {4, 2, 12}),
-                         f32(p, {4, 2, 2})},
-                        "ring.nogroup", {2, 1, 0}));
+         f.push_back(ring(p, 4, 1000, "ring.nogroup", {2, 1, 0}, ""));
        },
        "collective RingAttention without a group", true},
   };

@@ -151,8 +151,9 @@ static std::string privateSessionBase() {
   const std::string prefix = hostName() + ".";
   removeEndedSessionBases(parent, prefix);
   std::string base = parent + "/" + prefix + std::to_string(getpid());
-  // Open MPI's Unix socket paths go under the base: keep it short.
-  if (base.size() > 80)
+  // PMIx's Unix sockets (paths of at most 107 bytes) go under the base, in
+  // ompi.<host>.<uid>/pid.<pid>/: a longer base keeps Open MPI's default.
+  if (base.size() > 64)
     return "";
   // A base of this pid on this host is a dead launch's.
   removeTree(base);
